@@ -1,0 +1,397 @@
+// Package client is the typed Go client for thawd's REST API. The CLI talks
+// to the daemon only through it. HTTP statuses come back as typed errors
+// (ErrNotFound, ErrConflict, ...) wrapped in *APIError, which keeps the
+// daemon's message.
+package client
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors by HTTP status.
+var (
+	ErrInvalid          = errors.New("invalid request")       // 400
+	ErrNotFound         = errors.New("not found")             // 404
+	ErrConflict         = errors.New("conflict")              // 409
+	ErrSnapshotUnusable = errors.New("snapshot unusable")     // 422
+	ErrVMFailed         = errors.New("vm failed")             // 502
+	ErrTimeout          = errors.New("timeout")               // 504
+	ErrServer           = errors.New("server error")          // other 5xx
+	ErrUnreachable      = errors.New("daemon is unreachable") // no answer
+)
+
+// APIError is an error answer from the daemon.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	kind    error
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// Unwrap returns the typed error for the status.
+func (e *APIError) Unwrap() error { return e.kind }
+
+func kindOf(status int) error {
+	switch status {
+	case 400:
+		return ErrInvalid
+	case 404:
+		return ErrNotFound
+	case 409:
+		return ErrConflict
+	case 422:
+		return ErrSnapshotUnusable
+	case 502:
+		return ErrVMFailed
+	case 504:
+		return ErrTimeout
+	}
+	return ErrServer
+}
+
+// Client talks to one daemon.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// DefaultURL is where thawd listens by default.
+const DefaultURL = "http://127.0.0.1:7380"
+
+// New returns a client for a daemon at base: an http:// URL, or unix:PATH
+// for a Unix socket.
+func New(base string) *Client {
+	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{}}
+	if path, ok := strings.CutPrefix(base, "unix:"); ok {
+		c.base = "http://thawd"
+		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}
+	}
+	return c
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var eb struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		msg := strings.TrimSpace(string(b))
+		if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+			msg = eb.Error.Message
+		}
+		return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: msg, kind: kindOf(resp.StatusCode)}
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if raw, ok := out.(*json.RawMessage); ok {
+		*raw = append((*raw)[:0], b...)
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	return c.do(ctx, method, path, body, ct, out)
+}
+
+type items[T any] struct {
+	Items []T `json:"items"`
+}
+
+// Info describes the daemon.
+func (c *Client) Info(ctx context.Context) (*Info, error) {
+	var i Info
+	return &i, c.doJSON(ctx, "GET", "/v1/info", nil, &i)
+}
+
+// OpenAPI returns the daemon's OpenAPI document.
+func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
+	var raw json.RawMessage
+	return raw, c.do(ctx, "GET", "/v1/openapi.json", nil, "", &raw)
+}
+
+// CreateFunctionFromDir uploads a local function directory as a tar.gz, so
+// it works against a daemon on another host too.
+func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, memoryMiB, vcpus int) (*Function, error) {
+	archive, err := TarGz(dir)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"name": {name}}
+	if memoryMiB > 0 {
+		q.Set("memory_mib", strconv.Itoa(memoryMiB))
+	}
+	if vcpus > 0 {
+		q.Set("vcpus", strconv.Itoa(vcpus))
+	}
+	var f Function
+	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
+}
+
+// CreateFunctionFromServerDir creates a function from a directory on the
+// daemon's host.
+func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir string, memoryMiB, vcpus int) (*Function, error) {
+	var f Function
+	in := map[string]any{"name": name, "directory": dir, "memory_mib": memoryMiB, "vcpus": vcpus}
+	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
+}
+
+// TarGz packs a directory's regular files and directories.
+func TarGz(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() && (d.Name() == "__pycache__" || d.Name() == ".git") {
+			return filepath.SkipDir
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return fmt.Errorf("%s is not a regular file or directory", path)
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if d.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pack %s: %w", dir, err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ListFunctions lists functions.
+func (c *Client) ListFunctions(ctx context.Context) ([]Function, error) {
+	var out items[Function]
+	return out.Items, c.doJSON(ctx, "GET", "/v1/functions", nil, &out)
+}
+
+// GetFunction gets one function.
+func (c *Client) GetFunction(ctx context.Context, name string) (*Function, error) {
+	var f Function
+	return &f, c.doJSON(ctx, "GET", "/v1/functions/"+url.PathEscape(name), nil, &f)
+}
+
+// DeleteFunction deletes a function.
+func (c *Client) DeleteFunction(ctx context.Context, name string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/functions/"+url.PathEscape(name), nil, nil)
+}
+
+// BootVM boots a function's VM and waits until it is ready.
+func (c *Client) BootVM(ctx context.Context, function string) (*VM, error) {
+	var v VM
+	return &v, c.doJSON(ctx, "POST", "/v1/vms", map[string]string{"function": function}, &v)
+}
+
+// RestoreVM restores a VM from a snapshot and keeps it running.
+func (c *Client) RestoreVM(ctx context.Context, snapshot, strategy string) (*VM, error) {
+	var v VM
+	in := map[string]string{"snapshot": snapshot}
+	if strategy != "" {
+		in["strategy"] = strategy
+	}
+	return &v, c.doJSON(ctx, "POST", "/v1/vms", in, &v)
+}
+
+// ListVMs lists VMs.
+func (c *Client) ListVMs(ctx context.Context) ([]VM, error) {
+	var out items[VM]
+	return out.Items, c.doJSON(ctx, "GET", "/v1/vms", nil, &out)
+}
+
+// GetVM gets one VM.
+func (c *Client) GetVM(ctx context.Context, id string) (*VM, error) {
+	var v VM
+	return &v, c.doJSON(ctx, "GET", "/v1/vms/"+url.PathEscape(id), nil, &v)
+}
+
+// DeleteVM stops and forgets a VM.
+func (c *Client) DeleteVM(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/vms/"+url.PathEscape(id), nil, nil)
+}
+
+// PauseVM pauses a running VM.
+func (c *Client) PauseVM(ctx context.Context, id string) (*VM, error) {
+	var v VM
+	return &v, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/pause", nil, &v)
+}
+
+// ResumeVM resumes a paused VM.
+func (c *Client) ResumeVM(ctx context.Context, id string) (*VM, error) {
+	var v VM
+	return &v, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/resume", nil, &v)
+}
+
+// InvokeOptions are the optional parts of an invocation.
+type InvokeOptions struct {
+	Timeout  time.Duration
+	Strategy string // cold invocations
+	Snapshot string // InvokeFunction: a specific snapshot instead of the newest
+}
+
+func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
+	in := map[string]any{}
+	if len(event) > 0 {
+		in["event"] = event
+	}
+	if o.Timeout > 0 {
+		in["timeout_ms"] = o.Timeout.Milliseconds()
+	}
+	if o.Strategy != "" {
+		in["strategy"] = o.Strategy
+	}
+	if o.Snapshot != "" {
+		in["snapshot"] = o.Snapshot
+	}
+	return in
+}
+
+// InvokeVM invokes the function on a running VM (warm).
+func (c *Client) InvokeVM(ctx context.Context, id string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
+	var inv Invocation
+	return &inv, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/invoke", invokeBody(event, o), &inv)
+}
+
+// InvokeSnapshot restores a VM from a snapshot, invokes and tears it down.
+func (c *Client) InvokeSnapshot(ctx context.Context, id string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
+	var inv Invocation
+	return &inv, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/invoke", invokeBody(event, o), &inv)
+}
+
+// InvokeFunction is a cold invocation from the function's newest snapshot
+// (or o.Snapshot).
+func (c *Client) InvokeFunction(ctx context.Context, name string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
+	var inv Invocation
+	return &inv, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(name)+"/invoke", invokeBody(event, o), &inv)
+}
+
+// ListInvocations lists recent invocations, newest first.
+func (c *Client) ListInvocations(ctx context.Context, function string, limit int) ([]InvocationRecord, error) {
+	q := url.Values{}
+	if function != "" {
+		q.Set("function", function)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out items[InvocationRecord]
+	return out.Items, c.doJSON(ctx, "GET", "/v1/invocations?"+q.Encode(), nil, &out)
+}
+
+// CreateSnapshot snapshots a booted VM.
+func (c *Client) CreateSnapshot(ctx context.Context, vm string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "POST", "/v1/snapshots", map[string]string{"vm": vm}, &s)
+}
+
+// ListSnapshots lists snapshots, of one function if function is set.
+func (c *Client) ListSnapshots(ctx context.Context, function string) ([]Snapshot, error) {
+	path := "/v1/snapshots"
+	if function != "" {
+		path += "?function=" + url.QueryEscape(function)
+	}
+	var out items[Snapshot]
+	return out.Items, c.doJSON(ctx, "GET", path, nil, &out)
+}
+
+// GetSnapshot gets one snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, &s)
+}
+
+// VerifySnapshot fully re-checks a snapshot's files and inputs.
+func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/verify", nil, &s)
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)
+}

@@ -1,0 +1,130 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The API's documents. They mirror the daemon's JSON (openapi.json) and
+// are declared here so users of the client need nothing from thaw's
+// internal packages.
+
+// Function is a deployable function.
+type Function struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`
+	CodeDir   string    `json:"code_dir"`
+	Disk      string    `json:"disk"`
+	MemoryMiB int       `json:"memory_mib"`
+	VCPUs     int       `json:"vcpus"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// VM is a virtual machine.
+type VM struct {
+	ID        string         `json:"id"`
+	Function  string         `json:"function"`
+	State     string         `json:"state"`
+	Reason    string         `json:"reason,omitempty"`
+	PID       int            `json:"pid,omitempty"`
+	RunDir    string         `json:"run_dir"`
+	Snapshot  string         `json:"snapshot,omitempty"`
+	Strategy  string         `json:"strategy,omitempty"`
+	Accel     string         `json:"accel"`
+	MemoryMiB int            `json:"memory_mib"`
+	BootMS    float64        `json:"boot_ms,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
+	Restore   *RestoreTiming `json:"restore,omitempty"`
+}
+
+// Snapshot is a published snapshot.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	SourceVM  string    `json:"source_vm"`
+	Dir       string    `json:"dir"`
+	MemoryMiB int       `json:"memory_mib"`
+	SizeBytes int64     `json:"size_bytes"`
+	DiskBytes int64     `json:"disk_bytes"`
+	CreateMS  float64   `json:"create_ms"`
+	PauseMS   float64   `json:"pause_ms"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// RestoreTiming breaks a restore down, in milliseconds.
+type RestoreTiming struct {
+	VerifyMS    float64 `json:"verify_ms"`
+	VMMStartMS  float64 `json:"vmm_start_ms"`
+	LoadStateMS float64 `json:"load_state_ms"`
+	SetupMS     float64 `json:"setup_ms"`
+	ResumeMS    float64 `json:"resume_ms"`
+}
+
+// Timing breaks an invocation down, in milliseconds.
+type Timing struct {
+	Restore    *RestoreTiming `json:"restore,omitempty"`
+	InvokeMS   float64        `json:"invoke_ms"`
+	GuestMS    float64        `json:"guest_ms"`
+	TotalMS    float64        `json:"total_ms"`
+	TeardownMS float64        `json:"teardown_ms,omitempty"`
+}
+
+// FunctionError is an exception raised by a handler in the guest.
+type FunctionError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// Invocation is one invocation's outcome.
+type Invocation struct {
+	ID       string          `json:"id"`
+	Function string          `json:"function"`
+	VM       string          `json:"vm"`
+	Mode     string          `json:"mode"`
+	Snapshot string          `json:"snapshot,omitempty"`
+	Strategy string          `json:"strategy,omitempty"`
+	OK       bool            `json:"ok"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *FunctionError  `json:"error,omitempty"`
+	Timing   Timing          `json:"timing"`
+}
+
+// InvocationRecord is a stored invocation.
+type InvocationRecord struct {
+	ID        string     `json:"id"`
+	Function  string     `json:"function"`
+	VM        string     `json:"vm"`
+	Snapshot  string     `json:"snapshot,omitempty"`
+	Strategy  string     `json:"strategy,omitempty"`
+	OK        bool       `json:"ok"`
+	Detail    Invocation `json:"detail"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// AccelInfo says which accelerator the daemon uses and why.
+type AccelInfo struct {
+	Accel  string `json:"accel"`
+	Source string `json:"source"`
+	Detail string `json:"detail"`
+}
+
+// ImageInfo describes the guest image.
+type ImageInfo struct {
+	Dir           string `json:"dir"`
+	Hash          string `json:"hash"`
+	KernelVersion string `json:"kernel_version"`
+	Cmdline       string `json:"cmdline"`
+	BuiltAt       string `json:"built_at"`
+}
+
+// Info describes the daemon.
+type Info struct {
+	Version     string    `json:"version"`
+	Accel       AccelInfo `json:"accel"`
+	QEMUVersion string    `json:"qemu_version"`
+	Image       ImageInfo `json:"image"`
+	DataDir     string    `json:"data_dir"`
+	Strategies  []string  `json:"strategies"`
+}

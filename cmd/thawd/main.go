@@ -1,0 +1,89 @@
+// Command thawd is thaw's daemon: it runs functions in microVMs, snapshots
+// them and restores them, behind a REST API (see docs/api.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/daemon"
+)
+
+func defaultImageDir() string {
+	cache := os.Getenv("THAW_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "thaw")
+	}
+	return filepath.Join(cache, "images", "current")
+}
+
+func main() {
+	var cfg daemon.Config
+	listen := flag.String("listen", "127.0.0.1:7380", "address to serve the API on (host:port, or a path for a Unix socket)")
+	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
+	flag.StringVar(&cfg.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image')")
+	flag.StringVar(&cfg.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
+	flag.IntVar(&cfg.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
+	flag.IntVar(&cfg.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
+	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
+	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
+	verbose := flag.Bool("v", false, "log every request")
+	flag.Parse()
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := run(cfg, *listen, log); err != nil {
+		log.Error("thawd failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg daemon.Config, listen string, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	svc, err := daemon.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	network := "tcp"
+	if filepath.IsAbs(listen) {
+		network = "unix"
+		_ = os.Remove(listen)
+	}
+	ln, err := net.Listen(network, listen)
+	if err != nil {
+		_ = svc.Close(context.Background())
+		return fmt.Errorf("listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: api.New(svc, log), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving API", "listen", ln.Addr().String())
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if cerr := svc.Close(sctx); err == nil || errors.Is(err, http.ErrServerClosed) {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,3 @@
+def handle(event):
+    name = event.get("name", "world") if isinstance(event, dict) else "world"
+    return {"message": f"hello, {name}!"}

@@ -1,0 +1,434 @@
+"""thaw guest agent: PID 1 inside every thaw microVM.
+
+Sets up the guest (scratch mounts, network, function disk), imports the function's
+handler before the host takes a snapshot, then serves newline-delimited JSON requests
+on the virtio-serial port "org.thaw.agent", one at a time, in order.
+
+Standard library only: the agent must not depend on anything a function might
+shadow or break, and the rootfs ships only Debian's python3.
+
+Protocol (one JSON object per line, UTF-8, both directions):
+  {"id":"1","op":"ping"}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/1","function":"hello","uptime_ms":...}
+  {"id":"2","op":"invoke","function":"hello","event":{...}}
+    -> {"id":"2","ok":true,"result":...,"duration_ms":...}
+    -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...}
+  Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
+"""
+
+import ctypes
+import errno
+import fcntl
+import importlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+AGENT = "thaw-agent/1"
+PORT_NAME = "org.thaw.agent"
+FN_ROOT = "/fn"
+DEFAULT_FN_DEV = "/dev/vdb"
+DEFAULT_IP = "10.0.2.15/24"  # QEMU user-mode networking: guest address,
+DEFAULT_GW = "10.0.2.2"      # and the host as seen from the guest.
+MAX_LINE = 64 << 20          # longest request accepted; guards guest memory
+READ_CHUNK = 1 << 16
+# While the host is disconnected the port polls as POLLHUP, so the agent sleeps
+# in sigtimedwait instead. The kernel raises SIGIO when the host (re)connects, so
+# this timeout is only a safety net and does not bound reconnect latency.
+DISCONNECTED_WAIT_S = 0.02
+IDLE_POLL_MS = 1000          # connected but idle: wake up to reap zombies
+
+MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+RB_POWER_OFF = 0x4321FEDC
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_console_fd = None
+
+
+def log(msg):
+    """One line on the serial console; never raises (the console is best effort)."""
+    global _console_fd
+    try:
+        if _console_fd is None:
+            _console_fd = os.open("/dev/console", os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        os.write(_console_fd, f"thaw-agent: {msg}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def uptime_ms():
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * 1000.0
+
+
+def power_off(reason):
+    """Ends the VM. PID 1 must not just exit: that panics the kernel, which also
+    ends the VM (panic=-1) but buries the reason in a panic message."""
+    log(f"FATAL: {reason}; powering off")
+    os.sync()
+    _libc.reboot(RB_POWER_OFF)
+    os._exit(1)  # only reached if reboot(2) failed
+
+
+def kernel_params():
+    try:
+        with open("/proc/cmdline") as f:
+            words = f.read().split()
+    except OSError:
+        return {}
+    return dict(w.split("=", 1) for w in words if "=" in w)
+
+
+def reap_zombies():
+    """As PID 1 we inherit every orphan. Only called between requests, so a
+    handler's own subprocess.run() never has its child's status stolen."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# --- Guest setup -----------------------------------------------------------------
+
+def mounted_paths():
+    try:
+        with open("/proc/mounts") as f:
+            return {line.split()[1] for line in f if len(line.split()) > 1}
+    except OSError:
+        return set()
+
+
+def mount(source, target, fstype, flags=0, data=""):
+    if _libc.mount(source.encode(), target.encode(), fstype.encode(), flags, data.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target} ({fstype}): {os.strerror(err)}")
+
+
+def ensure_scratch_mounts():
+    """thaw-init normally did this already; the rootfs is read-only, so anything
+    that writes (Python's tempfile, handlers) needs these tmpfs mounts."""
+    have = mounted_paths()
+    wanted = [("/tmp", "mode=1777"), ("/var/tmp", "mode=1777"), ("/run", "mode=755"),
+              ("/root", "mode=700"), ("/dev/shm", "mode=1777")]
+    for path, opts in wanted:
+        if path in have or not os.path.isdir(path):
+            continue
+        try:
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+        except OSError as e:
+            log(str(e))
+
+
+def setup_network(params):
+    """Static addressing for QEMU user-mode networking; no DHCP client needed."""
+    ip_cmds = ["link set lo up"]
+    if os.path.exists("/sys/class/net/eth0"):
+        ip_cmds += [
+            "link set eth0 up",
+            f"addr add {params.get('thaw.ip', DEFAULT_IP)} dev eth0",
+            f"route add default via {params.get('thaw.gw', DEFAULT_GW)}",
+        ]
+    else:
+        log("no eth0: networking limited to loopback")
+    # One `ip -batch` process instead of one per command: fork+exec is slow under TCG.
+    try:
+        r = subprocess.run(["ip", "-batch", "-"], input="\n".join(ip_cmds) + "\n",
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"network setup failed: {e}")
+        return
+    if r.returncode != 0:
+        log(f"network setup failed: {r.stderr.strip()}")
+    elif len(ip_cmds) > 1:
+        log(f"network up: eth0 {params.get('thaw.ip', DEFAULT_IP)}")
+
+
+class Function:
+    """The one function this VM serves, imported eagerly so the import cost is
+    paid before the snapshot. Failures are kept and reported on every invoke."""
+
+    NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+    def __init__(self, name):
+        self.name = name
+        self.handle = None
+        self.error = None  # {"type", "message", "traceback"} when not invocable
+
+    def load(self, fn_dev):
+        if self.name is None:
+            self.error = _error("FunctionNotFound", "no thaw.function= on the kernel command line")
+            return
+        if not self.NAME_RE.match(self.name):
+            self.error = _error("FunctionNotFound", f"invalid function name {self.name!r}")
+            return
+        if not self._mount_disk(fn_dev):
+            return
+        fn_dir = os.path.join(FN_ROOT, self.name)
+        if not os.path.isfile(os.path.join(fn_dir, "handler.py")):
+            self.error = _error("FunctionNotFound", f"{fn_dir}/handler.py does not exist")
+            log(self.error["message"])
+            return
+        sys.path.insert(0, fn_dir)
+        os.chdir(fn_dir)  # lets handlers open their bundled files by relative path
+        t0 = time.perf_counter()
+        try:
+            module = importlib.import_module("handler")
+            handle = getattr(module, "handle", None)
+            if not callable(handle):
+                raise AttributeError(f"{fn_dir}/handler.py does not define a callable handle(event)")
+        except BaseException as e:  # SystemExit etc. from module code must not kill PID 1
+            self.error = _exc_error(e)
+            log(f"function {self.name}: import failed: {self.error['type']}: {self.error['message']}")
+            return
+        self.handle = handle
+        log(f"function {self.name} imported in {(time.perf_counter() - t0) * 1000:.0f} ms")
+
+    def _mount_disk(self, fn_dev):
+        if FN_ROOT in mounted_paths():
+            return True
+        # virtio-blk devices appear when the module loads in the initramfs, so
+        # this wait is normally zero; keep it short since the disk may be absent.
+        deadline = time.monotonic() + 0.5
+        while not os.path.exists(fn_dev) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            mount(fn_dev, FN_ROOT, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV)
+            return True
+        except OSError as e:
+            self.error = _error("FunctionNotFound", f"function disk unavailable: {e}")
+            log(self.error["message"])
+            return False
+
+
+def _error(type_, message, tb=""):
+    return {"type": type_, "message": message, "traceback": tb}
+
+
+def _exc_error(e):
+    return _error(type(e).__name__, str(e),
+                  "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+
+
+# --- Control channel ---------------------------------------------------------------
+
+def find_port(name, timeout_s=10.0):
+    """/dev/virtio-ports/<name> is a udev rule, and there is no udev: match the
+    port name in sysfs. The name arrives from the host asynchronously after the
+    port is created, hence the wait."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            vports = sorted(os.listdir("/sys/class/virtio-ports"))
+        except OSError:
+            vports = []
+        for vport in vports:
+            try:
+                with open(f"/sys/class/virtio-ports/{vport}/name") as f:
+                    if f.read().strip() == name and os.path.exists(f"/dev/{vport}"):
+                        return f"/dev/{vport}"
+            except OSError:
+                continue
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+
+
+class Channel:
+    """The virtio-serial port, tolerant of the host coming and going.
+
+    Linux virtio_console semantics that shape this class:
+      * host disconnected: read() returns 0 (EOF) and poll() reports POLLHUP at
+        once, so we sleep in sigtimedwait(SIGIO) until the kernel signals that the
+        host connected again (O_ASYNC) and then simply carry on reading;
+      * host disconnected: write() would block (EAGAIN with O_NONBLOCK) until the
+        host returns, so replies addressed to a host that went away are dropped;
+      * a snapshot restored into a new QEMU looks like a disconnect + reconnect.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Blocked, so it stays pending for sigtimedwait; the no-op handler keeps
+        # the default action (terminate) away should any thread unblock it.
+        signal.signal(signal.SIGIO, lambda *_: None)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
+        fcntl.fcntl(self.fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_ASYNC)
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+
+    def lines(self):
+        """Yields complete request lines (bytes, without the newline) forever."""
+        buf = bytearray()
+        scanned = 0      # bytes of buf already known to hold no newline
+        discarding = False  # inside an over-long line: drop up to its newline
+        while True:
+            nl = buf.find(b"\n", scanned)
+            if nl >= 0:
+                line = bytes(buf[:nl])
+                del buf[:nl + 1]
+                scanned = 0
+                if discarding:
+                    discarding = False
+                    yield None  # reported as BadRequest by the caller
+                else:
+                    yield line
+                continue
+            scanned = len(buf)
+            if len(buf) > MAX_LINE:
+                buf.clear()
+                scanned = 0
+                discarding = True
+            data = self._read()
+            if data is None:
+                continue
+            if not data:
+                # Host gone: a partial line belongs to the old connection and would
+                # corrupt the first request of the next one.
+                if buf or discarding:
+                    log(f"host disconnected mid-request; dropped {len(buf)} bytes")
+                buf.clear()
+                scanned = 0
+                discarding = False
+                signal.sigtimedwait({signal.SIGIO}, DISCONNECTED_WAIT_S)
+                continue
+            buf += data
+
+    def _read(self):
+        """Bytes read, b"" if the host is disconnected, None if nothing arrived."""
+        if not self.poller.poll(IDLE_POLL_MS):
+            reap_zombies()
+            return None
+        try:
+            return os.read(self.fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return None
+
+    def send(self, obj, wait=True):
+        """Writes one JSON line. Returns False if it was dropped because the host is
+        not connected (or, with wait=False, not reading right now)."""
+        data = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        while data:
+            try:
+                n = os.write(self.fd, data)
+                data = data[n:]
+                continue
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as e:
+                log(f"write to {self.path} failed: {e}")
+                return False
+            if not wait:
+                return False
+            # Connected but the host is slow: wait for room. A disconnect shows as
+            # POLLHUP without POLLOUT, and then the reply has no one to go to.
+            events = 0
+            while not events & select.POLLOUT:
+                p = select.poll()
+                p.register(self.fd, select.POLLOUT)
+                events = sum(ev for _, ev in p.poll(IDLE_POLL_MS))
+                if events & select.POLLHUP and not events & select.POLLOUT:
+                    log("host disconnected before a reply could be sent; dropped it")
+                    return False
+        return True
+
+
+# --- Requests ------------------------------------------------------------------------
+
+class Agent:
+    def __init__(self, function, channel):
+        self.function = function
+        self.channel = channel
+
+    def serve(self):
+        for line in self.channel.lines():
+            if line is not None and not line.strip():
+                continue  # blank lines are harmless keep-alives
+            self.channel.send(self.dispatch(line))
+            reap_zombies()
+
+    def dispatch(self, line):
+        if line is None:
+            return self._bad_request(None, f"request line longer than {MAX_LINE} bytes")
+        try:
+            req = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            return self._bad_request(None, f"malformed JSON: {e}")
+        if not isinstance(req, dict):
+            return self._bad_request(None, "request must be a JSON object")
+        rid = req.get("id")
+        if isinstance(rid, (dict, list)):
+            return self._bad_request(None, "id must be a string")
+        op = req.get("op")
+        if op == "ping":
+            return {"id": rid, "ok": True, "op": "pong", "agent": AGENT,
+                    "function": self.function.name, "uptime_ms": uptime_ms()}
+        if op == "invoke":
+            return self.invoke(rid, req)
+        return self._bad_request(rid, f"unknown op {op!r}")
+
+    def invoke(self, rid, req):
+        fn = self.function
+        wanted = req.get("function")
+        if wanted is not None and wanted != fn.name:
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error(
+                "FunctionNotFound", f"this VM serves {fn.name!r}, not {wanted!r}")}
+        if fn.error is not None:
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": fn.error}
+        t0 = time.perf_counter()
+        try:
+            result = fn.handle(req.get("event"))
+        except BaseException as e:  # incl. SystemExit: the agent must outlive its handler
+            duration = (time.perf_counter() - t0) * 1000.0
+            return {"id": rid, "ok": False, "error": _exc_error(e), "duration_ms": duration}
+        duration = (time.perf_counter() - t0) * 1000.0
+        resp = {"id": rid, "ok": True, "result": result, "duration_ms": duration}
+        try:
+            # Checked here rather than in send() so the host gets a proper error.
+            # allow_nan=False: NaN/Infinity are not JSON and Go's decoder rejects them.
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+                "TypeError", f"result of handle() is not JSON serializable: {e}",
+                "".join(traceback.format_exception(type(e), e, e.__traceback__)))}
+        return resp
+
+    @staticmethod
+    def _bad_request(rid, message):
+        return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error("BadRequest", message)}
+
+
+def main():
+    log(f"{AGENT} starting (pid {os.getpid()}, uptime {uptime_ms():.0f} ms)")
+    params = kernel_params()
+    ensure_scratch_mounts()
+    setup_network(params)
+
+    function = Function(params.get("thaw.function"))
+    function.load(params.get("thaw.fndev", DEFAULT_FN_DEV))
+
+    port = find_port(PORT_NAME)
+    if port is None:
+        power_off(f"virtio-serial port {PORT_NAME} not found")
+    channel = Channel(port)
+    log(f"serving on {port} ({PORT_NAME}), ready at {uptime_ms():.0f} ms")
+    # Best effort: a host that is not connected yet will ping instead.
+    channel.send({"event": "ready", "agent": AGENT, "function": function.name,
+                  "uptime_ms": uptime_ms()}, wait=False)
+    Agent(function, channel).serve()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException as e:
+        log("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        power_off(f"agent crashed: {type(e).__name__}: {e}")

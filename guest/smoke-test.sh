@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# Manual end-to-end check of the guest image and agent under QEMU (TCG):
+#   1. accelerator probe mode prints THAW-PROBE-OK and QEMU exits by itself;
+#   2. boot with the "hello" function: ping until pong, invoke, error paths,
+#      host disconnect/reconnect, a request split across writes;
+#   3. snapshot (x-ignore-shared, RAM in a shared file), restore into two new
+#      QEMU processes from the same files, reconnect to each new agent socket
+#      and invoke again;
+#   4. boot with the "fail" function: structured ValueError with traceback.
+#
+# Usage: guest/smoke-test.sh   (builds the image first if needed; keeps the
+# temporary directory on failure for its console logs)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+IMG="$("$ROOT/guest/build-image.sh")"
+T="$(mktemp -d /tmp/thaw-smoke.XXXXXX)"
+echo "image: $IMG" >&2
+echo "work dir: $T" >&2
+
+mkdir "$T/fn"
+cp -r "$ROOT/functions/." "$T/fn/"
+mkfs.ext4 -q -d "$T/fn" -L thawfn "$T/fn.ext4" 16M
+
+if python3 - "$IMG" "$T" <<'EOF'; then rm -rf "$T"; else echo "FAILED; logs in $T" >&2; exit 1; fi
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+IMG, T = sys.argv[1], sys.argv[2]
+META = json.load(open(f"{IMG}/image.json"))
+MEM = "256M"
+procs = []
+timings = {}
+
+
+def check(cond, what):
+    if not cond:
+        raise SystemExit(f"CHECK FAILED: {what}")
+    print(f"  ok: {what}")
+
+
+def qemu(vmdir, append, mem_path, share, disks=True, incoming=False):
+    os.makedirs(vmdir, exist_ok=True)
+    argv = [
+        "qemu-system-x86_64", "-machine", "pc,accel=tcg,memory-backend=mem", "-cpu", "max",
+        "-smp", "1", "-m", MEM,
+        "-object", f"memory-backend-file,id=mem,size={MEM},mem-path={mem_path},share={share}",
+        "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
+        "-kernel", f"{IMG}/vmlinuz", "-initrd", f"{IMG}/initrd.img", "-append", append,
+        "-serial", f"file:{vmdir}/console.log",
+        "-qmp", f"unix:{vmdir}/qmp.sock,server=on,wait=off",
+    ]
+    if disks:
+        argv += [
+            "-drive", f"file={IMG}/rootfs.ext4,if=none,id=root,format=raw,readonly=on",
+            "-device", "virtio-blk-pci,drive=root",
+            "-drive", f"file={T}/fn.ext4,if=none,id=fn,format=raw,readonly=on",
+            "-device", "virtio-blk-pci,drive=fn",
+            "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
+            "-device", "virtio-serial-pci",
+            "-chardev", f"socket,id=agent,path={vmdir}/agent.sock,server=on,wait=off",
+            "-device", "virtserialport,chardev=agent,name=org.thaw.agent",
+        ]
+    if incoming:
+        argv += ["-incoming", "defer"]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    procs.append(p)
+    return p
+
+
+def connect_unix(path, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+class LineConn:
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def send(self, obj):
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def recv(self, timeout):
+        self.sock.settimeout(timeout)
+        while b"\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("connection closed")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+class QMP(LineConn):
+    def __init__(self, path):
+        super().__init__(connect_unix(path))
+        self.recv(10)  # greeting
+        self.cmd("qmp_capabilities")
+
+    def cmd(self, name, **args):
+        self.send({"execute": name, "arguments": args} if args else {"execute": name})
+        while True:
+            msg = self.recv(30)
+            if "return" in msg:
+                return msg["return"]
+            if "error" in msg:
+                raise RuntimeError(f"QMP {name}: {msg['error']}")
+
+    def wait_migration(self):
+        while True:
+            st = self.cmd("query-migrate").get("status")
+            if st == "completed":
+                return
+            if st in ("failed", "cancelled"):
+                raise RuntimeError(f"migration {st}")
+            time.sleep(0.002)
+
+
+class Agent(LineConn):
+    def __init__(self, path):
+        super().__init__(connect_unix(path))
+        self.n = 0
+
+    def wait_pong(self, timeout=120):
+        """Pings every 0.5 s (they queue while the guest has not opened the port)."""
+        deadline = time.monotonic() + timeout
+        next_ping = 0
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_ping:
+                self.n += 1
+                self.send({"id": f"ping-{self.n}", "op": "ping"})
+                next_ping = time.monotonic() + 0.5
+            try:
+                msg = self.recv(0.05)
+            except socket.timeout:
+                continue
+            if msg.get("op") == "pong":
+                return msg
+        raise TimeoutError("no pong")
+
+    def call(self, req, timeout=60):
+        self.n += 1
+        req = {"id": f"req-{self.n}", **req}
+        self.send(req)
+        while True:
+            msg = self.recv(timeout)
+            if msg.get("id") == req["id"]:
+                return msg
+
+
+def agent_log(vmdir):
+    with open(f"{vmdir}/console.log", errors="replace") as f:
+        return f.read()
+
+
+try:
+    print("== probe mode")
+    t0 = time.monotonic()
+    p = qemu(f"{T}/probe", META["cmdline"] + " thaw.probe=1", f"{T}/probe/mem", "on", disks=False)
+    p.wait(timeout=120)
+    timings["probe (QEMU start to exit)"] = time.monotonic() - t0
+    check("THAW-PROBE-OK" in agent_log(f"{T}/probe"), "console shows THAW-PROBE-OK")
+    check(p.returncode == 0, f"QEMU exited by itself (rc {p.returncode})")
+
+    print("== boot hello")
+    vm1 = f"{T}/vm1"
+    t0 = time.monotonic()
+    p1 = qemu(vm1, META["cmdline"] + " thaw.function=hello", f"{vm1}/mem", "on")
+    ag = Agent(f"{vm1}/agent.sock")
+    pong = ag.wait_pong()
+    timings["boot to first pong"] = time.monotonic() - t0
+    print("  pong:", pong)
+    check(pong["function"] == "hello" and pong["agent"] == "thaw-agent/1", "pong fields")
+
+    r = ag.call({"op": "invoke", "function": "hello", "event": {"name": "thaw"}})
+    print("  hello:", r)
+    check(r["ok"] and r["result"] == {"message": "hello, thaw!"}, "invoke hello")
+    r = ag.call({"op": "invoke", "function": "hello", "event": [1, 2]})
+    check(r["ok"] and r["result"] == {"message": "hello, world!"}, "non-dict event")
+    r = ag.call({"op": "invoke", "function": "fail", "event": 1})
+    check(not r["ok"] and r["error"]["type"] == "FunctionNotFound", "wrong function -> FunctionNotFound")
+    ag.sock.sendall(b"{not json\n")
+    r = ag.recv(30)
+    check(r["id"] is None and r["error"]["type"] == "BadRequest", "malformed line -> BadRequest, id null")
+    r = ag.call({"op": "frobnicate"})
+    check(r["error"]["type"] == "BadRequest", "unknown op -> BadRequest")
+
+    # Split a request across writes, with a pause in the middle.
+    ag.sock.sendall(b'{"id":"split","op":"in')
+    time.sleep(0.3)
+    ag.sock.sendall(b'voke","function":"hello","event":{"name":"split"}}\n')
+    r = ag.recv(30)
+    check(r["id"] == "split" and r["result"]["message"] == "hello, split!", "request split across writes")
+
+    # Host disconnect and reconnect on the same QEMU, including a dangling partial line.
+    ag.sock.sendall(b'{"id":"dangling","op":"pi')
+    time.sleep(0.2)
+    ag.sock.close()
+    time.sleep(0.5)
+    ag = Agent(f"{vm1}/agent.sock")
+    t1 = time.monotonic()
+    pong = ag.wait_pong(30)
+    timings["reconnect (same QEMU) to pong"] = time.monotonic() - t1
+    check(pong["op"] == "pong", "reconnect to the same QEMU")
+
+    r = ag.call({"op": "invoke", "function": "hello", "event": {"name": "again"}})
+    check(r["ok"] and r["result"]["message"] == "hello, again!", "invoke hello again")
+    print("  duration_ms inside handle():", r["duration_ms"])
+
+    print("== snapshot (agent connected)")
+    q1 = QMP(f"{vm1}/qmp.sock")
+    t1 = time.monotonic()
+    q1.cmd("stop")
+    q1.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
+    q1.cmd("migrate", uri=f"exec:cat > {T}/state")
+    q1.wait_migration()
+    timings["snapshot (stop to migration completed)"] = time.monotonic() - t1
+    q1.cmd("quit")
+    p1.wait(timeout=30)
+    ag.sock.close()
+    print(f"  state file {os.path.getsize(f'{T}/state')} bytes")
+
+    print("== restore x2 from the same snapshot")
+    restored = []
+    for i in (1, 2):
+        vm = f"{T}/restore{i}"
+        t1 = time.monotonic()
+        p = qemu(vm, META["cmdline"] + " thaw.function=hello", f"{vm1}/mem", "off", incoming=True)
+        q = QMP(f"{vm}/qmp.sock")
+        t_qmp = time.monotonic()
+        q.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
+        q.cmd("migrate-incoming", uri=f"exec:cat {T}/state")
+        q.wait_migration()
+        q.cmd("cont")
+        t_cont = time.monotonic()
+        a = Agent(f"{vm}/agent.sock")
+        pong = a.wait_pong(60)
+        t_pong = time.monotonic()
+        timings[f"restore{i}: QEMU start to QMP ready"] = t_qmp - t1
+        timings[f"restore{i}: QEMU start to cont"] = t_cont - t1
+        timings[f"restore{i}: cont to first pong"] = t_pong - t_cont
+        check(pong["op"] == "pong", f"restore{i}: pong on the new agent socket")
+        restored.append((p, q, a))
+    for i, (_, _, a) in enumerate(restored, 1):
+        t1 = time.monotonic()
+        r = a.call({"op": "invoke", "function": "hello", "event": {"name": f"restored{i}"}})
+        timings[f"restore{i}: invoke round trip"] = time.monotonic() - t1
+        check(r["ok"] and r["result"]["message"] == f"hello, restored{i}!", f"restore{i}: invoke hello")
+    for p, q, a in restored:
+        q.cmd("quit")
+        p.wait(timeout=30)
+
+    print("== boot fail")
+    vm3 = f"{T}/vm3"
+    p3 = qemu(vm3, META["cmdline"] + " thaw.function=fail", f"{vm3}/mem", "on")
+    ag = Agent(f"{vm3}/agent.sock")
+    ag.wait_pong()
+    r = ag.call({"op": "invoke", "function": "fail", "event": {"x": 1}})
+    print("  fail:", json.dumps(r)[:400])
+    e = r.get("error") or {}
+    check(not r["ok"] and e.get("type") == "ValueError" and e.get("message") == "boom: {'x': 1}",
+          "handler exception -> structured ValueError")
+    check("Traceback" in e.get("traceback", "") and "handler.py" in e["traceback"], "traceback included")
+    check(isinstance(r.get("duration_ms"), float), "duration_ms present")
+    r = ag.call({"op": "ping"})
+    check(r["op"] == "pong", "agent alive after the error")
+    QMP(f"{vm3}/qmp.sock").cmd("quit")
+    p3.wait(timeout=30)
+
+    print("== guest console (hello VM)")
+    print("  " + agent_log(vm1).strip().replace("\n", "\n  "))
+    print("== timings")
+    for k, v in timings.items():
+        print(f"  {k:45s} {v * 1000:9.1f} ms")
+    print("SMOKE TEST PASSED")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+EOF

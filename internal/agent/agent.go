@@ -1,0 +1,180 @@
+// Package agent is the host side of the guest agent protocol: newline-
+// delimited JSON over the VM's virtio-serial port (a Unix socket on the host).
+//
+//	host -> guest  {"id":"7","op":"ping"}
+//	guest -> host  {"id":"7","ok":true,"op":"pong","function":"hello",...}
+//	host -> guest  {"id":"8","op":"invoke","function":"hello","event":{...}}
+//	guest -> host  {"id":"8","ok":true,"result":...,"duration_ms":1.2}
+//	               {"id":"8","ok":false,"error":{"type":..,"message":..,"traceback":..}}
+//
+// Requests are answered in order, one at a time. Lines whose id is not the
+// one awaited (late answers to earlier pings, the agent's "ready" event) are
+// skipped.
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MaxLine bounds one reply from the guest (results are JSON documents).
+const MaxLine = 32 << 20
+
+// ErrTimeout is returned when the guest does not answer in time.
+var ErrTimeout = errors.New("guest agent did not answer in time")
+
+// Error is a structured error raised inside the guest.
+type Error struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// Reply is one answer from the guest.
+type Reply struct {
+	ID         string          `json:"id"`
+	OK         bool            `json:"ok"`
+	Op         string          `json:"op,omitempty"`
+	Event      string          `json:"event,omitempty"`
+	Function   *string         `json:"function,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      *Error          `json:"error,omitempty"`
+	DurationMS float64         `json:"duration_ms,omitempty"`
+}
+
+// Conn is a connection to one guest agent.
+type Conn struct {
+	conn net.Conn
+	rd   *bufio.Reader
+	mu   sync.Mutex
+	next int
+}
+
+// Dial connects to the agent socket of a VM, retrying until ctx ends.
+func Dial(ctx context.Context, path string) (*Conn, error) {
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10)}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial agent %s: %w", path, err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.conn.Close() }
+
+// call sends one request and waits for the reply with the same id.
+func (c *Conn) call(ctx context.Context, req map[string]any) (*Reply, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	id := strconv.Itoa(c.next)
+	req["id"] = id
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(24 * time.Hour)
+	}
+	_ = c.conn.SetDeadline(deadline)
+	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
+	if _, err := c.conn.Write(append(b, '\n')); err != nil {
+		return nil, c.ioErr("write", err)
+	}
+	for {
+		line, err := readLine(c.rd)
+		if err != nil {
+			return nil, c.ioErr("read", err)
+		}
+		var r Reply
+		if err := json.Unmarshal(line, &r); err != nil {
+			return nil, fmt.Errorf("agent sent malformed reply %.200q: %w", line, err)
+		}
+		if r.ID == id {
+			return &r, nil
+		}
+	}
+}
+
+func (c *Conn) ioErr(op string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrTimeout
+	}
+	return fmt.Errorf("agent %s: %w", op, err)
+}
+
+func readLine(rd *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		part, isPrefix, err := rd.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, part...)
+		if len(buf) > MaxLine {
+			return nil, fmt.Errorf("reply longer than %d bytes", MaxLine)
+		}
+		if !isPrefix {
+			return buf, nil
+		}
+	}
+}
+
+// Ping asks the agent whether it is up.
+func (c *Conn) Ping(ctx context.Context) (*Reply, error) {
+	r, err := c.call(ctx, map[string]any{"op": "ping"})
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return r, fmt.Errorf("ping: %w", r.Error)
+	}
+	return r, nil
+}
+
+// WaitReady pings every interval until the agent answers or ctx ends. Pings
+// sent before the guest opened its port queue up in the socket; their late
+// answers are skipped by id.
+func (c *Conn) WaitReady(ctx context.Context, interval time.Duration) (*Reply, error) {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		r, err := c.Ping(pctx)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("guest agent not ready: %w", ctx.Err())
+		}
+		if !errors.Is(err, ErrTimeout) {
+			return nil, err
+		}
+	}
+}
+
+// Invoke runs the function's handler on event. A handler error is returned
+// in Reply.Error with ok=false and a nil error: the guest is healthy.
+func (c *Conn) Invoke(ctx context.Context, function string, event json.RawMessage) (*Reply, error) {
+	if len(event) == 0 {
+		event = json.RawMessage("null")
+	}
+	return c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event})
+}

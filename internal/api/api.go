@@ -1,0 +1,542 @@
+// Package api is thaw's REST API under /v1. It decodes requests, calls the
+// daemon's service layer and encodes answers; this is the only place where
+// errors become HTTP status codes. openapi.json beside this file documents
+// every route and is served at /v1/openapi.json.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon"
+)
+
+//go:embed openapi.json
+var OpenAPI []byte
+
+// Body limits. Oversized bodies are refused with 400.
+const (
+	maxControlBody = 1 << 20
+	maxInvokeBody  = daemon.MaxEventBytes + 4096
+	maxArchiveBody = daemon.MaxCodeBytes
+)
+
+// Service is what the API needs from the daemon.
+type Service = daemon.Service
+
+type vmRecord = catalog.VM
+
+// Handler serves the API.
+type Handler struct {
+	svc *Service
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// Route is one documented operation.
+type Route struct{ Method, Pattern string }
+
+// New builds the handler and its routes.
+func New(svc *Service, log *slog.Logger) *Handler {
+	h := &Handler{svc: svc, log: log, mux: http.NewServeMux()}
+	for _, r := range h.routes() {
+		h.mux.HandleFunc(r.Method+" "+r.Pattern, r.fn)
+	}
+	return h
+}
+
+type route struct {
+	Method, Pattern string
+	fn              http.HandlerFunc
+}
+
+func (h *Handler) routes() []route {
+	return []route{
+		{"GET", "/v1/openapi.json", h.openapi},
+		{"GET", "/v1/info", h.info},
+		{"GET", "/v1/functions", h.listFunctions},
+		{"POST", "/v1/functions", h.createFunction},
+		{"GET", "/v1/functions/{name}", h.getFunction},
+		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
+		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
+		{"GET", "/v1/vms", h.listVMs},
+		{"POST", "/v1/vms", h.createVM},
+		{"GET", "/v1/vms/{id}", h.getVM},
+		{"DELETE", "/v1/vms/{id}", h.deleteVM},
+		{"POST", "/v1/vms/{id}/pause", h.pauseVM},
+		{"POST", "/v1/vms/{id}/resume", h.resumeVM},
+		{"POST", "/v1/vms/{id}/invoke", h.invokeVM},
+		{"GET", "/v1/snapshots", h.listSnapshots},
+		{"POST", "/v1/snapshots", h.createSnapshot},
+		{"GET", "/v1/snapshots/{id}", h.getSnapshot},
+		{"DELETE", "/v1/snapshots/{id}", h.deleteSnapshot},
+		{"POST", "/v1/snapshots/{id}/verify", h.verifySnapshot},
+		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
+		{"GET", "/v1/invocations", h.listInvocations},
+	}
+}
+
+// Routes lists every route the handler serves (tests compare it with the
+// OpenAPI document).
+func (h *Handler) Routes() []Route {
+	var out []Route
+	for _, r := range h.routes() {
+		out = append(out, Route{r.Method, r.Pattern})
+	}
+	return out
+}
+
+// ServeHTTP implements http.Handler: unknown paths and methods get JSON
+// errors like every other failure.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	_, pattern := h.mux.Handler(r)
+	if pattern == "" {
+		if h.pathKnown(r.URL.Path) {
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+		} else {
+			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+		}
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: 200}
+	h.mux.ServeHTTP(sw, r)
+	h.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
+}
+
+func (h *Handler) pathKnown(path string) bool {
+	for _, m := range []string{"GET", "POST", "DELETE", "PUT", "PATCH"} {
+		req, _ := http.NewRequest(m, path, nil)
+		if _, p := h.mux.Handler(req); p != "" {
+			return true
+		}
+	}
+	return false
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// ErrorBody is every error's JSON.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b ErrorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// fail maps a service error to its status code.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, daemon.ErrInvalid):
+		status, code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, daemon.ErrNotFound):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, daemon.ErrExists):
+		status, code = http.StatusConflict, "exists"
+	case errors.Is(err, daemon.ErrConflict):
+		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, daemon.ErrSnapshotUnusable):
+		status, code = http.StatusUnprocessableEntity, "snapshot_unusable"
+	case errors.Is(err, daemon.ErrTimeout):
+		status, code = http.StatusGatewayTimeout, "timeout"
+	case errors.Is(err, daemon.ErrVMFailed):
+		status, code = http.StatusBadGateway, "vm_failed"
+	case errors.Is(err, context.Canceled):
+		status, code = 499, "canceled"
+	}
+	if status >= 500 {
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, status, code, err.Error())
+}
+
+// decode reads a JSON body strictly: unknown fields, trailing data, bodies
+// over limit and malformed JSON are all 400.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: request body exceeds %d bytes", daemon.ErrInvalid, limit)
+		}
+		return fmt.Errorf("%w: read body: %v", daemon.ErrInvalid, err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return fmt.Errorf("%w: request body is empty; send a JSON object", daemon.ErrInvalid)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: malformed JSON: %v", daemon.ErrInvalid, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: malformed JSON: trailing data after the object", daemon.ErrInvalid)
+	}
+	return nil
+}
+
+func (h *Handler) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(OpenAPI)
+}
+
+func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.svc.Info())
+}
+
+// list wraps collections as {"items": [...]} so they can grow fields.
+func list[T any](items []T) map[string]any {
+	if items == nil {
+		items = []T{}
+	}
+	return map[string]any{"items": items}
+}
+
+// CreateFunctionRequest is the JSON form of POST /v1/functions.
+type CreateFunctionRequest struct {
+	Name      string `json:"name"`
+	Directory string `json:"directory"`
+	MemoryMiB int    `json:"memory_mib,omitempty"`
+	VCPUs     int    `json:"vcpus,omitempty"`
+}
+
+func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
+	var spec daemon.FunctionSpec
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case strings.HasPrefix(ct, "application/gzip"), strings.HasPrefix(ct, "application/x-gzip"):
+		q := r.URL.Query()
+		var err error
+		spec.Name = q.Get("name")
+		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
+			spec.VCPUs, err = intParam(q.Get("vcpus"))
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
+	default:
+		var req CreateFunctionRequest
+		if err := decode(w, r, maxControlBody, &req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if req.Directory == "" {
+			h.fail(w, r, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid))
+			return
+		}
+		spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}
+	}
+	f, err := h.svc.CreateFunction(r.Context(), spec)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = fmt.Errorf("%w: archive exceeds %d bytes", daemon.ErrInvalid, int64(maxArchiveBody))
+		}
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, f)
+}
+
+func intParam(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not a number", daemon.ErrInvalid, s)
+	}
+	return n, nil
+}
+
+func (h *Handler) listFunctions(w http.ResponseWriter, r *http.Request) {
+	fs, err := h.svc.ListFunctions(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(fs))
+}
+
+func (h *Handler) getFunction(w http.ResponseWriter, r *http.Request) {
+	f, err := h.svc.GetFunction(r.Context(), r.PathValue("name"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (h *Handler) deleteFunction(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.DeleteFunction(r.Context(), r.PathValue("name")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// InvokeRequest is the body of the invoke operations.
+type InvokeRequest struct {
+	Event     json.RawMessage `json:"event"`
+	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
+	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
+}
+
+func (h *Handler) decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, bool) {
+	var req InvokeRequest
+	if err := decode(w, r, maxInvokeBody, &req); err != nil {
+		h.fail(w, r, err)
+		return nil, false
+	}
+	return &req, true
+}
+
+func (req *InvokeRequest) invoke() daemon.InvokeRequest {
+	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
+}
+
+func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
+	req, ok := h.decodeInvoke(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	if err := daemon.ValidName(name); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	inv, err := h.svc.InvokeCold(r.Context(), daemon.ColdRequest{InvokeRequest: req.invoke(),
+		Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy})
+	h.answerInvocation(w, r, inv, err)
+}
+
+func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
+	req, ok := h.decodeInvoke(w, r)
+	if !ok {
+		return
+	}
+	if req.Snapshot != "" {
+		h.fail(w, r, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid))
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := h.svc.GetSnapshot(r.Context(), id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	inv, err := h.svc.InvokeCold(r.Context(), daemon.ColdRequest{InvokeRequest: req.invoke(),
+		Snapshot: id, Strategy: req.Strategy})
+	h.answerInvocation(w, r, inv, err)
+}
+
+func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
+	req, ok := h.decodeInvoke(w, r)
+	if !ok {
+		return
+	}
+	if req.Strategy != "" || req.Snapshot != "" {
+		h.fail(w, r, fmt.Errorf("%w: strategy and snapshot apply to cold invocations only", daemon.ErrInvalid))
+		return
+	}
+	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), req.invoke())
+	h.answerInvocation(w, r, inv, err)
+}
+
+// answerInvocation: a handler that raised is still a completed invocation
+// (200 with ok=false and the structured error), like Lambda's function
+// errors; only platform failures get error statuses.
+func (h *Handler) answerInvocation(w http.ResponseWriter, r *http.Request, inv *daemon.Invocation, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, inv)
+}
+
+func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {
+	limit, err := intParam(r.URL.Query().Get("limit"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	invs, err := h.svc.ListInvocations(r.Context(), r.URL.Query().Get("function"), limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(invs))
+}
+
+// CreateVMRequest boots a function's VM, or restores one from a snapshot.
+type CreateVMRequest struct {
+	Function string `json:"function,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+}
+
+// CreateVMResponse is the VM plus, for restores, the restore breakdown.
+type CreateVMResponse struct {
+	*vmRecord
+	Restore *daemon.RestoreTiming `json:"restore,omitempty"`
+}
+
+func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
+	var req CreateVMRequest
+	if err := decode(w, r, maxControlBody, &req); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	switch {
+	case req.Function != "" && req.Snapshot == "" && req.Strategy == "":
+		v, err := h.svc.BootVM(r.Context(), req.Function)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v})
+	case req.Snapshot != "" && req.Function == "":
+		v, t, err := h.svc.RestoreVM(r.Context(), req.Snapshot, req.Strategy)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v, Restore: t})
+	default:
+		h.fail(w, r, fmt.Errorf("%w: give either function (boot) or snapshot with an optional strategy (restore)", daemon.ErrInvalid))
+	}
+}
+
+func (h *Handler) listVMs(w http.ResponseWriter, r *http.Request) {
+	vs, err := h.svc.ListVMs(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(vs))
+}
+
+func (h *Handler) getVM(w http.ResponseWriter, r *http.Request) {
+	v, err := h.svc.GetVM(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) deleteVM(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.DeleteVM(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) pauseVM(w http.ResponseWriter, r *http.Request) {
+	v, err := h.svc.PauseVM(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *Handler) resumeVM(w http.ResponseWriter, r *http.Request) {
+	v, err := h.svc.ResumeVM(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// CreateSnapshotRequest snapshots a booted VM.
+type CreateSnapshotRequest struct {
+	VM string `json:"vm"`
+}
+
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req CreateSnapshotRequest
+	if err := decode(w, r, maxControlBody, &req); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	s, err := h.svc.CreateSnapshot(r.Context(), req.VM)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s)
+}
+
+func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	ss, err := h.svc.ListSnapshots(r.Context(), r.URL.Query().Get("function"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list(ss))
+}
+
+func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	s, err := h.svc.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {
+	s, err := h.svc.CheckSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}

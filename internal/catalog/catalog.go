@@ -1,0 +1,367 @@
+// Package catalog is the daemon's durable record of functions, VMs,
+// snapshots and invocations, in an embedded SQLite database in the data
+// directory. Everything the API accepted is written here before the API
+// answers, so a restart of the daemon loses nothing.
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned when creating a record whose key is taken.
+var ErrExists = errors.New("already exists")
+
+// Function is a deployable function.
+type Function struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`     // SHA-256 of the code tree
+	CodeDir   string    `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
+	Disk      string    `json:"disk"`       // ext4 image of CodeDir, attached read-only
+	MemoryMiB int       `json:"memory_mib"` // guest memory
+	VCPUs     int       `json:"vcpus"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// VM states.
+const (
+	StateBooting = "booting"
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateFailed  = "failed"
+	StateStopped = "stopped"
+)
+
+// VM is a virtual machine thaw started.
+type VM struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	State     string    `json:"state"`
+	Reason    string    `json:"reason,omitempty"`
+	PID       int       `json:"pid,omitempty"`
+	RunDir    string    `json:"run_dir"`
+	Snapshot  string    `json:"snapshot,omitempty"` // restored from
+	Strategy  string    `json:"strategy,omitempty"`
+	Accel     string    `json:"accel"`
+	MemoryMiB int       `json:"memory_mib"`
+	BootMS    float64   `json:"boot_ms,omitempty"` // start to agent ready
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Live reports whether the VM's process is supposed to be running.
+func (v *VM) Live() bool {
+	return v.State == StateBooting || v.State == StateRunning || v.State == StatePaused
+}
+
+// Snapshot is a published snapshot directory.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	SourceVM  string    `json:"source_vm"`
+	Dir       string    `json:"dir"`
+	MemoryMiB int       `json:"memory_mib"`
+	SizeBytes int64     `json:"size_bytes"` // apparent size of all files
+	DiskBytes int64     `json:"disk_bytes"` // allocated (memory is sparse)
+	Stamp     string    `json:"-"`          // memory file stamp at last full verification (JSON)
+	CreateMS  float64   `json:"create_ms"`  // pause to published
+	PauseMS   float64   `json:"pause_ms"`   // VM paused time during the snapshot
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Invocation is a record of one invocation and its measurements.
+type Invocation struct {
+	ID        string          `json:"id"`
+	Function  string          `json:"function"`
+	VM        string          `json:"vm"`
+	Snapshot  string          `json:"snapshot,omitempty"`
+	Strategy  string          `json:"strategy,omitempty"`
+	OK        bool            `json:"ok"`
+	Detail    json.RawMessage `json:"detail"` // the API's invocation document
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// DB is the catalog.
+type DB struct{ db *sql.DB }
+
+const schema = `
+CREATE TABLE IF NOT EXISTS functions (
+	name TEXT PRIMARY KEY, digest TEXT NOT NULL, code_dir TEXT NOT NULL, disk TEXT NOT NULL,
+	memory_mib INTEGER NOT NULL, vcpus INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS vms (
+	id TEXT PRIMARY KEY, function TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL,
+	pid INTEGER NOT NULL, run_dir TEXT NOT NULL, snapshot TEXT NOT NULL, strategy TEXT NOT NULL,
+	accel TEXT NOT NULL, memory_mib INTEGER NOT NULL, boot_ms REAL NOT NULL,
+	created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (
+	id TEXT PRIMARY KEY, function TEXT NOT NULL, source_vm TEXT NOT NULL, dir TEXT NOT NULL,
+	memory_mib INTEGER NOT NULL, size_bytes INTEGER NOT NULL, disk_bytes INTEGER NOT NULL,
+	stamp TEXT NOT NULL, create_ms REAL NOT NULL, pause_ms REAL NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS invocations (
+	id TEXT PRIMARY KEY, function TEXT NOT NULL, vm TEXT NOT NULL, snapshot TEXT NOT NULL,
+	strategy TEXT NOT NULL, ok INTEGER NOT NULL, detail TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS invocations_function ON invocations(function, created_at);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+`
+
+// Open opens (creating if needed) the catalog at path.
+func Open(path string) (*DB, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)")
+	if err != nil {
+		return nil, fmt.Errorf("open catalog %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // SQLite serializes writers; one connection avoids SQLITE_BUSY
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("catalog schema %s: %w", path, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Close closes the database.
+func (c *DB) Close() error { return c.db.Close() }
+
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func parseTS(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint")
+}
+
+// PutFunction inserts a function; ErrExists if the name is taken.
+func (c *DB) PutFunction(ctx context.Context, f *Function) error {
+	_, err := c.db.ExecContext(ctx, `INSERT INTO functions VALUES (?,?,?,?,?,?,?)`,
+		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt))
+	if isUnique(err) {
+		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
+	}
+	return err
+}
+
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at`
+
+func scanFunction(s interface{ Scan(...any) error }) (*Function, error) {
+	var f Function
+	var created string
+	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created); err != nil {
+		return nil, err
+	}
+	f.CreatedAt = parseTS(created)
+	return &f, nil
+}
+
+// GetFunction returns a function by name.
+func (c *DB) GetFunction(ctx context.Context, name string) (*Function, error) {
+	f, err := scanFunction(c.db.QueryRowContext(ctx, `SELECT `+functionCols+` FROM functions WHERE name=?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("function %q: %w", name, ErrNotFound)
+	}
+	return f, err
+}
+
+// ListFunctions returns every function by name.
+func (c *DB) ListFunctions(ctx context.Context) ([]*Function, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT `+functionCols+` FROM functions ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Function
+	for rows.Next() {
+		f, err := scanFunction(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// DeleteFunction removes a function record.
+func (c *DB) DeleteFunction(ctx context.Context, name string) error {
+	return c.deleteRow(ctx, "functions", "name", name, "function")
+}
+
+func (c *DB) deleteRow(ctx context.Context, table, key, val, what string) error {
+	res, err := c.db.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+`=?`, val)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %q: %w", what, val, ErrNotFound)
+	}
+	return nil
+}
+
+// PutVM inserts or replaces a VM record.
+func (c *DB) PutVM(ctx context.Context, v *VM) error {
+	v.UpdatedAt = time.Now()
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO vms VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		v.ID, v.Function, v.State, v.Reason, v.PID, v.RunDir, v.Snapshot, v.Strategy, v.Accel,
+		v.MemoryMiB, v.BootMS, ts(v.CreatedAt), ts(v.UpdatedAt))
+	return err
+}
+
+const vmCols = `id, function, state, reason, pid, run_dir, snapshot, strategy, accel, memory_mib, boot_ms, created_at, updated_at`
+
+func scanVM(s interface{ Scan(...any) error }) (*VM, error) {
+	var v VM
+	var created, updated string
+	if err := s.Scan(&v.ID, &v.Function, &v.State, &v.Reason, &v.PID, &v.RunDir, &v.Snapshot, &v.Strategy,
+		&v.Accel, &v.MemoryMiB, &v.BootMS, &created, &updated); err != nil {
+		return nil, err
+	}
+	v.CreatedAt, v.UpdatedAt = parseTS(created), parseTS(updated)
+	return &v, nil
+}
+
+// GetVM returns a VM by id.
+func (c *DB) GetVM(ctx context.Context, id string) (*VM, error) {
+	v, err := scanVM(c.db.QueryRowContext(ctx, `SELECT `+vmCols+` FROM vms WHERE id=?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	return v, err
+}
+
+// ListVMs returns every VM, oldest first.
+func (c *DB) ListVMs(ctx context.Context) ([]*VM, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT `+vmCols+` FROM vms ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*VM
+	for rows.Next() {
+		v, err := scanVM(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// DeleteVM removes a VM record.
+func (c *DB) DeleteVM(ctx context.Context, id string) error {
+	return c.deleteRow(ctx, "vms", "id", id, "vm")
+}
+
+// PutSnapshot inserts or replaces a snapshot record.
+func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		s.ID, s.Function, s.SourceVM, s.Dir, s.MemoryMiB, s.SizeBytes, s.DiskBytes, s.Stamp,
+		s.CreateMS, s.PauseMS, ts(s.CreatedAt))
+	return err
+}
+
+const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at`
+
+func scanSnapshot(s interface{ Scan(...any) error }) (*Snapshot, error) {
+	var sn Snapshot
+	var created string
+	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
+		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created); err != nil {
+		return nil, err
+	}
+	sn.CreatedAt = parseTS(created)
+	return &sn, nil
+}
+
+// GetSnapshot returns a snapshot by id.
+func (c *DB) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	s, err := scanSnapshot(c.db.QueryRowContext(ctx, `SELECT `+snapCols+` FROM snapshots WHERE id=?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	return s, err
+}
+
+// ListSnapshots returns snapshots, oldest first; function filters if set.
+func (c *DB) ListSnapshots(ctx context.Context, function string) ([]*Snapshot, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT `+snapCols+` FROM snapshots WHERE ?='' OR function=? ORDER BY created_at, id`, function, function)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Snapshot
+	for rows.Next() {
+		s, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot removes a snapshot record.
+func (c *DB) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.deleteRow(ctx, "snapshots", "id", id, "snapshot")
+}
+
+// PutInvocation records an invocation.
+func (c *DB) PutInvocation(ctx context.Context, inv *Invocation) error {
+	ok := 0
+	if inv.OK {
+		ok = 1
+	}
+	_, err := c.db.ExecContext(ctx, `INSERT INTO invocations VALUES (?,?,?,?,?,?,?,?)`,
+		inv.ID, inv.Function, inv.VM, inv.Snapshot, inv.Strategy, ok, string(inv.Detail), ts(inv.CreatedAt))
+	return err
+}
+
+// ListInvocations returns the newest invocations first, up to limit;
+// function filters if set.
+func (c *DB) ListInvocations(ctx context.Context, function string, limit int) ([]*Invocation, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT id, function, vm, snapshot, strategy, ok, detail, created_at
+		FROM invocations WHERE ?='' OR function=? ORDER BY created_at DESC LIMIT ?`, function, function, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Invocation
+	for rows.Next() {
+		var inv Invocation
+		var ok int
+		var detail, created string
+		if err := rows.Scan(&inv.ID, &inv.Function, &inv.VM, &inv.Snapshot, &inv.Strategy, &ok, &detail, &created); err != nil {
+			return nil, err
+		}
+		inv.OK = ok == 1
+		inv.Detail = json.RawMessage(detail)
+		inv.CreatedAt = parseTS(created)
+		out = append(out, &inv)
+	}
+	return out, rows.Err()
+}
+
+// Setting returns a stored setting ("" if unset).
+func (c *DB) Setting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := c.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key=?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+// SetSetting stores a setting.
+func (c *DB) SetSetting(ctx context.Context, key, value string) error {
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO settings VALUES (?,?)`, key, value)
+	return err
+}

@@ -1,0 +1,289 @@
+// Package daemon is thaw's service layer: functions, VMs, snapshots and
+// invocations, orchestrated over the VMM, the snapshot format, the restore
+// strategies and the catalog. It knows nothing of HTTP; package api maps its
+// errors to status codes.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
+)
+
+// Sentinel errors. The API maps them to status codes.
+var (
+	// ErrNotFound: no function, VM or snapshot by that name (404).
+	ErrNotFound = catalog.ErrNotFound
+	// ErrExists: the name is taken (409).
+	ErrExists = catalog.ErrExists
+	// ErrInvalid: the request is malformed (400).
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the resource is in the wrong state (409).
+	ErrConflict = errors.New("conflict")
+	// ErrTimeout: the guest did not answer within the invocation timeout (504).
+	ErrTimeout = errors.New("timeout")
+	// ErrSnapshotUnusable: a snapshot failed verification (422).
+	ErrSnapshotUnusable = errors.New("snapshot unusable")
+	// ErrVMFailed: the VM failed while serving the request (502).
+	ErrVMFailed = errors.New("vm failed")
+)
+
+// Config configures the daemon. Load it, then Validate.
+type Config struct {
+	DataDir          string        // catalog, functions, snapshots, run dirs
+	ImageDir         string        // guest image (guest/build-image.sh output)
+	Accel            string        // "auto", "kvm" or "tcg"
+	DefaultMemoryMiB int           // guest memory when a function names none
+	DefaultVCPUs     int           // vCPUs when a function names none
+	BootTimeout      time.Duration // start to agent ready
+	InvokeTimeout    time.Duration // default per-invocation timeout
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory is required"))
+	}
+	if c.ImageDir == "" {
+		errs = append(errs, errors.New("guest image directory is required"))
+	}
+	if c.Accel != "auto" {
+		if _, err := vmm.ParseAccel(c.Accel); err != nil {
+			errs = append(errs, fmt.Errorf("accel: %w (or auto)", err))
+		}
+	}
+	if c.DefaultMemoryMiB < 128 {
+		errs = append(errs, fmt.Errorf("default memory %d MiB is below 128", c.DefaultMemoryMiB))
+	}
+	if c.DefaultVCPUs < 1 {
+		errs = append(errs, errors.New("default vcpus must be at least 1"))
+	}
+	if c.BootTimeout <= 0 || c.InvokeTimeout <= 0 {
+		errs = append(errs, errors.New("timeouts must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// AccelInfo says which accelerator is in use and how it was chosen.
+type AccelInfo struct {
+	Accel  vmm.Accel `json:"accel"`
+	Source string    `json:"source"` // "config", "probe" or "cached-probe"
+	Detail string    `json:"detail"`
+}
+
+// Service is the daemon.
+type Service struct {
+	cfg         Config
+	log         *slog.Logger
+	db          *catalog.DB
+	image       *guestimage.Image
+	accel       AccelInfo
+	qemuVersion string
+
+	mu  sync.Mutex
+	vms map[string]*liveVM // VMs with a process
+	// snapLocks serializes verification of one snapshot.
+	snapLocks map[string]*sync.Mutex
+	wg        sync.WaitGroup
+	closed    bool
+}
+
+// Directory layout under DataDir.
+func (s *Service) functionsDir() string { return filepath.Join(s.cfg.DataDir, "functions") }
+func (s *Service) snapshotsDir() string { return filepath.Join(s.cfg.DataDir, "snapshots") }
+func (s *Service) runDir() string       { return filepath.Join(s.cfg.DataDir, "run") }
+
+// New opens the catalog, loads the guest image, chooses the accelerator and
+// reconciles VMs left by a previous daemon.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	im, err := guestimage.Load(cfg.ImageDir)
+	if err != nil {
+		return nil, err
+	}
+	qv, err := qemu.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}}
+	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+	}
+	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.reconcile(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	s.removeTempSnapshots()
+	s.accel, err = s.chooseAccel(ctx)
+	if err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", qv,
+		"image", im.Hash, "kernel", im.KernelVersion, "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+// reconcile marks VMs whose processes are gone as failed and cleans their
+// run directories. A VM process that is somehow still alive is killed: this
+// daemon holds no QMP or agent connection to it, so it cannot be trusted.
+func (s *Service) reconcile(ctx context.Context) error {
+	vms, err := s.db.ListVMs(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	for _, v := range vms {
+		if !v.Live() {
+			continue
+		}
+		reason := "qemu process gone when the daemon restarted"
+		if v.PID > 0 && processMatches(v.PID, v.RunDir) {
+			_ = syscall.Kill(v.PID, syscall.SIGKILL)
+			reason = "daemon restarted; the VM could not be re-adopted and was killed"
+		}
+		v.State, v.Reason, v.PID = catalog.StateFailed, reason, 0
+		_ = os.RemoveAll(v.RunDir)
+		if err := s.db.PutVM(ctx, v); err != nil {
+			return fmt.Errorf("reconcile vm %s: %w", v.ID, err)
+		}
+		s.log.Warn("reconciled vm", "vm", v.ID, "reason", reason)
+	}
+	return nil
+}
+
+// processMatches reports whether pid is a live process whose command line
+// mentions runDir (so a recycled pid is never killed by mistake).
+func processMatches(pid int, runDir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	return runDir != "" && regexp.MustCompile(regexp.QuoteMeta(runDir)).Match(b)
+}
+
+// removeTempSnapshots deletes snapshot directories a crash left half written.
+func (s *Service) removeTempSnapshots() {
+	ents, _ := os.ReadDir(s.snapshotsDir())
+	for _, e := range ents {
+		if len(e.Name()) > 5 && e.Name()[:5] == ".tmp-" {
+			_ = os.RemoveAll(filepath.Join(s.snapshotsDir(), e.Name()))
+			s.log.Warn("removed incomplete snapshot", "dir", e.Name())
+		}
+	}
+}
+
+// chooseAccel honours an explicit accelerator; "auto" boots a probe guest on
+// KVM and uses it only if the guest really booted. The probe's verdict is
+// cached per host kernel, QEMU version and guest kernel.
+func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
+	if s.cfg.Accel != "auto" {
+		a, _ := vmm.ParseAccel(s.cfg.Accel)
+		return AccelInfo{Accel: a, Source: "config", Detail: "set by configuration"}, nil
+	}
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	release := make([]byte, 0, len(uts.Release))
+	for _, c := range uts.Release {
+		if c == 0 {
+			break
+		}
+		release = append(release, byte(c))
+	}
+	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.qemuVersion, s.image.Files[guestimage.Kernel].SHA256[:16])
+	if cached, err := s.db.Setting(ctx, key); err == nil && cached != "" {
+		var a AccelInfo
+		if a.Accel, err = vmm.ParseAccel(cached[:3]); err == nil {
+			a.Source, a.Detail = "cached-probe", cached[4:]
+			return a, nil
+		}
+	}
+	res := qemu.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(guestimage.Kernel), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
+	info := AccelInfo{Accel: vmm.AccelTCG, Source: "probe", Detail: "kvm probe failed: " + res.Detail}
+	if res.OK {
+		info = AccelInfo{Accel: vmm.AccelKVM, Source: "probe", Detail: "kvm probe: " + res.Detail}
+	}
+	s.log.Info("accelerator probe", "kvm_ok", res.OK, "detail", res.Detail)
+	if err := s.db.SetSetting(ctx, key, string(info.Accel)+":"+info.Detail); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// Info describes the daemon.
+type Info struct {
+	Version     string           `json:"version"`
+	Accel       AccelInfo        `json:"accel"`
+	QEMUVersion string           `json:"qemu_version"`
+	Image       guestimage.Image `json:"image"`
+	DataDir     string           `json:"data_dir"`
+	Strategies  []string         `json:"strategies"`
+}
+
+// Version of thawd.
+const Version = "0.1.0"
+
+// Close stops every VM (marking them stopped) and closes the catalog.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	live := make([]*liveVM, 0, len(s.vms))
+	for _, lv := range s.vms {
+		live = append(live, lv)
+	}
+	s.mu.Unlock()
+	for _, lv := range live {
+		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
+	}
+	s.wg.Wait()
+	return s.db.Close()
+}
+
+func newID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	idRE   = regexp.MustCompile(`^(vm|snap|inv)-[0-9a-f]{12}$`)
+)
+
+// ValidName checks a function name.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: function name %q: use 1-63 lowercase letters, digits and '-', starting with a letter", ErrInvalid, name)
+	}
+	return nil
+}
+
+func validID(kind, id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%w: %s id %q is malformed", ErrInvalid, kind, id)
+	}
+	return nil
+}

@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+)
+
+// MaxCodeBytes bounds a function's unpacked code.
+const MaxCodeBytes = 256 << 20
+
+// FunctionSpec is a request to create a function. Exactly one of Directory
+// (on the daemon's host) and Archive (a tar.gz of the function directory)
+// is set.
+type FunctionSpec struct {
+	Name      string
+	Directory string
+	Archive   io.Reader
+	MemoryMiB int
+	VCPUs     int
+}
+
+// CreateFunction unpacks the code, digests it and builds its disk: an ext4
+// image holding <name>/handler.py and friends, attached read-only to the
+// function's VMs beside the shared root filesystem.
+func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catalog.Function, error) {
+	if err := ValidName(spec.Name); err != nil {
+		return nil, err
+	}
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = s.cfg.DefaultMemoryMiB
+	}
+	if spec.VCPUs == 0 {
+		spec.VCPUs = s.cfg.DefaultVCPUs
+	}
+	if spec.MemoryMiB < 128 || spec.MemoryMiB > 16384 {
+		return nil, fmt.Errorf("%w: memory_mib %d must be between 128 and 16384", ErrInvalid, spec.MemoryMiB)
+	}
+	if spec.VCPUs < 1 || spec.VCPUs > 16 {
+		return nil, fmt.Errorf("%w: vcpus %d must be between 1 and 16", ErrInvalid, spec.VCPUs)
+	}
+	if (spec.Directory == "") == (spec.Archive == nil) {
+		return nil, fmt.Errorf("%w: give either a directory or an archive", ErrInvalid)
+	}
+	if _, err := s.db.GetFunction(ctx, spec.Name); err == nil {
+		return nil, fmt.Errorf("function %q: %w", spec.Name, ErrExists)
+	}
+	staging, err := os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(staging)
+	code := filepath.Join(staging, "code", spec.Name)
+	if err := os.MkdirAll(code, 0o755); err != nil {
+		return nil, err
+	}
+	if spec.Directory != "" {
+		err = copyTree(code, spec.Directory)
+	} else {
+		err = extractArchive(code, spec.Archive)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(filepath.Join(code, "handler.py")); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: function %q has no handler.py at its top level", ErrInvalid, spec.Name)
+	}
+	digest, size, err := digestTree(code)
+	if err != nil {
+		return nil, err
+	}
+	disk := filepath.Join(staging, "code.ext4")
+	if err := makeExt4(ctx, disk, filepath.Join(staging, "code"), size); err != nil {
+		return nil, err
+	}
+	final := filepath.Join(s.functionsDir(), spec.Name)
+	_ = os.RemoveAll(final) // leftovers of a function deleted while files were busy
+	if err := os.Rename(staging, final); err != nil {
+		return nil, err
+	}
+	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
+		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now()}
+	if err := s.db.PutFunction(ctx, f); err != nil {
+		_ = os.RemoveAll(final)
+		return nil, err
+	}
+	s.log.Info("function created", "function", f.Name, "digest", digest[:12], "bytes", size)
+	return f, nil
+}
+
+// copyTree copies regular files and directories; anything else (symlinks,
+// devices) is refused so a function cannot point outside itself.
+func copyTree(dst, src string) error {
+	st, err := os.Stat(src)
+	if err != nil || !st.IsDir() {
+		return fmt.Errorf("%w: function directory %q does not exist or is not a directory", ErrInvalid, src)
+	}
+	var total int64
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if rel == "." || skipName(d.Name()) {
+			if d.IsDir() && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if total += info.Size(); total > MaxCodeBytes {
+				return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
+			}
+			return copyFile(target, path, info.Mode().Perm())
+		default:
+			return fmt.Errorf("%w: %s is not a regular file or directory", ErrInvalid, rel)
+		}
+	})
+}
+
+func skipName(name string) bool { return name == "__pycache__" || name == ".git" }
+
+func copyFile(dst, src string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm|0o444)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// extractArchive unpacks a tar.gz whose entries are relative paths inside
+// the function directory.
+func extractArchive(dst string, r io.Reader) error {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("%w: archive is not gzip: %v", ErrInvalid, err)
+	}
+	tr := tar.NewReader(gz)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: archive: %v", ErrInvalid, err)
+		}
+		name := filepath.Clean(strings.TrimPrefix(h.Name, "./"))
+		if name == "." {
+			continue
+		}
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("%w: archive entry %q leaves the function directory", ErrInvalid, h.Name)
+		}
+		target := filepath.Join(dst, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if total += h.Size; total > MaxCodeBytes {
+				return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
+			}
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fs.FileMode(h.Mode).Perm()|0o444)
+			if err != nil {
+				return fmt.Errorf("%w: archive entry %q: %v", ErrInvalid, h.Name, err)
+			}
+			_, err = io.CopyN(out, tr, h.Size)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%w: archive entry %q: %v", ErrInvalid, h.Name, err)
+			}
+		default:
+			return fmt.Errorf("%w: archive entry %q is not a regular file or directory", ErrInvalid, h.Name)
+		}
+	}
+}
+
+// digestTree hashes a code tree: every file's relative path, executable bit
+// and contents, in sorted order. It is the function digest snapshots record.
+func digestTree(root string) (string, int64, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	var total int64
+	for _, path := range files {
+		rel, _ := filepath.Rel(root, path)
+		st, err := os.Stat(path)
+		if err != nil {
+			return "", 0, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", rel, st.Mode().Perm()&0o111, st.Size())
+		f, err := os.Open(path)
+		if err != nil {
+			return "", 0, err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", 0, err
+		}
+		total += st.Size()
+	}
+	return hex.EncodeToString(h.Sum(nil)), total, nil
+}
+
+// makeExt4 builds an ext4 image of dir without mounting anything.
+func makeExt4(ctx context.Context, image, dir string, contentBytes int64) error {
+	mib := (contentBytes*3/2)>>20 + 8
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "thawfn", "-E", "root_owner=0:0",
+		"-d", dir, image, fmt.Sprintf("%dM", mib))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build function disk: mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// GetFunction returns a function.
+func (s *Service) GetFunction(ctx context.Context, name string) (*catalog.Function, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	return s.db.GetFunction(ctx, name)
+}
+
+// ListFunctions returns every function.
+func (s *Service) ListFunctions(ctx context.Context) ([]*catalog.Function, error) {
+	return s.db.ListFunctions(ctx)
+}
+
+// DeleteFunction removes a function that no live VM and no snapshot uses.
+func (s *Service) DeleteFunction(ctx context.Context, name string) error {
+	f, err := s.GetFunction(ctx, name)
+	if err != nil {
+		return err
+	}
+	vms, err := s.db.ListVMs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range vms {
+		if v.Function == name && v.Live() {
+			return fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)
+		}
+	}
+	snaps, err := s.db.ListSnapshots(ctx, name)
+	if err != nil {
+		return err
+	}
+	if len(snaps) > 0 {
+		return fmt.Errorf("%w: function %q has %d snapshot(s), e.g. %s; delete them first", ErrConflict, name, len(snaps), snaps[0].ID)
+	}
+	if err := s.db.DeleteFunction(ctx, name); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Dir(f.CodeDir))
+}

@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/restore"
+)
+
+// MaxEventBytes bounds an invocation's event (Lambda's synchronous limit).
+const MaxEventBytes = 6 << 20
+
+// Invocation is the outcome of one invocation, as the API returns it.
+type Invocation struct {
+	ID       string          `json:"id"`
+	Function string          `json:"function"`
+	VM       string          `json:"vm"`
+	Mode     string          `json:"mode"` // "warm" (running VM) or "cold" (restored for it)
+	Snapshot string          `json:"snapshot,omitempty"`
+	Strategy string          `json:"strategy,omitempty"`
+	OK       bool            `json:"ok"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *agent.Error    `json:"error,omitempty"`
+	Timing   Timing          `json:"timing"`
+}
+
+// Timing breaks an invocation down, in milliseconds. For a cold invocation
+// Restore says where the restore's time went; Total is request to answer
+// (teardown of a cold VM happens after the answer is ready and is reported
+// apart).
+type Timing struct {
+	Restore    *RestoreTiming `json:"restore,omitempty"`
+	InvokeMS   float64        `json:"invoke_ms"` // request sent to reply received
+	GuestMS    float64        `json:"guest_ms"`  // inside handle(), measured by the guest
+	TotalMS    float64        `json:"total_ms"`
+	TeardownMS float64        `json:"teardown_ms,omitempty"`
+}
+
+// InvokeRequest asks for one invocation.
+type InvokeRequest struct {
+	Event   json.RawMessage
+	Timeout time.Duration // 0: the daemon's default
+}
+
+func (s *Service) timeout(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		return s.cfg.InvokeTimeout, nil
+	}
+	if d < 0 || d > time.Hour {
+		return 0, fmt.Errorf("%w: timeout must be between 1 ms and 1 h", ErrInvalid)
+	}
+	return d, nil
+}
+
+func checkEvent(ev json.RawMessage) error {
+	if len(ev) > MaxEventBytes {
+		return fmt.Errorf("%w: event is %d bytes, the limit is %d", ErrInvalid, len(ev), MaxEventBytes)
+	}
+	if len(ev) > 0 && !json.Valid(ev) {
+		return fmt.Errorf("%w: event is not valid JSON", ErrInvalid)
+	}
+	return nil
+}
+
+// InvokeVM invokes the function on a running VM (a warm invocation).
+func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) (*Invocation, error) {
+	if err := checkEvent(req.Event); err != nil {
+		return nil, err
+	}
+	timeout, err := s.timeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	lv, err := s.lockLive(ctx, vmID, catalog.StateRunning)
+	if err != nil {
+		return nil, err
+	}
+	defer lv.mu.Unlock()
+	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
+	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
+		return nil, err
+	}
+	inv.Timing.TotalMS = ms(time.Since(start))
+	s.record(ctx, inv)
+	return inv, nil
+}
+
+// invokeLocked sends the event to the agent of a locked VM. A guest that
+// does not answer in time, or whose VMM dies, is killed and marked failed.
+func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) error {
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t0 := time.Now()
+	reply, err := lv.agent.Invoke(ictx, lv.fn.Name, event)
+	inv.Timing.InvokeMS = ms(time.Since(t0))
+	if err != nil {
+		var reason string
+		var kind error
+		switch {
+		case errors.Is(err, agent.ErrTimeout) && ctx.Err() == nil:
+			reason = fmt.Sprintf("invocation timed out after %s; guest killed", timeout)
+			kind = ErrTimeout
+		case isDone(lv):
+			reason = "vm process exited during the invocation: " + lv.m.Exit().Reason
+			kind = ErrVMFailed
+		default:
+			reason = fmt.Sprintf("guest agent failed during the invocation: %v; guest killed", err)
+			kind = ErrVMFailed
+		}
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
+	}
+	inv.OK = reply.OK
+	inv.Result = reply.Result
+	inv.Error = reply.Error
+	inv.Timing.GuestMS = reply.DurationMS
+	if !reply.OK && reply.Error == nil {
+		inv.Error = &agent.Error{Type: "AgentError", Message: "guest reported failure without details"}
+	}
+	return nil
+}
+
+func isDone(lv *liveVM) bool {
+	select {
+	case <-lv.m.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Service) record(ctx context.Context, inv *Invocation) {
+	detail, _ := json.Marshal(inv)
+	rec := &catalog.Invocation{ID: inv.ID, Function: inv.Function, VM: inv.VM, Snapshot: inv.Snapshot,
+		Strategy: inv.Strategy, OK: inv.OK, Detail: detail, CreatedAt: time.Now()}
+	if err := s.db.PutInvocation(context.WithoutCancel(ctx), rec); err != nil {
+		s.log.Error("record invocation", "invocation", inv.ID, "err", err)
+	}
+}
+
+// ColdRequest asks for the cold-start path: restore a VM from a snapshot,
+// invoke, tear the VM down.
+type ColdRequest struct {
+	InvokeRequest
+	Snapshot string // snapshot id; if empty, the function's newest snapshot
+	Function string
+	Strategy string
+}
+
+// InvokeCold restores a fresh VM from a snapshot, invokes it once and tears
+// it down, returning the restore and invocation breakdown.
+func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation, error) {
+	start := time.Now()
+	if err := checkEvent(req.Event); err != nil {
+		return nil, err
+	}
+	timeout, err := s.timeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	snapID := req.Snapshot
+	if snapID == "" {
+		if snapID, err = s.newestSnapshot(ctx, req.Function); err != nil {
+			return nil, err
+		}
+	}
+	lv, rec, rt, err := s.restore(ctx, snapID, req.Strategy, start)
+	if err != nil {
+		return nil, err
+	}
+	defer lv.mu.Unlock()
+	if req.Function != "" && req.Function != rec.Function {
+		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
+		_ = s.db.DeleteVM(ctx, rec.ID)
+		return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, rec.Function, req.Function)
+	}
+	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
+		Snapshot: snapID, Strategy: rec.Strategy}
+	inv.Timing.Restore = rt
+	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
+		return nil, err
+	}
+	inv.Timing.TotalMS = ms(time.Since(start))
+	t := time.Now()
+	s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
+	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
+		s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
+	}
+	inv.Timing.TeardownMS = ms(time.Since(t))
+	s.record(ctx, inv)
+	s.log.Info("cold invocation", "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
+		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
+		"total_ms", inv.Timing.TotalMS)
+	return inv, nil
+}
+
+func (s *Service) newestSnapshot(ctx context.Context, function string) (string, error) {
+	if _, err := s.GetFunction(ctx, function); err != nil {
+		return "", err
+	}
+	snaps, err := s.db.ListSnapshots(ctx, function)
+	if err != nil {
+		return "", err
+	}
+	if len(snaps) == 0 {
+		return "", fmt.Errorf("%w: function %q has no snapshot; boot a VM and snapshot it first", ErrConflict, function)
+	}
+	return snaps[len(snaps)-1].ID, nil
+}
+
+// ListInvocations returns recent invocations, newest first.
+func (s *Service) ListInvocations(ctx context.Context, function string, limit int) ([]*catalog.Invocation, error) {
+	if function != "" {
+		if err := ValidName(function); err != nil {
+			return nil, err
+		}
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	return s.db.ListInvocations(ctx, function, limit)
+}
+
+// Info describes the daemon.
+func (s *Service) Info() Info {
+	strategies := make([]string, len(restore.Kinds))
+	for i, k := range restore.Kinds {
+		strategies[i] = string(k)
+	}
+	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: *s.image,
+		DataDir: s.cfg.DataDir, Strategies: strategies}
+}

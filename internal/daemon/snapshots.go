@@ -1,0 +1,328 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// CreateSnapshot pauses a booted VM, writes its device state and a sparse
+// copy of its memory into a new snapshot, and resumes it if it was running.
+// Nothing is visible until the snapshot is complete and durable; on any
+// failure (a full disk, a QEMU error) every partial file is removed.
+func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Snapshot, error) {
+	lv, err := s.lockLive(ctx, vmID, catalog.StateRunning, catalog.StatePaused)
+	if err != nil {
+		return nil, err
+	}
+	defer lv.mu.Unlock()
+	if !lv.shared {
+		return nil, fmt.Errorf("%w: vm %s was restored with private memory; only booted VMs can be snapshotted", ErrConflict, vmID)
+	}
+	s.mu.Lock()
+	wasRunning := lv.state == catalog.StateRunning
+	s.mu.Unlock()
+
+	id := newID("snap-")
+	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+id)
+	final := filepath.Join(s.snapshotsDir(), id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	start := time.Now()
+	m, pause, err := s.writeSnapshot(ctx, lv, id, tmp, wasRunning)
+	if err == nil {
+		err = snapshot.Commit(tmp, final, m)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, fmt.Errorf("snapshot %s of vm %s: %w", id, vmID, err)
+	}
+	st, err := snapshot.StampOf(filepath.Join(final, snapshot.MemoryFile))
+	if err != nil {
+		_ = os.RemoveAll(final)
+		return nil, err
+	}
+	stamp, _ := json.Marshal(st)
+	rec := &catalog.Snapshot{ID: id, Function: lv.fn.Name, SourceVM: vmID, Dir: final,
+		MemoryMiB: m.Guest.MemoryMiB, Stamp: string(stamp), CreateMS: ms(time.Since(start)),
+		PauseMS: ms(pause), CreatedAt: m.CreatedAt}
+	for _, f := range m.Files {
+		rec.SizeBytes += f.Size
+		rec.DiskBytes += f.Allocated
+	}
+	rec.DiskBytes += m.Files[snapshot.StateFile].Size
+	if err := s.db.PutSnapshot(ctx, rec); err != nil {
+		_ = os.RemoveAll(final)
+		return nil, err
+	}
+	s.log.Info("snapshot created", "snapshot", id, "vm", vmID, "create_ms", rec.CreateMS,
+		"pause_ms", rec.PauseMS, "disk_bytes", rec.DiskBytes)
+	return rec, nil
+}
+
+// writeSnapshot fills tmp with device state and memory; the VM is paused
+// while the memory is copied (its RAM file must not change underneath) and
+// resumed afterwards if it was running, whatever happened.
+func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string, wasRunning bool) (*snapshot.Manifest, time.Duration, error) {
+	t0 := time.Now()
+	if wasRunning {
+		if err := lv.m.Pause(ctx); err != nil {
+			return nil, 0, fmt.Errorf("pause: %w", err)
+		}
+		defer func() {
+			if err := lv.m.Resume(context.WithoutCancel(ctx)); err != nil {
+				s.log.Error("resume after snapshot", "vm", lv.id, "err", err)
+			}
+		}()
+	}
+	if err := lv.m.SaveState(ctx, filepath.Join(tmp, snapshot.StateFile)); err != nil {
+		return nil, time.Since(t0), fmt.Errorf("save device state: %w", err)
+	}
+	mem, err := snapshot.CopySparse(filepath.Join(tmp, snapshot.MemoryFile), lv.memPath)
+	if err != nil {
+		return nil, time.Since(t0), fmt.Errorf("save memory: %w", err)
+	}
+	m := &snapshot.Manifest{
+		ID: id, Function: lv.fn.Name, CreatedAt: time.Now().UTC(),
+		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: "pc",
+			Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline},
+		VMM:    snapshot.VMM{Name: "qemu", Version: s.qemuVersion, Accel: string(s.accel.Accel)},
+		Inputs: s.inputs(lv.fn),
+		Files:  map[string]snapshot.FileInfo{snapshot.MemoryFile: mem},
+	}
+	return m, time.Since(t0), nil
+}
+
+// inputs are the digests a snapshot of fn depends on, as they are now.
+func (s *Service) inputs(fn *catalog.Function) snapshot.Inputs {
+	return snapshot.Inputs{
+		Kernel:   snapshot.Digest{SHA256: s.image.Files[guestimage.Kernel].SHA256},
+		Initrd:   snapshot.Digest{SHA256: s.image.Files[guestimage.Initrd].SHA256},
+		Rootfs:   snapshot.Digest{SHA256: s.image.Files[guestimage.Rootfs].SHA256},
+		Function: snapshot.Digest{SHA256: fn.Digest},
+	}
+}
+
+// GetSnapshot returns a snapshot.
+func (s *Service) GetSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	if err := validID("snapshot", id); err != nil {
+		return nil, err
+	}
+	return s.db.GetSnapshot(ctx, id)
+}
+
+// ListSnapshots returns snapshots, of one function if function is set.
+func (s *Service) ListSnapshots(ctx context.Context, function string) ([]*catalog.Snapshot, error) {
+	if function != "" {
+		if err := ValidName(function); err != nil {
+			return nil, err
+		}
+	}
+	return s.db.ListSnapshots(ctx, function)
+}
+
+// DeleteSnapshot removes a snapshot no live VM was restored from.
+func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
+	sn, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	vms, err := s.db.ListVMs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range vms {
+		if v.Snapshot == id && v.Live() {
+			return fmt.Errorf("%w: snapshot %s is in use by vm %s (%s)", ErrConflict, id, v.ID, v.State)
+		}
+	}
+	if err := s.db.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	return os.RemoveAll(sn.Dir)
+}
+
+func (s *Service) snapLock(id string) *sync.Mutex {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.snapLocks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		s.snapLocks[id] = l
+	}
+	return l
+}
+
+// VerifySnapshot checks a snapshot before anything is restored from it: the
+// manifest's checksum, every file's size and digest (the memory file is
+// re-hashed only when its stamp changed since its last full check), and that
+// kernel, initrd, root filesystem, function code, QEMU and accelerator are
+// the ones it was taken with. full forces re-hashing the memory file.
+func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *catalog.Function, full bool) (*snapshot.Manifest, error) {
+	l := s.snapLock(sn.ID)
+	l.Lock()
+	defer l.Unlock()
+	var trusted *snapshot.Stamp
+	if !full && sn.Stamp != "" {
+		var st snapshot.Stamp
+		if json.Unmarshal([]byte(sn.Stamp), &st) == nil {
+			trusted = &st
+		}
+	}
+	m, stamp, err := snapshot.Check(sn.Dir, trusted)
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	if m.ID != sn.ID || m.Function != sn.Function {
+		return nil, fmt.Errorf("%w: snapshot %s: manifest belongs to %s of %s", ErrSnapshotUnusable, sn.ID, m.ID, m.Function)
+	}
+	if err := s.compatible(m, fn); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	if trusted == nil || *trusted != stamp {
+		b, _ := json.Marshal(stamp)
+		sn.Stamp = string(b)
+		if err := s.db.PutSnapshot(ctx, sn); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
+	want := s.inputs(fn)
+	var errs []error
+	check := func(what string, got, exp snapshot.Digest) {
+		if got != exp {
+			errs = append(errs, fmt.Errorf("%w: %s digest differs from the snapshot's", snapshot.ErrIncompatible, what))
+		}
+	}
+	check("kernel", m.Inputs.Kernel, want.Kernel)
+	check("initrd", m.Inputs.Initrd, want.Initrd)
+	check("root filesystem", m.Inputs.Rootfs, want.Rootfs)
+	check("function code", m.Inputs.Function, want.Function)
+	if m.VMM.Accel != string(s.accel.Accel) {
+		errs = append(errs, fmt.Errorf("%w: taken on %s, this daemon runs %s", snapshot.ErrIncompatible, m.VMM.Accel, s.accel.Accel))
+	}
+	if m.VMM.Name != "qemu" || m.VMM.Version != s.qemuVersion {
+		errs = append(errs, fmt.Errorf("%w: taken with %s %s, this daemon runs qemu %s", snapshot.ErrIncompatible, m.VMM.Name, m.VMM.Version, s.qemuVersion))
+	}
+	if m.Guest.MemoryMiB != fn.MemoryMiB || m.Guest.VCPUs != fn.VCPUs {
+		errs = append(errs, fmt.Errorf("%w: guest shape %d MiB/%d vCPU, function wants %d MiB/%d vCPU",
+			snapshot.ErrIncompatible, m.Guest.MemoryMiB, m.Guest.VCPUs, fn.MemoryMiB, fn.VCPUs))
+	}
+	return errors.Join(errs...)
+}
+
+// RestoreTiming breaks a restore down, in milliseconds.
+type RestoreTiming struct {
+	VerifyMS    float64 `json:"verify_ms"`     // snapshot checks
+	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
+	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
+	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
+	ResumeMS    float64 `json:"resume_ms"`     // vCPUs resumed to agent answering
+}
+
+// RestoreVM starts a VM from a snapshot with a restore strategy and waits
+// until its agent answers. The VM keeps running until deleted.
+func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*catalog.VM, *RestoreTiming, error) {
+	lv, rec, t, err := s.restore(ctx, snapID, strategy, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	lv.mu.Unlock()
+	return rec, t, nil
+}
+
+// restore does RestoreVM's work and returns the VM locked.
+func (s *Service) restore(ctx context.Context, snapID, strategy string, start time.Time) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	kind, err := restore.ParseKind(strategy)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	sn, err := s.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fn, err := s.db.GetFunction(ctx, sn.Function)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
+	}
+	m, err := s.VerifySnapshot(ctx, sn, fn, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t := &RestoreTiming{VerifyMS: ms(time.Since(start))}
+	id := newID("vm-")
+	spec := s.baseSpec(id, fn)
+	spec.Cmdline = m.Guest.Cmdline
+	spec.Incoming = true
+	spec.Memory, err = restore.Plan(kind, restore.Snapshot{Dir: sn.Dir, Manifest: m})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	rec := &catalog.VM{ID: id, Function: fn.Name, Snapshot: sn.ID, Strategy: string(kind)}
+	t1 := time.Now()
+	lv, err := s.startVM(ctx, rec, spec, fn)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lv.mu.Lock()
+	fail := func(what string, err error) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+		reason := fmt.Sprintf("restore from %s: %s: %v", snapID, what, err)
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		lv.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)
+	}
+	t.VMMStartMS = ms(time.Since(t1))
+	t2 := time.Now()
+	if err := lv.m.LoadState(ctx, filepath.Join(sn.Dir, snapshot.StateFile)); err != nil {
+		return fail("load device state", err)
+	}
+	t.LoadStateMS = ms(time.Since(t2))
+	if err := lv.m.Resume(ctx); err != nil {
+		return fail("resume", err)
+	}
+	resumed := time.Now()
+	t.SetupMS = ms(resumed.Sub(start))
+	s.mu.Lock()
+	lv.state = catalog.StateRunning
+	s.mu.Unlock()
+	if err := s.connectAgent(ctx, lv, s.cfg.BootTimeout); err != nil {
+		return fail("guest agent", err)
+	}
+	t.ResumeMS = ms(time.Since(resumed))
+	rec.State = catalog.StateRunning
+	if err := s.db.PutVM(ctx, rec); err != nil {
+		return fail("catalog", err)
+	}
+	return lv, rec, t, nil
+}
+
+// CheckSnapshot fully verifies a snapshot (re-hashing the memory file) and
+// returns it; ErrSnapshotUnusable says what is wrong.
+func (s *Service) CheckSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	sn, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := s.db.GetFunction(ctx, sn.Function)
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
+	}
+	if _, err := s.VerifySnapshot(ctx, sn, fn, true); err != nil {
+		return nil, err
+	}
+	return sn, nil
+}

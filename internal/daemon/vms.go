@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
+)
+
+// liveVM is a VM with a VMM process. mu serializes what is done to it
+// (invocations, snapshots, pause, deletion).
+type liveVM struct {
+	mu      sync.Mutex
+	id      string
+	fn      *catalog.Function
+	m       vmm.Machine
+	agent   *agent.Conn
+	runDir  string
+	memPath string // guest RAM file for booted VMs (shared); "" for restored ones
+	shared  bool   // guest RAM is in memPath, so the VM can be snapshotted
+	state   string // guarded by Service.mu
+}
+
+func (s *Service) live(id string) (*liveVM, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lv, ok := s.vms[id]
+	return lv, ok
+}
+
+func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string) {
+	s.mu.Lock()
+	lv.state = state
+	s.mu.Unlock()
+	v, err := s.db.GetVM(ctx, lv.id)
+	if err != nil {
+		return
+	}
+	v.State, v.Reason = state, reason
+	if state == catalog.StateFailed || state == catalog.StateStopped {
+		v.PID = 0
+	}
+	if err := s.db.PutVM(ctx, v); err != nil {
+		s.log.Error("record vm state", "vm", lv.id, "state", state, "err", err)
+	}
+}
+
+func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
+	return vmm.Spec{
+		ID: id, RunDir: filepath.Join(s.runDir(), id),
+		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: s.accel.Accel,
+		Kernel:  s.image.Path(guestimage.Kernel),
+		Initrd:  s.image.Path(guestimage.Initrd),
+		Cmdline: s.image.Cmdline + " thaw.function=" + fn.Name,
+		Disks: []vmm.Disk{
+			{Path: s.image.Path(guestimage.Rootfs), ReadOnly: true},
+			{Path: fn.Disk, ReadOnly: true},
+		},
+	}
+}
+
+// startVM launches the VMM for spec, records the VM and starts supervising
+// it. The caller owns the returned VM's lifecycle from then on.
+func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function) (*liveVM, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: daemon is shutting down", ErrConflict)
+	}
+	s.mu.Unlock()
+	rec.RunDir, rec.Accel, rec.MemoryMiB = spec.RunDir, string(spec.Accel), spec.MemoryMiB
+	rec.State, rec.CreatedAt = catalog.StateBooting, time.Now()
+	if err := s.db.PutVM(ctx, rec); err != nil {
+		return nil, err
+	}
+	m, err := qemu.Start(ctx, spec)
+	if err != nil {
+		_ = os.RemoveAll(spec.RunDir)
+		rec.State, rec.Reason = catalog.StateFailed, err.Error()
+		_ = s.db.PutVM(context.WithoutCancel(ctx), rec)
+		return nil, fmt.Errorf("%w: %v", ErrVMFailed, err)
+	}
+	rec.PID = m.PID()
+	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting}
+	if spec.Memory.Shared {
+		lv.memPath, lv.shared = spec.Memory.Path, true
+	}
+	s.mu.Lock()
+	s.vms[rec.ID] = lv
+	s.mu.Unlock()
+	if err := s.db.PutVM(ctx, rec); err != nil {
+		s.stopVM(ctx, lv, catalog.StateFailed, "catalog: "+err.Error())
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.supervise(lv)
+	return lv, nil
+}
+
+// supervise marks a VM failed when its process exits without thaw asking.
+func (s *Service) supervise(lv *liveVM) {
+	defer s.wg.Done()
+	<-lv.m.Done()
+	ex := lv.m.Exit()
+	if ex.Requested {
+		return
+	}
+	reason := ex.Reason
+	if tail := consoleTail(lv.runDir); tail != "" {
+		reason += "; guest console: " + tail
+	}
+	s.log.Warn("vm process exited", "vm", lv.id, "reason", reason)
+	s.stopVM(context.Background(), lv, catalog.StateFailed, reason)
+}
+
+func consoleTail(runDir string) string {
+	b, err := os.ReadFile(filepath.Join(runDir, "console.log"))
+	if err != nil {
+		return ""
+	}
+	if len(b) > 300 {
+		b = b[len(b)-300:]
+	}
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "")), " ")
+}
+
+// stopVM kills the process, frees the run directory and records the final
+// state. Safe to call more than once.
+func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) {
+	s.mu.Lock()
+	_, ok := s.vms[lv.id]
+	delete(s.vms, lv.id)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := lv.m.Kill(); err != nil {
+		s.log.Error("kill vm", "vm", lv.id, "err", err)
+	}
+	if lv.agent != nil {
+		lv.agent.Close()
+	}
+	if err := os.RemoveAll(lv.runDir); err != nil {
+		s.log.Error("remove run dir", "vm", lv.id, "err", err)
+	}
+	s.setState(ctx, lv, state, reason)
+}
+
+// connectAgent dials the agent socket and waits for the guest to answer,
+// giving up early if the VMM process dies.
+func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-lv.m.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if lv.agent == nil {
+		c, err := agent.Dial(ctx, lv.m.AgentSocket())
+		if err != nil {
+			return err
+		}
+		lv.agent = c
+	}
+	_, err := lv.agent.WaitReady(ctx, 250*time.Millisecond)
+	select {
+	case <-lv.m.Done():
+		return fmt.Errorf("vm process exited: %s", lv.m.Exit().Reason)
+	default:
+	}
+	return err
+}
+
+// BootVM boots a function's VM from the guest image and waits until its
+// agent answers (or fails). Guest RAM lives in a shared memory file in the
+// VM's run directory, so the VM can be snapshotted.
+func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, error) {
+	fn, err := s.GetFunction(ctx, function)
+	if err != nil {
+		return nil, err
+	}
+	id := newID("vm-")
+	spec := s.baseSpec(id, fn)
+	spec.Memory = vmm.Memory{Path: filepath.Join(spec.RunDir, "memory"), Shared: true}
+	rec := &catalog.VM{ID: id, Function: fn.Name}
+	start := time.Now()
+	lv, err := s.startVM(ctx, rec, spec, fn)
+	if err != nil {
+		return nil, err
+	}
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if err := s.connectAgent(ctx, lv, s.cfg.BootTimeout); err != nil {
+		reason := fmt.Sprintf("boot: guest agent not ready after %s: %v", time.Since(start).Round(time.Millisecond), err)
+		if tail := consoleTail(lv.runDir); tail != "" {
+			reason += "; guest console: " + tail
+		}
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		return nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)
+	}
+	rec.BootMS = ms(time.Since(start))
+	rec.State = catalog.StateRunning
+	s.mu.Lock()
+	lv.state = catalog.StateRunning
+	s.mu.Unlock()
+	if err := s.db.PutVM(ctx, rec); err != nil {
+		return nil, err
+	}
+	s.log.Info("vm booted", "vm", id, "function", fn.Name, "boot_ms", rec.BootMS)
+	return rec, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// GetVM returns a VM.
+func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
+	if err := validID("vm", id); err != nil {
+		return nil, err
+	}
+	return s.db.GetVM(ctx, id)
+}
+
+// ListVMs returns every VM.
+func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) { return s.db.ListVMs(ctx) }
+
+// DeleteVM stops a VM if it runs, frees everything it held and forgets it.
+func (s *Service) DeleteVM(ctx context.Context, id string) error {
+	v, err := s.GetVM(ctx, id)
+	if err != nil {
+		return err
+	}
+	if lv, ok := s.live(id); ok {
+		lv.mu.Lock()
+		s.stopVM(ctx, lv, catalog.StateStopped, "deleted")
+		lv.mu.Unlock()
+	}
+	_ = os.RemoveAll(v.RunDir)
+	return s.db.DeleteVM(ctx, id)
+}
+
+// PauseVM stops a running VM's vCPUs.
+func (s *Service) PauseVM(ctx context.Context, id string) (*catalog.VM, error) {
+	return s.transition(ctx, id, catalog.StateRunning, catalog.StatePaused, vmm.Machine.Pause)
+}
+
+// ResumeVM restarts a paused VM's vCPUs.
+func (s *Service) ResumeVM(ctx context.Context, id string) (*catalog.VM, error) {
+	return s.transition(ctx, id, catalog.StatePaused, catalog.StateRunning, vmm.Machine.Resume)
+}
+
+func (s *Service) transition(ctx context.Context, id, from, to string, op func(vmm.Machine, context.Context) error) (*catalog.VM, error) {
+	lv, err := s.lockLive(ctx, id, from)
+	if err != nil {
+		return nil, err
+	}
+	defer lv.mu.Unlock()
+	if err := op(lv.m, ctx); err != nil {
+		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+	}
+	s.setState(ctx, lv, to, "")
+	return s.db.GetVM(ctx, id)
+}
+
+// lockLive returns the live VM id locked, if it is in one of states.
+func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*liveVM, error) {
+	v, err := s.GetVM(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	lv, ok := s.live(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
+	}
+	lv.mu.Lock()
+	s.mu.Lock()
+	state := lv.state
+	_, still := s.vms[id]
+	s.mu.Unlock()
+	if !still {
+		lv.mu.Unlock()
+		v, _ = s.db.GetVM(ctx, id)
+		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
+	}
+	for _, st := range states {
+		if state == st {
+			return lv, nil
+		}
+	}
+	lv.mu.Unlock()
+	return nil, fmt.Errorf("%w: vm %s is %s, want %s", ErrConflict, id, state, strings.Join(states, " or "))
+}

@@ -1,0 +1,128 @@
+// Package vmm describes a virtual machine monitor to the rest of thaw: what a
+// VM is made of (Spec) and what can be done to a running one (Machine).
+// The only implementation today is QEMU (package vmm/qemu); the daemon sees
+// only this package, so a Firecracker or Cloud Hypervisor backend would slot
+// in beside it.
+package vmm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Accel is the CPU accelerator a VM runs on.
+type Accel string
+
+const (
+	// AccelKVM is hardware virtualization; used when a probe guest boots on it.
+	AccelKVM Accel = "kvm"
+	// AccelTCG is QEMU's binary translator: slower guests, works everywhere.
+	AccelTCG Accel = "tcg"
+)
+
+// ParseAccel validates an accelerator name ("auto" is handled by the caller).
+func ParseAccel(s string) (Accel, error) {
+	switch Accel(s) {
+	case AccelKVM, AccelTCG:
+		return Accel(s), nil
+	}
+	return "", fmt.Errorf("unknown accelerator %q (want kvm or tcg)", s)
+}
+
+// Disk is a raw block device image attached to the guest.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Memory says where guest RAM lives.
+type Memory struct {
+	// Path is the file that backs guest RAM.
+	Path string
+	// Shared maps the file MAP_SHARED, so guest writes reach it (used while
+	// booting, so a snapshot can read RAM from it). When false the file is
+	// mapped MAP_PRIVATE: copy-on-write, the file is never modified, and many
+	// VMs can restore from one file at once.
+	Shared bool
+	// Env is added to the VMM process environment; restore strategies use it
+	// to load the memory-layout interposer (LD_PRELOAD) and configure it.
+	Env []string
+}
+
+// Spec is everything needed to start a VM process.
+type Spec struct {
+	ID        string
+	RunDir    string // private directory for sockets, logs; removed on cleanup
+	MemoryMiB int
+	VCPUs     int
+	Accel     Accel
+	Kernel    string
+	Initrd    string
+	Cmdline   string
+	Disks     []Disk // in order: vda, vdb, ...
+	Memory    Memory
+	// Incoming starts the VM waiting for a device-state stream instead of
+	// booting (restore from snapshot).
+	Incoming bool
+}
+
+// Validate reports every problem with a spec at once.
+func (s *Spec) Validate() error {
+	var errs []error
+	if s.ID == "" {
+		errs = append(errs, errors.New("missing id"))
+	}
+	if s.RunDir == "" {
+		errs = append(errs, errors.New("missing run directory"))
+	}
+	if s.MemoryMiB < 64 {
+		errs = append(errs, fmt.Errorf("memory %d MiB is below the 64 MiB minimum", s.MemoryMiB))
+	}
+	if s.VCPUs < 1 {
+		errs = append(errs, fmt.Errorf("vcpus %d: need at least 1", s.VCPUs))
+	}
+	if _, err := ParseAccel(string(s.Accel)); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Kernel == "" || s.Initrd == "" {
+		errs = append(errs, errors.New("missing kernel or initrd"))
+	}
+	if s.Memory.Path == "" {
+		errs = append(errs, errors.New("missing memory file"))
+	}
+	return errors.Join(errs...)
+}
+
+// Exit describes how a VM process ended.
+type Exit struct {
+	At     time.Time
+	Code   int    // process exit code, -1 if killed by a signal
+	Reason string // human-readable: exit status plus the tail of the VMM's log
+	// Requested is true when thaw itself stopped the process.
+	Requested bool
+}
+
+// Machine is a running VMM process.
+type Machine interface {
+	// PID of the VMM process.
+	PID() int
+	// AgentSocket is the host end of the guest agent's channel.
+	AgentSocket() string
+	// Pause stops the vCPUs.
+	Pause(ctx context.Context) error
+	// Resume starts (or restarts) the vCPUs.
+	Resume(ctx context.Context) error
+	// SaveState writes the device state (not RAM, which stays in the memory
+	// file) to path. The VM must be paused.
+	SaveState(ctx context.Context, path string) error
+	// LoadState reads device state from path into a VM started with
+	// Spec.Incoming. The VM stays paused until Resume.
+	LoadState(ctx context.Context, path string) error
+	// Kill stops the process and waits for it to exit.
+	Kill() error
+	// Done is closed when the process has exited; Exit then describes how.
+	Done() <-chan struct{}
+	Exit() Exit
+}
