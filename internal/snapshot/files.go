@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -140,7 +141,7 @@ func HashFile(path string) (FileInfo, error) {
 		h.Write(buf[:n])
 		off += int64(n)
 	}
-	return FileInfo{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Allocated: st.Sys().(*unix.Stat_t).Blocks * 512}, nil
+	return FileInfo{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Allocated: st.Sys().(*syscall.Stat_t).Blocks * 512}, nil
 }
 
 // WriteFileSync writes data to path and fsyncs it.
