@@ -174,6 +174,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusGatewayTimeout, "timeout"
 	case errors.Is(err, daemon.ErrVMFailed):
 		status, code = http.StatusBadGateway, "vm_failed"
+	case errors.Is(err, daemon.ErrNoSpace):
+		status, code = http.StatusInsufficientStorage, "no_space"
 	case errors.Is(err, context.Canceled):
 		status, code = 499, "canceled"
 	}

@@ -40,6 +40,8 @@ var (
 	ErrSnapshotUnusable = errors.New("snapshot unusable")
 	// ErrVMFailed: the VM failed while serving the request (502).
 	ErrVMFailed = errors.New("vm failed")
+	// ErrNoSpace: the data directory's file system is full (507).
+	ErrNoSpace = errors.New("no space left for thaw's data")
 )
 
 // Config configures the daemon. Load it, then Validate.

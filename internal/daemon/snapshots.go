@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -46,6 +47,9 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return nil, fmt.Errorf("%w: snapshot %s of vm %s: %v; nothing was kept", ErrNoSpace, id, vmID, err)
+		}
 		return nil, fmt.Errorf("snapshot %s of vm %s: %w", id, vmID, err)
 	}
 	st, err := snapshot.StampOf(filepath.Join(final, snapshot.MemoryFile))

@@ -1,0 +1,53 @@
+SHELL := /bin/bash
+# thaw: `make demo` sets everything up and shows a cold start; `make test`
+# sets everything up and runs every test. Guest artifacts are cached by the
+# content hash of their inputs under $(THAW_CACHE)/images.
+
+GO        ?= go
+THAW_CACHE ?= $(HOME)/.cache/thaw
+export THAW_CACHE
+BIN       := bin
+IMAGE_DIR := $(THAW_CACHE)/images/current
+
+.PHONY: all build deps image demo test unit lint fmt shim clean help
+
+all: build
+
+help:
+	@echo "make demo    set up what is missing, boot a VM, snapshot it, cold-start it"
+	@echo "make test    set up what is missing and run every test (unit + real VMs)"
+	@echo "make build   build bin/thaw and bin/thawd"
+	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
+	@echo "make unit    unit tests only (no VMs)"
+	@echo "make lint    gofmt and go vet"
+
+deps:
+	@scripts/install-deps.sh
+
+build:
+	$(GO) build -o $(BIN)/thawd ./cmd/thawd
+	$(GO) build -o $(BIN)/thaw ./cmd/thaw
+
+image: deps
+	@guest/build-image.sh >/dev/null
+
+demo: deps build image
+	@scripts/demo.sh
+
+unit: build
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
+
+# The end-to-end tests boot real QEMU VMs; THAW_IMAGE makes them mandatory
+# (without it, a plain `go test ./...` skips them and says why).
+test: deps build image lint
+	THAW_IMAGE=$(IMAGE_DIR) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+
+lint:
+	@out=$$(gofmt -l cmd internal client e2e 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w cmd internal client e2e
+
+clean:
+	rm -rf $(BIN) test-output.log

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newFunctionCmd() *cobra.Command {
+	cmd := newGroupCmd("function", "Create, list, show and delete functions",
+		`A function is a directory of code (a handler the guest agent calls) plus
+its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
+the VM, then invoke the function from the snapshot.`, "fn")
+	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd())
+	return cmd
+}
+
+func (a *app) newFunctionCreateCmd() *cobra.Command {
+	var (
+		dir       string
+		memory    int
+		vcpus     int
+		serverDir bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME --dir DIR",
+		Short: "Create a function from a directory of code",
+		Long: `Create a function from a directory of code.
+
+By default thaw packs DIR into a tar.gz and uploads it, so this works with a
+daemon on another host too. With --server-dir, DIR is a directory on the
+daemon's host and the daemon reads it itself (a relative DIR is made
+absolute against the current directory first).
+
+--memory and --vcpus default to the daemon's settings.`,
+		Example: `  thaw function create hello --dir ./functions/hello
+  thaw fn create big --dir ./functions/big --memory 1024 --vcpus 2
+  thaw fn create hello --dir /srv/functions/hello --server-dir`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if memory < 0 {
+				return usagef("--memory must be positive, got %d", memory)
+			}
+			if vcpus < 0 {
+				return usagef("--vcpus must be positive, got %d", vcpus)
+			}
+			var (
+				f   *client.Function
+				err error
+			)
+			if serverDir {
+				abs, aerr := filepath.Abs(dir)
+				if aerr != nil {
+					return aerr
+				}
+				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus)
+			} else {
+				st, serr := os.Stat(dir)
+				if serr != nil {
+					return fmt.Errorf("function directory: %w", serr)
+				}
+				if !st.IsDir() {
+					return fmt.Errorf("function directory %s is not a directory", dir)
+				}
+				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus)
+			}
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(f)
+			}
+			fmt.Fprintf(a.stdout, "created function %s\n", f.Name)
+			return printFunction(a.stdout, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&dir, "dir", "d", "", "directory with the function's code (required)")
+	fl.IntVar(&memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
+	fl.IntVar(&vcpus, "vcpus", 0, "number of vCPUs (default: the daemon's)")
+	fl.BoolVar(&serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	_ = cmd.MarkFlagRequired("dir")
+	_ = cmd.MarkFlagDirname("dir")
+	return cmd
+}
+
+func (a *app) newFunctionListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List functions",
+		Args:    exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fns, err := a.c.ListFunctions(a.ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return printList(a, fns)
+			}
+			w := newTable(a.stdout)
+			row(w, "NAME", "MEMORY", "VCPUS", "DIGEST", "CREATED")
+			for _, f := range fns {
+				row(w, f.Name, fmtMiB(f.MemoryMiB), fmt.Sprint(f.VCPUs), shortDigest(f.Digest), fmtAge(f.CreatedAt))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func (a *app) newFunctionGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "get NAME",
+		Aliases: []string{"show"},
+		Short:   "Show a function",
+		Args:    exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := a.c.GetFunction(a.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(f)
+			}
+			return printFunction(a.stdout, f)
+		},
+	}
+}
+
+func (a *app) newFunctionDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete NAME",
+		Aliases: []string{"rm"},
+		Short:   "Delete a function",
+		Args:    exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.c.DeleteFunction(a.ctx, args[0]); err != nil {
+				return err
+			}
+			if !a.json {
+				fmt.Fprintf(a.stdout, "deleted function %s\n", args[0])
+			}
+			return nil
+		},
+	}
+}
+
+func printFunction(out io.Writer, f *client.Function) error {
+	w := newTable(out)
+	row(w, "Name:", f.Name)
+	row(w, "Digest:", orDash(f.Digest))
+	row(w, "Memory:", fmtMiB(f.MemoryMiB))
+	row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
+	row(w, "Code dir:", orDash(f.CodeDir))
+	row(w, "Disk:", orDash(f.Disk))
+	row(w, "Created:", fmtTime(f.CreatedAt))
+	return w.Flush()
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) newInfoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info",
+		Short: "Show the daemon's version, accelerator, QEMU, guest image and strategies",
+		Long: `Show what the daemon runs on: its version, the accelerator it uses (KVM
+or TCG) and why, the QEMU version, the guest image (hash and kernel), its
+data directory and the restore strategies it offers.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, err := a.c.Info(a.ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(info)
+			}
+			w := newTable(a.stdout)
+			row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", orDash(info.Version), a.url))
+			accel := orDash(info.Accel.Accel)
+			if info.Accel.Source != "" {
+				accel += " (" + info.Accel.Source + ")"
+			}
+			row(w, "Accelerator:", accel)
+			if info.Accel.Detail != "" {
+				row(w, "", info.Accel.Detail)
+			}
+			row(w, "QEMU:", orDash(info.QEMUVersion))
+			row(w, "Image:", orDash(info.Image.Dir))
+			row(w, "  hash:", orDash(info.Image.Hash))
+			row(w, "  kernel:", orDash(info.Image.KernelVersion))
+			if info.Image.Cmdline != "" {
+				row(w, "  cmdline:", info.Image.Cmdline)
+			}
+			if info.Image.BuiltAt != "" {
+				row(w, "  built:", info.Image.BuiltAt)
+			}
+			row(w, "Data dir:", orDash(info.DataDir))
+			row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
+			return w.Flush()
+		},
+	}
+}

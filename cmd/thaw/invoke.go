@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newInvokeCmd() *cobra.Command {
+	var (
+		event     string
+		eventFile string
+		vm        string
+		snapshot  string
+		strategy  string
+		timeoutMS int
+	)
+	cmd := &cobra.Command{
+		Use:   "invoke FUNCTION",
+		Short: "Invoke a function, cold from a snapshot or warm on a running VM",
+		Long: `Invoke a function with a JSON event (default {}).
+
+Cold (the default): the daemon restores a fresh VM from the function's
+newest snapshot (or --snapshot), invokes it once and tears it down.
+--strategy picks how memory is restored.
+
+Warm (--vm ID): the event goes to a VM that is already running the
+function; --snapshot and --strategy do not apply.
+
+thaw prints the function's result, pretty-printed, then where the time
+went. If the function raises, thaw prints its error and traceback on
+stderr and exits with code 3. With --json it prints the whole invocation
+document instead (exit code 3 too if the function raised).`,
+		Example: `  thaw invoke hello
+  thaw invoke hello --event '{"name": "thaw"}'
+  thaw invoke hello --event-file event.json --strategy STRATEGY
+  echo '{"n": 3}' | thaw invoke hello --event-file -
+  thaw invoke hello --vm vm-0123abcd --timeout-ms 5000
+  thaw --json invoke hello | jq .timing`,
+		Args: exactArgs("FUNCTION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			function := args[0]
+			if vm != "" && strategy != "" {
+				return usagef("--strategy is for cold invocations; it cannot be used with --vm (the VM is already running)")
+			}
+			if vm != "" && snapshot != "" {
+				return usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
+			}
+			if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
+				return usagef("give the event with --event or --event-file, not both")
+			}
+			if timeoutMS < 0 {
+				return usagef("--timeout-ms must be positive, got %d", timeoutMS)
+			}
+			ev, err := a.readEvent(cmd, event, eventFile)
+			if err != nil {
+				return err
+			}
+			opts := client.InvokeOptions{
+				Timeout:  time.Duration(timeoutMS) * time.Millisecond,
+				Strategy: strategy,
+				Snapshot: snapshot,
+			}
+			var inv *client.Invocation
+			if vm != "" {
+				v, err := a.c.GetVM(a.ctx, vm)
+				if err != nil {
+					return err
+				}
+				if v.Function != function {
+					return fmt.Errorf("vm %s runs function %q, not %q", vm, v.Function, function)
+				}
+				inv, err = a.c.InvokeVM(a.ctx, vm, ev, opts)
+				if err != nil {
+					return err
+				}
+			} else {
+				inv, err = a.c.InvokeFunction(a.ctx, function, ev, opts)
+				if err != nil {
+					return err
+				}
+			}
+			return a.printInvocation(inv)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&event, "event", "e", "", "the event, as JSON (default {})")
+	fl.StringVar(&eventFile, "event-file", "", "read the event from this JSON file ('-': standard input)")
+	fl.StringVar(&vm, "vm", "", "invoke warm, on this running VM")
+	fl.StringVar(&snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
+	fl.StringVarP(&strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
+	fl.IntVar(&timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
+	_ = cmd.MarkFlagFilename("event-file", "json")
+	return cmd
+}
+
+// readEvent returns the event from --event or --event-file, checked to be
+// JSON; {} if neither is set.
+func (a *app) readEvent(cmd *cobra.Command, event, file string) (json.RawMessage, error) {
+	var (
+		b    []byte
+		what string
+	)
+	switch {
+	case cmd.Flags().Changed("event"):
+		b, what = []byte(event), "--event"
+	case file == "-":
+		var err error
+		if b, err = io.ReadAll(a.stdin); err != nil {
+			return nil, fmt.Errorf("read the event from standard input: %w", err)
+		}
+		what = "the event on standard input"
+	case file != "":
+		var err error
+		if b, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("read the event: %w", err)
+		}
+		what = "the event in " + file
+	default:
+		return json.RawMessage(`{}`), nil
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, usagef("%s is empty; give a JSON value, such as {}", what)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, usagef("%s is not valid JSON: %v (at byte %d)", what, err, se.Offset)
+		}
+		return nil, usagef("%s is not valid JSON: %v", what, err)
+	}
+	return json.RawMessage(b), nil
+}
+
+// printInvocation prints an invocation's result and timing, or its error;
+// a function error ends thaw with exit code 3.
+func (a *app) printInvocation(inv *client.Invocation) error {
+	if a.json {
+		if err := a.printJSON(inv); err != nil {
+			return err
+		}
+		if !inv.OK {
+			fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", inv.Function, funcErrorLine(inv.Error))
+			return &exitCodeError{code: exitFunction}
+		}
+		return nil
+	}
+	if inv.OK {
+		fmt.Fprintln(a.stdout, prettyJSON(inv.Result))
+		fmt.Fprintln(a.stdout)
+	}
+	if err := a.printTiming(inv); err != nil {
+		return err
+	}
+	if inv.OK {
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", inv.Function, funcErrorLine(inv.Error))
+	if inv.Error != nil && inv.Error.Traceback != "" {
+		tb := strings.TrimRight(inv.Error.Traceback, "\n")
+		fmt.Fprintln(a.stderr, tb)
+	}
+	return &exitCodeError{code: exitFunction}
+}
+
+func funcErrorLine(e *client.FunctionError) string {
+	if e == nil {
+		return "an error (no details)"
+	}
+	typ := e.Type
+	if typ == "" {
+		typ = "an error"
+	}
+	if e.Message == "" {
+		return typ
+	}
+	return typ + ": " + e.Message
+}
+
+// prettyJSON indents a JSON document; an empty one is null.
+func prettyJSON(raw json.RawMessage) string {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "null"
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+func (a *app) printTiming(inv *client.Invocation) error {
+	how := inv.Mode
+	if how == "" {
+		how = "?"
+	}
+	if inv.Snapshot != "" {
+		how += ", snapshot " + inv.Snapshot
+	}
+	if inv.Strategy != "" {
+		how += ", strategy " + inv.Strategy
+	}
+	fmt.Fprintf(a.stdout, "invocation %s (%s) on vm %s\n", inv.ID, how, orDash(inv.VM))
+	w := newTable(a.stdout)
+	t := inv.Timing
+	if t.Restore != nil {
+		writeRestoreTiming(w, "", t.Restore)
+	}
+	row(w, "invoke", fmtMSCol(t.InvokeMS), "request sent to reply received")
+	row(w, "  guest", fmtMSCol(t.GuestMS), "inside the handler")
+	row(w, "total", fmtMSCol(t.TotalMS), "request to answer")
+	if t.TeardownMS > 0 {
+		row(w, "teardown", fmtMSCol(t.TeardownMS), "after the answer")
+	}
+	return w.Flush()
+}

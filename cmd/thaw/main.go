@@ -1,0 +1,98 @@
+// Command thaw is the command-line client of thawd: it manages functions,
+// VMs and snapshots and invokes functions, talking to the daemon only
+// through the typed client package.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0 // success
+	exitError    = 1 // any error: daemon error, unreachable daemon, bad input file, ...
+	exitUsage    = 2 // usage error: unknown command or flag, bad arguments
+	exitFunction = 3 // the function ran but raised an exception
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs thaw with args (without the program name) and returns the exit
+// code. Tests call it with their own writers.
+func run(args []string, stdout, stderr io.Writer) int {
+	return execute(context.Background(), args, os.Stdin, stdout, stderr)
+}
+
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.newRootCmd()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	defer func() {
+		if a.cancel != nil {
+			a.cancel()
+		}
+	}()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitCodeError
+	if errors.As(err, &ee) {
+		return ee.code // already reported
+	}
+	var ue *usageError
+	if errors.As(err, &ue) || !a.inRun {
+		// Errors cobra finds before a command runs (unknown commands and
+		// flags, wrong number of arguments, ...) are usage errors too.
+		fmt.Fprintf(stderr, "thaw: %v\n", err)
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return exitUsage
+	}
+	a.printError(err)
+	return exitError
+}
+
+// printError reports a failed operation on stderr, with a hint where one
+// helps.
+func (a *app) printError(err error) {
+	switch {
+	case a.ctx != nil && errors.Is(a.ctx.Err(), context.DeadlineExceeded):
+		fmt.Fprintf(a.stderr, "thaw: no answer from thawd within %s (raise --timeout); the operation may still finish on the daemon\n", a.timeout)
+		return
+	case a.ctx != nil && errors.Is(a.ctx.Err(), context.Canceled):
+		fmt.Fprintln(a.stderr, "thaw: interrupted; the operation may still finish on the daemon")
+		return
+	}
+	fmt.Fprintf(a.stderr, "thaw: %v\n", err)
+	if errors.Is(err, client.ErrUnreachable) {
+		fmt.Fprintln(a.stderr, "thaw: is thawd running? start it with 'thawd' or set THAW_URL")
+	}
+}
+
+// usageError is a bad command line found by a command itself (exit code 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCodeError ends thaw with code after the command reported the problem
+// itself.
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit code %d", e.code) }

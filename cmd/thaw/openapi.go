@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) newOpenAPICmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "openapi",
+		Short: "Print the daemon's OpenAPI document",
+		Long: `Print the daemon's OpenAPI document, which describes its REST API under
+/v1. It is indented for reading; with --json it is printed as the daemon
+sends it.`,
+		Example: `  thaw openapi > openapi.json`,
+		Args:    exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			doc, err := a.c.OpenAPI(a.ctx)
+			if err != nil {
+				return err
+			}
+			doc = bytes.TrimSpace(doc)
+			if !a.json {
+				var buf bytes.Buffer
+				if err := json.Indent(&buf, doc, "", "  "); err == nil {
+					doc = buf.Bytes()
+				}
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s\n", doc)
+			return err
+		},
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// printJSON prints v as indented JSON on stdout.
+func (a *app) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	return err
+}
+
+// printList prints a list as the API answers it: {"items": [...]}.
+func printList[T any](a *app, items []T) error {
+	if items == nil {
+		items = []T{}
+	}
+	return a.printJSON(struct {
+		Items []T `json:"items"`
+	}{items})
+}
+
+// newTable returns a tabwriter for aligned columns; Flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// row writes one tab-separated table row.
+func row(w io.Writer, cells ...string) {
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// fmtMS formats milliseconds with one decimal; 0 is "-".
+func fmtMS(ms float64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", ms)
+}
+
+// fmtBytes humanizes a size in IEC units: "512 B", "123.4 MiB".
+func fmtBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v := float64(n)
+	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= 1024
+		if v < 1024 || unit == "TiB" {
+			return fmt.Sprintf("%.1f %s", v, unit)
+		}
+	}
+	panic("unreachable")
+}
+
+// fmtMiB formats a memory size given in MiB: "512 MiB", "2 GiB".
+func fmtMiB(mib int) string {
+	switch {
+	case mib <= 0:
+		return "-"
+	case mib >= 1024 && mib%1024 == 0:
+		return fmt.Sprintf("%d GiB", mib/1024)
+	case mib >= 1024:
+		return fmtBytes(int64(mib) << 20)
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}
+
+// now is time.Now; tests may replace it.
+var now = time.Now
+
+// fmtAge formats t for a table: relative when recent, else a short date.
+func fmtAge(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now().Sub(t)
+	switch {
+	case d < 0:
+		return fmtTime(t)
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	case d < 7*24*time.Hour:
+		return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+	}
+	return t.Local().Format("2006-01-02 15:04")
+}
+
+// fmtTime formats t in full (RFC 3339, seconds, local time) with its age.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	s := t.Local().Format(time.RFC3339)
+	if d := now().Sub(t); d >= 0 && d < 7*24*time.Hour {
+		s += " (" + fmtAge(t) + ")"
+	}
+	return s
+}
+
+// truncate shortens s to at most n runes, marking the cut with "…", and
+// keeps it on one line.
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// shortDigest shortens a content digest for tables.
+func shortDigest(d string) string {
+	if _, rest, ok := strings.Cut(d, ":"); ok {
+		d = rest
+	}
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return orDash(d)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeRestoreTiming writes a restore's breakdown as table rows, indented
+// by prefix.
+func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
+	row(w, prefix+"restore setup", fmtMSCol(rt.SetupMS), "request to vCPUs resumed")
+	row(w, prefix+"  verify", fmtMSCol(rt.VerifyMS), "snapshot checks")
+	row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to QMP ready")
+	row(w, prefix+"  load state", fmtMSCol(rt.LoadStateMS), "device state loaded")
+	row(w, prefix+"restore resume", fmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
+}
+
+// fmtMSCol formats milliseconds right-aligned for timing tables.
+func fmtMSCol(ms float64) string {
+	return fmt.Sprintf("%9.1f ms", ms)
+}

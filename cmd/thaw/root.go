@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// app is one run of thaw: its streams, global flags and client.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	url     string
+	json    bool
+	timeout time.Duration
+
+	c      *client.Client
+	ctx    context.Context // the request context, with --timeout
+	cancel context.CancelFunc
+	inRun  bool // a command's RunE started: later errors are not usage errors
+}
+
+const rootLong = `thaw manages functions, microVMs and snapshots on a thawd daemon and
+invokes functions, cold (restored from a snapshot) or warm (on a running VM).
+
+The usual flow:
+
+  thaw function create hello --dir ./functions/hello
+  thaw vm boot hello                 # boots a VM and waits until it is ready
+  thaw snapshot create VM_ID         # snapshots the booted VM
+  thaw invoke hello --event '{"name": "thaw"}'   # cold start from the snapshot
+
+The daemon is found at --url, else $THAW_URL, else ` + client.DefaultURL + `.
+Use unix:/path/to/socket for a daemon listening on a Unix socket.
+
+With --json every command prints the daemon's JSON documents instead of
+tables (lists as {"items": [...]}), for scripts.
+
+Exit codes:
+  0  success
+  1  error (the daemon refused or failed the request, it is unreachable, ...)
+  2  usage error (unknown command or flag, bad arguments, invalid --event)
+  3  the function ran but raised an exception (thaw invoke)`
+
+func (a *app) newRootCmd() *cobra.Command {
+	defURL := os.Getenv("THAW_URL")
+	if defURL == "" {
+		defURL = client.DefaultURL
+	}
+	root := &cobra.Command{
+		Use:           "thaw",
+		Short:         "Command-line client for the thawd microVM snapshot daemon",
+		Long:          rootLong,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &usageError{msg: err.Error()}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.url, "url", defURL, "thawd's address: http(s)://host:port or unix:/path/to/socket (env THAW_URL)")
+	pf.BoolVar(&a.json, "json", false, "print the daemon's JSON documents instead of tables")
+	pf.DurationVar(&a.timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
+
+	root.AddCommand(
+		a.newInfoCmd(),
+		a.newFunctionCmd(),
+		a.newVMCmd(),
+		a.newSnapshotCmd(),
+		a.newInvokeCmd(),
+		a.newInvocationsCmd(),
+		a.newOpenAPICmd(),
+		a.newBenchCmd(),
+	)
+	a.wrapRunE(root)
+	return root
+}
+
+// wrapRunE makes every command's RunE check the global flags, open the
+// client and set the request context first, and marks that the command
+// started, so that main tells usage errors from failures.
+func (a *app) wrapRunE(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil && cmd.Annotations[groupAnnotation] == "" {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			a.inRun = true
+			if err := a.setup(cmd.Context()); err != nil {
+				return err
+			}
+			return run(cmd, args)
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		a.wrapRunE(sub)
+	}
+}
+
+func (a *app) setup(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !strings.HasPrefix(a.url, "http://") && !strings.HasPrefix(a.url, "https://") && !strings.HasPrefix(a.url, "unix:") {
+		return usagef("--url %q: want http://host:port, https://host:port or unix:/path/to/socket", a.url)
+	}
+	if a.url == "unix:" {
+		return usagef("--url unix: needs the socket's path, as in unix:/run/thawd.sock")
+	}
+	if a.timeout <= 0 {
+		return usagef("--timeout must be positive, got %s", a.timeout)
+	}
+	a.c = client.New(a.url)
+	a.ctx, a.cancel = context.WithTimeout(ctx, a.timeout)
+	return nil
+}
+
+const groupAnnotation = "thaw-group"
+
+// newGroupCmd returns a command that only holds subcommands: alone it prints
+// its help, with an unknown subcommand it is a usage error.
+func newGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
+	return &cobra.Command{
+		Use:         use,
+		Aliases:     aliases,
+		Short:       short,
+		Long:        long,
+		Annotations: map[string]string{groupAnnotation: "true"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usagef("%s", msg)
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(names) == 0 && len(args) > 0 {
+			return fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)
+		}
+		if len(args) != len(names) {
+			return fmt.Errorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs is cobra.MinimumNArgs with a message that names the argument.
+func minArgs(name string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return fmt.Errorf("%s needs at least one %s", cmd.CommandPath(), name)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,426 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+func ev(s string) json.RawMessage { return json.RawMessage(s) }
+
+// TestLifecycle boots one real VM and runs the core paths against it and
+// against VMs restored from its snapshots: warm and cold invocations,
+// handler errors, concurrent clones, timeouts, crashes, corrupt snapshots,
+// a full disk and a daemon restart. One boot keeps the test affordable
+// under TCG; every restore is a real QEMU process.
+func TestLifecycle(t *testing.T) {
+	dataDir := t.TempDir()
+	e := startEnv(t, dataDir)
+	c := e.c
+	ctx := ctxT(t)
+
+	fn, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1)
+	if err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	if fn.Digest == "" || fn.MemoryMiB != 256 {
+		t.Fatalf("function = %+v", fn)
+	}
+
+	t.Log("booting a VM (TCG: about 10 s)")
+	vm, err := c.BootVM(ctx, "probe")
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	if vm.State != "running" || vm.BootMS <= 0 || vm.Accel == "" {
+		t.Fatalf("booted vm = %+v", vm)
+	}
+	t.Logf("boot to agent ready: %.0f ms", vm.BootMS)
+
+	t.Run("warm invoke", func(t *testing.T) {
+		inv, err := c.InvokeVM(ctx, vm.ID, ev(`{"name":"e2e"}`), client.InvokeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !inv.OK || string(inv.Result) != `{"message":"hello, e2e!"}` && !strings.Contains(string(inv.Result), `"hello, e2e!"`) {
+			t.Fatalf("invocation = %+v (result %s)", inv, inv.Result)
+		}
+	})
+
+	t.Run("handler error keeps the VM usable", func(t *testing.T) {
+		inv, err := c.InvokeVM(ctx, vm.ID, ev(`{"op":"raise","why":"testing"}`), client.InvokeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.OK || inv.Error == nil || inv.Error.Type != "ValueError" ||
+			!strings.Contains(inv.Error.Message, "boom: testing") || !strings.Contains(inv.Error.Traceback, "handler.py") {
+			t.Fatalf("want structured ValueError with traceback, got %+v", inv.Error)
+		}
+		inv, err = c.InvokeVM(ctx, vm.ID, ev(`{"op":"hello"}`), client.InvokeOptions{})
+		if err != nil || !inv.OK {
+			t.Fatalf("next invocation after an error: %v %+v", err, inv)
+		}
+	})
+
+	snap, err := c.CreateSnapshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	t.Logf("snapshot: %.0f ms (VM paused %.0f ms), %d MiB on disk", snap.CreateMS, snap.PauseMS, snap.DiskBytes>>20)
+	memPath := filepath.Join(snap.Dir, snapshot.MemoryFile)
+	before, err := snapshot.HashFile(memPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Allocated >= before.Size {
+		t.Errorf("memory file is not sparse: %d allocated of %d", before.Allocated, before.Size)
+	}
+
+	t.Run("the booted VM keeps running after its snapshot", func(t *testing.T) {
+		if inv, err := c.InvokeVM(ctx, vm.ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+			t.Fatalf("%v %+v", err, inv)
+		}
+	})
+
+	t.Run("cold invoke", func(t *testing.T) {
+		inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"cold"}`), client.InvokeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := inv.Timing.Restore
+		if !inv.OK || !strings.Contains(string(inv.Result), "hello, cold!") || r == nil || r.SetupMS <= 0 || r.ResumeMS <= 0 || inv.Mode != "cold" || inv.Strategy != "vanilla" {
+			t.Fatalf("cold invocation = %+v", inv)
+		}
+		t.Logf("cold: setup %.1f ms, resume %.1f ms, invoke %.1f ms, total %.1f ms", r.SetupMS, r.ResumeMS, inv.Timing.InvokeMS, inv.Timing.TotalMS)
+		if _, err := c.GetVM(ctx, inv.VM); err == nil {
+			t.Errorf("cold VM %s still listed after its invocation", inv.VM)
+		}
+		// The function's newest snapshot is the default for a cold invoke.
+		inv, err = c.InvokeFunction(ctx, "probe", ev(`{"op":"count"}`), client.InvokeOptions{Strategy: "vanilla"})
+		if err != nil || !inv.OK || inv.Snapshot != snap.ID {
+			t.Fatalf("function cold invoke: %v %+v", err, inv)
+		}
+	})
+
+	t.Run("two clones from one snapshot are independent", func(t *testing.T) {
+		var wg sync.WaitGroup
+		vms := make([]*client.VM, 2)
+		errs := make([]error, 2)
+		for i := range vms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				vms[i], errs[i] = c.RestoreVM(ctx, snap.ID, "vanilla")
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("restore %d: %v", i, err)
+			}
+			defer c.DeleteVM(ctx, vms[i].ID)
+		}
+		// Interleave: clone 0 twice, clone 1 once. Each counts from the
+		// snapshot's state, so neither sees the other's calls.
+		counts := map[string][]int{}
+		for _, id := range []string{vms[0].ID, vms[0].ID, vms[1].ID} {
+			inv, err := c.InvokeVM(ctx, id, ev(`{"op":"count"}`), client.InvokeOptions{})
+			if err != nil || !inv.OK {
+				t.Fatalf("invoke %s: %v %+v", id, err, inv)
+			}
+			var r struct{ Calls int }
+			_ = json.Unmarshal(inv.Result, &r)
+			counts[id] = append(counts[id], r.Calls)
+		}
+		a, b := counts[vms[0].ID], counts[vms[1].ID]
+		if a[1] != a[0]+1 || b[0] != a[0] {
+			t.Fatalf("clone counters are not independent: clone0 %v clone1 %v", a, b)
+		}
+		// Clones write memory privately; touch some to be sure.
+		for _, v := range vms {
+			if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":16}`), client.InvokeOptions{}); err != nil || !inv.OK {
+				t.Fatalf("write: %v %+v", err, inv)
+			}
+		}
+
+		t.Run("snapshot in use cannot be deleted", func(t *testing.T) {
+			wantAPIError(t, c.DeleteSnapshot(ctx, snap.ID), client.ErrConflict, 409, vms[0].ID[:3])
+		})
+		t.Run("restored VMs cannot be snapshotted", func(t *testing.T) {
+			_, err := c.CreateSnapshot(ctx, vms[0].ID)
+			wantAPIError(t, err, client.ErrConflict, 409, "restored")
+		})
+		t.Run("paused VM refuses invocations", func(t *testing.T) {
+			if _, err := c.PauseVM(ctx, vms[1].ID); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{})
+			wantAPIError(t, err, client.ErrConflict, 409, "paused")
+			if _, err := c.ResumeVM(ctx, vms[1].ID); err != nil {
+				t.Fatal(err)
+			}
+			if inv, err := c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+				t.Fatalf("after resume: %v %+v", err, inv)
+			}
+		})
+	})
+
+	t.Run("memory file unchanged by restores", func(t *testing.T) {
+		after, err := snapshot.HashFile(memPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.SHA256 != before.SHA256 {
+			t.Fatalf("snapshot memory changed: %s -> %s", before.SHA256, after.SHA256)
+		}
+	})
+
+	t.Run("invocation timeout kills the guest", func(t *testing.T) {
+		v, err := c.RestoreVM(ctx, snap.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.InvokeVM(ctx, v.ID, ev(`{"op":"sleep","seconds":30}`), client.InvokeOptions{Timeout: 1500 * time.Millisecond})
+		wantAPIError(t, err, client.ErrTimeout, 504, "timed out")
+		got := waitState(t, c, v.ID, "failed", 5*time.Second)
+		if !strings.Contains(got.Reason, "timed out") || !processGone(v.PID) {
+			t.Fatalf("after timeout: %+v (process gone: %v)", got, processGone(v.PID))
+		}
+		if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
+			t.Fatalf("run dir %s left behind", v.RunDir)
+		}
+		_, err = c.InvokeVM(ctx, v.ID, ev(`{}`), client.InvokeOptions{})
+		wantAPIError(t, err, client.ErrConflict, 409, "failed")
+		if err := c.DeleteVM(ctx, v.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("crashed VMM marks the VM failed and frees it", func(t *testing.T) {
+		v, err := c.RestoreVM(ctx, snap.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		got := waitState(t, c, v.ID, "failed", 10*time.Second)
+		if !strings.Contains(got.Reason, "killed") {
+			t.Fatalf("reason %q does not say the process was killed", got.Reason)
+		}
+		if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
+			t.Fatalf("run dir %s left behind", v.RunDir)
+		}
+		if err := c.DeleteVM(ctx, v.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("corrupt snapshots are refused", func(t *testing.T) {
+		snap2, err := c.CreateSnapshot(ctx, vm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCorruptSnapshot(t, c, snap2)
+	})
+
+	t.Run("full disk leaves no partial snapshot", func(t *testing.T) {
+		testDiskFull(t, e, vm.ID)
+	})
+
+	t.Run("daemon restart keeps the catalog", func(t *testing.T) {
+		e.stop()
+		// A VM a crashed daemon left "running" with a process that is gone.
+		db, err := catalog.Open(filepath.Join(dataDir, "catalog.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ghost := &catalog.VM{ID: "vm-00000000dead", Function: "probe", State: catalog.StateRunning, PID: 1 << 22,
+			RunDir: filepath.Join(dataDir, "run", "vm-00000000dead"), CreatedAt: time.Now()}
+		if err := db.PutVM(context.Background(), ghost); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+
+		e2 := startEnv(t, dataDir)
+		c2 := e2.c
+		if _, err := c2.GetFunction(ctx, "probe"); err != nil {
+			t.Fatalf("function lost: %v", err)
+		}
+		if _, err := c2.GetSnapshot(ctx, snap.ID); err != nil {
+			t.Fatalf("snapshot lost: %v", err)
+		}
+		old, err := c2.GetVM(ctx, vm.ID)
+		if err != nil || old.State != "stopped" {
+			t.Fatalf("booted VM after restart: %+v %v", old, err)
+		}
+		g, err := c2.GetVM(ctx, ghost.ID)
+		if err != nil || g.State != "failed" || !strings.Contains(g.Reason, "gone") {
+			t.Fatalf("ghost VM not reconciled: %+v %v", g, err)
+		}
+		inv, err := c2.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"again"}`), client.InvokeOptions{})
+		if err != nil || !inv.OK {
+			t.Fatalf("cold invoke after restart: %v %+v", err, inv)
+		}
+		invs, err := c2.ListInvocations(ctx, "probe", 100)
+		if err != nil || len(invs) < 5 {
+			t.Fatalf("invocation history lost: %d %v", len(invs), err)
+		}
+	})
+}
+
+// testCorruptSnapshot damages each part of a snapshot in turn and checks the
+// restore is refused with a clear message and no VM is left behind.
+func testCorruptSnapshot(t *testing.T, c *client.Client, snap *client.Snapshot) {
+	ctx := context.Background()
+	backup := t.TempDir()
+	for _, name := range []string{snapshot.ManifestFile, snapshot.StateFile} {
+		b, err := os.ReadFile(filepath.Join(snap.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(backup, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restoreFile := func(name string) {
+		b, _ := os.ReadFile(filepath.Join(backup, name))
+		if err := os.WriteFile(filepath.Join(snap.Dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	liveBefore := liveVMs(t, c)
+	expectRefused := func(what, contains string) {
+		t.Helper()
+		_, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
+		wantAPIError(t, err, client.ErrSnapshotUnusable, 422, contains)
+		if n := liveVMs(t, c); n != liveBefore {
+			t.Fatalf("%s: %d live VMs, want %d", what, n, liveBefore)
+		}
+	}
+	mem := filepath.Join(snap.Dir, snapshot.MemoryFile)
+	state := filepath.Join(snap.Dir, snapshot.StateFile)
+	manifest := filepath.Join(snap.Dir, snapshot.ManifestFile)
+
+	if err := os.Truncate(state, 100); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("truncated state", "vmstate")
+	restoreFile(snapshot.StateFile)
+
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("missing manifest", "manifest.json")
+	restoreFile(snapshot.ManifestFile)
+
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("missing state", "missing")
+	restoreFile(snapshot.StateFile)
+
+	// A manifest for other inputs, correctly sealed: the digests must match.
+	m, err := snapshot.ReadManifest(snap.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Inputs.Kernel.SHA256 = strings.Repeat("0", 64)
+	b, _ := m.Encode()
+	if err := os.WriteFile(manifest, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("other kernel", "kernel digest differs")
+
+	// A hand-edited manifest breaks its checksum.
+	restoreFile(snapshot.ManifestFile)
+	raw, _ := os.ReadFile(manifest)
+	if err := os.WriteFile(manifest, []byte(strings.Replace(string(raw), `"memory_mib": 256`, `"memory_mib": 512`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("edited manifest", "checksum")
+
+	restoreFile(snapshot.ManifestFile)
+	f, err := os.OpenFile(mem, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xde, 0xad}, 12345); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	expectRefused("flipped memory bytes", "memory checksum mismatch")
+	if _, err := c.VerifySnapshot(ctx, snap.ID); err == nil {
+		t.Fatal("verify accepted a corrupt memory file")
+	}
+
+	if err := os.Truncate(mem, 4096); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused("truncated memory", "memory is 4096 bytes")
+
+	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func liveVMs(t *testing.T, c *client.Client) int {
+	vms, err := c.ListVMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vms {
+		if v.State == "running" || v.State == "booting" || v.State == "paused" {
+			n++
+		}
+	}
+	return n
+}
+
+// testDiskFull puts the snapshot directory on a tiny tmpfs, so writing the
+// memory file runs out of space half way.
+func testDiskFull(t *testing.T, e *env, vmID string) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	ctx := context.Background()
+	before, err := e.c.ListSnapshots(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.dataDir, "snapshots")
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=24m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	_, err = e.c.CreateSnapshot(ctx, vmID)
+	var ae *client.APIError
+	if err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("snapshot on a full disk: %v", err)
+	}
+	if ok := errors.As(err, &ae); !ok || ae.Status != 507 {
+		t.Fatalf("want 507, got %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 0 {
+		t.Fatalf("partial snapshot left: %v", ents)
+	}
+	if after, _ := e.c.ListSnapshots(ctx, ""); len(after) != len(before) {
+		t.Fatalf("catalog has %d snapshots after a failed snapshot, had %d", len(after), len(before))
+	}
+	if inv, err := e.c.InvokeVM(ctx, vmID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+		t.Fatalf("VM not resumed after the failed snapshot: %v %+v", err, inv)
+	}
+}

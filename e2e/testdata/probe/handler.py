@@ -1,0 +1,25 @@
+"""Test function for thaw's end-to-end tests: one VM serves every case."""
+import os
+import time
+
+calls = 0
+
+
+def handle(event):
+    global calls
+    calls += 1
+    op = (event or {}).get("op", "hello")
+    if op == "hello":
+        return {"message": "hello, %s!" % event.get("name", "world")}
+    if op == "raise":
+        raise ValueError("boom: %s" % event.get("why", "asked to"))
+    if op == "sleep":
+        time.sleep(float(event["seconds"]))
+        return {"slept": event["seconds"]}
+    if op == "count":
+        return {"calls": calls, "pid": os.getpid()}
+    if op == "write":
+        # Touch guest memory so restored clones diverge from the snapshot.
+        blob = bytearray(os.urandom(1 << 20)) * int(event.get("mib", 8))
+        return {"bytes": len(blob)}
+    raise KeyError(op)

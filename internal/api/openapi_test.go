@@ -1,0 +1,998 @@
+package api
+
+// Conformance of openapi.json with the code: the document is valid and
+// self-contained, documents exactly the routes the handler serves with the
+// status codes the handlers answer, and its schemas have the fields (names,
+// types, required-ness) that encoding/json produces for the Go types the
+// handlers read and write. Nothing here needs a daemon or a VM.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
+
+type jsonObject = map[string]any
+
+// newTestHandler builds the handler without a service: New and routes()
+// only take method values (h.info, ...), so nothing touches the nil
+// *daemon.Service until a route that uses it is actually served.
+func newTestHandler() *Handler {
+	return New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func loadDoc(t *testing.T) jsonObject {
+	t.Helper()
+	var doc jsonObject
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	return doc
+}
+
+// pointer resolves a local JSON pointer ("#/components/schemas/VM").
+func pointer(doc jsonObject, ref string) (any, error) {
+	rest, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return nil, fmt.Errorf("%q is not a local reference", ref)
+	}
+	var cur any = doc
+	for _, tok := range strings.Split(rest, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		m, ok := cur.(jsonObject)
+		if !ok {
+			return nil, fmt.Errorf("%q: %q is not inside an object", ref, tok)
+		}
+		if cur, ok = m[tok]; !ok {
+			return nil, fmt.Errorf("%q: no %q", ref, tok)
+		}
+	}
+	return cur, nil
+}
+
+// deref follows $ref until an object without one.
+func deref(t *testing.T, doc jsonObject, v any) jsonObject {
+	t.Helper()
+	for range 32 {
+		m, ok := v.(jsonObject)
+		if !ok {
+			t.Fatalf("expected an object, got %T", v)
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m
+		}
+		var err error
+		if v, err = pointer(doc, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("reference loop")
+	return nil
+}
+
+func schemaRef(name string) string { return "#/components/schemas/" + name }
+
+func schemaByName(t *testing.T, doc jsonObject, name string) jsonObject {
+	t.Helper()
+	return deref(t, doc, jsonObject{"$ref": schemaRef(name)})
+}
+
+// flat is a schema with its $ref and allOf resolved: the union of the
+// properties and required lists, and the first type found.
+type flat struct {
+	props    map[string]jsonObject
+	required []string
+	typ      string
+	format   string
+	addl     any
+}
+
+func flatten(t *testing.T, doc jsonObject, s jsonObject) flat {
+	t.Helper()
+	f := flat{props: map[string]jsonObject{}}
+	var walk func(jsonObject)
+	walk = func(s jsonObject) {
+		s = deref(t, doc, s)
+		if f.typ == "" {
+			f.typ, _ = s["type"].(string)
+			f.format, _ = s["format"].(string)
+		}
+		if a, ok := s["additionalProperties"]; ok && f.addl == nil {
+			f.addl = a
+		}
+		for name, p := range asObject(s["properties"]) {
+			if _, dup := f.props[name]; dup {
+				t.Errorf("property %q is declared twice across allOf", name)
+			}
+			f.props[name] = p.(jsonObject)
+		}
+		for _, r := range asSlice(s["required"]) {
+			f.required = append(f.required, r.(string))
+		}
+		for _, sub := range asSlice(s["allOf"]) {
+			walk(sub.(jsonObject))
+		}
+	}
+	walk(s)
+	sort.Strings(f.required)
+	return f
+}
+
+func asObject(v any) jsonObject { m, _ := v.(jsonObject); return m }
+func asSlice(v any) []any       { s, _ := v.([]any); return s }
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+type operation struct {
+	method, path string
+	op           jsonObject
+	pathItem     jsonObject
+}
+
+func (o operation) key() string { return strings.ToUpper(o.method) + " " + o.path }
+
+func operations(t *testing.T, doc jsonObject) []operation {
+	t.Helper()
+	var out []operation
+	for path, item := range asObject(doc["paths"]) {
+		for _, m := range httpMethods {
+			if op, ok := asObject(item)[m].(jsonObject); ok {
+				out = append(out, operation{m, path, op, item.(jsonObject)})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
+// walkRefs calls fn with every $ref in v.
+func walkRefs(v any, at string, fn func(at, ref string)) {
+	switch v := v.(type) {
+	case jsonObject:
+		for k, x := range v {
+			if k == "$ref" {
+				s, _ := x.(string)
+				fn(at, s)
+				continue
+			}
+			walkRefs(x, at+"/"+k, fn)
+		}
+	case []any:
+		for i, x := range v {
+			walkRefs(x, at+"/"+strconv.Itoa(i), fn)
+		}
+	}
+}
+
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	doc := loadDoc(t)
+	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.0\.\d+$`).MatchString(v) {
+		t.Errorf("openapi = %q, want 3.0.x", v)
+	}
+	info := asObject(doc["info"])
+	if info["title"] == nil || info["version"] != daemon.Version {
+		t.Errorf("info.version = %v, want daemon.Version %q (and a title)", info["version"], daemon.Version)
+	}
+
+	// Every $ref resolves, and every component is used.
+	used := map[string]bool{}
+	walkRefs(doc, "#", func(at, ref string) {
+		used[ref] = true
+		if _, err := pointer(doc, ref); err != nil {
+			t.Errorf("%s: unresolvable $ref: %v", at, err)
+		}
+	})
+	for kind, comps := range asObject(doc["components"]) {
+		for name := range asObject(comps) {
+			if ref := "#/components/" + kind + "/" + name; !used[ref] {
+				t.Errorf("%s is never referenced", ref)
+			}
+		}
+	}
+
+	ids := map[string]string{}
+	for _, o := range operations(t, doc) {
+		id, _ := o.op["operationId"].(string)
+		if id == "" {
+			t.Errorf("%s: no operationId", o.key())
+		} else if prev, dup := ids[id]; dup {
+			t.Errorf("%s: operationId %q also used by %s", o.key(), id, prev)
+		}
+		ids[id] = o.key()
+		for _, f := range []string{"summary", "description"} {
+			if s, _ := o.op[f].(string); strings.TrimSpace(s) == "" {
+				t.Errorf("%s: no %s", o.key(), f)
+			}
+		}
+		for code, r := range asObject(o.op["responses"]) {
+			if d, _ := deref(t, doc, r)["description"].(string); d == "" {
+				t.Errorf("%s %s: a response needs a description", o.key(), code)
+			}
+		}
+	}
+
+	// The file is stored as encoding/json would indent it (2 spaces).
+	var compact, indented bytes.Buffer
+	if err := json.Compact(&compact, OpenAPI); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Indent(&indented, compact.Bytes(), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	indented.WriteByte('\n')
+	if !bytes.Equal(indented.Bytes(), OpenAPI) {
+		t.Error("openapi.json is not indented with 2 spaces (as json.Indent would) or lacks the final newline")
+	}
+}
+
+func TestOpenAPIRoutesMatchHandler(t *testing.T) {
+	doc := loadDoc(t)
+	h := newTestHandler()
+	served := map[string]bool{}
+	for _, r := range h.Routes() {
+		// Go 1.22 patterns use the same {name} braces as OpenAPI; a
+		// wildcard such as {rest...} would need translating.
+		if strings.Contains(r.Pattern, "...}") {
+			t.Fatalf("pattern %q: translate multi-segment wildcards before comparing", r.Pattern)
+		}
+		served[r.Method+" "+r.Pattern] = true
+	}
+	documented := map[string]bool{}
+	for _, o := range operations(t, doc) {
+		documented[o.key()] = true
+	}
+	for k := range served {
+		if !documented[k] {
+			t.Errorf("route %s is served but not documented", k)
+		}
+	}
+	for k := range documented {
+		if !served[k] {
+			t.Errorf("operation %s is documented but not served", k)
+		}
+	}
+
+	// Path templates and path parameters agree.
+	tmpl := regexp.MustCompile(`\{([^}]+)\}`)
+	for _, o := range operations(t, doc) {
+		want := map[string]bool{}
+		for _, m := range tmpl.FindAllStringSubmatch(o.path, -1) {
+			want[m[1]] = true
+		}
+		got := map[string]bool{}
+		for _, list := range []any{o.pathItem["parameters"], o.op["parameters"]} {
+			for _, p := range asSlice(list) {
+				p := deref(t, doc, p)
+				if p["in"] != "path" {
+					continue
+				}
+				name, _ := p["name"].(string)
+				if p["required"] != true {
+					t.Errorf("%s: path parameter %q must be required", o.key(), name)
+				}
+				if p["schema"] == nil {
+					t.Errorf("%s: path parameter %q has no schema", o.key(), name)
+				}
+				got[name] = true
+			}
+		}
+		if !reflect.DeepEqual(want, got) {
+			t.Errorf("%s: path parameters %v, template has %v", o.key(), keys(got), keys(want))
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// handlerIO says, per route, what the handler answers on success and which
+// body it decodes (read off the handlers in api.go).
+var handlerIO = map[string]struct {
+	status   string
+	response string // schema of the success body; "" for none
+	request  string // schema of the JSON request body; "" for none
+}{
+	"GET /v1/openapi.json":             {"200", "", ""},
+	"GET /v1/info":                     {"200", "Info", ""},
+	"GET /v1/functions":                {"200", "FunctionList", ""},
+	"POST /v1/functions":               {"201", "Function", "CreateFunctionRequest"},
+	"GET /v1/functions/{name}":         {"200", "Function", ""},
+	"DELETE /v1/functions/{name}":      {"204", "", ""},
+	"POST /v1/functions/{name}/invoke": {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/vms":                      {"200", "VMList", ""},
+	"POST /v1/vms":                     {"201", "CreatedVM", "CreateVMRequest"},
+	"GET /v1/vms/{id}":                 {"200", "VM", ""},
+	"DELETE /v1/vms/{id}":              {"204", "", ""},
+	"POST /v1/vms/{id}/pause":          {"200", "VM", ""},
+	"POST /v1/vms/{id}/resume":         {"200", "VM", ""},
+	"POST /v1/vms/{id}/invoke":         {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/snapshots":                {"200", "SnapshotList", ""},
+	"POST /v1/snapshots":               {"201", "Snapshot", "CreateSnapshotRequest"},
+	"GET /v1/snapshots/{id}":           {"200", "Snapshot", ""},
+	"DELETE /v1/snapshots/{id}":        {"204", "", ""},
+	"POST /v1/snapshots/{id}/verify":   {"200", "Snapshot", ""},
+	"POST /v1/snapshots/{id}/invoke":   {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/invocations":              {"200", "InvocationList", ""},
+}
+
+// failCodes calls fail with every error class the service returns and
+// reports the status and code each one gets.
+func failCodes(t *testing.T) map[string]int {
+	t.Helper()
+	h := newTestHandler()
+	out := map[string]int{}
+	for _, err := range []error{daemon.ErrInvalid, daemon.ErrNotFound, daemon.ErrExists, daemon.ErrConflict,
+		daemon.ErrSnapshotUnusable, daemon.ErrTimeout, daemon.ErrVMFailed, context.Canceled,
+		errors.New("disk full")} {
+		w := httptest.NewRecorder()
+		h.fail(w, httptest.NewRequest("GET", "/v1/info", nil), fmt.Errorf("wrapped: %w", err))
+		var b ErrorBody
+		if e := json.Unmarshal(w.Body.Bytes(), &b); e != nil {
+			t.Fatalf("fail(%v): body %q: %v", err, w.Body, e)
+		}
+		out[b.Error.Code] = w.Code
+	}
+	return out
+}
+
+func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
+	doc := loadDoc(t)
+	codes := failCodes(t)
+	errStatus := map[string]bool{}
+	for _, st := range codes {
+		if st != 499 { // the client is gone; nobody reads it
+			errStatus[strconv.Itoa(st)] = true
+		}
+	}
+	leading := regexp.MustCompile("^`([a-z_]+)`")
+	for _, o := range operations(t, doc) {
+		want, ok := handlerIO[o.key()]
+		if !ok {
+			t.Errorf("%s: not in handlerIO; add what its handler answers", o.key())
+			continue
+		}
+		responses := asObject(o.op["responses"])
+		var success []string
+		for status, r := range responses {
+			r := deref(t, doc, r)
+			content := asObject(r["content"])
+			switch {
+			case strings.HasPrefix(status, "2"):
+				success = append(success, status)
+				if status == "204" {
+					if content != nil {
+						t.Errorf("%s 204: must have no content", o.key())
+					}
+					continue
+				}
+				media := asObject(content["application/json"])
+				if media == nil || len(content) != 1 {
+					t.Errorf("%s %s: want exactly application/json content", o.key(), status)
+					continue
+				}
+				if want.response != "" {
+					if got := asObject(media["schema"])["$ref"]; got != schemaRef(want.response) {
+						t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(want.response))
+					}
+				}
+			case status == "default" || status >= "400":
+				media := asObject(content["application/json"])
+				if got := asObject(media["schema"])["$ref"]; got != schemaRef("Error") || len(content) != 1 {
+					t.Errorf("%s %s: error responses must be application/json Error, got %v", o.key(), status, content)
+				}
+				if !errStatus[status] {
+					t.Errorf("%s %s: fail() never answers this status (it answers %v)", o.key(), status, keys(errStatus))
+				}
+				// The description names the code, and fail() gives that code this status.
+				desc, _ := r["description"].(string)
+				m := leading.FindStringSubmatch(desc)
+				if m == nil {
+					t.Errorf("%s %s: description should start with the error code in backticks", o.key(), status)
+				} else if st, ok := codes[m[1]]; !ok || strconv.Itoa(st) != status {
+					t.Errorf("%s %s: description names code %q, which fail() answers with %d", o.key(), status, m[1], st)
+				}
+			default:
+				t.Errorf("%s: unexpected status %s", o.key(), status)
+			}
+		}
+		if !slices.Equal(success, []string{want.status}) {
+			t.Errorf("%s: success statuses %v, handler answers %s", o.key(), success, want.status)
+		}
+		// Creates are 201 and deletes 204, by convention.
+		wantStatus := "200"
+		if o.method == "post" && !strings.Contains(o.path, "{") {
+			wantStatus = "201"
+		} else if o.method == "delete" {
+			wantStatus = "204"
+		}
+		if want.status != wantStatus {
+			t.Errorf("%s: handler answers %s, convention says %s", o.key(), want.status, wantStatus)
+		}
+
+		body := asObject(o.op["requestBody"])
+		if want.request == "" {
+			if body != nil {
+				t.Errorf("%s: the handler reads no body, the document has one", o.key())
+			}
+			continue
+		}
+		if body["required"] != true {
+			t.Errorf("%s: request body must be required (an empty body is 400)", o.key())
+		}
+		media := asObject(asObject(body["content"])["application/json"])
+		if got := asObject(media["schema"])["$ref"]; got != schemaRef(want.request) {
+			t.Errorf("%s: request schema %v, want %s", o.key(), got, schemaRef(want.request))
+		}
+		if responses["400"] == nil {
+			t.Errorf("%s: takes a body, so it must document 400", o.key())
+		}
+	}
+
+	// POST /v1/functions also takes a tar.gz, configured by query parameters.
+	for _, o := range operations(t, doc) {
+		if o.key() != "POST /v1/functions" {
+			continue
+		}
+		content := asObject(asObject(o.op["requestBody"])["content"])
+		gz := asObject(asObject(content["application/gzip"])["schema"])
+		if gz["type"] != "string" || gz["format"] != "binary" {
+			t.Errorf("POST /v1/functions: application/gzip body must be a binary string, got %v", gz)
+		}
+		var query []string
+		for _, p := range asSlice(o.op["parameters"]) {
+			if p := deref(t, doc, p); p["in"] == "query" {
+				query = append(query, p["name"].(string))
+			}
+		}
+		sort.Strings(query)
+		if !slices.Equal(query, []string{"memory_mib", "name", "vcpus"}) {
+			t.Errorf("POST /v1/functions: query parameters %v, want memory_mib, name, vcpus", query)
+		}
+	}
+
+	// The error code enum is exactly what the API can answer.
+	enum := asSlice(asObject(flatten(t, doc, asObject(flatten(t, doc, schemaByName(t, doc, "Error")).props["error"])).props["code"])["enum"])
+	var documented []string
+	for _, c := range enum {
+		documented = append(documented, c.(string))
+	}
+	answered := append(keys(codes), "method_not_allowed")
+	sort.Strings(documented)
+	sort.Strings(answered)
+	if !slices.Equal(documented, answered) {
+		t.Errorf("Error.error.code enum %v, the API answers %v", documented, answered)
+	}
+}
+
+func TestOpenAPIEnumsMatchGo(t *testing.T) {
+	doc := loadDoc(t)
+	enumOf := func(s jsonObject) []string {
+		var out []string
+		for _, v := range asSlice(deref(t, doc, s)["enum"]) {
+			out = append(out, v.(string))
+		}
+		return out
+	}
+
+	var kinds []string
+	for _, k := range restore.Kinds {
+		kinds = append(kinds, string(k))
+	}
+	strategy := schemaByName(t, doc, "Strategy")
+	if got := enumOf(strategy); !slices.Equal(got, kinds) || strategy["type"] != "string" {
+		t.Errorf("Strategy enum %v, restore.Kinds is %v", got, kinds)
+	}
+	// Every strategy field in every schema is a Strategy.
+	isStrategy := func(s jsonObject) bool {
+		if s["$ref"] == schemaRef("Strategy") {
+			return true
+		}
+		all := asSlice(s["allOf"])
+		return len(all) == 1 && asObject(all[0])["$ref"] == schemaRef("Strategy")
+	}
+	for name, s := range asObject(asObject(doc["components"])["schemas"]) {
+		for pname, p := range flatten(t, doc, s.(jsonObject)).props {
+			if pname == "strategy" && !isStrategy(p) {
+				t.Errorf("%s.strategy is not a Strategy", name)
+			}
+		}
+	}
+	if items := asObject(flatten(t, doc, schemaByName(t, doc, "Info")).props["strategies"]["items"]); !isStrategy(items) {
+		t.Error("Info.strategies items are not Strategy")
+	}
+
+	checks := []struct {
+		schema, prop string
+		want         []string
+	}{
+		{"VM", "state", []string{catalog.StateBooting, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
+		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
+		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
+		{"Invocation", "mode", []string{"warm", "cold"}},
+	}
+	for _, c := range checks {
+		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])
+		slices.Sort(got)
+		want := slices.Clone(c.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s.%s enum %v, the code uses %v", c.schema, c.prop, got, want)
+		}
+	}
+}
+
+// jsonField is one field as encoding/json sees it.
+type jsonField struct {
+	name      string
+	omitempty bool
+	typ       reflect.Type
+}
+
+func jsonFields(t reflect.Type) []jsonField {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var out []jsonField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+			out = append(out, jsonFields(ft)...) // promoted fields
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		omit := slices.Contains(strings.Split(opts, ","), "omitempty") || slices.Contains(strings.Split(opts, ","), "omitzero")
+		out = append(out, jsonField{name, omit, f.Type})
+	}
+	return out
+}
+
+var (
+	timeType = reflect.TypeFor[time.Time]()
+	rawType  = reflect.TypeFor[json.RawMessage]()
+)
+
+// optionalDespiteTag lists request fields without omitempty that the
+// server nevertheless does not require (omitempty means nothing when
+// decoding).
+var optionalDespiteTag = map[string]string{
+	"InvokeRequest.event": "an absent event reaches handle() as null (agent.Conn.Invoke)",
+}
+
+// compareSchema checks a schema against the JSON encoding of a Go type:
+// the same property names both ways, required = not omitempty, and
+// compatible types, recursing into nested structs.
+func compareSchema(t *testing.T, doc jsonObject, at string, s jsonObject, typ reflect.Type) {
+	t.Helper()
+	f := flatten(t, doc, s)
+	if f.typ != "object" {
+		t.Errorf("%s: schema type %q, want object for %v", at, f.typ, typ)
+	}
+	fields := jsonFields(typ)
+	var goNames, goRequired []string
+	for _, fld := range fields {
+		goNames = append(goNames, fld.name)
+		if !fld.omitempty {
+			if _, ok := optionalDespiteTag[at+"."+fld.name]; !ok {
+				goRequired = append(goRequired, fld.name)
+			}
+		}
+	}
+	sort.Strings(goNames)
+	sort.Strings(goRequired)
+	if docNames := keys(f.props); !slices.Equal(docNames, goNames) {
+		t.Errorf("%s: properties %v, %v encodes %v", at, docNames, typ, goNames)
+	}
+	if !slices.Equal(f.required, goRequired) {
+		t.Errorf("%s: required %v, %v always encodes %v", at, f.required, typ, goRequired)
+	}
+	for _, fld := range fields {
+		if p, ok := f.props[fld.name]; ok {
+			compareType(t, doc, at+"."+fld.name, p, fld.typ)
+		}
+	}
+}
+
+func compareType(t *testing.T, doc jsonObject, at string, p jsonObject, typ reflect.Type) {
+	t.Helper()
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	if typ == rawType {
+		// Any JSON: an inline schema must not constrain the type (a
+		// reference says what the raw document always holds).
+		if _, isRef := p["$ref"]; !isRef && p["allOf"] == nil && p["type"] != nil {
+			t.Errorf("%s: json.RawMessage is any JSON; the schema must not have a type", at)
+		}
+		return
+	}
+	f := flatten(t, doc, p)
+	want, format := "", ""
+	switch {
+	case typ == timeType:
+		want, format = "string", "date-time"
+	case typ.Kind() == reflect.String:
+		want = "string"
+	case typ.Kind() == reflect.Bool:
+		want = "boolean"
+	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Uint64:
+		want = "integer"
+		if typ.Kind() == reflect.Int64 {
+			format = "int64"
+		}
+	case typ.Kind() == reflect.Float32 || typ.Kind() == reflect.Float64:
+		want = "number"
+		if typ.Kind() == reflect.Float64 {
+			format = "double"
+		}
+	case typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array:
+		want = "array"
+	case typ.Kind() == reflect.Map:
+		want = "object"
+	case typ.Kind() == reflect.Struct:
+		compareSchema(t, doc, at, p, typ)
+		return
+	default:
+		t.Errorf("%s: no JSON Schema mapping for %v", at, typ)
+		return
+	}
+	if f.typ != want || (format != "" && f.format != format) {
+		t.Errorf("%s: schema %q/%q, %v encodes as %q/%q", at, f.typ, f.format, typ, want, format)
+	}
+	switch typ.Kind() {
+	case reflect.Slice, reflect.Array:
+		compareType(t, doc, at+"[]", asObject(deref(t, doc, p)["items"]), typ.Elem())
+	case reflect.Map:
+		addl, _ := f.addl.(jsonObject)
+		if addl == nil {
+			t.Errorf("%s: a map needs additionalProperties with a schema", at)
+		} else {
+			compareType(t, doc, at+"{}", addl, typ.Elem())
+		}
+	}
+}
+
+func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
+	doc := loadDoc(t)
+	for _, c := range []struct {
+		schema string
+		typ    reflect.Type
+	}{
+		// Answers.
+		{"Function", reflect.TypeFor[catalog.Function]()},
+		{"VM", reflect.TypeFor[catalog.VM]()},
+		{"CreatedVM", reflect.TypeFor[CreateVMResponse]()},
+		{"Snapshot", reflect.TypeFor[catalog.Snapshot]()},
+		{"Invocation", reflect.TypeFor[daemon.Invocation]()},
+		{"InvocationError", reflect.TypeFor[agent.Error]()},
+		{"Timing", reflect.TypeFor[daemon.Timing]()},
+		{"RestoreTiming", reflect.TypeFor[daemon.RestoreTiming]()},
+		{"InvocationRecord", reflect.TypeFor[catalog.Invocation]()},
+		{"Info", reflect.TypeFor[daemon.Info]()},
+		{"AccelInfo", reflect.TypeFor[daemon.AccelInfo]()},
+		{"GuestImage", reflect.TypeFor[guestimage.Image]()},
+		{"GuestImageFile", reflect.TypeFor[guestimage.File]()},
+		{"Error", reflect.TypeFor[ErrorBody]()},
+		// Requests.
+		{"CreateFunctionRequest", reflect.TypeFor[CreateFunctionRequest]()},
+		{"InvokeRequest", reflect.TypeFor[InvokeRequest]()},
+		{"CreateVMRequest", reflect.TypeFor[CreateVMRequest]()},
+		{"CreateSnapshotRequest", reflect.TypeFor[CreateSnapshotRequest]()},
+	} {
+		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
+	}
+
+	// Request bodies are decoded with DisallowUnknownFields.
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest"} {
+		if schemaByName(t, doc, name)["additionalProperties"] != false {
+			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
+		}
+	}
+	// Collections are {"items": [...]} (see list()).
+	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
+		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord"} {
+		f := flatten(t, doc, schemaByName(t, doc, name))
+		items := f.props["items"]
+		if !slices.Equal(keys(f.props), []string{"items"}) || !slices.Equal(f.required, []string{"items"}) ||
+			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) {
+			t.Errorf("%s must be {items: [%s]}, required", name, item)
+		}
+	}
+	// The raw JSON fields are any JSON, without a type.
+	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}} {
+		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
+		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
+			if _, ok := p[k]; ok {
+				t.Errorf("%s.%s is any JSON and must not have %q", at[0], at[1], k)
+			}
+		}
+	}
+}
+
+// validate checks a JSON value against a schema: the subset of OpenAPI 3.0
+// Schema Objects this document uses.
+func validate(t *testing.T, doc jsonObject, s jsonObject, v any, at string) []string {
+	t.Helper()
+	s = deref(t, doc, s)
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, at+": "+fmt.Sprintf(format, args...)) }
+	for _, sub := range asSlice(s["allOf"]) {
+		errs = append(errs, validate(t, doc, sub.(jsonObject), v, at)...)
+	}
+	typ, _ := s["type"].(string)
+	if v == nil {
+		if typ != "" && s["nullable"] != true {
+			bad("null, want %s", typ)
+		}
+		return errs
+	}
+	if enum := asSlice(s["enum"]); enum != nil && !slices.Contains(enum, v) {
+		bad("%v not in %v", v, enum)
+	}
+	switch typ {
+	case "":
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			bad("%T, want string", v)
+			break
+		}
+		if p, ok := s["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(str) {
+			bad("%q does not match %s", str, p)
+		}
+		if n, ok := s["minLength"].(float64); ok && float64(len(str)) < n {
+			bad("%q shorter than %v", str, n)
+		}
+		if s["format"] == "date-time" {
+			if _, err := time.Parse(time.RFC3339Nano, str); err != nil {
+				bad("%q is not a date-time", str)
+			}
+		}
+	case "integer", "number":
+		n, ok := v.(float64)
+		if !ok {
+			bad("%T, want %s", v, typ)
+			break
+		}
+		if typ == "integer" && n != math.Trunc(n) {
+			bad("%v is not an integer", n)
+		}
+		if m, ok := s["minimum"].(float64); ok && n < m {
+			bad("%v < minimum %v", n, m)
+		}
+		if m, ok := s["maximum"].(float64); ok && n > m {
+			bad("%v > maximum %v", n, m)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			bad("%T, want boolean", v)
+		}
+	case "array":
+		arr, ok := v.([]any)
+		if !ok {
+			bad("%T, want array", v)
+			break
+		}
+		for i, x := range arr {
+			errs = append(errs, validate(t, doc, asObject(s["items"]), x, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	case "object":
+		obj, ok := v.(jsonObject)
+		if !ok {
+			bad("%T, want object", v)
+			break
+		}
+		for _, r := range asSlice(s["required"]) {
+			if _, ok := obj[r.(string)]; !ok {
+				bad("missing required %q", r)
+			}
+		}
+		props := asObject(s["properties"])
+		for k, x := range obj {
+			if p, ok := props[k]; ok {
+				errs = append(errs, validate(t, doc, p.(jsonObject), x, at+"."+k)...)
+				continue
+			}
+			switch addl := s["additionalProperties"].(type) {
+			case bool:
+				if !addl {
+					bad("unknown property %q", k)
+				}
+			case jsonObject:
+				errs = append(errs, validate(t, doc, addl, x, at+"."+k)...)
+			}
+		}
+	default:
+		bad("unknown schema type %q", typ)
+	}
+	return errs
+}
+
+func validateGo(t *testing.T, doc jsonObject, schema string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x any
+	if err := json.Unmarshal(b, &x); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range validate(t, doc, jsonObject{"$ref": schemaRef(schema)}, x, schema) {
+		t.Errorf("%s (%s)", e, b)
+	}
+}
+
+// TestOpenAPIValidatesRealDocuments encodes representative Go values the
+// way the handlers do and validates them against their schemas, so
+// patterns, formats, enums and nesting are checked, not only names.
+func TestOpenAPIValidatesRealDocuments(t *testing.T) {
+	doc := loadDoc(t)
+	now := time.Now()
+	hex64 := strings.Repeat("ab12", 16)
+	fn := &catalog.Function{Name: "hello", Digest: hex64, CodeDir: "/var/lib/thaw/functions/hello/code",
+		Disk: "/var/lib/thaw/functions/hello/code.ext4", MemoryMiB: 512, VCPUs: 1, CreatedAt: now}
+	booted := &catalog.VM{ID: "vm-0123456789ab", Function: "hello", State: catalog.StateRunning, PID: 4242,
+		RunDir: "/var/lib/thaw/run/vm-0123456789ab", Accel: "kvm", MemoryMiB: 512, BootMS: 812.25,
+		CreatedAt: now, UpdatedAt: now}
+	restored := &catalog.VM{ID: "vm-ba9876543210", Function: "hello", State: catalog.StateRunning, PID: 4343,
+		RunDir: "/var/lib/thaw/run/vm-ba9876543210", Snapshot: "snap-00112233aabb", Strategy: "vanilla",
+		Accel: "tcg", MemoryMiB: 512, CreatedAt: now, UpdatedAt: now}
+	failed := &catalog.VM{ID: "vm-ffffffffffff", Function: "hello", State: catalog.StateFailed,
+		Reason: "qemu process gone when the daemon restarted", RunDir: "/x", Accel: "kvm", MemoryMiB: 128}
+	snap := &catalog.Snapshot{ID: "snap-00112233aabb", Function: "hello", SourceVM: booted.ID, Dir: "/s",
+		MemoryMiB: 512, SizeBytes: 536870912 + 40000, DiskBytes: 31457280, Stamp: `{"x":1}`, CreateMS: 410.5,
+		PauseMS: 401.2, CreatedAt: now.UTC()}
+	rt := &daemon.RestoreTiming{VerifyMS: 1.5, VMMStartMS: 40, LoadStateMS: 20.25, SetupMS: 62, ResumeMS: 4.75}
+	warm := &daemon.Invocation{ID: "inv-0123456789ab", Function: "hello", VM: booted.ID, Mode: "warm", OK: true,
+		Result: json.RawMessage(`{"message":"hello, world!"}`), Timing: daemon.Timing{InvokeMS: 1.2, GuestMS: 0.03, TotalMS: 1.3}}
+	cold := &daemon.Invocation{ID: "inv-0123456789ac", Function: "hello", VM: restored.ID, Mode: "cold",
+		Snapshot: snap.ID, Strategy: "vanilla", OK: true, Result: json.RawMessage(`null`),
+		Timing: daemon.Timing{Restore: rt, InvokeMS: 3, GuestMS: 0.1, TotalMS: 70, TeardownMS: 12}}
+	raised := &daemon.Invocation{ID: "inv-0123456789ad", Function: "fail", VM: booted.ID, Mode: "warm",
+		Error:  &agent.Error{Type: "ValueError", Message: "boom: None", Traceback: "Traceback ..."},
+		Timing: daemon.Timing{InvokeMS: 2, GuestMS: 0.5, TotalMS: 2.1}}
+	detail, _ := json.Marshal(cold)
+	record := &catalog.Invocation{ID: cold.ID, Function: "hello", VM: cold.VM, Snapshot: cold.Snapshot,
+		Strategy: cold.Strategy, OK: true, Detail: detail, CreatedAt: now}
+	info := daemon.Info{Version: daemon.Version,
+		Accel:       daemon.AccelInfo{Accel: vmm.AccelKVM, Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
+		QEMUVersion: "8.2.2",
+		Image: guestimage.Image{Dir: "/img/abc", Format: 1, Hash: "abc", KernelVersion: "6.8.0", Cmdline: "console=ttyS0",
+			Files:   map[string]guestimage.File{guestimage.Kernel: {Size: 14000000, SHA256: hex64}, guestimage.Initrd: {Size: 1, SHA256: hex64}},
+			BuiltAt: "2025-01-01T00:00:00Z"},
+		DataDir: "/var/lib/thaw", Strategies: []string{"vanilla"}}
+
+	validateGo(t, doc, "Function", fn)
+	validateGo(t, doc, "FunctionList", list([]*catalog.Function{fn}))
+	validateGo(t, doc, "FunctionList", list[*catalog.Function](nil))
+	for _, v := range []*catalog.VM{booted, restored, failed} {
+		validateGo(t, doc, "VM", v)
+	}
+	validateGo(t, doc, "VMList", list([]*catalog.VM{booted, failed}))
+	validateGo(t, doc, "CreatedVM", CreateVMResponse{vmRecord: booted})
+	validateGo(t, doc, "CreatedVM", CreateVMResponse{vmRecord: restored, Restore: rt})
+	validateGo(t, doc, "Snapshot", snap)
+	validateGo(t, doc, "SnapshotList", list([]*catalog.Snapshot{snap}))
+	for _, inv := range []*daemon.Invocation{warm, cold, raised} {
+		validateGo(t, doc, "Invocation", inv)
+	}
+	validateGo(t, doc, "InvocationRecord", record)
+	validateGo(t, doc, "InvocationList", list([]*catalog.Invocation{record}))
+	validateGo(t, doc, "Info", info)
+	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})
+	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
+	validateGo(t, doc, "InvokeRequest", InvokeRequest{})
+	validateGo(t, doc, "InvokeRequest", InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
+	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Function: "hello"})
+	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
+	validateGo(t, doc, "CreateSnapshotRequest", CreateSnapshotRequest{VM: booted.ID})
+
+	// Examples in the document are valid too.
+	for _, o := range operations(t, doc) {
+		for status, r := range asObject(o.op["responses"]) {
+			for mt, media := range asObject(deref(t, doc, r)["content"]) {
+				schema := asObject(asObject(media)["schema"])
+				for name, ex := range asObject(asObject(media)["examples"]) {
+					at := fmt.Sprintf("%s %s %s example %s", o.key(), status, mt, name)
+					for _, e := range validate(t, doc, schema, asObject(ex)["value"], at) {
+						t.Error(e)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestServeOpenAPIAndUnknownRoutes(t *testing.T) {
+	doc := loadDoc(t)
+	h := newTestHandler()
+	serve := func(method, target string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+		return w
+	}
+
+	w := serve("GET", "/v1/openapi.json")
+	if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+		t.Fatalf("GET /v1/openapi.json: %d %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	if !bytes.Equal(w.Body.Bytes(), OpenAPI) {
+		t.Error("GET /v1/openapi.json does not serve the embedded document")
+	}
+
+	for _, c := range []struct {
+		method, target string
+		status         int
+		code           string
+	}{
+		{"GET", "/v1/nope", http.StatusNotFound, "not_found"},
+		{"GET", "/", http.StatusNotFound, "not_found"},
+		{"GET", "/v1/functions/hello/nope", http.StatusNotFound, "not_found"},
+		{"GET", "/v1/functions/", http.StatusNotFound, "not_found"},
+		{"DELETE", "/v1/info", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"POST", "/v1/openapi.json", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"PUT", "/v1/functions", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"GET", "/v1/vms/vm-0123456789ab/invoke", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"PATCH", "/v1/snapshots/snap-0123456789ab", http.StatusMethodNotAllowed, "method_not_allowed"},
+	} {
+		w := serve(c.method, c.target)
+		if w.Code != c.status || !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+			t.Errorf("%s %s: %d %q, want %d application/json", c.method, c.target, w.Code, w.Header().Get("Content-Type"), c.status)
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
+		dec.DisallowUnknownFields()
+		var b ErrorBody
+		if err := dec.Decode(&b); err != nil || b.Error.Code != c.code || b.Error.Message == "" {
+			t.Errorf("%s %s: body %q (%v), want an Error with code %q", c.method, c.target, w.Body, err, c.code)
+		}
+		var x any
+		_ = json.Unmarshal(w.Body.Bytes(), &x)
+		for _, e := range validate(t, doc, jsonObject{"$ref": schemaRef("Error")}, x, c.method+" "+c.target) {
+			t.Error(e)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what thaw needs on a fresh Debian 12 machine, and nothing when it
+# is all there already (so `make demo` and `make test` can always call it).
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have qemu-system-x86_64 || need+=(qemu-system-x86)
+have qemu-img           || need+=(qemu-utils)
+have debootstrap        || need+=(debootstrap)
+have mkfs.ext4          || need+=(e2fsprogs)
+have cpio               || need+=(cpio)
+have zstd               || need+=(zstd)
+[ -x /bin/busybox ] || dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+have redis-server       || need+=(redis-server)
+have curl               || need+=(curl)
+
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "thaw needs these Debian packages: ${need[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "[thaw deps] installing: ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! have go; then
+  echo "thaw needs Go (1.22 or newer) on PATH" >&2
+  exit 1
+fi
