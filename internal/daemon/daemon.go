@@ -215,7 +215,7 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 		}
 		release = append(release, byte(c))
 	}
-	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.qemuVersion, s.image.Files[guestimage.Kernel].SHA256[:16])
+	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.qemuVersion, s.image.Files[s.image.KernelFile()].SHA256[:16])
 	if cached, err := s.db.Setting(ctx, key); err == nil && cached != "" {
 		var a AccelInfo
 		if a.Accel, err = vmm.ParseAccel(cached[:3]); err == nil {
@@ -223,7 +223,7 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 			return a, nil
 		}
 	}
-	res := qemu.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(guestimage.Kernel), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
+	res := qemu.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(s.image.KernelFile()), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
 	info := AccelInfo{Accel: vmm.AccelTCG, Source: "probe", Detail: "kvm probe failed: " + res.Detail}
 	if res.OK {
 		info = AccelInfo{Accel: vmm.AccelKVM, Source: "probe", Detail: "kvm probe: " + res.Detail}

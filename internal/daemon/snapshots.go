@@ -111,7 +111,7 @@ func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string,
 // inputs are the digests a snapshot of fn depends on, as they are now.
 func (s *Service) inputs(fn *catalog.Function) snapshot.Inputs {
 	return snapshot.Inputs{
-		Kernel:   snapshot.Digest{SHA256: s.image.Files[guestimage.Kernel].SHA256},
+		Kernel:   snapshot.Digest{SHA256: s.image.Files[s.image.KernelFile()].SHA256},
 		Initrd:   snapshot.Digest{SHA256: s.image.Files[guestimage.Initrd].SHA256},
 		Rootfs:   snapshot.Digest{SHA256: s.image.Files[guestimage.Rootfs].SHA256},
 		Function: snapshot.Digest{SHA256: fn.Digest},

@@ -58,7 +58,7 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 	return vmm.Spec{
 		ID: id, RunDir: filepath.Join(s.runDir(), id),
 		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: s.accel.Accel,
-		Kernel:  s.image.Path(guestimage.Kernel),
+		Kernel:  s.image.Path(s.image.KernelFile()),
 		Initrd:  s.image.Path(guestimage.Initrd),
 		Cmdline: s.image.Cmdline + " thaw.function=" + fn.Name,
 		Disks: []vmm.Disk{

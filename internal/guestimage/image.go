@@ -32,12 +32,25 @@ type Image struct {
 // Artifact names in an image directory.
 const (
 	Kernel = "vmlinuz"
-	Initrd = "initrd.img"
-	Rootfs = "rootfs.ext4"
+	// KernelUncompressed is the same kernel as an ELF with a PVH entry point.
+	// QEMU boots it directly: under TCG this saves the ~4.5 s the guest
+	// spends decompressing Debian's xz-compressed bzImage.
+	KernelUncompressed = "vmlinux"
+	Initrd             = "initrd.img"
+	Rootfs             = "rootfs.ext4"
 )
 
 // Path returns the path of an artifact.
 func (im *Image) Path(name string) string { return filepath.Join(im.Dir, name) }
+
+// KernelFile names the kernel to boot: the uncompressed one when the image
+// has it.
+func (im *Image) KernelFile() string {
+	if _, ok := im.Files[KernelUncompressed]; ok {
+		return KernelUncompressed
+	}
+	return Kernel
+}
 
 // Load reads dir/image.json and checks that every artifact is present with
 // the size it lists. Contents were hashed at build time; the digests are
@@ -57,7 +70,7 @@ func Load(dir string) (*Image, error) {
 	}
 	im.Dir = resolved
 	var errs []error
-	for _, name := range []string{Kernel, Initrd, Rootfs} {
+	for _, name := range []string{im.KernelFile(), Initrd, Rootfs} {
 		f, ok := im.Files[name]
 		if !ok || len(f.SHA256) != 64 {
 			errs = append(errs, fmt.Errorf("image.json lists no valid %s", name))
