@@ -102,7 +102,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
 	if pattern == "" {
-		if h.pathKnown(r.URL.Path) {
+		if allowed := h.allowedMethods(r.URL.Path); len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
 		} else {
 			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
@@ -114,14 +115,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
 }
 
-func (h *Handler) pathKnown(path string) bool {
-	for _, m := range []string{"GET", "POST", "DELETE", "PUT", "PATCH"} {
+// allowedMethods lists the methods routed for path (for 405's Allow).
+func (h *Handler) allowedMethods(path string) []string {
+	var out []string
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 		req, _ := http.NewRequest(m, path, nil)
 		if _, p := h.mux.Handler(req); p != "" {
-			return true
+			out = append(out, m)
 		}
 	}
-	return false
+	return out
 }
 
 type statusWriter struct {
@@ -315,7 +318,7 @@ func (h *Handler) deleteFunction(w http.ResponseWriter, r *http.Request) {
 
 // InvokeRequest is the body of the invoke operations.
 type InvokeRequest struct {
-	Event     json.RawMessage `json:"event"`
+	Event     json.RawMessage `json:"event,omitempty"` // absent: handle() gets None
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
 	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
 	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only

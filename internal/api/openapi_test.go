@@ -12,11 +12,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -344,15 +348,98 @@ var handlerIO = map[string]struct {
 	"GET /v1/invocations":              {"200", "InvocationList", ""},
 }
 
+// failSentinels are the errors fail() tells apart, by the expression
+// api.go names them with. TestFailSentinelsAreComplete keeps the list in
+// step with fail() and with the daemon's sentinels.
+var failSentinels = map[string]error{
+	"daemon.ErrInvalid":          daemon.ErrInvalid,
+	"daemon.ErrNotFound":         daemon.ErrNotFound,
+	"daemon.ErrExists":           daemon.ErrExists,
+	"daemon.ErrConflict":         daemon.ErrConflict,
+	"daemon.ErrSnapshotUnusable": daemon.ErrSnapshotUnusable,
+	"daemon.ErrTimeout":          daemon.ErrTimeout,
+	"daemon.ErrVMFailed":         daemon.ErrVMFailed,
+	"daemon.ErrNoSpace":          daemon.ErrNoSpace,
+	"context.Canceled":           context.Canceled,
+}
+
+// TestFailSentinelsAreComplete reads api.go and the daemon's sources: the
+// errors fail() matches with errors.Is must be exactly failSentinels, and
+// every exported Err* variable of package daemon must be among them (an
+// unmapped sentinel would silently become 500 and be undocumented).
+func TestFailSentinelsAreComplete(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "api.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	matched := map[string]bool{}
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "fail" || fn.Recv == nil {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) != 2 {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Is" {
+				if x, ok := call.Args[1].(*ast.SelectorExpr); ok {
+					if pkg, ok := x.X.(*ast.Ident); ok {
+						matched[pkg.Name+"."+x.Sel.Name] = true
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(matched) == 0 {
+		t.Fatal("found no errors.Is(err, X) in (*Handler).fail")
+	}
+	if got, want := keys(matched), keys(failSentinels); !slices.Equal(got, want) {
+		t.Errorf("fail() matches %v; failSentinels has %v: update failSentinels and document the status in openapi.json", got, want)
+	}
+
+	pkgs, err := filepath.Glob("../daemon/*.go")
+	if err != nil || len(pkgs) == 0 {
+		t.Fatalf("daemon sources: %v", err)
+	}
+	for _, path := range pkgs {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		df, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range df.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				for _, name := range spec.(*ast.ValueSpec).Names {
+					if strings.HasPrefix(name.Name, "Err") && name.IsExported() && !matched["daemon."+name.Name] {
+						t.Errorf("daemon.%s (%s) is not mapped by fail(): it would answer 500 internal", name.Name, filepath.Base(path))
+					}
+				}
+			}
+		}
+	}
+}
+
 // failCodes calls fail with every error class the service returns and
 // reports the status and code each one gets.
 func failCodes(t *testing.T) map[string]int {
 	t.Helper()
 	h := newTestHandler()
 	out := map[string]int{}
-	for _, err := range []error{daemon.ErrInvalid, daemon.ErrNotFound, daemon.ErrExists, daemon.ErrConflict,
-		daemon.ErrSnapshotUnusable, daemon.ErrTimeout, daemon.ErrVMFailed, context.Canceled,
-		errors.New("disk full")} {
+	errs := []error{errors.New("disk full")}
+	for _, e := range failSentinels {
+		errs = append(errs, e)
+	}
+	for _, err := range errs {
 		w := httptest.NewRecorder()
 		h.fail(w, httptest.NewRequest("GET", "/v1/info", nil), fmt.Errorf("wrapped: %w", err))
 		var b ErrorBody
@@ -597,9 +684,7 @@ var (
 // optionalDespiteTag lists request fields without omitempty that the
 // server nevertheless does not require (omitempty means nothing when
 // decoding).
-var optionalDespiteTag = map[string]string{
-	"InvokeRequest.event": "an absent event reaches handle() as null (agent.Conn.Invoke)",
-}
+var optionalDespiteTag = map[string]string{}
 
 // compareSchema checks a schema against the JSON encoding of a Go type:
 // the same property names both ways, required = not omitempty, and

@@ -272,7 +272,10 @@ func newID(prefix string) string {
 
 var (
 	nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-	idRE   = regexp.MustCompile(`^(vm|snap|inv)-[0-9a-f]{12}$`)
+	idRE   = map[string]*regexp.Regexp{
+		"vm":       regexp.MustCompile(`^vm-[0-9a-f]{12}$`),
+		"snapshot": regexp.MustCompile(`^snap-[0-9a-f]{12}$`),
+	}
 )
 
 // ValidName checks a function name.
@@ -284,7 +287,7 @@ func ValidName(name string) error {
 }
 
 func validID(kind, id string) error {
-	if !idRE.MatchString(id) {
+	if re, ok := idRE[kind]; !ok || !re.MatchString(id) {
 		return fmt.Errorf("%w: %s id %q is malformed", ErrInvalid, kind, id)
 	}
 	return nil

@@ -164,7 +164,7 @@ func copyFile(dst, src string, perm fs.FileMode) error {
 func extractArchive(dst string, r io.Reader) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
-		return fmt.Errorf("%w: archive is not gzip: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: archive is not gzip: %w", ErrInvalid, err)
 	}
 	tr := tar.NewReader(gz)
 	var total int64
@@ -174,7 +174,7 @@ func extractArchive(dst string, r io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: archive: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: archive: %w", ErrInvalid, err)
 		}
 		name := filepath.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
@@ -198,14 +198,14 @@ func extractArchive(dst string, r io.Reader) error {
 			}
 			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fs.FileMode(h.Mode).Perm()|0o444)
 			if err != nil {
-				return fmt.Errorf("%w: archive entry %q: %v", ErrInvalid, h.Name, err)
+				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
 			_, err = io.CopyN(out, tr, h.Size)
 			if cerr := out.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return fmt.Errorf("%w: archive entry %q: %v", ErrInvalid, h.Name, err)
+				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
 		default:
 			return fmt.Errorf("%w: archive entry %q is not a regular file or directory", ErrInvalid, h.Name)

@@ -169,17 +169,20 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		if snapID, err = s.newestSnapshot(ctx, req.Function); err != nil {
 			return nil, err
 		}
+	} else if req.Function != "" {
+		sn, err := s.GetSnapshot(ctx, snapID)
+		if err != nil {
+			return nil, err
+		}
+		if sn.Function != req.Function {
+			return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
+		}
 	}
 	lv, rec, rt, err := s.restore(ctx, snapID, req.Strategy, start)
 	if err != nil {
 		return nil, err
 	}
 	defer lv.mu.Unlock()
-	if req.Function != "" && req.Function != rec.Function {
-		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
-		_ = s.db.DeleteVM(ctx, rec.ID)
-		return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, rec.Function, req.Function)
-	}
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
 		Snapshot: snapID, Strategy: rec.Strategy}
 	inv.Timing.Restore = rt
