@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +74,11 @@ func TestLifecycle(t *testing.T) {
 		if err != nil || !inv.OK {
 			t.Fatalf("next invocation after an error: %v %+v", err, inv)
 		}
+	})
+
+	host := hostService(t)
+	t.Run("guest reaches a host service", func(t *testing.T) {
+		checkHostService(t, c, vm.ID, host)
 	})
 
 	snap, err := c.CreateSnapshot(ctx, vm.ID)
@@ -147,6 +155,9 @@ func TestLifecycle(t *testing.T) {
 		if a[1] != a[0]+1 || b[0] != a[0] {
 			t.Fatalf("clone counters are not independent: clone0 %v clone1 %v", a, b)
 		}
+		t.Run("restored guest reaches a host service", func(t *testing.T) {
+			checkHostService(t, c, vms[0].ID, host)
+		})
 		// Clones write memory privately; touch some to be sure.
 		for _, v := range vms {
 			if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":16}`), client.InvokeOptions{}); err != nil || !inv.OK {
@@ -241,6 +252,13 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("daemon restart keeps the catalog", func(t *testing.T) {
 		e.stop()
+		// Stopping the daemon stops every VM and frees what it held.
+		if !processGone(vm.PID) {
+			t.Fatalf("booted VM's QEMU (pid %d) survived the daemon", vm.PID)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(dataDir, "run")); len(ents) != 0 {
+			t.Fatalf("run directory not empty after stop: %v", ents)
+		}
 		// A VM a crashed daemon left "running" with a process that is gone.
 		db, err := catalog.Open(filepath.Join(dataDir, "catalog.db"))
 		if err != nil {
@@ -422,5 +440,40 @@ func testDiskFull(t *testing.T, e *env, vmID string) {
 	}
 	if inv, err := e.c.InvokeVM(ctx, vmID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
 		t.Fatalf("VM not resumed after the failed snapshot: %v %+v", err, inv)
+	}
+}
+
+// hostService listens on the host's loopback and answers "pong <n>" to each
+// line, like a tiny Redis; the guest reaches it at 10.0.2.2.
+func hostService(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for n := 1; ; n++ {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(n int) {
+				defer conn.Close()
+				line, _ := bufio.NewReader(conn).ReadString('\n')
+				fmt.Fprintf(conn, "pong %d %s\n", n, strings.TrimSpace(line))
+			}(n)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func checkHostService(t *testing.T, c *client.Client, vmID string, port int) {
+	t.Helper()
+	inv, err := c.InvokeVM(context.Background(), vmID, ev(fmt.Sprintf(`{"op":"tcp","port":%d}`, port)), client.InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inv.OK || !strings.Contains(string(inv.Result), "pong") || !strings.Contains(string(inv.Result), "ping") {
+		t.Fatalf("guest could not reach the host service: %s %+v", inv.Result, inv.Error)
 	}
 }

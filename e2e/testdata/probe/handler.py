@@ -1,5 +1,6 @@
 """Test function for thaw's end-to-end tests: one VM serves every case."""
 import os
+import socket
 import time
 
 calls = 0
@@ -22,4 +23,10 @@ def handle(event):
         # Touch guest memory so restored clones diverge from the snapshot.
         blob = bytearray(os.urandom(1 << 20)) * int(event.get("mib", 8))
         return {"bytes": len(blob)}
+    if op == "tcp":
+        # Reach a host service through the guest network (QEMU user
+        # networking: the host is 10.0.2.2).
+        with socket.create_connection(("10.0.2.2", int(event["port"])), timeout=10) as s:
+            s.sendall(b"ping\n")
+            return {"reply": s.makefile().readline().strip()}
     raise KeyError(op)
