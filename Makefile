@@ -24,9 +24,15 @@ help:
 deps:
 	@scripts/install-deps.sh
 
-build:
+build: shim
 	$(GO) build -o $(BIN)/thawd ./cmd/thawd
 	$(GO) build -o $(BIN)/thaw ./cmd/thaw
+
+# The C interposer loaded into QEMU by the reap and faasnap strategies;
+# thawd looks for it beside its own binary.
+shim:
+	$(MAKE) -C shim
+	@mkdir -p $(BIN) && cp shim/build/libthaw_shim.so $(BIN)/libthaw_shim.so
 
 image: deps
 	@guest/build-image.sh >/dev/null
@@ -51,3 +57,4 @@ fmt:
 
 clean:
 	rm -rf $(BIN) test-output.log
+	$(MAKE) -C shim clean

@@ -312,6 +312,9 @@ type InvokeOptions struct {
 	Timeout  time.Duration
 	Strategy string // cold invocations
 	Snapshot string // InvokeFunction: a specific snapshot instead of the newest
+	// EvictCache evicts the snapshot's files from the host page cache
+	// before a cold invocation.
+	EvictCache bool
 }
 
 func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
@@ -327,6 +330,9 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 	}
 	if o.Snapshot != "" {
 		in["snapshot"] = o.Snapshot
+	}
+	if o.EvictCache {
+		in["evict_cache"] = true
 	}
 	return in
 }
@@ -394,4 +400,32 @@ func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, erro
 // DeleteSnapshot deletes a snapshot.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)
+}
+
+// PrepareOptions tune Prepare.
+type PrepareOptions struct {
+	GroupSize int // FaaSnap working-set group size, pages (0: 1024)
+	MergeGap  int // FaaSnap merge threshold, pages (0: 32)
+	Timeout   time.Duration
+}
+
+// Prepare boots the function, takes a clean snapshot, records the working
+// set with recordEvent, takes the warm snapshot and builds every strategy's
+// artifacts. Later cold invocations restore the warm snapshot.
+func (c *Client) Prepare(ctx context.Context, function string, recordEvent json.RawMessage, o PrepareOptions) (*PrepareResult, error) {
+	in := map[string]any{}
+	if len(recordEvent) > 0 {
+		in["record_event"] = recordEvent
+	}
+	if o.GroupSize > 0 {
+		in["group_size"] = o.GroupSize
+	}
+	if o.MergeGap > 0 {
+		in["merge_gap"] = o.MergeGap
+	}
+	if o.Timeout > 0 {
+		in["timeout_ms"] = o.Timeout.Milliseconds()
+	}
+	var res PrepareResult
+	return &res, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", in, &res)
 }

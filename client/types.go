@@ -40,16 +40,18 @@ type VM struct {
 
 // Snapshot is a published snapshot.
 type Snapshot struct {
-	ID        string    `json:"id"`
-	Function  string    `json:"function"`
-	SourceVM  string    `json:"source_vm"`
-	Dir       string    `json:"dir"`
-	MemoryMiB int       `json:"memory_mib"`
-	SizeBytes int64     `json:"size_bytes"`
-	DiskBytes int64     `json:"disk_bytes"`
-	CreateMS  float64   `json:"create_ms"`
-	PauseMS   float64   `json:"pause_ms"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string          `json:"id"`
+	Function  string          `json:"function"`
+	SourceVM  string          `json:"source_vm"`
+	Dir       string          `json:"dir"`
+	MemoryMiB int             `json:"memory_mib"`
+	SizeBytes int64           `json:"size_bytes"`
+	DiskBytes int64           `json:"disk_bytes"`
+	CreateMS  float64         `json:"create_ms"`
+	PauseMS   float64         `json:"pause_ms"`
+	CreatedAt time.Time       `json:"created_at"`
+	Parent    string          `json:"parent,omitempty"`
+	Prepared  json.RawMessage `json:"prepared,omitempty"`
 }
 
 // RestoreTiming breaks a restore down, in milliseconds.
@@ -89,6 +91,48 @@ type Invocation struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *FunctionError  `json:"error,omitempty"`
 	Timing   Timing          `json:"timing"`
+
+	EvictedCache  bool           `json:"evicted_cache,omitempty"`
+	StrategyStats *StrategyStats `json:"strategy_stats,omitempty"`
+	Process       *Process       `json:"process,omitempty"`
+}
+
+// StrategyStats is what the restore strategy did (cold invocations).
+type StrategyStats struct {
+	Fallback           string  `json:"fallback,omitempty"`
+	CacheFillMS        float64 `json:"cache_fill_ms,omitempty"`
+	PrefetchPages      uint64  `json:"prefetch_pages,omitempty"`
+	PrefetchBytes      uint64  `json:"prefetch_bytes,omitempty"`
+	PrefetchMS         float64 `json:"prefetch_ms,omitempty"`
+	FaultsServed       uint64  `json:"faults_served,omitempty"`
+	FaultBytesRead     uint64  `json:"fault_bytes_read,omitempty"`
+	PrefetchDirectIO   bool    `json:"prefetch_direct_io,omitempty"`
+	RecordedPageCount  uint64  `json:"recorded_pages,omitempty"`
+	LayoutEntries      int     `json:"layout_entries,omitempty"`
+	LoaderBytes        uint64  `json:"loader_bytes,omitempty"`
+	LoaderMS           float64 `json:"loader_ms,omitempty"`
+	LoaderShared       bool    `json:"loader_shared,omitempty"`
+	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"`
+}
+
+// Process is the VMM process's counters during an invocation.
+type Process struct {
+	MinorFaults uint64 `json:"minor_faults"`
+	MajorFaults uint64 `json:"major_faults"`
+	ReadBytes   uint64 `json:"read_bytes"`
+	RssAnonKiB  uint64 `json:"rss_anon_kib"`
+	RssFileKiB  uint64 `json:"rss_file_kib"`
+	RssShmemKiB uint64 `json:"rss_shmem_kib"`
+}
+
+// PrepareResult describes what Prepare built.
+type PrepareResult struct {
+	Function string          `json:"function"`
+	Clean    *Snapshot       `json:"clean_snapshot"`
+	Warm     *Snapshot       `json:"warm_snapshot"`
+	FaaSnap  json.RawMessage `json:"faasnap"`
+	REAP     json.RawMessage `json:"reap"`
+	Timing   json.RawMessage `json:"timing"`
 }
 
 // InvocationRecord is a stored invocation.

@@ -23,6 +23,7 @@ func (a *app) newInvokeCmd() *cobra.Command {
 		snapshot  string
 		strategy  string
 		timeoutMS int
+		evict     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "invoke FUNCTION",
@@ -65,10 +66,14 @@ document instead (exit code 3 too if the function raised).`,
 			if err != nil {
 				return err
 			}
+			if vm != "" && evict {
+				return usagef("--evict-cache applies to cold invocations only (not with --vm)")
+			}
 			opts := client.InvokeOptions{
-				Timeout:  time.Duration(timeoutMS) * time.Millisecond,
-				Strategy: strategy,
-				Snapshot: snapshot,
+				Timeout:    time.Duration(timeoutMS) * time.Millisecond,
+				Strategy:   strategy,
+				Snapshot:   snapshot,
+				EvictCache: evict,
 			}
 			var inv *client.Invocation
 			if vm != "" {
@@ -99,6 +104,7 @@ document instead (exit code 3 too if the function raised).`,
 	fl.StringVar(&snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
 	fl.StringVarP(&strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
 	fl.IntVar(&timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
+	fl.BoolVar(&evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
 }
@@ -222,6 +228,35 @@ func (a *app) printTiming(inv *client.Invocation) error {
 	row(w, "total", fmtMSCol(t.TotalMS), "request to answer")
 	if t.TeardownMS > 0 {
 		row(w, "teardown", fmtMSCol(t.TeardownMS), "after the answer")
+	}
+	if p := inv.Process; p != nil {
+		row(w, "vmm faults", fmt.Sprintf("%d major, %d minor", p.MajorFaults, p.MinorFaults), "QEMU, resume to answer")
+		row(w, "vmm reads", fmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
+	}
+	if st := inv.StrategyStats; st != nil {
+		if st.Fallback != "" {
+			row(w, "FALLBACK", st.Fallback, "")
+		}
+		if st.CacheFillMS > 0 {
+			row(w, "cache fill", fmtMSCol(st.CacheFillMS), "before the restore (cached)")
+		}
+		if st.PrefetchPages > 0 {
+			row(w, "prefetch", fmt.Sprintf("%d pages, %s in %s", st.PrefetchPages, fmtBytes(int64(st.PrefetchBytes)), fmtMS(st.PrefetchMS)), "REAP working set, before the vCPU ran")
+		}
+		if st.FaultsServed > 0 {
+			row(w, "uffd faults", fmt.Sprintf("%d", st.FaultsServed), "served outside the working set")
+		}
+		if st.LoaderBytes > 0 || st.LayoutEntries > 0 {
+			done := "still loading at the answer"
+			if st.LoaderBeforeInvoke != nil && *st.LoaderBeforeInvoke {
+				done = "finished before the answer"
+			}
+			row(w, "loader", fmt.Sprintf("%s in %s", fmtBytes(int64(st.LoaderBytes)), fmtMS(st.LoaderMS)), done)
+			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "FaaSnap regions")
+		}
+	}
+	if inv.EvictedCache {
+		row(w, "cache", "evicted", "snapshot files dropped from the page cache first")
 	}
 	return w.Flush()
 }

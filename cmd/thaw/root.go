@@ -79,6 +79,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newVMCmd(),
 		a.newSnapshotCmd(),
 		a.newInvokeCmd(),
+		a.newPrepareCmd(),
 		a.newInvocationsCmd(),
 		a.newOpenAPICmd(),
 		a.newBenchCmd(),

@@ -29,6 +29,16 @@ func defaultImageDir() string {
 	return filepath.Join(cache, "images", "current")
 }
 
+// defaultShim is libthaw_shim.so beside the thawd binary (make build puts
+// it there).
+func defaultShim() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), "libthaw_shim.so")
+}
+
 func main() {
 	var cfg daemon.Config
 	listen := flag.String("listen", "127.0.0.1:7380", "address to serve the API on (host:port, or a path for a Unix socket)")
@@ -39,6 +49,7 @@ func main() {
 	flag.IntVar(&cfg.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
 	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
 	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
+	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap and faasnap strategies")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
 

@@ -145,6 +145,9 @@ func (c *Conn) Ping(ctx context.Context) (*Reply, error) {
 		return nil, err
 	}
 	if !r.OK {
+		if r.Error == nil {
+			return r, errors.New("ping: guest reported failure without details")
+		}
 		return r, fmt.Errorf("ping: %w", r.Error)
 	}
 	return r, nil

@@ -69,6 +69,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/functions/{name}", h.getFunction},
 		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
+		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
 		{"GET", "/v1/vms", h.listVMs},
 		{"POST", "/v1/vms", h.createVM},
 		{"GET", "/v1/vms/{id}", h.getVM},
@@ -322,6 +323,9 @@ type InvokeRequest struct {
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
 	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
 	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
+	// EvictCache evicts the snapshot's files from the page cache before a
+	// cold invocation (honest cold measurements).
+	EvictCache bool `json:"evict_cache,omitempty"`
 }
 
 func (h *Handler) decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, bool) {
@@ -334,7 +338,8 @@ func (h *Handler) decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeR
 }
 
 func (req *InvokeRequest) invoke() daemon.InvokeRequest {
-	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}
+	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
+		EvictCache: req.EvictCache}
 }
 
 func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
@@ -376,8 +381,8 @@ func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if req.Strategy != "" || req.Snapshot != "" {
-		h.fail(w, r, fmt.Errorf("%w: strategy and snapshot apply to cold invocations only", daemon.ErrInvalid))
+	if req.Strategy != "" || req.Snapshot != "" || req.EvictCache {
+		h.fail(w, r, fmt.Errorf("%w: strategy, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid))
 		return
 	}
 	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), req.invoke())
@@ -393,6 +398,34 @@ func (h *Handler) answerInvocation(w http.ResponseWriter, r *http.Request, inv *
 		return
 	}
 	writeJSON(w, http.StatusOK, inv)
+}
+
+// PrepareRequest is the body of POST /v1/functions/{name}/prepare.
+type PrepareRequest struct {
+	RecordEvent json.RawMessage `json:"record_event,omitempty"` // the record input (absent: handle() gets None)
+	GroupSize   int             `json:"group_size,omitempty"`   // FaaSnap working-set group, pages (default 1024)
+	MergeGap    int             `json:"merge_gap,omitempty"`    // FaaSnap merge threshold, pages (default 32)
+	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
+}
+
+func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
+	var req PrepareRequest
+	if err := decode(w, r, maxInvokeBody, &req); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	name := r.PathValue("name")
+	if err := daemon.ValidName(name); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.svc.Prepare(r.Context(), daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent,
+		GroupSize: req.GroupSize, MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
 }
 
 func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {

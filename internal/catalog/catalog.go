@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -77,6 +78,11 @@ type Snapshot struct {
 	CreateMS  float64   `json:"create_ms"`  // pause to published
 	PauseMS   float64   `json:"pause_ms"`   // VM paused time during the snapshot
 	CreatedAt time.Time `json:"created_at"`
+	// Parent is the clean snapshot a warm snapshot was recorded from.
+	Parent string `json:"parent,omitempty"`
+	// Prepared holds the prepare result (JSON) when the snapshot carries
+	// strategy artifacts.
+	Prepared json.RawMessage `json:"prepared,omitempty"`
 }
 
 // Invocation is a record of one invocation and its measurements.
@@ -114,6 +120,28 @@ CREATE INDEX IF NOT EXISTS invocations_function ON invocations(function, created
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 `
 
+// migrations are additive schema changes, applied once each, in order.
+var migrations = []string{
+	`ALTER TABLE snapshots ADD COLUMN parent TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE snapshots ADD COLUMN prepared TEXT NOT NULL DEFAULT ''`,
+}
+
+func migrate(db *sql.DB) error {
+	var version int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := db.Exec(migrations[i]); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := db.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Open opens (creating if needed) the catalog at path.
 //
 // The database runs in WAL mode with synchronous=NORMAL: a commit is in the
@@ -123,12 +151,17 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 // development machines' disk added ~25 ms to every restore (two VM records
 // are written before QEMU starts).
 func Open(path string) (*DB, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
+	u := url.URL{Scheme: "file", Path: path, OmitHost: true}
+	db, err := sql.Open("sqlite", u.String()+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
 	if err != nil {
 		return nil, fmt.Errorf("open catalog %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // SQLite serializes writers; one connection avoids SQLITE_BUSY
 	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("catalog schema %s: %w", path, err)
+	}
+	if err := migrate(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("catalog schema %s: %w", path, err)
 	}
@@ -138,7 +171,11 @@ func Open(path string) (*DB, error) {
 // Close closes the database.
 func (c *DB) Close() error { return c.db.Close() }
 
-func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// tsLayout is fixed-width so that text order is time order (RFC3339Nano
+// drops trailing zeros, and "…:00Z" would sort after "…:00.5Z").
+const tsLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+func ts(t time.Time) string { return t.UTC().Format(tsLayout) }
 
 func parseTS(s string) time.Time {
 	t, _ := time.Parse(time.RFC3339Nano, s)
@@ -270,22 +307,25 @@ func (c *DB) DeleteVM(ctx context.Context, id string) error {
 
 // PutSnapshot inserts or replaces a snapshot record.
 func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
-	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		s.ID, s.Function, s.SourceVM, s.Dir, s.MemoryMiB, s.SizeBytes, s.DiskBytes, s.Stamp,
-		s.CreateMS, s.PauseMS, ts(s.CreatedAt))
+		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared))
 	return err
 }
 
-const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at`
+const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared`
 
 func scanSnapshot(s interface{ Scan(...any) error }) (*Snapshot, error) {
 	var sn Snapshot
-	var created string
+	var created, prepared string
 	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
-		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created); err != nil {
+		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = parseTS(created)
+	if prepared != "" {
+		sn.Prepared = json.RawMessage(prepared)
+	}
 	return &sn, nil
 }
 
@@ -314,6 +354,27 @@ func (c *DB) ListSnapshots(ctx context.Context, function string) ([]*Snapshot, e
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// SetSnapshotParent records the clean snapshot a warm one came from.
+func (c *DB) SetSnapshotParent(ctx context.Context, id, parent string) error {
+	return c.updateSnapshot(ctx, id, `parent`, parent)
+}
+
+// SetSnapshotPrepared records a snapshot's prepare result.
+func (c *DB) SetSnapshotPrepared(ctx context.Context, id, prepared string) error {
+	return c.updateSnapshot(ctx, id, `prepared`, prepared)
+}
+
+func (c *DB) updateSnapshot(ctx context.Context, id, col, val string) error {
+	res, err := c.db.ExecContext(ctx, `UPDATE snapshots SET `+col+`=? WHERE id=?`, val, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	return nil
 }
 
 // DeleteSnapshot removes a snapshot record.

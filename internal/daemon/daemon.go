@@ -20,6 +20,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
@@ -53,6 +54,7 @@ type Config struct {
 	DefaultVCPUs     int           // vCPUs when a function names none
 	BootTimeout      time.Duration // start to agent ready
 	InvokeTimeout    time.Duration // default per-invocation timeout
+	ShimPath         string        // libthaw_shim.so (reap and faasnap strategies)
 }
 
 // Validate reports every problem at once.
@@ -97,8 +99,9 @@ type Service struct {
 	accel       AccelInfo
 	qemuVersion string
 
-	mu  sync.Mutex
-	vms map[string]*liveVM // VMs with a process
+	mu      sync.Mutex
+	vms     map[string]*liveVM // VMs with a process
+	loaders *restore.Loaders   // FaaSnap loaders, shared by all restores
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	wg        sync.WaitGroup
@@ -125,7 +128,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}}
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders()}
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)

@@ -105,6 +105,9 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 // copyTree copies regular files and directories; anything else (symlinks,
 // devices) is refused so a function cannot point outside itself.
 func copyTree(dst, src string) error {
+	if resolved, err := filepath.EvalSymlinks(src); err == nil {
+		src = resolved // the function directory itself may be a link
+	}
 	st, err := os.Stat(src)
 	if err != nil || !st.IsDir() {
 		return fmt.Errorf("%w: function directory %q does not exist or is not a directory", ErrInvalid, src)
@@ -187,14 +190,14 @@ func extractArchive(dst string, r io.Reader) error {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
+				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
 		case tar.TypeReg:
 			if total += h.Size; total > MaxCodeBytes {
 				return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
 			}
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
+				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
 			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fs.FileMode(h.Mode).Perm()|0o444)
 			if err != nil {

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
 // MaxEventBytes bounds an invocation's event (Lambda's synchronous limit).
@@ -27,6 +31,15 @@ type Invocation struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *agent.Error    `json:"error,omitempty"`
 	Timing   Timing          `json:"timing"`
+	// EvictedCache: the snapshot's files were evicted from the host page
+	// cache before the restore (a "cold" measurement).
+	EvictedCache bool `json:"evicted_cache,omitempty"`
+	// Strategy is what the restore strategy did (cold invocations).
+	StrategyStats *restore.Stats `json:"strategy_stats,omitempty"`
+	// Process is the VMM process's page faults and storage reads from the
+	// vCPUs resuming (cold) or the request (warm) to the answer; RSS at the
+	// answer.
+	Process *procstat.Counters `json:"process,omitempty"`
 }
 
 // Timing breaks an invocation down, in milliseconds. For a cold invocation
@@ -45,6 +58,9 @@ type Timing struct {
 type InvokeRequest struct {
 	Event   json.RawMessage
 	Timeout time.Duration // 0: the daemon's default
+	// EvictCache evicts the snapshot's files (memory, device state and the
+	// strategies' artifacts) from the page cache first: cold invocations only.
+	EvictCache bool
 }
 
 func (s *Service) timeout(d time.Duration) (time.Duration, error) {
@@ -82,7 +98,11 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 		return nil, err
 	}
 	defer lv.mu.Unlock()
+	if req.EvictCache {
+		return nil, fmt.Errorf("%w: evict_cache applies to cold invocations only", ErrInvalid)
+	}
 	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
+	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
 	}
@@ -115,6 +135,13 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
+	}
+	if after, err := procstat.Read(lv.m.PID()); err == nil {
+		d := after.Sub(lv.countersAtResume)
+		inv.Process = &d
+	}
+	if lv.sess != nil {
+		lv.sess.InvocationDone()
 	}
 	inv.OK = reply.OK
 	inv.Result = reply.Result
@@ -178,18 +205,32 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 			return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
 		}
 	}
-	lv, rec, rt, err := s.restore(ctx, snapID, req.Strategy, start)
+	kind, err := restore.ParseKind(req.Strategy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if req.EvictCache {
+		if err := s.evictSnapshot(ctx, snapID); err != nil {
+			return nil, err
+		}
+		start = time.Now() // eviction is preparation, not part of the cold start
+	}
+	lv, rec, rt, err := s.restore(ctx, snapID, restoreOpts{kind: kind, start: start})
 	if err != nil {
 		return nil, err
 	}
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
-		Snapshot: snapID, Strategy: rec.Strategy}
+		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache}
 	inv.Timing.Restore = rt
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
 	}
-	inv.Timing.TotalMS = ms(time.Since(start))
+	st := lv.sess.Stats()
+	inv.StrategyStats = &st
+	// cached fills the page cache before the restore proper (reported as
+	// cache_fill_ms); it is not part of the cold start.
+	inv.Timing.TotalMS = ms(time.Since(start)) - st.CacheFillMS
 	t := time.Now()
 	s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
 	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
@@ -238,4 +279,21 @@ func (s *Service) Info() Info {
 	}
 	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: *s.image,
 		DataDir: s.cfg.DataDir, Strategies: strategies}
+}
+
+// evictSnapshot drops a snapshot's files, and its strategies' artifacts,
+// from the host page cache (posix_fadvise DONTNEED on each file; never a
+// system-wide drop), so the next restore reads them from disk.
+func (s *Service) evictSnapshot(ctx context.Context, id string) error {
+	sn, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
+	arts, _ := filepath.Glob(filepath.Join(sn.Dir, "strategies", "*", "*"))
+	paths = append(paths, arts...)
+	if err := pagecache.EvictAll(paths...); err != nil {
+		return fmt.Errorf("evict snapshot %s: %w", id, err)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
@@ -27,6 +28,12 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 		return nil, err
 	}
 	defer lv.mu.Unlock()
+	return s.snapshotLocked(ctx, lv)
+}
+
+// snapshotLocked snapshots a VM whose lock the caller holds.
+func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (*catalog.Snapshot, error) {
+	vmID := lv.id
 	if !lv.shared {
 		return nil, fmt.Errorf("%w: vm %s was restored with private memory; only booted VMs can be snapshotted", ErrConflict, vmID)
 	}
@@ -65,7 +72,6 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 		rec.SizeBytes += f.Size
 		rec.DiskBytes += f.Allocated
 	}
-	rec.DiskBytes += m.Files[snapshot.StateFile].Size
 	if err := s.db.PutSnapshot(ctx, rec); err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err
@@ -241,7 +247,11 @@ type RestoreTiming struct {
 // RestoreVM starts a VM from a snapshot with a restore strategy and waits
 // until its agent answers. The VM keeps running until deleted.
 func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*catalog.VM, *RestoreTiming, error) {
-	lv, rec, t, err := s.restore(ctx, snapID, strategy, time.Now())
+	kind, err := restore.ParseKind(strategy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{kind: kind, start: time.Now()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -249,12 +259,18 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	return rec, t, nil
 }
 
-// restore does RestoreVM's work and returns the VM locked.
-func (s *Service) restore(ctx context.Context, snapID, strategy string, start time.Time) (*liveVM, *catalog.VM, *RestoreTiming, error) {
-	kind, err := restore.ParseKind(strategy)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
+// restoreOpts says how to restore.
+type restoreOpts struct {
+	kind  restore.Kind
+	start time.Time // when the request arrived
+	// begin, if set, replaces restore.Begin (the record phases use it).
+	begin func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error)
+}
+
+// restore does RestoreVM's work and returns the VM locked, its strategy
+// session attached to it.
+func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	start := o.start
 	sn, err := s.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -272,22 +288,44 @@ func (s *Service) restore(ctx context.Context, snapID, strategy string, start ti
 	spec := s.baseSpec(id, fn)
 	spec.Cmdline = m.Guest.Cmdline
 	spec.Incoming = true
-	spec.Memory, err = restore.Plan(kind, restore.Snapshot{Dir: sn.Dir, Manifest: m})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
+		return nil, nil, nil, err
 	}
-	rec := &catalog.VM{ID: id, Function: fn.Name, Snapshot: sn.ID, Strategy: string(kind)}
+	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders}
+	rsnap := restore.Snapshot{Dir: sn.Dir, Manifest: m}
+	var sess restore.Session
+	if o.begin != nil {
+		sess, err = o.begin(ctx, rsnap, env)
+	} else {
+		sess, err = restore.Begin(ctx, o.kind, rsnap, env)
+	}
+	if err != nil {
+		_ = os.RemoveAll(spec.RunDir)
+		return nil, nil, nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+	}
+	if fill := sess.Stats().CacheFillMS; fill > 0 {
+		// cached: the page cache is filled before the restore proper; its
+		// time is reported apart, not as set-up.
+		start = start.Add(time.Duration(fill * float64(time.Millisecond)))
+	}
+	spec.Memory = sess.Memory()
+	rec := &catalog.VM{ID: id, Function: fn.Name, Snapshot: sn.ID, Strategy: string(sess.Kind())}
 	t1 := time.Now()
 	lv, err := s.startVM(ctx, rec, spec, fn)
 	if err != nil {
+		sess.Close()
 		return nil, nil, nil, err
 	}
 	lv.mu.Lock()
+	lv.sess = sess
 	fail := func(what string, err error) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 		reason := fmt.Sprintf("restore from %s: %s: %v", snapID, what, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		lv.mu.Unlock()
 		return nil, nil, nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)
+	}
+	if err := sess.Started(ctx, lv.m.PID()); err != nil {
+		return fail(string(sess.Kind())+" strategy", err)
 	}
 	t.VMMStartMS = ms(time.Since(t1))
 	t2 := time.Now()
@@ -295,6 +333,7 @@ func (s *Service) restore(ctx context.Context, snapID, strategy string, start ti
 		return fail("load device state", err)
 	}
 	t.LoadStateMS = ms(time.Since(t2))
+	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	if err := lv.m.Resume(ctx); err != nil {
 		return fail("resume", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
@@ -28,6 +30,9 @@ type liveVM struct {
 	memPath string // guest RAM file for booted VMs (shared); "" for restored ones
 	shared  bool   // guest RAM is in memPath, so the VM can be snapshotted
 	state   string // guarded by Service.mu
+
+	sess             restore.Session   // restored VMs: the strategy serving their memory
+	countersAtResume procstat.Counters // VMM counters just before the vCPUs resumed
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -148,6 +153,11 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 	}
 	if lv.agent != nil {
 		lv.agent.Close()
+	}
+	if lv.sess != nil {
+		if err := lv.sess.Close(); err != nil {
+			s.log.Warn("close restore session", "vm", lv.id, "err", err)
+		}
 	}
 	if err := os.RemoveAll(lv.runDir); err != nil {
 		s.log.Error("remove run dir", "vm", lv.id, "err", err)

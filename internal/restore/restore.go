@@ -1,12 +1,19 @@
 // Package restore holds thaw's snapshot restore strategies: how the guest
 // memory of a snapshot is mapped into a restored VM and how its pages reach
-// memory. The set of strategies is closed: a Kind names one, and Plan is the
-// single place that branches on it (as Firecracker's persist.rs branches on
-// MemBackendType).
+// memory. The set of strategies is closed: a Kind names one, and Begin is
+// the single place that branches on it (as Firecracker's persist.rs
+// branches on MemBackendType).
+//
+// A strategy sees a narrow handle: the snapshot directory and manifest, the
+// VM's run directory and, once QEMU runs, its pid. It never sees QEMU's
+// argv; it describes guest memory with vmm.Memory (file, sharing, and the
+// environment that loads the interposer shim).
 package restore
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -23,10 +30,22 @@ const (
 	// guest memory in on demand (with its readahead); the file is never
 	// modified, so any number of VMs restore from it at once.
 	Vanilla Kind = "vanilla"
+	// Cached is vanilla with the whole memory file in the host page cache
+	// before the restore starts: FaaSnap's reference point (not practical,
+	// the bar to reach). Filling the cache is reported, not timed.
+	Cached Kind = "cached"
+	// REAP records the pages the first invocation faults (userfaultfd) and
+	// later installs them all from a compact working-set file, read with one
+	// O_DIRECT read, before the vCPU runs (ASPLOS'21).
+	REAP Kind = "reap"
+	// FaaSnap maps zero regions anonymous, non-zero regions to the memory
+	// file and the loading set to a compact loading-set file, and prefetches
+	// that file concurrently with the guest (EuroSys'22, section 4).
+	FaaSnap Kind = "faasnap"
 )
 
 // Kinds lists every strategy, in the order documentation and benchmarks use.
-var Kinds = []Kind{Vanilla}
+var Kinds = []Kind{Vanilla, Cached, REAP, FaaSnap}
 
 // Default is the strategy used when a request names none.
 const Default = Vanilla
@@ -57,11 +76,102 @@ type Snapshot struct {
 // MemoryPath is the snapshot's guest memory file.
 func (s Snapshot) MemoryPath() string { return filepath.Join(s.Dir, snapshot.MemoryFile) }
 
-// Plan returns how the VMM must back guest memory to restore snap with kind.
-func Plan(kind Kind, snap Snapshot) (vmm.Memory, error) {
+// ArtifactDir is where a strategy keeps the artifacts it built for s.
+func (s Snapshot) ArtifactDir(k Kind) string { return filepath.Join(s.Dir, "strategies", string(k)) }
+
+// Env is what the daemon provides to one restore.
+type Env struct {
+	RunDir   string // the VM's private directory (sockets, layout table)
+	ShimPath string // libthaw_shim.so, for strategies that need a layout
+	Log      *slog.Logger
+	Loaders  *Loaders // FaaSnap loaders shared across restores
+}
+
+// Stats are a restore's strategy-specific measurements. Fields that do not
+// apply to the strategy used stay zero and are omitted.
+type Stats struct {
+	// Fallback explains why a requested strategy ran as vanilla.
+	Fallback string `json:"fallback,omitempty"`
+	// CacheFillMS: cached only, time to bring the memory file into the page
+	// cache before the restore (not part of the restore's timing).
+	CacheFillMS float64 `json:"cache_fill_ms,omitempty"`
+
+	// REAP.
+	PrefetchPages     uint64  `json:"prefetch_pages,omitempty"`     // installed before the vCPU ran
+	PrefetchBytes     uint64  `json:"prefetch_bytes,omitempty"`     // working-set file read
+	PrefetchMS        float64 `json:"prefetch_ms,omitempty"`        // read + install
+	FaultsServed      uint64  `json:"faults_served,omitempty"`      // outside the working set
+	FaultBytesRead    uint64  `json:"fault_bytes_read,omitempty"`   // memory file reads for them
+	PrefetchDirectIO  bool    `json:"prefetch_direct_io,omitempty"` // O_DIRECT was used
+	RecordedPageCount uint64  `json:"recorded_pages,omitempty"`     // record mode only
+
+	// FaaSnap.
+	LayoutEntries      int     `json:"layout_entries,omitempty"`        // mappings the shim made
+	LoaderBytes        uint64  `json:"loader_bytes,omitempty"`          // loading-set bytes read by the loader
+	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
+	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
+	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
+}
+
+// Session is one restore in progress.
+type Session interface {
+	// Kind is the strategy actually used (Vanilla after a fallback).
+	Kind() Kind
+	// Memory is how the VMM must back guest memory.
+	Memory() vmm.Memory
+	// Started runs once the VMM process exists and before its device state
+	// is loaded; strategies that must act before the vCPU runs do it here.
+	Started(ctx context.Context, pid int) error
+	// InvocationDone tells the session the invocation answered.
+	InvocationDone()
+	// Stats reports what the strategy did.
+	Stats() Stats
+	// Close releases what the session holds (servers, sockets).
+	Close() error
+}
+
+// Begin starts a restore of snap with kind. A strategy whose artifacts are
+// missing, truncated, corrupt or built from another memory file falls back
+// to vanilla: the session says so in Stats.Fallback and the log; it never
+// maps bytes it has not verified belong to this snapshot.
+func Begin(ctx context.Context, kind Kind, snap Snapshot, env Env) (Session, error) {
 	switch kind {
 	case Vanilla:
-		return vmm.Memory{Path: snap.MemoryPath(), Shared: false}, nil
+		return &vanilla{snap: snap}, nil
+	case Cached:
+		return beginCached(ctx, snap)
+	case REAP:
+		s, err := beginREAP(ctx, snap, env)
+		return orFallback(kind, snap, env, s, err)
+	case FaaSnap:
+		s, err := beginFaaSnap(ctx, snap, env)
+		return orFallback(kind, snap, env, s, err)
 	}
-	return vmm.Memory{}, fmt.Errorf("restore strategy %q is not available", kind)
+	return nil, fmt.Errorf("restore strategy %q is not available", kind)
 }
+
+func orFallback(kind Kind, snap Snapshot, env Env, s Session, err error) (Session, error) {
+	if err == nil {
+		return s, nil
+	}
+	reason := fmt.Sprintf("%s artifacts unusable, restored with vanilla: %v", kind, err)
+	if env.Log != nil {
+		env.Log.Warn("restore strategy fallback", "strategy", kind, "snapshot", snap.Dir, "reason", reason)
+	}
+	return &vanilla{snap: snap, fallback: reason}, nil
+}
+
+// vanilla is the File memory backend.
+type vanilla struct {
+	snap     Snapshot
+	fallback string
+}
+
+func (v *vanilla) Kind() Kind { return Vanilla }
+func (v *vanilla) Memory() vmm.Memory {
+	return vmm.Memory{Path: v.snap.MemoryPath(), Shared: false}
+}
+func (v *vanilla) Started(context.Context, int) error { return nil }
+func (v *vanilla) InvocationDone()                    {}
+func (v *vanilla) Stats() Stats                       { return Stats{Fallback: v.fallback} }
+func (v *vanilla) Close() error                       { return nil }

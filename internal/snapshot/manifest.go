@@ -151,7 +151,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("%w: manifest entry for %s is invalid", ErrCorrupt, name)
 		}
 	}
-	if m.Guest.MemoryMiB <= 0 || int64(m.Guest.MemoryMiB)<<20 != m.Files[MemoryFile].Size {
+	if size := m.Files[MemoryFile].Size; m.Guest.MemoryMiB <= 0 || size%(1<<20) != 0 || size>>20 != int64(m.Guest.MemoryMiB) {
 		return nil, fmt.Errorf("%w: memory file size %d does not match guest memory %d MiB", ErrCorrupt, m.Files[MemoryFile].Size, m.Guest.MemoryMiB)
 	}
 	return &m, nil

@@ -19,6 +19,7 @@ type QMP struct {
 	conn net.Conn
 	rd   *bufio.Reader
 	mu   sync.Mutex // one command in flight at a time
+	next uint64     // id of the last command sent
 }
 
 // QMPError is an error reply from QEMU ("error": {"class", "desc"}).
@@ -78,7 +79,12 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	req := map[string]any{"execute": cmd}
+	// Every command carries an id and replies with another id are skipped:
+	// after a command timed out, its late reply must not be taken for the
+	// answer to the next one.
+	q.next++
+	id := q.next
+	req := map[string]any{"execute": cmd, "id": id}
 	if args != nil {
 		req["arguments"] = args
 	}
@@ -104,7 +110,8 @@ func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessag
 				Class string `json:"class"`
 				Desc  string `json:"desc"`
 			} `json:"error"`
-			Event string `json:"event"`
+			Event string  `json:"event"`
+			ID    *uint64 `json:"id"`
 		}
 		if err := json.Unmarshal(line, &resp); err != nil {
 			return nil, fmt.Errorf("qmp %s: bad reply %q: %w", cmd, line, err)
@@ -112,6 +119,8 @@ func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessag
 		switch {
 		case resp.Event != "":
 			continue // asynchronous event; thaw polls state instead
+		case resp.ID != nil && *resp.ID != id:
+			continue // a late reply to an earlier command
 		case resp.Error != nil:
 			return nil, &QMPError{Command: cmd, Class: resp.Error.Class, Desc: resp.Error.Desc}
 		default:

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newPrepareCmd() *cobra.Command {
+	var (
+		event     string
+		eventFile string
+		groupSize int
+		mergeGap  int
+		timeoutMS int
+	)
+	cmd := &cobra.Command{
+		Use:   "prepare FUNCTION",
+		Short: "Record a function's working set and build every strategy's artifacts",
+		Long: `Prepare a function for fast cold starts (FaaSnap's flow, section 4.8):
+boot its VM and take a clean snapshot; restore it while recording the pages
+the guest uses (mincore, working-set groups) during one invocation with the
+record input; take the warm snapshot; build FaaSnap's loading-set file and
+region table; then record REAP's working set (userfaultfd) on the warm
+snapshot with the same input. Later 'thaw invoke FUNCTION --strategy S'
+restores the warm snapshot with any strategy.`,
+		Example: `  thaw prepare hello --event '{"name":"record"}'
+  thaw invoke hello --strategy faasnap --evict-cache`,
+		Args: exactArgs("FUNCTION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if groupSize < 0 || mergeGap < 0 || timeoutMS < 0 {
+				return usagef("--group-size, --merge-gap and --timeout-ms must not be negative")
+			}
+			if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
+				return usagef("give --event or --event-file, not both")
+			}
+			ev, err := a.readEvent(cmd, event, eventFile)
+			if err != nil {
+				return err
+			}
+			res, err := a.c.Prepare(a.ctx, args[0], ev, client.PrepareOptions{GroupSize: groupSize,
+				MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(res)
+			}
+			return a.printPrepare(res)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&event, "event", "e", "", "the record input, as JSON (default {})")
+	fl.StringVar(&eventFile, "event-file", "", "read the record input from this JSON file ('-': standard input)")
+	fl.IntVar(&groupSize, "group-size", 0, "FaaSnap working-set group size in pages (default 1024)")
+	fl.IntVar(&mergeGap, "merge-gap", 0, "FaaSnap region merge threshold in pages (default 32)")
+	fl.IntVar(&timeoutMS, "timeout-ms", 0, "timeout of each record invocation in milliseconds")
+	return cmd
+}
+
+func (a *app) printPrepare(res *client.PrepareResult) error {
+	w := newTable(a.stdout)
+	row(w, "Function:", res.Function)
+	if res.Clean != nil {
+		row(w, "Clean snapshot:", res.Clean.ID)
+	}
+	if res.Warm != nil {
+		row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
+	}
+	var fs struct {
+		Scans           int   `json:"scans"`
+		WorkingSetPages int   `json:"working_set_pages"`
+		LoadingSetBytes int64 `json:"loading_set_bytes"`
+		Stats           map[string]any
+	}
+	if json.Unmarshal(res.FaaSnap, &fs) == nil {
+		row(w, "FaaSnap:", fmt.Sprintf("%d working-set pages (%d mincore scans), loading set %s", fs.WorkingSetPages, fs.Scans, fmtBytes(fs.LoadingSetBytes)))
+		for _, k := range []string{"loading_set_pages", "zero_pages_in_working_set", "regions_before_merge", "regions_after_merge"} {
+			if v, ok := fs.Stats[k]; ok {
+				row(w, "  "+k+":", fmt.Sprint(v))
+			}
+		}
+	}
+	var rp struct {
+		FaultedPages    int   `json:"faulted_pages"`
+		WorkingSetBytes int64 `json:"working_set_bytes"`
+	}
+	if json.Unmarshal(res.REAP, &rp) == nil {
+		row(w, "REAP:", fmt.Sprintf("%d faulted pages, working-set file %s", rp.FaultedPages, fmtBytes(rp.WorkingSetBytes)))
+	}
+	var tm map[string]float64
+	if json.Unmarshal(res.Timing, &tm) == nil {
+		row(w, "Took:", fmtMS(tm["total_ms"]))
+	}
+	return w.Flush()
+}

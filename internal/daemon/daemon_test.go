@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"hello", true},
+		{"a", true},
+		{"a1", true},
+		{"image-resize-2", true},
+		{"a-", true},
+		{"a" + strings.Repeat("b", 62), true},  // 63 characters
+		{"a" + strings.Repeat("b", 63), false}, // 64 characters
+		{"", false},
+		{"Hello", false},
+		{"1hello", false},
+		{"-hello", false},
+		{"hello_world", false},
+		{"hello.py", false},
+		{"hello world", false},
+		{"hello/world", false},
+		{"../etc", false},
+		{"..", false},
+		{"hello\n", false},
+		{"\nhello", false},
+		{"héllo", false},
+		{"hello\x00", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ValidName(tt.name)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("ValidName(%q) = %v, want nil", tt.name, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ValidName(%q) = %v, want ErrInvalid", tt.name, err)
+			}
+		})
+	}
+}
+
+func TestValidID(t *testing.T) {
+	tests := []struct {
+		kind, id string
+		ok       bool
+	}{
+		{"vm", "vm-0123456789ab", true},
+		{"snapshot", "snap-0123456789ab", true},
+		{"vm", "snap-0123456789ab", false}, // another kind's id
+		{"snapshot", "vm-0123456789ab", false},
+		{"vm", "vm-0123456789AB", false},
+		{"vm", "vm-0123456789a", false},
+		{"vm", "vm-0123456789abc", false},
+		{"vm", "vm-0123456789ag", false},
+		{"vm", "vm_0123456789ab", false},
+		{"vm", "vm-0123456789ab\n", false},
+		{"vm", "vm-0123456789ab/../x", false},
+		{"snapshot", "../snap-0123456789ab", false},
+		{"snapshot", "snap-", false},
+		{"vm", "", false},
+		{"function", "vm-0123456789ab", false}, // unknown kind
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind+"/"+tt.id, func(t *testing.T) {
+			err := validID(tt.kind, tt.id)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("validID(%q, %q) = %v, want nil", tt.kind, tt.id, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("validID(%q, %q) = %v, want ErrInvalid", tt.kind, tt.id, err)
+			}
+			if !strings.Contains(err.Error(), tt.kind) {
+				t.Errorf("error %q does not name the kind %q", err, tt.kind)
+			}
+		})
+	}
+}
+
+func TestNewIDsAreValid(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range []struct{ kind, prefix string }{{"vm", "vm-"}, {"snapshot", "snap-"}} {
+		for range 100 {
+			id := newID(k.prefix)
+			if err := validID(k.kind, id); err != nil {
+				t.Fatalf("newID(%q) = %q, rejected by validID: %v", k.prefix, id, err)
+			}
+			if seen[id] {
+				t.Fatalf("newID returned %q twice", id)
+			}
+			seen[id] = true
+		}
+	}
+}
+
+func validConfig() Config {
+	return Config{DataDir: "/var/lib/thaw", ImageDir: "/usr/share/thaw/image", Accel: "auto",
+		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 30 * time.Second, InvokeTimeout: 10 * time.Second}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(c *Config)
+		want []string // one substring per problem
+	}{
+		{name: "valid with auto", edit: func(*Config) {}},
+		{name: "valid with kvm", edit: func(c *Config) { c.Accel = "kvm" }},
+		{name: "valid with tcg at the minimums", edit: func(c *Config) {
+			c.Accel, c.DefaultMemoryMiB, c.DefaultVCPUs, c.BootTimeout, c.InvokeTimeout = "tcg", 128, 1, 1, 1
+		}},
+		{name: "unknown accelerator", edit: func(c *Config) { c.Accel = "xen" }, want: []string{`accel: unknown accelerator "xen"`}},
+		{name: "memory below 128", edit: func(c *Config) { c.DefaultMemoryMiB = 127 }, want: []string{"default memory 127 MiB is below 128"}},
+		{name: "negative invoke timeout", edit: func(c *Config) { c.InvokeTimeout = -time.Second }, want: []string{"timeouts must be positive"}},
+		{name: "zero config lists every problem", edit: func(c *Config) { *c = Config{} }, want: []string{
+			"data directory is required",
+			"guest image directory is required",
+			`accel: unknown accelerator ""`,
+			"default memory 0 MiB is below 128",
+			"default vcpus must be at least 1",
+			"timeouts must be positive",
+		}},
+		{name: "several problems", edit: func(c *Config) { c.ImageDir, c.Accel, c.DefaultVCPUs = "", "KVM", 0 }, want: []string{
+			"guest image directory is required", `unknown accelerator "KVM"`, "default vcpus must be at least 1",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.edit(&c)
+			err := c.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate = nil, want %d problems", len(tt.want))
+			}
+			if n := len(strings.Split(err.Error(), "\n")); n != len(tt.want) {
+				t.Errorf("Validate reported %d problems, want %d:\n%v", n, len(tt.want), err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,227 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// PrepareRequest prepares a function for fast cold starts.
+type PrepareRequest struct {
+	Function    string
+	RecordEvent json.RawMessage // the record input
+	GroupSize   int             // FaaSnap working-set group size in pages (default 1024)
+	MergeGap    int             // FaaSnap region merge threshold in pages (default 32)
+	Timeout     time.Duration   // per record invocation
+}
+
+// PrepareResult describes what prepare built.
+type PrepareResult struct {
+	Function string            `json:"function"`
+	Clean    *catalog.Snapshot `json:"clean_snapshot"`
+	Warm     *catalog.Snapshot `json:"warm_snapshot"`
+	FaaSnap  *FaaSnapBuild     `json:"faasnap"`
+	REAP     *REAPBuild        `json:"reap"`
+	Timing   PrepareTiming     `json:"timing"`
+}
+
+// FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
+type FaaSnapBuild struct {
+	Scans           int                       `json:"scans"`
+	WorkingSetPages int                       `json:"working_set_pages"`
+	Stats           memlayout.LoadingSetStats `json:"stats"`
+	LoadingSetBytes int64                     `json:"loading_set_bytes"`
+	GroupSize       int                       `json:"group_size"`
+	MergeGap        int                       `json:"merge_gap"`
+}
+
+// REAPBuild summarizes the REAP record phase and artifacts.
+type REAPBuild struct {
+	FaultedPages    int   `json:"faulted_pages"`
+	WorkingSetBytes int64 `json:"working_set_bytes"`
+}
+
+// PrepareTiming says where prepare's time went, in milliseconds.
+type PrepareTiming struct {
+	BootMS          float64 `json:"boot_ms"`
+	CleanSnapshotMS float64 `json:"clean_snapshot_ms"`
+	FaaSnapRecordMS float64 `json:"faasnap_record_ms"`
+	WarmSnapshotMS  float64 `json:"warm_snapshot_ms"`
+	FaaSnapBuildMS  float64 `json:"faasnap_build_ms"`
+	REAPRecordMS    float64 `json:"reap_record_ms"`
+	REAPBuildMS     float64 `json:"reap_build_ms"`
+	TotalMS         float64 `json:"total_ms"`
+}
+
+// Prepare runs FaaSnap's flow (section 4.8, Figure 5) for a function: boot
+// a VM and take a clean snapshot; restore it while recording the working set
+// (host page recording with mincore) during one invocation with the record
+// input; take the warm snapshot; build FaaSnap's artifacts from the
+// recording and the warm memory file; then restore the warm snapshot with
+// every fault served through userfaultfd during one more invocation with the
+// record input (REAP's record phase) and build REAP's working-set file.
+// Every later cold invocation restores the warm snapshot.
+func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResult, error) {
+	t0 := time.Now()
+	if req.GroupSize == 0 {
+		req.GroupSize = 1024
+	}
+	if req.MergeGap == 0 {
+		req.MergeGap = 32
+	}
+	if req.GroupSize < 1 || req.GroupSize > 1<<20 || req.MergeGap < 0 || req.MergeGap > 1<<20 {
+		return nil, fmt.Errorf("%w: group_size must be 1..1048576 and merge_gap 0..1048576", ErrInvalid)
+	}
+	if err := checkEvent(req.RecordEvent); err != nil {
+		return nil, err
+	}
+	timeout, err := s.timeout(req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.GetFunction(ctx, req.Function); err != nil {
+		return nil, err
+	}
+	res := &PrepareResult{Function: req.Function}
+
+	// 1. Boot and clean snapshot.
+	vm, err := s.BootVM(ctx, req.Function)
+	if err != nil {
+		return nil, err
+	}
+	res.Timing.BootMS = vm.BootMS
+	t := time.Now()
+	res.Clean, err = s.CreateSnapshot(ctx, vm.ID)
+	_ = s.DeleteVM(context.WithoutCancel(ctx), vm.ID)
+	if err != nil {
+		return nil, err
+	}
+	res.Timing.CleanSnapshotMS = ms(time.Since(t))
+
+	// 2. FaaSnap record phase, producing the warm snapshot.
+	t = time.Now()
+	var rec restore.Session
+	lv, vmRec, _, err := s.restore(ctx, res.Clean.ID, restoreOpts{kind: restore.FaaSnap, start: t,
+		begin: func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+			var err error
+			rec, err = restore.BeginFaaSnapRecord(ctx, snap, env, req.GroupSize)
+			return rec, err
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("faasnap record: %w", err)
+	}
+	warm, order, recErr := s.recordAndSnapshot(ctx, lv, req.RecordEvent, timeout, rec)
+	lv.mu.Unlock()
+	_ = s.DeleteVM(context.WithoutCancel(ctx), vmRec.ID)
+	if recErr != nil {
+		return nil, fmt.Errorf("faasnap record: %w", recErr)
+	}
+	res.Warm = warm
+	res.Timing.FaaSnapRecordMS = ms(time.Since(t)) - warm.CreateMS
+	res.Timing.WarmSnapshotMS = warm.CreateMS
+	if err := s.db.SetSnapshotParent(ctx, warm.ID, res.Clean.ID); err != nil {
+		return nil, err
+	}
+
+	// 3. FaaSnap artifacts from the recording and the warm memory file.
+	t = time.Now()
+	m, err := snapshot.ReadManifest(warm.Dir)
+	if err != nil {
+		return nil, err
+	}
+	wsnap := restore.Snapshot{Dir: warm.Dir, Manifest: m}
+	memPath, memSHA := wsnap.MemoryPath(), m.Files[snapshot.MemoryFile].SHA256
+	fdir := wsnap.ArtifactDir(restore.FaaSnap)
+	art, err := memlayout.WriteFaaSnap(fdir, memPath, memSHA, order,
+		memlayout.FaaSnapOptions{GroupSize: req.GroupSize, MergeGap: req.MergeGap})
+	if err != nil {
+		return nil, fmt.Errorf("build faasnap artifacts: %w", err)
+	}
+	if err := art.Verify(m.Files[snapshot.MemoryFile].Size, memSHA, true); err != nil {
+		return nil, fmt.Errorf("verify faasnap artifacts: %w", err)
+	}
+	_ = restore.TrustArtifact(filepath.Join(fdir, restore.FaaSnapLoadingSet))
+	res.FaaSnap = &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: req.GroupSize,
+		MergeGap: req.MergeGap, Scans: rec.(interface{ Scans() int }).Scans()}
+	if st, err := os.Stat(filepath.Join(fdir, restore.FaaSnapLoadingSet)); err == nil {
+		res.FaaSnap.LoadingSetBytes = st.Size()
+	}
+	res.Timing.FaaSnapBuildMS = ms(time.Since(t))
+
+	// 4. REAP record phase on the warm snapshot, and its working-set file.
+	t = time.Now()
+	var rrec restore.Session
+	lv, vmRec, _, err = s.restore(ctx, warm.ID, restoreOpts{kind: restore.REAP, start: t,
+		begin: func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+			var err error
+			rrec, err = restore.BeginREAPRecord(ctx, snap, env)
+			return rrec, err
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("reap record: %w", err)
+	}
+	inv := &Invocation{ID: newID("inv-"), Function: req.Function, VM: vmRec.ID, Mode: "record"}
+	err = s.invokeLocked(ctx, lv, inv, req.RecordEvent, timeout)
+	var faulted []uint64
+	if err == nil {
+		faulted = rrec.(restore.RecordedPages).RecordedPages()
+	}
+	lv.mu.Unlock()
+	_ = s.DeleteVM(context.WithoutCancel(ctx), vmRec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("reap record: %w", err)
+	}
+	if !inv.OK {
+		return nil, fmt.Errorf("%w: reap record invocation raised %s: %s", ErrInvalid, inv.Error.Type, inv.Error.Message)
+	}
+	res.Timing.REAPRecordMS = ms(time.Since(t))
+	t = time.Now()
+	rdir := wsnap.ArtifactDir(restore.REAP)
+	rart, err := memlayout.WriteREAP(rdir, memPath, memSHA, faulted)
+	if err != nil {
+		return nil, fmt.Errorf("build reap artifacts: %w", err)
+	}
+	if err := rart.Verify(m.Files[snapshot.MemoryFile].Size, memSHA, true); err != nil {
+		return nil, fmt.Errorf("verify reap artifacts: %w", err)
+	}
+	_ = restore.TrustArtifact(filepath.Join(rdir, restore.REAPWorkingSetFile))
+	res.REAP = &REAPBuild{FaultedPages: len(faulted)}
+	if st, err := os.Stat(filepath.Join(rdir, restore.REAPWorkingSetFile)); err == nil {
+		res.REAP.WorkingSetBytes = st.Size()
+	}
+	res.Timing.REAPBuildMS = ms(time.Since(t))
+	res.Timing.TotalMS = ms(time.Since(t0))
+	b, _ := json.Marshal(res)
+	if err := s.db.SetSnapshotPrepared(ctx, warm.ID, string(b)); err != nil {
+		return nil, err
+	}
+	s.log.Info("prepared", "function", req.Function, "warm", warm.ID, "working_set_pages", len(order),
+		"loading_set_bytes", res.FaaSnap.LoadingSetBytes, "reap_pages", len(faulted), "total_ms", res.Timing.TotalMS)
+	return res, nil
+}
+
+// recordAndSnapshot runs the record invocation on a locked record VM, ends
+// the recording and takes the warm snapshot of its (shared) memory.
+func (s *Service) recordAndSnapshot(ctx context.Context, lv *liveVM, event json.RawMessage, timeout time.Duration, rec restore.Session) (*catalog.Snapshot, []uint64, error) {
+	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: lv.id, Mode: "record"}
+	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
+		return nil, nil, err
+	}
+	if !inv.OK {
+		return nil, nil, fmt.Errorf("%w: record invocation raised %s: %s", ErrInvalid, inv.Error.Type, inv.Error.Message)
+	}
+	order := rec.(restore.RecordedPages).RecordedPages()
+	warm, err := s.snapshotLocked(ctx, lv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return warm, order, nil
+}

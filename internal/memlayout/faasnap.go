@@ -1,0 +1,324 @@
+package memlayout
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// FaaSnapOptions tunes WriteFaaSnap.
+type FaaSnapOptions struct {
+	// GroupSize is N of §4.3; 0 means DefaultGroupSize (1024).
+	GroupSize int
+	// MergeGap is the §4.6 merge threshold in pages (see LoadingSet); 0
+	// means DefaultMergeGap (32) and a negative value disables merging.
+	MergeGap int
+}
+
+func (o FaaSnapOptions) effective() (groupSize int, mergeGap uint64) {
+	groupSize = o.GroupSize
+	if groupSize <= 0 {
+		groupSize = DefaultGroupSize
+	}
+	switch {
+	case o.MergeGap == 0:
+		mergeGap = DefaultMergeGap
+	case o.MergeGap > 0:
+		mergeGap = uint64(o.MergeGap)
+	}
+	return groupSize, mergeGap
+}
+
+// FaaSnapArtifact is the manifest faasnap.json of a FaaSnap artifact
+// directory, which also holds the loading-set file loadingset.bin.
+type FaaSnapArtifact struct {
+	// Dir is the directory the artifact was read from or written to.
+	Dir string `json:"-"`
+
+	Magic         string `json:"magic"`
+	FormatVersion int    `json:"format_version"`
+	PageSize      int    `json:"page_size"`
+	// Memory is the memory file the artifact was built from.
+	Memory    FileRef `json:"memory"`
+	GroupSize int     `json:"group_size"`
+	MergeGap  uint64  `json:"merge_gap"`
+	// NonzeroRegions are the memory file's non-zero regions (ZeroScan):
+	// sorted, maximal, in bounds.
+	NonzeroRegions []Region `json:"nonzero_regions"`
+	// LoadingRegions are the loading-set regions in loading-set file order
+	// (Group, Start), FileOff contiguous from 0 (LoadingSet).
+	LoadingRegions []LSRegion `json:"loading_regions"`
+	// LoadingSetFile describes loadingset.bin.
+	LoadingSetFile FileRef         `json:"loading_set_file"`
+	Stats          LoadingSetStats `json:"stats"`
+	// Checksum is the SHA-256 of the manifest's JSON encoding with this
+	// field empty.
+	Checksum string `json:"checksum"`
+}
+
+// LoadingSetPath is the path of the artifact's loading-set file.
+func (a *FaaSnapArtifact) LoadingSetPath() string { return filepath.Join(a.Dir, LoadingSetDataFile) }
+
+// WriteFaaSnap builds the FaaSnap artifact of the memory file at memPath
+// from the working set order (first-appearance order, as Recorder.Pages
+// returns it) and writes it to dir (created if needed): loadingset.bin, the
+// loading-set pages copied from the memory file in FileOff order (pure page
+// data, page-aligned, so it can be read with O_DIRECT), then faasnap.json.
+// Both are written under temporary names, fsynced and renamed. It scans the
+// memory file once for zero pages and its SHA-256; memSHA256 (the snapshot
+// manifest's digest) must match it (ErrMismatch) unless empty. Pages of
+// order outside the memory file are an error; repeated pages count once.
+//
+// FaaSnap §4.5–§4.7 and Figure 5 ("FaaSnap then scans the new memory file to
+// find non-zero pages. The loading set is the intersection between the
+// working set and non-zero pages. Adjacent loading set regions are merged
+// ... The loading set is then stored into a compact loading set file in the
+// order of group numbers and the region offsets are recorded"). thaw
+// differs in keeping the regions in a self-describing, versioned,
+// checksummed manifest bound to the exact memory file (the paper caches them
+// in the daemon), and in padding a partial last page to a whole page.
+func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOptions) (*FaaSnapArtifact, error) {
+	if memSHA256 != "" && !validHex256(memSHA256) {
+		return nil, fmt.Errorf("memory sha256 %q is not a SHA-256", memSHA256)
+	}
+	mem, err := openMemory(memPath)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close()
+	if err := mem.checkPages(order); err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	nonzero, zs, err := scanFile(memPath, h)
+	if err != nil {
+		return nil, err
+	}
+	if zs.Size != mem.stamp.Size {
+		return nil, fmt.Errorf("memory file %s changed while the artifact was built", memPath)
+	}
+	sum := hexSum(h)
+	if err := checkDigest(memPath, sum, memSHA256); err != nil {
+		return nil, err
+	}
+	groupSize, mergeGap := opts.effective()
+	ls, st := planLoadingSet(order, groupSize, nonzero, mergeGap)
+
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	regions := make([]Region, len(ls))
+	for i, l := range ls {
+		regions[i] = l.Region()
+	}
+	data, dataRef, err := writeTemp(dir, LoadingSetDataFile, func(w io.Writer) error {
+		return mem.copyPages(w, regions)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.unchanged(); err != nil {
+		data.discard()
+		return nil, err
+	}
+	a := &FaaSnapArtifact{
+		Dir:            dir,
+		Memory:         FileRef{Size: mem.stamp.Size, SHA256: sum},
+		GroupSize:      groupSize,
+		MergeGap:       mergeGap,
+		NonzeroRegions: nonzero,
+		LoadingRegions: ls,
+		LoadingSetFile: dataRef,
+		Stats:          st,
+	}
+	b, err := a.Encode()
+	if err != nil {
+		data.discard()
+		return nil, err
+	}
+	if _, err := DecodeFaaSnap(b); err != nil { // never publish what readers refuse
+		data.discard()
+		return nil, fmt.Errorf("internal error: built an invalid manifest: %w", err)
+	}
+	man, err := writeManifestTemp(dir, FaaSnapManifestFile, b)
+	if err != nil {
+		data.discard()
+		return nil, err
+	}
+	if err := publish(dir, data, man); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Encode seals the manifest (magic, version, page size, checksum) and
+// returns its JSON.
+func (a *FaaSnapArtifact) Encode() ([]byte, error) {
+	a.Magic, a.FormatVersion, a.PageSize = FaaSnapMagic, FormatVersion, int(PageSize)
+	a.normalize()
+	c := *a
+	c.Checksum = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return nil, err
+	}
+	a.Checksum = sum
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// normalize makes absent lists empty, so null and [] encode alike.
+func (a *FaaSnapArtifact) normalize() {
+	if a.NonzeroRegions == nil {
+		a.NonzeroRegions = []Region{}
+	}
+	if a.LoadingRegions == nil {
+		a.LoadingRegions = []LSRegion{}
+	}
+}
+
+// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum and structure (see validate). It
+// does not look at any file.
+func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) {
+	if err := decodeHeader(b, FaaSnapMagic); err != nil {
+		return nil, err
+	}
+	var a FaaSnapArtifact
+	if err := decodeStrict(b, &a); err != nil {
+		return nil, err
+	}
+	if a.PageSize != int(PageSize) {
+		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
+	}
+	a.normalize()
+	c := a
+	c.Checksum = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if sum != a.Checksum {
+		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
+	}
+	if err := checkCanonical(b, &c); err != nil {
+		return nil, err
+	}
+	if err := a.validate(); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// validate checks the structure: regions non-empty, in bounds, sorted and
+// non-overlapping; loading regions in (group, start) order with contiguous
+// file offsets that add up to the loading-set file's size, starting and
+// ending on non-zero pages, with groups the working set can have; stats
+// consistent with the regions.
+func (a *FaaSnapArtifact) validate() error {
+	pages, err := checkMemory(a.Memory)
+	if err != nil {
+		return err
+	}
+	if a.GroupSize < 1 {
+		return fmt.Errorf("%w: group size %d", ErrCorrupt, a.GroupSize)
+	}
+	var nonzeroPages uint64
+	for i, r := range a.NonzeroRegions {
+		if err := checkRegion("non-zero region", i, r, pages); err != nil {
+			return err
+		}
+		if i > 0 && r.Start <= a.NonzeroRegions[i-1].End() {
+			return fmt.Errorf("%w: non-zero regions not sorted, disjoint and maximal at %d", ErrCorrupt, i)
+		}
+		nonzeroPages += r.Pages
+	}
+	st := a.Stats
+	if st.LoadingSetPages > st.WorkingSetPages || st.WorkingSetPages-st.LoadingSetPages != st.ZeroPagesInWorkingSet ||
+		st.WorkingSetPages > pages || st.LoadingSetPages > nonzeroPages {
+		return fmt.Errorf("%w: inconsistent working set stats", ErrCorrupt)
+	}
+	groups := (st.WorkingSetPages + uint64(a.GroupSize) - 1) / uint64(a.GroupSize)
+	var off uint64
+	for i, l := range a.LoadingRegions {
+		r := l.Region()
+		if err := checkRegion("loading region", i, r, pages); err != nil {
+			return err
+		}
+		if i > 0 {
+			p := a.LoadingRegions[i-1]
+			if l.Group < p.Group || l.Group == p.Group && l.Start <= p.Start {
+				return fmt.Errorf("%w: loading regions not in (group, start) order at %d", ErrCorrupt, i)
+			}
+		}
+		if uint64(l.Group) >= groups {
+			return fmt.Errorf("%w: loading region %d has group %d, the working set has %d groups", ErrCorrupt, i, l.Group, groups)
+		}
+		if findRegion(a.NonzeroRegions, r.Start) < 0 || findRegion(a.NonzeroRegions, r.End()-1) < 0 {
+			return fmt.Errorf("%w: loading region %d does not start and end on non-zero pages", ErrCorrupt, i)
+		}
+		if l.FileOff != off {
+			return fmt.Errorf("%w: loading region %d at file offset %d, want %d", ErrCorrupt, i, l.FileOff, off)
+		}
+		if r.Pages > pages-off/PageSize { // keeps off <= pages*PageSize: no overflow
+			return fmt.Errorf("%w: loading regions hold more pages than memory", ErrCorrupt)
+		}
+		off += r.Bytes()
+	}
+	// Disjointness in guest memory.
+	sorted := make([]Region, len(a.LoadingRegions))
+	for i, l := range a.LoadingRegions {
+		sorted[i] = l.Region()
+	}
+	sortRegions(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Start < sorted[i-1].End() {
+			return fmt.Errorf("%w: loading regions overlap at page %d", ErrCorrupt, sorted[i].Start)
+		}
+	}
+	stored := off / PageSize
+	if err := checkDataSize(LoadingSetDataFile, a.LoadingSetFile, stored); err != nil {
+		return err
+	}
+	if st.GapPages > stored || stored-st.GapPages != st.LoadingSetPages ||
+		st.RegionsAfterMerge != uint64(len(a.LoadingRegions)) ||
+		st.RegionsBeforeMerge < st.RegionsAfterMerge || st.RegionsBeforeMerge > st.LoadingSetPages ||
+		st.GapPages < st.RegionsBeforeMerge-st.RegionsAfterMerge {
+		return fmt.Errorf("%w: inconsistent loading set stats", ErrCorrupt)
+	}
+	return nil
+}
+
+// ReadFaaSnap reads dir/faasnap.json, checks it (DecodeFaaSnap) and checks
+// that dir/loadingset.bin has the recorded size. A missing manifest is
+// reported as fs.ErrNotExist. Use Verify before restoring from it.
+func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) {
+	path := filepath.Join(dir, FaaSnapManifestFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := DecodeFaaSnap(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	a.Dir = dir
+	if err := checkDataFile(a.LoadingSetPath(), a.LoadingSetFile.Size); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Verify checks that the artifact was built from the snapshot memory file of
+// memSize bytes and digest memSHA256 (ErrMismatch otherwise) and that its
+// loading-set file has the recorded size and, when full, the recorded
+// SHA-256 (ErrCorrupt otherwise).
+func (a *FaaSnapArtifact) Verify(memSize int64, memSHA256 string, full bool) error {
+	return verifyData(a.Dir, LoadingSetDataFile, a.Memory, a.LoadingSetFile, memSize, memSHA256, full)
+}

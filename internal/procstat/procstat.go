@@ -1,0 +1,75 @@
+// Package procstat reads a process's page-fault and I/O counters from /proc,
+// so an invocation can report what the VMM process did while it ran.
+package procstat
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Counters are cumulative per-process counters.
+type Counters struct {
+	MinorFaults uint64 `json:"minor_faults"`
+	MajorFaults uint64 `json:"major_faults"`
+	// ReadBytes is what the process caused to be read from storage
+	// (/proc/PID/io read_bytes: page-cache misses, including mmap faults).
+	ReadBytes uint64 `json:"read_bytes"`
+	// RSS breakdown from /proc/PID/status, in KiB.
+	RssAnonKiB  uint64 `json:"rss_anon_kib"`
+	RssFileKiB  uint64 `json:"rss_file_kib"`
+	RssShmemKiB uint64 `json:"rss_shmem_kib"`
+}
+
+// Sub returns c - before for the cumulative counters; RSS is taken from c.
+func (c Counters) Sub(before Counters) Counters {
+	d := c
+	d.MinorFaults -= before.MinorFaults
+	d.MajorFaults -= before.MajorFaults
+	d.ReadBytes -= before.ReadBytes
+	return d
+}
+
+// Read returns pid's counters.
+func Read(pid int) (Counters, error) {
+	var c Counters
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return c, err
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state(3) ... minflt(10) cminflt(11) majflt(12).
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return c, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 10 {
+		return c, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	c.MinorFaults, _ = strconv.ParseUint(f[7], 10, 64)
+	c.MajorFaults, _ = strconv.ParseUint(f[9], 10, 64)
+	if io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+		c.ReadBytes = field(io, "read_bytes:")
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		c.RssAnonKiB = field(st, "RssAnon:")
+		c.RssFileKiB = field(st, "RssFile:")
+		c.RssShmemKiB = field(st, "RssShmem:")
+	}
+	return c, nil
+}
+
+func field(b []byte, name string) uint64 {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name); ok {
+			v, _ := strconv.ParseUint(strings.Fields(rest)[0], 10, 64)
+			return v
+		}
+	}
+	return 0
+}

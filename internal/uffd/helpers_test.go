@@ -1,0 +1,264 @@
+package uffd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// testTimeout bounds every wait in these tests; on expiry the region is
+// unregistered (waking every blocked fault) and the test fails.
+const testTimeout = 60 * time.Second
+
+// testRegion is an anonymous private mapping of the test process registered
+// with a fresh userfaultfd, as the shim does in QEMU.
+type testRegion struct {
+	*Region
+	mem []byte
+}
+
+// newTestRegion maps pages pages, creates a userfaultfd with the given
+// features and registers the mapping in MISSING mode. hugepage asks for THP
+// (MADV_HUGEPAGE) before registering.
+func newTestRegion(t testing.TB, pages int, features uint64, hugepage bool) *testRegion {
+	t.Helper()
+	mem, err := unix.Mmap(-1, 0, pages*PageSize, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	if hugepage {
+		if err := unix.Madvise(mem, unix.MADV_HUGEPAGE); err != nil {
+			t.Logf("madvise(MADV_HUGEPAGE): %v", err)
+		}
+	}
+	fd, err := newUserfaultfd(features)
+	if err != nil {
+		unix.Munmap(mem)
+		t.Skipf("userfaultfd unavailable: %v", err)
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	ioctls, err := register(fd, addr, uint64(len(mem)), registerModeMissing)
+	if err != nil {
+		unix.Close(fd)
+		unix.Munmap(mem)
+		t.Fatalf("UFFDIO_REGISTER: %v", err)
+	}
+	for _, nr := range []uint{nrWake, nrCopy, nrZeropage} {
+		if ioctls&(1<<nr) == 0 {
+			t.Fatalf("UFFDIO_REGISTER: ioctls %#x lack bit %d", ioctls, nr)
+		}
+	}
+	r := &testRegion{
+		Region: &Region{Addr: addr, Length: uint64(len(mem)), PID: os.Getpid(), FD: fd},
+		mem:    mem,
+	}
+	t.Cleanup(func() {
+		r.Region.Close()
+		unix.Munmap(mem)
+	})
+	return r
+}
+
+// newUserfaultfd creates a userfaultfd (O_CLOEXEC|O_NONBLOCK) and performs
+// the UFFDIO_API handshake with features.
+func newUserfaultfd(features uint64) (int, error) {
+	fd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	a, err := apiHandshake(int(fd), features)
+	if err != nil {
+		unix.Close(int(fd))
+		return -1, err
+	}
+	if a.Features&features != features {
+		unix.Close(int(fd))
+		return -1, errors.New("features not granted")
+	}
+	return int(fd), nil
+}
+
+// unblock unregisters the region so every thread blocked in a fault on it
+// resumes (used when a test times out).
+func (r *testRegion) unblock() {
+	unregister(r.FD, r.Addr, r.Length)
+}
+
+// memFile is a synthetic guest memory file and its expected contents over a
+// region of regionPages pages (zeros beyond the file).
+type memFile struct {
+	path        string
+	want        []byte
+	filePages   int // pages that hold file data (last may be partial)
+	regionPages int
+}
+
+// newMemFile writes a file of roughly filePages pages: random non-zero pages,
+// explicit zero pages and holes, with a partial last page so the size is a
+// multiple of neither 1 MiB nor 4 KiB. The region is regionPages long
+// (>= filePages) and reads zeros beyond the end of the file.
+func newMemFile(t testing.TB, filePages, regionPages int, seed uint64) *memFile {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	size := (filePages-1)*PageSize + 1234
+	want := make([]byte, regionPages*PageSize)
+	path := filepath.Join(t.TempDir(), "mem")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < filePages; p++ {
+		kind := rng.IntN(10)
+		if p == filePages-1 {
+			kind = 9 // the partial last page has data
+		}
+		switch {
+		case kind < 2: // hole
+			continue
+		case kind < 3: // explicit zeros
+			if _, err := f.WriteAt(make([]byte, PageSize), int64(p)*PageSize); err != nil && p != filePages-1 {
+				t.Fatal(err)
+			}
+			continue
+		}
+		page := want[p*PageSize : (p+1)*PageSize]
+		for i := 0; i < PageSize; i += 8 {
+			v := rng.Uint64() | 1 // never an all-zero page
+			*(*uint64)(unsafe.Pointer(&page[i])) = v
+		}
+		n := PageSize
+		if off := p * PageSize; off+n > size {
+			n = size - off
+			clear(page[n:])
+		}
+		if _, err := f.WriteAt(page[:n], int64(p)*PageSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, _ := f.Stat(); fi.Size() != int64(size) {
+		t.Fatalf("memory file is %d bytes, want %d", fi.Size(), size)
+	}
+	return &memFile{path: path, want: want, filePages: filePages, regionPages: regionPages}
+}
+
+// touchPages reads (or, with write, rewrites with the expected byte) the
+// first byte of every listed page from workers goroutines, each locked to its
+// own OS thread so a blocked fault parks that thread only. It returns when all
+// pages are touched or fails the test after testTimeout.
+func touchPages(t testing.TB, r *testRegion, want []byte, pages []uint64, workers int, write func(page uint64) bool) time.Duration {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := time.Now()
+	sinks := make([]byte, workers) // keeps the loads from being optimized away
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var sink byte
+			for i := w; i < len(pages); i += workers {
+				off := pages[i] * PageSize
+				if write != nil && write(pages[i]) {
+					r.mem[off+7] = want[off+7]
+				} else {
+					sink += r.mem[off]
+				}
+			}
+			sinks[w] = sink
+		}(w)
+	}
+	if !waitTimeout(&wg, testTimeout) {
+		r.unblock()
+		wg.Wait()
+		t.Fatalf("touching %d pages did not finish within %v (server stuck?)", len(pages), testTimeout)
+	}
+	return time.Since(start)
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// checkContents compares every page of the region with the expected bytes.
+// Call it only after every page is present (or it would fault).
+func checkContents(t testing.TB, r *testRegion, want []byte) {
+	t.Helper()
+	bad := 0
+	for p := 0; p < len(want)/PageSize; p++ {
+		a, b := r.mem[p*PageSize:(p+1)*PageSize], want[p*PageSize:(p+1)*PageSize]
+		if !bytes.Equal(a, b) {
+			if bad < 5 {
+				t.Errorf("page %d differs from the memory file", p)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d pages differ", bad, len(want)/PageSize)
+	}
+}
+
+// startServe runs s.Serve in a goroutine and returns a function that stops it
+// and returns Serve's result.
+func startServe(t testing.TB, s *Server) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+				if errors.Is(err, context.Canceled) {
+					err = nil
+				}
+			case <-time.After(testTimeout):
+				err = errors.New("Serve did not return after cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func allPages(n int) []uint64 {
+	p := make([]uint64, n)
+	for i := range p {
+		p[i] = uint64(i)
+	}
+	return p
+}
+
+func shuffled(p []uint64, seed uint64) []uint64 {
+	q := append([]uint64(nil), p...)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	rng.Shuffle(len(q), func(i, j int) { q[i], q[j] = q[j], q[i] })
+	return q
+}

@@ -1,0 +1,91 @@
+package vmm
+
+import (
+	"strings"
+	"testing"
+)
+
+func validSpec() Spec {
+	return Spec{
+		ID: "vm-0123456789ab", RunDir: "/run/thaw/vm-0123456789ab", MemoryMiB: 256, VCPUs: 1,
+		Accel: AccelTCG, Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
+		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"},
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(s *Spec)
+		want []string // one substring per expected problem; none for a valid spec
+	}{
+		{name: "valid", edit: func(*Spec) {}},
+		{name: "valid at the minimums with KVM", edit: func(s *Spec) { s.MemoryMiB, s.VCPUs, s.Accel = 64, 1, AccelKVM }},
+		{name: "memory below minimum", edit: func(s *Spec) { s.MemoryMiB = 63 }, want: []string{"memory 63 MiB is below the 64 MiB minimum"}},
+		{name: "missing initrd only", edit: func(s *Spec) { s.Initrd = "" }, want: []string{"missing kernel or initrd"}},
+		{name: "unknown accelerator", edit: func(s *Spec) { s.Accel = "hvf" }, want: []string{`unknown accelerator "hvf"`}},
+		{name: "empty spec reports every problem at once", edit: func(s *Spec) { *s = Spec{} }, want: []string{
+			"missing id",
+			"missing run directory",
+			"memory 0 MiB is below the 64 MiB minimum",
+			"vcpus 0: need at least 1",
+			`unknown accelerator ""`,
+			"missing kernel or initrd",
+			"missing memory file",
+		}},
+		{name: "several problems", edit: func(s *Spec) { s.ID, s.VCPUs, s.Memory.Path = "", -1, "" }, want: []string{
+			"missing id", "vcpus -1: need at least 1", "missing memory file",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := validSpec()
+			tt.edit(&s)
+			err := s.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate = nil, want %d problems", len(tt.want))
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(tt.want) {
+				t.Errorf("Validate reported %d problems, want %d:\n%v", len(lines), len(tt.want), err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestParseAccel(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Accel
+		wantErr bool
+	}{
+		{in: "kvm", want: AccelKVM},
+		{in: "tcg", want: AccelTCG},
+		{in: "auto", wantErr: true},
+		{in: "KVM", wantErr: true},
+		{in: "", wantErr: true},
+		{in: "kvm ", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseAccel(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("ParseAccel(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "want kvm or tcg") {
+				t.Errorf("error %q does not list the accelerators", err)
+			}
+		})
+	}
+}

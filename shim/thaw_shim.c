@@ -1,0 +1,608 @@
+/*
+ * thaw_shim.c - LD_PRELOAD interposer that controls how unmodified QEMU maps
+ * guest RAM on restore.  Interface: docs/shim-layout.md.
+ *
+ * QEMU 7.2 restoring from a memory-backend-file (share=off) maps guest RAM
+ * with exactly one mmap(addr, size, PROT_READ|PROT_WRITE,
+ * MAP_PRIVATE|MAP_FIXED, memfd, 0).  We replace that one call:
+ *
+ *   layout mode - FaaSnap §4.8 / Figure 4 ("overlapping mappings"): an
+ *                 anonymous base, then file regions (memory file, loading-set
+ *                 file) mapped MAP_FIXED on top, later entries over earlier.
+ *   uffd mode   - REAP: the range is anonymous and registered with
+ *                 userfaultfd (MISSING); the uffd goes to the thaw daemon over
+ *                 a Unix socket (SCM_RIGHTS) and the daemon fills every page
+ *                 with UFFDIO_COPY.
+ *
+ * FaaSnap patched Firecracker to build this layout itself; thaw instead
+ * interposes on the libc mmap of an unmodified QEMU binary, so the VMM can be
+ * a stock distribution package.  QEMU 7.2 on Debian 12 is built with
+ * _FILE_OFFSET_BITS=64 and imports mmap64; we still hook both names.
+ *
+ * Failure policy: once THAW_SHIM_MODE is set, any problem makes the matched
+ * mmap fail (one "thaw-shim: ..." line on stderr).  A silent fallback to the
+ * plain mapping would let a restore "succeed" while measuring the wrong
+ * strategy.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LAYOUT_MAGIC "THAWLAY1"
+#define UFFD_MAGIC "THAWUFD1"
+#define MAX_ENTRIES (1u << 22)
+#define ACK_TIMEOUT_MS 30000
+
+enum { KIND_ANON = 0, KIND_MEMFILE = 1, KIND_LSFILE = 2 };
+
+struct layout_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t count;
+	uint64_t mem_size;
+	uint64_t reserved;
+};
+
+struct layout_entry {
+	uint64_t guest_off;
+	uint64_t length;
+	uint64_t file_off;
+	uint32_t kind;
+	uint32_t reserved;
+};
+
+struct uffd_hello {
+	char magic[8];
+	uint64_t addr;
+	uint64_t length;
+	uint32_t page_size;
+	uint32_t pid;
+};
+
+_Static_assert(sizeof(struct layout_header) == 32, "header layout");
+_Static_assert(sizeof(struct layout_entry) == 32, "entry layout");
+_Static_assert(sizeof(struct uffd_hello) == 32, "uffd message layout");
+
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+
+static mmap_fn real_mmap, real_mmap64;
+
+enum mode { MODE_OFF, MODE_LAYOUT, MODE_UFFD, MODE_BAD };
+
+static struct {
+	enum mode mode;
+	char memfile[PATH_MAX]; /* realpath of THAW_SHIM_MEMFILE */
+	const char *layout, *lsfile, *sock;
+	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
+} cfg;
+
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+/* One write(2) per line so QEMU's other threads cannot interleave. */
+static void shim_log(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	buf[n++] = '\n';
+	ssize_t r = write(STDERR_FILENO, buf, (size_t)n);
+	(void)r;
+}
+
+/* Log "thaw-shim: <what>: <strerror(err)>", set errno and return MAP_FAILED. */
+static void *fail(int err, const char *fmt, ...)
+{
+	char what[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	shim_log("thaw-shim: %s: %s", what, strerror(err));
+	errno = err;
+	return MAP_FAILED;
+}
+
+/*
+ * Resolved in a constructor so that the first intercepted call never runs
+ * dlsym; if something maps before that, the raw syscall stands in.
+ */
+__attribute__((constructor)) static void resolve_real(void)
+{
+	if (!real_mmap)
+		real_mmap = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
+	if (!real_mmap64)
+		real_mmap64 = (mmap_fn)dlsym(RTLD_NEXT, "mmap64");
+}
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* The mmap used for our own mappings (never re-enters the interposer). */
+static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (real_mmap)
+		return real_mmap(addr, len, prot, flags, fd, off);
+	return sys_mmap(addr, len, prot, flags, fd, off);
+}
+
+static void load_config(void)
+{
+	const char *mode = getenv("THAW_SHIM_MODE");
+	const char *mem = getenv("THAW_SHIM_MEMFILE");
+
+	if (!mode || !*mode) {
+		cfg.mode = MODE_OFF;
+		return;
+	}
+	cfg.layout = getenv("THAW_SHIM_LAYOUT");
+	cfg.lsfile = getenv("THAW_SHIM_LSFILE");
+	cfg.sock = getenv("THAW_SHIM_UFFD_SOCK");
+	cfg.mode = MODE_BAD;
+	if (!strcmp(mode, "layout"))
+		cfg.mode = MODE_LAYOUT;
+	else if (!strcmp(mode, "uffd"))
+		cfg.mode = MODE_UFFD;
+	else
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_MODE=%s is not layout or uffd", mode);
+
+	if (cfg.mode != MODE_BAD && (!mem || !*mem)) {
+		cfg.mode = MODE_BAD;
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_MEMFILE not set");
+	} else if (cfg.mode != MODE_BAD && !realpath(mem, cfg.memfile)) {
+		int err = errno;
+		cfg.mode = MODE_BAD;
+		snprintf(cfg.bad, sizeof(cfg.bad), "realpath THAW_SHIM_MEMFILE %s: %s", mem, strerror(err));
+	}
+	if (cfg.mode == MODE_LAYOUT && (!cfg.layout || !*cfg.layout)) {
+		cfg.mode = MODE_BAD;
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_LAYOUT not set");
+	}
+	if (cfg.mode == MODE_UFFD && (!cfg.sock || !*cfg.sock)) {
+		cfg.mode = MODE_BAD;
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_UFFD_SOCK not set");
+	}
+}
+
+static int fd_is_memfile(int fd)
+{
+	char link[64], target[PATH_MAX], resolved[PATH_MAX];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return 0;
+	target[n] = '\0';
+	if (!realpath(target, resolved))
+		return 0;
+	return strcmp(resolved, cfg.memfile) == 0;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/*
+ * After a failure part-way through, put back what QEMU had there before (its
+ * PROT_NONE reservation) so no half-built guest memory stays mapped.
+ */
+static void restore_reservation(void *addr, size_t len)
+{
+	do_mmap(addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+static int read_full(int fd, void *buf, size_t len, off_t off)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			errno = EIO;
+			return -1;
+		}
+		p += n, len -= (size_t)n, off += n;
+	}
+	return 0;
+}
+
+static int range_ok(uint64_t off, uint64_t len, uint64_t limit)
+{
+	return off <= limit && len <= limit - off;
+}
+
+static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t t0 = now_us(), memfile_size = 0, ls_size = 0;
+	struct layout_header h;
+	struct layout_entry *ents = NULL;
+	struct stat st;
+	int tfd, lsfd = -1, err = 0, need_ls = 0;
+	unsigned nkind[3] = {0, 0, 0};
+	void *ret = MAP_FAILED;
+
+	tfd = open(cfg.layout, O_RDONLY | O_CLOEXEC);
+	if (tfd < 0)
+		return fail(errno, "open layout table %s", cfg.layout);
+	if (fstat(tfd, &st) < 0) {
+		ret = fail(errno, "fstat layout table %s", cfg.layout);
+		goto out;
+	}
+	if ((uint64_t)st.st_size < sizeof(h)) {
+		ret = fail(EINVAL, "layout table %s: %lld bytes, shorter than the header", cfg.layout,
+			   (long long)st.st_size);
+		goto out;
+	}
+	if (read_full(tfd, &h, sizeof(h), 0) < 0) {
+		ret = fail(errno, "read layout table %s", cfg.layout);
+		goto out;
+	}
+	if (memcmp(h.magic, LAYOUT_MAGIC, 8) != 0) {
+		ret = fail(EINVAL, "layout table %s: bad magic", cfg.layout);
+		goto out;
+	}
+	if (h.version != 1 || h.reserved != 0) {
+		ret = fail(EINVAL, "layout table %s: version %u reserved %llu, want 1 and 0", cfg.layout,
+			   h.version, (unsigned long long)h.reserved);
+		goto out;
+	}
+	if (h.count > MAX_ENTRIES) {
+		ret = fail(EINVAL, "layout table %s: %u entries exceeds %u", cfg.layout, h.count,
+			   MAX_ENTRIES);
+		goto out;
+	}
+	if ((uint64_t)st.st_size != sizeof(h) + (uint64_t)h.count * sizeof(*ents)) {
+		ret = fail(EINVAL, "layout table %s: %lld bytes, want %llu for %u entries", cfg.layout,
+			   (long long)st.st_size,
+			   (unsigned long long)(sizeof(h) + (uint64_t)h.count * sizeof(*ents)), h.count);
+		goto out;
+	}
+	if (h.mem_size != len) {
+		ret = fail(EINVAL, "layout table %s: mem_size %llu but QEMU maps %zu bytes", cfg.layout,
+			   (unsigned long long)h.mem_size, len);
+		goto out;
+	}
+	if (h.count) {
+		ents = malloc((size_t)h.count * sizeof(*ents));
+		if (!ents) {
+			ret = fail(ENOMEM, "layout table %s: allocating %u entries", cfg.layout, h.count);
+			goto out;
+		}
+		if (read_full(tfd, ents, (size_t)h.count * sizeof(*ents), sizeof(h)) < 0) {
+			ret = fail(errno, "read layout table %s", cfg.layout);
+			goto out;
+		}
+	}
+	if (fstat(memfd, &st) < 0) {
+		ret = fail(errno, "fstat memory file fd %d", memfd);
+		goto out;
+	}
+	memfile_size = (uint64_t)st.st_size;
+	for (uint32_t i = 0; i < h.count; i++)
+		need_ls |= ents[i].kind == KIND_LSFILE;
+	if (need_ls) {
+		if (!cfg.lsfile || !*cfg.lsfile) {
+			ret = fail(EINVAL, "layout table %s has loading-set entries but THAW_SHIM_LSFILE is not set",
+				   cfg.layout);
+			goto out;
+		}
+		lsfd = open(cfg.lsfile, O_RDONLY | O_CLOEXEC);
+		if (lsfd < 0) {
+			ret = fail(errno, "open loading-set file %s", cfg.lsfile);
+			goto out;
+		}
+		if (fstat(lsfd, &st) < 0) {
+			ret = fail(errno, "fstat loading-set file %s", cfg.lsfile);
+			goto out;
+		}
+		ls_size = (uint64_t)st.st_size;
+	}
+
+	/* Validate everything before touching QEMU's reservation. */
+	for (uint32_t i = 0; i < h.count; i++) {
+		const struct layout_entry *e = &ents[i];
+		const char *why = NULL;
+
+		if (e->kind > KIND_LSFILE)
+			why = "invalid kind";
+		else if (e->reserved)
+			why = "reserved field not 0";
+		else if (!e->length)
+			why = "zero length";
+		else if ((e->guest_off | e->length | e->file_off) % page)
+			why = "not page-aligned";
+		else if (!range_ok(e->guest_off, e->length, h.mem_size))
+			why = "beyond mem_size";
+		else if (e->kind == KIND_ANON && e->file_off)
+			why = "anonymous entry with file_off";
+		else if (e->kind == KIND_MEMFILE && !range_ok(e->file_off, e->length, memfile_size))
+			why = "beyond the end of the memory file";
+		else if (e->kind == KIND_LSFILE && !range_ok(e->file_off, e->length, ls_size))
+			why = "beyond the end of the loading-set file";
+		if (why) {
+			ret = fail(EINVAL,
+				   "layout table %s: entry %u (guest_off %#llx length %#llx file_off %#llx kind %u): %s",
+				   cfg.layout, i, (unsigned long long)e->guest_off,
+				   (unsigned long long)e->length, (unsigned long long)e->file_off, e->kind,
+				   why);
+			goto out;
+		}
+	}
+
+	/*
+	 * MAP_NORESERVE on anonymous parts: untouched guest pages are never
+	 * committed.  QEMU's own MAP_NORESERVE (reserve=off) carries over to
+	 * the file parts.
+	 */
+	const int anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+	const int filef = MAP_PRIVATE | MAP_FIXED | (flags & MAP_NORESERVE);
+
+	if (do_mmap(addr, len, prot, anon, -1, 0) == MAP_FAILED) {
+		ret = fail(errno, "mmap anonymous base (%zu bytes)", len);
+		goto out;
+	}
+	for (uint32_t i = 0; i < h.count; i++) {
+		const struct layout_entry *e = &ents[i];
+		char *dst = (char *)addr + e->guest_off;
+		void *p;
+
+		if (e->kind == KIND_ANON)
+			p = do_mmap(dst, e->length, prot, anon, -1, 0);
+		else
+			p = do_mmap(dst, e->length, prot, filef, e->kind == KIND_MEMFILE ? memfd : lsfd,
+				    (off_t)e->file_off);
+		if (p == MAP_FAILED) {
+			err = errno;
+			restore_reservation(addr, len);
+			/* Each entry can split a VMA: the usual ENOMEM is vm.max_map_count. */
+			ret = fail(err, "mmap entry %u of %u (kind %u, guest_off %#llx)%s", i, h.count,
+				   e->kind, (unsigned long long)e->guest_off,
+				   err == ENOMEM ? " (vm.max_map_count?)" : "");
+			goto out;
+		}
+		nkind[e->kind]++;
+	}
+	ret = addr;
+	shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set) over %zu bytes in %llu us",
+		 h.count, nkind[0], nkind[1], nkind[2], len, (unsigned long long)(now_us() - t0));
+out:
+	err = errno;
+	free(ents);
+	close(tfd);
+	if (lsfd >= 0)
+		close(lsfd); /* the mappings hold their own reference */
+	errno = err;
+	return ret;
+}
+
+static int send_hello(int sock, int uffd, void *addr, size_t len)
+{
+	struct uffd_hello m;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov;
+	struct msghdr msg;
+	size_t sent = 0;
+
+	memset(&m, 0, sizeof(m));
+	memcpy(m.magic, UFFD_MAGIC, 8);
+	m.addr = (uint64_t)(uintptr_t)addr;
+	m.length = len;
+	m.page_size = (uint32_t)sysconf(_SC_PAGESIZE);
+	m.pid = (uint32_t)getpid();
+
+	while (sent < sizeof(m)) {
+		memset(&msg, 0, sizeof(msg));
+		iov.iov_base = (char *)&m + sent;
+		iov.iov_len = sizeof(m) - sent;
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		if (!sent) { /* the fd rides on the first byte */
+			memset(&ctl, 0, sizeof(ctl));
+			msg.msg_control = ctl.buf;
+			msg.msg_controllen = sizeof(ctl.buf);
+			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &uffd, sizeof(int));
+		}
+		ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		sent += (size_t)n;
+	}
+	return 0;
+}
+
+/* 0 on ack; -1 with errno (ETIMEDOUT, or ECONNRESET when the daemon hung up). */
+static int wait_ack(int sock)
+{
+	uint64_t deadline = now_us() + (uint64_t)ACK_TIMEOUT_MS * 1000u;
+	struct pollfd pfd = {.fd = sock, .events = POLLIN};
+	char ack;
+
+	for (;;) {
+		uint64_t now = now_us();
+		if (now >= deadline) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		int r = poll(&pfd, 1, (int)((deadline - now + 999) / 1000));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			continue; /* re-check the deadline */
+		ssize_t n = recv(sock, &ack, 1, 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		return 0;
+	}
+}
+
+static void *map_uffd(void *addr, size_t len, int prot)
+{
+	uint64_t t0 = now_us();
+	struct sockaddr_un sa;
+	struct uffdio_api api = {.api = UFFD_API, .features = 0};
+	struct uffdio_register reg;
+	int uffd = -1, sock = -1, err;
+	void *ret = MAP_FAILED;
+
+	if (strlen(cfg.sock) >= sizeof(sa.sun_path))
+		return fail(ENAMETOOLONG, "uffd socket path %s", cfg.sock);
+	if (do_mmap(addr, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+	    MAP_FAILED)
+		return fail(errno, "mmap anonymous base (%zu bytes)", len);
+
+	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (uffd < 0) {
+		ret = fail(errno, "userfaultfd");
+		goto out;
+	}
+	if (ioctl(uffd, UFFDIO_API, &api) < 0) {
+		ret = fail(errno, "UFFDIO_API");
+		goto out;
+	}
+	memset(&reg, 0, sizeof(reg));
+	reg.range.start = (uint64_t)(uintptr_t)addr;
+	reg.range.len = len;
+	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+		ret = fail(errno, "UFFDIO_REGISTER %p+%zu", addr, len);
+		goto out;
+	}
+	if (!(reg.ioctls & ((uint64_t)1 << _UFFDIO_COPY))) {
+		ret = fail(EINVAL, "UFFDIO_REGISTER: range does not support UFFDIO_COPY (ioctls %#llx)",
+			   (unsigned long long)reg.ioctls);
+		goto out;
+	}
+
+	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0) {
+		ret = fail(errno, "socket");
+		goto out;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	strcpy(sa.sun_path, cfg.sock);
+	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		ret = fail(errno, "connect %s", cfg.sock);
+		goto out;
+	}
+	if (send_hello(sock, uffd, addr, len) < 0) {
+		ret = fail(errno, "send uffd to %s", cfg.sock);
+		goto out;
+	}
+	if (wait_ack(sock) < 0) {
+		ret = fail(errno, "waiting for daemon ack on %s", cfg.sock);
+		goto out;
+	}
+	ret = addr;
+	shim_log("thaw-shim: uffd: registered %zu bytes, fd handed to daemon in %llu us", len,
+		 (unsigned long long)(now_us() - t0));
+out:
+	err = errno;
+	if (ret == MAP_FAILED)
+		restore_reservation(addr, len); /* also drops the registration */
+	if (sock >= 0)
+		close(sock);
+	/* The daemon holds its own copy; ours would keep the uffd alive after it exits. */
+	if (uffd >= 0)
+		close(uffd);
+	errno = err;
+	return ret;
+}
+
+static void *intercept(mmap_fn real, void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (!real) {
+		resolve_real();
+		real = real_mmap64 ? real_mmap64 : real_mmap;
+	}
+	/* Cheap checks first: almost every mmap in QEMU is not a candidate. */
+	if (fd < 0 || !(flags & MAP_FIXED) || off != 0)
+		goto pass;
+	pthread_once(&cfg_once, load_config);
+	switch (cfg.mode) {
+	case MODE_OFF:
+		goto pass;
+	case MODE_BAD:
+		/* Cannot tell which call is guest RAM: fail every candidate loudly. */
+		return fail(EINVAL, "%s", cfg.bad);
+	default:
+		break;
+	}
+	if (!fd_is_memfile(fd))
+		goto pass;
+	if ((flags & MAP_TYPE) != MAP_PRIVATE)
+		return fail(EINVAL, "memory file %s mapped with flags %#x, not MAP_PRIVATE (share=on?)",
+			    cfg.memfile, flags);
+	if (cfg.mode == MODE_LAYOUT)
+		return map_layout(addr, len, prot, flags, fd);
+	return map_uffd(addr, len, prot);
+pass:
+	if (!real)
+		return sys_mmap(addr, len, prot, flags, fd, off);
+	return real(addr, len, prot, flags, fd, off);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return intercept(real_mmap, addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+	return intercept(real_mmap64, addr, len, prot, flags, fd, (off_t)off);
+}
