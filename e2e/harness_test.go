@@ -50,8 +50,13 @@ func testConfig(t *testing.T, dataDir string) daemon.Config {
 	if accel == "" {
 		accel = "tcg" // the accelerator probe has its own test; skip its 20 s here
 	}
+	shim := repoPath("shim/build/libthaw_shim.so")
+	if _, err := os.Stat(shim); err != nil {
+		t.Fatalf("interposer not built (make -C shim): %v", err)
+	}
 	return daemon.Config{DataDir: dataDir, ImageDir: imageDir(t), Accel: accel,
-		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second}
+		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second,
+		ShimPath: shim}
 }
 
 func startEnv(t *testing.T, dataDir string) *env {

@@ -130,6 +130,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	if err := s.db.SetSnapshotParent(ctx, warm.ID, res.Clean.ID); err != nil {
 		return nil, err
 	}
+	warm.Parent = res.Clean.ID
 
 	// 3. FaaSnap artifacts from the recording and the warm memory file.
 	t = time.Now()

@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/restore"
+)
+
+// TestStrategies prepares a function (clean snapshot, FaaSnap record, warm
+// snapshot, REAP record) on real VMs, then checks that every strategy gives
+// the same answer from the warm snapshot, that reap and faasnap really use
+// their artifacts, and that each damaged artifact makes the invocation fall
+// back to vanilla and say so.
+func TestStrategies(t *testing.T) {
+	e := startEnv(t, t.TempDir())
+	c := e.c
+	ctx := ctxT(t)
+	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("preparing (boot + two record invocations)")
+	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	var fs struct {
+		WorkingSetPages int   `json:"working_set_pages"`
+		LoadingSetBytes int64 `json:"loading_set_bytes"`
+	}
+	var rp struct {
+		FaultedPages int `json:"faulted_pages"`
+	}
+	_ = json.Unmarshal(res.FaaSnap, &fs)
+	_ = json.Unmarshal(res.REAP, &rp)
+	t.Logf("prepared: warm %s, faasnap working set %d pages, loading set %d MiB, reap %d pages",
+		res.Warm.ID, fs.WorkingSetPages, fs.LoadingSetBytes>>20, rp.FaultedPages)
+	if fs.WorkingSetPages == 0 || fs.LoadingSetBytes == 0 || rp.FaultedPages == 0 {
+		t.Fatalf("prepare built empty artifacts: %s %s", res.FaaSnap, res.REAP)
+	}
+	if res.Warm.Parent != res.Clean.ID {
+		t.Fatalf("warm snapshot parent %q, want %q", res.Warm.Parent, res.Clean.ID)
+	}
+
+	invoke := func(t *testing.T, strategy string) *client.Invocation {
+		t.Helper()
+		inv, err := c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`),
+			client.InvokeOptions{Strategy: strategy, EvictCache: true})
+		if err != nil {
+			t.Fatalf("%s: %v", strategy, err)
+		}
+		if !inv.OK || !strings.Contains(string(inv.Result), "hello, test!") {
+			t.Fatalf("%s: %+v %s", strategy, inv.Error, inv.Result)
+		}
+		if inv.Snapshot != res.Warm.ID || !inv.EvictedCache || inv.Process == nil || inv.StrategyStats == nil {
+			t.Fatalf("%s: invocation = %+v", strategy, inv)
+		}
+		return inv
+	}
+
+	for _, k := range restore.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			inv := invoke(t, string(k))
+			st := inv.StrategyStats
+			if inv.Strategy != string(k) || st.Fallback != "" {
+				t.Fatalf("ran as %s (fallback %q)", inv.Strategy, st.Fallback)
+			}
+			switch k {
+			case restore.REAP:
+				if st.PrefetchPages != uint64(rp.FaultedPages) || st.PrefetchBytes == 0 {
+					t.Fatalf("reap prefetched %d pages (%d bytes), recorded %d", st.PrefetchPages, st.PrefetchBytes, rp.FaultedPages)
+				}
+			case restore.FaaSnap:
+				if st.LayoutEntries == 0 || st.LoaderBytes == 0 || st.LoaderBeforeInvoke == nil {
+					t.Fatalf("faasnap stats %+v", st)
+				}
+			case restore.Cached:
+				if inv.Process.MajorFaults > 2 {
+					t.Errorf("cached took %d major faults", inv.Process.MajorFaults)
+				}
+			}
+			t.Logf("%-8s setup %.1f ms, resume %.1f ms, total %.1f ms, faults %d major/%d minor, read %d KiB",
+				k, inv.Timing.Restore.SetupMS, inv.Timing.Restore.ResumeMS, inv.Timing.TotalMS,
+				inv.Process.MajorFaults, inv.Process.MinorFaults, inv.Process.ReadBytes>>10)
+		})
+	}
+
+	t.Run("burst shares one loader", func(t *testing.T) {
+		var wg sync.WaitGroup
+		invs := make([]*client.Invocation, 3)
+		for i := range invs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				invs[i], _ = c.InvokeFunction(ctx, "probe", ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "faasnap"})
+			}()
+		}
+		wg.Wait()
+		for i, inv := range invs {
+			if inv == nil || !inv.OK || inv.Strategy != "faasnap" {
+				t.Fatalf("burst invocation %d: %+v", i, inv)
+			}
+		}
+	})
+
+	t.Run("damaged artifacts fall back to vanilla", func(t *testing.T) {
+		dir := res.Warm.Dir
+		damage := []struct {
+			strategy, file, how, contains string
+		}{
+			{"faasnap", restore.FaaSnapManifest, "remove", "faasnap.json"},
+			{"faasnap", restore.FaaSnapLoadingSet, "truncate", "loadingset.bin"},
+			{"faasnap", restore.FaaSnapLoadingSet, "flip", "loadingset.bin"},
+			{"faasnap", restore.FaaSnapManifest, "flip", "faasnap"},
+			{"reap", restore.REAPManifest, "remove", "reap.json"},
+			{"reap", restore.REAPWorkingSetFile, "truncate", "ws.bin"},
+			{"reap", restore.REAPWorkingSetFile, "flip", "ws.bin"},
+			{"reap", restore.REAPManifest, "flip", "reap"},
+		}
+		for _, d := range damage {
+			t.Run(d.strategy+" "+d.how+" "+d.file, func(t *testing.T) {
+				path := filepath.Join(dir, "strategies", d.strategy, d.file)
+				orig, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := os.WriteFile(path, orig, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}()
+				switch d.how {
+				case "remove":
+					err = os.Remove(path)
+				case "truncate":
+					err = os.Truncate(path, int64(len(orig))/2)
+				case "flip":
+					b := append([]byte(nil), orig...)
+					b[len(b)/3] ^= 0x5a
+					err = os.WriteFile(path, b, 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				inv := invokeAny(t, c, d.strategy)
+				if inv.Strategy != "vanilla" || inv.StrategyStats == nil ||
+					!strings.Contains(inv.StrategyStats.Fallback, d.strategy) ||
+					!strings.Contains(inv.StrategyStats.Fallback, "vanilla") {
+					t.Fatalf("no fallback: strategy %s, stats %+v", inv.Strategy, inv.StrategyStats)
+				}
+				if !strings.Contains(inv.StrategyStats.Fallback, d.contains) {
+					t.Errorf("fallback %q does not name %q", inv.StrategyStats.Fallback, d.contains)
+				}
+			})
+		}
+		// Repaired artifacts are used again.
+		inv := invokeAny(t, c, "faasnap")
+		if inv.Strategy != "faasnap" {
+			t.Fatalf("after repair: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
+		}
+	})
+}
+
+func invokeAny(t *testing.T, c *client.Client, strategy string) *client.Invocation {
+	t.Helper()
+	inv, err := c.InvokeFunction(context.Background(), "probe", ev(`{"op":"hello","name":"x"}`), client.InvokeOptions{Strategy: strategy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inv.OK || !strings.Contains(string(inv.Result), "hello, x!") {
+		t.Fatalf("%+v %s", inv.Error, inv.Result)
+	}
+	return inv
+}
