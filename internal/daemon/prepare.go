@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -41,6 +43,21 @@ type FaaSnapBuild struct {
 	LoadingSetBytes int64                     `json:"loading_set_bytes"`
 	GroupSize       int                       `json:"group_size"`
 	MergeGap        int                       `json:"merge_gap"`
+	FreedPages      FreePageReporting         `json:"free_page_reporting"`
+}
+
+// FreePageReporting measures how many working-set pages the guest had freed:
+// the guest's virtio-balloon free page reporting tells QEMU, which punches
+// them out of the record VM's memory file, so they become zero pages and
+// leave the loading set (FaaSnap §4.5 zeroed freed pages with a patched
+// guest kernel instead).
+type FreePageReporting struct {
+	WaitMS float64 `json:"wait_ms"` // time waited for reporting to settle
+	// Working-set pages that were non-zero right after the record
+	// invocation, and after the wait.
+	NonzeroBefore int `json:"nonzero_before"`
+	NonzeroAfter  int `json:"nonzero_after"`
+	PagesRemoved  int `json:"pages_removed"`
 }
 
 // REAPBuild summarizes the REAP record phase and artifacts.
@@ -118,7 +135,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	if err != nil {
 		return nil, fmt.Errorf("faasnap record: %w", err)
 	}
-	warm, order, recErr := s.recordAndSnapshot(ctx, lv, req.RecordEvent, timeout, rec)
+	warm, order, freed, recErr := s.recordAndSnapshot(ctx, lv, req.RecordEvent, timeout, rec)
 	lv.mu.Unlock()
 	_ = s.DeleteVM(context.WithoutCancel(ctx), vmRec.ID)
 	if recErr != nil {
@@ -151,7 +168,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	}
 	_ = restore.TrustArtifact(filepath.Join(fdir, restore.FaaSnapLoadingSet))
 	res.FaaSnap = &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: req.GroupSize,
-		MergeGap: req.MergeGap, Scans: rec.(interface{ Scans() int }).Scans()}
+		MergeGap: req.MergeGap, Scans: rec.(interface{ Scans() int }).Scans(), FreedPages: freed}
 	if st, err := os.Stat(filepath.Join(fdir, restore.FaaSnapLoadingSet)); err == nil {
 		res.FaaSnap.LoadingSetBytes = st.Size()
 	}
@@ -211,18 +228,83 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 
 // recordAndSnapshot runs the record invocation on a locked record VM, ends
 // the recording and takes the warm snapshot of its (shared) memory.
-func (s *Service) recordAndSnapshot(ctx context.Context, lv *liveVM, event json.RawMessage, timeout time.Duration, rec restore.Session) (*catalog.Snapshot, []uint64, error) {
+func (s *Service) recordAndSnapshot(ctx context.Context, lv *liveVM, event json.RawMessage, timeout time.Duration, rec restore.Session) (*catalog.Snapshot, []uint64, FreePageReporting, error) {
+	var freed FreePageReporting
 	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: lv.id, Mode: "record"}
 	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
-		return nil, nil, err
+		return nil, nil, freed, err
 	}
 	if !inv.OK {
-		return nil, nil, fmt.Errorf("%w: record invocation raised %s: %s", ErrInvalid, inv.Error.Type, inv.Error.Message)
+		return nil, nil, freed, fmt.Errorf("%w: record invocation raised %s: %s", ErrInvalid, inv.Error.Type, inv.Error.Message)
 	}
 	order := rec.(restore.RecordedPages).RecordedPages()
+	var err error
+	if freed.NonzeroBefore, err = countNonzero(lv.memPath, order); err != nil {
+		return nil, nil, freed, err
+	}
+	t := time.Now()
+	waitForReporting(ctx, lv.memPath)
+	freed.WaitMS = ms(time.Since(t))
+	if freed.NonzeroAfter, err = countNonzero(lv.memPath, order); err != nil {
+		return nil, nil, freed, err
+	}
+	freed.PagesRemoved = freed.NonzeroBefore - freed.NonzeroAfter
 	warm, err := s.snapshotLocked(ctx, lv)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, freed, err
 	}
-	return warm, order, nil
+	return warm, order, freed, nil
+}
+
+// Free page reporting reports a batch about two seconds after pages are
+// freed (PAGE_REPORTING_DELAY); wait until the memory file's allocation has
+// not changed for longer than that, or give up after reportingMaxWait.
+const (
+	reportingQuiet   = 2500 * time.Millisecond
+	reportingMaxWait = 8 * time.Second
+)
+
+func waitForReporting(ctx context.Context, memPath string) {
+	start := time.Now()
+	last, lastChange := allocated(memPath), time.Now()
+	for time.Since(lastChange) < reportingQuiet && time.Since(start) < reportingMaxWait {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if a := allocated(memPath); a != last {
+			last, lastChange = a, time.Now()
+		}
+	}
+}
+
+func allocated(path string) int64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return -1
+	}
+	return st.Blocks
+}
+
+// countNonzero counts the pages among pages that are not all zero in path.
+func countNonzero(path string, pages []uint64) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, snapshot.PageSize)
+	zero := make([]byte, snapshot.PageSize)
+	n := 0
+	for _, p := range pages {
+		k, err := f.ReadAt(buf, int64(p)*snapshot.PageSize)
+		if k == 0 && err != nil {
+			continue // beyond the end: zero
+		}
+		if !bytes.Equal(buf[:k], zero[:k]) {
+			n++
+		}
+	}
+	return n, nil
 }

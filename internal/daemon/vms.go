@@ -63,9 +63,11 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 	return vmm.Spec{
 		ID: id, RunDir: filepath.Join(s.runDir(), id),
 		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: s.accel.Accel,
-		Kernel:  s.image.Path(s.image.KernelFile()),
-		Initrd:  s.image.Path(guestimage.Initrd),
-		Cmdline: s.image.Cmdline + " thaw.function=" + fn.Name,
+		Kernel: s.image.Path(s.image.KernelFile()),
+		Initrd: s.image.Path(guestimage.Initrd),
+		// thaw.page_reporting_order=0: the agent makes free page reporting
+		// report freed pages of every order, not only 2 MiB blocks.
+		Cmdline: s.image.Cmdline + " thaw.page_reporting_order=0 thaw.function=" + fn.Name,
 		Disks: []vmm.Disk{
 			{Path: s.image.Path(guestimage.Rootfs), ReadOnly: true},
 			{Path: fn.Disk, ReadOnly: true},

@@ -201,7 +201,7 @@ func TestRewriteReplaces(t *testing.T) {
 func TestWriteRejects(t *testing.T) {
 	dir := t.TempDir()
 	mem := filepath.Join(dir, "memory")
-	content := writeMem(t, mem, 1, "DDDD", 10) // 4 pages, the last partial
+	writeMem(t, mem, 1, "DDDD", 10) // 4 pages, the last partial
 	other := sha([]byte("other"))
 	for _, tc := range []struct {
 		name  string
@@ -245,7 +245,6 @@ func TestWriteRejects(t *testing.T) {
 			}
 		})
 	}
-	_ = content
 }
 
 // corruptions of a written artifact directory that its reader must refuse.

@@ -59,7 +59,8 @@ type FaaSnapArtifact struct {
 	Checksum string `json:"checksum"`
 }
 
-// LoadingSetPath is the path of the artifact's loading-set file.
+// LoadingSetPath is the path of the artifact's loading-set file (§4.7; the
+// shim's THAW_SHIM_LSFILE).
 func (a *FaaSnapArtifact) LoadingSetPath() string { return filepath.Join(a.Dir, LoadingSetDataFile) }
 
 // WriteFaaSnap builds the FaaSnap artifact of the memory file at memPath
@@ -71,6 +72,10 @@ func (a *FaaSnapArtifact) LoadingSetPath() string { return filepath.Join(a.Dir, 
 // memory file once for zero pages and its SHA-256; memSHA256 (the snapshot
 // manifest's digest) must match it (ErrMismatch) unless empty. Pages of
 // order outside the memory file are an error; repeated pages count once.
+// As in FaaSnap's Figure 5, order may come from recording an invocation
+// restored from another ("clean") snapshot of the same guest shape, while
+// memPath is the warm snapshot taken after it: the artifact is bound to
+// memPath only.
 //
 // FaaSnap §4.5–§4.7 and Figure 5 ("FaaSnap then scans the new memory file to
 // find non-zero pages. The loading set is the intersection between the
@@ -155,7 +160,8 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 }
 
 // Encode seals the manifest (magic, version, page size, checksum) and
-// returns its JSON.
+// returns its canonical JSON. FaaSnap §4.7 only says the region offsets "are
+// recorded" (cached in the daemon); the sealed, versioned file is thaw's.
 func (a *FaaSnapArtifact) Encode() ([]byte, error) {
 	a.Magic, a.FormatVersion, a.PageSize = FaaSnapMagic, FormatVersion, int(PageSize)
 	a.normalize()
@@ -184,8 +190,11 @@ func (a *FaaSnapArtifact) normalize() {
 }
 
 // DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
-// ErrIncompatible), page size, checksum and structure (see validate). It
-// does not look at any file.
+// ErrIncompatible), page size, checksum, canonical encoding and structure
+// (see validate). It does not look at any file. It enforces the invariants
+// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
+// contiguous loading-set file); the checking itself is thaw's, since the
+// paper trusts its daemon's in-memory copy.
 func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) {
 	if err := decodeHeader(b, FaaSnapMagic); err != nil {
 		return nil, err
@@ -216,7 +225,7 @@ func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) {
 	return &a, nil
 }
 
-// validate checks the structure: regions non-empty, in bounds, sorted and
+// validate (the §4.5–§4.7 invariants, see DecodeFaaSnap) checks the structure: regions non-empty, in bounds, sorted and
 // non-overlapping; loading regions in (group, start) order with contiguous
 // file offsets that add up to the loading-set file's size, starting and
 // ending on non-zero pages, with groups the working set can have; stats
@@ -297,7 +306,9 @@ func (a *FaaSnapArtifact) validate() error {
 
 // ReadFaaSnap reads dir/faasnap.json, checks it (DecodeFaaSnap) and checks
 // that dir/loadingset.bin has the recorded size. A missing manifest is
-// reported as fs.ErrNotExist. Use Verify before restoring from it.
+// reported as fs.ErrNotExist. Use Verify before restoring from it. (FaaSnap
+// §4.7's test phase reads the recorded offsets; thaw reads them from disk
+// and refuses damaged ones.)
 func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) {
 	path := filepath.Join(dir, FaaSnapManifestFile)
 	b, err := os.ReadFile(path)
@@ -318,7 +329,10 @@ func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) {
 // Verify checks that the artifact was built from the snapshot memory file of
 // memSize bytes and digest memSHA256 (ErrMismatch otherwise) and that its
 // loading-set file has the recorded size and, when full, the recorded
-// SHA-256 (ErrCorrupt otherwise).
+// SHA-256 (ErrCorrupt otherwise). No paper section: FaaSnap (Figure 5)
+// always uses the memory file and loading-set file of the same record
+// phase; thaw keeps artifacts apart from snapshots and so must prove the
+// pairing (the mapping of §4.5 mixes both files page by page).
 func (a *FaaSnapArtifact) Verify(memSize int64, memSHA256 string, full bool) error {
 	return verifyData(a.Dir, LoadingSetDataFile, a.Memory, a.LoadingSetFile, memSize, memSHA256, full)
 }

@@ -15,7 +15,7 @@ type LSRegion struct {
 	FileOff uint64 `json:"file_off"`
 }
 
-// Region is the guest range of l.
+// Region is the guest range of l (§4.6 loading-set region).
 func (l LSRegion) Region() Region { return Region{Start: l.Start, Pages: l.Pages} }
 
 // LoadingSetStats counts what LoadingSet did.

@@ -58,8 +58,9 @@ var (
 	ErrIncompatible = errors.New("memory layout artifact incompatible")
 )
 
-// Region is a run of Pages guest pages starting at page Start. In JSON it
-// is the pair [start, pages].
+// Region is a run of Pages guest pages starting at page Start: a FaaSnap
+// §4.5 region, or a run of a REAP page list. In JSON it is the pair
+// [start, pages]. Its methods are plain helpers (no paper section).
 type Region struct {
 	Start, Pages uint64
 }
@@ -97,7 +98,8 @@ func (r *Region) UnmarshalJSON(b []byte) error {
 }
 
 // PagesOf returns the number of pages (of PageSize) in a memory of size
-// bytes, counting a partial last page.
+// bytes, counting a partial last page. (No paper section: the papers' guest
+// memories are whole pages; thaw's synthetic test files need not be.)
 func PagesOf(size int64) uint64 {
 	if size <= 0 {
 		return 0
@@ -105,7 +107,8 @@ func PagesOf(size int64) uint64 {
 	return (uint64(size) + PageSize - 1) / PageSize
 }
 
-// CountPages returns the total number of pages in rs.
+// CountPages returns the total number of pages in rs (a helper, no paper
+// section; it does not guard against overflow for hostile input).
 func CountPages(rs []Region) uint64 {
 	var n uint64
 	for _, r := range rs {
@@ -116,7 +119,11 @@ func CountPages(rs []Region) uint64 {
 
 // Normalize returns rs sorted by start with empty regions dropped and
 // overlapping or adjacent regions merged: the maximal runs covering the same
-// pages. rs is not modified.
+// pages. rs is not modified; no region may extend past page 2^64-1.
+//
+// FaaSnap §4.5 ("merging consecutive ... non-zero pages into non-zero
+// regions"); thaw also uses it to accept caller-supplied region lists in any
+// order.
 func Normalize(rs []Region) []Region {
 	s := make([]Region, 0, len(rs))
 	for _, r := range rs {
@@ -141,6 +148,10 @@ func Normalize(rs []Region) []Region {
 // Runs encodes a page sequence as runs of consecutive pages, keeping the
 // sequence's order: pages [5 6 7 2 3 9] are runs [5,3] [2,2] [9,1]. Expand is
 // its inverse.
+//
+// REAP's record phase keeps the faulted pages' offsets in fault order; the
+// run encoding is thaw's (REAP stores one offset per page), compact because
+// guest faults come in sequential bursts.
 func Runs(pages []uint64) []Region {
 	var out []Region
 	for _, p := range pages {
@@ -154,7 +165,8 @@ func Runs(pages []uint64) []Region {
 	return out
 }
 
-// Expand lists the pages of runs in order (the inverse of Runs).
+// Expand lists the pages of runs in order (the inverse of Runs): the page
+// order of a REAP working-set file (thaw's encoding, see Runs).
 func Expand(runs []Region) []uint64 {
 	out := make([]uint64, 0, CountPages(runs))
 	for _, r := range runs {
@@ -166,7 +178,8 @@ func Expand(runs []Region) []uint64 {
 }
 
 // findRegion returns the index of the region of sorted, non-overlapping rs
-// that contains page p, or -1.
+// that contains page p, or -1. (Helper: the §4.5 "is this page non-zero"
+// question.)
 func findRegion(rs []Region, p uint64) int {
 	i, _ := slices.BinarySearchFunc(rs, p, func(r Region, p uint64) int {
 		switch {

@@ -32,10 +32,12 @@ type REAPArtifact struct {
 	Checksum string `json:"checksum"`
 }
 
-// WorkingSetPath is the path of the artifact's working-set file.
+// WorkingSetPath is the path of the artifact's working-set file (REAP's
+// "compact WS file").
 func (a *REAPArtifact) WorkingSetPath() string { return filepath.Join(a.Dir, WorkingSetDataFile) }
 
-// PageOrder lists the stored guest pages in ws.bin order.
+// PageOrder lists the stored guest pages in ws.bin order (REAP prefetch:
+// page i of ws.bin is installed at guest page PageOrder()[i]).
 func (a *REAPArtifact) PageOrder() []uint64 { return Expand(a.Pages) }
 
 // WriteREAP writes the REAP artifact of the memory file at memPath to dir
@@ -115,7 +117,8 @@ func WriteREAP(dir, memPath, memSHA256 string, faulted []uint64) (*REAPArtifact,
 }
 
 // Encode seals the manifest (magic, version, page size, checksum) and
-// returns its JSON.
+// returns its canonical JSON. REAP keeps the working-set offsets in a plain
+// file; the sealed, versioned manifest is thaw's.
 func (a *REAPArtifact) Encode() ([]byte, error) {
 	a.Magic, a.FormatVersion, a.PageSize = REAPMagic, FormatVersion, int(PageSize)
 	if a.Pages == nil {
@@ -139,7 +142,7 @@ func (a *REAPArtifact) Encode() ([]byte, error) {
 // ErrIncompatible), page size, checksum and structure: runs non-empty, in
 // bounds, maximal (a run never continues the previous one), no page twice,
 // and ws.bin's size equal to the pages they hold. It does not look at any
-// file.
+// file. (REAP trusts its own files; the checking is thaw's.)
 func DecodeREAP(b []byte) (*REAPArtifact, error) {
 	if err := decodeHeader(b, REAPMagic); err != nil {
 		return nil, err
@@ -195,7 +198,8 @@ func DecodeREAP(b []byte) (*REAPArtifact, error) {
 
 // ReadREAP reads dir/reap.json, checks it (DecodeREAP) and checks that
 // dir/ws.bin has the recorded size. A missing manifest is reported as
-// fs.ErrNotExist. Use Verify before restoring from it.
+// fs.ErrNotExist. Use Verify before restoring from it. (REAP prefetch
+// phase: the working set to fetch and install; the checks are thaw's.)
 func ReadREAP(dir string) (*REAPArtifact, error) {
 	path := filepath.Join(dir, REAPManifestFile)
 	b, err := os.ReadFile(path)
@@ -216,7 +220,9 @@ func ReadREAP(dir string) (*REAPArtifact, error) {
 // Verify checks that the artifact was built from the snapshot memory file of
 // memSize bytes and digest memSHA256 (ErrMismatch otherwise) and that ws.bin
 // has the recorded size and, when full, the recorded SHA-256 (ErrCorrupt
-// otherwise).
+// otherwise). No REAP counterpart: REAP records and prefetches against one
+// snapshot; thaw stores artifacts apart and must prove the pairing, since
+// a page installed from ws.bin replaces that page of the memory file.
 func (a *REAPArtifact) Verify(memSize int64, memSHA256 string, full bool) error {
 	return verifyData(a.Dir, WorkingSetDataFile, a.Memory, a.WSFile, memSize, memSHA256, full)
 }

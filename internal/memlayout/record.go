@@ -50,13 +50,15 @@ func (r *Recorder) Observe(resident []byte) int {
 	return n
 }
 
-// Pages returns the recorded pages in order of first appearance (a copy).
+// Pages returns the recorded pages in order of first appearance (a copy):
+// the §4.4 working set in the §4.3 access order.
 func (r *Recorder) Pages() []uint64 { return slices.Clone(r.order) }
 
-// Len is the number of pages recorded so far.
+// Len is the number of pages recorded so far (§4.4; FaaSnap §5 compares
+// the growth of the guest's RSS against it to decide when to scan again).
 func (r *Recorder) Len() int { return len(r.order) }
 
-// Scans is the number of Observe calls so far.
+// Scans is the number of Observe calls so far (§4.4 bookkeeping).
 func (r *Recorder) Scans() int { return r.scans }
 
 // PageGroup is a working-set page and its working-set group.
@@ -91,7 +93,9 @@ func Groups(order []uint64, groupSize int) []PageGroup {
 
 // dedup returns order without repeated pages, keeping each page's first
 // occurrence, in order. order is not modified; without repeats it is
-// returned as is.
+// returned as is. Neither paper has repeats (mincore and userfaultfd MISSING
+// report a page once); thaw tolerates them from callers, e.g. two vCPUs
+// faulting the same page before REAP's handler installs it.
 func dedup(order []uint64) []uint64 {
 	type at struct{ page, idx uint64 }
 	s := make([]at, len(order))

@@ -67,7 +67,9 @@ func (t *ShimTable) check() error {
 	return nil
 }
 
-// Encode returns the binary table, after checking it.
+// Encode returns the binary table, after checking it. The format is thaw's
+// (docs/shim-layout.md); FaaSnap passed the regions to its modified
+// Firecracker through the VMM API (§5).
 func (t *ShimTable) Encode() ([]byte, error) {
 	if err := t.check(); err != nil {
 		return nil, err
@@ -88,7 +90,8 @@ func (t *ShimTable) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// DecodeShimLayout parses and checks a binary layout table the way the shim
+// DecodeShimLayout parses and checks a binary layout table (thaw's format
+// for FaaSnap §4.5/Figure 4 layouts, docs/shim-layout.md) the way the shim
 // must: magic, version 1, reserved fields zero, exact length for count
 // entries, and every entry valid (see ShimTable.check). Errors wrap
 // ErrCorrupt.
@@ -154,7 +157,7 @@ func (a *FaaSnapArtifact) ShimTable() (*ShimTable, error) {
 }
 
 // ShimLayout is the binary encoding of ShimTable, the file THAW_SHIM_LAYOUT
-// names.
+// names (FaaSnap §4.5/Figure 4, see ShimTable for where thaw differs).
 func (a *FaaSnapArtifact) ShimLayout() ([]byte, error) {
 	t, err := a.ShimTable()
 	if err != nil {
@@ -163,7 +166,8 @@ func (a *FaaSnapArtifact) ShimLayout() ([]byte, error) {
 	return t.Encode()
 }
 
-// Resolve computes in pure Go the guest memory a layout table yields when
+// Resolve (FaaSnap Figure 4's semantics: "upper layers override the pages
+// of lower layers") computes in pure Go the guest memory a layout table yields when
 // the memory file holds memFile and the loading-set file lsFile: zeros, then
 // each entry's bytes on top, in order, as the shim's MAP_FIXED mappings
 // stack. A file-backed page at or past the end of its file (rounded up to a

@@ -67,6 +67,11 @@ func Args(s *vmm.Spec) []string {
 		// romfile= skips loading the iPXE option ROM: the guest never
 		// network-boots, and the ROM costs boot time under TCG.
 		"-device", "virtio-net-pci,netdev=net0,romfile=",
+		// Free page reporting: the guest tells QEMU which pages it freed and
+		// QEMU discards them (a hole in a shared memory file), so freed pages
+		// become zero pages without a patched guest kernel (FaaSnap §4.5
+		// sanitized them with one).
+		"-device", "virtio-balloon-pci,free-page-reporting=on",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=agent,path="+filepath.Join(s.RunDir, "agent.sock")+",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name="+AgentPortName,
