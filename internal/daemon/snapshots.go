@@ -291,7 +291,13 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
 		return nil, nil, nil, err
 	}
-	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders}
+	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders,
+		OnFailure: func(err error) {
+			if lv, ok := s.live(id); ok {
+				s.log.Error("restore strategy failed; killing vm", "vm", id, "err", err)
+				go s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
+			}
+		}}
 	rsnap := restore.Snapshot{Dir: sn.Dir, Manifest: m}
 	var sess restore.Session
 	if o.begin != nil {

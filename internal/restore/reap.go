@@ -122,8 +122,8 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 		return
 	}
 	r.ready <- nil
-	if err := srv.Serve(ctx); err != nil && ctx.Err() == nil && env.Log != nil {
-		env.Log.Warn("userfaultfd server stopped", "err", err)
+	if err := srv.Serve(ctx); err != nil && ctx.Err() == nil && env.OnFailure != nil {
+		env.OnFailure(fmt.Errorf("userfaultfd server stopped: %w", err))
 	}
 }
 

@@ -85,6 +85,11 @@ type Env struct {
 	ShimPath string // libthaw_shim.so, for strategies that need a layout
 	Log      *slog.Logger
 	Loaders  *Loaders // FaaSnap loaders shared across restores
+	// OnFailure is called if the strategy can no longer serve the VM's
+	// memory (REAP's fault server stopped while QEMU lives: the kernel
+	// would then silently hand the guest zero pages). The daemon kills the
+	// VM and marks it failed.
+	OnFailure func(error)
 }
 
 // Stats are a restore's strategy-specific measurements. Fields that do not

@@ -1,0 +1,210 @@
+package restore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// The conformance suite every strategy passes: restore a synthetic memory
+// file through the strategy's real path (Begin, the session's memory
+// description and environment, the interposer inside a process that maps
+// guest memory exactly as QEMU does, the userfaultfd server for REAP) and
+// check that every page read through the restored layout equals the memory
+// file's bytes, and that writes never reach the file.
+
+func shimDir(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "shim")
+	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("build interposer: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// synthMemory writes a memory file of pages pages: random data pages, runs
+// of explicit zero pages and holes.
+func synthMemory(t *testing.T, path string, pages int, rng *rand.Rand) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, snapshot.PageSize)
+	for p := 0; p < pages; {
+		run := 1 + rng.Intn(40)
+		kind := rng.Intn(3) // 0 data, 1 written zeros, 2 hole
+		for i := 0; i < run && p < pages; i, p = i+1, p+1 {
+			switch kind {
+			case 0:
+				rng.Read(buf)
+			case 1:
+				clear(buf)
+			case 2:
+				continue
+			}
+			if _, err := f.WriteAt(buf, int64(p)*snapshot.PageSize); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := f.Truncate(int64(pages) * snapshot.PageSize); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type synthSnapshot struct {
+	snap  Snapshot
+	order []uint64 // a working set, in "access" order
+}
+
+func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
+	rng := rand.New(rand.NewSource(seed))
+	dir := t.TempDir()
+	mem := filepath.Join(dir, snapshot.MemoryFile)
+	synthMemory(t, mem, pages, rng)
+	fi, err := snapshot.HashFile(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &snapshot.Manifest{Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: fi}}
+	s := synthSnapshot{snap: Snapshot{Dir: dir, Manifest: m}}
+	seen := map[uint64]bool{}
+	for len(s.order) < pages/3 {
+		p := uint64(rng.Intn(pages))
+		if !seen[p] {
+			seen[p] = true
+			s.order = append(s.order, p)
+		}
+	}
+	if _, err := memlayout.WriteFaaSnap(s.snap.ArtifactDir(FaaSnap), mem, fi.SHA256, s.order,
+		memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memlayout.WriteREAP(s.snap.ArtifactDir(REAP), mem, fi.SHA256, s.order); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type checkResult struct {
+	Pages         int   `json:"pages"`
+	Mismatches    int   `json:"mismatches"`
+	FirstMismatch int64 `json:"first_mismatch"`
+	FileModified  bool  `json:"file_modified"`
+}
+
+// runCheck maps the memory file like QEMU under the session's environment
+// and compares every page.
+func runCheck(t *testing.T, shim string, sess Session) checkResult {
+	t.Helper()
+	mem := sess.Memory()
+	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), "--threads", "4", "--write-check", mem.Path)
+	cmd.Env = append(os.Environ(), mem.Env...)
+	out, err := cmd.Output()
+	var res checkResult
+	if jerr := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); jerr != nil {
+		t.Fatalf("check: %v %v: %s", err, jerr, out)
+	}
+	if err != nil && res.Mismatches == 0 && !res.FileModified {
+		t.Fatalf("check failed: %v", err)
+	}
+	return res
+}
+
+func TestConformance(t *testing.T) {
+	shim := shimDir(t)
+	for _, pages := range []int{257, 1000, 4099} {
+		s := newSynth(t, pages, int64(pages))
+		for _, k := range Kinds {
+			t.Run(fmt.Sprintf("%s/%d_pages", k, pages), func(t *testing.T) {
+				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+				sess, err := Begin(context.Background(), k, s.snap, env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sess.Close()
+				if sess.Kind() != k || sess.Stats().Fallback != "" {
+					t.Fatalf("ran as %s: %s", sess.Kind(), sess.Stats().Fallback)
+				}
+				res := runCheck(t, shim, sess)
+				if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
+					t.Fatalf("%s: %+v", k, res)
+				}
+				if k == REAP {
+					st := sess.Stats()
+					if st.PrefetchPages != uint64(len(s.order)) {
+						t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestConformanceDetectsWrongLayout proves the check can fail: a loading-set
+// file whose bytes were changed behind the verifier's back (its stamp
+// restored as trusted) makes pages differ.
+func TestConformanceDetectsWrongLayout(t *testing.T) {
+	shim := shimDir(t)
+	s := newSynth(t, 1000, 7)
+	ls := filepath.Join(s.snap.ArtifactDir(FaaSnap), FaaSnapLoadingSet)
+	b, err := os.ReadFile(ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[100] ^= 0xff
+	if err := os.WriteFile(ls, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := TrustArtifact(ls); err != nil { // pretend it was verified
+		t.Fatal(err)
+	}
+	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if res := runCheck(t, shim, sess); res.Mismatches == 0 {
+		t.Fatal("a corrupted loading-set file went unnoticed by the check")
+	}
+}
+
+// TestFallbackOnDamagedArtifacts: without verified artifacts, reap and
+// faasnap run as vanilla and say why.
+func TestFallbackOnDamagedArtifacts(t *testing.T) {
+	shim := shimDir(t)
+	s := newSynth(t, 300, 3)
+	ws := filepath.Join(s.snap.ArtifactDir(REAP), REAPWorkingSetFile)
+	if err := os.Truncate(ws, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(s.snap.ArtifactDir(FaaSnap), FaaSnapManifest)); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []Kind{REAP, FaaSnap} {
+		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+		sess, err := Begin(context.Background(), k, s.snap, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, string(k)) {
+			t.Fatalf("%s: kind %s, fallback %q", k, sess.Kind(), sess.Stats().Fallback)
+		}
+		if res := runCheck(t, shim, sess); res.Mismatches != 0 {
+			t.Fatalf("fallback restore differs: %+v", res)
+		}
+		sess.Close()
+	}
+}
