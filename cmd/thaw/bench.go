@@ -28,6 +28,7 @@ func (a *app) newBenchStrategiesCmd() *cobra.Command {
 		strategies []string
 		reps       int
 		out        string
+		readahead  int
 	)
 	cmd := &cobra.Command{
 		Use:   "strategies",
@@ -54,10 +55,29 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 			if len(cases) == 0 {
 				return usagef("no function matches --functions %v", functions)
 			}
+			info, err := a.c.Info(a.ctx)
+			if err != nil {
+				return err
+			}
+			ra, err := bench.ReadaheadOf(info.DataDir)
+			if err != nil {
+				return err
+			}
+			kb := ra.KB()
+			if readahead > 0 {
+				// Host-wide and temporary: the daemon must run on this host.
+				if err := ra.Set(readahead); err != nil {
+					return fmt.Errorf("set read_ahead_kb: %w", err)
+				}
+				defer ra.Restore()
+				kb = readahead
+				fmt.Fprintf(a.stderr, "[bench strategies] read_ahead_kb %d for this run (was %d)\n", readahead, ra.KB())
+			}
 			res, err := bench.RunStrategies(a.ctx, a.c, cases, strategies, reps, a.stderr)
 			if err != nil {
 				return err
 			}
+			res.ReadaheadKB = kb
 			if a.json {
 				return a.printJSON(res)
 			}
@@ -74,6 +94,7 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 	cmd.Flags().StringSliceVar(&strategies, "strategies", []string{"vanilla", "cached", "reap", "faasnap"}, "strategies to compare")
 	cmd.Flags().IntVar(&reps, "reps", 5, "repetitions per function and strategy")
 	cmd.Flags().StringVar(&out, "out", "", "directory for the result files")
+	cmd.Flags().IntVar(&readahead, "readahead-kb", 0, "set the data disk's read_ahead_kb for the run and restore it after (0: leave it)")
 	return cmd
 }
 

@@ -49,7 +49,8 @@ type StrategySample struct {
 	GuestMS       float64 `json:"guest_ms"`
 	MajorFaults   uint64  `json:"major_faults"`
 	MinorFaults   uint64  `json:"minor_faults"`
-	ReadBytes     uint64  `json:"read_bytes"`
+	ReadBytes     uint64  `json:"read_bytes"`        // by QEMU, from storage
+	DaemonBytes   uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
 	PrefetchPages uint64  `json:"prefetch_pages,omitempty"`
 	PrefetchMS    float64 `json:"prefetch_ms,omitempty"`
 	FaultsServed  uint64  `json:"uffd_faults,omitempty"`
@@ -70,6 +71,8 @@ type StrategiesResult struct {
 	Samples    []StrategySample           `json:"samples"`
 	Cells      map[string]map[string]Cell `json:"cells"` // function -> strategy -> cell
 	Speedups   map[string]float64         `json:"speedups"`
+	// ReadaheadKB is the data disk's read_ahead_kb during the run.
+	ReadaheadKB int `json:"readahead_kb"`
 }
 
 // Cell summarizes one function under one strategy.
@@ -80,7 +83,8 @@ type Cell struct {
 	Invoke      Summary `json:"invoke_ms"`
 	MajorFaults float64 `json:"major_faults_median"`
 	MinorFaults float64 `json:"minor_faults_median"`
-	ReadMiB     float64 `json:"read_mib_median"`
+	ReadMiB     float64 `json:"read_mib_median"`        // by QEMU
+	DaemonMiB   float64 `json:"daemon_read_mib_median"` // by the daemon for the strategy
 }
 
 // RunStrategies prepares every case, then cold-invokes it under every
@@ -148,6 +152,7 @@ func sampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 	if st := inv.StrategyStats; st != nil {
 		smp.PrefetchPages, smp.PrefetchMS, smp.FaultsServed = st.PrefetchPages, st.PrefetchMS, st.FaultsServed
 		smp.LoaderBytes, smp.LoaderMS, smp.LoaderFirst, smp.CacheFillMS = st.LoaderBytes, st.LoaderMS, st.LoaderBeforeInvoke, st.CacheFillMS
+		smp.DaemonBytes = st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes
 	}
 	return smp
 }
@@ -175,6 +180,7 @@ func (r *StrategiesResult) summarize() {
 			MajorFaults: Summarize(pick(func(s StrategySample) float64 { return float64(s.MajorFaults) })).Median,
 			MinorFaults: Summarize(pick(func(s StrategySample) float64 { return float64(s.MinorFaults) })).Median,
 			ReadMiB:     Summarize(pick(func(s StrategySample) float64 { return float64(s.ReadBytes) / (1 << 20) })).Median,
+			DaemonMiB:   Summarize(pick(func(s StrategySample) float64 { return float64(s.DaemonBytes) / (1 << 20) })).Median,
 		}
 		if r.Cells[k.fn] == nil {
 			r.Cells[k.fn] = map[string]Cell{}
@@ -206,24 +212,24 @@ func (r *StrategiesResult) summarize() {
 func (r *StrategiesResult) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**. %s. %d repetitions, cold (snapshot files evicted from the page cache before every invocation), medians with p10–p90.\n\n",
-		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"), r.Reps)
+	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s (read_ahead_kb %d); QEMU %s, accelerator **%s**. %s. %d repetitions, cold (snapshot files evicted from the page cache before every invocation), medians with p10–p90. Reads: QEMU's from storage, and the daemon's for the strategy (REAP prefetch and faults, FaaSnap loader).\n\n",
+		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, r.ReadaheadKB, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"), r.Reps)
 	fns := make([]string, 0, len(r.Cells))
 	for fn := range r.Cells {
 		fns = append(fns, fn)
 	}
 	sort.Strings(fns)
-	b.WriteString("| function | strategy | total ms | p10–p90 | setup ms | resume ms | invoke ms | major faults | minor faults | read MiB |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| function | strategy | total ms | p10–p90 | setup ms | resume ms | invoke ms | major faults | minor faults | QEMU read MiB | daemon read MiB |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, fn := range fns {
 		for _, s := range r.Strategies {
 			c, ok := r.Cells[fn][s]
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | **%.1f** | %.1f–%.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f |\n", fn, s,
+			fmt.Fprintf(&b, "| %s | %s | **%.1f** | %.1f–%.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", fn, s,
 				c.Total.Median, c.Total.P10, c.Total.P90, c.Setup.Median, c.Resume.Median, c.Invoke.Median,
-				c.MajorFaults, c.MinorFaults, c.ReadMiB)
+				c.MajorFaults, c.MinorFaults, c.ReadMiB, c.DaemonMiB)
 		}
 	}
 	if len(r.Speedups) > 0 {
