@@ -34,6 +34,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -325,27 +327,35 @@ var handlerIO = map[string]struct {
 	response string // schema of the success body; "" for none
 	request  string // schema of the JSON request body; "" for none
 }{
-	"GET /v1/openapi.json":             {"200", "", ""},
-	"GET /v1/info":                     {"200", "Info", ""},
-	"GET /v1/functions":                {"200", "FunctionList", ""},
-	"POST /v1/functions":               {"201", "Function", "CreateFunctionRequest"},
-	"GET /v1/functions/{name}":         {"200", "Function", ""},
-	"DELETE /v1/functions/{name}":      {"204", "", ""},
-	"POST /v1/functions/{name}/invoke": {"200", "Invocation", "InvokeRequest"},
-	"GET /v1/vms":                      {"200", "VMList", ""},
-	"POST /v1/vms":                     {"201", "CreatedVM", "CreateVMRequest"},
-	"GET /v1/vms/{id}":                 {"200", "VM", ""},
-	"DELETE /v1/vms/{id}":              {"204", "", ""},
-	"POST /v1/vms/{id}/pause":          {"200", "VM", ""},
-	"POST /v1/vms/{id}/resume":         {"200", "VM", ""},
-	"POST /v1/vms/{id}/invoke":         {"200", "Invocation", "InvokeRequest"},
-	"GET /v1/snapshots":                {"200", "SnapshotList", ""},
-	"POST /v1/snapshots":               {"201", "Snapshot", "CreateSnapshotRequest"},
-	"GET /v1/snapshots/{id}":           {"200", "Snapshot", ""},
-	"DELETE /v1/snapshots/{id}":        {"204", "", ""},
-	"POST /v1/snapshots/{id}/verify":   {"200", "Snapshot", ""},
-	"POST /v1/snapshots/{id}/invoke":   {"200", "Invocation", "InvokeRequest"},
-	"GET /v1/invocations":              {"200", "InvocationList", ""},
+	"GET /v1/openapi.json":              {"200", "", ""},
+	"GET /v1/info":                      {"200", "Info", ""},
+	"GET /v1/functions":                 {"200", "FunctionList", ""},
+	"POST /v1/functions":                {"201", "Function", "CreateFunctionRequest"},
+	"GET /v1/functions/{name}":          {"200", "Function", ""},
+	"DELETE /v1/functions/{name}":       {"204", "", ""},
+	"POST /v1/functions/{name}/invoke":  {"200", "Invocation", "InvokeRequest"},
+	"POST /v1/functions/{name}/prepare": {"201", "PrepareResult", "PrepareRequest"},
+	"GET /v1/vms":                       {"200", "VMList", ""},
+	"POST /v1/vms":                      {"201", "CreatedVM", "CreateVMRequest"},
+	"GET /v1/vms/{id}":                  {"200", "VM", ""},
+	"DELETE /v1/vms/{id}":               {"204", "", ""},
+	"POST /v1/vms/{id}/pause":           {"200", "VM", ""},
+	"POST /v1/vms/{id}/resume":          {"200", "VM", ""},
+	"POST /v1/vms/{id}/invoke":          {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/snapshots":                 {"200", "SnapshotList", ""},
+	"POST /v1/snapshots":                {"201", "Snapshot", "CreateSnapshotRequest"},
+	"GET /v1/snapshots/{id}":            {"200", "Snapshot", ""},
+	"DELETE /v1/snapshots/{id}":         {"204", "", ""},
+	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
+	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/invocations":               {"200", "InvocationList", ""},
+}
+
+// createsUnderPath are POST operations on a parameterized path that
+// nevertheless create resources, so answer 201: prepare publishes the
+// function's clean and warm snapshots.
+var createsUnderPath = map[string]bool{
+	"POST /v1/functions/{name}/prepare": true,
 }
 
 // failSentinels are the errors fail() tells apart, by the expression
@@ -516,7 +526,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		}
 		// Creates are 201 and deletes 204, by convention.
 		wantStatus := "200"
-		if o.method == "post" && !strings.Contains(o.path, "{") {
+		if o.method == "post" && (!strings.Contains(o.path, "{") || createsUnderPath[o.key()]) {
 			wantStatus = "201"
 		} else if o.method == "delete" {
 			wantStatus = "204"
@@ -800,17 +810,32 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"GuestImage", reflect.TypeFor[guestimage.Image]()},
 		{"GuestImageFile", reflect.TypeFor[guestimage.File]()},
 		{"Error", reflect.TypeFor[ErrorBody]()},
+		{"StrategyStats", reflect.TypeFor[restore.Stats]()},
+		{"ProcessCounters", reflect.TypeFor[procstat.Counters]()},
+		{"PrepareResult", reflect.TypeFor[daemon.PrepareResult]()},
+		{"FaaSnapBuild", reflect.TypeFor[daemon.FaaSnapBuild]()},
+		{"FreePageReporting", reflect.TypeFor[daemon.FreePageReporting]()},
+		{"LoadingSetStats", reflect.TypeFor[memlayout.LoadingSetStats]()},
+		{"REAPBuild", reflect.TypeFor[daemon.REAPBuild]()},
+		{"PrepareTiming", reflect.TypeFor[daemon.PrepareTiming]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[InvokeRequest]()},
 		{"CreateVMRequest", reflect.TypeFor[CreateVMRequest]()},
 		{"CreateSnapshotRequest", reflect.TypeFor[CreateSnapshotRequest]()},
+		{"PrepareRequest", reflect.TypeFor[PrepareRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
 
+	// Snapshot.prepared is raw JSON that always holds a prepare result.
+	prepared, _ := asObject(schemaByName(t, doc, "Snapshot")["properties"])["prepared"].(jsonObject)
+	if all := asSlice(prepared["allOf"]); len(all) != 1 || asObject(all[0])["$ref"] != schemaRef("PrepareResult") {
+		t.Error("Snapshot.prepared must reference PrepareResult")
+	}
+
 	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest"} {
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest"} {
 		if schemaByName(t, doc, name)["additionalProperties"] != false {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}
@@ -826,7 +851,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		}
 	}
 	// The raw JSON fields are any JSON, without a type.
-	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}} {
+	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}, {"PrepareRequest", "record_event"}} {
 		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
 		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
 			if _, ok := p[k]; ok {
@@ -982,13 +1007,54 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	detail, _ := json.Marshal(cold)
 	record := &catalog.Invocation{ID: cold.ID, Function: "hello", VM: cold.VM, Snapshot: cold.Snapshot,
 		Strategy: cold.Strategy, OK: true, Detail: detail, CreatedAt: now}
+	proc := &procstat.Counters{MinorFaults: 9214, MajorFaults: 311, ReadBytes: 41943040, RssAnonKiB: 21504, RssFileKiB: 118784}
+	finished := true
+	// What each strategy reports (a fallback runs as vanilla).
+	stats := []struct {
+		kind restore.Kind
+		st   restore.Stats
+	}{
+		{restore.Vanilla, restore.Stats{}},
+		{restore.Vanilla, restore.Stats{Fallback: "faasnap artifacts unusable, restored with vanilla: no such file"}},
+		{restore.Cached, restore.Stats{CacheFillMS: 120.5}},
+		{restore.REAP, restore.Stats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5, FaultsServed: 412,
+			FaultBytesRead: 1687552, PrefetchDirectIO: true}},
+		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, LoaderBytes: 18874368, LoaderMS: 52.7, LoaderShared: true,
+			LoaderBeforeInvoke: &finished}},
+		{restore.REAP, restore.Stats{RecordedPageCount: 7342}}, // record mode (never answered, but encodable)
+	}
+	var strategic []*daemon.Invocation
+	for i, c := range stats {
+		inv := *cold
+		inv.Strategy, inv.EvictedCache, inv.Process = string(c.kind), i%2 == 0, proc
+		inv.StrategyStats = &c.st
+		strategic = append(strategic, &inv)
+	}
+	warmProc := *warm
+	warmProc.Process = proc
+	warmSnap := *snap
+	warmSnap.ID, warmSnap.SourceVM, warmSnap.Parent = "snap-99887766aabb", restored.ID, snap.ID
+	prep := &daemon.PrepareResult{Function: "hello", Clean: snap, Warm: &warmSnap,
+		FaaSnap: &daemon.FaaSnapBuild{Scans: 9, WorkingSetPages: 7342,
+			Stats: memlayout.LoadingSetStats{WorkingSetPages: 7342, LoadingSetPages: 4511, ZeroPagesInWorkingSet: 2831,
+				GapPages: 97, RegionsBeforeMerge: 388, RegionsAfterMerge: 206},
+			LoadingSetBytes: 18874368, GroupSize: 1024, MergeGap: 32,
+			FreedPages: daemon.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}},
+		REAP:   &daemon.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
+		Timing: daemon.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, FaaSnapRecordMS: 2901, WarmSnapshotMS: 401, FaaSnapBuildMS: 311, REAPRecordMS: 96, REAPBuildMS: 38, TotalMS: 4971}}
+	preparedSnap := warmSnap
+	preparedSnap.Prepared, _ = json.Marshal(prep)
+	var kinds []string
+	for _, k := range restore.Kinds {
+		kinds = append(kinds, string(k))
+	}
 	info := daemon.Info{Version: daemon.Version,
 		Accel:       daemon.AccelInfo{Accel: vmm.AccelKVM, Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
 		QEMUVersion: "8.2.2",
 		Image: guestimage.Image{Dir: "/img/abc", Format: 1, Hash: "abc", KernelVersion: "6.8.0", Cmdline: "console=ttyS0",
 			Files:   map[string]guestimage.File{guestimage.Kernel: {Size: 14000000, SHA256: hex64}, guestimage.Initrd: {Size: 1, SHA256: hex64}},
 			BuiltAt: "2025-01-01T00:00:00Z"},
-		DataDir: "/var/lib/thaw", Strategies: []string{"vanilla"}}
+		DataDir: "/var/lib/thaw", Strategies: kinds}
 
 	validateGo(t, doc, "Function", fn)
 	validateGo(t, doc, "FunctionList", list([]*catalog.Function{fn}))
@@ -1000,8 +1066,10 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, doc, "CreatedVM", CreateVMResponse{vmRecord: booted})
 	validateGo(t, doc, "CreatedVM", CreateVMResponse{vmRecord: restored, Restore: rt})
 	validateGo(t, doc, "Snapshot", snap)
-	validateGo(t, doc, "SnapshotList", list([]*catalog.Snapshot{snap}))
-	for _, inv := range []*daemon.Invocation{warm, cold, raised} {
+	validateGo(t, doc, "Snapshot", &preparedSnap)
+	validateGo(t, doc, "SnapshotList", list([]*catalog.Snapshot{snap, &preparedSnap}))
+	validateGo(t, doc, "PrepareResult", prep)
+	for _, inv := range append([]*daemon.Invocation{warm, cold, raised, &warmProc}, strategic...) {
 		validateGo(t, doc, "Invocation", inv)
 	}
 	validateGo(t, doc, "InvocationRecord", record)
@@ -1011,6 +1079,11 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
 	validateGo(t, doc, "InvokeRequest", InvokeRequest{})
 	validateGo(t, doc, "InvokeRequest", InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
+	for _, k := range restore.Kinds {
+		validateGo(t, doc, "InvokeRequest", InvokeRequest{Strategy: string(k), EvictCache: true})
+	}
+	validateGo(t, doc, "PrepareRequest", PrepareRequest{})
+	validateGo(t, doc, "PrepareRequest", PrepareRequest{RecordEvent: json.RawMessage(`{"n":3}`), GroupSize: 512, MergeGap: 16, TimeoutMS: 60000})
 	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Function: "hello"})
 	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
 	validateGo(t, doc, "CreateSnapshotRequest", CreateSnapshotRequest{VM: booted.ID})
