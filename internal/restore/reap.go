@@ -110,6 +110,7 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 	if wsFile != "" {
 		st, err := srv.Prefetch(wsFile, pages)
 		if err != nil {
+			region.Close() // QEMU's interposer sees the socket close and fails at once
 			r.ready <- fmt.Errorf("prefetch working set: %w", err)
 			return
 		}
@@ -118,6 +119,7 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 		r.mu.Unlock()
 	}
 	if err := region.Ack(); err != nil {
+		region.Close()
 		r.ready <- fmt.Errorf("userfaultfd ack: %w", err)
 		return
 	}

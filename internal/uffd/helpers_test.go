@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -156,15 +157,33 @@ func newMemFile(t testing.TB, filePages, regionPages int, seed uint64) *memFile 
 	return &memFile{path: path, want: want, filePages: filePages, regionPages: regionPages}
 }
 
-// touchPages reads (or, with write, rewrites with the expected byte) the
-// first byte of every listed page from workers goroutines, each locked to its
-// own OS thread so a blocked fault parks that thread only. It returns when all
-// pages are touched or fails the test after testTimeout.
-func touchPages(t testing.TB, r *testRegion, want []byte, pages []uint64, workers int, write func(page uint64) bool) time.Duration {
+// access says how a page is first touched.
+type access int
+
+const (
+	readAccess  access = iota // user-mode load
+	writeAccess               // user-mode store (of the expected byte)
+	gupAccess                 // process_vm_readv: a kernel GUP fault, as KVM takes on guest memory
+)
+
+// touchPages touches every listed page from workers goroutines, each locked
+// to its own OS thread. how picks the kind of access per page (nil: loads).
+//
+// A goroutine blocked in a user-mode fault keeps its P, and the runtime's
+// preemption signal makes the kernel withdraw the fault message before the
+// server can read it: with every P held by faulting threads the server never
+// gets to run (observed with GOMAXPROCS=1). So GOMAXPROCS is raised to
+// workers+2 while touching, leaving Ps for the server and the test.
+func touchPages(t testing.TB, r *testRegion, want []byte, pages []uint64, workers int, how func(page uint64) access) time.Duration {
 	t.Helper()
+	if prev := runtime.GOMAXPROCS(0); prev < workers+2 {
+		runtime.GOMAXPROCS(workers + 2)
+		defer runtime.GOMAXPROCS(prev)
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	sinks := make([]byte, workers) // keeps the loads from being optimized away
+	errs := make([]error, workers)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -172,11 +191,29 @@ func touchPages(t testing.TB, r *testRegion, want []byte, pages []uint64, worker
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			var sink byte
+			var one [1]byte
 			for i := w; i < len(pages); i += workers {
 				off := pages[i] * PageSize
-				if write != nil && write(pages[i]) {
+				kind := readAccess
+				if how != nil {
+					kind = how(pages[i])
+				}
+				switch kind {
+				case writeAccess:
 					r.mem[off+7] = want[off+7]
-				} else {
+				case gupAccess:
+					local := []unix.Iovec{{Base: &one[0], Len: 1}}
+					remote := []unix.RemoteIovec{{Base: uintptr(r.Addr + off + 3), Len: 1}}
+					n, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0)
+					if err != nil || n != 1 {
+						errs[w] = fmt.Errorf("process_vm_readv page %d: %d, %v", pages[i], n, err)
+						return
+					}
+					if one[0] != want[off+3] {
+						errs[w] = fmt.Errorf("process_vm_readv page %d: byte %d, want %d", pages[i], one[0], want[off+3])
+						return
+					}
+				default:
 					sink += r.mem[off]
 				}
 			}
@@ -187,6 +224,11 @@ func touchPages(t testing.TB, r *testRegion, want []byte, pages []uint64, worker
 		r.unblock()
 		wg.Wait()
 		t.Fatalf("touching %d pages did not finish within %v (server stuck?)", len(pages), testTimeout)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	return time.Since(start)
 }
@@ -203,9 +245,21 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 }
 
 // checkContents compares every page of the region with the expected bytes.
-// Call it only after every page is present (or it would fault).
+// It first checks with mincore that every page is present: comparing a
+// missing page would fault inside bytes.Equal (assembly, not preemptible)
+// and could hang the test instead of failing it.
 func checkContents(t testing.TB, r *testRegion, want []byte) {
 	t.Helper()
+	vec := make([]byte, len(want)/PageSize)
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(r.Addr), uintptr(len(want)), uintptr(unsafe.Pointer(&vec[0])))
+	if e != 0 {
+		t.Fatalf("mincore: %v", e)
+	}
+	for p, v := range vec {
+		if v&1 == 0 {
+			t.Fatalf("page %d is not present", p)
+		}
+	}
 	bad := 0
 	for p := 0; p < len(want)/PageSize; p++ {
 		a, b := r.mem[p*PageSize:(p+1)*PageSize], want[p*PageSize:(p+1)*PageSize]

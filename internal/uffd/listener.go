@@ -184,8 +184,9 @@ func (r *Region) String() string {
 // receive reads the 32-byte handshake and the attached fd from conn.
 func receive(ctx context.Context, conn *net.UnixConn) (*Region, error) {
 	deadline := time.Now().Add(HandshakeTimeout)
+	ctxDeadline := false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, ctxDeadline = d, true
 	}
 	conn.SetReadDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
@@ -251,6 +252,10 @@ func receive(ctx context.Context, conn *net.UnixConn) (*Region, error) {
 		closeAll()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if ctxDeadline && errors.Is(rerr, os.ErrDeadlineExceeded) {
+			// ctx's deadline, reached before its own timer fired.
+			return nil, context.DeadlineExceeded
 		}
 		if errors.Is(rerr, ErrHandshake) {
 			return nil, rerr

@@ -481,8 +481,11 @@ const (
 )
 
 // Serve answers page faults until the faulting process exits (nil), Close is
-// called (nil), ctx ends (ctx.Err()) or an unexpected error occurs. It locks
-// its goroutine to an OS thread. Call it once.
+// called (nil), ctx ends (ctx.Err()) or an unexpected error occurs. The exit
+// is noticed through a pidfd on Region.PeerPID (else Region.PID); without a
+// pid only ESRCH/ENOENT from UFFDIO_COPY reveal it, so cancel ctx or Close
+// when the process is reaped. It locks its goroutine to an OS thread. Call it
+// once; it may run concurrently with Prefetch.
 func (s *Server) Serve(ctx context.Context) (err error) {
 	s.mu.Lock()
 	switch {

@@ -1,9 +1,22 @@
-// Package uffd serves the guest memory of a restored VM through userfaultfd:
-// it receives the userfaultfd that the QEMU interposer (shim, "uffd" mode, see
-// docs/shim-layout.md) registered over the guest RAM mapping, eagerly installs
-// a recorded working set (REAP, ASPLOS'21: one O_DIRECT read of a compact
-// working-set file, then UFFDIO_COPY of every page before the vCPUs run) and
-// serves every remaining missing-page fault from the guest memory file.
+// Package uffd serves the guest memory of a restored VM through userfaultfd.
+//
+// The QEMU interposer ("uffd" mode, docs/shim-layout.md) maps guest RAM
+// anonymous, registers it for missing-page faults and sends the userfaultfd
+// over a Unix socket. The daemon side is:
+//
+//	l, _ := uffd.Listen(sock)             // before starting QEMU
+//	r, _ := l.Accept(ctx)                 // message + fd, validated
+//	s, _ := uffd.NewServer(r, memFile, uffd.Options{Record: recordPhase})
+//	s.Prefetch(wsFile, wsPages)           // REAP test phase: install the working set
+//	r.Ack()                               // QEMU continues, vCPUs start
+//	go s.Serve(ctx)                       // every other page on demand
+//	...                                   // QEMU exits: Serve returns nil
+//	s.RecordedPages()                     // REAP record phase: the working set, in fault order
+//	s.Close(); r.Close()
+//
+// Prefetch follows REAP (ASPLOS'21): the working-set file is read with one
+// O_DIRECT read and every page is installed with UFFDIO_COPY before the vCPUs
+// run. WriteWorkingSet writes that file from a recorded page list.
 //
 // The kernel ABI (ioctl numbers, struct layouts) is defined here by hand from
 // <linux/userfaultfd.h>; uapi_test.go checks every value against the installed
