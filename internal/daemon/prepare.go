@@ -57,7 +57,11 @@ type FreePageReporting struct {
 	// invocation, and after the wait.
 	NonzeroBefore int `json:"nonzero_before"`
 	NonzeroAfter  int `json:"nonzero_after"`
-	PagesRemoved  int `json:"pages_removed"`
+	// PagesRemoved: working-set pages non-zero before the wait and zero
+	// after it (freed and reported). WrittenDuringWait: the other way
+	// round (the guest kept running while reporting settled).
+	PagesRemoved      int `json:"pages_removed"`
+	WrittenDuringWait int `json:"written_during_wait"`
 }
 
 // REAPBuild summarizes the REAP record phase and artifacts.
@@ -238,17 +242,23 @@ func (s *Service) recordAndSnapshot(ctx context.Context, lv *liveVM, event json.
 		return nil, nil, freed, fmt.Errorf("%w: record invocation raised %s: %s", ErrInvalid, inv.Error.Type, inv.Error.Message)
 	}
 	order := rec.(restore.RecordedPages).RecordedPages()
-	var err error
-	if freed.NonzeroBefore, err = countNonzero(lv.memPath, order); err != nil {
+	before, err := nonzeroPages(lv.memPath, order)
+	if err != nil {
 		return nil, nil, freed, err
 	}
 	t := time.Now()
 	waitForReporting(ctx, lv.memPath)
 	freed.WaitMS = ms(time.Since(t))
-	if freed.NonzeroAfter, err = countNonzero(lv.memPath, order); err != nil {
+	after, err := nonzeroPages(lv.memPath, order)
+	if err != nil {
 		return nil, nil, freed, err
 	}
-	freed.PagesRemoved = freed.NonzeroBefore - freed.NonzeroAfter
+	for i := range order {
+		freed.NonzeroBefore += b2i(before[i])
+		freed.NonzeroAfter += b2i(after[i])
+		freed.PagesRemoved += b2i(before[i] && !after[i])
+		freed.WrittenDuringWait += b2i(!before[i] && after[i])
+	}
 	warm, err := s.snapshotLocked(ctx, lv)
 	if err != nil {
 		return nil, nil, freed, err
@@ -287,24 +297,29 @@ func allocated(path string) int64 {
 	return st.Blocks
 }
 
-// countNonzero counts the pages among pages that are not all zero in path.
-func countNonzero(path string, pages []uint64) (int, error) {
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// nonzeroPages says, for each of pages, whether it is not all zero in path.
+func nonzeroPages(path string, pages []uint64) ([]bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer f.Close()
 	buf := make([]byte, snapshot.PageSize)
 	zero := make([]byte, snapshot.PageSize)
-	n := 0
-	for _, p := range pages {
+	out := make([]bool, len(pages))
+	for i, p := range pages {
 		k, err := f.ReadAt(buf, int64(p)*snapshot.PageSize)
 		if k == 0 && err != nil {
 			continue // beyond the end: zero
 		}
-		if !bytes.Equal(buf[:k], zero[:k]) {
-			n++
-		}
+		out[i] = !bytes.Equal(buf[:k], zero[:k])
 	}
-	return n, nil
+	return out, nil
 }
