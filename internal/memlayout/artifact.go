@@ -336,6 +336,27 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // any) goes first, so a crash never leaves a manifest next to a data file it
 // does not describe; the new manifest comes last, so its presence means the
 // artifact is complete. Both temporary files are removed on error.
+// sealAndPublish encodes a manifest, checks that readers accept it (never
+// publish what readers refuse), writes it beside its data file and
+// publishes both; on any error the temporary files are removed.
+func sealAndPublish(dir, name string, data *tempFile, encode func() ([]byte, error), decode func([]byte) error) error {
+	b, err := encode()
+	if err != nil {
+		data.discard()
+		return err
+	}
+	if err := decode(b); err != nil {
+		data.discard()
+		return fmt.Errorf("internal error: built an invalid manifest: %w", err)
+	}
+	man, err := writeManifestTemp(dir, name, b)
+	if err != nil {
+		data.discard()
+		return err
+	}
+	return publish(dir, data, man)
+}
+
 func publish(dir string, data, manifest *tempFile) error {
 	err := os.Remove(filepath.Join(dir, manifest.name))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -139,21 +139,11 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 		LoadingSetFile: dataRef,
 		Stats:          st,
 	}
-	b, err := a.Encode()
+	err = sealAndPublish(dir, FaaSnapManifestFile, data, a.Encode, func(b []byte) error {
+		_, err := DecodeFaaSnap(b)
+		return err
+	})
 	if err != nil {
-		data.discard()
-		return nil, err
-	}
-	if _, err := DecodeFaaSnap(b); err != nil { // never publish what readers refuse
-		data.discard()
-		return nil, fmt.Errorf("internal error: built an invalid manifest: %w", err)
-	}
-	man, err := writeManifestTemp(dir, FaaSnapManifestFile, b)
-	if err != nil {
-		data.discard()
-		return nil, err
-	}
-	if err := publish(dir, data, man); err != nil {
 		return nil, err
 	}
 	return a, nil

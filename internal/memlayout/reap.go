@@ -96,21 +96,11 @@ func WriteREAP(dir, memPath, memSHA256 string, faulted []uint64) (*REAPArtifact,
 		Pages:  runs,
 		WSFile: dataRef,
 	}
-	b, err := a.Encode()
+	err = sealAndPublish(dir, REAPManifestFile, data, a.Encode, func(b []byte) error {
+		_, err := DecodeREAP(b)
+		return err
+	})
 	if err != nil {
-		data.discard()
-		return nil, err
-	}
-	if _, err := DecodeREAP(b); err != nil { // never publish what readers refuse
-		data.discard()
-		return nil, fmt.Errorf("internal error: built an invalid manifest: %w", err)
-	}
-	man, err := writeManifestTemp(dir, REAPManifestFile, b)
-	if err != nil {
-		data.discard()
-		return nil, err
-	}
-	if err := publish(dir, data, man); err != nil {
 		return nil, err
 	}
 	return a, nil
