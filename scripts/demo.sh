@@ -52,6 +52,19 @@ for i in 1 2 3; do
   thaw invoke hello --event "{\"name\":\"cold world $i\"}"
 done
 
+step "prepare: record the working set, take the warm snapshot, build REAP and FaaSnap artifacts"
+thaw prepare hello --event '{"name":"record"}'
+
+step "cold start under every restore strategy, snapshot files evicted from the page cache first"
+printf '%-9s %10s %10s %10s %8s\n' strategy setup_ms resume_ms total_ms major_faults
+for s in vanilla cached reap faasnap; do
+  thaw --json invoke hello --strategy "$s" --evict-cache --event '{"name":"strategies"}' | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["timing"]["restore"]
+print("%-9s %10.1f %10.1f %10.1f %8d" % (d["strategy"], r["setup_ms"], r["resume_ms"], d["timing"]["total_ms"], d["process"]["major_faults"]))'
+done
+
 step "a handler error comes back structured (exit code 3)"
 thaw function create fail --dir functions/fail --memory 256 >/dev/null
 FVM=$(thaw --json vm boot fail | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
