@@ -3,17 +3,23 @@ module github.com/thaw-dev/thaw
 go 1.26.8
 
 require (
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/sys v0.49.0
+	modernc.org/sqlite v1.61.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/sys v0.49.0
+	go.uber.org/atomic v1.12.0 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.61.1
 )

@@ -1,0 +1,5 @@
+//go:build !race
+
+package inputs
+
+const raceEnabled = false
