@@ -6,11 +6,13 @@
 # Prints the image directory as the only line on stdout; progress goes to stderr.
 # The result is cached under ${THAW_CACHE:-$HOME/.cache/thaw}/images/<hash>/, where
 # <hash> covers every input of the build (files under guest/, the host busybox binary
-# and the resolved Debian kernel package), so a cache hit costs only the hashing.
+# and the resolved Debian kernel package; pypi.txt pins the PyPI files by sha256),
+# so a cache hit costs only the hashing.
 # --print-dir is accepted for clarity; printing the directory is the only mode.
 #
 # Needs root (debootstrap, mknod) and: debootstrap, apt-get, dpkg-deb, busybox-static,
-# cpio, zstd, xz (xz-utils), mkfs.ext4 (e2fsprogs), flock (util-linux), sha256sum.
+# cpio, zstd, xz (xz-utils), mkfs.ext4 (e2fsprogs), flock (util-linux), sha256sum,
+# and python3 with pip (python3-pip) to download the files pinned in pypi.txt.
 set -euo pipefail
 
 case "${1:-}" in
@@ -29,7 +31,7 @@ IMAGES_DIR="$CACHE_ROOT/images"
 SUITE=bookworm
 MIRROR="${THAW_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BUSYBOX=/bin/busybox
-NSTEPS=5
+NSTEPS=6
 
 # Modules loaded by the initramfs, in this order; dependencies come from modules.dep
 # and are loaded first. crc32c is listed explicitly because ext4/jbd2 look it up
@@ -56,6 +58,7 @@ for tool in apt-cache apt-get dpkg-deb debootstrap cpio zstd xz gzip mkfs.ext4 f
   command -v "$tool" >/dev/null || die "missing tool: $tool"
 done
 [[ -x $BUSYBOX ]] || die "$BUSYBOX not found (apt-get install busybox-static)"
+PYTHON="${THAW_PYTHON:-python3}"
 
 # --- Inputs and cache key ------------------------------------------------------
 
@@ -95,7 +98,8 @@ input_files() {
   {
     echo build-image.sh
     echo packages.txt
-    find initramfs agent -type f ! -name '*.pyc' ! -path '*/__pycache__/*'
+    echo pypi.txt
+    find initramfs agent lib -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path 'lib/tests/*'
     [[ -d rootfs-overlay ]] && find rootfs-overlay -type f
   } | LC_ALL=C sort
 }
@@ -217,7 +221,27 @@ done
 (cd "$initramfs" && find . -mindepth 1 | LC_ALL=C sort |
   cpio --quiet -o -H newc -R 0:0 --reproducible | zstd -q -19 >"$tmp/initrd.img")
 
-step 3 "debootstrap $SUITE ($MIRROR)"
+step 3 "PyPI: pip download -r pypi.txt (static ffmpeg)"
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip (apt-get install python3-pip, or set THAW_PYTHON)"
+# Wheels only, for the guest's platform whatever the host's: nothing is built or run.
+# pip checks every file against the sha256 pinned in pypi.txt (--require-hashes).
+if ! "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
+  --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.11 \
+  -r "$GUEST_DIR/pypi.txt" -d "$work/pypi"; then
+  die "pip download -r $GUEST_DIR/pypi.txt failed"
+fi
+# imageio-ffmpeg's wheel carries one static ffmpeg; only that binary is used.
+"$PYTHON" - "$work/pypi" "$work/ffmpeg" <<'PY' || die "no ffmpeg binary in the imageio-ffmpeg wheel"
+import glob, re, shutil, sys, zipfile
+(whl,) = glob.glob(sys.argv[1] + "/imageio_ffmpeg-*.whl")
+with zipfile.ZipFile(whl) as z:
+    (name,) = [n for n in z.namelist() if re.fullmatch(r"imageio_ffmpeg/binaries/ffmpeg-linux-x86_64-v[0-9.]+", n)]
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+print("  " + name)
+PY
+
+step 4 "debootstrap $SUITE ($MIRROR)"
 packages="$(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$GUEST_DIR/packages.txt" | grep -v '^$' | paste -sd, -)"
 rootfs="$work/rootfs"
 if ! debootstrap --variant=minbase --include="$packages" "$SUITE" "$rootfs" "$MIRROR" \
@@ -228,7 +252,7 @@ if ! debootstrap --variant=minbase --include="$packages" "$SUITE" "$rootfs" "$MI
   die "debootstrap failed"
 fi
 
-step 4 "rootfs: trim, install agent, mkfs.ext4"
+step 5 "rootfs: trim, install agent and ffmpeg, mkfs.ext4"
 # Nothing in the guest reads docs, locales or package indexes; numpy's test
 # suites are the biggest remaining dead weight.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/var/cache/debconf/*-old \
@@ -245,6 +269,14 @@ echo "nameserver 10.0.2.3" >"$rootfs/etc/resolv.conf"
 install -d -m 755 "$rootfs/usr/local/lib/thaw" "$rootfs/fn"
 install -m 644 "$GUEST_DIR/agent/thaw_agent.py" "$rootfs/usr/local/lib/thaw/thaw_agent.py"
 install -m 755 "$GUEST_DIR/agent/thaw-init" "$rootfs/usr/sbin/thaw-init"
+# Helper modules for functions (guest/lib: thaw_redis, ...), importable from any
+# python3 in the guest through a .pth file in Debian's site directory.
+install -m 644 "$GUEST_DIR"/lib/*.py "$rootfs/usr/local/lib/thaw/"
+echo /usr/local/lib/thaw >"$rootfs/usr/lib/python3/dist-packages/thaw.pth"
+install -m 755 "$work/ffmpeg" "$rootfs/usr/local/bin/ffmpeg"
+ffmpeg_version="$(chroot "$rootfs" /usr/local/bin/ffmpeg -hide_banner -version)" ||
+  die "the static ffmpeg does not run"
+log "  ${ffmpeg_version%%$'\n'*}"
 [[ -e $rootfs/sbin/thaw-init ]] || die "/sbin/thaw-init not reachable (is /sbin merged into /usr?)"
 if [[ -d $GUEST_DIR/rootfs-overlay ]]; then cp -a "$GUEST_DIR/rootfs-overlay/." "$rootfs/"; fi
 
@@ -258,7 +290,7 @@ mkfs.ext4 -q -F -L thawroot -U "$uuid" -O ^has_journal -m 0 -N $((nfiles + nfile
   -E root_owner=0:0 -d "$rootfs" "$tmp/rootfs.ext4" "${size_mib}M"
 log "  rootfs: ${used_mib} MiB used, image ${size_mib} MiB, $nfiles files"
 
-step 5 "manifest"
+step 6 "manifest"
 rm -rf "$work"
 file_entry() { # name -> json object with size and sha256
   printf '"%s":{"size":%d,"sha256":"%s"}' "$1" "$(stat -c %s "$tmp/$1")" \

@@ -1,34 +1,33 @@
 """image (FaaSnap Table 2): rotate a JPEG with PIL and re-encode it.
 
-Event: {"size": 512, "seed": 1, "angle": 90}. The JPEG is generated
-deterministically from the seed (no data is downloaded); issue 4 moves the
-inputs to Redis."""
+Input (Redis): the JPEG (any image PIL decodes) bytes.
+Event:
+  {"key": "thaw:image", "redis": {"host": "10.0.2.2", "port": 6379}, "angle": 90}
+      fetch the image from Redis (host defaults to 10.0.2.2, port to 6379);
+  {"size": 512, "seed": 1, "angle": 90}
+      no "key" (the default): the JPEG is generated deterministically from the
+      seed inside the invocation (inputs.make_jpeg; no data is downloaded).
+Returns: {"in_bytes", "out_bytes", "sha256" (of the rotated JPEG, 16 hex
+digits), "input": "redis"|"inline"}.
+"""
 import hashlib
 import io
-import random
 
-from PIL import Image, ImageDraw
+from PIL import Image
 
-
-def make_jpeg(size, seed):
-    rnd = random.Random(seed)
-    img = Image.new("RGB", (size, size), (rnd.randrange(256), rnd.randrange(256), rnd.randrange(256)))
-    draw = ImageDraw.Draw(img)
-    for _ in range(200):
-        x0, y0 = rnd.randrange(size), rnd.randrange(size)
-        x1, y1 = x0 + rnd.randrange(size // 4 + 1), y0 + rnd.randrange(size // 4 + 1)
-        draw.rectangle([x0, y0, x1, y1], fill=(rnd.randrange(256), rnd.randrange(256), rnd.randrange(256)))
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
+import thaw_redis
+from inputs import make_jpeg
 
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    size = int(event.get("size", 512))
-    data = make_jpeg(size, int(event.get("seed", 1)))
+    if thaw_redis.wants_fetch(event):
+        source, data = "redis", thaw_redis.fetch(event)
+    else:
+        source = "inline"
+        data = make_jpeg(int(event.get("size", 512)), int(event.get("seed", 1)))
     img = Image.open(io.BytesIO(data))
     out = io.BytesIO()
     img.rotate(int(event.get("angle", 90)), expand=True).save(out, "JPEG", quality=90)
     return {"in_bytes": len(data), "out_bytes": out.tell(),
-            "sha256": hashlib.sha256(out.getvalue()).hexdigest()[:16]}
+            "sha256": hashlib.sha256(out.getvalue()).hexdigest()[:16], "input": source}

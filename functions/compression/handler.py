@@ -1,0 +1,44 @@
+"""compression (FaaSnap Table 2): compress a file.
+
+Input (Redis): the file's bytes.
+Event:
+  {"key": "thaw:compression", "redis": {"host": "10.0.2.2", "port": 6379},
+   "algo": "zlib", "level": 6}
+      fetch the file from Redis and compress it; algo "zlib" (default, level
+      0-9, default 6) or "lzma" (level = preset 0-9, default 1);
+  {"size": 1048576, "seed": 1, "algo": ..., "level": ...}
+      no "key": compress `size` bytes of deterministic text-like data
+      generated inline (inputs.make_input; 1 MiB is the default).
+Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "algo",
+"level", "out_bytes", "ratio", "out_crc32", "input_ms", "compute_ms"}.
+"""
+import lzma
+import time
+import zlib
+
+import thaw_redis
+from inputs import DEFAULTS, make_input
+
+
+def handle(event):
+    event = event if isinstance(event, dict) else {}
+    algo = event.get("algo", "zlib")
+    if algo not in ("zlib", "lzma"):
+        raise ValueError(f'unknown algo {algo!r}: use "zlib" or "lzma"')
+    level = int(event.get("level", 6 if algo == "zlib" else 1))
+    t0 = time.perf_counter()
+    if thaw_redis.wants_fetch(event):
+        source, data = "redis", thaw_redis.fetch(event)
+    else:
+        source = "inline"
+        data = make_input(int(event.get("size", DEFAULTS["size"])), int(event.get("seed", DEFAULTS["seed"])))
+    t1 = time.perf_counter()
+    if algo == "zlib":
+        out = zlib.compress(data, level)
+    else:
+        out = lzma.compress(data, format=lzma.FORMAT_XZ, preset=level)
+    t2 = time.perf_counter()
+    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
+            "algo": algo, "level": level, "out_bytes": len(out),
+            "ratio": round(len(data) / max(1, len(out)), 4), "out_crc32": zlib.crc32(out),
+            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}

@@ -1,0 +1,37 @@
+"""json (FaaSnap Table 2): deserialize a JSON document and serialize it again.
+
+Input (Redis): the JSON text (UTF-8 bytes), e.g. an array of records.
+Event:
+  {"key": "thaw:json", "redis": {"host": "10.0.2.2", "port": 6379}}
+      fetch the document from Redis (host defaults to 10.0.2.2, port to 6379);
+  {"records": 3000, "seed": 1}
+      no "key": generate a deterministic array of that many records inline
+      (inputs.make_input; 3000 records are ~1 MB, the default).
+Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "items"
+(top-level length), "out_bytes", "out_crc32", "input_ms", "compute_ms"}.
+"""
+import json
+import time
+import zlib
+
+import thaw_redis
+from inputs import DEFAULTS, make_input
+
+
+def handle(event):
+    event = event if isinstance(event, dict) else {}
+    t0 = time.perf_counter()
+    if thaw_redis.wants_fetch(event):
+        source, data = "redis", thaw_redis.fetch(event)
+    else:
+        source = "inline"
+        data = make_input(int(event.get("records", DEFAULTS["records"])),
+                          int(event.get("seed", DEFAULTS["seed"])))
+    t1 = time.perf_counter()
+    doc = json.loads(data)
+    out = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    t2 = time.perf_counter()
+    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
+            "items": len(doc) if isinstance(doc, (list, dict)) else 1,
+            "out_bytes": len(out), "out_crc32": zlib.crc32(out),
+            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
