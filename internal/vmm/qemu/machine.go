@@ -39,7 +39,10 @@ func Args(s *vmm.Spec) []string {
 	if s.Memory.Shared {
 		share = "on"
 	}
-	cpu := "max"
+	// TCG in QEMU 7.2 mis-emulates AVX2 gathers (vpgatherdd): numpy's AVX2
+	// kernels segfault in the guest (np.maximum on float32, ...), killing
+	// the agent. Guests under TCG get no AVX2; KVM passes the host's CPU.
+	cpu := "max,avx2=off"
 	if s.Accel == vmm.AccelKVM {
 		cpu = "host"
 	}

@@ -31,7 +31,7 @@ func TestArgs(t *testing.T) {
 			want: []string{
 				"-name", "thaw-vm-0123456789ab",
 				"-machine", "pc,accel=tcg,memory-backend=mem",
-				"-cpu", "max",
+				"-cpu", "max,avx2=off",
 				"-smp", "2",
 				"-m", "256M",
 				"-object", "memory-backend-file,id=mem,size=256M,mem-path=/var/lib/thaw/run/vm-0123456789ab/memory,share=on",
