@@ -70,6 +70,13 @@ resolve_kernel() {
   local pkg version
   pkg="$(apt-cache depends linux-image-amd64 2>/dev/null |
     awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')"
+  if [[ -z $pkg && $(id -u) == 0 ]]; then
+    # A machine with everything installed may still have no package lists.
+    echo "[thaw image] no apt package lists: running apt-get update" >&2
+    apt-get update -q >/dev/null 2>&1 || true
+    pkg="$(apt-cache depends linux-image-amd64 2>/dev/null |
+      awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')"
+  fi
   [[ -n $pkg ]] || die "cannot resolve linux-image-amd64 (run apt-get update?)"
   version="$(apt-cache policy "$pkg" | awk '$1 == "Candidate:" { print $2; exit }')"
   [[ -n $version && $version != "(none)" ]] || die "no installable version of $pkg"
