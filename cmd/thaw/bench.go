@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
 func (a *app) newBenchCmd() *cobra.Command {
@@ -29,6 +30,7 @@ func (a *app) newBenchStrategiesCmd() *cobra.Command {
 		reps       int
 		out        string
 		readahead  int
+		inputsFrom string
 	)
 	cmd := &cobra.Command{
 		Use:   "strategies",
@@ -47,10 +49,27 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 				return usagef("--reps must be at least 1")
 			}
 			var cases []bench.FunctionCase
-			for _, fc := range bench.DefaultCases(root) {
-				if len(functions) == 0 || slices.Contains(functions, fc.Name) {
-					cases = append(cases, fc)
+			switch inputsFrom {
+			case "inline":
+				for _, fc := range bench.DefaultCases(root) {
+					if len(functions) == 0 || slices.Contains(functions, fc.Name) {
+						cases = append(cases, fc)
+					}
 				}
+			case "redis":
+				if len(functions) == 0 {
+					functions = inputs.Functions()
+				}
+				r, err := startInputs(a, functions)
+				if err != nil {
+					return err
+				}
+				defer r.Stop()
+				if cases, err = bench.RedisCases(r, root, functions, "A", "B"); err != nil {
+					return usagef("%v", err)
+				}
+			default:
+				return usagef("--inputs must be inline or redis")
 			}
 			if len(cases) == 0 {
 				return usagef("no function matches --functions %v", functions)
@@ -94,8 +113,30 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 	cmd.Flags().StringSliceVar(&strategies, "strategies", []string{"vanilla", "cached", "reap", "faasnap"}, "strategies to compare")
 	cmd.Flags().IntVar(&reps, "reps", 5, "repetitions per function and strategy")
 	cmd.Flags().StringVar(&out, "out", "", "directory for the result files")
+	cmd.Flags().StringVar(&inputsFrom, "inputs", "inline", "inline (hello, matmul, image with generated inputs) or redis (Table 2 inputs A/B from a Redis server on this host)")
 	cmd.Flags().IntVar(&readahead, "readahead-kb", 0, "set the data disk's read_ahead_kb for the run and restore it after (0: leave it)")
 	return cmd
+}
+
+// startInputs starts a private redis-server on loopback and loads the
+// inputs of functions into it. Guests reach it at 10.0.2.2, so the daemon
+// must run on this host.
+func startInputs(a *app, functions []string) (*inputs.Redis, error) {
+	dir, err := os.MkdirTemp("", "thaw-redis-")
+	if err != nil {
+		return nil, err
+	}
+	r, err := inputs.StartRedis(a.ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	metas, err := inputs.Load(a.ctx, r, functions, nil, nil)
+	if err != nil {
+		r.Stop()
+		return nil, err
+	}
+	fmt.Fprintf(a.stderr, "[bench] redis on %s with %d inputs\n", r.Addr(), len(metas))
+	return r, nil
 }
 
 // writeResults writes DIR/NAME.jsonl (one sample a line), DIR/NAME.json and
