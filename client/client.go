@@ -397,6 +397,35 @@ func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, erro
 	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/verify", nil, &s)
 }
 
+// StoreSnapshot places a snapshot's memory in the memory store (premap).
+func (c *Client) StoreSnapshot(ctx context.Context, id string) (*StoreEntry, error) {
+	var e StoreEntry
+	return &e, c.doJSON(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/store", nil, &e)
+}
+
+// UnstoreSnapshot removes a snapshot's copy from the memory store.
+func (c *Client) UnstoreSnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id)+"/store", nil, nil)
+}
+
+// Store describes the memory store.
+func (c *Client) Store(ctx context.Context) (*StoreInfo, error) {
+	var in StoreInfo
+	return &in, c.doJSON(ctx, "GET", "/v1/store", nil, &in)
+}
+
+// SnapshotMemory measures the host memory a snapshot's files hold.
+func (c *Client) SnapshotMemory(ctx context.Context, id string) (*SnapshotMemory, error) {
+	var m SnapshotMemory
+	return &m, c.doJSON(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id)+"/memory", nil, &m)
+}
+
+// VMMemory measures a running VM's process memory.
+func (c *Client) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
+	var m VMMemory
+	return &m, c.doJSON(ctx, "GET", "/v1/vms/"+url.PathEscape(id)+"/memory", nil, &m)
+}
+
 // DeleteSnapshot deletes a snapshot.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)

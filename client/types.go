@@ -113,6 +113,9 @@ type StrategyStats struct {
 	LoaderMS           float64 `json:"loader_ms,omitempty"`
 	LoaderShared       bool    `json:"loader_shared,omitempty"`
 	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"`
+	StoreBytes         uint64  `json:"store_bytes,omitempty"`
+	PopulatedBytes     uint64  `json:"populated_bytes,omitempty"`
+	PopulateMS         float64 `json:"populate_ms,omitempty"`
 }
 
 // Process is the VMM process's counters during an invocation.
@@ -171,4 +174,49 @@ type Info struct {
 	Image       ImageInfo `json:"image"`
 	DataDir     string    `json:"data_dir"`
 	Strategies  []string  `json:"strategies"`
+}
+
+// StoreEntry is a snapshot's copy in the memory store (premap).
+type StoreEntry struct {
+	Snapshot string    `json:"snapshot"`
+	Path     string    `json:"path"`
+	Size     int64     `json:"size"`
+	SHA256   string    `json:"sha256"`
+	Bytes    int64     `json:"bytes"`
+	Regions  int       `json:"regions"`
+	StoredMS float64   `json:"stored_ms"`
+	StoredAt time.Time `json:"stored_at"`
+}
+
+// StoreInfo is the snapshot memory store.
+type StoreInfo struct {
+	Available     bool         `json:"available"`
+	Error         string       `json:"error,omitempty"`
+	Dir           string       `json:"dir,omitempty"`
+	Kind          string       `json:"kind,omitempty"`
+	CapacityBytes int64        `json:"capacity_bytes"`
+	FreeBytes     int64        `json:"free_bytes"`
+	UsedBytes     int64        `json:"used_bytes"`
+	Entries       []StoreEntry `json:"entries"`
+}
+
+// SnapshotMemory is the host memory a snapshot's files hold (shared by
+// every VM restored from it).
+type SnapshotMemory struct {
+	Snapshot       string           `json:"snapshot"`
+	PageCacheBytes int64            `json:"page_cache_bytes"`
+	Files          map[string]int64 `json:"files"`
+	StoreBytes     int64            `json:"store_bytes"`
+}
+
+// VMMemory is a running VM's process memory.
+type VMMemory struct {
+	VM                string `json:"vm"`
+	RSSBytes          uint64 `json:"rss_bytes"`
+	PSSBytes          uint64 `json:"pss_bytes"`
+	AnonBytes         uint64 `json:"anon_bytes"`
+	FileBytes         uint64 `json:"file_bytes"`
+	ShmemBytes        uint64 `json:"shmem_bytes"`
+	SwapBytes         uint64 `json:"swap_bytes"`
+	PrivateDirtyBytes uint64 `json:"private_dirty_bytes"`
 }

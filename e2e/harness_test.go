@@ -56,7 +56,15 @@ func testConfig(t *testing.T, dataDir string) daemon.Config {
 	}
 	return daemon.Config{DataDir: dataDir, ImageDir: imageDir(t), Accel: accel,
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second,
-		ShimPath: shim}
+		ShimPath: shim, StoreDir: storeDir(t, dataDir)}
+}
+
+// storeDir is a memory store on /dev/shm for one test daemon, removed with
+// the test (whatever snapshots it leaves).
+func storeDir(t *testing.T, dataDir string) string {
+	dir := filepath.Join("/dev/shm", "thaw-e2e-"+filepath.Base(filepath.Dir(dataDir))+"-"+filepath.Base(dataDir))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func startEnv(t *testing.T, dataDir string) *env {

@@ -48,6 +48,16 @@ func TestStrategies(t *testing.T) {
 		t.Fatalf("warm snapshot parent %q, want %q", res.Warm.Parent, res.Clean.ID)
 	}
 
+	// premap maps the snapshot from the memory store: place it there.
+	entry, err := c.StoreSnapshot(ctx, res.Warm.ID)
+	if err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	if si, err := c.Store(ctx); err != nil || !si.Available || len(si.Entries) != 1 || si.UsedBytes != entry.Bytes {
+		t.Fatalf("store info %+v %v", si, err)
+	}
+	t.Logf("stored %s: %d MiB in %d regions", res.Warm.ID, entry.Bytes>>20, entry.Regions)
+
 	invoke := func(t *testing.T, strategy string) *client.Invocation {
 		t.Helper()
 		inv, err := c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`),
@@ -84,6 +94,13 @@ func TestStrategies(t *testing.T) {
 				if inv.Process.MajorFaults > 2 {
 					t.Errorf("cached took %d major faults", inv.Process.MajorFaults)
 				}
+			case restore.Premap:
+				if st.PopulatedBytes != 256<<20 || st.StoreBytes != uint64(entry.Bytes) || st.PopulateMS <= 0 {
+					t.Fatalf("premap stats %+v", st)
+				}
+				if inv.Process.MajorFaults > 2 {
+					t.Errorf("premap took %d major faults", inv.Process.MajorFaults)
+				}
 			}
 			t.Logf("%-8s setup %.1f ms, resume %.1f ms, total %.1f ms, faults %d major/%d minor, read %d KiB",
 				k, inv.Timing.Restore.SetupMS, inv.Timing.Restore.ResumeMS, inv.Timing.TotalMS,
@@ -106,6 +123,25 @@ func TestStrategies(t *testing.T) {
 			if inv == nil || !inv.OK || inv.Strategy != "faasnap" {
 				t.Fatalf("burst invocation %d: %+v", i, inv)
 			}
+		}
+	})
+
+	t.Run("premap without a store copy falls back", func(t *testing.T) {
+		if err := c.UnstoreSnapshot(ctx, res.Warm.ID); err != nil {
+			t.Fatal(err)
+		}
+		inv := invokeAny(t, c, "premap")
+		if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "not in the memory store") {
+			t.Fatalf("strategy %s, stats %+v", inv.Strategy, inv.StrategyStats)
+		}
+		if _, err := c.StoreSnapshot(ctx, "snap-000000000000"); err == nil {
+			t.Fatal("stored a snapshot that does not exist")
+		}
+		if _, err := c.StoreSnapshot(ctx, res.Warm.ID); err != nil {
+			t.Fatal(err)
+		}
+		if inv := invokeAny(t, c, "premap"); inv.Strategy != "premap" {
+			t.Fatalf("after storing again: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
 		}
 	})
 

@@ -9,6 +9,13 @@
  *   layout mode - FaaSnap §4.8 / Figure 4 ("overlapping mappings"): an
  *                 anonymous base, then file regions (memory file, loading-set
  *                 file) mapped MAP_FIXED on top, later entries over earlier.
+ *                 With THAW_SHIM_POPULATE=read (thaw's premap strategy,
+ *                 PASS §3-4 "complete address indexing") every page of the
+ *                 range is then pre-faulted read-only (MADV_POPULATE_READ):
+ *                 file pages map the backing file's page-cache/tmpfs/DAX
+ *                 pages, anonymous pages map the shared zero page; writes
+ *                 later copy-on-write.  Done before QEMU returns from the
+ *                 mmap, so before any vCPU runs.
  *   uffd mode   - REAP: the range is anonymous and registered with
  *                 userfaultfd (MISSING); the uffd goes to the thaw daemon over
  *                 a Unix socket (SCM_RIGHTS) and the daemon fills every page
@@ -91,6 +98,8 @@ static struct {
 	enum mode mode;
 	char memfile[PATH_MAX]; /* realpath of THAW_SHIM_MEMFILE */
 	const char *layout, *lsfile, *sock;
+	int populate;	    /* THAW_SHIM_POPULATE=read */
+	const char *stats; /* THAW_SHIM_STATS: where populate reports */
 	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
 } cfg;
 
@@ -166,7 +175,14 @@ static void load_config(void)
 	cfg.layout = getenv("THAW_SHIM_LAYOUT");
 	cfg.lsfile = getenv("THAW_SHIM_LSFILE");
 	cfg.sock = getenv("THAW_SHIM_UFFD_SOCK");
+	cfg.stats = getenv("THAW_SHIM_STATS");
+	const char *pop = getenv("THAW_SHIM_POPULATE");
 	cfg.mode = MODE_BAD;
+	if (pop && *pop && strcmp(pop, "read") != 0) {
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_POPULATE=%s is not read", pop);
+		return;
+	}
+	cfg.populate = pop && *pop;
 	if (!strcmp(mode, "layout"))
 		cfg.mode = MODE_LAYOUT;
 	else if (!strcmp(mode, "uffd"))
@@ -185,6 +201,10 @@ static void load_config(void)
 	if (cfg.mode == MODE_LAYOUT && (!cfg.layout || !*cfg.layout)) {
 		cfg.mode = MODE_BAD;
 		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_LAYOUT not set");
+	}
+	if (cfg.mode == MODE_UFFD && cfg.populate) {
+		cfg.mode = MODE_BAD;
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_POPULATE needs layout mode");
 	}
 	if (cfg.mode == MODE_UFFD && (!cfg.sock || !*cfg.sock)) {
 		cfg.mode = MODE_BAD;
@@ -246,6 +266,47 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 static int range_ok(uint64_t off, uint64_t len, uint64_t limit)
 {
 	return off <= limit && len <= limit - off;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+/*
+ * Pre-fault [addr, addr+len) for reading.  MADV_POPULATE_READ (Linux 5.14)
+ * maps file pages shared and read-only (a later write copies) and anonymous
+ * pages to the zero page.  MAP_POPULATE or mlock would not do: on a private
+ * writable mapping they take write faults and copy every page.  Older
+ * kernels get the same effect by reading one byte of every page.
+ */
+static int populate_read(void *addr, size_t len)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (madvise(addr, len, MADV_POPULATE_READ) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -1;
+	for (size_t off = 0; off < len; off += page)
+		(void)*(volatile const char *)((const char *)addr + off);
+	return 0;
+}
+
+/* Write "populate_us <n>\nbytes <n>\n" to THAW_SHIM_STATS for the daemon. */
+static void write_stats(uint64_t us, size_t len)
+{
+	char buf[128];
+	int fd, n;
+
+	if (!cfg.stats || !*cfg.stats)
+		return;
+	fd = open(cfg.stats, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	n = snprintf(buf, sizeof(buf), "populate_us %llu\nbytes %zu\n", (unsigned long long)us, len);
+	if (write(fd, buf, (size_t)n) != n)
+		shim_log("thaw-shim: writing %s failed", cfg.stats);
+	close(fd);
 }
 
 static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
@@ -399,6 +460,19 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 			goto out;
 		}
 		nkind[e->kind]++;
+	}
+	if (cfg.populate) {
+		uint64_t t1 = now_us();
+
+		if (populate_read(addr, len) < 0) {
+			err = errno;
+			restore_reservation(addr, len);
+			ret = fail(err, "populate %zu bytes of guest memory", len);
+			goto out;
+		}
+		write_stats(now_us() - t1, len);
+		shim_log("thaw-shim: populated %zu bytes in %llu us", len,
+			 (unsigned long long)(now_us() - t1));
 	}
 	ret = addr;
 	shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set) over %zu bytes in %llu us",

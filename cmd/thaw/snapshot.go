@@ -13,7 +13,7 @@ func (a *app) newSnapshotCmd() *cobra.Command {
 		`A snapshot is a booted VM's memory and device state, saved so that VMs
 can be restored from it in milliseconds instead of booted.`, "snap")
 	cmd.AddCommand(a.newSnapshotCreateCmd(), a.newSnapshotListCmd(), a.newSnapshotGetCmd(),
-		a.newSnapshotVerifyCmd(), a.newSnapshotDeleteCmd())
+		a.newSnapshotVerifyCmd(), a.newSnapshotDeleteCmd(), a.newSnapshotStoreCmd())
 	return cmd
 }
 
@@ -113,6 +113,84 @@ of them could not be deleted.`,
 			return a.deleteAll("snapshot", args, a.c.DeleteSnapshot)
 		},
 	}
+}
+
+func (a *app) newSnapshotStoreCmd() *cobra.Command {
+	var remove bool
+	cmd := &cobra.Command{
+		Use:   "store [ID...]",
+		Short: "Place snapshots in the memory store (premap), or show the store",
+		Long: `Place snapshots' memory in the snapshot memory store (tmpfs, or persistent
+memory behind a DAX filesystem), where the premap strategy maps it from:
+the copy is verified against the snapshot and shared by every VM restored
+from it. With --remove, take them out again. Without an ID, show the
+store's tier, capacity, use and entries.`,
+		Example: `  thaw snapshot store snap-0123abcd
+  thaw invoke hello --strategy premap
+  thaw snapshot store
+  thaw snapshot store --remove snap-0123abcd`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				if remove {
+					return usagef("--remove needs a snapshot ID")
+				}
+				in, err := a.c.Store(a.ctx)
+				if err != nil {
+					return err
+				}
+				return a.printStore(in)
+			}
+			if remove {
+				return a.deleteAll("stored snapshot", args, a.c.UnstoreSnapshot)
+			}
+			for _, id := range args {
+				e, err := a.c.StoreSnapshot(a.ctx, id)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					if err := a.printJSON(e); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
+					id, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&remove, "remove", false, "remove the snapshots from the store")
+	return cmd
+}
+
+func (a *app) printStore(in *client.StoreInfo) error {
+	if a.json {
+		return a.printJSON(in)
+	}
+	if !in.Available {
+		fmt.Fprintf(a.stdout, "no memory store: %s\n", in.Error)
+		return nil
+	}
+	w := newTable(a.stdout)
+	row(w, "Dir:", in.Dir)
+	row(w, "Kind:", in.Kind)
+	row(w, "Capacity:", fmtBytes(in.CapacityBytes))
+	row(w, "Free:", fmtBytes(in.FreeBytes))
+	row(w, "Used by thaw:", fmtBytes(in.UsedBytes))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(in.Entries) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout)
+	w = newTable(a.stdout)
+	row(w, "SNAPSHOT", "GUEST MEMORY", "STORE BYTES", "REGIONS", "STORED")
+	for _, e := range in.Entries {
+		row(w, e.Snapshot, fmtBytes(e.Size), fmtBytes(e.Bytes), fmt.Sprint(e.Regions), fmtAge(e.StoredAt))
+	}
+	return w.Flush()
 }
 
 // printSnapshot prints a snapshot, after a headline saying what happened

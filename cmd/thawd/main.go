@@ -18,6 +18,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/store"
 )
 
 func defaultImageDir() string {
@@ -49,7 +50,8 @@ func main() {
 	flag.IntVar(&cfg.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
 	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
 	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
-	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap and faasnap strategies")
+	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
+	flag.StringVar(&cfg.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs or on a filesystem mounted with -o dax (default "+store.DefaultDir+"/<hash of the data dir>)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
 
@@ -67,6 +69,9 @@ func main() {
 func run(cfg daemon.Config, listen string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = store.DefaultDirFor(cfg.DataDir)
+	}
 	svc, err := daemon.New(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -83,6 +83,11 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/snapshots/{id}", h.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/verify", h.verifySnapshot},
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
+		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
+		{"DELETE", "/v1/snapshots/{id}/store", h.unstoreSnapshot},
+		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
+		{"GET", "/v1/store", h.storeInfo},
+		{"GET", "/v1/vms/{id}/memory", h.vmMemory},
 		{"GET", "/v1/invocations", h.listInvocations},
 	}
 }
@@ -568,6 +573,50 @@ func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
+	e, err := h.svc.StoreSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (h *Handler) unstoreSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.UnstoreSnapshot(r.Context(), r.PathValue("id")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) snapshotMemory(w http.ResponseWriter, r *http.Request) {
+	m, err := h.svc.SnapshotMemory(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (h *Handler) storeInfo(w http.ResponseWriter, r *http.Request) {
+	in, err := h.svc.StoreInfo(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+func (h *Handler) vmMemory(w http.ResponseWriter, r *http.Request) {
+	m, err := h.svc.VMMemory(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -349,6 +350,11 @@ var handlerIO = map[string]struct {
 	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
 	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
+	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
+	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
+	"GET /v1/snapshots/{id}/memory":     {"200", "SnapshotMemory", ""},
+	"GET /v1/store":                     {"200", "StoreInfo", ""},
+	"GET /v1/vms/{id}/memory":           {"200", "VMMemory", ""},
 }
 
 // createsUnderPath are POST operations on a parameterized path that
@@ -818,6 +824,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"LoadingSetStats", reflect.TypeFor[memlayout.LoadingSetStats]()},
 		{"REAPBuild", reflect.TypeFor[daemon.REAPBuild]()},
 		{"PrepareTiming", reflect.TypeFor[daemon.PrepareTiming]()},
+		{"StoreEntry", reflect.TypeFor[store.Entry]()},
+		{"StoreInfo", reflect.TypeFor[daemon.StoreInfo]()},
+		{"SnapshotMemory", reflect.TypeFor[daemon.SnapshotMemory]()},
+		{"VMMemory", reflect.TypeFor[daemon.VMMemory]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[InvokeRequest]()},
@@ -1022,6 +1032,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, LoaderBytes: 18874368, LoaderMS: 52.7, LoaderShared: true,
 			LoaderBeforeInvoke: &finished}},
 		{restore.REAP, restore.Stats{RecordedPageCount: 7342}}, // record mode (never answered, but encodable)
+		{restore.Premap, restore.Stats{LayoutEntries: 31, StoreBytes: 94371840, PopulatedBytes: 536870912, PopulateMS: 21.4}},
 	}
 	var strategic []*daemon.Invocation
 	for i, c := range stats {
@@ -1073,6 +1084,16 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		validateGo(t, doc, "Invocation", inv)
 	}
 	validateGo(t, doc, "InvocationRecord", record)
+	entry := store.Entry{Snapshot: snap.ID, Path: "/dev/shm/thaw-store/0a1b2c3d4e5f/" + snap.ID + ".mem", Size: 536870912,
+		SHA256: hex64, Bytes: 94371840, Regions: 31, StoredMS: 80.2, StoredAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	validateGo(t, doc, "StoreEntry", entry)
+	validateGo(t, doc, "StoreInfo", daemon.StoreInfo{Available: true, Dir: "/dev/shm/thaw-store/0a1b2c3d4e5f", Kind: store.TmpFS,
+		CapacityBytes: 1 << 34, FreeBytes: 1 << 33, UsedBytes: entry.Bytes, Entries: []store.Entry{entry}})
+	validateGo(t, doc, "StoreInfo", daemon.StoreInfo{Error: "no memory store directory is configured", Entries: []store.Entry{}})
+	validateGo(t, doc, "SnapshotMemory", daemon.SnapshotMemory{Snapshot: snap.ID, PageCacheBytes: 8192,
+		Files: map[string]int64{"memory.bin": 4096, "strategies/faasnap/loadingset.bin": 4096}, StoreBytes: entry.Bytes})
+	validateGo(t, doc, "VMMemory", daemon.VMMemory{VM: restored.ID, Memory: procstat.Memory{RSSBytes: 1 << 27, PSSBytes: 1 << 26,
+		AnonBytes: 1 << 25, FileBytes: 1 << 24, ShmemBytes: 1 << 25, PrivateDirty: 1 << 25}})
 	validateGo(t, doc, "InvocationList", list([]*catalog.Invocation{record}))
 	validateGo(t, doc, "Info", info)
 	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})

@@ -21,6 +21,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
@@ -54,7 +55,8 @@ type Config struct {
 	DefaultVCPUs     int           // vCPUs when a function names none
 	BootTimeout      time.Duration // start to agent ready
 	InvokeTimeout    time.Duration // default per-invocation timeout
-	ShimPath         string        // libthaw_shim.so (reap and faasnap strategies)
+	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
+	StoreDir         string        // snapshot memory store (premap): tmpfs or a DAX filesystem
 }
 
 // Validate reports every problem at once.
@@ -99,9 +101,11 @@ type Service struct {
 	accel       AccelInfo
 	qemuVersion string
 
-	mu      sync.Mutex
-	vms     map[string]*liveVM // VMs with a process
-	loaders *restore.Loaders   // FaaSnap loaders, shared by all restores
+	mu       sync.Mutex
+	vms      map[string]*liveVM // VMs with a process
+	loaders  *restore.Loaders   // FaaSnap loaders, shared by all restores
+	store    *store.Store       // snapshot memory store; nil if unavailable
+	storeErr error              // why store is nil
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	wg        sync.WaitGroup
@@ -143,6 +147,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s.removeTempSnapshots()
+	s.openStore(ctx)
 	s.accel, err = s.chooseAccel(ctx)
 	if err != nil {
 		s.db.Close()

@@ -160,6 +160,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	if err := s.db.DeleteSnapshot(ctx, id); err != nil {
 		return err
 	}
+	if s.store != nil {
+		if err := s.store.Remove(id); err != nil {
+			s.log.Error("remove snapshot from the memory store", "snapshot", id, "err", err)
+		}
+	}
 	return os.RemoveAll(sn.Dir)
 }
 
@@ -291,7 +296,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
 		return nil, nil, nil, err
 	}
-	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders,
+	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store,
 		OnFailure: func(err error) {
 			if lv, ok := s.live(id); ok {
 				s.log.Error("restore strategy failed; killing vm", "vm", id, "err", err)

@@ -73,3 +73,33 @@ func field(b []byte, name string) uint64 {
 	}
 	return 0
 }
+
+// Memory is a process's memory from /proc/PID/smaps_rollup, in bytes.
+type Memory struct {
+	RSSBytes     uint64 `json:"rss_bytes"`
+	PSSBytes     uint64 `json:"pss_bytes"`   // shared pages divided among the processes mapping them
+	AnonBytes    uint64 `json:"anon_bytes"`  // private anonymous (written guest pages, QEMU's heap)
+	FileBytes    uint64 `json:"file_bytes"`  // mapped page-cache pages (shared)
+	ShmemBytes   uint64 `json:"shmem_bytes"` // mapped tmpfs pages (the premap store; shared)
+	SwapBytes    uint64 `json:"swap_bytes"`  // swapped out
+	PrivateDirty uint64 `json:"private_dirty_bytes"`
+}
+
+// ReadMemory returns pid's memory.
+func ReadMemory(pid int) (Memory, error) {
+	var m Memory
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return m, err
+	}
+	m.RSSBytes = field(b, "Rss:") << 10
+	m.PSSBytes = field(b, "Pss:") << 10
+	m.AnonBytes = field(b, "Anonymous:") << 10
+	m.SwapBytes = field(b, "Swap:") << 10
+	m.PrivateDirty = field(b, "Private_Dirty:") << 10
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		m.FileBytes = field(st, "RssFile:") << 10
+		m.ShmemBytes = field(st, "RssShmem:") << 10
+	}
+	return m, nil
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/store"
 )
 
 // The conformance suite every strategy passes: restore a synthetic memory
@@ -65,7 +66,8 @@ func synthMemory(t *testing.T, path string, pages int, rng *rand.Rand) {
 
 type synthSnapshot struct {
 	snap  Snapshot
-	order []uint64 // a working set, in "access" order
+	order []uint64     // a working set, in "access" order
+	store *store.Store // holding the memory file (premap)
 }
 
 func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
@@ -77,8 +79,19 @@ func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &snapshot.Manifest{Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: fi}}
+	m := &snapshot.Manifest{ID: fmt.Sprintf("snap-synth%d", seed), Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: fi}}
 	s := synthSnapshot{snap: Snapshot{Dir: dir, Manifest: m}}
+	sdir, err := os.MkdirTemp("/dev/shm", "thaw-conformance-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sdir) })
+	if s.store, err = store.Open(sdir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Put(m.ID, mem, fi); err != nil {
+		t.Fatal(err)
+	}
 	seen := map[uint64]bool{}
 	for len(s.order) < pages/3 {
 		p := uint64(rng.Intn(pages))
@@ -128,7 +141,7 @@ func TestConformance(t *testing.T) {
 		s := newSynth(t, pages, int64(pages))
 		for _, k := range Kinds {
 			t.Run(fmt.Sprintf("%s/%d_pages", k, pages), func(t *testing.T) {
-				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
 				sess, err := Begin(context.Background(), k, s.snap, env)
 				if err != nil {
 					t.Fatal(err)
@@ -140,6 +153,12 @@ func TestConformance(t *testing.T) {
 				res := runCheck(t, shim, sess)
 				if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
 					t.Fatalf("%s: %+v", k, res)
+				}
+				if k == Premap {
+					st := sess.Stats()
+					if st.PopulatedBytes != uint64(pages)*snapshot.PageSize || st.PopulateMS <= 0 {
+						t.Errorf("premap populated %d bytes in %.3f ms, want all %d", st.PopulatedBytes, st.PopulateMS, pages*snapshot.PageSize)
+					}
 				}
 				if k == REAP {
 					st := sess.Stats()
@@ -170,7 +189,7 @@ func TestConformanceDetectsWrongLayout(t *testing.T) {
 	if err := TrustArtifact(ls); err != nil { // pretend it was verified
 		t.Fatal(err)
 	}
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
 	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +212,11 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.snap.ArtifactDir(FaaSnap), FaaSnapManifest)); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []Kind{REAP, FaaSnap} {
-		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	if err := s.store.Remove(s.snap.Manifest.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []Kind{REAP, FaaSnap, Premap} {
+		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
 		sess, err := Begin(context.Background(), k, s.snap, env)
 		if err != nil {
 			t.Fatal(err)
@@ -206,5 +228,33 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 			t.Fatalf("fallback restore differs: %+v", res)
 		}
 		sess.Close()
+	}
+}
+
+// TestPremapDamagedStoreCopy: a store copy whose bytes changed after it was
+// stored is refused (premap runs as vanilla and says why).
+func TestPremapDamagedStoreCopy(t *testing.T) {
+	shim := shimDir(t)
+	s := newSynth(t, 300, 11)
+	e, err := s.store.Get(s.snap.Manifest.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(e.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x5a}, 4096*7+9); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+	sess, err := Begin(context.Background(), Premap, s.snap, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "damaged") {
+		t.Fatalf("kind %s, fallback %q", sess.Kind(), sess.Stats().Fallback)
 	}
 }
