@@ -18,7 +18,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	cmd := newGroupCmd("bench", "Measure thaw through its API and write results",
 		`Benchmarks drive the daemon through the same API as every other command and
 only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`)
-	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd())
+	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd(), a.newBenchMemoryCmd())
 	return cmd
 }
 
