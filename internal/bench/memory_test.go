@@ -1,0 +1,26 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestMemoryMarkdown(t *testing.T) {
+	r := &MemoryResult{Strategies: []string{"reap", "premap"}, Clones: []int{1, 4},
+		Samples: []MemorySample{
+			{Function: "hello", Strategy: "reap", Clones: 1, AnonBytes: 30 << 20, TotalBytes: 30 << 20, PerCloneBytes: 30 << 20},
+			{Function: "hello", Strategy: "reap", Clones: 4, AnonBytes: 120 << 20, TotalBytes: 120 << 20, PerCloneBytes: 30 << 20},
+			{Function: "hello", Strategy: "premap", Clones: 4, AnonBytes: 100 << 20, StoreBytes: 84 << 20,
+				TotalBytes: 184 << 20, PerCloneBytes: 46 << 20},
+		}}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| reap | 30.0 (30) | 30.0 (120) | 30.0 | 0.0 |",
+		"| premap | – | 46.0 (184) | 25.0 | 84.0 |",
+		"**hello**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
