@@ -397,6 +397,13 @@ func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, erro
 	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/verify", nil, &s)
 }
 
+// CopySnapshot duplicates a snapshot (files and strategy artifacts) under
+// a new id that shares no file with the original.
+func (c *Client) CopySnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy", nil, &s)
+}
+
 // DeleteSnapshot deletes a snapshot.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)

@@ -83,6 +83,7 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/snapshots/{id}", h.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/verify", h.verifySnapshot},
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
+		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
 		{"GET", "/v1/invocations", h.listInvocations},
 	}
 }
@@ -568,6 +569,15 @@ func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
+	s, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s)
 }
 
 func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {

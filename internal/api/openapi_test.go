@@ -348,6 +348,7 @@ var handlerIO = map[string]struct {
 	"DELETE /v1/snapshots/{id}":         {"204", "", ""},
 	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
 	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
+	"POST /v1/snapshots/{id}/copy":      {"201", "Snapshot", ""},
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
 }
 
@@ -356,6 +357,7 @@ var handlerIO = map[string]struct {
 // function's clean and warm snapshots.
 var createsUnderPath = map[string]bool{
 	"POST /v1/functions/{name}/prepare": true,
+	"POST /v1/snapshots/{id}/copy":      true,
 }
 
 // failSentinels are the errors fail() tells apart, by the expression
