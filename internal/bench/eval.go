@@ -282,7 +282,7 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s with %s: %w", fn, variant, err)
 	}
-	r.prog.Done(estPrepare, "%s: prepared with %s in %s: warm snapshot %s", fn, variant, time.Since(t0).Round(time.Second), pr.Warm.ID)
+	r.prog.Done(estPrep(fn), "%s: prepared with %s in %s: warm snapshot %s", fn, variant, time.Since(t0).Round(time.Second), pr.Warm.ID)
 	b, _ := json.Marshal(pr)
 	r.prepared[k] = pr
 	r.res.Prepared[fn+"/"+variant] = b

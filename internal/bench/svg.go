@@ -95,13 +95,13 @@ func (a axis) ticks() []float64 {
 	return out
 }
 
-// niceStep rounds x up to 1, 2 or 5 times a power of ten.
+// niceStep rounds x up to 1, 2, 2.5 or 5 times a power of ten.
 func niceStep(x float64) float64 {
 	if x <= 0 || math.IsNaN(x) || math.IsInf(x, 0) {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(x)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
 		if m*p >= x {
 			return m * p
 		}
