@@ -132,6 +132,19 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if len(fns) == 0 {
 		return usagef("no function left to run after --functions %v", cfg.Functions)
 	}
+	if f.out != "" {
+		// Samples stream into the JSON lines file as they are measured;
+		// WriteEval rewrites it (same content) with the rest at the end.
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return err
+		}
+		sink, err := os.Create(filepath.Join(f.out, "eval.jsonl"))
+		if err != nil {
+			return err
+		}
+		defer sink.Close()
+		cfg.Sink = sink
+	}
 	r, err := startRedis(a)
 	if err != nil {
 		return err

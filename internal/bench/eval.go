@@ -55,6 +55,9 @@ type EvalConfig struct {
 	BurstModes         []string  `json:"burst_modes"`
 	// Timeout bounds one invocation (a burst of 16 under TCG is slow).
 	Timeout time.Duration `json:"-"`
+	// Sink, if set, receives every sample as a JSON line as soon as it is
+	// measured, so an interrupted run keeps what it measured.
+	Sink io.Writer `json:"-"`
 }
 
 // DefaultEvalConfig is the full evaluation.
@@ -149,7 +152,7 @@ type EvalSample struct {
 	// WallMS is the client's time from the start of the burst (or of the
 	// request) to this invocation's answer.
 	WallMS     float64 `json:"wall_ms"`
-	FetchMS    float64 `json:"fetch_ms,omitempty"`    // the strategy's prefetch or loader time
+	FetchMS    float64 `json:"fetch_ms,omitempty"`    // the strategy's prefetch, loader or cache-fill time
 	FetchBytes uint64  `json:"fetch_bytes,omitempty"` // and what it read
 	StrategySample
 }
@@ -190,9 +193,13 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	}
 	est := EstimateEval(cfg)
 	run.prog = NewProgress(progress, est)
-	run.prog.Say("strategies %s%s; %d repetitions; estimated duration %s (%d prepares, %d cold starts, %d warm invocations)",
-		strings.Join(cfg.Strategies, ", "), map[bool]string{false: " + warm", true: ""}[cfg.NoWarm], cfg.Reps,
-		est.Duration().Round(time.Minute), est.Prepares, est.Cold, est.Warm)
+	warm := ""
+	if cfg.has(ExpExec) && !cfg.NoWarm {
+		warm = " + warm"
+	}
+	run.prog.Say("experiments %s; strategies %s%s; %d repetitions; estimated duration %s (%d prepares, %d cold starts, %d warm invocations, %d snapshot copies)",
+		strings.Join(cfg.Experiments, ", "), strings.Join(cfg.Strategies, ", "), warm, cfg.Reps,
+		est.Duration().Round(time.Minute), est.Prepares, est.Cold, est.Warm, est.Copies)
 	if err := run.loadInputs(ctx); err != nil {
 		return nil, err
 	}
@@ -325,7 +332,9 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
 	s.Snapshot, s.WallMS = snap, float64(wall.Microseconds())/1000
 	if st := inv.StrategyStats; st != nil {
-		s.FetchMS = st.PrefetchMS + st.LoaderMS
+		// REAP's prefetch, FaaSnap's loader, or cached's fill of the page
+		// cache (before the request's timer starts).
+		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS
 		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes
 	}
 	return s
@@ -333,6 +342,10 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 
 func (r *evalRun) add(s EvalSample, est float64) {
 	r.res.Samples = append(r.res.Samples, s)
+	if r.cfg.Sink != nil {
+		b, _ := json.Marshal(s)
+		_, _ = r.cfg.Sink.Write(append(b, '\n'))
+	}
 	extra := ""
 	if s.Burst > 0 {
 		extra = fmt.Sprintf(" burst %d/%s slot %d", s.Burst, s.BurstMode, s.Slot)
@@ -347,7 +360,9 @@ func (r *evalRun) exec(ctx context.Context) error {
 	for _, fn := range r.cfg.ExecFunctions {
 		for _, dir := range [][2]string{{"A", "B"}, {"B", "A"}} {
 			if err := r.execOne(ctx, ExpExec, fn, dir[0], dir[1], !r.cfg.NoWarm); err != nil {
-				return err
+				if err := r.failed(ctx, ExpExec, fn, err); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -415,31 +430,52 @@ func (r *evalRun) warm(ctx context.Context, exp, fn, rec, tst, snap string, ev j
 // size is Figure 8: record with A, test with B's content at each ratio of
 // A's size.
 func (r *evalRun) size(ctx context.Context) error {
-	ss := r.cfg.Strategies
 	for _, fn := range r.cfg.SizeFunctions {
-		pr, err := r.prepare(ctx, fn, "A")
-		if err != nil {
-			return err
-		}
-		for rep := 0; rep < r.cfg.Reps; rep++ {
-			for _, ratio := range r.cfg.Ratios {
-				ev, err := r.event(fn, "B", ratio)
-				if err != nil {
-					return err
-				}
-				for i := range ss {
-					s := ss[(i+rep)%len(ss)]
-					base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + fmtRatio(ratio), InputRatio: ratio,
-						StrategySample: StrategySample{Function: fn, Rep: rep}}
-					smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
-					if err != nil {
-						return err
-					}
-					r.add(smp, estCold(fn, ratio))
-				}
+		if err := r.sizeOf(ctx, fn); err != nil {
+			if err := r.failed(ctx, ExpSize, fn, err); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
+	ss := r.cfg.Strategies
+	pr, err := r.prepare(ctx, fn, "A")
+	if err != nil {
+		return err
+	}
+	for rep := 0; rep < r.cfg.Reps; rep++ {
+		for _, ratio := range r.cfg.Ratios {
+			ev, err := r.event(fn, "B", ratio)
+			if err != nil {
+				return err
+			}
+			for i := range ss {
+				s := ss[(i+rep)%len(ss)]
+				base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + fmtRatio(ratio), InputRatio: ratio,
+					StrategySample: StrategySample{Function: fn, Rep: rep}}
+				smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
+				if err != nil {
+					return err
+				}
+				r.add(smp, estCold(fn, ratio))
+			}
+		}
+	}
+	return nil
+}
+
+// failed records that an experiment could not finish a function and lets
+// the run go on with the next one (a long unattended run should not lose
+// everything to one function); a cancelled run stops.
+func (r *evalRun) failed(ctx context.Context, exp, fn string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s incomplete: %v", exp, fn, err))
+	r.prog.Say("ERROR %s %s: %v (continuing with the next function)", exp, fn, err)
 	return nil
 }
 
@@ -457,7 +493,9 @@ func (r *evalRun) breakdown(ctx context.Context) error {
 			continue
 		}
 		if err := r.execOne(ctx, ExpBreakdown, fn, "A", "B", false); err != nil {
-			return err
+			if err := r.failed(ctx, ExpBreakdown, fn, err); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

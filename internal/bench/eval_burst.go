@@ -25,37 +25,45 @@ import (
 func (r *evalRun) burst(ctx context.Context) error {
 	maxN := slices.Max(r.cfg.BurstSizes)
 	for _, fn := range r.cfg.BurstFunctions {
-		pr, err := r.prepare(ctx, fn, "A")
-		if err != nil {
-			return err
-		}
-		ev, err := r.event(fn, "B", 0)
-		if err != nil {
-			return err
-		}
-		snaps := []*client.Snapshot{pr.Warm}
-		if slices.Contains(r.cfg.BurstModes, BurstDifferent) && maxN > 1 {
-			t0 := time.Now()
-			for i := 1; i < maxN; i++ {
-				cp, err := r.c.CopySnapshot(ctx, pr.Warm.ID)
-				if err != nil {
-					return fmt.Errorf("%s: copy snapshot: %w", fn, err)
-				}
-				snaps = append(snaps, cp)
+		if err := r.burstFn(ctx, fn, maxN); err != nil {
+			if err := r.failed(ctx, ExpBurst, fn, err); err != nil {
+				return err
 			}
-			r.prog.Done(estCopy*float64(maxN-1), "%s: %d copies of %s in %s", fn, maxN-1, pr.Warm.ID, time.Since(t0).Round(time.Millisecond))
-		}
-		err = r.burstsOf(ctx, fn, snaps, ev)
-		for _, s := range snaps[1:] {
-			if derr := r.c.DeleteSnapshot(context.WithoutCancel(ctx), s.ID); derr != nil && err == nil {
-				err = fmt.Errorf("%s: delete copy %s: %w", fn, s.ID, derr)
-			}
-		}
-		if err != nil {
-			return err
 		}
 	}
 	return nil
+}
+
+// burstFn runs every burst of one function.
+func (r *evalRun) burstFn(ctx context.Context, fn string, maxN int) error {
+	pr, err := r.prepare(ctx, fn, "A")
+	if err != nil {
+		return err
+	}
+	ev, err := r.event(fn, "B", 0)
+	if err != nil {
+		return err
+	}
+	snaps := []*client.Snapshot{pr.Warm}
+	defer func() {
+		for _, s := range snaps[1:] {
+			if err := r.c.DeleteSnapshot(context.WithoutCancel(ctx), s.ID); err != nil {
+				r.prog.Say("%s: delete copy %s: %v", fn, s.ID, err)
+			}
+		}
+	}()
+	if slices.Contains(r.cfg.BurstModes, BurstDifferent) && maxN > 1 {
+		t0 := time.Now()
+		for i := 1; i < maxN; i++ {
+			cp, err := r.c.CopySnapshot(ctx, pr.Warm.ID)
+			if err != nil {
+				return fmt.Errorf("%s: copy snapshot: %w", fn, err)
+			}
+			snaps = append(snaps, cp)
+		}
+		r.prog.Done(estCopy*float64(maxN-1), "%s: %d copies of %s in %s", fn, maxN-1, pr.Warm.ID, time.Since(t0).Round(time.Millisecond))
+	}
+	return r.burstsOf(ctx, fn, snaps, ev)
 }
 
 func (r *evalRun) burstsOf(ctx context.Context, fn string, snaps []*client.Snapshot, ev []byte) error {

@@ -209,7 +209,7 @@ func TestEstimateAndProgress(t *testing.T) {
 	if wantCold := 12*2*6*5 + 4*5*6*5 + 2*2*31*6*5; e.Cold != wantCold {
 		t.Errorf("cold starts %d, want %d", e.Cold, wantCold)
 	}
-	if e.Duration() < time.Hour || e.Duration() > 12*time.Hour {
+	if e.Duration() < 30*time.Minute || e.Duration() > 12*time.Hour {
 		t.Errorf("implausible estimate %s", e.Duration())
 	}
 	var buf bytes.Buffer

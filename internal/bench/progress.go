@@ -8,14 +8,16 @@ import (
 )
 
 // Cost model of an evaluation run under TCG on 2 cores, in seconds. A
-// prepare of hello or json took ~20 s (boot, two record invocations, two
-// snapshots, artifacts); a cold start of hello ~0.5 s from request to the
-// next request (eviction, restore, invocation, teardown). The guest times
+// prepare of hello or json took 10-20 s (boot, two record invocations, two
+// snapshots, artifacts; the larger functions import more at boot); a cold
+// start of hello or json 0.3-0.5 s from request to the next request
+// (eviction, restore, invocation, teardown); a burst of 4 about 2 single
+// cold starts. The guest times
 // of the larger functions are guesses from docs/benchmarks.md (image,
 // matmul ~0.5 s invoke at A's size) scaled by input size. It only feeds the
 // estimate printed at the start and the progress display's ETA.
 const (
-	estPrepare = 25.0
+	estPrepare = 15.0
 	estCopy    = 1.0 // one snapshot copy (~100-200 MB)
 	estWarmVM  = 1.5 // restore and first invocation of the warm VM
 )
@@ -24,16 +26,16 @@ const (
 // times A's size: a fixed part (evict, restore, resume, teardown) and the
 // guest's work, which grows with the input.
 func estCold(fn string, ratio float64) float64 {
-	per := 0.5
+	per := 0.8
 	switch fn {
 	case "hello", "read-list":
 		per = 0.05
 	case "mmap", "json", "compression":
 		per = 0.2
 	case "pagerank", "recognition", "ffmpeg":
-		per = 1.5
+		per = 2.0
 	}
-	return 0.6 + per*ratio
+	return 0.4 + per*ratio
 }
 
 func estWarm(fn string) float64 { return estCold(fn, 1) - 0.5 }
@@ -177,4 +179,4 @@ func (p *Progress) status() string {
 }
 
 // estPrep is a prepare of fn: boot, snapshots, two record invocations.
-func estPrep(fn string) float64 { return estPrepare + 2*estCold(fn, 1.5) }
+func estPrep(fn string) float64 { return estPrepare + 4*estCold(fn, 1.5) }
