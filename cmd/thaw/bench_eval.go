@@ -173,6 +173,39 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	return nil
 }
 
+func (a *app) newBenchReportCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "report DIR",
+		Short: "Recompute the tables and figures of an evaluation run from its samples",
+		Long: `Reads DIR/eval.json and DIR/eval.jsonl (written by 'thaw bench eval --out
+DIR'), recomputes every summary from the samples and writes eval.json,
+eval.md and the SVG figures again, into --out (default DIR). Needs no daemon.`,
+		Example: "  thaw bench report docs/results/eval-20261122-0500",
+		Args:    exactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := bench.ReadEval(args[0])
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				out = args[0]
+			}
+			paths, err := bench.WriteEval(out, res)
+			if err != nil {
+				return err
+			}
+			for _, p := range paths {
+				fmt.Fprintf(a.stderr, "[bench] wrote %s\n", filepath.Clean(p))
+			}
+			fmt.Fprint(a.stdout, res.Markdown())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: DIR)")
+	return cmd
+}
+
 // startRedis starts an empty private redis-server on loopback; RunEval
 // loads the inputs it needs.
 func startRedis(a *app) (*inputs.Redis, error) {

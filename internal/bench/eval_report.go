@@ -580,3 +580,23 @@ func ReadSamples(path string) ([]EvalSample, error) {
 	}
 	return out, nil
 }
+
+// ReadEval reads a run written by WriteEval back from dir (eval.json and
+// eval.jsonl) and recomputes its summaries from the samples, so tables and
+// figures can be redrawn, or samples of several runs concatenated, without
+// measuring again.
+func ReadEval(dir string) (*EvalResult, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "eval.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r EvalResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "eval.json"), err)
+	}
+	if r.Samples, err = ReadSamples(filepath.Join(dir, "eval.jsonl")); err != nil {
+		return nil, err
+	}
+	r.Summarize()
+	return &r, nil
+}

@@ -165,6 +165,13 @@ func TestWriteEvalAndReadBack(t *testing.T) {
 	for _, f := range r.Figures() {
 		wellFormed(t, f.SVG)
 	}
+	again, err := ReadEval(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Markdown() != r.Markdown() {
+		t.Errorf("re-summarized run differs:\n%s\nvs\n%s", again.Markdown(), r.Markdown())
+	}
 }
 
 func TestEvalConfigResolve(t *testing.T) {
