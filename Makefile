@@ -9,7 +9,7 @@ export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
 
-.PHONY: all build deps image demo test unit lint fmt shim clean help
+.PHONY: all build deps image demo test unit lint fmt shim clean help bench
 
 all: build
 
@@ -20,6 +20,8 @@ help:
 	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
 	@echo "make unit    unit tests only (no VMs)"
 	@echo "make lint    gofmt and go vet"
+	@echo "make bench   the evaluation (FaaSnap section 6) into docs/results/eval-<date>; filters:"
+	@echo "             EXPERIMENTS=exec,size,burst,breakdown FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +49,12 @@ unit: build
 # (without it, a plain `go test ./...` skips them and says why).
 test: deps build image lint
 	THAW_IMAGE=$(IMAGE_DIR) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+
+# The whole evaluation on real VMs (hours under TCG; `thaw bench eval
+# --estimate` says how long). Starts its own thawd and redis-server.
+bench: deps build image
+	OUT="$(OUT)" EXPERIMENTS="$(EXPERIMENTS)" FUNCTIONS="$(FUNCTIONS)" STRATEGIES="$(STRATEGIES)" \
+	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" scripts/bench.sh
 
 lint:
 	@out=$$(gofmt -l cmd internal client e2e 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

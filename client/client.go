@@ -426,6 +426,13 @@ func (c *Client) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
 	return &m, c.doJSON(ctx, "GET", "/v1/vms/"+url.PathEscape(id)+"/memory", nil, &m)
 }
 
+// CopySnapshot duplicates a snapshot (files and strategy artifacts) under
+// a new id that shares no file with the original.
+func (c *Client) CopySnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy", nil, &s)
+}
+
 // DeleteSnapshot deletes a snapshot.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)

@@ -66,6 +66,61 @@ func TestSmokeEvaluation(t *testing.T) {
 	t.Logf("\n%s", md)
 }
 
+// TestSmokeEvalBurst keeps the burst experiment working: hello prepared
+// once, bursts of two cold invocations under every strategy from one
+// snapshot and from two (the warm snapshot and a copy made through the
+// API), one repetition; then the result files. The copy is deleted after.
+func TestSmokeEvalBurst(t *testing.T) {
+	e := startEnv(t, t.TempDir())
+	ctx := ctxT(t)
+	r, err := inputs.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	cfg := bench.DefaultEvalConfig(repoPath("."))
+	cfg.Experiments, cfg.BurstFunctions, cfg.BurstSizes, cfg.Reps = []string{bench.ExpBurst}, []string{"hello"}, []int{2}, 1
+	progress := io.Discard
+	if testing.Verbose() {
+		progress = &testWriter{t}
+	}
+	res, err := bench.RunEval(ctx, e.c, r, cfg, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := e.c.Info(ctx)
+	if want := 2 * len(info.Strategies); len(res.Burst) != want {
+		t.Fatalf("%d burst rows, want %d: %+v", len(res.Burst), want, res.Burst)
+	}
+	snaps := map[string]map[string]bool{}
+	for _, s := range res.Samples {
+		if snaps[s.BurstMode] == nil {
+			snaps[s.BurstMode] = map[string]bool{}
+		}
+		snaps[s.BurstMode][s.Snapshot] = true
+	}
+	if len(snaps[bench.BurstSame]) != 1 || len(snaps[bench.BurstDifferent]) != 2 {
+		t.Errorf("snapshots used: %v", snaps)
+	}
+	for _, b := range res.Burst {
+		if b.Size != 2 || b.Mean.N != 1 || b.Mean.Median <= 0 || b.Wall.Median < b.Max.Median {
+			t.Errorf("burst row %+v", b)
+		}
+	}
+	left, err := e.c.ListSnapshots(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 { // clean and warm; the copy is gone
+		t.Errorf("%d snapshots left after the bursts, want 2", len(left))
+	}
+	paths, err := bench.WriteEval(t.TempDir(), res)
+	if err != nil || len(paths) != 5 { // jsonl, json, 2 figures, md
+		t.Errorf("wrote %v: %v", paths, err)
+	}
+	t.Logf("\n%s", res.Markdown())
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w *testWriter) Write(p []byte) (int, error) {

@@ -88,6 +88,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
 		{"GET", "/v1/store", h.storeInfo},
 		{"GET", "/v1/vms/{id}/memory", h.vmMemory},
+		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
 		{"GET", "/v1/invocations", h.listInvocations},
 	}
 }
@@ -582,6 +583,15 @@ func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, e)
+}
+
+func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
+	s, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s)
 }
 
 func (h *Handler) unstoreSnapshot(w http.ResponseWriter, r *http.Request) {

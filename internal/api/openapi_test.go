@@ -349,6 +349,7 @@ var handlerIO = map[string]struct {
 	"DELETE /v1/snapshots/{id}":         {"204", "", ""},
 	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
 	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
+	"POST /v1/snapshots/{id}/copy":      {"201", "Snapshot", ""},
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
 	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
 	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
@@ -362,6 +363,7 @@ var handlerIO = map[string]struct {
 // function's clean and warm snapshots.
 var createsUnderPath = map[string]bool{
 	"POST /v1/functions/{name}/prepare": true,
+	"POST /v1/snapshots/{id}/copy":      true,
 }
 
 // failSentinels are the errors fail() tells apart, by the expression

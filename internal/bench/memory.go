@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
-	"github.com/thaw-dev/thaw/internal/pagecache"
 )
 
 // DefaultClones are the numbers of VMs restored from one snapshot and kept
@@ -170,22 +167,6 @@ func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap 
 	smp.TotalBytes = smp.AnonBytes + uint64(sm.PageCacheBytes) + uint64(sm.StoreBytes)
 	smp.PerCloneBytes = smp.TotalBytes / uint64(n)
 	return smp, nil
-}
-
-// evictDir drops every file of a snapshot directory from the page cache
-// (the benchmark runs on the daemon's host, as the cold tests do).
-func evictDir(dir string) error {
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			paths = append(paths, p)
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return pagecache.EvictAll(paths...)
 }
 
 // Markdown renders the run as a table per function: total and per-clone

@@ -1,0 +1,602 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/bench/inputs"
+)
+
+// EvalResult is an evaluation run: configuration, machine, raw samples and
+// their summaries.
+type EvalResult struct {
+	Machine     Machine                    `json:"machine"`
+	ReadaheadKB int                        `json:"readahead_kb"`
+	When        time.Time                  `json:"when"`
+	DurationS   float64                    `json:"duration_s"`
+	Config      EvalConfig                 `json:"config"`
+	Prepared    map[string]json.RawMessage `json:"prepared"` // "function/record variant" -> prepare result
+	Notes       []string                   `json:"notes,omitempty"`
+	Samples     []EvalSample               `json:"-"` // in the JSON lines file
+
+	Exec      []ExecRow      `json:"exec"`
+	Speedups  []SpeedupRow   `json:"speedups"`
+	Size      []SizeRow      `json:"size"`
+	Burst     []BurstRow     `json:"burst"`
+	Breakdown []BreakdownRow `json:"breakdown"`
+}
+
+// ExecRow is one function under one strategy in one direction.
+type ExecRow struct {
+	Record   string `json:"record"`
+	Test     string `json:"test"`
+	Function string `json:"function"`
+	Strategy string `json:"strategy"`
+	Cell
+}
+
+// SpeedupRow is a geometric mean over functions of a ratio of median
+// totals: Num over Den is Den's median / Num's (how many times faster Num
+// is); Num "to" Den is Num's / Den's (1 = as fast).
+type SpeedupRow struct {
+	Direction string  `json:"direction"` // "A→B", "B→A" or "both"
+	Name      string  `json:"name"`      // "faasnap over vanilla", "faasnap to warm", ...
+	Value     float64 `json:"value"`
+	Functions int     `json:"functions"`
+}
+
+// SizeRow is one function, strategy and input ratio of Figure 8.
+type SizeRow struct {
+	Function string  `json:"function"`
+	Strategy string  `json:"strategy"`
+	Ratio    float64 `json:"input_ratio"`
+	Total    Summary `json:"total_ms"`
+	Invoke   Summary `json:"invoke_ms"`
+}
+
+// BurstRow is one function, mode, burst size and strategy of Figure 10.
+// Mean summarizes, over repetitions, the mean total time of a burst's
+// invocations; Max the slowest one's; Wall the time until the last answer.
+type BurstRow struct {
+	Function string  `json:"function"`
+	Mode     string  `json:"mode"`
+	Size     int     `json:"size"`
+	Strategy string  `json:"strategy"`
+	Mean     Summary `json:"mean_total_ms"`
+	Max      Summary `json:"max_total_ms"`
+	Wall     Summary `json:"wall_ms"`
+}
+
+// BreakdownRow is Table 3 for one function and strategy (medians).
+type BreakdownRow struct {
+	Function    string  `json:"function"`
+	Strategy    string  `json:"strategy"`
+	N           int     `json:"n"`
+	TotalMS     float64 `json:"total_ms"`
+	FetchMS     float64 `json:"fetch_ms"`
+	FetchMiB    float64 `json:"fetch_mib"`
+	MajorFaults float64 `json:"major_faults"`
+	MinorFaults float64 `json:"minor_faults"`
+	QEMUMiB     float64 `json:"qemu_read_mib"`
+	DaemonMiB   float64 `json:"daemon_read_mib"`
+}
+
+func median(ss []EvalSample, f func(EvalSample) float64) float64 {
+	xs := make([]float64, len(ss))
+	for i, s := range ss {
+		xs[i] = f(s)
+	}
+	return Summarize(xs).Median
+}
+
+func summarizeOf(ss []EvalSample, f func(EvalSample) float64) Summary {
+	xs := make([]float64, len(ss))
+	for i, s := range ss {
+		xs[i] = f(s)
+	}
+	return Summarize(xs)
+}
+
+// cellOf summarizes samples as the strategies benchmark does.
+func cellOf(ss []EvalSample) Cell {
+	return Cell{
+		Total:       summarizeOf(ss, func(s EvalSample) float64 { return s.TotalMS }),
+		Setup:       summarizeOf(ss, func(s EvalSample) float64 { return s.SetupMS }),
+		Resume:      summarizeOf(ss, func(s EvalSample) float64 { return s.ResumeMS }),
+		Invoke:      summarizeOf(ss, func(s EvalSample) float64 { return s.InvokeMS }),
+		MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
+		MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
+		ReadMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
+		DaemonMiB:   median(ss, func(s EvalSample) float64 { return float64(s.DaemonBytes) / (1 << 20) }),
+	}
+}
+
+// order sorts functions in Table 2's order and strategies as configured,
+// warm first.
+type order struct{ fns, strategies []string }
+
+func (r *EvalResult) order() order {
+	return order{fns: inputs.Functions(), strategies: append([]string{Warm}, r.Config.Strategies...)}
+}
+
+func rank(l []string, s string) int {
+	if i := slices.Index(l, s); i >= 0 {
+		return i
+	}
+	return len(l)
+}
+
+func (o order) less(fa, sa, fb, sb string) bool {
+	if fa != fb {
+		if ra, rb := rank(o.fns, fa), rank(o.fns, fb); ra != rb {
+			return ra < rb
+		}
+		return fa < fb
+	}
+	return rank(o.strategies, sa) < rank(o.strategies, sb)
+}
+
+// Summarize computes every table from the samples.
+func (r *EvalResult) Summarize() {
+	o := r.order()
+	group := func(keep func(EvalSample) bool, key func(EvalSample) string) (map[string][]EvalSample, []string) {
+		m := map[string][]EvalSample{}
+		var keys []string
+		for _, s := range r.Samples {
+			if !keep(s) {
+				continue
+			}
+			k := key(s)
+			if _, ok := m[k]; !ok {
+				keys = append(keys, k)
+			}
+			m[k] = append(m[k], s)
+		}
+		return m, keys
+	}
+	r.Exec = nil
+	execs, keys := group(func(s EvalSample) bool { return s.Experiment == ExpExec },
+		func(s EvalSample) string {
+			return s.Record + "\x00" + s.Test + "\x00" + s.Function + "\x00" + s.Strategy
+		})
+	for _, k := range keys {
+		ss := execs[k]
+		r.Exec = append(r.Exec, ExecRow{Record: ss[0].Record, Test: ss[0].Test, Function: ss[0].Function, Strategy: ss[0].Strategy, Cell: cellOf(ss)})
+	}
+	sort.SliceStable(r.Exec, func(i, j int) bool {
+		a, b := r.Exec[i], r.Exec[j]
+		if a.Record != b.Record {
+			return a.Record < b.Record
+		}
+		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+	})
+	r.Speedups = speedups(r.Exec, r.Config.Strategies)
+
+	r.Size = nil
+	sizes, keys := group(func(s EvalSample) bool { return s.Experiment == ExpSize },
+		func(s EvalSample) string { return fmt.Sprintf("%s\x00%s\x00%g", s.Function, s.Strategy, s.InputRatio) })
+	for _, k := range keys {
+		ss := sizes[k]
+		r.Size = append(r.Size, SizeRow{Function: ss[0].Function, Strategy: ss[0].Strategy, Ratio: ss[0].InputRatio,
+			Total:  summarizeOf(ss, func(s EvalSample) float64 { return s.TotalMS }),
+			Invoke: summarizeOf(ss, func(s EvalSample) float64 { return s.InvokeMS })})
+	}
+	sort.SliceStable(r.Size, func(i, j int) bool {
+		a, b := r.Size[i], r.Size[j]
+		if a.Function != b.Function || a.Strategy != b.Strategy {
+			return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+		}
+		return a.Ratio < b.Ratio
+	})
+
+	r.Burst = burstRows(r.Samples)
+	sort.SliceStable(r.Burst, func(i, j int) bool {
+		a, b := r.Burst[i], r.Burst[j]
+		if a.Function != b.Function || a.Mode != b.Mode {
+			if a.Function != b.Function {
+				return o.less(a.Function, "", b.Function, "")
+			}
+			return a.Mode > b.Mode // same before different
+		}
+		if a.Strategy != b.Strategy {
+			return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+		}
+		return a.Size < b.Size
+	})
+
+	r.Breakdown = nil
+	bds, keys := group(func(s EvalSample) bool {
+		return slices.Contains(r.Config.BreakdownFunctions, s.Function) && s.Strategy != Warm &&
+			(s.Experiment == ExpBreakdown || (s.Experiment == ExpExec && s.Record == "A" && s.Test == "B"))
+	}, func(s EvalSample) string { return s.Function + "\x00" + s.Strategy })
+	if r.Config.has(ExpBreakdown) {
+		for _, k := range keys {
+			ss := bds[k]
+			r.Breakdown = append(r.Breakdown, BreakdownRow{Function: ss[0].Function, Strategy: ss[0].Strategy, N: len(ss),
+				TotalMS:     median(ss, func(s EvalSample) float64 { return s.TotalMS }),
+				FetchMS:     median(ss, func(s EvalSample) float64 { return s.FetchMS }),
+				FetchMiB:    median(ss, func(s EvalSample) float64 { return float64(s.FetchBytes) / (1 << 20) }),
+				MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
+				MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
+				QEMUMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
+				DaemonMiB:   median(ss, func(s EvalSample) float64 { return float64(s.DaemonBytes) / (1 << 20) })})
+		}
+	}
+	sort.SliceStable(r.Breakdown, func(i, j int) bool {
+		a, b := r.Breakdown[i], r.Breakdown[j]
+		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+	})
+}
+
+// burstRows groups burst samples by burst (function, mode, size, strategy,
+// repetition), reduces each burst to its mean, max and wall time, and
+// summarizes those over repetitions.
+func burstRows(samples []EvalSample) []BurstRow {
+	type cellKey struct {
+		fn, mode, s string
+		n           int
+	}
+	type burstKey struct {
+		cellKey
+		rep int
+	}
+	bursts := map[burstKey][]EvalSample{}
+	var order []burstKey
+	for _, s := range samples {
+		if s.Experiment != ExpBurst {
+			continue
+		}
+		k := burstKey{cellKey{s.Function, s.BurstMode, s.Strategy, s.Burst}, s.Rep}
+		if _, ok := bursts[k]; !ok {
+			order = append(order, k)
+		}
+		bursts[k] = append(bursts[k], s)
+	}
+	type agg struct{ mean, max, wall []float64 }
+	cells := map[cellKey]*agg{}
+	var corder []cellKey
+	for _, k := range order {
+		ss := bursts[k]
+		var sum, mx, wall float64
+		for _, s := range ss {
+			sum += s.TotalMS
+			mx = math.Max(mx, s.TotalMS)
+			wall = math.Max(wall, s.WallMS)
+		}
+		a, ok := cells[k.cellKey]
+		if !ok {
+			a = &agg{}
+			cells[k.cellKey] = a
+			corder = append(corder, k.cellKey)
+		}
+		a.mean = append(a.mean, sum/float64(len(ss)))
+		a.max = append(a.max, mx)
+		a.wall = append(a.wall, wall)
+	}
+	var out []BurstRow
+	for _, k := range corder {
+		a := cells[k]
+		out = append(out, BurstRow{Function: k.fn, Mode: k.mode, Size: k.n, Strategy: k.s,
+			Mean: Summarize(a.mean), Max: Summarize(a.max), Wall: Summarize(a.wall)})
+	}
+	return out
+}
+
+// speedups are the headline ratios of the execution-time experiment, per
+// direction and over both: faasnap over vanilla and over reap (times
+// faster), faasnap to cached and to warm (1 = as fast), and every other
+// strategy over vanilla.
+func speedups(rows []ExecRow, strategies []string) []SpeedupRow {
+	type pair struct {
+		num, den string
+		over     bool // den/num (times faster) instead of num/den
+	}
+	pairs := []pair{{"faasnap", "vanilla", true}, {"faasnap", "reap", true}, {"faasnap", "cached", false}, {"faasnap", Warm, false}}
+	for _, s := range strategies {
+		if s != "vanilla" && s != "faasnap" {
+			pairs = append(pairs, pair{s, "vanilla", true})
+		}
+	}
+	med := map[[4]string]float64{} // record, test, function, strategy
+	var dirs []string
+	for _, r := range rows {
+		med[[4]string{r.Record, r.Test, r.Function, r.Strategy}] = r.Total.Median
+		d := r.Record + "→" + r.Test
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	var out []SpeedupRow
+	for _, p := range pairs {
+		all := []float64{}
+		for _, d := range append(slices.Clone(dirs), "both") {
+			var xs []float64
+			for _, r := range rows {
+				if r.Strategy != p.num || (d != "both" && r.Record+"→"+r.Test != d) {
+					continue
+				}
+				den, ok := med[[4]string{r.Record, r.Test, r.Function, p.den}]
+				if !ok || den <= 0 || r.Total.Median <= 0 {
+					continue
+				}
+				if p.over {
+					xs = append(xs, den/r.Total.Median)
+				} else {
+					xs = append(xs, r.Total.Median/den)
+				}
+			}
+			if d == "both" {
+				xs = all
+				if len(dirs) < 2 {
+					continue
+				}
+			} else {
+				all = append(all, xs...)
+			}
+			if len(xs) == 0 {
+				continue
+			}
+			name := p.num + " over " + p.den
+			if !p.over {
+				name = p.num + " to " + p.den
+			}
+			out = append(out, SpeedupRow{Direction: d, Name: name, Value: GeoMean(xs), Functions: len(xs)})
+		}
+	}
+	return out
+}
+
+// MachineLine describes the machine and run in one sentence.
+func (r *EvalResult) MachineLine() string {
+	m := r.Machine
+	return fmt.Sprintf("Machine: %d cores (%s), %d GiB memory, accelerator **%s**, disk %s with read_ahead_kb %d, kernel %s, QEMU %s. Run %s, %s, %d repetitions.",
+		m.Cores, m.CPU, m.MemoryGiB, m.Accel, m.Disk, r.ReadaheadKB, m.Kernel, m.QEMU,
+		r.When.Format("2006-01-02 15:04 UTC"), (time.Duration(r.DurationS) * time.Second).String(), r.Config.Reps)
+}
+
+func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
+
+// Markdown renders every table of the run.
+func (r *EvalResult) Markdown() string {
+	var b strings.Builder
+	b.WriteString(r.MachineLine() + "\n\n")
+	b.WriteString("Cold invocations evict the snapshot's files from the host page cache first. Times are medians over repetitions with p10–p90; \"warm\" is the same invocation on a VM that is already running and has run it before (no restore). Reads: QEMU's from storage and the daemon's for the strategy.\n\n")
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "> %s\n\n", n)
+	}
+	if len(r.Exec) > 0 {
+		b.WriteString("## Execution time (Figures 6 and 7)\n\n")
+		b.WriteString("| record→test | function | strategy | total ms | p10–p90 | setup ms | resume ms | invoke ms | major faults | QEMU read MiB | daemon read MiB |\n")
+		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, e := range r.Exec {
+			fmt.Fprintf(&b, "| %s→%s | %s | %s | **%.1f** | %s | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f |\n", e.Record, e.Test, e.Function, e.Strategy,
+				e.Total.Median, spread(e.Total), e.Setup.Median, e.Resume.Median, e.Invoke.Median, e.MajorFaults, e.ReadMiB, e.DaemonMiB)
+		}
+		if len(r.Speedups) > 0 {
+			b.WriteString("\nGeometric means over functions of ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's):\n\n")
+			b.WriteString("| ratio | record→test | value | functions |\n|---|---|---:|---:|\n")
+			for _, s := range r.Speedups {
+				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Size) > 0 {
+		b.WriteString("## Input size (Figure 8)\n\nRecorded with input A; tested with input B's content at the given ratio of A's size.\n\n")
+		b.WriteString("| function | strategy | input ratio | total ms | p10–p90 | invoke ms |\n|---|---|---:|---:|---:|---:|\n")
+		for _, s := range r.Size {
+			fmt.Fprintf(&b, "| %s | %s | %s | **%.1f** | %s | %.1f |\n", s.Function, s.Strategy, fmtRatio(s.Ratio), s.Total.Median, spread(s.Total), s.Invoke.Median)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Burst) > 0 {
+		b.WriteString("## Bursts (Figure 10)\n\nN concurrent cold invocations (record A, test B), from one snapshot (same) or from N copies of it (different: no shared page cache). Per burst: the mean and the maximum of the invocations' total times, and the wall time until the last answer; medians over repetitions.\n\n")
+		b.WriteString("| function | snapshots | N | strategy | mean total ms | p10–p90 | max total ms | wall ms |\n|---|---|---:|---|---:|---:|---:|---:|\n")
+		for _, s := range r.Burst {
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | **%.1f** | %s | %.1f | %.1f |\n", s.Function, s.Mode, s.Size, s.Strategy, s.Mean.Median, spread(s.Mean), s.Max.Median, s.Wall.Median)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Breakdown) > 0 {
+		b.WriteString("## Breakdown (Table 3)\n\nRecord A, test B, cold; medians. Fetch: the strategy's prefetch (REAP's working set), loader (FaaSnap's loading set) or page-cache fill (cached, before the timer starts; bytes not reported): time and bytes. Faults: QEMU's during the invocation.\n\n")
+		b.WriteString("| function | strategy | n | total ms | fetch ms | fetch MiB | major faults | minor faults | QEMU read MiB | daemon read MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.Breakdown {
+			fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", s.Function, s.Strategy, s.N, s.TotalMS,
+				s.FetchMS, s.FetchMiB, s.MajorFaults, s.MinorFaults, s.QEMUMiB, s.DaemonMiB)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Figure is one SVG file of a run.
+type Figure struct {
+	Name  string // file name
+	Title string
+	SVG   string
+}
+
+// Figures renders the run's plots: execution time per direction (bars,
+// log scale), time against input ratio per function and against burst
+// size per function and mode (lines).
+func (r *EvalResult) Figures() []Figure {
+	var figs []Figure
+	o := r.order()
+	for _, dir := range [][2]string{{"A", "B"}, {"B", "A"}} {
+		var fns, ss []string
+		for _, e := range r.Exec {
+			if e.Record == dir[0] && e.Test == dir[1] {
+				if !slices.Contains(fns, e.Function) {
+					fns = append(fns, e.Function)
+				}
+				if !slices.Contains(ss, e.Strategy) {
+					ss = append(ss, e.Strategy)
+				}
+			}
+		}
+		if len(fns) == 0 {
+			continue
+		}
+		sort.SliceStable(ss, func(i, j int) bool { return rank(o.strategies, ss[i]) < rank(o.strategies, ss[j]) })
+		c := BarChart{Title: fmt.Sprintf("Execution time, record %s / test %s (median, p10–p90)", dir[0], dir[1]),
+			YLabel: "total time (ms, log scale)", Groups: fns, Series: ss, LogY: true}
+		for _, fn := range fns {
+			v, lo, hi := nanRow(len(ss)), nanRow(len(ss)), nanRow(len(ss))
+			for _, e := range r.Exec {
+				if e.Record == dir[0] && e.Test == dir[1] && e.Function == fn {
+					i := slices.Index(ss, e.Strategy)
+					v[i], lo[i], hi[i] = e.Total.Median, e.Total.P10, e.Total.P90
+				}
+			}
+			c.Values, c.Lo, c.Hi = append(c.Values, v), append(c.Lo, lo), append(c.Hi, hi)
+		}
+		figs = append(figs, Figure{Name: "exec-" + dir[0] + dir[1] + ".svg", Title: c.Title, SVG: c.SVG()})
+	}
+	lines := func(name, title, xl string, keep func(i int) bool, x func(i int) float64, y func(i int) float64, s func(i int) string, n int) {
+		var ls []Line
+		for i := 0; i < n; i++ {
+			if !keep(i) {
+				continue
+			}
+			k := slices.IndexFunc(ls, func(l Line) bool { return l.Name == s(i) })
+			if k < 0 {
+				ls = append(ls, Line{Name: s(i)})
+				k = len(ls) - 1
+			}
+			ls[k].X, ls[k].Y = append(ls[k].X, x(i)), append(ls[k].Y, y(i))
+		}
+		if len(ls) > 0 {
+			c := LineChart{Title: title, XLabel: xl, YLabel: "total time (ms)", Series: ls, LogX: true}
+			figs = append(figs, Figure{Name: name, Title: title, SVG: c.SVG()})
+		}
+	}
+	var sizeFns []string
+	for _, s := range r.Size {
+		if !slices.Contains(sizeFns, s.Function) {
+			sizeFns = append(sizeFns, s.Function)
+		}
+	}
+	for _, fn := range sizeFns {
+		lines("size-"+fn+".svg", "Input size: "+fn+" (record A, median)", "test input size / record input size",
+			func(i int) bool { return r.Size[i].Function == fn }, func(i int) float64 { return r.Size[i].Ratio },
+			func(i int) float64 { return r.Size[i].Total.Median }, func(i int) string { return r.Size[i].Strategy }, len(r.Size))
+	}
+	type fm struct{ fn, mode string }
+	var bms []fm
+	for _, s := range r.Burst {
+		if !slices.Contains(bms, fm{s.Function, s.Mode}) {
+			bms = append(bms, fm{s.Function, s.Mode})
+		}
+	}
+	for _, k := range bms {
+		lines("burst-"+k.fn+"-"+k.mode+".svg", fmt.Sprintf("Bursts: %s, %s snapshot(s) (mean per invocation, median over reps)", k.fn, k.mode),
+			"concurrent cold invocations (burst size)",
+			func(i int) bool { return r.Burst[i].Function == k.fn && r.Burst[i].Mode == k.mode },
+			func(i int) float64 { return float64(r.Burst[i].Size) }, func(i int) float64 { return r.Burst[i].Mean.Median },
+			func(i int) string { return r.Burst[i].Strategy }, len(r.Burst))
+	}
+	return figs
+}
+
+func nanRow(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	return out
+}
+
+// WriteEval writes a run into dir: eval.jsonl (one sample a line),
+// eval.json (configuration, machine and summaries), eval.md (the tables
+// and links to the figures) and one SVG per figure. It returns the paths.
+func WriteEval(dir string, r *EvalResult) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	write := func(name string, data []byte) error {
+		p := filepath.Join(dir, name)
+		paths = append(paths, p)
+		return os.WriteFile(p, data, 0o644)
+	}
+	var jl strings.Builder
+	enc := json.NewEncoder(&jl)
+	for _, s := range r.Samples {
+		if err := enc.Encode(s); err != nil {
+			return nil, err
+		}
+	}
+	if err := write("eval.jsonl", []byte(jl.String())); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := write("eval.json", append(b, '\n')); err != nil {
+		return nil, err
+	}
+	figs := r.Figures()
+	var md strings.Builder
+	md.WriteString("# Evaluation\n\nGenerated by `thaw bench` (experiments: " + strings.Join(r.Config.Experiments, ", ") + "). Raw samples: [eval.jsonl](eval.jsonl); summaries: [eval.json](eval.json).\n\n")
+	md.WriteString(r.Markdown())
+	if len(figs) > 0 {
+		md.WriteString("## Figures\n\n")
+		for _, f := range figs {
+			fmt.Fprintf(&md, "![%s](%s)\n\n", f.Title, f.Name)
+			if err := write(f.Name, []byte(f.SVG)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := write("eval.md", []byte(md.String())); err != nil {
+		return nil, err
+	}
+	return paths, nil
+}
+
+// ReadSamples reads an eval.jsonl file back (to re-summarize or re-plot a
+// run).
+func ReadSamples(path string) ([]EvalSample, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []EvalSample
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	for dec.More() {
+		var s EvalSample
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ReadEval reads a run written by WriteEval back from dir (eval.json and
+// eval.jsonl) and recomputes its summaries from the samples, so tables and
+// figures can be redrawn, or samples of several runs concatenated, without
+// measuring again.
+func ReadEval(dir string) (*EvalResult, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "eval.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r EvalResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "eval.json"), err)
+	}
+	if r.Samples, err = ReadSamples(filepath.Join(dir, "eval.jsonl")); err != nil {
+		return nil, err
+	}
+	r.Summarize()
+	return &r, nil
+}

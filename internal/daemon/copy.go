@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// CopySnapshot duplicates a snapshot under a new id: device state, the
+// sparse memory file and every strategy artifact (strategies/), byte for
+// byte, with a manifest naming the new id. The copy shares no file with the
+// original, so restores of the two do not share page-cache pages (what the
+// "different snapshots" burst of the evaluation needs) and preparing again
+// (boot, record, build artifacts) is not needed. The copy is verified as it
+// is written, so its first restore does not re-hash anything.
+func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	src, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := s.db.GetFunction(ctx, src.Function)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.VerifySnapshot(ctx, src, fn, false); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	newID := newID("snap-")
+	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+newID)
+	final := filepath.Join(s.snapshotsDir(), newID)
+	m, err := copySnapshotDir(src.Dir, tmp, newID)
+	if err == nil {
+		err = snapshot.Commit(tmp, final, m)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return nil, fmt.Errorf("%w: copy snapshot %s: %v; nothing was kept", ErrNoSpace, id, err)
+		}
+		return nil, fmt.Errorf("copy snapshot %s: %w", id, err)
+	}
+	st, err := snapshot.StampOf(filepath.Join(final, snapshot.MemoryFile))
+	if err != nil {
+		_ = os.RemoveAll(final)
+		return nil, err
+	}
+	stamp, _ := json.Marshal(st)
+	rec := &catalog.Snapshot{ID: newID, Function: src.Function, SourceVM: src.SourceVM, Dir: final,
+		MemoryMiB: src.MemoryMiB, SizeBytes: src.SizeBytes, DiskBytes: src.DiskBytes, Stamp: string(stamp),
+		CreateMS: ms(time.Since(start)), CreatedAt: m.CreatedAt, Parent: src.Parent}
+	if err := s.db.PutSnapshot(ctx, rec); err != nil {
+		_ = os.RemoveAll(final)
+		return nil, err
+	}
+	if len(src.Prepared) > 0 {
+		if err := s.db.SetSnapshotPrepared(ctx, newID, string(src.Prepared)); err != nil {
+			return nil, err
+		}
+		rec.Prepared = src.Prepared
+	}
+	// The artifacts are exact copies of files verified above or at their
+	// build; record their stamps so the first restore does not re-hash them.
+	arts, _ := filepath.Glob(filepath.Join(final, "strategies", "*", "*"))
+	for _, p := range arts {
+		if err := restore.TrustArtifact(p); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
+	return rec, nil
+}
+
+// copySnapshotDir copies every file of the snapshot in src into dst (memory
+// sparse) and returns src's manifest renamed to id, for snapshot.Commit.
+func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
+	m, err := snapshot.ReadManifest(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return nil, err
+	}
+	mem, err := snapshot.CopySparse(filepath.Join(dst, snapshot.MemoryFile), filepath.Join(src, snapshot.MemoryFile))
+	if err != nil {
+		return nil, fmt.Errorf("copy memory: %w", err)
+	}
+	if mem.SHA256 != m.Files[snapshot.MemoryFile].SHA256 {
+		return nil, fmt.Errorf("%w: memory changed while it was copied", snapshot.ErrCorrupt)
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		switch {
+		case rel == "." || rel == snapshot.MemoryFile || rel == snapshot.ManifestFile:
+			return nil
+		case d.IsDir():
+			return os.Mkdir(filepath.Join(dst, rel), 0o700)
+		case !d.Type().IsRegular():
+			return nil
+		}
+		return copyFileSync(filepath.Join(dst, rel), p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.ID = id
+	return m, nil
+}
+
+func copyFileSync(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

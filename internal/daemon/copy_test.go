@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// fakeSnapshot publishes a snapshot of a 1 MiB guest (sparse memory with
+// data at both ends) with a strategy artifact, as prepare leaves it.
+func fakeSnapshot(t *testing.T, root, id string) string {
+	t.Helper()
+	ram := filepath.Join(root, "ram")
+	f, err := os.Create(ram)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(bytes.Repeat([]byte{0xab}, 8192), 0)
+	f.WriteAt(bytes.Repeat([]byte{0xcd}, 4096), 1<<20-4096)
+	f.Close()
+	tmp, final := filepath.Join(root, ".tmp-"+id), filepath.Join(root, id)
+	if err := os.MkdirAll(filepath.Join(tmp, "strategies", "faasnap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, snapshot.StateFile), []byte(strings.Repeat("state", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "strategies", "faasnap", "loadingset.bin"), []byte("artifact bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := snapshot.CopySparse(filepath.Join(tmp, snapshot.MemoryFile), ram)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &snapshot.Manifest{ID: id, Function: "hello", CreatedAt: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC),
+		Guest: snapshot.Guest{MemoryMiB: 1, VCPUs: 1, Machine: "pc"}, VMM: snapshot.VMM{Name: "qemu", Version: "7.2.22", Accel: "tcg"},
+		Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: mem}}
+	if err := snapshot.Commit(tmp, final, m); err != nil {
+		t.Fatal(err)
+	}
+	return final
+}
+
+func TestCopySnapshotDir(t *testing.T) {
+	root := t.TempDir()
+	src := fakeSnapshot(t, root, "snap-0123456789ab")
+	tmp, final := filepath.Join(root, ".tmp-snap-ba9876543210"), filepath.Join(root, "snap-ba9876543210")
+	m, err := copySnapshotDir(src, tmp, "snap-ba9876543210")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Commit(tmp, final, m); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := snapshot.Check(final, nil)
+	if err != nil {
+		t.Fatalf("the copy does not verify: %v", err)
+	}
+	orig, _ := snapshot.ReadManifest(src)
+	if got.ID != "snap-ba9876543210" || got.Files[snapshot.MemoryFile] != orig.Files[snapshot.MemoryFile] ||
+		got.Files[snapshot.StateFile].SHA256 != orig.Files[snapshot.StateFile].SHA256 {
+		t.Errorf("copy manifest %+v, original %+v", got, orig)
+	}
+	for _, rel := range []string{snapshot.MemoryFile, snapshot.StateFile, "strategies/faasnap/loadingset.bin"} {
+		a, _ := os.ReadFile(filepath.Join(src, rel))
+		b, err := os.ReadFile(filepath.Join(final, rel))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs in the copy (%v)", rel, err)
+		}
+		sa, _ := snapshot.StampOf(filepath.Join(src, rel))
+		sb, _ := snapshot.StampOf(filepath.Join(final, rel))
+		if sa.Ino == sb.Ino {
+			t.Errorf("%s shares its inode with the original", rel)
+		}
+	}
+	if mf := got.Files[snapshot.MemoryFile]; mf.Allocated >= mf.Size {
+		t.Errorf("memory copy is not sparse: %d of %d bytes allocated", mf.Allocated, mf.Size)
+	}
+}
+
+func TestCopySnapshotDirRefusesAChangedMemoryFile(t *testing.T) {
+	root := t.TempDir()
+	src := fakeSnapshot(t, root, "snap-0123456789ab")
+	f, _ := os.OpenFile(filepath.Join(src, snapshot.MemoryFile), os.O_WRONLY, 0)
+	f.WriteAt([]byte{1}, 100)
+	f.Close()
+	if _, err := copySnapshotDir(src, filepath.Join(root, ".tmp-x"), "snap-ba9876543210"); err == nil {
+		t.Fatal("copied a memory file that no longer matches its manifest")
+	}
+}

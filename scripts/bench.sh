@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The evaluation (FaaSnap §6 on thaw), end to end: start a private thawd on a
+# temporary data directory and a free port, run `thaw bench eval` (which
+# starts its own redis-server on loopback for the inputs), write the results
+# into OUT, stop the daemon and remove its data. Variables (all optional):
+#   OUT          result directory (default docs/results/eval-<UTC date>)
+#   EXPERIMENTS  exec,size,burst,breakdown (default all)
+#   FUNCTIONS    filter every experiment's functions (default: no filter)
+#   STRATEGIES   cold strategies (default: every strategy the daemon offers)
+#   REPS         repetitions (default 5)
+#   BENCH_ARGS   more `thaw bench eval` flags, e.g. "--burst-sizes 1,2 --no-warm"
+#   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
+#   KEEP=1       keep the data directory and the daemon log
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-docs/results/eval-$(date -u +%Y%m%d-%H%M)}
+REPS=${REPS:-5}
+DATA=${THAW_BENCH_DIR:-$(mktemp -d /var/tmp/thaw-bench.XXXXXX)}
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export THAW_URL="http://127.0.0.1:$PORT"
+
+args=(bench eval --out "$OUT" --reps "$REPS")
+[[ -n ${EXPERIMENTS:-} ]] && args+=(--experiments "$EXPERIMENTS")
+[[ -n ${FUNCTIONS:-} ]] && args+=(--functions "$FUNCTIONS")
+[[ -n ${STRATEGIES:-} ]] && args+=(--strategies "$STRATEGIES")
+# shellcheck disable=SC2206
+[[ -n ${BENCH_ARGS:-} ]] && args+=($BENCH_ARGS)
+
+mkdir -p "$DATA"
+bin/thawd --data-dir "$DATA/data" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
+THAWD=$!
+cleanup() {
+  kill "$THAWD" 2>/dev/null || true
+  wait "$THAWD" 2>/dev/null || true
+  if [[ ${KEEP:-0} == 1 ]]; then
+    echo "[bench] data and daemon log kept in $DATA"
+  else
+    cp "$DATA/thawd.log" "$OUT/thawd.log" 2>/dev/null || true
+    rm -rf "$DATA"
+  fi
+}
+trap cleanup EXIT
+
+echo "[bench] thawd on $THAW_URL, data in $DATA (first start probes KVM: up to 20 s)"
+for _ in $(seq 1 300); do
+  bin/thaw info >/dev/null 2>&1 && break
+  kill -0 "$THAWD" 2>/dev/null || { cat "$DATA/thawd.log"; exit 1; }
+  sleep 0.2
+done
+bin/thaw info
+bin/thaw "${args[@]}" --estimate
+mkdir -p "$OUT"
+bin/thaw --timeout 48h "${args[@]}" >/dev/null
+echo "[bench] results in $OUT (eval.md, eval.json, eval.jsonl, *.svg)"
