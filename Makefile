@@ -21,7 +21,7 @@ help:
 	@echo "make unit    unit tests only (no VMs)"
 	@echo "make lint    gofmt and go vet"
 	@echo "make bench   the evaluation (FaaSnap section 6) into docs/results/eval-<date>; filters:"
-	@echo "             EXPERIMENTS=exec,size,burst,breakdown FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
+	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 
 deps:
 	@scripts/install-deps.sh

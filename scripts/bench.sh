@@ -4,7 +4,9 @@
 # starts its own redis-server on loopback for the inputs), write the results
 # into OUT, stop the daemon and remove its data. Variables (all optional):
 #   OUT          result directory (default docs/results/eval-<UTC date>)
-#   EXPERIMENTS  exec,size,burst,breakdown (default all)
+#   EXPERIMENTS  exec,size,burst,breakdown,memory (default all)
+#   MEMORY_FUNCTIONS  functions of the memory-per-clone experiment (default hello,image)
+#   CLONES       clone counts of the memory experiment (default 1,4,8,16)
 #   FUNCTIONS    filter every experiment's functions (default: no filter)
 #   STRATEGIES   cold strategies (default: every strategy the daemon offers)
 #   REPS         repetitions (default 5)
@@ -20,8 +22,17 @@ DATA=${THAW_BENCH_DIR:-$(mktemp -d /var/tmp/thaw-bench.XXXXXX)}
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export THAW_URL="http://127.0.0.1:$PORT"
 
+# memory per clone is its own command (`thaw bench memory`); the rest is `thaw bench eval`.
+run_memory=1
+eval_exps=${EXPERIMENTS:-}
+if [[ -n $eval_exps ]]; then
+  [[ ,$eval_exps, == *,memory,* ]] || run_memory=0
+  eval_exps=$(tr ',' '\n' <<<"$eval_exps" | grep -vx memory | paste -sd, -)
+fi
+run_eval=1
+[[ -n ${EXPERIMENTS:-} && -z $eval_exps ]] && run_eval=0
 args=(bench eval --out "$OUT" --reps "$REPS")
-[[ -n ${EXPERIMENTS:-} ]] && args+=(--experiments "$EXPERIMENTS")
+[[ -n $eval_exps ]] && args+=(--experiments "$eval_exps")
 [[ -n ${FUNCTIONS:-} ]] && args+=(--functions "$FUNCTIONS")
 [[ -n ${STRATEGIES:-} ]] && args+=(--strategies "$STRATEGIES")
 # shellcheck disable=SC2206
@@ -49,7 +60,15 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 bin/thaw info
-bin/thaw "${args[@]}" --estimate
 mkdir -p "$OUT"
-bin/thaw --timeout 48h "${args[@]}" >/dev/null
-echo "[bench] results in $OUT (eval.md, eval.json, eval.jsonl, *.svg)"
+if [[ $run_eval == 1 ]]; then
+  bin/thaw "${args[@]}" --estimate
+  bin/thaw --timeout 48h "${args[@]}" >/dev/null
+  echo "[bench] results in $OUT (eval.md, eval.json, eval.jsonl, *.svg)"
+fi
+if [[ $run_memory == 1 ]]; then
+  margs=(bench memory --functions "${MEMORY_FUNCTIONS:-hello,image}" --clones "${CLONES:-1,4,8,16}" --out "$OUT/memory")
+  [[ -n ${STRATEGIES:-} ]] && margs+=(--strategies "$STRATEGIES")
+  bin/thaw --timeout 12h "${margs[@]}" >/dev/null
+  echo "[bench] memory per clone in $OUT/memory (memory.md, memory.json, memory.jsonl, memory.svg)"
+fi

@@ -60,6 +60,9 @@ func (r *evalRun) burstFn(ctx context.Context, fn string, maxN int) error {
 				return fmt.Errorf("%s: copy snapshot: %w", fn, err)
 			}
 			snaps = append(snaps, cp)
+			if err := r.stage(ctx, cp.ID); err != nil {
+				return fmt.Errorf("%s: %w", fn, err)
+			}
 		}
 		r.prog.Done(estCopy*float64(maxN-1), "%s: %d copies of %s in %s", fn, maxN-1, pr.Warm.ID, time.Since(t0).Round(time.Millisecond))
 	}
