@@ -42,10 +42,14 @@ const (
 	// file and the loading set to a compact loading-set file, and prefetches
 	// that file concurrently with the guest (EuroSys'22, section 4).
 	FaaSnap Kind = "faasnap"
+	// SnapBPF maps the memory file like vanilla and prefetches the working
+	// set captured in the kernel by an eBPF program (prepare) from that same
+	// file into the page cache, concurrently with the guest (HotStorage'25).
+	SnapBPF Kind = "snapbpf"
 )
 
 // Kinds lists every strategy, in the order documentation and benchmarks use.
-var Kinds = []Kind{Vanilla, Cached, REAP, FaaSnap}
+var Kinds = []Kind{Vanilla, Cached, REAP, FaaSnap, SnapBPF}
 
 // Default is the strategy used when a request names none.
 const Default = Vanilla
@@ -116,6 +120,16 @@ type Stats struct {
 	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
 	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
 	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
+
+	// SnapBPF.
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`           // pages they hold
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"` // readahead(2) calls, re-issues included
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`        // first pass of readahead calls
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`  // of SnapBPFPages, resident at the last mincore check
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`     // until mincore saw every page resident
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`  // all resident before the invocation answered
+	SnapBPFError          string  `json:"snapbpf_error,omitempty"`           // the prefetch failed (the guest still runs, as vanilla)
 }
 
 // Session is one restore in progress.
@@ -150,6 +164,9 @@ func Begin(ctx context.Context, kind Kind, snap Snapshot, env Env) (Session, err
 		return orFallback(kind, snap, env, s, err)
 	case FaaSnap:
 		s, err := beginFaaSnap(ctx, snap, env)
+		return orFallback(kind, snap, env, s, err)
+	case SnapBPF:
+		s, err := beginSnapBPF(ctx, snap, env)
 		return orFallback(kind, snap, env, s, err)
 	}
 	return nil, fmt.Errorf("restore strategy %q is not available", kind)
