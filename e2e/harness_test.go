@@ -56,7 +56,7 @@ func testConfig(t *testing.T, dataDir string) daemon.Config {
 	}
 	return daemon.Config{DataDir: dataDir, ImageDir: imageDir(t), Accel: accel,
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second,
-		ShimPath: shim}
+		ShimPath: shim, SnapBPFObject: repoPath("bin/snapbpf_capture.bpf.o")}
 }
 
 func startEnv(t *testing.T, dataDir string) *env {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/snapbpf"
 )
 
 func defaultImageDir() string {
@@ -39,6 +40,16 @@ func defaultShim() string {
 	return filepath.Join(filepath.Dir(exe), "libthaw_shim.so")
 }
 
+// defaultSnapBPFObject is the snapbpf capture program beside the thawd
+// binary (make build compiles it there), found like the shim.
+func defaultSnapBPFObject() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), snapbpf.ObjectFile)
+}
+
 func main() {
 	var cfg daemon.Config
 	listen := flag.String("listen", "127.0.0.1:7380", "address to serve the API on (host:port, or a path for a Unix socket)")
@@ -50,6 +61,7 @@ func main() {
 	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
 	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
 	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap and faasnap strategies")
+	flag.StringVar(&cfg.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
 

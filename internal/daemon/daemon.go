@@ -55,6 +55,7 @@ type Config struct {
 	BootTimeout      time.Duration // start to agent ready
 	InvokeTimeout    time.Duration // default per-invocation timeout
 	ShimPath         string        // libthaw_shim.so (reap and faasnap strategies)
+	SnapBPFObject    string        // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 }
 
 // Validate reports every problem at once.
