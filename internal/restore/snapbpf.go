@@ -55,6 +55,10 @@ const prefetchChunk = 2 << 20
 // become resident (memory pressure could evict them again).
 const residencyTimeout = 10 * time.Second
 
+// residencyPoll is the interval between mincore checks (each walks every
+// range: keep it coarse on a host whose CPUs also run the guest).
+const residencyPoll = 5 * time.Millisecond
+
 func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
 	art, err := memlayout.ReadSnapBPF(snap.ArtifactDir(SnapBPF))
 	if err != nil {
@@ -136,6 +140,7 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 	}
 	defer unix.Munmap(m)
 	deadline := time.Now().Add(residencyTimeout)
+	var last uint64
 	for {
 		missing, resident, err := residency(m, s.art.Ranges)
 		s.mu.Lock()
@@ -154,20 +159,24 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return
 		}
-		// Pages whose read is still in flight count as missing (mincore
-		// reports up-to-date pages); asking again for them costs a lookup.
-		calls, err := readahead(f, missing)
-		s.mu.Lock()
-		s.st.SnapBPFReadaheadCalls += calls
-		s.mu.Unlock()
-		if err != nil {
-			s.fail(err)
-			return
+		// mincore counts a page whose read is still in flight as missing,
+		// so ask again only when a whole interval brought nothing new: the
+		// kernel dropped or capped a request (or evicted pages again).
+		if resident == last {
+			calls, err := readahead(f, missing)
+			s.mu.Lock()
+			s.st.SnapBPFReadaheadCalls += calls
+			s.mu.Unlock()
+			if err != nil {
+				s.fail(err)
+				return
+			}
 		}
+		last = resident
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Millisecond):
+		case <-time.After(residencyPoll):
 		}
 	}
 }
