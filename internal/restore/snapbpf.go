@@ -124,7 +124,13 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 		return
 	}
 	defer f.Close()
-	calls, err := readahead(f, s.art.Ranges)
+	m, err := unix.Mmap(int(f.Fd()), 0, int(memSize(s.snap)), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		s.fail(fmt.Errorf("map memory for mincore: %w", err))
+		return
+	}
+	defer unix.Munmap(m)
+	calls, err := s.issueWindowed(ctx, f, m)
 	s.mu.Lock()
 	s.st.SnapBPFReadaheadCalls += calls
 	s.st.SnapBPFIssueMS = msSince(start)
@@ -133,12 +139,6 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 		s.fail(err)
 		return
 	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(memSize(s.snap)), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		s.fail(fmt.Errorf("map memory for mincore: %w", err))
-		return
-	}
-	defer unix.Munmap(m)
 	deadline := time.Now().Add(residencyTimeout)
 	var last uint64
 	for {
@@ -179,6 +179,56 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 		case <-time.After(residencyPoll):
 		}
 	}
+}
+
+// issueWindowed issues the ranges in capture order, one chunk per call,
+// keeping at most prefetchWindow chunks in flight: before chunk i it waits
+// (briefly) until chunk i-prefetchWindow is resident. Issuing everything
+// at once would queue the whole working set on the device ahead of the
+// guest's own demand faults and of QEMU's start-up; a bounded window keeps
+// the stream in capture order and the queue short.
+func (s *snapbpf) issueWindowed(ctx context.Context, f *os.File, m []byte) (int, error) {
+	chunks := splitChunks(s.art.Ranges, prefetchChunk/memlayout.PageSize)
+	calls := 0
+	for i, c := range chunks {
+		if i >= prefetchWindow {
+			waitResident(ctx, m, chunks[i-prefetchWindow])
+		}
+		n, err := readahead(f, []memlayout.Region{c})
+		calls += n
+		if err != nil {
+			return calls, err
+		}
+	}
+	return calls, nil
+}
+
+// prefetchWindow is how many chunks may be in flight (16 x 2 MiB).
+const prefetchWindow = 16
+
+// waitResident polls until every page of r is resident, for at most
+// chunkWait.
+func waitResident(ctx context.Context, m []byte, r memlayout.Region) {
+	const chunkWait = 50 * time.Millisecond
+	deadline := time.Now().Add(chunkWait)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		missing, _, err := residency(m, []memlayout.Region{r})
+		if err != nil || len(missing) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// splitChunks cuts ranges into pieces of at most max pages, in order.
+func splitChunks(ranges []memlayout.Region, max uint64) []memlayout.Region {
+	var out []memlayout.Region
+	for _, r := range ranges {
+		for p := r.Start; p < r.End(); p += max {
+			out = append(out, memlayout.Region{Start: p, Pages: min(max, r.End()-p)})
+		}
+	}
+	return out
 }
 
 func (s *snapbpf) fail(err error) {
