@@ -9,7 +9,7 @@ export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
 
-.PHONY: all build deps image demo test unit lint fmt shim clean help bench
+.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench
 
 all: build
 
@@ -26,7 +26,7 @@ help:
 deps:
 	@scripts/install-deps.sh
 
-build: shim
+build: shim bpf
 	$(GO) build -o $(BIN)/thawd ./cmd/thawd
 	$(GO) build -o $(BIN)/thaw ./cmd/thaw
 
@@ -35,6 +35,15 @@ build: shim
 shim:
 	$(MAKE) -C shim
 	@mkdir -p $(BIN) && cp shim/build/libthaw_shim.so $(BIN)/libthaw_shim.so
+
+# SnapBPF's capture program (eBPF, compiled from C with clang); thawd loads
+# it from beside its own binary, like the shim.
+BPF_CFLAGS := -O2 -g -Wall -Werror -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
+bpf: $(BIN)/snapbpf_capture.bpf.o
+
+$(BIN)/snapbpf_capture.bpf.o: bpf/snapbpf_capture.bpf.c
+	@mkdir -p $(BIN)
+	clang $(BPF_CFLAGS) -c $< -o $@
 
 image: deps
 	@guest/build-image.sh >/dev/null

@@ -3,6 +3,7 @@ module github.com/thaw-dev/thaw
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.61.1
@@ -17,7 +18,7 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect

@@ -116,6 +116,15 @@ type StrategyStats struct {
 	StoreBytes         uint64  `json:"store_bytes,omitempty"`
 	PopulatedBytes     uint64  `json:"populated_bytes,omitempty"`
 	PopulateMS         float64 `json:"populate_ms,omitempty"`
+
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"`
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`
+	SnapBPFError          string  `json:"snapbpf_error,omitempty"`
 }
 
 // Process is the VMM process's counters during an invocation.
@@ -135,6 +144,7 @@ type PrepareResult struct {
 	Warm     *Snapshot       `json:"warm_snapshot"`
 	FaaSnap  json.RawMessage `json:"faasnap"`
 	REAP     json.RawMessage `json:"reap"`
+	SnapBPF  json.RawMessage `json:"snapbpf"`
 	Timing   json.RawMessage `json:"timing"`
 }
 

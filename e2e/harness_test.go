@@ -56,7 +56,7 @@ func testConfig(t *testing.T, dataDir string) daemon.Config {
 	}
 	return daemon.Config{DataDir: dataDir, ImageDir: imageDir(t), Accel: accel,
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second,
-		ShimPath: shim, StoreDir: storeDir(t, dataDir)}
+		ShimPath: shim, StoreDir: storeDir(t, dataDir), SnapBPFObject: repoPath("bin/snapbpf_capture.bpf.o")}
 }
 
 // storeDir is a memory store on /dev/shm for one test daemon, removed with

@@ -14,8 +14,8 @@ import (
 )
 
 // TestStrategies prepares a function (clean snapshot, FaaSnap record, warm
-// snapshot, REAP record) on real VMs, then checks that every strategy gives
-// the same answer from the warm snapshot, that reap and faasnap really use
+// snapshot, REAP record, SnapBPF capture) on real VMs, then checks that every strategy gives
+// the same answer from the warm snapshot, that reap, faasnap and snapbpf really use
 // their artifacts, and that each damaged artifact makes the invocation fall
 // back to vanilla and say so.
 func TestStrategies(t *testing.T) {
@@ -37,12 +37,24 @@ func TestStrategies(t *testing.T) {
 	var rp struct {
 		FaultedPages int `json:"faulted_pages"`
 	}
+	var sb struct {
+		CapturedPages     uint64 `json:"captured_pages"`
+		FreePagesFiltered uint64 `json:"free_pages_filtered"`
+		PrefetchPages     uint64 `json:"prefetch_pages"`
+		Ranges            int    `json:"ranges"`
+		REAPOverlapPages  uint64 `json:"reap_overlap_pages"`
+	}
 	_ = json.Unmarshal(res.FaaSnap, &fs)
 	_ = json.Unmarshal(res.REAP, &rp)
+	_ = json.Unmarshal(res.SnapBPF, &sb)
 	t.Logf("prepared: warm %s, faasnap working set %d pages, loading set %d MiB, reap %d pages",
 		res.Warm.ID, fs.WorkingSetPages, fs.LoadingSetBytes>>20, rp.FaultedPages)
-	if fs.WorkingSetPages == 0 || fs.LoadingSetBytes == 0 || rp.FaultedPages == 0 {
-		t.Fatalf("prepare built empty artifacts: %s %s", res.FaaSnap, res.REAP)
+	t.Logf("snapbpf: %s; timing %s", res.SnapBPF, res.Timing)
+	if fs.WorkingSetPages == 0 || fs.LoadingSetBytes == 0 || rp.FaultedPages == 0 || sb.PrefetchPages == 0 {
+		t.Fatalf("prepare built empty artifacts: %s %s %s", res.FaaSnap, res.REAP, res.SnapBPF)
+	}
+	if sb.CapturedPages != sb.PrefetchPages+sb.FreePagesFiltered || sb.Ranges == 0 {
+		t.Fatalf("snapbpf capture inconsistent: %s", res.SnapBPF)
 	}
 	if res.Warm.Parent != res.Clean.ID {
 		t.Fatalf("warm snapshot parent %q, want %q", res.Warm.Parent, res.Clean.ID)
@@ -90,6 +102,14 @@ func TestStrategies(t *testing.T) {
 				if st.LayoutEntries == 0 || st.LoaderBytes == 0 || st.LoaderBeforeInvoke == nil {
 					t.Fatalf("faasnap stats %+v", st)
 				}
+			case restore.SnapBPF:
+				if st.SnapBPFPages != sb.PrefetchPages || st.SnapBPFRanges != sb.Ranges || st.SnapBPFReadaheadCalls == 0 ||
+					st.SnapBPFFinishedFirst == nil || st.SnapBPFError != "" {
+					t.Fatalf("snapbpf stats %+v, prepared %+v", st, sb)
+				}
+				t.Logf("snapbpf prefetch: %d/%d pages resident (%.1f ms to all resident, %.1f ms issuing, %d calls, finished first %v)",
+					st.SnapBPFResidentPages, st.SnapBPFPages, st.SnapBPFResidentMS, st.SnapBPFIssueMS,
+					st.SnapBPFReadaheadCalls, *st.SnapBPFFinishedFirst)
 			case restore.Cached:
 				if inv.Process.MajorFaults > 2 {
 					t.Errorf("cached took %d major faults", inv.Process.MajorFaults)
@@ -158,6 +178,9 @@ func TestStrategies(t *testing.T) {
 			{"reap", restore.REAPWorkingSetFile, "truncate", "ws.bin"},
 			{"reap", restore.REAPWorkingSetFile, "flip", "ws.bin"},
 			{"reap", restore.REAPManifest, "flip", "reap"},
+			{"snapbpf", restore.SnapBPFManifest, "remove", "snapbpf.json"},
+			{"snapbpf", restore.SnapBPFManifest, "truncate", "snapbpf.json"},
+			{"snapbpf", restore.SnapBPFManifest, "flip", "snapbpf"},
 		}
 		for _, d := range damage {
 			t.Run(d.strategy+" "+d.how+" "+d.file, func(t *testing.T) {
@@ -196,9 +219,11 @@ func TestStrategies(t *testing.T) {
 			})
 		}
 		// Repaired artifacts are used again.
-		inv := invokeAny(t, c, "faasnap")
-		if inv.Strategy != "faasnap" {
-			t.Fatalf("after repair: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
+		for _, k := range []string{"faasnap", "snapbpf"} {
+			inv := invokeAny(t, c, k)
+			if inv.Strategy != k {
+				t.Fatalf("after repair: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
+			}
 		}
 	})
 }

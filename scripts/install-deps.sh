@@ -14,6 +14,8 @@ have zstd               || need+=(zstd)
 [ -x /bin/busybox ] || dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 have redis-server       || need+=(redis-server)
 have curl               || need+=(curl)
+have clang              || need+=(clang)          # compiles the snapbpf capture program
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -254,6 +254,14 @@ func (a *app) printTiming(inv *client.Invocation) error {
 			row(w, "loader", fmt.Sprintf("%s in %s", fmtBytes(int64(st.LoaderBytes)), fmtMS(st.LoaderMS)), done)
 			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "FaaSnap regions")
 		}
+		if st.SnapBPFPages > 0 {
+			done := "still prefetching at the answer"
+			if st.SnapBPFFinishedFirst != nil && *st.SnapBPFFinishedFirst {
+				done = "finished before the answer"
+			}
+			row(w, "prefetch", fmt.Sprintf("%d/%d pages resident, %d ranges, %d readahead calls",
+				st.SnapBPFResidentPages, st.SnapBPFPages, st.SnapBPFRanges, st.SnapBPFReadaheadCalls), "SnapBPF, "+done)
+		}
 	}
 	if inv.EvictedCache {
 		row(w, "cache", "evicted", "snapshot files dropped from the page cache first")

@@ -26,7 +26,8 @@ boot its VM and take a clean snapshot; restore it while recording the pages
 the guest uses (mincore, working-set groups) during one invocation with the
 record input; take the warm snapshot; build FaaSnap's loading-set file and
 region table; then record REAP's working set (userfaultfd) on the warm
-snapshot with the same input. Later 'thaw invoke FUNCTION --strategy S'
+snapshot with the same input, and capture SnapBPF's working set (an eBPF
+program on the page-cache tracepoint) during one more. Later 'thaw invoke FUNCTION --strategy S'
 restores the warm snapshot with any strategy.`,
 		Example: `  thaw prepare hello --event '{"name":"record"}'
   thaw invoke hello --strategy faasnap --evict-cache`,
@@ -91,6 +92,16 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 	}
 	if json.Unmarshal(res.REAP, &rp) == nil {
 		row(w, "REAP:", fmt.Sprintf("%d faulted pages, working-set file %s", rp.FaultedPages, fmtBytes(rp.WorkingSetBytes)))
+	}
+	var sb struct {
+		CapturedPages     uint64 `json:"captured_pages"`
+		FreePagesFiltered uint64 `json:"free_pages_filtered"`
+		PrefetchPages     uint64 `json:"prefetch_pages"`
+		Ranges            int    `json:"ranges"`
+	}
+	if json.Unmarshal(res.SnapBPF, &sb) == nil && res.SnapBPF != nil {
+		row(w, "SnapBPF:", fmt.Sprintf("%d captured pages, %d freed filtered, prefetch %d pages in %d ranges",
+			sb.CapturedPages, sb.FreePagesFiltered, sb.PrefetchPages, sb.Ranges))
 	}
 	var tm map[string]float64
 	if json.Unmarshal(res.Timing, &tm) == nil {

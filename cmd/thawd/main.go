@@ -18,6 +18,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
 )
 
@@ -40,6 +41,16 @@ func defaultShim() string {
 	return filepath.Join(filepath.Dir(exe), "libthaw_shim.so")
 }
 
+// defaultSnapBPFObject is the snapbpf capture program beside the thawd
+// binary (make build compiles it there), found like the shim.
+func defaultSnapBPFObject() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), snapbpf.ObjectFile)
+}
+
 func main() {
 	var cfg daemon.Config
 	listen := flag.String("listen", "127.0.0.1:7380", "address to serve the API on (host:port, or a path for a Unix socket)")
@@ -52,6 +63,7 @@ func main() {
 	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
 	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
 	flag.StringVar(&cfg.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs or on a filesystem mounted with -o dax (default "+store.DefaultDir+"/<hash of the data dir>)")
+	flag.StringVar(&cfg.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
 

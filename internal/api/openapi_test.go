@@ -1053,7 +1053,9 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 				GapPages: 97, RegionsBeforeMerge: 388, RegionsAfterMerge: 206},
 			LoadingSetBytes: 18874368, GroupSize: 1024, MergeGap: 32,
 			FreedPages: daemon.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}},
-		REAP:   &daemon.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
+		REAP: &daemon.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
+		SnapBPF: &daemon.SnapBPFBuild{Events: 2210, CapturedPages: 31544, FreePagesFiltered: 9120, PrefetchPages: 22424,
+			Ranges: 96, REAPOverlapPages: 3641, CaptureMS: 1210.4},
 		Timing: daemon.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, FaaSnapRecordMS: 2901, WarmSnapshotMS: 401, FaaSnapBuildMS: 311, REAPRecordMS: 96, REAPBuildMS: 38, TotalMS: 4971}}
 	preparedSnap := warmSnap
 	preparedSnap.Prepared, _ = json.Marshal(prep)

@@ -57,6 +57,7 @@ type Config struct {
 	InvokeTimeout    time.Duration // default per-invocation timeout
 	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
 	StoreDir         string        // snapshot memory store (premap): tmpfs or a DAX filesystem
+	SnapBPFObject    string        // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 }
 
 // Validate reports every problem at once.

@@ -32,6 +32,7 @@ type PrepareResult struct {
 	Warm     *catalog.Snapshot `json:"warm_snapshot"`
 	FaaSnap  *FaaSnapBuild     `json:"faasnap"`
 	REAP     *REAPBuild        `json:"reap"`
+	SnapBPF  *SnapBPFBuild     `json:"snapbpf"`
 	Timing   PrepareTiming     `json:"timing"`
 }
 
@@ -79,6 +80,8 @@ type PrepareTiming struct {
 	FaaSnapBuildMS  float64 `json:"faasnap_build_ms"`
 	REAPRecordMS    float64 `json:"reap_record_ms"`
 	REAPBuildMS     float64 `json:"reap_build_ms"`
+	SnapBPFRecordMS float64 `json:"snapbpf_record_ms"`
+	SnapBPFBuildMS  float64 `json:"snapbpf_build_ms"`
 	TotalMS         float64 `json:"total_ms"`
 }
 
@@ -88,8 +91,10 @@ type PrepareTiming struct {
 // input; take the warm snapshot; build FaaSnap's artifacts from the
 // recording and the warm memory file; then restore the warm snapshot with
 // every fault served through userfaultfd during one more invocation with the
-// record input (REAP's record phase) and build REAP's working-set file.
-// Every later cold invocation restores the warm snapshot.
+// record input (REAP's record phase) and build REAP's working-set file;
+// finally restore it once more as vanilla while an eBPF program captures
+// the page-cache insertions of its memory file (SnapBPF's capture) and
+// write SnapBPF's prefetch plan. Every later cold invocation restores the warm snapshot.
 func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResult, error) {
 	t0 := time.Now()
 	if req.GroupSize == 0 {
@@ -109,6 +114,9 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 		return nil, err
 	}
 	if _, err := s.GetFunction(ctx, req.Function); err != nil {
+		return nil, err
+	}
+	if err := s.checkSnapBPF(); err != nil {
 		return nil, err
 	}
 	res := &PrepareResult{Function: req.Function}
@@ -220,13 +228,21 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 		res.REAP.WorkingSetBytes = st.Size()
 	}
 	res.Timing.REAPBuildMS = ms(time.Since(t))
+
+	// 5. SnapBPF capture on the warm snapshot, and its prefetch plan.
+	res.SnapBPF, res.Timing.SnapBPFRecordMS, res.Timing.SnapBPFBuildMS, err =
+		s.prepareSnapBPF(ctx, req.Function, warm, wsnap, req.RecordEvent, timeout, faulted)
+	if err != nil {
+		return nil, fmt.Errorf("snapbpf capture: %w", err)
+	}
 	res.Timing.TotalMS = ms(time.Since(t0))
 	b, _ := json.Marshal(res)
 	if err := s.db.SetSnapshotPrepared(ctx, warm.ID, string(b)); err != nil {
 		return nil, err
 	}
 	s.log.Info("prepared", "function", req.Function, "warm", warm.ID, "working_set_pages", len(order),
-		"loading_set_bytes", res.FaaSnap.LoadingSetBytes, "reap_pages", len(faulted), "total_ms", res.Timing.TotalMS)
+		"loading_set_bytes", res.FaaSnap.LoadingSetBytes, "reap_pages", len(faulted),
+		"snapbpf_prefetch_pages", res.SnapBPF.PrefetchPages, "snapbpf_free_pages_filtered", res.SnapBPF.FreePagesFiltered, "total_ms", res.Timing.TotalMS)
 	return res, nil
 }
 

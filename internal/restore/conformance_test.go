@@ -11,8 +11,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 )
@@ -107,6 +109,11 @@ func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
 	if _, err := memlayout.WriteREAP(s.snap.ArtifactDir(REAP), mem, fi.SHA256, s.order); err != nil {
 		t.Fatal(err)
 	}
+	// The capture itself needs a kernel (internal/snapbpf tests it); the
+	// prefetch plan is built from the same synthetic working set.
+	if _, err := memlayout.WriteSnapBPF(s.snap.ArtifactDir(SnapBPF), mem, fi.SHA256, s.order, uint64(len(s.order)), 0); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 
@@ -142,6 +149,11 @@ func TestConformance(t *testing.T) {
 		for _, k := range Kinds {
 			t.Run(fmt.Sprintf("%s/%d_pages", k, pages), func(t *testing.T) {
 				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+				if k == SnapBPF { // its prefetch must bring the pages back
+					if err := pagecache.Evict(s.snap.MemoryPath()); err != nil {
+						t.Fatal(err)
+					}
+				}
 				sess, err := Begin(context.Background(), k, s.snap, env)
 				if err != nil {
 					t.Fatal(err)
@@ -165,6 +177,9 @@ func TestConformance(t *testing.T) {
 					if st.PrefetchPages != uint64(len(s.order)) {
 						t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
 					}
+				}
+				if k == SnapBPF {
+					checkSnapBPFResident(t, s, sess)
 				}
 			})
 		}
@@ -212,10 +227,19 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.snap.ArtifactDir(FaaSnap), FaaSnapManifest)); err != nil {
 		t.Fatal(err)
 	}
+	sb := filepath.Join(s.snap.ArtifactDir(SnapBPF), SnapBPFManifest)
+	b, err := os.ReadFile(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x5a
+	if err := os.WriteFile(sb, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.store.Remove(s.snap.Manifest.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []Kind{REAP, FaaSnap, Premap} {
+	for _, k := range []Kind{REAP, FaaSnap, Premap, SnapBPF} {
 		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
 		sess, err := Begin(context.Background(), k, s.snap, env)
 		if err != nil {
@@ -256,5 +280,33 @@ func TestPremapDamagedStoreCopy(t *testing.T) {
 	defer sess.Close()
 	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "damaged") {
 		t.Fatalf("kind %s, fallback %q", sess.Kind(), sess.Stats().Fallback)
+	}
+}
+
+// checkSnapBPFResident waits for the snapbpf prefetcher's mincore check and
+// requires every planned page (the working set minus holes) resident.
+func checkSnapBPFResident(t *testing.T, s synthSnapshot, sess Session) {
+	t.Helper()
+	data, err := memlayout.DataRegions(s.snap.MemoryPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, p := range s.order {
+		for _, r := range data {
+			if r.Contains(p) {
+				want++
+				break
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	st := sess.Stats()
+	for st.SnapBPFResidentMS == 0 && st.SnapBPFError == "" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		st = sess.Stats()
+	}
+	if st.SnapBPFError != "" || st.SnapBPFPages != want || st.SnapBPFResidentPages != want || st.SnapBPFRanges == 0 {
+		t.Fatalf("snapbpf stats %+v, want %d pages resident", st, want)
 	}
 }

@@ -48,10 +48,14 @@ const (
 	// vCPU runs (PASS, seed 001, §3-4): no page faults for snapshot pages,
 	// nothing copied, one copy of the store shared by all clones.
 	Premap Kind = "premap"
+	// SnapBPF maps the memory file like vanilla and prefetches the working
+	// set captured in the kernel by an eBPF program (prepare) from that same
+	// file into the page cache, concurrently with the guest (HotStorage'25).
+	SnapBPF Kind = "snapbpf"
 )
 
 // Kinds lists every strategy, in the order documentation and benchmarks use.
-var Kinds = []Kind{Vanilla, Cached, REAP, FaaSnap, Premap}
+var Kinds = []Kind{Vanilla, Cached, REAP, FaaSnap, Premap, SnapBPF}
 
 // Default is the strategy used when a request names none.
 const Default = Vanilla
@@ -128,6 +132,16 @@ type Stats struct {
 	StoreBytes     uint64  `json:"store_bytes,omitempty"`     // the store copy mapped (shared by every clone)
 	PopulatedBytes uint64  `json:"populated_bytes,omitempty"` // guest memory pre-faulted before the vCPU ran
 	PopulateMS     float64 `json:"populate_ms,omitempty"`     // time to pre-fault it (part of set-up)
+
+	// SnapBPF.
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`           // pages they hold
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"` // readahead(2) calls, re-issues included
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`        // first pass of readahead calls
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`  // of SnapBPFPages, resident at the last mincore check
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`     // until mincore saw every page resident
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`  // all resident before the invocation answered
+	SnapBPFError          string  `json:"snapbpf_error,omitempty"`           // the prefetch failed (the guest still runs, as vanilla)
 }
 
 // Session is one restore in progress.
@@ -165,6 +179,9 @@ func Begin(ctx context.Context, kind Kind, snap Snapshot, env Env) (Session, err
 		return orFallback(kind, snap, env, s, err)
 	case Premap:
 		s, err := beginPremap(ctx, snap, env)
+		return orFallback(kind, snap, env, s, err)
+	case SnapBPF:
+		s, err := beginSnapBPF(ctx, snap, env)
 		return orFallback(kind, snap, env, s, err)
 	}
 	return nil, fmt.Errorf("restore strategy %q is not available", kind)

@@ -1,0 +1,292 @@
+package memlayout
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// SnapBPF artifact names.
+const (
+	SnapBPFManifestFile = "snapbpf.json"
+	SnapBPFMagic        = "thaw-snapbpf"
+)
+
+// SnapBPFCapture summarizes the capture an artifact was planned from.
+type SnapBPFCapture struct {
+	// Events is the number of page-cache insertions (folios) captured.
+	Events uint64 `json:"events"`
+	// Dropped is the number of insertions the capture buffer could not hold
+	// (the plan is then a prefix of the working set).
+	Dropped uint64 `json:"dropped"`
+	// Pages is the number of distinct captured pages inside the memory file.
+	Pages uint64 `json:"pages"`
+	// FreePages are captured pages in holes of the memory file: pages the
+	// guest had freed (punched by free page reporting) or never wrote. They
+	// are not prefetched (SnapBPF's free page filtering).
+	FreePages uint64 `json:"free_pages"`
+	// OutsidePages are captured pages beyond the end of the memory file.
+	OutsidePages uint64 `json:"outside_pages"`
+}
+
+// SnapBPFArtifact is the manifest snapbpf.json. It is the whole artifact:
+// SnapBPF prefetches from the snapshot's own memory file, so there is no
+// working-set data file, only the ranges to prefetch, in capture order.
+type SnapBPFArtifact struct {
+	Dir string `json:"-"`
+
+	Magic         string  `json:"magic"`
+	FormatVersion int     `json:"format_version"`
+	PageSize      int     `json:"page_size"`
+	Memory        FileRef `json:"memory"`
+	// Capture says what the capture saw and what was filtered out.
+	Capture SnapBPFCapture `json:"capture"`
+	// Ranges are the pages to prefetch from the memory file, as runs of
+	// consecutive pages in the order their first page entered the page
+	// cache during the capture; disjoint, maximal in that order.
+	Ranges   []Region `json:"ranges"`
+	Checksum string   `json:"checksum"`
+}
+
+// PrefetchPages is the number of pages the ranges hold.
+func (a *SnapBPFArtifact) PrefetchPages() uint64 { return CountPages(a.Ranges) }
+
+// PlanSnapBPF turns captured pages (page-cache insertions, in arrival
+// order, repeats allowed) into prefetch ranges: first arrivals only, pages
+// outside the memory file and pages in its holes (data extents dataRegions,
+// sorted) dropped, runs of consecutive pages coalesced in arrival order.
+//
+// SnapBPF (HotStorage'25), "eBPF capture and prefetch" and "PV free page
+// filtering": the working set is the file offsets captured in the kernel;
+// pages the guest freed are neither kept nor prefetched. SnapBPF marks freed
+// pages online through a paravirtual PTE-marking interface in the guest;
+// thaw's warm snapshots already have freed pages punched out by
+// virtio-balloon free page reporting (prepare waits for it), so thaw filters
+// against the memory file's holes instead.
+func PlanSnapBPF(captured []uint64, pages uint64, dataRegions []Region) ([]Region, SnapBPFCapture) {
+	var st SnapBPFCapture
+	keep := make([]uint64, 0, len(captured))
+	for _, p := range dedup(captured) {
+		switch {
+		case p >= pages:
+			st.OutsidePages++
+		case findRegion(dataRegions, p) < 0:
+			st.Pages++
+			st.FreePages++
+		default:
+			st.Pages++
+			keep = append(keep, p)
+		}
+	}
+	return Runs(keep), st
+}
+
+// DataRegions returns the page runs of path that hold data, from
+// SEEK_DATA/SEEK_HOLE (a page partly in data counts as data), sorted.
+func DataRegions(path string) ([]Region, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var out []Region
+	size := st.Size()
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: SEEK_DATA: %w", path, err)
+		}
+		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("%s: SEEK_HOLE: %w", path, err)
+		}
+		first, end := uint64(data)/PageSize, PagesOf(hole)
+		if end > first {
+			out = append(out, Region{Start: first, Pages: end - first})
+		}
+		off = hole
+	}
+	return Normalize(out), nil
+}
+
+// WriteSnapBPF plans the prefetch ranges of captured (PlanSnapBPF, against
+// the data regions of the memory file at memPath) and writes snapbpf.json
+// to dir. The memory file is hashed and must match memSHA256 unless that
+// is empty (ErrMismatch). The capture's event and drop counts are recorded
+// as given.
+//
+// SnapBPF keeps the captured working set in a BPF map, in kernel memory; a
+// daemon restart (or any reload of the program) would lose it, so thaw
+// writes it down once, like the other strategies' artifacts: versioned,
+// checksummed and bound to the exact memory file.
+func WriteSnapBPF(dir, memPath, memSHA256 string, captured []uint64, events, dropped uint64) (*SnapBPFArtifact, error) {
+	if memSHA256 != "" && !validHex256(memSHA256) {
+		return nil, fmt.Errorf("memory sha256 %q is not a SHA-256", memSHA256)
+	}
+	mem, err := openMemory(memPath)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close()
+	data, err := DataRegions(memPath)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := snapshot.HashFile(memPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.unchanged(); err != nil {
+		return nil, err
+	}
+	if err := checkDigest(memPath, fi.SHA256, memSHA256); err != nil {
+		return nil, err
+	}
+	ranges, st := PlanSnapBPF(captured, mem.pages, data)
+	st.Events, st.Dropped = events, dropped
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	a := &SnapBPFArtifact{Dir: dir, Memory: FileRef{Size: mem.stamp.Size, SHA256: fi.SHA256},
+		Capture: st, Ranges: ranges}
+	b, err := a.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := DecodeSnapBPF(b); err != nil {
+		return nil, fmt.Errorf("internal error: built an invalid manifest: %w", err)
+	}
+	man, err := writeManifestTemp(dir, SnapBPFManifestFile, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(man.f.Name(), filepath.Join(dir, SnapBPFManifestFile)); err != nil {
+		man.discard()
+		return nil, err
+	}
+	if err := snapshot.SyncDir(dir); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Encode seals the manifest (magic, version, page size, checksum) and
+// returns its canonical JSON.
+func (a *SnapBPFArtifact) Encode() ([]byte, error) {
+	a.Magic, a.FormatVersion, a.PageSize = SnapBPFMagic, FormatVersion, int(PageSize)
+	if a.Ranges == nil {
+		a.Ranges = []Region{}
+	}
+	c := *a
+	c.Checksum = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return nil, err
+	}
+	a.Checksum = sum
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical form, and structure:
+// ranges non-empty, inside the memory, disjoint, maximal in their order,
+// and holding exactly the captured pages that were kept. It looks at no
+// file. (SnapBPF keeps its map in the kernel; the checking is thaw's.)
+func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) {
+	if err := decodeHeader(b, SnapBPFMagic); err != nil {
+		return nil, err
+	}
+	var a SnapBPFArtifact
+	if err := decodeStrict(b, &a); err != nil {
+		return nil, err
+	}
+	if a.PageSize != int(PageSize) {
+		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
+	}
+	if a.Ranges == nil {
+		a.Ranges = []Region{}
+	}
+	c := a
+	c.Checksum = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if sum != a.Checksum {
+		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
+	}
+	if err := checkCanonical(b, &c); err != nil {
+		return nil, err
+	}
+	pages, err := checkMemory(a.Memory)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range a.Ranges {
+		if err := checkRegion("range", i, r, pages); err != nil {
+			return nil, err
+		}
+		if i > 0 && r.Start == a.Ranges[i-1].End() {
+			return nil, fmt.Errorf("%w: range %d continues range %d", ErrCorrupt, i, i-1)
+		}
+	}
+	sorted := append([]Region(nil), a.Ranges...)
+	sortRegions(sorted)
+	var total uint64
+	for i, r := range sorted {
+		if i > 0 && r.Start < sorted[i-1].End() {
+			return nil, fmt.Errorf("%w: page %d prefetched twice", ErrCorrupt, r.Start)
+		}
+		total += r.Pages
+	}
+	cp := a.Capture
+	if cp.FreePages > cp.Pages || total != cp.Pages-cp.FreePages {
+		return nil, fmt.Errorf("%w: ranges hold %d pages, capture kept %d of %d (%d free)",
+			ErrCorrupt, total, cp.Pages-min(cp.FreePages, cp.Pages), cp.Pages, cp.FreePages)
+	}
+	return &a, nil
+}
+
+// ReadSnapBPF reads and checks dir/snapbpf.json (DecodeSnapBPF). A missing
+// manifest is reported as fs.ErrNotExist.
+func ReadSnapBPF(dir string) (*SnapBPFArtifact, error) {
+	path := filepath.Join(dir, SnapBPFManifestFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := DecodeSnapBPF(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	a.Dir = dir
+	return a, nil
+}
+
+// Verify checks that the artifact was planned from the snapshot memory file
+// of memSize bytes and digest memSHA256 (ErrMismatch otherwise). There is no
+// data file: the bytes prefetched are the memory file's own, which the
+// snapshot's verification (digest, or unchanged stamp) already covers.
+func (a *SnapBPFArtifact) Verify(memSize int64, memSHA256 string) error {
+	if a.Memory.Size != memSize || a.Memory.SHA256 != memSHA256 {
+		return fmt.Errorf("%w: %s was built from memory %s (%d bytes), snapshot memory is %s (%d bytes)",
+			ErrMismatch, a.Dir, short(a.Memory.SHA256), a.Memory.Size, short(memSHA256), memSize)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
+
+// SnapBPFManifest is the snapbpf artifact (memlayout.WriteSnapBPF); there
+// is no data file.
+const SnapBPFManifest = memlayout.SnapBPFManifestFile
+
+// snapbpf restores like vanilla (the memory file mapped private, no
+// interposer) while the daemon asks the kernel to read the captured working
+// set of that same file into the page cache, in capture order, concurrently
+// with the restore and the resumed guest (SnapBPF, HotStorage'25, "eBPF
+// capture and prefetch"). Guest faults on prefetched pages are minor faults
+// on page-cache pages, and every clone of the snapshot shares those pages
+// (SnapBPF's working-set deduplication): nothing is copied into a second
+// file or into anonymous memory.
+//
+// Where thaw differs: SnapBPF issues the prefetch from an eBPF program in
+// the kernel; the kernels thaw targets offer BPF programs no way to start
+// readahead from a tracepoint, so thaw issues readahead(2) from the daemon,
+// which reaches the same kernel function (page_cache_ra_unbounded through
+// force_page_cache_ra). The kernel caps one readahead request at the
+// device's readahead window (or its optimal I/O size), so requests are
+// chunked (prefetchChunk) and a mincore pass re-issues whatever is missing
+// and measures when the whole set is resident.
+type snapbpf struct {
+	snap   Snapshot
+	art    *memlayout.SnapBPFArtifact
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu            sync.Mutex
+	st            Stats
+	finished      bool
+	finishedFirst *bool
+}
+
+// prefetchChunk is the largest readahead request: the kernel's own chunk in
+// force_page_cache_ra (2 MiB).
+const prefetchChunk = 2 << 20
+
+// residencyTimeout bounds how long the prefetcher waits for its pages to
+// become resident (memory pressure could evict them again).
+const residencyTimeout = 10 * time.Second
+
+// residencyPoll is the interval between mincore checks (each walks every
+// range: keep it coarse on a host whose CPUs also run the guest).
+const residencyPoll = 5 * time.Millisecond
+
+func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
+	art, err := memlayout.ReadSnapBPF(snap.ArtifactDir(SnapBPF))
+	if err != nil {
+		return nil, err
+	}
+	if err := art.Verify(memSize(snap), memSHA(snap)); err != nil {
+		return nil, err
+	}
+	// The prefetch outlives the request that started it only until Close.
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &snapbpf{snap: snap, art: art, cancel: cancel, done: make(chan struct{})}
+	s.st.SnapBPFRanges = len(art.Ranges)
+	s.st.SnapBPFPages = art.PrefetchPages()
+	go s.prefetch(ctx)
+	return s, nil
+}
+
+func (s *snapbpf) Kind() Kind { return SnapBPF }
+
+func (s *snapbpf) Memory() vmm.Memory {
+	return vmm.Memory{Path: s.snap.MemoryPath(), Shared: false}
+}
+
+func (s *snapbpf) Started(context.Context, int) error { return nil }
+
+func (s *snapbpf) InvocationDone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finishedFirst == nil {
+		done := s.finished
+		s.finishedFirst = &done
+	}
+}
+
+func (s *snapbpf) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	st.SnapBPFFinishedFirst = s.finishedFirst
+	return st
+}
+
+func (s *snapbpf) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+// prefetch issues readahead for every range in capture order, then checks
+// residency with mincore, re-issuing what is missing, until all of it is
+// resident, the session closes or residencyTimeout passes.
+func (s *snapbpf) prefetch(ctx context.Context) {
+	defer close(s.done)
+	defer func() {
+		s.mu.Lock()
+		s.finished = true
+		s.mu.Unlock()
+	}()
+	start := time.Now()
+	f, err := os.Open(s.snap.MemoryPath())
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, int(memSize(s.snap)), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		s.fail(fmt.Errorf("map memory for mincore: %w", err))
+		return
+	}
+	defer unix.Munmap(m)
+	calls, err := s.issueWindowed(ctx, f, m)
+	s.mu.Lock()
+	s.st.SnapBPFReadaheadCalls += calls
+	s.st.SnapBPFIssueMS = msSince(start)
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	deadline := time.Now().Add(residencyTimeout)
+	var last uint64
+	for {
+		missing, resident, err := residency(m, s.art.Ranges)
+		s.mu.Lock()
+		s.st.SnapBPFResidentPages = resident
+		s.mu.Unlock()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		if len(missing) == 0 {
+			s.mu.Lock()
+			s.st.SnapBPFResidentMS = msSince(start)
+			s.mu.Unlock()
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		// mincore counts a page whose read is still in flight as missing,
+		// so ask again only when a whole interval brought nothing new: the
+		// kernel dropped or capped a request (or evicted pages again).
+		if resident == last {
+			calls, err := readahead(f, missing)
+			s.mu.Lock()
+			s.st.SnapBPFReadaheadCalls += calls
+			s.mu.Unlock()
+			if err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		last = resident
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(residencyPoll):
+		}
+	}
+}
+
+// issueWindowed issues the ranges in capture order, one chunk per call,
+// keeping at most prefetchWindow chunks in flight: before chunk i it waits
+// (briefly) until chunk i-prefetchWindow is resident. Issuing everything
+// at once would queue the whole working set on the device ahead of the
+// guest's own demand faults and of QEMU's start-up; a bounded window keeps
+// the stream in capture order and the queue short.
+func (s *snapbpf) issueWindowed(ctx context.Context, f *os.File, m []byte) (int, error) {
+	chunks := splitChunks(s.art.Ranges, prefetchChunk/memlayout.PageSize)
+	calls := 0
+	for i, c := range chunks {
+		if i >= prefetchWindow {
+			waitResident(ctx, m, chunks[i-prefetchWindow])
+		}
+		n, err := readahead(f, []memlayout.Region{c})
+		calls += n
+		if err != nil {
+			return calls, err
+		}
+	}
+	return calls, nil
+}
+
+// prefetchWindow is how many chunks may be in flight (16 x 2 MiB).
+const prefetchWindow = 16
+
+// waitResident polls until every page of r is resident, for at most
+// chunkWait.
+func waitResident(ctx context.Context, m []byte, r memlayout.Region) {
+	const chunkWait = 50 * time.Millisecond
+	deadline := time.Now().Add(chunkWait)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		missing, _, err := residency(m, []memlayout.Region{r})
+		if err != nil || len(missing) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// splitChunks cuts ranges into pieces of at most max pages, in order.
+func splitChunks(ranges []memlayout.Region, max uint64) []memlayout.Region {
+	var out []memlayout.Region
+	for _, r := range ranges {
+		for p := r.Start; p < r.End(); p += max {
+			out = append(out, memlayout.Region{Start: p, Pages: min(max, r.End()-p)})
+		}
+	}
+	return out
+}
+
+func (s *snapbpf) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.SnapBPFError = err.Error()
+}
+
+// readahead asks the kernel to read ranges of f into the page cache, in
+// order, at most prefetchChunk per call; it returns the number of calls.
+func readahead(f *os.File, ranges []memlayout.Region) (int, error) {
+	calls := 0
+	for _, r := range ranges {
+		for off, end := r.Offset(), r.Offset()+r.Bytes(); off < end; off += prefetchChunk {
+			n := min(uint64(prefetchChunk), end-off)
+			_, _, errno := unix.Syscall(unix.SYS_READAHEAD, f.Fd(), uintptr(off), uintptr(n))
+			calls++
+			if errno != 0 {
+				return calls, fmt.Errorf("readahead %s at %d: %w", f.Name(), off, errno)
+			}
+		}
+	}
+	return calls, nil
+}
+
+// residency returns the runs of ranges whose pages are not resident in the
+// page cache (m maps the whole file) and how many pages are.
+func residency(m []byte, ranges []memlayout.Region) ([]memlayout.Region, uint64, error) {
+	var missing []memlayout.Region
+	var resident uint64
+	vec := make([]byte, 0, 512)
+	for _, r := range ranges {
+		lo, hi := r.Offset(), min(r.Offset()+r.Bytes(), uint64(len(m)))
+		if lo >= hi {
+			continue
+		}
+		n := int((hi - lo + memlayout.PageSize - 1) / memlayout.PageSize)
+		if cap(vec) < n {
+			vec = make([]byte, n)
+		}
+		vec = vec[:n]
+		if err := pagecache.Mincore(m[lo:hi], vec); err != nil {
+			return nil, resident, fmt.Errorf("mincore: %w", err)
+		}
+		for i, b := range vec {
+			p := r.Start + uint64(i)
+			if b&1 != 0 {
+				resident++
+				continue
+			}
+			if k := len(missing); k > 0 && missing[k-1].End() == p {
+				missing[k-1].Pages++
+			} else {
+				missing = append(missing, memlayout.Region{Start: p, Pages: 1})
+			}
+		}
+	}
+	return missing, resident, nil
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
