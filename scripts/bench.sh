@@ -70,5 +70,5 @@ if [[ $run_memory == 1 ]]; then
   margs=(bench memory --functions "${MEMORY_FUNCTIONS:-hello,image}" --clones "${CLONES:-1,4,8,16}" --out "$OUT/memory")
   [[ -n ${STRATEGIES:-} ]] && margs+=(--strategies "$STRATEGIES")
   bin/thaw --timeout 12h "${margs[@]}" >/dev/null
-  echo "[bench] memory per clone in $OUT/memory (memory.md, memory.json, memory.jsonl, memory.svg)"
+  echo "[bench] memory per clone in $OUT/memory (memory.md, memory.json, memory.jsonl, memory-<function>.svg)"
 fi

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -77,7 +79,15 @@ DIR/memory.jsonl, DIR/memory.json and DIR/memory.md.`,
 			if out == "" {
 				return nil
 			}
-			return writeResults(out, "memory", res.Samples, res, md)
+			if err := writeResults(out, "memory", res.Samples, res, md); err != nil {
+				return err
+			}
+			for name, svg := range res.Figures() {
+				if err := os.WriteFile(filepath.Join(out, name), []byte(svg), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&root, "root", ".", "repository root (where functions/ is)")

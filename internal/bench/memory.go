@@ -224,3 +224,35 @@ func (r *MemoryResult) Markdown() string {
 	}
 	return b.String()
 }
+
+// Figures are line charts per function: host memory per clone against the
+// number of clones, one line per strategy.
+func (r *MemoryResult) Figures() map[string]string {
+	out := map[string]string{}
+	fns := map[string]bool{}
+	for _, s := range r.Samples {
+		fns[s.Function] = true
+	}
+	for fn := range fns {
+		var lines []Line
+		for _, s := range r.Strategies {
+			l := Line{Name: s}
+			for _, n := range r.Clones {
+				i := slices.IndexFunc(r.Samples, func(x MemorySample) bool {
+					return x.Function == fn && x.Strategy == s && x.Clones == n
+				})
+				if i >= 0 {
+					l.X = append(l.X, float64(n))
+					l.Y = append(l.Y, mib(r.Samples[i].PerCloneBytes))
+				}
+			}
+			if len(l.X) > 0 {
+				lines = append(lines, l)
+			}
+		}
+		c := LineChart{Title: "Host memory per clone: " + fn + " (N clones of one snapshot alive)",
+			XLabel: "clones (N)", YLabel: "MiB per clone", Series: lines, LogX: true}
+		out["memory-"+fn+".svg"] = c.SVG()
+	}
+	return out
+}

@@ -24,3 +24,17 @@ func TestMemoryMarkdown(t *testing.T) {
 		}
 	}
 }
+
+func TestMemoryFigures(t *testing.T) {
+	r := &MemoryResult{Strategies: []string{"reap", "premap"}, Clones: []int{1, 4},
+		Samples: []MemorySample{
+			{Function: "hello", Strategy: "reap", Clones: 1, PerCloneBytes: 30 << 20},
+			{Function: "hello", Strategy: "reap", Clones: 4, PerCloneBytes: 30 << 20},
+			{Function: "hello", Strategy: "premap", Clones: 4, PerCloneBytes: 46 << 20},
+		}}
+	figs := r.Figures()
+	svg := figs["memory-hello.svg"]
+	if !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "premap") || !strings.Contains(svg, "MiB per clone") {
+		t.Fatalf("figure: %.300s", svg)
+	}
+}
