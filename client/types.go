@@ -144,8 +144,10 @@ type PrepareResult struct {
 	Warm     *Snapshot       `json:"warm_snapshot"`
 	FaaSnap  json.RawMessage `json:"faasnap"`
 	REAP     json.RawMessage `json:"reap"`
-	SnapBPF  json.RawMessage `json:"snapbpf"`
-	Timing   json.RawMessage `json:"timing"`
+	SnapBPF  json.RawMessage `json:"snapbpf,omitempty"`
+	// SnapBPFUnavailable: why the host could not capture for snapbpf.
+	SnapBPFUnavailable string          `json:"snapbpf_unavailable,omitempty"`
+	Timing             json.RawMessage `json:"timing"`
 }
 
 // InvocationRecord is a stored invocation.

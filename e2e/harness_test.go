@@ -69,12 +69,22 @@ func storeDir(t *testing.T, dataDir string) string {
 
 func startEnv(t *testing.T, dataDir string) *env {
 	t.Helper()
+	return startEnvWith(t, dataDir, nil)
+}
+
+// startEnvWith starts a daemon whose test configuration edit changed.
+func startEnvWith(t *testing.T, dataDir string, edit func(*daemon.Config)) *env {
+	t.Helper()
 	logw := io.Discard
 	if testing.Verbose() {
 		logw = os.Stderr
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
-	svc, err := daemon.New(context.Background(), testConfig(t, dataDir), log)
+	cfg := testConfig(t, dataDir)
+	if edit != nil {
+		edit(&cfg)
+	}
+	svc, err := daemon.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
@@ -238,4 +239,31 @@ func invokeAny(t *testing.T, c *client.Client, strategy string) *client.Invocati
 		t.Fatalf("%+v %s", inv.Error, inv.Result)
 	}
 	return inv
+}
+
+// TestPrepareWithoutSnapBPFCapture: on a host that cannot capture (here: the
+// capture program is missing), prepare still builds every other strategy's
+// artifacts, says why snapbpf was not prepared, and snapbpf restores run as
+// vanilla and say so.
+func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.SnapBPFObject = "/nonexistent/snapbpf_capture.bpf.o" })
+	c := e.c
+	ctx := ctxT(t)
+	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if res.SnapBPF != nil || !strings.Contains(res.SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
+		t.Fatalf("snapbpf %s, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
+	}
+	if inv := invokeAny(t, c, "faasnap"); inv.Strategy != "faasnap" {
+		t.Fatalf("faasnap ran as %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
+	}
+	inv := invokeAny(t, c, "snapbpf")
+	if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "snapbpf") {
+		t.Fatalf("snapbpf without a capture: strategy %s, stats %+v", inv.Strategy, inv.StrategyStats)
+	}
 }

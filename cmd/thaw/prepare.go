@@ -103,6 +103,9 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 		row(w, "SnapBPF:", fmt.Sprintf("%d captured pages, %d freed filtered, prefetch %d pages in %d ranges",
 			sb.CapturedPages, sb.FreePagesFiltered, sb.PrefetchPages, sb.Ranges))
 	}
+	if res.SnapBPFUnavailable != "" {
+		row(w, "SnapBPF:", "not prepared: "+res.SnapBPFUnavailable)
+	}
 	var tm map[string]float64
 	if json.Unmarshal(res.Timing, &tm) == nil {
 		row(w, "Took:", fmtMS(tm["total_ms"]))

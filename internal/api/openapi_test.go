@@ -1084,6 +1084,9 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, doc, "Snapshot", &preparedSnap)
 	validateGo(t, doc, "SnapshotList", list([]*catalog.Snapshot{snap, &preparedSnap}))
 	validateGo(t, doc, "PrepareResult", prep)
+	noCapture := *prep
+	noCapture.SnapBPF, noCapture.SnapBPFUnavailable = nil, "snapbpf capture unavailable: no tracefs"
+	validateGo(t, doc, "PrepareResult", &noCapture)
 	for _, inv := range append([]*daemon.Invocation{warm, cold, raised, &warmProc}, strategic...) {
 		validateGo(t, doc, "Invocation", inv)
 	}

@@ -348,10 +348,12 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
 	s.Snapshot, s.WallMS = snap, float64(wall.Microseconds())/1000
 	if st := inv.StrategyStats; st != nil {
-		// REAP's prefetch, FaaSnap's loader, or cached's fill of the page
-		// cache (before the request's timer starts).
-		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS
-		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes
+		// REAP's prefetch, FaaSnap's loader, cached's fill of the page
+		// cache (before the request's timer starts), premap's pre-faulting
+		// of the store copy (mapped, not read) or snapbpf's in-kernel
+		// readahead until every captured page was resident.
+		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS + st.PopulateMS + st.SnapBPFResidentMS
+		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes + st.StoreBytes + st.SnapBPFPages*4096
 	}
 	return s
 }

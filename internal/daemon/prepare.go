@@ -32,8 +32,12 @@ type PrepareResult struct {
 	Warm     *catalog.Snapshot `json:"warm_snapshot"`
 	FaaSnap  *FaaSnapBuild     `json:"faasnap"`
 	REAP     *REAPBuild        `json:"reap"`
-	SnapBPF  *SnapBPFBuild     `json:"snapbpf"`
-	Timing   PrepareTiming     `json:"timing"`
+	SnapBPF  *SnapBPFBuild     `json:"snapbpf,omitempty"`
+	// SnapBPFUnavailable says why this host cannot capture for snapbpf
+	// (no tracefs, BTF, capabilities or capture program); everything else
+	// is prepared, and snapbpf restores of the snapshot run as vanilla.
+	SnapBPFUnavailable string        `json:"snapbpf_unavailable,omitempty"`
+	Timing             PrepareTiming `json:"timing"`
 }
 
 // FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
@@ -116,10 +120,13 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	if _, err := s.GetFunction(ctx, req.Function); err != nil {
 		return nil, err
 	}
-	if err := s.checkSnapBPF(); err != nil {
-		return nil, err
-	}
 	res := &PrepareResult{Function: req.Function}
+	// Checked before anything boots so the result says at once why a host
+	// cannot capture; the other strategies are prepared regardless.
+	if err := s.checkSnapBPF(); err != nil {
+		res.SnapBPFUnavailable = err.Error()
+		s.log.Warn("snapbpf capture unavailable; preparing the other strategies", "function", req.Function, "err", err)
+	}
 
 	// 1. Boot and clean snapshot.
 	vm, err := s.BootVM(ctx, req.Function)
@@ -230,10 +237,12 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	res.Timing.REAPBuildMS = ms(time.Since(t))
 
 	// 5. SnapBPF capture on the warm snapshot, and its prefetch plan.
-	res.SnapBPF, res.Timing.SnapBPFRecordMS, res.Timing.SnapBPFBuildMS, err =
-		s.prepareSnapBPF(ctx, req.Function, warm, wsnap, req.RecordEvent, timeout, faulted)
-	if err != nil {
-		return nil, fmt.Errorf("snapbpf capture: %w", err)
+	if res.SnapBPFUnavailable == "" {
+		res.SnapBPF, res.Timing.SnapBPFRecordMS, res.Timing.SnapBPFBuildMS, err =
+			s.prepareSnapBPF(ctx, req.Function, warm, wsnap, req.RecordEvent, timeout, faulted)
+		if err != nil {
+			return nil, fmt.Errorf("snapbpf capture: %w", err)
+		}
 	}
 	res.Timing.TotalMS = ms(time.Since(t0))
 	b, _ := json.Marshal(res)
@@ -242,7 +251,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	}
 	s.log.Info("prepared", "function", req.Function, "warm", warm.ID, "working_set_pages", len(order),
 		"loading_set_bytes", res.FaaSnap.LoadingSetBytes, "reap_pages", len(faulted),
-		"snapbpf_prefetch_pages", res.SnapBPF.PrefetchPages, "snapbpf_free_pages_filtered", res.SnapBPF.FreePagesFiltered, "total_ms", res.Timing.TotalMS)
+		"snapbpf", res.SnapBPF != nil, "total_ms", res.Timing.TotalMS)
 	return res, nil
 }
 

@@ -39,11 +39,11 @@ type SnapBPFBuild struct {
 	CaptureMS float64 `json:"capture_ms"`
 }
 
-// checkSnapBPF refuses to prepare on a host that cannot capture, before
-// anything is booted, naming what is missing.
+// checkSnapBPF says, before anything is booted, whether this host can
+// capture for snapbpf, naming everything that is missing.
 func (s *Service) checkSnapBPF() error {
 	if err := snapbpf.Check(s.cfg.SnapBPFObject); err != nil {
-		return fmt.Errorf("snapbpf capture (prepare builds every strategy's artifacts): %w", err)
+		return fmt.Errorf("snapbpf capture unavailable: %w", err)
 	}
 	return nil
 }
