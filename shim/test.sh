@@ -375,6 +375,32 @@ else
 	fail "uffd: daemon hangs up without ack"
 fi
 
+# --- protection: QEMU's hole punches into the memory file are ignored ---
+punch() { # punch FILE [VAR=value ...]: fallocate(PUNCH_HOLE) page 1 of FILE with the shim preloaded
+	local f=$1; shift
+	env -i PATH="$PATH" LD_PRELOAD="$SHIM" "$@" fallocate --punch-hole --offset 4096 --length 4096 "$f" 2>"$T/err"
+}
+head -c 16384 /dev/urandom >"$T/prot.mem"
+cp "$T/prot.mem" "$T/other.mem"
+before=$(sha256sum <"$T/prot.mem")
+if punch "$T/prot.mem" THAW_SHIM_PROTECT=1 THAW_SHIM_MEMFILE="$T/prot.mem" && [ "$(sha256sum <"$T/prot.mem")" = "$before" ] &&
+	grep -q "kept .* intact" "$T/err"; then
+	pass "protect: punch into the memory file ignored"
+else
+	fail "protect: punch into the memory file ignored"
+fi
+if punch "$T/other.mem" THAW_SHIM_PROTECT=1 THAW_SHIM_MEMFILE="$T/prot.mem" && [ "$(sha256sum <"$T/other.mem")" != "$before" ]; then
+	pass "protect: other files are punched as asked"
+else
+	fail "protect: other files are punched as asked"
+fi
+cp "$T/prot.mem" "$T/unprot.mem"
+if punch "$T/unprot.mem" THAW_SHIM_MEMFILE="$T/unprot.mem" && [ "$(sha256sum <"$T/unprot.mem")" != "$before" ]; then
+	pass "protect: off without THAW_SHIM_PROTECT"
+else
+	fail "protect: off without THAW_SHIM_PROTECT"
+fi
+
 echo
 if [ $FAILS -eq 0 ]; then
 	echo "ALL PASS"

@@ -21,6 +21,17 @@
  *                 a Unix socket (SCM_RIGHTS) and the daemon fills every page
  *                 with UFFDIO_COPY.
  *
+ * Protection (THAW_SHIM_PROTECT=1, every restore, with or without a mode):
+ * QEMU 7.2 discards guest pages the guest reported free (virtio-balloon
+ * free page reporting) with ram_block_discard_range(), which punches a hole
+ * into the RAM block's *file* even when the file is mapped MAP_PRIVATE -
+ * i.e. into the snapshot memory file (or premap's store copy) every clone
+ * restores from, silently zeroing pages other clones still use.  The shim
+ * turns a FALLOC_FL_PUNCH_HOLE on THAW_SHIM_MEMFILE into a no-op that
+ * reports success; QEMU then madvise(MADV_DONTNEED)s the range, which drops
+ * the clone's private copies as intended and leaves the file intact (what
+ * later QEMU releases do for private file mappings).
+ *
  * FaaSnap patched Firecracker to build this layout itself; thaw instead
  * interposes on the libc mmap of an unmodified QEMU binary, so the VMM can be
  * a stock distribution package.  QEMU 7.2 on Debian 12 is built with
@@ -99,6 +110,8 @@ static struct {
 	char memfile[PATH_MAX]; /* realpath of THAW_SHIM_MEMFILE */
 	const char *layout, *lsfile, *sock;
 	int populate;	    /* THAW_SHIM_POPULATE=read */
+	int protect;	    /* THAW_SHIM_PROTECT=1 */
+	int memfile_ok;	    /* memfile holds a resolved path */
 	const char *stats; /* THAW_SHIM_STATS: where populate reports */
 	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
 } cfg;
@@ -167,7 +180,10 @@ static void load_config(void)
 {
 	const char *mode = getenv("THAW_SHIM_MODE");
 	const char *mem = getenv("THAW_SHIM_MEMFILE");
+	const char *protect = getenv("THAW_SHIM_PROTECT");
 
+	cfg.protect = protect && !strcmp(protect, "1");
+	cfg.memfile_ok = mem && *mem && realpath(mem, cfg.memfile) != NULL;
 	if (!mode || !*mode) {
 		cfg.mode = MODE_OFF;
 		return;
@@ -669,6 +685,44 @@ pass:
 	if (!real)
 		return sys_mmap(addr, len, prot, flags, fd, off);
 	return real(addr, len, prot, flags, fd, off);
+}
+
+typedef int (*fallocate_fn)(int, int, off_t, off_t);
+
+static int intercept_fallocate(const char *name, int fd, int mode, off_t off, off_t len)
+{
+	static fallocate_fn real;
+	static int said;
+
+	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		pthread_once(&cfg_once, load_config);
+		if (cfg.protect && (!cfg.memfile_ok || fd_is_memfile(fd))) {
+			if (!cfg.memfile_ok) {
+				/* Cannot tell the memory file apart: refuse every punch. */
+				errno = EOPNOTSUPP;
+				return -1;
+			}
+			if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+				shim_log("thaw-shim: kept %s intact: hole punches by QEMU (freed guest pages) are ignored",
+					 cfg.memfile);
+			return 0;
+		}
+	}
+	if (!real)
+		real = (fallocate_fn)dlsym(RTLD_NEXT, name);
+	if (!real)
+		return (int)syscall(SYS_fallocate, fd, mode, off, len);
+	return real(fd, mode, off, len);
+}
+
+int fallocate(int fd, int mode, off_t off, off_t len)
+{
+	return intercept_fallocate("fallocate", fd, mode, off, len);
+}
+
+int fallocate64(int fd, int mode, off64_t off, off64_t len)
+{
+	return intercept_fallocate("fallocate64", fd, mode, (off_t)off, (off_t)len);
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)

@@ -319,7 +319,11 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 		// time is reported apart, not as set-up.
 		start = start.Add(time.Duration(fill * float64(time.Millisecond)))
 	}
-	spec.Memory = sess.Memory()
+	if spec.Memory, err = restore.Protect(sess.Memory(), s.cfg.ShimPath); err != nil {
+		sess.Close()
+		_ = os.RemoveAll(spec.RunDir)
+		return nil, nil, nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+	}
 	rec := &catalog.VM{ID: id, Function: fn.Name, Snapshot: sn.ID, Strategy: string(sess.Kind())}
 	t1 := time.Now()
 	lv, err := s.startVM(ctx, rec, spec, fn)

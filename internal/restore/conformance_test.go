@@ -128,7 +128,10 @@ type checkResult struct {
 // and compares every page.
 func runCheck(t *testing.T, shim string, sess Session) checkResult {
 	t.Helper()
-	mem := sess.Memory()
+	mem, err := Protect(sess.Memory(), filepath.Join(shim, "build", "libthaw_shim.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), "--threads", "4", "--write-check", mem.Path)
 	cmd.Env = append(os.Environ(), mem.Env...)
 	out, err := cmd.Output()

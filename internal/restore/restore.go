@@ -12,9 +12,12 @@ package restore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -212,3 +215,31 @@ func (v *vanilla) Started(context.Context, int) error { return nil }
 func (v *vanilla) InvocationDone()                    {}
 func (v *vanilla) Stats() Stats                       { return Stats{Fallback: v.fallback} }
 func (v *vanilla) Close() error                       { return nil }
+
+// Protect makes m keep its memory file intact: QEMU 7.2 punches holes into
+// a RAM block's file when the guest reports pages free (virtio-balloon free
+// page reporting), even when the file is mapped private, which would zero
+// pages of the snapshot (or of premap's store copy) that every other clone
+// still restores. The interposer, preloaded into every restored QEMU for
+// this, turns those punches into no-ops (docs/shim-layout.md, protection);
+// QEMU still drops the clone's private copies of the freed pages.
+func Protect(m vmm.Memory, shim string) (vmm.Memory, error) {
+	if shim == "" {
+		return m, errors.New("the interposer libthaw_shim.so is required to protect snapshot memory files from QEMU's discards and is not configured")
+	}
+	if _, err := os.Stat(shim); err != nil {
+		return m, fmt.Errorf("the interposer that protects snapshot memory files from QEMU's discards: %w", err)
+	}
+	env := slices.Clone(m.Env)
+	has := func(prefix string) bool {
+		return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, prefix) })
+	}
+	if !has("LD_PRELOAD=") {
+		env = append(env, "LD_PRELOAD="+shim)
+	}
+	if !has("THAW_SHIM_MEMFILE=") {
+		env = append(env, "THAW_SHIM_MEMFILE="+m.Path)
+	}
+	m.Env = append(env, "THAW_SHIM_PROTECT=1")
+	return m, nil
+}
