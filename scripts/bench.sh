@@ -27,7 +27,7 @@ run_memory=1
 eval_exps=${EXPERIMENTS:-}
 if [[ -n $eval_exps ]]; then
   [[ ,$eval_exps, == *,memory,* ]] || run_memory=0
-  eval_exps=$(tr ',' '\n' <<<"$eval_exps" | grep -vx memory | paste -sd, -)
+  eval_exps=$(tr ',' '\n' <<<"$eval_exps" | { grep -vx memory || true; } | paste -sd, -)
 fi
 run_eval=1
 [[ -n ${EXPERIMENTS:-} && -z $eval_exps ]] && run_eval=0
