@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -114,6 +115,11 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 		}
 		b, _ := json.Marshal(pr)
 		res.Prepared[fc.Name] = b
+		if slices.Contains(strategies, "premap") { // premap maps the snapshot from the memory store
+			if _, err := c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
+				return nil, fmt.Errorf("store %s for premap: %w", pr.Warm.ID, err)
+			}
+		}
 		for rep := 0; rep < reps; rep++ {
 			for i := range strategies {
 				s := strategies[(i+rep)%len(strategies)]
