@@ -39,11 +39,14 @@ args=(bench eval --out "$OUT" --reps "$REPS")
 [[ -n ${BENCH_ARGS:-} ]] && args+=($BENCH_ARGS)
 
 mkdir -p "$DATA"
-bin/thawd --data-dir "$DATA/data" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
+# premap's memory store lives in shared memory, removed with the data.
+STORE=$(mktemp -d /dev/shm/thaw-bench-store.XXXXXX)
+bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
   wait "$THAWD" 2>/dev/null || true
+  rm -rf "$STORE"
   if [[ ${KEEP:-0} == 1 ]]; then
     echo "[bench] data and daemon log kept in $DATA"
   else

@@ -14,11 +14,14 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 rm -rf "$DATA"
 mkdir -p "$DATA"
-bin/thawd --data-dir "$DATA/data" --listen "$ADDR" >"$DATA/thawd.log" 2>&1 &
+STORE=/dev/shm/thaw-demo-store # premap's memory store (shared memory), removed at the end
+rm -rf "$STORE"
+bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$ADDR" >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
   wait "$THAWD" 2>/dev/null || true
+  rm -rf "$STORE"
   echo
   echo "daemon stopped (log: $DATA/thawd.log)"
 }
@@ -52,12 +55,20 @@ for i in 1 2 3; do
   thaw invoke hello --event "{\"name\":\"cold world $i\"}"
 done
 
-step "prepare: record the working set, take the warm snapshot, build REAP and FaaSnap artifacts"
+step "prepare: record the working set, take the warm snapshot, build REAP, FaaSnap and SnapBPF artifacts"
 thaw prepare hello --event '{"name":"record"}'
+WARM=$(thaw --json snapshot list --function hello | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+snaps = d if isinstance(d, list) else next(v for v in d.values() if isinstance(v, list))
+print(sorted(snaps, key=lambda s: s["created_at"])[-1]["id"])')
+
+step "place the warm snapshot in the memory store (premap maps it from there)"
+thaw snapshot store "$WARM"
 
 step "cold start under every restore strategy, snapshot files evicted from the page cache first"
 printf '%-9s %10s %10s %10s %8s\n' strategy setup_ms resume_ms total_ms major_faults
-for s in vanilla cached reap faasnap; do
+for s in vanilla cached reap faasnap premap snapbpf; do
   thaw --json invoke hello --strategy "$s" --evict-cache --event '{"name":"strategies"}' | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
