@@ -105,6 +105,70 @@ func decodeStrict(b []byte, v any) error {
 // encoder is a manifest that can seal and encode itself.
 type encoder interface{ Encode() ([]byte, error) }
 
+// sealable is a pointer to a manifest with a self-checksum field.
+type sealable[T any] interface {
+	*T
+	encoder
+	checksum() *string
+}
+
+// seal sets a's checksum to the SHA-256 of a with the checksum cleared and
+// returns a's canonical JSON (one line).
+func seal[T any, P sealable[T]](a P) ([]byte, error) {
+	c := *a
+	*P(&c).checksum() = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return nil, err
+	}
+	*a.checksum() = sum
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// unseal checks the checksum of a, decoded from b, and that b is exactly
+// a's canonical encoding.
+func unseal[T any, P sealable[T]](b []byte, a P) error {
+	c := *a
+	*P(&c).checksum() = ""
+	sum, err := checksumOf(&c)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if sum != *a.checksum() {
+		return fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
+	}
+	return checkCanonical(b, P(&c))
+}
+
+// checkRuns checks runs of pages (what names them in errors): each
+// non-empty and inside a memory of pages pages, none continuing the one
+// before it (runs are maximal in their order), no page in two runs. It
+// returns the pages they hold (at most pages).
+func checkRuns(what string, runs []Region, pages uint64) (uint64, error) {
+	for i, r := range runs {
+		if err := checkRegion(what, i, r, pages); err != nil {
+			return 0, err
+		}
+		if i > 0 && r.Start == runs[i-1].End() {
+			return 0, fmt.Errorf("%w: %s %d continues %s %d", ErrCorrupt, what, i, what, i-1)
+		}
+	}
+	sorted := append([]Region(nil), runs...)
+	sortRegions(sorted)
+	var total uint64
+	for i, r := range sorted {
+		if i > 0 && r.Start < sorted[i-1].End() {
+			return 0, fmt.Errorf("%w: page %d is in two %ss", ErrCorrupt, r.Start, what)
+		}
+		total += r.Pages
+	}
+	return total, nil
+}
+
 // checkCanonical requires b to be exactly the encoding of the manifest it
 // decoded to (m, a copy it may modify). The checksum covers the decoded
 // values; this covers every byte too, since encoding/json would otherwise

@@ -2,7 +2,6 @@ package memlayout
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -155,19 +154,10 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 func (a *FaaSnapArtifact) Encode() ([]byte, error) {
 	a.Magic, a.FormatVersion, a.PageSize = FaaSnapMagic, FormatVersion, int(PageSize)
 	a.normalize()
-	c := *a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, err
-	}
-	a.Checksum = sum
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return seal(a)
 }
+
+func (a *FaaSnapArtifact) checksum() *string { return &a.Checksum }
 
 // normalize makes absent lists empty, so null and [] encode alike.
 func (a *FaaSnapArtifact) normalize() {
@@ -197,16 +187,7 @@ func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) {
 		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
 	}
 	a.normalize()
-	c := a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if sum != a.Checksum {
-		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
-	}
-	if err := checkCanonical(b, &c); err != nil {
+	if err := unseal(b, &a); err != nil {
 		return nil, err
 	}
 	if err := a.validate(); err != nil {

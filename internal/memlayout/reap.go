@@ -1,7 +1,6 @@
 package memlayout
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -114,19 +113,10 @@ func (a *REAPArtifact) Encode() ([]byte, error) {
 	if a.Pages == nil {
 		a.Pages = []Region{}
 	}
-	c := *a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, err
-	}
-	a.Checksum = sum
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return seal(a)
 }
+
+func (a *REAPArtifact) checksum() *string { return &a.Checksum }
 
 // DecodeREAP parses and checks a reap.json: magic, version (newer is
 // ErrIncompatible), page size, checksum and structure: runs non-empty, in
@@ -147,38 +137,16 @@ func DecodeREAP(b []byte) (*REAPArtifact, error) {
 	if a.Pages == nil {
 		a.Pages = []Region{}
 	}
-	c := a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if sum != a.Checksum {
-		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
-	}
-	if err := checkCanonical(b, &c); err != nil {
+	if err := unseal(b, &a); err != nil {
 		return nil, err
 	}
 	pages, err := checkMemory(a.Memory)
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range a.Pages {
-		if err := checkRegion("page run", i, r, pages); err != nil {
-			return nil, err
-		}
-		if i > 0 && r.Start == a.Pages[i-1].End() {
-			return nil, fmt.Errorf("%w: page run %d continues run %d", ErrCorrupt, i, i-1)
-		}
-	}
-	sorted := append([]Region(nil), a.Pages...)
-	sortRegions(sorted)
-	var total uint64
-	for i, r := range sorted {
-		if i > 0 && r.Start < sorted[i-1].End() {
-			return nil, fmt.Errorf("%w: page %d stored twice", ErrCorrupt, r.Start)
-		}
-		total += r.Pages // disjoint and in bounds: total <= pages
+	total, err := checkRuns("page run", a.Pages, pages)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkDataSize(WorkingSetDataFile, a.WSFile, total); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package memlayout
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -189,19 +188,10 @@ func (a *SnapBPFArtifact) Encode() ([]byte, error) {
 	if a.Ranges == nil {
 		a.Ranges = []Region{}
 	}
-	c := *a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, err
-	}
-	a.Checksum = sum
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return seal(a)
 }
+
+func (a *SnapBPFArtifact) checksum() *string { return &a.Checksum }
 
 // DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
 // ErrIncompatible), page size, checksum, canonical form, and structure:
@@ -222,38 +212,16 @@ func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) {
 	if a.Ranges == nil {
 		a.Ranges = []Region{}
 	}
-	c := a
-	c.Checksum = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if sum != a.Checksum {
-		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
-	}
-	if err := checkCanonical(b, &c); err != nil {
+	if err := unseal(b, &a); err != nil {
 		return nil, err
 	}
 	pages, err := checkMemory(a.Memory)
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range a.Ranges {
-		if err := checkRegion("range", i, r, pages); err != nil {
-			return nil, err
-		}
-		if i > 0 && r.Start == a.Ranges[i-1].End() {
-			return nil, fmt.Errorf("%w: range %d continues range %d", ErrCorrupt, i, i-1)
-		}
-	}
-	sorted := append([]Region(nil), a.Ranges...)
-	sortRegions(sorted)
-	var total uint64
-	for i, r := range sorted {
-		if i > 0 && r.Start < sorted[i-1].End() {
-			return nil, fmt.Errorf("%w: page %d prefetched twice", ErrCorrupt, r.Start)
-		}
-		total += r.Pages
+	total, err := checkRuns("range", a.Ranges, pages)
+	if err != nil {
+		return nil, err
 	}
 	cp := a.Capture
 	if cp.FreePages > cp.Pages || total != cp.Pages-cp.FreePages {
