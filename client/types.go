@@ -196,6 +196,7 @@ type StoreEntry struct {
 	SHA256   string    `json:"sha256"`
 	Bytes    int64     `json:"bytes"`
 	Regions  int       `json:"regions"`
+	PageSize int64     `json:"page_size,omitempty"`
 	StoredMS float64   `json:"stored_ms"`
 	StoredAt time.Time `json:"stored_at"`
 }
@@ -206,9 +207,11 @@ type StoreInfo struct {
 	Error         string       `json:"error,omitempty"`
 	Dir           string       `json:"dir,omitempty"`
 	Kind          string       `json:"kind,omitempty"`
+	PageSize      int64        `json:"page_size,omitempty"`
 	CapacityBytes int64        `json:"capacity_bytes"`
 	FreeBytes     int64        `json:"free_bytes"`
 	UsedBytes     int64        `json:"used_bytes"`
+	ReservedBytes int64        `json:"reserved_bytes,omitempty"` // hugetlbfs: reserved by live clones
 	Entries       []StoreEntry `json:"entries"`
 }
 
@@ -231,4 +234,8 @@ type VMMemory struct {
 	ShmemBytes        uint64 `json:"shmem_bytes"`
 	SwapBytes         uint64 `json:"swap_bytes"`
 	PrivateDirtyBytes uint64 `json:"private_dirty_bytes"`
+	// Huge pages (premap from a hugetlbfs memory store): all it maps, and
+	// those it copied on write (private to it).
+	HugetlbBytes     uint64 `json:"hugetlb_bytes"`
+	HugetlbAnonBytes uint64 `json:"hugetlb_anon_bytes"`
 }

@@ -27,18 +27,27 @@ type MemorySample struct {
 	// memory (guest pages written or copied in, QEMU's own heap and TCG
 	// translation cache), and RSS and PSS for reference.
 	AnonBytes uint64 `json:"anon_bytes"`
-	RSSBytes  uint64 `json:"rss_bytes"`
-	PSSBytes  uint64 `json:"pss_bytes"`
+	// HugetlbAnonBytes are huge pages copied on write (premap from a
+	// hugetlbfs store), private like AnonBytes but not part of it.
+	HugetlbAnonBytes uint64 `json:"hugetlb_anon_bytes,omitempty"`
+	// HugetlbReservedBytes are huge pages the clones' private mappings
+	// have reserved and not (yet) used for copy-on-write: not in use, but
+	// unavailable to anything else while the clones live. Not in the total.
+	HugetlbReservedBytes int64  `json:"hugetlb_reserved_bytes,omitempty"`
+	RSSBytes             uint64 `json:"rss_bytes"`
+	PSSBytes             uint64 `json:"pss_bytes"`
 	// Shared, counted once: page-cache pages of the snapshot's files
 	// (memory file, strategy artifacts) and its memory-store copy.
 	PageCacheBytes int64 `json:"page_cache_bytes"`
 	StoreBytes     int64 `json:"store_bytes"`
-	// TotalBytes = AnonBytes + PageCacheBytes + StoreBytes: what the host
+	// TotalBytes = AnonBytes + HugetlbAnonBytes + PageCacheBytes +
+	// StoreBytes: what the host
 	// spends on the clones' guest memory and VMMs.
 	TotalBytes uint64 `json:"total_bytes"`
 	// PerCloneBytes = TotalBytes / Clones.
 	PerCloneBytes uint64 `json:"per_clone_bytes"`
-	// AnonPerVM are each clone's anonymous bytes.
+	// AnonPerVM are each clone's private bytes (anonymous, huge pages
+	// included).
 	AnonPerVM []uint64 `json:"anon_per_vm"`
 	RestoreMS float64  `json:"restore_ms"` // restoring and invoking all clones (sequentially)
 }
@@ -155,16 +164,20 @@ func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap 
 			return nil, err
 		}
 		smp.AnonBytes += m.AnonBytes
+		smp.HugetlbAnonBytes += m.HugetlbAnonBytes
 		smp.RSSBytes += m.RSSBytes
 		smp.PSSBytes += m.PSSBytes
-		smp.AnonPerVM = append(smp.AnonPerVM, m.AnonBytes)
+		smp.AnonPerVM = append(smp.AnonPerVM, m.AnonBytes+m.HugetlbAnonBytes)
 	}
 	sm, err := c.SnapshotMemory(ctx, snap.ID)
 	if err != nil {
 		return nil, err
 	}
 	smp.PageCacheBytes, smp.StoreBytes = sm.PageCacheBytes, sm.StoreBytes
-	smp.TotalBytes = smp.AnonBytes + uint64(sm.PageCacheBytes) + uint64(sm.StoreBytes)
+	if st, err := c.Store(ctx); err == nil && st.Kind == "hugetlbfs" {
+		smp.HugetlbReservedBytes = st.ReservedBytes
+	}
+	smp.TotalBytes = smp.AnonBytes + smp.HugetlbAnonBytes + uint64(sm.PageCacheBytes) + uint64(sm.StoreBytes)
 	smp.PerCloneBytes = smp.TotalBytes / uint64(n)
 	return smp, nil
 }
@@ -178,7 +191,7 @@ func (r *MemoryResult) Markdown() string {
 	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**. %s.\n\n",
 		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("N clones restored from one snapshot (page cache evicted first), each invoked once with the test input, all alive when measured. " +
-		"Total = Σ private anonymous memory of the N QEMU processes + page-cache pages of the snapshot's files + its memory-store copy, the shared parts counted once. MiB.\n\n")
+		"Total = Σ private memory of the N QEMU processes (anonymous pages, and huge pages copied on write from a hugetlbfs store) + page-cache pages of the snapshot's files + its memory-store copy, the shared parts counted once. MiB.\n\n")
 	fns := map[string]bool{}
 	for _, s := range r.Samples {
 		fns[s.Function] = true
@@ -193,7 +206,7 @@ func (r *MemoryResult) Markdown() string {
 		for _, n := range r.Clones {
 			fmt.Fprintf(&b, " N=%d |", n)
 		}
-		b.WriteString(" anon per VM (N=max) | shared (N=max) |\n|---|")
+		b.WriteString(" private per VM (N=max) | shared (N=max) |\n|---|")
 		for range r.Clones {
 			b.WriteString("---:|")
 		}
@@ -214,7 +227,7 @@ func (r *MemoryResult) Markdown() string {
 				fmt.Fprintf(&b, " %.1f (%.0f) |", mib(x.PerCloneBytes), mib(x.TotalBytes))
 			}
 			if last != nil {
-				fmt.Fprintf(&b, " %.1f | %.1f |\n", mib(last.AnonBytes)/float64(last.Clones),
+				fmt.Fprintf(&b, " %.1f | %.1f |\n", mib(last.AnonBytes+last.HugetlbAnonBytes)/float64(last.Clones),
 					float64(last.PageCacheBytes+last.StoreBytes)/(1<<20))
 			} else {
 				b.WriteString(" – | – |\n")

@@ -52,9 +52,11 @@ type StoreInfo struct {
 	Error         string        `json:"error,omitempty"` // why it is not available
 	Dir           string        `json:"dir,omitempty"`
 	Kind          store.Kind    `json:"kind,omitempty"`
+	PageSize      int64         `json:"page_size,omitempty"`
 	CapacityBytes int64         `json:"capacity_bytes"`
 	FreeBytes     int64         `json:"free_bytes"`
 	UsedBytes     int64         `json:"used_bytes"`
+	ReservedBytes int64         `json:"reserved_bytes,omitempty"`
 	Entries       []store.Entry `json:"entries"`
 }
 
@@ -67,8 +69,8 @@ func (s *Service) StoreInfo(context.Context) (*StoreInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StoreInfo{Available: true, Dir: in.Dir, Kind: in.Kind, CapacityBytes: in.CapacityBytes,
-		FreeBytes: in.FreeBytes, UsedBytes: in.UsedBytes, Entries: in.Entries}, nil
+	return &StoreInfo{Available: true, Dir: in.Dir, Kind: in.Kind, PageSize: in.PageSize, CapacityBytes: in.CapacityBytes,
+		FreeBytes: in.FreeBytes, UsedBytes: in.UsedBytes, ReservedBytes: in.ReservedBytes, Entries: in.Entries}, nil
 }
 
 // StoreSnapshot places a verified copy of a snapshot's memory file in the

@@ -27,3 +27,14 @@ func TestReadSelf(t *testing.T) {
 		t.Fatal("reading a pid that does not exist succeeded")
 	}
 }
+
+func TestHugeAnon(t *testing.T) {
+	nm := []byte(`7f0000000000 default file=/mnt/huge/snap-1.mem huge anon=26 dirty=26 mapped=50 N0=50 kernelpagesize_kB=2048
+7f1000000000 default anon=300 dirty=300 N0=300 kernelpagesize_kB=4
+7f2000000000 default file=/mnt/huge/snap-1.mem huge mapped=2 N0=2 kernelpagesize_kB=2048
+7f3000000000 default file=/mnt/giga/x huge anon=1 dirty=1 N0=1 kernelpagesize_kB=1048576
+`)
+	if got, want := hugeAnon(nm), uint64(26*2<<20+1<<30); got != want {
+		t.Fatalf("hugeAnon = %d, want %d (4 KiB anonymous pages are not huge pages)", got, want)
+	}
+}

@@ -18,8 +18,8 @@ import (
 // premap restores from the snapshot memory store with every guest page
 // mapped before the vCPU runs (PASS, seed 001):
 //   - §3 (persistent memory as the snapshot medium): the memory file's copy
-//     lives in the store (tmpfs, or a DAX filesystem on persistent memory)
-//     and is mapped, never read into a buffer or copied;
+//     lives in the store (tmpfs, hugetlbfs, or a DAX filesystem on
+//     persistent memory) and is mapped, never read into a buffer or copied;
 //   - §4 (complete address indexing): the interposer maps all of guest
 //     memory - non-zero regions private from the store copy, zero regions
 //     anonymous - and pre-faults every page read-only (MADV_POPULATE_READ)
@@ -31,7 +31,12 @@ import (
 // tables of an unmodified QEMU from the store file, so "pre-faulted" costs a
 // populate pass over the mapping at every restore (reported as PopulateMS,
 // part of set-up). Zero regions map the shared zero page instead of store
-// memory, so the store holds only non-zero pages.
+// memory, so the store holds only non-zero pages. PASS maps devdax with
+// each VM in its own range; thaw maps one copy private into every clone
+// (device-DAX cannot be mapped private, so it is not a store tier). On
+// hugetlbfs the regions are whole huge pages and QEMU, seeing its backing
+// file there, aligns guest RAM to the huge page size so they map as such;
+// copy-on-write then copies a whole huge page into the clone.
 type premap struct {
 	snap   Snapshot
 	entry  *store.Entry
@@ -75,14 +80,23 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	}); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(e.Path)
+	regions, err := env.Store.Regions(e)
 	if err != nil {
 		return nil, err
 	}
-	regions, err := store.Extents(f, e.Size)
-	f.Close()
-	if err != nil {
-		return nil, err
+	if env.Store.Kind() == store.HugeTLBFS {
+		// QEMU's private mapping of the copy reserves a huge page for
+		// every mapped huge page (for its copy-on-writes); without them
+		// the mapping fails inside QEMU. Say so here, where premap can
+		// still fall back.
+		in, err := env.Store.Info()
+		if err != nil {
+			return nil, err
+		}
+		if in.FreeBytes < e.Bytes {
+			return nil, fmt.Errorf("the huge page pool has %d MiB unreserved, a premap clone of %s reserves %d MiB for copy-on-write (raise vm.nr_hugepages)",
+				in.FreeBytes>>20, snap.Manifest.ID, e.Bytes>>20)
+		}
 	}
 	t := memlayout.ShimTable{MemSize: uint64(e.Size)}
 	for _, r := range regions {

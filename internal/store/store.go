@@ -3,11 +3,19 @@
 // strategy maps straight into restored VMs.
 //
 // PASS (seed 001, §3) keeps snapshot memory in byte-addressable persistent
-// memory so a restore maps it instead of reading it. thaw's store is, in
-// order of preference, a filesystem-DAX mount (persistent memory, as in
-// PASS), hugetlbfs is deliberately not used (see Open), and otherwise tmpfs
-// (DRAM, the default /dev/shm/thaw-store). Snapshots are placed in the store
-// explicitly; the store never evicts on its own.
+// memory so a restore maps it instead of reading it. thaw's store lives on
+// one of three tiers, chosen by where its directory is (see Open):
+//   - filesystem-DAX: persistent memory behind a filesystem mounted -o dax,
+//     as in PASS;
+//   - hugetlbfs: DRAM in 2 MiB (or 1 GiB) huge pages, when the host has
+//     configured a huge page pool; the copy then holds only the huge pages
+//     with non-zero bytes, and restores map it in huge-page units;
+//   - tmpfs: DRAM in 4 KiB pages (the default, /dev/shm/thaw-store).
+//
+// Device-DAX is not a tier: the kernel refuses private mappings of a DAX
+// character device (drivers/dax/device.c, check_vma), so clones could not
+// copy-on-write over it; Open says how to reconfigure it as fsdax.
+// Snapshots are placed in the store explicitly; it never evicts on its own.
 //
 // Layout: <dir>/<snapshot-id>.mem is a sparse copy of the memory file (holes
 // where the guest memory is zero), <dir>/<snapshot-id>.json its description.
@@ -42,12 +50,16 @@ type Kind string
 
 // Store kinds.
 const (
-	TmpFS Kind = "tmpfs" // DRAM (shared memory)
-	FSDAX Kind = "fsdax" // persistent memory behind a DAX-mounted filesystem
+	TmpFS     Kind = "tmpfs"     // DRAM (shared memory)
+	HugeTLBFS Kind = "hugetlbfs" // DRAM in huge pages
+	FSDAX     Kind = "fsdax"     // persistent memory behind a DAX-mounted filesystem
 )
 
 // DefaultDir holds the default stores, one per daemon data directory.
 const DefaultDir = "/dev/shm/thaw-store"
+
+// HugeMetaDir holds the entry descriptions of hugetlbfs stores.
+const HugeMetaDir = "/dev/shm/thaw-store-meta"
 
 // DefaultDirFor is the default store of the daemon whose data directory is
 // dataDir: a store belongs to one catalog, which removes the entries of
@@ -78,42 +90,66 @@ var (
 
 // Entry describes one stored snapshot memory file.
 type Entry struct {
-	Snapshot string    `json:"snapshot"`
-	Path     string    `json:"path"`
-	Size     int64     `json:"size"`   // bytes of guest memory
-	SHA256   string    `json:"sha256"` // of every byte, holes as zeros
-	Bytes    int64     `json:"bytes"`  // store memory it takes (allocated)
-	Regions  int       `json:"regions"`
+	Snapshot string `json:"snapshot"`
+	Path     string `json:"path"`
+	Size     int64  `json:"size"`   // bytes of guest memory
+	SHA256   string `json:"sha256"` // of every byte, holes as zeros
+	Bytes    int64  `json:"bytes"`  // store memory it takes (allocated)
+	Regions  int    `json:"regions"`
+	// PageSize is the tier's page (bytes): the unit the copy is allocated
+	// and mapped in. 4096 except on hugetlbfs.
+	PageSize int64 `json:"page_size,omitempty"`
+	// Extents are the copy's data regions where the tier cannot report
+	// them itself (hugetlbfs has no SEEK_DATA).
+	Extents  []Extent  `json:"extents,omitempty"`
 	StoredMS float64   `json:"stored_ms"`
 	StoredAt time.Time `json:"stored_at"`
 }
 
+// Extent is a data region of a stored copy, in 4 KiB pages.
+type Extent struct {
+	Start uint64 `json:"start_page"`
+	Pages uint64 `json:"pages"`
+}
+
 // Info is the store's state.
 type Info struct {
-	Dir           string  `json:"dir"`
-	Kind          Kind    `json:"kind"`
-	CapacityBytes int64   `json:"capacity_bytes"` // of the filesystem
-	FreeBytes     int64   `json:"free_bytes"`     // available on the filesystem
-	UsedBytes     int64   `json:"used_bytes"`     // by thaw's entries
+	Dir           string `json:"dir"`
+	Kind          Kind   `json:"kind"`
+	PageSize      int64  `json:"page_size"`      // bytes per page of the tier
+	CapacityBytes int64  `json:"capacity_bytes"` // of the filesystem (hugetlbfs: the huge page pool)
+	FreeBytes     int64  `json:"free_bytes"`     // available on the filesystem (hugetlbfs: free, unreserved huge pages)
+	UsedBytes     int64  `json:"used_bytes"`     // by thaw's entries
+	// ReservedBytes (hugetlbfs) are huge pages reserved by private
+	// mappings: every premap clone reserves its copy's size for its
+	// copy-on-writes.
+	ReservedBytes int64   `json:"reserved_bytes,omitempty"`
 	Entries       []Entry `json:"entries"`
 }
 
 // Store is an opened store directory.
 type Store struct {
-	dir  string
-	kind Kind
-	mu   sync.Mutex // serializes Put and Remove
+	dir      string
+	metaDir  string // where entry descriptions live: dir, except on hugetlbfs
+	kind     Kind
+	pageSize int64      // bytes
+	mu       sync.Mutex // serializes Put and Remove
 }
 
 var idRe = regexp.MustCompile(`^[a-z]+-[0-9a-z]+$`)
 
 // Open opens (creating it if needed) the store at dir and classifies its
 // tier. A directory on disk is refused: premap's point is that nothing is
-// read from storage. hugetlbfs is refused too: the guest memory must be
-// mapped with 4 KiB private copy-on-write granularity over an anonymous
-// base (zero regions), which a hugetlbfs mapping cannot provide without
-// turning every zero 2 MiB page into private memory of every clone.
+// read from storage. A hugetlbfs mount is refused while its huge page pool
+// is empty (huge pages not configured), and a device-DAX path with how to
+// make it a filesystem-DAX one.
 func Open(dir string) (*Store, error) {
+	if strings.HasPrefix(filepath.Clean(dir), "/dev/dax") {
+		return nil, fmt.Errorf("%w: %s is a device-DAX device: the kernel maps device-DAX only shared (drivers/dax/device.c refuses MAP_PRIVATE), "+
+			"so premap clones could not copy-on-write over it; reconfigure the namespace as fsdax "+
+			"(ndctl create-namespace -f -e NAMESPACE -m fsdax), make a filesystem on /dev/pmemN, mount it with -o dax and give a directory on it",
+			ErrUnsupported, dir)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("memory store %s: %w", dir, err)
 	}
@@ -126,17 +162,35 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("memory store %s: statfs: %w", abs, err)
 	}
 	var kind Kind
+	pageSize := int64(memlayout.PageSize)
 	switch {
 	case st.Type == unix.TMPFS_MAGIC:
 		kind = TmpFS
 	case st.Type == unix.HUGETLBFS_MAGIC:
-		return nil, fmt.Errorf("%w: %s is hugetlbfs; premap maps guest memory with 4 KiB copy-on-write pages over an anonymous base, which hugetlbfs cannot back (use tmpfs or a DAX filesystem)", ErrUnsupported, abs)
+		kind, pageSize = HugeTLBFS, st.Bsize
+		p, err := readPool(pageSize)
+		if err != nil {
+			return nil, fmt.Errorf("memory store %s: %w", abs, err)
+		}
+		if p.total == 0 {
+			return nil, fmt.Errorf("%w: %s is hugetlbfs but no %d KiB huge pages are configured (vm.nr_hugepages is 0); "+
+				"configure a pool (e.g. sysctl vm.nr_hugepages=1024) or use tmpfs", ErrUnsupported, abs, pageSize>>10)
+		}
 	case mountHasDAX(abs):
 		kind = FSDAX
 	default:
-		return nil, fmt.Errorf("%w: %s is on a disk filesystem (type %#x); use tmpfs (e.g. /dev/shm) or a filesystem mounted with -o dax", ErrUnsupported, abs, st.Type)
+		return nil, fmt.Errorf("%w: %s is on a disk filesystem (type %#x); use tmpfs (e.g. /dev/shm), hugetlbfs or a filesystem mounted with -o dax", ErrUnsupported, abs, st.Type)
 	}
-	s := &Store{dir: abs, kind: kind}
+	s := &Store{dir: abs, metaDir: abs, kind: kind, pageSize: pageSize}
+	if kind == HugeTLBFS {
+		// hugetlbfs files cannot be written with write(2): descriptions
+		// live in shared memory, which a reboot clears with the copies.
+		sum := sha256.Sum256([]byte(abs))
+		s.metaDir = filepath.Join(HugeMetaDir, hex.EncodeToString(sum[:6]))
+		if err := os.MkdirAll(s.metaDir, 0o700); err != nil {
+			return nil, fmt.Errorf("memory store %s: %w", abs, err)
+		}
+	}
 	s.removeTemps()
 	return s, nil
 }
@@ -147,13 +201,24 @@ func (s *Store) Dir() string { return s.dir }
 // Kind is the store's tier.
 func (s *Store) Kind() Kind { return s.kind }
 
-func (s *Store) memPath(id string) string  { return filepath.Join(s.dir, id+".mem") }
-func (s *Store) metaPath(id string) string { return filepath.Join(s.dir, id+".json") }
+// PageSize is the tier's page size in bytes.
+func (s *Store) PageSize() int64 { return s.pageSize }
 
+func (s *Store) memPath(id string) string  { return filepath.Join(s.dir, id+".mem") }
+func (s *Store) metaPath(id string) string { return filepath.Join(s.metaDir, id+".json") }
+
+// MetaDir is where the entry descriptions of a store live (its own
+// directory, or under HugeMetaDir for hugetlbfs).
+func (s *Store) MetaDir() string { return s.metaDir }
+
+// removeTemps drops what an interrupted Put left: temporary copies, and
+// copies without a description (Put writes the description first).
 func (s *Store) removeTemps() {
 	ents, _ := os.ReadDir(s.dir)
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		id, isMem := strings.CutSuffix(e.Name(), ".mem")
+		_, err := os.Stat(s.metaPath(id))
+		if strings.HasPrefix(e.Name(), ".tmp-") || (isMem && idRe.MatchString(id) && errors.Is(err, fs.ErrNotExist)) {
 			_ = os.Remove(filepath.Join(s.dir, e.Name()))
 		}
 	}
@@ -172,6 +237,9 @@ func (s *Store) Put(id, memPath string, want snapshot.FileInfo) (*Entry, error) 
 	defer s.mu.Unlock()
 	if e, err := s.get(id); err == nil {
 		return e, nil
+	}
+	if s.kind == HugeTLBFS {
+		return s.putHuge(id, memPath, want)
 	}
 	// Room: the data plus filled gaps is at most the source's allocation
 	// rounded up per extent; ask for the source's allocation plus 1/16.
@@ -208,20 +276,26 @@ func (s *Store) Put(id, memPath string, want snapshot.FileInfo) (*Entry, error) 
 		return nil, err
 	}
 	e := &Entry{Snapshot: id, Path: s.memPath(id), Size: fi.Size, SHA256: fi.SHA256,
-		Bytes: after.Blocks * 512, Regions: len(regions),
+		Bytes: after.Blocks * 512, Regions: len(regions), PageSize: s.pageSize,
 		StoredMS: float64(time.Since(start).Microseconds()) / 1000, StoredAt: time.Now().UTC()}
+	return e, s.commit(tmp, e)
+}
+
+// commit writes e's description and moves the copy at tmp into place.
+func (s *Store) commit(tmp string, e *Entry) error {
+	id := e.Snapshot
 	meta, _ := json.MarshalIndent(e, "", "  ")
 	if err := os.WriteFile(s.metaPath(id), meta, 0o600); err != nil {
 		_ = os.Remove(tmp)
 		_ = os.Remove(s.metaPath(id))
-		return nil, fmt.Errorf("memory store: %s: %w", id, err)
+		return fmt.Errorf("memory store: %s: %w", id, err)
 	}
 	if err := os.Rename(tmp, e.Path); err != nil {
 		_ = os.Remove(tmp)
 		_ = os.Remove(s.metaPath(id))
-		return nil, err
+		return err
 	}
-	return e, nil
+	return nil
 }
 
 // fillGaps writes zeros into every hole shorter than mergeGap between
@@ -280,6 +354,24 @@ func Extents(f *os.File, size int64) ([]memlayout.Region, error) {
 	return out, nil
 }
 
+// Regions returns the data regions of a stored copy, in 4 KiB pages:
+// recorded at Put on hugetlbfs, asked of the file (SEEK_DATA) elsewhere.
+func (s *Store) Regions(e *Entry) ([]memlayout.Region, error) {
+	if s.kind == HugeTLBFS {
+		out := make([]memlayout.Region, len(e.Extents))
+		for i, x := range e.Extents {
+			out[i] = memlayout.Region{Start: x.Start, Pages: x.Pages}
+		}
+		return out, nil
+	}
+	f, err := os.Open(e.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Extents(f, e.Size)
+}
+
 // Get returns the entry of a stored snapshot, ErrNotStored if there is none.
 func (s *Store) Get(id string) (*Entry, error) {
 	if !idRe.MatchString(id) {
@@ -335,9 +427,20 @@ func (s *Store) Info() (*Info, error) {
 	if err := unix.Statfs(s.dir, &st); err != nil {
 		return nil, err
 	}
-	in := &Info{Dir: s.dir, Kind: s.kind, CapacityBytes: int64(st.Blocks) * st.Bsize,
+	in := &Info{Dir: s.dir, Kind: s.kind, PageSize: s.pageSize, CapacityBytes: int64(st.Blocks) * st.Bsize,
 		FreeBytes: int64(st.Bavail) * st.Bsize, Entries: []Entry{}}
-	ents, err := os.ReadDir(s.dir)
+	if s.kind == HugeTLBFS {
+		p, err := readPool(s.pageSize)
+		if err != nil {
+			return nil, err
+		}
+		in.CapacityBytes, in.FreeBytes, in.ReservedBytes = p.total*s.pageSize, p.available()*s.pageSize, p.reserved*s.pageSize
+		if lim := int64(st.Blocks); lim > 0 { // a size= limit on the mount
+			in.CapacityBytes = min(in.CapacityBytes, lim*s.pageSize)
+			in.FreeBytes = min(in.FreeBytes, int64(st.Bavail)*s.pageSize)
+		}
+	}
+	ents, err := os.ReadDir(s.metaDir)
 	if err != nil {
 		return nil, err
 	}
@@ -356,6 +459,13 @@ func (s *Store) Info() (*Info, error) {
 }
 
 func (s *Store) free() int64 {
+	if s.kind == HugeTLBFS {
+		in, err := s.Info()
+		if err != nil {
+			return -1
+		}
+		return in.FreeBytes
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(s.dir, &st); err != nil {
 		return -1

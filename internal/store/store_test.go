@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/thaw-dev/thaw/internal/hugetest"
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
@@ -180,4 +182,115 @@ func mustStatfsType(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return st.Type
+}
+
+// hugeStore is a store on a hugetlbfs mount whose pool has pages 2 MiB
+// pages to spare.
+func hugeStore(t *testing.T, pages int) *Store {
+	t.Helper()
+	s, err := Open(hugetest.Mount(t, pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(s.MetaDir()) })
+	if s.Kind() != HugeTLBFS || s.PageSize() != 2<<20 {
+		t.Fatalf("kind %s page %d, want hugetlbfs 2 MiB", s.Kind(), s.PageSize())
+	}
+	return s
+}
+
+// On hugetlbfs the copy holds whole huge pages, only those with a non-zero
+// byte, and records its regions (the tier has no SEEK_DATA).
+func TestHugeTLBFSPutGetRemove(t *testing.T) {
+	s := hugeStore(t, 8)
+	const per = 512 // 4 KiB pages per huge page
+	// 8 huge pages of guest memory: data in huge pages 0, 1 (adjacent:
+	// one region), 5; huge page 3 is allocated in the source but zero.
+	src, fi := memFile(t, 8*per, []uint64{0, per + 7, 5*per + 511})
+	f, err := os.OpenFile(src, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, memlayout.PageSize), 3*per*int64(memlayout.PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e, err := s.Put("snap-huge", src, fi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Extent{{Start: 0, Pages: 2 * per}, {Start: 5 * per, Pages: per}}
+	if len(e.Extents) != len(want) || e.Extents[0] != want[0] || e.Extents[1] != want[1] || e.Regions != 2 {
+		t.Fatalf("extents %+v, want %+v", e.Extents, want)
+	}
+	if e.Bytes != 3<<21 || e.PageSize != 2<<20 {
+		t.Errorf("store bytes %d page %d, want 3 huge pages", e.Bytes, e.PageSize)
+	}
+	got, err := snapshot.HashFile(e.Path)
+	if err != nil || got.SHA256 != fi.SHA256 || got.Size != fi.Size {
+		t.Fatalf("stored copy differs: %v %+v vs %+v", err, got, fi)
+	}
+	g, err := s.Get("snap-huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Regions(g); err != nil || len(r) != 2 {
+		t.Fatalf("regions of the reloaded entry: %v %v", r, err)
+	}
+	in, err := s.Info()
+	if err != nil || in.Kind != HugeTLBFS || in.UsedBytes != 3<<21 || in.CapacityBytes < 8<<21 || len(in.Entries) != 1 {
+		t.Fatalf("info %+v %v", in, err)
+	}
+	if err := s.Remove("snap-huge"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("snap-huge"); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("after remove: %v", err)
+	}
+}
+
+// A pool too small for the copy: ErrFull, nothing left behind, every huge
+// page given back.
+func TestHugeTLBFSPoolFull(t *testing.T) {
+	s := hugeStore(t, 1)
+	before, _ := s.Info()
+	// Data in 3 huge pages: at least 2 more than this test's one page
+	// (other tests may hold pages of their own, never ours).
+	src, fi := memFile(t, 3*512, []uint64{0, 512, 1024})
+	if before.FreeBytes >= 3<<21 {
+		t.Skipf("the pool has %d MiB free from elsewhere; cannot make it run out", before.FreeBytes>>20)
+	}
+	if _, err := s.Put("snap-big", src, fi); !errors.Is(err, ErrFull) {
+		t.Fatalf("put into a full pool: %v, want ErrFull", err)
+	}
+	ents, _ := os.ReadDir(s.Dir())
+	if len(ents) != 0 {
+		t.Fatalf("left behind: %v", ents)
+	}
+	after, _ := s.Info()
+	if after.FreeBytes != before.FreeBytes {
+		t.Fatalf("pool free %d MiB after a failed put, %d before", after.FreeBytes>>20, before.FreeBytes>>20)
+	}
+}
+
+// hugetlbfs without configured huge pages (here: 1 GiB pages, which no
+// test configures) and device-DAX are refused with what to do instead.
+func TestOpenRefusesUnusableTiers(t *testing.T) {
+	if _, err := Open("/dev/dax0.0"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "fsdax") {
+		t.Fatalf("device-DAX: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting hugetlbfs needs root")
+	}
+	if b, err := os.ReadFile("/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		t.Skipf("1 GiB huge pages are configured or unsupported here (%q %v)", b, err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=1G", "thaw-test", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount hugetlbfs pagesize=1G: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	if _, err := Open(dir); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "nr_hugepages") {
+		t.Fatalf("hugetlbfs without a pool: %v", err)
+	}
 }

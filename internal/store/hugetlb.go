@@ -1,0 +1,160 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// The hugetlbfs tier. A hugetlbfs file is allocated in huge pages, has no
+// write(2) and no SEEK_DATA, so Put fallocates each huge page that holds a
+// non-zero byte, copies it in through a shared mapping, and records the
+// data regions in the entry. A restore maps those regions from the copy in
+// huge-page units (QEMU aligns the RAM block to the huge page size because
+// its backing file is on hugetlbfs) and the rest anonymous.
+//
+// The cost, measured by `thaw bench memory`: a guest write into a mapped
+// huge page copies the whole huge page into the clone (copy-on-write is per
+// mapped page), and each clone's private mapping reserves huge pages for
+// its copy-on-writes when QEMU maps it, so the pool must hold the copy
+// plus one copy's worth per live clone.
+
+// pool is a huge page pool (/sys/kernel/mm/hugepages/hugepages-<size>kB).
+type pool struct {
+	total, free, reserved, surplus int64 // pages
+}
+
+// available is the number of pages a new allocation or reservation can
+// take: free pages not promised to an existing reservation.
+func (p pool) available() int64 { return max(p.free-p.reserved, 0) }
+
+// poolDir is where the kernel publishes pools; a variable for tests.
+var poolDir = "/sys/kernel/mm/hugepages"
+
+func readPool(pageSize int64) (pool, error) {
+	dir := filepath.Join(poolDir, fmt.Sprintf("hugepages-%dkB", pageSize>>10))
+	var p pool
+	for name, dst := range map[string]*int64{"nr_hugepages": &p.total, "free_hugepages": &p.free,
+		"resv_hugepages": &p.reserved, "surplus_hugepages": &p.surplus} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return p, fmt.Errorf("huge page pool: %w", err)
+		}
+		if *dst, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil {
+			return p, fmt.Errorf("huge page pool: %s: %w", name, err)
+		}
+	}
+	return p, nil
+}
+
+// putHuge stores memPath on hugetlbfs: one pass over the source hashes
+// every byte (holes as zeros) and copies each huge page with data.
+func (s *Store) putHuge(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
+	start := time.Now()
+	if want.Size%s.pageSize != 0 {
+		return nil, fmt.Errorf("memory store: %s: guest memory of %d bytes is not a whole number of %d KiB huge pages", id, want.Size, s.pageSize>>10)
+	}
+	src, err := os.Open(memPath)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	if st.Size != want.Size {
+		return nil, fmt.Errorf("memory store: %s: %s is %d bytes, the snapshot manifest says %d", id, memPath, st.Size, want.Size)
+	}
+	tmp := filepath.Join(s.dir, ".tmp-"+id+".mem")
+	_ = os.Remove(tmp)
+	dst, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	regions, sum, err := s.copyHuge(dst, src, want.Size)
+	dst.Close()
+	if err == nil && sum != want.SHA256 {
+		err = fmt.Errorf("copy of %s does not match the snapshot manifest (sha256 %.12s, want %.12s)", memPath, sum, want.SHA256)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
+			return nil, fmt.Errorf("%w: storing %s: the %d KiB huge page pool ran out (%v)", ErrFull, id, s.pageSize>>10, err)
+		}
+		return nil, fmt.Errorf("memory store: %s: %w", id, err)
+	}
+	var after unix.Stat_t
+	if err := unix.Stat(tmp, &after); err != nil {
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	e := &Entry{Snapshot: id, Path: s.memPath(id), Size: want.Size, SHA256: sum,
+		Bytes: after.Blocks * 512, Regions: len(regions), PageSize: s.pageSize, Extents: regions,
+		StoredMS: float64(time.Since(start).Microseconds()) / 1000, StoredAt: time.Now().UTC()}
+	return e, s.commit(tmp, e)
+}
+
+// copyHuge copies every huge page of src with a non-zero byte into dst
+// (fallocate first, so a short pool is ENOSPC here and never SIGBUS in a
+// mapping), returning the data regions in 4 KiB pages and the SHA-256 of
+// all of src.
+func (s *Store) copyHuge(dst, src *os.File, size int64) ([]Extent, string, error) {
+	if err := dst.Truncate(size); err != nil {
+		return nil, "", err
+	}
+	h := sha256.New()
+	hp := s.pageSize
+	buf := make([]byte, hp)
+	zero := make([]byte, hp)
+	var out []Extent
+	for off := int64(0); off < size; off += hp {
+		// Skip reading huge pages that are holes in the source.
+		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) || (err == nil && data >= off+hp) {
+			h.Write(zero)
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("seek data: %w", err)
+		}
+		if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return nil, "", err
+		}
+		h.Write(buf)
+		if bytes.Equal(buf, zero) {
+			continue
+		}
+		if err := unix.Fallocate(int(dst.Fd()), 0, off, hp); err != nil {
+			return nil, "", fmt.Errorf("allocate huge page at %#x: %w", off, err)
+		}
+		m, err := unix.Mmap(int(dst.Fd()), off, int(hp), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return nil, "", fmt.Errorf("map huge page at %#x: %w", off, err)
+		}
+		copy(m, buf)
+		if err := unix.Munmap(m); err != nil {
+			return nil, "", err
+		}
+		first, pages := uint64(off)/memlayout.PageSize, uint64(hp)/memlayout.PageSize
+		if n := len(out); n > 0 && out[n-1].Start+out[n-1].Pages == first {
+			out[n-1].Pages += pages
+		} else {
+			out = append(out, Extent{Start: first, Pages: pages})
+		}
+	}
+	return out, hex.EncodeToString(h.Sum(nil)), nil
+}
