@@ -12,6 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/hugetest"
+	"github.com/thaw-dev/thaw/internal/store"
 )
 
 // TestPremapHugeTLBFS: premap from a memory store on hugetlbfs, with a huge
@@ -25,6 +26,7 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	// 256 MiB guests: the copy is at most 128 huge pages and each live
 	// clone reserves as many.
 	huge := hugetest.Mount(t, 3*128+8)
+	t.Cleanup(func() { os.RemoveAll(store.HugeMetaDirFor(huge)) })
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.StoreDir = huge })
 	c := e.c
 	ctx := ctxT(t)

@@ -11,6 +11,9 @@
 #   STRATEGIES   cold strategies (default: every strategy the daemon offers)
 #   REPS         repetitions (default 5)
 #   BENCH_ARGS   more `thaw bench eval` flags, e.g. "--burst-sizes 1,2 --no-warm"
+#   STORE_TIER   premap's memory store: tmpfs (default) or hugetlbfs (needs root:
+#                grows the 2 MiB huge page pool by HUGEPAGES, default 4096, for the
+#                run, mounts hugetlbfs, and gives both back after)
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
@@ -40,13 +43,35 @@ args=(bench eval --out "$OUT" --reps "$REPS")
 
 mkdir -p "$DATA"
 # premap's memory store lives in shared memory, removed with the data.
-STORE=$(mktemp -d /dev/shm/thaw-bench-store.XXXXXX)
+HUGE_ADDED=0
+case ${STORE_TIER:-tmpfs} in
+tmpfs) STORE=$(mktemp -d /dev/shm/thaw-bench-store.XXXXXX) ;;
+hugetlbfs)
+  [[ $(id -u) == 0 ]] || { echo "[bench] STORE_TIER=hugetlbfs needs root (huge page pool, mount)" >&2; exit 1; }
+  STORE=$(mktemp -d /var/tmp/thaw-bench-huge.XXXXXX)
+  nr=$(cat /proc/sys/vm/nr_hugepages)
+  HUGE_ADDED=${HUGEPAGES:-4096}
+  echo $((nr + HUGE_ADDED)) >/proc/sys/vm/nr_hugepages
+  got=$(($(cat /proc/sys/vm/nr_hugepages) - nr))
+  echo "[bench] huge page pool grown by $got of $HUGE_ADDED 2 MiB pages"
+  HUGE_ADDED=$got
+  mount -t hugetlbfs -o pagesize=2M thaw-bench "$STORE"
+  ;;
+*) echo "[bench] STORE_TIER must be tmpfs or hugetlbfs" >&2; exit 1 ;;
+esac
 bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
   wait "$THAWD" 2>/dev/null || true
-  rm -rf "$STORE"
+  if [[ ${STORE_TIER:-tmpfs} == hugetlbfs ]]; then
+    umount "$STORE" 2>/dev/null || true
+    rmdir "$STORE" 2>/dev/null || true
+    echo $(($(cat /proc/sys/vm/nr_hugepages) - HUGE_ADDED)) >/proc/sys/vm/nr_hugepages
+    rm -rf "/dev/shm/thaw-store-meta/$(printf %s "$STORE" | sha256sum | cut -c1-12)"
+  else
+    rm -rf "$STORE"
+  fi
   if [[ ${KEEP:-0} == 1 ]]; then
     echo "[bench] data and daemon log kept in $DATA"
   else

@@ -61,6 +61,13 @@ const DefaultDir = "/dev/shm/thaw-store"
 // HugeMetaDir holds the entry descriptions of hugetlbfs stores.
 const HugeMetaDir = "/dev/shm/thaw-store-meta"
 
+// HugeMetaDirFor is where the entry descriptions of the hugetlbfs store at
+// dir (an absolute path) live.
+func HugeMetaDirFor(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(HugeMetaDir, hex.EncodeToString(sum[:6]))
+}
+
 // DefaultDirFor is the default store of the daemon whose data directory is
 // dataDir: a store belongs to one catalog, which removes the entries of
 // snapshots it does not know.
@@ -185,8 +192,7 @@ func Open(dir string) (*Store, error) {
 	if kind == HugeTLBFS {
 		// hugetlbfs files cannot be written with write(2): descriptions
 		// live in shared memory, which a reboot clears with the copies.
-		sum := sha256.Sum256([]byte(abs))
-		s.metaDir = filepath.Join(HugeMetaDir, hex.EncodeToString(sum[:6]))
+		s.metaDir = HugeMetaDirFor(abs)
 		if err := os.MkdirAll(s.metaDir, 0o700); err != nil {
 			return nil, fmt.Errorf("memory store %s: %w", abs, err)
 		}
@@ -212,8 +218,18 @@ func (s *Store) metaPath(id string) string { return filepath.Join(s.metaDir, id+
 func (s *Store) MetaDir() string { return s.metaDir }
 
 // removeTemps drops what an interrupted Put left: temporary copies, and
-// copies without a description (Put writes the description first).
+// copies without a description (Put writes the description first); and on
+// hugetlbfs, descriptions whose copy is gone (the mount was replaced).
 func (s *Store) removeTemps() {
+	if s.metaDir != s.dir {
+		metas, _ := os.ReadDir(s.metaDir)
+		for _, e := range metas {
+			id, ok := strings.CutSuffix(e.Name(), ".json")
+			if _, err := os.Stat(s.memPath(id)); ok && errors.Is(err, fs.ErrNotExist) {
+				_ = os.Remove(filepath.Join(s.metaDir, e.Name()))
+			}
+		}
+	}
 	ents, _ := os.ReadDir(s.dir)
 	for _, e := range ents {
 		id, isMem := strings.CutSuffix(e.Name(), ".mem")
