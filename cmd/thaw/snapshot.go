@@ -174,10 +174,17 @@ func (a *app) printStore(in *client.StoreInfo) error {
 	}
 	w := newTable(a.stdout)
 	row(w, "Dir:", in.Dir)
-	row(w, "Kind:", in.Kind)
+	kind := in.Kind
+	if in.PageSize > 4096 {
+		kind += " (" + fmtBytes(in.PageSize) + " pages)"
+	}
+	row(w, "Kind:", kind)
 	row(w, "Capacity:", fmtBytes(in.CapacityBytes))
 	row(w, "Free:", fmtBytes(in.FreeBytes))
 	row(w, "Used by thaw:", fmtBytes(in.UsedBytes))
+	if in.Kind == "hugetlbfs" {
+		row(w, "Reserved by clones:", fmtBytes(in.ReservedBytes))
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
