@@ -89,6 +89,13 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	mux.Handle("DELETE /v1/vms/vm-gone", answer(404, `{"error":{"code":"not_found","message":"vm \"vm-gone\": not found"}}`))
 	mux.Handle("GET /v1/invocations", answer(200, invocationsJSON))
 	mux.Handle("POST /v1/vms", answer(201, restoredJSON))
+	mux.Handle("POST /v1/snapshots/snap-1/copy", answer(201, `{"id": "snap-2", "function": "hello", "dir": "/d/snap-2",
+	  "memory_mib": 256, "size_bytes": 268435456, "disk_bytes": 104857600, "create_ms": 812.5, "created_at": "2025-01-02T03:04:05Z"}`))
+	mux.Handle("POST /v1/snapshots/nope/copy", answer(404, `{"error":{"code":"not_found","message":"snapshot \"nope\": not found"}}`))
+	mux.Handle("GET /v1/store", answer(200, `{"available": true, "dir": "/mnt/huge", "kind": "hugetlbfs", "page_size": 2097152,
+	  "capacity_bytes": 8589934592, "free_bytes": 4294967296, "used_bytes": 104857600, "reserved_bytes": 96468992,
+	  "entries": [{"snapshot": "snap-1", "path": "/mnt/huge/snap-1.mem", "size": 268435456, "sha256": "00", "bytes": 104857600,
+	   "regions": 6, "page_size": 2097152, "stored_ms": 380, "stored_at": "2025-01-02T03:04:05Z"}]}`))
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
@@ -455,4 +462,23 @@ func TestVMRestoreShowsTiming(t *testing.T) {
 	if body["snapshot"] != "snap-1" || body["strategy"] != "mmap" {
 		t.Errorf("request body %v", body)
 	}
+}
+
+func TestSnapshotCopy(t *testing.T) {
+	f := newFakeDaemon(t)
+	r := f.thaw(t, "snapshot", "copy", "snap-1")
+	wantCode(t, r, 0)
+	wantContains(t, "stdout", r.stdout, "copied snap-1 to snap-2", "hello", "256 MiB")
+	r = f.thaw(t, "snapshot", "copy", "nope")
+	wantCode(t, r, 1)
+	wantContains(t, "stderr", r.stderr, "not found")
+	r = f.thaw(t, "snapshot", "copy")
+	wantCode(t, r, 2)
+}
+
+func TestStoreHugeTLBFS(t *testing.T) {
+	f := newFakeDaemon(t)
+	r := f.thaw(t, "snapshot", "store")
+	wantCode(t, r, 0)
+	wantContains(t, "stdout", r.stdout, "hugetlbfs (2.0 MiB pages)", "8.0 GiB", "Reserved by clones:", "92.0 MiB", "snap-1", "100.0 MiB")
 }
