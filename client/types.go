@@ -135,6 +135,7 @@ type Process struct {
 	RssAnonKiB  uint64 `json:"rss_anon_kib"`
 	RssFileKiB  uint64 `json:"rss_file_kib"`
 	RssShmemKiB uint64 `json:"rss_shmem_kib"`
+	HugetlbKiB  uint64 `json:"hugetlb_kib,omitempty"`
 }
 
 // PrepareResult describes what Prepare built.

@@ -68,6 +68,9 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	if inv.Process.MajorFaults > 2 {
 		t.Errorf("premap took %d major faults", inv.Process.MajorFaults)
 	}
+	if inv.Process.HugetlbKiB<<10 != uint64(entry.Bytes) {
+		t.Errorf("the clone maps %d KiB of huge pages, the copy is %d KiB", inv.Process.HugetlbKiB, entry.Bytes>>10)
+	}
 	t.Logf("cold: populate %.1f ms, setup %.1f ms, total %.1f ms, %d major faults", st.PopulateMS,
 		inv.Timing.Restore.SetupMS, inv.Timing.TotalMS, inv.Process.MajorFaults)
 

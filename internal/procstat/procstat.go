@@ -23,6 +23,9 @@ type Counters struct {
 	RssAnonKiB  uint64 `json:"rss_anon_kib"`
 	RssFileKiB  uint64 `json:"rss_file_kib"`
 	RssShmemKiB uint64 `json:"rss_shmem_kib"`
+	// HugetlbKiB: hugetlbfs pages mapped (premap from a hugetlbfs store);
+	// not part of the RSS fields.
+	HugetlbKiB uint64 `json:"hugetlb_kib,omitempty"`
 }
 
 // Sub returns c - before for the cumulative counters; RSS is taken from c.
@@ -60,6 +63,7 @@ func Read(pid int) (Counters, error) {
 		c.RssAnonKiB = field(st, "RssAnon:")
 		c.RssFileKiB = field(st, "RssFile:")
 		c.RssShmemKiB = field(st, "RssShmem:")
+		c.HugetlbKiB = field(st, "HugetlbPages:")
 	}
 	return c, nil
 }
