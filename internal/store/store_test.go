@@ -294,3 +294,36 @@ func TestOpenRefusesUnusableTiers(t *testing.T) {
 		t.Fatalf("hugetlbfs without a pool: %v", err)
 	}
 }
+
+// Opening a store drops what an interrupted Put or a replaced hugetlbfs
+// mount leaves: a copy without a description, a description without a copy.
+func TestOpenDropsHalfEntries(t *testing.T) {
+	s := hugeStore(t, 4)
+	src, fi := memFile(t, 1024, []uint64{0})
+	if _, err := s.Put("snap-a", src, fi); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("snap-b", src, fi); err != nil {
+		t.Fatal(err)
+	}
+	// snap-a's copy is gone (the mount was replaced); snap-b's description is.
+	if err := os.Remove(s.memPath("snap-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.metaPath("snap-b")); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s2.metaPath("snap-a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("description without a copy kept: %v", err)
+	}
+	if _, err := os.Stat(s2.memPath("snap-b")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("copy without a description kept: %v", err)
+	}
+	if in, err := s2.Info(); err != nil || len(in.Entries) != 0 || in.UsedBytes != 0 {
+		t.Fatalf("info %+v %v", in, err)
+	}
+}
