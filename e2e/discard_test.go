@@ -17,20 +17,7 @@ func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	snap := probeSnapshot(t, c)
 	if _, err := c.StoreSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -63,4 +50,26 @@ func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
 			t.Fatalf("premap after a %s clone freed memory: %v %+v", strategy, err, inv)
 		}
 	}
+}
+
+// probeSnapshot creates the probe function (256 MiB, 1 vCPU), boots it,
+// snapshots it and deletes the booted VM.
+func probeSnapshot(t *testing.T, c *client.Client) *client.Snapshot {
+	t.Helper()
+	ctx := ctxT(t)
+	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := c.BootVM(ctx, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.CreateSnapshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }

@@ -30,20 +30,7 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.StoreDir = huge })
 	c := e.c
 	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	snap := probeSnapshot(t, c)
 	entry, err := c.StoreSnapshot(ctx, snap.ID)
 	if err != nil {
 		t.Fatal(err)
