@@ -1,23 +1,23 @@
-// Package store is thaw's snapshot memory store: a directory on a
-// memory-speed tier holding copies of snapshot memory files that the premap
-// strategy maps straight into restored VMs.
+// Package store is thaw's snapshot memory store: a directory (or device) on
+// a memory-speed tier holding copies of snapshot memory files that the
+// premap strategy maps straight into restored VMs.
 //
 // PASS (seed 001, §3) keeps snapshot memory in byte-addressable persistent
 // memory so a restore maps it instead of reading it. thaw's store lives on
-// one of three tiers, chosen by where its directory is (see Open):
-//   - filesystem-DAX: persistent memory behind a filesystem mounted -o dax,
-//     as in PASS;
+// one of four tiers, chosen by what its path is (see Open):
+//   - device-DAX: persistent memory as a character device (/dev/daxX.Y),
+//     managed by thaw's own allocator as PASS does (devdax.go); the kernel
+//     maps such a device only shared, so every restored VM gets a range of
+//     its own filled from the stored copy;
+//   - filesystem-DAX: persistent memory behind a filesystem mounted -o dax;
 //   - hugetlbfs: DRAM in 2 MiB (or 1 GiB) huge pages, when the host has
 //     configured a huge page pool; the copy then holds only the huge pages
 //     with non-zero bytes, and restores map it in huge-page units;
 //   - tmpfs: DRAM in 4 KiB pages (the default, /dev/shm/thaw-store).
 //
-// Device-DAX is not a tier: the kernel refuses private mappings of a DAX
-// character device (drivers/dax/device.c, check_vma), so clones could not
-// copy-on-write over it; Open says how to reconfigure it as fsdax.
 // Snapshots are placed in the store explicitly; it never evicts on its own.
 //
-// Layout: <dir>/<snapshot-id>.mem is a sparse copy of the memory file (holes
+// File tiers' layout: <dir>/<snapshot-id>.mem is a sparse copy of the memory file (holes
 // where the guest memory is zero), <dir>/<snapshot-id>.json its description.
 // Small holes between data extents are filled with zeros when stored so a
 // restore maps few, large file regions and a read fault never allocates
@@ -53,6 +53,7 @@ const (
 	TmpFS     Kind = "tmpfs"     // DRAM (shared memory)
 	HugeTLBFS Kind = "hugetlbfs" // DRAM in huge pages
 	FSDAX     Kind = "fsdax"     // persistent memory behind a DAX-mounted filesystem
+	// DevDAX (devdax.go): persistent memory as a device-DAX character device.
 )
 
 // DefaultDir holds the default stores, one per daemon data directory.
@@ -107,8 +108,11 @@ type Entry struct {
 	// and mapped in. 4096 except on hugetlbfs.
 	PageSize int64 `json:"page_size,omitempty"`
 	// Extents are the copy's data regions where the tier cannot report
-	// them itself (hugetlbfs has no SEEK_DATA).
-	Extents  []Extent  `json:"extents,omitempty"`
+	// them itself (hugetlbfs has no SEEK_DATA; a device has no files).
+	Extents []Extent `json:"extents,omitempty"`
+	// DeviceOffset (devdax) is where the copy's units start on the
+	// device, packed in the order of Extents.
+	DeviceOffset int64     `json:"device_offset,omitempty"`
 	StoredMS float64   `json:"stored_ms"`
 	StoredAt time.Time `json:"stored_at"`
 }
@@ -127,11 +131,14 @@ type Info struct {
 	CapacityBytes int64  `json:"capacity_bytes"` // of the filesystem (hugetlbfs: the huge page pool)
 	FreeBytes     int64  `json:"free_bytes"`     // available on the filesystem (hugetlbfs: free, unreserved huge pages)
 	UsedBytes     int64  `json:"used_bytes"`     // by thaw's entries
-	// ReservedBytes (hugetlbfs) are huge pages reserved by private
-	// mappings: every premap clone reserves its copy's size for its
-	// copy-on-writes.
-	ReservedBytes int64   `json:"reserved_bytes,omitempty"`
-	Entries       []Entry `json:"entries"`
+	// ReservedBytes is memory held for live premap clones beyond the
+	// copies: on hugetlbfs the huge pages their private mappings reserve
+	// for copy-on-write (a copy's size each), on devdax their own ranges of
+	// the device (a copy's size each).
+	ReservedBytes int64 `json:"reserved_bytes,omitempty"`
+	// Clones (devdax) is the number of live clone ranges.
+	Clones  int     `json:"clones,omitempty"`
+	Entries []Entry `json:"entries"`
 }
 
 // Store is an opened store directory.
@@ -141,21 +148,23 @@ type Store struct {
 	kind     Kind
 	pageSize int64      // bytes
 	mu       sync.Mutex // serializes Put and Remove
+	dev      *region    // devdax: the device; nil on file tiers
+	notice   string     // something Open did that the operator should hear of
 }
 
 var idRe = regexp.MustCompile(`^[a-z]+-[0-9a-z]+$`)
 
-// Open opens (creating it if needed) the store at dir and classifies its
-// tier. A directory on disk is refused: premap's point is that nothing is
-// read from storage. A hugetlbfs mount is refused while its huge page pool
-// is empty (huge pages not configured), and a device-DAX path with how to
-// make it a filesystem-DAX one.
+// Open opens the store at dir and classifies its tier: a device-DAX
+// character device is a device store; otherwise dir is a directory
+// (created if needed). A directory on disk is refused: premap's point is
+// that nothing is read from storage. A hugetlbfs mount is refused while its
+// huge page pool is empty (huge pages not configured).
 func Open(dir string) (*Store, error) {
+	if sys, ok := isDAXDevice(dir); ok {
+		return openDevDAX(dir, sys)
+	}
 	if strings.HasPrefix(filepath.Clean(dir), "/dev/dax") {
-		return nil, fmt.Errorf("%w: %s is a device-DAX device: the kernel maps device-DAX only shared (drivers/dax/device.c refuses MAP_PRIVATE), "+
-			"so premap clones could not copy-on-write over it; reconfigure the namespace as fsdax "+
-			"(ndctl create-namespace -f -e NAMESPACE -m fsdax), make a filesystem on /dev/pmemN, mount it with -o dax and give a directory on it",
-			ErrUnsupported, dir)
+		return nil, fmt.Errorf("%w: %s is not a device-DAX character device (no such device, or not bound to device_dax)", ErrUnsupported, dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("memory store %s: %w", dir, err)
@@ -201,8 +210,12 @@ func Open(dir string) (*Store, error) {
 	return s, nil
 }
 
-// Dir is the store's directory.
+// Dir is the store's directory (devdax: the device).
 func (s *Store) Dir() string { return s.dir }
+
+// Notice is something Open did that the operator should hear of ("" if
+// nothing): a device store re-formatted over a damaged index.
+func (s *Store) Notice() string { return s.notice }
 
 // Kind is the store's tier.
 func (s *Store) Kind() Kind { return s.kind }
@@ -253,6 +266,9 @@ func (s *Store) Put(id, memPath string, want snapshot.FileInfo) (*Entry, error) 
 	defer s.mu.Unlock()
 	if e, err := s.get(id); err == nil {
 		return e, nil
+	}
+	if s.dev != nil {
+		return s.dev.put(id, memPath, want)
 	}
 	if s.kind == HugeTLBFS {
 		return s.putHuge(id, memPath, want)
@@ -373,7 +389,7 @@ func Extents(f *os.File, size int64) ([]memlayout.Region, error) {
 // Regions returns the data regions of a stored copy, in 4 KiB pages:
 // recorded at Put on hugetlbfs, asked of the file (SEEK_DATA) elsewhere.
 func (s *Store) Regions(e *Entry) ([]memlayout.Region, error) {
-	if s.kind == HugeTLBFS {
+	if s.kind == HugeTLBFS || s.dev != nil {
 		out := make([]memlayout.Region, len(e.Extents))
 		for i, x := range e.Extents {
 			out[i] = memlayout.Region{Start: x.Start, Pages: x.Pages}
@@ -397,6 +413,11 @@ func (s *Store) Get(id string) (*Entry, error) {
 }
 
 func (s *Store) get(id string) (*Entry, error) {
+	if s.dev != nil {
+		s.dev.mu.Lock()
+		defer s.dev.mu.Unlock()
+		return s.dev.entry(id)
+	}
 	b, err := os.ReadFile(s.metaPath(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot %s: %w", id, ErrNotStored)
@@ -428,6 +449,9 @@ func (s *Store) Remove(id string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dev != nil {
+		return s.dev.remove(id)
+	}
 	var errs []error
 	for _, p := range []string{s.metaPath(id), s.memPath(id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -439,6 +463,12 @@ func (s *Store) Remove(id string) error {
 
 // Info reports capacity, use and entries.
 func (s *Store) Info() (*Info, error) {
+	if s.dev != nil {
+		in := &Info{Dir: s.dir, Kind: s.kind, PageSize: s.pageSize, Entries: []Entry{}}
+		s.dev.info(in)
+		sort.Slice(in.Entries, func(i, j int) bool { return in.Entries[i].Snapshot < in.Entries[j].Snapshot })
+		return in, nil
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(s.dir, &st); err != nil {
 		return nil, err
@@ -475,6 +505,11 @@ func (s *Store) Info() (*Info, error) {
 }
 
 func (s *Store) free() int64 {
+	if s.dev != nil {
+		s.dev.mu.Lock()
+		defer s.dev.mu.Unlock()
+		return s.dev.freeBytes()
+	}
 	if s.kind == HugeTLBFS {
 		in, err := s.Info()
 		if err != nil {

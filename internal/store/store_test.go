@@ -274,9 +274,10 @@ func TestHugeTLBFSPoolFull(t *testing.T) {
 }
 
 // hugetlbfs without configured huge pages (here: 1 GiB pages, which no
-// test configures) and device-DAX are refused with what to do instead.
+// test configures) is refused with what to do instead, and so is a
+// device-DAX path that is no device.
 func TestOpenRefusesUnusableTiers(t *testing.T) {
-	if _, err := Open("/dev/dax0.0"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "fsdax") {
+	if _, err := Open("/dev/dax0.0"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not a device-DAX character device") {
 		t.Fatalf("device-DAX: %v", err)
 	}
 	if os.Geteuid() != 0 {
