@@ -113,8 +113,8 @@ type Entry struct {
 	// DeviceOffset (devdax) is where the copy's units start on the
 	// device, packed in the order of Extents.
 	DeviceOffset int64     `json:"device_offset,omitempty"`
-	StoredMS float64   `json:"stored_ms"`
-	StoredAt time.Time `json:"stored_at"`
+	StoredMS     float64   `json:"stored_ms"`
+	StoredAt     time.Time `json:"stored_at"`
 }
 
 // Extent is a data region of a stored copy, in 4 KiB pages.
