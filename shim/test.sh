@@ -144,7 +144,7 @@ def layout(d, seed):
         'misaligned_len': dict(e=(PAGE, PAGE + 8, PAGE, 1)),
         'misaligned_file': dict(e=(PAGE, PAGE, PAGE + 8, 1)),
         'zero_len': dict(e=(PAGE, 0, 0, 1)),
-        'bad_kind': dict(e=(PAGE, PAGE, 0, 3)),
+        'bad_kind': dict(e=(PAGE, PAGE, 0, 4)),
         'entry_reserved': dict(e=(PAGE, PAGE, 0, 1, 7)),
         'mem_beyond': dict(e=(0, PAGE, mem_size, 1)),
         'ls_beyond': dict(e=(0, 2 * PAGE, len(ls) - PAGE, 2)),
@@ -180,11 +180,41 @@ def vmas(d, n):
         f.truncate(npages * PAGE)
     table(f'{d}/vmas.lay', npages * PAGE, [(p * PAGE, PAGE, p * PAGE, 1) for p in range(1, npages, 2)])
 
+def device(d, seed):
+    """premap on device-DAX: 16 MiB of guest memory in 2 MiB units, units 0, 1, 3 and 6 with data;
+    a device file whose range at 6 MiB holds those units packed (the VM's clone range); a table of
+    device entries (kind 3). Also: a device entry beyond the device."""
+    U, rnd = 2 << 20, random.Random(seed)
+    units, mem_size = [0, 1, 3, 6], 8 * (2 << 20)
+    dev = bytearray(rnd.randbytes(20 << 20))  # stale bytes everywhere else on the device
+    with open(f'{d}/dmem.bin', 'wb') as f:
+        f.truncate(mem_size)
+        for k, u in enumerate(units):
+            data = rnd.randbytes(U)
+            f.seek(u * U); f.write(data)
+            dev[(3 + k) * U:(4 + k) * U] = data
+    open(f'{d}/dev.bin', 'wb').write(dev)
+    ents = [(0, 2 * U, 3 * U, 3), (3 * U, U, 5 * U, 3), (6 * U, U, 6 * U, 3)]
+    table(f'{d}/dev.lay', mem_size, ents)
+    table(f'{d}/dev_beyond.lay', mem_size, ents + [(7 * U, U, 20 << 20, 3)])
+    print(f'{len(ents)} device entries over {mem_size >> 20} MiB, device {len(dev) >> 20} MiB')
+
+def devcheck(d):
+    """After a write check through the device entries: the writes are in the clone range
+    (6-14 MiB of the device), and the rest of the device is as it was."""
+    before, after = open(f'{d}/dev.orig', 'rb').read(), open(f'{d}/dev.bin', 'rb').read()
+    U = 2 << 20
+    ok = before[:3 * U] == after[:3 * U] and before[7 * U:] == after[7 * U:] and before[3 * U:7 * U] != after[3 * U:7 * U]
+    print('device: writes in the clone range only' if ok else 'device: writes outside the clone range, or none')
+    sys.exit(0 if ok else 1)
+
 cmd = sys.argv[1]
 if cmd == 'sparse': sparse(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 elif cmd == 'layout': layout(sys.argv[2], int(sys.argv[3]))
 elif cmd == 'big': big(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 elif cmd == 'vmas': vmas(sys.argv[2], int(sys.argv[3]))
+elif cmd == 'device': device(sys.argv[2], int(sys.argv[3]))
+elif cmd == 'devcheck': devcheck(sys.argv[2])
 EOF
 
 cat >"$T/daemon.py" <<'EOF'
@@ -347,6 +377,27 @@ run THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE="$T/vmas.bin" THAW_SHIM_LAYOUT="$T/v
 	"$CHECK" "$T/vmas.bin"
 expect_mmap_fail "layout: more VMAs than vm.max_map_count=$MAXMAP fails loudly" \
 	"max_map_count\?\): Cannot allocate memory$"
+
+echo "== (b'') layout mode with a device (premap on device-DAX; a file stands in for the device)"
+python3 "$T/gen.py" device "$T" 9 | sed 's/^/      generated: /'
+cp "$T/dev.bin" "$T/dev.orig"
+D=(THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE="$T/dmem.bin" THAW_SHIM_DEVICE="$T/dev.bin" THAW_SHIM_POPULATE=read
+	THAW_SHIM_STATS="$T/dev.stats")
+run "${D[@]}" THAW_SHIM_LAYOUT="$T/dev.lay" -- "$CHECK" --align 2097152 --threads 2 --write-check "$T/dmem.bin"
+WANT_ERR='^thaw-shim: layout: 3 entries \(0 anon, 0 memory-file, 0 loading-set, 3 device\)' expect_ok \
+	"device: shared clone range, populated, reads the snapshot, memory file untouched"
+if python3 "$T/gen.py" devcheck "$T" >"$T/out" 2>&1 && grep -q "^bytes 16777216$" "$T/dev.stats"; then
+	pass "device: guest writes land in the VM's range of the device and nowhere else"
+else
+	fail "device: guest writes land in the VM's range of the device and nowhere else"
+fi
+show
+run "${D[@]}" THAW_SHIM_LAYOUT="$T/dev_beyond.lay" -- "$CHECK" "$T/dmem.bin"
+expect_mmap_fail "device: entry beyond the device" "beyond the end of the device: Invalid argument$"
+run THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE="$T/dmem.bin" THAW_SHIM_LAYOUT="$T/dev.lay" -- "$CHECK" "$T/dmem.bin"
+expect_mmap_fail "device: device entries without THAW_SHIM_DEVICE" "THAW_SHIM_DEVICE is not set"
+run "${D[@]}" THAW_SHIM_DEVICE="$T/nodev.bin" THAW_SHIM_LAYOUT="$T/dev.lay" -- "$CHECK" "$T/dmem.bin"
+expect_mmap_fail "device: missing device" "open device .*: No such file or directory$"
 
 echo "== (c) uffd mode"
 U=(THAW_SHIM_MODE=uffd THAW_SHIM_MEMFILE="$T/mem.bin" THAW_SHIM_UFFD_SOCK="$T/uffd.sock")

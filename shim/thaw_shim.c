@@ -16,6 +16,11 @@
  *                 pages, anonymous pages map the shared zero page; writes
  *                 later copy-on-write.  Done before QEMU returns from the
  *                 mmap, so before any vCPU runs.
+ *                 Device entries (premap on device-DAX) map the VM's own
+ *                 range of THAW_SHIM_DEVICE shared - the kernel maps a DAX
+ *                 character device only shared, and the range is this VM's
+ *                 alone - and are pre-faulted writable (MADV_POPULATE_WRITE):
+ *                 guest writes land in the range, nothing is copied.
  *   uffd mode   - REAP: the range is anonymous and registered with
  *                 userfaultfd (MISSING); the uffd goes to the thaw daemon over
  *                 a Unix socket (SCM_RIGHTS) and the daemon fills every page
@@ -58,6 +63,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -69,7 +75,7 @@
 #define MAX_ENTRIES (1u << 22)
 #define ACK_TIMEOUT_MS 30000
 
-enum { KIND_ANON = 0, KIND_MEMFILE = 1, KIND_LSFILE = 2 };
+enum { KIND_ANON = 0, KIND_MEMFILE = 1, KIND_LSFILE = 2, KIND_DEVICE = 3 };
 
 struct layout_header {
 	char magic[8];
@@ -108,7 +114,7 @@ enum mode { MODE_OFF, MODE_LAYOUT, MODE_UFFD, MODE_BAD };
 static struct {
 	enum mode mode;
 	char memfile[PATH_MAX]; /* realpath of THAW_SHIM_MEMFILE */
-	const char *layout, *lsfile, *sock;
+	const char *layout, *lsfile, *sock, *device;
 	int populate;	    /* THAW_SHIM_POPULATE=read */
 	int protect;	    /* THAW_SHIM_PROTECT=1 */
 	int memfile_ok;	    /* memfile holds a resolved path */
@@ -190,6 +196,7 @@ static void load_config(void)
 	}
 	cfg.layout = getenv("THAW_SHIM_LAYOUT");
 	cfg.lsfile = getenv("THAW_SHIM_LSFILE");
+	cfg.device = getenv("THAW_SHIM_DEVICE");
 	cfg.sock = getenv("THAW_SHIM_UFFD_SOCK");
 	cfg.stats = getenv("THAW_SHIM_STATS");
 	const char *pop = getenv("THAW_SHIM_POPULATE");
@@ -287,6 +294,9 @@ static int range_ok(uint64_t off, uint64_t len, uint64_t limit)
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /*
  * Pre-fault [addr, addr+len) for reading.  MADV_POPULATE_READ (Linux 5.14)
@@ -305,6 +315,56 @@ static int populate_read(void *addr, size_t len)
 		return -1;
 	for (size_t off = 0; off < len; off += page)
 		(void)*(volatile const char *)((const char *)addr + off);
+	return 0;
+}
+
+/*
+ * Pre-fault a shared device range writable, so the guest's first write to
+ * it takes no fault either (the range is the VM's own: nothing is copied).
+ * Kernels before 5.14 get a read pass (writes then take a minor fault).
+ */
+static int populate_write(void *addr, size_t len)
+{
+	if (madvise(addr, len, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -1;
+	return populate_read(addr, len);
+}
+
+/*
+ * Size of the device behind fd: a regular file's size, or a character
+ * device's from sysfs (device-DAX publishes /sys/dev/char/M:m/size).
+ */
+static int device_size(int fd, uint64_t *size)
+{
+	struct stat st;
+	char path[96], buf[32];
+	int sfd;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return -1;
+	if (S_ISREG(st.st_mode)) {
+		*size = (uint64_t)st.st_size;
+		return 0;
+	}
+	if (!S_ISCHR(st.st_mode)) {
+		errno = ENODEV;
+		return -1;
+	}
+	snprintf(path, sizeof(path), "/sys/dev/char/%u:%u/size", major(st.st_rdev), minor(st.st_rdev));
+	sfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return -1;
+	n = read(sfd, buf, sizeof(buf) - 1);
+	close(sfd);
+	if (n <= 0) {
+		errno = n < 0 ? errno : EIO;
+		return -1;
+	}
+	buf[n] = '\0';
+	*size = strtoull(buf, NULL, 0);
 	return 0;
 }
 
@@ -328,12 +388,12 @@ static void write_stats(uint64_t us, size_t len)
 static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 {
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t t0 = now_us(), memfile_size = 0, ls_size = 0;
+	uint64_t t0 = now_us(), memfile_size = 0, ls_size = 0, dev_size = 0;
 	struct layout_header h;
 	struct layout_entry *ents = NULL;
 	struct stat st;
-	int tfd, lsfd = -1, err = 0, need_ls = 0;
-	unsigned nkind[3] = {0, 0, 0};
+	int tfd, lsfd = -1, devfd = -1, err = 0, need_ls = 0, need_dev = 0;
+	unsigned nkind[4] = {0, 0, 0, 0};
 	void *ret = MAP_FAILED;
 
 	tfd = open(cfg.layout, O_RDONLY | O_CLOEXEC);
@@ -393,8 +453,26 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 		goto out;
 	}
 	memfile_size = (uint64_t)st.st_size;
-	for (uint32_t i = 0; i < h.count; i++)
+	for (uint32_t i = 0; i < h.count; i++) {
 		need_ls |= ents[i].kind == KIND_LSFILE;
+		need_dev |= ents[i].kind == KIND_DEVICE;
+	}
+	if (need_dev) {
+		if (!cfg.device || !*cfg.device) {
+			ret = fail(EINVAL, "layout table %s has device entries but THAW_SHIM_DEVICE is not set",
+				   cfg.layout);
+			goto out;
+		}
+		devfd = open(cfg.device, O_RDWR | O_CLOEXEC);
+		if (devfd < 0) {
+			ret = fail(errno, "open device %s", cfg.device);
+			goto out;
+		}
+		if (device_size(devfd, &dev_size) < 0) {
+			ret = fail(errno, "size of device %s", cfg.device);
+			goto out;
+		}
+	}
 	if (need_ls) {
 		if (!cfg.lsfile || !*cfg.lsfile) {
 			ret = fail(EINVAL, "layout table %s has loading-set entries but THAW_SHIM_LSFILE is not set",
@@ -418,7 +496,7 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 		const struct layout_entry *e = &ents[i];
 		const char *why = NULL;
 
-		if (e->kind > KIND_LSFILE)
+		if (e->kind > KIND_DEVICE)
 			why = "invalid kind";
 		else if (e->reserved)
 			why = "reserved field not 0";
@@ -434,6 +512,8 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 			why = "beyond the end of the memory file";
 		else if (e->kind == KIND_LSFILE && !range_ok(e->file_off, e->length, ls_size))
 			why = "beyond the end of the loading-set file";
+		else if (e->kind == KIND_DEVICE && !range_ok(e->file_off, e->length, dev_size))
+			why = "beyond the end of the device";
 		if (why) {
 			ret = fail(EINVAL,
 				   "layout table %s: entry %u (guest_off %#llx length %#llx file_off %#llx kind %u): %s",
@@ -451,6 +531,7 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 	 */
 	const int anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
 	const int filef = MAP_PRIVATE | MAP_FIXED | (flags & MAP_NORESERVE);
+	const int devf = MAP_SHARED | MAP_FIXED;
 
 	if (do_mmap(addr, len, prot, anon, -1, 0) == MAP_FAILED) {
 		ret = fail(errno, "mmap anonymous base (%zu bytes)", len);
@@ -463,6 +544,8 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 
 		if (e->kind == KIND_ANON)
 			p = do_mmap(dst, e->length, prot, anon, -1, 0);
+		else if (e->kind == KIND_DEVICE)
+			p = do_mmap(dst, e->length, prot, devf, devfd, (off_t)e->file_off);
 		else
 			p = do_mmap(dst, e->length, prot, filef, e->kind == KIND_MEMFILE ? memfd : lsfd,
 				    (off_t)e->file_off);
@@ -470,9 +553,13 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 			err = errno;
 			restore_reservation(addr, len);
 			/* Each entry can split a VMA: the usual ENOMEM is vm.max_map_count. */
+			const char *hint = "";
+			if (err == ENOMEM)
+				hint = " (vm.max_map_count?)";
+			else if (err == EINVAL && e->kind == KIND_DEVICE)
+				hint = " (not aligned to the device's alignment?)";
 			ret = fail(err, "mmap entry %u of %u (kind %u, guest_off %#llx)%s", i, h.count,
-				   e->kind, (unsigned long long)e->guest_off,
-				   err == ENOMEM ? " (vm.max_map_count?)" : "");
+				   e->kind, (unsigned long long)e->guest_off, hint);
 			goto out;
 		}
 		nkind[e->kind]++;
@@ -480,6 +567,18 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 	if (cfg.populate) {
 		uint64_t t1 = now_us();
 
+		for (uint32_t i = 0; i < h.count; i++) {
+			const struct layout_entry *e = &ents[i];
+
+			if (e->kind == KIND_DEVICE &&
+			    populate_write((char *)addr + e->guest_off, e->length) < 0) {
+				err = errno;
+				restore_reservation(addr, len);
+				ret = fail(err, "populate device entry %u (%llu bytes at guest_off %#llx)", i,
+					   (unsigned long long)e->length, (unsigned long long)e->guest_off);
+				goto out;
+			}
+		}
 		if (populate_read(addr, len) < 0) {
 			err = errno;
 			restore_reservation(addr, len);
@@ -491,14 +590,16 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 			 (unsigned long long)(now_us() - t1));
 	}
 	ret = addr;
-	shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set) over %zu bytes in %llu us",
-		 h.count, nkind[0], nkind[1], nkind[2], len, (unsigned long long)(now_us() - t0));
+	shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set, %u device) over %zu bytes in %llu us",
+		 h.count, nkind[0], nkind[1], nkind[2], nkind[3], len, (unsigned long long)(now_us() - t0));
 out:
 	err = errno;
 	free(ents);
 	close(tfd);
 	if (lsfd >= 0)
 		close(lsfd); /* the mappings hold their own reference */
+	if (devfd >= 0)
+		close(devfd);
 	errno = err;
 	return ret;
 }

@@ -3,7 +3,7 @@
  * RAM on restore (memory-backend-file, share=off) and verifies that what the
  * mapping shows equals the file, whatever libthaw_shim.so did underneath.
  *
- *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] MEMFILE
+ *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] MEMFILE
  *
  * --threads N     read pages from N threads (interleaved), so uffd faults
  *                 reach the daemon concurrently, as vCPUs would.
@@ -12,6 +12,8 @@
  * --qemu-madvise  also issue QEMU's follow-up madvise calls (HUGEPAGE,
  *                 DONTFORK, MERGEABLE) to see how they interact with the
  *                 replaced mapping.
+ * --align N       place the mapping at an N-aligned address, as QEMU does
+ *                 for memory-backend-file,align=N (device-DAX needs it).
  *
  * Prints one JSON line; exit 0 iff no mismatch and the file is unmodified,
  * 2 if the mmap itself failed, 1 otherwise.
@@ -101,13 +103,14 @@ static double now_ms(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] MEMFILE\n");
+	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] MEMFILE\n");
 	exit(1);
 }
 
 int main(int argc, char **argv)
 {
 	int write_check = 0, qemu_madvise = 0, file_modified = 0, i;
+	size_t align = 0;
 	const char *path = NULL;
 	struct stat st;
 
@@ -120,6 +123,10 @@ int main(int argc, char **argv)
 			write_check = 1;
 		} else if (!strcmp(argv[i], "--qemu-madvise")) {
 			qemu_madvise = 1;
+		} else if (!strcmp(argv[i], "--align") && i + 1 < argc) {
+			align = (size_t)strtoull(argv[++i], NULL, 0);
+			if (!align || (align & (align - 1)))
+				usage();
 		} else if (argv[i][0] == '-' || path) {
 			usage();
 		} else {
@@ -143,12 +150,17 @@ int main(int argc, char **argv)
 	}
 	npages = size / page;
 
-	/* QEMU: qemu_ram_mmap() reserves, then maps the file over the reservation. */
-	void *resv = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	/*
+	 * QEMU: qemu_ram_mmap() reserves size + align, then maps the file over
+	 * the reservation at the first aligned address.
+	 */
+	void *resv = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (resv == MAP_FAILED) {
 		fprintf(stderr, "thaw-shim-check: reserve %zu bytes: %s\n", size, strerror(errno));
 		return 1;
 	}
+	if (align)
+		resv = (void *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
 	map = mmap(resv, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, memfd, 0);
 	if (map == MAP_FAILED) {
 		fprintf(stderr, "thaw-shim-check: mmap %s: %s\n", path, strerror(errno));

@@ -313,3 +313,21 @@ func checkSnapBPFResident(t *testing.T, s synthSnapshot, sess Session) {
 		t.Fatalf("snapbpf stats %+v, want %d pages resident", st, want)
 	}
 }
+
+// TestShimScript runs the interposer's own test script (shim/test.sh):
+// every layout, uffd, device and protection case against thaw-shim-check.
+func TestShimScript(t *testing.T) {
+	shim := shimDir(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("shim/test.sh needs python3")
+	}
+	out, err := exec.Command("bash", filepath.Join(shim, "test.sh")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ALL PASS") {
+		t.Fatalf("shim/test.sh: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "FAIL") {
+			t.Error(line)
+		}
+	}
+}
