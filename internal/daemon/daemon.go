@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,7 +57,10 @@ type Config struct {
 	BootTimeout      time.Duration // start to agent ready
 	InvokeTimeout    time.Duration // default per-invocation timeout
 	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
-	StoreDir         string        // snapshot memory store (premap): tmpfs or a DAX filesystem
+	StoreDir         string        // snapshot memory store (premap): a tmpfs, hugetlbfs or fs-DAX directory, or a device-DAX device
+	// OpenStore opens StoreDir; nil means store.Open. Tests give a
+	// file standing in for a device-DAX device (store.OpenRegion).
+	OpenStore func(dir string) (*store.Store, error)
 	SnapBPFObject    string        // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 }
 
@@ -176,6 +180,9 @@ func (s *Service) reconcile(ctx context.Context) error {
 			_ = syscall.Kill(v.PID, syscall.SIGKILL)
 			reason = "daemon restarted; the VM could not be re-adopted and was killed"
 		}
+		if v.PID > 0 {
+			waitGone(v.PID, 5*time.Second) // it may map a range of a device store
+		}
 		v.State, v.Reason, v.PID = catalog.StateFailed, reason, 0
 		_ = os.RemoveAll(v.RunDir)
 		if err := s.db.PutVM(ctx, v); err != nil {
@@ -184,6 +191,21 @@ func (s *Service) reconcile(ctx context.Context) error {
 		s.log.Warn("reconciled vm", "vm", v.ID, "reason", reason)
 	}
 	return nil
+}
+
+// waitGone waits until pid has exited (or is a zombie), at most d.
+func waitGone(pid int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // processMatches reports whether pid is a live process whose command line
@@ -270,6 +292,11 @@ func (s *Service) Close(ctx context.Context) error {
 		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
 	}
 	s.wg.Wait()
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			s.log.Warn("close memory store", "err", err)
+		}
+	}
 	return s.db.Close()
 }
 

@@ -296,7 +296,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
 		return nil, nil, nil, err
 	}
-	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store,
+	env := restore.Env{RunDir: spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
 		OnFailure: func(err error) {
 			if lv, ok := s.live(id); ok {
 				s.log.Error("restore strategy failed; killing vm", "vm", id, "err", err)

@@ -23,6 +23,7 @@ const (
 	ShimAnonymous  ShimKind = 0 // anonymous private memory, file_off 0
 	ShimMemoryFile ShimKind = 1 // THAW_SHIM_MEMFILE, the snapshot memory file
 	ShimLoadingSet ShimKind = 2 // THAW_SHIM_LSFILE, the loading-set file
+	ShimDevice     ShimKind = 3 // THAW_SHIM_DEVICE, mapped shared: the VM's range of a device-DAX store
 )
 
 // ShimEntry is one mapping of the table, in bytes: Length bytes of guest
@@ -56,7 +57,7 @@ func (t *ShimTable) check() error {
 			return fmt.Errorf("%w: layout entry %d is not page-aligned", ErrCorrupt, i)
 		case e.Length == 0 || e.Length > t.MemSize || e.GuestOff > t.MemSize-e.Length:
 			return fmt.Errorf("%w: layout entry %d [%d,+%d) is empty or outside memory of %d bytes", ErrCorrupt, i, e.GuestOff, e.Length, t.MemSize)
-		case e.Kind > ShimLoadingSet:
+		case e.Kind > ShimDevice:
 			return fmt.Errorf("%w: layout entry %d has kind %d", ErrCorrupt, i, e.Kind)
 		case e.Kind == ShimAnonymous && e.FileOff != 0:
 			return fmt.Errorf("%w: anonymous layout entry %d has file_off %d", ErrCorrupt, i, e.FileOff)
@@ -176,6 +177,11 @@ func (a *FaaSnapArtifact) ShimLayout() ([]byte, error) {
 // memory: it is the model half of the shim conformance tests, for small
 // layouts.
 func Resolve(layout, memFile, lsFile []byte) ([]byte, error) {
+	return ResolveDevice(layout, memFile, lsFile, nil)
+}
+
+// ResolveDevice is Resolve with device entries reading device.
+func ResolveDevice(layout, memFile, lsFile, device []byte) ([]byte, error) {
 	t, err := DecodeShimLayout(layout)
 	if err != nil {
 		return nil, err
@@ -195,6 +201,8 @@ func Resolve(layout, memFile, lsFile []byte) ([]byte, error) {
 			src = memFile
 		case ShimLoadingSet:
 			src = lsFile
+		case ShimDevice:
+			src = device
 		}
 		mapped := (uint64(len(src)) + PageSize - 1) / PageSize * PageSize
 		if e.FileOff+e.Length > mapped {

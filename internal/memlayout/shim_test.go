@@ -114,7 +114,7 @@ func TestDecodeShimLayoutRejects(t *testing.T) {
 		{"ends beyond memory", put64(e(2, 8), 9*PageSize)},
 		{"guest_off+length overflows", put64(e(2, 0), math.MaxUint64-PageSize+1)},
 		{"file range overflows off_t", put64(e(1, 16), math.MaxInt64-PageSize+1)},
-		{"kind 3", put32(e(1, 24), 3)},
+		{"kind 4", put32(e(1, 24), 4)},
 		{"anonymous with file_off", put64(e(0, 16), PageSize)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -31,12 +32,21 @@ import (
 // tables of an unmodified QEMU from the store file, so "pre-faulted" costs a
 // populate pass over the mapping at every restore (reported as PopulateMS,
 // part of set-up). Zero regions map the shared zero page instead of store
-// memory, so the store holds only non-zero pages. PASS maps devdax with
-// each VM in its own range; thaw maps one copy private into every clone
-// (device-DAX cannot be mapped private, so it is not a store tier). On
-// hugetlbfs the regions are whole huge pages and QEMU, seeing its backing
-// file there, aligns guest RAM to the huge page size so they map as such;
-// copy-on-write then copies a whole huge page into the clone.
+// memory, so the store holds only non-zero pages. On the file tiers
+// (tmpfs, hugetlbfs, fs-DAX) thaw maps one copy private into every clone,
+// where PASS gives each VM its own range of a devdax device. On hugetlbfs
+// the regions are whole huge pages and QEMU, seeing its backing file there,
+// aligns guest RAM to the huge page size so they map as such; copy-on-write
+// then copies a whole huge page into the clone.
+//
+// On device-DAX thaw does what PASS does (§4 "PMEM Address Management"),
+// because the kernel maps a DAX device only shared: the VM gets a range of
+// the device of its own (store.Clone), filled from the stored copy with one
+// memcpy on the device, and the interposer maps that range shared into
+// guest RAM (QEMU is told align=<the device's alignment> so the mapping can
+// start on it) and pre-faults it writable. The guest then writes into
+// persistent memory, nothing is copied on write; the range returns to the
+// store when QEMU has exited.
 type premap struct {
 	snap   Snapshot
 	entry  *store.Entry
@@ -44,6 +54,12 @@ type premap struct {
 	layout string
 	stats  string
 	ents   int
+
+	// device-DAX only.
+	st    *store.Store
+	clone *store.Clone
+	pid   int
+	close sync.Once
 }
 
 func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
@@ -64,8 +80,12 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return nil, fmt.Errorf("the store's copy of %s describes another memory file", snap.Manifest.ID)
 	}
 	// The copy was hashed when it was stored; re-hash it once per daemon
-	// and whenever its stamp changes.
-	if err := verifyArtifact(e.Path, func(full bool) error {
+	// and whenever its stamp changes (device stores: once per daemon).
+	if env.Store.Kind() == store.DevDAX {
+		if err := env.Store.VerifyCopy(e); err != nil {
+			return nil, err
+		}
+	} else if err := verifyArtifact(e.Path, func(full bool) error {
 		if !full {
 			return nil
 		}
@@ -79,6 +99,9 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if env.Store.Kind() == store.DevDAX {
+		return beginPremapDevice(snap, env, e)
 	}
 	regions, err := env.Store.Regions(e)
 	if err != nil {
@@ -115,11 +138,53 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	return p, nil
 }
 
+// beginPremapDevice takes a range of the device for this VM, filled with
+// the snapshot's stored units, and lays guest memory out over it.
+func beginPremapDevice(snap Snapshot, env Env, e *store.Entry) (Session, error) {
+	if env.VMID == "" {
+		return nil, errors.New("premap on a device store needs the VM's id")
+	}
+	c, err := env.Store.Clone(snap.Manifest.ID, env.VMID)
+	if err != nil {
+		return nil, err
+	}
+	t := memlayout.ShimTable{MemSize: uint64(e.Size)}
+	for _, m := range c.Maps {
+		t.Entries = append(t.Entries, memlayout.ShimEntry{GuestOff: m.GuestOff, Length: m.Length,
+			FileOff: m.DeviceOff, Kind: memlayout.ShimDevice})
+	}
+	p := &premap{snap: snap, entry: e, shim: env.ShimPath, ents: len(t.Entries), st: env.Store, clone: c,
+		layout: filepath.Join(env.RunDir, "layout.bin"), stats: filepath.Join(env.RunDir, "populate.stats")}
+	b, err := t.Encode()
+	if err == nil {
+		err = os.WriteFile(p.layout, b, 0o600)
+	}
+	if err != nil {
+		env.Store.Release(env.VMID)
+		return nil, err
+	}
+	return p, nil
+}
+
 func (p *premap) Kind() Kind { return Premap }
 
 // Memory points QEMU at the store's copy: QEMU opens it, the interposer
-// replaces QEMU's mapping of it with the populated layout.
+// replaces QEMU's mapping of it with the populated layout. On a device
+// store QEMU opens the snapshot's memory file (the layout replaces all of
+// its mapping) and places guest RAM on the device's alignment.
 func (p *premap) Memory() vmm.Memory {
+	if p.clone != nil {
+		mem := p.snap.MemoryPath()
+		return vmm.Memory{Path: mem, Shared: false, Align: p.st.PageSize(), Env: []string{
+			"LD_PRELOAD=" + p.shim,
+			"THAW_SHIM_MODE=layout",
+			"THAW_SHIM_MEMFILE=" + mem,
+			"THAW_SHIM_LAYOUT=" + p.layout,
+			"THAW_SHIM_DEVICE=" + p.clone.Device,
+			"THAW_SHIM_POPULATE=read",
+			"THAW_SHIM_STATS=" + p.stats,
+		}}
+	}
 	return vmm.Memory{Path: p.entry.Path, Shared: false, Env: []string{
 		"LD_PRELOAD=" + p.shim,
 		"THAW_SHIM_MODE=layout",
@@ -130,12 +195,48 @@ func (p *premap) Memory() vmm.Memory {
 	}}
 }
 
-func (p *premap) Started(context.Context, int) error { return nil }
-func (p *premap) InvocationDone()                    {}
-func (p *premap) Close() error                       { return nil }
+func (p *premap) Started(_ context.Context, pid int) error { p.pid = pid; return nil }
+func (p *premap) InvocationDone()                          {}
+
+// Close gives a device store's clone range back once QEMU is gone: while
+// the process exists, the range is mapped into it and another VM must not
+// get it. A process that outlived the daemon's SIGKILL keeps its range
+// until the daemon restarts (the store forgets clone ranges then).
+func (p *premap) Close() error {
+	if p.clone == nil {
+		return nil
+	}
+	var err error
+	p.close.Do(func() {
+		if p.pid > 0 {
+			if _, serr := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); serr == nil && !zombie(p.pid) {
+				err = fmt.Errorf("premap: qemu (pid %d) still runs; its %d MiB range of %s stays allocated", p.pid, p.clone.Bytes>>20, p.clone.Device)
+				return
+			}
+		}
+		p.st.Release(p.clone.Owner)
+	})
+	return err
+}
+
+// zombie reports whether pid has exited and awaits its parent's wait.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z' || s[i+2] == 'X'
+	}
+	return false
+}
 
 func (p *premap) Stats() Stats {
 	st := Stats{LayoutEntries: p.ents, StoreBytes: uint64(p.entry.Bytes)}
+	if p.clone != nil {
+		st.DeviceBytes, st.CloneCopyMS = uint64(p.clone.Bytes), p.clone.CopyMS
+	}
 	if b, err := os.ReadFile(p.stats); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			k, v, _ := strings.Cut(line, " ")

@@ -99,6 +99,7 @@ type Env struct {
 	Log      *slog.Logger
 	Loaders  *Loaders     // FaaSnap loaders shared across restores
 	Store    *store.Store // the snapshot memory store (premap); nil if none
+	VMID     string       // the VM being restored (owner of a device store's clone range)
 	// OnFailure is called if the strategy can no longer serve the VM's
 	// memory (REAP's fault server stopped while QEMU lives: the kernel
 	// would then silently hand the guest zero pages). The daemon kills the
@@ -135,6 +136,11 @@ type Stats struct {
 	StoreBytes     uint64  `json:"store_bytes,omitempty"`     // the store copy mapped (shared by every clone)
 	PopulatedBytes uint64  `json:"populated_bytes,omitempty"` // guest memory pre-faulted before the vCPU ran
 	PopulateMS     float64 `json:"populate_ms,omitempty"`     // time to pre-fault it (part of set-up)
+	// Premap on device-DAX: the VM's own range of the device (persistent
+	// memory it holds privately, a copy's size) and the time to fill it
+	// from the stored copy (part of set-up).
+	DeviceBytes uint64  `json:"device_bytes,omitempty"`
+	CloneCopyMS float64 `json:"clone_copy_ms,omitempty"`
 
 	// SnapBPF.
 	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)

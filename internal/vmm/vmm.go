@@ -49,6 +49,10 @@ type Memory struct {
 	// Env is added to the VMM process environment; restore strategies use it
 	// to load the memory-layout interposer (LD_PRELOAD) and configure it.
 	Env []string
+	// Align, if not 0, places guest RAM at a host address aligned to it
+	// (bytes, a power of two): premap on device-DAX maps the device into
+	// guest RAM, and the kernel maps a DAX device only on its alignment.
+	Align int64
 }
 
 // Spec is everything needed to start a VM process.
@@ -91,6 +95,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Memory.Path == "" {
 		errs = append(errs, errors.New("missing memory file"))
+	}
+	if a := s.Memory.Align; a < 0 || a&(a-1) != 0 {
+		errs = append(errs, fmt.Errorf("memory alignment %d is not a power of two", a))
 	}
 	return errors.Join(errs...)
 }

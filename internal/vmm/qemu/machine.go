@@ -47,13 +47,19 @@ func Args(s *vmm.Spec) []string {
 		cpu = "host"
 	}
 	mem := fmt.Sprintf("%dM", s.MemoryMiB)
+	backend := "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + s.Memory.Path + ",share=" + share
+	if s.Memory.Align > 0 {
+		// QEMU's qemu_ram_mmap() reserves size+align and maps guest RAM
+		// at the first aligned address (the property exists for device-DAX).
+		backend += ",align=" + strconv.FormatInt(s.Memory.Align, 10)
+	}
 	args := []string{
 		"-name", "thaw-" + s.ID,
 		"-machine", "pc,accel=" + string(s.Accel) + ",memory-backend=mem",
 		"-cpu", cpu,
 		"-smp", strconv.Itoa(s.VCPUs),
 		"-m", mem,
-		"-object", "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + s.Memory.Path + ",share=" + share,
+		"-object", backend,
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
 		"-kernel", s.Kernel, "-initrd", s.Initrd, "-append", s.Cmdline,
 	}

@@ -60,7 +60,7 @@ func TestArgs(t *testing.T) {
 				MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelKVM,
 				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
 				Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
-				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Env: []string{"LD_PRELOAD=/x.so"}},
+				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Env: []string{"LD_PRELOAD=/x.so"}, Align: 2 << 20},
 				Incoming: true,
 			},
 			want: []string{
@@ -69,7 +69,7 @@ func TestArgs(t *testing.T) {
 				"-cpu", "host",
 				"-smp", "1",
 				"-m", "512M",
-				"-object", "memory-backend-file,id=mem,size=512M,mem-path=/data/snapshots/snap-2b90cd00dc32/memory,share=off",
+				"-object", "memory-backend-file,id=mem,size=512M,mem-path=/data/snapshots/snap-2b90cd00dc32/memory,share=off,align=2097152",
 				"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
 				"-kernel", "/img/vmlinuz",
 				"-initrd", "/img/initrd.img",
