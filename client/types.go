@@ -116,6 +116,8 @@ type StrategyStats struct {
 	StoreBytes         uint64  `json:"store_bytes,omitempty"`
 	PopulatedBytes     uint64  `json:"populated_bytes,omitempty"`
 	PopulateMS         float64 `json:"populate_ms,omitempty"`
+	DeviceBytes        uint64  `json:"device_bytes,omitempty"`  // premap on device-DAX: the VM's range
+	CloneCopyMS        float64 `json:"clone_copy_ms,omitempty"` // filling it from the stored copy
 
 	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`
 	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`
@@ -191,15 +193,17 @@ type Info struct {
 
 // StoreEntry is a snapshot's copy in the memory store (premap).
 type StoreEntry struct {
-	Snapshot string    `json:"snapshot"`
-	Path     string    `json:"path"`
-	Size     int64     `json:"size"`
-	SHA256   string    `json:"sha256"`
-	Bytes    int64     `json:"bytes"`
-	Regions  int       `json:"regions"`
-	PageSize int64     `json:"page_size,omitempty"`
-	StoredMS float64   `json:"stored_ms"`
-	StoredAt time.Time `json:"stored_at"`
+	Snapshot string `json:"snapshot"`
+	Path     string `json:"path"`
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256"`
+	Bytes    int64  `json:"bytes"`
+	Regions  int    `json:"regions"`
+	PageSize int64  `json:"page_size,omitempty"`
+	// DeviceOffset (devdax): where the copy starts on the device.
+	DeviceOffset int64     `json:"device_offset,omitempty"`
+	StoredMS     float64   `json:"stored_ms"`
+	StoredAt     time.Time `json:"stored_at"`
 }
 
 // StoreInfo is the snapshot memory store.
@@ -212,7 +216,8 @@ type StoreInfo struct {
 	CapacityBytes int64        `json:"capacity_bytes"`
 	FreeBytes     int64        `json:"free_bytes"`
 	UsedBytes     int64        `json:"used_bytes"`
-	ReservedBytes int64        `json:"reserved_bytes,omitempty"` // hugetlbfs: reserved by live clones
+	ReservedBytes int64        `json:"reserved_bytes,omitempty"` // held for live clones (hugetlbfs reservations, devdax ranges)
+	Clones        int          `json:"clones,omitempty"`         // devdax: live clone ranges
 	Entries       []StoreEntry `json:"entries"`
 }
 

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/store"
+)
+
+// TestPremapDevDAX: premap from a device-DAX store on real VMs. No host of
+// ours has persistent memory, so a 1 GiB file on /dev/shm stands in for
+// /dev/daxX.Y (store.OpenRegion: the same allocator, index, clone ranges
+// and shared mappings; scripts/dax-guest.sh runs the store and the
+// interposer on a real device-DAX device inside a guest). Each restored VM
+// gets its own range of the device, filled from the stored copy, mapped
+// shared, pre-faulted; ranges go back when the VMs exit; the index and the
+// copy survive a daemon restart.
+func TestPremapDevDAX(t *testing.T) {
+	imageDir(t)
+	f, err := os.CreateTemp("/dev/shm", "thaw-e2e-devdax-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := f.Name()
+	t.Cleanup(func() { os.Remove(dev) })
+	if err := f.Truncate(2<<20 + 4*(256<<20)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	useDevice := func(c *daemon.Config) {
+		c.StoreDir = dev
+		c.OpenStore = func(dir string) (*store.Store, error) { return store.OpenRegion(dir, 2<<20) }
+	}
+	dataDir := t.TempDir()
+	e := startEnvWith(t, dataDir, useDevice)
+	c := e.c
+	ctx := ctxT(t)
+	snap := probeSnapshot(t, c)
+	entry, err := c.StoreSnapshot(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entry.PageSize != 2<<20 || entry.Bytes == 0 || entry.Bytes%(2<<20) != 0 || entry.Bytes >= 256<<20 || entry.DeviceOffset < 2<<20 {
+		t.Fatalf("store entry %+v: want whole 2 MiB units after the index, fewer than all of guest memory", entry)
+	}
+	st0, err := c.Store(ctx)
+	if err != nil || st0.Kind != "devdax" || st0.UsedBytes != entry.Bytes || st0.Clones != 0 {
+		t.Fatalf("store %+v %v", st0, err)
+	}
+	t.Logf("copy: %d MiB in %d regions at device offset %d MiB, stored in %.0f ms", entry.Bytes>>20, entry.Regions, entry.DeviceOffset>>20, entry.StoredMS)
+
+	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
+	if err != nil || !inv.OK || inv.Strategy != "premap" {
+		t.Fatalf("cold premap: %v %+v", err, inv)
+	}
+	ss := inv.StrategyStats
+	if ss.Fallback != "" || ss.PopulatedBytes != 256<<20 || ss.DeviceBytes != uint64(entry.Bytes) || ss.CloneCopyMS <= 0 {
+		t.Fatalf("premap stats %+v", ss)
+	}
+	if inv.Process.MajorFaults > 2 {
+		t.Errorf("premap on a device took %d major faults", inv.Process.MajorFaults)
+	}
+	t.Logf("cold: range of %d MiB filled in %.1f ms, populate %.1f ms, setup %.1f ms, total %.1f ms, %d major faults",
+		ss.DeviceBytes>>20, ss.CloneCopyMS, ss.PopulateMS, inv.Timing.Restore.SetupMS, inv.Timing.TotalMS, inv.Process.MajorFaults)
+	if st, err := c.Store(ctx); err != nil || st.Clones != 0 || st.ReservedBytes != 0 {
+		t.Fatalf("the cold invocation's range was not given back: %+v %v", st, err)
+	}
+
+	// Two live clones: a range each; their guests write and free memory.
+	var clones []string
+	for i := range 2 {
+		v, err := c.RestoreVM(ctx, snap.ID, "premap")
+		if err != nil || v.Strategy != "premap" {
+			t.Fatalf("clone %d: %v %+v", i, err, v)
+		}
+		clones = append(clones, v.ID)
+		if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":32}`), client.InvokeOptions{}); err != nil || !inv.OK {
+			t.Fatalf("clone %d: %v %+v", i, err, inv)
+		}
+	}
+	st1, err := c.Store(ctx)
+	if err != nil || st1.Clones != 2 || st1.ReservedBytes != 2*entry.Bytes || st1.FreeBytes != st0.FreeBytes-2*entry.Bytes {
+		t.Fatalf("two live clones: %+v %v", st1, err)
+	}
+	for _, id := range clones {
+		if err := c.DeleteVM(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := c.Store(ctx); err != nil || st.Clones != 0 || st.FreeBytes != st0.FreeBytes {
+		t.Fatalf("after the clones exited: %+v %v", st, err)
+	}
+
+	// A new daemon finds the copy in the device's index, re-hashes it on
+	// first use (the clones' writes went to their own ranges) and maps it.
+	e.stop()
+	e2 := startEnvWith(t, dataDir, useDevice)
+	st2, err := e2.c.Store(ctx)
+	if err != nil || len(st2.Entries) != 1 || st2.Entries[0].DeviceOffset != entry.DeviceOffset {
+		t.Fatalf("store after a daemon restart: %+v %v", st2, err)
+	}
+	inv, err = e2.c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello","name":"again"}`), client.InvokeOptions{Strategy: "premap"})
+	if err != nil || !inv.OK || inv.Strategy != "premap" || inv.StrategyStats.Fallback != "" {
+		t.Fatalf("premap after a daemon restart: %v %+v", err, inv)
+	}
+	// Deleting the snapshot frees its copy on the device.
+	if err := e2.c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e2.c.Store(ctx); err != nil || len(st.Entries) != 0 || st.FreeBytes != st.CapacityBytes {
+		t.Fatalf("after deleting the snapshot: %+v %v", st, err)
+	}
+}
