@@ -60,8 +60,8 @@ type Config struct {
 	StoreDir         string        // snapshot memory store (premap): a tmpfs, hugetlbfs or fs-DAX directory, or a device-DAX device
 	// OpenStore opens StoreDir; nil means store.Open. Tests give a
 	// file standing in for a device-DAX device (store.OpenRegion).
-	OpenStore func(dir string) (*store.Store, error)
-	SnapBPFObject    string        // snapbpf_capture.bpf.o (prepare's snapbpf capture)
+	OpenStore     func(dir string) (*store.Store, error)
+	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 }
 
 // Validate reports every problem at once.
