@@ -6,12 +6,11 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
-	"github.com/thaw-dev/thaw/internal/store"
 )
 
 // TestPremapDevDAX: premap from a device-DAX store on real VMs. No host of
 // ours has persistent memory, so a 1 GiB file on /dev/shm stands in for
-// /dev/daxX.Y (store.OpenRegion: the same allocator, index, clone ranges
+// /dev/daxX.Y (thawd --store-region, store.OpenRegion: the same allocator, index, clone ranges
 // and shared mappings; scripts/dax-guest.sh runs the store and the
 // interposer on a real device-DAX device inside a guest). Each restored VM
 // gets its own range of the device, filled from the stored copy, mapped
@@ -29,10 +28,7 @@ func TestPremapDevDAX(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	useDevice := func(c *daemon.Config) {
-		c.StoreDir = dev
-		c.OpenStore = func(dir string) (*store.Store, error) { return store.OpenRegion(dir, 2<<20) }
-	}
+	useDevice := func(c *daemon.Config) { c.StoreRegion = dev }
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, useDevice)
 	c := e.c

@@ -63,6 +63,7 @@ func main() {
 	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
 	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
 	flag.StringVar(&cfg.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
+	flag.StringVar(&cfg.StoreRegion, "store-region", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
 	flag.StringVar(&cfg.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()

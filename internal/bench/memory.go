@@ -33,21 +33,25 @@ type MemorySample struct {
 	// HugetlbReservedBytes are huge pages the clones' private mappings
 	// have reserved and not (yet) used for copy-on-write: not in use, but
 	// unavailable to anything else while the clones live. Not in the total.
-	HugetlbReservedBytes int64  `json:"hugetlb_reserved_bytes,omitempty"`
+	HugetlbReservedBytes int64 `json:"hugetlb_reserved_bytes,omitempty"`
+	// DeviceBytes are the clones' own ranges of a device-DAX store
+	// (premap on devdax): persistent memory, private to each clone, in
+	// the total.
+	DeviceBytes int64  `json:"device_bytes,omitempty"`
 	RSSBytes             uint64 `json:"rss_bytes"`
 	PSSBytes             uint64 `json:"pss_bytes"`
 	// Shared, counted once: page-cache pages of the snapshot's files
 	// (memory file, strategy artifacts) and its memory-store copy.
 	PageCacheBytes int64 `json:"page_cache_bytes"`
 	StoreBytes     int64 `json:"store_bytes"`
-	// TotalBytes = AnonBytes + HugetlbAnonBytes + PageCacheBytes +
-	// StoreBytes: what the host
+	// TotalBytes = AnonBytes + HugetlbAnonBytes + DeviceBytes +
+	// PageCacheBytes + StoreBytes: what the host
 	// spends on the clones' guest memory and VMMs.
 	TotalBytes uint64 `json:"total_bytes"`
 	// PerCloneBytes = TotalBytes / Clones.
 	PerCloneBytes uint64 `json:"per_clone_bytes"`
 	// AnonPerVM are each clone's private bytes (anonymous, huge pages
-	// included).
+	// and device ranges included).
 	AnonPerVM []uint64 `json:"anon_per_vm"`
 	RestoreMS float64  `json:"restore_ms"` // restoring and invoking all clones (sequentially)
 }
@@ -176,8 +180,16 @@ func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap 
 	smp.PageCacheBytes, smp.StoreBytes = sm.PageCacheBytes, sm.StoreBytes
 	if st, err := c.Store(ctx); err == nil && st.Kind == "hugetlbfs" {
 		smp.HugetlbReservedBytes = st.ReservedBytes
+	} else if err == nil && st.Kind == "devdax" && strategy == "premap" {
+		if st.Clones != n {
+			return nil, fmt.Errorf("%d clones alive but the device store has %d clone ranges", n, st.Clones)
+		}
+		smp.DeviceBytes = st.ReservedBytes
+		for i := range smp.AnonPerVM {
+			smp.AnonPerVM[i] += uint64(st.ReservedBytes / int64(n))
+		}
 	}
-	smp.TotalBytes = smp.AnonBytes + smp.HugetlbAnonBytes + uint64(sm.PageCacheBytes) + uint64(sm.StoreBytes)
+	smp.TotalBytes = smp.AnonBytes + smp.HugetlbAnonBytes + uint64(smp.DeviceBytes) + uint64(sm.PageCacheBytes) + uint64(sm.StoreBytes)
 	smp.PerCloneBytes = smp.TotalBytes / uint64(n)
 	return smp, nil
 }
@@ -191,7 +203,7 @@ func (r *MemoryResult) Markdown() string {
 	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**. %s.\n\n",
 		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("N clones restored from one snapshot (page cache evicted first), each invoked once with the test input, all alive when measured. " +
-		"Total = Σ private memory of the N QEMU processes (anonymous pages, and huge pages copied on write from a hugetlbfs store) + page-cache pages of the snapshot's files + its memory-store copy, the shared parts counted once. MiB.\n\n")
+		"Total = Σ private memory of the N QEMU processes (anonymous pages, huge pages copied on write from a hugetlbfs store, and each clone's own range of a device-DAX store) + page-cache pages of the snapshot's files + its memory-store copy, the shared parts counted once. MiB.\n\n")
 	fns := map[string]bool{}
 	for _, s := range r.Samples {
 		fns[s.Function] = true
@@ -227,7 +239,7 @@ func (r *MemoryResult) Markdown() string {
 				fmt.Fprintf(&b, " %.1f (%.0f) |", mib(x.PerCloneBytes), mib(x.TotalBytes))
 			}
 			if last != nil {
-				fmt.Fprintf(&b, " %.1f | %.1f |\n", mib(last.AnonBytes+last.HugetlbAnonBytes)/float64(last.Clones),
+				fmt.Fprintf(&b, " %.1f | %.1f |\n", (mib(last.AnonBytes+last.HugetlbAnonBytes)+float64(last.DeviceBytes)/(1<<20))/float64(last.Clones),
 					float64(last.PageCacheBytes+last.StoreBytes)/(1<<20))
 			} else {
 				b.WriteString(" – | – |\n")

@@ -58,9 +58,10 @@ type Config struct {
 	InvokeTimeout    time.Duration // default per-invocation timeout
 	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
 	StoreDir         string        // snapshot memory store (premap): a tmpfs, hugetlbfs or fs-DAX directory, or a device-DAX device
-	// OpenStore opens StoreDir; nil means store.Open. Tests give a
-	// file standing in for a device-DAX device (store.OpenRegion).
-	OpenStore     func(dir string) (*store.Store, error)
+	// StoreRegion, if set, replaces StoreDir: a fixed-size file (on tmpfs)
+	// standing in for a device-DAX device, for hosts without persistent
+	// memory (tests, measurements): the devdax tier on a file.
+	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 }
 

@@ -19,18 +19,19 @@ import (
 // be opened leaves the daemon running without one; premap then falls back
 // to vanilla and /v1/store says why.
 func (s *Service) openStore(ctx context.Context) {
-	if s.cfg.StoreDir == "" {
-		s.storeErr = errors.New("no memory store directory is configured (thawd --store-dir)")
-		return
+	var st *store.Store
+	var err error
+	switch {
+	case s.cfg.StoreRegion != "":
+		st, err = store.OpenRegion(s.cfg.StoreRegion, store.RegionAlign)
+	case s.cfg.StoreDir != "":
+		st, err = store.Open(s.cfg.StoreDir)
+	default:
+		err = errors.New("no memory store directory is configured (thawd --store-dir)")
 	}
-	open := s.cfg.OpenStore
-	if open == nil {
-		open = store.Open
-	}
-	st, err := open(s.cfg.StoreDir)
 	if err != nil {
 		s.storeErr = err
-		s.log.Warn("snapshot memory store unavailable; premap restores will run as vanilla", "dir", s.cfg.StoreDir, "err", err)
+		s.log.Warn("snapshot memory store unavailable; premap restores will run as vanilla", "dir", s.cfg.StoreDir, "region", s.cfg.StoreRegion, "err", err)
 		return
 	}
 	s.store = st

@@ -164,9 +164,14 @@ func openDevDAX(path, sysDir string) (*Store, error) {
 	return openRegion(path, DevDAX, size, align)
 }
 
+// RegionAlign is the alignment thawd gives a region file: device-DAX's
+// default.
+const RegionAlign = 2 << 20
+
 // OpenRegion opens a fixed-size file as a device store with the given
 // alignment: the device-DAX tier's allocator, index and clone ranges over
-// a file. Tests use a file on tmpfs to stand in for a device.
+// a file. A file on tmpfs stands in for a device on hosts without one
+// (thawd --store-region; tests and measurements).
 func OpenRegion(path string, align int64) (*Store, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
