@@ -38,8 +38,8 @@ type MemorySample struct {
 	// (premap on devdax): persistent memory, private to each clone, in
 	// the total.
 	DeviceBytes int64  `json:"device_bytes,omitempty"`
-	RSSBytes             uint64 `json:"rss_bytes"`
-	PSSBytes             uint64 `json:"pss_bytes"`
+	RSSBytes    uint64 `json:"rss_bytes"`
+	PSSBytes    uint64 `json:"pss_bytes"`
 	// Shared, counted once: page-cache pages of the snapshot's files
 	// (memory file, strategy artifacts) and its memory-store copy.
 	PageCacheBytes int64 `json:"page_cache_bytes"`
