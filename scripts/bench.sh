@@ -13,7 +13,9 @@
 #   BENCH_ARGS   more `thaw bench eval` flags, e.g. "--burst-sizes 1,2 --no-warm"
 #   STORE_TIER   premap's memory store: tmpfs (default) or hugetlbfs (needs root:
 #                grows the 2 MiB huge page pool by HUGEPAGES, default 4096, for the
-#                run, mounts hugetlbfs, and gives both back after)
+#                run, mounts hugetlbfs, and gives both back after), or devdax-region
+#                (the device-DAX tier on a REGION_GIB GiB tmpfs file, default 6, standing
+#                in for a device: thawd --store-region), or devdax:/dev/daxX.Y (a real one)
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
@@ -57,9 +59,16 @@ hugetlbfs)
   HUGE_ADDED=$got
   mount -t hugetlbfs -o pagesize=2M thaw-bench "$STORE"
   ;;
-*) echo "[bench] STORE_TIER must be tmpfs or hugetlbfs" >&2; exit 1 ;;
+devdax-region)
+  STORE=$(mktemp /dev/shm/thaw-bench-region.XXXXXX)
+  truncate -s "${REGION_GIB:-6}G" "$STORE"
+  ;;
+devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
+*) echo "[bench] STORE_TIER must be tmpfs, hugetlbfs, devdax-region or devdax:/dev/daxX.Y" >&2; exit 1 ;;
 esac
-bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
+store_flag=(--store-dir "$STORE")
+[[ ${STORE_TIER:-tmpfs} == devdax-region ]] && store_flag=(--store-region "$STORE")
+bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
@@ -69,6 +78,8 @@ cleanup() {
     rmdir "$STORE" 2>/dev/null || true
     echo $(($(cat /proc/sys/vm/nr_hugepages) - HUGE_ADDED)) >/proc/sys/vm/nr_hugepages
     rm -rf "/dev/shm/thaw-store-meta/$(printf %s "$STORE" | sha256sum | cut -c1-12)"
+  elif [[ ${STORE_TIER:-tmpfs} == devdax:* ]]; then
+    :  # a real device: thawd removed its copies with the snapshots
   else
     rm -rf "$STORE"
   fi

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/client"
 )
 
 // fakeDaemon answers a few API requests the way thawd does and records
@@ -481,4 +483,16 @@ func TestStoreHugeTLBFS(t *testing.T) {
 	r := f.thaw(t, "snapshot", "store")
 	wantCode(t, r, 0)
 	wantContains(t, "stdout", r.stdout, "hugetlbfs (2.0 MiB pages)", "8.0 GiB", "Reserved by clones:", "92.0 MiB", "snap-1", "100.0 MiB")
+}
+
+func TestPrintStoreDevDAX(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{stdout: &out}
+	err := a.printStore(&client.StoreInfo{Available: true, Dir: "/dev/dax0.0", Kind: "devdax", PageSize: 2 << 20,
+		CapacityBytes: 126 << 20, FreeBytes: 26 << 20, UsedBytes: 50 << 20, ReservedBytes: 50 << 20, Clones: 2,
+		Entries: []client.StoreEntry{{Snapshot: "snap-1", Size: 256 << 20, Bytes: 50 << 20, Regions: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "stdout", out.String(), "devdax (2.0 MiB units)", "Held by clones:", "50.0 MiB (2 live)", "snap-1")
 }

@@ -196,15 +196,21 @@ func (a *app) printStore(in *client.StoreInfo) error {
 	w := newTable(a.stdout)
 	row(w, "Dir:", in.Dir)
 	kind := in.Kind
-	if in.PageSize > 4096 {
+	switch {
+	case in.Kind == "devdax":
+		kind += " (" + fmtBytes(in.PageSize) + " units)"
+	case in.PageSize > 4096:
 		kind += " (" + fmtBytes(in.PageSize) + " pages)"
 	}
 	row(w, "Kind:", kind)
 	row(w, "Capacity:", fmtBytes(in.CapacityBytes))
 	row(w, "Free:", fmtBytes(in.FreeBytes))
 	row(w, "Used by thaw:", fmtBytes(in.UsedBytes))
-	if in.Kind == "hugetlbfs" {
+	switch in.Kind {
+	case "hugetlbfs":
 		row(w, "Reserved by clones:", fmtBytes(in.ReservedBytes))
+	case "devdax":
+		row(w, "Held by clones:", fmt.Sprintf("%s (%d live)", fmtBytes(in.ReservedBytes), in.Clones))
 	}
 	if err := w.Flush(); err != nil {
 		return err
