@@ -14,8 +14,10 @@
 #   STORE_TIER   premap's memory store: tmpfs (default) or hugetlbfs (needs root:
 #                grows the 2 MiB huge page pool by HUGEPAGES, default 4096, for the
 #                run, mounts hugetlbfs, and gives both back after), or devdax-region
-#                (the device-DAX tier on a REGION_GIB GiB tmpfs file, default 6, standing
-#                in for a device: thawd --store-region), or devdax:/dev/daxX.Y (a real one)
+#                (the device-DAX tier on a REGION_GIB GiB file, default 6, standing in for a
+#                device: thawd --store-region; as root the file is on a tmpfs mounted
+#                huge=always, so it maps in 2 MiB pages as a device-DAX device does),
+#                or devdax:/dev/daxX.Y (a real one)
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
@@ -60,7 +62,15 @@ hugetlbfs)
   mount -t hugetlbfs -o pagesize=2M thaw-bench "$STORE"
   ;;
 devdax-region)
-  STORE=$(mktemp /dev/shm/thaw-bench-region.XXXXXX)
+  REGION_MNT=
+  if [[ $(id -u) == 0 ]]; then
+    REGION_MNT=$(mktemp -d /var/tmp/thaw-bench-region.XXXXXX)
+    mount -t tmpfs -o "huge=always,size=$((${REGION_GIB:-6} + 1))G" thaw-bench-region "$REGION_MNT"
+    STORE=$REGION_MNT/region
+  else
+    echo "[bench] not root: the region is on /dev/shm in 4 KiB pages (a device maps 2 MiB ones)" >&2
+    STORE=$(mktemp /dev/shm/thaw-bench-region.XXXXXX)
+  fi
   truncate -s "${REGION_GIB:-6}G" "$STORE"
   ;;
 devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
@@ -80,6 +90,9 @@ cleanup() {
     rm -rf "/dev/shm/thaw-store-meta/$(printf %s "$STORE" | sha256sum | cut -c1-12)"
   elif [[ ${STORE_TIER:-tmpfs} == devdax:* ]]; then
     :  # a real device: thawd removed its copies with the snapshots
+  elif [[ -n ${REGION_MNT:-} ]]; then
+    umount "$REGION_MNT" 2>/dev/null || true
+    rmdir "$REGION_MNT" 2>/dev/null || true
   else
     rm -rf "$STORE"
   fi

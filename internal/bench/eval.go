@@ -352,7 +352,7 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 		// cache (before the request's timer starts), premap's pre-faulting
 		// of the store copy (mapped, not read) or snapbpf's in-kernel
 		// readahead until every captured page was resident.
-		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS + st.PopulateMS + st.SnapBPFResidentMS
+		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS + st.CloneCopyMS + st.PopulateMS + st.SnapBPFResidentMS
 		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes + st.StoreBytes + st.SnapBPFPages*4096
 	}
 	return s

@@ -405,7 +405,7 @@ func (r *EvalResult) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(r.Breakdown) > 0 {
-		b.WriteString("## Breakdown (Table 3)\n\nRecord A, test B, cold; medians. Fetch: the strategy's prefetch (REAP's working set), loader (FaaSnap's loading set), page-cache fill (cached, before the timer starts; bytes not reported), pre-faulting of the store copy (premap: bytes mapped, none read) or in-kernel readahead until the captured set was resident (snapbpf): time and bytes. Faults: QEMU's during the invocation.\n\n")
+		b.WriteString("## Breakdown (Table 3)\n\nRecord A, test B, cold; medians. Fetch: the strategy's prefetch (REAP's working set), loader (FaaSnap's loading set), page-cache fill (cached, before the timer starts; bytes not reported), pre-faulting of the store copy (premap: bytes mapped, none read; on a device-DAX store also filling the VM's range of the device first) or in-kernel readahead until the captured set was resident (snapbpf): time and bytes. Faults: QEMU's during the invocation.\n\n")
 		b.WriteString("| function | strategy | n | total ms | fetch ms | fetch MiB | major faults | minor faults | QEMU read MiB | daemon read MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Breakdown {
 			fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", s.Function, s.Strategy, s.N, s.TotalMS,
