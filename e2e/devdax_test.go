@@ -18,13 +18,17 @@ import (
 // copy survive a daemon restart.
 func TestPremapDevDAX(t *testing.T) {
 	imageDir(t)
-	f, err := os.CreateTemp("/dev/shm", "thaw-e2e-devdax-")
+	dir := os.Getenv("THAW_TEST_REGION_DIR")
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	f, err := os.CreateTemp(dir, "thaw-e2e-devdax-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dev := f.Name()
 	t.Cleanup(func() { os.Remove(dev) })
-	if err := f.Truncate(2<<20 + 4*(256<<20)); err != nil {
+	if err := f.Truncate(2<<20 + 3*(256<<20)); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

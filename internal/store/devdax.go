@@ -229,14 +229,22 @@ func openRegion(path string, kind Kind, size, align int64) (*Store, error) {
 	return &Store{dir: abs, metaDir: abs, kind: kind, pageSize: align, dev: r, notice: r.notice}, nil
 }
 
-// Close unmaps the device and releases it for another store.
+// Close unmaps the device and releases it for another store, once no Put
+// and no clone fill is copying; later calls fail with "closed".
 func (s *Store) Close() error {
 	if s.dev == nil {
 		return nil
 	}
 	r := s.dev
+	s.mu.Lock() // no Put in progress
+	defer s.mu.Unlock()
+	r.copying.Lock() // no clone being filled
+	defer r.copying.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mem == nil {
+		return nil
+	}
 	err := unix.Munmap(r.mem)
 	r.mem = nil
 	return errors.Join(err, r.f.Close())
@@ -531,6 +539,9 @@ func (r *region) remove(id string) error {
 	defer r.copying.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mem == nil {
+		return errors.New("memory store is closed")
+	}
 	for i, e := range r.idx.Entries {
 		if e.Snapshot == id {
 			old := r.idx.Entries
@@ -643,6 +654,8 @@ func (s *Store) VerifyCopy(e *Entry) error {
 	if r == nil {
 		return fmt.Errorf("memory store: VerifyCopy is for device stores, this one is %s", s.kind)
 	}
+	r.copying.RLock() // the device stays mapped while it is read
+	defer r.copying.RUnlock()
 	r.mu.Lock()
 	done := r.verified[e.Snapshot]
 	mem := r.mem
