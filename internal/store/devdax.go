@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -440,21 +439,11 @@ func (r *region) entry(id string) (*Entry, error) {
 // every byte of it; nothing stays allocated if it fails.
 func (r *region) put(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
 	start := time.Now()
-	if want.Size%r.align != 0 {
-		return nil, fmt.Errorf("memory store: %s: guest memory of %d bytes is not a whole number of the device's %d KiB units", id, want.Size, r.align>>10)
-	}
-	src, err := os.Open(memPath)
+	src, err := openSource(id, memPath, want, r.align, "device units")
 	if err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
+		return nil, err
 	}
 	defer src.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
-	}
-	if st.Size != want.Size {
-		return nil, fmt.Errorf("memory store: %s: %s is %d bytes, the snapshot manifest says %d", id, memPath, st.Size, want.Size)
-	}
 	// Room for every unit the file has data in (holes need none); what
 	// turns out to be zero is given back after the copy.
 	var candidates int64
@@ -479,34 +468,20 @@ func (r *region) put(id, memPath string, want snapshot.FileInfo) (*Entry, error)
 	r.mu.Unlock()
 	done := func() { r.mu.Lock(); delete(r.filling, id); r.mu.Unlock() }
 
-	h := sha256.New()
-	buf := make([]byte, r.align)
-	zero := make([]byte, r.align)
-	var extents []Extent
 	pos := at
-	for off := int64(0); off < want.Size; off += r.align {
-		if !hasData(src, off, r.align) {
-			h.Write(zero)
-			continue
+	extents, sum, err := scanUnits(src, want.Size, r.align, func(_ int64, unit []byte) error {
+		if pos+r.align > at+candidates*r.align {
+			return errors.New("the memory file changed while it was stored")
 		}
-		if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-			done()
-			return nil, fmt.Errorf("memory store: %s: %w", id, err)
-		}
-		h.Write(buf)
-		if bytes.Equal(buf, zero) {
-			continue
-		}
-		copy(r.mem[pos:pos+r.align], buf)
+		copy(r.mem[pos:pos+r.align], unit)
 		pos += r.align
-		first, pages := uint64(off)/memlayout.PageSize, uint64(r.align)/memlayout.PageSize
-		if n := len(extents); n > 0 && extents[n-1].Start+extents[n-1].Pages == first {
-			extents[n-1].Pages += pages
-		} else {
-			extents = append(extents, Extent{Start: first, Pages: pages})
-		}
+		return nil
+	})
+	if err != nil {
+		done()
+		return nil, fmt.Errorf("memory store: %s: %w", id, err)
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != want.SHA256 {
+	if sum != want.SHA256 {
 		done()
 		return nil, fmt.Errorf("memory store: %s: copy of %s does not match the snapshot manifest (sha256 %.12s, want %.12s)", id, memPath, sum, want.SHA256)
 	}
@@ -525,12 +500,6 @@ func (r *region) put(id, memPath string, want snapshot.FileInfo) (*Entry, error)
 	r.verified[id] = true
 	e.Path = r.path
 	return &e, nil
-}
-
-// hasData reports whether [off, off+n) of f holds any data extent.
-func hasData(f *os.File, off, n int64) bool {
-	data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-	return err == nil && data < off+n
 }
 
 func (r *region) remove(id string) error {

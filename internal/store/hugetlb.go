@@ -64,21 +64,11 @@ func readPool(pageSize int64) (pool, error) {
 // every byte (holes as zeros) and copies each huge page with data.
 func (s *Store) putHuge(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
 	start := time.Now()
-	if want.Size%s.pageSize != 0 {
-		return nil, fmt.Errorf("memory store: %s: guest memory of %d bytes is not a whole number of %d KiB huge pages", id, want.Size, s.pageSize>>10)
-	}
-	src, err := os.Open(memPath)
+	src, err := openSource(id, memPath, want, s.pageSize, "huge pages")
 	if err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
+		return nil, err
 	}
 	defer src.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
-	}
-	if st.Size != want.Size {
-		return nil, fmt.Errorf("memory store: %s: %s is %d bytes, the snapshot manifest says %d", id, memPath, st.Size, want.Size)
-	}
 	tmp := filepath.Join(s.dir, ".tmp-"+id+".mem")
 	_ = os.Remove(tmp)
 	dst, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -116,20 +106,56 @@ func (s *Store) copyHuge(dst, src *os.File, size int64) ([]Extent, string, error
 	if err := dst.Truncate(size); err != nil {
 		return nil, "", err
 	}
-	h := sha256.New()
 	hp := s.pageSize
-	buf := make([]byte, hp)
-	zero := make([]byte, hp)
+	return scanUnits(src, size, hp, func(off int64, unit []byte) error {
+		if err := unix.Fallocate(int(dst.Fd()), 0, off, hp); err != nil {
+			return fmt.Errorf("allocate huge page at %#x: %w", off, err)
+		}
+		m, err := unix.Mmap(int(dst.Fd()), off, int(hp), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("map huge page at %#x: %w", off, err)
+		}
+		copy(m, unit)
+		return unix.Munmap(m)
+	})
+}
+
+// openSource opens a snapshot memory file to store in units of n bytes,
+// checking that it is the size the manifest says and a whole number of
+// units.
+func openSource(id, memPath string, want snapshot.FileInfo, n int64, units string) (*os.File, error) {
+	if want.Size%n != 0 {
+		return nil, fmt.Errorf("memory store: %s: guest memory of %d bytes is not a whole number of %d KiB %s", id, want.Size, n>>10, units)
+	}
+	src, err := os.Open(memPath)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		src.Close()
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	if st.Size != want.Size {
+		src.Close()
+		return nil, fmt.Errorf("memory store: %s: %s is %d bytes, the snapshot manifest says %d", id, memPath, st.Size, want.Size)
+	}
+	return src, nil
+}
+
+// scanUnits reads the first size bytes of src in units of n bytes (holes
+// are skipped, not read), hashes every byte (holes as zeros) and calls keep
+// for each unit holding a non-zero byte, in order. It returns those units
+// as extents (4 KiB pages, adjacent units merged) and the hex SHA-256.
+func scanUnits(src *os.File, size, n int64, keep func(off int64, unit []byte) error) ([]Extent, string, error) {
+	h := sha256.New()
+	buf := make([]byte, n)
+	zero := make([]byte, n)
 	var out []Extent
-	for off := int64(0); off < size; off += hp {
-		// Skip reading huge pages that are holes in the source.
-		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) || (err == nil && data >= off+hp) {
+	for off := int64(0); off < size; off += n {
+		if !hasData(src, off, n) {
 			h.Write(zero)
 			continue
-		}
-		if err != nil {
-			return nil, "", fmt.Errorf("seek data: %w", err)
 		}
 		if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
 			return nil, "", err
@@ -138,23 +164,21 @@ func (s *Store) copyHuge(dst, src *os.File, size int64) ([]Extent, string, error
 		if bytes.Equal(buf, zero) {
 			continue
 		}
-		if err := unix.Fallocate(int(dst.Fd()), 0, off, hp); err != nil {
-			return nil, "", fmt.Errorf("allocate huge page at %#x: %w", off, err)
-		}
-		m, err := unix.Mmap(int(dst.Fd()), off, int(hp), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			return nil, "", fmt.Errorf("map huge page at %#x: %w", off, err)
-		}
-		copy(m, buf)
-		if err := unix.Munmap(m); err != nil {
+		if err := keep(off, buf); err != nil {
 			return nil, "", err
 		}
-		first, pages := uint64(off)/memlayout.PageSize, uint64(hp)/memlayout.PageSize
-		if n := len(out); n > 0 && out[n-1].Start+out[n-1].Pages == first {
-			out[n-1].Pages += pages
+		first, pages := uint64(off)/memlayout.PageSize, uint64(n)/memlayout.PageSize
+		if k := len(out); k > 0 && out[k-1].Start+out[k-1].Pages == first {
+			out[k-1].Pages += pages
 		} else {
 			out = append(out, Extent{Start: first, Pages: pages})
 		}
 	}
 	return out, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hasData reports whether [off, off+n) of f holds any data extent.
+func hasData(f *os.File, off, n int64) bool {
+	data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+	return err == nil && data < off+n
 }
