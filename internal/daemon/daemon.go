@@ -5,7 +5,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -197,14 +197,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 // waitGone waits until pid has exited (or is a zombie), at most d.
 func waitGone(pid int, d time.Duration) {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-			return
-		}
+	for !procstat.Exited(pid) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }

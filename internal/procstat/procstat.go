@@ -144,3 +144,17 @@ func hugeAnon(numaMaps []byte) uint64 {
 	}
 	return total
 }
+
+// Exited reports whether process pid is gone or has exited and awaits its
+// parent's wait (state Z or X in /proc/PID/stat): either way it maps no
+// memory any more.
+func Exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which is in parentheses and may
+	// itself contain ") ".
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}

@@ -2,7 +2,9 @@ package procstat
 
 import (
 	"os"
+	"os/exec"
 	"testing"
+	"time"
 )
 
 func TestReadSelf(t *testing.T) {
@@ -36,5 +38,27 @@ func TestHugeAnon(t *testing.T) {
 `)
 	if got, want := hugeAnon(nm), uint64(26*2<<20+1<<30); got != want {
 		t.Fatalf("hugeAnon = %d, want %d (4 KiB anonymous pages are not huge pages)", got, want)
+	}
+}
+
+func TestExited(t *testing.T) {
+	if Exited(os.Getpid()) {
+		t.Fatal("this process counts as exited")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start true(1): %v", err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(5 * time.Second)
+	for !Exited(pid) { // a zombie until waited for
+		if time.Now().After(deadline) {
+			t.Fatal("an exited, unwaited child does not count as exited")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Wait()
+	if !Exited(pid) {
+		t.Fatal("a reaped process counts as running")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -209,7 +210,7 @@ func (p *premap) Close() error {
 	var err error
 	p.close.Do(func() {
 		if p.pid > 0 {
-			if _, serr := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); serr == nil && !zombie(p.pid) {
+			if !procstat.Exited(p.pid) {
 				err = fmt.Errorf("premap: qemu (pid %d) still runs; its %d MiB range of %s stays allocated", p.pid, p.clone.Bytes>>20, p.clone.Device)
 				return
 			}
@@ -217,19 +218,6 @@ func (p *premap) Close() error {
 		p.st.Release(p.clone.Owner)
 	})
 	return err
-}
-
-// zombie reports whether pid has exited and awaits its parent's wait.
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z' || s[i+2] == 'X'
-	}
-	return false
 }
 
 func (p *premap) Stats() Stats {
