@@ -123,9 +123,24 @@ func (s *Service) functionsDir() string { return filepath.Join(s.cfg.DataDir, "f
 func (s *Service) snapshotsDir() string { return filepath.Join(s.cfg.DataDir, "snapshots") }
 func (s *Service) runDir() string       { return filepath.Join(s.cfg.DataDir, "run") }
 
-// New opens the catalog, loads the guest image, chooses the accelerator and
-// reconciles VMs left by a previous daemon.
+// New opens the daemon (Open) and starts it (Start): what tests and
+// in-process users call.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	s, err := Open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open validates the configuration, loads the guest image and opens the
+// catalog, changing nothing else: a daemon that cannot serve (its address
+// is taken, say) must not have touched VMs or files yet. Start does that.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -148,20 +163,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// Start reconciles what a previous daemon left (VMs, half-written files),
+// opens the memory store and chooses the accelerator.
+func (s *Service) Start(ctx context.Context) error {
 	if err := s.reconcile(ctx); err != nil {
-		s.db.Close()
-		return nil, err
+		return err
 	}
 	s.removeTempSnapshots()
 	s.openStore(ctx)
+	var err error
 	s.accel, err = s.chooseAccel(ctx)
 	if err != nil {
-		s.db.Close()
-		return nil, err
+		return err
 	}
-	log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", qv,
-		"image", im.Hash, "kernel", im.KernelVersion, "data_dir", cfg.DataDir)
-	return s, nil
+	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion,
+		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
+	return nil
 }
 
 // reconcile marks VMs whose processes are gone as failed and cleans their
