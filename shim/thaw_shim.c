@@ -70,6 +70,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim.h"
+
 #define LAYOUT_MAGIC "THAWLAY1"
 #define UFFD_MAGIC "THAWUFD1"
 #define MAX_ENTRIES (1u << 22)
@@ -113,11 +115,13 @@ enum mode { MODE_OFF, MODE_LAYOUT, MODE_UFFD, MODE_BAD };
 
 static struct {
 	enum mode mode;
-	char memfile[PATH_MAX]; /* realpath of THAW_SHIM_MEMFILE */
+	char memfile[PATH_MAX]; /* THAW_SHIM_MEMFILE, for messages */
+	dev_t mem_dev;	       /* the memory file's identity: a descriptor */
+	ino_t mem_ino;	       /* for it is matched by fstat, not by path */
 	const char *layout, *lsfile, *sock, *device;
 	int populate;	    /* THAW_SHIM_POPULATE=read */
 	int protect;	    /* THAW_SHIM_PROTECT=1 */
-	int memfile_ok;	    /* memfile holds a resolved path */
+	int memfile_ok;	    /* mem_dev/mem_ino identify the memory file */
 	const char *stats; /* THAW_SHIM_STATS: where populate reports */
 	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
 } cfg;
@@ -182,6 +186,21 @@ static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
 	return sys_mmap(addr, len, prot, flags, fd, off);
 }
 
+/* Identifies the memory file: through the file table when the daemon
+ * passed it (QEMU's user may not be able to stat its path), else by path. */
+static int identify_memfile(const char *mem)
+{
+	struct stat st;
+	int fd = shim_table_fd(mem);
+
+	if ((fd >= 0 ? fstat(fd, &st) : stat(mem, &st)) < 0)
+		return -1;
+	cfg.mem_dev = st.st_dev;
+	cfg.mem_ino = st.st_ino;
+	snprintf(cfg.memfile, sizeof(cfg.memfile), "%s", mem);
+	return 0;
+}
+
 static void load_config(void)
 {
 	const char *mode = getenv("THAW_SHIM_MODE");
@@ -189,7 +208,7 @@ static void load_config(void)
 	const char *protect = getenv("THAW_SHIM_PROTECT");
 
 	cfg.protect = protect && !strcmp(protect, "1");
-	cfg.memfile_ok = mem && *mem && realpath(mem, cfg.memfile) != NULL;
+	cfg.memfile_ok = mem && *mem && identify_memfile(mem) == 0;
 	if (!mode || !*mode) {
 		cfg.mode = MODE_OFF;
 		return;
@@ -216,10 +235,10 @@ static void load_config(void)
 	if (cfg.mode != MODE_BAD && (!mem || !*mem)) {
 		cfg.mode = MODE_BAD;
 		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_MEMFILE not set");
-	} else if (cfg.mode != MODE_BAD && !realpath(mem, cfg.memfile)) {
+	} else if (cfg.mode != MODE_BAD && !cfg.memfile_ok) {
 		int err = errno;
 		cfg.mode = MODE_BAD;
-		snprintf(cfg.bad, sizeof(cfg.bad), "realpath THAW_SHIM_MEMFILE %s: %s", mem, strerror(err));
+		snprintf(cfg.bad, sizeof(cfg.bad), "THAW_SHIM_MEMFILE %s: %s", mem, strerror(err));
 	}
 	if (cfg.mode == MODE_LAYOUT && (!cfg.layout || !*cfg.layout)) {
 		cfg.mode = MODE_BAD;
@@ -237,17 +256,9 @@ static void load_config(void)
 
 static int fd_is_memfile(int fd)
 {
-	char link[64], target[PATH_MAX], resolved[PATH_MAX];
-	ssize_t n;
+	struct stat st;
 
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, target, sizeof(target) - 1);
-	if (n < 0)
-		return 0;
-	target[n] = '\0';
-	if (!realpath(target, resolved))
-		return 0;
-	return strcmp(resolved, cfg.memfile) == 0;
+	return cfg.memfile_ok && fstat(fd, &st) == 0 && st.st_dev == cfg.mem_dev && st.st_ino == cfg.mem_ino;
 }
 
 static uint64_t now_us(void)
@@ -681,6 +692,25 @@ static int wait_ack(int sock)
 	}
 }
 
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+
+/*
+ * A userfaultfd for this process. /dev/userfaultfd in the file table (opened
+ * by the daemon, Linux 6.1+) lets an unprivileged QEMU create one although
+ * vm.unprivileged_userfaultfd is 0: the device's permission is checked at
+ * open, by the daemon. Without it, the userfaultfd(2) system call.
+ */
+static int new_uffd(void)
+{
+	int dev = shim_table_fd("/dev/userfaultfd");
+
+	if (dev >= 0)
+		return ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+	return (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+}
+
 static void *map_uffd(void *addr, size_t len, int prot)
 {
 	uint64_t t0 = now_us();
@@ -696,7 +726,7 @@ static void *map_uffd(void *addr, size_t len, int prot)
 	    MAP_FAILED)
 		return fail(errno, "mmap anonymous base (%zu bytes)", len);
 
-	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	uffd = new_uffd();
 	if (uffd < 0) {
 		ret = fail(errno, "userfaultfd");
 		goto out;
@@ -719,17 +749,26 @@ static void *map_uffd(void *addr, size_t len, int prot)
 		goto out;
 	}
 
-	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (sock < 0) {
-		ret = fail(errno, "socket");
-		goto out;
-	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sun_family = AF_UNIX;
-	strcpy(sa.sun_path, cfg.sock);
-	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = fail(errno, "connect %s", cfg.sock);
-		goto out;
+	if (shim_table_fd(cfg.sock) >= 0) {
+		/* The daemon connected it for us: QEMU's user may not reach the path. */
+		sock = shim_table_dup(cfg.sock, 0);
+		if (sock < 0) {
+			ret = fail(errno, "uffd socket %s from the file table", cfg.sock);
+			goto out;
+		}
+	} else {
+		sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (sock < 0) {
+			ret = fail(errno, "socket");
+			goto out;
+		}
+		memset(&sa, 0, sizeof(sa));
+		sa.sun_family = AF_UNIX;
+		strcpy(sa.sun_path, cfg.sock);
+		if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			ret = fail(errno, "connect %s", cfg.sock);
+			goto out;
+		}
 	}
 	if (send_hello(sock, uffd, addr, len) < 0) {
 		ret = fail(errno, "send uffd to %s", cfg.sock);
