@@ -75,6 +75,12 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 	}
 }
 
+// NewConn speaks the protocol over an already connected channel (the VMM
+// hands the daemon its end at start).
+func NewConn(c net.Conn) *Conn {
+	return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10)}
+}
+
 // Close closes the connection.
 func (c *Conn) Close() error { return c.conn.Close() }
 

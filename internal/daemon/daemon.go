@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -63,6 +64,39 @@ type Config struct {
 	// memory (tests, measurements): the devdax tier on a file.
 	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
+
+	// VMM confinement (zero values take the defaults).
+	VMUIDBase           uint32 // first user id VMMs run as, one per live VM
+	VMUIDCount          uint32 // how many
+	VMMemoryOverheadMiB int    // a VM's cgroup memory limit beyond guest RAM
+	VMCPUWeight         int    // a VM's cgroup CPU weight, 1-10000 (100: the default share)
+	ConsoleLogLimit     int64  // bytes of guest console kept per VM
+	CgroupRoot          string // the cgroup file system; "none" disables VM cgroups
+}
+
+// setDefaults fills the zero confinement settings.
+func (c *Config) setDefaults() {
+	if c.VMUIDBase == 0 {
+		c.VMUIDBase = DefaultVMUIDBase
+	}
+	if c.VMUIDCount == 0 {
+		c.VMUIDCount = DefaultVMUIDCount
+	}
+	if c.VMMemoryOverheadMiB == 0 {
+		c.VMMemoryOverheadMiB = DefaultVMMemoryOverheadMiB
+	}
+	if c.VMCPUWeight == 0 {
+		c.VMCPUWeight = 100
+	}
+	if c.ConsoleLogLimit == 0 {
+		c.ConsoleLogLimit = 1 << 20
+	}
+	switch c.CgroupRoot {
+	case "":
+		c.CgroupRoot = "/sys/fs/cgroup"
+	case "none":
+		c.CgroupRoot = ""
+	}
 }
 
 // Validate reports every problem at once.
@@ -88,6 +122,10 @@ func (c *Config) Validate() error {
 	if c.BootTimeout <= 0 || c.InvokeTimeout <= 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
 	}
+	if c.ShimPath == "" {
+		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
+	}
+	errs = append(errs, validateConfinement(c)...)
 	return errors.Join(errs...)
 }
 
@@ -116,6 +154,7 @@ type Service struct {
 	snapLocks map[string]*sync.Mutex
 	wg        sync.WaitGroup
 	closed    bool
+	confine   confinement // per-VM users and cgroups
 }
 
 // Directory layout under DataDir.
@@ -141,6 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 // catalog, changing nothing else: a daemon that cannot serve (its address
 // is taken, say) must not have touched VMs or files yet. Start does that.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -173,6 +213,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.removeTempSnapshots()
+	if err := s.openConfinement(); err != nil {
+		return err
+	}
 	s.openStore(ctx)
 	var err error
 	s.accel, err = s.chooseAccel(ctx)
@@ -197,7 +240,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 			continue
 		}
 		reason := "qemu process gone when the daemon restarted"
-		if v.PID > 0 && processMatches(v.PID, v.RunDir) {
+		if v.PID > 0 && processMatches(v.PID, v.ID) {
 			_ = syscall.Kill(v.PID, syscall.SIGKILL)
 			reason = "daemon restarted; the VM could not be re-adopted and was killed"
 		}
@@ -222,14 +265,15 @@ func waitGone(pid int, d time.Duration) {
 	}
 }
 
-// processMatches reports whether pid is a live process whose command line
-// mentions runDir (so a recycled pid is never killed by mistake).
-func processMatches(pid int, runDir string) bool {
+// processMatches reports whether pid is a live QEMU of VM vmID (its
+// command line names it "thaw-<id>"), so a recycled pid is never killed by
+// mistake.
+func processMatches(pid int, vmID string) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return false
 	}
-	return runDir != "" && regexp.MustCompile(regexp.QuoteMeta(runDir)).Match(b)
+	return vmID != "" && bytes.Contains(b, []byte("\x00-name\x00thaw-"+vmID+"\x00"))
 }
 
 // removeTempSnapshots deletes snapshot directories a crash left half written.

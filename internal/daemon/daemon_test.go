@@ -108,7 +108,8 @@ func TestNewIDsAreValid(t *testing.T) {
 
 func validConfig() Config {
 	return Config{DataDir: "/var/lib/thaw", ImageDir: "/usr/share/thaw/image", Accel: "auto",
-		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 30 * time.Second, InvokeTimeout: 10 * time.Second}
+		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 30 * time.Second, InvokeTimeout: 10 * time.Second,
+		ShimPath: "/usr/lib/thaw/libthaw_shim.so"}
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -132,7 +133,13 @@ func TestConfigValidate(t *testing.T) {
 			"default memory 0 MiB is below 128",
 			"default vcpus must be at least 1",
 			"timeouts must be positive",
+			"the interposer libthaw_shim.so is required",
 		}},
+		{name: "confinement out of range", edit: func(c *Config) {
+			c.VMUIDBase, c.VMUIDCount, c.VMMemoryOverheadMiB, c.VMCPUWeight, c.ConsoleLogLimit, c.CgroupRoot = 500, 10, 32, 20000, 100, "sys/fs/cgroup"
+		}, want: []string{"overlaps system users", "overhead 32 MiB", "cpu weight 20000", "console log limit 100", "cgroup root must be an absolute path"}},
+		{name: "user id range past the top", edit: func(c *Config) { c.VMUIDBase, c.VMUIDCount = 4294967000, 1000 },
+			want: []string{"do not fit below 4294967294"}},
 		{name: "several problems", edit: func(c *Config) { c.ImageDir, c.Accel, c.DefaultVCPUs = "", "KVM", 0 }, want: []string{
 			"guest image directory is required", `unknown accelerator "KVM"`, "default vcpus must be at least 1",
 		}},
@@ -141,6 +148,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := validConfig()
 			tt.edit(&c)
+			c.setDefaults()
 			err := c.Validate()
 			if len(tt.want) == 0 {
 				if err != nil {

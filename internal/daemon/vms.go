@@ -33,6 +33,8 @@ type liveVM struct {
 
 	sess             restore.Session   // restored VMs: the strategy serving their memory
 	countersAtResume procstat.Counters // VMM counters just before the vCPUs resumed
+	spec             vmm.Spec          // what the VMM was started with
+	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -89,15 +91,21 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		return nil, err
 	}
-	m, err := qemu.Start(ctx, spec)
+	unconfine, err := s.confineSpec(&spec)
+	var m *qemu.Machine
+	if err == nil {
+		m, err = qemu.Start(ctx, spec)
+	}
 	if err != nil {
+		unconfine()
 		_ = os.RemoveAll(spec.RunDir)
 		rec.State, rec.Reason = catalog.StateFailed, err.Error()
 		_ = s.db.PutVM(context.WithoutCancel(ctx), rec)
 		return nil, fmt.Errorf("%w: %v", ErrVMFailed, err)
 	}
 	rec.PID = m.PID()
-	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting}
+	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
+		spec: spec, unconfine: unconfine}
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
@@ -122,6 +130,9 @@ func (s *Service) supervise(lv *liveVM) {
 		return
 	}
 	reason := ex.Reason
+	if oom := oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB); oom != "" {
+		reason = oom + "; " + reason
+	}
 	if tail := consoleTail(lv.runDir); tail != "" {
 		reason += "; guest console: " + tail
 	}
@@ -161,6 +172,9 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 			s.log.Warn("close restore session", "vm", lv.id, "err", err)
 		}
 	}
+	if lv.unconfine != nil {
+		lv.unconfine()
+	}
 	if err := os.RemoveAll(lv.runDir); err != nil {
 		s.log.Error("remove run dir", "vm", lv.id, "err", err)
 	}
@@ -180,11 +194,7 @@ func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Dur
 		}
 	}()
 	if lv.agent == nil {
-		c, err := agent.Dial(ctx, lv.m.AgentSocket())
-		if err != nil {
-			return err
-		}
-		lv.agent = c
+		lv.agent = agent.NewConn(lv.m.Agent())
 	}
 	_, err := lv.agent.WaitReady(ctx, 250*time.Millisecond)
 	select {

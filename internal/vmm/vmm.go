@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"time"
 )
 
@@ -70,6 +72,28 @@ type Spec struct {
 	// Incoming starts the VM waiting for a device-state stream instead of
 	// booting (restore from snapshot).
 	Incoming bool
+
+	// Confinement. The VMM opens none of thaw's files by path: the daemon
+	// opens them and hands them over as descriptors, through the shim's
+	// file table where the VMM insists on a path.
+	Shim   string   // the interposer preloaded into the VMM (libthaw_shim.so)
+	User   *User    // run the VMM as this user; nil: as the daemon's user
+	Cgroup Cgroup   // the VMM's control group; nil: none
+	Tap    *os.File // the guest NIC's tap device; nil: no network backend reaches anything
+	// ConsoleLimit bounds the guest console log kept in the run directory
+	// (bytes); later output is dropped except its last part. 0: 1 MiB.
+	ConsoleLimit int64
+}
+
+// User is an unprivileged identity for a VMM process.
+type User struct{ UID, GID uint32 }
+
+// Cgroup is the control group a VMM process runs in.
+type Cgroup interface {
+	// FD is a cgroup v2 directory to clone the process into, or -1.
+	FD() int
+	// Add moves a started process in (cgroup v1).
+	Add(pid int) error
 }
 
 // Validate reports every problem with a spec at once.
@@ -99,6 +123,9 @@ func (s *Spec) Validate() error {
 	if a := s.Memory.Align; a < 0 || a&(a-1) != 0 {
 		errs = append(errs, fmt.Errorf("memory alignment %d is not a power of two", a))
 	}
+	if s.Shim == "" {
+		errs = append(errs, errors.New("missing interposer (it hands the VMM its files)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -115,8 +142,9 @@ type Exit struct {
 type Machine interface {
 	// PID of the VMM process.
 	PID() int
-	// AgentSocket is the host end of the guest agent's channel.
-	AgentSocket() string
+	// Agent is the host end of the guest agent's channel, connected from
+	// the start; the caller owns it.
+	Agent() net.Conn
 	// Pause stops the vCPUs.
 	Pause(ctx context.Context) error
 	// Resume starts (or restarts) the vCPUs.

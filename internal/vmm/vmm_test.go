@@ -9,7 +9,7 @@ func validSpec() Spec {
 	return Spec{
 		ID: "vm-0123456789ab", RunDir: "/run/thaw/vm-0123456789ab", MemoryMiB: 256, VCPUs: 1,
 		Accel: AccelTCG, Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
-		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"},
+		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"}, Shim: "/usr/lib/thaw/libthaw_shim.so",
 	}
 }
 
@@ -32,6 +32,7 @@ func TestSpecValidate(t *testing.T) {
 			`unknown accelerator ""`,
 			"missing kernel or initrd",
 			"missing memory file",
+			"missing interposer",
 		}},
 		{name: "several problems", edit: func(s *Spec) { s.ID, s.VCPUs, s.Memory.Path = "", -1, "" }, want: []string{
 			"missing id", "vcpus -1: need at least 1", "missing memory file",

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,10 +32,24 @@ const Binary = "qemu-system-x86_64"
 // AgentPortName is the virtio-serial port the guest agent opens.
 const AgentPortName = "org.thaw.agent"
 
+// Sandbox is QEMU's seccomp policy: obsolete system calls, privilege
+// changes, process creation and resource control are refused, so a guest
+// that takes over QEMU cannot spawn a shell or raise its privileges.
+const Sandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+
+// Descriptors are the numbers of the descriptors QEMU inherits (Start
+// assigns them; Args only writes them into the command line).
+type Descriptors struct {
+	QMP, Agent, Console int
+	Tap                 int   // 0: no tap device (user networking, restricted)
+	Disks               []int // one per disk, in order
+}
+
 // Args builds QEMU's command line for a spec. It is pure so tests can check
 // it byte for byte; the memory backend options are the part restore
-// strategies depend on.
-func Args(s *vmm.Spec) []string {
+// strategies depend on. Kernel, initrd and the memory file appear as paths
+// that the interposer's file table resolves to descriptors.
+func Args(s *vmm.Spec, fds Descriptors) []string {
 	share := "off"
 	if s.Memory.Shared {
 		share = "on"
@@ -61,18 +76,25 @@ func Args(s *vmm.Spec) []string {
 		"-m", mem,
 		"-object", backend,
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
+		"-sandbox", Sandbox,
 		"-kernel", s.Kernel, "-initrd", s.Initrd, "-append", s.Cmdline,
 	}
 	for i, d := range s.Disks {
 		id := fmt.Sprintf("disk%d", i)
-		drive := "file=" + d.Path + ",if=none,id=" + id + ",format=raw"
+		set := i + 1
+		drive := fmt.Sprintf("file=/dev/fdset/%d,if=none,id=%s,format=raw", set, id)
 		if d.ReadOnly {
 			drive += ",readonly=on"
 		}
-		args = append(args, "-drive", drive, "-device", "virtio-blk-pci,drive="+id)
+		args = append(args, "-add-fd", fmt.Sprintf("fd=%d,set=%d", fds.Disks[i], set),
+			"-drive", drive, "-device", "virtio-blk-pci,drive="+id)
+	}
+	netdev := "user,id=net0,restrict=on"
+	if fds.Tap > 0 {
+		netdev = fmt.Sprintf("tap,id=net0,fd=%d,vhost=off", fds.Tap)
 	}
 	args = append(args,
-		"-netdev", "user,id=net0",
+		"-netdev", netdev,
 		// romfile= skips loading the iPXE option ROM: the guest never
 		// network-boots, and the ROM costs boot time under TCG.
 		"-device", "virtio-net-pci,netdev=net0,romfile=",
@@ -82,10 +104,12 @@ func Args(s *vmm.Spec) []string {
 		// sanitized them with one).
 		"-device", "virtio-balloon-pci,free-page-reporting=on",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=agent,path="+filepath.Join(s.RunDir, "agent.sock")+",server=on,wait=off",
+		"-chardev", fmt.Sprintf("socket,id=agent,fd=%d", fds.Agent),
 		"-device", "virtserialport,chardev=agent,name="+AgentPortName,
-		"-serial", "file:"+filepath.Join(s.RunDir, "console.log"),
-		"-qmp", "unix:"+filepath.Join(s.RunDir, "qmp.sock")+",server=on,wait=off",
+		"-chardev", fmt.Sprintf("socket,id=console,fd=%d", fds.Console),
+		"-serial", "chardev:console",
+		"-chardev", fmt.Sprintf("socket,id=qmp,fd=%d", fds.QMP),
+		"-mon", "chardev=qmp,mode=control",
 	)
 	if s.Incoming {
 		args = append(args, "-incoming", "defer")
@@ -95,10 +119,11 @@ func Args(s *vmm.Spec) []string {
 
 // Machine is a running QEMU process.
 type Machine struct {
-	spec    vmm.Spec
-	cmd     *exec.Cmd
-	qmp     *QMP
-	logPath string
+	spec  vmm.Spec
+	cmd   *exec.Cmd
+	qmp   *QMP
+	agent net.Conn
+	logs  sync.WaitGroup // the console and QEMU log copies
 
 	mu        sync.Mutex
 	requested bool
@@ -108,8 +133,11 @@ type Machine struct {
 
 var _ vmm.Machine = (*Machine)(nil)
 
-// Start launches QEMU for spec and connects to its QMP socket. The process is
-// supervised: when it exits for any reason Done is closed and Exit says why.
+// Start launches QEMU for spec and negotiates QMP. QEMU runs as spec.User
+// (if set) in spec.Cgroup under a seccomp sandbox, with a clean
+// environment, and receives every file, socket and device as an inherited
+// descriptor. The process is supervised: when it exits for any reason Done
+// is closed and Exit says why.
 func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("vm spec: %w", err)
@@ -117,41 +145,68 @@ func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
 	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	logPath := filepath.Join(spec.RunDir, "qemu.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	l, err := prepare(&spec)
 	if err != nil {
+		l.closeAll()
+		return nil, err
+	}
+	m := &Machine{spec: spec, done: make(chan struct{})}
+	cmd := exec.Command(Binary, Args(&spec, l.fds)...)
+	cmd.Env = l.env
+	cmd.ExtraFiles = l.files
+	qemuLog, err := newCappedLog(filepath.Join(spec.RunDir, "qemu.log"), 256<<10)
+	if err != nil {
+		l.closeAll()
 		return nil, fmt.Errorf("qemu log: %w", err)
 	}
-	cmd := exec.Command(Binary, Args(&spec)...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.Env = append(os.Environ(), spec.Memory.Env...)
+	cmd.Stdout, cmd.Stderr = qemuLog, qemuLog
 	// Own process group: a Ctrl-C aimed at the daemon does not kill VMs
 	// behind its back; the daemon stops them itself. Pdeathsig covers the
-	// daemon dying without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// daemon dying without cleaning up (Go sets it after the user change).
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.User != nil {
+		attr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID, Groups: []uint32{}}
+	}
+	if spec.Cgroup != nil && spec.Cgroup.FD() >= 0 {
+		attr.UseCgroupFD, attr.CgroupFD = true, spec.Cgroup.FD()
+	}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		l.closeAll()
+		qemuLog.Close()
 		return nil, fmt.Errorf("start %s: %w", Binary, err)
 	}
-	m := &Machine{spec: spec, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go m.supervise(logf)
-
+	m.cmd = cmd
+	l.closeChildEnds()
+	m.logs.Add(1)
+	go func() { defer m.logs.Done(); copyConsole(l.console, filepath.Join(spec.RunDir, "console.log"), spec.ConsoleLimit) }()
+	go m.supervise(qemuLog)
+	if spec.Cgroup != nil && spec.Cgroup.FD() < 0 {
+		if err := spec.Cgroup.Add(cmd.Process.Pid); err != nil {
+			l.qmp.Close()
+			l.agent.Close()
+			_ = m.Kill()
+			return nil, fmt.Errorf("qemu %s: %w", spec.ID, err)
+		}
+	}
+	m.agent = l.agent
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	type dialResult struct {
+	type result struct {
 		q   *QMP
 		err error
 	}
-	ch := make(chan dialResult, 1)
-	go func() { q, err := DialQMP(qctx, filepath.Join(spec.RunDir, "qmp.sock")); ch <- dialResult{q, err} }()
+	ch := make(chan result, 1)
+	go func() { q, err := NewQMP(qctx, l.qmp); ch <- result{q, err} }()
 	select {
 	case r := <-ch:
 		if r.err != nil {
 			_ = m.Kill()
 			return nil, fmt.Errorf("qemu %s: %w (%s)", spec.ID, r.err, m.Exit().Reason)
 		}
+		m.mu.Lock()
 		m.qmp = r.q
+		m.mu.Unlock()
 	case <-m.done:
 		cancel()
 		return nil, fmt.Errorf("qemu %s exited during start-up: %s", spec.ID, m.Exit().Reason)
@@ -159,9 +214,9 @@ func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
 	return m, nil
 }
 
-func (m *Machine) supervise(logf *os.File) {
-	err := m.cmd.Wait()
-	logf.Close()
+func (m *Machine) supervise(qemuLog *cappedLog) {
+	err := m.cmd.Wait() // also drains QEMU's output into qemuLog
+	qemuLog.Close()
 	code := 0
 	status := "exited with status 0"
 	var ee *exec.ExitError
@@ -172,15 +227,17 @@ func (m *Machine) supervise(logf *os.File) {
 		code = -1
 		status = err.Error()
 	}
+	m.logs.Wait() // the console reaches EOF once QEMU is gone
 	m.mu.Lock()
 	m.exit = vmm.Exit{At: time.Now(), Code: code, Requested: m.requested}
 	m.exit.Reason = "qemu " + status
-	if tail := logTail(m.logPath, 400); tail != "" {
+	if tail := logTail(filepath.Join(m.spec.RunDir, "qemu.log"), 400); tail != "" {
 		m.exit.Reason += ": " + tail
 	}
+	q := m.qmp
 	m.mu.Unlock()
-	if m.qmp != nil {
-		m.qmp.Close()
+	if q != nil {
+		q.Close()
 	}
 	close(m.done)
 }
@@ -200,8 +257,8 @@ func logTail(path string, n int) string {
 // PID implements vmm.Machine.
 func (m *Machine) PID() int { return m.cmd.Process.Pid }
 
-// AgentSocket implements vmm.Machine.
-func (m *Machine) AgentSocket() string { return filepath.Join(m.spec.RunDir, "agent.sock") }
+// Agent implements vmm.Machine.
+func (m *Machine) Agent() net.Conn { return m.agent }
 
 // Pause implements vmm.Machine.
 func (m *Machine) Pause(ctx context.Context) error {
@@ -224,24 +281,40 @@ func (m *Machine) ignoreShared(ctx context.Context) error {
 	return err
 }
 
-// SaveState implements vmm.Machine. QEMU writes the stream itself through
-// "exec:", so the path is quoted for the shell it runs.
+// SaveState implements vmm.Machine: the daemon creates the state file and
+// hands QEMU its descriptor ("fd:" migration; no shell, no path for QEMU).
 func (m *Machine) SaveState(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("device state file: %w", err)
+	}
+	defer f.Close()
 	if err := m.ignoreShared(ctx); err != nil {
 		return err
 	}
-	if _, err := m.qmp.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
+	if _, err := m.qmp.ExecuteFD(ctx, "getfd", map[string]any{"fdname": "thaw-state"}, f); err != nil {
+		return err
+	}
+	if _, err := m.qmp.Execute(ctx, "migrate", map[string]any{"uri": "fd:thaw-state"}); err != nil {
 		return err
 	}
 	return m.qmp.WaitMigration(ctx)
 }
 
-// LoadState implements vmm.Machine.
+// LoadState implements vmm.Machine, reading the stream from a descriptor.
 func (m *Machine) LoadState(ctx context.Context, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("device state file: %w", err)
+	}
+	defer f.Close()
 	if err := m.ignoreShared(ctx); err != nil {
 		return err
 	}
-	if _, err := m.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(path)}); err != nil {
+	if _, err := m.qmp.ExecuteFD(ctx, "getfd", map[string]any{"fdname": "thaw-state"}, f); err != nil {
+		return err
+	}
+	if _, err := m.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:thaw-state"}); err != nil {
 		return err
 	}
 	return m.qmp.WaitMigration(ctx)
@@ -275,10 +348,6 @@ func (m *Machine) Exit() vmm.Exit {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.exit
-}
-
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Version returns QEMU's version string, e.g. "7.2.22".

@@ -56,6 +56,7 @@ func ProbeAccel(ctx context.Context, accel vmm.Accel, kernel, initrd, workDir st
 	cmd := exec.CommandContext(ctx, Binary,
 		"-machine", "pc,accel="+string(accel), "-cpu", cpu, "-m", "128M", "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
+		"-sandbox", Sandbox,
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", "console=ttyS0 quiet panic=-1 thaw.probe=1",
 		"-serial", "file:"+console)

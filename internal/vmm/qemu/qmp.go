@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // QMP is a minimal client for the QEMU Machine Protocol: one connection,
@@ -51,6 +54,12 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	return NewQMP(ctx, conn)
+}
+
+// NewQMP reads the greeting on a connected QMP socket and negotiates
+// capabilities. It takes conn over, closing it on failure.
+func NewQMP(ctx context.Context, conn net.Conn) (*QMP, error) {
 	q := &QMP{conn: conn, rd: bufio.NewReaderSize(conn, 64<<10)}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
@@ -59,14 +68,14 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 	var greeting struct {
 		QMP json.RawMessage `json:"QMP"`
 	}
-	line, err := q.rd.ReadBytes('\n')
+	line, err := readQMPLine(q.rd)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("qmp greeting: %w", err)
 	}
 	if err := json.Unmarshal(line, &greeting); err != nil || greeting.QMP == nil {
 		conn.Close()
-		return nil, fmt.Errorf("qmp greeting: unexpected %q", line)
+		return nil, fmt.Errorf("qmp greeting: unexpected %.200q", line)
 	}
 	if _, err := q.Execute(ctx, "qmp_capabilities", nil); err != nil {
 		conn.Close()
@@ -75,8 +84,42 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 	return q, nil
 }
 
+// maxQMPLine bounds one line from QEMU: replies thaw asks for are small.
+const maxQMPLine = 1 << 20
+
+// readQMPLine reads one line, refusing lines over maxQMPLine.
+func readQMPLine(rd *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		part, isPrefix, err := rd.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		line = append(line, part...)
+		if len(line) > maxQMPLine {
+			return nil, fmt.Errorf("qmp line longer than %d bytes", maxQMPLine)
+		}
+		if !isPrefix {
+			return line, nil
+		}
+	}
+}
+
 // Execute runs one command and returns its "return" value.
 func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
+	return q.execute(ctx, cmd, args, nil)
+}
+
+// ExecuteFD runs one command with f passed along (SCM_RIGHTS), as "getfd"
+// and "add-fd" want.
+func (q *QMP) ExecuteFD(ctx context.Context, cmd string, args any, f *os.File) (json.RawMessage, error) {
+	if _, ok := q.conn.(*net.UnixConn); !ok {
+		return nil, fmt.Errorf("qmp %s: passing a descriptor needs a Unix socket", cmd)
+	}
+	return q.execute(ctx, cmd, args, f)
+}
+
+func (q *QMP) execute(ctx context.Context, cmd string, args any, f *os.File) (json.RawMessage, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	// Every command carries an id and replies with another id are skipped:
@@ -96,25 +139,27 @@ func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessag
 		_ = q.conn.SetDeadline(dl)
 		defer func() { _ = q.conn.SetDeadline(time.Time{}) }()
 	}
-	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+	b = append(b, '\n')
+	if f != nil {
+		uc := q.conn.(*net.UnixConn)
+		n, _, err := uc.WriteMsgUnix(b, unix.UnixRights(int(f.Fd())), nil)
+		if err == nil && n < len(b) {
+			_, err = uc.Write(b[n:])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("qmp %s: write: %w", cmd, err)
+		}
+	} else if _, err := q.conn.Write(b); err != nil {
 		return nil, fmt.Errorf("qmp %s: write: %w", cmd, err)
 	}
 	for {
-		line, err := q.rd.ReadBytes('\n')
+		line, err := readQMPLine(q.rd)
 		if err != nil {
 			return nil, fmt.Errorf("qmp %s: read: %w", cmd, err)
 		}
-		var resp struct {
-			Return json.RawMessage `json:"return"`
-			Error  *struct {
-				Class string `json:"class"`
-				Desc  string `json:"desc"`
-			} `json:"error"`
-			Event string  `json:"event"`
-			ID    *uint64 `json:"id"`
-		}
-		if err := json.Unmarshal(line, &resp); err != nil {
-			return nil, fmt.Errorf("qmp %s: bad reply %q: %w", cmd, line, err)
+		resp, err := parseReply(line)
+		if err != nil {
+			return nil, fmt.Errorf("qmp %s: %w", cmd, err)
 		}
 		switch {
 		case resp.Event != "":
@@ -127,6 +172,30 @@ func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessag
 			return resp.Return, nil
 		}
 	}
+}
+
+// reply is one line QEMU sends: a command's answer or an event.
+type reply struct {
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+	Event string  `json:"event"`
+	ID    *uint64 `json:"id"`
+}
+
+// parseReply decodes one line; a line that is neither an answer nor an
+// event is an error (QEMU never sends one).
+func parseReply(line []byte) (*reply, error) {
+	var r reply
+	if err := json.Unmarshal(line, &r); err != nil {
+		return nil, fmt.Errorf("bad reply %.200q: %w", line, err)
+	}
+	if r.Event == "" && r.Error == nil && r.Return == nil {
+		return nil, fmt.Errorf("bad reply %.200q: neither return, error nor event", line)
+	}
+	return &r, nil
 }
 
 // Close closes the connection.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const qmpGreeting = `{"QMP": {"version": {"qemu": {"micro": 22, "minor": 2, "major": 7}, "package": ""}, "capabilities": ["oob"]}}`
@@ -43,6 +46,32 @@ type fakeQMP struct {
 	reqs   []qmpRequest
 	conn   net.Conn
 	closed bool
+	passed []string // files received with requests (SCM_RIGHTS), by path
+}
+
+// fdReader reads a Unix connection and keeps the descriptors that arrive.
+type fdReader struct {
+	c *net.UnixConn
+	f *fakeQMP
+}
+
+func (r fdReader) Read(p []byte) (int, error) {
+	oob := make([]byte, 256)
+	n, oobn, _, _, err := r.c.ReadMsgUnix(p, oob)
+	if oobn > 0 {
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			fds, _ := unix.ParseUnixRights(&m)
+			for _, fd := range fds {
+				path, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+				unix.Close(fd)
+				r.f.mu.Lock()
+				r.f.passed = append(r.f.passed, path)
+				r.f.mu.Unlock()
+			}
+		}
+	}
+	return n, err
 }
 
 // replyFunc answers a request with raw lines; n counts earlier requests with
@@ -87,7 +116,7 @@ func startFakeQMP(t *testing.T, greeting string, reply replyFunc) *fakeQMP {
 		if _, err := io.WriteString(c, greeting+"\n"); err != nil {
 			return
 		}
-		sc := bufio.NewScanner(c)
+		sc := bufio.NewScanner(fdReader{c.(*net.UnixConn), f})
 		counts := map[string]int{}
 		for sc.Scan() {
 			var req qmpRequest
@@ -454,29 +483,36 @@ func TestWaitMigrationStopsAtContextDeadline(t *testing.T) {
 // The Machine methods that only talk QMP, against the fake server: no QEMU
 // process is involved.
 func TestMachineQMPCommands(t *testing.T) {
-	const path = "/data/snapshots/.tmp-snap-1/it's/vmstate"
+	dir := t.TempDir()
+	savePath := filepath.Join(dir, "it's", "vmstate")
+	loadPath := filepath.Join(dir, "saved-vmstate")
+	os.MkdirAll(filepath.Dir(savePath), 0o700)
+	os.WriteFile(loadPath, []byte("stream"), 0o600)
 	tests := []struct {
-		name     string
-		run      func(m *Machine, ctx context.Context) error
-		wantCmds string
-		wantArgs map[string]string // command -> arguments JSON
+		name       string
+		run        func(m *Machine, ctx context.Context) error
+		wantCmds   string
+		wantArgs   map[string]string // command -> arguments JSON
+		wantPassed string            // file handed over with getfd
 	}{
 		{name: "Pause", run: (*Machine).Pause, wantCmds: "stop"},
 		{name: "Resume", run: (*Machine).Resume, wantCmds: "cont"},
 		{name: "SaveState",
-			run:      func(m *Machine, ctx context.Context) error { return m.SaveState(ctx, path) },
-			wantCmds: "migrate-set-capabilities,migrate,query-migrate,query-migrate",
+			run:      func(m *Machine, ctx context.Context) error { return m.SaveState(ctx, savePath) },
+			wantCmds: "migrate-set-capabilities,getfd,migrate,query-migrate,query-migrate",
 			wantArgs: map[string]string{
 				"migrate-set-capabilities": `{"capabilities": [{"capability": "x-ignore-shared", "state": true}]}`,
-				"migrate":                  `{"uri": "exec:cat > '/data/snapshots/.tmp-snap-1/it'\\''s/vmstate'"}`,
-			}},
+				"getfd":                    `{"fdname": "thaw-state"}`,
+				"migrate":                  `{"uri": "fd:thaw-state"}`,
+			}, wantPassed: savePath},
 		{name: "LoadState",
-			run:      func(m *Machine, ctx context.Context) error { return m.LoadState(ctx, path) },
-			wantCmds: "migrate-set-capabilities,migrate-incoming,query-migrate,query-migrate",
+			run:      func(m *Machine, ctx context.Context) error { return m.LoadState(ctx, loadPath) },
+			wantCmds: "migrate-set-capabilities,getfd,migrate-incoming,query-migrate,query-migrate",
 			wantArgs: map[string]string{
 				"migrate-set-capabilities": `{"capabilities": [{"capability": "x-ignore-shared", "state": true}]}`,
-				"migrate-incoming":         `{"uri": "exec:cat '/data/snapshots/.tmp-snap-1/it'\\''s/vmstate'"}`,
-			}},
+				"getfd":                    `{"fdname": "thaw-state"}`,
+				"migrate-incoming":         `{"uri": "fd:thaw-state"}`,
+			}, wantPassed: loadPath},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -504,6 +540,20 @@ func TestMachineQMPCommands(t *testing.T) {
 			if got := strings.Join(cmds, ","); got != tt.wantCmds {
 				t.Fatalf("commands %s, want %s", got, tt.wantCmds)
 			}
+			f.mu.Lock()
+			passed := strings.Join(f.passed, ",")
+			f.mu.Unlock()
+			if passed != tt.wantPassed {
+				t.Errorf("descriptors passed: %q, want %q", passed, tt.wantPassed)
+			}
 		})
+	}
+	if st, err := os.Stat(savePath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("state file: %v, %v (want mode 0600)", st, err)
+	}
+	// The state file is created exclusively: an existing file is not overwritten.
+	q, _ := dialFake(t, func(qmpRequest, int) []string { return []string{`{"return": {}}`} })
+	if err := (&Machine{qmp: q}).SaveState(testCtx(t), savePath); err == nil {
+		t.Errorf("SaveState over an existing file succeeded")
 	}
 }
