@@ -179,7 +179,10 @@ func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
 	m.cmd = cmd
 	l.closeChildEnds()
 	m.logs.Add(1)
-	go func() { defer m.logs.Done(); copyConsole(l.console, filepath.Join(spec.RunDir, "console.log"), spec.ConsoleLimit) }()
+	go func() {
+		defer m.logs.Done()
+		copyConsole(l.console, filepath.Join(spec.RunDir, "console.log"), spec.ConsoleLimit)
+	}()
 	go m.supervise(qemuLog)
 	if spec.Cgroup != nil && spec.Cgroup.FD() < 0 {
 		if err := spec.Cgroup.Add(cmd.Process.Pid); err != nil {
