@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -126,8 +127,10 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		case errors.Is(err, agent.ErrTimeout) && ctx.Err() == nil:
 			reason = fmt.Sprintf("invocation timed out after %s; guest killed", timeout)
 			kind = ErrTimeout
-		case isDone(lv):
-			reason = "vm process exited during the invocation: " + lv.m.Exit().Reason
+		case isDone(lv) || errors.Is(err, io.EOF) && exitsWithin(lv, time.Second):
+			// An agent channel closing at EOF is QEMU going away: wait for
+			// it, so the reason says why (the memory limit, a crash).
+			reason = "vm process exited during the invocation: " + s.exitReason(lv)
 			kind = ErrVMFailed
 		default:
 			reason = fmt.Sprintf("guest agent failed during the invocation: %v; guest killed", err)
@@ -151,6 +154,16 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		inv.Error = &agent.Error{Type: "AgentError", Message: "guest reported failure without details"}
 	}
 	return nil
+}
+
+// exitsWithin waits up to d for the VMM to exit.
+func exitsWithin(lv *liveVM, d time.Duration) bool {
+	select {
+	case <-lv.m.Done():
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 func isDone(lv *liveVM) bool {

@@ -129,15 +129,22 @@ func (s *Service) supervise(lv *liveVM) {
 	if ex.Requested {
 		return
 	}
-	reason := ex.Reason
-	if oom := oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB); oom != "" {
-		reason = oom + "; " + reason
-	}
+	reason := s.exitReason(lv)
 	if tail := consoleTail(lv.runDir); tail != "" {
 		reason += "; guest console: " + tail
 	}
 	s.log.Warn("vm process exited", "vm", lv.id, "reason", reason)
 	s.stopVM(context.Background(), lv, catalog.StateFailed, reason)
+}
+
+// exitReason says why a VMM exited, naming the memory limit when the
+// kernel enforced it.
+func (s *Service) exitReason(lv *liveVM) string {
+	reason := lv.m.Exit().Reason
+	if oom := oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB); oom != "" {
+		reason = oom + "; " + reason
+	}
+	return reason
 }
 
 func consoleTail(runDir string) string {
