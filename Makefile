@@ -9,7 +9,7 @@ export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
 
-.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench
+.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz
 
 all: build
 
@@ -20,6 +20,7 @@ help:
 	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
 	@echo "make unit    unit tests only (no VMs)"
 	@echo "make lint    gofmt and go vet"
+	@echo "make fuzz    every Go fuzz target for FUZZTIME each (default 60s; make test runs them for 3s)"
 	@echo "make bench   the evaluation (FaaSnap section 6) into docs/results/eval-<date>; filters:"
 	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 	@echo "             STORE_TIER=hugetlbfs (premap store in huge pages; root) HUGEPAGES=4096"
@@ -60,6 +61,13 @@ unit: build
 # (without it, a plain `go test ./...` skips them and says why).
 test: deps build image lint
 	THAW_IMAGE=$(IMAGE_DIR) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+	FUZZTIME=3s scripts/fuzz.sh
+
+# Every fuzz target (request decoding, archives, the agent protocol, QMP,
+# on-disk formats) for FUZZTIME each.
+FUZZTIME ?= 60s
+fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 # The whole evaluation on real VMs (hours under TCG; `thaw bench eval
 # --estimate` says how long). Starts its own thawd and redis-server.
