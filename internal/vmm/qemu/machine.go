@@ -32,6 +32,13 @@ const Binary = "qemu-system-x86_64"
 // AgentPortName is the virtio-serial port the guest agent opens.
 const AgentPortName = "org.thaw.agent"
 
+// MachineABI names the guest hardware Args builds, as recorded in every
+// snapshot's manifest: device state only loads into the same devices (a
+// different network backend or a missing device makes QEMU refuse the
+// stream, or worse), so a daemon refuses snapshots of another machine.
+// Change it whenever Args adds, removes or reconfigures a device.
+const MachineABI = "pc"
+
 // Sandbox is QEMU's seccomp policy: obsolete system calls, privilege
 // changes, process creation and resource control are refused, so a guest
 // that takes over QEMU cannot spawn a shell or raise its privileges.
