@@ -63,6 +63,7 @@ type Config struct {
 	// memory (tests, measurements): the devdax tier on a file.
 	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
+	TrustedGroup  string // group whose members may create functions from host directories, besides root
 }
 
 // Validate reports every problem at once.
