@@ -113,9 +113,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := h.mux.Handler(r)
 	r, ok := h.admit(w, r, pattern)
 	if !ok {
-		c, _ := daemon.CallerFrom(r.Context())
-		h.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "host", r.Host,
-			"origin", r.Header.Get("Origin"), "unix", c.Unix, "uid", c.UID)
+		args := []any{"method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
+		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
+			args = append(args, "uid", c.UID, "pid", c.PID)
+		} else {
+			args = append(args, "remote", r.RemoteAddr)
+		}
+		h.log.Info("request refused", args...)
 		return
 	}
 	if pattern == "" {
