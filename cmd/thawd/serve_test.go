@@ -125,7 +125,9 @@ func startServe(t *testing.T, cfg serveConfig) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{stop: cancel, done: make(chan error, 1)}
 	ready := make(chan []net.Addr, 1)
-	go func() { r.done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a []net.Addr) { ready <- a }) }()
+	go func() {
+		r.done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a []net.Addr) { ready <- a })
+	}()
 	select {
 	case r.addrs = <-ready:
 	case err := <-r.done:
