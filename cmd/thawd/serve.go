@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/api"
@@ -75,6 +77,17 @@ func check(cfg serveConfig) (*plan, error) {
 		var err error
 		if p.tls, err = api.LoadTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, o := range cfg.AllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("--allowed-origin %q: want scheme://host[:port], as a browser sends it", o))
+		}
+	}
+	for _, h := range cfg.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/@ ") {
+			errs = append(errs, fmt.Errorf("--allowed-host %q: want a host name or address, with an optional :port", h))
 		}
 	}
 	var err error

@@ -47,6 +47,9 @@ func TestRefusedAtStart(t *testing.T) {
 		{"missing token file", serveConfig{Listen: []string{"127.0.0.1:0"}, TokenFile: loose + ".missing"}, "no such file"},
 		{"bad address", serveConfig{Listen: []string{"7380"}}, "host:port"},
 		{"unknown socket group", serveConfig{SocketGroup: "no-such-group-thaw"}, "no-such-group-thaw"},
+		{"origin without scheme", serveConfig{AllowedOrigins: []string{"dash.example"}}, "scheme://host"},
+		{"origin with a path", serveConfig{AllowedOrigins: []string{"https://dash.example/app"}}, "scheme://host"},
+		{"host as a URL", serveConfig{AllowedHosts: []string{"https://thaw.example"}}, "host name"},
 	} {
 		c.cfg.Daemon = daemon.Config{DataDir: filepath.Join(t.TempDir(), "data")}
 		err := serve(context.Background(), c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
@@ -63,7 +66,8 @@ func TestRefusedAtStart(t *testing.T) {
 			t.Errorf("%v: %v", l, err)
 		}
 	}
-	if _, err := check(serveConfig{Listen: []string{"0.0.0.0:0"}, TLSCert: cert, TLSKey: key}); err != nil {
+	if _, err := check(serveConfig{Listen: []string{"0.0.0.0:0"}, TLSCert: cert, TLSKey: key,
+		AllowedHosts: []string{"thaw.example", "10.0.0.5:7443"}, AllowedOrigins: []string{"https://dash.example", "http://127.0.0.1:8080/"}}); err != nil {
 		t.Errorf("every interface with TLS: %v", err)
 	}
 }
