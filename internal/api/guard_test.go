@@ -394,3 +394,16 @@ func TestBodyTypes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAdmit measures the guard on an admitted TCP JSON request.
+func BenchmarkAdmit(b *testing.B) {
+	h := New(nil, discard, Options{Token: testToken, AllowedOrigins: []string{"https://dash.example"}})
+	r := localRequest("POST", "/v1/vms", "application/json", `{"function":"hello"}`)
+	r.Header.Set("Origin", "https://dash.example")
+	w := httptest.NewRecorder()
+	for b.Loop() {
+		if _, ok := h.admit(w, r, "POST /v1/vms"); !ok {
+			b.Fatal("refused")
+		}
+	}
+}
