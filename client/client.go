@@ -1,7 +1,8 @@
 // Package client is the typed Go client for thawd's REST API. The CLI talks
 // to the daemon only through it. HTTP statuses come back as typed errors
 // (ErrNotFound, ErrConflict, ...) wrapped in *APIError, which keeps the
-// daemon's message.
+// daemon's message. Over http(s) the client sends the daemon's API token;
+// over the Unix socket it never does (see NewFromEnv and WithToken).
 package client
 
 import (
@@ -9,6 +10,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,14 +29,18 @@ import (
 
 // Errors by HTTP status.
 var (
-	ErrInvalid          = errors.New("invalid request")       // 400
-	ErrNotFound         = errors.New("not found")             // 404
-	ErrConflict         = errors.New("conflict")              // 409
-	ErrSnapshotUnusable = errors.New("snapshot unusable")     // 422
-	ErrVMFailed         = errors.New("vm failed")             // 502
-	ErrTimeout          = errors.New("timeout")               // 504
-	ErrServer           = errors.New("server error")          // other 5xx
-	ErrUnreachable      = errors.New("daemon is unreachable") // no answer
+	ErrInvalid              = errors.New("invalid request")        // 400
+	ErrUnauthorized         = errors.New("unauthorized")           // 401: no token, or a wrong one
+	ErrForbidden            = errors.New("forbidden")              // 403
+	ErrNotFound             = errors.New("not found")              // 404
+	ErrConflict             = errors.New("conflict")               // 409
+	ErrUnsupportedMediaType = errors.New("unsupported media type") // 415
+	ErrSnapshotUnusable     = errors.New("snapshot unusable")      // 422
+	ErrTooMany              = errors.New("too many requests")      // 429
+	ErrVMFailed             = errors.New("vm failed")              // 502
+	ErrTimeout              = errors.New("timeout")                // 504
+	ErrServer               = errors.New("server error")           // other statuses
+	ErrUnreachable          = errors.New("daemon is unreachable")  // no answer
 )
 
 // APIError is an error answer from the daemon.
@@ -53,12 +60,20 @@ func kindOf(status int) error {
 	switch status {
 	case 400:
 		return ErrInvalid
+	case 401:
+		return ErrUnauthorized
+	case 403:
+		return ErrForbidden
 	case 404:
 		return ErrNotFound
 	case 409:
 		return ErrConflict
+	case 415:
+		return ErrUnsupportedMediaType
 	case 422:
 		return ErrSnapshotUnusable
+	case 429:
+		return ErrTooMany
 	case 502:
 		return ErrVMFailed
 	case 504:
@@ -69,28 +84,137 @@ func kindOf(status int) error {
 
 // Client talks to one daemon.
 type Client struct {
-	base string
-	http *http.Client
+	base  string
+	http  *http.Client
+	token string // sent as Authorization: Bearer over http(s) only
+	unix  bool
+	err   error // a configuration that must not be used (returned by every call)
 }
 
-// DefaultURL is where thawd listens by default.
-const DefaultURL = "http://127.0.0.1:7380"
+// DefaultURL is where thawd listens by default: its Unix socket.
+const DefaultURL = "unix:/run/thaw/thawd.sock"
 
-// New returns a client for a daemon at base: an http:// URL, or unix:PATH
-// for a Unix socket.
-func New(base string) *Client {
-	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{}}
+// DefaultTokenFile is the token thawd generates in its default data
+// directory; NewFromEnv reads it when it is readable and nothing else
+// names a token.
+const DefaultTokenFile = "/var/lib/thaw/token"
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sets the API token sent over http(s) (never over a Unix socket).
+func WithToken(token string) Option { return func(c *Client) { c.token = strings.TrimSpace(token) } }
+
+// WithRootCAs makes https trust only the certificates in pool (a private
+// CA), instead of the system's.
+func WithRootCAs(pool *x509.CertPool) Option {
+	return func(c *Client) {
+		if t, ok := c.http.Transport.(*http.Transport); ok {
+			t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+	}
+}
+
+// New returns a client for a daemon at base: an http(s):// URL, or
+// unix:PATH for a Unix socket.
+func New(base string, opts ...Option) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}}
 	if path, ok := strings.CutPrefix(base, "unix:"); ok {
-		c.base = "http://thawd"
-		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		c.base, c.unix = "http://thawd", true
+		tr.Proxy = nil
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
-		}}
+		}
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.unix {
+		c.token = ""
+	} else if c.token != "" {
+		c.err = checkTokenTransport(c.base)
 	}
 	return c
 }
 
+// checkTokenTransport refuses to send the token in clear text off this
+// host: plain http only to a loopback address.
+func checkTokenTransport(base string) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return fmt.Errorf("daemon URL %q: %w", base, err)
+	}
+	if u.Scheme == "https" {
+		return nil
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("refusing to send the API token over plain http to %s: use https:// (thawd --tls-cert) or the Unix socket", u.Host)
+}
+
+// NewFromEnv is New configured from the environment, as the CLI uses it.
+// For http(s) URLs the token is $THAW_TOKEN, else the contents of the
+// file $THAW_TOKEN_FILE, else of DefaultTokenFile if it is readable;
+// $THAW_CACERT names a PEM file of the CA (or certificate) https trusts
+// instead of the system's. Nothing is read for a Unix socket.
+func NewFromEnv(base string) (*Client, error) {
+	if strings.HasPrefix(base, "unix:") {
+		return New(base), nil
+	}
+	var opts []Option
+	tok, err := tokenFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		opts = append(opts, WithToken(tok))
+	}
+	if ca := os.Getenv("THAW_CACERT"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("THAW_CACERT: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("THAW_CACERT %s: no PEM certificate in it", ca)
+		}
+		opts = append(opts, WithRootCAs(pool))
+	}
+	return New(base, opts...), nil
+}
+
+func tokenFromEnv() (string, error) {
+	if tok := strings.TrimSpace(os.Getenv("THAW_TOKEN")); tok != "" {
+		return tok, nil
+	}
+	if path := os.Getenv("THAW_TOKEN_FILE"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("THAW_TOKEN_FILE: %w", err)
+		}
+		if tok := strings.TrimSpace(string(b)); tok != "" {
+			return tok, nil
+		}
+		return "", fmt.Errorf("THAW_TOKEN_FILE %s is empty", path)
+	}
+	b, err := os.ReadFile(DefaultTokenFile)
+	if err != nil {
+		return "", nil // not readable by this user: no token (a 401 will say where it comes from)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// HasToken reports whether requests carry an API token.
+func (c *Client) HasToken() bool { return c.token != "" }
+
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+	if c.err != nil {
+		return c.err
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
@@ -98,9 +222,12 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, co
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	if c.token != "" && !c.unix {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.base, err)
+		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

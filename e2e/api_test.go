@@ -66,8 +66,11 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(tc.method, e.srv.URL+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+e.token)
 			if tc.name == "archive not gzip" {
 				req.Header.Set("Content-Type", "application/gzip")
+			} else if tc.body != "" {
+				req.Header.Set("Content-Type", "application/json")
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -100,7 +103,10 @@ func TestBadInput(t *testing.T) {
 		}
 		// A hand-made archive whose entry escapes the function directory.
 		bad := tarGz(t, map[string]string{"../evil.py": "x", "handler.py": "def handle(e): pass\n"})
-		resp, err := http.Post(e.srv.URL+"/v1/functions?name=evil", "application/gzip", bytes.NewReader(bad))
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/functions?name=evil", bytes.NewReader(bad))
+		req.Header.Set("Content-Type", "application/gzip")
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

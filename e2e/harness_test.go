@@ -32,6 +32,7 @@ type env struct {
 	dataDir string
 	svc     *daemon.Service
 	srv     *httptest.Server
+	token   string // the API token the client sends
 	c       *client.Client
 	stopped bool
 }
@@ -88,8 +89,16 @@ func startEnvWith(t *testing.T, dataDir string, edit func(*daemon.Config)) *env 
 	if err != nil {
 		t.Fatalf("start daemon: %v", err)
 	}
-	srv := httptest.NewServer(api.New(svc, log))
-	e := &env{t: t, dataDir: dataDir, svc: svc, srv: srv, c: client.New(srv.URL)}
+	// A TCP client as in production: the token is required.
+	token, _, err := api.LoadOrCreateToken(dataDir)
+	if err != nil {
+		t.Fatalf("token: %v", err)
+	}
+	h := api.New(svc, log, api.Options{Token: token})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnContext = h.ConnContext
+	srv.Start()
+	e := &env{t: t, dataDir: dataDir, svc: svc, srv: srv, token: token, c: client.New(srv.URL, client.WithToken(token))}
 	t.Cleanup(e.stop)
 	return e
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evaluation (FaaSnap §6 on thaw), end to end: start a private thawd on a
-# temporary data directory and a free port, run `thaw bench eval` (which
+# temporary data directory and a Unix socket in it, run `thaw bench eval` (which
 # starts its own redis-server on loopback for the inputs), write the results
 # into OUT, stop the daemon and remove its data. Variables (all optional):
 #   OUT          result directory (default docs/results/eval-<UTC date>)
@@ -26,8 +26,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results/eval-$(date -u +%Y%m%d-%H%M)}
 REPS=${REPS:-5}
 DATA=${THAW_BENCH_DIR:-$(mktemp -d /var/tmp/thaw-bench.XXXXXX)}
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export THAW_URL="http://127.0.0.1:$PORT"
+export THAW_URL="unix:$DATA/thawd.sock"
 
 # memory per clone is its own command (`thaw bench memory`); the rest is `thaw bench eval`.
 run_memory=1
@@ -46,6 +45,7 @@ args=(bench eval --out "$OUT" --reps "$REPS")
 [[ -n ${BENCH_ARGS:-} ]] && args+=($BENCH_ARGS)
 
 mkdir -p "$DATA"
+chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
 # premap's memory store lives in shared memory, removed with the data.
 HUGE_ADDED=0
 case ${STORE_TIER:-tmpfs} in
@@ -78,7 +78,7 @@ devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
 esac
 store_flag=(--store-dir "$STORE")
 [[ ${STORE_TIER:-tmpfs} == devdax-region ]] && store_flag=(--store-region "$STORE")
-bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "127.0.0.1:$PORT" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
+bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true

@@ -6,17 +6,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DATA=${THAW_DEMO_DIR:-$PWD/build/demo}
-ADDR=${THAW_DEMO_ADDR:-127.0.0.1:7390}
+SOCK=$DATA/thawd.sock # the CLI talks to the daemon over its Unix socket
+# A TCP listener too, to show the token (a free port unless THAW_DEMO_ADDR says).
+ADDR=${THAW_DEMO_ADDR:-127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 MEM=${THAW_DEMO_MEMORY:-512}
-export THAW_URL="http://$ADDR"
+export THAW_URL="unix:$SOCK"
 thaw() { bin/thaw "$@"; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 rm -rf "$DATA"
 mkdir -p "$DATA"
+chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
 STORE=/dev/shm/thaw-demo-store # premap's memory store (shared memory), removed at the end
 rm -rf "$STORE"
-bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$ADDR" >"$DATA/thawd.log" 2>&1 &
+bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$SOCK" --listen "$ADDR" >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
@@ -27,13 +30,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "starting thawd on $ADDR (first start probes KVM: up to 20 s)"
+step "starting thawd on unix:$SOCK and http://$ADDR (first start probes KVM: up to 20 s)"
 for _ in $(seq 1 300); do
   thaw info >/dev/null 2>&1 && break
   kill -0 "$THAWD" 2>/dev/null || { cat "$DATA/thawd.log"; exit 1; }
   sleep 0.2
 done
 thaw info
+
+step "who may drive thawd: the socket (0660: root and --socket-group), or TCP with the token"
+ls -l "$SOCK" "$DATA/data/token"
+echo "-- TCP without the token:"
+env -u THAW_TOKEN -u THAW_TOKEN_FILE THAW_URL="http://$ADDR" bin/thaw info || echo "(exit code $?)"
+echo "-- TCP with THAW_TOKEN_FILE:"
+THAW_URL="http://$ADDR" THAW_TOKEN_FILE="$DATA/data/token" bin/thaw info | head -1
+echo "-- a web page's cross-site text/plain POST (even with the token):"
+curl -sS -X POST "http://$ADDR/v1/functions" -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' \
+  -H "Authorization: Bearer $(cat "$DATA/data/token")" --data '{"name":"pwned","directory":"/etc"}' -w ' (HTTP %{http_code})\n'
 
 step "create the function 'hello' ($MEM MiB guest)"
 thaw function create hello --dir functions/hello --memory "$MEM"

@@ -77,8 +77,16 @@ func (a *app) printError(err error) {
 		return
 	}
 	fmt.Fprintf(a.stderr, "thaw: %v\n", err)
-	if errors.Is(err, client.ErrUnreachable) {
+	switch {
+	case errors.Is(err, client.ErrUnreachable) && errors.Is(err, os.ErrPermission):
+		fmt.Fprintln(a.stderr, "thaw: this user may not use thawd's socket: run as root or as a member of thawd's --socket-group, or use http with the API token (THAW_URL, THAW_TOKEN)")
+	case errors.Is(err, client.ErrUnreachable):
 		fmt.Fprintln(a.stderr, "thaw: is thawd running? start it with 'thawd' or set THAW_URL")
+	case errors.Is(err, client.ErrUnauthorized) && a.c != nil && a.c.HasToken():
+		fmt.Fprintln(a.stderr, "thaw: the daemon refused this API token: check THAW_TOKEN or THAW_TOKEN_FILE against thawd's token file (<data-dir>/token, or its --token-file)")
+	case errors.Is(err, client.ErrUnauthorized):
+		fmt.Fprintf(a.stderr, "thaw: thawd wants its API token over TCP: set THAW_TOKEN, or THAW_TOKEN_FILE to thawd's token file (<data-dir>/token, %s by default; readable by root only), or use the Unix socket (--url %s)\n",
+			client.DefaultTokenFile, client.DefaultURL)
 	}
 }
 

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -495,4 +499,61 @@ func TestPrintStoreDevDAX(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantContains(t, "stdout", out.String(), "devdax (2.0 MiB units)", "Held by clones:", "50.0 MiB (2 live)", "snap-1")
+}
+
+// TestTokenHints: a 401 says where the token comes from, or that the one
+// sent was refused; the token from THAW_TOKEN is what is sent.
+func TestTokenHints(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="thaw"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":{"code":"unauthenticated","message":"an API token is required over TCP: send Authorization: Bearer TOKEN"}}`)
+	}))
+	defer srv.Close()
+	t.Setenv("THAW_TOKEN_FILE", "")
+
+	t.Setenv("THAW_TOKEN", "")
+	// Without THAW_TOKEN(_FILE) the client reads the default token file if
+	// this host has a readable one.
+	wantFirst := ""
+	if b, err := os.ReadFile(client.DefaultTokenFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		wantFirst = "Bearer " + strings.TrimSpace(string(b))
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"--url", srv.URL, "info"}, &out, &errb); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	if wantFirst == "" {
+		wantContains(t, "stderr", errb.String(), "an API token is required", "set THAW_TOKEN", "THAW_TOKEN_FILE",
+			client.DefaultTokenFile, "--url "+client.DefaultURL)
+	} else {
+		wantContains(t, "stderr", errb.String(), "refused this API token")
+	}
+
+	t.Setenv("THAW_TOKEN", "not-the-token")
+	errb.Reset()
+	if code := run([]string{"--url", srv.URL, "info"}, &out, &errb); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	wantContains(t, "stderr", errb.String(), "refused this API token", "<data-dir>/token")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 2 || sent[0] != wantFirst || sent[1] != "Bearer not-the-token" {
+		t.Errorf("Authorization sent: %q", sent)
+	}
+}
+
+// TestSocketPermissionHint: a socket this user may not open says so (the
+// error as the client wraps a refused connect; root is never refused).
+func TestSocketPermissionHint(t *testing.T) {
+	var errb bytes.Buffer
+	a := &app{stderr: &errb}
+	a.printError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
+	wantContains(t, "stderr", errb.String(), "may not use thawd's socket", "--socket-group")
 }

@@ -38,8 +38,17 @@ The usual flow:
   thaw snapshot create VM_ID         # snapshots the booted VM
   thaw invoke hello --event '{"name": "thaw"}'   # cold start from the snapshot
 
-The daemon is found at --url, else $THAW_URL, else ` + client.DefaultURL + `.
-Use unix:/path/to/socket for a daemon listening on a Unix socket.
+The daemon is found at --url, else $THAW_URL, else ` + client.DefaultURL + `
+(thawd's Unix socket: root and members of thawd's --socket-group may use it,
+and no token is needed).
+
+Over http:// or https:// (thawd --listen host:port) thaw sends the daemon's
+API token: $THAW_TOKEN, else the contents of the file $THAW_TOKEN_FILE, else
+` + client.DefaultTokenFile + ` if this user can read it (thawd writes the token to
+<data-dir>/token at first start). For https with a private CA, set
+$THAW_CACERT to its PEM file.
+
+  export THAW_URL=http://127.0.0.1:7380 THAW_TOKEN_FILE=/var/lib/thaw/token
 
 With --json every command prints the daemon's JSON documents instead of
 tables (lists as {"items": [...]}), for scripts.
@@ -69,7 +78,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		return &usageError{msg: err.Error()}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.url, "url", defURL, "thawd's address: http(s)://host:port or unix:/path/to/socket (env THAW_URL)")
+	pf.StringVar(&a.url, "url", defURL, "thawd's address: unix:/path/to/socket, or http(s)://host:port with a token (env THAW_URL; token from THAW_TOKEN or THAW_TOKEN_FILE)")
 	pf.BoolVar(&a.json, "json", false, "print the daemon's JSON documents instead of tables")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
 
@@ -114,12 +123,16 @@ func (a *app) setup(ctx context.Context) error {
 		return usagef("--url %q: want http://host:port, https://host:port or unix:/path/to/socket", a.url)
 	}
 	if a.url == "unix:" {
-		return usagef("--url unix: needs the socket's path, as in unix:/run/thawd.sock")
+		return usagef("--url unix: needs the socket's path, as in %s", client.DefaultURL)
 	}
 	if a.timeout <= 0 {
 		return usagef("--timeout must be positive, got %s", a.timeout)
 	}
-	a.c = client.New(a.url)
+	c, err := client.NewFromEnv(a.url)
+	if err != nil {
+		return err
+	}
+	a.c = c
 	a.ctx, a.cancel = context.WithTimeout(ctx, a.timeout)
 	return nil
 }

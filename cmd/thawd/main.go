@@ -1,23 +1,21 @@
 // Command thawd is thaw's daemon: it runs functions in microVMs, snapshots
-// them and restores them, behind a REST API (see docs/api.md).
+// them and restores them, behind a REST API (internal/api/openapi.json), on a Unix socket
+// and, with a token, on TCP (serve.go).
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/api"
-	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
 )
@@ -51,68 +49,50 @@ func defaultSnapBPFObject() string {
 	return filepath.Join(filepath.Dir(exe), snapbpf.ObjectFile)
 }
 
+// listFlag is a flag that may be given more than once.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
 func main() {
-	var cfg daemon.Config
-	listen := flag.String("listen", "127.0.0.1:7380", "address to serve the API on (host:port, or a path for a Unix socket)")
-	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
-	flag.StringVar(&cfg.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image')")
-	flag.StringVar(&cfg.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
-	flag.IntVar(&cfg.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
-	flag.IntVar(&cfg.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
-	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
-	flag.DurationVar(&cfg.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
-	flag.StringVar(&cfg.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
-	flag.StringVar(&cfg.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
-	flag.StringVar(&cfg.StoreRegion, "store-region", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
-	flag.StringVar(&cfg.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
+	var cfg serveConfig
+	flag.Var((*listFlag)(&cfg.Listen), "listen", "address to serve the API on, repeatable: a Unix socket (an absolute path or unix:PATH) or host:port for TCP, which needs the API token and, off loopback, TLS (default "+defaultSocket+")")
+	flag.StringVar(&cfg.SocketGroup, "socket-group", "", "group that may use the Unix socket (mode 0660) and create functions from host directories (default: root's group)")
+	flag.StringVar(&cfg.TokenFile, "token-file", "", "API token for TCP clients, read from this file (0600, not a symlink; default: <data-dir>/"+api.TokenFileName+", generated at first start)")
+	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate (PEM) for the TCP listeners; required, with --tls-key, for an address that is not loopback")
+	flag.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key (PEM) of --tls-cert")
+	flag.Var((*listFlag)(&cfg.AllowedHosts), "allowed-host", "Host header value accepted over TCP besides loopback names and addresses, repeatable (without a port: any port)")
+	flag.Var((*listFlag)(&cfg.AllowedOrigins), "allowed-origin", "web origin (scheme://host[:port]) whose browser requests are served, repeatable; requests from any other origin are refused")
+	d := &cfg.Daemon
+	flag.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
+	flag.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image')")
+	flag.StringVar(&d.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
+	flag.IntVar(&d.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
+	flag.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
+	flag.DurationVar(&d.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
+	flag.DurationVar(&d.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
+	flag.StringVar(&d.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
+	flag.StringVar(&d.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
+	flag.StringVar(&d.StoreRegion, "store-region", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
+	flag.StringVar(&d.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "thawd: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
 
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := run(cfg, *listen, log); err != nil {
-		log.Error("thawd failed", "err", err)
-		os.Exit(1)
-	}
-}
-
-func run(cfg daemon.Config, listen string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if cfg.StoreDir == "" {
-		cfg.StoreDir = store.DefaultDirFor(cfg.DataDir)
+	if err := serve(ctx, cfg, log, nil); err != nil {
+		log.Error("thawd failed", "err", err)
+		stop()
+		os.Exit(1)
 	}
-	svc, err := daemon.New(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	network := "tcp"
-	if filepath.IsAbs(listen) {
-		network = "unix"
-		_ = os.Remove(listen)
-	}
-	ln, err := net.Listen(network, listen)
-	if err != nil {
-		_ = svc.Close(context.Background())
-		return fmt.Errorf("listen %s: %w", listen, err)
-	}
-	srv := &http.Server{Handler: api.New(svc, log), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("serving API", "listen", ln.Addr().String())
-	select {
-	case <-ctx.Done():
-		log.Info("stopping")
-	case err = <-errc:
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if cerr := svc.Close(sctx); err == nil || errors.Is(err, http.ErrServerClosed) {
-		err = cerr
-	}
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,17 +39,18 @@ type vmRecord = catalog.VM
 
 // Handler serves the API.
 type Handler struct {
-	svc *Service
-	log *slog.Logger
-	mux *http.ServeMux
+	svc  *Service
+	log  *slog.Logger
+	mux  *http.ServeMux
+	opts Options
 }
 
 // Route is one documented operation.
 type Route struct{ Method, Pattern string }
 
-// New builds the handler and its routes.
-func New(svc *Service, log *slog.Logger) *Handler {
-	h := &Handler{svc: svc, log: log, mux: http.NewServeMux()}
+// New builds the handler and its routes, protected as opts says.
+func New(svc *Service, log *slog.Logger, opts Options) *Handler {
+	h := &Handler{svc: svc, log: log, mux: http.NewServeMux(), opts: opts}
 	for _, r := range h.routes() {
 		h.mux.HandleFunc(r.Method+" "+r.Pattern, r.fn)
 	}
@@ -103,11 +105,23 @@ func (h *Handler) Routes() []Route {
 	return out
 }
 
-// ServeHTTP implements http.Handler: unknown paths and methods get JSON
-// errors like every other failure.
+// ServeHTTP implements http.Handler: every request passes the guard
+// (admit) first; unknown paths and methods get JSON errors like every
+// other failure.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
+	r, ok := h.admit(w, r, pattern)
+	if !ok {
+		args := []any{"method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
+		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
+			args = append(args, "uid", c.UID, "pid", c.PID)
+		} else {
+			args = append(args, "remote", r.RemoteAddr)
+		}
+		h.log.Info("request refused", args...)
+		return
+	}
 	if pattern == "" {
 		if allowed := h.allowedMethods(r.URL.Path); len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
@@ -247,32 +261,10 @@ type CreateFunctionRequest struct {
 }
 
 func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
-	var spec daemon.FunctionSpec
-	ct := r.Header.Get("Content-Type")
-	switch {
-	case strings.HasPrefix(ct, "application/gzip"), strings.HasPrefix(ct, "application/x-gzip"):
-		q := r.URL.Query()
-		var err error
-		spec.Name = q.Get("name")
-		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
-			spec.VCPUs, err = intParam(q.Get("vcpus"))
-		}
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
-	default:
-		var req CreateFunctionRequest
-		if err := decode(w, r, maxControlBody, &req); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		if req.Directory == "" {
-			h.fail(w, r, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid))
-			return
-		}
-		spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}
+	spec, err := readCreateFunction(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	f, err := h.svc.CreateFunction(r.Context(), spec)
 	if err != nil {
@@ -284,6 +276,35 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, f)
+}
+
+// readCreateFunction decodes either form of POST /v1/functions: a tar.gz
+// body (read later by the service) with query parameters, or JSON naming
+// a directory on the daemon's host.
+func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.FunctionSpec, error) {
+	var spec daemon.FunctionSpec
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt = strings.ToLower(mt); mt == "application/gzip" || mt == "application/x-gzip" {
+		q := r.URL.Query()
+		var err error
+		spec.Name = q.Get("name")
+		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
+			spec.VCPUs, err = intParam(q.Get("vcpus"))
+		}
+		if err != nil {
+			return spec, err
+		}
+		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
+		return spec, nil
+	}
+	var req CreateFunctionRequest
+	if err := decode(w, r, maxControlBody, &req); err != nil {
+		return spec, err
+	}
+	if req.Directory == "" {
+		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
+	}
+	return daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}, nil
 }
 
 func intParam(s string) (int, error) {
@@ -334,13 +355,12 @@ type InvokeRequest struct {
 	EvictCache bool `json:"evict_cache,omitempty"`
 }
 
-func (h *Handler) decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, bool) {
+func decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, error) {
 	var req InvokeRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
-		h.fail(w, r, err)
-		return nil, false
+		return nil, err
 	}
-	return &req, true
+	return &req, nil
 }
 
 func (req *InvokeRequest) invoke() daemon.InvokeRequest {
@@ -348,50 +368,74 @@ func (req *InvokeRequest) invoke() daemon.InvokeRequest {
 		EvictCache: req.EvictCache}
 }
 
-func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
-	req, ok := h.decodeInvoke(w, r)
-	if !ok {
-		return
+// readInvokeFunction decodes POST /v1/functions/{name}/invoke.
+func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequest, error) {
+	req, err := decodeInvoke(w, r)
+	if err != nil {
+		return daemon.ColdRequest{}, err
 	}
 	name := r.PathValue("name")
 	if err := daemon.ValidName(name); err != nil {
+		return daemon.ColdRequest{}, err
+	}
+	return daemon.ColdRequest{InvokeRequest: req.invoke(), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy}, nil
+}
+
+func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
+	cr, err := readInvokeFunction(w, r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	inv, err := h.svc.InvokeCold(r.Context(), daemon.ColdRequest{InvokeRequest: req.invoke(),
-		Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy})
+	inv, err := h.svc.InvokeCold(r.Context(), cr)
 	h.answerInvocation(w, r, inv, err)
+}
+
+// readInvokeSnapshot decodes POST /v1/snapshots/{id}/invoke.
+func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequest, error) {
+	req, err := decodeInvoke(w, r)
+	if err != nil {
+		return daemon.ColdRequest{}, err
+	}
+	if req.Snapshot != "" {
+		return daemon.ColdRequest{}, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid)
+	}
+	return daemon.ColdRequest{InvokeRequest: req.invoke(), Snapshot: r.PathValue("id"), Strategy: req.Strategy}, nil
 }
 
 func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
-	req, ok := h.decodeInvoke(w, r)
-	if !ok {
-		return
-	}
-	if req.Snapshot != "" {
-		h.fail(w, r, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid))
-		return
-	}
-	id := r.PathValue("id")
-	if _, err := h.svc.GetSnapshot(r.Context(), id); err != nil {
+	cr, err := readInvokeSnapshot(w, r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	inv, err := h.svc.InvokeCold(r.Context(), daemon.ColdRequest{InvokeRequest: req.invoke(),
-		Snapshot: id, Strategy: req.Strategy})
+	if _, err := h.svc.GetSnapshot(r.Context(), cr.Snapshot); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	inv, err := h.svc.InvokeCold(r.Context(), cr)
 	h.answerInvocation(w, r, inv, err)
 }
 
-func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
-	req, ok := h.decodeInvoke(w, r)
-	if !ok {
-		return
+// readInvokeVM decodes POST /v1/vms/{id}/invoke (warm: no cold options).
+func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest, error) {
+	req, err := decodeInvoke(w, r)
+	if err != nil {
+		return daemon.InvokeRequest{}, err
 	}
 	if req.Strategy != "" || req.Snapshot != "" || req.EvictCache {
-		h.fail(w, r, fmt.Errorf("%w: strategy, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid))
+		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid)
+	}
+	return req.invoke(), nil
+}
+
+func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
+	ir, err := readInvokeVM(w, r)
+	if err != nil {
+		h.fail(w, r, err)
 		return
 	}
-	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), req.invoke())
+	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), ir)
 	h.answerInvocation(w, r, inv, err)
 }
 
@@ -414,19 +458,27 @@ type PrepareRequest struct {
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
 }
 
-func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
+// readPrepare decodes POST /v1/functions/{name}/prepare.
+func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest, error) {
 	var req PrepareRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
-		h.fail(w, r, err)
-		return
+		return daemon.PrepareRequest{}, err
 	}
 	name := r.PathValue("name")
 	if err := daemon.ValidName(name); err != nil {
+		return daemon.PrepareRequest{}, err
+	}
+	return daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent, GroupSize: req.GroupSize,
+		MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}, nil
+}
+
+func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
+	pr, err := readPrepare(w, r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	res, err := h.svc.Prepare(r.Context(), daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent,
-		GroupSize: req.GroupSize, MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond})
+	res, err := h.svc.Prepare(r.Context(), pr)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -434,13 +486,20 @@ func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, res)
 }
 
+// readListInvocations reads GET /v1/invocations' query: function and limit.
+func readListInvocations(r *http.Request) (function string, limit int, err error) {
+	q := r.URL.Query()
+	limit, err = intParam(q.Get("limit"))
+	return q.Get("function"), limit, err
+}
+
 func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {
-	limit, err := intParam(r.URL.Query().Get("limit"))
+	function, limit, err := readListInvocations(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	invs, err := h.svc.ListInvocations(r.Context(), r.URL.Query().Get("function"), limit)
+	invs, err := h.svc.ListInvocations(r.Context(), function, limit)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -461,30 +520,41 @@ type CreateVMResponse struct {
 	Restore *daemon.RestoreTiming `json:"restore,omitempty"`
 }
 
-func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
+// readCreateVM decodes POST /v1/vms: a function to boot, or a snapshot
+// (with an optional strategy) to restore.
+func readCreateVM(w http.ResponseWriter, r *http.Request) (CreateVMRequest, error) {
 	var req CreateVMRequest
 	if err := decode(w, r, maxControlBody, &req); err != nil {
+		return req, err
+	}
+	boot := req.Function != "" && req.Snapshot == "" && req.Strategy == ""
+	if restore := req.Snapshot != "" && req.Function == ""; !boot && !restore {
+		return req, fmt.Errorf("%w: give either function (boot) or snapshot with an optional strategy (restore)", daemon.ErrInvalid)
+	}
+	return req, nil
+}
+
+func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
+	req, err := readCreateVM(w, r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	switch {
-	case req.Function != "" && req.Snapshot == "" && req.Strategy == "":
+	if req.Function != "" {
 		v, err := h.svc.BootVM(r.Context(), req.Function)
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v})
-	case req.Snapshot != "" && req.Function == "":
-		v, t, err := h.svc.RestoreVM(r.Context(), req.Snapshot, req.Strategy)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v, Restore: t})
-	default:
-		h.fail(w, r, fmt.Errorf("%w: give either function (boot) or snapshot with an optional strategy (restore)", daemon.ErrInvalid))
+		return
 	}
+	v, t, err := h.svc.RestoreVM(r.Context(), req.Snapshot, req.Strategy)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v, Restore: t})
 }
 
 func (h *Handler) listVMs(w http.ResponseWriter, r *http.Request) {
@@ -536,9 +606,16 @@ type CreateSnapshotRequest struct {
 	VM string `json:"vm"`
 }
 
-func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
+// readCreateSnapshot decodes POST /v1/snapshots.
+func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (CreateSnapshotRequest, error) {
 	var req CreateSnapshotRequest
-	if err := decode(w, r, maxControlBody, &req); err != nil {
+	err := decode(w, r, maxControlBody, &req)
+	return req, err
+}
+
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	req, err := readCreateSnapshot(w, r)
+	if err != nil {
 		h.fail(w, r, err)
 		return
 	}

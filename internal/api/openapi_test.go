@@ -45,9 +45,10 @@ type jsonObject = map[string]any
 
 // newTestHandler builds the handler without a service: New and routes()
 // only take method values (h.info, ...), so nothing touches the nil
-// *daemon.Service until a route that uses it is actually served.
+// *daemon.Service until a route that uses it is actually served. TCP
+// requests need testToken.
 func newTestHandler() *Handler {
-	return New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken})
 }
 
 func loadDoc(t *testing.T) jsonObject {
@@ -204,7 +205,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		t.Errorf("info.version = %v, want daemon.Version %q (and a title)", info["version"], daemon.Version)
 	}
 
-	// Every $ref resolves, and every component is used.
+	// Every $ref resolves, and every component is used (security schemes
+	// by their names in security requirements).
 	used := map[string]bool{}
 	walkRefs(doc, "#", func(at, ref string) {
 		used[ref] = true
@@ -212,6 +214,19 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 			t.Errorf("%s: unresolvable $ref: %v", at, err)
 		}
 	})
+	requirements := asSlice(doc["security"])
+	for _, o := range operations(t, doc) {
+		requirements = append(requirements, asSlice(o.op["security"])...)
+	}
+	for _, req := range requirements {
+		for name := range asObject(req) {
+			ref := "#/components/securitySchemes/" + name
+			used[ref] = true
+			if _, err := pointer(doc, ref); err != nil {
+				t.Errorf("security requirement names an unknown scheme: %v", err)
+			}
+		}
+	}
 	for kind, comps := range asObject(doc["components"]) {
 		for name := range asObject(comps) {
 			if ref := "#/components/" + kind + "/" + name; !used[ref] {
@@ -447,12 +462,29 @@ func TestFailSentinelsAreComplete(t *testing.T) {
 	}
 }
 
-// failCodes calls fail with every error class the service returns and
-// reports the status and code each one gets.
+// failCodes calls fail with every error class the service returns, and
+// sends the guard (admit) a request each of its rules refuses, and reports
+// the status and code each one gets.
 func failCodes(t *testing.T) map[string]int {
 	t.Helper()
 	h := newTestHandler()
 	out := map[string]int{}
+	noToken := localRequest("GET", "/v1/info", "", "")
+	noToken.Header.Del("Authorization")
+	evilHost := localRequest("GET", "/v1/info", "", "")
+	evilHost.Host = "evil.example"
+	textBody := localRequest("POST", "/v1/vms", "text/plain", "{}")
+	for _, r := range []*http.Request{noToken, evilHost, textBody} {
+		w := httptest.NewRecorder()
+		if _, ok := h.admit(w, r, "POST /v1/vms"); ok {
+			t.Fatalf("admit let %s %s through", r.Method, r.URL)
+		}
+		var b ErrorBody
+		if e := json.Unmarshal(w.Body.Bytes(), &b); e != nil {
+			t.Fatalf("admit: body %q: %v", w.Body, e)
+		}
+		out[b.Error.Code] = w.Code
+	}
 	errs := []error{errors.New("disk full")}
 	for _, e := range failSentinels {
 		errs = append(errs, e)
@@ -486,6 +518,12 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			continue
 		}
 		responses := asObject(o.op["responses"])
+		// The guard answers these on every route.
+		for code, ref := range map[string]string{"401": "Unauthenticated", "403": "Forbidden", "415": "UnsupportedMediaType"} {
+			if got := asObject(responses[code])["$ref"]; got != "#/components/responses/"+ref {
+				t.Errorf("%s %s: want $ref #/components/responses/%s, got %v", o.key(), code, ref, got)
+			}
+		}
 		var success []string
 		for status, r := range responses {
 			r := deref(t, doc, r)
@@ -1137,7 +1175,7 @@ func TestServeOpenAPIAndUnknownRoutes(t *testing.T) {
 	h := newTestHandler()
 	serve := func(method, target string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+		h.ServeHTTP(w, localRequest(method, target, "", ""))
 		return w
 	}
 

@@ -64,6 +64,7 @@ type Config struct {
 	// memory (tests, measurements): the devdax tier on a file.
 	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
+	TrustedGroup  string // group whose members may create functions from host directories, besides root
 
 	// VMM confinement (zero values take the defaults).
 	VMUIDBase           uint32 // first user id VMMs run as, one per live VM

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/store"
+)
+
+// defaultSocket is where thawd listens when no --listen is given (the
+// client's default URL is unix: this path).
+const defaultSocket = "/run/thaw/thawd.sock"
+
+// serveConfig is thawd's command line.
+type serveConfig struct {
+	Daemon         daemon.Config
+	Listen         []string // --listen values; none: defaultSocket
+	SocketGroup    string   // group of the Unix sockets; "": root's group
+	TokenFile      string   // "": <data-dir>/token, generated at first start
+	TLSCert        string
+	TLSKey         string
+	AllowedHosts   []string
+	AllowedOrigins []string
+}
+
+// plan is what the command line asks for, checked before anything is
+// opened: the addresses, the socket group, TLS, and whether TCP (and so
+// the token) is used.
+type plan struct {
+	addrs []api.Addr
+	gid   int
+	tls   *tls.Config
+	tcp   bool
+	token string // from --token-file; else read or generated after Open
+}
+
+// check validates the command line: listen addresses, TLS (required off
+// loopback, and both files or neither), the socket group and the token
+// file. Nothing is created.
+func check(cfg serveConfig) (*plan, error) {
+	p := &plan{}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		listen = []string{defaultSocket}
+	}
+	var errs []error
+	for _, s := range listen {
+		a, err := api.ParseAddr(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if a.Network == "tcp" {
+			p.tcp = true
+			if !a.Loopback() && (cfg.TLSCert == "" || cfg.TLSKey == "") {
+				errs = append(errs, fmt.Errorf("listen %s: not a loopback address, so it needs TLS: give --tls-cert and --tls-key", s))
+			}
+		}
+		p.addrs = append(p.addrs, a)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	} else if cfg.TLSCert != "" {
+		var err error
+		if p.tls, err = api.LoadTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, o := range cfg.AllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("--allowed-origin %q: want scheme://host[:port], as a browser sends it", o))
+		}
+	}
+	for _, h := range cfg.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/@ ") {
+			errs = append(errs, fmt.Errorf("--allowed-host %q: want a host name or address, with an optional :port", h))
+		}
+	}
+	var err error
+	if p.gid, err = lookupGroup(cfg.SocketGroup); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.TokenFile != "" {
+		if p.token, err = api.ReadTokenFile(cfg.TokenFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// lookupGroup resolves --socket-group (a name or a number); "" is root's
+// primary group.
+func lookupGroup(name string) (int, error) {
+	if name == "" {
+		root, err := user.LookupId("0")
+		if err != nil {
+			return 0, nil // no user database: root's group is 0
+		}
+		return strconv.Atoi(root.Gid)
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		if _, nerr := strconv.Atoi(name); nerr == nil {
+			g, err = user.LookupGroupId(name)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("--socket-group %q: %w", name, err)
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// serve runs thawd until ctx ends: check the command line, open the daemon
+// (which locks its data directory), read or create the token, listen on
+// every address, start the daemon, then serve. ready, if set, is called
+// with the listeners' addresses once requests are served. Stopping closes
+// every listener, then the daemon.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]net.Addr)) error {
+	p, err := check(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Daemon.StoreDir == "" {
+		cfg.Daemon.StoreDir = store.DefaultDirFor(cfg.Daemon.DataDir)
+	}
+	cfg.Daemon.TrustedGroup = cfg.SocketGroup
+	svc, err := daemon.Open(ctx, cfg.Daemon, log)
+	if err != nil {
+		return err
+	}
+	lns, err := openListeners(cfg, p, log)
+	if err == nil {
+		err = svc.Start(ctx)
+	}
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return errors.Join(err, svc.Close(context.Background()))
+	}
+	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins})
+	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, len(lns))
+	var addrs []net.Addr
+	for _, ln := range lns {
+		go func() { errc <- srv.Serve(ln) }()
+		addrs = append(addrs, ln.Addr())
+	}
+	if ready != nil {
+		ready(addrs)
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx) // closes every listener
+	if cerr := svc.Close(sctx); err == nil || errors.Is(err, http.ErrServerClosed) {
+		err = cerr
+	}
+	return err
+}
+
+// openListeners resolves the token if TCP is served, then listens on every
+// address (TLS on TCP when a certificate is given). On failure it closes
+// what it opened.
+func openListeners(cfg serveConfig, p *plan, log *slog.Logger) (lns []net.Listener, err error) {
+	defer func() {
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			lns = nil
+		}
+	}()
+	if p.tcp && p.token == "" {
+		tok, created, err := api.LoadOrCreateToken(cfg.Daemon.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		p.token = tok
+		log.Info("API token for TCP clients", "file", filepath.Join(cfg.Daemon.DataDir, api.TokenFileName), "created", created)
+	} else if p.tcp {
+		log.Info("API token for TCP clients", "file", cfg.TokenFile)
+	}
+	for _, a := range p.addrs {
+		var ln net.Listener
+		if a.Network == "unix" {
+			ln, err = api.ListenUnix(a.Address, p.gid)
+		} else {
+			ln, err = net.Listen("tcp", a.Address)
+			if err != nil {
+				err = fmt.Errorf("listen %s: %w", a.Address, err)
+			} else if p.tls != nil {
+				ln = tls.NewListener(ln, p.tls)
+			}
+		}
+		if err != nil {
+			return lns, err
+		}
+		lns = append(lns, ln)
+		log.Info("serving API", "listen", a.String(), "tls", a.Network == "tcp" && p.tls != nil)
+	}
+	return lns, nil
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/daemon"
+)
+
+// TestRefusedAtStart: a command line that would serve insecurely, or that
+// names a bad token file or TLS files, stops thawd before it opens the
+// daemon (the data directory is never created).
+func TestRefusedAtStart(t *testing.T) {
+	_, cert, key := testCerts(t)
+	loose := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(loose, []byte(strings.Repeat("a", 64)), 0o644)
+	for _, c := range []struct {
+		name     string
+		cfg      serveConfig
+		contains string
+	}{
+		{"every interface without TLS", serveConfig{Listen: []string{"0.0.0.0:7380"}}, "needs TLS"},
+		{"empty host without TLS", serveConfig{Listen: []string{":7380"}}, "needs TLS"},
+		{"LAN address without TLS", serveConfig{Listen: []string{"/run/x.sock", "10.1.2.3:7380"}}, "needs TLS"},
+		{"hostname without TLS", serveConfig{Listen: []string{"thaw.example:7380"}}, "needs TLS"},
+		{"certificate without key", serveConfig{Listen: []string{"0.0.0.0:7380"}, TLSCert: cert}, "go together"},
+		{"key as certificate", serveConfig{Listen: []string{"127.0.0.1:0"}, TLSCert: key, TLSKey: key}, "TLS certificate"},
+		{"readable token file", serveConfig{Listen: []string{"127.0.0.1:0"}, TokenFile: loose}, "accessible to group or others"},
+		{"missing token file", serveConfig{Listen: []string{"127.0.0.1:0"}, TokenFile: loose + ".missing"}, "no such file"},
+		{"bad address", serveConfig{Listen: []string{"7380"}}, "host:port"},
+		{"unknown socket group", serveConfig{SocketGroup: "no-such-group-thaw"}, "no-such-group-thaw"},
+		{"origin without scheme", serveConfig{AllowedOrigins: []string{"dash.example"}}, "scheme://host"},
+		{"origin with a path", serveConfig{AllowedOrigins: []string{"https://dash.example/app"}}, "scheme://host"},
+		{"host as a URL", serveConfig{AllowedHosts: []string{"https://thaw.example"}}, "host name"},
+	} {
+		c.cfg.Daemon = daemon.Config{DataDir: filepath.Join(t.TempDir(), "data")}
+		err := serve(context.Background(), c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		if err == nil || !strings.Contains(err.Error(), c.contains) {
+			t.Errorf("%s: %v, want an error mentioning %q", c.name, err, c.contains)
+		}
+		if _, serr := os.Stat(c.cfg.Daemon.DataDir); !errors.Is(serr, os.ErrNotExist) {
+			t.Errorf("%s: the data directory was created before the refusal", c.name)
+		}
+	}
+	// Loopback needs no TLS; off loopback TLS is enough.
+	for _, l := range [][]string{{"127.0.0.1:0"}, {"localhost:0", "[::1]:0"}} {
+		if _, err := check(serveConfig{Listen: l}); err != nil {
+			t.Errorf("%v: %v", l, err)
+		}
+	}
+	if _, err := check(serveConfig{Listen: []string{"0.0.0.0:0"}, TLSCert: cert, TLSKey: key,
+		AllowedHosts: []string{"thaw.example", "10.0.0.5:7443"}, AllowedOrigins: []string{"https://dash.example", "http://127.0.0.1:8080/"}}); err != nil {
+		t.Errorf("every interface with TLS: %v", err)
+	}
+}
+
+// testCerts writes a CA, and a certificate for 127.0.0.1 it signed, and its key.
+func testCerts(t *testing.T) (caFile, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "thaw test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "thawd"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// imageDir is the built guest image daemon.Open loads (no VM is booted).
+func imageDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("THAW_IMAGE")
+	if dir == "" {
+		dir = defaultImageDir()
+	}
+	if _, err := os.Stat(filepath.Join(dir, "image.json")); err != nil {
+		t.Skipf("no guest image at %s (make image builds it): thawd's start-up opens it: %v", dir, err)
+	}
+	return dir
+}
+
+// running is one serve() in the background.
+type running struct {
+	addrs []net.Addr
+	stop  context.CancelFunc
+	done  chan error
+}
+
+func startServe(t *testing.T, cfg serveConfig) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{stop: cancel, done: make(chan error, 1)}
+	ready := make(chan []net.Addr, 1)
+	go func() {
+		r.done <- serve(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a []net.Addr) { ready <- a })
+	}()
+	select {
+	case r.addrs = <-ready:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("serve did not start within 60 s")
+	}
+	t.Cleanup(func() { r.shutdown(t) })
+	return r
+}
+
+func (r *running) shutdown(t *testing.T) {
+	if r.stop == nil {
+		return
+	}
+	r.stop()
+	r.stop = nil
+	if err := <-r.done; err != nil {
+		t.Errorf("serve ended with %v", err)
+	}
+}
+
+// TestServe runs thawd's start-up for real (daemon on TCG, no VM booted)
+// on a Unix socket and a TLS TCP listener: the socket serves without a
+// token, TCP needs the generated token and the CA, the cross-site attack
+// creates nothing, stopping removes the socket, and a restart reuses the
+// token.
+func TestServe(t *testing.T) {
+	img := imageDir(t)
+	caFile, cert, key := testCerts(t)
+	sockDir, err := os.MkdirTemp("", "thawd-serve-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "thawd.sock")
+	data := t.TempDir()
+	store := filepath.Join("/dev/shm", "thawd-serve-"+filepath.Base(sockDir))
+	defer os.RemoveAll(store)
+	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key,
+		Daemon: daemon.Config{DataDir: data, ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 256, DefaultVCPUs: 1,
+			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store}}
+	r := startServe(t, cfg)
+	ctx := context.Background()
+	if len(r.addrs) != 2 || r.addrs[0].String() != sock {
+		t.Fatalf("listening on %v", r.addrs)
+	}
+	fi, err := os.Lstat(sock)
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket %v: %v", fi.Mode(), err)
+	}
+	tokenPath := filepath.Join(data, api.TokenFileName)
+	tfi, err := os.Lstat(tokenPath)
+	if err != nil || tfi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %v: %v", tfi.Mode(), err)
+	}
+	token, err := api.ReadTokenFile(tokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	unixC := client.New("unix:" + sock)
+	if _, err := unixC.Info(ctx); err != nil {
+		t.Fatalf("over the socket: %v", err)
+	}
+	url := "https://" + r.addrs[1].String()
+	t.Setenv("THAW_CACERT", caFile)
+	t.Setenv("THAW_TOKEN", "")
+	t.Setenv("THAW_TOKEN_FILE", tokenPath)
+	tcpC, err := client.NewFromEnv(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tcpC.Info(ctx); err != nil {
+		t.Fatalf("over TLS with the token: %v", err)
+	}
+	t.Setenv("THAW_TOKEN", "wrong")
+	wrong, _ := client.NewFromEnv(url)
+	if _, err := wrong.Info(ctx); !errors.Is(err, client.ErrUnauthorized) {
+		t.Errorf("wrong token: %v", err)
+	}
+
+	// The attack on the old code: a page's text/plain POST with an Origin.
+	attack := func(c *http.Client, target string, origin bool) int {
+		req, _ := http.NewRequest("POST", target, strings.NewReader(`{"name":"pwned","directory":"`+img+`"}`))
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Authorization", "Bearer "+token)
+		if origin {
+			req.Header.Set("Origin", "http://evil.example")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	overSocket := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	if st := attack(overSocket, "http://thawd/v1/functions", true); st != 403 {
+		t.Errorf("cross-site POST through the socket: %d, want 403", st)
+	}
+	if st := attack(overSocket, "http://thawd/v1/functions", false); st != 415 {
+		t.Errorf("text/plain POST through the socket: %d, want 415", st)
+	}
+	fns, err := unixC.ListFunctions(ctx)
+	if err != nil || len(fns) != 0 {
+		t.Errorf("functions after the refused attacks: %v %v", fns, err)
+	}
+
+	r.shutdown(t)
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after stopping: %v", err)
+	}
+	if _, err := unixC.Info(ctx); !errors.Is(err, client.ErrUnreachable) {
+		t.Errorf("after stopping: %v", err)
+	}
+
+	r = startServe(t, cfg)
+	t.Setenv("THAW_TOKEN", token)
+	again, _ := client.NewFromEnv("https://" + r.addrs[1].String())
+	if _, err := again.Info(ctx); err != nil {
+		t.Errorf("restart: the first start's token no longer works: %v", err)
+	}
+	if now, err := api.ReadTokenFile(tokenPath); err != nil || now != token {
+		t.Errorf("restart changed the token file: %v", err)
+	}
+}
