@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
 )
@@ -72,12 +73,20 @@ func main() {
 	flag.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
 	flag.DurationVar(&d.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
 	flag.DurationVar(&d.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
-	flag.StringVar(&d.ShimPath, "shim", defaultShim(), "memory-layout interposer for the reap, faasnap and premap strategies")
+	flag.StringVar(&d.ShimPath, "shim", defaultShim(), "interposer preloaded into every QEMU: hands it its files as descriptors, lays out memory for the reap, faasnap and premap strategies")
 	flag.StringVar(&d.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
 	flag.StringVar(&d.StoreRegion, "store-region", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
 	flag.StringVar(&d.SnapBPFObject, "snapbpf-object", defaultSnapBPFObject(), "eBPF capture program for the snapbpf strategy (prepare)")
+	var uidBase, uidCount uint
+	flag.UintVar(&uidBase, "vm-uid-base", daemon.DefaultVMUIDBase, "first of the user ids QEMU runs as, one per live VM (a range no other user or service uses)")
+	flag.UintVar(&uidCount, "vm-uid-count", daemon.DefaultVMUIDCount, "how many user ids from --vm-uid-base")
+	flag.IntVar(&d.VMMemoryOverheadMiB, "vm-memory-overhead", daemon.DefaultVMMemoryOverheadMiB, "memory in MiB a VM's cgroup may use beyond guest RAM (QEMU, TCG's code cache, page cache)")
+	flag.IntVar(&d.VMCPUWeight, "vm-cpu-weight", 100, "CPU weight of each VM's cgroup, 1-10000 (100 is an ordinary process's share)")
+	flag.Int64Var(&d.ConsoleLogLimit, "console-log-limit", 1<<20, "bytes of each guest's console kept in its console.log (then only the last 16 KiB)")
+	flag.StringVar(&d.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup file system for per-VM cgroups (v1 or v2); none disables them")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
+	d.VMUIDBase, d.VMUIDCount = uint32(uidBase), uint32(uidCount)
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "thawd: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)

@@ -175,7 +175,8 @@ func TestServe(t *testing.T) {
 	defer os.RemoveAll(store)
 	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key,
 		Daemon: daemon.Config{DataDir: data, ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 256, DefaultVCPUs: 1,
-			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store}}
+			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
+			ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}}
 	r := startServe(t, cfg)
 	ctx := context.Background()
 	if len(r.addrs) != 2 || r.addrs[0].String() != sock {

@@ -35,6 +35,7 @@ type liveVM struct {
 	countersAtResume procstat.Counters // VMM counters just before the vCPUs resumed
 	spec             vmm.Spec          // what the VMM was started with
 	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
+	oom              string            // why the memory limit killed the VMM; guarded by Service.mu
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -141,10 +142,21 @@ func (s *Service) supervise(lv *liveVM) {
 // kernel enforced it.
 func (s *Service) exitReason(lv *liveVM) string {
 	reason := lv.m.Exit().Reason
-	if oom := oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB); oom != "" {
+	if oom := s.oomNote(lv); oom != "" {
 		reason = oom + "; " + reason
 	}
 	return reason
+}
+
+// oomNote reads, once the VMM is gone, whether its cgroup's memory limit
+// killed it, and keeps the answer: the cgroup goes with the VM.
+func (s *Service) oomNote(lv *liveVM) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lv.oom == "" {
+		lv.oom = oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB)
+	}
+	return lv.oom
 }
 
 func consoleTail(runDir string) string {
@@ -180,6 +192,7 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 		}
 	}
 	if lv.unconfine != nil {
+		s.oomNote(lv)
 		lv.unconfine()
 	}
 	if err := os.RemoveAll(lv.runDir); err != nil {
