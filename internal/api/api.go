@@ -198,6 +198,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusGatewayTimeout, "timeout"
 	case errors.Is(err, daemon.ErrVMFailed):
 		status, code = http.StatusBadGateway, "vm_failed"
+	case errors.Is(err, daemon.ErrForbidden):
+		status, code = http.StatusForbidden, "forbidden"
+	case errors.Is(err, daemon.ErrTooMany):
+		status, code = http.StatusTooManyRequests, "too_many"
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, daemon.ErrNoSpace):
 		status, code = http.StatusInsufficientStorage, "no_space"
 	case errors.Is(err, context.Canceled):

@@ -393,6 +393,8 @@ var failSentinels = map[string]error{
 	"daemon.ErrTimeout":          daemon.ErrTimeout,
 	"daemon.ErrVMFailed":         daemon.ErrVMFailed,
 	"daemon.ErrNoSpace":          daemon.ErrNoSpace,
+	"daemon.ErrForbidden":        daemon.ErrForbidden,
+	"daemon.ErrTooMany":          daemon.ErrTooMany,
 	"context.Canceled":           context.Canceled,
 }
 

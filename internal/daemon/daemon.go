@@ -65,6 +65,9 @@ type Config struct {
 	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 	TrustedGroup  string // group whose members may create functions from host directories, besides root
+	// FunctionRoots are the host directories functions may be created
+	// from (by trusted callers); none: only archives.
+	FunctionRoots []string
 
 	// VMM confinement (zero values take the defaults).
 	VMUIDBase           uint32 // first user id VMMs run as, one per live VM
@@ -156,6 +159,8 @@ type Service struct {
 	wg        sync.WaitGroup
 	closed    bool
 	confine   confinement // per-VM users and cgroups
+	lock      *os.File    // the data directory's lock, held while the daemon lives
+	creating  map[string]bool
 }
 
 // Directory layout under DataDir.
@@ -171,7 +176,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	if err := s.Start(ctx); err != nil {
-		s.db.Close()
+		_ = s.Close(ctx)
 		return nil, err
 	}
 	return s, nil
@@ -185,6 +190,23 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	// Nothing the daemon writes is for other users (the API socket's 0660
+	// is set explicitly).
+	syscall.Umask(0o077)
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, cfg, log)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	im, err := guestimage.Load(cfg.ImageDir)
 	if err != nil {
 		return nil, err
@@ -194,7 +216,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders()}
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{}}
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
@@ -213,7 +235,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}
-	s.removeTempSnapshots()
+	if err := s.removeLeftovers(ctx); err != nil {
+		return fmt.Errorf("clean data dir: %w", err)
+	}
 	if err := s.openConfinement(); err != nil {
 		return err
 	}
@@ -275,17 +299,6 @@ func processMatches(pid int, vmID string) bool {
 		return false
 	}
 	return vmID != "" && bytes.Contains(b, []byte("\x00-name\x00thaw-"+vmID+"\x00"))
-}
-
-// removeTempSnapshots deletes snapshot directories a crash left half written.
-func (s *Service) removeTempSnapshots() {
-	ents, _ := os.ReadDir(s.snapshotsDir())
-	for _, e := range ents {
-		if len(e.Name()) > 5 && e.Name()[:5] == ".tmp-" {
-			_ = os.RemoveAll(filepath.Join(s.snapshotsDir(), e.Name()))
-			s.log.Warn("removed incomplete snapshot", "dir", e.Name())
-		}
-	}
 }
 
 // chooseAccel honours an explicit accelerator; "auto" boots a probe guest on
@@ -356,7 +369,11 @@ func (s *Service) Close(ctx context.Context) error {
 			s.log.Warn("close memory store", "err", err)
 		}
 	}
-	return s.db.Close()
+	err := s.db.Close()
+	if s.lock != nil {
+		s.lock.Close() // releases the data directory
+	}
+	return err
 }
 
 func newID(prefix string) string {

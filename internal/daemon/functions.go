@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,9 +57,11 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	if (spec.Directory == "") == (spec.Archive == nil) {
 		return nil, fmt.Errorf("%w: give either a directory or an archive", ErrInvalid)
 	}
-	if _, err := s.db.GetFunction(ctx, spec.Name); err == nil {
-		return nil, fmt.Errorf("function %q: %w", spec.Name, ErrExists)
+	release, err := s.reserveName(ctx, spec.Name)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	staging, err := os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
 	if err != nil {
 		return nil, err
@@ -69,7 +72,7 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	if spec.Directory != "" {
-		err = copyTree(code, spec.Directory)
+		err = s.copySource(ctx, code, spec.Directory)
 	} else {
 		err = extractArchive(code, spec.Archive)
 	}
@@ -84,11 +87,11 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	disk := filepath.Join(staging, "code.ext4")
-	if err := makeExt4(ctx, disk, filepath.Join(staging, "code"), size); err != nil {
+	if err := makeExt4(ctx, disk, filepath.Join(staging, "code")); err != nil {
 		return nil, err
 	}
-	final := filepath.Join(s.functionsDir(), spec.Name)
-	_ = os.RemoveAll(final) // leftovers of a function deleted while files were busy
+	// A directory of its own: a create never touches one it did not make.
+	final := filepath.Join(s.functionsDir(), newID(spec.Name+"-"))
 	if err := os.Rename(staging, final); err != nil {
 		return nil, err
 	}
@@ -102,65 +105,30 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	return f, nil
 }
 
-// copyTree copies regular files and directories; anything else (symlinks,
-// devices) is refused so a function cannot point outside itself.
-func copyTree(dst, src string) error {
-	if resolved, err := filepath.EvalSymlinks(src); err == nil {
-		src = resolved // the function directory itself may be a link
+// reserveName claims name for one create at a time; release gives it back.
+func (s *Service) reserveName(ctx context.Context, name string) (release func(), err error) {
+	s.mu.Lock()
+	busy := s.creating[name]
+	if !busy {
+		s.creating[name] = true
 	}
-	st, err := os.Stat(src)
-	if err != nil || !st.IsDir() {
-		return fmt.Errorf("%w: function directory %q does not exist or is not a directory", ErrInvalid, src)
+	s.mu.Unlock()
+	if busy {
+		return nil, fmt.Errorf("function %q is being created: %w", name, ErrExists)
 	}
-	var total int64
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if rel == "." || skipName(d.Name()) {
-			if d.IsDir() && rel != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o755)
-		case d.Type().IsRegular():
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if total += info.Size(); total > MaxCodeBytes {
-				return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
-			}
-			return copyFile(target, path, info.Mode().Perm())
-		default:
-			return fmt.Errorf("%w: %s is not a regular file or directory", ErrInvalid, rel)
-		}
-	})
+	release = func() {
+		s.mu.Lock()
+		delete(s.creating, name)
+		s.mu.Unlock()
+	}
+	if _, err := s.db.GetFunction(ctx, name); err == nil {
+		release()
+		return nil, fmt.Errorf("function %q: %w", name, ErrExists)
+	}
+	return release, nil
 }
 
 func skipName(name string) bool { return name == "__pycache__" || name == ".git" }
-
-func copyFile(dst, src string, perm fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm|0o444)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
 
 // extractArchive unpacks a tar.gz whose entries are relative paths inside
 // the function directory.
@@ -171,6 +139,7 @@ func extractArchive(dst string, r io.Reader) error {
 	}
 	tr := tar.NewReader(gz)
 	var total int64
+	var entries int
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -182,6 +151,12 @@ func extractArchive(dst string, r io.Reader) error {
 		name := filepath.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
 			continue
+		}
+		if entries++; entries > MaxCodeEntries {
+			return fmt.Errorf("%w: archive has more than %d files and directories", ErrInvalid, MaxCodeEntries)
+		}
+		if len(name) > MaxCodePath || strings.Count(name, "/") >= MaxCodeDepth {
+			return fmt.Errorf("%w: archive entry %.80q... is longer than %d bytes or nested deeper than %d directories", ErrInvalid, name, MaxCodePath, MaxCodeDepth)
 		}
 		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 			return fmt.Errorf("%w: archive entry %q leaves the function directory", ErrInvalid, h.Name)
@@ -253,11 +228,39 @@ func digestTree(root string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), total, nil
 }
 
-// makeExt4 builds an ext4 image of dir without mounting anything.
-func makeExt4(ctx context.Context, image, dir string, contentBytes int64) error {
-	mib := (contentBytes*3/2)>>20 + 8
+// makeExt4 builds an ext4 image of dir without mounting anything, sized
+// for what it holds: a block per started 4 KiB of every file, directory
+// blocks for their entries, and an inode for each file and directory
+// (mkfs's default of one inode per 16 KiB runs out on many small files).
+// The disk is read-only in the guest, so it has no journal and no reserve.
+func makeExt4(ctx context.Context, image, dir string) error {
+	var files, dirs, blocks int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs++
+			n, _ := os.ReadDir(path)
+			blocks += 1 + int64(len(n))*48/4096
+			return nil
+		}
+		files++
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		blocks += (info.Size() + 4095) / 4096
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("build function disk: %w", err)
+	}
+	inodes := files + dirs + 64
+	bytes := blocks*4096*11/10 + inodes*256 + 8<<20
 	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "thawfn", "-E", "root_owner=0:0",
-		"-d", dir, image, fmt.Sprintf("%dM", mib))
+		"-O", "^has_journal", "-m", "0", "-b", "4096", "-I", "256", "-N", strconv.FormatInt(inodes, 10),
+		"-d", dir, image, strconv.FormatInt((bytes+1<<20-1)>>20, 10)+"M")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build function disk: mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
 	}

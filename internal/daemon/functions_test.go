@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -539,4 +540,11 @@ func writeFile(t *testing.T, path, body string) {
 	if err := os.WriteFile(path, []byte(body), mode); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// copyTree copies src as an in-process (trusted) caller with src's parent
+// as the function root.
+func copyTree(dst, src string) error {
+	s := &Service{cfg: Config{FunctionRoots: []string{filepath.Dir(filepath.Clean(src))}}}
+	return s.copySource(context.Background(), dst, src)
 }

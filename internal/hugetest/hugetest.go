@@ -37,7 +37,7 @@ func Mount(t *testing.T, pages int) string {
 		}
 	})
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "thaw-test", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=2M,mode=0700", "thaw-test", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount hugetlbfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })

@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -166,8 +167,8 @@ func Open(dir string) (*Store, error) {
 	if strings.HasPrefix(filepath.Clean(dir), "/dev/dax") {
 		return nil, fmt.Errorf("%w: %s is not a device-DAX character device (no such device, or not bound to device_dax)", ErrUnsupported, dir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("memory store %s: %w", dir, err)
+	if err := ownDir(dir, filepath.Dir(filepath.Clean(dir)) == DefaultDir); err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -202,12 +203,76 @@ func Open(dir string) (*Store, error) {
 		// hugetlbfs files cannot be written with write(2): descriptions
 		// live in shared memory, which a reboot clears with the copies.
 		s.metaDir = HugeMetaDirFor(abs)
-		if err := os.MkdirAll(s.metaDir, 0o700); err != nil {
+		if err := ownDir(s.metaDir, true); err != nil {
 			return nil, fmt.Errorf("memory store %s: %w", abs, err)
 		}
 	}
 	s.removeTemps()
 	return s, nil
+}
+
+// ErrNotPrivate: a store directory (or the shared parent the daemon keeps
+// its stores in) is not the daemon's alone.
+var ErrNotPrivate = errors.New("directory is not private to thawd")
+
+// ownDir makes sure dir is the daemon's alone: created 0700 if missing,
+// otherwise it must be a real directory (never a symlink) owned by the
+// daemon's user with no group or other permissions. Stores live in shared
+// places such as /dev/shm, where another user could create the path first;
+// such a directory is refused, never fixed up and used. With parent, dir's
+// parent (the daemon's shared /dev/shm/thaw-store) is held to the same rule.
+func ownDir(dir string, parent bool) error {
+	up := filepath.Dir(filepath.Clean(dir))
+	if parent {
+		if err := ownDir(up, false); err != nil {
+			return err
+		}
+	} else if err := safeParent(up); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		// A directory made here is private whatever the umask was.
+		return os.Chmod(dir, 0o700)
+	} else if !errors.Is(err, os.ErrExist) {
+		if errors.Is(err, os.ErrNotExist) {
+			return ownDir(dir, true)
+		}
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	switch {
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%w: %s is a symbolic link", ErrNotPrivate, dir)
+	case !st.IsDir():
+		return fmt.Errorf("%w: %s is not a directory", ErrNotPrivate, dir)
+	case sys == nil || int(sys.Uid) != os.Geteuid():
+		return fmt.Errorf("%w: %s is owned by uid %d, not thawd's (%d); remove it or choose another --store-dir", ErrNotPrivate, dir, sys.Uid, os.Geteuid())
+	case st.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%w: %s has mode %04o; thawd wants 0700 (chmod 0700 %s if it is yours)", ErrNotPrivate, dir, st.Mode().Perm(), dir)
+	}
+	return nil
+}
+
+// safeParent checks that nobody but root and the daemon can replace
+// entries of dir: owned by one of them, and writable by others only with
+// the sticky bit, as /dev/shm and /tmp are.
+func safeParent(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	if sys == nil || (sys.Uid != 0 && int(sys.Uid) != os.Geteuid()) {
+		return fmt.Errorf("%w: %s, the parent of the store, is owned by another user", ErrNotPrivate, dir)
+	}
+	if st.Mode().Perm()&0o022 != 0 && (st.Mode()&os.ModeSticky == 0 || sys.Uid != 0) {
+		return fmt.Errorf("%w: %s, the parent of the store, is writable by others", ErrNotPrivate, dir)
+	}
+	return nil
 }
 
 // Dir is the store's directory (devdax: the device).

@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -138,6 +140,7 @@ func TestGetDetectsTruncatedCopy(t *testing.T) {
 
 func TestOpenRefusesDisk(t *testing.T) {
 	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
 	var st = mustStatfsType(t, dir)
 	if st == 0x01021994 {
 		t.Skip("TMPDIR is tmpfs")
@@ -153,7 +156,7 @@ func TestPutFullStore(t *testing.T) {
 		t.Skip("mounting a small tmpfs needs root")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "thaw-test", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "thaw-test", dir).CombinedOutput(); err != nil {
 		t.Skipf("mount tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
@@ -287,7 +290,7 @@ func TestOpenRefusesUnusableTiers(t *testing.T) {
 		t.Skipf("1 GiB huge pages are configured or unsupported here (%q %v)", b, err)
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=1G", "thaw-test", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "hugetlbfs", "-o", "pagesize=1G,mode=0700", "thaw-test", dir).CombinedOutput(); err != nil {
 		t.Skipf("mount hugetlbfs pagesize=1G: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
@@ -326,5 +329,62 @@ func TestOpenDropsHalfEntries(t *testing.T) {
 	}
 	if in, err := s2.Info(); err != nil || len(in.Entries) != 0 || in.UsedBytes != 0 {
 		t.Fatalf("info %+v %v", in, err)
+	}
+}
+
+// A store directory someone else could have made first in a shared place
+// (/dev/shm) is refused, never fixed up and used: another owner, group or
+// other permissions, a symlink, a non-directory; so is such a parent.
+func TestOpenRefusesForeignDirectories(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating directories owned by another user needs root")
+	}
+	base := filepath.Join("/dev/shm", fmt.Sprintf("thaw-store-test-%d", os.Getpid()))
+	os.MkdirAll(base, 0o700)
+	os.Chmod(base, 0o700)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	mk := func(name string, mode os.FileMode, uid int) string {
+		p := filepath.Join(base, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		os.Chown(p, uid, uid)
+		return p
+	}
+	foreign := mk("foreign", 0o700, 65534)
+	groupw := mk("group", 0o770, 0)
+	world := mk("world", 0o1777, 0)
+	target := mk("target", 0o700, 0)
+	link := filepath.Join(base, "link")
+	os.Symlink(target, link)
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, nil, 0o600)
+	attackerParent := mk("attacker-parent", 0o1777, 65534)
+	for _, dir := range []string{foreign, groupw, world, link, file, filepath.Join(attackerParent, "x")} {
+		_, err := Open(dir)
+		if !errors.Is(err, ErrNotPrivate) {
+			t.Errorf("Open(%s) = %v, want ErrNotPrivate", dir, err)
+		}
+	}
+	for _, dir := range []string{foreign, groupw, world} {
+		st, _ := os.Lstat(dir)
+		if st.Mode().Perm()&0o077 == 0 && dir != foreign {
+			t.Errorf("%s was chmod-ed", dir)
+		}
+	}
+	// A missing directory is created private, whatever the umask.
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	fresh := filepath.Join(base, "fresh", "store")
+	s, err := Open(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, d := range []string{fresh, filepath.Dir(fresh)} {
+		if st, _ := os.Lstat(d); st.Mode().Perm() != 0o700 {
+			t.Errorf("%s created %04o", d, st.Mode().Perm())
+		}
 	}
 }
