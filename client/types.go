@@ -91,6 +91,12 @@ type Invocation struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *FunctionError  `json:"error,omitempty"`
 	Timing   Timing          `json:"timing"`
+	// Invocation history only: a result over the daemon's stored limit is
+	// kept as its first bytes (the caller got all of it).
+	ResultTruncated bool   `json:"result_truncated,omitempty"`
+	ResultBytes     int    `json:"result_bytes,omitempty"`
+	ResultPrefix    string `json:"result_prefix,omitempty"`
+	ErrorTruncated  bool   `json:"error_truncated,omitempty"`
 
 	EvictedCache  bool           `json:"evicted_cache,omitempty"`
 	StrategyStats *StrategyStats `json:"strategy_stats,omitempty"`

@@ -76,6 +76,10 @@ type Config struct {
 	VMCPUWeight         int    // a VM's cgroup CPU weight, 1-10000 (100: the default share)
 	ConsoleLogLimit     int64  // bytes of guest console kept per VM
 	CgroupRoot          string // the cgroup file system; "none" disables VM cgroups
+
+	// Bounds (zero values take the defaults).
+	MaxVMs               int // live VMs at once; default: host memory over (default guest memory + overhead)
+	MaxStoredResultBytes int // result bytes an invocation's history keeps (the caller gets them all)
 }
 
 // setDefaults fills the zero confinement settings.
@@ -94,6 +98,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConsoleLogLimit == 0 {
 		c.ConsoleLogLimit = 1 << 20
+	}
+	if c.MaxVMs == 0 {
+		c.MaxVMs = defaultMaxVMs(c.DefaultMemoryMiB + c.VMMemoryOverheadMiB)
+	}
+	if c.MaxStoredResultBytes == 0 {
+		c.MaxStoredResultBytes = DefaultMaxStoredResult
 	}
 	switch c.CgroupRoot {
 	case "":
@@ -130,6 +140,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
 	errs = append(errs, validateConfinement(c)...)
+	if c.MaxVMs < 1 {
+		errs = append(errs, fmt.Errorf("max vms %d: need at least 1", c.MaxVMs))
+	}
+	if c.MaxStoredResultBytes < 1024 {
+		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -161,6 +177,7 @@ type Service struct {
 	confine   confinement // per-VM users and cgroups
 	lock      *os.File    // the data directory's lock, held while the daemon lives
 	creating  map[string]bool
+	starting  int // VMs past the live-VM check whose process is not in vms yet
 }
 
 // Directory layout under DataDir.

@@ -31,7 +31,13 @@ type Invocation struct {
 	OK       bool            `json:"ok"`
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *agent.Error    `json:"error,omitempty"`
-	Timing   Timing          `json:"timing"`
+	// In the invocation history only: a result over the stored limit is
+	// kept as its first bytes; the caller got all of it.
+	ResultTruncated bool   `json:"result_truncated,omitempty"`
+	ResultBytes     int    `json:"result_bytes,omitempty"`
+	ResultPrefix    string `json:"result_prefix,omitempty"`
+	ErrorTruncated  bool   `json:"error_truncated,omitempty"` // message or traceback cut
+	Timing          Timing `json:"timing"`
 	// EvictedCache: the snapshot's files were evicted from the host page
 	// cache before the restore (a "cold" measurement).
 	EvictedCache bool `json:"evicted_cache,omitempty"`
@@ -176,7 +182,7 @@ func isDone(lv *liveVM) bool {
 }
 
 func (s *Service) record(ctx context.Context, inv *Invocation) {
-	detail, _ := json.Marshal(inv)
+	detail := s.historyDetail(inv)
 	rec := &catalog.Invocation{ID: inv.ID, Function: inv.Function, VM: inv.VM, Snapshot: inv.Snapshot,
 		Strategy: inv.Strategy, OK: inv.OK, Detail: detail, CreatedAt: time.Now()}
 	if err := s.db.PutInvocation(context.WithoutCancel(ctx), rec); err != nil {

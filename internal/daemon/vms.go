@@ -86,7 +86,17 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: daemon is shutting down", ErrConflict)
 	}
+	if n := len(s.vms) + s.starting; n >= s.cfg.MaxVMs {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d VMs are live, the limit is %d (thawd --max-vms); try again when one has stopped", ErrTooMany, n, s.cfg.MaxVMs)
+	}
+	s.starting++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.starting--
+		s.mu.Unlock()
+	}()
 	rec.RunDir, rec.Accel, rec.MemoryMiB = spec.RunDir, string(spec.Accel), spec.MemoryMiB
 	rec.State, rec.CreatedAt = catalog.StateBooting, time.Now()
 	if err := s.db.PutVM(ctx, rec); err != nil {
