@@ -113,7 +113,68 @@ func (s *Service) copySource(ctx context.Context, dst, src string) error {
 		return fmt.Errorf("%w: function directory %s: %v", ErrInvalid, src, refusal(err))
 	}
 	c := &treeCopy{}
+	if caller, ok := CallerFrom(ctx); ok && caller.UID != 0 {
+		c.as = &readerOf{uid: caller.UID, groups: groupsOf(caller)}
+	}
+	if err := c.check(dir, "the function directory"); err != nil {
+		dir.Close()
+		return err
+	}
 	return c.dir(dir, dst, "", 0)
+}
+
+// readerOf is a caller the daemon reads files for: the daemon (root) reads
+// only what the caller could read itself, so a trusted group member cannot
+// use it to read another user's files under a function root.
+type readerOf struct {
+	uid    uint32
+	groups []uint32
+}
+
+func groupsOf(c Caller) []uint32 {
+	out := []uint32{c.GID}
+	if u, err := user.LookupId(strconv.FormatUint(uint64(c.UID), 10)); err == nil {
+		ids, _ := u.GroupIds()
+		for _, id := range ids {
+			if n, err := strconv.ParseUint(id, 10, 32); err == nil {
+				out = append(out, uint32(n))
+			}
+		}
+	}
+	return out
+}
+
+// may reports whether the reader's permission class on st grants want
+// (4 read, 1 search), as the kernel would decide it.
+func (r *readerOf) may(st *unix.Stat_t, want uint32) bool {
+	mode := st.Mode
+	switch {
+	case st.Uid == r.uid:
+		mode >>= 6
+	case slices.Contains(r.groups, st.Gid):
+		mode >>= 3
+	}
+	return mode&want == want
+}
+
+// check refuses f if the caller could not read it (directories: list and
+// enter it) itself.
+func (c *treeCopy) check(f *os.File, rel string) error {
+	if c.as == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	want := uint32(4)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		want = 5
+	}
+	if !c.as.may(&st, want) {
+		return fmt.Errorf("%w: %s is not readable by uid %d, who asked for it", ErrForbidden, rel, c.as.uid)
+	}
+	return nil
 }
 
 func openBeneath(dirFD int, name string, flags uint64) (*os.File, error) {
@@ -144,6 +205,7 @@ func refusal(err error) error {
 type treeCopy struct {
 	entries int
 	bytes   int64
+	as      *readerOf // nil: the caller may read anything (root, in-process)
 }
 
 // dir copies the open directory d (at rel inside the function) into dst.
@@ -174,6 +236,10 @@ func (c *treeCopy) dir(d *os.File, dst, rel string, depth int) error {
 		f, err := openBeneath(int(d.Fd()), name, unix.O_RDONLY)
 		if err != nil {
 			return fmt.Errorf("%w: %s %v", ErrInvalid, p, refusal(err))
+		}
+		if err := c.check(f, p); err != nil {
+			f.Close()
+			return err
 		}
 		if err := c.entry(f, filepath.Join(dst, name), p, depth); err != nil {
 			return err

@@ -310,3 +310,41 @@ func TestDefaultMaxVMs(t *testing.T) {
 		t.Fatalf("more memory per VM gave more VMs: %d, %d", a, b)
 	}
 }
+
+// A trusted group member cannot have the daemon (root) read a file under a
+// function root that the member could not read.
+func TestCreateFromDirectoryReadsOnlyWhatTheCallerMay(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("files of other owners need root")
+	}
+	g, err := user.LookupGroupId("65534")
+	if err != nil {
+		t.Skip("no group 65534 on this host")
+	}
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	src := filepath.Join(root, "fn")
+	writeTree(t, src, map[string]string{"handler.py": "x", "lib/a.py": "a", "z-secret": "root's"})
+	for _, p := range []string{src, filepath.Join(src, "lib")} {
+		os.Chmod(p, 0o755)
+	}
+	for _, p := range []string{"handler.py", "lib/a.py"} {
+		os.Chmod(filepath.Join(src, p), 0o644)
+	}
+	chmod(t, filepath.Join(src, "z-secret"), 0o600)
+	s := fnService(t, func(c *Config) { c.FunctionRoots, c.TrustedGroup = []string{root}, g.Name })
+	member := WithCaller(context.Background(), Caller{Unix: true, UID: 65534, GID: 65534})
+	_, err = s.CreateFunction(member, FunctionSpec{Name: "peek", Directory: src})
+	if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "z-secret is not readable by uid 65534") {
+		t.Fatalf("create = %v", err)
+	}
+	os.Chmod(filepath.Join(src, "z-secret"), 0o640)
+	os.Chown(filepath.Join(src, "z-secret"), 0, 65534) // readable through the group
+	if _, err := s.CreateFunction(member, FunctionSpec{Name: "peek", Directory: src}); err != nil {
+		t.Fatalf("create of readable files: %v", err)
+	}
+	os.Chmod(filepath.Join(src, "lib"), 0o700)
+	if _, err := s.CreateFunction(member, FunctionSpec{Name: "peek2", Directory: src}); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("an unsearchable directory: %v", err)
+	}
+}
