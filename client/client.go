@@ -291,12 +291,22 @@ func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
 
 // CreateFunctionFromDir uploads a local function directory as a tar.gz, so
 // it works against a daemon on another host too.
-func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, memoryMiB, vcpus int) (*Function, error) {
+func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, memoryMiB, vcpus int, opts ...FunctionOption) (*Function, error) {
 	archive, err := TarGz(dir)
 	if err != nil {
 		return nil, err
 	}
+	var o functionOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	q := url.Values{"name": {name}}
+	if o.network.Egress != "" {
+		q.Set("egress", o.network.Egress)
+	}
+	for _, s := range o.network.Services {
+		q.Add("allow", s)
+	}
 	if memoryMiB > 0 {
 		q.Set("memory_mib", strconv.Itoa(memoryMiB))
 	}
@@ -309,10 +319,33 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 
 // CreateFunctionFromServerDir creates a function from a directory on the
 // daemon's host.
-func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir string, memoryMiB, vcpus int) (*Function, error) {
+func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir string, memoryMiB, vcpus int, opts ...FunctionOption) (*Function, error) {
+	var o functionOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var f Function
 	in := map[string]any{"name": name, "directory": dir, "memory_mib": memoryMiB, "vcpus": vcpus}
+	if o.network.Egress != "" || len(o.network.Services) > 0 {
+		in["network"] = o.network
+	}
 	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
+}
+
+// FunctionOption sets an optional property of a new function.
+type FunctionOption func(*functionOptions)
+
+type functionOptions struct{ network Network }
+
+// WithServices lets the function's guests reach these host:port services
+// (egress "services").
+func WithServices(services ...string) FunctionOption {
+	return func(o *functionOptions) { o.network.Services = append(o.network.Services, services...) }
+}
+
+// WithEgress sets the function's egress ("none", "services" or "full").
+func WithEgress(egress string) FunctionOption {
+	return func(o *functionOptions) { o.network.Egress = egress }
 }
 
 // TarGz packs a directory's regular files and directories.

@@ -17,7 +17,17 @@ type Function struct {
 	Disk      string    `json:"disk"`
 	MemoryMiB int       `json:"memory_mib"`
 	VCPUs     int       `json:"vcpus"`
+	Network   Network   `json:"network"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// Network is what a function's guests may reach: egress "none" (the
+// default), "services" (the host:port Services, each proxied by the
+// daemon; a loopback service is at 10.0.2.2:port for the guest) or "full"
+// (beyond the host, if the daemon allows it).
+type Network struct {
+	Egress   string   `json:"egress"`
+	Services []string `json:"services,omitempty"`
 }
 
 // VM is a virtual machine.

@@ -33,7 +33,9 @@ func TestLifecycle(t *testing.T) {
 	c := e.c
 	ctx := ctxT(t)
 
-	fn, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1)
+	host := hostService(t)
+	fn, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1,
+		client.WithServices(fmt.Sprintf("127.0.0.1:%d", host)))
 	if err != nil {
 		t.Fatalf("create function: %v", err)
 	}
@@ -76,7 +78,6 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
-	host := hostService(t)
 	t.Run("guest reaches a host service", func(t *testing.T) {
 		checkHostService(t, c, vm.ID, host)
 	})
@@ -444,7 +445,8 @@ func testDiskFull(t *testing.T, e *env, vmID string) {
 }
 
 // hostService listens on the host's loopback and answers "pong <n>" to each
-// line, like a tiny Redis; the guest reaches it at 10.0.2.2.
+// line, like a tiny Redis; a function allowed to reach it sees it at
+// 10.0.2.2.
 func hostService(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,8 @@ func (a *app) newFunctionCreateCmd() *cobra.Command {
 		memory    int
 		vcpus     int
 		serverDir bool
+		allow     []string
+		egress    string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
@@ -37,10 +40,17 @@ daemon on another host too. With --server-dir, DIR is a directory on the
 daemon's host and the daemon reads it itself (a relative DIR is made
 absolute against the current directory first).
 
---memory and --vcpus default to the daemon's settings.`,
+--memory and --vcpus default to the daemon's settings.
+
+By default the function's guests reach nothing: not the daemon's host, not
+the network beyond it. --allow HOST:PORT lets them reach one service, which
+the daemon proxies (a service on the daemon's loopback, 127.0.0.1:PORT, is
+10.0.2.2:PORT inside the guest); --egress full lets them reach anything
+beyond the host, if the daemon was started with --allow-full-egress.`,
 		Example: `  thaw function create hello --dir ./functions/hello
   thaw fn create big --dir ./functions/big --memory 1024 --vcpus 2
-  thaw fn create hello --dir /srv/functions/hello --server-dir`,
+  thaw fn create hello --dir /srv/functions/hello --server-dir
+  thaw fn create image --dir ./functions/image --allow 127.0.0.1:6379`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -59,7 +69,7 @@ absolute against the current directory first).
 				if aerr != nil {
 					return aerr
 				}
-				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus)
+				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus, netOpts(egress, allow)...)
 			} else {
 				st, serr := os.Stat(dir)
 				if serr != nil {
@@ -68,7 +78,7 @@ absolute against the current directory first).
 				if !st.IsDir() {
 					return fmt.Errorf("function directory %s is not a directory", dir)
 				}
-				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus)
+				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus, netOpts(egress, allow)...)
 			}
 			if err != nil {
 				return err
@@ -85,6 +95,8 @@ absolute against the current directory first).
 	fl.IntVar(&memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
 	fl.IntVar(&vcpus, "vcpus", 0, "number of vCPUs (default: the daemon's)")
 	fl.BoolVar(&serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	fl.StringArrayVar(&allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
+	fl.StringVar(&egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -159,6 +171,28 @@ func printFunction(out io.Writer, f *client.Function) error {
 	row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
 	row(w, "Code dir:", orDash(f.CodeDir))
 	row(w, "Disk:", orDash(f.Disk))
+	row(w, "Egress:", fmtNetwork(f.Network))
 	row(w, "Created:", fmtTime(f.CreatedAt))
 	return w.Flush()
+}
+
+func netOpts(egress string, allow []string) []client.FunctionOption {
+	var o []client.FunctionOption
+	if egress != "" {
+		o = append(o, client.WithEgress(egress))
+	}
+	if len(allow) > 0 {
+		o = append(o, client.WithServices(allow...))
+	}
+	return o
+}
+
+func fmtNetwork(n client.Network) string {
+	switch {
+	case n.Egress == "":
+		return "none"
+	case len(n.Services) > 0:
+		return n.Egress + " (" + strings.Join(n.Services, ", ") + ")"
+	}
+	return n.Egress
 }

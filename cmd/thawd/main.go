@@ -84,6 +84,7 @@ func main() {
 	flag.IntVar(&d.VMCPUWeight, "vm-cpu-weight", 100, "CPU weight of each VM's cgroup, 1-10000 (100 is an ordinary process's share)")
 	flag.Int64Var(&d.ConsoleLogLimit, "console-log-limit", 1<<20, "bytes of each guest's console kept in its console.log (then only the last 16 KiB)")
 	flag.StringVar(&d.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup file system for per-VM cgroups (v1 or v2); none disables them")
+	flag.BoolVar(&d.AllowFullEgress, "allow-full-egress", false, "let functions declare full egress: their guests reach beyond this host (never the host itself); turns on IP forwarding and installs the nftables table inet thaw")
 	flag.Var((*listFlag)(&d.FunctionRoots), "function-roots", "host directory functions may be created from (by root or --socket-group over the socket), repeatable; none: functions come only as uploaded archives")
 	flag.IntVar(&d.MaxVMs, "max-vms", 0, "live VMs at once; more are refused with 429 (default: host memory over default guest memory plus --vm-memory-overhead)")
 	flag.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")

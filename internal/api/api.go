@@ -20,6 +20,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
 //go:embed openapi.json
@@ -259,10 +260,11 @@ func list[T any](items []T) map[string]any {
 
 // CreateFunctionRequest is the JSON form of POST /v1/functions.
 type CreateFunctionRequest struct {
-	Name      string `json:"name"`
-	Directory string `json:"directory"`
-	MemoryMiB int    `json:"memory_mib,omitempty"`
-	VCPUs     int    `json:"vcpus,omitempty"`
+	Name      string        `json:"name"`
+	Directory string        `json:"directory"`
+	MemoryMiB int           `json:"memory_mib,omitempty"`
+	VCPUs     int           `json:"vcpus,omitempty"`
+	Network   *vmnet.Policy `json:"network,omitempty"` // absent: egress none
 }
 
 func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
@@ -293,6 +295,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		q := r.URL.Query()
 		var err error
 		spec.Name = q.Get("name")
+		spec.Network = vmnet.Policy{Egress: vmnet.Egress(q.Get("egress")), Services: q["allow"]}
 		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
 			spec.VCPUs, err = intParam(q.Get("vcpus"))
 		}
@@ -309,7 +312,11 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 	if req.Directory == "" {
 		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
-	return daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}, nil
+	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}
+	if req.Network != nil {
+		spec.Network = *req.Network
+	}
+	return spec, nil
 }
 
 func intParam(s string) (int, error) {

@@ -273,7 +273,8 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	}
 	if !r.created[fn] {
 		if _, err := r.c.GetFunction(ctx, fn); err != nil {
-			if _, err := r.c.CreateFunctionFromDir(ctx, fn, filepath.Join(r.cfg.Root, "functions", fn), memoryOf(fn), 1); err != nil {
+			if _, err := r.c.CreateFunctionFromDir(ctx, fn, filepath.Join(r.cfg.Root, "functions", fn), memoryOf(fn), 1,
+				client.WithServices(r.redis.Addr())); err != nil {
 				return nil, fmt.Errorf("create %s: %w", fn, err)
 			}
 		}

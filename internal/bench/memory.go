@@ -86,8 +86,8 @@ func RunMemory(ctx context.Context, c *client.Client, cases []FunctionCase, prep
 		snapID := prepared[fc.Name]
 		if snapID == "" {
 			if _, err := c.GetFunction(ctx, fc.Name); err != nil {
-				if _, err := c.CreateFunctionFromDir(ctx, fc.Name, fc.Dir, fc.MemoryMiB, 1); err != nil {
-					return nil, fmt.Errorf("create %s: %w", fc.Name, err)
+				if err := createCase(ctx, c, fc); err != nil {
+					return nil, err
 				}
 			}
 			say("%s: prepare", fc.Name)

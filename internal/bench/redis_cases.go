@@ -36,7 +36,7 @@ func RedisCases(r *inputs.Redis, root string, functions []string, record, test s
 			mem = 256
 		}
 		out = append(out, FunctionCase{Name: fn, Dir: filepath.Join(root, "functions", fn), MemoryMiB: mem,
-			RecordEvent: rec, TestEvent: tst})
+			RecordEvent: rec, TestEvent: tst, Services: []string{r.Addr()}})
 	}
 	return out, nil
 }

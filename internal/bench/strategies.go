@@ -23,6 +23,20 @@ type FunctionCase struct {
 	MemoryMiB   int             `json:"memory_mib"`
 	RecordEvent json.RawMessage `json:"record_event"`
 	TestEvent   json.RawMessage `json:"test_event"`
+	// Services the function's guests may reach (its Redis), host:port.
+	Services []string `json:"services,omitempty"`
+}
+
+// createCase creates fc's function with the services it needs.
+func createCase(ctx context.Context, c *client.Client, fc FunctionCase) error {
+	var opts []client.FunctionOption
+	if len(fc.Services) > 0 {
+		opts = append(opts, client.WithServices(fc.Services...))
+	}
+	if _, err := c.CreateFunctionFromDir(ctx, fc.Name, fc.Dir, fc.MemoryMiB, 1, opts...); err != nil {
+		return fmt.Errorf("create %s: %w", fc.Name, err)
+	}
+	return nil
 }
 
 // DefaultCases are hello and two functions whose working sets are tens of
@@ -104,8 +118,8 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 	done := 0
 	for _, fc := range cases {
 		if _, err := c.GetFunction(ctx, fc.Name); err != nil {
-			if _, err := c.CreateFunctionFromDir(ctx, fc.Name, fc.Dir, fc.MemoryMiB, 1); err != nil {
-				return nil, fmt.Errorf("create %s: %w", fc.Name, err)
+			if err := createCase(ctx, c, fc); err != nil {
+				return nil, err
 			}
 		}
 		say("%s: prepare (boot, clean snapshot, record, warm snapshot, artifacts)", fc.Name)

@@ -31,7 +31,14 @@ type Function struct {
 	Disk      string    `json:"disk"`       // ext4 image of CodeDir, attached read-only
 	MemoryMiB int       `json:"memory_mib"` // guest memory
 	VCPUs     int       `json:"vcpus"`
+	Network   Network   `json:"network"` // what its guests may reach
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// Network is a function's egress policy (package vmnet gives it meaning).
+type Network struct {
+	Egress   string   `json:"egress"`
+	Services []string `json:"services,omitempty"`
 }
 
 // VM states.
@@ -124,6 +131,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN parent TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE snapshots ADD COLUMN prepared TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE functions ADD COLUMN network TEXT NOT NULL DEFAULT '{"egress":"none"}'`,
 }
 
 func migrate(db *sql.DB) error {
@@ -188,23 +196,30 @@ func isUnique(err error) bool {
 
 // PutFunction inserts a function; ErrExists if the name is taken.
 func (c *DB) PutFunction(ctx context.Context, f *Function) error {
-	_, err := c.db.ExecContext(ctx, `INSERT INTO functions VALUES (?,?,?,?,?,?,?)`,
-		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt))
+	netw, err := json.Marshal(f.Network)
+	if err != nil {
+		return err
+	}
+	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw))
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network`
 
 func scanFunction(s interface{ Scan(...any) error }) (*Function, error) {
 	var f Function
-	var created string
-	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created); err != nil {
+	var created, netw string
+	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)
+	if err := json.Unmarshal([]byte(netw), &f.Network); err != nil {
+		return nil, fmt.Errorf("function %s: network policy: %w", f.Name, err)
+	}
 	return &f, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
+	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
 // Sentinel errors. The API maps them to status codes.
@@ -65,6 +66,9 @@ type Config struct {
 	StoreRegion   string
 	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
 	TrustedGroup  string // group whose members may create functions from host directories, besides root
+	// AllowFullEgress lets functions declare full egress (their guests
+	// reach beyond the host, never the host itself).
+	AllowFullEgress bool
 	// FunctionRoots are the host directories functions may be created
 	// from (by trusted callers); none: only archives.
 	FunctionRoots []string
@@ -175,6 +179,7 @@ type Service struct {
 	wg        sync.WaitGroup
 	closed    bool
 	confine   confinement // per-VM users and cgroups
+	net       *vmnet.Host // builds each VM's network
 	lock      *os.File    // the data directory's lock, held while the daemon lives
 	creating  map[string]bool
 	starting  int // VMs past the live-VM check whose process is not in vms yet
@@ -249,7 +254,8 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 // Start reconciles what a previous daemon left (VMs, half-written files),
 // opens the memory store and chooses the accelerator.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.reconcile(ctx); err != nil {
+	var err error
+	if err = s.reconcile(ctx); err != nil {
 		return err
 	}
 	if err := s.removeLeftovers(ctx); err != nil {
@@ -258,8 +264,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.openConfinement(); err != nil {
 		return err
 	}
+	if s.net, err = vmnet.NewHost(vmnet.HostConfig{AllowFullEgress: s.cfg.AllowFullEgress}, s.log); err != nil {
+		return err
+	}
 	s.openStore(ctx)
-	var err error
 	s.accel, err = s.chooseAccel(ctx)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
 // MaxCodeBytes bounds a function's unpacked code.
@@ -33,6 +34,7 @@ type FunctionSpec struct {
 	Archive   io.Reader
 	MemoryMiB int
 	VCPUs     int
+	Network   vmnet.Policy // what its guests may reach; zero: nothing
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -53,6 +55,15 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	if spec.VCPUs < 1 || spec.VCPUs > 16 {
 		return nil, fmt.Errorf("%w: vcpus %d must be between 1 and 16", ErrInvalid, spec.VCPUs)
+	}
+	netw, err := spec.Network.Normalize()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if s.net != nil {
+		if err := s.net.CheckPolicy(netw); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrForbidden, err)
+		}
 	}
 	if (spec.Directory == "") == (spec.Archive == nil) {
 		return nil, fmt.Errorf("%w: give either a directory or an archive", ErrInvalid)
@@ -96,7 +107,8 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
-		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now()}
+		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
+		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}}
 	if err := s.db.PutFunction(ctx, f); err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err

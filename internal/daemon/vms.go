@@ -16,6 +16,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
+	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
 // liveVM is a VM with a VMM process. mu serializes what is done to it
@@ -36,6 +37,7 @@ type liveVM struct {
 	spec             vmm.Spec          // what the VMM was started with
 	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
 	oom              string            // why the memory limit killed the VMM; guarded by Service.mu
+	net              *vmnet.Net        // the VM's network namespace and service proxies
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -103,11 +105,19 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		return nil, err
 	}
 	unconfine, err := s.confineSpec(&spec)
+	var vnet *vmnet.Net
+	if err == nil {
+		vnet, err = s.attachNet(spec.ID, fn)
+	}
 	var m *qemu.Machine
 	if err == nil {
+		spec.Tap = vnet.Tap()
 		m, err = qemu.Start(ctx, spec)
 	}
 	if err != nil {
+		if vnet != nil {
+			vnet.Close()
+		}
 		unconfine()
 		_ = os.RemoveAll(spec.RunDir)
 		rec.State, rec.Reason = catalog.StateFailed, err.Error()
@@ -116,7 +126,7 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	}
 	rec.PID = m.PID()
 	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
-		spec: spec, unconfine: unconfine}
+		spec: spec, unconfine: unconfine, net: vnet}
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
@@ -130,6 +140,20 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	s.wg.Add(1)
 	go s.supervise(lv)
 	return lv, nil
+}
+
+// attachNet builds the VM's network under its function's egress policy.
+func (s *Service) attachNet(vm string, fn *catalog.Function) (*vmnet.Net, error) {
+	p, err := vmnet.Policy{Egress: vmnet.Egress(fn.Network.Egress), Services: fn.Network.Services}.Normalize()
+	if err != nil {
+		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
+	}
+	n, err := s.net.Attach(vm, p)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Debug("vm network", "vm", vm, "egress", p.Egress, "services", len(p.Services), "setup_ms", ms(n.SetupTime))
+	return n, nil
 }
 
 // supervise marks a VM failed when its process exits without thaw asking.
@@ -200,6 +224,9 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 		if err := lv.sess.Close(); err != nil {
 			s.log.Warn("close restore session", "vm", lv.id, "err", err)
 		}
+	}
+	if lv.net != nil {
+		lv.net.Close()
 	}
 	if lv.unconfine != nil {
 		s.oomNote(lv)

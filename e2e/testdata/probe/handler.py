@@ -29,4 +29,20 @@ def handle(event):
         with socket.create_connection(("10.0.2.2", int(event["port"])), timeout=10) as s:
             s.sendall(b"ping\n")
             return {"reply": s.makefile().readline().strip()}
+    if op == "try":
+        # Try a TCP connection anywhere; report what happened, never raise.
+        t0 = time.monotonic()
+        try:
+            with socket.create_connection((event["host"], int(event["port"])), timeout=float(event.get("timeout", 3))) as s:
+                s.sendall(event.get("send", "ping\n").encode())
+                s.shutdown(socket.SHUT_WR)
+                reply = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    reply += b
+                return {"connected": True, "reply": reply.decode(errors="replace"), "ms": (time.monotonic() - t0) * 1000}
+        except OSError as e:
+            return {"connected": False, "error": "%s: %s" % (type(e).__name__, e), "ms": (time.monotonic() - t0) * 1000}
     raise KeyError(op)

@@ -37,7 +37,11 @@ const AgentPortName = "org.thaw.agent"
 // different network backend or a missing device makes QEMU refuse the
 // stream, or worse), so a daemon refuses snapshots of another machine.
 // Change it whenever Args adds, removes or reconfigures a device.
-const MachineABI = "pc"
+const MachineABI = "pc+tap"
+
+// GuestMAC is the guest NIC's address, the same in every VM (each has a
+// network of its own).
+const GuestMAC = "52:54:00:12:34:56"
 
 // Sandbox is QEMU's seccomp policy: obsolete system calls, privilege
 // changes, process creation and resource control are refused, so a guest
@@ -104,7 +108,7 @@ func Args(s *vmm.Spec, fds Descriptors) []string {
 		"-netdev", netdev,
 		// romfile= skips loading the iPXE option ROM: the guest never
 		// network-boots, and the ROM costs boot time under TCG.
-		"-device", "virtio-net-pci,netdev=net0,romfile=",
+		"-device", "virtio-net-pci,netdev=net0,romfile=,mac="+GuestMAC,
 		// Free page reporting: the guest tells QEMU which pages it freed and
 		// QEMU discards them (a hole in a shared memory file), so freed pages
 		// become zero pages without a patched guest kernel (FaaSnap §4.5
