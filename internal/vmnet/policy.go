@@ -18,8 +18,8 @@ import (
 // agent configures eth0 as GuestIP/24 with Gateway as its default route.
 var (
 	GuestIP = netip.MustParseAddr("10.0.2.15")
-	Gateway = netip.MustParseAddr("10.0.2.2")  // the host's services, as the guest sees them
-	DNS     = netip.MustParseAddr("10.0.2.3")  // the resolver of full-egress guests
+	Gateway = netip.MustParseAddr("10.0.2.2") // the host's services, as the guest sees them
+	DNS     = netip.MustParseAddr("10.0.2.3") // the resolver of full-egress guests
 	subnet  = netip.MustParsePrefix("10.0.2.0/24")
 )
 

@@ -2,7 +2,6 @@ package vmnet
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -32,6 +31,7 @@ type proxy struct {
 	wg    sync.WaitGroup
 	done  chan struct{}
 
+	active            int // guest connections open
 	accepted, refused int
 }
 
@@ -62,7 +62,7 @@ func (p *proxy) serve(f *os.File, target netip.AddrPort) error {
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
-				defer p.untrack(c)
+				defer p.untrack(c, true)
 				p.join(c, target)
 			}()
 		}
@@ -78,18 +78,24 @@ func (p *proxy) track(c net.Conn) bool {
 		return false
 	default:
 	}
-	if len(p.conns) >= MaxConns {
+	if p.active >= MaxConns {
 		p.refused++
 		return false
 	}
 	p.accepted++
+	p.active++
 	p.conns[c] = true
 	return true
 }
 
-func (p *proxy) untrack(c net.Conn) {
+// untrack forgets and closes c (guest: a guest connection, which counts
+// towards MaxConns).
+func (p *proxy) untrack(c net.Conn, guest bool) {
 	p.mu.Lock()
 	delete(p.conns, c)
+	if guest {
+		p.active--
+	}
 	p.mu.Unlock()
 	c.Close()
 }
@@ -107,7 +113,7 @@ func (p *proxy) join(guest net.Conn, target netip.AddrPort) {
 	p.mu.Lock()
 	p.conns[svc] = true
 	p.mu.Unlock()
-	defer p.untrack(svc)
+	defer p.untrack(svc, false)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
@@ -201,5 +207,3 @@ func (p *proxy) close() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
-
-var errClosed = errors.New("network closed")

@@ -1,0 +1,210 @@
+package vmnet
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseService(t *testing.T) {
+	for _, tt := range []struct {
+		in, target, guest, err string
+	}{
+		{in: "127.0.0.1:6379", target: "127.0.0.1:6379", guest: "10.0.2.2:6379"},
+		{in: "localhost:5432", target: "127.0.0.1:5432", guest: "10.0.2.2:5432"},
+		{in: "127.1.2.3:80", target: "127.1.2.3:80", guest: "10.0.2.2:80"},
+		{in: "192.168.1.10:5432", target: "192.168.1.10:5432", guest: "192.168.1.10:5432"},
+		{in: "10.0.2.2:80", err: "inside the guest's own network"},
+		{in: "10.0.2.77:80", err: "inside the guest's own network"},
+		{in: "db.internal:5432", err: "name services by IPv4 address"},
+		{in: "[::1]:80", err: "host:port"},
+		{in: "127.0.0.1", err: "host:port"},
+		{in: "127.0.0.1:0", err: "1-65535"},
+		{in: "127.0.0.1:65536", err: "1-65535"},
+		{in: "0.0.0.0:80", err: "not a host address"},
+		{in: "224.0.0.1:80", err: "not a host address"},
+	} {
+		s, err := ParseService(tt.in)
+		if tt.err != "" {
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || s.Target.String() != tt.target || s.Guest.String() != tt.guest {
+			t.Errorf("%s: %+v %v", tt.in, s, err)
+		}
+	}
+}
+
+func TestPolicyNormalize(t *testing.T) {
+	for _, tt := range []struct {
+		p    Policy
+		want Egress
+		err  string
+	}{
+		{p: Policy{}, want: EgressNone},
+		{p: Policy{Services: []string{"127.0.0.1:1"}}, want: EgressServices},
+		{p: Policy{Egress: EgressFull}, want: EgressFull},
+		{p: Policy{Egress: EgressServices}, err: "lists no service"},
+		{p: Policy{Egress: EgressNone, Services: []string{"127.0.0.1:1"}}, err: "use egress"},
+		{p: Policy{Egress: "everything"}, err: "not none, services or full"},
+		{p: Policy{Services: []string{"127.0.0.1:1", "localhost:1"}}, err: "listed twice"},
+		{p: Policy{Services: strings.Split(strings.Repeat("127.0.0.1:1,", 17), ",")[:17]}, err: "at most 16"},
+	} {
+		got, err := tt.p.Normalize()
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%+v: %v, want %q", tt.p, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got.Egress != tt.want {
+			t.Errorf("%+v: %+v %v", tt.p, got, err)
+		}
+	}
+}
+
+func root(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+}
+
+// From inside a VM's namespace (where the guest's packets arrive), the
+// allowed service answers through the proxy, bytes exact and half-closes
+// passed on; nothing else listens.
+func TestAttachServices(t *testing.T) {
+	root(t)
+	echo, _ := net.Listen("tcp4", "127.0.0.1:0")
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	port := echo.Addr().(*net.TCPAddr).Port
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p, err := Policy{Services: []string{echo.Addr().String()}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.Attach("vm-test", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if n.Tap() == nil {
+		t.Fatal("no tap")
+	}
+	err = inNamespace(n.ns.ns, func() error {
+		c, err := net.Dial("tcp4", netip.AddrPortFrom(Gateway, uint16(port)).String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		msg := strings.Repeat("thaw ", 100000)
+		go func() { c.Write([]byte(msg)); c.(*net.TCPConn).CloseWrite() }()
+		got, err := io.ReadAll(c)
+		if err != nil {
+			return err
+		}
+		if string(got) != msg {
+			t.Errorf("echo returned %d bytes, want %d", len(got), len(msg))
+		}
+		if _, err := net.DialTimeout("tcp4", netip.AddrPortFrom(Gateway, uint16(port+1)).String(), time.Second); err == nil {
+			t.Errorf("a port that is not a service answered")
+		}
+		if _, err := net.DialTimeout("tcp4", echo.Addr().String(), time.Second); err == nil {
+			t.Errorf("the host's loopback is reachable from the namespace")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := n.Connections(); a != 1 {
+		t.Errorf("accepted %d connections, want 1", a)
+	}
+}
+
+// Connections past MaxConns are closed at once; closing the network cuts
+// the open ones.
+func TestConnectionLimit(t *testing.T) {
+	root(t)
+	hold, _ := net.Listen("tcp4", "127.0.0.1:0")
+	defer hold.Close()
+	go func() {
+		for {
+			c, err := hold.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p, _ := Policy{Services: []string{hold.Addr().String()}}.Normalize()
+	n, err := h.Attach("vm-limit", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := hold.Addr().(*net.TCPAddr).Port
+	var conns []net.Conn
+	inNamespace(n.ns.ns, func() error {
+		for i := 0; i < MaxConns+5; i++ {
+			c, err := net.Dial("tcp4", netip.AddrPortFrom(Gateway, uint16(port)).String())
+			if err == nil {
+				conns = append(conns, c)
+			}
+		}
+		return nil
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, r := n.Connections()
+		if a == MaxConns && r == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("accepted %d refused %d, want %d and 5", a, r, MaxConns)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n.Close()
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a connection stayed open after Close: %v", err)
+		}
+	}
+}
+
+// The cost of a VM's network, the part of restore set-up it adds.
+func TestAttachTime(t *testing.T) {
+	root(t)
+	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var ds []time.Duration
+	for range 30 {
+		p, _ := Policy{Services: []string{"127.0.0.1:6379"}}.Normalize()
+		n, err := h.Attach("vm-time", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, n.SetupTime)
+		n.Close()
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	t.Logf("network with one service: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
+}
