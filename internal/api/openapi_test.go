@@ -1035,7 +1035,8 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	now := time.Now()
 	hex64 := strings.Repeat("ab12", 16)
 	fn := &catalog.Function{Name: "hello", Digest: hex64, CodeDir: "/var/lib/thaw/functions/hello/code",
-		Disk: "/var/lib/thaw/functions/hello/code.ext4", MemoryMiB: 512, VCPUs: 1, CreatedAt: now}
+		Disk: "/var/lib/thaw/functions/hello/code.ext4", MemoryMiB: 512, VCPUs: 1, CreatedAt: now,
+		Network: catalog.Network{Egress: "services", Services: []string{"127.0.0.1:6379"}}}
 	booted := &catalog.VM{ID: "vm-0123456789ab", Function: "hello", State: catalog.StateRunning, PID: 4242,
 		RunDir: "/var/lib/thaw/run/vm-0123456789ab", Accel: "kvm", MemoryMiB: 512, BootMS: 812.25,
 		CreatedAt: now, UpdatedAt: now}
