@@ -619,8 +619,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"memory_mib", "name", "vcpus"}) {
-			t.Errorf("POST /v1/functions: query parameters %v, want memory_mib, name, vcpus", query)
+		if !slices.Equal(query, []string{"allow", "egress", "memory_mib", "name", "vcpus"}) {
+			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, memory_mib, name, vcpus", query)
 		}
 	}
 
