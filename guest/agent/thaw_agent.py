@@ -10,21 +10,31 @@ shadow or break, and the rootfs ships only Debian's python3.
 Protocol (one JSON object per line, UTF-8, both directions):
   {"id":"1","op":"ping"}
     -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/1","function":"hello","uptime_ms":...}
+  {"id":"3","op":"restore","time_ns":<host CLOCK_REALTIME>,"entropy":"<base64>"}
+    -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
+       sent by the host after every restore, before the first invocation: the clock,
+       the kernel's RNG, Python's (and numpy's) global generators, then the function's
+       on_restore() hook
+  {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
+    -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
   {"id":"2","op":"invoke","function":"hello","event":{...}}
     -> {"id":"2","ok":true,"result":...,"duration_ms":...}
     -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...}
   Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
 """
 
+import base64
 import ctypes
 import errno
 import fcntl
 import importlib
 import json
 import os
+import random
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -45,6 +55,9 @@ DISCONNECTED_WAIT_S = 0.02
 IDLE_POLL_MS = 1000          # connected but idle: wake up to reap zombies
 
 MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+RNDADDENTROPY = 0x40085203   # _IOW('R', 0x03, int[2])
+RNDRESEEDCRNG = 0x5207       # _IO('R', 0x07)
+MAX_ENTROPY = 512
 RB_POWER_OFF = 0x4321FEDC
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -159,6 +172,7 @@ class Function:
 
     def __init__(self, name):
         self.name = name
+        self.module = None
         self.handle = None
         self.error = None  # {"type", "message", "traceback"} when not invocable
 
@@ -188,6 +202,7 @@ class Function:
             self.error = _exc_error(e)
             log(f"function {self.name}: import failed: {self.error['type']}: {self.error['message']}")
             return
+        self.module = module
         self.handle = handle
         log(f"function {self.name} imported in {(time.perf_counter() - t0) * 1000:.0f} ms")
 
@@ -373,6 +388,13 @@ class Agent:
                     "function": self.function.name, "uptime_ms": uptime_ms()}
         if op == "invoke":
             return self.invoke(rid, req)
+        if op == "restore":
+            return self.restore(rid, req)
+        if op == "clock":
+            try:
+                return {"id": rid, "ok": True, "clock_step_ms": set_clock(req.get("time_ns"))}
+            except (OSError, ValueError) as e:
+                return self._bad_request(rid, f"clock: {e}")
         return self._bad_request(rid, f"unknown op {op!r}")
 
     def invoke(self, rid, req):
@@ -401,9 +423,84 @@ class Agent:
                 "".join(traceback.format_exception(type(e), e, e.__traceback__)))}
         return resp
 
+    def restore(self, rid, req):
+        """A clone's first moments: correct the clock, make its random numbers its
+        own, and let the function renew what it made before the snapshot."""
+        t0 = time.perf_counter()
+        try:
+            entropy = decode_entropy(req.get("entropy"))
+            step = set_clock(req.get("time_ns"))
+            reseed_kernel(entropy)
+        except (OSError, ValueError) as e:
+            return self._bad_request(rid, f"restore: {e}")
+        reseeded = ["kernel"]
+        random.seed()  # from the freshly reseeded kernel RNG
+        reseeded.append("random")
+        np = sys.modules.get("numpy")
+        if np is not None and hasattr(np, "random"):
+            np.random.seed()
+            reseeded.append("numpy.random")
+        hook = self.on_restore()
+        return {"id": rid, "ok": True, "clock_step_ms": step, "reseeded": reseeded, "hook": hook,
+                "duration_ms": (time.perf_counter() - t0) * 1000}
+
+    def on_restore(self):
+        """Runs the function's optional on_restore() hook (Lambda SnapStart's
+        after-restore hook). If it raises, the VM stays up and every invocation
+        reports the error, as a failed import does."""
+        fn = self.function
+        hook = getattr(fn.module, "on_restore", None) if fn.module is not None else None
+        if fn.error is not None or not callable(hook):
+            return {"ran": False}
+        t0 = time.perf_counter()
+        try:
+            hook()
+        except BaseException as e:  # SystemExit included: PID 1 must outlive it
+            err = _exc_error(e)
+            err["message"] = f"on_restore() failed: {err['message']}"
+            fn.error = err
+            log(f"function {fn.name}: on_restore failed: {err['type']}: {err['message']}")
+            return {"ran": True, "ms": (time.perf_counter() - t0) * 1000, "error": err}
+        return {"ran": True, "ms": (time.perf_counter() - t0) * 1000}
+
     @staticmethod
     def _bad_request(rid, message):
         return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error("BadRequest", message)}
+
+
+def set_clock(time_ns):
+    """Sets CLOCK_REALTIME to the host's time; returns the step in ms (positive:
+    the guest was behind). A restored guest's clock stands where the snapshot
+    left it."""
+    if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
+        raise ValueError("time_ns must be a positive integer")
+    before = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    time.clock_settime_ns(time.CLOCK_REALTIME, time_ns)
+    return (time_ns - before) / 1e6
+
+
+def decode_entropy(entropy_b64):
+    if not isinstance(entropy_b64, str):
+        raise ValueError("entropy must be base64 text")
+    try:
+        data = base64.b64decode(entropy_b64, validate=True)
+    except ValueError as e:
+        raise ValueError(f"entropy is not base64: {e}") from None
+    if not 32 <= len(data) <= MAX_ENTROPY:
+        raise ValueError(f"entropy must be 32 to {MAX_ENTROPY} bytes, got {len(data)}")
+    return data
+
+
+def reseed_kernel(data):
+    """Mixes the host's entropy into the kernel's pool, credited, and forces the
+    CRNG to reseed now: on a ready CRNG, crediting alone waits for the next
+    scheduled reseed, and until then every clone would draw the same bytes."""
+    fd = os.open("/dev/urandom", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, RNDADDENTROPY, struct.pack("ii", len(data) * 8, len(data)) + data)
+        fcntl.ioctl(fd, RNDRESEEDCRNG)
+    finally:
+        os.close(fd)
 
 
 def set_page_reporting_order(params):

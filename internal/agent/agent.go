@@ -49,6 +49,17 @@ type Reply struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *Error          `json:"error,omitempty"`
 	DurationMS float64         `json:"duration_ms,omitempty"`
+	// restore and clock.
+	ClockStepMS float64     `json:"clock_step_ms,omitempty"`
+	Reseeded    []string    `json:"reseeded,omitempty"`
+	Hook        *HookResult `json:"hook,omitempty"`
+}
+
+// HookResult says what the function's on_restore hook did.
+type HookResult struct {
+	Ran   bool    `json:"ran"`
+	MS    float64 `json:"ms,omitempty"`
+	Error *Error  `json:"error,omitempty"`
 }
 
 // Conn is a connection to one guest agent.
@@ -177,6 +188,41 @@ func (c *Conn) WaitReady(ctx context.Context, interval time.Duration) (*Reply, e
 			return nil, err
 		}
 	}
+}
+
+// Restore tells a restored guest it is a new clone: the host's time (read
+// as the request is sent) for its clock, and entropy for its kernel RNG;
+// the agent also reseeds Python's generators and runs the function's
+// on_restore hook. A hook that raised is reported in Reply.Hook.
+func (c *Conn) Restore(ctx context.Context, entropy []byte) (*Reply, error) {
+	return c.checked(ctx, "restore", map[string]any{"op": "restore", "entropy": entropy, "time_ns": timeNow{}})
+}
+
+// Clock sets the guest's clock to the host's (after a pause).
+func (c *Conn) Clock(ctx context.Context) (*Reply, error) {
+	return c.checked(ctx, "clock", map[string]any{"op": "clock", "time_ns": timeNow{}})
+}
+
+// timeNow encodes as the host's CLOCK_REALTIME in nanoseconds at the
+// moment the request is encoded, just before it is written.
+type timeNow struct{}
+
+func (timeNow) MarshalJSON() ([]byte, error) {
+	return strconv.AppendInt(nil, time.Now().UnixNano(), 10), nil
+}
+
+func (c *Conn) checked(ctx context.Context, op string, req map[string]any) (*Reply, error) {
+	r, err := c.call(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		if r.Error == nil {
+			return r, fmt.Errorf("%s: guest reported failure without details", op)
+		}
+		return r, fmt.Errorf("%s: %w", op, r.Error)
+	}
+	return r, nil
 }
 
 // Invoke runs the function's handler on event. A handler error is returned

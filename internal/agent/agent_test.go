@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -449,5 +450,20 @@ func TestPingNotOKWithoutErrorDetails(t *testing.T) {
 	}
 	if ae := (*Error)(nil); errors.As(err, &ae) && ae == nil {
 		t.Errorf("Ping error %v unwraps to a nil *Error", err)
+	}
+}
+
+// TestGuestPythonUnitTests runs the guest agent's and guest libraries'
+// Python unit tests (they need only python3).
+func TestGuestPythonUnitTests(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	for _, dir := range []string{"../../guest/agent/tests", "../../guest/lib/tests"} {
+		out, err := exec.Command(py, "-m", "unittest", "discover", "-s", dir).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", dir, err, out)
+		}
 	}
 }

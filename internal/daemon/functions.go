@@ -152,6 +152,7 @@ func extractArchive(dst string, r io.Reader) error {
 	tr := tar.NewReader(gz)
 	var total int64
 	var entries int
+	seen := map[string]bool{}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -164,8 +165,12 @@ func extractArchive(dst string, r io.Reader) error {
 		if name == "." {
 			continue
 		}
-		if entries++; entries > MaxCodeEntries {
-			return fmt.Errorf("%w: archive has more than %d files and directories", ErrInvalid, MaxCodeEntries)
+		// Every entry and every directory it implies counts.
+		for p := name; p != "." && p != "/" && !seen[p]; p = filepath.Dir(p) {
+			seen[p] = true
+			if entries++; entries > MaxCodeEntries {
+				return fmt.Errorf("%w: archive has more than %d files and directories", ErrInvalid, MaxCodeEntries)
+			}
 		}
 		if len(name) > MaxCodePath || strings.Count(name, "/") >= MaxCodeDepth {
 			return fmt.Errorf("%w: archive entry %.80q... is longer than %d bytes or nested deeper than %d directories", ErrInvalid, name, MaxCodePath, MaxCodeDepth)

@@ -66,7 +66,7 @@ func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string
 
 func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 	return vmm.Spec{
-		ID: id, RunDir: filepath.Join(s.runDir(), id),
+		ID: id, RunDir: filepath.Join(s.runDir(), id), GenID: vmm.NewGenID(),
 		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: s.accel.Accel,
 		Kernel: s.image.Path(s.image.KernelFile()),
 		Initrd: s.image.Path(guestimage.Initrd),
@@ -241,6 +241,15 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 // connectAgent dials the agent socket and waits for the guest to answer,
 // giving up early if the VMM process dies.
 func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Duration) error {
+	return s.withAgent(ctx, lv, timeout, func(ctx context.Context) error {
+		_, err := lv.agent.WaitReady(ctx, 250*time.Millisecond)
+		return err
+	})
+}
+
+// withAgent runs fn with lv's agent connection, within timeout, giving up
+// early if the VMM process dies.
+func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Duration, fn func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	go func() {
@@ -253,7 +262,7 @@ func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Dur
 	if lv.agent == nil {
 		lv.agent = agent.NewConn(lv.m.Agent())
 	}
-	_, err := lv.agent.WaitReady(ctx, 250*time.Millisecond)
+	err := fn(ctx)
 	select {
 	case <-lv.m.Done():
 		return fmt.Errorf("vm process exited: %s", lv.m.Exit().Reason)
@@ -334,9 +343,20 @@ func (s *Service) PauseVM(ctx context.Context, id string) (*catalog.VM, error) {
 	return s.transition(ctx, id, catalog.StateRunning, catalog.StatePaused, vmm.Machine.Pause)
 }
 
-// ResumeVM restarts a paused VM's vCPUs.
+// ResumeVM restarts a paused VM's vCPUs and sets its clock, which stood
+// still while it was paused.
 func (s *Service) ResumeVM(ctx context.Context, id string) (*catalog.VM, error) {
-	return s.transition(ctx, id, catalog.StatePaused, catalog.StateRunning, vmm.Machine.Resume)
+	return s.transition(ctx, id, catalog.StatePaused, catalog.StateRunning, func(m vmm.Machine, ctx context.Context) error {
+		if err := m.Resume(ctx); err != nil {
+			return err
+		}
+		lv, ok := s.live(id)
+		if !ok || lv.agent == nil {
+			return nil
+		}
+		_, err := lv.agent.Clock(ctx)
+		return err
+	})
 }
 
 func (s *Service) transition(ctx context.Context, id, from, to string, op func(vmm.Machine, context.Context) error) (*catalog.VM, error) {

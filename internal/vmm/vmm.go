@@ -7,10 +7,13 @@ package vmm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"time"
 )
 
@@ -80,9 +83,25 @@ type Spec struct {
 	User   *User    // run the VMM as this user; nil: as the daemon's user
 	Cgroup Cgroup   // the VMM's control group; nil: none
 	Tap    *os.File // the guest NIC's tap device; nil: no network backend reaches anything
+	// GenID is the VM generation ID (a UUID) of its vmgenid device: a new
+	// one on every start, so a guest restored from a snapshot learns it is
+	// a new clone and its kernel reseeds its random number generator.
+	GenID string
 	// ConsoleLimit bounds the guest console log kept in the run directory
 	// (bytes); later output is dropped except its last part. 0: 1 MiB.
 	ConsoleLimit int64
+}
+
+var genIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// NewGenID returns a random (version 4) UUID for Spec.GenID.
+func NewGenID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // User is an unprivileged identity for a VMM process.
@@ -122,6 +141,9 @@ func (s *Spec) Validate() error {
 	}
 	if a := s.Memory.Align; a < 0 || a&(a-1) != 0 {
 		errs = append(errs, fmt.Errorf("memory alignment %d is not a power of two", a))
+	}
+	if !genIDRE.MatchString(s.GenID) {
+		errs = append(errs, fmt.Errorf("vm generation id %q is not a UUID", s.GenID))
 	}
 	if s.Shim == "" {
 		errs = append(errs, errors.New("missing interposer (it hands the VMM its files)"))

@@ -10,6 +10,7 @@ func validSpec() Spec {
 		ID: "vm-0123456789ab", RunDir: "/run/thaw/vm-0123456789ab", MemoryMiB: 256, VCPUs: 1,
 		Accel: AccelTCG, Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
 		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"}, Shim: "/usr/lib/thaw/libthaw_shim.so",
+		GenID: NewGenID(),
 	}
 }
 
@@ -32,6 +33,7 @@ func TestSpecValidate(t *testing.T) {
 			`unknown accelerator ""`,
 			"missing kernel or initrd",
 			"missing memory file",
+			"not a UUID",
 			"missing interposer",
 		}},
 		{name: "several problems", edit: func(s *Spec) { s.ID, s.VCPUs, s.Memory.Path = "", -1, "" }, want: []string{

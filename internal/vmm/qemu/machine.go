@@ -37,7 +37,7 @@ const AgentPortName = "org.thaw.agent"
 // different network backend or a missing device makes QEMU refuse the
 // stream, or worse), so a daemon refuses snapshots of another machine.
 // Change it whenever Args adds, removes or reconfigures a device.
-const MachineABI = "pc+tap"
+const MachineABI = "pc+tap+vmgenid"
 
 // GuestMAC is the guest NIC's address, the same in every VM (each has a
 // network of its own).
@@ -115,6 +115,8 @@ func Args(s *vmm.Spec, fds Descriptors) []string {
 		// sanitized them with one).
 		"-device", "virtio-balloon-pci,free-page-reporting=on",
 		"-device", "virtio-serial-pci",
+		// The guest's kernel reseeds its RNG when the ID changes (a restore).
+		"-device", "vmgenid,guid="+s.GenID,
 		"-chardev", fmt.Sprintf("socket,id=agent,fd=%d", fds.Agent),
 		"-device", "virtserialport,chardev=agent,name="+AgentPortName,
 		"-chardev", fmt.Sprintf("socket,id=console,fd=%d", fds.Console),

@@ -31,6 +31,7 @@ func TestArgs(t *testing.T) {
 					{Path: "/var/lib/thaw/functions/hello/code.ext4"},
 				},
 				Memory: vmm.Memory{Path: "/var/lib/thaw/run/vm-0123456789ab/memory", Shared: true},
+				GenID:  "6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
 			},
 			fds: Descriptors{QMP: 4, Agent: 5, Console: 6, Disks: []int{7, 8}, Tap: 9},
 			want: []string{
@@ -55,6 +56,7 @@ func TestArgs(t *testing.T) {
 				"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
 				"-device", "virtio-balloon-pci,free-page-reporting=on",
 				"-device", "virtio-serial-pci",
+				"-device", "vmgenid,guid=6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
 				"-chardev", "socket,id=agent,fd=5",
 				"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
 				"-chardev", "socket,id=console,fd=6",
@@ -71,7 +73,7 @@ func TestArgs(t *testing.T) {
 				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
 				Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
 				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Env: []string{"LD_PRELOAD=/x.so"}, Align: 2 << 20},
-				Incoming: true,
+				Incoming: true, GenID: "0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
 			},
 			fds: Descriptors{QMP: 3, Agent: 4, Console: 5, Disks: []int{6}},
 			want: []string{
@@ -93,6 +95,7 @@ func TestArgs(t *testing.T) {
 				"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
 				"-device", "virtio-balloon-pci,free-page-reporting=on",
 				"-device", "virtio-serial-pci",
+				"-device", "vmgenid,guid=0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
 				"-chardev", "socket,id=agent,fd=4",
 				"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
 				"-chardev", "socket,id=console,fd=5",

@@ -1,0 +1,72 @@
+"""Unit tests of the guest agent's request handling, run on the host (make test).
+They never set the host's clock or touch its RNG: only the paths that refuse
+bad input, and the on_restore hook's bookkeeping, run here; the real effects
+are tested on real VMs (e2e/clones_test.go)."""
+import json
+import os
+import sys
+import types
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import thaw_agent  # noqa: E402
+
+
+def agent_with(module):
+    fn = thaw_agent.Function("probe")
+    fn.module = module
+    fn.handle = getattr(module, "handle", None)
+    return thaw_agent.Agent(fn, channel=None)
+
+
+class RestoreOpTest(unittest.TestCase):
+    def dispatch(self, agent, req):
+        return agent.dispatch(json.dumps(req).encode())
+
+    def test_bad_time_and_entropy_are_refused(self):
+        a = agent_with(types.SimpleNamespace(handle=lambda e: e))
+        for req in (
+            {"id": "1", "op": "restore", "time_ns": -5, "entropy": "AAAA"},
+            {"id": "1", "op": "restore", "time_ns": "now", "entropy": "AAAA"},
+            {"id": "1", "op": "restore", "time_ns": True, "entropy": "AAAA"},
+            # A valid time with bad entropy: refused before the clock is touched.
+            {"id": "1", "op": "restore", "time_ns": 1, "entropy": "AAAA"},
+            {"id": "1", "op": "clock", "time_ns": 0},
+            {"id": "1", "op": "clock"},
+        ):
+            r = self.dispatch(a, req)
+            self.assertFalse(r["ok"], req)
+            self.assertEqual(r["error"]["type"], "BadRequest")
+
+    def test_entropy_is_validated_before_use(self):
+        for bad in (None, 7, "not base64!", "AAAA", "A" * 2000):
+            with self.assertRaises(ValueError):
+                thaw_agent.decode_entropy(bad)
+
+    def test_on_restore_failure_is_reported_by_every_invocation(self):
+        def boom():
+            raise RuntimeError("db gone")
+        a = agent_with(types.SimpleNamespace(handle=lambda e: "ok", on_restore=boom))
+        hook = a.on_restore()
+        self.assertTrue(hook["ran"])
+        self.assertEqual(hook["error"]["type"], "RuntimeError")
+        r = a.invoke("2", {"event": None})
+        self.assertFalse(r["ok"])
+        self.assertIn("on_restore() failed: db gone", r["error"]["message"])
+
+    def test_on_restore_runs_and_may_be_absent(self):
+        calls = []
+        a = agent_with(types.SimpleNamespace(handle=lambda e: len(calls), on_restore=lambda: calls.append(1)))
+        self.assertTrue(a.on_restore()["ran"])
+        self.assertEqual(a.invoke("3", {"event": None})["result"], 1)
+        self.assertEqual(agent_with(types.SimpleNamespace(handle=lambda e: 0)).on_restore(), {"ran": False})
+
+    def test_system_exit_in_the_hook_does_not_escape(self):
+        def leave():
+            raise SystemExit(3)
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=leave))
+        self.assertEqual(a.on_restore()["error"]["type"], "SystemExit")
+
+
+if __name__ == "__main__":
+    unittest.main()
