@@ -15,6 +15,8 @@ have zstd               || need+=(zstd)
 have redis-server       || need+=(redis-server)
 have curl               || need+=(curl)
 have clang              || need+=(clang)          # compiles the snapbpf capture program
+have nft                || need+=(nftables)       # full egress: the host's forwarding rules
+have ip                 || need+=(iproute2)       # tests: network namespaces standing in for the outside
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
