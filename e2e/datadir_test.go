@@ -193,6 +193,9 @@ func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
 	os.MkdirAll(fn, 0o755)
 	os.WriteFile(filepath.Join(fn, "handler.py"), []byte("def handle(e):\n    return open('z-secret').read()\n"), 0o644)
 	os.WriteFile(filepath.Join(fn, "z-secret"), []byte("root only"), 0o600)
+	// Explicit modes: a daemon in this test process set its umask to 077.
+	os.Chmod(fn, 0o755)
+	os.Chmod(filepath.Join(fn, "handler.py"), 0o644)
 	d, err := startThawd(t, t.TempDir(), "--socket-group", "nogroup", "--function-roots", root)
 	if err != nil {
 		t.Fatal(err)

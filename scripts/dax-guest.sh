@@ -85,7 +85,7 @@ if [[ $MODE == fsdax ]]; then
   cat >>"$root/init" <<'INIT'
 # mkfs.ext4 comes from the thaw root file system (read-only); DAX needs 4 KiB blocks.
 chroot /r /sbin/mkfs.ext4 -q -F -b 4096 /dev/pmem0
-mount -t ext4 -o dax /dev/pmem0 /mnt/dax && grep pmem0 /proc/mounts
+mount -t ext4 -o dax /dev/pmem0 /mnt/dax && chmod 0700 /mnt/dax && grep pmem0 /proc/mounts
 THAW_FSDAX_DIR=/mnt/dax TMPDIR=/tmp /store.test -test.run '^TestFSDAX$' -test.v
 echo "THAW-DAX-EXIT $?"
 INIT
