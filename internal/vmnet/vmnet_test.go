@@ -2,6 +2,7 @@ package vmnet
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -207,4 +208,33 @@ func TestAttachTime(t *testing.T) {
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	t.Logf("network with one service: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
+}
+
+// Full egress: a link to the host that goes with the network, and its cost
+// (this turns on the host's forwarding and installs the table inet thaw,
+// as thawd --allow-full-egress does).
+func TestAttachFullEgress(t *testing.T) {
+	root(t)
+	h, err := NewHost(HostConfig{AllowFullEgress: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []time.Duration
+	for i := range 10 {
+		n, err := h.Attach(fmt.Sprintf("vm-egress%04d", i), Policy{Egress: EgressFull})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, n.SetupTime)
+		link := n.veth
+		if _, err := net.InterfaceByName(link); err != nil {
+			t.Fatalf("no host link %s: %v", link, err)
+		}
+		n.Close()
+		if _, err := net.InterfaceByName(link); err == nil {
+			t.Fatalf("host link %s outlived its network", link)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	t.Logf("network with full egress: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
 }
