@@ -458,3 +458,27 @@ func TestOpenCreatesTheFileAtPath(t *testing.T) {
 		})
 	}
 }
+
+func TestFunctionNetworkRoundTrip(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	f := &Function{Name: "svc", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(),
+		Network: Network{Egress: "services", Services: []string{"127.0.0.1:6379", "10.1.2.3:5432"}}}
+	if err := db.PutFunction(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.GetFunction(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Network.Egress != "services" || len(got.Network.Services) != 2 || got.Network.Services[1] != "10.1.2.3:5432" {
+		t.Fatalf("network %+v", got.Network)
+	}
+	if err := db.PutFunction(ctx, f); !errors.Is(err, ErrExists) {
+		t.Fatalf("a second insert of the name: %v", err)
+	}
+}

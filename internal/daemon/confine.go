@@ -48,7 +48,7 @@ func (s *Service) openConfinement() error {
 		c.uffdDevice = true
 	}
 	if !c.root {
-		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups, and guest networks cannot be isolated")
+		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups")
 		return nil
 	}
 	if s.cfg.CgroupRoot == "" {

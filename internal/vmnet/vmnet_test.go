@@ -238,3 +238,55 @@ func TestAttachFullEgress(t *testing.T) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	t.Logf("network with full egress: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
 }
+
+// A full-egress guest's DNS queries to 10.0.2.3 are answered by asking the
+// host's resolvers (a stand-in resolver on loopback here).
+func TestDNSRelay(t *testing.T) {
+	root(t)
+	res, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, from, err := res.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			res.WriteTo(append([]byte("answer:"), b[:n]...), from)
+		}
+	}()
+	ns, err := newNamespace(nsSetup{dns: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.close()
+	p := newProxy(slog.New(slog.NewTextHandler(io.Discard, nil)), "vm-dns")
+	defer p.close()
+	if err := p.relayDNS(ns.dns, []netip.AddrPort{netip.MustParseAddrPort(res.LocalAddr().String())}); err != nil {
+		t.Fatal(err)
+	}
+	err = inNamespace(ns.ns, func() error {
+		c, err := net.Dial("udp4", "10.0.2.3:53")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		c.Write([]byte("query"))
+		b := make([]byte, 512)
+		n, err := c.Read(b)
+		if err != nil {
+			return err
+		}
+		if string(b[:n]) != "answer:query" {
+			t.Errorf("reply %q", b[:n])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
