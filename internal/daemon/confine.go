@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/cgroup"
@@ -72,7 +71,7 @@ func (s *Service) openConfinement() error {
 // userfaultfd needs /dev/userfaultfd, or privileges, when
 // vm.unprivileged_userfaultfd is 0.
 func (c *confinement) needsRoot(m vmm.Memory) bool {
-	return !c.uffdDevice && slices.Contains(m.Env, "THAW_SHIM_MODE=uffd")
+	return !c.uffdDevice && m.Interposer.Mode == vmm.ModeUffd
 }
 
 // confineSpec gives a VM its own user and cgroup. release undoes it after

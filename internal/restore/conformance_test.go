@@ -137,7 +137,7 @@ func runCheck(t *testing.T, shim string, sess Session) checkResult {
 		args = append(args, "--align", fmt.Sprint(mem.Align))
 	}
 	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), append(args, mem.Path)...)
-	cmd.Env = append(os.Environ(), mem.Env...)
+	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(shim, "build", "libthaw_shim.so")), mem.Interposer.Env()...)
 	out, err := cmd.Output()
 	var res checkResult
 	if jerr := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); jerr != nil {

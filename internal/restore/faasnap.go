@@ -34,7 +34,6 @@ const (
 type faasnap struct {
 	snap    Snapshot
 	art     *memlayout.FaaSnapArtifact
-	shim    string
 	lsPath  string
 	layout  string
 	entries int
@@ -71,7 +70,7 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err := os.WriteFile(layoutPath, layout, 0o600); err != nil {
 		return nil, err
 	}
-	f := &faasnap{snap: snap, art: art, shim: env.ShimPath, lsPath: lsPath, layout: layoutPath,
+	f := &faasnap{snap: snap, art: art, lsPath: lsPath, layout: layoutPath,
 		entries: (len(layout) - 32) / 32}
 	f.load, f.joined = env.Loaders.Start(lsPath)
 	return f, nil
@@ -80,13 +79,8 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 func (f *faasnap) Kind() Kind { return FaaSnap }
 
 func (f *faasnap) Memory() vmm.Memory {
-	return vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Env: []string{
-		"LD_PRELOAD=" + f.shim,
-		"THAW_SHIM_MODE=layout",
-		"THAW_SHIM_MEMFILE=" + f.snap.MemoryPath(),
-		"THAW_SHIM_LAYOUT=" + f.layout,
-		"THAW_SHIM_LSFILE=" + f.lsPath,
-	}}
+	return vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}}
 }
 
 func (f *faasnap) Started(context.Context, int) error { return nil }

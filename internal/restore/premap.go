@@ -51,7 +51,6 @@ import (
 type premap struct {
 	snap   Snapshot
 	entry  *store.Entry
-	shim   string
 	layout string
 	stats  string
 	ents   int
@@ -131,7 +130,7 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &premap{snap: snap, entry: e, shim: env.ShimPath, ents: len(t.Entries),
+	p := &premap{snap: snap, entry: e, ents: len(t.Entries),
 		layout: filepath.Join(env.RunDir, "layout.bin"), stats: filepath.Join(env.RunDir, "populate.stats")}
 	if err := os.WriteFile(p.layout, b, 0o600); err != nil {
 		return nil, err
@@ -154,7 +153,7 @@ func beginPremapDevice(snap Snapshot, env Env, e *store.Entry) (Session, error) 
 		t.Entries = append(t.Entries, memlayout.ShimEntry{GuestOff: m.GuestOff, Length: m.Length,
 			FileOff: m.DeviceOff, Kind: memlayout.ShimDevice})
 	}
-	p := &premap{snap: snap, entry: e, shim: env.ShimPath, ents: len(t.Entries), st: env.Store, clone: c,
+	p := &premap{snap: snap, entry: e, ents: len(t.Entries), st: env.Store, clone: c,
 		layout: filepath.Join(env.RunDir, "layout.bin"), stats: filepath.Join(env.RunDir, "populate.stats")}
 	b, err := t.Encode()
 	if err == nil {
@@ -176,24 +175,11 @@ func (p *premap) Kind() Kind { return Premap }
 func (p *premap) Memory() vmm.Memory {
 	if p.clone != nil {
 		mem := p.snap.MemoryPath()
-		return vmm.Memory{Path: mem, Shared: false, Align: p.st.PageSize(), Env: []string{
-			"LD_PRELOAD=" + p.shim,
-			"THAW_SHIM_MODE=layout",
-			"THAW_SHIM_MEMFILE=" + mem,
-			"THAW_SHIM_LAYOUT=" + p.layout,
-			"THAW_SHIM_DEVICE=" + p.clone.Device,
-			"THAW_SHIM_POPULATE=read",
-			"THAW_SHIM_STATS=" + p.stats,
-		}}
+		return vmm.Memory{Path: mem, Shared: false, Align: p.st.PageSize(), Interposer: vmm.Interposer{
+			Mode: vmm.ModeLayout, MemFile: mem, Layout: p.layout, Device: p.clone.Device, Populate: true, Stats: p.stats}}
 	}
-	return vmm.Memory{Path: p.entry.Path, Shared: false, Env: []string{
-		"LD_PRELOAD=" + p.shim,
-		"THAW_SHIM_MODE=layout",
-		"THAW_SHIM_MEMFILE=" + p.entry.Path,
-		"THAW_SHIM_LAYOUT=" + p.layout,
-		"THAW_SHIM_POPULATE=read",
-		"THAW_SHIM_STATS=" + p.stats,
-	}}
+	return vmm.Memory{Path: p.entry.Path, Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeLayout, MemFile: p.entry.Path, Layout: p.layout, Populate: true, Stats: p.stats}}
 }
 
 func (p *premap) Started(_ context.Context, pid int) error { p.pid = pid; return nil }

@@ -26,7 +26,6 @@ import (
 // served from the memory file and recorded in order.
 type reap struct {
 	snap   Snapshot
-	shim   string
 	sock   string
 	record bool
 
@@ -83,7 +82,7 @@ func startREAP(_ context.Context, snap Snapshot, env Env, record bool, wsFile st
 	// The server outlives the request that started the restore: it serves
 	// faults until the VM is torn down (Close).
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &reap{snap: snap, shim: env.ShimPath, sock: sock, record: record, ln: ln, cancel: cancel,
+	r := &reap{snap: snap, sock: sock, record: record, ln: ln, cancel: cancel,
 		ready: make(chan error, 1), served: make(chan struct{})}
 	go r.run(sctx, env, wsFile, pages)
 	return r, nil
@@ -132,12 +131,8 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 func (r *reap) Kind() Kind { return REAP }
 
 func (r *reap) Memory() vmm.Memory {
-	return vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Env: []string{
-		"LD_PRELOAD=" + r.shim,
-		"THAW_SHIM_MODE=uffd",
-		"THAW_SHIM_MEMFILE=" + r.snap.MemoryPath(),
-		"THAW_SHIM_UFFD_SOCK=" + r.sock,
-	}}
+	return vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeUffd, MemFile: r.snap.MemoryPath(), UffdSock: r.sock}}
 }
 
 // Started waits until the working set is installed (the interposer holds

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -236,16 +235,9 @@ func Protect(m vmm.Memory, shim string) (vmm.Memory, error) {
 	if _, err := os.Stat(shim); err != nil {
 		return m, fmt.Errorf("the interposer that protects snapshot memory files from QEMU's discards: %w", err)
 	}
-	env := slices.Clone(m.Env)
-	has := func(prefix string) bool {
-		return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, prefix) })
+	if m.Interposer.MemFile == "" {
+		m.Interposer.MemFile = m.Path
 	}
-	if !has("LD_PRELOAD=") {
-		env = append(env, "LD_PRELOAD="+shim)
-	}
-	if !has("THAW_SHIM_MEMFILE=") {
-		env = append(env, "THAW_SHIM_MEMFILE="+m.Path)
-	}
-	m.Env = append(env, "THAW_SHIM_PROTECT=1")
+	m.Interposer.Protect = true
 	return m, nil
 }

@@ -81,7 +81,7 @@ func TestBeginVanilla(t *testing.T) {
 	// The snapshot's memory file, mapped private (copy-on-write): the file
 	// is never written, so many VMs restore from it at once.
 	want := vmm.Memory{Path: filepath.Join(dir, "memory"), Shared: false}
-	if mem := s.Memory(); mem.Path != want.Path || mem.Shared || len(mem.Env) != 0 {
+	if mem := s.Memory(); mem.Path != want.Path || mem.Shared || mem.Interposer != (vmm.Interposer{}) {
 		t.Fatalf("Memory = %+v, want a private mapping of %s with no environment", mem, want.Path)
 	}
 	if err := s.Started(ctx, 12345); err != nil {

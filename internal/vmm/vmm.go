@@ -51,9 +51,9 @@ type Memory struct {
 	// mapped MAP_PRIVATE: copy-on-write, the file is never modified, and many
 	// VMs can restore from one file at once.
 	Shared bool
-	// Env is added to the VMM process environment; restore strategies use it
-	// to load the memory-layout interposer (LD_PRELOAD) and configure it.
-	Env []string
+	// Interposer configures the interposer preloaded into the VMM (the
+	// memory layout of restore strategies, protection of the memory file).
+	Interposer Interposer
 	// Align, if not 0, places guest RAM at a host address aligned to it
 	// (bytes, a power of two): premap on device-DAX maps the device into
 	// guest RAM, and the kernel maps a DAX device only on its alignment.
@@ -102,6 +102,51 @@ func NewGenID() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// Interposer is what libthaw_shim.so does in one VMM (docs/shim-layout.md).
+// The zero value passes every mapping through.
+type Interposer struct {
+	Mode     string // "" (pass-through), ModeLayout or ModeUffd
+	MemFile  string // the guest memory file whose mapping is replaced or protected
+	Layout   string // layout mode: the layout table
+	LSFile   string // layout mode: the loading-set file of kind-2 entries
+	Device   string // layout mode: the device of kind-3 entries
+	Populate bool   // layout mode: pre-fault the whole range before returning
+	Stats    string // layout mode with Populate: where the interposer reports
+	UffdSock string // uffd mode: the daemon's socket for the userfaultfd
+	Protect  bool   // QEMU's hole punches into MemFile become no-ops
+}
+
+// Interposer modes.
+const (
+	ModeLayout = "layout"
+	ModeUffd   = "uffd"
+)
+
+// Env is the interposer's configuration as environment variables (without
+// LD_PRELOAD and the file table, which the VMM backend adds).
+func (c Interposer) Env() []string {
+	var env []string
+	add := func(k, v string) {
+		if v != "" {
+			env = append(env, "THAW_SHIM_"+k+"="+v)
+		}
+	}
+	add("MODE", c.Mode)
+	add("MEMFILE", c.MemFile)
+	add("LAYOUT", c.Layout)
+	add("LSFILE", c.LSFile)
+	add("DEVICE", c.Device)
+	if c.Populate {
+		add("POPULATE", "read")
+	}
+	add("STATS", c.Stats)
+	add("UFFD_SOCK", c.UffdSock)
+	if c.Protect {
+		add("PROTECT", "1")
+	}
+	return env
 }
 
 // User is an unprivileged identity for a VMM process.

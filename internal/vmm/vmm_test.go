@@ -92,3 +92,21 @@ func TestParseAccel(t *testing.T) {
 		})
 	}
 }
+
+// The interposer's settings become exactly the variables docs/shim-layout.md
+// names, and nothing for what is not set.
+func TestInterposerEnv(t *testing.T) {
+	got := strings.Join(Interposer{Mode: ModeLayout, MemFile: "/s/memory", Layout: "/r/layout", LSFile: "/s/ls",
+		Device: "/dev/dax0.0", Populate: true, Stats: "/r/stats", Protect: true}.Env(), " ")
+	want := "THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE=/s/memory THAW_SHIM_LAYOUT=/r/layout THAW_SHIM_LSFILE=/s/ls " +
+		"THAW_SHIM_DEVICE=/dev/dax0.0 THAW_SHIM_POPULATE=read THAW_SHIM_STATS=/r/stats THAW_SHIM_PROTECT=1"
+	if got != want {
+		t.Errorf("layout env:\n got %s\nwant %s", got, want)
+	}
+	if got := strings.Join(Interposer{Mode: ModeUffd, MemFile: "/m", UffdSock: "/r/uffd.sock"}.Env(), " "); got != "THAW_SHIM_MODE=uffd THAW_SHIM_MEMFILE=/m THAW_SHIM_UFFD_SOCK=/r/uffd.sock" {
+		t.Errorf("uffd env: %s", got)
+	}
+	if env := (Interposer{}).Env(); len(env) != 0 {
+		t.Errorf("pass-through env: %v", env)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -93,15 +92,6 @@ func fileConn(f *os.File) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// shimFiles are the interposer's variables that name files, and how the
-// daemon opens them for QEMU.
-var shimFiles = map[string]int{
-	"THAW_SHIM_LAYOUT": os.O_RDONLY,
-	"THAW_SHIM_LSFILE": os.O_RDONLY,
-	"THAW_SHIM_DEVICE": os.O_RDWR,
-	"THAW_SHIM_STATS":  os.O_WRONLY | os.O_CREATE | os.O_TRUNC,
-}
-
 // prepare opens every descriptor QEMU will inherit and builds its clean
 // environment. On error the caller calls closeAll.
 func prepare(spec *vmm.Spec) (*launch, error) {
@@ -167,45 +157,49 @@ func prepare(spec *vmm.Spec) (*launch, error) {
 	if err := l.open(spec.Memory.Path, memFlag, memPerm); err != nil {
 		return l, fmt.Errorf("guest memory: %w", err)
 	}
-	if err := l.shimEnv(spec.Memory.Env); err != nil {
+	if err := l.interposer(spec.Memory.Interposer); err != nil {
 		return l, err
 	}
 	return l, nil
 }
 
-// shimEnv copies the strategy's interposer settings into the environment
+// interposer adds the strategy's interposer settings to the environment
 // and opens the files and sockets they name.
-func (l *launch) shimEnv(env []string) error {
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "LD_PRELOAD" {
-			continue // the interposer is preloaded from its descriptor
+func (l *launch) interposer(c vmm.Interposer) error {
+	l.env = append(l.env, c.Env()...)
+	for _, f := range []struct {
+		name, path string
+		flag       int
+	}{
+		{"layout table", c.Layout, os.O_RDONLY},
+		{"loading-set file", c.LSFile, os.O_RDONLY},
+		{"device", c.Device, os.O_RDWR},
+		{"stats file", c.Stats, os.O_WRONLY | os.O_CREATE | os.O_TRUNC},
+	} {
+		if f.path == "" {
+			continue
 		}
-		l.env = append(l.env, kv)
-		switch {
-		case k == "THAW_SHIM_UFFD_SOCK":
-			c, err := net.Dial("unix", v)
-			if err != nil {
-				return fmt.Errorf("userfaultfd socket: %w", err)
-			}
-			f, err := c.(*net.UnixConn).File()
-			c.Close()
-			if err != nil {
-				return fmt.Errorf("userfaultfd socket: %w", err)
-			}
-			l.announce(v, f)
-		case k == "THAW_SHIM_MODE" && v == "uffd":
-			// Opened by the daemon, /dev/userfaultfd lets an unprivileged
-			// QEMU create a userfaultfd (Linux 6.1+).
-			if err := l.open("/dev/userfaultfd", os.O_RDWR, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("userfaultfd device: %w", err)
-			}
-		default:
-			if flag, ok := shimFiles[k]; ok {
-				if err := l.open(v, flag, 0o600); err != nil {
-					return fmt.Errorf("%s: %w", k, err)
-				}
-			}
+		if err := l.open(f.path, f.flag, 0o600); err != nil {
+			return fmt.Errorf("interposer %s: %w", f.name, err)
+		}
+	}
+	if c.UffdSock != "" {
+		conn, err := net.Dial("unix", c.UffdSock)
+		if err != nil {
+			return fmt.Errorf("userfaultfd socket: %w", err)
+		}
+		f, err := conn.(*net.UnixConn).File()
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("userfaultfd socket: %w", err)
+		}
+		l.announce(c.UffdSock, f)
+	}
+	if c.Mode == vmm.ModeUffd {
+		// Opened by the daemon, /dev/userfaultfd lets an unprivileged
+		// QEMU create a userfaultfd (Linux 6.1+).
+		if err := l.open("/dev/userfaultfd", os.O_RDWR, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("userfaultfd device: %w", err)
 		}
 	}
 	return nil

@@ -72,7 +72,7 @@ func TestArgs(t *testing.T) {
 				MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelKVM,
 				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
 				Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
-				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Env: []string{"LD_PRELOAD=/x.so"}, Align: 2 << 20},
+				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Interposer: vmm.Interposer{Protect: true}, Align: 2 << 20},
 				Incoming: true, GenID: "0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
 			},
 			fds: Descriptors{QMP: 3, Agent: 4, Console: 5, Disks: []int{6}},
@@ -223,9 +223,8 @@ func TestPrepare(t *testing.T) {
 	spec := vmm.Spec{ID: "vm-1", RunDir: dir, MemoryMiB: 128, VCPUs: 1, Accel: vmm.AccelTCG, Shim: filepath.Join(dir, "shim.so"),
 		Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"),
 		Disks: []vmm.Disk{{Path: filepath.Join(dir, "rootfs"), ReadOnly: true}, {Path: filepath.Join(dir, "code")}},
-		Memory: vmm.Memory{Path: filepath.Join(dir, "snapmem"), Env: []string{"LD_PRELOAD=/elsewhere.so",
-			"THAW_SHIM_MODE=layout", "THAW_SHIM_MEMFILE=" + filepath.Join(dir, "snapmem"), "THAW_SHIM_LAYOUT=" + filepath.Join(dir, "layout"),
-			"THAW_SHIM_STATS=" + filepath.Join(dir, "stats")}}}
+		Memory: vmm.Memory{Path: filepath.Join(dir, "snapmem"), Interposer: vmm.Interposer{Mode: vmm.ModeLayout,
+			MemFile: filepath.Join(dir, "snapmem"), Layout: filepath.Join(dir, "layout"), Populate: true, Stats: filepath.Join(dir, "stats")}}}
 	l, err := prepare(&spec)
 	defer l.closeAll()
 	if err != nil {
@@ -238,8 +237,8 @@ func TestPrepare(t *testing.T) {
 			t.Errorf("environment lacks %q:\n%s", want, env)
 		}
 	}
-	if strings.Contains(env, "THAW_TOKEN") || strings.Contains(env, "/elsewhere.so") {
-		t.Errorf("environment leaks the daemon's or the strategy's preload:\n%s", env)
+	if strings.Contains(env, "THAW_TOKEN") || !strings.Contains(env, "THAW_SHIM_POPULATE=read") {
+		t.Errorf("environment leaks the daemon's, or lacks the interposer's settings:\n%s", env)
 	}
 	if l.fds.QMP != 4 || l.fds.Agent != 5 || l.fds.Console != 6 || len(l.fds.Disks) != 2 {
 		t.Errorf("descriptors %+v", l.fds)
