@@ -551,6 +551,13 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) 
 	return &s, c.doJSON(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, &s)
 }
 
+// EvictSnapshot drops a snapshot's files and artifacts from the daemon
+// host's page cache.
+func (c *Client) EvictSnapshot(ctx context.Context, id string) (*SnapshotMemory, error) {
+	var m SnapshotMemory
+	return &m, c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/evict", nil, "", &m)
+}
+
 // VerifySnapshot fully re-checks a snapshot's files and inputs.
 func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	var s Snapshot

@@ -13,7 +13,8 @@ func (a *app) newSnapshotCmd() *cobra.Command {
 		`A snapshot is a booted VM's memory and device state, saved so that VMs
 can be restored from it in milliseconds instead of booted.`, "snap")
 	cmd.AddCommand(a.newSnapshotCreateCmd(), a.newSnapshotListCmd(), a.newSnapshotGetCmd(),
-		a.newSnapshotVerifyCmd(), a.newSnapshotCopyCmd(), a.newSnapshotDeleteCmd(), a.newSnapshotStoreCmd())
+		a.newSnapshotVerifyCmd(), a.newSnapshotCopyCmd(), a.newSnapshotDeleteCmd(), a.newSnapshotStoreCmd(),
+		a.newSnapshotEvictCmd())
 	return cmd
 }
 
@@ -78,6 +79,28 @@ func (a *app) newSnapshotGetCmd() *cobra.Command {
 				return err
 			}
 			return a.printSnapshot(s, "")
+		},
+	}
+}
+
+func (a *app) newSnapshotEvictCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "evict ID",
+		Short: "Drop a snapshot's files from the daemon host's page cache",
+		Long: `Drop a snapshot's files (memory, device state) and its strategies' artifacts
+from the page cache of the daemon's host, so the next restores read them
+from disk: honest cold measurements. Prints what is left cached.`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := a.c.EvictSnapshot(a.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(m)
+			}
+			fmt.Fprintf(a.stdout, "evicted snapshot %s from the page cache\n", args[0])
+			return nil
 		},
 	}
 }

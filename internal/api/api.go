@@ -85,6 +85,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/snapshots/{id}", h.getSnapshot},
 		{"DELETE", "/v1/snapshots/{id}", h.deleteSnapshot},
 		{"POST", "/v1/snapshots/{id}/verify", h.verifySnapshot},
+		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
 		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
 		{"DELETE", "/v1/snapshots/{id}/store", h.unstoreSnapshot},
@@ -716,6 +717,15 @@ func (h *Handler) vmMemory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, m)
+}
+
+func (h *Handler) evictSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := h.svc.EvictSnapshot(r.Context(), id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.snapshotMemory(w, r) // what is left in the page cache: nothing, unless in use
 }
 
 func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {

@@ -368,6 +368,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
 	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
 	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
+	"POST /v1/snapshots/{id}/evict":     {"200", "SnapshotMemory", ""},
 	"GET /v1/snapshots/{id}/memory":     {"200", "SnapshotMemory", ""},
 	"GET /v1/store":                     {"200", "StoreInfo", ""},
 	"GET /v1/vms/{id}/memory":           {"200", "VMMemory", ""},

@@ -3,13 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
-	"github.com/thaw-dev/thaw/internal/pagecache"
 )
 
 // burst is Figure 10: N concurrent cold invocations of one function, all
@@ -106,7 +104,7 @@ func (r *evalRun) oneBurst(ctx context.Context, base EvalSample, snaps []*client
 	for _, s := range snaps {
 		if !seen[s.ID] {
 			seen[s.ID] = true
-			if err := evictDir(s.Dir); err != nil {
+			if _, err := r.c.EvictSnapshot(ctx, s.ID); err != nil {
 				return nil, err
 			}
 		}
@@ -145,13 +143,4 @@ func (r *evalRun) oneBurst(ctx context.Context, base EvalSample, snaps []*client
 		}
 	}
 	return out, nil
-}
-
-// evictDir drops every file of a snapshot directory (memory, device state,
-// strategy artifacts) from the host page cache, as the daemon's
-// evict_cache does.
-func evictDir(dir string) error {
-	paths := []string{filepath.Join(dir, "memory"), filepath.Join(dir, "vmstate")}
-	arts, _ := filepath.Glob(filepath.Join(dir, "strategies", "*", "*"))
-	return pagecache.EvictAll(append(paths, arts...)...)
 }

@@ -133,7 +133,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 // measureClones restores n clones, invokes each, measures, and deletes them
 // (also on failure).
 func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap *client.Snapshot, strategy string, n int) (*MemorySample, error) {
-	if err := evictDir(snap.Dir); err != nil {
+	if _, err := c.EvictSnapshot(ctx, snap.ID); err != nil {
 		return nil, fmt.Errorf("evict: %w", err)
 	}
 	var vms []string

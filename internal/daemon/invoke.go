@@ -300,6 +300,14 @@ func (s *Service) Info() Info {
 		DataDir: s.cfg.DataDir, Strategies: strategies}
 }
 
+// EvictSnapshot drops a snapshot's files and its strategies' artifacts from
+// the host page cache, so the next restores read them from disk
+// (benchmarks' cold measurements; a burst evicts once for all of its
+// restores).
+func (s *Service) EvictSnapshot(ctx context.Context, id string) error {
+	return s.evictSnapshot(ctx, id)
+}
+
 // evictSnapshot drops a snapshot's files, and its strategies' artifacts,
 // from the host page cache (posix_fadvise DONTNEED on each file; never a
 // system-wide drop), so the next restore reads them from disk.

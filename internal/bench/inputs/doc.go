@@ -1,4 +1,4 @@
-// Package inputs is the host side of the evaluation inputs (issue 4): one
+// Package inputs is the host side of the evaluation inputs: one
 // deterministic generator per benchmark function, the Redis key scheme under
 // which the inputs are stored, a manager for the host's redis-server and a
 // loader that puts the generated inputs into it.
