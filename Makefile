@@ -24,7 +24,7 @@ help:
 	@echo "make bench   the evaluation (FaaSnap section 6) into docs/results/eval-<date>; filters:"
 	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 	@echo "             STORE_TIER=hugetlbfs (premap store in huge pages; root) HUGEPAGES=4096"
-	@echo "             STORE_TIER=devdax-region (device-DAX tier on a tmpfs file, REGION_GIB=6) or devdax:/dev/daxX.Y"
+	@echo "             STORE_TIER=devdax-file (device-DAX tier on a tmpfs file, DEVICE_FILE_GIB=6) or devdax:/dev/daxX.Y"
 
 deps:
 	@scripts/install-deps.sh
@@ -73,7 +73,7 @@ fuzz:
 # --estimate` says how long). Starts its own thawd and redis-server.
 bench: deps build image
 	OUT="$(OUT)" EXPERIMENTS="$(EXPERIMENTS)" FUNCTIONS="$(FUNCTIONS)" STRATEGIES="$(STRATEGIES)" \
-	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" REGION_GIB="$(REGION_GIB)" scripts/bench.sh
+	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" DEVICE_FILE_GIB="$(DEVICE_FILE_GIB)" scripts/bench.sh
 
 lint:
 	@out=$$(gofmt -l cmd internal client e2e 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -10,7 +10,7 @@ import (
 
 // TestPremapDevDAX: premap from a device-DAX store on real VMs. No host of
 // ours has persistent memory, so a 1 GiB file on /dev/shm stands in for
-// /dev/daxX.Y (thawd --store-region, store.OpenRegion: the same allocator, index, clone ranges
+// /dev/daxX.Y (thawd --store-device-file, store.OpenDeviceFile: the same allocator, index, clone ranges
 // and shared mappings; scripts/dax-guest.sh runs the store and the
 // interposer on a real device-DAX device inside a guest). Each restored VM
 // gets its own range of the device, filled from the stored copy, mapped
@@ -32,7 +32,7 @@ func TestPremapDevDAX(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	useDevice := func(c *daemon.Config) { c.StoreRegion = dev }
+	useDevice := func(c *daemon.Config) { c.StoreDeviceFile = dev }
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, useDevice)
 	c := e.c

@@ -13,9 +13,9 @@
 #   BENCH_ARGS   more `thaw bench eval` flags, e.g. "--burst-sizes 1,2 --no-warm"
 #   STORE_TIER   premap's memory store: tmpfs (default) or hugetlbfs (needs root:
 #                grows the 2 MiB huge page pool by HUGEPAGES, default 4096, for the
-#                run, mounts hugetlbfs, and gives both back after), or devdax-region
-#                (the device-DAX tier on a REGION_GIB GiB file, default 6, standing in for a
-#                device: thawd --store-region; as root the file is on a tmpfs mounted
+#                run, mounts hugetlbfs, and gives both back after), or devdax-file
+#                (the device-DAX tier on a DEVICE_FILE_GIB GiB file, default 6, standing in for a
+#                device: thawd --store-device-file; as root the file is on a tmpfs mounted
 #                huge=always, so it maps in 2 MiB pages as a device-DAX device does),
 #                or devdax:/dev/daxX.Y (a real one)
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
@@ -61,23 +61,23 @@ hugetlbfs)
   HUGE_ADDED=$got
   mount -t hugetlbfs -o pagesize=2M thaw-bench "$STORE"
   ;;
-devdax-region)
+devdax-file)
   REGION_MNT=
   if [[ $(id -u) == 0 ]]; then
     REGION_MNT=$(mktemp -d /var/tmp/thaw-bench-region.XXXXXX)
-    mount -t tmpfs -o "huge=always,size=$((${REGION_GIB:-6} + 1))G" thaw-bench-region "$REGION_MNT"
+    mount -t tmpfs -o "huge=always,size=$((${DEVICE_FILE_GIB:-6} + 1))G" thaw-bench-region "$REGION_MNT"
     STORE=$REGION_MNT/region
   else
     echo "[bench] not root: the region is on /dev/shm in 4 KiB pages (a device maps 2 MiB ones)" >&2
     STORE=$(mktemp /dev/shm/thaw-bench-region.XXXXXX)
   fi
-  truncate -s "${REGION_GIB:-6}G" "$STORE"
+  truncate -s "${DEVICE_FILE_GIB:-6}G" "$STORE"
   ;;
 devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
-*) echo "[bench] STORE_TIER must be tmpfs, hugetlbfs, devdax-region or devdax:/dev/daxX.Y" >&2; exit 1 ;;
+*) echo "[bench] STORE_TIER must be tmpfs, hugetlbfs, devdax-file or devdax:/dev/daxX.Y" >&2; exit 1 ;;
 esac
 store_flag=(--store-dir "$STORE")
-[[ ${STORE_TIER:-tmpfs} == devdax-region ]] && store_flag=(--store-region "$STORE")
+[[ ${STORE_TIER:-tmpfs} == devdax-file ]] && store_flag=(--store-device-file "$STORE")
 bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {

@@ -60,12 +60,12 @@ type Config struct {
 	InvokeTimeout    time.Duration // default per-invocation timeout
 	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
 	StoreDir         string        // snapshot memory store (premap): a tmpfs, hugetlbfs or fs-DAX directory, or a device-DAX device
-	// StoreRegion, if set, replaces StoreDir: a fixed-size file (on tmpfs)
+	// StoreDeviceFile, if set, replaces StoreDir: a fixed-size file (on tmpfs)
 	// standing in for a device-DAX device, for hosts without persistent
 	// memory (tests, measurements): the devdax tier on a file.
-	StoreRegion   string
-	SnapBPFObject string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
-	TrustedGroup  string // group whose members may create functions from host directories, besides root
+	StoreDeviceFile string
+	SnapBPFObject   string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
+	TrustedGroup    string // group whose members may create functions from host directories, besides root
 	// AllowFullEgress lets functions declare full egress (their guests
 	// reach beyond the host, never the host itself).
 	AllowFullEgress bool

@@ -22,8 +22,8 @@ func (s *Service) openStore(ctx context.Context) {
 	var st *store.Store
 	var err error
 	switch {
-	case s.cfg.StoreRegion != "":
-		st, err = store.OpenRegion(s.cfg.StoreRegion, store.RegionAlign)
+	case s.cfg.StoreDeviceFile != "":
+		st, err = store.OpenDeviceFile(s.cfg.StoreDeviceFile, store.DeviceFileAlign)
 	case s.cfg.StoreDir != "":
 		st, err = store.Open(s.cfg.StoreDir)
 	default:
@@ -31,7 +31,7 @@ func (s *Service) openStore(ctx context.Context) {
 	}
 	if err != nil {
 		s.storeErr = err
-		s.log.Warn("snapshot memory store unavailable; premap restores will run as vanilla", "dir", s.cfg.StoreDir, "region", s.cfg.StoreRegion, "err", err)
+		s.log.Warn("snapshot memory store unavailable; premap restores will run as vanilla", "dir", s.cfg.StoreDir, "region", s.cfg.StoreDeviceFile, "err", err)
 		return
 	}
 	s.store = st

@@ -148,7 +148,7 @@ func unseal[T any, P sealable[T]](b []byte, a P) error {
 // non-empty and inside a memory of pages pages, none continuing the one
 // before it (runs are maximal in their order), no page in two runs. It
 // returns the pages they hold (at most pages).
-func checkRuns(what string, runs []Region, pages uint64) (uint64, error) {
+func checkRuns(what string, runs []PageRun, pages uint64) (uint64, error) {
 	for i, r := range runs {
 		if err := checkRegion(what, i, r, pages); err != nil {
 			return 0, err
@@ -157,7 +157,7 @@ func checkRuns(what string, runs []Region, pages uint64) (uint64, error) {
 			return 0, fmt.Errorf("%w: %s %d continues %s %d", ErrCorrupt, what, i, what, i-1)
 		}
 	}
-	sorted := append([]Region(nil), runs...)
+	sorted := append([]PageRun(nil), runs...)
 	sortRegions(sorted)
 	var total uint64
 	for i, r := range sorted {
@@ -196,7 +196,7 @@ func checkMemory(m FileRef) (uint64, error) {
 }
 
 // checkRegion checks that r (what[i]) is non-empty and inside [0, pages).
-func checkRegion(what string, i int, r Region, pages uint64) error {
+func checkRegion(what string, i int, r PageRun, pages uint64) error {
 	if r.Pages == 0 || r.Start >= pages || r.Pages > pages-r.Start {
 		return fmt.Errorf("%w: %s %d [%d,%d] is empty or outside memory of %d pages", ErrCorrupt, what, i, r.Start, r.Pages, pages)
 	}
@@ -317,7 +317,7 @@ func checkDigest(path, got, want string) error {
 
 // copyPages writes the pages of regions, in the order given, from the memory
 // file to w; a partial last page of memory is padded with zeros.
-func (m *memSource) copyPages(w io.Writer, regions []Region) error {
+func (m *memSource) copyPages(w io.Writer, regions []PageRun) error {
 	buf := make([]byte, scanChunk)
 	size := uint64(m.stamp.Size)
 	for _, r := range regions {

@@ -107,7 +107,7 @@ func TestFaaSnapRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			a, content, _ := buildFaaSnap(t, dir, tc.spec, tc.tail, tc.order, tc.opts)
-			if !reflect.DeepEqual(a.NonzeroRegions, append([]Region{}, nonzeroOf(content)...)) {
+			if !reflect.DeepEqual(a.NonzeroRegions, append([]PageRun{}, nonzeroOf(content)...)) {
 				t.Fatalf("non-zero regions %v, want %v", a.NonzeroRegions, nonzeroOf(content))
 			}
 			gs, gap := tc.opts.effective()
@@ -136,13 +136,13 @@ func TestREAPRoundTrip(t *testing.T) {
 		spec    string
 		tail    int
 		faulted []uint64
-		runs    []Region
+		runs    []PageRun
 	}{
-		{"fault order kept", "DDDDDDDDDD", 0, []uint64{5, 6, 7, 2, 3, 9, 0}, []Region{{5, 3}, {2, 2}, {9, 1}, {0, 1}}},
-		{"zero and hole pages stored", "HZDH", 0, []uint64{0, 1, 2, 3}, []Region{{0, 4}}},
-		{"repeated faults stored once", "DDDD", 0, []uint64{2, 1, 2, 3, 1}, []Region{{2, 1}, {1, 1}, {3, 1}}},
-		{"partial last page", "DDE", 99, []uint64{2, 0}, []Region{{2, 1}, {0, 1}}},
-		{"nothing faulted", "DD", 0, nil, []Region{}},
+		{"fault order kept", "DDDDDDDDDD", 0, []uint64{5, 6, 7, 2, 3, 9, 0}, []PageRun{{5, 3}, {2, 2}, {9, 1}, {0, 1}}},
+		{"zero and hole pages stored", "HZDH", 0, []uint64{0, 1, 2, 3}, []PageRun{{0, 4}}},
+		{"repeated faults stored once", "DDDD", 0, []uint64{2, 1, 2, 3, 1}, []PageRun{{2, 1}, {1, 1}, {3, 1}}},
+		{"partial last page", "DDE", 99, []uint64{2, 0}, []PageRun{{2, 1}, {0, 1}}},
+		{"nothing faulted", "DD", 0, nil, []PageRun{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -415,7 +415,7 @@ func TestDecodeFaaSnapStructure(t *testing.T) {
 		{"group size 0", func(a *FaaSnapArtifact) { a.GroupSize = 0 }},
 		{"empty non-zero region", func(a *FaaSnapArtifact) { a.NonzeroRegions[0].Pages = 0 }},
 		{"non-zero region beyond memory", func(a *FaaSnapArtifact) { a.NonzeroRegions[1].Pages++ }},
-		{"non-zero region overflows", func(a *FaaSnapArtifact) { a.NonzeroRegions[1] = Region{math.MaxUint64, 2} }},
+		{"non-zero region overflows", func(a *FaaSnapArtifact) { a.NonzeroRegions[1] = PageRun{math.MaxUint64, 2} }},
 		{"non-zero regions overlap", func(a *FaaSnapArtifact) { a.NonzeroRegions[0].Pages = 8 }},
 		{"non-zero regions adjacent", func(a *FaaSnapArtifact) { a.NonzeroRegions[0].Pages = 7 }},
 		{"non-zero regions unsorted", func(a *FaaSnapArtifact) {
@@ -497,9 +497,9 @@ func TestDecodeREAPStructure(t *testing.T) {
 		{"memory size negative", func(a *REAPArtifact) { a.Memory.Size = -4096 }},
 		{"empty run", func(a *REAPArtifact) { a.Pages[0].Pages = 0 }},
 		{"run beyond memory", func(a *REAPArtifact) { a.Pages[2].Pages = 2; a.WSFile.Size += PageSizeInt }},
-		{"run overflows", func(a *REAPArtifact) { a.Pages[2] = Region{math.MaxUint64, 1} }},
-		{"page twice", func(a *REAPArtifact) { a.Pages[1] = Region{5, 2} }},
-		{"run continues the previous", func(a *REAPArtifact) { a.Pages[1] = Region{7, 2} }},
+		{"run overflows", func(a *REAPArtifact) { a.Pages[2] = PageRun{math.MaxUint64, 1} }},
+		{"page twice", func(a *REAPArtifact) { a.Pages[1] = PageRun{5, 2} }},
+		{"run continues the previous", func(a *REAPArtifact) { a.Pages[1] = PageRun{7, 2} }},
 		{"ws file size", func(a *REAPArtifact) { a.WSFile.Size -= PageSizeInt }},
 		{"ws digest", func(a *REAPArtifact) { a.WSFile.SHA256 = "00" }},
 	} {

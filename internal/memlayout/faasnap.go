@@ -46,7 +46,7 @@ type FaaSnapArtifact struct {
 	MergeGap  uint64  `json:"merge_gap"`
 	// NonzeroRegions are the memory file's non-zero regions (ZeroScan):
 	// sorted, maximal, in bounds.
-	NonzeroRegions []Region `json:"nonzero_regions"`
+	NonzeroRegions []PageRun `json:"nonzero_regions"`
 	// LoadingRegions are the loading-set regions in loading-set file order
 	// (Group, Start), FileOff contiguous from 0 (LoadingSet).
 	LoadingRegions []LSRegion `json:"loading_regions"`
@@ -114,9 +114,9 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	regions := make([]Region, len(ls))
+	regions := make([]PageRun, len(ls))
 	for i, l := range ls {
-		regions[i] = l.Region()
+		regions[i] = l.PageRun()
 	}
 	data, dataRef, err := writeTemp(dir, LoadingSetDataFile, func(w io.Writer) error {
 		return mem.copyPages(w, regions)
@@ -162,7 +162,7 @@ func (a *FaaSnapArtifact) checksum() *string { return &a.Checksum }
 // normalize makes absent lists empty, so null and [] encode alike.
 func (a *FaaSnapArtifact) normalize() {
 	if a.NonzeroRegions == nil {
-		a.NonzeroRegions = []Region{}
+		a.NonzeroRegions = []PageRun{}
 	}
 	if a.LoadingRegions == nil {
 		a.LoadingRegions = []LSRegion{}
@@ -227,7 +227,7 @@ func (a *FaaSnapArtifact) validate() error {
 	groups := (st.WorkingSetPages + uint64(a.GroupSize) - 1) / uint64(a.GroupSize)
 	var off uint64
 	for i, l := range a.LoadingRegions {
-		r := l.Region()
+		r := l.PageRun()
 		if err := checkRegion("loading region", i, r, pages); err != nil {
 			return err
 		}
@@ -252,9 +252,9 @@ func (a *FaaSnapArtifact) validate() error {
 		off += r.Bytes()
 	}
 	// Disjointness in guest memory.
-	sorted := make([]Region, len(a.LoadingRegions))
+	sorted := make([]PageRun, len(a.LoadingRegions))
 	for i, l := range a.LoadingRegions {
-		sorted[i] = l.Region()
+		sorted[i] = l.PageRun()
 	}
 	sortRegions(sorted)
 	for i := 1; i < len(sorted); i++ {

@@ -79,8 +79,8 @@ func randomSpec(rng *rand.Rand, n int) string {
 }
 
 // nonzeroOf is the reference ZeroScan over bytes.
-func nonzeroOf(content []byte) []Region {
-	var out []Region
+func nonzeroOf(content []byte) []PageRun {
+	var out []PageRun
 	for p := 0; p*ps < len(content); p++ {
 		page := content[p*ps : min((p+1)*ps, len(content))]
 		if bytes.Count(page, []byte{0}) == len(page) {
@@ -89,7 +89,7 @@ func nonzeroOf(content []byte) []Region {
 		if n := len(out); n > 0 && out[n-1].End() == uint64(p) {
 			out[n-1].Pages++
 		} else {
-			out = append(out, Region{uint64(p), 1})
+			out = append(out, PageRun{uint64(p), 1})
 		}
 	}
 	return out

@@ -15,8 +15,8 @@ type LSRegion struct {
 	FileOff uint64 `json:"file_off"`
 }
 
-// Region is the guest range of l (§4.6 loading-set region).
-func (l LSRegion) Region() Region { return Region{Start: l.Start, Pages: l.Pages} }
+// PageRun is the guest range of l (§4.6 loading-set region).
+func (l LSRegion) PageRun() PageRun { return PageRun{Start: l.Start, Pages: l.Pages} }
 
 // LoadingSetStats counts what LoadingSet did.
 type LoadingSetStats struct {
@@ -69,12 +69,12 @@ type LoadingSetStats struct {
 //
 // thaw differs from the paper only in numbering groups from 0 and in
 // defining the gap and the group of merged regions precisely, as above.
-func LoadingSet(order []uint64, groupSize int, nonzero []Region, mergeGap uint64) []LSRegion {
+func LoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) []LSRegion {
 	rs, _ := planLoadingSet(order, groupSize, nonzero, mergeGap)
 	return rs
 }
 
-func planLoadingSet(order []uint64, groupSize int, nonzero []Region, mergeGap uint64) ([]LSRegion, LoadingSetStats) {
+func planLoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) ([]LSRegion, LoadingSetStats) {
 	ws := Groups(order, groupSize)
 	nz := Normalize(nonzero)
 	var (

@@ -19,12 +19,12 @@ func seq(lo, hi uint64) []uint64 {
 func cat(parts ...[]uint64) []uint64 { return slices.Concat(parts...) }
 
 func TestLoadingSet(t *testing.T) {
-	all := []Region{{0, 1 << 20}} // everything non-zero
+	all := []PageRun{{0, 1 << 20}} // everything non-zero
 	for _, tc := range []struct {
 		name    string
 		order   []uint64
 		group   int
-		nonzero []Region
+		nonzero []PageRun
 		gap     uint64
 		want    []LSRegion
 	}{
@@ -42,13 +42,13 @@ func TestLoadingSet(t *testing.T) {
 		{"merge gap 1", []uint64{1, 3, 6}, 100, all, 1,
 			[]LSRegion{{1, 3, 0, 0}, {6, 1, 0, 3 * PageSize}}},
 		{"chains merge", []uint64{0, 30, 60, 90}, 100, all, 32, []LSRegion{{0, 91, 0, 0}}},
-		{"zero pages excluded", seq(0, 10), 100, []Region{{0, 3}, {7, 3}}, 0,
+		{"zero pages excluded", seq(0, 10), 100, []PageRun{{0, 3}, {7, 3}}, 0,
 			[]LSRegion{{0, 3, 0, 0}, {7, 3, 0, 3 * PageSize}}},
-		{"zero pages in gaps are stored when merging", seq(0, 10), 100, []Region{{0, 3}, {7, 3}}, 32,
+		{"zero pages in gaps are stored when merging", seq(0, 10), 100, []PageRun{{0, 3}, {7, 3}}, 32,
 			[]LSRegion{{0, 10, 0, 0}}},
 		{"non-zero pages outside the working set fill gaps", []uint64{0, 5}, 100, all, 32,
 			[]LSRegion{{0, 6, 0, 0}}},
-		{"pages beyond memory are zero", []uint64{3, 1000}, 100, []Region{{0, 10}}, 32,
+		{"pages beyond memory are zero", []uint64{3, 1000}, 100, []PageRun{{0, 10}}, 32,
 			[]LSRegion{{3, 1, 0, 0}}},
 		{"only zero pages", seq(0, 5), 100, nil, 32, nil},
 		// Groups of 2: pages 50,51 -> 0; 10,11 -> 1; 30,31 -> 2.
@@ -65,11 +65,11 @@ func TestLoadingSet(t *testing.T) {
 		// working-set zero page 30 has group 0 and so gives the region its
 		// group. Page 70 (group 3) stays apart: its gap is 29 > 20.
 		{"zero working-set page in a merged gap gives its group", []uint64{30, 20, 40, 70}, 1,
-			[]Region{{20, 1}, {40, 1}, {70, 1}}, 20,
+			[]PageRun{{20, 1}, {40, 1}, {70, 1}}, 20,
 			[]LSRegion{{20, 21, 0, 0}, {70, 1, 3, 21 * PageSize}}},
 		// The same zero page outside any merged region counts for nothing.
 		{"zero working-set page outside regions ignored", []uint64{30, 20, 40}, 1,
-			[]Region{{20, 1}, {40, 1}}, 5,
+			[]PageRun{{20, 1}, {40, 1}}, 5,
 			[]LSRegion{{20, 1, 1, 0}, {40, 1, 2, PageSize}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,7 +94,7 @@ func TestLoadingSetStats(t *testing.T) {
 	// of 4: 50 51 0 1 are group 0). 0..9 merge across 3..6; 50 is 40
 	// pages after 9 and stays apart.
 	order := cat([]uint64{50, 51}, seq(0, 10))
-	nz := []Region{{0, 3}, {7, 3}, {50, 2}}
+	nz := []PageRun{{0, 3}, {7, 3}, {50, 2}}
 	ls, st := planLoadingSet(order, 4, nz, 32)
 	want := LoadingSetStats{
 		WorkingSetPages: 12, LoadingSetPages: 8, ZeroPagesInWorkingSet: 4,
@@ -110,7 +110,7 @@ func TestLoadingSetStats(t *testing.T) {
 
 // refLoadingSet is a page-by-page model of LoadingSet over memories of
 // pages pages, written from its documentation.
-func refLoadingSet(order []uint64, groupSize int, nonzero []Region, mergeGap uint64, pages uint64) []LSRegion {
+func refLoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64, pages uint64) []LSRegion {
 	if groupSize <= 0 {
 		groupSize = DefaultGroupSize
 	}
@@ -130,7 +130,7 @@ func refLoadingSet(order []uint64, groupSize int, nonzero []Region, mergeGap uin
 	}
 	inLS := func(p uint64) bool { _, ws := group[p]; return ws && p < pages && isNZ[p] }
 	// Runs.
-	var runs []Region
+	var runs []PageRun
 	for p := uint64(0); p < pages; p++ {
 		if !inLS(p) {
 			continue
@@ -138,11 +138,11 @@ func refLoadingSet(order []uint64, groupSize int, nonzero []Region, mergeGap uin
 		if k := len(runs); k > 0 && runs[k-1].End() == p {
 			runs[k-1].Pages++
 		} else {
-			runs = append(runs, Region{p, 1})
+			runs = append(runs, PageRun{p, 1})
 		}
 	}
 	// Merge.
-	var merged []Region
+	var merged []PageRun
 	for _, r := range runs {
 		if k := len(merged); k > 0 && r.Start-merged[k-1].End() <= mergeGap {
 			merged[k-1].Pages = r.End() - merged[k-1].Start
@@ -178,11 +178,11 @@ func TestLoadingSetRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range 500 {
 		pages := uint64(1 + rng.IntN(600))
-		var nz []Region
+		var nz []PageRun
 		for p := uint64(0); p < pages; {
 			n := uint64(1 + rng.IntN(30))
 			if rng.IntN(2) == 0 {
-				nz = append(nz, Region{p, min(n, pages-p)})
+				nz = append(nz, PageRun{p, min(n, pages-p)})
 			}
 			p += n
 		}

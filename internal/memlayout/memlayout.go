@@ -58,34 +58,34 @@ var (
 	ErrIncompatible = errors.New("memory layout artifact incompatible")
 )
 
-// Region is a run of Pages guest pages starting at page Start: a FaaSnap
+// PageRun is a run of Pages guest pages starting at page Start: a FaaSnap
 // §4.5 region, or a run of a REAP page list. In JSON it is the pair
 // [start, pages]. Its methods are plain helpers (no paper section).
-type Region struct {
+type PageRun struct {
 	Start, Pages uint64
 }
 
 // End is the first page after r. Callers must know Start+Pages does not
 // overflow (every region this package builds or accepts is checked).
-func (r Region) End() uint64 { return r.Start + r.Pages }
+func (r PageRun) End() uint64 { return r.Start + r.Pages }
 
 // Contains reports whether page p is in r.
-func (r Region) Contains(p uint64) bool { return p >= r.Start && p-r.Start < r.Pages }
+func (r PageRun) Contains(p uint64) bool { return p >= r.Start && p-r.Start < r.Pages }
 
 // Offset is r's first byte in guest memory.
-func (r Region) Offset() uint64 { return r.Start * PageSize }
+func (r PageRun) Offset() uint64 { return r.Start * PageSize }
 
 // Bytes is r's length in bytes, counting a partial last page of memory as a
 // whole page.
-func (r Region) Bytes() uint64 { return r.Pages * PageSize }
+func (r PageRun) Bytes() uint64 { return r.Pages * PageSize }
 
 // MarshalJSON encodes r as [start,pages].
-func (r Region) MarshalJSON() ([]byte, error) {
+func (r PageRun) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, "[%d,%d]", r.Start, r.Pages), nil
 }
 
 // UnmarshalJSON decodes [start,pages]; anything else is an error.
-func (r *Region) UnmarshalJSON(b []byte) error {
+func (r *PageRun) UnmarshalJSON(b []byte) error {
 	var v []uint64
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
@@ -109,7 +109,7 @@ func PagesOf(size int64) uint64 {
 
 // CountPages returns the total number of pages in rs (a helper, no paper
 // section; it does not guard against overflow for hostile input).
-func CountPages(rs []Region) uint64 {
+func CountPages(rs []PageRun) uint64 {
 	var n uint64
 	for _, r := range rs {
 		n += r.Pages
@@ -124,8 +124,8 @@ func CountPages(rs []Region) uint64 {
 // FaaSnap §4.5 ("merging consecutive ... non-zero pages into non-zero
 // regions"); thaw also uses it to accept caller-supplied region lists in any
 // order.
-func Normalize(rs []Region) []Region {
-	s := make([]Region, 0, len(rs))
+func Normalize(rs []PageRun) []PageRun {
+	s := make([]PageRun, 0, len(rs))
 	for _, r := range rs {
 		if r.Pages > 0 {
 			s = append(s, r)
@@ -152,22 +152,22 @@ func Normalize(rs []Region) []Region {
 // REAP's record phase keeps the faulted pages' offsets in fault order; the
 // run encoding is thaw's (REAP stores one offset per page), compact because
 // guest faults come in sequential bursts.
-func Runs(pages []uint64) []Region {
-	var out []Region
+func Runs(pages []uint64) []PageRun {
+	var out []PageRun
 	for _, p := range pages {
 		// p != 0: a run ending at the last uint64 page must not wrap.
 		if n := len(out); n > 0 && p != 0 && out[n-1].End() == p {
 			out[n-1].Pages++
 			continue
 		}
-		out = append(out, Region{Start: p, Pages: 1})
+		out = append(out, PageRun{Start: p, Pages: 1})
 	}
 	return out
 }
 
 // Expand lists the pages of runs in order (the inverse of Runs): the page
 // order of a REAP working-set file (thaw's encoding, see Runs).
-func Expand(runs []Region) []uint64 {
+func Expand(runs []PageRun) []uint64 {
 	out := make([]uint64, 0, CountPages(runs))
 	for _, r := range runs {
 		for i := range r.Pages {
@@ -180,8 +180,8 @@ func Expand(runs []Region) []uint64 {
 // findRegion returns the index of the region of sorted, non-overlapping rs
 // that contains page p, or -1. (Helper: the §4.5 "is this page non-zero"
 // question.)
-func findRegion(rs []Region, p uint64) int {
-	i, _ := slices.BinarySearchFunc(rs, p, func(r Region, p uint64) int {
+func findRegion(rs []PageRun, p uint64) int {
+	i, _ := slices.BinarySearchFunc(rs, p, func(r PageRun, p uint64) int {
 		switch {
 		case r.End() <= p:
 			return -1
@@ -203,6 +203,6 @@ func truncate(b []byte) string {
 	return string(b)
 }
 
-func sortRegions(rs []Region) {
-	slices.SortFunc(rs, func(a, b Region) int { return cmpU64(a.Start, b.Start) })
+func sortRegions(rs []PageRun) {
+	slices.SortFunc(rs, func(a, b PageRun) int { return cmpU64(a.Start, b.Start) })
 }

@@ -23,7 +23,7 @@ type REAPArtifact struct {
 	// Pages are the guest pages stored in ws.bin, in ws.bin order, as runs
 	// of consecutive pages ([start,count], see Runs): the page at index i
 	// of Expand(Pages) is at byte i*PageSize of ws.bin.
-	Pages []Region `json:"pages"`
+	Pages []PageRun `json:"pages"`
 	// WSFile describes ws.bin.
 	WSFile FileRef `json:"ws_file"`
 	// Checksum is the SHA-256 of the manifest's JSON encoding with this
@@ -111,7 +111,7 @@ func WriteREAP(dir, memPath, memSHA256 string, faulted []uint64) (*REAPArtifact,
 func (a *REAPArtifact) Encode() ([]byte, error) {
 	a.Magic, a.FormatVersion, a.PageSize = REAPMagic, FormatVersion, int(PageSize)
 	if a.Pages == nil {
-		a.Pages = []Region{}
+		a.Pages = []PageRun{}
 	}
 	return seal(a)
 }
@@ -135,7 +135,7 @@ func DecodeREAP(b []byte) (*REAPArtifact, error) {
 		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
 	}
 	if a.Pages == nil {
-		a.Pages = []Region{}
+		a.Pages = []PageRun{}
 	}
 	if err := unseal(b, &a); err != nil {
 		return nil, err

@@ -20,17 +20,17 @@ func TestPagesOf(t *testing.T) {
 func TestNormalize(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		in, out []Region
+		in, out []PageRun
 	}{
-		{"empty", nil, []Region{}},
-		{"drops empty", []Region{{5, 0}, {1, 2}}, []Region{{1, 2}}},
-		{"sorts", []Region{{10, 1}, {1, 2}}, []Region{{1, 2}, {10, 1}}},
-		{"merges adjacent", []Region{{1, 2}, {3, 4}}, []Region{{1, 6}}},
-		{"merges overlapping", []Region{{1, 5}, {3, 1}, {4, 10}}, []Region{{1, 13}}},
-		{"keeps gap of one", []Region{{1, 2}, {4, 1}}, []Region{{1, 2}, {4, 1}}},
+		{"empty", nil, []PageRun{}},
+		{"drops empty", []PageRun{{5, 0}, {1, 2}}, []PageRun{{1, 2}}},
+		{"sorts", []PageRun{{10, 1}, {1, 2}}, []PageRun{{1, 2}, {10, 1}}},
+		{"merges adjacent", []PageRun{{1, 2}, {3, 4}}, []PageRun{{1, 6}}},
+		{"merges overlapping", []PageRun{{1, 5}, {3, 1}, {4, 10}}, []PageRun{{1, 13}}},
+		{"keeps gap of one", []PageRun{{1, 2}, {4, 1}}, []PageRun{{1, 2}, {4, 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := append([]Region(nil), tc.in...)
+			in := append([]PageRun(nil), tc.in...)
 			if got := Normalize(in); !reflect.DeepEqual(got, tc.out) {
 				t.Errorf("Normalize(%v) = %v, want %v", tc.in, got, tc.out)
 			}
@@ -44,14 +44,14 @@ func TestNormalize(t *testing.T) {
 func TestRunsExpand(t *testing.T) {
 	for _, tc := range []struct {
 		pages []uint64
-		runs  []Region
+		runs  []PageRun
 	}{
 		{nil, nil},
-		{[]uint64{0}, []Region{{0, 1}}},
-		{[]uint64{5, 6, 7, 2, 3, 9}, []Region{{5, 3}, {2, 2}, {9, 1}}},
-		{[]uint64{3, 2, 1}, []Region{{3, 1}, {2, 1}, {1, 1}}},
-		{[]uint64{1, 2, 2, 3}, []Region{{1, 2}, {2, 2}}},
-		{[]uint64{^uint64(0), 0}, []Region{{^uint64(0), 1}, {0, 1}}},
+		{[]uint64{0}, []PageRun{{0, 1}}},
+		{[]uint64{5, 6, 7, 2, 3, 9}, []PageRun{{5, 3}, {2, 2}, {9, 1}}},
+		{[]uint64{3, 2, 1}, []PageRun{{3, 1}, {2, 1}, {1, 1}}},
+		{[]uint64{1, 2, 2, 3}, []PageRun{{1, 2}, {2, 2}}},
+		{[]uint64{^uint64(0), 0}, []PageRun{{^uint64(0), 1}, {0, 1}}},
 	} {
 		got := Runs(tc.pages)
 		if !reflect.DeepEqual(got, tc.runs) {
@@ -68,7 +68,7 @@ func TestRunsExpand(t *testing.T) {
 }
 
 func TestRegionJSON(t *testing.T) {
-	b, err := json.Marshal([]Region{{1, 2}, {18446744073709551615, 0}})
+	b, err := json.Marshal([]PageRun{{1, 2}, {18446744073709551615, 0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestRegionJSON(t *testing.T) {
 		{"[-1,2]", false}, {"[1.5,2]", false}, {`["1",2]`, false}, {`{"start":1}`, false},
 		{"[18446744073709551616,1]", false},
 	} {
-		var r Region
+		var r PageRun
 		err := json.Unmarshal([]byte(tc.in), &r)
 		if (err == nil) != tc.ok {
 			t.Errorf("Unmarshal(%s) error %v, want ok=%v", tc.in, err, tc.ok)
@@ -93,7 +93,7 @@ func TestRegionJSON(t *testing.T) {
 }
 
 func TestFindRegion(t *testing.T) {
-	rs := []Region{{2, 3}, {10, 1}, {20, 5}}
+	rs := []PageRun{{2, 3}, {10, 1}, {20, 5}}
 	for p, want := range map[uint64]int{0: -1, 2: 0, 4: 0, 5: -1, 10: 1, 11: -1, 24: 2, 25: -1, 1000: -1} {
 		if got := findRegion(rs, p); got != want {
 			t.Errorf("findRegion(%d) = %d, want %d", p, got, want)

@@ -151,7 +151,7 @@ func (a *FaaSnapArtifact) ShimTable() (*ShimTable, error) {
 		t.Entries = append(t.Entries, ShimEntry{GuestOff: r.Offset(), Length: r.Bytes(), FileOff: r.Offset(), Kind: ShimMemoryFile})
 	}
 	for _, l := range a.LoadingRegions {
-		r := l.Region()
+		r := l.PageRun()
 		t.Entries = append(t.Entries, ShimEntry{GuestOff: r.Offset(), Length: r.Bytes(), FileOff: l.FileOff, Kind: ShimLoadingSet})
 	}
 	return t, nil

@@ -15,7 +15,7 @@ import (
 func TestShimLayoutEncoding(t *testing.T) {
 	a := &FaaSnapArtifact{
 		Memory:         FileRef{Size: 16 * PageSizeInt},
-		NonzeroRegions: []Region{{1, 2}, {5, 3}},
+		NonzeroRegions: []PageRun{{1, 2}, {5, 3}},
 		LoadingRegions: []LSRegion{{6, 1, 0, 0}, {1, 1, 1, PageSize}},
 	}
 	got, err := a.ShimLayout()

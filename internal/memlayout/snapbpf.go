@@ -49,8 +49,8 @@ type SnapBPFArtifact struct {
 	// Ranges are the pages to prefetch from the memory file, as runs of
 	// consecutive pages in the order their first page entered the page
 	// cache during the capture; disjoint, maximal in that order.
-	Ranges   []Region `json:"ranges"`
-	Checksum string   `json:"checksum"`
+	Ranges   []PageRun `json:"ranges"`
+	Checksum string    `json:"checksum"`
 }
 
 // PrefetchPages is the number of pages the ranges hold.
@@ -68,7 +68,7 @@ func (a *SnapBPFArtifact) PrefetchPages() uint64 { return CountPages(a.Ranges) }
 // thaw's warm snapshots already have freed pages punched out by
 // virtio-balloon free page reporting (prepare waits for it), so thaw filters
 // against the memory file's holes instead.
-func PlanSnapBPF(captured []uint64, pages uint64, dataRegions []Region) ([]Region, SnapBPFCapture) {
+func PlanSnapBPF(captured []uint64, pages uint64, dataRegions []PageRun) ([]PageRun, SnapBPFCapture) {
 	var st SnapBPFCapture
 	keep := make([]uint64, 0, len(captured))
 	for _, p := range dedup(captured) {
@@ -88,7 +88,7 @@ func PlanSnapBPF(captured []uint64, pages uint64, dataRegions []Region) ([]Regio
 
 // DataRegions returns the page runs of path that hold data, from
 // SEEK_DATA/SEEK_HOLE (a page partly in data counts as data), sorted.
-func DataRegions(path string) ([]Region, error) {
+func DataRegions(path string) ([]PageRun, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func DataRegions(path string) ([]Region, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Region
+	var out []PageRun
 	size := st.Size()
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
@@ -113,7 +113,7 @@ func DataRegions(path string) ([]Region, error) {
 		}
 		first, end := uint64(data)/PageSize, PagesOf(hole)
 		if end > first {
-			out = append(out, Region{Start: first, Pages: end - first})
+			out = append(out, PageRun{Start: first, Pages: end - first})
 		}
 		off = hole
 	}
@@ -186,7 +186,7 @@ func WriteSnapBPF(dir, memPath, memSHA256 string, captured []uint64, events, dro
 func (a *SnapBPFArtifact) Encode() ([]byte, error) {
 	a.Magic, a.FormatVersion, a.PageSize = SnapBPFMagic, FormatVersion, int(PageSize)
 	if a.Ranges == nil {
-		a.Ranges = []Region{}
+		a.Ranges = []PageRun{}
 	}
 	return seal(a)
 }
@@ -210,7 +210,7 @@ func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) {
 		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
 	}
 	if a.Ranges == nil {
-		a.Ranges = []Region{}
+		a.Ranges = []PageRun{}
 	}
 	if err := unseal(b, &a); err != nil {
 		return nil, err

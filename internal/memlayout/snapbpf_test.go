@@ -25,15 +25,15 @@ func TestSnapBPFRoundTrip(t *testing.T) {
 		name     string
 		spec     string
 		captured []uint64
-		ranges   []Region
+		ranges   []PageRun
 		free     uint64
 		outside  uint64
 	}{
-		{"capture order kept, runs coalesced", "DDDDDDDDDD", []uint64{5, 6, 7, 2, 3, 9, 0}, []Region{{5, 3}, {2, 2}, {9, 1}, {0, 1}}, 0, 0},
-		{"holes filtered, written zeros kept", "HZDH", []uint64{0, 1, 2, 3}, []Region{{1, 2}}, 2, 0},
-		{"repeats once, at first arrival", "DDDD", []uint64{2, 1, 2, 3, 1}, []Region{{2, 1}, {1, 1}, {3, 1}}, 0, 0},
-		{"beyond the file", "DD", []uint64{1, 5, 0}, []Region{{1, 1}, {0, 1}}, 0, 1},
-		{"nothing captured", "DD", nil, []Region{}, 0, 0},
+		{"capture order kept, runs coalesced", "DDDDDDDDDD", []uint64{5, 6, 7, 2, 3, 9, 0}, []PageRun{{5, 3}, {2, 2}, {9, 1}, {0, 1}}, 0, 0},
+		{"holes filtered, written zeros kept", "HZDH", []uint64{0, 1, 2, 3}, []PageRun{{1, 2}}, 2, 0},
+		{"repeats once, at first arrival", "DDDD", []uint64{2, 1, 2, 3, 1}, []PageRun{{2, 1}, {1, 1}, {3, 1}}, 0, 0},
+		{"beyond the file", "DD", []uint64{1, 5, 0}, []PageRun{{1, 1}, {0, 1}}, 0, 1},
+		{"nothing captured", "DD", nil, []PageRun{}, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, content := buildSnapBPF(t, t.TempDir(), tc.spec, tc.captured)
@@ -82,7 +82,7 @@ func TestSnapBPFReadersReject(t *testing.T) {
 	}
 	// Ranges that do not hold the kept pages are refused even when sealed.
 	c := *a
-	c.Ranges = []Region{{0, 2}}
+	c.Ranges = []PageRun{{0, 2}}
 	b, err := c.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestDataRegions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Written zeros are data to SEEK_DATA; holes are not.
-	if want := []Region{{2, 3}, {8, 1}}; !reflect.DeepEqual(got, want) {
+	if want := []PageRun{{2, 3}, {8, 1}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("data regions %v, want %v", got, want)
 	}
 }

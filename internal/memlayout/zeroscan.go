@@ -49,13 +49,13 @@ type ZeroStats struct {
 // of §4.5), so pages the guest freed but did not clear stay non-zero and go
 // to the cold set or the loading set instead of anonymous memory. Group
 // numbers for regions (also §4.5) are assigned by LoadingSet, not here.
-func ZeroScan(path string) (nonzero []Region, stats ZeroStats, err error) {
+func ZeroScan(path string) (nonzero []PageRun, stats ZeroStats, err error) {
 	return scanFile(path, nil)
 }
 
 // scanFile is ZeroScan that, when h is not nil, also feeds every byte of the
 // file (holes as zeros) to h, so a digest costs no second pass.
-func scanFile(path string, h hash.Hash) ([]Region, ZeroStats, error) {
+func scanFile(path string, h hash.Hash) ([]PageRun, ZeroStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, ZeroStats{}, err
@@ -70,7 +70,7 @@ func scanFile(path string, h hash.Hash) ([]Region, ZeroStats, error) {
 	}
 	size := st.Size()
 	stats := ZeroStats{Size: size, Pages: PagesOf(size)}
-	var nonzero []Region
+	var nonzero []PageRun
 	buf := make([]byte, scanChunk)
 	fd := int(f.Fd())
 	seekable := true
@@ -143,7 +143,7 @@ func scanFile(path string, h hash.Hash) ([]Region, ZeroStats, error) {
 				if n := len(nonzero); n > 0 && nonzero[n-1].End() == pg {
 					nonzero[n-1].Pages++
 				} else {
-					nonzero = append(nonzero, Region{Start: pg, Pages: 1})
+					nonzero = append(nonzero, PageRun{Start: pg, Pages: 1})
 				}
 			}
 			p += want

@@ -20,23 +20,23 @@ func TestZeroScan(t *testing.T) {
 		name      string
 		spec      string
 		tail      int
-		want      []Region
+		want      []PageRun
 		holePages uint64 // when the file system reports holes
 	}{
 		{"empty", "", 0, nil, 0},
 		{"all holes", "HHHH", 0, nil, 4},
 		{"explicit zeros", "ZZZ", 0, nil, 0},
-		{"one data page", "D", 0, []Region{{0, 1}}, 0},
-		{"mixed", "DDZHDEFZH", 0, []Region{{0, 2}, {4, 3}}, 2},
-		{"last byte of a page", "ZZEZ", 0, []Region{{2, 1}}, 0},
-		{"first byte of a page", "HHFH", 0, []Region{{2, 1}}, 3},
-		{"hole then data", "HHHHDD", 0, []Region{{4, 2}}, 4},
-		{"partial last page non-zero", "HDD", 100, []Region{{1, 2}}, 1},
-		{"partial last page zero", "DDZ", 1, []Region{{0, 2}}, 0},
-		{"partial last page hole", "DDH", 4095, []Region{{0, 2}}, 1},
-		{"partial only page", "E", 7, []Region{{0, 1}}, 0},
+		{"one data page", "D", 0, []PageRun{{0, 1}}, 0},
+		{"mixed", "DDZHDEFZH", 0, []PageRun{{0, 2}, {4, 3}}, 2},
+		{"last byte of a page", "ZZEZ", 0, []PageRun{{2, 1}}, 0},
+		{"first byte of a page", "HHFH", 0, []PageRun{{2, 1}}, 3},
+		{"hole then data", "HHHHDD", 0, []PageRun{{4, 2}}, 4},
+		{"partial last page non-zero", "HDD", 100, []PageRun{{1, 2}}, 1},
+		{"partial last page zero", "DDZ", 1, []PageRun{{0, 2}}, 0},
+		{"partial last page hole", "DDH", 4095, []PageRun{{0, 2}}, 1},
+		{"partial only page", "E", 7, []PageRun{{0, 1}}, 0},
 		{"partial only page zero", "Z", 7, nil, 0},
-		{"crosses 1 MiB chunks", big, 0, []Region{{300, 2}, {303, 300}, {703, 1}}, 400},
+		{"crosses 1 MiB chunks", big, 0, []PageRun{{300, 2}, {303, 300}, {703, 1}}, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))

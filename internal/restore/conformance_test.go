@@ -358,7 +358,7 @@ func TestPremapDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev.Close()
-	st, err := store.OpenRegion(dev.Name(), 2<<20)
+	st, err := store.OpenDeviceFile(dev.Name(), 2<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestPremapDevice(t *testing.T) {
 	}
 	f.WriteAt([]byte{0x5a, 0xa5}, e.DeviceOffset+4096*7+11)
 	f.Close()
-	st2, err := store.OpenRegion(dev.Name(), 2<<20)
+	st2, err := store.OpenDeviceFile(dev.Name(), 2<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,7 +194,7 @@ func (s *snapbpf) issueWindowed(ctx context.Context, f *os.File, m []byte) (int,
 		if i >= prefetchWindow {
 			waitResident(ctx, m, chunks[i-prefetchWindow])
 		}
-		n, err := readahead(f, []memlayout.Region{c})
+		n, err := readahead(f, []memlayout.PageRun{c})
 		calls += n
 		if err != nil {
 			return calls, err
@@ -208,11 +208,11 @@ const prefetchWindow = 16
 
 // waitResident polls until every page of r is resident, for at most
 // chunkWait.
-func waitResident(ctx context.Context, m []byte, r memlayout.Region) {
+func waitResident(ctx context.Context, m []byte, r memlayout.PageRun) {
 	const chunkWait = 50 * time.Millisecond
 	deadline := time.Now().Add(chunkWait)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		missing, _, err := residency(m, []memlayout.Region{r})
+		missing, _, err := residency(m, []memlayout.PageRun{r})
 		if err != nil || len(missing) == 0 {
 			return
 		}
@@ -221,11 +221,11 @@ func waitResident(ctx context.Context, m []byte, r memlayout.Region) {
 }
 
 // splitChunks cuts ranges into pieces of at most max pages, in order.
-func splitChunks(ranges []memlayout.Region, max uint64) []memlayout.Region {
-	var out []memlayout.Region
+func splitChunks(ranges []memlayout.PageRun, max uint64) []memlayout.PageRun {
+	var out []memlayout.PageRun
 	for _, r := range ranges {
 		for p := r.Start; p < r.End(); p += max {
-			out = append(out, memlayout.Region{Start: p, Pages: min(max, r.End()-p)})
+			out = append(out, memlayout.PageRun{Start: p, Pages: min(max, r.End()-p)})
 		}
 	}
 	return out
@@ -239,7 +239,7 @@ func (s *snapbpf) fail(err error) {
 
 // readahead asks the kernel to read ranges of f into the page cache, in
 // order, at most prefetchChunk per call; it returns the number of calls.
-func readahead(f *os.File, ranges []memlayout.Region) (int, error) {
+func readahead(f *os.File, ranges []memlayout.PageRun) (int, error) {
 	calls := 0
 	for _, r := range ranges {
 		for off, end := r.Offset(), r.Offset()+r.Bytes(); off < end; off += prefetchChunk {
@@ -256,8 +256,8 @@ func readahead(f *os.File, ranges []memlayout.Region) (int, error) {
 
 // residency returns the runs of ranges whose pages are not resident in the
 // page cache (m maps the whole file) and how many pages are.
-func residency(m []byte, ranges []memlayout.Region) ([]memlayout.Region, uint64, error) {
-	var missing []memlayout.Region
+func residency(m []byte, ranges []memlayout.PageRun) ([]memlayout.PageRun, uint64, error) {
+	var missing []memlayout.PageRun
 	var resident uint64
 	vec := make([]byte, 0, 512)
 	for _, r := range ranges {
@@ -282,7 +282,7 @@ func residency(m []byte, ranges []memlayout.Region) ([]memlayout.Region, uint64,
 			if k := len(missing); k > 0 && missing[k-1].End() == p {
 				missing[k-1].Pages++
 			} else {
-				missing = append(missing, memlayout.Region{Start: p, Pages: 1})
+				missing = append(missing, memlayout.PageRun{Start: p, Pages: 1})
 			}
 		}
 	}

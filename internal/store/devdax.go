@@ -47,7 +47,7 @@ import (
 // and the range is filled at restore by one memcpy on the device, reported
 // as the clone's copy time.
 //
-// A Region is the same allocator over a fixed-size file: OpenRegion uses
+// A device file is the same allocator over a fixed-size file: OpenDeviceFile uses
 // one on tmpfs to stand in for a device on hosts that have none (tests);
 // only the medium differs.
 
@@ -81,7 +81,7 @@ type span struct{ off, len int64 }
 type Clone struct {
 	Owner    string // the VM
 	Snapshot string
-	Device   string // the device (or region file) to map
+	Device   string // the device (or the file standing in for one) to map
 	Offset   int64  // of the range on the device
 	Bytes    int64
 	CopyMS   float64 // filling the range from the stored copy
@@ -95,8 +95,8 @@ type CloneMap struct {
 	GuestOff, Length, DeviceOff uint64
 }
 
-// region is a device (or a file standing in for one) the store allocates.
-type region struct {
+// daxDevice is a device (or a file standing in for one) the store allocates.
+type daxDevice struct {
 	path  string
 	f     *os.File
 	size  int64
@@ -147,7 +147,7 @@ func readSysInt(path string) (int64, error) {
 
 // openDevDAX opens a device-DAX character device as a store: its size and
 // alignment come from sysfs (the alignment from the device, or on older
-// kernels its region, 2 MiB if neither says).
+// kernels its nd region, 2 MiB if neither says).
 func openDevDAX(path, sysDir string) (*Store, error) {
 	size, err := readSysInt(filepath.Join(sysDir, "size"))
 	if err != nil {
@@ -163,15 +163,15 @@ func openDevDAX(path, sysDir string) (*Store, error) {
 	return openRegion(path, DevDAX, size, align)
 }
 
-// RegionAlign is the alignment thawd gives a region file: device-DAX's
+// DeviceFileAlign is the alignment thawd gives a device file: device-DAX's
 // default.
-const RegionAlign = 2 << 20
+const DeviceFileAlign = 2 << 20
 
-// OpenRegion opens a fixed-size file as a device store with the given
+// OpenDeviceFile opens a fixed-size file as a device store with the given
 // alignment: the device-DAX tier's allocator, index and clone ranges over
 // a file. A file on tmpfs stands in for a device on hosts without one
-// (thawd --store-region; tests and measurements).
-func OpenRegion(path string, align int64) (*Store, error) {
+// (thawd --store-device-file; tests and measurements).
+func OpenDeviceFile(path string, align int64) (*Store, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return nil, fmt.Errorf("memory store %s: %w", path, err)
@@ -218,7 +218,7 @@ func openRegion(path string, kind Kind, size, align int64) (*Store, error) {
 		f.Close()
 		return nil, fmt.Errorf("memory store %s: populating the mapping of %d MiB: %w", abs, size>>20, err)
 	}
-	r := &region{path: abs, f: f, size: size, align: align, hdr: hdr, mem: mem,
+	r := &daxDevice{path: abs, f: f, size: size, align: align, hdr: hdr, mem: mem,
 		clones: map[string]span{}, filling: map[string]span{}, verified: map[string]bool{}}
 	if err := r.load(); err != nil {
 		_ = unix.Munmap(mem)
@@ -252,10 +252,10 @@ func (s *Store) Close() error {
 func roundUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
 // slotBytes is the size of one index slot.
-func (r *region) slotBytes() int64 { return r.hdr / 2 }
+func (r *daxDevice) slotBytes() int64 { return r.hdr / 2 }
 
 // readSlot decodes index slot i: its generation and index, or why not.
-func (r *region) readSlot(i int) (uint64, *daxIndex, error) {
+func (r *daxDevice) readSlot(i int) (uint64, *daxIndex, error) {
 	b := r.mem[int64(i)*r.slotBytes() : int64(i+1)*r.slotBytes()]
 	if string(b[:8]) != indexMagic {
 		return 0, nil, errors.New("no index")
@@ -283,7 +283,7 @@ func (r *region) readSlot(i int) (uint64, *daxIndex, error) {
 // valid is formatted if its index area is blank or holds only a damaged
 // index of thaw's (the copies are caches of snapshots kept elsewhere);
 // anything else on it is refused rather than overwritten.
-func (r *region) load() error {
+func (r *daxDevice) load() error {
 	var errs []string
 	found := false
 	for i := range 2 {
@@ -319,7 +319,7 @@ func (r *region) load() error {
 }
 
 // checkEntries refuses an index whose entries overlap or leave the device.
-func (r *region) checkEntries() error {
+func (r *daxDevice) checkEntries() error {
 	spans := make([]span, 0, len(r.idx.Entries))
 	for _, e := range r.idx.Entries {
 		if !idRe.MatchString(e.Snapshot) || e.DeviceOffset < r.hdr || e.Bytes < 0 || e.DeviceOffset%r.align != 0 ||
@@ -357,7 +357,7 @@ func allZero(b []byte) bool {
 
 // persist writes the index into the older slot and makes it durable; the
 // newer slot stays intact until then, so a crash leaves one valid index.
-func (r *region) persist() error {
+func (r *daxDevice) persist() error {
 	body, err := json.Marshal(r.idx)
 	if err != nil {
 		return err
@@ -382,7 +382,7 @@ func (r *region) persist() error {
 
 // used lists every allocated range, sorted: stored copies, clone ranges,
 // copies being stored.
-func (r *region) used() []span {
+func (r *daxDevice) used() []span {
 	var out []span
 	for _, e := range r.idx.Entries {
 		out = append(out, span{e.DeviceOffset, e.Bytes})
@@ -399,7 +399,7 @@ func (r *region) used() []span {
 
 // alloc finds the first free range of n bytes (a multiple of the
 // alignment); -1 if there is none.
-func (r *region) alloc(n int64) int64 {
+func (r *daxDevice) alloc(n int64) int64 {
 	at := r.hdr
 	for _, s := range r.used() {
 		if s.len == 0 {
@@ -416,7 +416,7 @@ func (r *region) alloc(n int64) int64 {
 	return -1
 }
 
-func (r *region) freeBytes() int64 {
+func (r *daxDevice) freeBytes() int64 {
 	free := r.size - r.hdr
 	for _, s := range r.used() {
 		free -= s.len
@@ -424,7 +424,7 @@ func (r *region) freeBytes() int64 {
 	return free
 }
 
-func (r *region) entry(id string) (*Entry, error) {
+func (r *daxDevice) entry(id string) (*Entry, error) {
 	for i := range r.idx.Entries {
 		if r.idx.Entries[i].Snapshot == id {
 			e := r.idx.Entries[i]
@@ -437,7 +437,7 @@ func (r *region) entry(id string) (*Entry, error) {
 
 // put copies memPath's non-zero units onto the device, packed, hashing
 // every byte of it; nothing stays allocated if it fails.
-func (r *region) put(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
+func (r *daxDevice) put(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
 	start := time.Now()
 	src, err := openSource(id, memPath, want, r.align, "device units")
 	if err != nil {
@@ -502,7 +502,7 @@ func (r *region) put(id, memPath string, want snapshot.FileInfo) (*Entry, error)
 	return &e, nil
 }
 
-func (r *region) remove(id string) error {
+func (r *daxDevice) remove(id string) error {
 	// Wait for clones being filled from it to finish.
 	r.copying.Lock()
 	defer r.copying.Unlock()
@@ -526,7 +526,7 @@ func (r *region) remove(id string) error {
 	return nil
 }
 
-func (r *region) cloneBytes() int64 {
+func (r *daxDevice) cloneBytes() int64 {
 	var n int64
 	for _, s := range r.clones {
 		n += s.len
@@ -661,7 +661,7 @@ func (s *Store) VerifyCopy(e *Entry) error {
 }
 
 // info fills a device store's capacity and use.
-func (r *region) info(in *Info) {
+func (r *daxDevice) info(in *Info) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in.CapacityBytes = r.size - r.hdr

@@ -34,7 +34,7 @@ func regionFile(t *testing.T, size int64) string {
 
 func openRegionT(t *testing.T, path string) *Store {
 	t.Helper()
-	s, err := OpenRegion(path, testAlign)
+	s, err := OpenDeviceFile(path, testAlign)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	regions, err := s.Regions(e)
-	if err != nil || len(regions) != 2 || regions[0] != (memlayout.Region{Start: 0, Pages: 1024}) || regions[1] != (memlayout.Region{Start: 1536, Pages: 512}) {
+	if err != nil || len(regions) != 2 || regions[0] != (memlayout.PageRun{Start: 0, Pages: 1024}) || regions[1] != (memlayout.PageRun{Start: 1536, Pages: 512}) {
 		t.Fatalf("regions %+v %v", regions, err)
 	}
 	if again, err := s.Put("snap-dax", src, fi); err != nil || again.DeviceOffset != e.DeviceOffset {
@@ -236,7 +236,7 @@ func TestDevDAXRegionRefusesForeignDataAndSecondUser(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	f.WriteAt([]byte("somebody's database"), 4096)
 	f.Close()
-	if _, err := OpenRegion(path, testAlign); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not a thaw memory store") {
+	if _, err := OpenDeviceFile(path, testAlign); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not a thaw memory store") {
 		t.Fatalf("foreign data: %v", err)
 	}
 	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte("somebody's database")) {
@@ -244,13 +244,13 @@ func TestDevDAXRegionRefusesForeignDataAndSecondUser(t *testing.T) {
 	}
 	clean := regionFile(t, 8<<20)
 	openRegionT(t, clean)
-	if _, err := OpenRegion(clean, testAlign); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := OpenDeviceFile(clean, testAlign); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second store on one device: %v", err)
 	}
-	if _, err := OpenRegion(clean, 3000); err == nil {
+	if _, err := OpenDeviceFile(clean, 3000); err == nil {
 		t.Fatal("alignment 3000 accepted")
 	}
-	if _, err := OpenRegion(regionFile(t, 3<<20), testAlign); err == nil {
+	if _, err := OpenDeviceFile(regionFile(t, 3<<20), testAlign); err == nil {
 		t.Fatal("a device too small for the index and one unit accepted")
 	}
 }

@@ -149,7 +149,7 @@ type Store struct {
 	kind     Kind
 	pageSize int64      // bytes
 	mu       sync.Mutex // serializes Put and Remove
-	dev      *region    // devdax: the device; nil on file tiers
+	dev      *daxDevice // devdax: the device; nil on file tiers
 	notice   string     // something Open did that the operator should hear of
 }
 
@@ -356,7 +356,7 @@ func (s *Store) Put(id, memPath string, want snapshot.FileInfo) (*Entry, error) 
 		err = fmt.Errorf("copy of %s does not match the snapshot manifest (size %d sha256 %.12s, want %d %.12s)",
 			memPath, fi.Size, fi.SHA256, want.Size, want.SHA256)
 	}
-	var regions []memlayout.Region
+	var regions []memlayout.PageRun
 	if err == nil {
 		regions, err = fillGaps(tmp, fi.Size)
 	}
@@ -397,7 +397,7 @@ func (s *Store) commit(tmp string, e *Entry) error {
 
 // fillGaps writes zeros into every hole shorter than mergeGap between
 // two data extents of the file at path and returns the data regions after.
-func fillGaps(path string, size int64) ([]memlayout.Region, error) {
+func fillGaps(path string, size int64) ([]memlayout.PageRun, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -423,9 +423,9 @@ func fillGaps(path string, size int64) ([]memlayout.Region, error) {
 
 // Extents returns the data extents of f (SEEK_DATA/SEEK_HOLE), in pages,
 // rounded out to whole pages.
-func Extents(f *os.File, size int64) ([]memlayout.Region, error) {
+func Extents(f *os.File, size int64) ([]memlayout.PageRun, error) {
 	fd := int(f.Fd())
-	var out []memlayout.Region
+	var out []memlayout.PageRun
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
@@ -444,7 +444,7 @@ func Extents(f *os.File, size int64) ([]memlayout.Region, error) {
 		if n := len(out); n > 0 && out[n-1].End() >= first {
 			out[n-1].Pages = max(out[n-1].End(), end) - out[n-1].Start
 		} else if end > first {
-			out = append(out, memlayout.Region{Start: first, Pages: end - first})
+			out = append(out, memlayout.PageRun{Start: first, Pages: end - first})
 		}
 		off = hole
 	}
@@ -453,11 +453,11 @@ func Extents(f *os.File, size int64) ([]memlayout.Region, error) {
 
 // Regions returns the data regions of a stored copy, in 4 KiB pages:
 // recorded at Put on hugetlbfs, asked of the file (SEEK_DATA) elsewhere.
-func (s *Store) Regions(e *Entry) ([]memlayout.Region, error) {
+func (s *Store) Regions(e *Entry) ([]memlayout.PageRun, error) {
 	if s.kind == HugeTLBFS || s.dev != nil {
-		out := make([]memlayout.Region, len(e.Extents))
+		out := make([]memlayout.PageRun, len(e.Extents))
 		for i, x := range e.Extents {
-			out[i] = memlayout.Region{Start: x.Start, Pages: x.Pages}
+			out[i] = memlayout.PageRun{Start: x.Start, Pages: x.Pages}
 		}
 		return out, nil
 	}

@@ -82,7 +82,7 @@ func TestPutGetRemove(t *testing.T) {
 	f, _ := os.Open(e.Path)
 	ext, err := Extents(f, e.Size)
 	f.Close()
-	if err != nil || len(ext) != 2 || ext[0] != (memlayout.Region{Start: 0, Pages: 4}) || ext[1] != (memlayout.Region{Start: 100, Pages: 1}) {
+	if err != nil || len(ext) != 2 || ext[0] != (memlayout.PageRun{Start: 0, Pages: 4}) || ext[1] != (memlayout.PageRun{Start: 100, Pages: 1}) {
 		t.Fatalf("extents %v %v", ext, err)
 	}
 	again, err := s.Put("snap-abc", src, fi)

@@ -35,7 +35,7 @@ func BenchmarkServe(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				r := newTestRegion(b, benchPages, 0, false)
-				s, err := NewServer(r.Region, mf.path, Options{})
+				s, err := NewServer(r.Mapping, mf.path, Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -49,7 +49,7 @@ func BenchmarkServe(b *testing.B) {
 				served += st.Served
 				faultTime += st.FaultTime
 				s.Close()
-				r.Region.Close()
+				r.Mapping.Close()
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(served)/elapsed.Seconds(), "pages/s")
@@ -81,7 +81,7 @@ func BenchmarkPrefetch(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				r := newTestRegion(b, benchPages, 0, false)
-				s, err := NewServer(r.Region, mf.path, Options{})
+				s, err := NewServer(r.Mapping, mf.path, Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -104,7 +104,7 @@ func BenchmarkPrefetch(b *testing.B) {
 				copies += st.PrefetchCopies
 				n++
 				s.Close()
-				r.Region.Close()
+				r.Mapping.Close()
 				b.StartTimer()
 			}
 			mib := float64(benchPages*PageSize) / (1 << 20)
@@ -125,7 +125,7 @@ func TestHugepageRegion(t *testing.T) {
 	const pages = 2048 // 8 MiB, at least two 2 MiB extents
 	mf := newMemFile(t, pages, pages, 33)
 	r := newTestRegion(t, pages, 0, true)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ const testTimeout = 60 * time.Second
 // testRegion is an anonymous private mapping of the test process registered
 // with a fresh userfaultfd, as the shim does in QEMU.
 type testRegion struct {
-	*Region
+	*Mapping
 	mem []byte
 }
 
@@ -61,11 +61,11 @@ func newTestRegion(t testing.TB, pages int, features uint64, hugepage bool) *tes
 		}
 	}
 	r := &testRegion{
-		Region: &Region{Addr: addr, Length: uint64(len(mem)), PID: os.Getpid(), FD: fd},
-		mem:    mem,
+		Mapping: &Mapping{Addr: addr, Length: uint64(len(mem)), PID: os.Getpid(), FD: fd},
+		mem:     mem,
 	}
 	t.Cleanup(func() {
-		r.Region.Close()
+		r.Mapping.Close()
 		unix.Munmap(mem)
 	})
 	return r

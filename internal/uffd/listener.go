@@ -78,9 +78,9 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // Accept waits for one shim connection and receives its handshake and
 // userfaultfd. It returns ctx.Err() when ctx ends first, and an error
 // wrapping ErrHandshake for a malformed message (that connection is closed;
-// call Accept again for the next one). The caller owns the Region: Ack it
+// call Accept again for the next one). The caller owns the Mapping: Ack it
 // once it is ready (after Prefetch) and Close it when the VM is gone.
-func (l *Listener) Accept(ctx context.Context) (*Region, error) {
+func (l *Listener) Accept(ctx context.Context) (*Mapping, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -113,9 +113,9 @@ func (l *Listener) Accept(ctx context.Context) (*Region, error) {
 	return r, nil
 }
 
-// Region is one guest memory mapping registered with a userfaultfd by the
+// Mapping is one guest memory mapping registered with a userfaultfd by the
 // shim.
-type Region struct {
+type Mapping struct {
 	Addr   uint64 // start of the mapping in the faulting process
 	Length uint64 // bytes, a multiple of PageSize
 	PID    int    // pid of the faulting process as it reported it
@@ -132,7 +132,7 @@ type Region struct {
 
 // Ack sends the 1-byte ack the shim waits for and closes the connection: the
 // faulting process continues (its vCPUs start running) after it.
-func (r *Region) Ack() error {
+func (r *Mapping) Ack() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
@@ -155,7 +155,7 @@ func (r *Region) Ack() error {
 // Closing the userfaultfd wakes every thread blocked in a fault on the
 // region; they then fault as on ordinary anonymous memory. Stop the Server
 // first.
-func (r *Region) Close() error {
+func (r *Mapping) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -175,14 +175,14 @@ func (r *Region) Close() error {
 }
 
 // Pages returns the number of pages in the region.
-func (r *Region) Pages() uint64 { return r.Length / PageSize }
+func (r *Mapping) Pages() uint64 { return r.Length / PageSize }
 
-func (r *Region) String() string {
+func (r *Mapping) String() string {
 	return fmt.Sprintf("uffd region %#x+%#x pid %d fd %d", r.Addr, r.Length, r.PID, r.FD)
 }
 
 // receive reads the 32-byte handshake and the attached fd from conn.
-func receive(ctx context.Context, conn *net.UnixConn) (*Region, error) {
+func receive(ctx context.Context, conn *net.UnixConn) (*Mapping, error) {
 	deadline := time.Now().Add(HandshakeTimeout)
 	ctxDeadline := false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -274,7 +274,7 @@ func receive(ctx context.Context, conn *net.UnixConn) (*Region, error) {
 	return r, nil
 }
 
-func parseHandshake(msg []byte, fds []int) (*Region, error) {
+func parseHandshake(msg []byte, fds []int) (*Mapping, error) {
 	if len(msg) != handshakeSize {
 		return nil, fmt.Errorf("%w: message is %d bytes, want %d", ErrHandshake, len(msg), handshakeSize)
 	}
@@ -300,7 +300,7 @@ func parseHandshake(msg []byte, fds []int) (*Region, error) {
 	if !isUserfaultfd(fds[0]) {
 		return nil, fmt.Errorf("%w: descriptor is not a userfaultfd", ErrHandshake)
 	}
-	return &Region{Addr: addr, Length: length, PID: int(pid), FD: fds[0]}, nil
+	return &Mapping{Addr: addr, Length: length, PID: int(pid), FD: fds[0]}, nil
 }
 
 // isUserfaultfd reports whether fd is an anon inode of class userfaultfd.

@@ -94,7 +94,7 @@ func listenTest(t *testing.T) *Listener {
 	return l
 }
 
-func acceptTimeout(t *testing.T, l *Listener) (*Region, error) {
+func acceptTimeout(t *testing.T, l *Listener) (*Mapping, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	return l.Accept(ctx)

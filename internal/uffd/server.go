@@ -82,10 +82,10 @@ type counters struct {
 	pfFallback                                                 atomic.Pointer[string]
 }
 
-// Server serves the missing-page faults of one Region from a guest memory
+// Server serves the missing-page faults of one Mapping from a guest memory
 // file (file offset = guest offset).
 type Server struct {
-	r        *Region
+	r        *Mapping
 	uffd     int
 	pages    uint64
 	mem      *os.File
@@ -114,8 +114,8 @@ type Server struct {
 }
 
 // NewServer prepares to serve r's faults from memFile. It does not take
-// ownership of r: close the Server, then the Region.
-func NewServer(r *Region, memFile string, opts Options) (*Server, error) {
+// ownership of r: close the Server, then the Mapping.
+func NewServer(r *Mapping, memFile string, opts Options) (*Server, error) {
 	if r == nil || r.FD < 0 {
 		return nil, errors.New("uffd: nil or closed region")
 	}
@@ -187,7 +187,7 @@ func NewServer(r *Region, memFile string, opts Options) (*Server, error) {
 }
 
 // Close stops Serve (waiting for it to return) and releases the server's
-// resources. It does not close the Region.
+// resources. It does not close the Mapping.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -482,7 +482,7 @@ const (
 
 // Serve answers page faults until the faulting process exits (nil), Close is
 // called (nil), ctx ends (ctx.Err()) or an unexpected error occurs. The exit
-// is noticed through a pidfd on Region.PeerPID (else Region.PID); without a
+// is noticed through a pidfd on Mapping.PeerPID (else Mapping.PID); without a
 // pid only ESRCH/ENOENT from UFFDIO_COPY reveal it, so cancel ctx or Close
 // when the process is reaped. It locks its goroutine to an OS thread. Call it
 // once; it may run concurrently with Prefetch.

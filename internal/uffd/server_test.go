@@ -23,7 +23,7 @@ const (
 func TestServeOnly(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 1)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{Record: true})
+	s, err := NewServer(r.Mapping, mf.path, Options{Record: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPrefetchThenServe(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			mf := newMemFile(t, testFilePages, testRegionPages, 3)
 			r := newTestRegion(t, testRegionPages, 0, false)
-			s, err := NewServer(r.Region, mf.path, Options{Record: true})
+			s, err := NewServer(r.Mapping, mf.path, Options{Record: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestPrefetchThenServe(t *testing.T) {
 func TestPrefetchExisting(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 6)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestPrefetchExisting(t *testing.T) {
 func TestPrefetchRacesFaults(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 8)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestPrefetchRacesFaults(t *testing.T) {
 func TestPrefetchDirectFallback(t *testing.T) {
 	mf := newMemFile(t, 64, 64, 10)
 	r := newTestRegion(t, 64, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestPrefetchTmpfs(t *testing.T) {
 	defer os.RemoveAll(dir)
 	mf := newMemFile(t, 32, 32, 11)
 	r := newTestRegion(t, 32, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestPrefetchTmpfs(t *testing.T) {
 func TestPrefetchValidation(t *testing.T) {
 	mf := newMemFile(t, 16, 16, 12)
 	r := newTestRegion(t, 16, 0, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestNonCooperativeEvents(t *testing.T) {
 	const pages = 256
 	mf := newMemFile(t, pages, pages, 13)
 	r := newTestRegion(t, pages, featureEventRemove|featureEventUnmap, false)
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestServeStop(t *testing.T) {
 	mf := newMemFile(t, 8, 8, 14)
 	r := newTestRegion(t, 8, 0, false)
 
-	s, err := NewServer(r.Region, mf.path, Options{})
+	s, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestServeStop(t *testing.T) {
 		t.Errorf("Prefetch on a closed server: %v", err)
 	}
 
-	s2, err := NewServer(r.Region, mf.path, Options{})
+	s2, err := NewServer(r.Mapping, mf.path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,12 +489,12 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// Faults outside the Region (the uffd covers more than the shim announced)
+// Faults outside the Mapping (the uffd covers more than the shim announced)
 // get a zero page instead of leaving the thread blocked.
 func TestOutOfRangeFault(t *testing.T) {
 	mf := newMemFile(t, 16, 16, 16)
 	r := newTestRegion(t, 24, 0, false)
-	reg := &Region{Addr: r.Addr, Length: 16 * PageSize, PID: os.Getpid(), FD: r.FD}
+	reg := &Mapping{Addr: r.Addr, Length: 16 * PageSize, PID: os.Getpid(), FD: r.FD}
 	s, err := NewServer(reg, mf.path, Options{Record: true})
 	if err != nil {
 		t.Fatal(err)
