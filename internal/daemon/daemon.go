@@ -81,6 +81,9 @@ type Config struct {
 	ConsoleLogLimit     int64  // bytes of guest console kept per VM
 	CgroupRoot          string // the cgroup file system; "none" disables VM cgroups
 
+	// VMM is the monitor VMs run in; nil: QEMU.
+	VMM vmm.Backend `json:"-"`
+
 	// Bounds (zero values take the defaults).
 	MaxVMs               int // live VMs at once; default: host memory over (default guest memory + overhead)
 	MaxStoredResultBytes int // result bytes an invocation's history keeps (the caller gets them all)
@@ -102,6 +105,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConsoleLogLimit == 0 {
 		c.ConsoleLogLimit = 1 << 20
+	}
+	if c.VMM == nil {
+		c.VMM = qemu.Backend{}
 	}
 	if c.MaxVMs == 0 {
 		c.MaxVMs = defaultMaxVMs(c.DefaultMemoryMiB + c.VMMemoryOverheadMiB)
@@ -233,7 +239,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	qv, err := qemu.Version(ctx)
+	qv, err := cfg.VMM.Version(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +357,7 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 			return a, nil
 		}
 	}
-	res := qemu.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(s.image.KernelFile()), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
+	res := s.cfg.VMM.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(s.image.KernelFile()), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
 	info := AccelInfo{Accel: vmm.AccelTCG, Source: "probe", Detail: "kvm probe failed: " + res.Detail}
 	if res.OK {
 		info = AccelInfo{Accel: vmm.AccelKVM, Source: "probe", Detail: "kvm probe: " + res.Detail}

@@ -17,7 +17,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
-	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // CreateSnapshot pauses a booted VM, writes its device state and a sparse
@@ -107,9 +106,9 @@ func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string,
 	}
 	m := &snapshot.Manifest{
 		ID: id, Function: lv.fn.Name, CreatedAt: time.Now().UTC(),
-		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: qemu.MachineABI,
+		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: s.cfg.VMM.MachineABI(),
 			Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline},
-		VMM:    snapshot.VMM{Name: "qemu", Version: s.qemuVersion, Accel: string(s.accel.Accel)},
+		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.qemuVersion, Accel: string(s.accel.Accel)},
 		Inputs: s.inputs(lv.fn),
 		Files:  map[string]snapshot.FileInfo{snapshot.MemoryFile: mem},
 	}
@@ -232,12 +231,12 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 	if m.VMM.Accel != string(s.accel.Accel) {
 		errs = append(errs, fmt.Errorf("%w: taken on %s, this daemon runs %s", snapshot.ErrIncompatible, m.VMM.Accel, s.accel.Accel))
 	}
-	if m.VMM.Name != "qemu" || m.VMM.Version != s.qemuVersion {
-		errs = append(errs, fmt.Errorf("%w: taken with %s %s, this daemon runs qemu %s", snapshot.ErrIncompatible, m.VMM.Name, m.VMM.Version, s.qemuVersion))
+	if m.VMM.Name != s.cfg.VMM.Name() || m.VMM.Version != s.qemuVersion {
+		errs = append(errs, fmt.Errorf("%w: taken with %s %s, this daemon runs %s %s", snapshot.ErrIncompatible, m.VMM.Name, m.VMM.Version, s.cfg.VMM.Name(), s.qemuVersion))
 	}
-	if m.Guest.Machine != qemu.MachineABI {
+	if abi := s.cfg.VMM.MachineABI(); m.Guest.Machine != abi {
 		errs = append(errs, fmt.Errorf("%w: taken on guest machine %q, this daemon builds %q: create a new snapshot",
-			snapshot.ErrIncompatible, m.Guest.Machine, qemu.MachineABI))
+			snapshot.ErrIncompatible, m.Guest.Machine, abi))
 	}
 	if m.Guest.MemoryMiB != fn.MemoryMiB || m.Guest.VCPUs != fn.VCPUs {
 		errs = append(errs, fmt.Errorf("%w: guest shape %d MiB/%d vCPU, function wants %d MiB/%d vCPU",

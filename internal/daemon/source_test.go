@@ -44,6 +44,22 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	return s
 }
 
+// openModes makes a tree readable by everyone: a daemon opened by another
+// test in this process set the umask to 077.
+func openModes(t *testing.T, root string) {
+	t.Helper()
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil {
+			mode := os.FileMode(0o644)
+			if d.IsDir() {
+				mode = 0o755
+			}
+			os.Chmod(p, mode)
+		}
+		return nil
+	})
+}
+
 func entries(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -92,6 +108,7 @@ func TestCreateFromDirectoryWhoAndWhere(t *testing.T) {
 	root := t.TempDir()
 	src := filepath.Join(root, "fn")
 	writeTree(t, src, map[string]string{"handler.py": "def handle(e): return 1\n"})
+	openModes(t, root)
 	outside := t.TempDir()
 	writeTree(t, outside, map[string]string{"handler.py": "x"})
 	nogroup := ""

@@ -15,7 +15,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
@@ -104,15 +103,19 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		return nil, err
 	}
-	unconfine, err := s.confineSpec(&spec)
+	err := os.MkdirAll(spec.RunDir, 0o700)
+	var unconfine func() = func() {}
+	if err == nil {
+		unconfine, err = s.confineSpec(&spec)
+	}
 	var vnet *vmnet.Net
 	if err == nil {
 		vnet, err = s.attachNet(spec.ID, fn)
 	}
-	var m *qemu.Machine
+	var m vmm.Machine
 	if err == nil {
 		spec.Tap = vnet.Tap()
-		m, err = qemu.Start(ctx, spec)
+		m, err = s.cfg.VMM.Start(ctx, spec)
 	}
 	if err != nil {
 		if vnet != nil {

@@ -205,6 +205,30 @@ type Exit struct {
 	Requested bool
 }
 
+// Backend is a virtual machine monitor: what the daemon needs to start
+// VMs, know which monitor it runs, and probe accelerators.
+type Backend interface {
+	// Name and Version identify the monitor (recorded in snapshots).
+	Name() string
+	Version(ctx context.Context) (string, error)
+	// MachineABI names the guest hardware Start builds (recorded in
+	// snapshots; device state loads only into the same hardware).
+	MachineABI() string
+	// Start launches a VM process for spec.
+	Start(ctx context.Context, spec Spec) (Machine, error)
+	// ProbeAccel boots the guest kernel and initrd on accel and reports
+	// whether a guest really booted there.
+	ProbeAccel(ctx context.Context, accel Accel, kernel, initrd, workDir string, timeout time.Duration) ProbeResult
+}
+
+// ProbeResult says whether an accelerator booted a real guest.
+type ProbeResult struct {
+	Accel    Accel
+	OK       bool
+	Duration time.Duration
+	Detail   string
+}
+
 // Machine is a running VMM process.
 type Machine interface {
 	// PID of the VMM process.

@@ -130,6 +130,34 @@ func Args(s *vmm.Spec, fds Descriptors) []string {
 	return args
 }
 
+// Backend is QEMU as a vmm.Backend.
+type Backend struct{}
+
+var _ vmm.Backend = Backend{}
+
+// Name implements vmm.Backend.
+func (Backend) Name() string { return "qemu" }
+
+// Version implements vmm.Backend.
+func (Backend) Version(ctx context.Context) (string, error) { return Version(ctx) }
+
+// MachineABI implements vmm.Backend.
+func (Backend) MachineABI() string { return MachineABI }
+
+// Start implements vmm.Backend.
+func (Backend) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	m, err := Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ProbeAccel implements vmm.Backend.
+func (Backend) ProbeAccel(ctx context.Context, accel vmm.Accel, kernel, initrd, workDir string, timeout time.Duration) vmm.ProbeResult {
+	return ProbeAccel(ctx, accel, kernel, initrd, workDir, timeout)
+}
+
 // Machine is a running QEMU process.
 type Machine struct {
 	spec  vmm.Spec

@@ -17,20 +17,12 @@ import (
 // thaw.probe=1, just before it powers off.
 const ProbeMarker = "THAW-PROBE-OK"
 
-// ProbeResult says whether an accelerator booted a real guest.
-type ProbeResult struct {
-	Accel    vmm.Accel
-	OK       bool
-	Duration time.Duration
-	Detail   string
-}
-
 // ProbeAccel boots the guest kernel and initramfs in probe mode on accel and
 // reports whether it reached the initramfs. Opening /dev/kvm is not enough:
 // on hosts with paravirtual KVM (kvm_pvm) KVM_CREATE_VM succeeds but a stock
 // kernel hangs right after the boot loader, so only a booted guest counts.
-func ProbeAccel(ctx context.Context, accel vmm.Accel, kernel, initrd, workDir string, timeout time.Duration) ProbeResult {
-	res := ProbeResult{Accel: accel}
+func ProbeAccel(ctx context.Context, accel vmm.Accel, kernel, initrd, workDir string, timeout time.Duration) vmm.ProbeResult {
+	res := vmm.ProbeResult{Accel: accel}
 	if accel == vmm.AccelKVM {
 		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 		if err != nil {

@@ -1,0 +1,199 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
+
+// fakeVMM is a vmm.Backend whose VMs are a sleeping process (so pids,
+// /proc counters and kills are real) and a guest agent in Go answering on
+// the agent channel. The daemon's service layer runs unchanged on it.
+type fakeVMM struct {
+	mu      sync.Mutex
+	specs   []vmm.Spec
+	startFn func(spec vmm.Spec) error // fails a start when it returns an error
+}
+
+func (b *fakeVMM) Name() string                            { return "fake" }
+func (b *fakeVMM) Version(context.Context) (string, error) { return "1.0", nil }
+func (b *fakeVMM) MachineABI() string                      { return "fake-machine" }
+func (b *fakeVMM) ProbeAccel(_ context.Context, a vmm.Accel, _, _, _ string, _ time.Duration) vmm.ProbeResult {
+	return vmm.ProbeResult{Accel: a, Detail: "fake"}
+}
+
+func (b *fakeVMM) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.specs = append(b.specs, spec)
+	fn := b.startFn
+	b.mu.Unlock()
+	if fn != nil {
+		if err := fn(spec); err != nil {
+			return nil, err
+		}
+	}
+	if spec.Memory.Shared { // a booting VM's RAM: some pages written
+		f, err := os.OpenFile(spec.Memory.Path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		f.Truncate(int64(spec.MemoryMiB) << 20)
+		f.WriteAt([]byte("guest kernel and the function, imported"), 4096)
+		f.Close()
+	} else if _, err := os.Stat(spec.Memory.Path); err != nil {
+		return nil, fmt.Errorf("memory file: %w", err)
+	}
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	host, guest := net.Pipe()
+	m := &fakeMachine{cmd: cmd, agent: host, done: make(chan struct{})}
+	go m.wait()
+	go fakeAgent(guest, m)
+	return m, nil
+}
+
+type fakeMachine struct {
+	cmd   *exec.Cmd
+	agent net.Conn
+	done  chan struct{}
+
+	mu        sync.Mutex
+	requested bool
+	exit      vmm.Exit
+	paused    bool
+	loaded    string // the device state it was restored from
+}
+
+func (m *fakeMachine) wait() {
+	err := m.cmd.Wait()
+	m.mu.Lock()
+	m.exit = vmm.Exit{At: time.Now(), Code: -1, Requested: m.requested, Reason: "fake vmm: " + fmt.Sprint(err)}
+	m.mu.Unlock()
+	m.agent.Close()
+	close(m.done)
+}
+
+func (m *fakeMachine) PID() int              { return m.cmd.Process.Pid }
+func (m *fakeMachine) Agent() net.Conn       { return m.agent }
+func (m *fakeMachine) Done() <-chan struct{} { return m.done }
+func (m *fakeMachine) Exit() vmm.Exit {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.exit
+}
+func (m *fakeMachine) Pause(context.Context) error  { m.setPaused(true); return nil }
+func (m *fakeMachine) Resume(context.Context) error { m.setPaused(false); return nil }
+func (m *fakeMachine) setPaused(p bool) {
+	m.mu.Lock()
+	m.paused = p
+	m.mu.Unlock()
+}
+
+func (m *fakeMachine) SaveState(_ context.Context, path string) error {
+	return os.WriteFile(path, []byte("fake device state"), 0o600)
+}
+
+func (m *fakeMachine) LoadState(_ context.Context, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.loaded = string(b)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *fakeMachine) Kill() error {
+	m.mu.Lock()
+	m.requested = true
+	m.mu.Unlock()
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+	return nil
+}
+
+// fakeAgent answers the agent protocol. Events steer it: {"op":"crash"}
+// kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
+// the handler; anything else is echoed.
+func fakeAgent(c net.Conn, m *fakeMachine) {
+	rd := bufio.NewReader(c)
+	enc := json.NewEncoder(c)
+	for {
+		line, err := rd.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var req struct {
+			ID    string          `json:"id"`
+			Op    string          `json:"op"`
+			Event json.RawMessage `json:"event"`
+		}
+		if json.Unmarshal(line, &req) != nil {
+			continue
+		}
+		reply := map[string]any{"id": req.ID, "ok": true}
+		switch req.Op {
+		case "ping":
+			reply["op"] = "pong"
+		case "restore":
+			reply["duration_ms"] = 0.5
+			reply["reseeded"] = []string{"kernel", "random"}
+			reply["hook"] = map[string]any{"ran": false}
+		case "clock":
+		case "invoke":
+			var ev struct{ Op string }
+			_ = json.Unmarshal(req.Event, &ev)
+			switch ev.Op {
+			case "crash":
+				_ = m.cmd.Process.Signal(syscall.SIGKILL)
+				continue
+			case "hang":
+				continue
+			case "raise":
+				reply["ok"] = false
+				reply["error"] = map[string]any{"type": "ValueError", "message": "asked to"}
+			default:
+				reply["result"] = req.Event
+			}
+			reply["duration_ms"] = 0.1
+		default:
+			reply["ok"] = false
+			reply["error"] = map[string]any{"type": "BadRequest", "message": "unknown op"}
+		}
+		if err := enc.Encode(reply); err != nil && !errors.Is(err, net.ErrClosed) {
+			return
+		}
+	}
+}
+
+// fakeImage writes a guest image description whose files are tiny.
+func fakeImage(dir string) error {
+	files := map[string]int{"vmlinuz": 10, "initrd.img": 20, "rootfs.ext4": 30}
+	desc := map[string]any{}
+	for name, size := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
+			return err
+		}
+		desc[name] = map[string]any{"size": size, "sha256": fmt.Sprintf("%064x", size)}
+	}
+	b, _ := json.Marshal(map[string]any{"format": 1, "hash": "fake", "kernel_version": "6.1-fake",
+		"files": desc, "cmdline": "console=ttyS0"})
+	return os.WriteFile(filepath.Join(dir, "image.json"), b, 0o644)
+}
