@@ -186,7 +186,6 @@ func (s *Server) installRun(dst, src, n uint64) error {
 	return nil
 }
 
-
 // WriteWorkingSet writes the REAP working-set file: the contents of the given
 // guest pages of memFile, back to back in the given order (pages beyond the
 // end of memFile are zeros). Prefetch(wsFile, pages) installs it. Sorting
