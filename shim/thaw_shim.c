@@ -396,115 +396,112 @@ static void write_stats(uint64_t us, size_t len)
 	close(fd);
 }
 
-static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
-{
-	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t t0 = now_us(), memfile_size = 0, ls_size = 0, dev_size = 0;
+/* A layout table and the files its entries map. */
+struct layout {
 	struct layout_header h;
-	struct layout_entry *ents = NULL;
-	struct stat st;
-	int tfd, lsfd = -1, devfd = -1, err = 0, need_ls = 0, need_dev = 0;
-	unsigned nkind[4] = {0, 0, 0, 0};
-	void *ret = MAP_FAILED;
+	struct layout_entry *ents;
+	int tfd, lsfd, devfd;
+	uint64_t memfile_size, ls_size, dev_size;
+};
 
-	tfd = open(cfg.layout, O_RDONLY | O_CLOEXEC);
-	if (tfd < 0)
-		return fail(errno, "open layout table %s", cfg.layout);
-	if (fstat(tfd, &st) < 0) {
-		ret = fail(errno, "fstat layout table %s", cfg.layout);
-		goto out;
-	}
-	if ((uint64_t)st.st_size < sizeof(h)) {
-		ret = fail(EINVAL, "layout table %s: %lld bytes, shorter than the header", cfg.layout,
-			   (long long)st.st_size);
-		goto out;
-	}
-	if (read_full(tfd, &h, sizeof(h), 0) < 0) {
-		ret = fail(errno, "read layout table %s", cfg.layout);
-		goto out;
-	}
-	if (memcmp(h.magic, LAYOUT_MAGIC, 8) != 0) {
-		ret = fail(EINVAL, "layout table %s: bad magic", cfg.layout);
-		goto out;
-	}
-	if (h.version != 1 || h.reserved != 0) {
-		ret = fail(EINVAL, "layout table %s: version %u reserved %llu, want 1 and 0", cfg.layout,
-			   h.version, (unsigned long long)h.reserved);
-		goto out;
-	}
-	if (h.count > MAX_ENTRIES) {
-		ret = fail(EINVAL, "layout table %s: %u entries exceeds %u", cfg.layout, h.count,
-			   MAX_ENTRIES);
-		goto out;
-	}
-	if ((uint64_t)st.st_size != sizeof(h) + (uint64_t)h.count * sizeof(*ents)) {
-		ret = fail(EINVAL, "layout table %s: %lld bytes, want %llu for %u entries", cfg.layout,
-			   (long long)st.st_size,
-			   (unsigned long long)(sizeof(h) + (uint64_t)h.count * sizeof(*ents)), h.count);
-		goto out;
-	}
-	if (h.mem_size != len) {
-		ret = fail(EINVAL, "layout table %s: mem_size %llu but QEMU maps %zu bytes", cfg.layout,
-			   (unsigned long long)h.mem_size, len);
-		goto out;
-	}
-	if (h.count) {
-		ents = malloc((size_t)h.count * sizeof(*ents));
-		if (!ents) {
-			ret = fail(ENOMEM, "layout table %s: allocating %u entries", cfg.layout, h.count);
-			goto out;
-		}
-		if (read_full(tfd, ents, (size_t)h.count * sizeof(*ents), sizeof(h)) < 0) {
-			ret = fail(errno, "read layout table %s", cfg.layout);
-			goto out;
-		}
-	}
-	if (fstat(memfd, &st) < 0) {
-		ret = fail(errno, "fstat memory file fd %d", memfd);
-		goto out;
-	}
-	memfile_size = (uint64_t)st.st_size;
-	for (uint32_t i = 0; i < h.count; i++) {
-		need_ls |= ents[i].kind == KIND_LSFILE;
-		need_dev |= ents[i].kind == KIND_DEVICE;
+/* Like fail(), for helpers that return -1. */
+static int failed(int err, const char *fmt, ...)
+{
+	char what[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	shim_log("thaw-shim: %s: %s", what, strerror(err));
+	errno = err;
+	return -1;
+}
+
+/* Reads and checks the table's header and entries (not their ranges). */
+static int read_table(struct layout *l, size_t len)
+{
+	struct layout_header *h = &l->h;
+	struct stat st;
+
+	l->tfd = open(cfg.layout, O_RDONLY | O_CLOEXEC);
+	if (l->tfd < 0)
+		return failed(errno, "open layout table %s", cfg.layout);
+	if (fstat(l->tfd, &st) < 0)
+		return failed(errno, "fstat layout table %s", cfg.layout);
+	if ((uint64_t)st.st_size < sizeof(*h))
+		return failed(EINVAL, "layout table %s: %lld bytes, shorter than the header", cfg.layout,
+			      (long long)st.st_size);
+	if (read_full(l->tfd, h, sizeof(*h), 0) < 0)
+		return failed(errno, "read layout table %s", cfg.layout);
+	if (memcmp(h->magic, LAYOUT_MAGIC, 8) != 0)
+		return failed(EINVAL, "layout table %s: bad magic", cfg.layout);
+	if (h->version != 1 || h->reserved != 0)
+		return failed(EINVAL, "layout table %s: version %u reserved %llu, want 1 and 0", cfg.layout,
+			      h->version, (unsigned long long)h->reserved);
+	if (h->count > MAX_ENTRIES)
+		return failed(EINVAL, "layout table %s: %u entries exceeds %u", cfg.layout, h->count, MAX_ENTRIES);
+	uint64_t want = sizeof(*h) + (uint64_t)h->count * sizeof(*l->ents);
+	if ((uint64_t)st.st_size != want)
+		return failed(EINVAL, "layout table %s: %lld bytes, want %llu for %u entries", cfg.layout,
+			      (long long)st.st_size, (unsigned long long)want, h->count);
+	if (h->mem_size != len)
+		return failed(EINVAL, "layout table %s: mem_size %llu but QEMU maps %zu bytes", cfg.layout,
+			      (unsigned long long)h->mem_size, len);
+	if (!h->count)
+		return 0;
+	l->ents = malloc((size_t)h->count * sizeof(*l->ents));
+	if (!l->ents)
+		return failed(ENOMEM, "layout table %s: allocating %u entries", cfg.layout, h->count);
+	if (read_full(l->tfd, l->ents, (size_t)h->count * sizeof(*l->ents), sizeof(*h)) < 0)
+		return failed(errno, "read layout table %s", cfg.layout);
+	return 0;
+}
+
+/* Opens what the entries map besides the memory file, and sizes it all. */
+static int open_backing(struct layout *l, int memfd)
+{
+	struct stat st;
+	int need_ls = 0, need_dev = 0;
+
+	if (fstat(memfd, &st) < 0)
+		return failed(errno, "fstat memory file fd %d", memfd);
+	l->memfile_size = (uint64_t)st.st_size;
+	for (uint32_t i = 0; i < l->h.count; i++) {
+		need_ls |= l->ents[i].kind == KIND_LSFILE;
+		need_dev |= l->ents[i].kind == KIND_DEVICE;
 	}
 	if (need_dev) {
-		if (!cfg.device || !*cfg.device) {
-			ret = fail(EINVAL, "layout table %s has device entries but THAW_SHIM_DEVICE is not set",
-				   cfg.layout);
-			goto out;
-		}
-		devfd = open(cfg.device, O_RDWR | O_CLOEXEC);
-		if (devfd < 0) {
-			ret = fail(errno, "open device %s", cfg.device);
-			goto out;
-		}
-		if (device_size(devfd, &dev_size) < 0) {
-			ret = fail(errno, "size of device %s", cfg.device);
-			goto out;
-		}
+		if (!cfg.device || !*cfg.device)
+			return failed(EINVAL, "layout table %s has device entries but THAW_SHIM_DEVICE is not set",
+				      cfg.layout);
+		l->devfd = open(cfg.device, O_RDWR | O_CLOEXEC);
+		if (l->devfd < 0)
+			return failed(errno, "open device %s", cfg.device);
+		if (device_size(l->devfd, &l->dev_size) < 0)
+			return failed(errno, "size of device %s", cfg.device);
 	}
 	if (need_ls) {
-		if (!cfg.lsfile || !*cfg.lsfile) {
-			ret = fail(EINVAL, "layout table %s has loading-set entries but THAW_SHIM_LSFILE is not set",
-				   cfg.layout);
-			goto out;
-		}
-		lsfd = open(cfg.lsfile, O_RDONLY | O_CLOEXEC);
-		if (lsfd < 0) {
-			ret = fail(errno, "open loading-set file %s", cfg.lsfile);
-			goto out;
-		}
-		if (fstat(lsfd, &st) < 0) {
-			ret = fail(errno, "fstat loading-set file %s", cfg.lsfile);
-			goto out;
-		}
-		ls_size = (uint64_t)st.st_size;
+		if (!cfg.lsfile || !*cfg.lsfile)
+			return failed(EINVAL, "layout table %s has loading-set entries but THAW_SHIM_LSFILE is not set",
+				      cfg.layout);
+		l->lsfd = open(cfg.lsfile, O_RDONLY | O_CLOEXEC);
+		if (l->lsfd < 0)
+			return failed(errno, "open loading-set file %s", cfg.lsfile);
+		if (fstat(l->lsfd, &st) < 0)
+			return failed(errno, "fstat loading-set file %s", cfg.lsfile);
+		l->ls_size = (uint64_t)st.st_size;
 	}
+	return 0;
+}
 
-	/* Validate everything before touching QEMU's reservation. */
-	for (uint32_t i = 0; i < h.count; i++) {
-		const struct layout_entry *e = &ents[i];
+/* Checks every entry's ranges before QEMU's reservation is touched. */
+static int validate(const struct layout *l)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	for (uint32_t i = 0; i < l->h.count; i++) {
+		const struct layout_entry *e = &l->ents[i];
 		const char *why = NULL;
 
 		if (e->kind > KIND_DEVICE)
@@ -515,53 +512,54 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 			why = "zero length";
 		else if ((e->guest_off | e->length | e->file_off) % page)
 			why = "not page-aligned";
-		else if (!range_ok(e->guest_off, e->length, h.mem_size))
+		else if (!range_ok(e->guest_off, e->length, l->h.mem_size))
 			why = "beyond mem_size";
 		else if (e->kind == KIND_ANON && e->file_off)
 			why = "anonymous entry with file_off";
-		else if (e->kind == KIND_MEMFILE && !range_ok(e->file_off, e->length, memfile_size))
+		else if (e->kind == KIND_MEMFILE && !range_ok(e->file_off, e->length, l->memfile_size))
 			why = "beyond the end of the memory file";
-		else if (e->kind == KIND_LSFILE && !range_ok(e->file_off, e->length, ls_size))
+		else if (e->kind == KIND_LSFILE && !range_ok(e->file_off, e->length, l->ls_size))
 			why = "beyond the end of the loading-set file";
-		else if (e->kind == KIND_DEVICE && !range_ok(e->file_off, e->length, dev_size))
+		else if (e->kind == KIND_DEVICE && !range_ok(e->file_off, e->length, l->dev_size))
 			why = "beyond the end of the device";
-		if (why) {
-			ret = fail(EINVAL,
-				   "layout table %s: entry %u (guest_off %#llx length %#llx file_off %#llx kind %u): %s",
-				   cfg.layout, i, (unsigned long long)e->guest_off,
-				   (unsigned long long)e->length, (unsigned long long)e->file_off, e->kind,
-				   why);
-			goto out;
-		}
+		if (why)
+			return failed(EINVAL,
+				      "layout table %s: entry %u (guest_off %#llx length %#llx file_off %#llx kind %u): %s",
+				      cfg.layout, i, (unsigned long long)e->guest_off, (unsigned long long)e->length,
+				      (unsigned long long)e->file_off, e->kind, why);
 	}
+	return 0;
+}
 
-	/*
-	 * MAP_NORESERVE on anonymous parts: untouched guest pages are never
-	 * committed.  QEMU's own MAP_NORESERVE (reserve=off) carries over to
-	 * the file parts.
-	 */
+/*
+ * Maps an anonymous base, then every entry on top. MAP_NORESERVE on
+ * anonymous parts: untouched guest pages are never committed; QEMU's own
+ * MAP_NORESERVE (reserve=off) carries over to the file parts. On failure
+ * QEMU's reservation is restored.
+ */
+static int map_entries(const struct layout *l, void *addr, size_t len, int prot, int flags, int memfd,
+		       unsigned nkind[4])
+{
 	const int anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
 	const int filef = MAP_PRIVATE | MAP_FIXED | (flags & MAP_NORESERVE);
 	const int devf = MAP_SHARED | MAP_FIXED;
 
-	if (do_mmap(addr, len, prot, anon, -1, 0) == MAP_FAILED) {
-		ret = fail(errno, "mmap anonymous base (%zu bytes)", len);
-		goto out;
-	}
-	for (uint32_t i = 0; i < h.count; i++) {
-		const struct layout_entry *e = &ents[i];
+	if (do_mmap(addr, len, prot, anon, -1, 0) == MAP_FAILED)
+		return failed(errno, "mmap anonymous base (%zu bytes)", len);
+	for (uint32_t i = 0; i < l->h.count; i++) {
+		const struct layout_entry *e = &l->ents[i];
 		char *dst = (char *)addr + e->guest_off;
 		void *p;
 
 		if (e->kind == KIND_ANON)
 			p = do_mmap(dst, e->length, prot, anon, -1, 0);
 		else if (e->kind == KIND_DEVICE)
-			p = do_mmap(dst, e->length, prot, devf, devfd, (off_t)e->file_off);
+			p = do_mmap(dst, e->length, prot, devf, l->devfd, (off_t)e->file_off);
 		else
-			p = do_mmap(dst, e->length, prot, filef, e->kind == KIND_MEMFILE ? memfd : lsfd,
+			p = do_mmap(dst, e->length, prot, filef, e->kind == KIND_MEMFILE ? memfd : l->lsfd,
 				    (off_t)e->file_off);
 		if (p == MAP_FAILED) {
-			err = errno;
+			int err = errno;
 			restore_reservation(addr, len);
 			/* Each entry can split a VMA: the usual ENOMEM is vm.max_map_count. */
 			const char *hint = "";
@@ -569,48 +567,63 @@ static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
 				hint = " (vm.max_map_count?)";
 			else if (err == EINVAL && e->kind == KIND_DEVICE)
 				hint = " (not aligned to the device's alignment?)";
-			ret = fail(err, "mmap entry %u of %u (kind %u, guest_off %#llx)%s", i, h.count,
-				   e->kind, (unsigned long long)e->guest_off, hint);
-			goto out;
+			return failed(err, "mmap entry %u of %u (kind %u, guest_off %#llx)%s", i, l->h.count, e->kind,
+				      (unsigned long long)e->guest_off, hint);
 		}
 		nkind[e->kind]++;
 	}
-	if (cfg.populate) {
-		uint64_t t1 = now_us();
+	return 0;
+}
 
-		for (uint32_t i = 0; i < h.count; i++) {
-			const struct layout_entry *e = &ents[i];
+/* Pre-faults the range: device entries writable, then everything readable. */
+static int populate(const struct layout *l, void *addr, size_t len)
+{
+	uint64_t t1 = now_us();
+	int err;
 
-			if (e->kind == KIND_DEVICE &&
-			    populate_write((char *)addr + e->guest_off, e->length) < 0) {
-				err = errno;
-				restore_reservation(addr, len);
-				ret = fail(err, "populate device entry %u (%llu bytes at guest_off %#llx)", i,
-					   (unsigned long long)e->length, (unsigned long long)e->guest_off);
-				goto out;
-			}
-		}
-		if (populate_read(addr, len) < 0) {
+	for (uint32_t i = 0; i < l->h.count; i++) {
+		const struct layout_entry *e = &l->ents[i];
+
+		if (e->kind == KIND_DEVICE && populate_write((char *)addr + e->guest_off, e->length) < 0) {
 			err = errno;
 			restore_reservation(addr, len);
-			ret = fail(err, "populate %zu bytes of guest memory", len);
-			goto out;
+			return failed(err, "populate device entry %u (%llu bytes at guest_off %#llx)", i,
+				      (unsigned long long)e->length, (unsigned long long)e->guest_off);
 		}
-		write_stats(now_us() - t1, len);
-		shim_log("thaw-shim: populated %zu bytes in %llu us", len,
-			 (unsigned long long)(now_us() - t1));
 	}
-	ret = addr;
-	shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set, %u device) over %zu bytes in %llu us",
-		 h.count, nkind[0], nkind[1], nkind[2], nkind[3], len, (unsigned long long)(now_us() - t0));
-out:
+	if (populate_read(addr, len) < 0) {
+		err = errno;
+		restore_reservation(addr, len);
+		return failed(err, "populate %zu bytes of guest memory", len);
+	}
+	write_stats(now_us() - t1, len);
+	shim_log("thaw-shim: populated %zu bytes in %llu us", len, (unsigned long long)(now_us() - t1));
+	return 0;
+}
+
+static void *map_layout(void *addr, size_t len, int prot, int flags, int memfd)
+{
+	struct layout l = {.tfd = -1, .lsfd = -1, .devfd = -1};
+	unsigned nkind[4] = {0, 0, 0, 0};
+	uint64_t t0 = now_us();
+	void *ret = MAP_FAILED;
+	int err;
+
+	if (read_table(&l, len) == 0 && open_backing(&l, memfd) == 0 && validate(&l) == 0 &&
+	    map_entries(&l, addr, len, prot, flags, memfd, nkind) == 0 &&
+	    (!cfg.populate || populate(&l, addr, len) == 0)) {
+		ret = addr;
+		shim_log("thaw-shim: layout: %u entries (%u anon, %u memory-file, %u loading-set, %u device) over %zu bytes in %llu us",
+			 l.h.count, nkind[0], nkind[1], nkind[2], nkind[3], len, (unsigned long long)(now_us() - t0));
+	}
 	err = errno;
-	free(ents);
-	close(tfd);
-	if (lsfd >= 0)
-		close(lsfd); /* the mappings hold their own reference */
-	if (devfd >= 0)
-		close(devfd);
+	free(l.ents);
+	if (l.tfd >= 0)
+		close(l.tfd);
+	if (l.lsfd >= 0)
+		close(l.lsfd); /* the mappings hold their own reference */
+	if (l.devfd >= 0)
+		close(l.devfd);
 	errno = err;
 	return ret;
 }
