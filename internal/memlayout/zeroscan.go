@@ -68,92 +68,117 @@ func scanFile(path string, h hash.Hash) ([]PageRun, ZeroStats, error) {
 	if !st.Mode().IsRegular() {
 		return nil, ZeroStats{}, fmt.Errorf("zero scan %s: not a regular file", path)
 	}
-	size := st.Size()
-	stats := ZeroStats{Size: size, Pages: PagesOf(size)}
-	var nonzero []PageRun
-	buf := make([]byte, scanChunk)
-	fd := int(f.Fd())
-	seekable := true
-	hashZeros := func(n int64) {
-		if h == nil {
-			return
-		}
-		for n > 0 {
-			k := min(n, int64(len(zeroChunk)))
-			h.Write(zeroChunk[:k])
-			n -= k
-		}
-	}
-	ps := int64(PageSize)
-	for off := int64(0); off < size; { // off is page-aligned
-		dataStart, dataEnd := off, size
-		if seekable {
-			d, err := unix.Seek(fd, off, unix.SEEK_DATA)
-			switch {
-			case errors.Is(err, unix.ENXIO): // only a hole remains
-				d = size
-			case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
-				seekable, d = false, off // no hole support: all data
-			case err != nil:
-				return nil, ZeroStats{}, fmt.Errorf("zero scan %s: seek data: %w", path, err)
-			}
-			if d > size {
-				d = size
-			}
-			if seekable {
-				e := size
-				if d < size {
-					e, err = unix.Seek(fd, d, unix.SEEK_HOLE)
-					if errors.Is(err, unix.ENXIO) {
-						e = size
-					} else if err != nil {
-						return nil, ZeroStats{}, fmt.Errorf("zero scan %s: seek hole: %w", path, err)
-					}
-				}
-				// Widen to whole pages: a page partly in a hole is read.
-				dataStart = max(off, d/ps*ps)
-				dataEnd = min(size, (e+ps-1)/ps*ps)
-				if d >= size || dataEnd <= dataStart {
-					dataStart, dataEnd = size, size
-				}
-			}
+	sc := &scanner{f: f, path: path, h: h, size: st.Size(), seekable: true, buf: make([]byte, scanChunk)}
+	sc.stats = ZeroStats{Size: sc.size, Pages: PagesOf(sc.size)}
+	for off := int64(0); off < sc.size; { // off is page-aligned
+		dataStart, dataEnd, err := sc.nextData(off)
+		if err != nil {
+			return nil, ZeroStats{}, err
 		}
 		if dataStart > off {
-			stats.HolePages += PagesOf(dataStart) - uint64(off)/PageSize
-			hashZeros(dataStart - off)
+			sc.stats.HolePages += PagesOf(dataStart) - uint64(off)/PageSize
+			sc.hashZeros(dataStart - off)
 		}
-		for p := dataStart; p < dataEnd; {
-			want := min(int64(len(buf)), dataEnd-p)
-			n, err := f.ReadAt(buf[:want], p)
-			if int64(n) != want {
-				return nil, ZeroStats{}, fmt.Errorf("zero scan %s: short read at %d (file changed?): %v", path, p+int64(n), err)
-			}
-			stats.ReadBytes += want
-			chunk := buf[:want]
-			if h != nil {
-				h.Write(chunk)
-			}
-			first := uint64(p) / PageSize
-			for i := 0; i < len(chunk); i += snapshotPageSize {
-				page := chunk[i:min(i+snapshotPageSize, len(chunk))]
-				if bytes.Equal(page, zeroPage[:len(page)]) {
-					continue
-				}
-				pg := first + uint64(i)/PageSize
-				if n := len(nonzero); n > 0 && nonzero[n-1].End() == pg {
-					nonzero[n-1].Pages++
-				} else {
-					nonzero = append(nonzero, PageRun{Start: pg, Pages: 1})
-				}
-			}
-			p += want
+		if err := sc.readData(dataStart, dataEnd); err != nil {
+			return nil, ZeroStats{}, err
 		}
 		off = dataEnd
 	}
-	stats.NonzeroPages = CountPages(nonzero)
-	stats.ZeroPages = stats.Pages - stats.NonzeroPages
-	stats.Regions = len(nonzero)
-	return nonzero, stats, nil
+	sc.stats.NonzeroPages = CountPages(sc.nonzero)
+	sc.stats.ZeroPages = sc.stats.Pages - sc.stats.NonzeroPages
+	sc.stats.Regions = len(sc.nonzero)
+	return sc.nonzero, sc.stats, nil
+}
+
+// scanner is one zero scan in progress.
+type scanner struct {
+	f        *os.File
+	path     string
+	h        hash.Hash // nil: no digest
+	size     int64
+	seekable bool // the file system reports holes (SEEK_DATA/SEEK_HOLE)
+	buf      []byte
+	nonzero  []PageRun
+	stats    ZeroStats
+}
+
+// nextData finds the next data extent at or after off, widened to whole
+// pages (a page partly in a hole is read); without hole support the rest
+// of the file is data.
+func (sc *scanner) nextData(off int64) (start, end int64, err error) {
+	if !sc.seekable {
+		return off, sc.size, nil
+	}
+	fd := int(sc.f.Fd())
+	d, err := unix.Seek(fd, off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO): // only a hole remains
+		d = sc.size
+	case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP):
+		sc.seekable = false // no hole support: all data
+		return off, sc.size, nil
+	case err != nil:
+		return 0, 0, fmt.Errorf("zero scan %s: seek data: %w", sc.path, err)
+	}
+	d = min(d, sc.size)
+	e := sc.size
+	if d < sc.size {
+		e, err = unix.Seek(fd, d, unix.SEEK_HOLE)
+		if errors.Is(err, unix.ENXIO) {
+			e = sc.size
+		} else if err != nil {
+			return 0, 0, fmt.Errorf("zero scan %s: seek hole: %w", sc.path, err)
+		}
+	}
+	ps := int64(PageSize)
+	start, end = max(off, d/ps*ps), min(sc.size, (e+ps-1)/ps*ps)
+	if d >= sc.size || end <= start {
+		return sc.size, sc.size, nil
+	}
+	return start, end, nil
+}
+
+// hashZeros feeds n zero bytes (a hole) to the digest.
+func (sc *scanner) hashZeros(n int64) {
+	if sc.h == nil {
+		return
+	}
+	for n > 0 {
+		k := min(n, int64(len(zeroChunk)))
+		sc.h.Write(zeroChunk[:k])
+		n -= k
+	}
+}
+
+// readData reads [start, end), hashing it and noting its non-zero pages.
+func (sc *scanner) readData(start, end int64) error {
+	for p := start; p < end; {
+		want := min(int64(len(sc.buf)), end-p)
+		n, err := sc.f.ReadAt(sc.buf[:want], p)
+		if int64(n) != want {
+			return fmt.Errorf("zero scan %s: short read at %d (file changed?): %v", sc.path, p+int64(n), err)
+		}
+		sc.stats.ReadBytes += want
+		chunk := sc.buf[:want]
+		if sc.h != nil {
+			sc.h.Write(chunk)
+		}
+		first := uint64(p) / PageSize
+		for i := 0; i < len(chunk); i += snapshotPageSize {
+			page := chunk[i:min(i+snapshotPageSize, len(chunk))]
+			if bytes.Equal(page, zeroPage[:len(page)]) {
+				continue
+			}
+			pg := first + uint64(i)/PageSize
+			if n := len(sc.nonzero); n > 0 && sc.nonzero[n-1].End() == pg {
+				sc.nonzero[n-1].Pages++
+			} else {
+				sc.nonzero = append(sc.nonzero, PageRun{Start: pg, Pages: 1})
+			}
+		}
+		p += want
+	}
+	return nil
 }
 
 const snapshotPageSize = int(PageSize)
