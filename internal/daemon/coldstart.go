@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
+
+// The cold start: a VM restored from a snapshot, from request to a guest
+// ready for its first invocation (docs/design.md, "Restore").
+
+// RestoreTiming breaks a restore down, in milliseconds.
+type RestoreTiming struct {
+	VerifyMS    float64 `json:"verify_ms"`     // snapshot checks
+	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
+	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
+	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
+	ResumeMS    float64 `json:"resume_ms"`     // vCPUs resumed to the guest ready (agent answering, restore done)
+	// AgentRestoreMS is the part of ResumeMS the guest spent becoming a
+	// clone of its own: clock set, RNGs reseeded, on_restore run.
+	AgentRestoreMS float64 `json:"agent_restore_ms"`
+}
+
+// RestoreVM starts a VM from a snapshot with a restore strategy and waits
+// until its agent answers. The VM keeps running until deleted.
+func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*catalog.VM, *RestoreTiming, error) {
+	kind, err := restore.ParseKind(strategy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{kind: kind, start: time.Now()})
+	if err != nil {
+		return nil, nil, err
+	}
+	lv.mu.Unlock()
+	return rec, t, nil
+}
+
+// restoreOpts says how to restore.
+type restoreOpts struct {
+	kind  restore.Kind
+	start time.Time // when the request arrived
+	// begin, if set, replaces restore.Begin (the record phases use it).
+	begin func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error)
+}
+
+// restore does RestoreVM's work and returns the VM locked, its strategy
+// session attached to it: verify, plan (the strategy's session), start the
+// VMM, load the device state, resume, renew the clone.
+func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	c, err := s.planRestore(ctx, snapID, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
+	t1 := time.Now()
+	lv, err := s.startVM(ctx, rec, c.spec, c.fn)
+	if err != nil {
+		c.sess.Close()
+		return nil, nil, nil, err
+	}
+	lv.mu.Lock()
+	lv.sess = c.sess
+	if what, err := s.resumeClone(ctx, lv, c, t1); err != nil {
+		reason := fmt.Sprintf("restore from %s: %s: %v", snapID, what, err)
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		lv.mu.Unlock()
+		return nil, nil, nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
+	}
+	rec.State = catalog.StateRunning
+	if err := s.db.PutVM(ctx, rec); err != nil {
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "catalog: "+err.Error())
+		lv.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	return lv, rec, c.t, nil
+}
+
+// coldStart is a restore planned but not started.
+type coldStart struct {
+	sn    *catalog.Snapshot
+	fn    *catalog.Function
+	spec  vmm.Spec
+	sess  restore.Session
+	start time.Time // when set-up began (after a cached fill)
+	t     *RestoreTiming
+}
+
+// planRestore verifies the snapshot and begins the strategy's session.
+func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts) (*coldStart, error) {
+	c := &coldStart{start: o.start}
+	var err error
+	if c.sn, err = s.GetSnapshot(ctx, snapID); err != nil {
+		return nil, err
+	}
+	if c.fn, err = s.db.GetFunction(ctx, c.sn.Function); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
+	}
+	m, err := s.VerifySnapshot(ctx, c.sn, c.fn, false)
+	if err != nil {
+		return nil, err
+	}
+	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start))}
+	id := newID("vm-")
+	c.spec = s.baseSpec(id, c.fn)
+	c.spec.Cmdline, c.spec.Incoming = m.Guest.Cmdline, true
+	if err := os.MkdirAll(c.spec.RunDir, 0o700); err != nil {
+		return nil, err
+	}
+	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
+		OnFailure: func(err error) {
+			if lv, ok := s.live(id); ok {
+				s.log.Error("restore strategy failed; killing vm", "vm", id, "err", err)
+				go s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
+			}
+		}}
+	rsnap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}
+	if o.begin != nil {
+		c.sess, err = o.begin(ctx, rsnap, env)
+	} else {
+		c.sess, err = restore.Begin(ctx, o.kind, rsnap, env)
+	}
+	if err == nil {
+		if fill := c.sess.Stats().CacheFillMS; fill > 0 {
+			// cached: the page cache is filled before the restore proper; its
+			// time is reported apart, not as set-up.
+			c.start = c.start.Add(time.Duration(fill * float64(time.Millisecond)))
+		}
+		if c.spec.Memory, err = restore.Protect(c.sess.Memory(), s.cfg.ShimPath); err != nil {
+			c.sess.Close()
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(c.spec.RunDir)
+		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+	}
+	return c, nil
+}
+
+// resumeClone takes a started VMM of a locked VM from the strategy's
+// start through device state and resume to a renewed guest, filling the
+// timing; on failure it says which step failed.
+func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time) (string, error) {
+	t := c.t
+	if err := c.sess.Started(ctx, lv.m.PID()); err != nil {
+		return string(c.sess.Kind()) + " strategy", err
+	}
+	t.VMMStartMS = ms(time.Since(started))
+	t2 := time.Now()
+	if err := lv.m.LoadState(ctx, filepath.Join(c.sn.Dir, snapshot.StateFile)); err != nil {
+		return "load device state", err
+	}
+	t.LoadStateMS = ms(time.Since(t2))
+	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	if err := lv.m.Resume(ctx); err != nil {
+		return "resume", err
+	}
+	resumed := time.Now()
+	t.SetupMS = ms(resumed.Sub(c.start))
+	s.mu.Lock()
+	lv.state = catalog.StateRunning
+	s.mu.Unlock()
+	// The restore request is the first the resumed guest gets: its answer
+	// also says the agent is up (no ping round trip before it).
+	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
+		var err error
+		t.AgentRestoreMS, err = s.renewClone(ctx, lv)
+		return err
+	}); err != nil {
+		return "guest agent restore", err
+	}
+	t.ResumeMS = ms(time.Since(resumed))
+	return "", nil
+}
+
+// renewClone makes a restored guest a clone of its own before anyone uses
+// it: the host's time for its clock, fresh entropy for its kernel RNG
+// (reseeded at once), Python's generators reseeded, the function's
+// on_restore hook run. Every clone of a snapshot starts with the same
+// memory, so without this they would share random numbers and a stale
+// clock.
+// It returns the guest's own time for it (ms).
+func (s *Service) renewClone(ctx context.Context, lv *liveVM) (float64, error) {
+	entropy := make([]byte, 64)
+	if _, err := rand.Read(entropy); err != nil {
+		return 0, err
+	}
+	r, err := lv.agent.Restore(ctx, entropy)
+	if err != nil {
+		return 0, err
+	}
+	s.log.Debug("clone renewed", "vm", lv.id, "guest_ms", r.DurationMS, "clock_step_ms", r.ClockStepMS)
+	if r.Hook != nil && r.Hook.Error != nil {
+		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.id, "function", lv.fn.Name, "err", r.Hook.Error)
+	}
+	return r.DurationMS, nil
+}
