@@ -147,18 +147,36 @@ static void shim_log(const char *fmt, ...)
 	(void)r;
 }
 
-/* Log "thaw-shim: <what>: <strerror(err)>", set errno and return MAP_FAILED. */
-static void *fail(int err, const char *fmt, ...)
+/* Log "thaw-shim: <what>: <strerror(err)>" and set errno. */
+static void vfail(int err, const char *fmt, va_list ap)
 {
 	char what[768];
+
+	vsnprintf(what, sizeof(what), fmt, ap);
+	shim_log("thaw-shim: %s: %s", what, strerror(err));
+	errno = err;
+}
+
+/* vfail, returning MAP_FAILED (for the intercepted mmap). */
+static void *fail(int err, const char *fmt, ...)
+{
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
+	vfail(err, fmt, ap);
 	va_end(ap);
-	shim_log("thaw-shim: %s: %s", what, strerror(err));
-	errno = err;
 	return MAP_FAILED;
+}
+
+/* vfail, returning -1 (for helpers). */
+static int failed(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(err, fmt, ap);
+	va_end(ap);
+	return -1;
 }
 
 /*
@@ -403,20 +421,6 @@ struct layout {
 	int tfd, lsfd, devfd;
 	uint64_t memfile_size, ls_size, dev_size;
 };
-
-/* Like fail(), for helpers that return -1. */
-static int failed(int err, const char *fmt, ...)
-{
-	char what[768];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	shim_log("thaw-shim: %s: %s", what, strerror(err));
-	errno = err;
-	return -1;
-}
 
 /* Reads and checks the table's header and entries (not their ranges). */
 static int read_table(struct layout *l, size_t len)

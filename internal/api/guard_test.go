@@ -58,10 +58,10 @@ func (rec *recorder) reached() []reachedRoute {
 	return append([]reachedRoute(nil), rec.calls...)
 }
 
-// stubbedHandler is the real handler (guard, routing, errors) whose routes
+// recordingHandler is the real handler (guard, routing, errors) whose routes
 // record the call and answer 200 with the caller instead of calling the
 // service.
-func stubbedHandler(opts Options) (*Handler, *recorder) {
+func recordingHandler(opts Options) (*Handler, *recorder) {
 	h := New(nil, discard, opts)
 	rec := &recorder{}
 	mux := http.NewServeMux()
@@ -121,7 +121,7 @@ func TestTokenRequiredOverTCP(t *testing.T) {
 		{"basic scheme", "Basic " + testToken, "Bearer", false},
 		{"token without scheme", testToken, "Bearer", false},
 	} {
-		h, rec := stubbedHandler(Options{Token: testToken})
+		h, rec := recordingHandler(Options{Token: testToken})
 		r := localRequest("GET", "/v1/functions", "", "")
 		r.Header.Del("Authorization")
 		if c.auth != "" {
@@ -137,7 +137,7 @@ func TestTokenRequiredOverTCP(t *testing.T) {
 		}
 	}
 
-	h, rec := stubbedHandler(Options{Token: testToken})
+	h, rec := recordingHandler(Options{Token: testToken})
 	r := localRequest("GET", "/v1/functions", "", "")
 	r.Header.Set("Authorization", "bearer  "+testToken+" ") // scheme is case-insensitive
 	wantServed(t, "right token", serveOne(h, r), rec)
@@ -146,13 +146,13 @@ func TestTokenRequiredOverTCP(t *testing.T) {
 	}
 
 	// Unknown paths are 401 too: nothing is learnt without the token.
-	h, rec = stubbedHandler(Options{Token: testToken})
+	h, rec = recordingHandler(Options{Token: testToken})
 	r = localRequest("GET", "/v1/nothing", "", "")
 	r.Header.Del("Authorization")
 	wantRefused(t, "unknown path", serveOne(h, r), rec, http.StatusUnauthorized, codeUnauthenticated, "token")
 
 	// No token configured: TCP is closed, whatever the request sends.
-	h, rec = stubbedHandler(Options{})
+	h, rec = recordingHandler(Options{})
 	r = localRequest("GET", "/v1/functions", "", "")
 	r.Header.Set("Authorization", "Bearer ")
 	wantRefused(t, "no token configured", serveOne(h, r), rec, http.StatusUnauthorized, codeUnauthenticated, "no API token")
@@ -233,7 +233,7 @@ func TestCrossSitePostCreatesNothing(t *testing.T) {
 		{"text/plain without Origin over TCP", false, true, "", 415, codeUnsupportedType},
 		{"text/plain without Origin through the socket", true, false, "", 415, codeUnsupportedType},
 	} {
-		h, rec := stubbedHandler(Options{Token: testToken})
+		h, rec := recordingHandler(Options{Token: testToken})
 		r := localRequest("POST", "/v1/functions", "text/plain;charset=UTF-8", body)
 		if !c.token {
 			r.Header.Del("Authorization")
@@ -248,7 +248,7 @@ func TestCrossSitePostCreatesNothing(t *testing.T) {
 	}
 	// Form encodings are refused the same way.
 	for _, ct := range []string{"application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
-		h, rec := stubbedHandler(Options{Token: testToken})
+		h, rec := recordingHandler(Options{Token: testToken})
 		wantRefused(t, ct, serveOne(h, localRequest("POST", "/v1/functions", ct, body)), rec, 415, codeUnsupportedType, "application/json")
 	}
 }
@@ -271,7 +271,7 @@ func TestOriginRefusedUnlessAllowed(t *testing.T) {
 		{"", "same-origin", true},
 		{"", "none", true}, // typed in the address bar
 	} {
-		h, rec := stubbedHandler(opts)
+		h, rec := recordingHandler(opts)
 		r := localRequest("POST", "/v1/vms", "application/json", `{"function":"hello"}`)
 		if c.origin != "" {
 			r.Header.Set("Origin", c.origin)
@@ -301,7 +301,7 @@ func TestHostRefusedUnlessLoopbackOrAllowed(t *testing.T) {
 		{"localhost.evil.example:7380", false}, {"10.0.0.5:80", false}, {"10.0.0.5", false},
 		{"0.0.0.0:7380", false}, {"", false},
 	} {
-		h, rec := stubbedHandler(opts)
+		h, rec := recordingHandler(opts)
 		r := localRequest("GET", "/v1/info", "", "")
 		r.Host = c.host
 		if w := serveOne(h, r); c.ok {
@@ -313,7 +313,7 @@ func TestHostRefusedUnlessLoopbackOrAllowed(t *testing.T) {
 
 	// Over the Unix socket the Host is whatever the client made up, and
 	// no token is needed.
-	h, rec := stubbedHandler(Options{})
+	h, rec := recordingHandler(Options{})
 	r := localRequest("GET", "/v1/info", "", "")
 	r.Host = "evil.example"
 	r.Header.Del("Authorization")
@@ -328,7 +328,7 @@ func TestHostRefusedUnlessLoopbackOrAllowed(t *testing.T) {
 // header as the HTTP stack sets it (a DNS-rebinding page's name), and a
 // chunked text/plain body (no Content-Length).
 func TestRulesOverRealTCP(t *testing.T) {
-	h, rec := stubbedHandler(Options{Token: testToken})
+	h, rec := recordingHandler(Options{Token: testToken})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = h.ConnContext
 	srv.Start()
@@ -385,7 +385,7 @@ func TestBodyTypes(t *testing.T) {
 		{"POST", "/v1/vms/vm-0123456789ab/pause", "text/plain", "x", false},
 		{"GET", "/v1/info", "text/plain", "", true},
 	} {
-		h, rec := stubbedHandler(Options{Token: testToken})
+		h, rec := recordingHandler(Options{Token: testToken})
 		what := c.method + " " + c.target + " " + c.ct
 		if w := serveOne(h, localRequest(c.method, c.target, c.ct, c.body)); c.ok {
 			wantServed(t, what, w, rec)

@@ -94,7 +94,7 @@ func serveUnix(t *testing.T, path string, gid int) *recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, rec := stubbedHandler(Options{Token: testToken})
+	h, rec := recordingHandler(Options{Token: testToken})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -367,7 +367,7 @@ func TestTLSWithClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, rec := stubbedHandler(Options{Token: testToken})
+	h, rec := recordingHandler(Options{Token: testToken})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext}
 	go srv.Serve(tls.NewListener(ln, cfg))
 	defer srv.Close()

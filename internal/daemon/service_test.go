@@ -60,6 +60,21 @@ func createFn(t *testing.T, s *Service, name string) {
 	}
 }
 
+// bootAndSnapshot creates function name, boots it and snapshots the VM.
+func bootAndSnapshot(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Snapshot) {
+	t.Helper()
+	createFn(t, s, name)
+	vm, err := s.BootVM(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := s.CreateSnapshot(context.Background(), vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm, sn
+}
+
 func (b *fakeVMM) spec(i int) vmm.Spec {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -119,15 +134,7 @@ func TestColdPath(t *testing.T) {
 func TestColdPathFailures(t *testing.T) {
 	s, b := fakeService(t, func(c *Config) { c.MaxVMs = 2 })
 	ctx := context.Background()
-	createFn(t, s, "echo")
-	vm, err := s.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn, err := s.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, sn := bootAndSnapshot(t, s, "echo")
 	cold := func(ev string, timeout time.Duration) (*Invocation, error) {
 		return s.InvokeCold(ctx, ColdRequest{Function: "echo", InvokeRequest: InvokeRequest{Event: json.RawMessage(ev), Timeout: timeout}})
 	}
@@ -200,15 +207,7 @@ func TestColdPathFailures(t *testing.T) {
 func TestSnapshotOfAnotherMachineIsRefused(t *testing.T) {
 	s, b := fakeService(t, nil)
 	ctx := context.Background()
-	createFn(t, s, "echo")
-	vm, err := s.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn, err := s.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sn := bootAndSnapshot(t, s, "echo")
 	m, err := snapshot.ReadManifest(sn.Dir)
 	if err != nil {
 		t.Fatal(err)
