@@ -862,10 +862,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"StrategyStats", reflect.TypeFor[restore.Stats]()},
 		{"ProcessCounters", reflect.TypeFor[procstat.Counters]()},
 		{"PrepareResult", reflect.TypeFor[daemon.PrepareResult]()},
-		{"FaaSnapBuild", reflect.TypeFor[daemon.FaaSnapBuild]()},
-		{"FreePageReporting", reflect.TypeFor[daemon.FreePageReporting]()},
+		{"FaaSnapBuild", reflect.TypeFor[restore.FaaSnapBuild]()},
+		{"FreePageReporting", reflect.TypeFor[restore.FreePageReporting]()},
 		{"LoadingSetStats", reflect.TypeFor[memlayout.LoadingSetStats]()},
-		{"REAPBuild", reflect.TypeFor[daemon.REAPBuild]()},
+		{"REAPBuild", reflect.TypeFor[restore.REAPBuild]()},
 		{"PrepareTiming", reflect.TypeFor[daemon.PrepareTiming]()},
 		{"StoreEntry", reflect.TypeFor[store.Entry]()},
 		{"StoreInfo", reflect.TypeFor[daemon.StoreInfo]()},
@@ -1070,13 +1070,14 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	}{
 		{restore.Vanilla, restore.Stats{}},
 		{restore.Vanilla, restore.Stats{Fallback: "faasnap artifacts unusable, restored with vanilla: no such file"}},
-		{restore.Cached, restore.Stats{CacheFillMS: 120.5}},
-		{restore.REAP, restore.Stats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5, FaultsServed: 412,
-			FaultBytesRead: 1687552, PrefetchDirectIO: true}},
-		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, LoaderBytes: 18874368, LoaderMS: 52.7, LoaderShared: true,
-			LoaderBeforeInvoke: &finished}},
+		{restore.Cached, restore.Stats{CachedStats: &restore.CachedStats{CacheFillMS: 120.5}}},
+		{restore.REAP, restore.Stats{REAPStats: &restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5,
+			FaultsServed: 412, FaultBytesRead: 1687552, PrefetchDirectIO: true}}},
+		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, FaaSnapStats: &restore.FaaSnapStats{LoaderBytes: 18874368,
+			LoaderMS: 52.7, LoaderShared: true, LoaderBeforeInvoke: &finished}}},
 		{restore.REAP, restore.Stats{RecordedPageCount: 7342}}, // record mode (never answered, but encodable)
-		{restore.Premap, restore.Stats{LayoutEntries: 31, StoreBytes: 94371840, PopulatedBytes: 536870912, PopulateMS: 21.4}},
+		{restore.Premap, restore.Stats{LayoutEntries: 31, PremapStats: &restore.PremapStats{StoreBytes: 94371840,
+			PopulatedBytes: 536870912, PopulateMS: 21.4}}},
 	}
 	var strategic []*daemon.Invocation
 	for i, c := range stats {
@@ -1089,16 +1090,17 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	warmProc.Process = proc
 	warmSnap := *snap
 	warmSnap.ID, warmSnap.SourceVM, warmSnap.Parent = "snap-99887766aabb", restored.ID, snap.ID
-	prep := &daemon.PrepareResult{Function: "hello", Clean: snap, Warm: &warmSnap,
-		FaaSnap: &daemon.FaaSnapBuild{Scans: 9, WorkingSetPages: 7342,
+	prep := &daemon.PrepareResult{Function: "hello", Clean: snap, Warm: &warmSnap, Builds: restore.Builds{
+		FaaSnap: &restore.FaaSnapBuild{Scans: 9, WorkingSetPages: 7342,
 			Stats: memlayout.LoadingSetStats{WorkingSetPages: 7342, LoadingSetPages: 4511, ZeroPagesInWorkingSet: 2831,
 				GapPages: 97, RegionsBeforeMerge: 388, RegionsAfterMerge: 206},
 			LoadingSetBytes: 18874368, GroupSize: 1024, MergeGap: 32,
-			FreedPages: daemon.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}},
-		REAP: &daemon.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
-		SnapBPF: &daemon.SnapBPFBuild{Events: 2210, CapturedPages: 31544, FreePagesFiltered: 9120, PrefetchPages: 22424,
-			Ranges: 96, REAPOverlapPages: 3641, CaptureMS: 1210.4},
-		Timing: daemon.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, FaaSnapRecordMS: 2901, WarmSnapshotMS: 401, FaaSnapBuildMS: 311, REAPRecordMS: 96, REAPBuildMS: 38, TotalMS: 4971}}
+			FreedPages: restore.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}},
+		REAP: &restore.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
+		SnapBPF: &restore.SnapBPFBuild{Events: 2210, CapturedPages: 31544, FreePagesFiltered: 9120, PrefetchPages: 22424,
+			Ranges: 96, REAPOverlapPages: 3641, CaptureMS: 1210.4}},
+		Timing: daemon.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, RecordTiming: restore.RecordTiming{FaaSnapRecordMS: 2901,
+			WarmSnapshotMS: 401, FaaSnapBuildMS: 311, REAPRecordMS: 96, REAPBuildMS: 38}, TotalMS: 4971}}
 	preparedSnap := warmSnap
 	preparedSnap.Prepared, _ = json.Marshal(prep)
 	var kinds []string

@@ -33,11 +33,11 @@ type RestoreTiming struct {
 // RestoreVM starts a VM from a snapshot with a restore strategy and waits
 // until its agent answers. The VM keeps running until deleted.
 func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*catalog.VM, *RestoreTiming, error) {
-	kind, err := restore.ParseKind(strategy)
+	st, err := s.strategy(strategy)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, nil, err
 	}
-	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{kind: kind, start: time.Now()})
+	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{begin: st.Start, start: time.Now()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -45,12 +45,24 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	return rec, t, nil
 }
 
+// strategy finds an offered restore strategy by name ("": the default).
+func (s *Service) strategy(name string) (restore.Strategy, error) {
+	kind, err := restore.ParseKind(name)
+	if err == nil {
+		for _, st := range s.strategies {
+			if st.Kind == kind {
+				return st, nil
+			}
+		}
+		err = fmt.Errorf("restore strategy %q is not offered by this daemon", kind)
+	}
+	return restore.Strategy{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+}
+
 // restoreOpts says how to restore.
 type restoreOpts struct {
-	kind  restore.Kind
-	start time.Time // when the request arrived
-	// begin, if set, replaces restore.Begin (the record phases use it).
-	begin func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error)
+	begin restore.BeginFunc // the strategy's session (a Strategy's Start, or a prepare step's)
+	start time.Time         // when the request arrived
 }
 
 // restore does RestoreVM's work and returns the VM locked, its strategy
@@ -116,28 +128,12 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	if err := os.MkdirAll(c.spec.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
-		OnFailure: func(err error) {
-			if lv, ok := s.live(id); ok {
-				s.log.Error("restore strategy failed; killing vm", "vm", id, "err", err)
-				go s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
-			}
-		}}
-	rsnap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}
-	if o.begin != nil {
-		c.sess, err = o.begin(ctx, rsnap, env)
-	} else {
-		c.sess, err = restore.Begin(ctx, o.kind, rsnap, env)
-	}
+	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id}
+	c.sess, err = o.begin(ctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
 	if err == nil {
-		if fill := c.sess.Stats().CacheFillMS; fill > 0 {
-			// cached: the page cache is filled before the restore proper; its
-			// time is reported apart, not as set-up.
-			c.start = c.start.Add(time.Duration(fill * float64(time.Millisecond)))
-		}
-		if c.spec.Memory, err = restore.Protect(c.sess.Memory(), s.cfg.ShimPath); err != nil {
-			c.sess.Close()
-		}
+		// Time the strategy reports apart (cached's fill) is not set-up.
+		c.start = c.start.Add(c.sess.Untimed())
+		c.spec.Memory = c.sess.Memory()
 	}
 	if err != nil {
 		_ = os.RemoveAll(c.spec.RunDir)
@@ -153,6 +149,9 @@ func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, sta
 	t := c.t
 	if err := c.sess.Started(ctx, lv.m.PID()); err != nil {
 		return string(c.sess.Kind()) + " strategy", err
+	}
+	if failed := c.sess.Failed(); failed != nil {
+		go s.watchStrategy(lv, failed)
 	}
 	t.VMMStartMS = ms(time.Since(started))
 	t2 := time.Now()
@@ -203,4 +202,15 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM) (float64, error) {
 		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.id, "function", lv.fn.Name, "err", r.Hook.Error)
 	}
 	return r.DurationMS, nil
+}
+
+// watchStrategy kills a VM whose strategy can no longer serve its memory
+// (the kernel would otherwise hand the guest zero pages).
+func (s *Service) watchStrategy(lv *liveVM, failed <-chan error) {
+	select {
+	case err := <-failed:
+		s.log.Error("restore strategy failed; killing vm", "vm", lv.id, "err", err)
+		s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
+	case <-lv.m.Done():
+	}
 }

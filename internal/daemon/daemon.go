@@ -72,6 +72,9 @@ type Config struct {
 	// FunctionRoots are the host directories functions may be created
 	// from (by trusted callers); none: only archives.
 	FunctionRoots []string
+	// Strategies are the restore strategies the daemon offers; nil means
+	// every strategy of package restore.
+	Strategies []restore.Strategy
 
 	// VMM confinement (zero values take the defaults).
 	VMUIDBase           uint32 // first user id VMMs run as, one per live VM
@@ -175,11 +178,13 @@ type Service struct {
 	accel       AccelInfo
 	qemuVersion string
 
-	mu       sync.Mutex
-	vms      map[string]*liveVM // VMs with a process
-	loaders  *restore.Loaders   // FaaSnap loaders, shared by all restores
-	store    *store.Store       // snapshot memory store; nil if unavailable
-	storeErr error              // why store is nil
+	mu      sync.Mutex
+	vms     map[string]*liveVM // VMs with a process
+	loaders *restore.Loaders   // FaaSnap loaders, shared by all restores
+	// strategies are the restore strategies offered (Config.Strategies).
+	strategies []restore.Strategy
+	store      *store.Store // snapshot memory store; nil if unavailable
+	storeErr   error        // why store is nil
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	wg        sync.WaitGroup
@@ -244,7 +249,11 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{}}
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{},
+		strategies: cfg.Strategies}
+	if s.strategies == nil {
+		s.strategies = restore.Strategies()
+	}
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)

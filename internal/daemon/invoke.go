@@ -224,9 +224,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 			return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
 		}
 	}
-	kind, err := restore.ParseKind(req.Strategy)
+	strategy, err := s.strategy(req.Strategy)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, err
 	}
 	if req.EvictCache {
 		if err := s.evictSnapshot(ctx, snapID); err != nil {
@@ -234,7 +234,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		}
 		start = time.Now() // eviction is preparation, not part of the cold start
 	}
-	lv, rec, rt, err := s.restore(ctx, snapID, restoreOpts{kind: kind, start: start})
+	lv, rec, rt, err := s.restore(ctx, snapID, restoreOpts{begin: strategy.Start, start: start})
 	if err != nil {
 		return nil, err
 	}
@@ -247,9 +247,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	st := lv.sess.Stats()
 	inv.StrategyStats = &st
-	// cached fills the page cache before the restore proper (reported as
-	// cache_fill_ms); it is not part of the cold start.
-	inv.Timing.TotalMS = ms(time.Since(start)) - st.CacheFillMS
+	// Time the strategy reports apart (cached's fill) is not part of the
+	// cold start.
+	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.sess.Untimed())
 	t := time.Now()
 	s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
 	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
@@ -292,9 +292,9 @@ func (s *Service) ListInvocations(ctx context.Context, function string, limit in
 
 // Info describes the daemon.
 func (s *Service) Info() Info {
-	strategies := make([]string, len(restore.Kinds))
-	for i, k := range restore.Kinds {
-		strategies[i] = string(k)
+	strategies := make([]string, len(s.strategies))
+	for i, st := range s.strategies {
+		strategies[i] = string(st.Kind)
 	}
 	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: *s.image,
 		DataDir: s.cfg.DataDir, Strategies: strategies}

@@ -2,24 +2,32 @@ package restore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
-	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
-// Artifact file names (written by memlayout.WriteFaaSnap / WriteREAP).
+// FaaSnap maps zero regions anonymous, non-zero regions to the memory file
+// and the loading set to a compact loading-set file, and prefetches that
+// file concurrently with the guest (EuroSys'22, section 4).
+const FaaSnap Kind = "faasnap"
+
+// FaaSnap's artifact files (memlayout.WriteFaaSnap).
 const (
-	FaaSnapManifest    = "faasnap.json"
-	FaaSnapLoadingSet  = "loadingset.bin"
-	REAPManifest       = "reap.json"
-	REAPWorkingSetFile = "ws.bin"
+	FaaSnapManifest   = "faasnap.json"
+	FaaSnapLoadingSet = "loadingset.bin"
 )
+
+// FaaSnapStats: the loader of one restore.
+type FaaSnapStats struct {
+	LoaderBytes        uint64  `json:"loader_bytes,omitempty"`          // loading-set bytes read by the loader
+	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
+	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
+	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
+}
 
 // faasnap restores with FaaSnap's per-region mapping and concurrent paging
 // (EuroSys'22 section 4):
@@ -32,6 +40,7 @@ const (
 //     sequentially, in group order, from the moment the request arrives;
 //     the VM resumes without waiting for it.
 type faasnap struct {
+	sessionBase
 	snap    Snapshot
 	art     *memlayout.FaaSnapArtifact
 	lsPath  string
@@ -45,12 +54,6 @@ type faasnap struct {
 }
 
 func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
-	if env.ShimPath == "" {
-		return nil, errors.New("the memory-layout interposer (libthaw_shim.so) is not available")
-	}
-	if _, err := os.Stat(env.ShimPath); err != nil {
-		return nil, fmt.Errorf("interposer: %w", err)
-	}
 	dir := snap.ArtifactDir(FaaSnap)
 	art, err := memlayout.ReadFaaSnap(dir)
 	if err != nil {
@@ -79,11 +82,9 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 func (f *faasnap) Kind() Kind { return FaaSnap }
 
 func (f *faasnap) Memory() vmm.Memory {
-	return vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
-		Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}}
+	return protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}})
 }
-
-func (f *faasnap) Started(context.Context, int) error { return nil }
 
 func (f *faasnap) InvocationDone() {
 	f.mu.Lock()
@@ -97,48 +98,6 @@ func (f *faasnap) InvocationDone() {
 func (f *faasnap) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Stats{LayoutEntries: f.entries, LoaderBytes: f.load.Bytes(),
-		LoaderMS: float64(f.load.Duration().Microseconds()) / 1000, LoaderShared: f.joined,
-		LoaderBeforeInvoke: f.finishedFirst}
-}
-
-func (f *faasnap) Close() error { return nil }
-
-func memSize(s Snapshot) int64 { return s.Manifest.Files[snapshot.MemoryFile].Size }
-func memSHA(s Snapshot) string { return s.Manifest.Files[snapshot.MemoryFile].SHA256 }
-
-// verifiedStamps remembers artifact data files that were fully verified in
-// this process, by their stamp (inode, size, mtime, ctime). A data file of
-// tens of MB is hashed once, not on every restore; any change to it changes
-// its stamp and forces a full check again, as for snapshot memory files.
-var verifiedStamps sync.Map // path -> snapshot.Stamp
-
-// verifyArtifact runs check(full) with full=true unless path's stamp was
-// verified before, and then records it.
-func verifyArtifact(path string, check func(full bool) error) error {
-	st, err := snapshot.StampOf(path)
-	if err != nil {
-		return err
-	}
-	prev, ok := verifiedStamps.Load(path)
-	full := !ok || prev.(snapshot.Stamp) != st
-	if err := check(full); err != nil {
-		verifiedStamps.Delete(path)
-		return err
-	}
-	if full {
-		verifiedStamps.Store(path, st)
-	}
-	return nil
-}
-
-// TrustArtifact records that path was just verified (the daemon verifies
-// artifacts fully right after building them).
-func TrustArtifact(path string) error {
-	st, err := snapshot.StampOf(path)
-	if err != nil {
-		return err
-	}
-	verifiedStamps.Store(path, st)
-	return nil
+	return Stats{LayoutEntries: f.entries, FaaSnapStats: &FaaSnapStats{LoaderBytes: f.load.Bytes(),
+		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst}}
 }

@@ -17,6 +17,24 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
+// Premap maps the whole guest memory from the snapshot memory store (tmpfs,
+// hugetlbfs or persistent memory) and pre-faults every page before the
+// vCPU runs (PASS): no page faults for snapshot pages, nothing read, one
+// stored copy shared by all clones.
+const Premap Kind = "premap"
+
+// PremapStats: the store copy mapped and the pre-fault pass.
+type PremapStats struct {
+	StoreBytes     uint64  `json:"store_bytes,omitempty"`     // the store copy mapped (shared by every clone)
+	PopulatedBytes uint64  `json:"populated_bytes,omitempty"` // guest memory pre-faulted before the vCPU ran
+	PopulateMS     float64 `json:"populate_ms,omitempty"`     // time to pre-fault it (part of set-up)
+	// On device-DAX: the VM's own range of the device (persistent memory
+	// it holds privately, a copy's size) and the time to fill it from the
+	// stored copy (part of set-up).
+	DeviceBytes uint64  `json:"device_bytes,omitempty"`
+	CloneCopyMS float64 `json:"clone_copy_ms,omitempty"`
+}
+
 // premap restores from the snapshot memory store with every guest page
 // mapped before the vCPU runs (PASS, seed 001):
 //   - §3 (persistent memory as the snapshot medium): the memory file's copy
@@ -49,6 +67,7 @@ import (
 // persistent memory, nothing is copied on write; the range returns to the
 // store when QEMU has exited.
 type premap struct {
+	sessionBase
 	snap   Snapshot
 	entry  *store.Entry
 	layout string
@@ -65,12 +84,6 @@ type premap struct {
 func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if env.Store == nil {
 		return nil, errors.New("no snapshot memory store is configured")
-	}
-	if env.ShimPath == "" {
-		return nil, errors.New("the memory-layout interposer (libthaw_shim.so) is not available")
-	}
-	if _, err := os.Stat(env.ShimPath); err != nil {
-		return nil, fmt.Errorf("interposer: %w", err)
 	}
 	e, err := env.Store.Get(snap.Manifest.ID)
 	if err != nil {
@@ -175,15 +188,14 @@ func (p *premap) Kind() Kind { return Premap }
 func (p *premap) Memory() vmm.Memory {
 	if p.clone != nil {
 		mem := p.snap.MemoryPath()
-		return vmm.Memory{Path: mem, Shared: false, Align: p.st.PageSize(), Interposer: vmm.Interposer{
-			Mode: vmm.ModeLayout, MemFile: mem, Layout: p.layout, Device: p.clone.Device, Populate: true, Stats: p.stats}}
+		return protected(vmm.Memory{Path: mem, Shared: false, Align: p.st.PageSize(), Interposer: vmm.Interposer{
+			Mode: vmm.ModeLayout, MemFile: mem, Layout: p.layout, Device: p.clone.Device, Populate: true, Stats: p.stats}})
 	}
-	return vmm.Memory{Path: p.entry.Path, Shared: false, Interposer: vmm.Interposer{
-		Mode: vmm.ModeLayout, MemFile: p.entry.Path, Layout: p.layout, Populate: true, Stats: p.stats}}
+	return protected(vmm.Memory{Path: p.entry.Path, Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeLayout, MemFile: p.entry.Path, Layout: p.layout, Populate: true, Stats: p.stats}})
 }
 
 func (p *premap) Started(_ context.Context, pid int) error { p.pid = pid; return nil }
-func (p *premap) InvocationDone()                          {}
 
 // Close gives a device store's clone range back once QEMU is gone: while
 // the process exists, the range is mapped into it and another VM must not
@@ -207,9 +219,10 @@ func (p *premap) Close() error {
 }
 
 func (p *premap) Stats() Stats {
-	st := Stats{LayoutEntries: p.ents, StoreBytes: uint64(p.entry.Bytes)}
+	ps := &PremapStats{StoreBytes: uint64(p.entry.Bytes)}
+	st := Stats{LayoutEntries: p.ents, PremapStats: ps}
 	if p.clone != nil {
-		st.DeviceBytes, st.CloneCopyMS = uint64(p.clone.Bytes), p.clone.CopyMS
+		ps.DeviceBytes, ps.CloneCopyMS = uint64(p.clone.Bytes), p.clone.CopyMS
 	}
 	if b, err := os.ReadFile(p.stats); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -217,9 +230,9 @@ func (p *premap) Stats() Stats {
 			n, _ := strconv.ParseUint(v, 10, 64)
 			switch k {
 			case "populate_us":
-				st.PopulateMS = float64(n) / 1000
+				ps.PopulateMS = float64(n) / 1000
 			case "bytes":
-				st.PopulatedBytes = n
+				ps.PopulatedBytes = n
 			}
 		}
 	}

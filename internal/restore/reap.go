@@ -14,6 +14,33 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
+// REAP records the pages the first invocation faults (userfaultfd) and
+// later installs them all from a compact working-set file, read with one
+// O_DIRECT read, before the vCPU runs (ASPLOS'21).
+const REAP Kind = "reap"
+
+// REAP's artifact files (memlayout.WriteREAP).
+const (
+	REAPManifest       = "reap.json"
+	REAPWorkingSetFile = "ws.bin"
+)
+
+// REAPStats: the working-set install and the faults served after it.
+type REAPStats struct {
+	PrefetchPages    uint64  `json:"prefetch_pages,omitempty"`     // installed before the vCPU ran
+	PrefetchBytes    uint64  `json:"prefetch_bytes,omitempty"`     // working-set file read
+	PrefetchMS       float64 `json:"prefetch_ms,omitempty"`        // read + install
+	FaultsServed     uint64  `json:"faults_served,omitempty"`      // outside the working set
+	FaultBytesRead   uint64  `json:"fault_bytes_read,omitempty"`   // memory file reads for them
+	PrefetchDirectIO bool    `json:"prefetch_direct_io,omitempty"` // O_DIRECT was used
+}
+
+// REAPBuild summarizes the REAP record phase and artifacts.
+type REAPBuild struct {
+	FaultedPages    int   `json:"faulted_pages"`
+	WorkingSetBytes int64 `json:"working_set_bytes"`
+}
+
 // reap restores with REAP (ASPLOS'21): guest memory is anonymous memory
 // registered with userfaultfd by the interposer in QEMU, which hands the
 // uffd to the daemon. Before the vCPU runs, the daemon reads the whole
@@ -25,6 +52,7 @@ import (
 // In record mode (the prepare phase) nothing is prefetched: every fault is
 // served from the memory file and recorded in order.
 type reap struct {
+	sessionBase
 	snap   Snapshot
 	sock   string
 	record bool
@@ -32,6 +60,7 @@ type reap struct {
 	ln     *uffd.Listener
 	cancel context.CancelFunc
 	ready  chan error
+	failed chan error
 	served chan struct{}
 
 	mu       sync.Mutex
@@ -57,23 +86,51 @@ func beginREAP(ctx context.Context, snap Snapshot, env Env) (Session, error) {
 	return startREAP(ctx, snap, env, false, ws, art.PageOrder())
 }
 
-// BeginREAPRecord restores snap with every page fault served through
-// userfaultfd and recorded (REAP's record phase). RecordedPages returns
-// them once the invocation is over.
-func BeginREAPRecord(ctx context.Context, snap Snapshot, env Env) (Session, error) {
-	return startREAP(ctx, snap, env, true, "", nil)
+// recordREAP is REAP's record phase on the warm snapshot: every page fault
+// of one record invocation is served through userfaultfd and recorded in
+// order; the pages go to the working-set file.
+func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
+	t := time.Now()
+	var rec *reap
+	vm, err := h.Restore(ctx, p.Warm, shimmed(func(ctx context.Context, snap Snapshot, env Env) (Session, error) {
+		var err error
+		rec, err = startREAP(ctx, snap, env, true, "", nil)
+		return rec, err
+	}))
+	if err != nil {
+		return err
+	}
+	err = vm.Invoke(ctx)
+	var faulted []uint64
+	if err == nil {
+		faulted = rec.recordedPages()
+	}
+	vm.Close()
+	if err != nil {
+		return err
+	}
+	p.Touched = faulted
+	p.Timing.REAPRecordMS = msOf(time.Since(t))
+	t = time.Now()
+	dir := p.Warm.ArtifactDir(REAP)
+	art, err := memlayout.WriteREAP(dir, p.Warm.MemoryPath(), memSHA(p.Warm), faulted)
+	if err != nil {
+		return fmt.Errorf("build artifacts: %w", err)
+	}
+	if err := art.Verify(memSize(p.Warm), memSHA(p.Warm), true); err != nil {
+		return fmt.Errorf("verify artifacts: %w", err)
+	}
+	ws := filepath.Join(dir, REAPWorkingSetFile)
+	_ = TrustArtifact(ws)
+	p.Builds.REAP = &REAPBuild{FaultedPages: len(faulted)}
+	if st, err := os.Stat(ws); err == nil {
+		p.Builds.REAP.WorkingSetBytes = st.Size()
+	}
+	p.Timing.REAPBuildMS = msOf(time.Since(t))
+	return nil
 }
 
-// RecordedPages is implemented by record-mode sessions.
-type RecordedPages interface{ RecordedPages() []uint64 }
-
 func startREAP(_ context.Context, snap Snapshot, env Env, record bool, wsFile string, pages []uint64) (*reap, error) {
-	if env.ShimPath == "" {
-		return nil, errors.New("the userfaultfd interposer (libthaw_shim.so) is not available")
-	}
-	if _, err := os.Stat(env.ShimPath); err != nil {
-		return nil, fmt.Errorf("interposer: %w", err)
-	}
 	sock := filepath.Join(env.RunDir, "uffd.sock")
 	ln, err := uffd.Listen(sock)
 	if err != nil {
@@ -83,7 +140,7 @@ func startREAP(_ context.Context, snap Snapshot, env Env, record bool, wsFile st
 	// faults until the VM is torn down (Close).
 	sctx, cancel := context.WithCancel(context.Background())
 	r := &reap{snap: snap, sock: sock, record: record, ln: ln, cancel: cancel,
-		ready: make(chan error, 1), served: make(chan struct{})}
+		ready: make(chan error, 1), failed: make(chan error, 1), served: make(chan struct{})}
 	go r.run(sctx, env, wsFile, pages)
 	return r, nil
 }
@@ -123,16 +180,16 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 		return
 	}
 	r.ready <- nil
-	if err := srv.Serve(ctx); err != nil && ctx.Err() == nil && env.OnFailure != nil {
-		env.OnFailure(fmt.Errorf("userfaultfd server stopped: %w", err))
+	if err := srv.Serve(ctx); err != nil && ctx.Err() == nil {
+		r.failed <- fmt.Errorf("userfaultfd server stopped: %w", err)
 	}
 }
 
 func (r *reap) Kind() Kind { return REAP }
 
 func (r *reap) Memory() vmm.Memory {
-	return vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
-		Mode: vmm.ModeUffd, MemFile: r.snap.MemoryPath(), UffdSock: r.sock}}
+	return protected(vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+		Mode: vmm.ModeUffd, MemFile: r.snap.MemoryPath(), UffdSock: r.sock}})
 }
 
 // Started waits until the working set is installed (the interposer holds
@@ -149,16 +206,18 @@ func (r *reap) Started(ctx context.Context, _ int) error {
 	}
 }
 
-func (r *reap) InvocationDone() {}
+// Failed delivers the fault server's end while QEMU still needs it.
+func (r *reap) Failed() <-chan error { return r.failed }
 
 func (r *reap) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := Stats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
-		PrefetchMS: float64(r.prefetch.PrefetchTime.Microseconds()) / 1000, PrefetchDirectIO: r.prefetch.PrefetchDirect}
+	rs := &REAPStats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
+		PrefetchMS: msOf(r.prefetch.PrefetchTime), PrefetchDirectIO: r.prefetch.PrefetchDirect}
+	st := Stats{REAPStats: rs}
 	if r.srv != nil {
 		s := r.srv.Stats()
-		st.FaultsServed, st.FaultBytesRead = s.Served, s.BytesRead
+		rs.FaultsServed, rs.FaultBytesRead = s.Served, s.BytesRead
 		if r.record {
 			st.RecordedPageCount = uint64(len(r.srv.RecordedPages()))
 		}
@@ -166,7 +225,7 @@ func (r *reap) Stats() Stats {
 	return st
 }
 
-func (r *reap) RecordedPages() []uint64 {
+func (r *reap) recordedPages() []uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.srv == nil {

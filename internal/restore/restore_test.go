@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,7 +71,14 @@ func TestBeginVanilla(t *testing.T) {
 		t.Fatalf("MemoryPath = %s, want %s", got, want)
 	}
 
-	s, err := Begin(ctx, Vanilla, snap, Env{RunDir: t.TempDir()})
+	shim := filepath.Join(t.TempDir(), "libthaw_shim.so")
+	if _, err := Begin(ctx, Vanilla, snap, Env{RunDir: t.TempDir(), ShimPath: shim}); err == nil {
+		t.Fatal("Begin without the interposer succeeded, want an error")
+	}
+	if err := os.WriteFile(shim, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Begin(ctx, Vanilla, snap, Env{RunDir: t.TempDir(), ShimPath: shim})
 	if err != nil {
 		t.Fatalf("Begin(vanilla): %v", err)
 	}
@@ -78,11 +86,13 @@ func TestBeginVanilla(t *testing.T) {
 	if s.Kind() != Vanilla {
 		t.Errorf("Kind = %q, want vanilla", s.Kind())
 	}
-	// The snapshot's memory file, mapped private (copy-on-write): the file
-	// is never written, so many VMs restore from it at once.
-	want := vmm.Memory{Path: filepath.Join(dir, "memory"), Shared: false}
-	if mem := s.Memory(); mem.Path != want.Path || mem.Shared || mem.Interposer != (vmm.Interposer{}) {
-		t.Fatalf("Memory = %+v, want a private mapping of %s with no environment", mem, want.Path)
+	// The snapshot's memory file, mapped private (copy-on-write) and
+	// protected from QEMU's discards: the file is never written, so many
+	// VMs restore from it at once.
+	want := vmm.Memory{Path: filepath.Join(dir, "memory"), Shared: false,
+		Interposer: vmm.Interposer{MemFile: filepath.Join(dir, "memory"), Protect: true}}
+	if mem := s.Memory(); mem != want {
+		t.Fatalf("Memory = %+v, want %+v", mem, want)
 	}
 	if err := s.Started(ctx, 12345); err != nil {
 		t.Errorf("Started: %v", err)

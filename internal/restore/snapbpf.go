@@ -14,6 +14,23 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
+// SnapBPF maps the memory file like vanilla and prefetches the working set
+// captured in the kernel by an eBPF program (prepare) from that same file
+// into the page cache, concurrently with the guest (HotStorage'25).
+const SnapBPF Kind = "snapbpf"
+
+// SnapBPFStats: the prefetch of one restore.
+type SnapBPFStats struct {
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`           // pages they hold
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"` // readahead(2) calls, re-issues included
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`        // first pass of readahead calls
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`  // of SnapBPFPages, resident at the last mincore check
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`     // until mincore saw every page resident
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`  // all resident before the invocation answered
+	SnapBPFError          string  `json:"snapbpf_error,omitempty"`           // the prefetch failed (the guest still runs, as vanilla)
+}
+
 // SnapBPFManifest is the snapbpf artifact (memlayout.WriteSnapBPF); there
 // is no data file.
 const SnapBPFManifest = memlayout.SnapBPFManifestFile
@@ -36,13 +53,14 @@ const SnapBPFManifest = memlayout.SnapBPFManifestFile
 // chunked (prefetchChunk) and a mincore pass re-issues whatever is missing
 // and measures when the whole set is resident.
 type snapbpf struct {
+	sessionBase
 	snap   Snapshot
 	art    *memlayout.SnapBPFArtifact
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	mu            sync.Mutex
-	st            Stats
+	st            SnapBPFStats
 	finished      bool
 	finishedFirst *bool
 }
@@ -79,10 +97,8 @@ func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
 func (s *snapbpf) Kind() Kind { return SnapBPF }
 
 func (s *snapbpf) Memory() vmm.Memory {
-	return vmm.Memory{Path: s.snap.MemoryPath(), Shared: false}
+	return protected(vmm.Memory{Path: s.snap.MemoryPath(), Shared: false})
 }
-
-func (s *snapbpf) Started(context.Context, int) error { return nil }
 
 func (s *snapbpf) InvocationDone() {
 	s.mu.Lock()
@@ -98,7 +114,7 @@ func (s *snapbpf) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.st
 	st.SnapBPFFinishedFirst = s.finishedFirst
-	return st
+	return Stats{SnapBPFStats: &st}
 }
 
 func (s *snapbpf) Close() error {
@@ -289,4 +305,4 @@ func residency(m []byte, ranges []memlayout.PageRun) ([]memlayout.PageRun, uint6
 	return missing, resident, nil
 }
 
-func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+func msSince(t time.Time) float64 { return msOf(time.Since(t)) }

@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/restore"
+)
+
+// testStrategies are the real vanilla and FaaSnap (whose record phase
+// takes the warm snapshot) and a strategy of the test's own whose prepare
+// step restores the warm snapshot, invokes it and reports what it saw;
+// step, if set, replaces that step.
+func testStrategies(step func(ctx context.Context, h restore.RecordHost, p *restore.Prepare) error) (*[]string, []restore.Strategy) {
+	vanilla, _ := restore.Lookup(restore.Vanilla)
+	faasnap, _ := restore.Lookup(restore.FaaSnap)
+	var ran []string
+	own := restore.Strategy{Kind: restore.REAP, Begin: vanilla.Begin, Record: step}
+	if step == nil {
+		own.Record = func(ctx context.Context, h restore.RecordHost, p *restore.Prepare) error {
+			ran = append(ran, "own on "+p.Warm.Manifest.ID)
+			vm, err := h.Restore(ctx, p.Warm, vanilla.Begin)
+			if err != nil {
+				return err
+			}
+			defer vm.Close()
+			if err := vm.Invoke(ctx); err != nil {
+				return err
+			}
+			p.Builds.REAP = &restore.REAPBuild{FaultedPages: 7}
+			return nil
+		}
+	}
+	record := faasnap.Record
+	faasnap.Record = func(ctx context.Context, h restore.RecordHost, p *restore.Prepare) error {
+		ran = append(ran, "warm")
+		return record(ctx, h, p)
+	}
+	// The own strategy comes first: prepare still runs the Warm one first.
+	return &ran, []restore.Strategy{vanilla, own, faasnap}
+}
+
+// Prepare on the fake VMM: boot, clean snapshot, the Warm strategy's real
+// record phase (working set recorded with mincore, warm snapshot, loading
+// set built), then the other steps on the warm snapshot; every record VM
+// is gone afterwards.
+func TestPrepare(t *testing.T) {
+	ran, strategies := testStrategies(nil)
+	s, _ := fakeService(t, func(c *Config) { c.Strategies = strategies })
+	ctx := context.Background()
+	createFn(t, s, "echo")
+	res, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`{"x":1}`), GroupSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Clean == nil || res.Warm == nil || res.Warm.Parent != res.Clean.ID {
+		t.Fatalf("snapshots: clean %+v warm %+v", res.Clean, res.Warm)
+	}
+	if want := []string{"warm", "own on " + res.Warm.ID}; strings.Join(*ran, ",") != strings.Join(want, ",") {
+		t.Errorf("steps ran %q, want %q", *ran, want)
+	}
+	if res.FaaSnap == nil || res.FaaSnap.WorkingSetPages == 0 || res.FaaSnap.GroupSize != 64 || res.FaaSnap.Scans == 0 ||
+		res.REAP == nil || res.REAP.FaultedPages != 7 {
+		t.Errorf("builds: faasnap %+v reap %+v", res.FaaSnap, res.REAP)
+	}
+	if res.Timing.FaaSnapRecordMS <= 0 || res.Timing.WarmSnapshotMS <= 0 || res.Timing.TotalMS < res.Timing.BootMS {
+		t.Errorf("timing %+v", res.Timing)
+	}
+	sn, err := s.GetSnapshot(ctx, res.Warm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored PrepareResult
+	if err := json.Unmarshal(sn.Prepared, &stored); err != nil || stored.FaaSnap == nil || stored.Warm.ID != res.Warm.ID {
+		t.Errorf("stored prepare result: %v %s", err, sn.Prepared)
+	}
+	// The warm snapshot restores with the strategy just prepared.
+	cold, err := s.InvokeCold(ctx, ColdRequest{Snapshot: res.Warm.ID, Strategy: "faasnap", InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
+	if err != nil || !cold.OK || cold.Strategy != "faasnap" {
+		t.Fatalf("cold faasnap: %v %+v", err, cold)
+	}
+	noLiveVMs(t, s)
+}
+
+// A prepare that fails names the step and why, and leaves no VM behind.
+func TestPrepareFailures(t *testing.T) {
+	broken := errors.New("artifact writer broke")
+	_, strategies := testStrategies(func(context.Context, restore.RecordHost, *restore.Prepare) error { return broken })
+	s, _ := fakeService(t, func(c *Config) { c.Strategies = strategies })
+	ctx := context.Background()
+	createFn(t, s, "echo")
+	for _, c := range []struct {
+		event string
+		want  string
+	}{
+		{`{"op":"raise"}`, "faasnap record: invalid request: record invocation raised ValueError: asked to"},
+		{`{"x":1}`, "reap record: artifact writer broke"},
+	} {
+		_, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(c.event)})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("event %s: %v, want %q", c.event, err, c.want)
+		}
+		noLiveVMs(t, s)
+	}
+	// Without a strategy that takes the warm snapshot there is nothing to
+	// prepare for.
+	vanilla, _ := restore.Lookup(restore.Vanilla)
+	s.strategies = []restore.Strategy{vanilla}
+	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`1`)}); err == nil ||
+		!strings.Contains(err.Error(), "warm snapshot") {
+		t.Errorf("no warm strategy: %v", err)
+	}
+	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", GroupSize: -1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad group size: %v", err)
+	}
+}
+
+func noLiveVMs(t *testing.T, s *Service) {
+	t.Helper()
+	vms, err := s.ListVMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range vms {
+		if vm.State == catalog.StateRunning || vm.State == catalog.StatePaused {
+			t.Errorf("vm %s left %s", vm.ID, vm.State)
+		}
+	}
+}
+
+// failingSession is a strategy session that can no longer serve memory
+// right after the VM resumed.
+type failingSession struct {
+	restore.Session
+	failed chan error
+}
+
+func (f failingSession) Failed() <-chan error { return f.failed }
+
+// A strategy that reports it can no longer serve the VM's memory gets the
+// VM killed and marked failed (the guest would otherwise read zero pages).
+func TestStrategyFailureKillsVM(t *testing.T) {
+	vanilla, _ := restore.Lookup(restore.Vanilla)
+	failed := make(chan error, 1)
+	broken := restore.Strategy{Kind: restore.REAP, Begin: func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+		sess, err := vanilla.Begin(ctx, snap, env)
+		return failingSession{sess, failed}, err
+	}}
+	s, _ := fakeService(t, func(c *Config) { c.Strategies = []restore.Strategy{vanilla, broken} })
+	ctx := context.Background()
+	_, sn := bootAndSnapshot(t, s, "echo")
+	vm, _, err := s.RestoreVM(ctx, sn.ID, "reap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed <- errors.New("userfaultfd server stopped: bad address")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := s.GetVM(ctx, vm.ID)
+		if err == nil && got.State == catalog.StateFailed && strings.Contains(got.Reason, "bad address") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vm after its strategy failed: %v %+v", err, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, _, err := s.RestoreVM(ctx, sn.ID, "premap"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a strategy this daemon does not offer: %v", err)
+	}
+}

@@ -1,0 +1,343 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
+
+// faasnapRecord is FaaSnap's record phase (section 4.4, host page
+// recording; section 5): the VM restored from the clean snapshot runs its
+// first invocation while the daemon calls mincore on the guest memory file
+// each time the VMM's resident set has grown by a group's worth of pages,
+// so pages that host readahead brought in count too, numbered by the scan
+// in which they first appeared.
+//
+// Where thaw differs: Firecracker maps the clean memory file private and
+// then writes a full memory dump for the warm snapshot. QEMU 7.2 cannot
+// dump a private mapping into thaw's format, so the record VM maps a sparse
+// copy of the clean memory file shared instead (evicted from the page cache
+// first, so every page it touches is read through the page cache exactly
+// like the private mapping would). After the invocation that file *is* the
+// warm guest memory, and the daemon snapshots it the usual way.
+type faasnapRecord struct {
+	sessionBase
+	memPath   string
+	groupSize int
+
+	mu       sync.Mutex
+	recorder *memlayout.Recorder
+	mapping  []byte
+	vec      []byte
+	scans    int
+	stop     chan struct{}
+	stopped  chan struct{}
+	pid      int
+}
+
+// beginFaaSnapRecord prepares a record restore of snap: the sparse copy of
+// its memory goes to the VM's run directory.
+func beginFaaSnapRecord(snap Snapshot, env Env, groupSize int) (*faasnapRecord, error) {
+	mem := filepath.Join(env.RunDir, "memory")
+	if _, err := snapshot.CopySparse(mem, snap.MemoryPath()); err != nil {
+		return nil, fmt.Errorf("record: copy memory: %w", err)
+	}
+	if err := pagecache.EvictAll(mem, snap.MemoryPath()); err != nil {
+		return nil, err
+	}
+	return &faasnapRecord{memPath: mem, groupSize: groupSize, recorder: &memlayout.Recorder{},
+		stop: make(chan struct{}), stopped: make(chan struct{})}, nil
+}
+
+func (r *faasnapRecord) Kind() Kind { return FaaSnap }
+
+// Memory is the shared copy: guest writes land in it.
+func (r *faasnapRecord) Memory() vmm.Memory {
+	return protected(vmm.Memory{Path: r.memPath, Shared: true})
+}
+
+// Started maps the memory file in the daemon and starts polling.
+func (r *faasnapRecord) Started(_ context.Context, pid int) error {
+	f, err := os.Open(r.memPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("record: map memory: %w", err)
+	}
+	r.mu.Lock()
+	r.mapping, r.vec = m, make([]byte, (len(m)+4095)/4096)
+	r.mu.Unlock()
+	r.scan() // what QEMU itself touched while starting
+	r.pid = pid
+	go r.poll()
+	return nil
+}
+
+// poll scans whenever the VMM's resident set grew by a group (the paper
+// polls procfs for the RSS for the same reason: mincore over hundreds of
+// MiB is not free, and a group is the unit of ordering anyway).
+func (r *faasnapRecord) poll() {
+	defer close(r.stopped)
+	last := rssPages(r.pid)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+		}
+		if rss := rssPages(r.pid); rss >= last+uint64(r.groupSize) {
+			r.scan()
+			last = rss
+		}
+	}
+}
+
+func rssPages(pid int) uint64 {
+	c, err := procstat.Read(pid)
+	if err != nil {
+		return 0
+	}
+	return (c.RssFileKiB + c.RssShmemKiB + c.RssAnonKiB) / 4
+}
+
+func (r *faasnapRecord) scan() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mapping == nil {
+		return
+	}
+	if err := pagecache.Mincore(r.mapping, r.vec); err != nil {
+		return
+	}
+	r.recorder.Observe(r.vec)
+	r.scans++
+}
+
+// InvocationDone takes the last scan and stops polling.
+func (r *faasnapRecord) InvocationDone() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	if r.pid != 0 { // the poller runs only once Started succeeded
+		<-r.stopped
+		r.scan()
+	}
+}
+
+// recordedPages is the working set in order of first appearance.
+func (r *faasnapRecord) recordedPages() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.recorder.Pages()
+}
+
+// scanCount is how many mincore scans were taken.
+func (r *faasnapRecord) scanCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.scans
+}
+
+func (r *faasnapRecord) Stats() Stats {
+	return Stats{RecordedPageCount: uint64(len(r.recordedPages()))}
+}
+
+func (r *faasnapRecord) Close() error {
+	r.InvocationDone()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mapping != nil {
+		err := unix.Munmap(r.mapping)
+		r.mapping = nil
+		return err
+	}
+	return nil
+}
+
+// FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
+type FaaSnapBuild struct {
+	Scans           int                       `json:"scans"`
+	WorkingSetPages int                       `json:"working_set_pages"`
+	Stats           memlayout.LoadingSetStats `json:"stats"`
+	LoadingSetBytes int64                     `json:"loading_set_bytes"`
+	GroupSize       int                       `json:"group_size"`
+	MergeGap        int                       `json:"merge_gap"`
+	FreedPages      FreePageReporting         `json:"free_page_reporting"`
+}
+
+// FreePageReporting measures how many working-set pages the guest had freed:
+// the guest's virtio-balloon free page reporting tells QEMU, which punches
+// them out of the record VM's memory file, so they become zero pages and
+// leave the loading set (FaaSnap §4.5 zeroed freed pages with a patched
+// guest kernel instead).
+type FreePageReporting struct {
+	WaitMS float64 `json:"wait_ms"` // time waited for reporting to settle
+	// Working-set pages that were non-zero right after the record
+	// invocation, and after the wait.
+	NonzeroBefore int `json:"nonzero_before"`
+	NonzeroAfter  int `json:"nonzero_after"`
+	// PagesRemoved: working-set pages non-zero before the wait and zero
+	// after it (freed and reported). WrittenDuringWait: the other way
+	// round (the guest kept running while reporting settled).
+	PagesRemoved      int `json:"pages_removed"`
+	WrittenDuringWait int `json:"written_during_wait"`
+}
+
+// recordFaaSnap is FaaSnap's prepare (section 4.8, Figure 5): restore the
+// clean snapshot recording the working set during one record invocation,
+// take the warm snapshot, and build the loading set from the recording and
+// the warm memory file.
+func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
+	t := time.Now()
+	var rec *faasnapRecord
+	vm, err := h.Restore(ctx, p.Clean, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+		var err error
+		rec, err = beginFaaSnapRecord(snap, env, p.Options.GroupSize)
+		return rec, err
+	}))
+	if err != nil {
+		return err
+	}
+	order, freed, warm, snapMS, err := recordWarm(ctx, vm, rec)
+	vm.Close()
+	if err != nil {
+		return err
+	}
+	p.Warm = warm
+	p.Timing.FaaSnapRecordMS = msOf(time.Since(t)) - snapMS
+	p.Timing.WarmSnapshotMS = snapMS
+
+	t = time.Now()
+	dir := warm.ArtifactDir(FaaSnap)
+	art, err := memlayout.WriteFaaSnap(dir, warm.MemoryPath(), memSHA(warm), order,
+		memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap})
+	if err != nil {
+		return fmt.Errorf("build artifacts: %w", err)
+	}
+	if err := art.Verify(memSize(warm), memSHA(warm), true); err != nil {
+		return fmt.Errorf("verify artifacts: %w", err)
+	}
+	ls := filepath.Join(dir, FaaSnapLoadingSet)
+	_ = TrustArtifact(ls)
+	b := &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
+		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed}
+	if st, err := os.Stat(ls); err == nil {
+		b.LoadingSetBytes = st.Size()
+	}
+	p.Builds.FaaSnap = b
+	p.Timing.FaaSnapBuildMS = msOf(time.Since(t))
+	return nil
+}
+
+// recordWarm runs the record invocation, ends the recording, waits for free
+// page reporting to settle and takes the warm snapshot of the record VM's
+// (shared) memory; snapMS is the snapshot's own time.
+func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed FreePageReporting, warm Snapshot, snapMS float64, err error) {
+	if err = vm.Invoke(ctx); err != nil {
+		return
+	}
+	order = rec.recordedPages()
+	before, err := nonzeroPages(rec.memPath, order)
+	if err != nil {
+		return
+	}
+	t := time.Now()
+	waitForReporting(ctx, rec.memPath)
+	freed.WaitMS = msOf(time.Since(t))
+	after, err := nonzeroPages(rec.memPath, order)
+	if err != nil {
+		return
+	}
+	for i := range order {
+		freed.NonzeroBefore += b2i(before[i])
+		freed.NonzeroAfter += b2i(after[i])
+		freed.PagesRemoved += b2i(before[i] && !after[i])
+		freed.WrittenDuringWait += b2i(!before[i] && after[i])
+	}
+	t = time.Now()
+	warm, err = vm.Snapshot(ctx)
+	snapMS = msOf(time.Since(t))
+	return
+}
+
+// Free page reporting reports a batch about two seconds after pages are
+// freed (PAGE_REPORTING_DELAY); wait until the memory file's allocation has
+// not changed for longer than that, or give up after reportingMaxWait.
+const (
+	reportingQuiet   = 2500 * time.Millisecond
+	reportingMaxWait = 8 * time.Second
+)
+
+func waitForReporting(ctx context.Context, memPath string) {
+	start := time.Now()
+	last, lastChange := allocated(memPath), time.Now()
+	for time.Since(lastChange) < reportingQuiet && time.Since(start) < reportingMaxWait {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if a := allocated(memPath); a != last {
+			last, lastChange = a, time.Now()
+		}
+	}
+}
+
+func allocated(path string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return -1
+	}
+	return st.Blocks
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// nonzeroPages says, for each of pages, whether it is not all zero in path.
+func nonzeroPages(path string, pages []uint64) ([]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, snapshot.PageSize)
+	zero := make([]byte, snapshot.PageSize)
+	out := make([]bool, len(pages))
+	for i, p := range pages {
+		k, err := f.ReadAt(buf, int64(p)*snapshot.PageSize)
+		if k == 0 && err != nil {
+			continue // beyond the end: zero
+		}
+		out[i] = !bytes.Equal(buf[:k], zero[:k])
+	}
+	return out, nil
+}

@@ -1,0 +1,75 @@
+package restore
+
+import "context"
+
+// BeginFunc starts a restore of snap: the session that says how guest
+// memory is backed and serves it.
+type BeginFunc func(ctx context.Context, snap Snapshot, env Env) (Session, error)
+
+// Strategy is one restore strategy, whole: how it restores, whether a
+// failure to begin falls back to vanilla, and how prepare builds its
+// artifacts. Adding a strategy is a file with these parts, its entry in
+// registry, its Stats part and its conformance case (docs/design.md).
+type Strategy struct {
+	Kind Kind
+	// Begin restores a snapshot with the strategy.
+	Begin BeginFunc
+	// Fallback: if Begin fails (artifacts missing, damaged or built from
+	// another memory file), the restore runs as vanilla and says why.
+	Fallback bool
+	// Record builds the strategy's artifacts during prepare, restoring
+	// and invoking through the host; nil for strategies with none.
+	Record func(ctx context.Context, h RecordHost, p *Prepare) error
+	// Warm: Record runs on the clean snapshot and takes the warm snapshot
+	// that the other strategies record on and every cold start restores.
+	// Exactly one strategy of those with a Record has it.
+	Warm bool
+}
+
+// Start begins a restore with the strategy, falling back to vanilla where
+// the strategy allows it.
+func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, error) {
+	if err := needShim(env); err != nil {
+		return nil, err
+	}
+	s, err := st.Begin(ctx, snap, env)
+	if err != nil && st.Fallback {
+		return fallback(st.Kind, snap, env, err)
+	}
+	return s, err
+}
+
+// registry is every strategy, in the order documentation and benchmarks
+// use; prepare records the Warm one first, then the others in this order.
+var registry = []Strategy{
+	{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+		return beginVanilla(snap, env, "")
+	}},
+	{Kind: Cached, Begin: beginCached},
+	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP},
+	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true},
+	{Kind: Premap, Begin: beginPremap, Fallback: true},
+	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF},
+}
+
+// Kinds lists every strategy, in registry order.
+var Kinds = func() []Kind {
+	ks := make([]Kind, len(registry))
+	for i, st := range registry {
+		ks[i] = st.Kind
+	}
+	return ks
+}()
+
+// Lookup finds a strategy by kind.
+func Lookup(k Kind) (Strategy, bool) {
+	for _, st := range registry {
+		if st.Kind == k {
+			return st, true
+		}
+	}
+	return Strategy{}, false
+}
+
+// Strategies returns the registry (a copy).
+func Strategies() []Strategy { return append([]Strategy(nil), registry...) }

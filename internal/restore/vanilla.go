@@ -1,0 +1,25 @@
+package restore
+
+import "github.com/thaw-dev/thaw/internal/vmm"
+
+// Vanilla maps the snapshot's memory file private and copy-on-write, the
+// equivalent of Firecracker's File memory backend: the host kernel pages
+// guest memory in on demand (with its readahead); the file is never
+// modified, so any number of VMs restore from it at once.
+const Vanilla Kind = "vanilla"
+
+type vanilla struct {
+	sessionBase
+	snap     Snapshot
+	fallback string
+}
+
+func beginVanilla(snap Snapshot, _ Env, fallback string) (Session, error) {
+	return &vanilla{snap: snap, fallback: fallback}, nil
+}
+
+func (v *vanilla) Kind() Kind { return Vanilla }
+func (v *vanilla) Memory() vmm.Memory {
+	return protected(vmm.Memory{Path: v.snap.MemoryPath(), Shared: false})
+}
+func (v *vanilla) Stats() Stats { return Stats{Fallback: v.fallback} }
