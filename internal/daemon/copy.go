@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
-	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -74,7 +73,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	// build; record their stamps so the first restore does not re-hash them.
 	arts, _ := filepath.Glob(filepath.Join(final, "strategies", "*", "*"))
 	for _, p := range arts {
-		if err := restore.TrustArtifact(p); err != nil {
+		if err := snapshot.Trust(p); err != nil {
 			return nil, err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
-	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 )
@@ -106,11 +105,6 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	}
 	if err != nil {
 		return nil, err
-	}
-	if s.store.Kind() != store.DevDAX { // a device store remembers what it verified
-		if err := restore.TrustArtifact(e.Path); err != nil {
-			return nil, err
-		}
 	}
 	s.log.Info("snapshot stored", "snapshot", id, "store_bytes", e.Bytes, "regions", e.Regions, "ms", e.StoredMS)
 	return e, nil

@@ -208,7 +208,7 @@ func TestConformanceDetectsWrongLayout(t *testing.T) {
 	if err := os.WriteFile(ls, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := TrustArtifact(ls); err != nil { // pretend it was verified
+	if err := snapshot.Trust(ls); err != nil { // pretend it was verified
 		t.Fatal(err)
 	}
 	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
@@ -394,7 +394,7 @@ func TestPremapDevice(t *testing.T) {
 		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, stt.LayoutEntries, stt.PopulateMS)
 	}
 	// The guests wrote into their ranges; the stored copy is intact.
-	if err := st.VerifyCopy(e); err != nil {
+	if err := st.Verify(e); err != nil {
 		t.Fatal(err)
 	}
 	// No room for a third clone: vanilla, saying why.

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -60,7 +61,7 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return nil, err
 	}
 	lsPath := filepath.Join(dir, FaaSnapLoadingSet)
-	if err := verifyArtifact(lsPath, func(full bool) error {
+	if err := snapshot.VerifyOnce(lsPath, func(full bool) error {
 		return art.Verify(memSize(snap), memSHA(snap), full)
 	}); err != nil {
 		return nil, err

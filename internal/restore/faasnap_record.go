@@ -242,7 +242,7 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 		return fmt.Errorf("verify artifacts: %w", err)
 	}
 	ls := filepath.Join(dir, FaaSnapLoadingSet)
-	_ = TrustArtifact(ls)
+	_ = snapshot.Trust(ls)
 	b := &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
 		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed}
 	if st, err := os.Stat(ls); err == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -78,7 +79,7 @@ func beginREAP(ctx context.Context, snap Snapshot, env Env) (Session, error) {
 		return nil, err
 	}
 	ws := filepath.Join(dir, REAPWorkingSetFile)
-	if err := verifyArtifact(ws, func(full bool) error {
+	if err := snapshot.VerifyOnce(ws, func(full bool) error {
 		return art.Verify(memSize(snap), memSHA(snap), full)
 	}); err != nil {
 		return nil, err
@@ -121,7 +122,7 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 		return fmt.Errorf("verify artifacts: %w", err)
 	}
 	ws := filepath.Join(dir, REAPWorkingSetFile)
-	_ = TrustArtifact(ws)
+	_ = snapshot.Trust(ws)
 	p.Builds.REAP = &REAPBuild{FaultedPages: len(faulted)}
 	if st, err := os.Stat(ws); err == nil {
 		p.Builds.REAP.WorkingSetBytes = st.Size()

@@ -225,18 +225,12 @@ func openRegion(path string, kind Kind, size, align int64) (*Store, error) {
 		f.Close()
 		return nil, fmt.Errorf("memory store %s: %w", abs, err)
 	}
-	return &Store{dir: abs, metaDir: abs, kind: kind, pageSize: align, dev: r, notice: r.notice}, nil
+	return &Store{dir: abs, kind: kind, pageSize: align, t: r, notice: r.notice}, nil
 }
 
-// Close unmaps the device and releases it for another store, once no Put
-// and no clone fill is copying; later calls fail with "closed".
-func (s *Store) Close() error {
-	if s.dev == nil {
-		return nil
-	}
-	r := s.dev
-	s.mu.Lock() // no Put in progress
-	defer s.mu.Unlock()
+// close unmaps the device and releases it for another store, once no clone
+// fill is copying (Store.Close holds off Puts).
+func (r *daxDevice) close() error {
 	r.copying.Lock() // no clone being filled
 	defer r.copying.Unlock()
 	r.mu.Lock()
@@ -424,6 +418,14 @@ func (r *daxDevice) freeBytes() int64 {
 	return free
 }
 
+func (r *daxDevice) get(id string) (*Entry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.entry(id)
+}
+
+func (r *daxDevice) regions(e *Entry) ([]memlayout.PageRun, error) { return extentRuns(e), nil }
+
 func (r *daxDevice) entry(id string) (*Entry, error) {
 	for i := range r.idx.Entries {
 		if r.idx.Entries[i].Snapshot == id {
@@ -534,14 +536,26 @@ func (r *daxDevice) cloneBytes() int64 {
 	return n
 }
 
-// Clone gives the VM owner a private range of a device store filled with
-// the stored units of snapshot id (device-DAX only). The range is the VM's
-// until Release.
-func (s *Store) Clone(id, owner string) (*Clone, error) {
-	r := s.dev
-	if r == nil {
-		return nil, fmt.Errorf("memory store: clones are ranges of a device store, this one is %s", s.kind)
+// mapping gives VM owner a range of the device of its own, filled from the
+// copy (the kernel maps a device only shared, so clones cannot share the
+// copy), mapped shared over guest RAM on the device's alignment.
+func (r *daxDevice) mapping(e *Entry, owner string) (*Mapping, error) {
+	c, err := r.clone(e.Snapshot, owner)
+	if err != nil {
+		return nil, err
 	}
+	m := &Mapping{Device: c.Device, Align: r.align, PrivateBytes: c.Bytes, FillMS: c.CopyMS,
+		Release: func() { r.release(owner) }}
+	for _, x := range c.Maps {
+		m.Entries = append(m.Entries, memlayout.ShimEntry{GuestOff: x.GuestOff, Length: x.Length,
+			FileOff: x.DeviceOff, Kind: memlayout.ShimDevice})
+	}
+	return m, nil
+}
+
+// clone gives the VM owner a private range of the device filled with the
+// stored units of snapshot id. The range is the VM's until release.
+func (r *daxDevice) clone(id, owner string) (*Clone, error) {
 	if owner == "" {
 		return nil, errors.New("memory store: a clone needs an owner")
 	}
@@ -589,40 +603,30 @@ func (s *Store) Clone(id, owner string) (*Clone, error) {
 	return c, nil
 }
 
-// Release returns owner's clone range to the free space. Call it only once
+// release returns owner's clone range to the free space. Call it only once
 // the VM's process has exited: until then the range is mapped into it.
-func (s *Store) Release(owner string) {
-	if s.dev == nil {
-		return
-	}
-	s.dev.mu.Lock()
-	delete(s.dev.clones, owner)
-	s.dev.mu.Unlock()
+func (r *daxDevice) release(owner string) {
+	r.mu.Lock()
+	delete(r.clones, owner)
+	r.mu.Unlock()
 }
 
-// Clones lists the owners of live clone ranges.
-func (s *Store) Clones() []string {
-	if s.dev == nil {
-		return nil
-	}
-	s.dev.mu.Lock()
-	defer s.dev.mu.Unlock()
-	out := make([]string, 0, len(s.dev.clones))
-	for o := range s.dev.clones {
+// owners lists the owners of live clone ranges.
+func (r *daxDevice) owners() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.clones))
+	for o := range r.clones {
 		out = append(out, o)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// VerifyCopy re-hashes a device store's copy of a snapshot (every byte of
+// verify re-hashes a device store's copy of a snapshot (every byte of
 // guest memory: the stored units, zeros elsewhere) once per process; a
 // copy this process stored counts as verified.
-func (s *Store) VerifyCopy(e *Entry) error {
-	r := s.dev
-	if r == nil {
-		return fmt.Errorf("memory store: VerifyCopy is for device stores, this one is %s", s.kind)
-	}
+func (r *daxDevice) verify(e *Entry) error {
 	r.copying.RLock() // the device stays mapped while it is read
 	defer r.copying.RUnlock()
 	r.mu.Lock()
@@ -661,7 +665,7 @@ func (s *Store) VerifyCopy(e *Entry) error {
 }
 
 // info fills a device store's capacity and use.
-func (r *daxDevice) info(in *Info) {
+func (r *daxDevice) info(in *Info) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in.CapacityBytes = r.size - r.hdr
@@ -673,4 +677,5 @@ func (r *daxDevice) info(in *Info) {
 		in.Entries = append(in.Entries, e)
 		in.UsedBytes += e.Bytes
 	}
+	return nil
 }

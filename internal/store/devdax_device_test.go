@@ -82,7 +82,7 @@ func TestDevDAX(t *testing.T) {
 	if e.Bytes != 4*unit || e.Regions != 3 || e.Path != dev {
 		t.Fatalf("entry %+v: want four units in three regions", e)
 	}
-	if err := s.VerifyCopy(e); err != nil {
+	if err := s.Verify(e); err != nil {
 		t.Fatal(err)
 	}
 
@@ -98,11 +98,11 @@ func TestDevDAX(t *testing.T) {
 		t.Fatalf("a private mapping of device-DAX: %v, want EINVAL (the kernel maps it only shared)", err)
 	}
 
-	c, err := s.Clone("snap-devdax", "vm-000000000001")
+	c, err := devOf(s).clone("snap-devdax", "vm-000000000001")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := s.Clone("snap-devdax", "vm-000000000002")
+	other, err := devOf(s).clone("snap-devdax", "vm-000000000002")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,21 +139,21 @@ func TestDevDAX(t *testing.T) {
 	for p := 0; p < len(guest); p += 4096 * 7 {
 		guest[p] ^= 0xff // the guest writes, into its range and into anonymous memory
 	}
-	s.dev.mu.Lock()
-	s.dev.verified = map[string]bool{}
-	s.dev.mu.Unlock()
-	if err := s.VerifyCopy(e); err != nil {
+	devOf(s).mu.Lock()
+	devOf(s).verified = map[string]bool{}
+	devOf(s).mu.Unlock()
+	if err := s.Verify(e); err != nil {
 		t.Fatalf("the guest's writes reached the stored copy: %v", err)
 	}
 	img := make([]byte, len(src))
 	for _, m := range other.Maps {
-		copy(img[m.GuestOff:], s.dev.mem[m.DeviceOff:m.DeviceOff+m.Length])
+		copy(img[m.GuestOff:], devOf(s).mem[m.DeviceOff:m.DeviceOff+m.Length])
 	}
 	if !bytes.Equal(img, src) {
 		t.Fatal("one clone's writes reached another clone's range")
 	}
-	s.Release(c.Owner)
-	s.Release(other.Owner)
+	devOf(s).release(c.Owner)
+	devOf(s).release(other.Owner)
 
 	if root := os.Getenv("THAW_DEVDAX_CHROOT"); root != "" {
 		runShimOnDevice(t, s, dev, root, e, src)
@@ -171,7 +171,7 @@ func TestDevDAX(t *testing.T) {
 	if err != nil || e2.DeviceOffset != e.DeviceOffset {
 		t.Fatalf("after reopening: %+v %v", e2, err)
 	}
-	if err := s.VerifyCopy(e2); err != nil {
+	if err := s.Verify(e2); err != nil {
 		t.Fatalf("after reopening: %v", err)
 	}
 	if err := s.Remove("snap-devdax"); err != nil {
@@ -196,11 +196,11 @@ func mmapFixed(addr uintptr, length, fd int, off int64, flags int) (uintptr, err
 // with align=2 MiB), reads every page back and writes every 7th.
 func runShimOnDevice(t *testing.T, s *Store, dev, root string, e *Entry, src []byte) {
 	shimDir := os.Getenv("THAW_DEVDAX_SHIM_DIR")
-	c, err := s.Clone(e.Snapshot, "vm-00000000000a")
+	c, err := devOf(s).clone(e.Snapshot, "vm-00000000000a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Release(c.Owner)
+	defer devOf(s).release(c.Owner)
 	tab := memlayout.ShimTable{MemSize: uint64(e.Size)}
 	for _, m := range c.Maps {
 		tab.Entries = append(tab.Entries, memlayout.ShimEntry{GuestOff: m.GuestOff, Length: m.Length, FileOff: m.DeviceOff, Kind: memlayout.ShimDevice})
@@ -213,7 +213,7 @@ func runShimOnDevice(t *testing.T, s *Store, dev, root string, e *Entry, src []b
 	if err := os.WriteFile(filepath.Join(root, in("layout.bin")), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before := append([]byte(nil), s.dev.mem[c.Offset:c.Offset+c.Bytes]...)
+	before := append([]byte(nil), devOf(s).mem[c.Offset:c.Offset+c.Bytes]...)
 	cmd := exec.Command("/bin/chroot", root, filepath.Join(shimDir, "thaw-shim-check"), "--align", "2097152", "--write-check", "--threads", "2", in("memory"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LD_PRELOAD=" + filepath.Join(shimDir, "libthaw_shim.so"),
 		"THAW_SHIM_MODE=layout", "THAW_SHIM_MEMFILE=" + in("memory"), "THAW_SHIM_LAYOUT=" + in("layout.bin"),
@@ -223,7 +223,7 @@ func runShimOnDevice(t *testing.T, s *Store, dev, root string, e *Entry, src []b
 	if err != nil || !strings.Contains(string(out), `"mismatches":0`) || !strings.Contains(string(out), "3 device") {
 		t.Fatalf("the interposer's device layout on %s: %v", dev, err)
 	}
-	if bytes.Equal(before, s.dev.mem[c.Offset:c.Offset+c.Bytes]) {
+	if bytes.Equal(before, devOf(s).mem[c.Offset:c.Offset+c.Bytes]) {
 		t.Fatal("the checker's writes did not reach the VM's range of the device")
 	}
 	if got, _ := os.ReadFile(filepath.Join(root, in("memory"))); !bytes.Equal(got, src) {

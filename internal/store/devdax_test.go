@@ -97,7 +97,7 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 	if e.Bytes != 3*testAlign || e.Regions != 2 || e.PageSize != testAlign || e.DeviceOffset != 2<<20 {
 		t.Fatalf("entry %+v: want units 0,1 and 3 packed (two regions) after the 2 MiB index", e)
 	}
-	if err := s.VerifyCopy(e); err != nil {
+	if err := s.Verify(e); err != nil {
 		t.Fatal(err)
 	}
 	regions, err := s.Regions(e)
@@ -108,18 +108,18 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 		t.Fatalf("second put: %+v %v", again, err)
 	}
 
-	a, err := s.Clone("snap-dax", "vm-a")
+	a, err := devOf(s).clone("snap-dax", "vm-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Clone("snap-dax", "vm-b")
+	b, err := devOf(s).clone("snap-dax", "vm-b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Offset == b.Offset || a.Offset < e.DeviceOffset+e.Bytes || a.Bytes != e.Bytes || len(a.Maps) != 2 {
 		t.Fatalf("clones %+v %+v overlap each other or the copy", a, b)
 	}
-	if _, err := s.Clone("snap-dax", "vm-a"); err == nil {
+	if _, err := devOf(s).clone("snap-dax", "vm-a"); err == nil {
 		t.Fatal("a VM got a second clone range")
 	}
 	for _, c := range []*Clone{a, b} {
@@ -139,17 +139,17 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 	if !bytes.Equal(image(t, b, int64(len(want))), want) {
 		t.Fatal("a write into one clone's range reached another")
 	}
-	s2v := &Store{kind: DevDAX, dev: s.dev}
-	s.dev.verified = map[string]bool{}
-	if err := s2v.VerifyCopy(e); err != nil {
+	s2v := &Store{kind: DevDAX, t: devOf(s)}
+	devOf(s).verified = map[string]bool{}
+	if err := s2v.Verify(e); err != nil {
 		t.Fatalf("a write into a clone's range reached the stored copy: %v", err)
 	}
 
-	s.Release("vm-a")
+	devOf(s).release("vm-a")
 	if got := s.Clones(); len(got) != 1 || got[0] != "vm-b" {
 		t.Fatalf("clones after release %v", got)
 	}
-	c, err := s.Clone("snap-dax", "vm-c")
+	c, err := devOf(s).clone("snap-dax", "vm-c")
 	if err != nil || c.Offset != a.Offset {
 		t.Fatalf("released range not reused: %+v %v", c, err)
 	}
@@ -159,11 +159,11 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 	if _, err := s.Get("snap-dax"); !errors.Is(err, ErrNotStored) {
 		t.Fatalf("get after remove: %v", err)
 	}
-	if _, err := s.Clone("snap-dax", "vm-d"); !errors.Is(err, ErrNotStored) {
+	if _, err := devOf(s).clone("snap-dax", "vm-d"); !errors.Is(err, ErrNotStored) {
 		t.Fatalf("clone of a removed copy: %v", err)
 	}
-	s.Release("vm-b")
-	s.Release("vm-c")
+	devOf(s).release("vm-b")
+	devOf(s).release("vm-c")
 	if in, _ := s.Info(); in.FreeBytes != in.CapacityBytes || in.Clones != 0 {
 		t.Fatalf("info after releasing everything %+v", in)
 	}
@@ -192,10 +192,10 @@ func TestDevDAXRegionIndexPersists(t *testing.T) {
 	if _, err := s.Put("snap-b", one, hashOf(t, one)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Clone("snap-a", "vm-x"); err != nil {
+	if _, err := devOf(s).clone("snap-a", "vm-x"); err != nil {
 		t.Fatal(err)
 	}
-	newest := s.dev.slot
+	newest := devOf(s).slot
 	s.Close()
 
 	s = openRegionT(t, path)
@@ -204,7 +204,7 @@ func TestDevDAXRegionIndexPersists(t *testing.T) {
 		t.Fatalf("reopened %+v notice %q", in, s.Notice())
 	}
 	e, _ := s.Get("snap-a")
-	if err := s.VerifyCopy(e); err != nil {
+	if err := s.Verify(e); err != nil {
 		t.Fatalf("copy after reopening: %v", err)
 	}
 	s.Close()
@@ -280,11 +280,11 @@ func TestDevDAXRegionFullAndMismatch(t *testing.T) {
 		t.Fatalf("put one unit: %+v %v", e, err)
 	}
 	for _, vm := range []string{"vm-1", "vm-2"} {
-		if _, err := s.Clone("snap-one", vm); err != nil {
+		if _, err := devOf(s).clone("snap-one", vm); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Clone("snap-one", "vm-3"); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "2 live clones") {
+	if _, err := devOf(s).clone("snap-one", "vm-3"); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "2 live clones") {
 		t.Fatalf("clone on a full device: %v", err)
 	}
 	if got := s.Clones(); len(got) != 2 {
@@ -307,7 +307,7 @@ func TestDevDAXRegionVerifyDetectsDamage(t *testing.T) {
 	f.Close()
 	s = openRegionT(t, path)
 	e, _ = s.Get("snap-d")
-	if err := s.VerifyCopy(e); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if err := s.Verify(e); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("damaged copy: %v", err)
 	}
 }
@@ -341,3 +341,6 @@ func TestOpenClassifiesDevDAX(t *testing.T) {
 		t.Fatalf("missing device: %v", err)
 	}
 }
+
+// devOf is a device store's device.
+func devOf(s *Store) *daxDevice { return s.t.(*daxDevice) }

@@ -60,22 +60,22 @@ func readPool(pageSize int64) (pool, error) {
 	return p, nil
 }
 
-// putHuge stores memPath on hugetlbfs: one pass over the source hashes
-// every byte (holes as zeros) and copies each huge page with data.
-func (s *Store) putHuge(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
+// put stores memPath on hugetlbfs: one pass over the source hashes every
+// byte (holes as zeros) and copies each huge page with data.
+func (h *hugeTier) put(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
 	start := time.Now()
-	src, err := openSource(id, memPath, want, s.pageSize, "huge pages")
+	src, err := openSource(id, memPath, want, h.pageSize, "huge pages")
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
-	tmp := filepath.Join(s.dir, ".tmp-"+id+".mem")
+	tmp := filepath.Join(h.dir, ".tmp-"+id+".mem")
 	_ = os.Remove(tmp)
 	dst, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
-	regions, sum, err := s.copyHuge(dst, src, want.Size)
+	regions, sum, err := h.copyHuge(dst, src, want.Size)
 	dst.Close()
 	if err == nil && sum != want.SHA256 {
 		err = fmt.Errorf("copy of %s does not match the snapshot manifest (sha256 %.12s, want %.12s)", memPath, sum, want.SHA256)
@@ -83,30 +83,23 @@ func (s *Store) putHuge(id, memPath string, want snapshot.FileInfo) (*Entry, err
 	if err != nil {
 		_ = os.Remove(tmp)
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM) {
-			return nil, fmt.Errorf("%w: storing %s: the %d KiB huge page pool ran out (%v)", ErrFull, id, s.pageSize>>10, err)
+			return nil, fmt.Errorf("%w: storing %s: the %d KiB huge page pool ran out (%v)", ErrFull, id, h.pageSize>>10, err)
 		}
 		return nil, fmt.Errorf("memory store: %s: %w", id, err)
 	}
-	var after unix.Stat_t
-	if err := unix.Stat(tmp, &after); err != nil {
-		_ = os.Remove(tmp)
-		return nil, err
-	}
-	e := &Entry{Snapshot: id, Path: s.memPath(id), Size: want.Size, SHA256: sum,
-		Bytes: after.Blocks * 512, Regions: len(regions), PageSize: s.pageSize, Extents: regions,
-		StoredMS: float64(time.Since(start).Microseconds()) / 1000, StoredAt: time.Now().UTC()}
-	return e, s.commit(tmp, e)
+	e := &Entry{Snapshot: id, Size: want.Size, SHA256: sum, Regions: len(regions), PageSize: h.pageSize, Extents: regions}
+	return e, h.commit(tmp, e, start)
 }
 
 // copyHuge copies every huge page of src with a non-zero byte into dst
 // (fallocate first, so a short pool is ENOSPC here and never SIGBUS in a
 // mapping), returning the data regions in 4 KiB pages and the SHA-256 of
 // all of src.
-func (s *Store) copyHuge(dst, src *os.File, size int64) ([]Extent, string, error) {
+func (h *hugeTier) copyHuge(dst, src *os.File, size int64) ([]Extent, string, error) {
 	if err := dst.Truncate(size); err != nil {
 		return nil, "", err
 	}
-	hp := s.pageSize
+	hp := h.pageSize
 	return scanUnits(src, size, hp, func(off int64, unit []byte) error {
 		if err := unix.Fallocate(int(dst.Fd()), 0, off, hp); err != nil {
 			return fmt.Errorf("allocate huge page at %#x: %w", off, err)
@@ -181,4 +174,44 @@ func scanUnits(src *os.File, size, n int64, keep func(off int64, unit []byte) er
 func hasData(f *os.File, off, n int64) bool {
 	data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 	return err == nil && data < off+n
+}
+
+// hugeTier keeps copies on hugetlbfs: only the huge pages with data,
+// written through a mapping (hugetlbfs has no write(2)), their extents
+// recorded (it has no SEEK_DATA), room counted in the huge page pool.
+type hugeTier struct{ fileTier }
+
+func (h *hugeTier) regions(e *Entry) ([]memlayout.PageRun, error) { return extentRuns(e), nil }
+
+func (h *hugeTier) info(in *Info) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(h.dir, &st); err != nil {
+		return err
+	}
+	p, err := readPool(h.pageSize)
+	if err != nil {
+		return err
+	}
+	in.CapacityBytes, in.FreeBytes, in.ReservedBytes = p.total*h.pageSize, p.available()*h.pageSize, p.reserved*h.pageSize
+	if lim := int64(st.Blocks); lim > 0 { // a size= limit on the mount
+		in.CapacityBytes = min(in.CapacityBytes, lim*h.pageSize)
+		in.FreeBytes = min(in.FreeBytes, int64(st.Bavail)*h.pageSize)
+	}
+	return h.entries(in)
+}
+
+// mapping refuses a clone the pool cannot back: QEMU's private mapping of
+// the copy reserves a huge page for every mapped huge page (for its
+// copy-on-writes), and without them the mapping fails inside QEMU. Saying
+// so here lets premap fall back.
+func (h *hugeTier) mapping(e *Entry, _ string) (*Mapping, error) {
+	in := &Info{}
+	if err := h.info(in); err != nil {
+		return nil, err
+	}
+	if in.FreeBytes < e.Bytes {
+		return nil, fmt.Errorf("the huge page pool has %d MiB unreserved, a premap clone of %s reserves %d MiB for copy-on-write (raise vm.nr_hugepages)",
+			in.FreeBytes>>20, e.Snapshot, e.Bytes>>20)
+	}
+	return fileMapping(e.Path, extentRuns(e)), nil
 }

@@ -27,10 +27,8 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -142,15 +140,15 @@ type Info struct {
 	Entries []Entry `json:"entries"`
 }
 
-// Store is an opened store directory.
+// Store is an opened store: a tier, chosen once by Open.
 type Store struct {
 	dir      string
-	metaDir  string // where entry descriptions live: dir, except on hugetlbfs
 	kind     Kind
 	pageSize int64      // bytes
-	mu       sync.Mutex // serializes Put and Remove
-	dev      *daxDevice // devdax: the device; nil on file tiers
-	notice   string     // something Open did that the operator should hear of
+	mu       sync.Mutex // serializes Put, Remove and Close
+	t        tier
+	metaDir  string // where entry descriptions live (file tiers)
+	notice   string // something Open did that the operator should hear of
 }
 
 var idRe = regexp.MustCompile(`^[a-z]+-[0-9a-z]+$`)
@@ -198,17 +196,19 @@ func Open(dir string) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("%w: %s is on a disk filesystem (type %#x); use tmpfs (e.g. /dev/shm), hugetlbfs or a filesystem mounted with -o dax", ErrUnsupported, abs, st.Type)
 	}
-	s := &Store{dir: abs, metaDir: abs, kind: kind, pageSize: pageSize}
+	files := fileTier{dir: abs, metaDir: abs, pageSize: pageSize}
+	var t tier = &files
 	if kind == HugeTLBFS {
 		// hugetlbfs files cannot be written with write(2): descriptions
 		// live in shared memory, which a reboot clears with the copies.
-		s.metaDir = HugeMetaDirFor(abs)
-		if err := ownDir(s.metaDir, true); err != nil {
+		files.metaDir = HugeMetaDirFor(abs)
+		if err := ownDir(files.metaDir, true); err != nil {
 			return nil, fmt.Errorf("memory store %s: %w", abs, err)
 		}
+		t = &hugeTier{files}
 	}
-	s.removeTemps()
-	return s, nil
+	files.removeTemps()
+	return &Store{dir: abs, kind: kind, pageSize: pageSize, t: t, metaDir: files.metaDir}, nil
 }
 
 // ErrNotPrivate: a store directory (or the shared parent the daemon keeps
@@ -288,185 +288,25 @@ func (s *Store) Kind() Kind { return s.kind }
 // PageSize is the tier's page size in bytes.
 func (s *Store) PageSize() int64 { return s.pageSize }
 
-func (s *Store) memPath(id string) string  { return filepath.Join(s.dir, id+".mem") }
-func (s *Store) metaPath(id string) string { return filepath.Join(s.metaDir, id+".json") }
-
 // MetaDir is where the entry descriptions of a store live (its own
-// directory, or under HugeMetaDir for hugetlbfs).
+// directory, or under HugeMetaDir for hugetlbfs; none for a device).
 func (s *Store) MetaDir() string { return s.metaDir }
-
-// removeTemps drops what an interrupted Put left: temporary copies, and
-// copies without a description (Put writes the description first); and on
-// hugetlbfs, descriptions whose copy is gone (the mount was replaced).
-func (s *Store) removeTemps() {
-	if s.metaDir != s.dir {
-		metas, _ := os.ReadDir(s.metaDir)
-		for _, e := range metas {
-			id, ok := strings.CutSuffix(e.Name(), ".json")
-			if _, err := os.Stat(s.memPath(id)); ok && errors.Is(err, fs.ErrNotExist) {
-				_ = os.Remove(filepath.Join(s.metaDir, e.Name()))
-			}
-		}
-	}
-	ents, _ := os.ReadDir(s.dir)
-	for _, e := range ents {
-		id, isMem := strings.CutSuffix(e.Name(), ".mem")
-		_, err := os.Stat(s.metaPath(id))
-		if strings.HasPrefix(e.Name(), ".tmp-") || (isMem && idRe.MatchString(id) && errors.Is(err, fs.ErrNotExist)) {
-			_ = os.Remove(filepath.Join(s.dir, e.Name()))
-		}
-	}
-}
 
 // Put copies the snapshot memory file at memPath into the store as id.
 // want is the file's description from the snapshot manifest: the copy is
-// hashed while it is made and refused unless it matches. Nothing is left
-// behind on failure (a full store included). Putting a stored snapshot
-// again returns its entry.
+// hashed while it is made and refused unless it matches; a copy this
+// process stored counts as verified. Nothing is left behind on failure (a
+// full store included). Putting a stored snapshot again returns its entry.
 func (s *Store) Put(id, memPath string, want snapshot.FileInfo) (*Entry, error) {
 	if !idRe.MatchString(id) {
 		return nil, fmt.Errorf("memory store: invalid snapshot id %q", id)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, err := s.get(id); err == nil {
+	if e, err := s.t.get(id); err == nil {
 		return e, nil
 	}
-	if s.dev != nil {
-		return s.dev.put(id, memPath, want)
-	}
-	if s.kind == HugeTLBFS {
-		return s.putHuge(id, memPath, want)
-	}
-	// Room: the data plus filled gaps is at most the source's allocation
-	// rounded up per extent; ask for the source's allocation plus 1/16.
-	var src unix.Stat_t
-	if err := unix.Stat(memPath, &src); err != nil {
-		return nil, fmt.Errorf("memory store: %w", err)
-	}
-	need := src.Blocks*512 + src.Blocks*512/16
-	if free := s.free(); free >= 0 && need > free {
-		return nil, fmt.Errorf("%w: storing %s needs about %d MiB, %d MiB free in %s", ErrFull, id, need>>20, free>>20, s.dir)
-	}
-	start := time.Now()
-	tmp := filepath.Join(s.dir, ".tmp-"+id+".mem")
-	_ = os.Remove(tmp)
-	fi, err := snapshot.CopySparse(tmp, memPath)
-	if err == nil && (fi.Size != want.Size || fi.SHA256 != want.SHA256) {
-		err = fmt.Errorf("copy of %s does not match the snapshot manifest (size %d sha256 %.12s, want %d %.12s)",
-			memPath, fi.Size, fi.SHA256, want.Size, want.SHA256)
-	}
-	var regions []memlayout.PageRun
-	if err == nil {
-		regions, err = fillGaps(tmp, fi.Size)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		if errors.Is(err, unix.ENOSPC) {
-			return nil, fmt.Errorf("%w: storing %s: %v", ErrFull, id, err)
-		}
-		return nil, fmt.Errorf("memory store: %s: %w", id, err)
-	}
-	var after unix.Stat_t
-	if err := unix.Stat(tmp, &after); err != nil {
-		_ = os.Remove(tmp)
-		return nil, err
-	}
-	e := &Entry{Snapshot: id, Path: s.memPath(id), Size: fi.Size, SHA256: fi.SHA256,
-		Bytes: after.Blocks * 512, Regions: len(regions), PageSize: s.pageSize,
-		StoredMS: float64(time.Since(start).Microseconds()) / 1000, StoredAt: time.Now().UTC()}
-	return e, s.commit(tmp, e)
-}
-
-// commit writes e's description and moves the copy at tmp into place.
-func (s *Store) commit(tmp string, e *Entry) error {
-	id := e.Snapshot
-	meta, _ := json.MarshalIndent(e, "", "  ")
-	if err := os.WriteFile(s.metaPath(id), meta, 0o600); err != nil {
-		_ = os.Remove(tmp)
-		_ = os.Remove(s.metaPath(id))
-		return fmt.Errorf("memory store: %s: %w", id, err)
-	}
-	if err := os.Rename(tmp, e.Path); err != nil {
-		_ = os.Remove(tmp)
-		_ = os.Remove(s.metaPath(id))
-		return err
-	}
-	return nil
-}
-
-// fillGaps writes zeros into every hole shorter than mergeGap between
-// two data extents of the file at path and returns the data regions after.
-func fillGaps(path string, size int64) ([]memlayout.PageRun, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	ext, err := Extents(f, size)
-	if err != nil {
-		return nil, err
-	}
-	for i := 1; i < len(ext); i++ {
-		gap := ext[i].Offset() - ext[i-1].Offset() - ext[i-1].Bytes()
-		if gap > 0 && gap <= mergeGap {
-			start := int64(ext[i-1].Offset() + ext[i-1].Bytes())
-			// Written, not fallocated: tmpfs reports fallocated pages
-			// as holes to SEEK_DATA until they are written.
-			if _, err := f.WriteAt(make([]byte, gap), start); err != nil {
-				return nil, fmt.Errorf("fill hole at %d: %w", start, err)
-			}
-		}
-	}
-	return Extents(f, size)
-}
-
-// Extents returns the data extents of f (SEEK_DATA/SEEK_HOLE), in pages,
-// rounded out to whole pages.
-func Extents(f *os.File, size int64) ([]memlayout.PageRun, error) {
-	fd := int(f.Fd())
-	var out []memlayout.PageRun
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("seek data: %w", err)
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return nil, fmt.Errorf("seek hole: %w", err)
-		}
-		hole = min(hole, size)
-		first := uint64(data) / memlayout.PageSize
-		end := (uint64(hole) + memlayout.PageSize - 1) / memlayout.PageSize
-		if n := len(out); n > 0 && out[n-1].End() >= first {
-			out[n-1].Pages = max(out[n-1].End(), end) - out[n-1].Start
-		} else if end > first {
-			out = append(out, memlayout.PageRun{Start: first, Pages: end - first})
-		}
-		off = hole
-	}
-	return out, nil
-}
-
-// Regions returns the data regions of a stored copy, in 4 KiB pages:
-// recorded at Put on hugetlbfs, asked of the file (SEEK_DATA) elsewhere.
-func (s *Store) Regions(e *Entry) ([]memlayout.PageRun, error) {
-	if s.kind == HugeTLBFS || s.dev != nil {
-		out := make([]memlayout.PageRun, len(e.Extents))
-		for i, x := range e.Extents {
-			out[i] = memlayout.PageRun{Start: x.Start, Pages: x.Pages}
-		}
-		return out, nil
-	}
-	f, err := os.Open(e.Path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return Extents(f, e.Size)
+	return s.t.put(id, memPath, want)
 }
 
 // Get returns the entry of a stored snapshot, ErrNotStored if there is none.
@@ -474,36 +314,7 @@ func (s *Store) Get(id string) (*Entry, error) {
 	if !idRe.MatchString(id) {
 		return nil, fmt.Errorf("memory store: invalid snapshot id %q", id)
 	}
-	return s.get(id)
-}
-
-func (s *Store) get(id string) (*Entry, error) {
-	if s.dev != nil {
-		s.dev.mu.Lock()
-		defer s.dev.mu.Unlock()
-		return s.dev.entry(id)
-	}
-	b, err := os.ReadFile(s.metaPath(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("snapshot %s: %w", id, ErrNotStored)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var e Entry
-	if err := json.Unmarshal(b, &e); err != nil || e.Snapshot != id {
-		return nil, fmt.Errorf("memory store: %s: unreadable description %s", id, s.metaPath(id))
-	}
-	e.Path = s.memPath(id)
-	var st unix.Stat_t
-	if err := unix.Stat(e.Path, &st); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w (memory copy %s: %v)", id, ErrNotStored, e.Path, err)
-	}
-	if st.Size != e.Size {
-		return nil, fmt.Errorf("memory store: %s: copy is %d bytes, want %d", id, st.Size, e.Size)
-	}
-	e.Bytes = st.Blocks * 512
-	return &e, nil
+	return s.t.get(id)
 }
 
 // Remove drops a snapshot's copy; removing one that is not stored is not
@@ -514,79 +325,48 @@ func (s *Store) Remove(id string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dev != nil {
-		return s.dev.remove(id)
-	}
-	var errs []error
-	for _, p := range []string{s.metaPath(id), s.memPath(id)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return s.t.remove(id)
 }
 
 // Info reports capacity, use and entries.
 func (s *Store) Info() (*Info, error) {
-	if s.dev != nil {
-		in := &Info{Dir: s.dir, Kind: s.kind, PageSize: s.pageSize, Entries: []Entry{}}
-		s.dev.info(in)
-		sort.Slice(in.Entries, func(i, j int) bool { return in.Entries[i].Snapshot < in.Entries[j].Snapshot })
-		return in, nil
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.dir, &st); err != nil {
+	in := &Info{Dir: s.dir, Kind: s.kind, PageSize: s.pageSize, Entries: []Entry{}}
+	if err := s.t.info(in); err != nil {
 		return nil, err
-	}
-	in := &Info{Dir: s.dir, Kind: s.kind, PageSize: s.pageSize, CapacityBytes: int64(st.Blocks) * st.Bsize,
-		FreeBytes: int64(st.Bavail) * st.Bsize, Entries: []Entry{}}
-	if s.kind == HugeTLBFS {
-		p, err := readPool(s.pageSize)
-		if err != nil {
-			return nil, err
-		}
-		in.CapacityBytes, in.FreeBytes, in.ReservedBytes = p.total*s.pageSize, p.available()*s.pageSize, p.reserved*s.pageSize
-		if lim := int64(st.Blocks); lim > 0 { // a size= limit on the mount
-			in.CapacityBytes = min(in.CapacityBytes, lim*s.pageSize)
-			in.FreeBytes = min(in.FreeBytes, int64(st.Bavail)*s.pageSize)
-		}
-	}
-	ents, err := os.ReadDir(s.metaDir)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range ents {
-		id, ok := strings.CutSuffix(d.Name(), ".json")
-		if !ok || !idRe.MatchString(id) {
-			continue
-		}
-		if e, err := s.get(id); err == nil {
-			in.Entries = append(in.Entries, *e)
-			in.UsedBytes += e.Bytes
-		}
 	}
 	sort.Slice(in.Entries, func(i, j int) bool { return in.Entries[i].Snapshot < in.Entries[j].Snapshot })
 	return in, nil
 }
 
-func (s *Store) free() int64 {
-	if s.dev != nil {
-		s.dev.mu.Lock()
-		defer s.dev.mu.Unlock()
-		return s.dev.freeBytes()
+// Regions returns the data regions of a stored copy, in 4 KiB pages.
+func (s *Store) Regions(e *Entry) ([]memlayout.PageRun, error) { return s.t.regions(e) }
+
+// Verify re-hashes a stored copy against its entry unless this process
+// verified it already (file tiers: and its stamp has not changed since).
+func (s *Store) Verify(e *Entry) error { return s.t.verify(e) }
+
+// Map lays out how VM owner maps the stored copy e. Release what it holds
+// only once the VM's process has exited.
+func (s *Store) Map(e *Entry, owner string) (*Mapping, error) { return s.t.mapping(e, owner) }
+
+// Clones lists the VMs holding private ranges of the store (devdax).
+func (s *Store) Clones() []string { return s.t.owners() }
+
+// Close releases the store's medium (a device's mapping and lock) once no
+// Put is running; later calls fail with "closed".
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.t.close()
+}
+
+// extentRuns are the extents an entry recorded, as page runs.
+func extentRuns(e *Entry) []memlayout.PageRun {
+	out := make([]memlayout.PageRun, len(e.Extents))
+	for i, x := range e.Extents {
+		out[i] = memlayout.PageRun{Start: x.Start, Pages: x.Pages}
 	}
-	if s.kind == HugeTLBFS {
-		in, err := s.Info()
-		if err != nil {
-			return -1
-		}
-		return in.FreeBytes
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.dir, &st); err != nil {
-		return -1
-	}
-	return int64(st.Bavail) * st.Bsize
+	return out
 }
 
 // mountHasDAX reports whether the filesystem holding path is mounted with

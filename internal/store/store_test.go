@@ -311,20 +311,20 @@ func TestOpenDropsHalfEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// snap-a's copy is gone (the mount was replaced); snap-b's description is.
-	if err := os.Remove(s.memPath("snap-a")); err != nil {
+	if err := os.Remove(filesOf(s).memPath("snap-a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(s.metaPath("snap-b")); err != nil {
+	if err := os.Remove(filesOf(s).metaPath("snap-b")); err != nil {
 		t.Fatal(err)
 	}
 	s2, err := Open(s.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s2.metaPath("snap-a")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filesOf(s2).metaPath("snap-a")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("description without a copy kept: %v", err)
 	}
-	if _, err := os.Stat(s2.memPath("snap-b")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filesOf(s2).memPath("snap-b")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("copy without a description kept: %v", err)
 	}
 	if in, err := s2.Info(); err != nil || len(in.Entries) != 0 || in.UsedBytes != 0 {
@@ -388,3 +388,6 @@ func TestOpenRefusesForeignDirectories(t *testing.T) {
 		}
 	}
 }
+
+// filesOf is a hugetlbfs store's files.
+func filesOf(s *Store) *fileTier { return &s.t.(*hugeTier).fileTier }
