@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,31 +30,18 @@ func TestStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
-	var fs struct {
-		WorkingSetPages int   `json:"working_set_pages"`
-		LoadingSetBytes int64 `json:"loading_set_bytes"`
+	fs, rp, sb := res.FaaSnap, res.REAP, res.SnapBPF
+	if fs == nil || rp == nil || sb == nil {
+		t.Fatalf("prepare built no artifacts: faasnap %+v reap %+v snapbpf %+v (%s)", fs, rp, sb, res.SnapBPFUnavailable)
 	}
-	var rp struct {
-		FaultedPages int `json:"faulted_pages"`
-	}
-	var sb struct {
-		CapturedPages     uint64 `json:"captured_pages"`
-		FreePagesFiltered uint64 `json:"free_pages_filtered"`
-		PrefetchPages     uint64 `json:"prefetch_pages"`
-		Ranges            int    `json:"ranges"`
-		REAPOverlapPages  uint64 `json:"reap_overlap_pages"`
-	}
-	_ = json.Unmarshal(res.FaaSnap, &fs)
-	_ = json.Unmarshal(res.REAP, &rp)
-	_ = json.Unmarshal(res.SnapBPF, &sb)
 	t.Logf("prepared: warm %s, faasnap working set %d pages, loading set %d MiB, reap %d pages",
 		res.Warm.ID, fs.WorkingSetPages, fs.LoadingSetBytes>>20, rp.FaultedPages)
-	t.Logf("snapbpf: %s; timing %s", res.SnapBPF, res.Timing)
+	t.Logf("snapbpf: %+v; timing %+v", *sb, res.Timing)
 	if fs.WorkingSetPages == 0 || fs.LoadingSetBytes == 0 || rp.FaultedPages == 0 || sb.PrefetchPages == 0 {
-		t.Fatalf("prepare built empty artifacts: %s %s %s", res.FaaSnap, res.REAP, res.SnapBPF)
+		t.Fatalf("prepare built empty artifacts: %+v %+v %+v", *fs, *rp, *sb)
 	}
 	if sb.CapturedPages != sb.PrefetchPages+sb.FreePagesFiltered || sb.Ranges == 0 {
-		t.Fatalf("snapbpf capture inconsistent: %s", res.SnapBPF)
+		t.Fatalf("snapbpf capture inconsistent: %+v", *sb)
 	}
 	if res.Warm.Parent != res.Clean.ID {
 		t.Fatalf("warm snapshot parent %q, want %q", res.Warm.Parent, res.Clean.ID)
@@ -257,7 +243,7 @@ func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
 		t.Fatalf("prepare: %v", err)
 	}
 	if res.SnapBPF != nil || !strings.Contains(res.SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
-		t.Fatalf("snapbpf %s, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
+		t.Fatalf("snapbpf %+v, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
 	}
 	if inv := invokeAny(t, c, "faasnap"); inv.Strategy != "faasnap" {
 		t.Fatalf("faasnap ran as %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)

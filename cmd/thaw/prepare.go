@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -72,43 +71,26 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 	if res.Warm != nil {
 		row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
 	}
-	var fs struct {
-		Scans           int   `json:"scans"`
-		WorkingSetPages int   `json:"working_set_pages"`
-		LoadingSetBytes int64 `json:"loading_set_bytes"`
-		Stats           map[string]any
-	}
-	if json.Unmarshal(res.FaaSnap, &fs) == nil {
+	if fs := res.FaaSnap; fs != nil {
 		row(w, "FaaSnap:", fmt.Sprintf("%d working-set pages (%d mincore scans), loading set %s", fs.WorkingSetPages, fs.Scans, fmtBytes(fs.LoadingSetBytes)))
-		for _, k := range []string{"loading_set_pages", "zero_pages_in_working_set", "regions_before_merge", "regions_after_merge"} {
-			if v, ok := fs.Stats[k]; ok {
-				row(w, "  "+k+":", fmt.Sprint(v))
-			}
+		for _, kv := range []struct {
+			k string
+			v uint64
+		}{{"loading_set_pages", fs.Stats.LoadingSetPages}, {"zero_pages_in_working_set", fs.Stats.ZeroPagesInWorkingSet},
+			{"regions_before_merge", fs.Stats.RegionsBeforeMerge}, {"regions_after_merge", fs.Stats.RegionsAfterMerge}} {
+			row(w, "  "+kv.k+":", fmt.Sprint(kv.v))
 		}
 	}
-	var rp struct {
-		FaultedPages    int   `json:"faulted_pages"`
-		WorkingSetBytes int64 `json:"working_set_bytes"`
-	}
-	if json.Unmarshal(res.REAP, &rp) == nil {
+	if rp := res.REAP; rp != nil {
 		row(w, "REAP:", fmt.Sprintf("%d faulted pages, working-set file %s", rp.FaultedPages, fmtBytes(rp.WorkingSetBytes)))
 	}
-	var sb struct {
-		CapturedPages     uint64 `json:"captured_pages"`
-		FreePagesFiltered uint64 `json:"free_pages_filtered"`
-		PrefetchPages     uint64 `json:"prefetch_pages"`
-		Ranges            int    `json:"ranges"`
-	}
-	if json.Unmarshal(res.SnapBPF, &sb) == nil && res.SnapBPF != nil {
+	if sb := res.SnapBPF; sb != nil {
 		row(w, "SnapBPF:", fmt.Sprintf("%d captured pages, %d freed filtered, prefetch %d pages in %d ranges",
 			sb.CapturedPages, sb.FreePagesFiltered, sb.PrefetchPages, sb.Ranges))
 	}
 	if res.SnapBPFUnavailable != "" {
 		row(w, "SnapBPF:", "not prepared: "+res.SnapBPFUnavailable)
 	}
-	var tm map[string]float64
-	if json.Unmarshal(res.Timing, &tm) == nil {
-		row(w, "Took:", fmtMS(tm["total_ms"]))
-	}
+	row(w, "Took:", fmtMS(res.Timing.TotalMS))
 	return w.Flush()
 }

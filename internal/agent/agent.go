@@ -13,6 +13,8 @@
 package agent
 
 import (
+	"github.com/thaw-dev/thaw/wire"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -30,14 +32,8 @@ const MaxLine = 32 << 20
 // ErrTimeout is returned when the guest does not answer in time.
 var ErrTimeout = errors.New("guest agent did not answer in time")
 
-// Error is a structured error raised inside the guest.
-type Error struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Type + ": " + e.Message }
+// Error is an exception a handler raised (part of the API).
+type Error = wire.FunctionError
 
 // Reply is one answer from the guest.
 type Reply struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/vmnet"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 //go:embed openapi.json
@@ -36,7 +37,8 @@ const (
 // Service is what the API needs from the daemon.
 type Service = daemon.Service
 
-type vmRecord = catalog.VM
+// vmBody is a VM's body outside a restore's answer.
+func vmBody(v *catalog.VM) *wire.VM { return daemon.VMBody(v, nil) }
 
 // Handler serves the API.
 type Handler struct {
@@ -161,12 +163,7 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 // ErrorBody is every error's JSON.
-type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+type ErrorBody = wire.Error
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	var b ErrorBody
@@ -252,21 +249,50 @@ func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 }
 
 // list wraps collections as {"items": [...]} so they can grow fields.
-func list[T any](items []T) map[string]any {
-	if items == nil {
-		items = []T{}
+// reply answers err, or v as the body with status.
+func reply[T any](h *Handler, w http.ResponseWriter, r *http.Request, status int, v T, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
-	return map[string]any{"items": items}
+	writeJSON(w, status, v)
 }
 
-// CreateFunctionRequest is the JSON form of POST /v1/functions.
-type CreateFunctionRequest struct {
-	Name      string        `json:"name"`
-	Directory string        `json:"directory"`
-	MemoryMiB int           `json:"memory_mib,omitempty"`
-	VCPUs     int           `json:"vcpus,omitempty"`
-	Network   *vmnet.Policy `json:"network,omitempty"` // absent: egress none
+// replyAs answers err, or row as its API body.
+func replyAs[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, status int, row R, err error, body func(R) B) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, status, body(row))
 }
+
+// replyList answers err, or rows as a collection of their API bodies.
+func replyList[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, rows []R, err error, body func(R) B) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.List[B]{Items: daemon.Bodies(rows, body)})
+}
+
+// replyDone answers err, or 204.
+func replyDone(h *Handler, w http.ResponseWriter, r *http.Request, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// The request bodies (package wire).
+type (
+	CreateFunctionRequest = wire.CreateFunctionRequest
+	InvokeRequest         = wire.InvokeRequest
+	PrepareRequest        = wire.PrepareRequest
+	CreateVMRequest       = wire.CreateVMRequest
+	CreateSnapshotRequest = wire.CreateSnapshotRequest
+)
 
 func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 	spec, err := readCreateFunction(w, r)
@@ -283,7 +309,7 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, f)
+	writeJSON(w, http.StatusCreated, daemon.FunctionBody(f))
 }
 
 // readCreateFunction decodes either form of POST /v1/functions: a tar.gz
@@ -315,7 +341,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}
 	if req.Network != nil {
-		spec.Network = *req.Network
+		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}
 	return spec, nil
 }
@@ -333,39 +359,16 @@ func intParam(s string) (int, error) {
 
 func (h *Handler) listFunctions(w http.ResponseWriter, r *http.Request) {
 	fs, err := h.svc.ListFunctions(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(fs))
+	replyList(h, w, r, fs, err, daemon.FunctionBody)
 }
 
 func (h *Handler) getFunction(w http.ResponseWriter, r *http.Request) {
 	f, err := h.svc.GetFunction(r.Context(), r.PathValue("name"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, f)
+	replyAs(h, w, r, http.StatusOK, f, err, daemon.FunctionBody)
 }
 
 func (h *Handler) deleteFunction(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.DeleteFunction(r.Context(), r.PathValue("name")); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// InvokeRequest is the body of the invoke operations.
-type InvokeRequest struct {
-	Event     json.RawMessage `json:"event,omitempty"` // absent: handle() gets None
-	TimeoutMS int64           `json:"timeout_ms,omitempty"`
-	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
-	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
-	// EvictCache evicts the snapshot's files from the page cache before a
-	// cold invocation (honest cold measurements).
-	EvictCache bool `json:"evict_cache,omitempty"`
+	replyDone(h, w, r, h.svc.DeleteFunction(r.Context(), r.PathValue("name")))
 }
 
 func decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, error) {
@@ -376,7 +379,7 @@ func decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, error
 	return &req, nil
 }
 
-func (req *InvokeRequest) invoke() daemon.InvokeRequest {
+func invokeOf(req *InvokeRequest) daemon.InvokeRequest {
 	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
 		EvictCache: req.EvictCache}
 }
@@ -391,7 +394,7 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	if err := daemon.ValidName(name); err != nil {
 		return daemon.ColdRequest{}, err
 	}
-	return daemon.ColdRequest{InvokeRequest: req.invoke(), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy}, nil
+	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy}, nil
 }
 
 func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
@@ -413,7 +416,7 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	if req.Snapshot != "" {
 		return daemon.ColdRequest{}, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid)
 	}
-	return daemon.ColdRequest{InvokeRequest: req.invoke(), Snapshot: r.PathValue("id"), Strategy: req.Strategy}, nil
+	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Snapshot: r.PathValue("id"), Strategy: req.Strategy}, nil
 }
 
 func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -439,7 +442,7 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 	if req.Strategy != "" || req.Snapshot != "" || req.EvictCache {
 		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid)
 	}
-	return req.invoke(), nil
+	return invokeOf(req), nil
 }
 
 func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
@@ -463,14 +466,6 @@ func (h *Handler) answerInvocation(w http.ResponseWriter, r *http.Request, inv *
 	writeJSON(w, http.StatusOK, inv)
 }
 
-// PrepareRequest is the body of POST /v1/functions/{name}/prepare.
-type PrepareRequest struct {
-	RecordEvent json.RawMessage `json:"record_event,omitempty"` // the record input (absent: handle() gets None)
-	GroupSize   int             `json:"group_size,omitempty"`   // FaaSnap working-set group, pages (default 1024)
-	MergeGap    int             `json:"merge_gap,omitempty"`    // FaaSnap merge threshold, pages (default 32)
-	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
-}
-
 // readPrepare decodes POST /v1/functions/{name}/prepare.
 func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest, error) {
 	var req PrepareRequest
@@ -492,11 +487,7 @@ func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.svc.Prepare(r.Context(), pr)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, res)
+	reply(h, w, r, http.StatusCreated, res, err)
 }
 
 // readListInvocations reads GET /v1/invocations' query: function and limit.
@@ -513,24 +504,7 @@ func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	invs, err := h.svc.ListInvocations(r.Context(), function, limit)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(invs))
-}
-
-// CreateVMRequest boots a function's VM, or restores one from a snapshot.
-type CreateVMRequest struct {
-	Function string `json:"function,omitempty"`
-	Snapshot string `json:"snapshot,omitempty"`
-	Strategy string `json:"strategy,omitempty"`
-}
-
-// CreateVMResponse is the VM plus, for restores, the restore breakdown.
-type CreateVMResponse struct {
-	*vmRecord
-	Restore *daemon.RestoreTiming `json:"restore,omitempty"`
+	replyList(h, w, r, invs, err, daemon.InvocationRecordBody)
 }
 
 // readCreateVM decodes POST /v1/vms: a function to boot, or a snapshot
@@ -553,70 +527,38 @@ func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	var v *catalog.VM
+	var t *daemon.RestoreTiming
 	if req.Function != "" {
-		v, err := h.svc.BootVM(r.Context(), req.Function)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v})
-		return
+		v, err = h.svc.BootVM(r.Context(), req.Function)
+	} else {
+		v, t, err = h.svc.RestoreVM(r.Context(), req.Snapshot, req.Strategy)
 	}
-	v, t, err := h.svc.RestoreVM(r.Context(), req.Snapshot, req.Strategy)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, CreateVMResponse{vmRecord: v, Restore: t})
+	replyAs(h, w, r, http.StatusCreated, v, err, func(v *catalog.VM) *wire.VM { return daemon.VMBody(v, t) })
 }
 
 func (h *Handler) listVMs(w http.ResponseWriter, r *http.Request) {
 	vs, err := h.svc.ListVMs(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(vs))
+	replyList(h, w, r, vs, err, vmBody)
 }
 
 func (h *Handler) getVM(w http.ResponseWriter, r *http.Request) {
 	v, err := h.svc.GetVM(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
+	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
 }
 
 func (h *Handler) deleteVM(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.DeleteVM(r.Context(), r.PathValue("id")); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	replyDone(h, w, r, h.svc.DeleteVM(r.Context(), r.PathValue("id")))
 }
 
 func (h *Handler) pauseVM(w http.ResponseWriter, r *http.Request) {
 	v, err := h.svc.PauseVM(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
+	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
 }
 
 func (h *Handler) resumeVM(w http.ResponseWriter, r *http.Request) {
 	v, err := h.svc.ResumeVM(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
-}
-
-// CreateSnapshotRequest snapshots a booted VM.
-type CreateSnapshotRequest struct {
-	VM string `json:"vm"`
+	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
 }
 
 // readCreateSnapshot decodes POST /v1/snapshots.
@@ -633,90 +575,50 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := h.svc.CreateSnapshot(r.Context(), req.VM)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, s)
+	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
 }
 
 func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	ss, err := h.svc.ListSnapshots(r.Context(), r.URL.Query().Get("function"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list(ss))
+	replyList(h, w, r, ss, err, daemon.SnapshotBody)
 }
 
 func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	s, err := h.svc.GetSnapshot(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
+	replyAs(h, w, r, http.StatusOK, s, err, daemon.SnapshotBody)
 }
 
 func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	replyDone(h, w, r, h.svc.DeleteSnapshot(r.Context(), r.PathValue("id")))
 }
 
 func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
 	e, err := h.svc.StoreSnapshot(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, e)
+	reply(h, w, r, http.StatusOK, e, err)
 }
 
 func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
 	s, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, s)
+	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
 }
 
 func (h *Handler) unstoreSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.UnstoreSnapshot(r.Context(), r.PathValue("id")); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	replyDone(h, w, r, h.svc.UnstoreSnapshot(r.Context(), r.PathValue("id")))
 }
 
 func (h *Handler) snapshotMemory(w http.ResponseWriter, r *http.Request) {
 	m, err := h.svc.SnapshotMemory(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
+	reply(h, w, r, http.StatusOK, m, err)
 }
 
 func (h *Handler) storeInfo(w http.ResponseWriter, r *http.Request) {
 	in, err := h.svc.StoreInfo(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, in)
+	reply(h, w, r, http.StatusOK, in, err)
 }
 
 func (h *Handler) vmMemory(w http.ResponseWriter, r *http.Request) {
 	m, err := h.svc.VMMemory(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, m)
+	reply(h, w, r, http.StatusOK, m, err)
 }
 
 func (h *Handler) evictSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -730,9 +632,5 @@ func (h *Handler) evictSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {
 	s, err := h.svc.CheckSnapshot(r.Context(), r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s)
+	replyAs(h, w, r, http.StatusOK, s, err, daemon.SnapshotBody)
 }

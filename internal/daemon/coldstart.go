@@ -13,22 +13,14 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // The cold start: a VM restored from a snapshot, from request to a guest
 // ready for its first invocation (docs/design.md, "Restore").
 
 // RestoreTiming breaks a restore down, in milliseconds.
-type RestoreTiming struct {
-	VerifyMS    float64 `json:"verify_ms"`     // snapshot checks
-	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
-	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
-	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
-	ResumeMS    float64 `json:"resume_ms"`     // vCPUs resumed to the guest ready (agent answering, restore done)
-	// AgentRestoreMS is the part of ResumeMS the guest spent becoming a
-	// clone of its own: clock set, RNGs reseeded, on_restore run.
-	AgentRestoreMS float64 `json:"agent_restore_ms"`
-}
+type RestoreTiming = wire.RestoreTiming
 
 // RestoreVM starts a VM from a snapshot with a restore strategy and waits
 // until its agent answers. The VM keeps running until deleted.

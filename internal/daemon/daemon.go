@@ -27,6 +27,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Sentinel errors. The API maps them to status codes.
@@ -162,12 +163,8 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// AccelInfo says which accelerator is in use and how it was chosen.
-type AccelInfo struct {
-	Accel  vmm.Accel `json:"accel"`
-	Source string    `json:"source"` // "config", "probe" or "cached-probe"
-	Detail string    `json:"detail"`
-}
+// AccelInfo says which accelerator the daemon uses and why.
+type AccelInfo = wire.AccelInfo
 
 // Service is the daemon.
 type Service struct {
@@ -347,7 +344,7 @@ func processMatches(pid int, vmID string) bool {
 func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 	if s.cfg.Accel != "auto" {
 		a, _ := vmm.ParseAccel(s.cfg.Accel)
-		return AccelInfo{Accel: a, Source: "config", Detail: "set by configuration"}, nil
+		return AccelInfo{Accel: string(a), Source: "config", Detail: "set by configuration"}, nil
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
@@ -360,33 +357,24 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 	}
 	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.qemuVersion, s.image.Files[s.image.KernelFile()].SHA256[:16])
 	if cached, err := s.db.Setting(ctx, key); err == nil && cached != "" {
-		var a AccelInfo
-		if a.Accel, err = vmm.ParseAccel(cached[:3]); err == nil {
-			a.Source, a.Detail = "cached-probe", cached[4:]
-			return a, nil
+		if a, err := vmm.ParseAccel(cached[:3]); err == nil {
+			return AccelInfo{Accel: string(a), Source: "cached-probe", Detail: cached[4:]}, nil
 		}
 	}
 	res := s.cfg.VMM.ProbeAccel(ctx, vmm.AccelKVM, s.image.Path(s.image.KernelFile()), s.image.Path(guestimage.Initrd), s.runDir(), 20*time.Second)
-	info := AccelInfo{Accel: vmm.AccelTCG, Source: "probe", Detail: "kvm probe failed: " + res.Detail}
+	info := AccelInfo{Accel: string(vmm.AccelTCG), Source: "probe", Detail: "kvm probe failed: " + res.Detail}
 	if res.OK {
-		info = AccelInfo{Accel: vmm.AccelKVM, Source: "probe", Detail: "kvm probe: " + res.Detail}
+		info = AccelInfo{Accel: string(vmm.AccelKVM), Source: "probe", Detail: "kvm probe: " + res.Detail}
 	}
 	s.log.Info("accelerator probe", "kvm_ok", res.OK, "detail", res.Detail)
-	if err := s.db.SetSetting(ctx, key, string(info.Accel)+":"+info.Detail); err != nil {
+	if err := s.db.SetSetting(ctx, key, info.Accel+":"+info.Detail); err != nil {
 		return info, err
 	}
 	return info, nil
 }
 
 // Info describes the daemon.
-type Info struct {
-	Version     string           `json:"version"`
-	Accel       AccelInfo        `json:"accel"`
-	QEMUVersion string           `json:"qemu_version"`
-	Image       guestimage.Image `json:"image"`
-	DataDir     string           `json:"data_dir"`
-	Strategies  []string         `json:"strategies"`
-}
+type Info = wire.Info
 
 // Version of thawd.
 const Version = "0.1.0"

@@ -13,53 +13,18 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
-	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // MaxEventBytes bounds an invocation's event (Lambda's synchronous limit).
 const MaxEventBytes = 6 << 20
 
 // Invocation is the outcome of one invocation, as the API returns it.
-type Invocation struct {
-	ID       string          `json:"id"`
-	Function string          `json:"function"`
-	VM       string          `json:"vm"`
-	Mode     string          `json:"mode"` // "warm" (running VM) or "cold" (restored for it)
-	Snapshot string          `json:"snapshot,omitempty"`
-	Strategy string          `json:"strategy,omitempty"`
-	OK       bool            `json:"ok"`
-	Result   json.RawMessage `json:"result,omitempty"`
-	Error    *agent.Error    `json:"error,omitempty"`
-	// In the invocation history only: a result over the stored limit is
-	// kept as its first bytes; the caller got all of it.
-	ResultTruncated bool   `json:"result_truncated,omitempty"`
-	ResultBytes     int    `json:"result_bytes,omitempty"`
-	ResultPrefix    string `json:"result_prefix,omitempty"`
-	ErrorTruncated  bool   `json:"error_truncated,omitempty"` // message or traceback cut
-	Timing          Timing `json:"timing"`
-	// EvictedCache: the snapshot's files were evicted from the host page
-	// cache before the restore (a "cold" measurement).
-	EvictedCache bool `json:"evicted_cache,omitempty"`
-	// Strategy is what the restore strategy did (cold invocations).
-	StrategyStats *restore.Stats `json:"strategy_stats,omitempty"`
-	// Process is the VMM process's page faults and storage reads from the
-	// vCPUs resuming (cold) or the request (warm) to the answer; RSS at the
-	// answer.
-	Process *procstat.Counters `json:"process,omitempty"`
-}
+type Invocation = wire.Invocation
 
-// Timing breaks an invocation down, in milliseconds. For a cold invocation
-// Restore says where the restore's time went; Total is request to answer
-// (teardown of a cold VM happens after the answer is ready and is reported
-// apart).
-type Timing struct {
-	Restore    *RestoreTiming `json:"restore,omitempty"`
-	InvokeMS   float64        `json:"invoke_ms"` // request sent to reply received
-	GuestMS    float64        `json:"guest_ms"`  // inside handle(), measured by the guest
-	TotalMS    float64        `json:"total_ms"`
-	TeardownMS float64        `json:"teardown_ms,omitempty"`
-}
+// Timing breaks an invocation down, in milliseconds.
+type Timing = wire.Timing
 
 // InvokeRequest asks for one invocation.
 type InvokeRequest struct {
@@ -146,7 +111,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
 	}
 	if after, err := procstat.Read(lv.m.PID()); err == nil {
-		d := after.Sub(lv.countersAtResume)
+		d := procstat.Since(after, lv.countersAtResume)
 		inv.Process = &d
 	}
 	if lv.sess != nil {
@@ -296,7 +261,7 @@ func (s *Service) Info() Info {
 	for i, st := range s.strategies {
 		strategies[i] = string(st.Kind)
 	}
-	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: *s.image,
+	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
 		DataDir: s.cfg.DataDir, Strategies: strategies}
 }
 

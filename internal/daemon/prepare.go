@@ -9,6 +9,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // PrepareRequest prepares a function for fast cold starts.
@@ -21,21 +22,7 @@ type PrepareRequest struct {
 }
 
 // PrepareResult describes what prepare built.
-type PrepareResult struct {
-	Function string            `json:"function"`
-	Clean    *catalog.Snapshot `json:"clean_snapshot"`
-	Warm     *catalog.Snapshot `json:"warm_snapshot"`
-	restore.Builds
-	Timing PrepareTiming `json:"timing"`
-}
-
-// PrepareTiming says where prepare's time went, in milliseconds.
-type PrepareTiming struct {
-	BootMS          float64 `json:"boot_ms"`
-	CleanSnapshotMS float64 `json:"clean_snapshot_ms"`
-	restore.RecordTiming
-	TotalMS float64 `json:"total_ms"`
-}
+type PrepareResult = wire.PrepareResult
 
 // Prepare boots a VM of the function and takes a clean snapshot, then runs
 // every strategy's prepare step in the registry's order, the Warm one
@@ -56,16 +43,17 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	}
 	res.Timing.BootMS = vm.BootMS
 	t := time.Now()
-	res.Clean, err = s.CreateSnapshot(ctx, vm.ID)
+	clean, err := s.CreateSnapshot(ctx, vm.ID)
 	_ = s.DeleteVM(context.WithoutCancel(ctx), vm.ID)
 	if err != nil {
 		return nil, err
 	}
+	res.Clean = SnapshotBody(clean)
 	res.Timing.CleanSnapshotMS = ms(time.Since(t))
 
-	p := &restore.Prepare{Log: s.log.With("function", req.Function),
+	p := &restore.Prepare{Log: s.log.With("function", req.Function), Result: res,
 		Options: restore.RecordOptions{GroupSize: req.GroupSize, MergeGap: req.MergeGap, SnapBPFObject: s.cfg.SnapBPFObject}}
-	if p.Clean, err = s.strategySnapshot(res.Clean); err != nil {
+	if p.Clean, err = s.strategySnapshot(clean); err != nil {
 		return nil, err
 	}
 	host := &recordHost{s: s, fn: req.Function, event: req.RecordEvent, timeout: timeout}
@@ -77,14 +65,15 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 	if p.Warm.Manifest == nil {
 		return nil, fmt.Errorf("the %s record step took no warm snapshot", recordOrder(s.strategies)[0].Kind)
 	}
-	if res.Warm, err = s.GetSnapshot(ctx, p.Warm.Manifest.ID); err != nil {
+	warm, err := s.GetSnapshot(ctx, p.Warm.Manifest.ID)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.db.SetSnapshotParent(ctx, res.Warm.ID, res.Clean.ID); err != nil {
+	if err := s.db.SetSnapshotParent(ctx, warm.ID, clean.ID); err != nil {
 		return nil, err
 	}
-	res.Warm.Parent = res.Clean.ID
-	res.Builds, res.Timing.RecordTiming = p.Builds, p.Timing
+	warm.Parent = clean.ID
+	res.Warm = SnapshotBody(warm)
 	res.Timing.TotalMS = ms(time.Since(t0))
 	b, _ := json.Marshal(res)
 	if err := s.db.SetSnapshotPrepared(ctx, res.Warm.ID, string(b)); err != nil {

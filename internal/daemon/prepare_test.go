@@ -10,6 +10,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // testStrategies are the real vanilla and FaaSnap (whose record phase
@@ -32,7 +33,7 @@ func testStrategies(step func(ctx context.Context, h restore.RecordHost, p *rest
 			if err := vm.Invoke(ctx); err != nil {
 				return err
 			}
-			p.Builds.REAP = &restore.REAPBuild{FaultedPages: 7}
+			p.Result.REAP = &wire.REAPBuild{FaultedPages: 7}
 			return nil
 		}
 	}

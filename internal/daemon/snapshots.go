@@ -105,7 +105,7 @@ func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string,
 		ID: id, Function: lv.fn.Name, CreatedAt: time.Now().UTC(),
 		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: s.cfg.VMM.MachineABI(),
 			Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline},
-		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.qemuVersion, Accel: string(s.accel.Accel)},
+		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.qemuVersion, Accel: s.accel.Accel},
 		Inputs: s.inputs(lv.fn),
 		Files:  map[string]snapshot.FileInfo{snapshot.MemoryFile: mem},
 	}
@@ -225,7 +225,7 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 	check("initrd", m.Inputs.Initrd, want.Initrd)
 	check("root filesystem", m.Inputs.Rootfs, want.Rootfs)
 	check("function code", m.Inputs.Function, want.Function)
-	if m.VMM.Accel != string(s.accel.Accel) {
+	if m.VMM.Accel != s.accel.Accel {
 		errs = append(errs, fmt.Errorf("%w: taken on %s, this daemon runs %s", snapshot.ErrIncompatible, m.VMM.Accel, s.accel.Accel))
 	}
 	if m.VMM.Name != s.cfg.VMM.Name() || m.VMM.Version != s.qemuVersion {

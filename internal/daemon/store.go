@@ -12,6 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // openStore opens the snapshot memory store (premap). A store that cannot
@@ -54,19 +55,7 @@ func (s *Service) openStore(ctx context.Context) {
 }
 
 // StoreInfo describes the snapshot memory store.
-type StoreInfo struct {
-	Available     bool          `json:"available"`
-	Error         string        `json:"error,omitempty"` // why it is not available
-	Dir           string        `json:"dir,omitempty"`
-	Kind          store.Kind    `json:"kind,omitempty"`
-	PageSize      int64         `json:"page_size,omitempty"`
-	CapacityBytes int64         `json:"capacity_bytes"`
-	FreeBytes     int64         `json:"free_bytes"`
-	UsedBytes     int64         `json:"used_bytes"`
-	ReservedBytes int64         `json:"reserved_bytes,omitempty"`
-	Clones        int           `json:"clones,omitempty"`
-	Entries       []store.Entry `json:"entries"`
-}
+type StoreInfo = wire.StoreInfo
 
 // StoreInfo reports the store's tier, capacity, use and entries.
 func (s *Service) StoreInfo(context.Context) (*StoreInfo, error) {
@@ -77,7 +66,7 @@ func (s *Service) StoreInfo(context.Context) (*StoreInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StoreInfo{Available: true, Dir: in.Dir, Kind: in.Kind, PageSize: in.PageSize, CapacityBytes: in.CapacityBytes,
+	return &StoreInfo{Available: true, Dir: in.Dir, Kind: string(in.Kind), PageSize: in.PageSize, CapacityBytes: in.CapacityBytes,
 		FreeBytes: in.FreeBytes, UsedBytes: in.UsedBytes, ReservedBytes: in.ReservedBytes, Clones: in.Clones, Entries: in.Entries}, nil
 }
 
@@ -122,15 +111,8 @@ func (s *Service) UnstoreSnapshot(ctx context.Context, id string) error {
 	return s.store.Remove(id)
 }
 
-// SnapshotMemory is the host memory a snapshot's files hold, shared by
-// every VM restored from it: page-cache pages of its files (memory file and
-// strategy artifacts) and its copy in the memory store.
-type SnapshotMemory struct {
-	Snapshot       string           `json:"snapshot"`
-	PageCacheBytes int64            `json:"page_cache_bytes"`
-	Files          map[string]int64 `json:"files"` // path relative to the snapshot -> resident bytes
-	StoreBytes     int64            `json:"store_bytes"`
-}
+// SnapshotMemory is the host memory a snapshot's files hold.
+type SnapshotMemory = wire.SnapshotMemory
 
 // SnapshotMemory measures it now (mincore over each file).
 func (s *Service) SnapshotMemory(ctx context.Context, id string) (*SnapshotMemory, error) {
@@ -168,10 +150,7 @@ func (s *Service) SnapshotMemory(ctx context.Context, id string) (*SnapshotMemor
 // (anonymous: guest pages it wrote or that were copied into it, plus QEMU's
 // own heap) and what it maps from files and shared memory (counted here but
 // shared with other VMs; PSS divides shared pages among their users).
-type VMMemory struct {
-	VM string `json:"vm"`
-	procstat.Memory
-}
+type VMMemory = wire.VMMemory
 
 // VMMemory measures a running VM now.
 func (s *Service) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
@@ -186,5 +165,5 @@ func (s *Service) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrConflict, id, err)
 	}
-	return &VMMemory{VM: id, Memory: m}, nil
+	return &VMMemory{VM: id, ProcessMemory: m}, nil
 }

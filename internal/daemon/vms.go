@@ -66,7 +66,7 @@ func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string
 func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 	return vmm.Spec{
 		ID: id, RunDir: filepath.Join(s.runDir(), id), GenID: vmm.NewGenID(),
-		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: s.accel.Accel,
+		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: vmm.Accel(s.accel.Accel),
 		Kernel: s.image.Path(s.image.KernelFile()),
 		Initrd: s.image.Path(guestimage.Initrd),
 		// thaw.page_reporting_order=0: the agent makes free page reporting

@@ -1,6 +1,8 @@
 package memlayout
 
 import (
+	"github.com/thaw-dev/thaw/wire"
+
 	"math"
 	"slices"
 )
@@ -18,25 +20,8 @@ type LSRegion struct {
 // PageRun is the guest range of l (§4.6 loading-set region).
 func (l LSRegion) PageRun() PageRun { return PageRun{Start: l.Start, Pages: l.Pages} }
 
-// LoadingSetStats counts what LoadingSet did.
-type LoadingSetStats struct {
-	// WorkingSetPages is the number of distinct pages in the working set.
-	WorkingSetPages uint64 `json:"working_set_pages"`
-	// LoadingSetPages are the working-set pages that are non-zero (the
-	// paper's loading set, before merging).
-	LoadingSetPages uint64 `json:"loading_set_pages"`
-	// ZeroPagesInWorkingSet are the working-set pages that are zero (the
-	// paper's released set); WorkingSetPages = LoadingSetPages + this.
-	ZeroPagesInWorkingSet uint64 `json:"zero_pages_in_working_set"`
-	// GapPages are the pages merging added (zero or non-working-set pages
-	// between merged runs); the loading-set file holds LoadingSetPages +
-	// GapPages pages.
-	GapPages uint64 `json:"gap_pages"`
-	// RegionsBeforeMerge is the number of maximal runs of consecutive
-	// loading-set pages; RegionsAfterMerge the number of LSRegions.
-	RegionsBeforeMerge uint64 `json:"regions_before_merge"`
-	RegionsAfterMerge  uint64 `json:"regions_after_merge"`
-}
+// LoadingSetStats counts what LoadingSet did (part of the API).
+type LoadingSetStats = wire.LoadingSetStats
 
 // LoadingSet plans the FaaSnap loading set and the layout of the
 // loading-set file.

@@ -3,6 +3,8 @@
 package procstat
 
 import (
+	"github.com/thaw-dev/thaw/wire"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -12,24 +14,12 @@ import (
 	"strings"
 )
 
-// Counters are cumulative per-process counters.
-type Counters struct {
-	MinorFaults uint64 `json:"minor_faults"`
-	MajorFaults uint64 `json:"major_faults"`
-	// ReadBytes is what the process caused to be read from storage
-	// (/proc/PID/io read_bytes: page-cache misses, including mmap faults).
-	ReadBytes uint64 `json:"read_bytes"`
-	// RSS breakdown from /proc/PID/status, in KiB.
-	RssAnonKiB  uint64 `json:"rss_anon_kib"`
-	RssFileKiB  uint64 `json:"rss_file_kib"`
-	RssShmemKiB uint64 `json:"rss_shmem_kib"`
-	// HugetlbKiB: hugetlbfs pages mapped (premap from a hugetlbfs store);
-	// not part of the RSS fields.
-	HugetlbKiB uint64 `json:"hugetlb_kib,omitempty"`
-}
+// Counters are a process's page faults, storage reads and RSS (part of
+// the API).
+type Counters = wire.ProcessCounters
 
-// Sub returns c - before for the cumulative counters; RSS is taken from c.
-func (c Counters) Sub(before Counters) Counters {
+// Since returns c - before for the cumulative counters; RSS is taken from c.
+func Since(c, before Counters) Counters {
 	d := c
 	d.MinorFaults -= before.MinorFaults
 	d.MajorFaults -= before.MajorFaults
@@ -79,24 +69,9 @@ func field(b []byte, name string) uint64 {
 	return 0
 }
 
-// Memory is a process's memory from /proc/PID/smaps_rollup, in bytes.
-type Memory struct {
-	RSSBytes     uint64 `json:"rss_bytes"`
-	PSSBytes     uint64 `json:"pss_bytes"`   // shared pages divided among the processes mapping them
-	AnonBytes    uint64 `json:"anon_bytes"`  // private anonymous (written guest pages, QEMU's heap)
-	FileBytes    uint64 `json:"file_bytes"`  // mapped page-cache pages (shared)
-	ShmemBytes   uint64 `json:"shmem_bytes"` // mapped tmpfs pages (the premap store; shared)
-	SwapBytes    uint64 `json:"swap_bytes"`  // swapped out
-	PrivateDirty uint64 `json:"private_dirty_bytes"`
-	// Huge pages (hugetlbfs mappings, not part of RSS): all the process
-	// maps (smaps Shared_ plus Private_Hugetlb), and the anonymous ones
-	// among them (numa_maps anon=): with a hugetlbfs memory store, the
-	// huge pages a clone copied on write, which it holds alone. smaps'
-	// Private_Hugetlb would not do: it counts a store page mapped by one
-	// process only as private too.
-	HugetlbBytes     uint64 `json:"hugetlb_bytes"`
-	HugetlbAnonBytes uint64 `json:"hugetlb_anon_bytes"`
-}
+// Memory is a process's memory from smaps_rollup and numa_maps (part of
+// the API).
+type Memory = wire.ProcessMemory
 
 // ReadMemory returns pid's memory.
 func ReadMemory(pid int) (Memory, error) {

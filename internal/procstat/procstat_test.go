@@ -21,7 +21,7 @@ func TestReadSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := after.Sub(before)
+	d := Since(after, before)
 	if d.MinorFaults == 0 || after.RssAnonKiB == 0 {
 		t.Fatalf("counters did not move: %+v", d)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Cached is vanilla with the whole memory file in the host page cache
@@ -14,9 +15,7 @@ import (
 const Cached Kind = "cached"
 
 // CachedStats: the page-cache fill, reported apart (Session.Untimed).
-type CachedStats struct {
-	CacheFillMS float64 `json:"cache_fill_ms,omitempty"`
-}
+type CachedStats = wire.CachedStats
 
 type cached struct {
 	vanilla
@@ -34,7 +33,7 @@ func beginCached(_ context.Context, snap Snapshot, _ Env) (Session, error) {
 func (c *cached) Kind() Kind             { return Cached }
 func (c *cached) Untimed() time.Duration { return c.fill }
 func (c *cached) Stats() Stats {
-	return Stats{CachedStats: &CachedStats{CacheFillMS: msOf(c.fill)}}
+	return Stats{CachedStats: CachedStats{CacheFillMS: msOf(c.fill)}}
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

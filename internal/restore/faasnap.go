@@ -9,6 +9,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // FaaSnap maps zero regions anonymous, non-zero regions to the memory file
@@ -23,12 +24,7 @@ const (
 )
 
 // FaaSnapStats: the loader of one restore.
-type FaaSnapStats struct {
-	LoaderBytes        uint64  `json:"loader_bytes,omitempty"`          // loading-set bytes read by the loader
-	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
-	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
-	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
-}
+type FaaSnapStats = wire.FaaSnapStats
 
 // faasnap restores with FaaSnap's per-region mapping and concurrent paging
 // (EuroSys'22 section 4):
@@ -99,6 +95,6 @@ func (f *faasnap) InvocationDone() {
 func (f *faasnap) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Stats{LayoutEntries: f.entries, FaaSnapStats: &FaaSnapStats{LoaderBytes: f.load.Bytes(),
+	return Stats{LayoutEntries: f.entries, FaaSnapStats: FaaSnapStats{LoaderBytes: f.load.Bytes(),
 		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst}}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // faasnapRecord is FaaSnap's record phase (section 4.4, host page
@@ -178,35 +179,6 @@ func (r *faasnapRecord) Close() error {
 	return nil
 }
 
-// FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
-type FaaSnapBuild struct {
-	Scans           int                       `json:"scans"`
-	WorkingSetPages int                       `json:"working_set_pages"`
-	Stats           memlayout.LoadingSetStats `json:"stats"`
-	LoadingSetBytes int64                     `json:"loading_set_bytes"`
-	GroupSize       int                       `json:"group_size"`
-	MergeGap        int                       `json:"merge_gap"`
-	FreedPages      FreePageReporting         `json:"free_page_reporting"`
-}
-
-// FreePageReporting measures how many working-set pages the guest had freed:
-// the guest's virtio-balloon free page reporting tells QEMU, which punches
-// them out of the record VM's memory file, so they become zero pages and
-// leave the loading set (FaaSnap §4.5 zeroed freed pages with a patched
-// guest kernel instead).
-type FreePageReporting struct {
-	WaitMS float64 `json:"wait_ms"` // time waited for reporting to settle
-	// Working-set pages that were non-zero right after the record
-	// invocation, and after the wait.
-	NonzeroBefore int `json:"nonzero_before"`
-	NonzeroAfter  int `json:"nonzero_after"`
-	// PagesRemoved: working-set pages non-zero before the wait and zero
-	// after it (freed and reported). WrittenDuringWait: the other way
-	// round (the guest kept running while reporting settled).
-	PagesRemoved      int `json:"pages_removed"`
-	WrittenDuringWait int `json:"written_during_wait"`
-}
-
 // recordFaaSnap is FaaSnap's prepare (section 4.8, Figure 5): restore the
 // clean snapshot recording the working set during one record invocation,
 // take the warm snapshot, and build the loading set from the recording and
@@ -228,8 +200,8 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 		return err
 	}
 	p.Warm = warm
-	p.Timing.FaaSnapRecordMS = msOf(time.Since(t)) - snapMS
-	p.Timing.WarmSnapshotMS = snapMS
+	p.Result.Timing.FaaSnapRecordMS = msOf(time.Since(t)) - snapMS
+	p.Result.Timing.WarmSnapshotMS = snapMS
 
 	t = time.Now()
 	dir := warm.ArtifactDir(FaaSnap)
@@ -243,20 +215,20 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	}
 	ls := filepath.Join(dir, FaaSnapLoadingSet)
 	_ = snapshot.Trust(ls)
-	b := &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
+	b := &wire.FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
 		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed}
 	if st, err := os.Stat(ls); err == nil {
 		b.LoadingSetBytes = st.Size()
 	}
-	p.Builds.FaaSnap = b
-	p.Timing.FaaSnapBuildMS = msOf(time.Since(t))
+	p.Result.FaaSnap = b
+	p.Result.Timing.FaaSnapBuildMS = msOf(time.Since(t))
 	return nil
 }
 
 // recordWarm runs the record invocation, ends the recording, waits for free
 // page reporting to settle and takes the warm snapshot of the record VM's
 // (shared) memory; snapMS is the snapshot's own time.
-func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed FreePageReporting, warm Snapshot, snapMS float64, err error) {
+func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed wire.FreePageReporting, warm Snapshot, snapMS float64, err error) {
 	if err = vm.Invoke(ctx); err != nil {
 		return
 	}

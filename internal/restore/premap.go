@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Premap maps the whole guest memory from the snapshot memory store (tmpfs,
@@ -23,16 +24,7 @@ import (
 const Premap Kind = "premap"
 
 // PremapStats: the store copy mapped and the pre-fault pass.
-type PremapStats struct {
-	StoreBytes     uint64  `json:"store_bytes,omitempty"`     // the store copy mapped (shared by every clone)
-	PopulatedBytes uint64  `json:"populated_bytes,omitempty"` // guest memory pre-faulted before the vCPU ran
-	PopulateMS     float64 `json:"populate_ms,omitempty"`     // time to pre-fault it (part of set-up)
-	// On device-DAX: the VM's own range of the device (persistent memory
-	// it holds privately, a copy's size) and the time to fill it from the
-	// stored copy (part of set-up).
-	DeviceBytes uint64  `json:"device_bytes,omitempty"`
-	CloneCopyMS float64 `json:"clone_copy_ms,omitempty"`
-}
+type PremapStats = wire.PremapStats
 
 // premap lays guest memory out over the store: non-zero regions from the
 // store's mapping (a private mapping of one shared copy on file tiers, a
@@ -122,8 +114,7 @@ func (p *premap) Close() error {
 }
 
 func (p *premap) Stats() Stats {
-	ps := &PremapStats{StoreBytes: uint64(p.entry.Bytes), DeviceBytes: uint64(p.m.PrivateBytes), CloneCopyMS: p.m.FillMS}
-	st := Stats{LayoutEntries: len(p.m.Entries), PremapStats: ps}
+	ps := PremapStats{StoreBytes: uint64(p.entry.Bytes), DeviceBytes: uint64(p.m.PrivateBytes), CloneCopyMS: p.m.FillMS}
 	if b, err := os.ReadFile(p.stats); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			k, v, _ := strings.Cut(line, " ")
@@ -136,5 +127,5 @@ func (p *premap) Stats() Stats {
 			}
 		}
 	}
-	return st
+	return Stats{LayoutEntries: len(p.m.Entries), PremapStats: ps}
 }

@@ -3,6 +3,8 @@ package restore
 import (
 	"context"
 	"log/slog"
+
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // RecordHost is what a strategy's prepare step may ask of the daemon: a VM
@@ -31,8 +33,8 @@ type RecordOptions struct {
 }
 
 // Prepare is a prepare in progress, handed from one strategy's step to the
-// next: what it starts from, what earlier steps made, and what every step
-// reports.
+// next: what it starts from, what earlier steps made, and the result every
+// step fills its part of (its build and its timing).
 type Prepare struct {
 	Clean   Snapshot // the snapshot of the booted VM
 	Warm    Snapshot // taken by the Warm strategy's step; zero before it
@@ -42,30 +44,7 @@ type Prepare struct {
 	// invocation (REAP's recording), for steps that compare with them;
 	// nil until recorded.
 	Touched []uint64
-	Builds  Builds
-	Timing  RecordTiming
-}
-
-// Builds are what prepare's steps built, one part a strategy.
-type Builds struct {
-	FaaSnap *FaaSnapBuild `json:"faasnap"`
-	REAP    *REAPBuild    `json:"reap"`
-	SnapBPF *SnapBPFBuild `json:"snapbpf,omitempty"`
-	// SnapBPFUnavailable says why this host cannot capture for snapbpf
-	// (no tracefs, BTF, capabilities or capture program); everything else
-	// is prepared, and snapbpf restores of the snapshot run as vanilla.
-	SnapBPFUnavailable string `json:"snapbpf_unavailable,omitempty"`
-}
-
-// RecordTiming says where the steps' time went, in milliseconds.
-type RecordTiming struct {
-	FaaSnapRecordMS float64 `json:"faasnap_record_ms"`
-	WarmSnapshotMS  float64 `json:"warm_snapshot_ms"`
-	FaaSnapBuildMS  float64 `json:"faasnap_build_ms"`
-	REAPRecordMS    float64 `json:"reap_record_ms"`
-	REAPBuildMS     float64 `json:"reap_build_ms"`
-	SnapBPFRecordMS float64 `json:"snapbpf_record_ms"`
-	SnapBPFBuildMS  float64 `json:"snapbpf_build_ms"`
+	Result  *wire.PrepareResult
 }
 
 // shimmed is begin, refused when the interposer every restored VMM

@@ -13,6 +13,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // REAP records the pages the first invocation faults (userfaultfd) and
@@ -27,20 +28,7 @@ const (
 )
 
 // REAPStats: the working-set install and the faults served after it.
-type REAPStats struct {
-	PrefetchPages    uint64  `json:"prefetch_pages,omitempty"`     // installed before the vCPU ran
-	PrefetchBytes    uint64  `json:"prefetch_bytes,omitempty"`     // working-set file read
-	PrefetchMS       float64 `json:"prefetch_ms,omitempty"`        // read + install
-	FaultsServed     uint64  `json:"faults_served,omitempty"`      // outside the working set
-	FaultBytesRead   uint64  `json:"fault_bytes_read,omitempty"`   // memory file reads for them
-	PrefetchDirectIO bool    `json:"prefetch_direct_io,omitempty"` // O_DIRECT was used
-}
-
-// REAPBuild summarizes the REAP record phase and artifacts.
-type REAPBuild struct {
-	FaultedPages    int   `json:"faulted_pages"`
-	WorkingSetBytes int64 `json:"working_set_bytes"`
-}
+type REAPStats = wire.REAPStats
 
 // reap restores with REAP (ASPLOS'21): guest memory is anonymous memory
 // registered with userfaultfd by the interposer in QEMU, which hands the
@@ -111,7 +99,7 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 		return err
 	}
 	p.Touched = faulted
-	p.Timing.REAPRecordMS = msOf(time.Since(t))
+	p.Result.Timing.REAPRecordMS = msOf(time.Since(t))
 	t = time.Now()
 	dir := p.Warm.ArtifactDir(REAP)
 	art, err := memlayout.WriteREAP(dir, p.Warm.MemoryPath(), memSHA(p.Warm), faulted)
@@ -123,11 +111,11 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 	}
 	ws := filepath.Join(dir, REAPWorkingSetFile)
 	_ = snapshot.Trust(ws)
-	p.Builds.REAP = &REAPBuild{FaultedPages: len(faulted)}
+	p.Result.REAP = &wire.REAPBuild{FaultedPages: len(faulted)}
 	if st, err := os.Stat(ws); err == nil {
-		p.Builds.REAP.WorkingSetBytes = st.Size()
+		p.Result.REAP.WorkingSetBytes = st.Size()
 	}
-	p.Timing.REAPBuildMS = msOf(time.Since(t))
+	p.Result.Timing.REAPBuildMS = msOf(time.Since(t))
 	return nil
 }
 
@@ -213,17 +201,17 @@ func (r *reap) Failed() <-chan error { return r.failed }
 func (r *reap) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rs := &REAPStats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
+	rs := REAPStats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
 		PrefetchMS: msOf(r.prefetch.PrefetchTime), PrefetchDirectIO: r.prefetch.PrefetchDirect}
-	st := Stats{REAPStats: rs}
+	var recorded uint64
 	if r.srv != nil {
 		s := r.srv.Stats()
 		rs.FaultsServed, rs.FaultBytesRead = s.Served, s.BytesRead
 		if r.record {
-			st.RecordedPageCount = uint64(len(r.srv.RecordedPages()))
+			recorded = uint64(len(r.srv.RecordedPages()))
 		}
 	}
-	return st
+	return Stats{REAPStats: rs, RecordedPageCount: recorded}
 }
 
 func (r *reap) recordedPages() []uint64 {

@@ -24,6 +24,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Kind names a restore strategy.
@@ -73,22 +74,8 @@ type Env struct {
 }
 
 // Stats are a restore's strategy-specific measurements: the fields every
-// strategy may set, and the strategy's own (nil for the others). On the
-// wire they are one flat object.
-type Stats struct {
-	// Fallback explains why a requested strategy ran as vanilla.
-	Fallback string `json:"fallback,omitempty"`
-	// LayoutEntries: mappings the interposer made (layout strategies).
-	LayoutEntries int `json:"layout_entries,omitempty"`
-	// RecordedPageCount: pages recorded (record sessions of prepare).
-	RecordedPageCount uint64 `json:"recorded_pages,omitempty"`
-
-	*CachedStats
-	*REAPStats
-	*FaaSnapStats
-	*PremapStats
-	*SnapBPFStats
-}
+// strategy may set and one part a strategy (the API's StrategyStats).
+type Stats = wire.StrategyStats
 
 // Session is one restore in progress.
 type Session interface {

@@ -12,6 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // SnapBPF maps the memory file like vanilla and prefetches the working set
@@ -20,16 +21,7 @@ import (
 const SnapBPF Kind = "snapbpf"
 
 // SnapBPFStats: the prefetch of one restore.
-type SnapBPFStats struct {
-	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)
-	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`           // pages they hold
-	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"` // readahead(2) calls, re-issues included
-	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`        // first pass of readahead calls
-	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`  // of SnapBPFPages, resident at the last mincore check
-	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`     // until mincore saw every page resident
-	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`  // all resident before the invocation answered
-	SnapBPFError          string  `json:"snapbpf_error,omitempty"`           // the prefetch failed (the guest still runs, as vanilla)
-}
+type SnapBPFStats = wire.SnapBPFStats
 
 // SnapBPFManifest is the snapbpf artifact (memlayout.WriteSnapBPF); there
 // is no data file.
@@ -114,7 +106,7 @@ func (s *snapbpf) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.st
 	st.SnapBPFFinishedFirst = s.finishedFirst
-	return Stats{SnapBPFStats: &st}
+	return Stats{SnapBPFStats: st}
 }
 
 func (s *snapbpf) Close() error {

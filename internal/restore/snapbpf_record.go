@@ -8,32 +8,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	capture "github.com/thaw-dev/thaw/internal/snapbpf"
+	"github.com/thaw-dev/thaw/wire"
 )
-
-// SnapBPFBuild summarizes the SnapBPF capture on the warm snapshot and the
-// prefetch plan written from it.
-type SnapBPFBuild struct {
-	// Events are the page-cache insertions (folios) of the warm memory
-	// file the eBPF program saw during the record invocation; Dropped
-	// those that did not fit in its buffer.
-	Events  uint64 `json:"events"`
-	Dropped uint64 `json:"dropped"`
-	// CapturedPages: distinct pages of the memory file those insertions
-	// held, host readahead included.
-	CapturedPages uint64 `json:"captured_pages"`
-	// FreePagesFiltered: captured pages in holes of the warm memory file
-	// (freed by the guest and punched by free page reporting, or never
-	// written); not prefetched.
-	FreePagesFiltered uint64 `json:"free_pages_filtered"`
-	// PrefetchPages and Ranges: what a snapbpf restore reads ahead.
-	PrefetchPages uint64 `json:"prefetch_pages"`
-	Ranges        int    `json:"ranges"`
-	// REAPOverlapPages: prefetch pages that are also in REAP's recorded
-	// working set (pages the guest really touched).
-	REAPOverlapPages uint64 `json:"reap_overlap_pages"`
-	// CaptureMS: program attached to detached (restore, record invocation).
-	CaptureMS float64 `json:"capture_ms"`
-}
 
 // recordSnapBPF is SnapBPF's capture on the warm snapshot: the warm memory
 // file is evicted from the page cache, the capture program is attached for
@@ -47,7 +23,7 @@ type SnapBPFBuild struct {
 // start brings into the page cache (docs/design.md, snapbpf).
 func recordSnapBPF(ctx context.Context, h RecordHost, p *Prepare) error {
 	if err := capture.Check(p.Options.SnapBPFObject); err != nil {
-		p.Builds.SnapBPFUnavailable = fmt.Sprintf("snapbpf capture unavailable: %v", err)
+		p.Result.SnapBPFUnavailable = fmt.Sprintf("snapbpf capture unavailable: %v", err)
 		if p.Log != nil {
 			p.Log.Warn("snapbpf capture unavailable; preparing the other strategies", "err", err)
 		}
@@ -82,14 +58,14 @@ func recordSnapBPF(ctx context.Context, h RecordHost, p *Prepare) error {
 		return fmt.Errorf("the capture saw no page-cache insertion of %s during the record invocation "+
 			"(does its file system report %s:%s?)", mem, capture.TracepointGroup, capture.TracepointName)
 	}
-	p.Timing.SnapBPFRecordMS = msOf(time.Since(t))
+	p.Result.Timing.SnapBPFRecordMS = msOf(time.Since(t))
 	t = time.Now()
 	art, err := memlayout.WriteSnapBPF(p.Warm.ArtifactDir(SnapBPF), mem, memSHA(p.Warm), res.Pages(),
 		uint64(len(res.Events)), res.Dropped)
 	if err != nil {
 		return fmt.Errorf("build artifact: %w", err)
 	}
-	b := &SnapBPFBuild{Events: res.Seen, Dropped: res.Dropped, CapturedPages: art.Capture.Pages,
+	b := &wire.SnapBPFBuild{Events: res.Seen, Dropped: res.Dropped, CapturedPages: art.Capture.Pages,
 		FreePagesFiltered: art.Capture.FreePages, PrefetchPages: art.PrefetchPages(), Ranges: len(art.Ranges),
 		CaptureMS: msOf(res.Elapsed)}
 	touched := make(map[uint64]bool, len(p.Touched))
@@ -103,7 +79,7 @@ func recordSnapBPF(ctx context.Context, h RecordHost, p *Prepare) error {
 			}
 		}
 	}
-	p.Builds.SnapBPF = b
-	p.Timing.SnapBPFBuildMS = msOf(time.Since(t))
+	p.Result.SnapBPF = b
+	p.Result.Timing.SnapBPFBuildMS = msOf(time.Since(t))
 	return nil
 }

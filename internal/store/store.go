@@ -36,12 +36,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Kind is the tier a store lives on.
@@ -95,32 +95,11 @@ var (
 	ErrUnsupported = errors.New("not a memory-speed store")
 )
 
-// Entry describes one stored snapshot memory file.
-type Entry struct {
-	Snapshot string `json:"snapshot"`
-	Path     string `json:"path"`
-	Size     int64  `json:"size"`   // bytes of guest memory
-	SHA256   string `json:"sha256"` // of every byte, holes as zeros
-	Bytes    int64  `json:"bytes"`  // store memory it takes (allocated)
-	Regions  int    `json:"regions"`
-	// PageSize is the tier's page (bytes): the unit the copy is allocated
-	// and mapped in. 4096 except on hugetlbfs.
-	PageSize int64 `json:"page_size,omitempty"`
-	// Extents are the copy's data regions where the tier cannot report
-	// them itself (hugetlbfs has no SEEK_DATA; a device has no files).
-	Extents []Extent `json:"extents,omitempty"`
-	// DeviceOffset (devdax) is where the copy's units start on the
-	// device, packed in the order of Extents.
-	DeviceOffset int64     `json:"device_offset,omitempty"`
-	StoredMS     float64   `json:"stored_ms"`
-	StoredAt     time.Time `json:"stored_at"`
-}
+// Entry describes one stored snapshot memory file (part of the API).
+type Entry = wire.StoreEntry
 
 // Extent is a data region of a stored copy, in 4 KiB pages.
-type Extent struct {
-	Start uint64 `json:"start_page"`
-	Pages uint64 `json:"pages"`
-}
+type Extent = wire.StoreExtent
 
 // Info is the store's state.
 type Info struct {

@@ -1,0 +1,326 @@
+// Package wire is thaw's HTTP API contract in Go: every request and answer
+// body, defined once. The daemon serves these types, the client decodes
+// them, and internal/api/openapi.json documents the same shapes (its tests
+// check them against these types and real answers against the document).
+// The package imports nothing of thaw, so users of the client need nothing
+// from thaw's internals.
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// List is every collection's body.
+type List[T any] struct {
+	Items []T `json:"items"`
+}
+
+// Error is every error's body.
+type Error struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Function is a deployable function.
+type Function struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`     // SHA-256 of the code tree
+	CodeDir   string    `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
+	Disk      string    `json:"disk"`       // ext4 image of CodeDir, attached read-only
+	MemoryMiB int       `json:"memory_mib"` // guest memory
+	VCPUs     int       `json:"vcpus"`
+	Network   Network   `json:"network"` // what its guests may reach
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Network is what a function's guests may reach: egress "none" (the
+// default), "services" (the host:port Services, each proxied by the
+// daemon; a loopback service is at 10.0.2.2:port for the guest) or "full"
+// (beyond the host, if the daemon allows it).
+type Network struct {
+	Egress   string   `json:"egress"`
+	Services []string `json:"services,omitempty"`
+}
+
+// VM is a virtual machine thaw started. Restore is set on the answer to a
+// restore (POST /v1/vms with a snapshot).
+type VM struct {
+	ID        string         `json:"id"`
+	Function  string         `json:"function"`
+	State     string         `json:"state"`
+	Reason    string         `json:"reason,omitempty"`
+	PID       int            `json:"pid,omitempty"`
+	RunDir    string         `json:"run_dir"`
+	Snapshot  string         `json:"snapshot,omitempty"` // restored from
+	Strategy  string         `json:"strategy,omitempty"`
+	Accel     string         `json:"accel"`
+	MemoryMiB int            `json:"memory_mib"`
+	BootMS    float64        `json:"boot_ms,omitempty"` // start to agent ready
+	CreatedAt time.Time      `json:"created_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
+	Restore   *RestoreTiming `json:"restore,omitempty"`
+}
+
+// Snapshot is a published snapshot.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	SourceVM  string    `json:"source_vm"`
+	Dir       string    `json:"dir"`
+	MemoryMiB int       `json:"memory_mib"`
+	SizeBytes int64     `json:"size_bytes"` // apparent size of all files
+	DiskBytes int64     `json:"disk_bytes"` // allocated (memory is sparse)
+	CreateMS  float64   `json:"create_ms"`  // pause to published
+	PauseMS   float64   `json:"pause_ms"`   // VM paused time during the snapshot
+	CreatedAt time.Time `json:"created_at"`
+	// Parent is the clean snapshot a warm snapshot was recorded from.
+	Parent string `json:"parent,omitempty"`
+	// Prepared is the prepare result when the snapshot carries strategy
+	// artifacts.
+	Prepared *PrepareResult `json:"prepared,omitempty"`
+}
+
+// RestoreTiming breaks a restore down, in milliseconds.
+type RestoreTiming struct {
+	VerifyMS    float64 `json:"verify_ms"`     // snapshot checks
+	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
+	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
+	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
+	ResumeMS    float64 `json:"resume_ms"`     // vCPUs resumed to the guest ready (agent answering, restore done)
+	// AgentRestoreMS is the part of ResumeMS the guest spent becoming a
+	// clone of its own: clock set, RNGs reseeded, on_restore run.
+	AgentRestoreMS float64 `json:"agent_restore_ms"`
+}
+
+// Timing breaks an invocation down, in milliseconds. For a cold invocation
+// Restore says where the restore's time went; Total is request to answer
+// (teardown of a cold VM happens after the answer is ready and is reported
+// apart).
+type Timing struct {
+	Restore    *RestoreTiming `json:"restore,omitempty"`
+	InvokeMS   float64        `json:"invoke_ms"` // request sent to reply received
+	GuestMS    float64        `json:"guest_ms"`  // inside handle(), measured by the guest
+	TotalMS    float64        `json:"total_ms"`
+	TeardownMS float64        `json:"teardown_ms,omitempty"`
+}
+
+// FunctionError is an exception raised by a handler in the guest.
+type FunctionError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+func (e *FunctionError) Error() string { return e.Type + ": " + e.Message }
+
+// Invocation is the outcome of one invocation.
+type Invocation struct {
+	ID       string          `json:"id"`
+	Function string          `json:"function"`
+	VM       string          `json:"vm"`
+	Mode     string          `json:"mode"` // "warm" (running VM), "cold" (restored for it) or "record" (prepare)
+	Snapshot string          `json:"snapshot,omitempty"`
+	Strategy string          `json:"strategy,omitempty"`
+	OK       bool            `json:"ok"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *FunctionError  `json:"error,omitempty"`
+	// In the invocation history only: a result over the stored limit is
+	// kept as its first bytes; the caller got all of it.
+	ResultTruncated bool   `json:"result_truncated,omitempty"`
+	ResultBytes     int    `json:"result_bytes,omitempty"`
+	ResultPrefix    string `json:"result_prefix,omitempty"`
+	ErrorTruncated  bool   `json:"error_truncated,omitempty"` // message or traceback cut
+	Timing          Timing `json:"timing"`
+	// EvictedCache: the snapshot's files were evicted from the host page
+	// cache before the restore (a "cold" measurement).
+	EvictedCache bool `json:"evicted_cache,omitempty"`
+	// StrategyStats is what the restore strategy did (cold invocations).
+	StrategyStats *StrategyStats `json:"strategy_stats,omitempty"`
+	// Process is the VMM process's page faults and storage reads from the
+	// vCPUs resuming (cold) or the request (warm) to the answer; RSS at the
+	// answer.
+	Process *ProcessCounters `json:"process,omitempty"`
+}
+
+// InvocationRecord is a stored invocation.
+type InvocationRecord struct {
+	ID        string     `json:"id"`
+	Function  string     `json:"function"`
+	VM        string     `json:"vm"`
+	Snapshot  string     `json:"snapshot,omitempty"`
+	Strategy  string     `json:"strategy,omitempty"`
+	OK        bool       `json:"ok"`
+	Detail    Invocation `json:"detail"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// ProcessCounters are a process's page faults, storage reads and memory.
+type ProcessCounters struct {
+	MinorFaults uint64 `json:"minor_faults"`
+	MajorFaults uint64 `json:"major_faults"`
+	// ReadBytes is what the process caused to be read from storage
+	// (/proc/PID/io read_bytes: page-cache misses, including mmap faults).
+	ReadBytes uint64 `json:"read_bytes"`
+	// RSS breakdown from /proc/PID/status, in KiB.
+	RssAnonKiB  uint64 `json:"rss_anon_kib"`
+	RssFileKiB  uint64 `json:"rss_file_kib"`
+	RssShmemKiB uint64 `json:"rss_shmem_kib"`
+	// HugetlbKiB: hugetlbfs pages mapped (premap from a hugetlbfs store);
+	// not part of the RSS fields.
+	HugetlbKiB uint64 `json:"hugetlb_kib,omitempty"`
+}
+
+// AccelInfo says which accelerator the daemon uses and why.
+type AccelInfo struct {
+	Accel  string `json:"accel"`  // "kvm" or "tcg"
+	Source string `json:"source"` // "config", "probe" or "cached-probe"
+	Detail string `json:"detail"`
+}
+
+// GuestImage describes the guest image (guest/build-image.sh).
+type GuestImage struct {
+	Dir           string                    `json:"dir"`
+	Format        int                       `json:"format"`
+	Hash          string                    `json:"hash"`
+	KernelVersion string                    `json:"kernel_version"`
+	Cmdline       string                    `json:"cmdline"`
+	Files         map[string]GuestImageFile `json:"files"`
+	BuiltAt       string                    `json:"built_at"`
+}
+
+// GuestImageFile is one file of the guest image.
+type GuestImageFile struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Info describes the daemon.
+type Info struct {
+	Version     string     `json:"version"`
+	Accel       AccelInfo  `json:"accel"`
+	QEMUVersion string     `json:"qemu_version"`
+	Image       GuestImage `json:"image"`
+	DataDir     string     `json:"data_dir"`
+	Strategies  []string   `json:"strategies"`
+}
+
+// StoreEntry is a snapshot's copy in the memory store (premap).
+type StoreEntry struct {
+	Snapshot string `json:"snapshot"`
+	Path     string `json:"path"`
+	Size     int64  `json:"size"`   // bytes of guest memory
+	SHA256   string `json:"sha256"` // of every byte, holes as zeros
+	Bytes    int64  `json:"bytes"`  // store memory it takes (allocated)
+	Regions  int    `json:"regions"`
+	// PageSize is the tier's page (bytes): the unit the copy is allocated
+	// and mapped in. 4096 except on hugetlbfs.
+	PageSize int64 `json:"page_size,omitempty"`
+	// Extents are the copy's data regions where the tier cannot report
+	// them itself (hugetlbfs has no SEEK_DATA; a device has no files).
+	Extents []StoreExtent `json:"extents,omitempty"`
+	// DeviceOffset (devdax) is where the copy's units start on the
+	// device, packed in the order of Extents.
+	DeviceOffset int64     `json:"device_offset,omitempty"`
+	StoredMS     float64   `json:"stored_ms"`
+	StoredAt     time.Time `json:"stored_at"`
+}
+
+// StoreExtent is a data region of a stored copy, in 4 KiB pages.
+type StoreExtent struct {
+	Start uint64 `json:"start_page"`
+	Pages uint64 `json:"pages"`
+}
+
+// StoreInfo is the snapshot memory store's state.
+type StoreInfo struct {
+	Available     bool   `json:"available"`
+	Error         string `json:"error,omitempty"` // why it is not available
+	Dir           string `json:"dir,omitempty"`
+	Kind          string `json:"kind,omitempty"` // tmpfs, hugetlbfs, fsdax or devdax
+	PageSize      int64  `json:"page_size,omitempty"`
+	CapacityBytes int64  `json:"capacity_bytes"`
+	FreeBytes     int64  `json:"free_bytes"`
+	UsedBytes     int64  `json:"used_bytes"`
+	// ReservedBytes is memory held for live premap clones beyond the
+	// copies (hugetlbfs reservations for copy-on-write, devdax ranges).
+	ReservedBytes int64        `json:"reserved_bytes,omitempty"`
+	Clones        int          `json:"clones,omitempty"` // devdax: live clone ranges
+	Entries       []StoreEntry `json:"entries"`
+}
+
+// SnapshotMemory is the host memory a snapshot's files hold (shared by
+// every VM restored from it).
+type SnapshotMemory struct {
+	Snapshot       string           `json:"snapshot"`
+	PageCacheBytes int64            `json:"page_cache_bytes"`
+	Files          map[string]int64 `json:"files"` // path relative to the snapshot -> resident bytes
+	StoreBytes     int64            `json:"store_bytes"`
+}
+
+// ProcessMemory is a process's memory (smaps_rollup and numa_maps).
+type ProcessMemory struct {
+	RSSBytes     uint64 `json:"rss_bytes"`
+	PSSBytes     uint64 `json:"pss_bytes"`   // shared pages divided among the processes mapping them
+	AnonBytes    uint64 `json:"anon_bytes"`  // private anonymous (written guest pages, QEMU's heap)
+	FileBytes    uint64 `json:"file_bytes"`  // mapped page-cache pages (shared)
+	ShmemBytes   uint64 `json:"shmem_bytes"` // mapped tmpfs pages (the premap store; shared)
+	SwapBytes    uint64 `json:"swap_bytes"`  // swapped out
+	PrivateDirty uint64 `json:"private_dirty_bytes"`
+	// Huge pages (hugetlbfs mappings, not part of RSS): all the process
+	// maps, and the anonymous ones among them (those a clone copied on
+	// write, which it holds alone).
+	HugetlbBytes     uint64 `json:"hugetlb_bytes"`
+	HugetlbAnonBytes uint64 `json:"hugetlb_anon_bytes"`
+}
+
+// VMMemory is a running VM's VMM process memory.
+type VMMemory struct {
+	VM string `json:"vm"`
+	ProcessMemory
+}
+
+// Requests.
+
+// CreateFunctionRequest is the JSON form of POST /v1/functions (a host
+// directory; archives are uploaded as the body instead).
+type CreateFunctionRequest struct {
+	Name      string   `json:"name"`
+	Directory string   `json:"directory"`
+	MemoryMiB int      `json:"memory_mib,omitempty"`
+	VCPUs     int      `json:"vcpus,omitempty"`
+	Network   *Network `json:"network,omitempty"` // absent: egress none
+}
+
+// InvokeRequest is the body of the invoke operations.
+type InvokeRequest struct {
+	Event     json.RawMessage `json:"event,omitempty"` // absent: handle() gets None
+	TimeoutMS int64           `json:"timeout_ms,omitempty"`
+	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
+	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
+	// EvictCache evicts the snapshot's files from the page cache before a
+	// cold invocation (honest cold measurements).
+	EvictCache bool `json:"evict_cache,omitempty"`
+}
+
+// PrepareRequest is the body of POST /v1/functions/{name}/prepare.
+type PrepareRequest struct {
+	RecordEvent json.RawMessage `json:"record_event,omitempty"` // the record input (absent: handle() gets None)
+	GroupSize   int             `json:"group_size,omitempty"`   // FaaSnap working-set group, pages (default 1024)
+	MergeGap    int             `json:"merge_gap,omitempty"`    // FaaSnap merge threshold, pages (default 32)
+	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
+}
+
+// CreateVMRequest boots a function's VM, or restores one from a snapshot.
+type CreateVMRequest struct {
+	Function string `json:"function,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+}
+
+// CreateSnapshotRequest snapshots a booted VM.
+type CreateSnapshotRequest struct {
+	VM string `json:"vm"`
+}
