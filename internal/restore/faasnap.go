@@ -26,16 +26,10 @@ const (
 // FaaSnapStats: the loader of one restore.
 type FaaSnapStats = wire.FaaSnapStats
 
-// faasnap restores with FaaSnap's per-region mapping and concurrent paging
-// (EuroSys'22 section 4):
-//   - per-region mapping (4.5) and overlapping mappings (4.8, Figure 4): the
-//     interposer in QEMU maps the whole guest memory anonymous, the non-zero
-//     regions of the memory file on top, and the loading-set regions of the
-//     loading-set file on top of those. FaaSnap patched Firecracker to do
-//     this; thaw interposes on QEMU's one mmap of the memory file;
-//   - concurrent paging (4.2): a loader reads the loading-set file
-//     sequentially, in group order, from the moment the request arrives;
-//     the VM resumes without waiting for it.
+// faasnap maps guest memory in FaaSnap's overlapping layers (anonymous,
+// non-zero regions of the memory file, loading-set regions of the
+// loading-set file) through the interposer, while a loader reads the
+// loading-set file concurrently with the guest (docs/design.md, faasnap).
 type faasnap struct {
 	sessionBase
 	snap    Snapshot

@@ -19,20 +19,11 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// faasnapRecord is FaaSnap's record phase (section 4.4, host page
-// recording; section 5): the VM restored from the clean snapshot runs its
-// first invocation while the daemon calls mincore on the guest memory file
-// each time the VMM's resident set has grown by a group's worth of pages,
-// so pages that host readahead brought in count too, numbered by the scan
-// in which they first appeared.
-//
-// Where thaw differs: Firecracker maps the clean memory file private and
-// then writes a full memory dump for the warm snapshot. QEMU 7.2 cannot
-// dump a private mapping into thaw's format, so the record VM maps a sparse
-// copy of the clean memory file shared instead (evicted from the page cache
-// first, so every page it touches is read through the page cache exactly
-// like the private mapping would). After the invocation that file *is* the
-// warm guest memory, and the daemon snapshots it the usual way.
+// faasnapRecord records the working set of the record invocation with
+// mincore over the record VM's memory file, each time QEMU's RSS grew by a
+// group. The record VM maps a sparse copy of the clean memory shared (QEMU
+// cannot dump a private mapping), so after the invocation it is the warm
+// memory (docs/design.md, prepare).
 type faasnapRecord struct {
 	sessionBase
 	memPath   string

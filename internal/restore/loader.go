@@ -11,18 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Loaders runs FaaSnap's loader (section 4.2, concurrent paging): a thread
-// in the daemon that reads the loading-set file sequentially, group by
-// group (the file is laid out in group order, section 4.7), so its pages are
-// in the page cache before the guest faults on them; the guest then takes a
-// minor fault instead of a major one. The VM does not wait for it.
-//
-// Under a burst of restores of one snapshot the file is read once: a restore
-// that finds a loader running for the same file joins it (the paper's lock).
-// thaw differs from FaaSnap in where the loader starts: at the moment the
-// daemon accepts the cold-invocation request, before QEMU exists, which is
-// what the paper's "starts the loader when it receives the invocation
-// request" amounts to for thaw's one-call cold start.
+// Loaders runs FaaSnap's loaders: one goroutine a loading-set file reads it
+// sequentially (group order) into the page cache from the moment the cold
+// request arrives; restores of the same file in a burst join it.
 type Loaders struct {
 	mu      sync.Mutex
 	running map[string]*Load

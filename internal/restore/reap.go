@@ -30,16 +30,10 @@ const (
 // REAPStats: the working-set install and the faults served after it.
 type REAPStats = wire.REAPStats
 
-// reap restores with REAP (ASPLOS'21): guest memory is anonymous memory
-// registered with userfaultfd by the interposer in QEMU, which hands the
-// uffd to the daemon. Before the vCPU runs, the daemon reads the whole
-// working-set file with one O_DIRECT read and installs every page with
-// UFFDIO_COPY; every other fault is served on demand from the memory file
-// in user space. thaw differs from vHive's REAP only in where the uffd comes
-// from (an interposer in QEMU instead of Firecracker's own uffd backend).
-//
-// In record mode (the prepare phase) nothing is prefetched: every fault is
-// served from the memory file and recorded in order.
+// reap backs guest memory with userfaultfd (registered by the interposer in
+// QEMU, which hands the uffd over): the working set is read with one
+// O_DIRECT read and installed before the vCPU runs, other faults are served
+// from the memory file. In record mode every fault is served and recorded.
 type reap struct {
 	sessionBase
 	snap   Snapshot

@@ -27,23 +27,10 @@ type SnapBPFStats = wire.SnapBPFStats
 // is no data file.
 const SnapBPFManifest = memlayout.SnapBPFManifestFile
 
-// snapbpf restores like vanilla (the memory file mapped private, no
-// interposer) while the daemon asks the kernel to read the captured working
-// set of that same file into the page cache, in capture order, concurrently
-// with the restore and the resumed guest (SnapBPF, HotStorage'25, "eBPF
-// capture and prefetch"). Guest faults on prefetched pages are minor faults
-// on page-cache pages, and every clone of the snapshot shares those pages
-// (SnapBPF's working-set deduplication): nothing is copied into a second
-// file or into anonymous memory.
-//
-// Where thaw differs: SnapBPF issues the prefetch from an eBPF program in
-// the kernel; the kernels thaw targets offer BPF programs no way to start
-// readahead from a tracepoint, so thaw issues readahead(2) from the daemon,
-// which reaches the same kernel function (page_cache_ra_unbounded through
-// force_page_cache_ra). The kernel caps one readahead request at the
-// device's readahead window (or its optimal I/O size), so requests are
-// chunked (prefetchChunk) and a mincore pass re-issues whatever is missing
-// and measures when the whole set is resident.
+// snapbpf restores like vanilla while the daemon reads the captured working
+// set of the same file into the page cache with readahead(2), in capture
+// order, chunked, re-issuing what mincore shows missing (SnapBPF issues it
+// from eBPF, which these kernels do not allow; docs/design.md, snapbpf).
 type snapbpf struct {
 	sessionBase
 	snap   Snapshot
