@@ -102,17 +102,12 @@ type coldStart struct {
 // planRestore verifies the snapshot and begins the strategy's session.
 func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts) (*coldStart, error) {
 	c := &coldStart{start: o.start}
-	var err error
-	if c.sn, err = s.GetSnapshot(ctx, snapID); err != nil {
-		return nil, err
-	}
-	if c.fn, err = s.db.GetFunction(ctx, c.sn.Function); err != nil {
-		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
-	}
-	m, err := s.VerifySnapshot(ctx, c.sn, c.fn, false)
+	v, err := s.verified(ctx, snapID, false)
 	if err != nil {
 		return nil, err
 	}
+	c.sn, c.fn = v.sn, v.fn
+	m := v.m
 	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start))}
 	id := newID("vm-")
 	c.spec = s.baseSpec(id, c.fn)

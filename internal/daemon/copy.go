@@ -24,17 +24,11 @@ import (
 // (boot, record, build artifacts) is not needed. The copy is verified as it
 // is written, so its first restore does not re-hash anything.
 func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
-	src, err := s.GetSnapshot(ctx, id)
+	v, err := s.verified(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	fn, err := s.db.GetFunction(ctx, src.Function)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.VerifySnapshot(ctx, src, fn, false); err != nil {
-		return nil, err
-	}
+	src := v.sn
 	start := time.Now()
 	newID := newID("snap-")
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+newID)

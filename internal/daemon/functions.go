@@ -303,14 +303,11 @@ func (s *Service) DeleteFunction(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	vms, err := s.db.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, v := range vms {
-		if v.Function == name && v.Live() {
-			return fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)
+	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == name }); err != nil || v != nil {
+		if err == nil {
+			err = fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)
 		}
+		return err
 	}
 	snaps, err := s.db.ListSnapshots(ctx, name)
 	if err != nil {

@@ -146,14 +146,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	vms, err := s.db.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, v := range vms {
-		if v.Snapshot == id && v.Live() {
-			return fmt.Errorf("%w: snapshot %s is in use by vm %s (%s)", ErrConflict, id, v.ID, v.State)
+	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == id }); err != nil || v != nil {
+		if err == nil {
+			err = fmt.Errorf("%w: snapshot %s is in use by vm %s (%s)", ErrConflict, id, v.ID, v.State)
 		}
+		return err
 	}
 	if err := s.db.DeleteSnapshot(ctx, id); err != nil {
 		return err
@@ -245,6 +242,24 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 // CheckSnapshot fully verifies a snapshot (re-hashing the memory file) and
 // returns it; ErrSnapshotUnusable says what is wrong.
 func (s *Service) CheckSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	v, err := s.verified(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	return v.sn, nil
+}
+
+// verifiedSnapshot is a snapshot checked against its manifest, with its
+// function.
+type verifiedSnapshot struct {
+	sn *catalog.Snapshot
+	fn *catalog.Function
+	m  *snapshot.Manifest
+}
+
+// verified looks a snapshot and its function up and verifies it (full:
+// re-hashing the memory file whatever its stamp says).
+func (s *Service) verified(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
 	sn, err := s.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, err
@@ -253,8 +268,9 @@ func (s *Service) CheckSnapshot(ctx context.Context, id string) (*catalog.Snapsh
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
-	if _, err := s.VerifySnapshot(ctx, sn, fn, true); err != nil {
+	m, err := s.VerifySnapshot(ctx, sn, fn, full)
+	if err != nil {
 		return nil, err
 	}
-	return sn, nil
+	return &verifiedSnapshot{sn, fn, m}, nil
 }

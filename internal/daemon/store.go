@@ -76,19 +76,11 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	if s.store == nil {
 		return nil, fmt.Errorf("%w: %v", ErrConflict, s.storeErr)
 	}
-	sn, err := s.GetSnapshot(ctx, id)
+	v, err := s.verified(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	fn, err := s.db.GetFunction(ctx, sn.Function)
-	if err != nil {
-		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
-	}
-	m, err := s.VerifySnapshot(ctx, sn, fn, false)
-	if err != nil {
-		return nil, err
-	}
-	e, err := s.store.Put(id, filepath.Join(sn.Dir, snapshot.MemoryFile), m.Files[snapshot.MemoryFile])
+	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])
 	if errors.Is(err, store.ErrFull) {
 		return nil, fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}

@@ -403,3 +403,17 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	lv.mu.Unlock()
 	return nil, fmt.Errorf("%w: vm %s is %s, want %s", ErrConflict, id, state, strings.Join(states, " or "))
 }
+
+// liveVMWhere is a live VM for which match holds, or nil.
+func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool) (*catalog.VM, error) {
+	vms, err := s.db.ListVMs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vms {
+		if v.Live() && match(v) {
+			return v, nil
+		}
+	}
+	return nil, nil
+}
