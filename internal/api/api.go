@@ -69,32 +69,36 @@ func (h *Handler) routes() []route {
 	return []route{
 		{"GET", "/v1/openapi.json", h.openapi},
 		{"GET", "/v1/info", h.info},
-		{"GET", "/v1/functions", h.listFunctions},
+		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
+			return h.svc.ListFunctions(ctx)
+		}, daemon.FunctionBody)},
 		{"POST", "/v1/functions", h.createFunction},
-		{"GET", "/v1/functions/{name}", h.getFunction},
-		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
+		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
+		{"DELETE", "/v1/functions/{name}", done(h, "name", h.svc.DeleteFunction)},
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
 		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
-		{"GET", "/v1/vms", h.listVMs},
+		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) }, vmBody)},
 		{"POST", "/v1/vms", h.createVM},
-		{"GET", "/v1/vms/{id}", h.getVM},
-		{"DELETE", "/v1/vms/{id}", h.deleteVM},
-		{"POST", "/v1/vms/{id}/pause", h.pauseVM},
-		{"POST", "/v1/vms/{id}/resume", h.resumeVM},
+		{"GET", "/v1/vms/{id}", one(h, "id", http.StatusOK, h.svc.GetVM, vmBody)},
+		{"DELETE", "/v1/vms/{id}", done(h, "id", h.svc.DeleteVM)},
+		{"POST", "/v1/vms/{id}/pause", one(h, "id", http.StatusOK, h.svc.PauseVM, vmBody)},
+		{"POST", "/v1/vms/{id}/resume", one(h, "id", http.StatusOK, h.svc.ResumeVM, vmBody)},
 		{"POST", "/v1/vms/{id}/invoke", h.invokeVM},
-		{"GET", "/v1/snapshots", h.listSnapshots},
+		{"GET", "/v1/snapshots", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Snapshot, error) {
+			return h.svc.ListSnapshots(ctx, r.URL.Query().Get("function"))
+		}, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots", h.createSnapshot},
-		{"GET", "/v1/snapshots/{id}", h.getSnapshot},
-		{"DELETE", "/v1/snapshots/{id}", h.deleteSnapshot},
-		{"POST", "/v1/snapshots/{id}/verify", h.verifySnapshot},
+		{"GET", "/v1/snapshots/{id}", one(h, "id", http.StatusOK, h.svc.GetSnapshot, daemon.SnapshotBody)},
+		{"DELETE", "/v1/snapshots/{id}", done(h, "id", h.svc.DeleteSnapshot)},
+		{"POST", "/v1/snapshots/{id}/verify", one(h, "id", http.StatusOK, h.svc.CheckSnapshot, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
-		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
-		{"DELETE", "/v1/snapshots/{id}/store", h.unstoreSnapshot},
+		{"PUT", "/v1/snapshots/{id}/store", one(h, "id", http.StatusOK, h.svc.StoreSnapshot, same)},
+		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
 		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
-		{"GET", "/v1/store", h.storeInfo},
-		{"GET", "/v1/vms/{id}/memory", h.vmMemory},
-		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
+		{"GET", "/v1/store", one(h, "", http.StatusOK, func(ctx context.Context, _ string) (*daemon.StoreInfo, error) { return h.svc.StoreInfo(ctx) }, same)},
+		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
+		{"POST", "/v1/snapshots/{id}/copy", one(h, "id", http.StatusCreated, h.svc.CopySnapshot, daemon.SnapshotBody)},
 		{"GET", "/v1/invocations", h.listInvocations},
 	}
 }
@@ -276,6 +280,31 @@ func replyList[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, row
 	writeJSON(w, http.StatusOK, wire.List[B]{Items: daemon.Bodies(rows, body)})
 }
 
+// one serves an operation on the resource the path names by param ("":
+// none), answering its API body with status.
+func one[R, B any](h *Handler, param string, status int, op func(context.Context, string) (R, error), body func(R) B) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := op(r.Context(), r.PathValue(param))
+		replyAs(h, w, r, status, v, err, body)
+	}
+}
+
+// list serves a collection.
+func list[R, B any](h *Handler, op func(context.Context, *http.Request) ([]R, error), body func(R) B) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rows, err := op(r.Context(), r)
+		replyList(h, w, r, rows, err, body)
+	}
+}
+
+// done serves an operation that answers 204.
+func done(h *Handler, param string, op func(context.Context, string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { replyDone(h, w, r, op(r.Context(), r.PathValue(param))) }
+}
+
+// same is a body that is its value.
+func same[T any](v T) T { return v }
+
 // replyDone answers err, or 204.
 func replyDone(h *Handler, w http.ResponseWriter, r *http.Request, err error) {
 	if err != nil {
@@ -355,20 +384,6 @@ func intParam(s string) (int, error) {
 		return 0, fmt.Errorf("%w: %q is not a number", daemon.ErrInvalid, s)
 	}
 	return n, nil
-}
-
-func (h *Handler) listFunctions(w http.ResponseWriter, r *http.Request) {
-	fs, err := h.svc.ListFunctions(r.Context())
-	replyList(h, w, r, fs, err, daemon.FunctionBody)
-}
-
-func (h *Handler) getFunction(w http.ResponseWriter, r *http.Request) {
-	f, err := h.svc.GetFunction(r.Context(), r.PathValue("name"))
-	replyAs(h, w, r, http.StatusOK, f, err, daemon.FunctionBody)
-}
-
-func (h *Handler) deleteFunction(w http.ResponseWriter, r *http.Request) {
-	replyDone(h, w, r, h.svc.DeleteFunction(r.Context(), r.PathValue("name")))
 }
 
 func decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, error) {
@@ -537,30 +552,6 @@ func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
 	replyAs(h, w, r, http.StatusCreated, v, err, func(v *catalog.VM) *wire.VM { return daemon.VMBody(v, t) })
 }
 
-func (h *Handler) listVMs(w http.ResponseWriter, r *http.Request) {
-	vs, err := h.svc.ListVMs(r.Context())
-	replyList(h, w, r, vs, err, vmBody)
-}
-
-func (h *Handler) getVM(w http.ResponseWriter, r *http.Request) {
-	v, err := h.svc.GetVM(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
-}
-
-func (h *Handler) deleteVM(w http.ResponseWriter, r *http.Request) {
-	replyDone(h, w, r, h.svc.DeleteVM(r.Context(), r.PathValue("id")))
-}
-
-func (h *Handler) pauseVM(w http.ResponseWriter, r *http.Request) {
-	v, err := h.svc.PauseVM(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
-}
-
-func (h *Handler) resumeVM(w http.ResponseWriter, r *http.Request) {
-	v, err := h.svc.ResumeVM(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusOK, v, err, vmBody)
-}
-
 // readCreateSnapshot decodes POST /v1/snapshots.
 func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (CreateSnapshotRequest, error) {
 	var req CreateSnapshotRequest
@@ -578,46 +569,8 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
 }
 
-func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	ss, err := h.svc.ListSnapshots(r.Context(), r.URL.Query().Get("function"))
-	replyList(h, w, r, ss, err, daemon.SnapshotBody)
-}
-
-func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	s, err := h.svc.GetSnapshot(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusOK, s, err, daemon.SnapshotBody)
-}
-
-func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	replyDone(h, w, r, h.svc.DeleteSnapshot(r.Context(), r.PathValue("id")))
-}
-
-func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
-	e, err := h.svc.StoreSnapshot(r.Context(), r.PathValue("id"))
-	reply(h, w, r, http.StatusOK, e, err)
-}
-
-func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
-	s, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
-}
-
-func (h *Handler) unstoreSnapshot(w http.ResponseWriter, r *http.Request) {
-	replyDone(h, w, r, h.svc.UnstoreSnapshot(r.Context(), r.PathValue("id")))
-}
-
 func (h *Handler) snapshotMemory(w http.ResponseWriter, r *http.Request) {
 	m, err := h.svc.SnapshotMemory(r.Context(), r.PathValue("id"))
-	reply(h, w, r, http.StatusOK, m, err)
-}
-
-func (h *Handler) storeInfo(w http.ResponseWriter, r *http.Request) {
-	in, err := h.svc.StoreInfo(r.Context())
-	reply(h, w, r, http.StatusOK, in, err)
-}
-
-func (h *Handler) vmMemory(w http.ResponseWriter, r *http.Request) {
-	m, err := h.svc.VMMemory(r.Context(), r.PathValue("id"))
 	reply(h, w, r, http.StatusOK, m, err)
 }
 
@@ -628,9 +581,4 @@ func (h *Handler) evictSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.snapshotMemory(w, r) // what is left in the page cache: nothing, unless in use
-}
-
-func (h *Handler) verifySnapshot(w http.ResponseWriter, r *http.Request) {
-	s, err := h.svc.CheckSnapshot(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusOK, s, err, daemon.SnapshotBody)
 }
