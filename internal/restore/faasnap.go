@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
-	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -45,15 +44,8 @@ type faasnap struct {
 }
 
 func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
-	dir := snap.ArtifactDir(FaaSnap)
-	art, err := memlayout.ReadFaaSnap(dir)
+	art, lsPath, err := verifiedArtifact(snap, FaaSnap, memlayout.ReadFaaSnap, FaaSnapLoadingSet)
 	if err != nil {
-		return nil, err
-	}
-	lsPath := filepath.Join(dir, FaaSnapLoadingSet)
-	if err := snapshot.VerifyOnce(lsPath, func(full bool) error {
-		return art.Verify(memSize(snap), memSHA(snap), full)
-	}); err != nil {
 		return nil, err
 	}
 	layout, err := art.ShimLayout()

@@ -55,15 +55,8 @@ type reap struct {
 const prefetchTimeout = 30 * time.Second
 
 func beginREAP(ctx context.Context, snap Snapshot, env Env) (Session, error) {
-	dir := snap.ArtifactDir(REAP)
-	art, err := memlayout.ReadREAP(dir)
+	art, ws, err := verifiedArtifact(snap, REAP, memlayout.ReadREAP, REAPWorkingSetFile)
 	if err != nil {
-		return nil, err
-	}
-	ws := filepath.Join(dir, REAPWorkingSetFile)
-	if err := snapshot.VerifyOnce(ws, func(full bool) error {
-		return art.Verify(memSize(snap), memSHA(snap), full)
-	}); err != nil {
 		return nil, err
 	}
 	return startREAP(ctx, snap, env, false, ws, art.PageOrder())

@@ -157,3 +157,19 @@ func (sessionBase) Started(context.Context, int) error { return nil }
 func (sessionBase) Failed() <-chan error               { return nil }
 func (sessionBase) InvocationDone()                    {}
 func (sessionBase) Close() error                       { return nil }
+
+// verifiedArtifact reads strategy k's artifact of snap and verifies it and
+// its data file against the snapshot's memory file (hashing the data file
+// once per stamp); it returns the artifact and the data file's path.
+func verifiedArtifact[A interface {
+	Verify(memSize int64, memSHA256 string, full bool) error
+}](snap Snapshot, k Kind, read func(dir string) (A, error), dataFile string) (A, string, error) {
+	dir := snap.ArtifactDir(k)
+	art, err := read(dir)
+	if err != nil {
+		return art, "", err
+	}
+	path := filepath.Join(dir, dataFile)
+	err = snapshot.VerifyOnce(path, func(full bool) error { return art.Verify(memSize(snap), memSHA(snap), full) })
+	return art, path, err
+}
