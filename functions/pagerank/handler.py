@@ -28,13 +28,7 @@ from inputs import DEFAULTS, make_input
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("vertices", DEFAULTS["vertices"])), int(event.get("m", DEFAULTS["m"])),
-                          int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     if len(data) % 8:
         raise ValueError(f"edge list of {len(data)} bytes is not a sequence of uint32 pairs")
@@ -50,4 +44,4 @@ def handle(event):
     return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
             "vertices": graph.vcount(), "edges": graph.ecount(),
             "top": [[v, round(ranks[v], 9)] for v in top], "rank_sum": round(sum(ranks), 6),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}

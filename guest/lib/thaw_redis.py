@@ -12,6 +12,7 @@ dead in every VM restored from it.
 
     import thaw_redis
     data = thaw_redis.fetch({"redis": {"port": 6379}, "key": "input:json"})
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
 
     with thaw_redis.connect("10.0.2.2", 6379, timeout=5) as r:
         r.set("k", b"v")
@@ -24,9 +25,10 @@ KeyError: fetch() of a key that does not exist).
 """
 
 import socket
+import time
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "RedisError", "ConnectError", "ProtocolError",
-           "ReplyError", "MissingKey", "Client", "connect", "fetch", "wants_fetch"]
+           "ReplyError", "MissingKey", "Client", "connect", "fetch", "fetch_input", "wants_fetch"]
 
 DEFAULT_HOST = "10.0.2.2"  # the host, seen from a guest on QEMU user networking
 DEFAULT_PORT = 6379
@@ -232,3 +234,20 @@ def fetch(event):
     if value is None:
         raise MissingKey(f"redis key {key!r} does not exist on {host}:{port}")
     return value
+
+
+def fetch_input(event, make_input, defaults):
+    """A function's input: (source, data, input_ms).
+
+    If the event names a key (wants_fetch), data is its value from Redis
+    (fetch) and source is "redis"; otherwise data is
+    make_input(**{name: int(event.get(name, default)) for name, default in
+    defaults.items()}) and source is "inline". input_ms is the time this
+    took in milliseconds, rounded to 3 decimals."""
+    t0 = time.perf_counter()
+    if wants_fetch(event):
+        source, data = "redis", fetch(event)
+    else:
+        source = "inline"
+        data = make_input(**{name: int(event.get(name, default)) for name, default in defaults.items()})
+    return source, data, round((time.perf_counter() - t0) * 1000, 3)
