@@ -54,7 +54,6 @@ def handle(event):
     rows = doc["rows"]
     html = TEMPLATE(title=doc.get("title", ""), header=doc.get("header", []), rows=rows).encode()
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "rows": len(rows), "cols": max((len(r) for r in rows), default=0),
-            "html_bytes": len(html), "html_crc32": zlib.crc32(html),
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             rows=len(rows), cols=max((len(r) for r in rows), default=0),
+                             html_bytes=len(html), html_crc32=zlib.crc32(html))

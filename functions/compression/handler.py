@@ -33,7 +33,6 @@ def handle(event):
     else:
         out = lzma.compress(data, format=lzma.FORMAT_XZ, preset=level)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "algo": algo, "level": level, "out_bytes": len(out),
-            "ratio": round(len(data) / max(1, len(out)), 4), "out_crc32": zlib.crc32(out),
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             algo=algo, level=level, out_bytes=len(out),
+                             ratio=round(len(data) / max(1, len(out)), 4), out_crc32=zlib.crc32(out))

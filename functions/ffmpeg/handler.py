@@ -57,6 +57,5 @@ def handle(event):
     t1 = time.perf_counter()
     out, frames = grayscale(data)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "frames": frames, "out_bytes": len(out), "out_crc32": zlib.crc32(out),
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             frames=frames, out_bytes=len(out), out_crc32=zlib.crc32(out))

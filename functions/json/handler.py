@@ -25,7 +25,6 @@ def handle(event):
     doc = json.loads(data)
     out = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "items": len(doc) if isinstance(doc, (list, dict)) else 1,
-            "out_bytes": len(out), "out_crc32": zlib.crc32(out),
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             items=len(doc) if isinstance(doc, (list, dict)) else 1,
+                             out_bytes=len(out), out_crc32=zlib.crc32(out))

@@ -18,7 +18,6 @@ Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "vertices",
 import array
 import sys
 import time
-import zlib
 
 import igraph
 
@@ -41,7 +40,6 @@ def handle(event):
     ranks = graph.pagerank(damping=0.85)
     top = sorted(range(n), key=ranks.__getitem__, reverse=True)[:5]
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "vertices": graph.vcount(), "edges": graph.ecount(),
-            "top": [[v, round(ranks[v], 9)] for v in top], "rank_sum": round(sum(ranks), 6),
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             vertices=graph.vcount(), edges=graph.ecount(),
+                             top=[[v, round(ranks[v], 9)] for v in top], rank_sum=round(sum(ranks), 6))

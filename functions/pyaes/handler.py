@@ -34,6 +34,5 @@ def handle(event):
     ciphertext = pyaes.AESModeOfOperationCTR(KEY, pyaes.Counter(0)).encrypt(data)
     plaintext = pyaes.AESModeOfOperationCTR(KEY, pyaes.Counter(0)).decrypt(ciphertext)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "ciphertext_crc32": zlib.crc32(ciphertext), "roundtrip_ok": plaintext == data,
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             ciphertext_crc32=zlib.crc32(ciphertext), roundtrip_ok=plaintext == data)

@@ -32,7 +32,6 @@ Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "image":
 """
 import io
 import time
-import zlib
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -106,6 +105,5 @@ def handle(event):
     t1 = time.perf_counter()
     size, top = classify(data)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "image": list(size), "top": top,
-            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             image=list(size), top=top)

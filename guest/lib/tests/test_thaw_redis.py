@@ -132,6 +132,11 @@ class FakeServerTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             thaw_redis.fetch_input({"size": "big"}, make_input, defaults)
 
+    def test_result(self):
+        r = thaw_redis.result("inline", b"abc", 1.5, 10.0, 10.25, out_bytes=2, ok=True)
+        self.assertEqual(list(r.items()), [("input", "inline"), ("input_bytes", 3), ("input_crc32", 891568578),
+                                           ("out_bytes", 2), ("ok", True), ("input_ms", 1.5), ("compute_ms", 250.0)])
+
     def test_bad_argument_type(self):
         with FakeServer(b"+OK\r\n").client() as r:
             with self.assertRaises(TypeError):
