@@ -488,31 +488,30 @@ func TestMachineQMPCommands(t *testing.T) {
 	loadPath := filepath.Join(dir, "saved-vmstate")
 	os.MkdirAll(filepath.Dir(savePath), 0o700)
 	os.WriteFile(loadPath, []byte("stream"), 0o600)
-	tests := []struct {
+	type machineCase struct {
 		name       string
 		run        func(m *Machine, ctx context.Context) error
 		wantCmds   string
 		wantArgs   map[string]string // command -> arguments JSON
 		wantPassed string            // file handed over with getfd
-	}{
+	}
+	// stateCase is SaveState or LoadState (run) of path, a migration with
+	// the command migrate over a descriptor.
+	stateCase := func(name, migrate, path string, run func(*Machine, context.Context, string) error) machineCase {
+		return machineCase{name: name,
+			run:      func(m *Machine, ctx context.Context) error { return run(m, ctx, path) },
+			wantCmds: "migrate-set-capabilities,getfd," + migrate + ",query-migrate,query-migrate",
+			wantArgs: map[string]string{
+				"migrate-set-capabilities": `{"capabilities": [{"capability": "x-ignore-shared", "state": true}]}`,
+				"getfd":                    `{"fdname": "thaw-state"}`,
+				migrate:                    `{"uri": "fd:thaw-state"}`,
+			}, wantPassed: path}
+	}
+	tests := []machineCase{
 		{name: "Pause", run: (*Machine).Pause, wantCmds: "stop"},
 		{name: "Resume", run: (*Machine).Resume, wantCmds: "cont"},
-		{name: "SaveState",
-			run:      func(m *Machine, ctx context.Context) error { return m.SaveState(ctx, savePath) },
-			wantCmds: "migrate-set-capabilities,getfd,migrate,query-migrate,query-migrate",
-			wantArgs: map[string]string{
-				"migrate-set-capabilities": `{"capabilities": [{"capability": "x-ignore-shared", "state": true}]}`,
-				"getfd":                    `{"fdname": "thaw-state"}`,
-				"migrate":                  `{"uri": "fd:thaw-state"}`,
-			}, wantPassed: savePath},
-		{name: "LoadState",
-			run:      func(m *Machine, ctx context.Context) error { return m.LoadState(ctx, loadPath) },
-			wantCmds: "migrate-set-capabilities,getfd,migrate-incoming,query-migrate,query-migrate",
-			wantArgs: map[string]string{
-				"migrate-set-capabilities": `{"capabilities": [{"capability": "x-ignore-shared", "state": true}]}`,
-				"getfd":                    `{"fdname": "thaw-state"}`,
-				"migrate-incoming":         `{"uri": "fd:thaw-state"}`,
-			}, wantPassed: loadPath},
+		stateCase("SaveState", "migrate", savePath, (*Machine).SaveState),
+		stateCase("LoadState", "migrate-incoming", loadPath, (*Machine).LoadState),
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
