@@ -1,11 +1,10 @@
 package memlayout
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
 // SnapBPFCapture summarizes the capture an artifact was planned from.
@@ -109,23 +108,15 @@ func DataRegions(path string) ([]PageRun, error) {
 		return nil, err
 	}
 	var out []PageRun
-	size := st.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: SEEK_DATA: %w", path, err)
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return nil, fmt.Errorf("%s: SEEK_HOLE: %w", path, err)
-		}
+	err = snapshot.DataExtents(f, st.Size(), func(data, hole int64) error {
 		first, end := uint64(data)/PageSize, PagesOf(hole)
 		if end > first {
 			out = append(out, PageRun{Start: first, Pages: end - first})
 		}
-		off = hole
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return Normalize(out), nil
 }
