@@ -35,13 +35,6 @@ const (
 	SnapBPFMagic = "thaw-snapbpf"
 )
 
-// FileRef is the size and SHA-256 (lowercase hex, over every byte, holes as
-// zeros) of a file.
-type FileRef struct {
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
-
 func validHex256(s string) bool {
 	if len(s) != 64 {
 		return false

@@ -26,6 +26,13 @@ type ArtifactHeader struct {
 
 func (h *ArtifactHeader) header() *ArtifactHeader { return h }
 
+// FileRef is the size and SHA-256 (lowercase hex, over every byte, holes as
+// zeros) of a file.
+type FileRef struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
 // verifyMemory checks that the artifact was built from the memory file of
 // memSize bytes and digest memSHA256 (ErrMismatch otherwise).
 func (h *ArtifactHeader) verifyMemory(memSize int64, memSHA256 string) error {

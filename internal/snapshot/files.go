@@ -27,15 +27,11 @@ var zeroChunk = make([]byte, copyChunk)
 // allocated bytes) and fsyncs dst. Holes in src are found with SEEK_DATA so
 // untouched RAM is neither read nor written.
 func CopySparse(dst, src string) (FileInfo, error) {
-	in, err := os.Open(src)
+	in, st, err := openStat(src)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return FileInfo{}, err
-	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return FileInfo{}, err
@@ -48,6 +44,20 @@ func CopySparse(dst, src string) (FileInfo, error) {
 		return FileInfo{}, fmt.Errorf("copy %s: %w", src, err)
 	}
 	return fi, nil
+}
+
+// openStat opens path for reading and stats it.
+func openStat(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 func copySparse(out, in *os.File, size int64) (FileInfo, error) {
@@ -148,7 +158,7 @@ func isZero(b []byte) bool {
 // HashFile returns the size and SHA-256 of a file, skipping the reads of
 // holes (they hash as zeros).
 func HashFile(path string) (FileInfo, error) {
-	f, err := os.Open(path)
+	f, st, err := openStat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return FileInfo{}, fmt.Errorf("%w: %s", ErrMissing, path)
 	}
@@ -156,10 +166,6 @@ func HashFile(path string) (FileInfo, error) {
 		return FileInfo{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return FileInfo{}, err
-	}
 	size := st.Size()
 	sum, err := hashSparse(f, size, nil)
 	if err != nil {
