@@ -30,6 +30,7 @@ import zlib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "guest", "lib"))
 import thaw_redis  # noqa: E402  (the guest's client, also used on the host)
+from smoke_vm import Agent, qemu_argv  # noqa: E402  (guest/, this script's directory)
 
 ALL = ["hello", "read-list", "mmap", "image", "json", "pyaes", "chameleon", "matmul",
        "compression", "pagerank", "ffmpeg", "recognition"]
@@ -83,86 +84,12 @@ def load_inputs(name):
     return mod
 
 
-def connect_unix(path, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(path)
-            return s
-        except OSError:
-            s.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-class Agent:
-    """The agent's NDJSON protocol on the virtio-serial socket."""
-
-    def __init__(self, path):
-        self.sock, self.buf, self.n = connect_unix(path), b"", 0
-
-    def send(self, obj):
-        self.sock.sendall(json.dumps(obj).encode() + b"\n")
-
-    def recv(self, timeout):
-        self.sock.settimeout(timeout)
-        while b"\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("agent connection closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def wait_pong(self, timeout):
-        deadline, next_ping = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline:
-            if time.monotonic() >= next_ping:
-                self.n += 1
-                self.send({"id": f"ping-{self.n}", "op": "ping"})
-                next_ping = time.monotonic() + 0.5
-            try:
-                msg = self.recv(0.05)
-            except socket.timeout:
-                continue
-            if msg.get("op") == "pong":
-                return msg
-        raise TimeoutError("no pong from the agent")
-
-    def invoke(self, function, event, timeout):
-        self.n += 1
-        rid = str(self.n)
-        self.send({"id": rid, "op": "invoke", "function": function, "event": event})
-        while True:
-            msg = self.recv(timeout)
-            if msg.get("id") == rid:
-                return msg
-
-
 class VM:
     def __init__(self, img, meta, fn_disk, name, workdir, memory):
         self.dir = os.path.join(workdir, f"vm-{name}")
         os.makedirs(self.dir)
-        mem = f"{memory}M"
-        argv = [
-            "qemu-system-x86_64", "-machine", "pc,accel=tcg,memory-backend=mem", "-cpu", "max",
-            "-smp", "1", "-m", mem,
-            "-object", f"memory-backend-file,id=mem,size={mem},mem-path={self.dir}/mem,share=on",
-            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
-            "-kernel", f"{img}/vmlinux", "-initrd", f"{img}/initrd.img",
-            "-append", f"{meta['cmdline']} thaw.function={name}",
-            "-serial", f"file:{self.dir}/console.log",
-            "-drive", f"file={img}/rootfs.ext4,if=none,id=root,format=raw,readonly=on",
-            "-device", "virtio-blk-pci,drive=root",
-            "-drive", f"file={fn_disk},if=none,id=fn,format=raw,readonly=on",
-            "-device", "virtio-blk-pci,drive=fn",
-            "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
-            "-device", "virtio-serial-pci",
-            "-chardev", f"socket,id=agent,path={self.dir}/agent.sock,server=on,wait=off",
-            "-device", "virtserialport,chardev=agent,name=org.thaw.agent",
-        ]
+        argv = qemu_argv(img, self.dir, f"{meta['cmdline']} thaw.function={name}", f"{memory}M",
+                         f"{self.dir}/mem", fn_disk=fn_disk)
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=open(f"{self.dir}/qemu.log", "wb"), stderr=subprocess.STDOUT)
@@ -213,6 +140,18 @@ def specific_checks(name, r, mode):
         check(r.get("input") == mode, f"result says input={mode}")
 
 
+def invoke_checked(agent, name, event, mode, args):
+    """args.reps invocations of function name with event (input mode
+    "inline" or "redis"), each checked; returns the answers."""
+    answers = []
+    for _ in range(args.reps):
+        r = agent.invoke(name, event, args.invoke_timeout)
+        check(r.get("ok"), f"{mode} invoke failed: {json.dumps(r.get('error'))[:2000]}")
+        specific_checks(name, r["result"], mode)
+        answers.append(r)
+    return answers
+
+
 def run_function(name, args, img, meta, fn_disk, port, stored, workdir):
     row = {"function": name}
     vm = VM(img, meta, fn_disk, name, workdir, args.memory)
@@ -224,12 +163,7 @@ def run_function(name, args, img, meta, fn_disk, port, stored, workdir):
         row["import_ms"] = int(m.group(1)) if m else None
 
         inline_event = {"name": "thaw"} if name == "hello" else {}
-        inline = []
-        for _ in range(args.reps):
-            r = agent.invoke(name, inline_event, args.invoke_timeout)
-            check(r.get("ok"), f"inline invoke failed: {json.dumps(r.get('error'))[:2000]}")
-            specific_checks(name, r["result"], "inline")
-            inline.append(r)
+        inline = invoke_checked(agent, name, inline_event, "inline", args)
         row["inline_ms"] = [round(r["duration_ms"], 1) for r in inline]
         row["inline_result"] = inline[0]["result"]
         check(all(comparable(r["result"]) == comparable(inline[0]["result"]) for r in inline),
@@ -238,12 +172,7 @@ def run_function(name, args, img, meta, fn_disk, port, stored, workdir):
         if name in stored:
             key, data = stored[name]
             event = {"key": key, "redis": {"host": "10.0.2.2", "port": port}}
-            redis = []
-            for _ in range(args.reps):
-                r = agent.invoke(name, event, args.invoke_timeout)
-                check(r.get("ok"), f"redis invoke failed: {json.dumps(r.get('error'))[:2000]}")
-                specific_checks(name, r["result"], "redis")
-                redis.append(r)
+            redis = invoke_checked(agent, name, event, "redis", args)
             res = redis[0]["result"]
             row["redis_ms"] = [round(r["duration_ms"], 1) for r in redis]
             row["redis_fetch_ms"] = res.get("input_ms")

@@ -24,15 +24,16 @@ mkdir "$T/fn"
 cp -r "$ROOT/functions/." "$T/fn/"
 mkfs.ext4 -q -d "$T/fn" -L thawfn "$T/fn.ext4" 16M
 
-if python3 - "$IMG" "$T" <<'EOF'; then rm -rf "$T"; else echo "FAILED; logs in $T" >&2; exit 1; fi
+if python3 - "$IMG" "$T" "$ROOT" <<'EOF'; then rm -rf "$T"; else echo "FAILED; logs in $T" >&2; exit 1; fi
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
-IMG, T = sys.argv[1], sys.argv[2]
+IMG, T, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, f"{ROOT}/guest")
+from smoke_vm import QMP, Agent, qemu_argv  # noqa: E402
 KERNEL = os.environ.get("THAW_SMOKE_KERNEL", "vmlinux")
 META = json.load(open(f"{IMG}/image.json"))
 MEM = "256M"
@@ -48,120 +49,13 @@ def check(cond, what):
 
 def qemu(vmdir, append, mem_path, share, disks=True, incoming=False, kernel=None):
     os.makedirs(vmdir, exist_ok=True)
-    argv = [
-        "qemu-system-x86_64", "-machine", "pc,accel=tcg,memory-backend=mem", "-cpu", "max",
-        "-smp", "1", "-m", MEM,
-        "-object", f"memory-backend-file,id=mem,size={MEM},mem-path={mem_path},share={share}",
-        "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
-        "-kernel", f"{IMG}/{kernel or KERNEL}", "-initrd", f"{IMG}/initrd.img", "-append", append,
-        "-serial", f"file:{vmdir}/console.log",
-        "-qmp", f"unix:{vmdir}/qmp.sock,server=on,wait=off",
-    ]
-    if disks:
-        argv += [
-            "-drive", f"file={IMG}/rootfs.ext4,if=none,id=root,format=raw,readonly=on",
-            "-device", "virtio-blk-pci,drive=root",
-            "-drive", f"file={T}/fn.ext4,if=none,id=fn,format=raw,readonly=on",
-            "-device", "virtio-blk-pci,drive=fn",
-            "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
-            "-device", "virtio-serial-pci",
-            "-chardev", f"socket,id=agent,path={vmdir}/agent.sock,server=on,wait=off",
-            "-device", "virtserialport,chardev=agent,name=org.thaw.agent",
-        ]
+    argv = qemu_argv(IMG, vmdir, append, MEM, mem_path, share, kernel or KERNEL,
+                     fn_disk=f"{T}/fn.ext4" if disks else None, qmp=True)
     if incoming:
         argv += ["-incoming", "defer"]
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     procs.append(p)
     return p
-
-
-def connect_unix(path, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(path)
-            return s
-        except OSError:
-            s.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-
-
-class LineConn:
-    def __init__(self, sock):
-        self.sock, self.buf = sock, b""
-
-    def send(self, obj):
-        self.sock.sendall(json.dumps(obj).encode() + b"\n")
-
-    def recv(self, timeout):
-        self.sock.settimeout(timeout)
-        while b"\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("connection closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-
-class QMP(LineConn):
-    def __init__(self, path):
-        super().__init__(connect_unix(path))
-        self.recv(10)  # greeting
-        self.cmd("qmp_capabilities")
-
-    def cmd(self, name, **args):
-        self.send({"execute": name, "arguments": args} if args else {"execute": name})
-        while True:
-            msg = self.recv(30)
-            if "return" in msg:
-                return msg["return"]
-            if "error" in msg:
-                raise RuntimeError(f"QMP {name}: {msg['error']}")
-
-    def wait_migration(self):
-        while True:
-            st = self.cmd("query-migrate").get("status")
-            if st == "completed":
-                return
-            if st in ("failed", "cancelled"):
-                raise RuntimeError(f"migration {st}")
-            time.sleep(0.002)
-
-
-class Agent(LineConn):
-    def __init__(self, path):
-        super().__init__(connect_unix(path))
-        self.n = 0
-
-    def wait_pong(self, timeout=120):
-        """Pings every 0.5 s (they queue while the guest has not opened the port)."""
-        deadline = time.monotonic() + timeout
-        next_ping = 0
-        while time.monotonic() < deadline:
-            if time.monotonic() >= next_ping:
-                self.n += 1
-                self.send({"id": f"ping-{self.n}", "op": "ping"})
-                next_ping = time.monotonic() + 0.5
-            try:
-                msg = self.recv(0.05)
-            except socket.timeout:
-                continue
-            if msg.get("op") == "pong":
-                return msg
-        raise TimeoutError("no pong")
-
-    def call(self, req, timeout=60):
-        self.n += 1
-        req = {"id": f"req-{self.n}", **req}
-        self.send(req)
-        while True:
-            msg = self.recv(timeout)
-            if msg.get("id") == req["id"]:
-                return msg
 
 
 def private_dirty_kb(pid, path):

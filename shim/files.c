@@ -101,42 +101,43 @@ static mode_t mode_arg(int flags, va_list ap)
 	if (!real_##name)                                                                          \
 		real_##name = (type)dlsym(RTLD_NEXT, #name);
 
+/* Returns what the next definition of name (of type) returns for the
+ * arguments; fail, with errno ENOSYS, if there is none. */
+#define CALL_REAL(type, name, fail, ...)                                                           \
+	REAL(type, name);                                                                          \
+	if (!real_##name) {                                                                        \
+		errno = ENOSYS;                                                                    \
+		return fail;                                                                       \
+	}                                                                                          \
+	return real_##name(__VA_ARGS__)
+
+/* Declares mode, the mode argument that follows flags (0 if there is none). */
+#define MODE_ARG(mode, flags)                                                                      \
+	va_list ap;                                                                                \
+	va_start(ap, flags);                                                                       \
+	mode_t mode = mode_arg(flags, ap);                                                         \
+	va_end(ap)
+
 #define OPEN_WRAPPER(name)                                                                         \
 	int name(const char *path, int flags, ...)                                                 \
 	{                                                                                          \
-		va_list ap;                                                                        \
-		va_start(ap, flags);                                                               \
-		mode_t mode = mode_arg(flags, ap);                                                 \
-		va_end(ap);                                                                        \
+		MODE_ARG(mode, flags);                                                             \
 		int d = shim_table_dup(path, flags);                                               \
 		if (d != -2)                                                                       \
 			return d;                                                                  \
-		REAL(open_fn, name);                                                               \
-		if (!real_##name) {                                                                \
-			errno = ENOSYS;                                                            \
-			return -1;                                                                 \
-		}                                                                                  \
-		return real_##name(path, flags, mode);                                             \
+		CALL_REAL(open_fn, name, -1, path, flags, mode);                                   \
 	}
 
 #define OPENAT_WRAPPER(name)                                                                       \
 	int name(int dirfd, const char *path, int flags, ...)                                      \
 	{                                                                                          \
-		va_list ap;                                                                        \
-		va_start(ap, flags);                                                               \
-		mode_t mode = mode_arg(flags, ap);                                                 \
-		va_end(ap);                                                                        \
-		if (path[0] == '/') {                             \
+		MODE_ARG(mode, flags);                                                             \
+		if (path[0] == '/') {                                                              \
 			int d = shim_table_dup(path, flags);                                       \
 			if (d != -2)                                                               \
 				return d;                                                          \
 		}                                                                                  \
-		REAL(openat_fn, name);                                                             \
-		if (!real_##name) {                                                                \
-			errno = ENOSYS;                                                            \
-			return -1;                                                                 \
-		}                                                                                  \
-		return real_##name(dirfd, path, flags, mode);                                      \
+		CALL_REAL(openat_fn, name, -1, dirfd, path, flags, mode);                          \
 	}
 
 OPEN_WRAPPER(open)
@@ -151,12 +152,7 @@ OPENAT_WRAPPER(openat64)
 		int d = shim_table_dup(path, flags);                                               \
 		if (d != -2)                                                                       \
 			return d;                                                                  \
-		REAL(open_fn, plain);                                                              \
-		if (!real_##plain) {                                                               \
-			errno = ENOSYS;                                                            \
-			return -1;                                                                 \
-		}                                                                                  \
-		return real_##plain(path, flags);                                                  \
+		CALL_REAL(open_fn, plain, -1, path, flags);                                        \
 	}
 
 FORTIFY_WRAPPER(__open_2, open)
@@ -185,12 +181,7 @@ static FILE *table_fopen(const char *path, const char *mode)
 		FILE *f = table_fopen(path, mode);                                                 \
 		if (f != (FILE *)-1)                                                               \
 			return f;                                                                  \
-		REAL(fopen_fn, name);                                                              \
-		if (!real_##name) {                                                                \
-			errno = ENOSYS;                                                            \
-			return NULL;                                                               \
-		}                                                                                  \
-		return real_##name(path, mode);                                                    \
+		CALL_REAL(fopen_fn, name, NULL, path, mode);                                       \
 	}
 
 FOPEN_WRAPPER(fopen)

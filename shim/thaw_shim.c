@@ -296,25 +296,6 @@ static void restore_reservation(void *addr, size_t len)
 	do_mmap(addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-static int read_full(int fd, void *buf, size_t len, off_t off)
-{
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0) {
-			errno = EIO;
-			return -1;
-		}
-		p += n, len -= (size_t)n, off += n;
-	}
-	return 0;
-}
-
 static int range_ok(uint64_t off, uint64_t len, uint64_t limit)
 {
 	return off <= limit && len <= limit - off;
@@ -462,6 +443,49 @@ static int read_table(struct layout *l, size_t len)
 	return 0;
 }
 
+static int file_size(int fd, uint64_t *size)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -1;
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* A file entries may map besides the memory file, as messages name it. */
+struct backing {
+	const char *kind;     /* "... has <kind> entries" */
+	const char *env;      /* the variable that names it */
+	const char *name;     /* "open <name> <path>" */
+	int flags;            /* open flags besides O_CLOEXEC */
+	const char *size_op;  /* "<size_op> <name> <path>" */
+	int (*size_of)(int fd, uint64_t *size);
+};
+
+static const struct backing device_backing = {
+	.kind = "device", .env = "THAW_SHIM_DEVICE", .name = "device",
+	.flags = O_RDWR, .size_op = "size of", .size_of = device_size,
+};
+static const struct backing lsfile_backing = {
+	.kind = "loading-set", .env = "THAW_SHIM_LSFILE", .name = "loading-set file",
+	.flags = O_RDONLY, .size_op = "fstat", .size_of = file_size,
+};
+
+/* Opens b at path (from its variable) into *fd and sizes it into *size. */
+static int open_sized(const struct backing *b, const char *path, int *fd, uint64_t *size)
+{
+	if (!path || !*path)
+		return failed(EINVAL, "layout table %s has %s entries but %s is not set", cfg.layout, b->kind,
+			      b->env);
+	*fd = open(path, b->flags | O_CLOEXEC);
+	if (*fd < 0)
+		return failed(errno, "open %s %s", b->name, path);
+	if (b->size_of(*fd, size) < 0)
+		return failed(errno, "%s %s %s", b->size_op, b->name, path);
+	return 0;
+}
+
 /* Opens what the entries map besides the memory file, and sizes it all. */
 static int open_backing(struct layout *l, int memfd)
 {
@@ -475,27 +499,10 @@ static int open_backing(struct layout *l, int memfd)
 		need_ls |= l->ents[i].kind == KIND_LSFILE;
 		need_dev |= l->ents[i].kind == KIND_DEVICE;
 	}
-	if (need_dev) {
-		if (!cfg.device || !*cfg.device)
-			return failed(EINVAL, "layout table %s has device entries but THAW_SHIM_DEVICE is not set",
-				      cfg.layout);
-		l->devfd = open(cfg.device, O_RDWR | O_CLOEXEC);
-		if (l->devfd < 0)
-			return failed(errno, "open device %s", cfg.device);
-		if (device_size(l->devfd, &l->dev_size) < 0)
-			return failed(errno, "size of device %s", cfg.device);
-	}
-	if (need_ls) {
-		if (!cfg.lsfile || !*cfg.lsfile)
-			return failed(EINVAL, "layout table %s has loading-set entries but THAW_SHIM_LSFILE is not set",
-				      cfg.layout);
-		l->lsfd = open(cfg.lsfile, O_RDONLY | O_CLOEXEC);
-		if (l->lsfd < 0)
-			return failed(errno, "open loading-set file %s", cfg.lsfile);
-		if (fstat(l->lsfd, &st) < 0)
-			return failed(errno, "fstat loading-set file %s", cfg.lsfile);
-		l->ls_size = (uint64_t)st.st_size;
-	}
+	if (need_dev && open_sized(&device_backing, cfg.device, &l->devfd, &l->dev_size) < 0)
+		return -1;
+	if (need_ls && open_sized(&lsfile_backing, cfg.lsfile, &l->lsfd, &l->ls_size) < 0)
+		return -1;
 	return 0;
 }
 

@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim.h"
+
 static char *map;
 static int memfd;
 static size_t page, npages;
@@ -42,21 +44,6 @@ struct worker {
 	int64_t first; /* lowest mismatching offset seen by this thread, or -1 */
 	int err;
 };
-
-static int read_full(int fd, void *buf, size_t len, off_t off)
-{
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -1 : (errno = EIO, -1);
-		p += n, len -= (size_t)n, off += n;
-	}
-	return 0;
-}
 
 static void *reader(void *arg)
 {

@@ -52,32 +52,11 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 			if reps < 1 {
 				return usagef("--reps must be at least 1")
 			}
-			var cases []bench.FunctionCase
-			switch inputsFrom {
-			case "inline":
-				for _, fc := range bench.DefaultCases(root) {
-					if len(functions) == 0 || slices.Contains(functions, fc.Name) {
-						cases = append(cases, fc)
-					}
-				}
-			case "redis":
-				if len(functions) == 0 {
-					functions = inputs.Functions()
-				}
-				r, err := startInputs(a, functions)
-				if err != nil {
-					return err
-				}
-				defer r.Stop()
-				if cases, err = bench.RedisCases(r, root, functions, "A", "B"); err != nil {
-					return usagef("%v", err)
-				}
-			default:
-				return usagef("--inputs must be inline or redis")
+			cases, stop, err := a.benchCases(inputsFrom, root, functions, true)
+			if err != nil {
+				return err
 			}
-			if len(cases) == 0 {
-				return usagef("no function matches --functions %v", functions)
-			}
+			defer stop()
 			info, err := a.c.Info(a.ctx)
 			if err != nil {
 				return err
@@ -101,15 +80,7 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 				return err
 			}
 			res.ReadaheadKB = kb
-			if a.json {
-				return a.printJSON(res)
-			}
-			md := res.Markdown()
-			fmt.Fprint(a.stdout, md)
-			if out == "" {
-				return nil
-			}
-			return writeResults(out, "strategies", res.Samples, res, md)
+			return printResults(a, out, "strategies", res.Samples, res, res.Markdown(), nil)
 		},
 	}
 	cmd.Flags().StringVar(&root, "root", ".", "repository root (where functions/ is)")
@@ -122,15 +93,55 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 	return cmd
 }
 
-// startInputs starts a private redis-server on loopback and loads the
-// inputs of functions into it. Guests reach it at 10.0.2.2, so the daemon
-// must run on this host.
-func startInputs(a *app, functions []string) (*inputs.Redis, error) {
+// benchCases returns the cases of functions (all when there are none
+// and all is set) with inputs from inputsFrom: "inline" (bench.DefaultCases)
+// or "redis" (inputs A and B from a private redis-server, which stop stops).
+func (a *app) benchCases(inputsFrom, root string, functions []string, all bool) (cases []bench.FunctionCase, stop func(), err error) {
+	stop = func() {}
+	switch inputsFrom {
+	case "inline":
+		for _, fc := range bench.DefaultCases(root) {
+			if len(functions) == 0 && all || slices.Contains(functions, fc.Name) {
+				cases = append(cases, fc)
+			}
+		}
+	case "redis":
+		if len(functions) == 0 && all {
+			functions = inputs.Functions()
+		}
+		r, err := startInputs(a, functions)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cases, err = bench.RedisCases(r, root, functions, "A", "B"); err != nil {
+			r.Stop()
+			return nil, nil, usagef("%v", err)
+		}
+		stop = func() { r.Stop() }
+	default:
+		return nil, nil, usagef("--inputs must be inline or redis")
+	}
+	if len(cases) == 0 {
+		stop()
+		return nil, nil, usagef("no function matches --functions %v", functions)
+	}
+	return cases, stop, nil
+}
+
+// startRedis starts an empty private redis-server on loopback. Guests reach
+// it at 10.0.2.2, so the daemon must run on this host.
+func startRedis(a *app) (*inputs.Redis, error) {
 	dir, err := os.MkdirTemp("", "thaw-redis-")
 	if err != nil {
 		return nil, err
 	}
-	r, err := inputs.StartRedis(a.ctx, dir)
+	return inputs.StartRedis(a.ctx, dir)
+}
+
+// startInputs starts a private redis-server (startRedis) and loads the
+// inputs of functions into it.
+func startInputs(a *app, functions []string) (*inputs.Redis, error) {
+	r, err := startRedis(a)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +152,28 @@ func startInputs(a *app, functions []string) (*inputs.Redis, error) {
 	}
 	fmt.Fprintf(a.stderr, "[bench] redis on %s with %d inputs\n", r.Addr(), len(metas))
 	return r, nil
+}
+
+// printResults prints a benchmark's results: all as JSON with --json, else
+// their Markdown md and, with out, writes them there (writeResults) with the
+// figures (file name to SVG).
+func printResults[S any](a *app, out, name string, samples []S, all any, md string, figures map[string]string) error {
+	if a.json {
+		return a.printJSON(all)
+	}
+	fmt.Fprint(a.stdout, md)
+	if out == "" {
+		return nil
+	}
+	if err := writeResults(out, name, samples, all, md); err != nil {
+		return err
+	}
+	for file, svg := range figures {
+		if err := os.WriteFile(filepath.Join(out, file), []byte(svg), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeResults writes DIR/NAME.jsonl (one sample a line), DIR/NAME.json and
@@ -202,15 +235,11 @@ writes DIR/core.jsonl (samples), DIR/core.json and DIR/core.md.`,
 				}
 				results = append(results, r)
 			}
-			md := bench.CoreMarkdown(results)
-			if a.json {
-				return a.printJSON(results)
+			var samples []bench.CoreSample
+			for _, r := range results {
+				samples = append(samples, r.Samples...)
 			}
-			fmt.Fprint(a.stdout, md)
-			if out == "" {
-				return nil
-			}
-			return writeCoreResults(out, results, md)
+			return printResults(a, out, "core", samples, results, bench.CoreMarkdown(results), nil)
 		},
 	}
 	cmd.Flags().StringVar(&fnDir, "dir", "functions/hello", "function directory to measure")
@@ -220,12 +249,4 @@ writes DIR/core.jsonl (samples), DIR/core.json and DIR/core.md.`,
 	cmd.Flags().StringVar(&out, "out", "", "directory for core.jsonl, core.json and core.md")
 	cmd.Flags().StringVar(&event, "event", `{"name":"bench"}`, "event for the cold invocations")
 	return cmd
-}
-
-func writeCoreResults(dir string, results []*bench.CoreResult, md string) error {
-	var samples []bench.CoreSample
-	for _, r := range results {
-		samples = append(samples, r.Samples...)
-	}
-	return writeResults(dir, "core", samples, results, md)
 }

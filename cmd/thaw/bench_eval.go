@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/bench"
-	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
 // evalFlags are the flags every evaluation command shares.
@@ -145,11 +144,12 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 		defer sink.Close()
 		cfg.Sink = sink
 	}
-	r, err := startRedis(a)
+	r, err := startRedis(a) // RunEval loads the inputs it needs
 	if err != nil {
 		return err
 	}
 	defer r.Stop()
+	fmt.Fprintf(a.stderr, "[bench] redis on %s\n", r.Addr())
 	res, runErr := bench.RunEval(a.ctx, a.c, r, cfg, a.stderr)
 	if res == nil {
 		return runErr
@@ -204,19 +204,4 @@ eval.md and the SVG figures again, into --out (default DIR). Needs no daemon.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: DIR)")
 	return cmd
-}
-
-// startRedis starts an empty private redis-server on loopback; RunEval
-// loads the inputs it needs.
-func startRedis(a *app) (*inputs.Redis, error) {
-	dir, err := os.MkdirTemp("", "thaw-redis-")
-	if err != nil {
-		return nil, err
-	}
-	r, err := inputs.StartRedis(a.ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(a.stderr, "[bench] redis on %s\n", r.Addr())
-	return r, nil
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -37,29 +34,11 @@ DIR/memory.jsonl, DIR/memory.json and DIR/memory.md.`,
 			if len(clones) == 0 || slices.ContainsFunc(clones, func(n int) bool { return n < 1 || n > 64 }) {
 				return usagef("--clones must be numbers from 1 to 64")
 			}
-			var cases []bench.FunctionCase
-			switch inputsFrom {
-			case "inline":
-				for _, fc := range bench.DefaultCases(root) {
-					if slices.Contains(functions, fc.Name) {
-						cases = append(cases, fc)
-					}
-				}
-			case "redis":
-				r, err := startInputs(a, functions)
-				if err != nil {
-					return err
-				}
-				defer r.Stop()
-				if cases, err = bench.RedisCases(r, root, functions, "A", "B"); err != nil {
-					return usagef("%v", err)
-				}
-			default:
-				return usagef("--inputs must be inline or redis")
+			cases, stop, err := a.benchCases(inputsFrom, root, functions, false)
+			if err != nil {
+				return err
 			}
-			if len(cases) == 0 {
-				return usagef("no function matches --functions %v", functions)
-			}
+			defer stop()
 			if len(strategies) == 0 {
 				info, err := a.c.Info(a.ctx)
 				if err != nil {
@@ -71,23 +50,7 @@ DIR/memory.jsonl, DIR/memory.json and DIR/memory.md.`,
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			md := res.Markdown()
-			fmt.Fprint(a.stdout, md)
-			if out == "" {
-				return nil
-			}
-			if err := writeResults(out, "memory", res.Samples, res, md); err != nil {
-				return err
-			}
-			for name, svg := range res.Figures() {
-				if err := os.WriteFile(filepath.Join(out, name), []byte(svg), 0o644); err != nil {
-					return err
-				}
-			}
-			return nil
+			return printResults(a, out, "memory", res.Samples, res, res.Markdown(), res.Figures())
 		},
 	}
 	cmd.Flags().StringVar(&root, "root", ".", "repository root (where functions/ is)")

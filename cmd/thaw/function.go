@@ -83,11 +83,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(f)
-			}
-			fmt.Fprintf(a.stdout, "created function %s\n", f.Name)
-			return printFunction(a.stdout, f)
+			return a.printFunction(f, "created function")
 		},
 	}
 	fl := cmd.Flags()
@@ -103,46 +99,17 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 }
 
 func (a *app) newFunctionListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List functions",
-		Args:    exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			fns, err := a.c.ListFunctions(a.ctx)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return printList(a, fns)
-			}
-			w := newTable(a.stdout)
-			row(w, "NAME", "MEMORY", "VCPUS", "DIGEST", "CREATED")
-			for _, f := range fns {
-				row(w, f.Name, fmtMiB(f.MemoryMiB), fmt.Sprint(f.VCPUs), shortDigest(f.Digest), fmtAge(f.CreatedAt))
-			}
-			return w.Flush()
-		},
-	}
+	return newListCmd("functions", listRunE(a, (*client.Client).ListFunctions,
+		[]string{"NAME", "MEMORY", "VCPUS", "DIGEST", "CREATED"},
+		func(f *client.Function) []string {
+			return []string{f.Name, fmtMiB(f.MemoryMiB), fmt.Sprint(f.VCPUs), shortDigest(f.Digest), fmtAge(f.CreatedAt)}
+		}))
 }
 
 func (a *app) newFunctionGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "get NAME",
-		Aliases: []string{"show"},
-		Short:   "Show a function",
-		Args:    exactArgs("NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := a.c.GetFunction(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(f)
-			}
-			return printFunction(a.stdout, f)
-		},
-	}
+	return newGetCmd("function", "NAME", oneRunE(a, (*client.Client).GetFunction, func(f *client.Function) error {
+		return a.printFunction(f, "")
+	}))
 }
 
 func (a *app) newFunctionDeleteCmd() *cobra.Command {
@@ -152,28 +119,24 @@ func (a *app) newFunctionDeleteCmd() *cobra.Command {
 		Short:   "Delete a function",
 		Args:    exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.c.DeleteFunction(a.ctx, args[0]); err != nil {
-				return err
-			}
-			if !a.json {
-				fmt.Fprintf(a.stdout, "deleted function %s\n", args[0])
-			}
-			return nil
+			return a.deleteAll("function", args, a.c.DeleteFunction)
 		},
 	}
 }
 
-func printFunction(out io.Writer, f *client.Function) error {
-	w := newTable(out)
-	row(w, "Name:", f.Name)
-	row(w, "Digest:", orDash(f.Digest))
-	row(w, "Memory:", fmtMiB(f.MemoryMiB))
-	row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
-	row(w, "Code dir:", orDash(f.CodeDir))
-	row(w, "Disk:", orDash(f.Disk))
-	row(w, "Egress:", fmtNetwork(f.Network))
-	row(w, "Created:", fmtTime(f.CreatedAt))
-	return w.Flush()
+// printFunction prints a function, after a headline saying what happened
+// to it if there is one.
+func (a *app) printFunction(f *client.Function, headline string) error {
+	return a.printObject(f, headline, f.Name, func(w io.Writer) {
+		row(w, "Name:", f.Name)
+		row(w, "Digest:", orDash(f.Digest))
+		row(w, "Memory:", fmtMiB(f.MemoryMiB))
+		row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
+		row(w, "Code dir:", orDash(f.CodeDir))
+		row(w, "Disk:", orDash(f.Disk))
+		row(w, "Egress:", fmtNetwork(f.Network))
+		row(w, "Created:", fmtTime(f.CreatedAt))
+	})
 }
 
 func netOpts(egress string, allow []string) []client.FunctionOption {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,32 +21,29 @@ data directory and the restore strategies it offers.`,
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(info)
-			}
-			w := newTable(a.stdout)
-			row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", orDash(info.Version), a.url))
-			accel := orDash(info.Accel.Accel)
-			if info.Accel.Source != "" {
-				accel += " (" + info.Accel.Source + ")"
-			}
-			row(w, "Accelerator:", accel)
-			if info.Accel.Detail != "" {
-				row(w, "", info.Accel.Detail)
-			}
-			row(w, "QEMU:", orDash(info.QEMUVersion))
-			row(w, "Image:", orDash(info.Image.Dir))
-			row(w, "  hash:", orDash(info.Image.Hash))
-			row(w, "  kernel:", orDash(info.Image.KernelVersion))
-			if info.Image.Cmdline != "" {
-				row(w, "  cmdline:", info.Image.Cmdline)
-			}
-			if info.Image.BuiltAt != "" {
-				row(w, "  built:", info.Image.BuiltAt)
-			}
-			row(w, "Data dir:", orDash(info.DataDir))
-			row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
-			return w.Flush()
+			return a.printObject(info, "", "", func(w io.Writer) {
+				row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", orDash(info.Version), a.url))
+				accel := orDash(info.Accel.Accel)
+				if info.Accel.Source != "" {
+					accel += " (" + info.Accel.Source + ")"
+				}
+				row(w, "Accelerator:", accel)
+				if info.Accel.Detail != "" {
+					row(w, "", info.Accel.Detail)
+				}
+				row(w, "QEMU:", orDash(info.QEMUVersion))
+				row(w, "Image:", orDash(info.Image.Dir))
+				row(w, "  hash:", orDash(info.Image.Hash))
+				row(w, "  kernel:", orDash(info.Image.KernelVersion))
+				if info.Image.Cmdline != "" {
+					row(w, "  cmdline:", info.Image.Cmdline)
+				}
+				if info.Image.BuiltAt != "" {
+					row(w, "  built:", info.Image.BuiltAt)
+				}
+				row(w, "Data dir:", orDash(info.DataDir))
+				row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
+			})
 		},
 	}
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
 )
 
 func (a *app) newInvocationsCmd() *cobra.Command {
@@ -17,20 +21,13 @@ func (a *app) newInvocationsCmd() *cobra.Command {
   thaw invocations --function hello --limit 10
   thaw --json invocations --limit 1 | jq '.items[0].detail.timing'`,
 		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: listRunE(a, func(c *client.Client, ctx context.Context) ([]client.InvocationRecord, error) {
 			if limit < 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return nil, usagef("--limit must be positive, got %d", limit)
 			}
-			recs, err := a.c.ListInvocations(a.ctx, function, limit)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return printList(a, recs)
-			}
-			w := newTable(a.stdout)
-			row(w, "ID", "FUNCTION", "MODE", "STATUS", "TOTAL", "VM", "SNAPSHOT", "STRATEGY", "CREATED")
-			for _, r := range recs {
+			return c.ListInvocations(ctx, function, limit)
+		}, []string{"ID", "FUNCTION", "MODE", "STATUS", "TOTAL", "VM", "SNAPSHOT", "STRATEGY", "CREATED"},
+			func(r *client.InvocationRecord) []string {
 				status := "ok"
 				if !r.OK {
 					status = "error"
@@ -38,11 +35,9 @@ func (a *app) newInvocationsCmd() *cobra.Command {
 						status += ": " + truncate(e.Type, 30)
 					}
 				}
-				row(w, r.ID, r.Function, orDash(r.Detail.Mode), status, fmtMS(r.Detail.Timing.TotalMS),
-					orDash(r.VM), orDash(r.Snapshot), orDash(r.Strategy), fmtAge(r.CreatedAt))
-			}
-			return w.Flush()
-		},
+				return []string{r.ID, r.Function, orDash(r.Detail.Mode), status, fmtMS(r.Detail.Timing.TotalMS),
+					orDash(r.VM), orDash(r.Snapshot), orDash(r.Strategy), fmtAge(r.CreatedAt)}
+			}),
 	}
 	cmd.Flags().StringVarP(&function, "function", "f", "", "only the invocations of this function")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many (default: the daemon's, 100)")

@@ -17,13 +17,10 @@ import (
 
 func (a *app) newInvokeCmd() *cobra.Command {
 	var (
-		event     string
-		eventFile string
-		vm        string
-		snapshot  string
-		strategy  string
-		timeoutMS int
-		evict     bool
+		ev                     eventFlags
+		vm, snapshot, strategy string
+		timeoutMS              int
+		evict                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "invoke FUNCTION",
@@ -62,7 +59,7 @@ document instead (exit code 3 too if the function raised).`,
 			if timeoutMS < 0 {
 				return usagef("--timeout-ms must be positive, got %d", timeoutMS)
 			}
-			ev, err := a.readEvent(cmd, event, eventFile)
+			event, err := ev.read(a, cmd)
 			if err != nil {
 				return err
 			}
@@ -84,12 +81,12 @@ document instead (exit code 3 too if the function raised).`,
 				if v.Function != function {
 					return fmt.Errorf("vm %s runs function %q, not %q", vm, v.Function, function)
 				}
-				inv, err = a.c.InvokeVM(a.ctx, vm, ev, opts)
+				inv, err = a.c.InvokeVM(a.ctx, vm, event, opts)
 				if err != nil {
 					return err
 				}
 			} else {
-				inv, err = a.c.InvokeFunction(a.ctx, function, ev, opts)
+				inv, err = a.c.InvokeFunction(a.ctx, function, event, opts)
 				if err != nil {
 					return err
 				}
@@ -98,8 +95,7 @@ document instead (exit code 3 too if the function raised).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&event, "event", "e", "", "the event, as JSON (default {})")
-	fl.StringVar(&eventFile, "event-file", "", "read the event from this JSON file ('-': standard input)")
+	ev.add(cmd, "the event")
 	fl.StringVar(&vm, "vm", "", "invoke warm, on this running VM")
 	fl.StringVar(&snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
 	fl.StringVarP(&strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
@@ -109,16 +105,27 @@ document instead (exit code 3 too if the function raised).`,
 	return cmd
 }
 
-// readEvent returns the event from --event or --event-file, checked to be
+// eventFlags are --event and --event-file.
+type eventFlags struct{ event, file string }
+
+// add defines the flags of cmd; what is the event's name in their help.
+func (e *eventFlags) add(cmd *cobra.Command, what string) {
+	fl := cmd.Flags()
+	fl.StringVarP(&e.event, "event", "e", "", what+", as JSON (default {})")
+	fl.StringVar(&e.file, "event-file", "", "read "+what+" from this JSON file ('-': standard input)")
+}
+
+// read returns the event from --event or --event-file, checked to be
 // JSON; {} if neither is set.
-func (a *app) readEvent(cmd *cobra.Command, event, file string) (json.RawMessage, error) {
+func (e *eventFlags) read(a *app, cmd *cobra.Command) (json.RawMessage, error) {
 	var (
 		b    []byte
 		what string
 	)
+	file := e.file
 	switch {
 	case cmd.Flags().Changed("event"):
-		b, what = []byte(event), "--event"
+		b, what = []byte(e.event), "--event"
 	case file == "-":
 		var err error
 		if b, err = io.ReadAll(a.stdin); err != nil {

@@ -141,6 +141,19 @@ func wantCode(t *testing.T, r result, code int) {
 	}
 }
 
+// tableLines runs thaw with args, which must succeed and print a table of
+// a header and rows rows, and returns its lines.
+func tableLines(t *testing.T, f *fakeDaemon, rows int, args ...string) []string {
+	t.Helper()
+	r := f.thaw(t, args...)
+	wantCode(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != rows+1 {
+		t.Fatalf("want a header and %d rows, got %d lines", rows, len(lines))
+	}
+	return lines
+}
+
 func wantContains(t *testing.T, what, s string, subs ...string) {
 	t.Helper()
 	for _, sub := range subs {
@@ -152,12 +165,7 @@ func wantContains(t *testing.T, what, s string, subs ...string) {
 
 func TestFunctionListTable(t *testing.T) {
 	f := newFakeDaemon(t)
-	r := f.thaw(t, "function", "list")
-	wantCode(t, r, 0)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want a header and 2 rows, got %d lines", len(lines))
-	}
+	lines := tableLines(t, f, 2, "function", "list")
 	for _, col := range []string{"NAME", "MEMORY", "VCPUS", "DIGEST", "CREATED"} {
 		wantContains(t, "header", lines[0], col)
 	}
@@ -169,7 +177,7 @@ func TestFunctionListTable(t *testing.T) {
 	}
 
 	// The alias works too.
-	r = f.thaw(t, "fn", "ls")
+	r := f.thaw(t, "fn", "ls")
 	wantCode(t, r, 0)
 	wantContains(t, "stdout", r.stdout, "NAME", "hello")
 }
@@ -377,13 +385,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestVMListShowsFailureReason(t *testing.T) {
-	f := newFakeDaemon(t)
-	r := f.thaw(t, "vm", "list")
-	wantCode(t, r, 0)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want a header and 2 rows, got %d lines", len(lines))
-	}
+	lines := tableLines(t, newFakeDaemon(t), 2, "vm", "list")
 	wantContains(t, "header", lines[0], "ID", "FUNCTION", "STATE", "MEMORY", "STARTUP", "REASON")
 	wantContains(t, "running row", lines[1], "vm-run", "running", "4242", "boot", "812.3 ms")
 	wantContains(t, "failed row", lines[2], "vm-bad", "failed", "snap-1", "30.0 ms", "guest agent did not answer", "…")

@@ -22,6 +22,29 @@ func (a *app) printJSON(v any) error {
 	return err
 }
 
+// printOr prints v as JSON with --json, else the line format makes of args.
+func (a *app) printOr(v any, format string, args ...any) error {
+	if a.json {
+		return a.printJSON(v)
+	}
+	fmt.Fprintf(a.stdout, format, args...)
+	return nil
+}
+
+// printObject prints v as JSON with --json, else "headline id" (when there
+// is a headline) and the rows fill writes, aligned.
+func (a *app) printObject(v any, headline, id string, fill func(w io.Writer)) error {
+	if a.json {
+		return a.printJSON(v)
+	}
+	if headline != "" {
+		fmt.Fprintf(a.stdout, "%s %s\n", headline, id)
+	}
+	w := newTable(a.stdout)
+	fill(w)
+	return w.Flush()
+}
+
 // printList prints a list as the API answers it: {"items": [...]}.
 func printList[T any](a *app, items []T) error {
 	if items == nil {

@@ -11,11 +11,8 @@ import (
 
 func (a *app) newPrepareCmd() *cobra.Command {
 	var (
-		event     string
-		eventFile string
-		groupSize int
-		mergeGap  int
-		timeoutMS int
+		ev                             eventFlags
+		groupSize, mergeGap, timeoutMS int
 	)
 	cmd := &cobra.Command{
 		Use:   "prepare FUNCTION",
@@ -38,11 +35,11 @@ restores the warm snapshot with any strategy.`,
 			if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
 				return usagef("give --event or --event-file, not both")
 			}
-			ev, err := a.readEvent(cmd, event, eventFile)
+			event, err := ev.read(a, cmd)
 			if err != nil {
 				return err
 			}
-			res, err := a.c.Prepare(a.ctx, args[0], ev, client.PrepareOptions{GroupSize: groupSize,
+			res, err := a.c.Prepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
 				MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
 			if err != nil {
 				return err
@@ -54,8 +51,7 @@ restores the warm snapshot with any strategy.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&event, "event", "e", "", "the record input, as JSON (default {})")
-	fl.StringVar(&eventFile, "event-file", "", "read the record input from this JSON file ('-': standard input)")
+	ev.add(cmd, "the record input")
 	fl.IntVar(&groupSize, "group-size", 0, "FaaSnap working-set group size in pages (default 1024)")
 	fl.IntVar(&mergeGap, "merge-gap", 0, "FaaSnap region merge threshold in pages (default 32)")
 	fl.IntVar(&timeoutMS, "timeout-ms", 0, "timeout of each record invocation in milliseconds")

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -27,60 +29,27 @@ as a snapshot of the VM's function. Cold invocations of the function
 restore from its newest snapshot.`,
 		Example: `  thaw snapshot create vm-0123abcd`,
 		Args:    exactArgs("VM"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.c.CreateSnapshot(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printSnapshot(s, "created snapshot")
-		},
+		RunE:    oneRunE(a, (*client.Client).CreateSnapshot, a.snapshotPrinter("created snapshot")),
 	}
 }
 
 func (a *app) newSnapshotListCmd() *cobra.Command {
 	var function string
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List snapshots",
-		Example: `  thaw snapshot list
-  thaw snap ls --function hello`,
-		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			snaps, err := a.c.ListSnapshots(a.ctx, function)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return printList(a, snaps)
-			}
-			w := newTable(a.stdout)
-			row(w, "ID", "FUNCTION", "SOURCE VM", "MEMORY", "SIZE", "DISK", "CREATE", "PAUSE", "CREATED")
-			for _, s := range snaps {
-				row(w, s.ID, s.Function, orDash(s.SourceVM), fmtMiB(s.MemoryMiB), fmtBytes(s.SizeBytes),
-					fmtBytes(s.DiskBytes), fmtMS(s.CreateMS), fmtMS(s.PauseMS), fmtAge(s.CreatedAt))
-			}
-			return w.Flush()
-		},
-	}
+	cmd := newListCmd("snapshots", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.Snapshot, error) {
+		return c.ListSnapshots(ctx, function)
+	}, []string{"ID", "FUNCTION", "SOURCE VM", "MEMORY", "SIZE", "DISK", "CREATE", "PAUSE", "CREATED"},
+		func(s *client.Snapshot) []string {
+			return []string{s.ID, s.Function, orDash(s.SourceVM), fmtMiB(s.MemoryMiB), fmtBytes(s.SizeBytes),
+				fmtBytes(s.DiskBytes), fmtMS(s.CreateMS), fmtMS(s.PauseMS), fmtAge(s.CreatedAt)}
+		}))
+	cmd.Example = `  thaw snapshot list
+  thaw snap ls --function hello`
 	cmd.Flags().StringVarP(&function, "function", "f", "", "only the snapshots of this function")
 	return cmd
 }
 
 func (a *app) newSnapshotGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "get ID",
-		Aliases: []string{"show"},
-		Short:   "Show a snapshot",
-		Args:    exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.c.GetSnapshot(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printSnapshot(s, "")
-		},
-	}
+	return newGetCmd("snapshot", "ID", oneRunE(a, (*client.Client).GetSnapshot, a.snapshotPrinter("")))
 }
 
 func (a *app) newSnapshotEvictCmd() *cobra.Command {
@@ -92,15 +61,9 @@ from the page cache of the daemon's host, so the next restores read them
 from disk: honest cold measurements. Prints what is left cached.`,
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := a.c.EvictSnapshot(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(m)
-			}
-			fmt.Fprintf(a.stdout, "evicted snapshot %s from the page cache\n", args[0])
-			return nil
+			return oneRunE(a, (*client.Client).EvictSnapshot, func(m *client.SnapshotMemory) error {
+				return a.printOr(m, "evicted snapshot %s from the page cache\n", args[0])
+			})(cmd, args)
 		},
 	}
 }
@@ -114,13 +77,7 @@ inputs it was taken with (guest kernel and filesystems, QEMU version,
 accelerator, function code and VM shape). thaw exits
 with code 1 and the daemon's reason if the snapshot is unusable.`,
 		Args: exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.c.VerifySnapshot(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printSnapshot(s, "verified snapshot")
-		},
+		RunE: oneRunE(a, (*client.Client).VerifySnapshot, a.snapshotPrinter("verified snapshot")),
 	}
 }
 
@@ -136,11 +93,7 @@ needs), and it is usable at once: nothing is prepared again.`,
 		Example: `  thaw snapshot copy snap-0123abcd`,
 		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := a.c.CopySnapshot(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printSnapshot(s, "copied "+args[0]+" to")
+			return oneRunE(a, (*client.Client).CopySnapshot, a.snapshotPrinter("copied "+args[0]+" to"))(cmd, args)
 		},
 	}
 }
@@ -250,25 +203,21 @@ func (a *app) printStore(in *client.StoreInfo) error {
 	return w.Flush()
 }
 
-// printSnapshot prints a snapshot, after a headline saying what happened
+// snapshotPrinter prints a snapshot, after a headline saying what happened
 // to it if there is one.
-func (a *app) printSnapshot(s *client.Snapshot, headline string) error {
-	if a.json {
-		return a.printJSON(s)
+func (a *app) snapshotPrinter(headline string) func(*client.Snapshot) error {
+	return func(s *client.Snapshot) error {
+		return a.printObject(s, headline, s.ID, func(w io.Writer) {
+			row(w, "ID:", s.ID)
+			row(w, "Function:", s.Function)
+			row(w, "Source VM:", orDash(s.SourceVM))
+			row(w, "Memory:", fmtMiB(s.MemoryMiB))
+			row(w, "Size:", fmtBytes(s.SizeBytes))
+			row(w, "Disk:", fmtBytes(s.DiskBytes))
+			row(w, "Create:", fmtMS(s.CreateMS))
+			row(w, "Pause:", fmtMS(s.PauseMS))
+			row(w, "Dir:", orDash(s.Dir))
+			row(w, "Created:", fmtTime(s.CreatedAt))
+		})
 	}
-	if headline != "" {
-		fmt.Fprintf(a.stdout, "%s %s\n", headline, s.ID)
-	}
-	w := newTable(a.stdout)
-	row(w, "ID:", s.ID)
-	row(w, "Function:", s.Function)
-	row(w, "Source VM:", orDash(s.SourceVM))
-	row(w, "Memory:", fmtMiB(s.MemoryMiB))
-	row(w, "Size:", fmtBytes(s.SizeBytes))
-	row(w, "Disk:", fmtBytes(s.DiskBytes))
-	row(w, "Create:", fmtMS(s.CreateMS))
-	row(w, "Pause:", fmtMS(s.PauseMS))
-	row(w, "Dir:", orDash(s.Dir))
-	row(w, "Created:", fmtTime(s.CreatedAt))
-	return w.Flush()
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +17,8 @@ func (a *app) newVMCmd() *cobra.Command {
 restore one from a snapshot and keep it running for warm invocations
 (thaw invoke FUNCTION --vm ID).`)
 	cmd.AddCommand(a.newVMBootCmd(), a.newVMRestoreCmd(), a.newVMListCmd(), a.newVMGetCmd(),
-		a.newVMDeleteCmd(), a.newVMPauseCmd(), a.newVMResumeCmd())
+		a.newVMDeleteCmd(), a.newVMStateCmd("pause", "Pause a running VM", (*client.Client).PauseVM),
+		a.newVMStateCmd("resume", "Resume a paused VM", (*client.Client).ResumeVM))
 	return cmd
 }
 
@@ -29,13 +32,7 @@ warm with 'thaw invoke FUNCTION --vm ID', delete it with 'thaw vm delete'.`,
 		Example: `  thaw vm boot hello
   VM=$(thaw --json vm boot hello | jq -r .id) && thaw snapshot create "$VM"`,
 		Args: exactArgs("FUNCTION"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := a.c.BootVM(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printVM(v)
-		},
+		RunE: oneRunE(a, (*client.Client).BootVM, a.printVM),
 	}
 }
 
@@ -53,72 +50,40 @@ daemon's strategies; default: the daemon's).`,
 		Example: `  thaw vm restore snap-0123abcd
   thaw vm restore snap-0123abcd --strategy STRATEGY`,
 		Args: exactArgs("SNAPSHOT"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := a.c.RestoreVM(a.ctx, args[0], strategy)
-			if err != nil {
-				return err
-			}
-			return a.printVM(v)
-		},
+		RunE: oneRunE(a, func(c *client.Client, ctx context.Context, id string) (*client.VM, error) {
+			return c.RestoreVM(ctx, id, strategy)
+		}, a.printVM),
 	}
 	cmd.Flags().StringVarP(&strategy, "strategy", "s", "", "restore strategy (default: the daemon's; see 'thaw info')")
 	return cmd
 }
 
 func (a *app) newVMListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List VMs",
-		Args:    exactArgs(),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			vms, err := a.c.ListVMs(a.ctx)
-			if err != nil {
-				return err
+	return newListCmd("VMs", func(*cobra.Command, []string) error {
+		vms, err := a.c.ListVMs(a.ctx)
+		if err != nil {
+			return err
+		}
+		head := []string{"ID", "FUNCTION", "STATE", "MEMORY", "PID", "FROM", "STARTUP", "CREATED"}
+		if slices.ContainsFunc(vms, func(v client.VM) bool { return v.State == "failed" }) {
+			head = append(head, "REASON")
+		}
+		return printTable(a, vms, head, func(v *client.VM) []string {
+			pid := "-"
+			if v.PID > 0 {
+				pid = fmt.Sprint(v.PID)
 			}
-			if a.json {
-				return printList(a, vms)
+			cells := []string{v.ID, v.Function, v.State, fmtMiB(v.MemoryMiB), pid, vmSource(v), fmtMS(startupMS(v)), fmtAge(v.CreatedAt)}
+			if v.State == "failed" {
+				cells = append(cells, truncate(v.Reason, 60))
 			}
-			failed := false
-			for _, v := range vms {
-				failed = failed || v.State == "failed"
-			}
-			w := newTable(a.stdout)
-			head := []string{"ID", "FUNCTION", "STATE", "MEMORY", "PID", "FROM", "STARTUP", "CREATED"}
-			if failed {
-				head = append(head, "REASON")
-			}
-			row(w, head...)
-			for _, v := range vms {
-				pid := "-"
-				if v.PID > 0 {
-					pid = fmt.Sprint(v.PID)
-				}
-				cells := []string{v.ID, v.Function, v.State, fmtMiB(v.MemoryMiB), pid, vmSource(&v), fmtMS(startupMS(&v)), fmtAge(v.CreatedAt)}
-				if v.State == "failed" {
-					cells = append(cells, truncate(v.Reason, 60))
-				}
-				row(w, cells...)
-			}
-			return w.Flush()
-		},
-	}
+			return cells
+		})
+	})
 }
 
 func (a *app) newVMGetCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "get ID",
-		Aliases: []string{"show"},
-		Short:   "Show a VM",
-		Args:    exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := a.c.GetVM(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return a.printVM(v)
-		},
-	}
+	return newGetCmd("VM", "ID", oneRunE(a, (*client.Client).GetVM, a.printVM))
 }
 
 func (a *app) newVMDeleteCmd() *cobra.Command {
@@ -137,41 +102,15 @@ any of them could not be deleted.`,
 	}
 }
 
-func (a *app) newVMPauseCmd() *cobra.Command {
+// newVMStateCmd is "pause ID" or "resume ID": do changes the VM's state.
+func (a *app) newVMStateCmd(verb, short string, do func(*client.Client, context.Context, string) (*client.VM, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "pause ID",
-		Short: "Pause a running VM",
+		Use:   verb + " ID",
+		Short: short,
 		Args:  exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := a.c.PauseVM(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(v)
-			}
-			fmt.Fprintf(a.stdout, "vm %s is %s\n", v.ID, v.State)
-			return nil
-		},
-	}
-}
-
-func (a *app) newVMResumeCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "resume ID",
-		Short: "Resume a paused VM",
-		Args:  exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := a.c.ResumeVM(a.ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(v)
-			}
-			fmt.Fprintf(a.stdout, "vm %s is %s\n", v.ID, v.State)
-			return nil
-		},
+		RunE: oneRunE(a, do, func(v *client.VM) error {
+			return a.printOr(v, "vm %s is %s\n", v.ID, v.State)
+		}),
 	}
 }
 
@@ -193,64 +132,35 @@ func startupMS(v *client.VM) float64 {
 }
 
 func (a *app) printVM(v *client.VM) error {
-	if a.json {
-		return a.printJSON(v)
-	}
-	w := newTable(a.stdout)
-	row(w, "ID:", v.ID)
-	row(w, "Function:", v.Function)
-	row(w, "State:", v.State)
-	if v.Reason != "" {
-		row(w, "Reason:", v.Reason)
-	}
-	if v.PID > 0 {
-		row(w, "PID:", fmt.Sprint(v.PID))
-	}
-	row(w, "Memory:", fmtMiB(v.MemoryMiB))
-	row(w, "Accel:", orDash(v.Accel))
-	if v.Snapshot != "" {
-		row(w, "Snapshot:", v.Snapshot)
-		row(w, "Strategy:", orDash(v.Strategy))
-	}
-	if v.BootMS > 0 {
-		row(w, "Boot:", fmtMS(v.BootMS))
-	}
-	row(w, "Run dir:", orDash(v.RunDir))
-	row(w, "Created:", fmtTime(v.CreatedAt))
-	row(w, "Updated:", fmtTime(v.UpdatedAt))
-	if err := w.Flush(); err != nil {
+	err := a.printObject(v, "", "", func(w io.Writer) {
+		row(w, "ID:", v.ID)
+		row(w, "Function:", v.Function)
+		row(w, "State:", v.State)
+		if v.Reason != "" {
+			row(w, "Reason:", v.Reason)
+		}
+		if v.PID > 0 {
+			row(w, "PID:", fmt.Sprint(v.PID))
+		}
+		row(w, "Memory:", fmtMiB(v.MemoryMiB))
+		row(w, "Accel:", orDash(v.Accel))
+		if v.Snapshot != "" {
+			row(w, "Snapshot:", v.Snapshot)
+			row(w, "Strategy:", orDash(v.Strategy))
+		}
+		if v.BootMS > 0 {
+			row(w, "Boot:", fmtMS(v.BootMS))
+		}
+		row(w, "Run dir:", orDash(v.RunDir))
+		row(w, "Created:", fmtTime(v.CreatedAt))
+		row(w, "Updated:", fmtTime(v.UpdatedAt))
+	})
+	if err != nil || a.json || v.Restore == nil {
 		return err
 	}
-	if v.Restore != nil {
-		fmt.Fprintln(a.stdout, "\nRestore:")
-		w = newTable(a.stdout)
-		writeRestoreTiming(w, "  ", v.Restore)
-		row(w, "  ready", fmtMSCol(v.Restore.SetupMS+v.Restore.ResumeMS), "setup + resume")
-		return w.Flush()
-	}
-	return nil
-}
-
-// deleteAll deletes every id with del, reporting each failure on stderr and
-// going on; it fails (exit code 1) if any delete failed.
-func (a *app) deleteAll(kind string, ids []string, del func(ctx context.Context, id string) error) error {
-	failed := 0
-	for _, id := range ids {
-		if err := del(a.ctx, id); err != nil {
-			if a.ctx.Err() != nil || len(ids) == 1 {
-				return err
-			}
-			a.printError(err)
-			failed++
-			continue
-		}
-		if !a.json {
-			fmt.Fprintf(a.stdout, "deleted %s %s\n", kind, id)
-		}
-	}
-	if failed > 0 {
-		fmt.Fprintf(a.stderr, "thaw: %d of %d %ss not deleted\n", failed, len(ids), kind)
-		return &exitCodeError{code: exitError}
-	}
-	return nil
+	fmt.Fprintln(a.stdout, "\nRestore:")
+	w := newTable(a.stdout)
+	writeRestoreTiming(w, "  ", v.Restore)
+	row(w, "  ready", fmtMSCol(v.Restore.SetupMS+v.Restore.ResumeMS), "setup + resume")
+	return w.Flush()
 }

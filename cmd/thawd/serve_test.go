@@ -76,32 +76,45 @@ func TestRefusedAtStart(t *testing.T) {
 func testCerts(t *testing.T) (caFile, certFile, keyFile string) {
 	t.Helper()
 	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "thaw test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "thawd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	// issue signs tmpl with parent's key (itself when parent is nil) and
+	// writes the certificate as name.
+	issue := func(name string, tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return p
+		if parent == nil {
+			parent, parentKey = tmpl, key
+		}
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert, key, writePEM(t, filepath.Join(dir, name), "CERTIFICATE", der)
 	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "EC PRIVATE KEY", keyDER)
+	ca, caKey, caFile := issue("ca.pem", &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "thaw test CA"},
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}, nil, nil)
+	_, key, certFile := issue("cert.pem", &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "thawd"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, caKey)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return caFile, certFile, writePEM(t, filepath.Join(dir, "key.pem"), "EC PRIVATE KEY", keyDER)
+}
+
+// writePEM writes der as one PEM block of type typ to path.
+func writePEM(t *testing.T, path, typ string, der []byte) string {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // imageDir is the built guest image daemon.Open loads (no VM is booted).
@@ -115,6 +128,20 @@ func imageDir(t *testing.T) string {
 		t.Skipf("no guest image at %s (make image builds it): thawd's start-up opens it: %v", dir, err)
 	}
 	return dir
+}
+
+// envClient is client.NewFromEnv(url) with the environment variables kv
+// (name, value, ...) set for the rest of the test.
+func envClient(t *testing.T, url string, kv ...string) *client.Client {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		t.Setenv(kv[i], kv[i+1])
+	}
+	c, err := client.NewFromEnv(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // running is one serve() in the background.
@@ -201,18 +228,11 @@ func TestServe(t *testing.T) {
 		t.Fatalf("over the socket: %v", err)
 	}
 	url := "https://" + r.addrs[1].String()
-	t.Setenv("THAW_CACERT", caFile)
-	t.Setenv("THAW_TOKEN", "")
-	t.Setenv("THAW_TOKEN_FILE", tokenPath)
-	tcpC, err := client.NewFromEnv(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tcpC := envClient(t, url, "THAW_CACERT", caFile, "THAW_TOKEN", "", "THAW_TOKEN_FILE", tokenPath)
 	if _, err := tcpC.Info(ctx); err != nil {
 		t.Fatalf("over TLS with the token: %v", err)
 	}
-	t.Setenv("THAW_TOKEN", "wrong")
-	wrong, _ := client.NewFromEnv(url)
+	wrong := envClient(t, url, "THAW_TOKEN", "wrong")
 	if _, err := wrong.Info(ctx); !errors.Is(err, client.ErrUnauthorized) {
 		t.Errorf("wrong token: %v", err)
 	}
@@ -255,8 +275,7 @@ func TestServe(t *testing.T) {
 	}
 
 	r = startServe(t, cfg)
-	t.Setenv("THAW_TOKEN", token)
-	again, _ := client.NewFromEnv("https://" + r.addrs[1].String())
+	again := envClient(t, "https://"+r.addrs[1].String(), "THAW_TOKEN", token)
 	if _, err := again.Info(ctx); err != nil {
 		t.Errorf("restart: the first start's token no longer works: %v", err)
 	}

@@ -48,19 +48,12 @@ TEMPLATE(title="warm-up", header=["a"], rows=[[1]])  # compile now, before the s
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("rows", DEFAULTS["rows"])), int(event.get("cols", DEFAULTS["cols"])),
-                          int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     doc = json.loads(data)
     rows = doc["rows"]
     html = TEMPLATE(title=doc.get("title", ""), header=doc.get("header", []), rows=rows).encode()
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "rows": len(rows), "cols": max((len(r) for r in rows), default=0),
-            "html_bytes": len(html), "html_crc32": zlib.crc32(html),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             rows=len(rows), cols=max((len(r) for r in rows), default=0),
+                             html_bytes=len(html), html_crc32=zlib.crc32(html))

@@ -26,19 +26,13 @@ def handle(event):
     if algo not in ("zlib", "lzma"):
         raise ValueError(f'unknown algo {algo!r}: use "zlib" or "lzma"')
     level = int(event.get("level", 6 if algo == "zlib" else 1))
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("size", DEFAULTS["size"])), int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     if algo == "zlib":
         out = zlib.compress(data, level)
     else:
         out = lzma.compress(data, format=lzma.FORMAT_XZ, preset=level)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "algo": algo, "level": level, "out_bytes": len(out),
-            "ratio": round(len(data) / max(1, len(out)), 4), "out_crc32": zlib.crc32(out),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             algo=algo, level=level, out_bytes=len(out),
+                             ratio=round(len(data) / max(1, len(out)), 4), out_crc32=zlib.crc32(out))

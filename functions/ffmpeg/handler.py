@@ -53,15 +53,9 @@ def grayscale(video):
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(**{k: int(event.get(k, v)) for k, v in DEFAULTS.items()})
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     out, frames = grayscale(data)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "frames": frames, "out_bytes": len(out), "out_crc32": zlib.crc32(out),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             frames=frames, out_bytes=len(out), out_crc32=zlib.crc32(out))

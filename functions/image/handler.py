@@ -16,16 +16,12 @@ import io
 from PIL import Image
 
 import thaw_redis
-from inputs import make_jpeg
+from inputs import DEFAULTS, make_jpeg
 
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_jpeg(int(event.get("size", 512)), int(event.get("seed", 1)))
+    source, data, _ = thaw_redis.fetch_input(event, make_jpeg, DEFAULTS)
     img = Image.open(io.BytesIO(data))
     out = io.BytesIO()
     img.rotate(int(event.get("angle", 90)), expand=True).save(out, "JPEG", quality=90)

@@ -20,18 +20,11 @@ from inputs import DEFAULTS, make_input
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("records", DEFAULTS["records"])),
-                          int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     doc = json.loads(data)
     out = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "items": len(doc) if isinstance(doc, (list, dict)) else 1,
-            "out_bytes": len(out), "out_crc32": zlib.crc32(out),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             items=len(doc) if isinstance(doc, (list, dict)) else 1,
+                             out_bytes=len(out), out_crc32=zlib.crc32(out))

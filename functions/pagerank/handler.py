@@ -18,7 +18,6 @@ Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "vertices",
 import array
 import sys
 import time
-import zlib
 
 import igraph
 
@@ -28,13 +27,7 @@ from inputs import DEFAULTS, make_input
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("vertices", DEFAULTS["vertices"])), int(event.get("m", DEFAULTS["m"])),
-                          int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     if len(data) % 8:
         raise ValueError(f"edge list of {len(data)} bytes is not a sequence of uint32 pairs")
@@ -47,7 +40,6 @@ def handle(event):
     ranks = graph.pagerank(damping=0.85)
     top = sorted(range(n), key=ranks.__getitem__, reverse=True)[:5]
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "vertices": graph.vcount(), "edges": graph.ecount(),
-            "top": [[v, round(ranks[v], 9)] for v in top], "rank_sum": round(sum(ranks), 6),
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             vertices=graph.vcount(), edges=graph.ecount(),
+                             top=[[v, round(ranks[v], 9)] for v in top], rank_sum=round(sum(ranks), 6))

@@ -29,16 +29,10 @@ KEY = hashlib.sha256(b"thaw pyaes key").digest()[:16]
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("size", DEFAULTS["size"])), int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     ciphertext = pyaes.AESModeOfOperationCTR(KEY, pyaes.Counter(0)).encrypt(data)
     plaintext = pyaes.AESModeOfOperationCTR(KEY, pyaes.Counter(0)).decrypt(ciphertext)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "ciphertext_crc32": zlib.crc32(ciphertext), "roundtrip_ok": plaintext == data,
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             ciphertext_crc32=zlib.crc32(ciphertext), roundtrip_ok=plaintext == data)

@@ -32,7 +32,6 @@ Returns: {"input": "redis"|"inline", "input_bytes", "input_crc32", "image":
 """
 import io
 import time
-import zlib
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -102,15 +101,9 @@ classify(make_input(32, 0))  # warm-up before the snapshot: numpy/PIL code paths
 
 def handle(event):
     event = event if isinstance(event, dict) else {}
-    t0 = time.perf_counter()
-    if thaw_redis.wants_fetch(event):
-        source, data = "redis", thaw_redis.fetch(event)
-    else:
-        source = "inline"
-        data = make_input(int(event.get("size", DEFAULTS["size"])), int(event.get("seed", DEFAULTS["seed"])))
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
     t1 = time.perf_counter()
     size, top = classify(data)
     t2 = time.perf_counter()
-    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data),
-            "image": list(size), "top": top,
-            "input_ms": round((t1 - t0) * 1000, 3), "compute_ms": round((t2 - t1) * 1000, 3)}
+    return thaw_redis.result(source, data, input_ms, t1, t2,
+                             image=list(size), top=top)

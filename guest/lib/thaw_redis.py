@@ -8,10 +8,13 @@ evaluation. Under QEMU user-mode networking the guest reaches the host at
 It speaks RESP2 over one TCP connection and implements only what functions
 need: GET, SET, PING and a raw command(). Connect inside handle(), never at
 import time: the import runs before the snapshot, and a socket opened then is
-dead in every VM restored from it.
+dead in every VM restored from it. fetch_input and result are the input and
+result of the Table-2 functions, the same in every handler.
 
     import thaw_redis
     data = thaw_redis.fetch({"redis": {"port": 6379}, "key": "input:json"})
+    source, data, input_ms = thaw_redis.fetch_input(event, make_input, DEFAULTS)
+    return thaw_redis.result(source, data, input_ms, t1, t2, out_bytes=...)
 
     with thaw_redis.connect("10.0.2.2", 6379, timeout=5) as r:
         r.set("k", b"v")
@@ -24,9 +27,11 @@ KeyError: fetch() of a key that does not exist).
 """
 
 import socket
+import time
+import zlib
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "RedisError", "ConnectError", "ProtocolError",
-           "ReplyError", "MissingKey", "Client", "connect", "fetch", "wants_fetch"]
+           "ReplyError", "MissingKey", "Client", "connect", "fetch", "fetch_input", "result", "wants_fetch"]
 
 DEFAULT_HOST = "10.0.2.2"  # the host, seen from a guest on QEMU user networking
 DEFAULT_PORT = 6379
@@ -232,3 +237,28 @@ def fetch(event):
     if value is None:
         raise MissingKey(f"redis key {key!r} does not exist on {host}:{port}")
     return value
+
+
+def fetch_input(event, make_input, defaults):
+    """A function's input: (source, data, input_ms).
+
+    If the event names a key (wants_fetch), data is its value from Redis
+    (fetch) and source is "redis"; otherwise data is
+    make_input(**{name: int(event.get(name, default)) for name, default in
+    defaults.items()}) and source is "inline". input_ms is the time this
+    took in milliseconds, rounded to 3 decimals."""
+    t0 = time.perf_counter()
+    if wants_fetch(event):
+        source, data = "redis", fetch(event)
+    else:
+        source = "inline"
+        data = make_input(**{name: int(event.get(name, default)) for name, default in defaults.items()})
+    return source, data, round((time.perf_counter() - t0) * 1000, 3)
+
+
+def result(source, data, input_ms, t1, t2, **fields):
+    """A function's result: {"input": source, "input_bytes", "input_crc32"
+    (of data), **fields, "input_ms", "compute_ms"}, compute_ms being t2 - t1
+    (time.perf_counter() seconds) in milliseconds, rounded to 3 decimals."""
+    return {"input": source, "input_bytes": len(data), "input_crc32": zlib.crc32(data), **fields,
+            "input_ms": input_ms, "compute_ms": round((t2 - t1) * 1000, 3)}

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/lineio"
 )
 
 // MaxLine bounds one reply from the guest (results are JSON documents).
@@ -112,7 +114,7 @@ func (c *Conn) call(ctx context.Context, req map[string]any) (*Reply, error) {
 		return nil, c.ioErr("write", err)
 	}
 	for {
-		line, err := readLine(c.rd)
+		line, err := lineio.Read(c.rd, MaxLine, "reply")
 		if err != nil {
 			return nil, c.ioErr("read", err)
 		}
@@ -132,23 +134,6 @@ func (c *Conn) ioErr(op string, err error) error {
 		return ErrTimeout
 	}
 	return fmt.Errorf("agent %s: %w", op, err)
-}
-
-func readLine(rd *bufio.Reader) ([]byte, error) {
-	var buf []byte
-	for {
-		part, isPrefix, err := rd.ReadLine()
-		if err != nil {
-			return nil, err
-		}
-		buf = append(buf, part...)
-		if len(buf) > MaxLine {
-			return nil, fmt.Errorf("reply longer than %d bytes", MaxLine)
-		}
-		if !isPrefix {
-			return buf, nil
-		}
-	}
 }
 
 // Ping asks the agent whether it is up.

@@ -85,15 +85,9 @@ func RunMemory(ctx context.Context, c *client.Client, cases []FunctionCase, prep
 	for _, fc := range cases {
 		snapID := prepared[fc.Name]
 		if snapID == "" {
-			if _, err := c.GetFunction(ctx, fc.Name); err != nil {
-				if err := createCase(ctx, c, fc); err != nil {
-					return nil, err
-				}
-			}
-			say("%s: prepare", fc.Name)
-			pr, err := c.Prepare(ctx, fc.Name, fc.RecordEvent, client.PrepareOptions{})
+			pr, err := prepareCase(ctx, c, fc, say, "prepare")
 			if err != nil {
-				return nil, fmt.Errorf("prepare %s: %w", fc.Name, err)
+				return nil, err
 			}
 			snapID = pr.Warm.ID
 		}

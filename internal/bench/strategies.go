@@ -39,6 +39,22 @@ func createCase(ctx context.Context, c *client.Client, fc FunctionCase) error {
 	return nil
 }
 
+// prepareCase creates fc's function if the daemon lacks it and prepares it
+// (say reports the step).
+func prepareCase(ctx context.Context, c *client.Client, fc FunctionCase, say func(string, ...any), step string) (*client.PrepareResult, error) {
+	if _, err := c.GetFunction(ctx, fc.Name); err != nil {
+		if err := createCase(ctx, c, fc); err != nil {
+			return nil, err
+		}
+	}
+	say("%s: %s", fc.Name, step)
+	pr, err := c.Prepare(ctx, fc.Name, fc.RecordEvent, client.PrepareOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", fc.Name, err)
+	}
+	return pr, nil
+}
+
 // DefaultCases are hello and two functions whose working sets are tens of
 // MB (numpy's matmul and PIL's image rotation), sized for TCG.
 func DefaultCases(root string) []FunctionCase {
@@ -117,15 +133,9 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 	total := len(cases) * len(strategies) * reps
 	done := 0
 	for _, fc := range cases {
-		if _, err := c.GetFunction(ctx, fc.Name); err != nil {
-			if err := createCase(ctx, c, fc); err != nil {
-				return nil, err
-			}
-		}
-		say("%s: prepare (boot, clean snapshot, record, warm snapshot, artifacts)", fc.Name)
-		pr, err := c.Prepare(ctx, fc.Name, fc.RecordEvent, client.PrepareOptions{})
+		pr, err := prepareCase(ctx, c, fc, say, "prepare (boot, clean snapshot, record, warm snapshot, artifacts)")
 		if err != nil {
-			return nil, fmt.Errorf("prepare %s: %w", fc.Name, err)
+			return nil, err
 		}
 		b, _ := json.Marshal(pr)
 		res.Prepared[fc.Name] = b

@@ -194,6 +194,50 @@ func isUnique(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint")
 }
 
+// scanner is a row to scan: *sql.Row or *sql.Rows.
+type scanner interface{ Scan(...any) error }
+
+// queryOne scans the row query returns with scan; no row is ErrNotFound
+// for what key.
+func queryOne[T any](ctx context.Context, db *sql.DB, scan func(scanner) (*T, error), what, key, query string, args ...any) (*T, error) {
+	v, err := scan(db.QueryRowContext(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%s %q: %w", what, key, ErrNotFound)
+	}
+	return v, err
+}
+
+// queryAll scans every row query returns with scan.
+func queryAll[T any](ctx context.Context, db *sql.DB, scan func(scanner) (*T, error), query string, args ...any) ([]*T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// execOne runs a statement that must change a row; none is ErrNotFound
+// for what key.
+func (c *DB) execOne(ctx context.Context, what, key, query string, args ...any) error {
+	res, err := c.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %q: %w", what, key, ErrNotFound)
+	}
+	return nil
+}
+
 // PutFunction inserts a function; ErrExists if the name is taken.
 func (c *DB) PutFunction(ctx context.Context, f *Function) error {
 	netw, err := json.Marshal(f.Network)
@@ -210,7 +254,7 @@ func (c *DB) PutFunction(ctx context.Context, f *Function) error {
 
 const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network`
 
-func scanFunction(s interface{ Scan(...any) error }) (*Function, error) {
+func scanFunction(s scanner) (*Function, error) {
 	var f Function
 	var created, netw string
 	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw); err != nil {
@@ -225,29 +269,12 @@ func scanFunction(s interface{ Scan(...any) error }) (*Function, error) {
 
 // GetFunction returns a function by name.
 func (c *DB) GetFunction(ctx context.Context, name string) (*Function, error) {
-	f, err := scanFunction(c.db.QueryRowContext(ctx, `SELECT `+functionCols+` FROM functions WHERE name=?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("function %q: %w", name, ErrNotFound)
-	}
-	return f, err
+	return queryOne(ctx, c.db, scanFunction, "function", name, `SELECT `+functionCols+` FROM functions WHERE name=?`, name)
 }
 
 // ListFunctions returns every function by name.
 func (c *DB) ListFunctions(ctx context.Context) ([]*Function, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT `+functionCols+` FROM functions ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Function
-	for rows.Next() {
-		f, err := scanFunction(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, c.db, scanFunction, `SELECT `+functionCols+` FROM functions ORDER BY name`)
 }
 
 // DeleteFunction removes a function record.
@@ -256,14 +283,7 @@ func (c *DB) DeleteFunction(ctx context.Context, name string) error {
 }
 
 func (c *DB) deleteRow(ctx context.Context, table, key, val, what string) error {
-	res, err := c.db.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+`=?`, val)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s %q: %w", what, val, ErrNotFound)
-	}
-	return nil
+	return c.execOne(ctx, what, val, `DELETE FROM `+table+` WHERE `+key+`=?`, val)
 }
 
 // PutVM inserts or replaces a VM record.
@@ -277,7 +297,7 @@ func (c *DB) PutVM(ctx context.Context, v *VM) error {
 
 const vmCols = `id, function, state, reason, pid, run_dir, snapshot, strategy, accel, memory_mib, boot_ms, created_at, updated_at`
 
-func scanVM(s interface{ Scan(...any) error }) (*VM, error) {
+func scanVM(s scanner) (*VM, error) {
 	var v VM
 	var created, updated string
 	if err := s.Scan(&v.ID, &v.Function, &v.State, &v.Reason, &v.PID, &v.RunDir, &v.Snapshot, &v.Strategy,
@@ -290,29 +310,12 @@ func scanVM(s interface{ Scan(...any) error }) (*VM, error) {
 
 // GetVM returns a VM by id.
 func (c *DB) GetVM(ctx context.Context, id string) (*VM, error) {
-	v, err := scanVM(c.db.QueryRowContext(ctx, `SELECT `+vmCols+` FROM vms WHERE id=?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
-	return v, err
+	return queryOne(ctx, c.db, scanVM, "vm", id, `SELECT `+vmCols+` FROM vms WHERE id=?`, id)
 }
 
 // ListVMs returns every VM, oldest first.
 func (c *DB) ListVMs(ctx context.Context) ([]*VM, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT `+vmCols+` FROM vms ORDER BY created_at, id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*VM
-	for rows.Next() {
-		v, err := scanVM(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, c.db, scanVM, `SELECT `+vmCols+` FROM vms ORDER BY created_at, id`)
 }
 
 // DeleteVM removes a VM record.
@@ -330,7 +333,7 @@ func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
 
 const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared`
 
-func scanSnapshot(s interface{ Scan(...any) error }) (*Snapshot, error) {
+func scanSnapshot(s scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, prepared string
 	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
@@ -346,29 +349,12 @@ func scanSnapshot(s interface{ Scan(...any) error }) (*Snapshot, error) {
 
 // GetSnapshot returns a snapshot by id.
 func (c *DB) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	s, err := scanSnapshot(c.db.QueryRowContext(ctx, `SELECT `+snapCols+` FROM snapshots WHERE id=?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
-	}
-	return s, err
+	return queryOne(ctx, c.db, scanSnapshot, "snapshot", id, `SELECT `+snapCols+` FROM snapshots WHERE id=?`, id)
 }
 
 // ListSnapshots returns snapshots, oldest first; function filters if set.
 func (c *DB) ListSnapshots(ctx context.Context, function string) ([]*Snapshot, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT `+snapCols+` FROM snapshots WHERE ?='' OR function=? ORDER BY created_at, id`, function, function)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*Snapshot
-	for rows.Next() {
-		s, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, c.db, scanSnapshot, `SELECT `+snapCols+` FROM snapshots WHERE ?='' OR function=? ORDER BY created_at, id`, function, function)
 }
 
 // SetSnapshotParent records the clean snapshot a warm one came from.
@@ -382,14 +368,7 @@ func (c *DB) SetSnapshotPrepared(ctx context.Context, id, prepared string) error
 }
 
 func (c *DB) updateSnapshot(ctx context.Context, id, col, val string) error {
-	res, err := c.db.ExecContext(ctx, `UPDATE snapshots SET `+col+`=? WHERE id=?`, val, id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
-	}
-	return nil
+	return c.execOne(ctx, "snapshot", id, `UPDATE snapshots SET `+col+`=? WHERE id=?`, val, id)
 }
 
 // DeleteSnapshot removes a snapshot record.
@@ -411,26 +390,21 @@ func (c *DB) PutInvocation(ctx context.Context, inv *Invocation) error {
 // ListInvocations returns the newest invocations first, up to limit;
 // function filters if set.
 func (c *DB) ListInvocations(ctx context.Context, function string, limit int) ([]*Invocation, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT id, function, vm, snapshot, strategy, ok, detail, created_at
+	return queryAll(ctx, c.db, scanInvocation, `SELECT id, function, vm, snapshot, strategy, ok, detail, created_at
 		FROM invocations WHERE ?='' OR function=? ORDER BY created_at DESC LIMIT ?`, function, function, limit)
-	if err != nil {
+}
+
+func scanInvocation(s scanner) (*Invocation, error) {
+	var inv Invocation
+	var ok int
+	var detail, created string
+	if err := s.Scan(&inv.ID, &inv.Function, &inv.VM, &inv.Snapshot, &inv.Strategy, &ok, &detail, &created); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*Invocation
-	for rows.Next() {
-		var inv Invocation
-		var ok int
-		var detail, created string
-		if err := rows.Scan(&inv.ID, &inv.Function, &inv.VM, &inv.Snapshot, &inv.Strategy, &ok, &detail, &created); err != nil {
-			return nil, err
-		}
-		inv.OK = ok == 1
-		inv.Detail = json.RawMessage(detail)
-		inv.CreatedAt = parseTS(created)
-		out = append(out, &inv)
-	}
-	return out, rows.Err()
+	inv.OK = ok == 1
+	inv.Detail = json.RawMessage(detail)
+	inv.CreatedAt = parseTS(created)
+	return &inv, nil
 }
 
 // Setting returns a stored setting ("" if unset).

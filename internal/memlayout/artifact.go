@@ -2,10 +2,8 @@ package memlayout
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -26,6 +24,7 @@ const (
 	FaaSnapManifestFile = "faasnap.json"
 	LoadingSetDataFile  = "loadingset.bin"
 	REAPManifestFile    = "reap.json"
+	SnapBPFManifestFile = "snapbpf.json"
 	WorkingSetDataFile  = "ws.bin"
 )
 
@@ -33,14 +32,8 @@ const (
 const (
 	FaaSnapMagic = "thaw-faasnap"
 	REAPMagic    = "thaw-reap"
+	SnapBPFMagic = "thaw-snapbpf"
 )
-
-// FileRef is the size and SHA-256 (lowercase hex, over every byte, holes as
-// zeros) of a file.
-type FileRef struct {
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
 
 func validHex256(s string) bool {
 	if len(s) != 64 {
@@ -53,95 +46,6 @@ func validHex256(s string) bool {
 		}
 	}
 	return true
-}
-
-// checksumOf is the SHA-256 of v's JSON encoding; v must have its checksum
-// field cleared.
-func checksumOf(v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
-}
-
-// decodeHeader reads magic and format_version leniently, so a manifest of a
-// newer version is reported as incompatible even if its fields changed.
-func decodeHeader(b []byte, magic string) error {
-	var h struct {
-		Magic         string `json:"magic"`
-		FormatVersion int64  `json:"format_version"`
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		return fmt.Errorf("%w: manifest is not valid JSON: %v", ErrCorrupt, err)
-	}
-	if h.Magic != magic {
-		return fmt.Errorf("%w: manifest magic %q, want %q", ErrCorrupt, truncate([]byte(h.Magic)), magic)
-	}
-	if h.FormatVersion > FormatVersion {
-		return fmt.Errorf("%w: format version %d, this thaw reads version %d", ErrIncompatible, h.FormatVersion, FormatVersion)
-	}
-	if h.FormatVersion < 1 {
-		return fmt.Errorf("%w: format version %d", ErrCorrupt, h.FormatVersion)
-	}
-	return nil
-}
-
-// decodeStrict decodes exactly one JSON value into v, refusing unknown
-// fields and trailing data.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: manifest: data after the JSON object", ErrCorrupt)
-	}
-	return nil
-}
-
-// encoder is a manifest that can seal and encode itself.
-type encoder interface{ Encode() ([]byte, error) }
-
-// sealable is a pointer to a manifest with a self-checksum field.
-type sealable[T any] interface {
-	*T
-	encoder
-	checksum() *string
-}
-
-// seal sets a's checksum to the SHA-256 of a with the checksum cleared and
-// returns a's canonical JSON (one line).
-func seal[T any, P sealable[T]](a P) ([]byte, error) {
-	c := *a
-	*P(&c).checksum() = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return nil, err
-	}
-	*a.checksum() = sum
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// unseal checks the checksum of a, decoded from b, and that b is exactly
-// a's canonical encoding.
-func unseal[T any, P sealable[T]](b []byte, a P) error {
-	c := *a
-	*P(&c).checksum() = ""
-	sum, err := checksumOf(&c)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if sum != *a.checksum() {
-		return fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
-	}
-	return checkCanonical(b, P(&c))
 }
 
 // checkRuns checks runs of pages (what names them in errors): each
@@ -167,21 +71,6 @@ func checkRuns(what string, runs []PageRun, pages uint64) (uint64, error) {
 		total += r.Pages
 	}
 	return total, nil
-}
-
-// checkCanonical requires b to be exactly the encoding of the manifest it
-// decoded to (m, a copy it may modify). The checksum covers the decoded
-// values; this covers every byte too, since encoding/json would otherwise
-// accept edits that decode alike (a key's case, spacing, field order).
-func checkCanonical(b []byte, m encoder) error {
-	enc, err := m.Encode()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if !bytes.Equal(enc, b) {
-		return fmt.Errorf("%w: manifest is not in canonical form (edited?)", ErrCorrupt)
-	}
-	return nil
 }
 
 // checkMemory checks a manifest's memory entry and returns its page count.
@@ -217,14 +106,13 @@ func checkDataSize(name string, f FileRef, pages uint64) error {
 }
 
 // verifyData checks an artifact against the snapshot memory it is to be
-// used with (ErrMismatch) and its data file's size and, when full, digest
-// (ErrCorrupt).
-func verifyData(dir, name string, mem FileRef, data FileRef, memSize int64, memSHA256 string, full bool) error {
-	if mem.Size != memSize || mem.SHA256 != memSHA256 {
-		return fmt.Errorf("%w: %s was built from memory %s (%d bytes), snapshot memory is %s (%d bytes)",
-			ErrMismatch, dir, short(mem.SHA256), mem.Size, short(memSHA256), memSize)
+// used with (ErrMismatch) and its data file name's size and, when full,
+// digest (ErrCorrupt).
+func verifyData(h *ArtifactHeader, name string, data FileRef, memSize int64, memSHA256 string, full bool) error {
+	if err := h.verifyMemory(memSize, memSHA256); err != nil {
+		return err
 	}
-	path := filepath.Join(dir, name)
+	path := filepath.Join(h.Dir, name)
 	if err := checkDataFile(path, data.Size); err != nil {
 		return err
 	}
@@ -260,15 +148,22 @@ func short(sum string) string {
 }
 
 // memSource is a memory file opened for building an artifact, with the
-// stamp it had when opened.
+// stamp it had when opened and the digest the caller expects of it.
 type memSource struct {
 	path  string
 	f     *os.File
 	stamp snapshot.Stamp
 	pages uint64
+	want  string // expected SHA-256, "" for any
+	sum   string // SHA-256, once hashed
 }
 
-func openMemory(path string) (*memSource, error) {
+// openMemory opens the memory file at path, expected to have SHA-256 want
+// (if not empty), and refuses pages outside it.
+func openMemory(path, want string, pages []uint64) (*memSource, error) {
+	if want != "" && !validHex256(want) {
+		return nil, fmt.Errorf("memory sha256 %q is not a SHA-256", want)
+	}
 	stamp, err := snapshot.StampOf(path)
 	if err != nil {
 		return nil, err
@@ -280,7 +175,12 @@ func openMemory(path string) (*memSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &memSource{path: path, f: f, stamp: stamp, pages: PagesOf(stamp.Size)}, nil
+	m := &memSource{path: path, f: f, stamp: stamp, pages: PagesOf(stamp.Size), want: want}
+	if err := m.checkPages(pages); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 func (m *memSource) Close() error { return m.f.Close() }
@@ -307,13 +207,35 @@ func (m *memSource) unchanged() error {
 	return nil
 }
 
-// checkDigest compares the memory file's digest with the caller's.
-func checkDigest(path, got, want string) error {
-	if want != "" && got != want {
-		return fmt.Errorf("%w: memory file %s has sha256 %s, expected %s", ErrMismatch, path, short(got), short(want))
+// hashed records the memory file's digest sum, found by reading size
+// bytes, after checking size against the stamp and sum against the
+// caller's (ErrMismatch).
+func (m *memSource) hashed(size int64, sum string) error {
+	if size != m.stamp.Size {
+		return fmt.Errorf("memory file %s changed while the artifact was built", m.path)
 	}
+	if m.want != "" && sum != m.want {
+		return fmt.Errorf("%w: memory file %s has sha256 %s, expected %s", ErrMismatch, m.path, short(sum), short(m.want))
+	}
+	m.sum = sum
 	return nil
 }
+
+// hash hashes the whole memory file and records its digest (hashed),
+// failing if the file changed meanwhile.
+func (m *memSource) hash() error {
+	fi, err := snapshot.HashFile(m.path)
+	if err != nil {
+		return err
+	}
+	if err := m.unchanged(); err != nil {
+		return err
+	}
+	return m.hashed(fi.Size, fi.SHA256)
+}
+
+// ref is the memory file's entry in a manifest.
+func (m *memSource) ref() FileRef { return FileRef{Size: m.stamp.Size, SHA256: m.sum} }
 
 // copyPages writes the pages of regions, in the order given, from the memory
 // file to w; a partial last page of memory is padded with zeros.
@@ -396,46 +318,28 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// publish makes a data file and its manifest visible: the old manifest (if
-// any) goes first, so a crash never leaves a manifest next to a data file it
-// does not describe; the new manifest comes last, so its presence means the
-// artifact is complete. Both temporary files are removed on error.
-// sealAndPublish encodes a manifest, checks that readers accept it (never
-// publish what readers refuse), writes it beside its data file and
-// publishes both; on any error the temporary files are removed.
-func sealAndPublish(dir, name string, data *tempFile, encode func() ([]byte, error), decode func([]byte) error) error {
-	b, err := encode()
-	if err != nil {
-		data.discard()
-		return err
-	}
-	if err := decode(b); err != nil {
-		data.discard()
-		return fmt.Errorf("internal error: built an invalid manifest: %w", err)
-	}
-	man, err := writeManifestTemp(dir, name, b)
-	if err != nil {
-		data.discard()
-		return err
-	}
-	return publish(dir, data, man)
-}
-
+// publish makes a data file (if any) and its manifest visible: the old
+// manifest goes first, so a crash never leaves a manifest next to a data
+// file it does not describe; the new manifest comes last, so its presence
+// means the artifact is complete. Both temporary files are removed on
+// error.
 func publish(dir string, data, manifest *tempFile) error {
-	err := os.Remove(filepath.Join(dir, manifest.name))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		data.discard()
-		manifest.discard()
-		return err
-	}
-	if err := os.Rename(data.f.Name(), filepath.Join(dir, data.name)); err != nil {
-		data.discard()
-		manifest.discard()
-		return err
-	}
-	if err := snapshot.SyncDir(dir); err != nil {
-		manifest.discard()
-		return err
+	if data != nil {
+		err := os.Remove(filepath.Join(dir, manifest.name))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			data.discard()
+			manifest.discard()
+			return err
+		}
+		if err := os.Rename(data.f.Name(), filepath.Join(dir, data.name)); err != nil {
+			data.discard()
+			manifest.discard()
+			return err
+		}
+		if err := snapshot.SyncDir(dir); err != nil {
+			manifest.discard()
+			return err
+		}
 	}
 	if err := os.Rename(manifest.f.Name(), filepath.Join(dir, manifest.name)); err != nil {
 		manifest.discard()

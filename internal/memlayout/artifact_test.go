@@ -64,6 +64,20 @@ func checkLoadingSetFile(t *testing.T, a *FaaSnapArtifact, content []byte, order
 	}
 }
 
+// readBack reads the artifact a was written as and checks it reads back
+// as a.
+func readBack[T any, P manifest[T]](t *testing.T, a P) P {
+	t.Helper()
+	b, err := readManifest[T, P](a.header().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("read back\n%+v\nwrote\n%+v", b, a)
+	}
+	return b
+}
+
 func noTempFiles(t *testing.T, dir string) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -114,13 +128,7 @@ func TestFaaSnapRoundTrip(t *testing.T) {
 			if want := LoadingSet(tc.order, gs, nonzeroOf(content), gap); !reflect.DeepEqual(a.LoadingRegions, append([]LSRegion{}, want...)) {
 				t.Fatalf("loading regions %v, want %v", a.LoadingRegions, want)
 			}
-			b, err := ReadFaaSnap(a.Dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(a, b) {
-				t.Fatalf("read back\n%+v\nwrote\n%+v", b, a)
-			}
+			b := readBack(t, a)
 			if err := b.Verify(int64(len(content)), sha(content), true); err != nil {
 				t.Fatal(err)
 			}
@@ -150,13 +158,7 @@ func TestREAPRoundTrip(t *testing.T) {
 			if !reflect.DeepEqual(a.Pages, tc.runs) {
 				t.Fatalf("runs %v, want %v", a.Pages, tc.runs)
 			}
-			b, err := ReadREAP(a.Dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(a, b) {
-				t.Fatalf("read back\n%+v\nwrote\n%+v", b, a)
-			}
+			b := readBack(t, a)
 			if err := b.Verify(int64(len(content)), sha(content), true); err != nil {
 				t.Fatal(err)
 			}

@@ -3,8 +3,6 @@ package memlayout
 import (
 	"crypto/sha256"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 )
 
@@ -34,16 +32,9 @@ func (o FaaSnapOptions) effective() (groupSize int, mergeGap uint64) {
 // FaaSnapArtifact is the manifest faasnap.json of a FaaSnap artifact
 // directory, which also holds the loading-set file loadingset.bin.
 type FaaSnapArtifact struct {
-	// Dir is the directory the artifact was read from or written to.
-	Dir string `json:"-"`
-
-	Magic         string `json:"magic"`
-	FormatVersion int    `json:"format_version"`
-	PageSize      int    `json:"page_size"`
-	// Memory is the memory file the artifact was built from.
-	Memory    FileRef `json:"memory"`
-	GroupSize int     `json:"group_size"`
-	MergeGap  uint64  `json:"merge_gap"`
+	ArtifactHeader
+	GroupSize int    `json:"group_size"`
+	MergeGap  uint64 `json:"merge_gap"`
 	// NonzeroRegions are the memory file's non-zero regions (ZeroScan):
 	// sorted, maximal, in bounds.
 	NonzeroRegions []PageRun `json:"nonzero_regions"`
@@ -58,154 +49,22 @@ type FaaSnapArtifact struct {
 	Checksum string `json:"checksum"`
 }
 
-// LoadingSetPath is the path of the artifact's loading-set file (§4.7; the
-// shim's THAW_SHIM_LSFILE).
-func (a *FaaSnapArtifact) LoadingSetPath() string { return filepath.Join(a.Dir, LoadingSetDataFile) }
-
-// WriteFaaSnap builds the FaaSnap artifact of the memory file at memPath
-// from the working set order (first-appearance order, as Recorder.Pages
-// returns it) and writes it to dir (created if needed): loadingset.bin, the
-// loading-set pages copied from the memory file in FileOff order (pure page
-// data, page-aligned, so it can be read with O_DIRECT), then faasnap.json.
-// Both are written under temporary names, fsynced and renamed. It scans the
-// memory file once for zero pages and its SHA-256; memSHA256 (the snapshot
-// manifest's digest) must match it (ErrMismatch) unless empty. Pages of
-// order outside the memory file are an error; repeated pages count once.
-// As in FaaSnap's Figure 5, order may come from recording an invocation
-// restored from another ("clean") snapshot of the same guest shape, while
-// memPath is the warm snapshot taken after it: the artifact is bound to
-// memPath only.
-//
-// FaaSnap §4.5–§4.7 and Figure 5 ("FaaSnap then scans the new memory file to
-// find non-zero pages. The loading set is the intersection between the
-// working set and non-zero pages. Adjacent loading set regions are merged
-// ... The loading set is then stored into a compact loading set file in the
-// order of group numbers and the region offsets are recorded"). thaw
-// differs in keeping the regions in a self-describing, versioned,
-// checksummed manifest bound to the exact memory file (the paper caches them
-// in the daemon), and in padding a partial last page to a whole page.
-func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOptions) (*FaaSnapArtifact, error) {
-	if memSHA256 != "" && !validHex256(memSHA256) {
-		return nil, fmt.Errorf("memory sha256 %q is not a SHA-256", memSHA256)
-	}
-	mem, err := openMemory(memPath)
-	if err != nil {
-		return nil, err
-	}
-	defer mem.Close()
-	if err := mem.checkPages(order); err != nil {
-		return nil, err
-	}
-	h := sha256.New()
-	nonzero, zs, err := scanFile(memPath, h)
-	if err != nil {
-		return nil, err
-	}
-	if zs.Size != mem.stamp.Size {
-		return nil, fmt.Errorf("memory file %s changed while the artifact was built", memPath)
-	}
-	sum := hexSum(h)
-	if err := checkDigest(memPath, sum, memSHA256); err != nil {
-		return nil, err
-	}
-	groupSize, mergeGap := opts.effective()
-	ls, st := planLoadingSet(order, groupSize, nonzero, mergeGap)
-
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	regions := make([]PageRun, len(ls))
-	for i, l := range ls {
-		regions[i] = l.PageRun()
-	}
-	data, dataRef, err := writeTemp(dir, LoadingSetDataFile, func(w io.Writer) error {
-		return mem.copyPages(w, regions)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := mem.unchanged(); err != nil {
-		data.discard()
-		return nil, err
-	}
-	a := &FaaSnapArtifact{
-		Dir:            dir,
-		Memory:         FileRef{Size: mem.stamp.Size, SHA256: sum},
-		GroupSize:      groupSize,
-		MergeGap:       mergeGap,
-		NonzeroRegions: nonzero,
-		LoadingRegions: ls,
-		LoadingSetFile: dataRef,
-		Stats:          st,
-	}
-	err = sealAndPublish(dir, FaaSnapManifestFile, data, a.Encode, func(b []byte) error {
-		_, err := DecodeFaaSnap(b)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// Encode seals the manifest (magic, version, page size, checksum) and
-// returns its canonical JSON. FaaSnap §4.7 only says the region offsets "are
-// recorded" (cached in the daemon); the sealed, versioned file is thaw's.
-func (a *FaaSnapArtifact) Encode() ([]byte, error) {
-	a.Magic, a.FormatVersion, a.PageSize = FaaSnapMagic, FormatVersion, int(PageSize)
-	a.normalize()
-	return seal(a)
-}
-
+// checksum, format, normalize and validate make it a manifest (manifest.go).
 func (a *FaaSnapArtifact) checksum() *string { return &a.Checksum }
+func (a *FaaSnapArtifact) format() artifactFormat {
+	return artifactFormat{magic: FaaSnapMagic, manifest: FaaSnapManifestFile, data: LoadingSetDataFile, dataRef: &a.LoadingSetFile}
+}
 
-// normalize makes absent lists empty, so null and [] encode alike.
 func (a *FaaSnapArtifact) normalize() {
-	if a.NonzeroRegions == nil {
-		a.NonzeroRegions = []PageRun{}
-	}
-	if a.LoadingRegions == nil {
-		a.LoadingRegions = []LSRegion{}
-	}
+	a.NonzeroRegions, a.LoadingRegions = orEmpty(a.NonzeroRegions), orEmpty(a.LoadingRegions)
 }
 
-// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
-// ErrIncompatible), page size, checksum, canonical encoding and structure
-// (see validate). It does not look at any file. It enforces the invariants
-// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
-// contiguous loading-set file); the checking itself is thaw's, since the
-// paper trusts its daemon's in-memory copy.
-func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) {
-	if err := decodeHeader(b, FaaSnapMagic); err != nil {
-		return nil, err
-	}
-	var a FaaSnapArtifact
-	if err := decodeStrict(b, &a); err != nil {
-		return nil, err
-	}
-	if a.PageSize != int(PageSize) {
-		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
-	}
-	a.normalize()
-	if err := unseal(b, &a); err != nil {
-		return nil, err
-	}
-	if err := a.validate(); err != nil {
-		return nil, err
-	}
-	return &a, nil
-}
-
-// validate (the §4.5–§4.7 invariants, see DecodeFaaSnap) checks the structure: regions non-empty, in bounds, sorted and
-// non-overlapping; loading regions in (group, start) order with contiguous
+// validate (the §4.5–§4.7 invariants, see DecodeFaaSnap) checks the
+// structure: regions non-empty, in bounds, sorted and non-overlapping; loading regions in (group, start) order with contiguous
 // file offsets that add up to the loading-set file's size, starting and
 // ending on non-zero pages, with groups the working set can have; stats
 // consistent with the regions.
-func (a *FaaSnapArtifact) validate() error {
-	pages, err := checkMemory(a.Memory)
-	if err != nil {
-		return err
-	}
+func (a *FaaSnapArtifact) validate(pages uint64) error {
 	if a.GroupSize < 1 {
 		return fmt.Errorf("%w: group size %d", ErrCorrupt, a.GroupSize)
 	}
@@ -275,27 +134,81 @@ func (a *FaaSnapArtifact) validate() error {
 	return nil
 }
 
+// LoadingSetPath is the path of the artifact's loading-set file (§4.7; the
+// shim's THAW_SHIM_LSFILE).
+func (a *FaaSnapArtifact) LoadingSetPath() string { return filepath.Join(a.Dir, LoadingSetDataFile) }
+
+// WriteFaaSnap builds the FaaSnap artifact of the memory file at memPath
+// from the working set order (first-appearance order, as Recorder.Pages
+// returns it) and writes it to dir (created if needed): loadingset.bin, the
+// loading-set pages copied from the memory file in FileOff order (pure page
+// data, page-aligned, so it can be read with O_DIRECT), then faasnap.json.
+// Both are written under temporary names, fsynced and renamed. It scans the
+// memory file once for zero pages and its SHA-256; memSHA256 (the snapshot
+// manifest's digest) must match it (ErrMismatch) unless empty. Pages of
+// order outside the memory file are an error; repeated pages count once.
+// As in FaaSnap's Figure 5, order may come from recording an invocation
+// restored from another ("clean") snapshot of the same guest shape, while
+// memPath is the warm snapshot taken after it: the artifact is bound to
+// memPath only.
+//
+// FaaSnap §4.5–§4.7 and Figure 5 ("FaaSnap then scans the new memory file to
+// find non-zero pages. The loading set is the intersection between the
+// working set and non-zero pages. Adjacent loading set regions are merged
+// ... The loading set is then stored into a compact loading set file in the
+// order of group numbers and the region offsets are recorded"). thaw
+// differs in keeping the regions in a self-describing, versioned,
+// checksummed manifest bound to the exact memory file (the paper caches them
+// in the daemon), and in padding a partial last page to a whole page.
+func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOptions) (*FaaSnapArtifact, error) {
+	mem, err := openMemory(memPath, memSHA256, order)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close()
+	h := sha256.New()
+	nonzero, zs, err := scanFile(memPath, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.hashed(zs.Size, hexSum(h)); err != nil {
+		return nil, err
+	}
+	groupSize, mergeGap := opts.effective()
+	ls, st := planLoadingSet(order, groupSize, nonzero, mergeGap)
+	regions := make([]PageRun, len(ls))
+	for i, l := range ls {
+		regions[i] = l.PageRun()
+	}
+	return writeManifest(&FaaSnapArtifact{
+		ArtifactHeader: ArtifactHeader{Dir: dir, Memory: mem.ref()},
+		GroupSize:      groupSize,
+		MergeGap:       mergeGap,
+		NonzeroRegions: nonzero,
+		LoadingRegions: ls,
+		Stats:          st,
+	}, mem, regions)
+}
+
+// Encode seals the manifest (magic, version, page size, checksum) and
+// returns its canonical JSON. FaaSnap §4.7 only says the region offsets "are
+// recorded" (cached in the daemon); the sealed, versioned file is thaw's.
+func (a *FaaSnapArtifact) Encode() ([]byte, error) { return encodeManifest(a) }
+
+// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical encoding and structure
+// (see validate). It does not look at any file. It enforces the invariants
+// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
+// contiguous loading-set file); the checking itself is thaw's, since the
+// paper trusts its daemon's in-memory copy.
+func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) { return decodeManifest[FaaSnapArtifact](b) }
+
 // ReadFaaSnap reads dir/faasnap.json, checks it (DecodeFaaSnap) and checks
 // that dir/loadingset.bin has the recorded size. A missing manifest is
 // reported as fs.ErrNotExist. Use Verify before restoring from it. (FaaSnap
 // §4.7's test phase reads the recorded offsets; thaw reads them from disk
 // and refuses damaged ones.)
-func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) {
-	path := filepath.Join(dir, FaaSnapManifestFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	a, err := DecodeFaaSnap(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	a.Dir = dir
-	if err := checkDataFile(a.LoadingSetPath(), a.LoadingSetFile.Size); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
+func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) { return readManifest[FaaSnapArtifact](dir) }
 
 // Verify checks that the artifact was built from the snapshot memory file of
 // memSize bytes and digest memSHA256 (ErrMismatch otherwise) and that its
@@ -305,5 +218,5 @@ func ReadFaaSnap(dir string) (*FaaSnapArtifact, error) {
 // phase; thaw keeps artifacts apart from snapshots and so must prove the
 // pairing (the mapping of §4.5 mixes both files page by page).
 func (a *FaaSnapArtifact) Verify(memSize int64, memSHA256 string, full bool) error {
-	return verifyData(a.Dir, LoadingSetDataFile, a.Memory, a.LoadingSetFile, memSize, memSHA256, full)
+	return verifyData(&a.ArtifactHeader, LoadingSetDataFile, a.LoadingSetFile, memSize, memSHA256, full)
 }

@@ -16,19 +16,22 @@ var fuzzFixtures = []struct {
 	{"DZD", 5, []uint64{2, 1, 0}},
 }
 
-func FuzzReadFaaSnapManifest(f *testing.F) {
-	for i, c := range fuzzFixtures {
-		a, _, _ := buildFaaSnap(f, f.TempDir(), c.spec, c.tail, c.order, FaaSnapOptions{GroupSize: 1 + i, MergeGap: 2})
+// fuzzManifest fuzzes decodeManifest of one artifact kind from the
+// encodings of seeds and extra inputs: an accepted manifest must be
+// canonical, round-trip unchanged, and pass check.
+func fuzzManifest[T any, P manifest[T]](f *testing.F, seeds []P, extra []string, check func(*testing.T, P)) {
+	for _, a := range seeds {
 		b, err := a.Encode()
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
-	f.Add([]byte(`{"magic":"thaw-faasnap","format_version":2}`))
-	f.Add([]byte(`{}`))
+	for _, b := range extra {
+		f.Add([]byte(b))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		a, err := DecodeFaaSnap(b)
+		a, err := decodeManifest[T, P](b)
 		if err != nil {
 			return
 		}
@@ -39,13 +42,25 @@ func FuzzReadFaaSnapManifest(f *testing.F) {
 		if !bytes.Equal(b, b2) {
 			t.Fatalf("accepted a non-canonical manifest:\n%s\nre-encodes as\n%s", b, b2)
 		}
-		a2, err := DecodeFaaSnap(b2)
+		a2, err := decodeManifest[T, P](b2)
 		if err != nil {
 			t.Fatalf("re-encoded manifest refused: %v", err)
 		}
 		if !reflect.DeepEqual(a, a2) {
 			t.Fatalf("round trip changed the manifest:\n%+v\n%+v", a, a2)
 		}
+		check(t, a)
+	})
+}
+
+func FuzzReadFaaSnapManifest(f *testing.F) {
+	var seeds []*FaaSnapArtifact
+	for i, c := range fuzzFixtures {
+		a, _, _ := buildFaaSnap(f, f.TempDir(), c.spec, c.tail, c.order, FaaSnapOptions{GroupSize: 1 + i, MergeGap: 2})
+		seeds = append(seeds, a)
+	}
+	extra := []string{`{"magic":"thaw-faasnap","format_version":2}`, `{}`}
+	fuzzManifest(f, seeds, extra, func(t *testing.T, a *FaaSnapArtifact) {
 		// Every accepted manifest of a page-aligned memory yields a layout
 		// the shim accepts.
 		if a.Memory.Size%int64(PageSize) == 0 {
@@ -61,34 +76,13 @@ func FuzzReadFaaSnapManifest(f *testing.F) {
 }
 
 func FuzzReadREAPManifest(f *testing.F) {
+	var seeds []*REAPArtifact
 	for _, c := range fuzzFixtures {
 		a, _, _ := buildREAP(f, f.TempDir(), c.spec, c.tail, c.order)
-		b, err := a.Encode()
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+		seeds = append(seeds, a)
 	}
-	f.Add([]byte(`{"magic":"thaw-reap","format_version":1,"pages":[[1,2],[1]]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		a, err := DecodeREAP(b)
-		if err != nil {
-			return
-		}
-		b2, err := a.Encode()
-		if err != nil {
-			t.Fatalf("accepted manifest does not encode: %v", err)
-		}
-		if !bytes.Equal(b, b2) {
-			t.Fatalf("accepted a non-canonical manifest:\n%s\nre-encodes as\n%s", b, b2)
-		}
-		a2, err := DecodeREAP(b2)
-		if err != nil {
-			t.Fatalf("re-encoded manifest refused: %v", err)
-		}
-		if !reflect.DeepEqual(a, a2) {
-			t.Fatalf("round trip changed the manifest:\n%+v\n%+v", a, a2)
-		}
+	extra := []string{`{"magic":"thaw-reap","format_version":1,"pages":[[1,2],[1]]}`}
+	fuzzManifest(f, seeds, extra, func(t *testing.T, a *REAPArtifact) {
 		if n := CountPages(a.Pages); n < 1<<16 && uint64(len(a.PageOrder())) != n {
 			t.Fatalf("page order has %d pages, runs %d", len(a.PageOrder()), n)
 		}

@@ -14,7 +14,7 @@ import (
 
 func TestShimLayoutEncoding(t *testing.T) {
 	a := &FaaSnapArtifact{
-		Memory:         FileRef{Size: 16 * PageSizeInt},
+		ArtifactHeader: ArtifactHeader{Memory: FileRef{Size: 16 * PageSizeInt}},
 		NonzeroRegions: []PageRun{{1, 2}, {5, 3}},
 		LoadingRegions: []LSRegion{{6, 1, 0, 0}, {1, 1, 1, PageSize}},
 	}
@@ -49,7 +49,7 @@ func TestShimLayoutEncoding(t *testing.T) {
 		t.Fatalf("decoded %+v", tab)
 	}
 	// No regions: a header only, the whole memory anonymous.
-	empty, err := (&FaaSnapArtifact{Memory: FileRef{Size: 8192}}).ShimLayout()
+	empty, err := (&FaaSnapArtifact{ArtifactHeader: ArtifactHeader{Memory: FileRef{Size: 8192}}}).ShimLayout()
 	if err != nil || len(empty) != ShimHeaderSize {
 		t.Fatalf("empty layout %x, %v", empty, err)
 	}

@@ -1,20 +1,10 @@
 package memlayout
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/snapshot"
-)
-
-// SnapBPF artifact names.
-const (
-	SnapBPFManifestFile = "snapbpf.json"
-	SnapBPFMagic        = "thaw-snapbpf"
 )
 
 // SnapBPFCapture summarizes the capture an artifact was planned from.
@@ -38,12 +28,7 @@ type SnapBPFCapture struct {
 // SnapBPF prefetches from the snapshot's own memory file, so there is no
 // working-set data file, only the ranges to prefetch, in capture order.
 type SnapBPFArtifact struct {
-	Dir string `json:"-"`
-
-	Magic         string  `json:"magic"`
-	FormatVersion int     `json:"format_version"`
-	PageSize      int     `json:"page_size"`
-	Memory        FileRef `json:"memory"`
+	ArtifactHeader
 	// Capture says what the capture saw and what was filtered out.
 	Capture SnapBPFCapture `json:"capture"`
 	// Ranges are the pages to prefetch from the memory file, as runs of
@@ -51,6 +36,30 @@ type SnapBPFArtifact struct {
 	// cache during the capture; disjoint, maximal in that order.
 	Ranges   []PageRun `json:"ranges"`
 	Checksum string    `json:"checksum"`
+}
+
+// checksum, format, normalize and validate make it a manifest (manifest.go).
+func (a *SnapBPFArtifact) checksum() *string { return &a.Checksum }
+func (a *SnapBPFArtifact) format() artifactFormat {
+	return artifactFormat{magic: SnapBPFMagic, manifest: SnapBPFManifestFile}
+}
+
+func (a *SnapBPFArtifact) normalize() { a.Ranges = orEmpty(a.Ranges) }
+
+// validate checks the ranges: non-empty, inside the memory, disjoint,
+// maximal in their order, and holding exactly the captured pages that were
+// kept.
+func (a *SnapBPFArtifact) validate(pages uint64) error {
+	total, err := checkRuns("range", a.Ranges, pages)
+	if err != nil {
+		return err
+	}
+	cp := a.Capture
+	if cp.FreePages > cp.Pages || total != cp.Pages-cp.FreePages {
+		return fmt.Errorf("%w: ranges hold %d pages, capture kept %d of %d (%d free)",
+			ErrCorrupt, total, cp.Pages-min(cp.FreePages, cp.Pages), cp.Pages, cp.FreePages)
+	}
+	return nil
 }
 
 // PrefetchPages is the number of pages the ranges hold.
@@ -99,23 +108,15 @@ func DataRegions(path string) ([]PageRun, error) {
 		return nil, err
 	}
 	var out []PageRun
-	size := st.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: SEEK_DATA: %w", path, err)
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return nil, fmt.Errorf("%s: SEEK_HOLE: %w", path, err)
-		}
+	err = snapshot.DataExtents(f, st.Size(), func(data, hole int64) error {
 		first, end := uint64(data)/PageSize, PagesOf(hole)
 		if end > first {
 			out = append(out, PageRun{Start: first, Pages: end - first})
 		}
-		off = hole
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return Normalize(out), nil
 }
@@ -131,10 +132,7 @@ func DataRegions(path string) ([]PageRun, error) {
 // writes it down once, like the other strategies' artifacts: versioned,
 // checksummed and bound to the exact memory file.
 func WriteSnapBPF(dir, memPath, memSHA256 string, captured []uint64, events, dropped uint64) (*SnapBPFArtifact, error) {
-	if memSHA256 != "" && !validHex256(memSHA256) {
-		return nil, fmt.Errorf("memory sha256 %q is not a SHA-256", memSHA256)
-	}
-	mem, err := openMemory(memPath)
+	mem, err := openMemory(memPath, memSHA256, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -143,118 +141,32 @@ func WriteSnapBPF(dir, memPath, memSHA256 string, captured []uint64, events, dro
 	if err != nil {
 		return nil, err
 	}
-	fi, err := snapshot.HashFile(memPath)
-	if err != nil {
-		return nil, err
-	}
-	if err := mem.unchanged(); err != nil {
-		return nil, err
-	}
-	if err := checkDigest(memPath, fi.SHA256, memSHA256); err != nil {
+	if err := mem.hash(); err != nil {
 		return nil, err
 	}
 	ranges, st := PlanSnapBPF(captured, mem.pages, data)
 	st.Events, st.Dropped = events, dropped
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	a := &SnapBPFArtifact{Dir: dir, Memory: FileRef{Size: mem.stamp.Size, SHA256: fi.SHA256},
-		Capture: st, Ranges: ranges}
-	b, err := a.Encode()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := DecodeSnapBPF(b); err != nil {
-		return nil, fmt.Errorf("internal error: built an invalid manifest: %w", err)
-	}
-	man, err := writeManifestTemp(dir, SnapBPFManifestFile, b)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Rename(man.f.Name(), filepath.Join(dir, SnapBPFManifestFile)); err != nil {
-		man.discard()
-		return nil, err
-	}
-	if err := snapshot.SyncDir(dir); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return writeManifest(&SnapBPFArtifact{ArtifactHeader: ArtifactHeader{Dir: dir, Memory: mem.ref()}, Capture: st, Ranges: ranges}, mem, nil)
 }
 
 // Encode seals the manifest (magic, version, page size, checksum) and
 // returns its canonical JSON.
-func (a *SnapBPFArtifact) Encode() ([]byte, error) {
-	a.Magic, a.FormatVersion, a.PageSize = SnapBPFMagic, FormatVersion, int(PageSize)
-	if a.Ranges == nil {
-		a.Ranges = []PageRun{}
-	}
-	return seal(a)
-}
-
-func (a *SnapBPFArtifact) checksum() *string { return &a.Checksum }
+func (a *SnapBPFArtifact) Encode() ([]byte, error) { return encodeManifest(a) }
 
 // DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
-// ErrIncompatible), page size, checksum, canonical form, and structure:
-// ranges non-empty, inside the memory, disjoint, maximal in their order,
-// and holding exactly the captured pages that were kept. It looks at no
-// file. (SnapBPF keeps its map in the kernel; the checking is thaw's.)
-func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) {
-	if err := decodeHeader(b, SnapBPFMagic); err != nil {
-		return nil, err
-	}
-	var a SnapBPFArtifact
-	if err := decodeStrict(b, &a); err != nil {
-		return nil, err
-	}
-	if a.PageSize != int(PageSize) {
-		return nil, fmt.Errorf("%w: page size %d, this thaw uses %d", ErrIncompatible, a.PageSize, PageSize)
-	}
-	if a.Ranges == nil {
-		a.Ranges = []PageRun{}
-	}
-	if err := unseal(b, &a); err != nil {
-		return nil, err
-	}
-	pages, err := checkMemory(a.Memory)
-	if err != nil {
-		return nil, err
-	}
-	total, err := checkRuns("range", a.Ranges, pages)
-	if err != nil {
-		return nil, err
-	}
-	cp := a.Capture
-	if cp.FreePages > cp.Pages || total != cp.Pages-cp.FreePages {
-		return nil, fmt.Errorf("%w: ranges hold %d pages, capture kept %d of %d (%d free)",
-			ErrCorrupt, total, cp.Pages-min(cp.FreePages, cp.Pages), cp.Pages, cp.FreePages)
-	}
-	return &a, nil
-}
+// ErrIncompatible), page size, checksum, canonical form, and structure
+// (validate). It looks at no file. (SnapBPF keeps its map in the kernel;
+// the checking is thaw's.)
+func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) { return decodeManifest[SnapBPFArtifact](b) }
 
 // ReadSnapBPF reads and checks dir/snapbpf.json (DecodeSnapBPF). A missing
 // manifest is reported as fs.ErrNotExist.
-func ReadSnapBPF(dir string) (*SnapBPFArtifact, error) {
-	path := filepath.Join(dir, SnapBPFManifestFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	a, err := DecodeSnapBPF(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	a.Dir = dir
-	return a, nil
-}
+func ReadSnapBPF(dir string) (*SnapBPFArtifact, error) { return readManifest[SnapBPFArtifact](dir) }
 
 // Verify checks that the artifact was planned from the snapshot memory file
 // of memSize bytes and digest memSHA256 (ErrMismatch otherwise). There is no
 // data file: the bytes prefetched are the memory file's own, which the
 // snapshot's verification (digest, or unchanged stamp) already covers.
 func (a *SnapBPFArtifact) Verify(memSize int64, memSHA256 string) error {
-	if a.Memory.Size != memSize || a.Memory.SHA256 != memSHA256 {
-		return fmt.Errorf("%w: %s was built from memory %s (%d bytes), snapshot memory is %s (%d bytes)",
-			ErrMismatch, a.Dir, short(a.Memory.SHA256), a.Memory.Size, short(memSHA256), memSize)
-	}
-	return nil
+	return a.verifyMemory(memSize, memSHA256)
 }

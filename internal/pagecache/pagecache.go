@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
 // Evict drops path's clean pages from the page cache. Dirty pages are
@@ -56,32 +58,21 @@ func Fill(path string) (int64, error) {
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	buf := make([]byte, 4<<20)
 	var total int64
-	size := st.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		} else if err != nil {
-			return total, err
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return total, err
-		}
-		for off = data; off < hole; {
+	err = snapshot.DataExtents(f, st.Size(), func(data, hole int64) error {
+		for off := data; off < hole; {
 			n, err := f.ReadAt(buf[:min(int64(len(buf)), hole-off)], off)
 			total += int64(n)
 			off += int64(n)
 			if err != nil && !errors.Is(err, io.EOF) {
-				return total, err
+				return err
 			}
 			if n == 0 {
 				break
 			}
 		}
-		off = hole
-	}
-	return total, nil
+		return nil
+	})
+	return total, err
 }
 
 // Resident returns how many of path's pages are in the page cache, and its

@@ -27,15 +27,11 @@ var zeroChunk = make([]byte, copyChunk)
 // allocated bytes) and fsyncs dst. Holes in src are found with SEEK_DATA so
 // untouched RAM is neither read nor written.
 func CopySparse(dst, src string) (FileInfo, error) {
-	in, err := os.Open(src)
+	in, st, err := openStat(src)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return FileInfo{}, err
-	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return FileInfo{}, err
@@ -50,44 +46,37 @@ func CopySparse(dst, src string) (FileInfo, error) {
 	return fi, nil
 }
 
+// openStat opens path for reading and stats it.
+func openStat(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
 func copySparse(out, in *os.File, size int64) (FileInfo, error) {
-	h := sha256.New()
-	buf := make([]byte, copyChunk)
 	var allocated int64
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			data = size // only a hole remains
-		} else if err != nil {
-			return FileInfo{}, fmt.Errorf("seek data: %w", err)
-		}
-		for ; off < data; off += copyChunk { // hash the hole as zeros
-			h.Write(zeroChunk[:min(copyChunk, data-off)])
-		}
-		off = data
-		if off >= size {
-			break
-		}
-		n, err := in.ReadAt(buf[:min(copyChunk, size-off)], off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return FileInfo{}, err
-		}
-		if n == 0 {
-			return FileInfo{}, fmt.Errorf("short read at %d", off)
-		}
-		chunk := buf[:n]
-		h.Write(chunk)
-		for p := 0; p < n; p += PageSize {
-			page := chunk[p:min(p+PageSize, n)]
+	sum, err := hashSparse(in, size, func(off int64, chunk []byte) error {
+		for p := 0; p < len(chunk); p += PageSize {
+			page := chunk[p:min(p+PageSize, len(chunk))]
 			if isZero(page) {
 				continue
 			}
 			if _, err := out.WriteAt(page, off+int64(p)); err != nil {
-				return FileInfo{}, err
+				return err
 			}
 			allocated += int64(len(page))
 		}
-		off += int64(n)
+		return nil
+	})
+	if err != nil {
+		return FileInfo{}, err
 	}
 	if err := out.Truncate(size); err != nil {
 		return FileInfo{}, err
@@ -95,7 +84,71 @@ func copySparse(out, in *os.File, size int64) (FileInfo, error) {
 	if err := out.Sync(); err != nil {
 		return FileInfo{}, err
 	}
-	return FileInfo{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Allocated: allocated}, nil
+	return FileInfo{Size: size, SHA256: sum, Allocated: allocated}, nil
+}
+
+// DataExtents calls fn with each data extent [data, hole) of f, a file of
+// size bytes, in order, as SEEK_DATA and SEEK_HOLE find them.
+func DataExtents(f *os.File, size int64, fn func(data, hole int64) error) error {
+	fd := int(f.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // only a hole remains
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("SEEK_DATA: %w", err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("SEEK_HOLE: %w", err)
+		}
+		if err := fn(data, hole); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return nil
+}
+
+// hashSparse returns the SHA-256 of the first size bytes of f, reading only
+// its data extents (holes hash as zeros), and hands each chunk it read to
+// each (if not nil) with its offset.
+func hashSparse(f *os.File, size int64, each func(off int64, chunk []byte) error) (string, error) {
+	h := sha256.New()
+	buf := make([]byte, copyChunk)
+	var done int64 // bytes hashed
+	zeros := func(end int64) {
+		for done < end {
+			n := min(copyChunk, end-done)
+			h.Write(zeroChunk[:n])
+			done += n
+		}
+	}
+	err := DataExtents(f, size, func(data, hole int64) error {
+		zeros(min(data, size))
+		for end := min(hole, size); done < end; {
+			n, err := f.ReadAt(buf[:min(copyChunk, end-done)], done)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("short read at %d", done)
+			}
+			h.Write(buf[:n])
+			if each != nil {
+				if err := each(done, buf[:n]); err != nil {
+					return err
+				}
+			}
+			done += int64(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	zeros(size)
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func isZero(b []byte) bool {
@@ -105,7 +158,7 @@ func isZero(b []byte) bool {
 // HashFile returns the size and SHA-256 of a file, skipping the reads of
 // holes (they hash as zeros).
 func HashFile(path string) (FileInfo, error) {
-	f, err := os.Open(path)
+	f, st, err := openStat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return FileInfo{}, fmt.Errorf("%w: %s", ErrMissing, path)
 	}
@@ -113,35 +166,12 @@ func HashFile(path string) (FileInfo, error) {
 		return FileInfo{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	size := st.Size()
+	sum, err := hashSparse(f, size, nil)
 	if err != nil {
 		return FileInfo{}, err
 	}
-	h := sha256.New()
-	buf := make([]byte, copyChunk)
-	size := st.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			data = size
-		} else if err != nil {
-			return FileInfo{}, err
-		}
-		for ; off < data; off += copyChunk {
-			h.Write(zeroChunk[:min(copyChunk, data-off)])
-		}
-		off = data
-		if off >= size {
-			break
-		}
-		n, err := f.ReadAt(buf[:min(copyChunk, size-off)], off)
-		if n == 0 && err != nil {
-			return FileInfo{}, err
-		}
-		h.Write(buf[:n])
-		off += int64(n)
-	}
-	return FileInfo{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Allocated: st.Sys().(*syscall.Stat_t).Blocks * 512}, nil
+	return FileInfo{Size: size, SHA256: sum, Allocated: st.Sys().(*syscall.Stat_t).Blocks * 512}, nil
 }
 
 // WriteFileSync writes data to path and fsyncs it.

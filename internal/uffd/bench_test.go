@@ -2,7 +2,6 @@ package uffd
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,10 +34,7 @@ func BenchmarkServe(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				r := newTestRegion(b, benchPages, 0, false)
-				s, err := NewServer(r.Mapping, mf.path, Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				s := newServer(b, r.Mapping, mf, Options{})
 				stop := startServe(b, s)
 				b.StartTimer()
 				elapsed += touchPages(b, r, mf.want, allPages(benchPages), c.workers, c.how)
@@ -71,20 +67,14 @@ func BenchmarkPrefetch(b *testing.B) {
 		{"sorted-buffered", allPages(benchPages), true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			wsFile := filepath.Join(b.TempDir(), "ws")
-			if err := WriteWorkingSet(mf.path, wsFile, c.pages); err != nil {
-				b.Fatal(err)
-			}
+			wsFile := writeWS(b, "", mf, c.pages)
 			var read, install time.Duration
 			var copies uint64
 			n := 0
 			for b.Loop() {
 				b.StopTimer()
 				r := newTestRegion(b, benchPages, 0, false)
-				s, err := NewServer(r.Mapping, mf.path, Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				s := newServer(b, r.Mapping, mf, Options{})
 				if c.buffered {
 					s.openFile = func(path string, flags int, perm uint32) (int, error) {
 						return unix.Open(path, flags&^unix.O_DIRECT, perm)
@@ -125,11 +115,7 @@ func TestHugepageRegion(t *testing.T) {
 	const pages = 2048 // 8 MiB, at least two 2 MiB extents
 	mf := newMemFile(t, pages, pages, 33)
 	r := newTestRegion(t, pages, 0, true)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	stop := startServe(t, s)
 	touchPages(t, r, mf.want, allPages(pages), 2, func(p uint64) access {
 		if p%2 == 0 {

@@ -302,6 +302,56 @@ func startServe(t testing.TB, s *Server) (stop func() error) {
 	return stop
 }
 
+// newServer is NewServer(m, mf.path, opts), closed when the test ends.
+func newServer(t testing.TB, m *Mapping, mf *memFile, opts Options) *Server {
+	t.Helper()
+	s, err := NewServer(m, mf.path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// writeWS writes the working-set file of pages of mf in dir (a temporary
+// directory if dir is "") and returns its path.
+func writeWS(t testing.TB, dir string, mf *memFile, pages []uint64) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	wsFile := filepath.Join(dir, "ws")
+	if err := WriteWorkingSet(mf.path, wsFile, pages); err != nil {
+		t.Fatal(err)
+	}
+	return wsFile
+}
+
+// prefetch prefetches pages of mf into s from a working-set file written
+// for them, failing the test on error.
+func prefetch(t testing.TB, s *Server, mf *memFile, pages []uint64) Stats {
+	t.Helper()
+	st, err := s.Prefetch(writeWS(t, "", mf, pages), pages)
+	if err != nil {
+		t.Fatalf("Prefetch: %v", err)
+	}
+	return st
+}
+
+// within returns what c delivers, failing the test with failure if
+// nothing comes within testTimeout.
+func within[T any](t testing.TB, c <-chan T, failure string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(testTimeout):
+		t.Fatal(failure)
+	}
+	var zero T
+	return zero
+}
+
 func allPages(n int) []uint64 {
 	p := make([]uint64, n)
 	for i := range p {

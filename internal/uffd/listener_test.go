@@ -133,19 +133,9 @@ func TestHandshake(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 
-			s, err := NewServer(r, mf.path, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newServer(t, r, mf, Options{})
 			ws := []uint64{0, 1, 2, 3}
-			wsFile := filepath.Join(t.TempDir(), "ws")
-			if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Prefetch(wsFile, ws); err != nil {
-				t.Fatal(err)
-			}
+			prefetch(t, s, mf, ws)
 			if err := r.Ack(); err != nil {
 				t.Fatalf("Ack: %v", err)
 			}
@@ -341,43 +331,24 @@ func TestShimProcess(t *testing.T) {
 	if r.PID != cmd.Process.Pid || r.PeerPID != cmd.Process.Pid {
 		t.Errorf("pid %d peer %d, want %d", r.PID, r.PeerPID, cmd.Process.Pid)
 	}
-	s, err := NewServer(r, mf.path, Options{Record: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r, mf, Options{Record: true})
 	ws := make([]uint64, 0, 300)
 	for p := uint64(0); p < pages; p += 3 {
 		ws = append(ws, p)
 	}
-	wsFile := filepath.Join(t.TempDir(), "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Prefetch(wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
+	prefetch(t, s, mf, ws)
 	if err := r.Ack(); err != nil {
 		t.Fatal(err)
 	}
 	servec := make(chan error, 1)
 	go func() { servec <- s.Serve(context.Background()) }()
-	select {
-	case err := <-waitc:
-		waitc <- err
-		if err != nil {
-			t.Fatalf("shim process: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("shim process did not finish")
+	err = within(t, waitc, "shim process did not finish")
+	waitc <- err
+	if err != nil {
+		t.Fatalf("shim process: %v\n%s", err, stderr.String())
 	}
-	select {
-	case err := <-servec:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("Serve did not notice the process exit")
+	if err := within(t, servec, "Serve did not notice the process exit"); err != nil {
+		t.Fatalf("Serve: %v", err)
 	}
 	sum := sha256.Sum256(mf.want)
 	if got := strings.TrimSpace(stdout.String()); got != hex.EncodeToString(sum[:]) {

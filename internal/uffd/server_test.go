@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -23,11 +22,7 @@ const (
 func TestServeOnly(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 1)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{Record: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{Record: true})
 	stop := startServe(t, s)
 
 	pages := shuffled(allPages(testRegionPages), 2)
@@ -86,11 +81,7 @@ func TestPrefetchThenServe(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			mf := newMemFile(t, testFilePages, testRegionPages, 3)
 			r := newTestRegion(t, testRegionPages, 0, false)
-			s, err := NewServer(r.Mapping, mf.path, Options{Record: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newServer(t, r.Mapping, mf, Options{Record: true})
 
 			// Working set: a few runs and scattered pages, some beyond EOF.
 			var ws []uint64
@@ -107,15 +98,8 @@ func TestPrefetchThenServe(t *testing.T) {
 			} else {
 				slices.Sort(ws)
 			}
-			wsFile := filepath.Join(t.TempDir(), "ws")
-			if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-				t.Fatal(err)
-			}
 
-			st, err := s.Prefetch(wsFile, ws)
-			if err != nil {
-				t.Fatalf("Prefetch: %v", err)
-			}
+			st := prefetch(t, s, mf, ws)
 			t.Logf("prefetch %d pages: %d copies, direct=%v %q, read %v, install %v, total %v",
 				len(ws), st.PrefetchCopies, st.PrefetchDirect, st.PrefetchFallback,
 				st.PrefetchReadTime, st.PrefetchInstallTime, st.PrefetchTime)
@@ -172,11 +156,7 @@ func TestPrefetchThenServe(t *testing.T) {
 func TestPrefetchExisting(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 6)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	stop := startServe(t, s)
 
 	faulted := []uint64{10, 15, 20, 21, 700}
@@ -189,14 +169,7 @@ func TestPrefetchExisting(t *testing.T) {
 		ws = append(ws, p)
 	}
 	ws = append(ws, 700, 701, 10) // 10 listed twice
-	wsFile := filepath.Join(t.TempDir(), "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Prefetch(wsFile, ws)
-	if err != nil {
-		t.Fatalf("Prefetch: %v", err)
-	}
+	st := prefetch(t, s, mf, ws)
 	t.Logf("prefetch: installed %d, existing %d, copies %d, eagain %d, eexist %d",
 		st.PrefetchPages, st.PrefetchExisting, st.PrefetchCopies, st.Again, st.Exists)
 	if st.PrefetchExisting != 6 || st.PrefetchPages != uint64(len(ws)-6) {
@@ -221,17 +194,10 @@ func TestPrefetchExisting(t *testing.T) {
 func TestPrefetchRacesFaults(t *testing.T) {
 	mf := newMemFile(t, testFilePages, testRegionPages, 8)
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	stop := startServe(t, s)
 	ws := allPages(testFilePages)
-	wsFile := filepath.Join(t.TempDir(), "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
+	wsFile := writeWS(t, "", mf, ws)
 	// Fault from two threads; start the prefetch once faults are flowing.
 	perr := make(chan error, 1)
 	go func() {
@@ -243,13 +209,8 @@ func TestPrefetchRacesFaults(t *testing.T) {
 		perr <- err
 	}()
 	touchPages(t, r, mf.want, shuffled(allPages(testRegionPages), 9), 2, nil)
-	select {
-	case err := <-perr:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("Prefetch did not finish")
+	if err := within(t, perr, "Prefetch did not finish"); err != nil {
+		t.Fatal(err)
 	}
 	checkContents(t, r, mf.want)
 	stop()
@@ -266,11 +227,7 @@ func TestPrefetchRacesFaults(t *testing.T) {
 func TestPrefetchDirectFallback(t *testing.T) {
 	mf := newMemFile(t, 64, 64, 10)
 	r := newTestRegion(t, 64, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	s.openFile = func(path string, flags int, perm uint32) (int, error) {
 		if flags&unix.O_DIRECT != 0 {
 			return -1, unix.EINVAL
@@ -278,14 +235,7 @@ func TestPrefetchDirectFallback(t *testing.T) {
 		return unix.Open(path, flags, perm)
 	}
 	ws := allPages(64)
-	wsFile := filepath.Join(t.TempDir(), "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Prefetch(wsFile, ws)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := prefetch(t, s, mf, ws)
 	if st.PrefetchDirect || st.PrefetchFallback == "" {
 		t.Errorf("direct=%v fallback=%q, want a recorded fallback", st.PrefetchDirect, st.PrefetchFallback)
 	}
@@ -305,16 +255,9 @@ func TestPrefetchTmpfs(t *testing.T) {
 	defer os.RemoveAll(dir)
 	mf := newMemFile(t, 32, 32, 11)
 	r := newTestRegion(t, 32, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	ws := allPages(32)
-	wsFile := filepath.Join(dir, "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, ws); err != nil {
-		t.Fatal(err)
-	}
+	wsFile := writeWS(t, dir, mf, ws)
 	st, err := s.Prefetch(wsFile, ws)
 	if err != nil {
 		t.Fatal(err)
@@ -326,15 +269,8 @@ func TestPrefetchTmpfs(t *testing.T) {
 func TestPrefetchValidation(t *testing.T) {
 	mf := newMemFile(t, 16, 16, 12)
 	r := newTestRegion(t, 16, 0, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	wsFile := filepath.Join(t.TempDir(), "ws")
-	if err := WriteWorkingSet(mf.path, wsFile, []uint64{1, 2}); err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, r.Mapping, mf, Options{})
+	wsFile := writeWS(t, "", mf, []uint64{1, 2})
 	if _, err := s.Prefetch(wsFile, []uint64{1, 2, 3}); err == nil {
 		t.Error("Prefetch accepted a page list longer than the file")
 	}
@@ -360,11 +296,7 @@ func TestNonCooperativeEvents(t *testing.T) {
 	const pages = 256
 	mf := newMemFile(t, pages, pages, 13)
 	r := newTestRegion(t, pages, featureEventRemove|featureEventUnmap, false)
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, r.Mapping, mf, Options{})
 	stop := startServe(t, s)
 
 	touchPages(t, r, mf.want, allPages(pages), 2, nil)
@@ -407,13 +339,8 @@ func TestNonCooperativeEvents(t *testing.T) {
 		}
 		done <- nil
 	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("munmap blocked: UNMAP event never read")
+	if err := within(t, done, "munmap blocked: UNMAP event never read"); err != nil {
+		t.Fatal(err)
 	}
 	r.mem = r.mem[:(pages-16)*PageSize]
 	if err := stop(); err != nil {
@@ -439,10 +366,7 @@ func TestServeStop(t *testing.T) {
 	mf := newMemFile(t, 8, 8, 14)
 	r := newTestRegion(t, 8, 0, false)
 
-	s, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newServer(t, r.Mapping, mf, Options{})
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(context.Background()) }()
 	time.Sleep(10 * time.Millisecond)
@@ -450,13 +374,8 @@ func TestServeStop(t *testing.T) {
 		t.Error("second Serve succeeded")
 	}
 	s.Close()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Errorf("Serve after Close: %v, want nil", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("Serve did not return after Close")
+	if err := within(t, errc, "Serve did not return after Close"); err != nil {
+		t.Errorf("Serve after Close: %v, want nil", err)
 	}
 	if err := s.Serve(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Serve on a closed server: %v", err)
@@ -465,11 +384,7 @@ func TestServeStop(t *testing.T) {
 		t.Errorf("Prefetch on a closed server: %v", err)
 	}
 
-	s2, err := NewServer(r.Mapping, mf.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := newServer(t, r.Mapping, mf, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := s2.Serve(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -495,11 +410,7 @@ func TestOutOfRangeFault(t *testing.T) {
 	mf := newMemFile(t, 16, 16, 16)
 	r := newTestRegion(t, 24, 0, false)
 	reg := &Mapping{Addr: r.Addr, Length: 16 * PageSize, PID: os.Getpid(), FD: r.FD}
-	s, err := NewServer(reg, mf.path, Options{Record: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newServer(t, reg, mf, Options{Record: true})
 	stop := startServe(t, s)
 	touchPages(t, r, mf.want, allPages(24), 2, nil)
 	want := append(append([]byte(nil), mf.want...), make([]byte, 8*PageSize)...)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -79,24 +80,44 @@ func root(t *testing.T) {
 	}
 }
 
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serveTCP accepts connections on a loopback port until the test ends,
+// handing each to handle.
+func serveTCP(t *testing.T, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return l
+}
+
+// logMedian logs the median and maximum of ds, the set-up times of what.
+func logMedian(t *testing.T, what string, ds []time.Duration) {
+	t.Helper()
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	t.Logf("%s: median %s, max %s", what, ds[len(ds)/2], ds[len(ds)-1])
+}
+
 // From inside a VM's namespace (where the guest's packets arrive), the
 // allowed service answers through the proxy, bytes exact and half-closes
 // passed on; nothing else listens.
 func TestAttachServices(t *testing.T) {
 	root(t)
-	echo, _ := net.Listen("tcp4", "127.0.0.1:0")
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	echo := serveTCP(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
 	port := echo.Addr().(*net.TCPAddr).Port
-	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h := &Host{log: discard}
 	p, err := Policy{Services: []string{echo.Addr().String()}}.Normalize()
 	if err != nil {
 		t.Fatal(err)
@@ -144,18 +165,17 @@ func TestAttachServices(t *testing.T) {
 // the open ones.
 func TestConnectionLimit(t *testing.T) {
 	root(t)
-	hold, _ := net.Listen("tcp4", "127.0.0.1:0")
-	defer hold.Close()
-	go func() {
-		for {
-			c, err := hold.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
+	var held []net.Conn // kept open until the test ends
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
 		}
-	}()
-	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	})
+	hold := serveTCP(t, func(c net.Conn) { mu.Lock(); held = append(held, c); mu.Unlock() })
+	h := &Host{log: discard}
 	p, _ := Policy{Services: []string{hold.Addr().String()}}.Normalize()
 	n, err := h.Attach("vm-limit", p)
 	if err != nil {
@@ -195,7 +215,7 @@ func TestConnectionLimit(t *testing.T) {
 // The cost of a VM's network, the part of restore set-up it adds.
 func TestAttachTime(t *testing.T) {
 	root(t)
-	h := &Host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h := &Host{log: discard}
 	var ds []time.Duration
 	for range 30 {
 		p, _ := Policy{Services: []string{"127.0.0.1:6379"}}.Normalize()
@@ -206,8 +226,7 @@ func TestAttachTime(t *testing.T) {
 		ds = append(ds, n.SetupTime)
 		n.Close()
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	t.Logf("network with one service: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
+	logMedian(t, "network with one service", ds)
 }
 
 // Full egress: a link to the host that goes with the network, and its cost
@@ -215,7 +234,7 @@ func TestAttachTime(t *testing.T) {
 // as thawd --allow-full-egress does).
 func TestAttachFullEgress(t *testing.T) {
 	root(t)
-	h, err := NewHost(HostConfig{AllowFullEgress: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, err := NewHost(HostConfig{AllowFullEgress: true}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +254,7 @@ func TestAttachFullEgress(t *testing.T) {
 			t.Fatalf("host link %s outlived its network", link)
 		}
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	t.Logf("network with full egress: median %s, max %s", ds[len(ds)/2], ds[len(ds)-1])
+	logMedian(t, "network with full egress", ds)
 }
 
 // A full-egress guest's DNS queries to 10.0.2.3 are answered by asking the
@@ -263,7 +281,7 @@ func TestDNSRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ns.close()
-	p := newProxy(slog.New(slog.NewTextHandler(io.Discard, nil)), "vm-dns")
+	p := newProxy(discard, "vm-dns")
 	defer p.close()
 	if err := p.relayDNS(ns.dns, []netip.AddrPort{netip.MustParseAddrPort(res.LocalAddr().String())}); err != nil {
 		t.Fatal(err)

@@ -76,25 +76,14 @@ class FakeServerTest(unittest.TestCase):
         with FakeServer(b"*3\r\n:42\r\n$2\r\nhi\r\n$-1\r\n").client() as r:
             self.assertEqual(r.command("X"), [42, b"hi", None])
 
-    def test_garbage_is_protocol_error(self):
-        with FakeServer(b"HTTP/1.1 400 Bad Request\r\n").client() as r:
-            with self.assertRaises(thaw_redis.ProtocolError):
-                r.get("k")
-
-    def test_bulk_without_crlf_is_protocol_error(self):
-        with FakeServer(b"$2\r\nabXY").client() as r:
-            with self.assertRaises(thaw_redis.ProtocolError):
-                r.get("k")
-
-    def test_closed_mid_reply_is_connect_error(self):
-        with FakeServer(b"$100\r\nshort").client() as r:
-            with self.assertRaises(thaw_redis.ConnectError):
-                r.get("k")
-
-    def test_get_of_non_bulk_is_protocol_error(self):
-        with FakeServer(b":1\r\n").client() as r:
-            with self.assertRaises(thaw_redis.ProtocolError):
-                r.get("k")
+    def test_bad_replies(self):
+        for reply, error in ((b"HTTP/1.1 400 Bad Request\r\n", thaw_redis.ProtocolError),  # garbage
+                             (b"$2\r\nabXY", thaw_redis.ProtocolError),  # bulk without CRLF
+                             (b"$100\r\nshort", thaw_redis.ConnectError),  # closed mid-reply
+                             (b":1\r\n", thaw_redis.ProtocolError)):  # GET answered with no bulk
+            with self.subTest(reply=reply), FakeServer(reply).client() as r:
+                with self.assertRaises(error):
+                    r.get("k")
 
     def test_connection_refused(self):
         with socket.socket() as s:
@@ -121,6 +110,32 @@ class FakeServerTest(unittest.TestCase):
                 thaw_redis.fetch(event)
         self.assertFalse(thaw_redis.wants_fetch({"n": 1}))
         self.assertTrue(thaw_redis.wants_fetch({"key": "k"}))
+
+    def test_fetch_input_from_redis(self):
+        srv = FakeServer(b"$3\r\nabc\r\n")
+        event = {"key": "in", "redis": {"host": "127.0.0.1", "port": srv.port}}
+        source, data, ms = thaw_redis.fetch_input(event, self.fail, {"n": 1})
+        self.assertEqual((source, data), ("redis", b"abc"))
+        self.assertGreaterEqual(ms, 0)
+        self.assertEqual(srv.received, b"*2\r\n$3\r\nGET\r\n$2\r\nin\r\n")
+
+    def test_fetch_input_inline(self):
+        def make_input(size, seed):
+            return b"x" * size + bytes([seed])
+        defaults = {"size": 3, "seed": 1}
+        for event, want in (({}, b"xxx\x01"), ({"size": "2", "other": 9}, b"xx\x01"),
+                            ({"seed": 7, "key": ""}, b"xxx\x07")):
+            with self.subTest(event=event):
+                source, data, ms = thaw_redis.fetch_input(event, make_input, defaults)
+                self.assertEqual((source, data), ("inline", want))
+                self.assertIsInstance(ms, float)
+        with self.assertRaises(ValueError):
+            thaw_redis.fetch_input({"size": "big"}, make_input, defaults)
+
+    def test_result(self):
+        r = thaw_redis.result("inline", b"abc", 1.5, 10.0, 10.25, out_bytes=2, ok=True)
+        self.assertEqual(list(r.items()), [("input", "inline"), ("input_bytes", 3), ("input_crc32", 891568578),
+                                           ("out_bytes", 2), ("ok", True), ("input_ms", 1.5), ("compute_ms", 250.0)])
 
     def test_bad_argument_type(self):
         with FakeServer(b"+OK\r\n").client() as r:

@@ -418,12 +418,15 @@ func validateNPY(data []byte, m Meta) error {
 	return nil
 }
 
+// argCase is a function, variant and scale, and what comes of them.
+type argCase struct {
+	f, v string
+	s    float64
+	want string
+}
+
 func TestBadArguments(t *testing.T) {
-	for _, c := range []struct {
-		f, v string
-		s    float64
-		want string
-	}{
+	for _, c := range []argCase{
 		{"nope", "A", 1, "unknown function"},
 		{"image", "C", 1, "variant"},
 		{"image", "a", 1, "variant"},
@@ -441,11 +444,7 @@ func TestBadArguments(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
-	for _, c := range []struct {
-		f, v string
-		s    float64
-		want string
-	}{
+	for _, c := range []argCase{
 		{"image", "A", 1, "thaw/image/A/1"},
 		{"json", "B", 11.4, "thaw/json/B/11.4"},
 		{"pagerank", "B", 0.25, "thaw/pagerank/B/0.25"},

@@ -332,17 +332,7 @@ func (m *Machine) SaveState(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("device state file: %w", err)
 	}
-	defer f.Close()
-	if err := m.ignoreShared(ctx); err != nil {
-		return err
-	}
-	if _, err := m.qmp.ExecuteFD(ctx, "getfd", map[string]any{"fdname": "thaw-state"}, f); err != nil {
-		return err
-	}
-	if _, err := m.qmp.Execute(ctx, "migrate", map[string]any{"uri": "fd:thaw-state"}); err != nil {
-		return err
-	}
-	return m.qmp.WaitMigration(ctx)
+	return m.migrateFD(ctx, "migrate", f)
 }
 
 // LoadState implements vmm.Machine, reading the stream from a descriptor.
@@ -351,6 +341,13 @@ func (m *Machine) LoadState(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("device state file: %w", err)
 	}
+	return m.migrateFD(ctx, "migrate-incoming", f)
+}
+
+// migrateFD runs the migration command cmd ("migrate" or
+// "migrate-incoming") on the descriptor of f, which it closes, without the
+// shared RAM, and waits until it completes.
+func (m *Machine) migrateFD(ctx context.Context, cmd string, f *os.File) error {
 	defer f.Close()
 	if err := m.ignoreShared(ctx); err != nil {
 		return err
@@ -358,7 +355,7 @@ func (m *Machine) LoadState(ctx context.Context, path string) error {
 	if _, err := m.qmp.ExecuteFD(ctx, "getfd", map[string]any{"fdname": "thaw-state"}, f); err != nil {
 		return err
 	}
-	if _, err := m.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:thaw-state"}); err != nil {
+	if _, err := m.qmp.Execute(ctx, cmd, map[string]any{"uri": "fd:thaw-state"}); err != nil {
 		return err
 	}
 	return m.qmp.WaitMigration(ctx)

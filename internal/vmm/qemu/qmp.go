@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/lineio"
 )
 
 // QMP is a minimal client for the QEMU Machine Protocol: one connection,
@@ -68,7 +70,7 @@ func NewQMP(ctx context.Context, conn net.Conn) (*QMP, error) {
 	var greeting struct {
 		QMP json.RawMessage `json:"QMP"`
 	}
-	line, err := readQMPLine(q.rd)
+	line, err := lineio.Read(q.rd, maxQMPLine, "qmp line")
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("qmp greeting: %w", err)
@@ -86,24 +88,6 @@ func NewQMP(ctx context.Context, conn net.Conn) (*QMP, error) {
 
 // maxQMPLine bounds one line from QEMU: replies thaw asks for are small.
 const maxQMPLine = 1 << 20
-
-// readQMPLine reads one line, refusing lines over maxQMPLine.
-func readQMPLine(rd *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		part, isPrefix, err := rd.ReadLine()
-		if err != nil {
-			return nil, err
-		}
-		line = append(line, part...)
-		if len(line) > maxQMPLine {
-			return nil, fmt.Errorf("qmp line longer than %d bytes", maxQMPLine)
-		}
-		if !isPrefix {
-			return line, nil
-		}
-	}
-}
 
 // Execute runs one command and returns its "return" value.
 func (q *QMP) Execute(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
@@ -153,7 +137,7 @@ func (q *QMP) execute(ctx context.Context, cmd string, args any, f *os.File) (js
 		return nil, fmt.Errorf("qmp %s: write: %w", cmd, err)
 	}
 	for {
-		line, err := readQMPLine(q.rd)
+		line, err := lineio.Read(q.rd, maxQMPLine, "qmp line")
 		if err != nil {
 			return nil, fmt.Errorf("qmp %s: read: %w", cmd, err)
 		}
