@@ -94,141 +94,178 @@ static void usage(void)
 	exit(1);
 }
 
-int main(int argc, char **argv)
-{
-	int write_check = 0, qemu_madvise = 0, file_modified = 0, i;
-	size_t align = 0;
-	const char *path = NULL;
-	struct stat st;
+struct options {
+	int write_check, qemu_madvise;
+	size_t align;
+	const char *path;
+};
 
-	for (i = 1; i < argc; i++) {
+static void parse_args(int argc, char **argv, struct options *o)
+{
+	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
 			nthreads = atoi(argv[++i]);
 			if (nthreads < 1 || nthreads > 1024)
 				usage();
 		} else if (!strcmp(argv[i], "--write-check")) {
-			write_check = 1;
+			o->write_check = 1;
 		} else if (!strcmp(argv[i], "--qemu-madvise")) {
-			qemu_madvise = 1;
+			o->qemu_madvise = 1;
 		} else if (!strcmp(argv[i], "--align") && i + 1 < argc) {
-			align = (size_t)strtoull(argv[++i], NULL, 0);
-			if (!align || (align & (align - 1)))
+			o->align = (size_t)strtoull(argv[++i], NULL, 0);
+			if (!o->align || (o->align & (o->align - 1)))
 				usage();
-		} else if (argv[i][0] == '-' || path) {
+		} else if (argv[i][0] == '-' || o->path) {
 			usage();
 		} else {
-			path = argv[i];
+			o->path = argv[i];
 		}
 	}
-	if (!path)
+	if (!o->path)
 		usage();
+}
+
+/*
+ * map_like_qemu opens the file and maps it as QEMU does: qemu_ram_mmap()
+ * reserves size + align, then maps the file over the reservation at the
+ * first aligned address. Returns 0, or the exit code.
+ */
+static int map_like_qemu(const struct options *o, size_t *size)
+{
+	struct stat st;
 
 	page = (size_t)sysconf(_SC_PAGESIZE);
-	memfd = open(path, O_RDWR);
+	memfd = open(o->path, O_RDWR);
 	if (memfd < 0 || fstat(memfd, &st) < 0) {
-		fprintf(stderr, "thaw-shim-check: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "thaw-shim-check: %s: %s\n", o->path, strerror(errno));
 		return 1;
 	}
-	size_t size = (size_t)st.st_size;
-	if (!size || size % page) {
-		fprintf(stderr, "thaw-shim-check: %s: size %zu is not a positive multiple of %zu\n", path,
-			size, page);
+	*size = (size_t)st.st_size;
+	if (!*size || *size % page) {
+		fprintf(stderr, "thaw-shim-check: %s: size %zu is not a positive multiple of %zu\n", o->path,
+			*size, page);
 		return 1;
 	}
-	npages = size / page;
-
-	/*
-	 * QEMU: qemu_ram_mmap() reserves size + align, then maps the file over
-	 * the reservation at the first aligned address.
-	 */
-	void *resv = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	npages = *size / page;
+	void *resv = mmap(NULL, *size + o->align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (resv == MAP_FAILED) {
-		fprintf(stderr, "thaw-shim-check: reserve %zu bytes: %s\n", size, strerror(errno));
+		fprintf(stderr, "thaw-shim-check: reserve %zu bytes: %s\n", *size, strerror(errno));
 		return 1;
 	}
-	if (align)
-		resv = (void *)(((uintptr_t)resv + align - 1) & ~(uintptr_t)(align - 1));
-	map = mmap(resv, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, memfd, 0);
+	if (o->align)
+		resv = (void *)(((uintptr_t)resv + o->align - 1) & ~(uintptr_t)(o->align - 1));
+	map = mmap(resv, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, memfd, 0);
 	if (map == MAP_FAILED) {
-		fprintf(stderr, "thaw-shim-check: mmap %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "thaw-shim-check: mmap %s: %s\n", o->path, strerror(errno));
 		return 2;
 	}
 	if (map != resv) {
 		fprintf(stderr, "thaw-shim-check: mmap returned %p, not the reserved %p\n", (void *)map, resv);
 		return 2;
 	}
-	if (qemu_madvise) {
+	if (o->qemu_madvise) {
 		/* Same order as QEMU's ram_block_add() / qemu_ram_setup_dump(). */
-		if (madvise(map, size, MADV_HUGEPAGE) < 0)
+		if (madvise(map, *size, MADV_HUGEPAGE) < 0)
 			fprintf(stderr, "thaw-shim-check: madvise HUGEPAGE: %s\n", strerror(errno));
-		if (madvise(map, size, MADV_DONTFORK) < 0)
+		if (madvise(map, *size, MADV_DONTFORK) < 0)
 			fprintf(stderr, "thaw-shim-check: madvise DONTFORK: %s\n", strerror(errno));
-		if (madvise(map, size, MADV_MERGEABLE) < 0)
+		if (madvise(map, *size, MADV_MERGEABLE) < 0)
 			fprintf(stderr, "thaw-shim-check: madvise MERGEABLE: %s\n", strerror(errno));
 	}
+	return 0;
+}
 
+/* read_all compares every page from nthreads readers; -1 on a read error. */
+static int read_all(uint64_t *mismatches, int64_t *first)
+{
 	struct worker *w = calloc((size_t)nthreads, sizeof(*w));
+	int err = 0;
+
 	if (!w)
-		return 1;
-	double t0 = now_ms();
-	for (i = 0; i < nthreads; i++) {
+		return -1;
+	for (int i = 0; i < nthreads; i++) {
 		w[i].idx = i;
 		if (pthread_create(&w[i].tid, NULL, reader, &w[i]) != 0) {
 			fprintf(stderr, "thaw-shim-check: pthread_create failed\n");
-			return 1;
+			return -1;
 		}
 	}
-	uint64_t mismatches = 0;
-	int64_t first = -1;
-	int err = 0;
-	for (i = 0; i < nthreads; i++) {
+	*mismatches = 0;
+	*first = -1;
+	for (int i = 0; i < nthreads; i++) {
 		pthread_join(w[i].tid, NULL);
-		mismatches += w[i].mismatches;
-		if (w[i].first >= 0 && (first < 0 || w[i].first < first))
-			first = w[i].first;
+		*mismatches += w[i].mismatches;
+		if (w[i].first >= 0 && (*first < 0 || w[i].first < *first))
+			*first = w[i].first;
 		if (w[i].err)
 			err = w[i].err;
 	}
-	double read_ms = now_ms() - t0;
+	free(w);
 	if (err) {
-		fprintf(stderr, "thaw-shim-check: pread %s: %s\n", path, strerror(err));
+		fprintf(stderr, "thaw-shim-check: pread: %s\n", strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * check_writes writes every 7th page through the mapping: the writes must
+ * read back and the file must not change (copy-on-write). -1 on an I/O
+ * error; otherwise sets *write_bad and *file_modified.
+ */
+static int check_writes(int *write_bad, int *file_modified)
+{
+	char *buf = malloc(page);
+	size_t n = (npages + 6) / 7;
+	uint64_t *orig = calloc(n, sizeof(*orig));
+
+	if (!buf || !orig)
+		return -1;
+	for (size_t k = 0; k < n; k++) {
+		if (read_full(memfd, buf, page, (off_t)(k * 7 * page)) < 0)
+			return -1;
+		orig[k] = fnv1a((unsigned char *)buf, page);
+	}
+	for (size_t k = 0; k < n; k++) {
+		char *p = map + k * 7 * page;
+		memset(p, 0xA5, page);
+		memcpy(p, &k, sizeof(k)); /* differs per page */
+	}
+	for (size_t k = 0; k < n; k++) {
+		char *p = map + k * 7 * page;
+		size_t kk;
+		memcpy(&kk, p, sizeof(kk));
+		if (kk != k || (unsigned char)p[page - 1] != 0xA5)
+			*write_bad = 1; /* the write did not stick in the mapping */
+		if (read_full(memfd, buf, page, (off_t)(k * 7 * page)) < 0)
+			return -1;
+		if (fnv1a((unsigned char *)buf, page) != orig[k])
+			*file_modified = 1;
+	}
+	if (*write_bad)
+		fprintf(stderr, "thaw-shim-check: writes through the mapping did not read back\n");
+	free(orig);
+	free(buf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = {0};
+	int file_modified = 0, write_bad = 0, rc;
+	uint64_t mismatches;
+	int64_t first;
+	size_t size;
+
+	parse_args(argc, argv, &o);
+	if ((rc = map_like_qemu(&o, &size)) != 0)
+		return rc;
+	double t0 = now_ms();
+	if (read_all(&mismatches, &first) < 0)
 		return 1;
-	}
-
-	int write_bad = 0;
-	if (write_check) {
-		char *buf = malloc(page);
-		size_t n = (npages + 6) / 7;
-		uint64_t *orig = calloc(n, sizeof(*orig));
-		if (!buf || !orig)
-			return 1;
-		for (size_t k = 0; k < n; k++) {
-			if (read_full(memfd, buf, page, (off_t)(k * 7 * page)) < 0)
-				return 1;
-			orig[k] = fnv1a((unsigned char *)buf, page);
-		}
-		for (size_t k = 0; k < n; k++) {
-			char *p = map + k * 7 * page;
-			memset(p, 0xA5, page);
-			memcpy(p, &k, sizeof(k)); /* differs per page */
-		}
-		for (size_t k = 0; k < n; k++) {
-			char *p = map + k * 7 * page;
-			size_t kk;
-			memcpy(&kk, p, sizeof(kk));
-			if (kk != k || (unsigned char)p[page - 1] != 0xA5)
-				write_bad = 1; /* the write did not stick in the mapping */
-			if (read_full(memfd, buf, page, (off_t)(k * 7 * page)) < 0)
-				return 1;
-			if (fnv1a((unsigned char *)buf, page) != orig[k])
-				file_modified = 1;
-		}
-		if (write_bad)
-			fprintf(stderr, "thaw-shim-check: writes through the mapping did not read back\n");
-		free(orig);
-		free(buf);
-	}
-
+	double read_ms = now_ms() - t0;
+	if (o.write_check && check_writes(&write_bad, &file_modified) < 0)
+		return 1;
 	printf("{\"pages\":%zu,\"mismatches\":%llu,\"first_mismatch\":%lld,\"file_modified\":%s,\"read_ms\":%.3f}\n",
 	       npages, (unsigned long long)mismatches, (long long)first, file_modified ? "true" : "false",
 	       read_ms);

@@ -16,12 +16,7 @@ import (
 )
 
 func (a *app) newInvokeCmd() *cobra.Command {
-	var (
-		ev                     eventFlags
-		vm, snapshot, strategy string
-		timeoutMS              int
-		evict                  bool
-	)
+	f := &invokeFlags{}
 	cmd := &cobra.Command{
 		Use:   "invoke FUNCTION",
 		Short: "Invoke a function, cold from a snapshot or warm on a running VM",
@@ -45,64 +40,74 @@ document instead (exit code 3 too if the function raised).`,
   thaw invoke hello --vm vm-0123abcd --timeout-ms 5000
   thaw --json invoke hello | jq .timing`,
 		Args: exactArgs("FUNCTION"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			function := args[0]
-			if vm != "" && strategy != "" {
-				return usagef("--strategy is for cold invocations; it cannot be used with --vm (the VM is already running)")
-			}
-			if vm != "" && snapshot != "" {
-				return usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
-			}
-			if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
-				return usagef("give the event with --event or --event-file, not both")
-			}
-			if timeoutMS < 0 {
-				return usagef("--timeout-ms must be positive, got %d", timeoutMS)
-			}
-			event, err := ev.read(a, cmd)
-			if err != nil {
-				return err
-			}
-			if vm != "" && evict {
-				return usagef("--evict-cache applies to cold invocations only (not with --vm)")
-			}
-			opts := client.InvokeOptions{
-				Timeout:    time.Duration(timeoutMS) * time.Millisecond,
-				Strategy:   strategy,
-				Snapshot:   snapshot,
-				EvictCache: evict,
-			}
-			var inv *client.Invocation
-			if vm != "" {
-				v, err := a.c.GetVM(a.ctx, vm)
-				if err != nil {
-					return err
-				}
-				if v.Function != function {
-					return fmt.Errorf("vm %s runs function %q, not %q", vm, v.Function, function)
-				}
-				inv, err = a.c.InvokeVM(a.ctx, vm, event, opts)
-				if err != nil {
-					return err
-				}
-			} else {
-				inv, err = a.c.InvokeFunction(a.ctx, function, event, opts)
-				if err != nil {
-					return err
-				}
-			}
-			return a.printInvocation(inv)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return a.invoke(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()
-	ev.add(cmd, "the event")
-	fl.StringVar(&vm, "vm", "", "invoke warm, on this running VM")
-	fl.StringVar(&snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
-	fl.StringVarP(&strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
-	fl.IntVar(&timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
-	fl.BoolVar(&evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
+	f.ev.add(cmd, "the event")
+	fl.StringVar(&f.vm, "vm", "", "invoke warm, on this running VM")
+	fl.StringVar(&f.snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
+	fl.StringVarP(&f.strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
+	fl.IntVar(&f.timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
+	fl.BoolVar(&f.evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
+}
+
+// invokeFlags are invoke's flags.
+type invokeFlags struct {
+	ev                     eventFlags
+	vm, snapshot, strategy string
+	timeoutMS              int
+	evict                  bool
+}
+
+// invoke runs thaw invoke FUNCTION.
+func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error {
+	if f.vm != "" && f.strategy != "" {
+		return usagef("--strategy is for cold invocations; it cannot be used with --vm (the VM is already running)")
+	}
+	if f.vm != "" && f.snapshot != "" {
+		return usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
+	}
+	if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
+		return usagef("give the event with --event or --event-file, not both")
+	}
+	if f.timeoutMS < 0 {
+		return usagef("--timeout-ms must be positive, got %d", f.timeoutMS)
+	}
+	event, err := f.ev.read(a, cmd)
+	if err != nil {
+		return err
+	}
+	if f.vm != "" && f.evict {
+		return usagef("--evict-cache applies to cold invocations only (not with --vm)")
+	}
+	opts := client.InvokeOptions{
+		Timeout:    time.Duration(f.timeoutMS) * time.Millisecond,
+		Strategy:   f.strategy,
+		Snapshot:   f.snapshot,
+		EvictCache: f.evict,
+	}
+	var inv *client.Invocation
+	if f.vm != "" {
+		v, err := a.c.GetVM(a.ctx, f.vm)
+		if err != nil {
+			return err
+		}
+		if v.Function != function {
+			return fmt.Errorf("vm %s runs function %q, not %q", f.vm, v.Function, function)
+		}
+		inv, err = a.c.InvokeVM(a.ctx, f.vm, event, opts)
+		if err != nil {
+			return err
+		}
+	} else {
+		inv, err = a.c.InvokeFunction(a.ctx, function, event, opts)
+		if err != nil {
+			return err
+		}
+	}
+	return a.printInvocation(inv)
 }
 
 // eventFlags are --event and --event-file.

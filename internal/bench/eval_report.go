@@ -146,56 +146,9 @@ func (o order) less(fa, sa, fb, sb string) bool {
 // Summarize computes every table from the samples.
 func (r *EvalResult) Summarize() {
 	o := r.order()
-	group := func(keep func(EvalSample) bool, key func(EvalSample) string) (map[string][]EvalSample, []string) {
-		m := map[string][]EvalSample{}
-		var keys []string
-		for _, s := range r.Samples {
-			if !keep(s) {
-				continue
-			}
-			k := key(s)
-			if _, ok := m[k]; !ok {
-				keys = append(keys, k)
-			}
-			m[k] = append(m[k], s)
-		}
-		return m, keys
-	}
-	r.Exec = nil
-	execs, keys := group(func(s EvalSample) bool { return s.Experiment == ExpExec },
-		func(s EvalSample) string {
-			return s.Record + "\x00" + s.Test + "\x00" + s.Function + "\x00" + s.Strategy
-		})
-	for _, k := range keys {
-		ss := execs[k]
-		r.Exec = append(r.Exec, ExecRow{Record: ss[0].Record, Test: ss[0].Test, Function: ss[0].Function, Strategy: ss[0].Strategy, Cell: cellOf(ss)})
-	}
-	sort.SliceStable(r.Exec, func(i, j int) bool {
-		a, b := r.Exec[i], r.Exec[j]
-		if a.Record != b.Record {
-			return a.Record < b.Record
-		}
-		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
-	})
+	r.Exec = r.execRows(o)
 	r.Speedups = speedups(r.Exec, r.Config.Strategies)
-
-	r.Size = nil
-	sizes, keys := group(func(s EvalSample) bool { return s.Experiment == ExpSize },
-		func(s EvalSample) string { return fmt.Sprintf("%s\x00%s\x00%g", s.Function, s.Strategy, s.InputRatio) })
-	for _, k := range keys {
-		ss := sizes[k]
-		r.Size = append(r.Size, SizeRow{Function: ss[0].Function, Strategy: ss[0].Strategy, Ratio: ss[0].InputRatio,
-			Total:  summarizeOf(ss, func(s EvalSample) float64 { return s.TotalMS }),
-			Invoke: summarizeOf(ss, func(s EvalSample) float64 { return s.InvokeMS })})
-	}
-	sort.SliceStable(r.Size, func(i, j int) bool {
-		a, b := r.Size[i], r.Size[j]
-		if a.Function != b.Function || a.Strategy != b.Strategy {
-			return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
-		}
-		return a.Ratio < b.Ratio
-	})
-
+	r.Size = r.sizeRows(o)
 	r.Burst = burstRows(r.Samples)
 	sort.SliceStable(r.Burst, func(i, j int) bool {
 		a, b := r.Burst[i], r.Burst[j]
@@ -210,29 +163,94 @@ func (r *EvalResult) Summarize() {
 		}
 		return a.Size < b.Size
 	})
+	r.Breakdown = r.breakdownRows(o)
+}
 
-	r.Breakdown = nil
-	bds, keys := group(func(s EvalSample) bool {
+// group collects the samples keep accepts by key, keys in first-seen order.
+func (r *EvalResult) group(keep func(EvalSample) bool, key func(EvalSample) string) (map[string][]EvalSample, []string) {
+	m := map[string][]EvalSample{}
+	var keys []string
+	for _, s := range r.Samples {
+		if !keep(s) {
+			continue
+		}
+		k := key(s)
+		if _, ok := m[k]; !ok {
+			keys = append(keys, k)
+		}
+		m[k] = append(m[k], s)
+	}
+	return m, keys
+}
+
+// execRows: one cell per direction, function and strategy.
+func (r *EvalResult) execRows(o order) []ExecRow {
+	var rows []ExecRow
+	execs, keys := r.group(func(s EvalSample) bool { return s.Experiment == ExpExec },
+		func(s EvalSample) string {
+			return s.Record + "\x00" + s.Test + "\x00" + s.Function + "\x00" + s.Strategy
+		})
+	for _, k := range keys {
+		ss := execs[k]
+		rows = append(rows, ExecRow{Record: ss[0].Record, Test: ss[0].Test, Function: ss[0].Function, Strategy: ss[0].Strategy, Cell: cellOf(ss)})
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Record != b.Record {
+			return a.Record < b.Record
+		}
+		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+	})
+	return rows
+}
+
+// sizeRows: one row per function, strategy and input ratio.
+func (r *EvalResult) sizeRows(o order) []SizeRow {
+	var rows []SizeRow
+	sizes, keys := r.group(func(s EvalSample) bool { return s.Experiment == ExpSize },
+		func(s EvalSample) string { return fmt.Sprintf("%s\x00%s\x00%g", s.Function, s.Strategy, s.InputRatio) })
+	for _, k := range keys {
+		ss := sizes[k]
+		rows = append(rows, SizeRow{Function: ss[0].Function, Strategy: ss[0].Strategy, Ratio: ss[0].InputRatio,
+			Total:  summarizeOf(ss, func(s EvalSample) float64 { return s.TotalMS }),
+			Invoke: summarizeOf(ss, func(s EvalSample) float64 { return s.InvokeMS })})
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Function != b.Function || a.Strategy != b.Strategy {
+			return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
+		}
+		return a.Ratio < b.Ratio
+	})
+	return rows
+}
+
+// breakdownRows: Table 3, from the breakdown runs and the A/B exec runs.
+func (r *EvalResult) breakdownRows(o order) []BreakdownRow {
+	if !r.Config.has(ExpBreakdown) {
+		return nil
+	}
+	var rows []BreakdownRow
+	bds, keys := r.group(func(s EvalSample) bool {
 		return slices.Contains(r.Config.BreakdownFunctions, s.Function) && s.Strategy != Warm &&
 			(s.Experiment == ExpBreakdown || (s.Experiment == ExpExec && s.Record == "A" && s.Test == "B"))
 	}, func(s EvalSample) string { return s.Function + "\x00" + s.Strategy })
-	if r.Config.has(ExpBreakdown) {
-		for _, k := range keys {
-			ss := bds[k]
-			r.Breakdown = append(r.Breakdown, BreakdownRow{Function: ss[0].Function, Strategy: ss[0].Strategy, N: len(ss),
-				TotalMS:     median(ss, func(s EvalSample) float64 { return s.TotalMS }),
-				FetchMS:     median(ss, func(s EvalSample) float64 { return s.FetchMS }),
-				FetchMiB:    median(ss, func(s EvalSample) float64 { return float64(s.FetchBytes) / (1 << 20) }),
-				MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
-				MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
-				QEMUMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
-				DaemonMiB:   median(ss, func(s EvalSample) float64 { return float64(s.DaemonBytes) / (1 << 20) })})
-		}
+	for _, k := range keys {
+		ss := bds[k]
+		rows = append(rows, BreakdownRow{Function: ss[0].Function, Strategy: ss[0].Strategy, N: len(ss),
+			TotalMS:     median(ss, func(s EvalSample) float64 { return s.TotalMS }),
+			FetchMS:     median(ss, func(s EvalSample) float64 { return s.FetchMS }),
+			FetchMiB:    median(ss, func(s EvalSample) float64 { return float64(s.FetchBytes) / (1 << 20) }),
+			MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
+			MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
+			QEMUMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
+			DaemonMiB:   median(ss, func(s EvalSample) float64 { return float64(s.DaemonBytes) / (1 << 20) })})
 	}
-	sort.SliceStable(r.Breakdown, func(i, j int) bool {
-		a, b := r.Breakdown[i], r.Breakdown[j]
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
 		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
 	})
+	return rows
 }
 
 // burstRows groups burst samples by burst (function, mode, size, strategy,

@@ -39,20 +39,10 @@ const (
 // when the process is reaped. It locks its goroutine to an OS thread. Call it
 // once; it may run concurrently with Prefetch.
 func (s *Server) Serve(ctx context.Context) (err error) {
-	s.mu.Lock()
-	switch {
-	case s.closed:
-		s.mu.Unlock()
-		return ErrClosed
-	case s.serving:
-		s.mu.Unlock()
-		return errors.New("uffd: Serve called twice")
+	if err := s.beginServing(); err != nil {
+		return err
 	}
-	s.serving = true
-	s.done = make(chan struct{})
-	s.mu.Unlock()
 	defer close(s.done)
-
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	stop := context.AfterFunc(ctx, s.signalStop)
@@ -61,23 +51,7 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 	start := time.Now()
 	s.c.serveStart.Store(start.UnixNano())
 	reason := ""
-	defer func() {
-		s.c.serveStart.Store(0)
-		s.c.serveNS.Add(int64(time.Since(start)))
-		st := s.Stats()
-		attrs := []any{
-			"reason", reason, "faults", st.Faults, "served", st.Served, "copied", st.Copied,
-			"zeroed", st.Zeroed, "bytes_read", st.BytesRead, "eexist", st.Exists, "eagain", st.Again,
-			"wakes", st.Wakes, "events_remove", st.Removes, "events_unmap", st.Unmaps,
-			"events_fork", st.Forks, "reads", st.Reads, "fault_time", st.FaultTime,
-			"max_fault_time", st.MaxFaultTime, "serve_time", st.ServeTime,
-		}
-		if err != nil {
-			s.log.Warn("uffd serve failed", append(attrs, "err", err)...)
-		} else {
-			s.log.Info("uffd serve done", attrs...)
-		}
-	}()
+	defer func() { s.endServing(start, reason, err) }()
 
 	pfds := []unix.PollFd{
 		{Fd: int32(s.uffd), Events: unix.POLLIN},
@@ -89,95 +63,151 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 	msgs := make([]byte, readBatch*msgSize)
 	var pending, batch []fault
 	for {
-		timeout := -1
-		if len(pending) > 0 {
-			timeout = 1 // ms: give the event that made UFFDIO_COPY fail with EAGAIN time to be queued
+		if reason, err = s.wait(ctx, pfds, len(pending) > 0); reason != "" || err != nil {
+			return err
 		}
-		if _, err := unix.Poll(pfds, timeout); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return fmt.Errorf("uffd: poll: %w", err)
-		}
-		if pfds[1].Revents != 0 {
-			if ctx.Err() != nil {
-				reason = "context done"
-				return ctx.Err()
-			}
-			reason = "closed"
-			return nil
-		}
-		if len(pfds) > 2 && pfds[2].Revents != 0 {
-			reason = "process exited"
-			return nil
-		}
-		if pfds[0].Revents&unix.POLLNVAL != 0 {
-			reason = "uffd closed"
-			return nil
-		}
-
-		// Drain the queue: several messages per read.
 		batch = append(batch[:0], pending...)
 		pending = pending[:0]
-		for {
-			n, err := unix.Read(s.uffd, msgs)
-			if err == unix.EINTR {
-				continue
-			}
-			if err == unix.EAGAIN {
-				break
-			}
-			if err == unix.EBADF {
-				reason = "uffd closed"
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("uffd: read: %w", err)
-			}
-			if n == 0 {
-				reason = "uffd EOF"
-				return nil
-			}
-			s.c.reads.Add(1)
-			now := time.Now()
-			for off := 0; off+msgSize <= n; off += msgSize {
-				m := msgs[off : off+msgSize]
-				switch m[msgOffEvent] {
-				case eventPagefault:
-					s.c.faults.Add(1)
-					batch = append(batch, fault{addr: le64(m[msgOffAddress:]), flags: le64(m[msgOffFlags:]), at: now})
-				case eventRemove:
-					s.c.removes.Add(1)
-				case eventUnmap:
-					s.c.unmaps.Add(1)
-				case eventRemap:
-					s.c.remaps.Add(1)
-				case eventFork:
-					// The kernel installed a new uffd for the child in our fd
-					// table; we do not serve children: close it.
-					s.c.forks.Add(1)
-					unix.Close(int(le32(m[msgOffForkUFD:])))
-				default:
-					s.c.unknown.Add(1)
-				}
-			}
-			if n < len(msgs) {
-				break
-			}
+		if batch, reason, err = s.drain(msgs, batch); reason != "" || err != nil {
+			return err
 		}
-
-		for _, f := range batch {
-			switch o, err := s.serveFault(f); {
-			case err != nil:
-				return err
-			case o == retry:
-				pending = append(pending, f)
-			case o == exited:
-				reason = "process exited"
-				return nil
-			}
+		if pending, reason, err = s.serveBatch(batch, pending); reason != "" || err != nil {
+			return err
 		}
 	}
+}
+
+// beginServing marks the server serving, once.
+func (s *Server) beginServing() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.serving:
+		return errors.New("uffd: Serve called twice")
+	}
+	s.serving = true
+	s.done = make(chan struct{})
+	return nil
+}
+
+// endServing accounts the time served and logs why serving ended.
+func (s *Server) endServing(start time.Time, reason string, err error) {
+	s.c.serveStart.Store(0)
+	s.c.serveNS.Add(int64(time.Since(start)))
+	st := s.Stats()
+	attrs := []any{
+		"reason", reason, "faults", st.Faults, "served", st.Served, "copied", st.Copied,
+		"zeroed", st.Zeroed, "bytes_read", st.BytesRead, "eexist", st.Exists, "eagain", st.Again,
+		"wakes", st.Wakes, "events_remove", st.Removes, "events_unmap", st.Unmaps,
+		"events_fork", st.Forks, "reads", st.Reads, "fault_time", st.FaultTime,
+		"max_fault_time", st.MaxFaultTime, "serve_time", st.ServeTime,
+	}
+	if err != nil {
+		s.log.Warn("uffd serve failed", append(attrs, "err", err)...)
+	} else {
+		s.log.Info("uffd serve done", attrs...)
+	}
+}
+
+// wait polls until the uffd has messages, or says why serving ends (a
+// reason, or the context's error). With retries pending it waits 1 ms at
+// most: the event that made UFFDIO_COPY fail with EAGAIN needs time to be
+// queued.
+func (s *Server) wait(ctx context.Context, pfds []unix.PollFd, retries bool) (string, error) {
+	timeout := -1
+	if retries {
+		timeout = 1
+	}
+	for {
+		_, err := unix.Poll(pfds, timeout)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("uffd: poll: %w", err)
+		}
+		break
+	}
+	switch {
+	case pfds[1].Revents != 0 && ctx.Err() != nil:
+		return "context done", ctx.Err()
+	case pfds[1].Revents != 0:
+		return "closed", nil
+	case len(pfds) > 2 && pfds[2].Revents != 0:
+		return "process exited", nil
+	case pfds[0].Revents&unix.POLLNVAL != 0:
+		return "uffd closed", nil
+	}
+	return "", nil
+}
+
+// drain reads every queued message (several per read), appending page
+// faults to batch and counting the other events.
+func (s *Server) drain(msgs []byte, batch []fault) ([]fault, string, error) {
+	for {
+		n, err := unix.Read(s.uffd, msgs)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return batch, "", nil
+		case err == unix.EBADF:
+			return batch, "uffd closed", nil
+		case err != nil:
+			return batch, "", fmt.Errorf("uffd: read: %w", err)
+		case n == 0:
+			return batch, "uffd EOF", nil
+		}
+		s.c.reads.Add(1)
+		now := time.Now()
+		for off := 0; off+msgSize <= n; off += msgSize {
+			batch = s.event(msgs[off:off+msgSize], now, batch)
+		}
+		if n < len(msgs) {
+			return batch, "", nil
+		}
+	}
+}
+
+// event handles one message: a page fault joins batch, other events are
+// counted.
+func (s *Server) event(m []byte, now time.Time, batch []fault) []fault {
+	switch m[msgOffEvent] {
+	case eventPagefault:
+		s.c.faults.Add(1)
+		batch = append(batch, fault{addr: le64(m[msgOffAddress:]), flags: le64(m[msgOffFlags:]), at: now})
+	case eventRemove:
+		s.c.removes.Add(1)
+	case eventUnmap:
+		s.c.unmaps.Add(1)
+	case eventRemap:
+		s.c.remaps.Add(1)
+	case eventFork:
+		// The kernel installed a new uffd for the child in our fd table; we
+		// do not serve children: close it.
+		s.c.forks.Add(1)
+		unix.Close(int(le32(m[msgOffForkUFD:])))
+	default:
+		s.c.unknown.Add(1)
+	}
+	return batch
+}
+
+// serveBatch serves a batch of faults; those to retry join pending.
+func (s *Server) serveBatch(batch, pending []fault) ([]fault, string, error) {
+	for _, f := range batch {
+		switch o, err := s.serveFault(f); {
+		case err != nil:
+			return pending, "", err
+		case o == retry:
+			pending = append(pending, f)
+		case o == exited:
+			return pending, "process exited", nil
+		}
+	}
+	return pending, "", nil
 }
 
 // serveFault installs the page containing f.addr.

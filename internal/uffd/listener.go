@@ -196,75 +196,28 @@ func receive(ctx context.Context, conn *net.UnixConn) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uffd: %w", err)
 	}
-	var (
-		msg  [handshakeSize]byte
-		got  int
-		fds  []int
-		rerr error
-	)
-	oob := make([]byte, unix.CmsgSpace(4*4)) // room for a few fds, to close extras
-	for got < handshakeSize && rerr == nil {
-		err := rc.Read(func(fd uintptr) bool {
-			n, oobn, flags, _, e := unix.Recvmsg(int(fd), msg[got:], oob, unix.MSG_CMSG_CLOEXEC)
-			for e == unix.EINTR {
-				n, oobn, flags, _, e = unix.Recvmsg(int(fd), msg[got:], oob, unix.MSG_CMSG_CLOEXEC)
-			}
-			if e == unix.EAGAIN {
-				return false
-			}
-			if e != nil {
-				rerr = e
-				return true
-			}
-			if oobn > 0 {
-				cms, perr := unix.ParseSocketControlMessage(oob[:oobn])
-				if perr != nil {
-					rerr = perr
-				}
-				for i := range cms {
-					if f, perr := unix.ParseUnixRights(&cms[i]); perr == nil {
-						fds = append(fds, f...)
-					}
-				}
-			}
-			if flags&unix.MSG_CTRUNC != 0 && rerr == nil {
-				rerr = fmt.Errorf("%w: control message truncated", ErrHandshake)
-			}
-			if n == 0 {
-				if rerr == nil {
-					rerr = io.ErrUnexpectedEOF
-				}
-				return true
-			}
-			got += n
-			return true
-		})
-		if err != nil && rerr == nil {
-			rerr = err
+	var h handshakeRead
+	for h.got < handshakeSize && h.err == nil {
+		if err := rc.Read(h.recv); err != nil && h.err == nil {
+			h.err = err
 		}
 	}
-	closeAll := func() {
-		for _, f := range fds {
-			unix.Close(f)
-		}
-	}
-	if rerr != nil {
-		closeAll()
-		if ctx.Err() != nil {
+	if h.err != nil {
+		h.closeFDs()
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		}
-		if ctxDeadline && errors.Is(rerr, os.ErrDeadlineExceeded) {
+		case ctxDeadline && errors.Is(h.err, os.ErrDeadlineExceeded):
 			// ctx's deadline, reached before its own timer fired.
 			return nil, context.DeadlineExceeded
+		case errors.Is(h.err, ErrHandshake):
+			return nil, h.err
 		}
-		if errors.Is(rerr, ErrHandshake) {
-			return nil, rerr
-		}
-		return nil, fmt.Errorf("%w: receive: %v", ErrHandshake, rerr)
+		return nil, fmt.Errorf("%w: receive: %v", ErrHandshake, h.err)
 	}
-	r, err := parseHandshake(msg[:], fds)
+	r, err := parseHandshake(h.msg[:], h.fds)
 	if err != nil {
-		closeAll()
+		h.closeFDs()
 		return nil, err
 	}
 	if cred, err := peerCred(rc); err == nil {
@@ -272,6 +225,60 @@ func receive(ctx context.Context, conn *net.UnixConn) (*Mapping, error) {
 	}
 	r.conn = conn
 	return r, nil
+}
+
+// handshakeRead gathers the handshake message and the descriptors sent
+// with it, over as many reads as it takes.
+type handshakeRead struct {
+	msg [handshakeSize]byte
+	got int
+	fds []int
+	err error
+	oob [64]byte // room for a few fds, to close extras
+}
+
+// recv is one non-blocking recvmsg (a syscall.RawConn Read callback).
+func (h *handshakeRead) recv(fd uintptr) bool {
+	oob := h.oob[:unix.CmsgSpace(4*4)]
+	n, oobn, flags, _, e := unix.Recvmsg(int(fd), h.msg[h.got:], oob, unix.MSG_CMSG_CLOEXEC)
+	for e == unix.EINTR {
+		n, oobn, flags, _, e = unix.Recvmsg(int(fd), h.msg[h.got:], oob, unix.MSG_CMSG_CLOEXEC)
+	}
+	if e == unix.EAGAIN {
+		return false
+	}
+	if e != nil {
+		h.err = e
+		return true
+	}
+	if oobn > 0 {
+		cms, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr != nil {
+			h.err = perr
+		}
+		for i := range cms {
+			if f, perr := unix.ParseUnixRights(&cms[i]); perr == nil {
+				h.fds = append(h.fds, f...)
+			}
+		}
+	}
+	if flags&unix.MSG_CTRUNC != 0 && h.err == nil {
+		h.err = fmt.Errorf("%w: control message truncated", ErrHandshake)
+	}
+	if n == 0 {
+		if h.err == nil {
+			h.err = io.ErrUnexpectedEOF
+		}
+		return true
+	}
+	h.got += n
+	return true
+}
+
+func (h *handshakeRead) closeFDs() {
+	for _, f := range h.fds {
+		unix.Close(f)
+	}
 }
 
 func parseHandshake(msg []byte, fds []int) (*Mapping, error) {
