@@ -314,15 +314,6 @@ func replyDone(h *Handler, w http.ResponseWriter, r *http.Request, err error) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// The request bodies (package wire).
-type (
-	CreateFunctionRequest = wire.CreateFunctionRequest
-	InvokeRequest         = wire.InvokeRequest
-	PrepareRequest        = wire.PrepareRequest
-	CreateVMRequest       = wire.CreateVMRequest
-	CreateSnapshotRequest = wire.CreateSnapshotRequest
-)
-
 func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 	spec, err := readCreateFunction(w, r)
 	if err != nil {
@@ -361,7 +352,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
 		return spec, nil
 	}
-	var req CreateFunctionRequest
+	var req wire.CreateFunctionRequest
 	if err := decode(w, r, maxControlBody, &req); err != nil {
 		return spec, err
 	}
@@ -386,15 +377,15 @@ func intParam(s string) (int, error) {
 	return n, nil
 }
 
-func decodeInvoke(w http.ResponseWriter, r *http.Request) (*InvokeRequest, error) {
-	var req InvokeRequest
+func decodeInvoke(w http.ResponseWriter, r *http.Request) (*wire.InvokeRequest, error) {
+	var req wire.InvokeRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
 		return nil, err
 	}
 	return &req, nil
 }
 
-func invokeOf(req *InvokeRequest) daemon.InvokeRequest {
+func invokeOf(req *wire.InvokeRequest) daemon.InvokeRequest {
 	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
 		EvictCache: req.EvictCache}
 }
@@ -483,7 +474,7 @@ func (h *Handler) answerInvocation(w http.ResponseWriter, r *http.Request, inv *
 
 // readPrepare decodes POST /v1/functions/{name}/prepare.
 func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest, error) {
-	var req PrepareRequest
+	var req wire.PrepareRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
 		return daemon.PrepareRequest{}, err
 	}
@@ -524,8 +515,8 @@ func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {
 
 // readCreateVM decodes POST /v1/vms: a function to boot, or a snapshot
 // (with an optional strategy) to restore.
-func readCreateVM(w http.ResponseWriter, r *http.Request) (CreateVMRequest, error) {
-	var req CreateVMRequest
+func readCreateVM(w http.ResponseWriter, r *http.Request) (wire.CreateVMRequest, error) {
+	var req wire.CreateVMRequest
 	if err := decode(w, r, maxControlBody, &req); err != nil {
 		return req, err
 	}
@@ -553,8 +544,8 @@ func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
 }
 
 // readCreateSnapshot decodes POST /v1/snapshots.
-func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (CreateSnapshotRequest, error) {
-	var req CreateSnapshotRequest
+func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (wire.CreateSnapshotRequest, error) {
+	var req wire.CreateSnapshotRequest
 	err := decode(w, r, maxControlBody, &req)
 	return req, err
 }

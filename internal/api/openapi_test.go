@@ -877,11 +877,11 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"SnapshotMemory", reflect.TypeFor[daemon.SnapshotMemory]()},
 		{"VMMemory", reflect.TypeFor[daemon.VMMemory]()},
 		// Requests.
-		{"CreateFunctionRequest", reflect.TypeFor[CreateFunctionRequest]()},
-		{"InvokeRequest", reflect.TypeFor[InvokeRequest]()},
-		{"CreateVMRequest", reflect.TypeFor[CreateVMRequest]()},
-		{"CreateSnapshotRequest", reflect.TypeFor[CreateSnapshotRequest]()},
-		{"PrepareRequest", reflect.TypeFor[PrepareRequest]()},
+		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
+		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
+		{"CreateVMRequest", reflect.TypeFor[wire.CreateVMRequest]()},
+		{"CreateSnapshotRequest", reflect.TypeFor[wire.CreateSnapshotRequest]()},
+		{"PrepareRequest", reflect.TypeFor[wire.PrepareRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
@@ -1152,18 +1152,18 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		AnonBytes: 1 << 25, FileBytes: 1 << 24, ShmemBytes: 1 << 25, PrivateDirty: 1 << 25}})
 	validateGo(t, doc, "InvocationList", wire.List[*wire.InvocationRecord]{Items: daemon.Bodies([]*catalog.Invocation{record}, daemon.InvocationRecordBody)})
 	validateGo(t, doc, "Info", info)
-	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})
-	validateGo(t, doc, "CreateFunctionRequest", CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
-	validateGo(t, doc, "InvokeRequest", InvokeRequest{})
-	validateGo(t, doc, "InvokeRequest", InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
+	validateGo(t, doc, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})
+	validateGo(t, doc, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
+	validateGo(t, doc, "InvokeRequest", wire.InvokeRequest{})
+	validateGo(t, doc, "InvokeRequest", wire.InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
 	for _, k := range restore.Kinds {
-		validateGo(t, doc, "InvokeRequest", InvokeRequest{Strategy: string(k), EvictCache: true})
+		validateGo(t, doc, "InvokeRequest", wire.InvokeRequest{Strategy: string(k), EvictCache: true})
 	}
-	validateGo(t, doc, "PrepareRequest", PrepareRequest{})
-	validateGo(t, doc, "PrepareRequest", PrepareRequest{RecordEvent: json.RawMessage(`{"n":3}`), GroupSize: 512, MergeGap: 16, TimeoutMS: 60000})
-	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Function: "hello"})
-	validateGo(t, doc, "CreateVMRequest", CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
-	validateGo(t, doc, "CreateSnapshotRequest", CreateSnapshotRequest{VM: booted.ID})
+	validateGo(t, doc, "PrepareRequest", wire.PrepareRequest{})
+	validateGo(t, doc, "PrepareRequest", wire.PrepareRequest{RecordEvent: json.RawMessage(`{"n":3}`), GroupSize: 512, MergeGap: 16, TimeoutMS: 60000})
+	validateGo(t, doc, "CreateVMRequest", wire.CreateVMRequest{Function: "hello"})
+	validateGo(t, doc, "CreateVMRequest", wire.CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
+	validateGo(t, doc, "CreateSnapshotRequest", wire.CreateSnapshotRequest{VM: booted.ID})
 
 	// Examples in the document are valid too.
 	for _, o := range operations(t, doc) {
