@@ -76,11 +76,11 @@ bench: deps build image
 	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" DEVICE_FILE_GIB="$(DEVICE_FILE_GIB)" scripts/bench.sh
 
 lint:
-	@out=$$(gofmt -l cmd internal client e2e 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal client e2e wire 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 fmt:
-	gofmt -w cmd internal client e2e
+	gofmt -w cmd internal client e2e wire
 
 clean:
 	rm -rf $(BIN) test-output.log

@@ -86,6 +86,7 @@ func kindOf(status int) error {
 type Client struct {
 	base  string
 	http  *http.Client
+	wrap  func(http.RoundTripper) http.RoundTripper
 	token string // sent as Authorization: Bearer over http(s) only
 	unix  bool
 	err   error // a configuration that must not be used (returned by every call)
@@ -115,6 +116,12 @@ func WithRootCAs(pool *x509.CertPool) Option {
 	}
 }
 
+// WithRoundTripper wraps the client's transport (applied after the other
+// options): tests check every answer against the API's document this way.
+func WithRoundTripper(wrap func(http.RoundTripper) http.RoundTripper) Option {
+	return func(c *Client) { c.wrap = wrap }
+}
+
 // New returns a client for a daemon at base: an http(s):// URL, or
 // unix:PATH for a Unix socket.
 func New(base string, opts ...Option) *Client {
@@ -130,6 +137,9 @@ func New(base string, opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.wrap != nil {
+		c.http.Transport = c.wrap(c.http.Transport)
 	}
 	if c.unix {
 		c.token = ""

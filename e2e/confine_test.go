@@ -71,17 +71,7 @@ func TestQEMUConfinement(t *testing.T) {
 	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.ConsoleLogLimit = 64 << 10 })
 	c := e.c
 	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "hostile", repoPath("e2e/testdata/hostile"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	boot, err := c.BootVM(ctx, "hostile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, boot.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
 	clone, err := c.RestoreVM(ctx, snap.ID, "vanilla")
 	if err != nil {
 		t.Fatal(err)

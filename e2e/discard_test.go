@@ -56,11 +56,22 @@ func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
 // snapshots it and deletes the booted VM.
 func probeSnapshot(t *testing.T, c *client.Client) *client.Snapshot {
 	t.Helper()
-	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
+	vm, snap := bootSnapshot(t, c, "probe", "e2e/testdata/probe")
+	if err := c.DeleteVM(ctxT(t), vm.ID); err != nil {
 		t.Fatal(err)
 	}
-	vm, err := c.BootVM(ctx, "probe")
+	return snap
+}
+
+// bootSnapshot creates function name from the repository directory dir
+// (256 MiB, 1 vCPU), boots it and snapshots the VM, which keeps running.
+func bootSnapshot(t *testing.T, c *client.Client, name, dir string) (*client.VM, *client.Snapshot) {
+	t.Helper()
+	ctx := ctxT(t)
+	if _, err := c.CreateFunctionFromDir(ctx, name, repoPath(dir), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := c.BootVM(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +79,5 @@ func probeSnapshot(t *testing.T, c *client.Client) *client.Snapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
-	return snap
+	return vm, snap
 }

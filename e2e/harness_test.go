@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -23,12 +24,13 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/api/apitest"
 	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
 // env is one daemon on one data directory.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	dataDir string
 	svc     *daemon.Service
 	srv     *httptest.Server
@@ -37,7 +39,7 @@ type env struct {
 	stopped bool
 }
 
-func imageDir(t *testing.T) string {
+func imageDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("THAW_IMAGE")
 	if dir == "" {
@@ -46,7 +48,7 @@ func imageDir(t *testing.T) string {
 	return dir
 }
 
-func testConfig(t *testing.T, dataDir string) daemon.Config {
+func testConfig(t testing.TB, dataDir string) daemon.Config {
 	accel := os.Getenv("THAW_ACCEL")
 	if accel == "" {
 		accel = "tcg" // the accelerator probe has its own test; skip its 20 s here
@@ -62,19 +64,19 @@ func testConfig(t *testing.T, dataDir string) daemon.Config {
 
 // storeDir is a memory store on /dev/shm for one test daemon, removed with
 // the test (whatever snapshots it leaves).
-func storeDir(t *testing.T, dataDir string) string {
+func storeDir(t testing.TB, dataDir string) string {
 	dir := filepath.Join("/dev/shm", "thaw-e2e-"+filepath.Base(filepath.Dir(dataDir))+"-"+filepath.Base(dataDir))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
 
-func startEnv(t *testing.T, dataDir string) *env {
+func startEnv(t testing.TB, dataDir string) *env {
 	t.Helper()
 	return startEnvWith(t, dataDir, nil)
 }
 
 // startEnvWith starts a daemon whose test configuration edit changed.
-func startEnvWith(t *testing.T, dataDir string, edit func(*daemon.Config)) *env {
+func startEnvWith(t testing.TB, dataDir string, edit func(*daemon.Config)) *env {
 	t.Helper()
 	logw := io.Discard
 	if testing.Verbose() {
@@ -98,9 +100,23 @@ func startEnvWith(t *testing.T, dataDir string, edit func(*daemon.Config)) *env 
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = h.ConnContext
 	srv.Start()
-	e := &env{t: t, dataDir: dataDir, svc: svc, srv: srv, token: token, c: client.New(srv.URL, client.WithToken(token))}
+	e := &env{t: t, dataDir: dataDir, svc: svc, srv: srv, token: token}
+	e.c = e.client(t)
 	t.Cleanup(e.stop)
 	return e
+}
+
+// client is a client of e for test t: every answer is checked against
+// openapi.json on the way, and what does not match fails t.
+func (e *env) client(t testing.TB) *client.Client {
+	check, err := apitest.Load(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validated := client.WithRoundTripper(func(rt http.RoundTripper) http.RoundTripper {
+		return &apitest.Transport{Checker: check, Base: rt, Report: t.Errorf}
+	})
+	return client.New(e.srv.URL, client.WithToken(e.token), validated)
 }
 
 func (e *env) stop() {

@@ -22,281 +22,284 @@ import (
 
 func ev(s string) json.RawMessage { return json.RawMessage(s) }
 
-// TestLifecycle boots one real VM and runs the core paths against it and
-// against VMs restored from its snapshots: warm and cold invocations,
-// handler errors, concurrent clones, timeouts, crashes, corrupt snapshots,
-// a full disk and a daemon restart. One boot keeps the test affordable
-// under TCG; every restore is a real QEMU process.
-func TestLifecycle(t *testing.T) {
+// The core paths on a real VM and on VMs restored from its snapshot
+// (the shared fixture): warm and cold invocations, handler errors,
+// concurrent clones, timeouts, crashes, corrupt snapshots, a full disk and
+// a daemon restart. Each test stands alone.
+
+func TestWarmInvoke(t *testing.T) {
+	f, c := bootedFixture(t)
+	inv, err := c.InvokeVM(ctxT(t), f.vm.ID, ev(`{"name":"e2e"}`), client.InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inv.OK || !strings.Contains(string(inv.Result), `"hello, e2e!"`) || inv.Mode != "warm" {
+		t.Fatalf("invocation = %+v (result %s)", inv, inv.Result)
+	}
+}
+
+func TestHandlerErrorKeepsVMUsable(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	inv, err := c.InvokeVM(ctx, f.vm.ID, ev(`{"op":"raise","why":"testing"}`), client.InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.OK || inv.Error == nil || inv.Error.Type != "ValueError" ||
+		!strings.Contains(inv.Error.Message, "boom: testing") || !strings.Contains(inv.Error.Traceback, "handler.py") {
+		t.Fatalf("want structured ValueError with traceback, got %+v", inv.Error)
+	}
+	inv, err = c.InvokeVM(ctx, f.vm.ID, ev(`{"op":"hello"}`), client.InvokeOptions{})
+	if err != nil || !inv.OK {
+		t.Fatalf("next invocation after an error: %v %+v", err, inv)
+	}
+}
+
+func TestGuestReachesHostService(t *testing.T) {
+	f, c := bootedFixture(t)
+	checkHostService(t, c, f.vm.ID, f.host)
+}
+
+// The booted VM keeps running after its snapshot was taken.
+func TestBootedVMRunsAfterSnapshot(t *testing.T) {
+	f, c := bootedFixture(t)
+	if inv, err := c.InvokeVM(ctxT(t), f.vm.ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+		t.Fatalf("%v %+v", err, inv)
+	}
+	if vm, err := c.GetVM(ctxT(t), f.vm.ID); err != nil || vm.State != "running" {
+		t.Fatalf("booted vm after its snapshot: %+v %v", vm, err)
+	}
+}
+
+func TestColdInvoke(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	inv, err := c.InvokeSnapshot(ctx, f.snap.ID, ev(`{"name":"cold"}`), client.InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := inv.Timing.Restore
+	if !inv.OK || !strings.Contains(string(inv.Result), "hello, cold!") || r == nil || r.SetupMS <= 0 || r.ResumeMS <= 0 || inv.Mode != "cold" || inv.Strategy != "vanilla" {
+		t.Fatalf("cold invocation = %+v", inv)
+	}
+	t.Logf("cold: setup %.1f ms, resume %.1f ms, invoke %.1f ms, total %.1f ms", r.SetupMS, r.ResumeMS, inv.Timing.InvokeMS, inv.Timing.TotalMS)
+	if _, err := c.GetVM(ctx, inv.VM); err == nil {
+		t.Errorf("cold VM %s still listed after its invocation", inv.VM)
+	}
+	// The function's newest snapshot is the default for a cold invoke.
+	snaps, err := c.ListSnapshots(ctx, "probe")
+	if err != nil || len(snaps) == 0 {
+		t.Fatalf("snapshots: %v %d", err, len(snaps))
+	}
+	inv, err = c.InvokeFunction(ctx, "probe", ev(`{"op":"count"}`), client.InvokeOptions{Strategy: "vanilla"})
+	if err != nil || !inv.OK || inv.Snapshot != snaps[len(snaps)-1].ID {
+		t.Fatalf("function cold invoke: %v %+v (newest snapshot %s)", err, inv, snaps[len(snaps)-1].ID)
+	}
+}
+
+// Two clones restored at once from one snapshot are independent: each
+// counts from the snapshot's state, reaches the host, writes privately;
+// the snapshot they use cannot be deleted, they cannot be snapshotted, and
+// a paused one refuses invocations until resumed.
+func TestClonesFromOneSnapshot(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	vms := make([]*client.VM, 2)
+	errs := make([]error, 2)
+	for i := range vms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vms[i], errs[i] = c.RestoreVM(ctx, f.snap.ID, "vanilla")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+		defer c.DeleteVM(context.Background(), vms[i].ID)
+	}
+	// Interleave: clone 0 twice, clone 1 once. Each counts from the
+	// snapshot's state, so neither sees the other's calls.
+	counts := map[string][]int{}
+	for _, id := range []string{vms[0].ID, vms[0].ID, vms[1].ID} {
+		inv, err := c.InvokeVM(ctx, id, ev(`{"op":"count"}`), client.InvokeOptions{})
+		if err != nil || !inv.OK {
+			t.Fatalf("invoke %s: %v %+v", id, err, inv)
+		}
+		var r struct{ Calls int }
+		_ = json.Unmarshal(inv.Result, &r)
+		counts[id] = append(counts[id], r.Calls)
+	}
+	a, b := counts[vms[0].ID], counts[vms[1].ID]
+	if a[1] != a[0]+1 || b[0] != a[0] {
+		t.Fatalf("clone counters are not independent: clone0 %v clone1 %v", a, b)
+	}
+	checkHostService(t, c, vms[0].ID, f.host)
+	for _, v := range vms { // clones write memory privately
+		if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":16}`), client.InvokeOptions{}); err != nil || !inv.OK {
+			t.Fatalf("write: %v %+v", err, inv)
+		}
+	}
+	wantAPIError(t, c.DeleteSnapshot(ctx, f.snap.ID), client.ErrConflict, 409, vms[0].ID[:3])
+	_, err := c.CreateSnapshot(ctx, vms[0].ID)
+	wantAPIError(t, err, client.ErrConflict, 409, "restored")
+
+	if _, err := c.PauseVM(ctx, vms[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{})
+	wantAPIError(t, err, client.ErrConflict, 409, "paused")
+	if _, err := c.ResumeVM(ctx, vms[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err := c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+		t.Fatalf("after resume: %v %+v", err, inv)
+	}
+}
+
+// Restores never change the snapshot's memory file (whatever restored
+// from it before, in any test).
+func TestSnapshotMemoryUnchangedByRestores(t *testing.T) {
+	f, c := bootedFixture(t)
+	v, err := c.RestoreVM(ctxT(t), f.snap.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv, err := c.InvokeVM(ctxT(t), v.ID, ev(`{"op":"write","mib":8}`), client.InvokeOptions{}); err != nil || !inv.OK {
+		t.Fatalf("write: %v %+v", err, inv)
+	}
+	if err := c.DeleteVM(ctxT(t), v.ID); err != nil {
+		t.Fatal(err)
+	}
+	after, err := snapshot.HashFile(filepath.Join(f.snap.Dir, snapshot.MemoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.SHA256 != f.memSHA {
+		t.Fatalf("snapshot memory changed: %s -> %s", f.memSHA, after.SHA256)
+	}
+}
+
+func TestInvocationTimeoutKillsGuest(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	v, err := c.RestoreVM(ctx, f.snap.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.InvokeVM(ctx, v.ID, ev(`{"op":"sleep","seconds":30}`), client.InvokeOptions{Timeout: 1500 * time.Millisecond})
+	wantAPIError(t, err, client.ErrTimeout, 504, "timed out")
+	got := waitState(t, c, v.ID, "failed", 5*time.Second)
+	if !strings.Contains(got.Reason, "timed out") || !processGone(v.PID) {
+		t.Fatalf("after timeout: %+v (process gone: %v)", got, processGone(v.PID))
+	}
+	if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
+		t.Fatalf("run dir %s left behind", v.RunDir)
+	}
+	_, err = c.InvokeVM(ctx, v.ID, ev(`{}`), client.InvokeOptions{})
+	wantAPIError(t, err, client.ErrConflict, 409, "failed")
+	if err := c.DeleteVM(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCrashedVMMFailsAndFreesVM(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	v, err := c.RestoreVM(ctx, f.snap.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	got := waitState(t, c, v.ID, "failed", 10*time.Second)
+	if !strings.Contains(got.Reason, "killed") {
+		t.Fatalf("reason %q does not say the process was killed", got.Reason)
+	}
+	if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
+		t.Fatalf("run dir %s left behind", v.RunDir)
+	}
+	if err := c.DeleteVM(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Damaged snapshots are refused; the test damages a copy of the shared
+// one.
+func TestCorruptSnapshotsRefused(t *testing.T) {
+	f, c := bootedFixture(t)
+	cp, err := c.CopySnapshot(ctxT(t), f.snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testCorruptSnapshot(t, c, cp)
+}
+
+func TestFullDiskLeavesNoPartialSnapshot(t *testing.T) {
+	f, c := bootedFixture(t)
+	testDiskFull(t, c, f.e.dataDir, f.vm.ID)
+}
+
+// A daemon restart (its own daemon: stopping it stops every VM) keeps the
+// catalog, reconciles VMs whose process is gone and restores again.
+func TestDaemonRestartKeepsCatalog(t *testing.T) {
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	c := e.c
 	ctx := ctxT(t)
-
-	host := hostService(t)
-	fn, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1,
-		client.WithServices(fmt.Sprintf("127.0.0.1:%d", host)))
-	if err != nil {
-		t.Fatalf("create function: %v", err)
-	}
-	if fn.Digest == "" || fn.MemoryMiB != 256 {
-		t.Fatalf("function = %+v", fn)
-	}
-
-	t.Log("booting a VM (TCG: about 10 s)")
-	vm, err := c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatalf("boot: %v", err)
-	}
-	if vm.State != "running" || vm.BootMS <= 0 || vm.Accel == "" {
-		t.Fatalf("booted vm = %+v", vm)
-	}
-	t.Logf("boot to agent ready: %.0f ms", vm.BootMS)
-
-	t.Run("warm invoke", func(t *testing.T) {
-		inv, err := c.InvokeVM(ctx, vm.ID, ev(`{"name":"e2e"}`), client.InvokeOptions{})
-		if err != nil {
-			t.Fatal(err)
+	vm, snap := bootSnapshot(t, c, "probe", "e2e/testdata/probe")
+	for _, event := range []string{`{}`, `{"op":"count"}`} {
+		if inv, err := c.InvokeVM(ctx, vm.ID, ev(event), client.InvokeOptions{}); err != nil || !inv.OK {
+			t.Fatalf("invoke: %v %+v", err, inv)
 		}
-		if !inv.OK || string(inv.Result) != `{"message":"hello, e2e!"}` && !strings.Contains(string(inv.Result), `"hello, e2e!"`) {
-			t.Fatalf("invocation = %+v (result %s)", inv, inv.Result)
-		}
-	})
-
-	t.Run("handler error keeps the VM usable", func(t *testing.T) {
-		inv, err := c.InvokeVM(ctx, vm.ID, ev(`{"op":"raise","why":"testing"}`), client.InvokeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if inv.OK || inv.Error == nil || inv.Error.Type != "ValueError" ||
-			!strings.Contains(inv.Error.Message, "boom: testing") || !strings.Contains(inv.Error.Traceback, "handler.py") {
-			t.Fatalf("want structured ValueError with traceback, got %+v", inv.Error)
-		}
-		inv, err = c.InvokeVM(ctx, vm.ID, ev(`{"op":"hello"}`), client.InvokeOptions{})
-		if err != nil || !inv.OK {
-			t.Fatalf("next invocation after an error: %v %+v", err, inv)
-		}
-	})
-
-	t.Run("guest reaches a host service", func(t *testing.T) {
-		checkHostService(t, c, vm.ID, host)
-	})
-
-	snap, err := c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
 	}
-	t.Logf("snapshot: %.0f ms (VM paused %.0f ms), %d MiB on disk", snap.CreateMS, snap.PauseMS, snap.DiskBytes>>20)
-	memPath := filepath.Join(snap.Dir, snapshot.MemoryFile)
-	before, err := snapshot.HashFile(memPath)
+	e.stop()
+	// Stopping the daemon stops every VM and frees what it held.
+	if !processGone(vm.PID) {
+		t.Fatalf("booted VM's QEMU (pid %d) survived the daemon", vm.PID)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dataDir, "run")); len(ents) != 0 {
+		t.Fatalf("run directory not empty after stop: %v", ents)
+	}
+	// A VM a crashed daemon left "running" with a process that is gone.
+	db, err := catalog.Open(filepath.Join(dataDir, "catalog.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.Allocated >= before.Size {
-		t.Errorf("memory file is not sparse: %d allocated of %d", before.Allocated, before.Size)
+	ghost := &catalog.VM{ID: "vm-00000000dead", Function: "probe", State: catalog.StateRunning, PID: 1 << 22, Accel: "tcg", MemoryMiB: 256,
+		RunDir: filepath.Join(dataDir, "run", "vm-00000000dead"), CreatedAt: time.Now()}
+	if err := db.PutVM(context.Background(), ghost); err != nil {
+		t.Fatal(err)
 	}
+	db.Close()
 
-	t.Run("the booted VM keeps running after its snapshot", func(t *testing.T) {
-		if inv, err := c.InvokeVM(ctx, vm.ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
-			t.Fatalf("%v %+v", err, inv)
-		}
-	})
-
-	t.Run("cold invoke", func(t *testing.T) {
-		inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"cold"}`), client.InvokeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := inv.Timing.Restore
-		if !inv.OK || !strings.Contains(string(inv.Result), "hello, cold!") || r == nil || r.SetupMS <= 0 || r.ResumeMS <= 0 || inv.Mode != "cold" || inv.Strategy != "vanilla" {
-			t.Fatalf("cold invocation = %+v", inv)
-		}
-		t.Logf("cold: setup %.1f ms, resume %.1f ms, invoke %.1f ms, total %.1f ms", r.SetupMS, r.ResumeMS, inv.Timing.InvokeMS, inv.Timing.TotalMS)
-		if _, err := c.GetVM(ctx, inv.VM); err == nil {
-			t.Errorf("cold VM %s still listed after its invocation", inv.VM)
-		}
-		// The function's newest snapshot is the default for a cold invoke.
-		inv, err = c.InvokeFunction(ctx, "probe", ev(`{"op":"count"}`), client.InvokeOptions{Strategy: "vanilla"})
-		if err != nil || !inv.OK || inv.Snapshot != snap.ID {
-			t.Fatalf("function cold invoke: %v %+v", err, inv)
-		}
-	})
-
-	t.Run("two clones from one snapshot are independent", func(t *testing.T) {
-		var wg sync.WaitGroup
-		vms := make([]*client.VM, 2)
-		errs := make([]error, 2)
-		for i := range vms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				vms[i], errs[i] = c.RestoreVM(ctx, snap.ID, "vanilla")
-			}()
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("restore %d: %v", i, err)
-			}
-			defer c.DeleteVM(ctx, vms[i].ID)
-		}
-		// Interleave: clone 0 twice, clone 1 once. Each counts from the
-		// snapshot's state, so neither sees the other's calls.
-		counts := map[string][]int{}
-		for _, id := range []string{vms[0].ID, vms[0].ID, vms[1].ID} {
-			inv, err := c.InvokeVM(ctx, id, ev(`{"op":"count"}`), client.InvokeOptions{})
-			if err != nil || !inv.OK {
-				t.Fatalf("invoke %s: %v %+v", id, err, inv)
-			}
-			var r struct{ Calls int }
-			_ = json.Unmarshal(inv.Result, &r)
-			counts[id] = append(counts[id], r.Calls)
-		}
-		a, b := counts[vms[0].ID], counts[vms[1].ID]
-		if a[1] != a[0]+1 || b[0] != a[0] {
-			t.Fatalf("clone counters are not independent: clone0 %v clone1 %v", a, b)
-		}
-		t.Run("restored guest reaches a host service", func(t *testing.T) {
-			checkHostService(t, c, vms[0].ID, host)
-		})
-		// Clones write memory privately; touch some to be sure.
-		for _, v := range vms {
-			if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":16}`), client.InvokeOptions{}); err != nil || !inv.OK {
-				t.Fatalf("write: %v %+v", err, inv)
-			}
-		}
-
-		t.Run("snapshot in use cannot be deleted", func(t *testing.T) {
-			wantAPIError(t, c.DeleteSnapshot(ctx, snap.ID), client.ErrConflict, 409, vms[0].ID[:3])
-		})
-		t.Run("restored VMs cannot be snapshotted", func(t *testing.T) {
-			_, err := c.CreateSnapshot(ctx, vms[0].ID)
-			wantAPIError(t, err, client.ErrConflict, 409, "restored")
-		})
-		t.Run("paused VM refuses invocations", func(t *testing.T) {
-			if _, err := c.PauseVM(ctx, vms[1].ID); err != nil {
-				t.Fatal(err)
-			}
-			_, err := c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{})
-			wantAPIError(t, err, client.ErrConflict, 409, "paused")
-			if _, err := c.ResumeVM(ctx, vms[1].ID); err != nil {
-				t.Fatal(err)
-			}
-			if inv, err := c.InvokeVM(ctx, vms[1].ID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
-				t.Fatalf("after resume: %v %+v", err, inv)
-			}
-		})
-	})
-
-	t.Run("memory file unchanged by restores", func(t *testing.T) {
-		after, err := snapshot.HashFile(memPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if after.SHA256 != before.SHA256 {
-			t.Fatalf("snapshot memory changed: %s -> %s", before.SHA256, after.SHA256)
-		}
-	})
-
-	t.Run("invocation timeout kills the guest", func(t *testing.T) {
-		v, err := c.RestoreVM(ctx, snap.ID, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.InvokeVM(ctx, v.ID, ev(`{"op":"sleep","seconds":30}`), client.InvokeOptions{Timeout: 1500 * time.Millisecond})
-		wantAPIError(t, err, client.ErrTimeout, 504, "timed out")
-		got := waitState(t, c, v.ID, "failed", 5*time.Second)
-		if !strings.Contains(got.Reason, "timed out") || !processGone(v.PID) {
-			t.Fatalf("after timeout: %+v (process gone: %v)", got, processGone(v.PID))
-		}
-		if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
-			t.Fatalf("run dir %s left behind", v.RunDir)
-		}
-		_, err = c.InvokeVM(ctx, v.ID, ev(`{}`), client.InvokeOptions{})
-		wantAPIError(t, err, client.ErrConflict, 409, "failed")
-		if err := c.DeleteVM(ctx, v.ID); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("crashed VMM marks the VM failed and frees it", func(t *testing.T) {
-		v, err := c.RestoreVM(ctx, snap.ID, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		got := waitState(t, c, v.ID, "failed", 10*time.Second)
-		if !strings.Contains(got.Reason, "killed") {
-			t.Fatalf("reason %q does not say the process was killed", got.Reason)
-		}
-		if _, err := os.Stat(v.RunDir); !os.IsNotExist(err) {
-			t.Fatalf("run dir %s left behind", v.RunDir)
-		}
-		if err := c.DeleteVM(ctx, v.ID); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("corrupt snapshots are refused", func(t *testing.T) {
-		snap2, err := c.CreateSnapshot(ctx, vm.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testCorruptSnapshot(t, c, snap2)
-	})
-
-	t.Run("full disk leaves no partial snapshot", func(t *testing.T) {
-		testDiskFull(t, e, vm.ID)
-	})
-
-	t.Run("daemon restart keeps the catalog", func(t *testing.T) {
-		e.stop()
-		// Stopping the daemon stops every VM and frees what it held.
-		if !processGone(vm.PID) {
-			t.Fatalf("booted VM's QEMU (pid %d) survived the daemon", vm.PID)
-		}
-		if ents, _ := os.ReadDir(filepath.Join(dataDir, "run")); len(ents) != 0 {
-			t.Fatalf("run directory not empty after stop: %v", ents)
-		}
-		// A VM a crashed daemon left "running" with a process that is gone.
-		db, err := catalog.Open(filepath.Join(dataDir, "catalog.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ghost := &catalog.VM{ID: "vm-00000000dead", Function: "probe", State: catalog.StateRunning, PID: 1 << 22,
-			RunDir: filepath.Join(dataDir, "run", "vm-00000000dead"), CreatedAt: time.Now()}
-		if err := db.PutVM(context.Background(), ghost); err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
-
-		e2 := startEnv(t, dataDir)
-		c2 := e2.c
-		if _, err := c2.GetFunction(ctx, "probe"); err != nil {
-			t.Fatalf("function lost: %v", err)
-		}
-		if _, err := c2.GetSnapshot(ctx, snap.ID); err != nil {
-			t.Fatalf("snapshot lost: %v", err)
-		}
-		old, err := c2.GetVM(ctx, vm.ID)
-		if err != nil || old.State != "stopped" {
-			t.Fatalf("booted VM after restart: %+v %v", old, err)
-		}
-		g, err := c2.GetVM(ctx, ghost.ID)
-		if err != nil || g.State != "failed" || !strings.Contains(g.Reason, "gone") {
-			t.Fatalf("ghost VM not reconciled: %+v %v", g, err)
-		}
-		inv, err := c2.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"again"}`), client.InvokeOptions{})
-		if err != nil || !inv.OK {
-			t.Fatalf("cold invoke after restart: %v %+v", err, inv)
-		}
-		invs, err := c2.ListInvocations(ctx, "probe", 100)
-		if err != nil || len(invs) < 5 {
-			t.Fatalf("invocation history lost: %d %v", len(invs), err)
-		}
-	})
+	c2 := startEnv(t, dataDir).c
+	if _, err := c2.GetFunction(ctx, "probe"); err != nil {
+		t.Fatalf("function lost: %v", err)
+	}
+	if _, err := c2.GetSnapshot(ctx, snap.ID); err != nil {
+		t.Fatalf("snapshot lost: %v", err)
+	}
+	old, err := c2.GetVM(ctx, vm.ID)
+	if err != nil || old.State != "stopped" {
+		t.Fatalf("booted VM after restart: %+v %v", old, err)
+	}
+	g, err := c2.GetVM(ctx, ghost.ID)
+	if err != nil || g.State != "failed" || !strings.Contains(g.Reason, "gone") {
+		t.Fatalf("ghost VM not reconciled: %+v %v", g, err)
+	}
+	inv, err := c2.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"again"}`), client.InvokeOptions{})
+	if err != nil || !inv.OK {
+		t.Fatalf("cold invoke after restart: %v %+v", err, inv)
+	}
+	invs, err := c2.ListInvocations(ctx, "probe", 100)
+	if err != nil || len(invs) != 3 {
+		t.Fatalf("invocation history after restart: %d records (want 2 before it and 1 after) %v", len(invs), err)
+	}
 }
 
 // testCorruptSnapshot damages each part of a snapshot in turn and checks the
@@ -410,21 +413,21 @@ func liveVMs(t *testing.T, c *client.Client) int {
 
 // testDiskFull puts the snapshot directory on a tiny tmpfs, so writing the
 // memory file runs out of space half way.
-func testDiskFull(t *testing.T, e *env, vmID string) {
+func testDiskFull(t *testing.T, c *client.Client, dataDir, vmID string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs")
 	}
 	ctx := context.Background()
-	before, err := e.c.ListSnapshots(ctx, "")
+	before, err := c.ListSnapshots(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(e.dataDir, "snapshots")
+	dir := filepath.Join(dataDir, "snapshots")
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=24m"); err != nil {
 		t.Fatalf("mount tmpfs: %v", err)
 	}
 	defer syscall.Unmount(dir, syscall.MNT_DETACH)
-	_, err = e.c.CreateSnapshot(ctx, vmID)
+	_, err = c.CreateSnapshot(ctx, vmID)
 	var ae *client.APIError
 	if err == nil || !strings.Contains(err.Error(), "no space") {
 		t.Fatalf("snapshot on a full disk: %v", err)
@@ -436,10 +439,10 @@ func testDiskFull(t *testing.T, e *env, vmID string) {
 	if len(ents) != 0 {
 		t.Fatalf("partial snapshot left: %v", ents)
 	}
-	if after, _ := e.c.ListSnapshots(ctx, ""); len(after) != len(before) {
+	if after, _ := c.ListSnapshots(ctx, ""); len(after) != len(before) {
 		t.Fatalf("catalog has %d snapshots after a failed snapshot, had %d", len(after), len(before))
 	}
-	if inv, err := e.c.InvokeVM(ctx, vmID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
+	if inv, err := c.InvokeVM(ctx, vmID, ev(`{}`), client.InvokeOptions{}); err != nil || !inv.OK {
 		t.Fatalf("VM not resumed after the failed snapshot: %v %+v", err, inv)
 	}
 }
@@ -447,7 +450,7 @@ func testDiskFull(t *testing.T, e *env, vmID string) {
 // hostService listens on the host's loopback and answers "pong <n>" to each
 // line, like a tiny Redis; a function allowed to reach it sees it at
 // 10.0.2.2.
-func hostService(t *testing.T) int {
+func hostService(t testing.TB) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
