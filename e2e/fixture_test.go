@@ -120,3 +120,13 @@ func makeBooted(t *testing.T) (*booted, error) {
 	f.memSHA = mem.SHA256
 	return f, nil
 }
+
+// clone restores a VM from the fixture's snapshot (vanilla).
+func (f *booted) clone(t *testing.T, c *client.Client) *client.VM {
+	t.Helper()
+	v, err := c.RestoreVM(ctxT(t), f.snap.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -164,10 +164,7 @@ func TestClonesFromOneSnapshot(t *testing.T) {
 // from it before, in any test).
 func TestSnapshotMemoryUnchangedByRestores(t *testing.T) {
 	f, c := bootedFixture(t)
-	v, err := c.RestoreVM(ctxT(t), f.snap.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := f.clone(t, c)
 	if inv, err := c.InvokeVM(ctxT(t), v.ID, ev(`{"op":"write","mib":8}`), client.InvokeOptions{}); err != nil || !inv.OK {
 		t.Fatalf("write: %v %+v", err, inv)
 	}
@@ -186,11 +183,8 @@ func TestSnapshotMemoryUnchangedByRestores(t *testing.T) {
 func TestInvocationTimeoutKillsGuest(t *testing.T) {
 	f, c := bootedFixture(t)
 	ctx := ctxT(t)
-	v, err := c.RestoreVM(ctx, f.snap.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.InvokeVM(ctx, v.ID, ev(`{"op":"sleep","seconds":30}`), client.InvokeOptions{Timeout: 1500 * time.Millisecond})
+	v := f.clone(t, c)
+	_, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"sleep","seconds":30}`), client.InvokeOptions{Timeout: 1500 * time.Millisecond})
 	wantAPIError(t, err, client.ErrTimeout, 504, "timed out")
 	got := waitState(t, c, v.ID, "failed", 5*time.Second)
 	if !strings.Contains(got.Reason, "timed out") || !processGone(v.PID) {
@@ -209,10 +203,7 @@ func TestInvocationTimeoutKillsGuest(t *testing.T) {
 func TestCrashedVMMFailsAndFreesVM(t *testing.T) {
 	f, c := bootedFixture(t)
 	ctx := ctxT(t)
-	v, err := c.RestoreVM(ctx, f.snap.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := f.clone(t, c)
 	if err := syscall.Kill(v.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -183,33 +183,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// failures map the service's errors to status codes and error codes, in
+// the order they are tested; anything else is 500 internal.
+var failures = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{daemon.ErrInvalid, http.StatusBadRequest, "invalid"},
+	{daemon.ErrNotFound, http.StatusNotFound, "not_found"},
+	{daemon.ErrExists, http.StatusConflict, "exists"},
+	{daemon.ErrConflict, http.StatusConflict, "conflict"},
+	{daemon.ErrSnapshotUnusable, http.StatusUnprocessableEntity, "snapshot_unusable"},
+	{daemon.ErrTimeout, http.StatusGatewayTimeout, "timeout"},
+	{daemon.ErrVMFailed, http.StatusBadGateway, "vm_failed"},
+	{daemon.ErrForbidden, http.StatusForbidden, "forbidden"},
+	{daemon.ErrTooMany, http.StatusTooManyRequests, "too_many"},
+	{daemon.ErrNoSpace, http.StatusInsufficientStorage, "no_space"},
+	{context.Canceled, 499, "canceled"},
+}
+
 // fail maps a service error to its status code.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := http.StatusInternalServerError, "internal"
-	switch {
-	case errors.Is(err, daemon.ErrInvalid):
-		status, code = http.StatusBadRequest, "invalid"
-	case errors.Is(err, daemon.ErrNotFound):
-		status, code = http.StatusNotFound, "not_found"
-	case errors.Is(err, daemon.ErrExists):
-		status, code = http.StatusConflict, "exists"
-	case errors.Is(err, daemon.ErrConflict):
-		status, code = http.StatusConflict, "conflict"
-	case errors.Is(err, daemon.ErrSnapshotUnusable):
-		status, code = http.StatusUnprocessableEntity, "snapshot_unusable"
-	case errors.Is(err, daemon.ErrTimeout):
-		status, code = http.StatusGatewayTimeout, "timeout"
-	case errors.Is(err, daemon.ErrVMFailed):
-		status, code = http.StatusBadGateway, "vm_failed"
-	case errors.Is(err, daemon.ErrForbidden):
-		status, code = http.StatusForbidden, "forbidden"
-	case errors.Is(err, daemon.ErrTooMany):
-		status, code = http.StatusTooManyRequests, "too_many"
+	for _, f := range failures {
+		if errors.Is(err, f.err) {
+			status, code = f.status, f.code
+			break
+		}
+	}
+	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, daemon.ErrNoSpace):
-		status, code = http.StatusInsufficientStorage, "no_space"
-	case errors.Is(err, context.Canceled):
-		status, code = 499, "canceled"
 	}
 	if status >= 500 {
 		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
