@@ -13,6 +13,7 @@ have cpio               || need+=(cpio)
 have zstd               || need+=(zstd)
 [ -x /bin/busybox ] || dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 have redis-server       || need+=(redis-server)
+have prometheus         || need+=(prometheus)     # tests: a real Prometheus scrapes thawd
 have curl               || need+=(curl)
 have clang              || need+=(clang)          # compiles the snapbpf capture program
 have nft                || need+=(nftables)       # full egress: the host's forwarding rules

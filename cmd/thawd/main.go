@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate (PEM) for the TCP listeners; required, with --tls-key, for an address that is not loopback")
 	flag.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key (PEM) of --tls-cert")
 	flag.Var((*listFlag)(&cfg.AllowedHosts), "allowed-host", "Host header value accepted over TCP besides loopback names and addresses, repeatable (without a port: any port)")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "", "loopback host:port serving GET /metrics alone, without the token, for a Prometheus on this host (metrics are also at /metrics on every --listen, with the token over TCP)")
 	flag.Var((*listFlag)(&cfg.AllowedOrigins), "allowed-origin", "web origin (scheme://host[:port]) whose browser requests are served, repeatable; requests from any other origin are refused")
 	d := &cfg.Daemon
 	flag.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")

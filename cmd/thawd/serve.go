@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/store"
@@ -34,17 +35,21 @@ type serveConfig struct {
 	TLSKey         string
 	AllowedHosts   []string
 	AllowedOrigins []string
+	// MetricsListen, if set, is a loopback host:port serving /metrics
+	// alone, without the token (for a Prometheus on this host).
+	MetricsListen string
 }
 
 // plan is what the command line asks for, checked before anything is
 // opened: the addresses, the socket group, TLS, and whether TCP (and so
 // the token) is used.
 type plan struct {
-	addrs []api.Addr
-	gid   int
-	tls   *tls.Config
-	tcp   bool
-	token string // from --token-file; else read or generated after Open
+	addrs   []api.Addr
+	gid     int
+	tls     *tls.Config
+	tcp     bool
+	token   string // from --token-file; else read or generated after Open
+	metrics *api.Addr
 }
 
 // check validates the command line: listen addresses, TLS (required off
@@ -70,6 +75,17 @@ func check(cfg serveConfig) (*plan, error) {
 			}
 		}
 		p.addrs = append(p.addrs, a)
+	}
+	if cfg.MetricsListen != "" {
+		a, err := api.ParseAddr(cfg.MetricsListen)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--metrics-listen: %w", err))
+		case a.Network != "tcp" || !a.Loopback():
+			errs = append(errs, fmt.Errorf("--metrics-listen %s: metrics are served without the token on loopback only; scrape /metrics over --listen with the token from elsewhere", cfg.MetricsListen))
+		default:
+			p.metrics = &a
+		}
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
@@ -143,6 +159,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		return err
 	}
 	lns, err := openListeners(cfg, p, log)
+	var ml net.Listener // --metrics-listen
+	if err == nil && p.metrics != nil {
+		if ml, err = net.Listen("tcp", p.metrics.Address); err != nil {
+			err = fmt.Errorf("--metrics-listen %s: %w", p.metrics.Address, err)
+		} else {
+			defer ml.Close()
+		}
+	}
 	if err == nil {
 		err = svc.Start(ctx)
 	}
@@ -155,11 +179,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, len(lns))
+	errc := make(chan error, len(lns)+1)
 	var addrs []net.Addr
 	for _, ln := range lns {
 		go func() { errc <- srv.Serve(ln) }()
 		addrs = append(addrs, ln.Addr())
+	}
+	if ml != nil {
+		msrv := &http.Server{Handler: metricsOnly(svc), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- msrv.Serve(ml) }()
+		defer msrv.Close()
+		log.Info("metrics served", "address", ml.Addr().String())
 	}
 	if ready != nil {
 		ready(addrs)
@@ -219,4 +249,11 @@ func openListeners(cfg serveConfig, p *plan, log *slog.Logger) (lns []net.Listen
 		log.Info("serving API", "listen", a.String(), "tls", a.Network == "tcp" && p.tls != nil)
 	}
 	return lns, nil
+}
+
+// metricsOnly serves GET /metrics and nothing else.
+func metricsOnly(svc *daemon.Service) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics().Registry, promhttp.HandlerOpts{}))
+	return mux
 }

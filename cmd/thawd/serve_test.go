@@ -50,6 +50,8 @@ func TestRefusedAtStart(t *testing.T) {
 		{"origin without scheme", serveConfig{AllowedOrigins: []string{"dash.example"}}, "scheme://host"},
 		{"origin with a path", serveConfig{AllowedOrigins: []string{"https://dash.example/app"}}, "scheme://host"},
 		{"host as a URL", serveConfig{AllowedHosts: []string{"https://thaw.example"}}, "host name"},
+		{"metrics off loopback", serveConfig{MetricsListen: "0.0.0.0:9100"}, "loopback only"},
+		{"metrics on a socket", serveConfig{MetricsListen: "/run/thaw/metrics.sock"}, "loopback only"},
 	} {
 		c.cfg.Daemon = daemon.Config{DataDir: filepath.Join(t.TempDir(), "data")}
 		err := serve(context.Background(), c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
@@ -200,7 +202,8 @@ func TestServe(t *testing.T) {
 	data := t.TempDir()
 	store := filepath.Join("/dev/shm", "thawd-serve-"+filepath.Base(sockDir))
 	defer os.RemoveAll(store)
-	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key,
+	metricsAddr := freeAddr(t)
+	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr,
 		Daemon: daemon.Config{DataDir: data, ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 256, DefaultVCPUs: 1,
 			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
 			ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}}
@@ -226,6 +229,18 @@ func TestServe(t *testing.T) {
 	unixC := client.New("unix:" + sock)
 	if _, err := unixC.Info(ctx); err != nil {
 		t.Fatalf("over the socket: %v", err)
+	}
+	// --metrics-listen serves /metrics alone, without the token.
+	for path, want := range map[string]int{"/metrics": 200, "/v1/info": 404} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 200 && !strings.Contains(string(body), "thaw_api_requests_total")) {
+			t.Errorf("metrics listener %s: %d, want %d (%.200s)", path, resp.StatusCode, want, body)
+		}
 	}
 	url := "https://" + r.addrs[1].String()
 	tcpC := envClient(t, url, "THAW_CACERT", caFile, "THAW_TOKEN", "", "THAW_TOKEN_FILE", tokenPath)
@@ -282,4 +297,14 @@ func TestServe(t *testing.T) {
 	if now, err := api.ReadTokenFile(tokenPath); err != nil || now != token {
 		t.Errorf("restart changed the token file: %v", err)
 	}
+}
+
+// freeAddr is a loopback address nothing listens on now.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

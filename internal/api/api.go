@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -68,6 +69,7 @@ type route struct {
 func (h *Handler) routes() []route {
 	return []route{
 		{"GET", "/v1/openapi.json", h.openapi},
+		{"GET", "/metrics", h.metrics},
 		{"GET", "/v1/info", h.info},
 		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
 			return h.svc.ListFunctions(ctx)
@@ -119,7 +121,13 @@ func (h *Handler) Routes() []Route {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
-	r, ok := h.admit(w, r, pattern)
+	sw := &statusWriter{ResponseWriter: w, status: 200}
+	defer func() {
+		if h.svc != nil {
+			h.svc.Metrics().Request(pattern, sw.status, time.Since(start))
+		}
+	}()
+	r, ok := h.admit(sw, r, pattern)
 	if !ok {
 		args := []any{"method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
 		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
@@ -133,15 +141,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pattern == "" {
 		if allowed := h.allowedMethods(r.URL.Path); len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+			writeError(sw, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
 		} else {
-			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+			writeError(sw, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
 		}
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w, status: 200}
 	h.mux.ServeHTTP(sw, r)
 	h.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
+}
+
+// metrics serves the daemon's metrics in Prometheus' text format.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(h.svc.Metrics().Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }
 
 // allowedMethods lists the methods routed for path (for 405's Allow).

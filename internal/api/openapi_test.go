@@ -297,6 +297,7 @@ var handlerIO = map[string]struct {
 	request  string // schema of the JSON request body; "" for none
 }{
 	"GET /v1/openapi.json":              {"200", "", ""},
+	"GET /metrics":                      {"200", "", ""},
 	"GET /v1/info":                      {"200", "Info", ""},
 	"GET /v1/functions":                 {"200", "FunctionList", ""},
 	"POST /v1/functions":                {"201", "Function", "CreateFunctionRequest"},
@@ -473,9 +474,13 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 					}
 					continue
 				}
-				media := asObject(content["application/json"])
+				wantType := "application/json"
+				if o.key() == "GET /metrics" {
+					wantType = "text/plain" // Prometheus' exposition format
+				}
+				media := asObject(content[wantType])
 				if media == nil || len(content) != 1 {
-					t.Errorf("%s %s: want exactly application/json content", o.key(), status)
+					t.Errorf("%s %s: want exactly %s content", o.key(), status, wantType)
 					continue
 				}
 				if want.response != "" {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
@@ -180,6 +181,7 @@ type Service struct {
 	loaders *restore.Loaders   // FaaSnap loaders, shared by all restores
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
+	metrics    *metrics.Set
 	store      *store.Store // snapshot memory store; nil if unavailable
 	storeErr   error        // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -251,6 +253,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
 	}
+	s.metrics = metrics.New(s.metricState)
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)

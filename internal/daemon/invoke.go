@@ -153,6 +153,7 @@ func (s *Service) record(ctx context.Context, inv *Invocation) {
 	if err := s.db.PutInvocation(context.WithoutCancel(ctx), rec); err != nil {
 		s.log.Error("record invocation", "invocation", inv.ID, "err", err)
 	}
+	s.metrics.Invocation(inv)
 }
 
 // ColdRequest asks for the cold-start path: restore a VM from a snapshot,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -158,4 +159,20 @@ func (s *Service) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrConflict, id, err)
 	}
 	return &VMMemory{VM: id, ProcessMemory: m}, nil
+}
+
+// Metrics are the daemon's Prometheus metrics.
+func (s *Service) Metrics() *metrics.Set { return s.metrics }
+
+// metricState is what a scrape reads: VMs by state, the store.
+func (s *Service) metricState() metrics.State {
+	st := metrics.State{VMs: map[string]int{}}
+	ctx := context.Background()
+	if vms, err := s.db.ListVMs(ctx); err == nil {
+		for _, v := range vms {
+			st.VMs[v.State]++
+		}
+	}
+	st.Store, _ = s.StoreInfo(ctx)
+	return st
 }

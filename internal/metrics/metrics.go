@@ -1,0 +1,154 @@
+// Package metrics is what thawd exports to Prometheus (client_golang):
+// restore and invocation latency by strategy and mode, page faults and
+// bytes read by strategy, strategy fallbacks by reason, API requests by
+// route and status, and, read at each scrape, VMs by state and the memory
+// store's capacity and use. docs/operations.md says what each one means.
+package metrics
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// State is what a scrape reads from the daemon.
+type State struct {
+	VMs   map[string]int // live and recorded VMs by state
+	Store *wire.StoreInfo
+}
+
+// Set is thawd's metrics and the registry they are served from.
+type Set struct {
+	Registry *prometheus.Registry
+
+	setup, resume, invoke, total *prometheus.HistogramVec
+	faults, reads, fallbacks     *prometheus.CounterVec
+	requests                     *prometheus.CounterVec
+	requestSeconds               *prometheus.HistogramVec
+}
+
+// Latency buckets (seconds): restores and invocations run from a few
+// milliseconds (KVM, warm) to seconds (TCG, large working sets).
+var buckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// New makes the metrics; state is called at every scrape.
+func New(state func() State) *Set {
+	s := &Set{Registry: prometheus.NewRegistry()}
+	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "thaw", Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "thaw", Name: name, Help: help}, labels)
+	}
+	s.setup = hist("restore_setup_seconds", "Restore set-up: request to vCPUs resumed (cold invocations).", "strategy", "mode")
+	s.resume = hist("restore_resume_seconds", "Restore resume: vCPUs resumed to the guest ready (cold invocations).", "strategy", "mode")
+	s.invoke = hist("invoke_seconds", "Invocation round trip to the guest agent.", "strategy", "mode")
+	s.total = hist("invocation_seconds", "Request to answer, restore included for cold invocations.", "strategy", "mode")
+	s.faults = counter("page_faults_total", "Page faults of the VMM process during invocations (cold: from resume).", "strategy", "kind")
+	s.reads = counter("read_bytes_total", "Bytes read from storage for guest memory during invocations: by QEMU (page-cache misses) or by the daemon for the strategy.", "strategy", "reader")
+	s.fallbacks = counter("strategy_fallbacks_total", "Restores that ran as vanilla because the requested strategy could not be used.", "strategy", "reason")
+	s.requests = counter("api_requests_total", "API requests by route and status.", "route", "status")
+	s.requestSeconds = hist("api_request_seconds", "API request duration by route.", "route")
+	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
+		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return s
+}
+
+// Invocation records one answered invocation (mode cold or warm).
+func (s *Set) Invocation(inv *wire.Invocation) {
+	strategy := inv.Strategy
+	if strategy == "" {
+		strategy = "boot" // a warm invocation of a booted VM
+	}
+	if r := inv.Timing.Restore; r != nil {
+		s.setup.WithLabelValues(strategy, inv.Mode).Observe(r.SetupMS / 1000)
+		s.resume.WithLabelValues(strategy, inv.Mode).Observe(r.ResumeMS / 1000)
+	}
+	s.invoke.WithLabelValues(strategy, inv.Mode).Observe(inv.Timing.InvokeMS / 1000)
+	s.total.WithLabelValues(strategy, inv.Mode).Observe(inv.Timing.TotalMS / 1000)
+	if p := inv.Process; p != nil {
+		s.faults.WithLabelValues(strategy, "major").Add(float64(p.MajorFaults))
+		s.faults.WithLabelValues(strategy, "minor").Add(float64(p.MinorFaults))
+		s.reads.WithLabelValues(strategy, "qemu").Add(float64(p.ReadBytes))
+	}
+	if st := inv.StrategyStats; st != nil {
+		daemon := st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes
+		s.reads.WithLabelValues(strategy, "daemon").Add(float64(daemon))
+		if st.Fallback != "" {
+			requested, _, _ := strings.Cut(st.Fallback, " ")
+			s.fallbacks.WithLabelValues(requested, FallbackReason(st.Fallback)).Inc()
+		}
+	}
+}
+
+// FallbackReason classifies a fallback's text into a few label values.
+func FallbackReason(text string) string {
+	for _, c := range []struct{ substr, reason string }{
+		{"not in the memory store", "not_stored"},
+		{"no snapshot memory store", "no_store"},
+		{"huge page pool", "no_huge_pages"},
+		{"memory store full", "store_full"},
+		{"damaged", "damaged"},
+		{"checksum", "damaged"},
+		{"another memory file", "other_snapshot"},
+		{"no such file", "missing"},
+		{"interposer", "no_interposer"},
+	} {
+		if strings.Contains(text, c.substr) {
+			return c.reason
+		}
+	}
+	return "other"
+}
+
+// Request records one API request; route is its pattern ("" when none
+// matched).
+func (s *Set) Request(route string, status int, d time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	s.requests.WithLabelValues(route, statusText(status)).Inc()
+	s.requestSeconds.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func statusText(code int) string {
+	const digits = "0123456789"
+	if code < 100 || code > 999 {
+		return "other"
+	}
+	return string([]byte{digits[code/100], digits[code/10%10], digits[code%10]})
+}
+
+// stateCollector reads VMs by state and the store at each scrape.
+type stateCollector struct{ state func() State }
+
+var (
+	vmsDesc      = prometheus.NewDesc("thaw_vms", "VMs by state (the catalog's records; live ones are booting, running or paused).", []string{"state"}, nil)
+	storeCapDesc = prometheus.NewDesc("thaw_store_capacity_bytes", "Memory store capacity (premap).", []string{"tier"}, nil)
+	storeUseDesc = prometheus.NewDesc("thaw_store_used_bytes", "Memory store bytes used by stored snapshot copies.", []string{"tier"}, nil)
+	storeFree    = prometheus.NewDesc("thaw_store_free_bytes", "Memory store bytes free.", []string{"tier"}, nil)
+	storeResv    = prometheus.NewDesc("thaw_store_reserved_bytes", "Memory store bytes held for live premap clones beyond the copies.", []string{"tier"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state()
+	for state, n := range st.VMs {
+		ch <- prometheus.MustNewConstMetric(vmsDesc, prometheus.GaugeValue, float64(n), state)
+	}
+	if in := st.Store; in != nil && in.Available {
+		for d, v := range map[*prometheus.Desc]int64{storeCapDesc: in.CapacityBytes, storeUseDesc: in.UsedBytes,
+			storeFree: in.FreeBytes, storeResv: in.ReservedBytes} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), in.Kind)
+		}
+	}
+}
