@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,6 +105,60 @@ scrape_configs:
 	waitFor("API requests counted", `sum(thaw_api_requests_total{route="POST /v1/snapshots/{id}/invoke",status="200"})`,
 		func(v float64) bool { return v >= 2 })
 	t.Logf("prometheus counted %v cold vanilla restores (%v before this test)", after, before)
+	// premap of a snapshot not in the memory store falls back, by reason.
+	if inv, err := c.InvokeSnapshot(ctx, f.snap.ID, ev(`{}`), client.InvokeOptions{Strategy: "premap"}); err != nil || !inv.OK || inv.Strategy != "vanilla" {
+		t.Fatalf("premap of an unstored snapshot: %v %+v", err, inv)
+	}
+	waitFor("fallback counted", `thaw_strategy_fallbacks_total{strategy="premap",reason="not_stored"}`, func(v float64) bool { return v >= 1 })
+	checkDashboard(t, addr)
+}
+
+// checkDashboard: every query of deploy/grafana-dashboard.json is valid
+// PromQL to this Prometheus and names only series thawd exports.
+func checkDashboard(t *testing.T, prom string) {
+	t.Helper()
+	b, err := os.ReadFile(repoPath("deploy/grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\bthaw_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			q := strings.ReplaceAll(tg.Expr, "$__rate_interval", "1m")
+			resp, err := http.Get("http://" + prom + "/api/v1/query?query=" + url.QueryEscape(q))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct{ Status, Error string }
+			_ = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if r.Status != "success" {
+				t.Errorf("dashboard %q: %s: %s", p.Title, tg.Expr, r.Error)
+			}
+			for _, n := range names.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum")
+				resp, err := http.Get("http://" + prom + "/api/v1/series?match[]=" + url.QueryEscape("{__name__=~\""+base+".*\"}"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sr struct{ Data []map[string]string }
+				_ = json.NewDecoder(resp.Body).Decode(&sr)
+				resp.Body.Close()
+				if len(sr.Data) == 0 {
+					t.Errorf("dashboard %q uses %s, which thawd does not export", p.Title, n)
+				}
+			}
+		}
+	}
 }
 
 // freeLoopbackAddr is a loopback address nothing listens on now.

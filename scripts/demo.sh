@@ -97,3 +97,7 @@ thaw vm delete "$FVM"
 
 step "history"
 thaw invocations --limit 10
+
+step "metrics (Prometheus text format at /metrics): cold starts counted by strategy, VMs by state"
+curl -s --unix-socket "$SOCK" http://thawd/metrics |
+  grep -E '^thaw_(restore_setup_seconds_count|strategy_fallbacks_total|vms)\b' || true
