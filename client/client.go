@@ -323,6 +323,9 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 	if vcpus > 0 {
 		q.Set("vcpus", strconv.Itoa(vcpus))
 	}
+	if o.maxConcurrency > 0 {
+		q.Set("max_concurrency", strconv.Itoa(o.maxConcurrency))
+	}
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -339,13 +342,25 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if o.network.Egress != "" || len(o.network.Services) > 0 {
 		in["network"] = o.network
 	}
+	if o.maxConcurrency > 0 {
+		in["max_concurrency"] = o.maxConcurrency
+	}
 	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
 }
 
 // FunctionOption sets an optional property of a new function.
 type FunctionOption func(*functionOptions)
 
-type functionOptions struct{ network Network }
+type functionOptions struct {
+	network        Network
+	maxConcurrency int
+}
+
+// WithMaxConcurrency bounds the function's live VMs; more starts wait for
+// room, then get 429.
+func WithMaxConcurrency(n int) FunctionOption {
+	return func(o *functionOptions) { o.maxConcurrency = n }
+}
 
 // WithServices lets the function's guests reach these host:port services
 // (egress "services").

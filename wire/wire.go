@@ -26,14 +26,17 @@ type Error struct {
 
 // Function is a deployable function.
 type Function struct {
-	Name      string    `json:"name"`
-	Digest    string    `json:"digest"`     // SHA-256 of the code tree
-	CodeDir   string    `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
-	Disk      string    `json:"disk"`       // ext4 image of CodeDir, attached read-only
-	MemoryMiB int       `json:"memory_mib"` // guest memory
-	VCPUs     int       `json:"vcpus"`
-	Network   Network   `json:"network"` // what its guests may reach
-	CreatedAt time.Time `json:"created_at"`
+	Name      string  `json:"name"`
+	Digest    string  `json:"digest"`     // SHA-256 of the code tree
+	CodeDir   string  `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
+	Disk      string  `json:"disk"`       // ext4 image of CodeDir, attached read-only
+	MemoryMiB int     `json:"memory_mib"` // guest memory
+	VCPUs     int     `json:"vcpus"`
+	Network   Network `json:"network"` // what its guests may reach
+	// MaxConcurrency bounds the function's live VMs (0: only the host's
+	// budget does); more starts wait for room, then get 429.
+	MaxConcurrency int       `json:"max_concurrency,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // Network is what a function's guests may reach: egress "none" (the
@@ -93,6 +96,9 @@ type RestoreTiming struct {
 	// AgentRestoreMS is the part of ResumeMS the guest spent becoming a
 	// clone of its own: clock set, RNGs reseeded, on_restore run.
 	AgentRestoreMS float64 `json:"agent_restore_ms"`
+	// AdmissionWaitMS is how long the restore waited for room (the host
+	// budget or the function's limit) before it began; not part of set-up.
+	AdmissionWaitMS float64 `json:"admission_wait_ms,omitempty"`
 }
 
 // Timing breaks an invocation down, in milliseconds. For a cold invocation
@@ -292,6 +298,9 @@ type CreateFunctionRequest struct {
 	MemoryMiB int      `json:"memory_mib,omitempty"`
 	VCPUs     int      `json:"vcpus,omitempty"`
 	Network   *Network `json:"network,omitempty"` // absent: egress none
+	// MaxConcurrency bounds the function's live VMs (0 or absent: no
+	// limit of its own).
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 }
 
 // InvokeRequest is the body of the invoke operations.

@@ -29,6 +29,7 @@ func (a *app) newFunctionCreateCmd() *cobra.Command {
 		serverDir bool
 		allow     []string
 		egress    string
+		maxConc   int
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
@@ -40,7 +41,8 @@ daemon on another host too. With --server-dir, DIR is a directory on the
 daemon's host and the daemon reads it itself (a relative DIR is made
 absolute against the current directory first).
 
---memory and --vcpus default to the daemon's settings.
+--memory and --vcpus default to the daemon's settings. --max-concurrency
+bounds the function's live VMs: more starts wait for room, then get 429.
 
 By default the function's guests reach nothing: not the daemon's host, not
 the network beyond it. --allow HOST:PORT lets them reach one service, which
@@ -60,6 +62,13 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 			if vcpus < 0 {
 				return usagef("--vcpus must be positive, got %d", vcpus)
 			}
+			if maxConc < 0 {
+				return usagef("--max-concurrency must be positive, got %d", maxConc)
+			}
+			opts := netOpts(egress, allow)
+			if maxConc > 0 {
+				opts = append(opts, client.WithMaxConcurrency(maxConc))
+			}
 			var (
 				f   *client.Function
 				err error
@@ -69,7 +78,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 				if aerr != nil {
 					return aerr
 				}
-				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus, netOpts(egress, allow)...)
+				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus, opts...)
 			} else {
 				st, serr := os.Stat(dir)
 				if serr != nil {
@@ -78,7 +87,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 				if !st.IsDir() {
 					return fmt.Errorf("function directory %s is not a directory", dir)
 				}
-				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus, netOpts(egress, allow)...)
+				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus, opts...)
 			}
 			if err != nil {
 				return err
@@ -93,6 +102,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.BoolVar(&serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
 	fl.StringArrayVar(&allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
 	fl.StringVar(&egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
+	fl.IntVar(&maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -132,6 +142,9 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		row(w, "Digest:", orDash(f.Digest))
 		row(w, "Memory:", fmtMiB(f.MemoryMiB))
 		row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
+		if f.MaxConcurrency > 0 {
+			row(w, "Max VMs:", fmt.Sprint(f.MaxConcurrency))
+		}
 		row(w, "Code dir:", orDash(f.CodeDir))
 		row(w, "Disk:", orDash(f.Disk))
 		row(w, "Egress:", fmtNetwork(f.Network))

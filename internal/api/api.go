@@ -362,6 +362,9 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
 			spec.VCPUs, err = intParam(q.Get("vcpus"))
 		}
+		if err == nil {
+			spec.MaxConcurrency, err = intParam(q.Get("max_concurrency"))
+		}
 		if err != nil {
 			return spec, err
 		}
@@ -375,7 +378,8 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 	if req.Directory == "" {
 		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
-	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs}
+	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
+		MaxConcurrency: req.MaxConcurrency}
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}

@@ -558,8 +558,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "memory_mib", "name", "vcpus"}) {
-			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, memory_mib, name, vcpus", query)
+		if !slices.Equal(query, []string{"allow", "egress", "max_concurrency", "memory_mib", "name", "vcpus"}) {
+			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
 

@@ -25,14 +25,16 @@ var ErrExists = errors.New("already exists")
 
 // Function is a deployable function.
 type Function struct {
-	Name      string    `json:"name"`
-	Digest    string    `json:"digest"`     // SHA-256 of the code tree
-	CodeDir   string    `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
-	Disk      string    `json:"disk"`       // ext4 image of CodeDir, attached read-only
-	MemoryMiB int       `json:"memory_mib"` // guest memory
-	VCPUs     int       `json:"vcpus"`
-	Network   Network   `json:"network"` // what its guests may reach
-	CreatedAt time.Time `json:"created_at"`
+	Name      string  `json:"name"`
+	Digest    string  `json:"digest"`     // SHA-256 of the code tree
+	CodeDir   string  `json:"code_dir"`   // unpacked code, <dir>/<name>/handler.py
+	Disk      string  `json:"disk"`       // ext4 image of CodeDir, attached read-only
+	MemoryMiB int     `json:"memory_mib"` // guest memory
+	VCPUs     int     `json:"vcpus"`
+	Network   Network `json:"network"` // what its guests may reach
+	// MaxConcurrency bounds the function's live VMs (0: no limit of its own).
+	MaxConcurrency int       `json:"max_concurrency,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // Network is a function's egress policy (package vmnet gives it meaning).
@@ -132,6 +134,7 @@ var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN parent TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE snapshots ADD COLUMN prepared TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE functions ADD COLUMN network TEXT NOT NULL DEFAULT '{"egress":"none"}'`,
+	`ALTER TABLE functions ADD COLUMN max_concurrency INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -244,20 +247,20 @@ func (c *DB) PutFunction(ctx context.Context, f *Function) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?)`,
-		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw))
+	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?)`,
+		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency)
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency`
 
 func scanFunction(s scanner) (*Function, error) {
 	var f Function
 	var created, netw string
-	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw); err != nil {
+	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)

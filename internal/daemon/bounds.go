@@ -18,9 +18,17 @@ const maxStoredText = 16 << 10
 
 // defaultMaxVMs is how many VMs of perVMMiB fit in the host's memory.
 func defaultMaxVMs(perVMMiB int) int {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil || perVMMiB <= 0 {
+	if perVMMiB <= 0 {
 		return 16
+	}
+	return max(1, hostMemoryMiB()/perVMMiB)
+}
+
+// hostMemoryMiB is the host's memory (MemTotal), or 16 GiB if unknown.
+func hostMemoryMiB() int {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 16 << 10
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -28,10 +36,10 @@ func defaultMaxVMs(perVMMiB int) int {
 		fields := strings.Fields(sc.Text())
 		if len(fields) >= 2 && fields[0] == "MemTotal:" {
 			kib, _ := strconv.ParseInt(fields[1], 10, 64)
-			return max(1, int(kib>>10)/perVMMiB)
+			return int(kib >> 10)
 		}
 	}
-	return 16
+	return 16 << 10
 }
 
 // forHistory is the copy of inv the invocation history keeps: a result

@@ -61,13 +61,32 @@ type restoreOpts struct {
 // session attached to it: verify, plan (the strategy's session), start the
 // VMM, load the device state, resume, renew the clone.
 func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
-	c, err := s.planRestore(ctx, snapID, o)
+	sn, err := s.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	fn, err := s.db.GetFunction(ctx, sn.Function)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
+	}
+	// Room first, so nothing is held while waiting for it; the wait is
+	// not set-up (it is reported apart).
+	waitStart := time.Now()
+	release, err := s.admit(ctx, fn)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	waited := time.Since(waitStart)
+	o.start = o.start.Add(waited)
+	c, err := s.planRestore(ctx, snapID, o)
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	c.t.AdmissionWaitMS = ms(waited)
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
 	t1 := time.Now()
-	lv, err := s.startVM(ctx, rec, c.spec, c.fn)
+	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
 	if err != nil {
 		c.sess.Close()
 		return nil, nil, nil, err

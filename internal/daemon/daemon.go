@@ -92,6 +92,14 @@ type Config struct {
 	// Bounds (zero values take the defaults).
 	MaxVMs               int // live VMs at once; default: host memory over (default guest memory + overhead)
 	MaxStoredResultBytes int // result bytes an invocation's history keeps (the caller gets them all)
+	// VMMemoryBudgetMiB bounds the memory live VMs may use together (guest
+	// RAM plus VMMemoryOverheadMiB each); default: nine tenths of the
+	// host's memory.
+	VMMemoryBudgetMiB int
+	// AdmissionQueue is how many VM starts may wait for room (default 64);
+	// AdmissionTimeout how long one waits (default 30 s) before 429.
+	AdmissionQueue   int
+	AdmissionTimeout time.Duration
 }
 
 // setDefaults fills the zero confinement settings.
@@ -119,6 +127,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxStoredResultBytes == 0 {
 		c.MaxStoredResultBytes = DefaultMaxStoredResult
+	}
+	if c.VMMemoryBudgetMiB == 0 {
+		c.VMMemoryBudgetMiB = hostMemoryMiB() * 9 / 10
+	}
+	if c.AdmissionQueue == 0 {
+		c.AdmissionQueue = 64
+	}
+	if c.AdmissionTimeout == 0 {
+		c.AdmissionTimeout = 30 * time.Second
 	}
 	switch c.CgroupRoot {
 	case "":
@@ -158,6 +175,13 @@ func (c *Config) Validate() error {
 	if c.MaxVMs < 1 {
 		errs = append(errs, fmt.Errorf("max vms %d: need at least 1", c.MaxVMs))
 	}
+	if c.VMMemoryBudgetMiB < c.DefaultMemoryMiB+c.VMMemoryOverheadMiB {
+		errs = append(errs, fmt.Errorf("vm memory budget %d MiB does not fit one VM of the default size (%d MiB with overhead)",
+			c.VMMemoryBudgetMiB, c.DefaultMemoryMiB+c.VMMemoryOverheadMiB))
+	}
+	if c.AdmissionQueue < 0 || c.AdmissionTimeout < 0 {
+		errs = append(errs, errors.New("admission queue and timeout must not be negative"))
+	}
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -182,6 +206,7 @@ type Service struct {
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
+	adm        *admission   // which VM starts may proceed
 	store      *store.Store // snapshot memory store; nil if unavailable
 	storeErr   error        // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -192,7 +217,6 @@ type Service struct {
 	net       *vmnet.Host // builds each VM's network
 	lock      *os.File    // the data directory's lock, held while the daemon lives
 	creating  map[string]bool
-	starting  int // VMs past the live-VM check whose process is not in vms yet
 }
 
 // Directory layout under DataDir.
@@ -254,6 +278,8 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		s.strategies = restore.Strategies()
 	}
 	s.metrics = metrics.New(s.metricState)
+	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
+	s.adm.observe = s.metrics.Admission
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)

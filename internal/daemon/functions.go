@@ -35,6 +35,8 @@ type FunctionSpec struct {
 	MemoryMiB int
 	VCPUs     int
 	Network   vmnet.Policy // what its guests may reach; zero: nothing
+	// MaxConcurrency bounds the function's live VMs (0: no limit of its own).
+	MaxConcurrency int
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -55,6 +57,9 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	if spec.VCPUs < 1 || spec.VCPUs > 16 {
 		return nil, fmt.Errorf("%w: vcpus %d must be between 1 and 16", ErrInvalid, spec.VCPUs)
+	}
+	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > 4096 {
+		return nil, fmt.Errorf("%w: max_concurrency %d must be between 0 (no limit of its own) and 4096", ErrInvalid, spec.MaxConcurrency)
 	}
 	netw, err := spec.Network.Normalize()
 	if err != nil {
@@ -108,7 +113,7 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
-		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}}
+		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency}
 	if err := s.db.PutFunction(ctx, f); err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err

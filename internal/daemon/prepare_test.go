@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,5 +174,47 @@ func TestStrategyFailureKillsVM(t *testing.T) {
 	}
 	if _, _, err := s.RestoreVM(ctx, sn.ID, "premap"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a strategy this daemon does not offer: %v", err)
+	}
+}
+
+// A start over the host budget waits in the admission queue and runs when
+// a VM stops; its wait is reported apart from set-up.
+func TestColdStartWaitsForRoom(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.MaxVMs, c.AdmissionTimeout = 1, 10*time.Second })
+	ctx := context.Background()
+	booted, sn := bootAndSnapshot(t, s, "echo")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		s.DeleteVM(context.Background(), booted.ID)
+	}()
+	inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: sn.ID, InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
+	if err != nil || !inv.OK {
+		t.Fatalf("cold start after waiting: %v %+v", err, inv)
+	}
+	rt := inv.Timing.Restore
+	if rt.AdmissionWaitMS < 200 || rt.SetupMS > rt.AdmissionWaitMS {
+		t.Fatalf("waited %.0f ms, set-up %.0f ms: the wait must be reported and not be set-up", rt.AdmissionWaitMS, rt.SetupMS)
+	}
+	// A function at its own limit waits too; the daemon's budget is free.
+	s2, _ := fakeService(t, func(c *Config) { c.AdmissionTimeout = 300 * time.Millisecond })
+	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
+	if _, err := s2.CreateFunction(ctx, FunctionSpec{Name: "one", Archive: bytes.NewReader(archive), MaxConcurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := s2.BootVM(ctx, "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.BootVM(ctx, "one"); !errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), "max_concurrency") {
+		t.Fatalf("second VM of a function limited to one: %v", err)
+	}
+	if err := s2.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.BootVM(ctx, "one"); err != nil {
+		t.Fatalf("after its VM was deleted: %v", err)
+	}
+	if _, err := s2.CreateFunction(ctx, FunctionSpec{Name: "bad", Archive: bytes.NewReader(archive), MaxConcurrency: -1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative max_concurrency: %v", err)
 	}
 }

@@ -132,7 +132,7 @@ func TestColdPath(t *testing.T) {
 // Every failure of the cold path ends in a clear error and a VM that is
 // failed and gone, never a live VM nobody holds.
 func TestColdPathFailures(t *testing.T) {
-	s, b := fakeService(t, func(c *Config) { c.MaxVMs = 2 })
+	s, b := fakeService(t, func(c *Config) { c.MaxVMs, c.AdmissionTimeout = 2, 300*time.Millisecond })
 	ctx := context.Background()
 	vm, sn := bootAndSnapshot(t, s, "echo")
 	cold := func(ev string, timeout time.Duration) (*Invocation, error) {
@@ -172,7 +172,7 @@ func TestColdPathFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.DeleteVM(ctx, second.ID)
-		if _, err := cold(`{}`, 0); !errors.Is(err, ErrTooMany) {
+		if _, err := cold(`{}`, 0); !errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), "admission-timeout") {
 			t.Fatalf("%v", err)
 		}
 	})

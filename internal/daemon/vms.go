@@ -37,6 +37,7 @@ type liveVM struct {
 	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
 	oom              string            // why the memory limit killed the VMM; guarded by Service.mu
 	net              *vmnet.Net        // the VM's network namespace and service proxies
+	release          func()            // gives the VM's admitted room back once the VMM is gone
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -81,26 +82,20 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 
 // startVM launches the VMM for spec, records the VM and starts supervising
 // it. The caller owns the returned VM's lifecycle from then on.
-func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function) (*liveVM, error) {
+// release gives back the room admission granted it (admit), once the
+// VM is gone; startVM calls it itself when it fails.
+func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function, release func()) (*liveVM, error) {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		release()
 		return nil, fmt.Errorf("%w: daemon is shutting down", ErrConflict)
 	}
-	if n := len(s.vms) + s.starting; n >= s.cfg.MaxVMs {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d VMs are live, the limit is %d (thawd --max-vms); try again when one has stopped", ErrTooMany, n, s.cfg.MaxVMs)
-	}
-	s.starting++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.starting--
-		s.mu.Unlock()
-	}()
 	rec.RunDir, rec.Accel, rec.MemoryMiB = spec.RunDir, string(spec.Accel), spec.MemoryMiB
 	rec.State, rec.CreatedAt = catalog.StateBooting, time.Now()
 	if err := s.db.PutVM(ctx, rec); err != nil {
+		release()
 		return nil, err
 	}
 	err := os.MkdirAll(spec.RunDir, 0o700)
@@ -125,11 +120,12 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		_ = os.RemoveAll(spec.RunDir)
 		rec.State, rec.Reason = catalog.StateFailed, err.Error()
 		_ = s.db.PutVM(context.WithoutCancel(ctx), rec)
+		release()
 		return nil, fmt.Errorf("%w: %v", ErrVMFailed, err)
 	}
 	rec.PID = m.PID()
 	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
-		spec: spec, unconfine: unconfine, net: vnet}
+		spec: spec, unconfine: unconfine, net: vnet, release: release}
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
@@ -238,6 +234,9 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 	if err := os.RemoveAll(lv.runDir); err != nil {
 		s.log.Error("remove run dir", "vm", lv.id, "err", err)
 	}
+	if lv.release != nil {
+		lv.release() // the process is gone: its room goes to the next start
+	}
 	s.setState(ctx, lv, state, reason)
 }
 
@@ -282,12 +281,16 @@ func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, err
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.admit(ctx, fn)
+	if err != nil {
+		return nil, err
+	}
 	id := newID("vm-")
 	spec := s.baseSpec(id, fn)
 	spec.Memory = vmm.Memory{Path: filepath.Join(spec.RunDir, "memory"), Shared: true}
 	rec := &catalog.VM{ID: id, Function: fn.Name}
 	start := time.Now()
-	lv, err := s.startVM(ctx, rec, spec, fn)
+	lv, err := s.startVM(ctx, rec, spec, fn, release)
 	if err != nil {
 		return nil, err
 	}
@@ -416,4 +419,10 @@ func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool)
 		}
 	}
 	return nil, nil
+}
+
+// admit waits until a VM of fn may start (the host budget and fn's own
+// concurrency limit); release gives the room back.
+func (s *Service) admit(ctx context.Context, fn *catalog.Function) (release func(), err error) {
+	return s.adm.acquire(ctx, fn.Name, fn.MemoryMiB+s.cfg.VMMemoryOverheadMiB, fn.MaxConcurrency)
 }

@@ -29,6 +29,9 @@ type Set struct {
 	faults, reads, fallbacks     *prometheus.CounterVec
 	requests                     *prometheus.CounterVec
 	requestSeconds               *prometheus.HistogramVec
+	admissions                   *prometheus.CounterVec
+	admissionWait                prometheus.Histogram
+	queueDepth                   prometheus.Gauge
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -53,6 +56,11 @@ func New(state func() State) *Set {
 	s.fallbacks = counter("strategy_fallbacks_total", "Restores that ran as vanilla because the requested strategy could not be used.", "strategy", "reason")
 	s.requests = counter("api_requests_total", "API requests by route and status.", "route", "status")
 	s.requestSeconds = hist("api_request_seconds", "API request duration by route.", "route")
+	s.admissions = counter("admissions_total", "VM starts by admission outcome: admitted (at once or after waiting), queue_full, timeout, canceled.", "outcome")
+	s.admissionWait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "thaw", Name: "admission_wait_seconds",
+		Help: "How long VM starts waited for room (host budget or function limit).", Buckets: buckets})
+	s.queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "thaw", Name: "admission_queue_depth", Help: "VM starts waiting for room."})
+	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
@@ -103,6 +111,14 @@ func FallbackReason(text string) string {
 		}
 	}
 	return "other"
+}
+
+// Admission records one VM start's admission: its outcome, how long it
+// waited, and the queue's depth after it.
+func (s *Set) Admission(outcome string, waited time.Duration, depth int) {
+	s.admissions.WithLabelValues(outcome).Inc()
+	s.admissionWait.Observe(waited.Seconds())
+	s.queueDepth.Set(float64(depth))
 }
 
 // Request records one API request; route is its pattern ("" when none

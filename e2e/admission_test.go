@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/daemon"
+)
+
+// A burst of 64 concurrent cold invocations on this 2-core host: each
+// one either answers correctly or gets 429 (the admission queue full, or
+// no room in time), no VM is killed for memory, and the daemon keeps
+// answering GET /v1/info quickly meanwhile.
+func TestBurstAdmission(t *testing.T) {
+	const burst = 64
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
+		c.MaxVMs, c.AdmissionQueue, c.AdmissionTimeout = 4, 16, 20*time.Second
+	})
+	c := e.c
+	snap := probeSnapshot(t, c)
+	ctx := ctxT(t)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		ok, busy int
+		other    []error
+	)
+	stopInfo := make(chan struct{})
+	infoDone := make(chan []time.Duration)
+	go func() {
+		var lat []time.Duration
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopInfo:
+				infoDone <- lat
+				return
+			case <-tick.C:
+			}
+			t0 := time.Now()
+			if _, err := c.Info(ctx); err != nil {
+				t.Errorf("info during the burst: %v", err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+	}()
+	start := time.Now()
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"burst"}`), client.InvokeOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			var ae *client.APIError
+			switch {
+			case err == nil && inv.OK && strings.Contains(string(inv.Result), "hello, burst!"):
+				ok++
+			case errors.As(err, &ae) && ae.Status == 429:
+				busy++
+			default:
+				other = append(other, errors.Join(err, errors.New(string(inv.Result))))
+				_ = i
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopInfo)
+	lat := <-infoDone
+	elapsed := time.Since(start)
+	for _, err := range other {
+		t.Errorf("neither an answer nor 429: %v", err)
+	}
+	if ok == 0 || ok+busy != burst {
+		t.Fatalf("%d answered, %d got 429, of %d", ok, busy, burst)
+	}
+	// Nothing was killed for memory: no VM failed.
+	vms, err := c.ListVMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vms {
+		if v.State == "failed" {
+			t.Errorf("vm %s failed: %s", v.ID, v.Reason)
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) == 0 {
+		t.Fatal("no info request was made during the burst")
+	}
+	p99 := lat[(len(lat)*99)/100]
+	t.Logf("%d cold invocations at once: %d answered, %d got 429, in %s; GET /v1/info p50 %s p99 %s over %d requests",
+		burst, ok, busy, elapsed.Round(time.Millisecond), lat[len(lat)/2], p99, len(lat))
+	if p99 > 100*time.Millisecond {
+		t.Errorf("GET /v1/info p99 %s during the burst, want under 100 ms", p99)
+	}
+}
