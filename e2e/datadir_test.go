@@ -231,7 +231,7 @@ func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
 // the daemon wrote is readable by group or others.
 func TestBoundsAndModes(t *testing.T) {
 	dataDir := t.TempDir()
-	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.MaxVMs = 1 })
+	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.MaxVMs, c.AdmissionTimeout = 1, 500*time.Millisecond })
 	ctx := ctxT(t)
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "handler.py"), []byte(`import os
@@ -262,7 +262,7 @@ def handle(event):
 		t.Fatal(err)
 	}
 	_, err = e.c.BootVM(ctx, "many")
-	wantAPIError(t, err, client.ErrTooMany, 429, "the limit is 1")
+	wantAPIError(t, err, client.ErrTooMany, 429, "limits: 1 VMs")
 	_, err = e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
 	wantAPIError(t, err, client.ErrTooMany, 429, "--max-vms")
 	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {

@@ -91,7 +91,7 @@ func main() {
 	flag.IntVar(&d.VMMemoryBudgetMiB, "vm-memory-budget", 0, "MiB live VMs may use together, guest memory plus --vm-memory-overhead each (default: nine tenths of host memory)")
 	flag.IntVar(&d.AdmissionQueue, "admission-queue", 64, "VM starts that may wait for room (live VMs, memory budget, a function's max_concurrency); more get 429")
 	flag.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
-		flag.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
+	flag.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
 	verbose := flag.Bool("v", false, "log every request")
 	flag.Parse()
 	d.VMUIDBase, d.VMUIDCount = uint32(uidBase), uint32(uidCount)
