@@ -326,6 +326,9 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 	if o.maxConcurrency > 0 {
 		q.Set("max_concurrency", strconv.Itoa(o.maxConcurrency))
 	}
+	if o.keepAliveS != 0 {
+		q.Set("keep_alive_s", strconv.Itoa(o.keepAliveS))
+	}
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -345,6 +348,9 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if o.maxConcurrency > 0 {
 		in["max_concurrency"] = o.maxConcurrency
 	}
+	if o.keepAliveS != 0 {
+		in["keep_alive_s"] = o.keepAliveS
+	}
 	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
 }
 
@@ -354,6 +360,13 @@ type FunctionOption func(*functionOptions)
 type functionOptions struct {
 	network        Network
 	maxConcurrency int
+	keepAliveS     int
+}
+
+// WithKeepAlive sets how long the function's VMs are kept idle after a
+// cold invocation for its next ones, in seconds; -1: never.
+func WithKeepAlive(seconds int) FunctionOption {
+	return func(o *functionOptions) { o.keepAliveS = seconds }
 }
 
 // WithMaxConcurrency bounds the function's live VMs; more starts wait for

@@ -35,8 +35,12 @@ type Function struct {
 	Network   Network `json:"network"` // what its guests may reach
 	// MaxConcurrency bounds the function's live VMs (0: only the host's
 	// budget does); more starts wait for room, then get 429.
-	MaxConcurrency int       `json:"max_concurrency,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// KeepAliveS is how long its VMs are kept idle after a cold invocation
+	// for its next ones, in seconds; absent: the daemon's default; -1:
+	// never (every invocation starts from a fresh snapshot).
+	KeepAliveS int       `json:"keep_alive_s,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // Network is what a function's guests may reach: egress "none" (the
@@ -127,7 +131,7 @@ type Invocation struct {
 	ID       string          `json:"id"`
 	Function string          `json:"function"`
 	VM       string          `json:"vm"`
-	Mode     string          `json:"mode"` // "warm" (running VM), "cold" (restored for it) or "record" (prepare)
+	Mode     string          `json:"mode"` // "warm" (a running VM), "cold" (restored for it), "pooled" (a VM kept from an earlier cold invocation) or "record" (prepare)
 	Snapshot string          `json:"snapshot,omitempty"`
 	Strategy string          `json:"strategy,omitempty"`
 	OK       bool            `json:"ok"`
@@ -301,6 +305,9 @@ type CreateFunctionRequest struct {
 	// MaxConcurrency bounds the function's live VMs (0 or absent: no
 	// limit of its own).
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// KeepAliveS: seconds its VMs are kept idle after a cold invocation (0
+	// or absent: the daemon's default; -1: never).
+	KeepAliveS int `json:"keep_alive_s,omitempty"`
 }
 
 // InvokeRequest is the body of the invoke operations.

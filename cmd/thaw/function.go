@@ -30,6 +30,7 @@ func (a *app) newFunctionCreateCmd() *cobra.Command {
 		allow     []string
 		egress    string
 		maxConc   int
+		keepAlive int
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
@@ -43,6 +44,8 @@ absolute against the current directory first).
 
 --memory and --vcpus default to the daemon's settings. --max-concurrency
 bounds the function's live VMs: more starts wait for room, then get 429.
+--keep-alive sets how long a VM stays idle after a cold invocation so that
+the function's next invocations run on it warm (-1: never).
 
 By default the function's guests reach nothing: not the daemon's host, not
 the network beyond it. --allow HOST:PORT lets them reach one service, which
@@ -68,6 +71,9 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 			opts := netOpts(egress, allow)
 			if maxConc > 0 {
 				opts = append(opts, client.WithMaxConcurrency(maxConc))
+			}
+			if keepAlive != 0 {
+				opts = append(opts, client.WithKeepAlive(keepAlive))
 			}
 			var (
 				f   *client.Function
@@ -103,6 +109,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.StringArrayVar(&allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
 	fl.StringVar(&egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
 	fl.IntVar(&maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
+	fl.IntVar(&keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -144,6 +151,12 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
 		if f.MaxConcurrency > 0 {
 			row(w, "Max VMs:", fmt.Sprint(f.MaxConcurrency))
+		}
+		switch {
+		case f.KeepAliveS < 0:
+			row(w, "Keep-alive:", "never")
+		case f.KeepAliveS > 0:
+			row(w, "Keep-alive:", fmt.Sprintf("%d s", f.KeepAliveS))
 		}
 		row(w, "Code dir:", orDash(f.CodeDir))
 		row(w, "Disk:", orDash(f.Disk))

@@ -365,6 +365,9 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		if err == nil {
 			spec.MaxConcurrency, err = intParam(q.Get("max_concurrency"))
 		}
+		if err == nil {
+			spec.KeepAliveS, err = intParam(q.Get("keep_alive_s"))
+		}
 		if err != nil {
 			return spec, err
 		}
@@ -379,7 +382,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
-		MaxConcurrency: req.MaxConcurrency}
+		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS}
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}

@@ -558,7 +558,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "max_concurrency", "memory_mib", "name", "vcpus"}) {
+		if !slices.Equal(query, []string{"allow", "egress", "keep_alive_s", "max_concurrency", "memory_mib", "name", "vcpus"}) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
@@ -621,7 +621,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "state", []string{catalog.StateBooting, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
-		{"Invocation", "mode", []string{"warm", "cold"}},
+		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
 	}
 	for _, c := range checks {
 		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])

@@ -33,8 +33,11 @@ type Function struct {
 	VCPUs     int     `json:"vcpus"`
 	Network   Network `json:"network"` // what its guests may reach
 	// MaxConcurrency bounds the function's live VMs (0: no limit of its own).
-	MaxConcurrency int       `json:"max_concurrency,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// KeepAliveS is how long its VMs are kept idle after a cold invocation,
+	// in seconds: 0 the daemon's default, negative never.
+	KeepAliveS int       `json:"keep_alive_s,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // Network is a function's egress policy (package vmnet gives it meaning).
@@ -135,6 +138,7 @@ var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN prepared TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE functions ADD COLUMN network TEXT NOT NULL DEFAULT '{"egress":"none"}'`,
 	`ALTER TABLE functions ADD COLUMN max_concurrency INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE functions ADD COLUMN keep_alive_s INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -247,20 +251,20 @@ func (c *DB) PutFunction(ctx context.Context, f *Function) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?)`,
-		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency)
+	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,
+		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS)
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s`
 
 func scanFunction(s scanner) (*Function, error) {
 	var f Function
 	var created, netw string
-	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency); err != nil {
+	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency, &f.KeepAliveS); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)

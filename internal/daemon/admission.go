@@ -25,6 +25,10 @@ type admission struct {
 	perFn map[string]int
 	queue []*ticket
 
+	// reclaim, if set, frees room held by idle VMs (the keep-alive pool)
+	// when a start does not fit; false if there was none.
+	reclaim func() bool
+
 	// observe, if set, is told each wait's outcome ("admitted", "queue_full",
 	// "timeout", "canceled") and length, and the queue depth after it.
 	observe func(outcome string, waited time.Duration, depth int)
@@ -77,6 +81,10 @@ func (a *admission) acquire(ctx context.Context, fn string, memMiB, fnMax int) (
 		a.dispatch()
 	}
 	a.mu.Unlock()
+	// Idle VMs give way to a start that waits (each reclaimed VM's release
+	// admits waiting starts).
+	for a.reclaim != nil && a.waiting(t) && a.reclaim() {
+	}
 
 	timer := time.NewTimer(a.timeout)
 	defer timer.Stop()
@@ -167,4 +175,16 @@ func (a *admission) depth() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.queue)
+}
+
+// waiting says whether t is still queued.
+func (a *admission) waiting(t *ticket) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, q := range a.queue {
+		if q == t {
+			return true
+		}
+	}
+	return false
 }

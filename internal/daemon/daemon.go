@@ -100,6 +100,13 @@ type Config struct {
 	// AdmissionTimeout how long one waits (default 30 s) before 429.
 	AdmissionQueue   int
 	AdmissionTimeout time.Duration
+	// KeepAlive is how long a VM is kept idle after a cold invocation for
+	// its function's next ones (a function's keep_alive_s overrides it;
+	// negative: never); KeepAliveMaxIdle bounds idle VMs per function.
+	// Zero values take the defaults (60 s, 2); KeepAlive < 0 turns the
+	// pool off.
+	KeepAlive        time.Duration
+	KeepAliveMaxIdle int
 }
 
 // setDefaults fills the zero confinement settings.
@@ -136,6 +143,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.AdmissionTimeout == 0 {
 		c.AdmissionTimeout = 30 * time.Second
+	}
+	switch {
+	case c.KeepAlive == 0:
+		c.KeepAlive = 60 * time.Second
+	case c.KeepAlive < 0:
+		c.KeepAlive = 0
+	}
+	if c.KeepAliveMaxIdle == 0 {
+		c.KeepAliveMaxIdle = 2
 	}
 	switch c.CgroupRoot {
 	case "":
@@ -207,6 +223,7 @@ type Service struct {
 	strategies []restore.Strategy
 	metrics    *metrics.Set
 	adm        *admission   // which VM starts may proceed
+	pool       pool         // idle VMs kept for their function's next invocations
 	store      *store.Store // snapshot memory store; nil if unavailable
 	storeErr   error        // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -280,6 +297,8 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.metrics = metrics.New(s.metricState)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
+	s.adm.reclaim = s.reclaimIdle
+	s.pool.idle = map[string][]*kept{}
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
@@ -410,6 +429,14 @@ const Version = "0.1.0"
 
 // Close stops every VM (marking them stopped) and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
+	s.pool.mu.Lock()
+	for _, list := range s.pool.idle {
+		for _, k := range list {
+			k.timer.Stop()
+		}
+	}
+	s.pool.idle = map[string][]*kept{}
+	s.pool.mu.Unlock()
 	s.mu.Lock()
 	s.closed = true
 	live := make([]*liveVM, 0, len(s.vms))

@@ -37,6 +37,9 @@ type FunctionSpec struct {
 	Network   vmnet.Policy // what its guests may reach; zero: nothing
 	// MaxConcurrency bounds the function's live VMs (0: no limit of its own).
 	MaxConcurrency int
+	// KeepAliveS: seconds its VMs stay idle after a cold invocation (0:
+	// the daemon's default, -1: never).
+	KeepAliveS int
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -57,6 +60,9 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	if spec.VCPUs < 1 || spec.VCPUs > 16 {
 		return nil, fmt.Errorf("%w: vcpus %d must be between 1 and 16", ErrInvalid, spec.VCPUs)
+	}
+	if spec.KeepAliveS < -1 || spec.KeepAliveS > 86400 {
+		return nil, fmt.Errorf("%w: keep_alive_s %d must be -1 (never), 0 (the daemon's default) or up to 86400", ErrInvalid, spec.KeepAliveS)
 	}
 	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > 4096 {
 		return nil, fmt.Errorf("%w: max_concurrency %d must be between 0 (no limit of its own) and 4096", ErrInvalid, spec.MaxConcurrency)
@@ -113,7 +119,7 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
-		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency}
+		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS}
 	if err := s.db.PutFunction(ctx, f); err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err
@@ -308,6 +314,7 @@ func (s *Service) DeleteFunction(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == name }, "function deleted")
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == name }); err != nil || v != nil {
 		if err == nil {
 			err = fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)

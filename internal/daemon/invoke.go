@@ -194,6 +194,14 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	// The function's next invocation, naming no snapshot or strategy: a
+	// VM kept idle from an earlier one serves it (the keep-alive pool).
+	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
+	if pooled {
+		if k := s.takeKept(req.Function, snapID); k != nil {
+			return s.invokeKept(ctx, k, req.Event, timeout, start)
+		}
+	}
 	if req.EvictCache {
 		if err := s.evictSnapshot(ctx, snapID); err != nil {
 			return nil, err
@@ -217,11 +225,13 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.sess.Untimed())
 	t := time.Now()
-	s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
-	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
-		s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
+	if !pooled || !s.park(lv, rec, snapID) {
+		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
+		if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
+			s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
+		}
+		inv.Timing.TeardownMS = ms(time.Since(t))
 	}
-	inv.Timing.TeardownMS = ms(time.Since(t))
 	s.record(ctx, inv)
 	s.log.Info("cold invocation", "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
@@ -289,4 +299,24 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 		return fmt.Errorf("evict snapshot %s: %w", id, err)
 	}
 	return nil
+}
+
+// invokeKept runs an invocation on an idle VM of the pool and keeps the VM
+// again (or stops it if the pool is full or the function opted out).
+func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time) (*Invocation, error) {
+	k.lv.mu.Lock()
+	inv := &Invocation{ID: newID("inv-"), Function: k.rec.Function, VM: k.rec.ID, Mode: "pooled",
+		Snapshot: k.snapshot, Strategy: k.rec.Strategy}
+	err := s.invokeLocked(ctx, k.lv, inv, event, timeout)
+	kept := err == nil && s.park(k.lv, k.rec, k.snapshot)
+	k.lv.mu.Unlock()
+	if !kept {
+		s.retire(k.lv, k.rec, "pooled invocation finished")
+	}
+	if err != nil {
+		return nil, err
+	}
+	inv.Timing.TotalMS = ms(time.Since(start))
+	s.record(ctx, inv)
+	return inv, nil
 }

@@ -218,3 +218,83 @@ func TestColdStartWaitsForRoom(t *testing.T) {
 		t.Fatalf("negative max_concurrency: %v", err)
 	}
 }
+
+// The keep-alive pool: the function's next invocation runs warm on the VM
+// a cold one left; it expires, gives way to a start that needs room, and a
+// function can opt out.
+func TestKeepAlivePool(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.MaxVMs, c.KeepAlive, c.AdmissionTimeout = 2, 500*time.Millisecond, 5*time.Second })
+	ctx := context.Background()
+	booted, _ := bootAndSnapshot(t, s, "echo")
+	if err := s.DeleteVM(ctx, booted.ID); err != nil {
+		t.Fatal(err)
+	}
+	invoke := func(fn string) *Invocation {
+		t.Helper()
+		inv, err := s.InvokeCold(ctx, ColdRequest{Function: fn, InvokeRequest: InvokeRequest{Event: json.RawMessage(`"x"`)}})
+		if err != nil || !inv.OK {
+			t.Fatalf("invoke %s: %v %+v", fn, err, inv)
+		}
+		return inv
+	}
+	first, second := invoke("echo"), invoke("echo")
+	if first.Mode != "cold" || second.Mode != "pooled" || second.VM != first.VM || second.Timing.Restore != nil {
+		t.Fatalf("first %s on %s, second %s on %s", first.Mode, first.VM, second.Mode, second.VM)
+	}
+	if v, err := s.GetVM(ctx, first.VM); err != nil || v.State != "running" {
+		t.Fatalf("kept vm: %+v %v", v, err)
+	}
+	// An explicit strategy is a restore, not the pool.
+	if inv, err := s.InvokeCold(ctx, ColdRequest{Function: "echo", Strategy: "vanilla", InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}}); err != nil || inv.Mode != "cold" {
+		t.Fatalf("explicit strategy: %v %+v", err, inv)
+	}
+	// The keep-alive time over, the VM is stopped and forgotten.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if _, err := s.GetVM(ctx, first.VM); errors.Is(err, ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle vm outlived its keep-alive time")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Idle VMs give way: with both slots held (one idle, one booted), a
+	// third start reclaims the idle one instead of waiting.
+	kept := invoke("echo")
+	other, _ := bootAndSnapshot(t, s, "other")
+	third, err := s.BootVM(ctx, "other")
+	if err != nil {
+		t.Fatalf("start with an idle vm holding room: %v", err)
+	}
+	if _, err := s.GetVM(ctx, kept.VM); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the idle vm was not reclaimed: %v", err)
+	}
+	s.DeleteVM(ctx, other.ID)
+	s.DeleteVM(ctx, third.ID)
+	// A function that opts out starts every invocation from its snapshot.
+	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
+	if _, err := s.CreateFunction(ctx, FunctionSpec{Name: "fresh", Archive: bytes.NewReader(archive), KeepAliveS: -1}); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := s.BootVM(ctx, "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.DeleteVM(ctx, vm.ID)
+	if a, b := invoke("fresh"), invoke("fresh"); a.Mode != "cold" || b.Mode != "cold" || a.VM == b.VM {
+		t.Fatalf("opted out: %s %s, %s %s", a.Mode, a.VM, b.Mode, b.VM)
+	}
+	// A function with an idle VM can be deleted: the VM goes first.
+	k := invoke("echo")
+	_ = k
+	if err := s.DeleteFunction(ctx, "echo"); err != nil && !strings.Contains(err.Error(), "snapshot") {
+		t.Fatalf("delete a function whose vm is idle: %v", err)
+	}
+	if _, err := s.GetVM(ctx, k.VM); !errors.Is(err, ErrNotFound) {
+		t.Errorf("idle vm of a deleted function: %v", err)
+	}
+}

@@ -84,7 +84,7 @@ func (b *fakeVMM) spec(i int) vmm.Spec {
 // The cold path on the fake VMM: boot, snapshot, restore, renew, invoke,
 // tear down, record; and what the VMM was asked to start.
 func TestColdPath(t *testing.T) {
-	s, b := fakeService(t, nil)
+	s, b := fakeService(t, func(c *Config) { c.KeepAlive = -1 }) // every cold VM torn down (the pool has its own test)
 	ctx := context.Background()
 	createFn(t, s, "echo")
 	vm, err := s.BootVM(ctx, "echo")

@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+)
+
+// The keep-alive pool: after a cold invocation the VM is kept, idle, for
+// the function's keep-alive time, and the function's next invocations that
+// name no snapshot or strategy run on it warm ("pooled"), as Lambda reuses
+// execution environments. A function keeps at most KeepAliveMaxIdle idle
+// VMs; a VM idle for its keep-alive time is stopped, and so is the oldest
+// idle VM when a start does not fit the host's budget (admission reclaims
+// it). A function with keep_alive_s -1 opts out: every invocation starts
+// from a fresh snapshot.
+
+// kept is an idle VM of the pool.
+type kept struct {
+	lv       *liveVM
+	rec      *catalog.VM
+	snapshot string // restored from
+	since    time.Time
+	timer    *time.Timer
+}
+
+type pool struct {
+	mu   sync.Mutex
+	idle map[string][]*kept // by function, most recently used last
+}
+
+// keepAlive is how long fn's VMs are kept idle; 0: not at all.
+func (s *Service) keepAlive(fn *catalog.Function) time.Duration {
+	switch {
+	case fn.KeepAliveS < 0:
+		return 0
+	case fn.KeepAliveS > 0:
+		return time.Duration(fn.KeepAliveS) * time.Second
+	}
+	return s.cfg.KeepAlive
+}
+
+// park keeps a VM that just answered (its lock held by the caller) for its
+// function's next invocation; false if the pool does not take it.
+func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
+	ttl := s.keepAlive(lv.fn)
+	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return false
+	}
+	k := &kept{lv: lv, rec: rec, snapshot: snapshot, since: time.Now()}
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	if len(s.pool.idle[lv.fn.Name]) >= s.cfg.KeepAliveMaxIdle {
+		return false
+	}
+	k.timer = time.AfterFunc(ttl, func() { s.evictKept(k, "keep-alive time over") })
+	s.pool.idle[lv.fn.Name] = append(s.pool.idle[lv.fn.Name], k)
+	return true
+}
+
+// takeKept hands out the most recently used idle VM of function restored
+// from snapshot, or nil; the caller owns it (and must lock it) from then.
+func (s *Service) takeKept(function, snapshot string) *kept {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	list := s.pool.idle[function]
+	for i := len(list) - 1; i >= 0; i-- {
+		k := list[i]
+		if k.snapshot != snapshot {
+			continue
+		}
+		s.pool.idle[function] = append(list[:i:i], list[i+1:]...)
+		k.timer.Stop()
+		if _, live := s.live(k.lv.id); live {
+			return k
+		}
+	}
+	return nil
+}
+
+// unpark removes k from the pool; false if it was not there (taken or
+// evicted already).
+func (s *Service) unpark(k *kept) bool {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	list := s.pool.idle[k.lv.fn.Name]
+	for i, q := range list {
+		if q == k {
+			s.pool.idle[k.lv.fn.Name] = append(list[:i:i], list[i+1:]...)
+			k.timer.Stop()
+			return true
+		}
+	}
+	return false
+}
+
+// evictKept stops an idle VM and forgets it.
+func (s *Service) evictKept(k *kept, why string) {
+	if !s.unpark(k) {
+		return
+	}
+	s.retire(k.lv, k.rec, why)
+}
+
+// retire stops a VM that served cold or pooled invocations and forgets it.
+func (s *Service) retire(lv *liveVM, rec *catalog.VM, why string) {
+	ctx := context.Background()
+	lv.mu.Lock()
+	s.stopVM(ctx, lv, catalog.StateStopped, why)
+	lv.mu.Unlock()
+	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
+		s.log.Error("forget vm", "vm", rec.ID, "err", err)
+	}
+}
+
+// evictKeptWhere stops every idle VM match selects.
+func (s *Service) evictKeptWhere(match func(*kept) bool, why string) {
+	s.pool.mu.Lock()
+	var out []*kept
+	for _, list := range s.pool.idle {
+		for _, k := range list {
+			if match(k) {
+				out = append(out, k)
+			}
+		}
+	}
+	s.pool.mu.Unlock()
+	for _, k := range out {
+		s.evictKept(k, why)
+	}
+}
+
+// reclaimIdle stops the longest-idle VM of the pool to make room for a
+// start; false if none is idle.
+func (s *Service) reclaimIdle() bool {
+	s.pool.mu.Lock()
+	var oldest *kept
+	for _, list := range s.pool.idle {
+		if len(list) > 0 && (oldest == nil || list[0].since.Before(oldest.since)) {
+			oldest = list[0]
+		}
+	}
+	s.pool.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	s.evictKept(oldest, "room needed for another VM")
+	return true
+}
