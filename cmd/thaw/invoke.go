@@ -19,12 +19,14 @@ func (a *app) newInvokeCmd() *cobra.Command {
 	f := &invokeFlags{}
 	cmd := &cobra.Command{
 		Use:   "invoke FUNCTION",
-		Short: "Invoke a function, cold from a snapshot or warm on a running VM",
+		Short: "Invoke a function: cold from a snapshot, on a kept VM, or warm on a running VM",
 		Long: `Invoke a function with a JSON event (default {}).
 
 Cold (the default): the daemon restores a fresh VM from the function's
-newest snapshot (or --snapshot), invokes it once and tears it down.
---strategy picks how memory is restored.
+newest snapshot (or --snapshot) and invokes it. It then keeps the VM idle
+for the function's keep-alive time, and the next invocations that name no
+snapshot or strategy run on it (mode "pooled"), as fast as warm ones.
+--strategy picks how memory is restored, and always restores.
 
 Warm (--vm ID): the event goes to a VM that is already running the
 function; --snapshot and --strategy do not apply.
