@@ -29,9 +29,14 @@ help:
 deps:
 	@scripts/install-deps.sh
 
+# The version comes from git (a tag, or the commit) and is stamped into both
+# binaries; `thaw version` and `thawd --version` print it.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/thaw-dev/thaw/internal/buildinfo.Version=$(VERSION)
+
 build: shim bpf
-	$(GO) build -o $(BIN)/thawd ./cmd/thawd
-	$(GO) build -o $(BIN)/thaw ./cmd/thaw
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/thawd ./cmd/thawd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/thaw ./cmd/thaw
 
 # The C interposer loaded into QEMU by the reap and faasnap strategies;
 # thawd looks for it beside its own binary.

@@ -209,7 +209,8 @@ type GuestImageFile struct {
 
 // Info describes the daemon.
 type Info struct {
-	Version     string     `json:"version"`
+	Version     string     `json:"version"`     // the daemon's build
+	APIVersion  string     `json:"api_version"` // openapi.json's info.version
 	Accel       AccelInfo  `json:"accel"`
 	QEMUVersion string     `json:"qemu_version"`
 	Image       GuestImage `json:"image"`

@@ -420,6 +420,22 @@ func TestInfoAndInvocations(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	f := newFakeDaemon(t)
+	r := f.thaw(t, "version")
+	wantCode(t, r, 0)
+	wantContains(t, "version", r.stdout, "thaw  dev (go", "thawd 0.1.0 at")
+	// An unreachable daemon is reported, not an error.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"--url", url, "version"}, &out, &errb); code != 0 {
+		t.Fatalf("exit code %d: %s", code, errb.String())
+	}
+	wantContains(t, "version", out.String(), "thaw  dev", "not reachable")
+}
+
 func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 129394278: "123.4 MiB", 3 << 30: "3.0 GiB"} {
 		if got := fmtBytes(n); got != want {

@@ -92,6 +92,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newInvocationsCmd(),
 		a.newOpenAPICmd(),
 		a.newBenchCmd(),
+		a.newVersionCmd(),
 	)
 	a.wrapRunE(root)
 	return root

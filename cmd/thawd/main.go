@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
@@ -95,7 +96,12 @@ func main() {
 	flag.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
 	flag.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
 	verbose := flag.Bool("v", false, "log every request")
+	showVersion := flag.Bool("version", false, "print thawd's version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("thawd", buildinfo.String())
+		return
+	}
 	d.VMUIDBase, d.VMUIDCount = uint32(uidBase), uint32(uidCount)
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "thawd: unexpected arguments %q\n", flag.Args())

@@ -206,8 +206,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		t.Errorf("openapi = %q, want 3.0.x", v)
 	}
 	info := asObject(doc["info"])
-	if info["title"] == nil || info["version"] != daemon.Version {
-		t.Errorf("info.version = %v, want daemon.Version %q (and a title)", info["version"], daemon.Version)
+	if info["title"] == nil || info["version"] != daemon.APIVersion {
+		t.Errorf("info.version = %v, want daemon.APIVersion %q (and a title)", info["version"], daemon.APIVersion)
 	}
 
 	// Every component is used (security schemes by their names in
@@ -951,7 +951,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	for _, k := range restore.Kinds {
 		kinds = append(kinds, string(k))
 	}
-	info := daemon.Info{Version: daemon.Version,
+	info := daemon.Info{Version: "v0.1.0-42-g1a2b3c4", APIVersion: daemon.APIVersion,
 		Accel:       daemon.AccelInfo{Accel: string(vmm.AccelKVM), Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
 		QEMUVersion: "8.2.2",
 		Image: wire.GuestImage{Dir: "/img/abc", Format: 1, Hash: "abc", KernelVersion: "6.8.0", Cmdline: "console=ttyS0",

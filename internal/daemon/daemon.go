@@ -424,8 +424,9 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 // Info describes the daemon.
 type Info = wire.Info
 
-// Version of thawd.
-const Version = "0.1.0"
+// APIVersion is the API contract's version (openapi.json's info.version);
+// the daemon's own is its build's (buildinfo.Version).
+const APIVersion = "0.1.0"
 
 // Close stops every VM (marking them stopped) and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {

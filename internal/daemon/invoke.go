@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -272,7 +273,7 @@ func (s *Service) Info() Info {
 	for i, st := range s.strategies {
 		strategies[i] = string(st.Kind)
 	}
-	return Info{Version: Version, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
+	return Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
 		DataDir: s.cfg.DataDir, Strategies: strategies}
 }
 
