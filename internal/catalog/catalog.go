@@ -394,6 +394,31 @@ func (c *DB) PutInvocation(ctx context.Context, inv *Invocation) error {
 	return err
 }
 
+// PruneInvocations keeps the invocation history bounded: it deletes the
+// records older than before (if set) and all but the newest keep (if
+// positive), and says how many went.
+func (c *DB) PruneInvocations(ctx context.Context, keep int, before time.Time) (int64, error) {
+	var n int64
+	if !before.IsZero() {
+		res, err := c.db.ExecContext(ctx, `DELETE FROM invocations WHERE created_at < ?`, ts(before))
+		if err != nil {
+			return 0, err
+		}
+		k, _ := res.RowsAffected()
+		n += k
+	}
+	if keep > 0 {
+		res, err := c.db.ExecContext(ctx, `DELETE FROM invocations WHERE id IN
+			(SELECT id FROM invocations ORDER BY created_at DESC LIMIT -1 OFFSET ?)`, keep)
+		if err != nil {
+			return n, err
+		}
+		k, _ := res.RowsAffected()
+		n += k
+	}
+	return n, nil
+}
+
 // ListInvocations returns the newest invocations first, up to limit;
 // function filters if set.
 func (c *DB) ListInvocations(ctx context.Context, function string, limit int) ([]*Invocation, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -480,5 +481,34 @@ func TestFunctionNetworkRoundTrip(t *testing.T) {
 	}
 	if err := db.PutFunction(ctx, f); !errors.Is(err, ErrExists) {
 		t.Fatalf("a second insert of the name: %v", err)
+	}
+}
+
+func TestPruneInvocations(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 10 {
+		// inv-0 is the oldest: 10 days ago; inv-9 now.
+		if err := db.PutInvocation(ctx, &Invocation{ID: fmt.Sprintf("inv-%d", i), Function: "f", Detail: json.RawMessage(`{}`),
+			CreatedAt: now.Add(time.Duration(i-9) * 24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := db.PruneInvocations(ctx, 0, now.Add(-72*time.Hour)) // older than 3 days: inv-0..inv-5
+	if err != nil || n != 6 {
+		t.Fatalf("pruned by age: %d %v", n, err)
+	}
+	n, err = db.PruneInvocations(ctx, 2, time.Time{}) // keep the newest 2
+	if err != nil || n != 2 {
+		t.Fatalf("pruned by count: %d %v", n, err)
+	}
+	left, err := db.ListInvocations(ctx, "", 100)
+	if err != nil || len(left) != 2 || left[0].ID != "inv-9" || left[1].ID != "inv-8" {
+		t.Fatalf("left %v %v", left, err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
+	"sync/atomic"
 )
 
 // Sentinel errors. The API maps them to status codes.
@@ -107,6 +108,11 @@ type Config struct {
 	// pool off.
 	KeepAlive        time.Duration
 	KeepAliveMaxIdle int
+	// HistoryMax and HistoryMaxAge bound the invocation history: the
+	// newest HistoryMax records (default 100,000), none older than
+	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
+	HistoryMax    int
+	HistoryMaxAge time.Duration
 }
 
 // setDefaults fills the zero confinement settings.
@@ -152,6 +158,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeepAliveMaxIdle == 0 {
 		c.KeepAliveMaxIdle = 2
+	}
+	if c.HistoryMax == 0 {
+		c.HistoryMax = 100_000
+	}
+	if c.HistoryMaxAge == 0 {
+		c.HistoryMaxAge = 30 * 24 * time.Hour
 	}
 	switch c.CgroupRoot {
 	case "":
@@ -224,6 +236,7 @@ type Service struct {
 	metrics    *metrics.Set
 	adm        *admission   // which VM starts may proceed
 	pool       pool         // idle VMs kept for their function's next invocations
+	recorded   atomic.Int64 // invocations recorded since start (history pruning)
 	store      *store.Store // snapshot memory store; nil if unavailable
 	storeErr   error        // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -321,6 +334,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
+	s.pruneHistory(ctx)
 	if err := s.openConfinement(); err != nil {
 		return err
 	}

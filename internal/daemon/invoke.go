@@ -155,6 +155,26 @@ func (s *Service) record(ctx context.Context, inv *Invocation) {
 		s.log.Error("record invocation", "invocation", inv.ID, "err", err)
 	}
 	s.metrics.Invocation(inv)
+	if s.recorded.Add(1)%pruneEvery == 0 {
+		s.pruneHistory(context.WithoutCancel(ctx))
+	}
+}
+
+// pruneEvery is how many records go between two prunes of the history.
+const pruneEvery = 64
+
+// pruneHistory applies the history's bounds (HistoryMax, HistoryMaxAge).
+func (s *Service) pruneHistory(ctx context.Context) {
+	var before time.Time
+	if s.cfg.HistoryMaxAge > 0 {
+		before = time.Now().Add(-s.cfg.HistoryMaxAge)
+	}
+	n, err := s.db.PruneInvocations(ctx, max(s.cfg.HistoryMax, 0), before)
+	if err != nil {
+		s.log.Error("prune invocation history", "err", err)
+	} else if n > 0 {
+		s.log.Info("invocation history pruned", "records", n)
+	}
 }
 
 // ColdRequest asks for the cold-start path: restore a VM from a snapshot,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,21 @@ func TestKeepAlivePool(t *testing.T) {
 	}
 	if _, err := s.GetVM(ctx, k.VM); !errors.Is(err, ErrNotFound) {
 		t.Errorf("idle vm of a deleted function: %v", err)
+	}
+}
+
+// The invocation history keeps the newest HistoryMax records.
+func TestHistoryIsPruned(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.HistoryMax = 3 })
+	ctx := context.Background()
+	vm, _ := bootAndSnapshot(t, s, "echo")
+	for i := range pruneEvery {
+		if inv, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(fmt.Sprint(i))}); err != nil || !inv.OK {
+			t.Fatalf("invoke %d: %v", i, err)
+		}
+	}
+	invs, err := s.ListInvocations(ctx, "echo", 1000)
+	if err != nil || len(invs) != 3 || string(invs[0].Detail) == "" {
+		t.Fatalf("history after %d invocations: %d records %v", pruneEvery, len(invs), err)
 	}
 }
