@@ -284,7 +284,32 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 }
 
 type items[T any] struct {
-	Items []T `json:"items"`
+	Items []T    `json:"items"`
+	Next  string `json:"next"`
+}
+
+// all fetches every page of the collection at path (with its query),
+// following the cursors, up to max items (0: all).
+func all[T any](ctx context.Context, c *Client, path string, q url.Values, max int) ([]T, error) {
+	var out []T
+	for {
+		if max > 0 {
+			q.Set("limit", strconv.Itoa(min(max-len(out), 1000)))
+		}
+		var page items[T]
+		target := path
+		if len(q) > 0 {
+			target += "?" + q.Encode()
+		}
+		if err := c.doJSON(ctx, "GET", target, nil, &page); err != nil {
+			return out, err
+		}
+		out = append(out, page.Items...)
+		if page.Next == "" || (max > 0 && len(out) >= max) {
+			return out, nil
+		}
+		q.Set("after", page.Next)
+	}
 }
 
 // Info describes the daemon.
@@ -445,8 +470,7 @@ func TarGz(dir string) ([]byte, error) {
 
 // ListFunctions lists functions.
 func (c *Client) ListFunctions(ctx context.Context) ([]Function, error) {
-	var out items[Function]
-	return out.Items, c.doJSON(ctx, "GET", "/v1/functions", nil, &out)
+	return all[Function](ctx, c, "/v1/functions", url.Values{}, 0)
 }
 
 // GetFunction gets one function.
@@ -478,8 +502,7 @@ func (c *Client) RestoreVM(ctx context.Context, snapshot, strategy string) (*VM,
 
 // ListVMs lists VMs.
 func (c *Client) ListVMs(ctx context.Context) ([]VM, error) {
-	var out items[VM]
-	return out.Items, c.doJSON(ctx, "GET", "/v1/vms", nil, &out)
+	return all[VM](ctx, c, "/v1/vms", url.Values{}, 0)
 }
 
 // GetVM gets one VM.
@@ -560,11 +583,10 @@ func (c *Client) ListInvocations(ctx context.Context, function string, limit int
 	if function != "" {
 		q.Set("function", function)
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	if limit <= 0 {
+		limit = 100
 	}
-	var out items[InvocationRecord]
-	return out.Items, c.doJSON(ctx, "GET", "/v1/invocations?"+q.Encode(), nil, &out)
+	return all[InvocationRecord](ctx, c, "/v1/invocations", q, limit)
 }
 
 // CreateSnapshot snapshots a booted VM.
@@ -575,12 +597,11 @@ func (c *Client) CreateSnapshot(ctx context.Context, vm string) (*Snapshot, erro
 
 // ListSnapshots lists snapshots, of one function if function is set.
 func (c *Client) ListSnapshots(ctx context.Context, function string) ([]Snapshot, error) {
-	path := "/v1/snapshots"
+	q := url.Values{}
 	if function != "" {
-		path += "?function=" + url.QueryEscape(function)
+		q.Set("function", function)
 	}
-	var out items[Snapshot]
-	return out.Items, c.doJSON(ctx, "GET", path, nil, &out)
+	return all[Snapshot](ctx, c, "/v1/snapshots", q, 0)
 }
 
 // GetSnapshot gets one snapshot.

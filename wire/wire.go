@@ -11,9 +11,11 @@ import (
 	"time"
 )
 
-// List is every collection's body.
+// List is every collection's body: a page of items and, if more follow,
+// the cursor that asks for the next page (?after=NEXT).
 type List[T any] struct {
-	Items []T `json:"items"`
+	Items []T    `json:"items"`
+	Next  string `json:"next,omitempty"`
 }
 
 // Error is every error's body.

@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -73,13 +75,14 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/info", h.info},
 		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
 			return h.svc.ListFunctions(ctx)
-		}, daemon.FunctionBody)},
+		}, func(f *catalog.Function) string { return f.Name }, daemon.FunctionBody)},
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
 		{"DELETE", "/v1/functions/{name}", done(h, "name", h.svc.DeleteFunction)},
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
 		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
-		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) }, vmBody)},
+		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
+			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
 		{"POST", "/v1/vms", h.createVM},
 		{"GET", "/v1/vms/{id}", one(h, "id", http.StatusOK, h.svc.GetVM, vmBody)},
 		{"DELETE", "/v1/vms/{id}", done(h, "id", h.svc.DeleteVM)},
@@ -88,7 +91,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/vms/{id}/invoke", h.invokeVM},
 		{"GET", "/v1/snapshots", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Snapshot, error) {
 			return h.svc.ListSnapshots(ctx, r.URL.Query().Get("function"))
-		}, daemon.SnapshotBody)},
+		}, func(s *catalog.Snapshot) string { return createdKey(s.CreatedAt, s.ID) }, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots", h.createSnapshot},
 		{"GET", "/v1/snapshots/{id}", one(h, "id", http.StatusOK, h.svc.GetSnapshot, daemon.SnapshotBody)},
 		{"DELETE", "/v1/snapshots/{id}", done(h, "id", h.svc.DeleteSnapshot)},
@@ -287,13 +290,63 @@ func replyAs[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, statu
 	writeJSON(w, status, body(row))
 }
 
-// replyList answers err, or rows as a collection of their API bodies.
-func replyList[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, rows []R, err error, body func(R) B) {
+// replyPage answers err, or a page of rows as a collection of their API
+// bodies with the cursor of the next page.
+func replyPage[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, rows []R, next string, err error, body func(R) B) {
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.List[B]{Items: daemon.Bodies(rows, body)})
+	writeJSON(w, http.StatusOK, wire.List[B]{Items: daemon.Bodies(rows, body), Next: next})
+}
+
+// Pages: ?limit (1 to maxPage, default defaultPage) and ?after, the
+// opaque cursor a page's next gave.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+// pageOf reads a page's limit and cursor (decoded).
+func pageOf(r *http.Request) (limit int, after string, err error) {
+	q := r.URL.Query()
+	if limit, err = intParam(q.Get("limit")); err != nil {
+		return 0, "", err
+	}
+	if limit < 0 || limit > maxPage {
+		return 0, "", fmt.Errorf("%w: limit %d: use 1 to %d", daemon.ErrInvalid, limit, maxPage)
+	}
+	if limit == 0 {
+		limit = defaultPage
+	}
+	if c := q.Get("after"); c != "" {
+		b, derr := base64.RawURLEncoding.DecodeString(c)
+		if derr != nil || len(b) == 0 {
+			return 0, "", fmt.Errorf("%w: after %q is not a cursor this API gave", daemon.ErrInvalid, c)
+		}
+		after = string(b)
+	}
+	return limit, after, nil
+}
+
+func cursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
+
+// paginate takes the page after the cursor from rows sorted by key.
+func paginate[R any](rows []R, key func(R) string, after string, limit int) ([]R, string) {
+	i := 0
+	if after != "" {
+		i = sort.Search(len(rows), func(i int) bool { return key(rows[i]) > after })
+	}
+	rows = rows[i:]
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	return rows[:limit], cursor(key(rows[limit-1]))
+}
+
+// createdKey orders rows by creation, then id (the catalog's order).
+func createdKey(t time.Time, id string) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000000000Z") + "|" + id
 }
 
 // one serves an operation on the resource the path names by param ("":
@@ -305,11 +358,17 @@ func one[R, B any](h *Handler, param string, status int, op func(context.Context
 	}
 }
 
-// list serves a collection.
-func list[R, B any](h *Handler, op func(context.Context, *http.Request) ([]R, error), body func(R) B) http.HandlerFunc {
+// list serves a collection in pages, its rows sorted by key.
+func list[R, B any](h *Handler, op func(context.Context, *http.Request) ([]R, error), key func(R) string, body func(R) B) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		limit, after, err := pageOf(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		rows, err := op(r.Context(), r)
-		replyList(h, w, r, rows, err, body)
+		page, next := paginate(rows, key, after, limit)
+		replyPage(h, w, r, page, next, err, body)
 	}
 }
 
@@ -519,21 +578,39 @@ func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
 	reply(h, w, r, http.StatusCreated, res, err)
 }
 
-// readListInvocations reads GET /v1/invocations' query: function and limit.
-func readListInvocations(r *http.Request) (function string, limit int, err error) {
-	q := r.URL.Query()
-	limit, err = intParam(q.Get("limit"))
-	return q.Get("function"), limit, err
+// readListInvocations reads GET /v1/invocations' query: function, limit
+// and the cursor.
+func readListInvocations(r *http.Request) (function string, limit int, after string, err error) {
+	limit, after, err = pageOf(r)
+	return r.URL.Query().Get("function"), limit, after, err
 }
 
+// listInvocations pages newest first: the cursor is the last record's
+// creation and id, and the next page is what came before it.
 func (h *Handler) listInvocations(w http.ResponseWriter, r *http.Request) {
-	function, limit, err := readListInvocations(r)
+	function, limit, after, err := readListInvocations(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	invs, err := h.svc.ListInvocations(r.Context(), function, limit)
-	replyList(h, w, r, invs, err, daemon.InvocationRecordBody)
+	var before time.Time
+	var beforeID string
+	if after != "" {
+		at, id, ok := strings.Cut(after, "|")
+		if before, err = time.Parse("2006-01-02T15:04:05.000000000Z", at); err != nil || !ok {
+			h.fail(w, r, fmt.Errorf("%w: after is not a cursor this API gave", daemon.ErrInvalid))
+			return
+		}
+		beforeID = id
+	}
+	invs, err := h.svc.ListInvocations(r.Context(), function, limit+1, before, beforeID)
+	next := ""
+	if len(invs) > limit {
+		invs = invs[:limit]
+		last := invs[limit-1]
+		next = cursor(createdKey(last.CreatedAt, last.ID))
+	}
+	replyPage(h, w, r, invs, next, err, daemon.InvocationRecordBody)
 }
 
 // readCreateVM decodes POST /v1/vms: a function to boot, or a snapshot

@@ -45,7 +45,7 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 		return err
 	},
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
-		_, _, err := readListInvocations(r)
+		_, _, _, err := readListInvocations(r)
 		return err
 	},
 }

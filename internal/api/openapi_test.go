@@ -835,14 +835,14 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}
 	}
-	// Collections are {"items": [...]} (see list()).
+	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
 	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
 		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord"} {
 		f := flatten(t, doc, schemaByName(t, doc, name))
 		items := f.props["items"]
-		if !slices.Equal(keys(f.props), []string{"items"}) || !slices.Equal(f.required, []string{"items"}) ||
-			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) {
-			t.Errorf("%s must be {items: [%s]}, required", name, item)
+		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
+			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) || f.props["next"]["type"] != "string" {
+			t.Errorf("%s must be {items: [%s], next}, items required", name, item)
 		}
 	}
 	// The raw JSON fields are any JSON, without a type.

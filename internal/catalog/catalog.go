@@ -421,9 +421,16 @@ func (c *DB) PruneInvocations(ctx context.Context, keep int, before time.Time) (
 
 // ListInvocations returns the newest invocations first, up to limit;
 // function filters if set.
-func (c *DB) ListInvocations(ctx context.Context, function string, limit int) ([]*Invocation, error) {
+// Set, before and beforeID are a cursor: only records created before
+// it (same time: smaller id) are listed.
+func (c *DB) ListInvocations(ctx context.Context, function string, limit int, before time.Time, beforeID string) ([]*Invocation, error) {
+	cut := "~" // after every timestamp: no cursor
+	if !before.IsZero() {
+		cut = ts(before)
+	}
 	return queryAll(ctx, c.db, scanInvocation, `SELECT id, function, vm, snapshot, strategy, ok, detail, created_at
-		FROM invocations WHERE ?='' OR function=? ORDER BY created_at DESC LIMIT ?`, function, function, limit)
+		FROM invocations WHERE (?='' OR function=?) AND (created_at < ? OR (created_at = ? AND id < ?))
+		ORDER BY created_at DESC, id DESC LIMIT ?`, function, function, cut, cut, beforeID, limit)
 }
 
 func scanInvocation(s scanner) (*Invocation, error) {

@@ -309,7 +309,7 @@ func TestInvocations(t *testing.T) {
 		{"nobody", 10, nil},
 	}
 	for _, tt := range tests {
-		list, err := db.ListInvocations(ctx, tt.function, tt.limit)
+		list, err := db.ListInvocations(ctx, tt.function, tt.limit, time.Time{}, "")
 		if err != nil {
 			t.Fatalf("ListInvocations(%q, %d): %v", tt.function, tt.limit, err)
 		}
@@ -345,7 +345,7 @@ func TestListInvocationsNewestFirstAcrossSubsecondTimestamps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list, err := db.ListInvocations(ctx, "", 100)
+	list, err := db.ListInvocations(ctx, "", 100, time.Time{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func TestDataSurvivesReopen(t *testing.T) {
 		t.Fatalf("GetSnapshot after reopen: %v", err)
 	}
 	requireSame(t, "snapshot after reopen", gotSn, sn, snapTimes)
-	invs, err := db.ListInvocations(ctx, "hello", 10)
+	invs, err := db.ListInvocations(ctx, "hello", 10, time.Time{}, "")
 	if err != nil || len(invs) != 1 {
 		t.Fatalf("ListInvocations after reopen = %v, %v", invs, err)
 	}
@@ -507,7 +507,7 @@ func TestPruneInvocations(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("pruned by count: %d %v", n, err)
 	}
-	left, err := db.ListInvocations(ctx, "", 100)
+	left, err := db.ListInvocations(ctx, "", 100, time.Time{}, "")
 	if err != nil || len(left) != 2 || left[0].ID != "inv-9" || left[1].ID != "inv-8" {
 		t.Fatalf("left %v %v", left, err)
 	}

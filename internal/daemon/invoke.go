@@ -275,16 +275,18 @@ func (s *Service) newestSnapshot(ctx context.Context, function string) (string, 
 }
 
 // ListInvocations returns recent invocations, newest first.
-func (s *Service) ListInvocations(ctx context.Context, function string, limit int) ([]*catalog.Invocation, error) {
+// Records created before the (before, beforeID) cursor only, if before is
+// set.
+func (s *Service) ListInvocations(ctx context.Context, function string, limit int, before time.Time, beforeID string) ([]*catalog.Invocation, error) {
 	if function != "" {
 		if err := ValidName(function); err != nil {
 			return nil, err
 		}
 	}
-	if limit <= 0 || limit > 1000 {
+	if limit <= 0 || limit > 1001 {
 		limit = 100
 	}
-	return s.db.ListInvocations(ctx, function, limit)
+	return s.db.ListInvocations(ctx, function, limit, before, beforeID)
 }
 
 // Info describes the daemon.

@@ -310,7 +310,7 @@ func TestHistoryIsPruned(t *testing.T) {
 			t.Fatalf("invoke %d: %v", i, err)
 		}
 	}
-	invs, err := s.ListInvocations(ctx, "echo", 1000)
+	invs, err := s.ListInvocations(ctx, "echo", 1000, time.Time{}, "")
 	if err != nil || len(invs) != 3 || string(invs[0].Detail) == "" {
 		t.Fatalf("history after %d invocations: %d records %v", pruneEvery, len(invs), err)
 	}

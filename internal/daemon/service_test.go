@@ -123,7 +123,7 @@ func TestColdPath(t *testing.T) {
 	if _, err := s.GetVM(ctx, cold.VM); !errors.Is(err, ErrNotFound) {
 		t.Errorf("the cold VM was not forgotten: %v", err)
 	}
-	invs, err := s.ListInvocations(ctx, "echo", 10)
+	invs, err := s.ListInvocations(ctx, "echo", 10, time.Time{}, "")
 	if err != nil || len(invs) != 2 {
 		t.Fatalf("history: %v %d", err, len(invs))
 	}
