@@ -604,6 +604,17 @@ func (c *Client) ListSnapshots(ctx context.Context, function string) ([]Snapshot
 	return all[Snapshot](ctx, c, "/v1/snapshots", q, 0)
 }
 
+// PinSnapshot pins a snapshot: garbage collection keeps it.
+func (c *Client) PinSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var s Snapshot
+	return &s, c.doJSON(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/pin", nil, &s)
+}
+
+// UnpinSnapshot unpins a snapshot.
+func (c *Client) UnpinSnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id)+"/pin", nil, nil)
+}
+
 // GetSnapshot gets one snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	var s Snapshot

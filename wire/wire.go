@@ -87,6 +87,8 @@ type Snapshot struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Parent is the clean snapshot a warm snapshot was recorded from.
 	Parent string `json:"parent,omitempty"`
+	// Pinned snapshots are never garbage collected (thawd --snapshot-keep).
+	Pinned bool `json:"pinned,omitempty"`
 	// Prepared is the prepare result when the snapshot carries strategy
 	// artifacts.
 	Prepared *PrepareResult `json:"prepared,omitempty"`

@@ -16,8 +16,34 @@ func (a *app) newSnapshotCmd() *cobra.Command {
 can be restored from it in milliseconds instead of booted.`, "snap")
 	cmd.AddCommand(a.newSnapshotCreateCmd(), a.newSnapshotListCmd(), a.newSnapshotGetCmd(),
 		a.newSnapshotVerifyCmd(), a.newSnapshotCopyCmd(), a.newSnapshotDeleteCmd(), a.newSnapshotStoreCmd(),
-		a.newSnapshotEvictCmd())
+		a.newSnapshotEvictCmd(), a.newSnapshotPinCmd(), a.newSnapshotUnpinCmd())
 	return cmd
+}
+
+func (a *app) newSnapshotPinCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pin SNAPSHOT",
+		Short: "Pin a snapshot: garbage collection keeps it",
+		Long: `Pin a snapshot: the daemon's garbage collection (thawd --snapshot-keep)
+never deletes it.`,
+		Args: exactArgs("SNAPSHOT"),
+		RunE: oneRunE(a, (*client.Client).PinSnapshot, a.snapshotPrinter("pinned snapshot")),
+	}
+}
+
+func (a *app) newSnapshotUnpinCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unpin SNAPSHOT",
+		Short: "Unpin a snapshot",
+		Args:  exactArgs("SNAPSHOT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.c.UnpinSnapshot(a.ctx, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "unpinned snapshot %s\n", args[0])
+			return nil
+		},
+	}
 }
 
 func (a *app) newSnapshotCreateCmd() *cobra.Command {

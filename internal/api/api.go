@@ -100,6 +100,13 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
 		{"PUT", "/v1/snapshots/{id}/store", one(h, "id", http.StatusOK, h.svc.StoreSnapshot, same)},
 		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
+		{"PUT", "/v1/snapshots/{id}/pin", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*catalog.Snapshot, error) {
+			return h.svc.PinSnapshot(ctx, id, true)
+		}, daemon.SnapshotBody)},
+		{"DELETE", "/v1/snapshots/{id}/pin", done(h, "id", func(ctx context.Context, id string) error {
+			_, err := h.svc.PinSnapshot(ctx, id, false)
+			return err
+		})},
 		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
 		{"GET", "/v1/store", one(h, "", http.StatusOK, func(ctx context.Context, _ string) (*daemon.StoreInfo, error) { return h.svc.StoreInfo(ctx) }, same)},
 		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},

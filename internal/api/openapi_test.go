@@ -322,6 +322,8 @@ var handlerIO = map[string]struct {
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
 	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
 	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
+	"PUT /v1/snapshots/{id}/pin":        {"200", "Snapshot", ""},
+	"DELETE /v1/snapshots/{id}/pin":     {"204", "", ""},
 	"POST /v1/snapshots/{id}/evict":     {"200", "SnapshotMemory", ""},
 	"GET /v1/snapshots/{id}/memory":     {"200", "SnapshotMemory", ""},
 	"GET /v1/store":                     {"200", "StoreInfo", ""},

@@ -92,6 +92,8 @@ type Snapshot struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Parent is the clean snapshot a warm snapshot was recorded from.
 	Parent string `json:"parent,omitempty"`
+	// Pinned snapshots are never garbage collected.
+	Pinned bool `json:"pinned,omitempty"`
 	// Prepared holds the prepare result (JSON) when the snapshot carries
 	// strategy artifacts.
 	Prepared json.RawMessage `json:"prepared,omitempty"`
@@ -139,6 +141,7 @@ var migrations = []string{
 	`ALTER TABLE functions ADD COLUMN network TEXT NOT NULL DEFAULT '{"egress":"none"}'`,
 	`ALTER TABLE functions ADD COLUMN max_concurrency INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN keep_alive_s INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -332,19 +335,19 @@ func (c *DB) DeleteVM(ctx context.Context, id string) error {
 
 // PutSnapshot inserts or replaces a snapshot record.
 func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
-	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		s.ID, s.Function, s.SourceVM, s.Dir, s.MemoryMiB, s.SizeBytes, s.DiskBytes, s.Stamp,
-		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared))
+		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared), s.Pinned)
 	return err
 }
 
-const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared`
+const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared, pinned`
 
 func scanSnapshot(s scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, prepared string
 	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
-		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared); err != nil {
+		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared, &sn.Pinned); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = parseTS(created)
@@ -362,6 +365,12 @@ func (c *DB) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 // ListSnapshots returns snapshots, oldest first; function filters if set.
 func (c *DB) ListSnapshots(ctx context.Context, function string) ([]*Snapshot, error) {
 	return queryAll(ctx, c.db, scanSnapshot, `SELECT `+snapCols+` FROM snapshots WHERE ?='' OR function=? ORDER BY created_at, id`, function, function)
+}
+
+// SetSnapshotPinned pins a snapshot (garbage collection keeps it) or
+// unpins it.
+func (c *DB) SetSnapshotPinned(ctx context.Context, id string, pinned bool) error {
+	return c.execOne(ctx, "snapshot", id, `UPDATE snapshots SET pinned=? WHERE id=?`, pinned, id)
 }
 
 // SetSnapshotParent records the clean snapshot a warm one came from.

@@ -72,6 +72,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 		}
 	}
 	s.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
+	s.collectSnapshots(ctx, rec.Function)
 	return rec, nil
 }
 

@@ -113,6 +113,10 @@ type Config struct {
 	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
 	HistoryMax    int
 	HistoryMaxAge time.Duration
+	// SnapshotKeep, if positive, is how many of each function's newest
+	// snapshots garbage collection keeps; older ones go unless pinned or
+	// in use. 0 (the default): snapshots are deleted only when asked.
+	SnapshotKeep int
 }
 
 // setDefaults fills the zero confinement settings.
@@ -335,6 +339,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
 	s.pruneHistory(ctx)
+	if fns, err := s.db.ListFunctions(ctx); err == nil {
+		for _, f := range fns {
+			s.collectSnapshots(ctx, f.Name)
+		}
+	}
 	if err := s.openConfinement(); err != nil {
 		return err
 	}

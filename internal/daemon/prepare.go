@@ -80,6 +80,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 		return nil, err
 	}
 	s.log.Info("prepared", "function", req.Function, "warm", res.Warm.ID, "total_ms", res.Timing.TotalMS)
+	s.collectSnapshots(ctx, req.Function)
 	return res, nil
 }
 

@@ -315,3 +315,62 @@ func TestHistoryIsPruned(t *testing.T) {
 		t.Fatalf("history after %d invocations: %d records %v", pruneEvery, len(invs), err)
 	}
 }
+
+// Garbage collection keeps a function's newest SnapshotKeep snapshots,
+// and those pinned or in use.
+func TestSnapshotGarbageCollection(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.SnapshotKeep, c.KeepAlive = 2, -1 })
+	ctx := context.Background()
+	vm, first := bootAndSnapshot(t, s, "echo")
+	if _, err := s.PinSnapshot(ctx, first.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for range 3 {
+		sn, err := s.CreateSnapshot(ctx, vm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, sn.ID)
+	}
+	// made[0] went when made[2] came; a VM restored from made[1] keeps it
+	// while it lives.
+	inUse, _, err := s.RestoreVM(ctx, made[1], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		snaps, err := s.ListSnapshots(ctx, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, sn := range snaps {
+			out = append(out, sn.ID)
+		}
+		return out
+	}
+	got := ids()
+	// first (pinned), made[1] (in use), the newest two.
+	if len(got) != 4 || got[0] != first.ID || got[1] != made[1] || got[2] != made[2] {
+		t.Fatalf("snapshots %v (made %v, pinned %s)", got, made, first.ID)
+	}
+	if err := s.DeleteVM(ctx, inUse.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PinSnapshot(ctx, first.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); len(got) != 2 {
+		t.Fatalf("after unpinning and freeing: %v", got)
+	}
+	if _, err := s.PinSnapshot(ctx, "snap-000000000000", true); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("pin of an unknown snapshot: %v", err)
+	}
+}

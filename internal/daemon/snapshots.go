@@ -25,8 +25,12 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 	if err != nil {
 		return nil, err
 	}
-	defer lv.mu.Unlock()
-	return s.snapshotLocked(ctx, lv)
+	sn, err := s.snapshotLocked(ctx, lv)
+	lv.mu.Unlock()
+	if err == nil {
+		s.collectSnapshots(ctx, sn.Function)
+	}
+	return sn, err
 }
 
 // snapshotLocked snapshots a VM whose lock the caller holds.
@@ -274,4 +278,44 @@ func (s *Service) verified(ctx context.Context, id string, full bool) (*verified
 		return nil, err
 	}
 	return &verifiedSnapshot{sn, fn, m}, nil
+}
+
+// PinSnapshot pins a snapshot (garbage collection keeps it) or unpins it.
+func (s *Service) PinSnapshot(ctx context.Context, id string, pinned bool) (*catalog.Snapshot, error) {
+	if err := validID("snapshot", id); err != nil {
+		return nil, err
+	}
+	if err := s.db.SetSnapshotPinned(ctx, id, pinned); err != nil {
+		if errors.Is(err, catalog.ErrNotFound) {
+			return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+		}
+		return nil, err
+	}
+	return s.GetSnapshot(ctx, id)
+}
+
+// collectSnapshots keeps the function's newest SnapshotKeep snapshots and
+// deletes the older ones that are not pinned and not in use (a live VM
+// restored from it, or kept idle); nothing with SnapshotKeep 0.
+func (s *Service) collectSnapshots(ctx context.Context, function string) {
+	if s.cfg.SnapshotKeep <= 0 {
+		return
+	}
+	snaps, err := s.db.ListSnapshots(ctx, function) // oldest first
+	if err != nil || len(snaps) <= s.cfg.SnapshotKeep {
+		return
+	}
+	for _, sn := range snaps[:len(snaps)-s.cfg.SnapshotKeep] {
+		if sn.Pinned {
+			continue
+		}
+		if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == sn.ID }); err != nil || v != nil {
+			continue
+		}
+		if err := s.DeleteSnapshot(ctx, sn.ID); err != nil {
+			s.log.Warn("snapshot garbage collection", "snapshot", sn.ID, "err", err)
+			continue
+		}
+		s.log.Info("snapshot collected", "snapshot", sn.ID, "function", function, "keep", s.cfg.SnapshotKeep)
+	}
 }
