@@ -23,6 +23,9 @@ type Error struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// RequestID is the request's id (also its X-Request-Id header and
+		// in the daemon's log lines about it).
+		RequestID string `json:"request_id,omitempty"`
 	} `json:"error"`
 }
 

@@ -100,6 +100,7 @@ func main() {
 	flag.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
 	verbose := flag.Bool("v", false, "log every request")
 	showVersion := flag.Bool("version", false, "print thawd's version and exit")
+	logFormat := flag.String("log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println("thawd", buildinfo.String())
@@ -115,7 +116,11 @@ func main() {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log, err := newLogger(*logFormat, level)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "thawd:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log, nil); err != nil {
@@ -123,4 +128,16 @@ func main() {
 		stop()
 		os.Exit(1)
 	}
+}
+
+// newLogger logs to stderr in format ("text" or "json").
+func newLogger(format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
 }

@@ -308,3 +308,14 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+func TestLogFormat(t *testing.T) {
+	for _, f := range []string{"text", "json"} {
+		if l, err := newLogger(f, slog.LevelInfo); err != nil || l == nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if _, err := newLogger("xml", slog.LevelInfo); err == nil || !strings.Contains(err.Error(), "text or json") {
+		t.Errorf("xml: %v", err)
+	}
+}

@@ -6,8 +6,10 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,6 +133,8 @@ func (h *Handler) Routes() []Route {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
+	id := newRequestID()
+	w.Header().Set(RequestIDHeader, id)
 	sw := &statusWriter{ResponseWriter: w, status: 200}
 	defer func() {
 		if h.svc != nil {
@@ -139,7 +143,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	r, ok := h.admit(sw, r, pattern)
 	if !ok {
-		args := []any{"method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
+		args := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
 		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
 			args = append(args, "uid", c.UID, "pid", c.PID)
 		} else {
@@ -158,7 +162,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
-	h.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
+	h.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
 }
 
 // metrics serves the daemon's metrics in Prometheus' text format.
@@ -193,8 +197,19 @@ type ErrorBody = wire.Error
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	var b ErrorBody
-	b.Error.Code, b.Error.Message = code, msg
+	b.Error.Code, b.Error.Message, b.Error.RequestID = code, msg, w.Header().Get(RequestIDHeader)
 	writeJSON(w, status, b)
+}
+
+// RequestIDHeader carries every request's id in its answer.
+const RequestIDHeader = "X-Request-Id"
+
+// newRequestID is a request's id: random, so ids never repeat across
+// daemon restarts.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "req-" + hex.EncodeToString(b[:])
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -238,7 +253,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if status >= 500 {
-		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		h.log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, status, code, err.Error())
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"testing"
@@ -36,5 +37,21 @@ func TestPaginate(t *testing.T) {
 	}
 	if limit, after, err := pageOf(httptest.NewRequest("GET", "/v1/vms", nil)); err != nil || limit != defaultPage || after != "" {
 		t.Errorf("defaults: %d %q %v", limit, after, err)
+	}
+}
+
+// Every answer carries its request's id, and an error body names it too.
+func TestRequestIDs(t *testing.T) {
+	h := newTestHandler()
+	seen := map[string]bool{}
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, localRequest("GET", "/v1/nope", "", ""))
+		id := w.Header().Get(RequestIDHeader)
+		var b ErrorBody
+		if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil || w.Code != 404 || id == "" || b.Error.RequestID != id || seen[id] {
+			t.Fatalf("%d, header %q, body %s (%v)", w.Code, id, w.Body, err)
+		}
+		seen[id] = true
 	}
 }
