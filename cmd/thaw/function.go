@@ -22,16 +22,7 @@ the VM, then invoke the function from the snapshot.`, "fn")
 }
 
 func (a *app) newFunctionCreateCmd() *cobra.Command {
-	var (
-		dir       string
-		memory    int
-		vcpus     int
-		serverDir bool
-		allow     []string
-		egress    string
-		maxConc   int
-		keepAlive int
-	)
+	f := &createFlags{}
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
 		Short: "Create a function from a directory of code",
@@ -57,59 +48,17 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
   thaw fn create hello --dir /srv/functions/hello --server-dir
   thaw fn create image --dir ./functions/image --allow 127.0.0.1:6379`,
 		Args: exactArgs("NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			if memory < 0 {
-				return usagef("--memory must be positive, got %d", memory)
-			}
-			if vcpus < 0 {
-				return usagef("--vcpus must be positive, got %d", vcpus)
-			}
-			if maxConc < 0 {
-				return usagef("--max-concurrency must be positive, got %d", maxConc)
-			}
-			opts := netOpts(egress, allow)
-			if maxConc > 0 {
-				opts = append(opts, client.WithMaxConcurrency(maxConc))
-			}
-			if keepAlive != 0 {
-				opts = append(opts, client.WithKeepAlive(keepAlive))
-			}
-			var (
-				f   *client.Function
-				err error
-			)
-			if serverDir {
-				abs, aerr := filepath.Abs(dir)
-				if aerr != nil {
-					return aerr
-				}
-				f, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, memory, vcpus, opts...)
-			} else {
-				st, serr := os.Stat(dir)
-				if serr != nil {
-					return fmt.Errorf("function directory: %w", serr)
-				}
-				if !st.IsDir() {
-					return fmt.Errorf("function directory %s is not a directory", dir)
-				}
-				f, err = a.c.CreateFunctionFromDir(a.ctx, name, dir, memory, vcpus, opts...)
-			}
-			if err != nil {
-				return err
-			}
-			return a.printFunction(f, "created function")
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return a.createFunction(args[0], f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&dir, "dir", "d", "", "directory with the function's code (required)")
-	fl.IntVar(&memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
-	fl.IntVar(&vcpus, "vcpus", 0, "number of vCPUs (default: the daemon's)")
-	fl.BoolVar(&serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
-	fl.StringArrayVar(&allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
-	fl.StringVar(&egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
-	fl.IntVar(&maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
-	fl.IntVar(&keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
+	fl.StringVarP(&f.dir, "dir", "d", "", "directory with the function's code (required)")
+	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
+	fl.IntVar(&f.vcpus, "vcpus", 0, "number of vCPUs (default: the daemon's)")
+	fl.BoolVar(&f.serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	fl.StringArrayVar(&f.allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
+	fl.StringVar(&f.egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
+	fl.IntVar(&f.maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
+	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -184,4 +133,60 @@ func fmtNetwork(n client.Network) string {
 		return n.Egress + " (" + strings.Join(n.Services, ", ") + ")"
 	}
 	return n.Egress
+}
+
+// createFlags are thaw function create's flags.
+type createFlags struct {
+	dir       string
+	memory    int
+	vcpus     int
+	serverDir bool
+	allow     []string
+	egress    string
+	maxConc   int
+	keepAlive int
+}
+
+// createFunction runs thaw function create NAME.
+func (a *app) createFunction(name string, f *createFlags) error {
+	if f.memory < 0 {
+		return usagef("--memory must be positive, got %d", f.memory)
+	}
+	if f.vcpus < 0 {
+		return usagef("--vcpus must be positive, got %d", f.vcpus)
+	}
+	if f.maxConc < 0 {
+		return usagef("--max-concurrency must be positive, got %d", f.maxConc)
+	}
+	opts := netOpts(f.egress, f.allow)
+	if f.maxConc > 0 {
+		opts = append(opts, client.WithMaxConcurrency(f.maxConc))
+	}
+	if f.keepAlive != 0 {
+		opts = append(opts, client.WithKeepAlive(f.keepAlive))
+	}
+	var (
+		fn  *client.Function
+		err error
+	)
+	if f.serverDir {
+		abs, aerr := filepath.Abs(f.dir)
+		if aerr != nil {
+			return aerr
+		}
+		fn, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, f.memory, f.vcpus, opts...)
+	} else {
+		st, serr := os.Stat(f.dir)
+		if serr != nil {
+			return fmt.Errorf("function directory: %w", serr)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("function directory %s is not a directory", f.dir)
+		}
+		fn, err = a.c.CreateFunctionFromDir(a.ctx, name, f.dir, f.memory, f.vcpus, opts...)
+	}
+	if err != nil {
+		return err
+	}
+	return a.printFunction(fn, "created function")
 }

@@ -46,38 +46,9 @@ type FunctionSpec struct {
 // image holding <name>/handler.py and friends, attached read-only to the
 // function's VMs beside the shared root filesystem.
 func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catalog.Function, error) {
-	if err := ValidName(spec.Name); err != nil {
-		return nil, err
-	}
-	if spec.MemoryMiB == 0 {
-		spec.MemoryMiB = s.cfg.DefaultMemoryMiB
-	}
-	if spec.VCPUs == 0 {
-		spec.VCPUs = s.cfg.DefaultVCPUs
-	}
-	if spec.MemoryMiB < 128 || spec.MemoryMiB > 16384 {
-		return nil, fmt.Errorf("%w: memory_mib %d must be between 128 and 16384", ErrInvalid, spec.MemoryMiB)
-	}
-	if spec.VCPUs < 1 || spec.VCPUs > 16 {
-		return nil, fmt.Errorf("%w: vcpus %d must be between 1 and 16", ErrInvalid, spec.VCPUs)
-	}
-	if spec.KeepAliveS < -1 || spec.KeepAliveS > 86400 {
-		return nil, fmt.Errorf("%w: keep_alive_s %d must be -1 (never), 0 (the daemon's default) or up to 86400", ErrInvalid, spec.KeepAliveS)
-	}
-	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > 4096 {
-		return nil, fmt.Errorf("%w: max_concurrency %d must be between 0 (no limit of its own) and 4096", ErrInvalid, spec.MaxConcurrency)
-	}
-	netw, err := spec.Network.Normalize()
+	netw, err := s.checkFunctionSpec(&spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if s.net != nil {
-		if err := s.net.CheckPolicy(netw); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrForbidden, err)
-		}
-	}
-	if (spec.Directory == "") == (spec.Archive == nil) {
-		return nil, fmt.Errorf("%w: give either a directory or an archive", ErrInvalid)
+		return nil, err
 	}
 	release, err := s.reserveName(ctx, spec.Name)
 	if err != nil {
@@ -332,4 +303,47 @@ func (s *Service) DeleteFunction(ctx context.Context, name string) error {
 		return err
 	}
 	return os.RemoveAll(filepath.Dir(f.CodeDir))
+}
+
+// checkFunctionSpec validates a new function (filling the defaults) and
+// returns its network policy, normalized.
+func (s *Service) checkFunctionSpec(spec *FunctionSpec) (vmnet.Policy, error) {
+	if err := ValidName(spec.Name); err != nil {
+		return vmnet.Policy{}, err
+	}
+	if spec.MemoryMiB == 0 {
+		spec.MemoryMiB = s.cfg.DefaultMemoryMiB
+	}
+	if spec.VCPUs == 0 {
+		spec.VCPUs = s.cfg.DefaultVCPUs
+	}
+	var errs []error
+	if spec.MemoryMiB < 128 || spec.MemoryMiB > 16384 {
+		errs = append(errs, fmt.Errorf("memory_mib %d must be between 128 and 16384", spec.MemoryMiB))
+	}
+	if spec.VCPUs < 1 || spec.VCPUs > 16 {
+		errs = append(errs, fmt.Errorf("vcpus %d must be between 1 and 16", spec.VCPUs))
+	}
+	if spec.KeepAliveS < -1 || spec.KeepAliveS > 86400 {
+		errs = append(errs, fmt.Errorf("keep_alive_s %d must be -1 (never), 0 (the daemon's default) or up to 86400", spec.KeepAliveS))
+	}
+	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > 4096 {
+		errs = append(errs, fmt.Errorf("max_concurrency %d must be between 0 (no limit of its own) and 4096", spec.MaxConcurrency))
+	}
+	if (spec.Directory == "") == (spec.Archive == nil) {
+		errs = append(errs, errors.New("give either a directory or an archive"))
+	}
+	netw, err := spec.Network.Normalize()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return netw, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	if s.net != nil {
+		if err := s.net.CheckPolicy(netw); err != nil {
+			return netw, fmt.Errorf("%w: %v", ErrForbidden, err)
+		}
+	}
+	return netw, nil
 }
