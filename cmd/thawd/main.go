@@ -93,6 +93,7 @@ func main() {
 	flag.IntVar(&d.AdmissionQueue, "admission-queue", 64, "VM starts that may wait for room (live VMs, memory budget, a function's max_concurrency); more get 429")
 	flag.DurationVar(&d.KeepAlive, "keep-alive", 60*time.Second, "how long a VM is kept idle after a cold invocation, for its function's next invocations (that name no snapshot or strategy) to run on it warm; a function's keep_alive_s overrides it; negative: never")
 	flag.IntVar(&d.KeepAliveMaxIdle, "keep-alive-max-idle", 2, "idle VMs kept per function")
+	flag.IntVar(&d.KeepAliveMinAvailableMiB, "keep-alive-min-available", 0, "MiB of host memory (MemAvailable) below which idle VMs are stopped, the longest idle first (default: a twentieth of host memory, at least 512; negative: never)")
 	flag.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	flag.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
 	flag.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")

@@ -26,20 +26,32 @@ func defaultMaxVMs(perVMMiB int) int {
 
 // hostMemoryMiB is the host's memory (MemTotal), or 16 GiB if unknown.
 func hostMemoryMiB() int {
+	if mib, ok := meminfoMiB("MemTotal"); ok {
+		return mib
+	}
+	return 16 << 10
+}
+
+// hostAvailableMiB is the memory the host can give without swapping
+// (MemAvailable).
+func hostAvailableMiB() (int, bool) { return meminfoMiB("MemAvailable") }
+
+// meminfoMiB reads one field of /proc/meminfo, in MiB.
+func meminfoMiB(field string) (int, bool) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
-		return 16 << 10
+		return 0, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kib, _ := strconv.ParseInt(fields[1], 10, 64)
-			return int(kib >> 10)
+		if len(fields) >= 2 && fields[0] == field+":" {
+			kib, err := strconv.ParseInt(fields[1], 10, 64)
+			return int(kib >> 10), err == nil
 		}
 	}
-	return 16 << 10
+	return 0, false
 }
 
 // forHistory is the copy of inv the invocation history keeps: a result

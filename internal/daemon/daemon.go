@@ -108,6 +108,11 @@ type Config struct {
 	// pool off.
 	KeepAlive        time.Duration
 	KeepAliveMaxIdle int
+	// KeepAliveMinAvailableMiB: while the host's available memory
+	// (MemAvailable) is below it, idle VMs are stopped, the longest idle
+	// first. Default: a twentieth of the host's memory, at least 512 MiB;
+	// negative: never.
+	KeepAliveMinAvailableMiB int
 	// HistoryMax and HistoryMaxAge bound the invocation history: the
 	// newest HistoryMax records (default 100,000), none older than
 	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
@@ -162,6 +167,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeepAliveMaxIdle == 0 {
 		c.KeepAliveMaxIdle = 2
+	}
+	if c.KeepAliveMinAvailableMiB == 0 {
+		c.KeepAliveMinAvailableMiB = max(512, hostMemoryMiB()/20)
 	}
 	if c.HistoryMax == 0 {
 		c.HistoryMax = 100_000
@@ -240,6 +248,10 @@ type Service struct {
 	metrics    *metrics.Set
 	adm        *admission   // which VM starts may proceed
 	pool       pool         // idle VMs kept for their function's next invocations
+	// available reads the host's available memory (MiB) for the pool's
+	// pressure watch.
+	available func() (int, bool)
+	stop      chan struct{} // closed by Close: background loops end
 	recorded   atomic.Int64 // invocations recorded since start (history pruning)
 	store      *store.Store // snapshot memory store; nil if unavailable
 	storeErr   error        // why store is nil
@@ -316,6 +328,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.adm.observe = s.metrics.Admission
 	s.adm.reclaim = s.reclaimIdle
 	s.pool.idle = map[string][]*kept{}
+	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
@@ -354,6 +367,10 @@ func (s *Service) Start(ctx context.Context) error {
 	s.accel, err = s.chooseAccel(ctx)
 	if err != nil {
 		return err
+	}
+	if s.cfg.KeepAliveMinAvailableMiB > 0 && s.cfg.KeepAlive > 0 {
+		s.wg.Add(1)
+		go s.watchPressure(pressureInterval)
 	}
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
@@ -462,6 +479,9 @@ func (s *Service) Close(ctx context.Context) error {
 	s.pool.idle = map[string][]*kept{}
 	s.pool.mu.Unlock()
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	live := make([]*liveVM, 0, len(s.vms))
 	for _, lv := range s.vms {

@@ -220,8 +220,10 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
 		if k := s.takeKept(req.Function, snapID); k != nil {
+			s.metrics.KeepAlive(true)
 			return s.invokeKept(ctx, k, req.Event, timeout, start)
 		}
+		s.metrics.KeepAlive(false)
 	}
 	if req.EvictCache {
 		if err := s.evictSnapshot(ctx, snapID); err != nil {

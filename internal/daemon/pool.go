@@ -14,7 +14,8 @@ import (
 // execution environments. A function keeps at most KeepAliveMaxIdle idle
 // VMs; a VM idle for its keep-alive time is stopped, and so is the oldest
 // idle VM when a start does not fit the host's budget (admission reclaims
-// it). A function with keep_alive_s -1 opts out: every invocation starts
+// it) or the host's available memory runs low (watchPressure). A function
+// with keep_alive_s -1 opts out: every invocation starts
 // from a fresh snapshot.
 
 // kept is an idle VM of the pool.
@@ -61,7 +62,7 @@ func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 	if len(s.pool.idle[lv.fn.Name]) >= s.cfg.KeepAliveMaxIdle {
 		return false
 	}
-	k.timer = time.AfterFunc(ttl, func() { s.evictKept(k, "keep-alive time over") })
+	k.timer = time.AfterFunc(ttl, func() { s.evictKept(k, whyExpired) })
 	s.pool.idle[lv.fn.Name] = append(s.pool.idle[lv.fn.Name], k)
 	return true
 }
@@ -102,11 +103,27 @@ func (s *Service) unpark(k *kept) bool {
 	return false
 }
 
+// Why idle VMs are stopped, and the metric label of each.
+const (
+	whyExpired  = "keep-alive time over"
+	whyRoom     = "room needed for another VM"
+	whyPressure = "host memory low"
+)
+
+var evictionLabel = map[string]string{whyExpired: "expired", whyRoom: "room", whyPressure: "memory_pressure",
+	"function deleted": "deleted", "snapshot deleted": "deleted"}
+
 // evictKept stops an idle VM and forgets it.
 func (s *Service) evictKept(k *kept, why string) {
 	if !s.unpark(k) {
 		return
 	}
+	label, ok := evictionLabel[why]
+	if !ok {
+		label = "other"
+	}
+	s.metrics.KeepAliveEviction(label)
+	s.log.Info("idle vm stopped", "vm", k.lv.id, "function", k.lv.fn.Name, "reason", why)
 	s.retire(k.lv, k.rec, why)
 }
 
@@ -140,7 +157,10 @@ func (s *Service) evictKeptWhere(match func(*kept) bool, why string) {
 
 // reclaimIdle stops the longest-idle VM of the pool to make room for a
 // start; false if none is idle.
-func (s *Service) reclaimIdle() bool {
+func (s *Service) reclaimIdle() bool { return s.stopLongestIdle(whyRoom) }
+
+// stopLongestIdle stops the VM idle longest; false if none is idle.
+func (s *Service) stopLongestIdle(why string) bool {
 	s.pool.mu.Lock()
 	var oldest *kept
 	for _, list := range s.pool.idle {
@@ -152,6 +172,49 @@ func (s *Service) reclaimIdle() bool {
 	if oldest == nil {
 		return false
 	}
-	s.evictKept(oldest, "room needed for another VM")
+	s.evictKept(oldest, why)
 	return true
+}
+
+// idleVMs counts the pool's idle VMs.
+func (s *Service) idleVMs() int {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	n := 0
+	for _, list := range s.pool.idle {
+		n += len(list)
+	}
+	return n
+}
+
+// pressureInterval is how often watchPressure reads the host's memory,
+// and hostAvailable how (tests replace both before a daemon opens).
+var (
+	pressureInterval = time.Second
+	hostAvailable    = hostAvailableMiB
+)
+
+// watchPressure stops idle VMs, the longest idle first, while the host's
+// available memory is below KeepAliveMinAvailableMiB: kept VMs are a
+// cache, and a host short of memory needs it more than a warm start does.
+// One VM goes per reading, so the next reading sees what it freed.
+func (s *Service) watchPressure(every time.Duration) {
+	defer s.wg.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		avail, ok := s.available()
+		if !ok || avail >= s.cfg.KeepAliveMinAvailableMiB {
+			continue
+		}
+		if s.stopLongestIdle(whyPressure) {
+			s.log.Warn("host memory low: stopped the longest idle vm", "available_mib", avail,
+				"min_available_mib", s.cfg.KeepAliveMinAvailableMiB)
+		}
+	}
 }

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/wire"
@@ -373,4 +376,101 @@ func TestSnapshotGarbageCollection(t *testing.T) {
 	if _, err := s.PinSnapshot(ctx, "snap-000000000000", true); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("pin of an unknown snapshot: %v", err)
 	}
+}
+
+// Idle VMs are stopped, the longest idle first, while the host's available
+// memory is below the floor; the pool counts hits, misses and evictions.
+func TestKeepAliveGivesWayToMemoryPressure(t *testing.T) {
+	var avail atomic.Int64
+	avail.Store(1 << 20)
+	oldRead, oldEvery := hostAvailable, pressureInterval
+	hostAvailable = func() (int, bool) { return int(avail.Load()), true }
+	pressureInterval = 20 * time.Millisecond
+	t.Cleanup(func() { hostAvailable, pressureInterval = oldRead, oldEvery })
+
+	s, _ := fakeService(t, func(c *Config) { c.KeepAliveMinAvailableMiB, c.KeepAliveMaxIdle = 1024, 4 })
+	ctx := context.Background()
+	vm, _ := bootAndSnapshot(t, s, "echo")
+	if err := s.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	invoke := func() *Invocation {
+		t.Helper()
+		inv, err := s.InvokeCold(ctx, ColdRequest{Function: "echo", InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
+		if err != nil || !inv.OK {
+			t.Fatalf("invoke: %v %+v", err, inv)
+		}
+		return inv
+	}
+	// Two invocations at once leave two idle VMs.
+	var wg sync.WaitGroup
+	invs := make([]*Invocation, 2)
+	for i := range invs {
+		wg.Add(1)
+		go func() { defer wg.Done(); invs[i] = invoke() }()
+	}
+	wg.Wait()
+	if s.idleVMs() != 2 {
+		t.Fatalf("%d idle vms, want 2 (%s %s)", s.idleVMs(), invs[0].Mode, invs[1].Mode)
+	}
+	time.Sleep(5 * pressureInterval)
+	if s.idleVMs() != 2 {
+		t.Fatalf("idle vms stopped with memory to spare: %d left", s.idleVMs())
+	}
+	// Memory runs low: the longest idle VM goes, then the other.
+	s.pool.mu.Lock()
+	oldest := s.pool.idle["echo"][0].lv.id
+	s.pool.mu.Unlock()
+	avail.Store(100)
+	waitFor(t, 3*time.Second, "the longest idle vm stopped", func() bool {
+		_, err := s.GetVM(ctx, oldest)
+		return errors.Is(err, ErrNotFound)
+	})
+	waitFor(t, 3*time.Second, "every idle vm stopped", func() bool { return s.idleVMs() == 0 })
+	avail.Store(1 << 20)
+	if inv := invoke(); inv.Mode != "cold" {
+		t.Fatalf("after the pool was emptied: %s", inv.Mode)
+	}
+	if inv := invoke(); inv.Mode != "pooled" {
+		t.Fatalf("with memory back: %s", inv.Mode)
+	}
+	got := promText(t, s)
+	for _, want := range []string{
+		`thaw_keepalive_evictions_total{reason="memory_pressure"} 2`,
+		`thaw_keepalive_total{outcome="hit"} 1`,
+		`thaw_keepalive_total{outcome="miss"} 3`,
+		`thaw_keepalive_idle_vms 1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or d has passed.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// promText is the daemon's metrics in the text exposition format.
+func promText(t *testing.T, s *Service) string {
+	t.Helper()
+	mfs, err := s.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }

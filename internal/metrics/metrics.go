@@ -17,8 +17,9 @@ import (
 
 // State is what a scrape reads from the daemon.
 type State struct {
-	VMs   map[string]int // live and recorded VMs by state
-	Store *wire.StoreInfo
+	VMs     map[string]int // live and recorded VMs by state
+	IdleVMs int            // VMs kept idle by the keep-alive pool
+	Store   *wire.StoreInfo
 }
 
 // Set is thawd's metrics and the registry they are served from.
@@ -32,6 +33,7 @@ type Set struct {
 	admissions                   *prometheus.CounterVec
 	admissionWait                prometheus.Histogram
 	queueDepth                   prometheus.Gauge
+	keepAlive, evictions         *prometheus.CounterVec
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -60,7 +62,9 @@ func New(state func() State) *Set {
 	s.admissionWait = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "thaw", Name: "admission_wait_seconds",
 		Help: "How long VM starts waited for room (host budget or function limit).", Buckets: buckets})
 	s.queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "thaw", Name: "admission_queue_depth", Help: "VM starts waiting for room."})
-	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth)
+	s.keepAlive = counter("keepalive_total", "Invocations that could run on a kept VM (naming no snapshot or strategy), by outcome: hit (a kept VM served it) or miss (a cold start).", "outcome")
+	s.evictions = counter("keepalive_evictions_total", "Idle VMs stopped, by reason: expired, room (a start needed it), memory_pressure (host memory low), deleted (function or snapshot).", "reason")
+	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
@@ -121,6 +125,19 @@ func (s *Set) Admission(outcome string, waited time.Duration, depth int) {
 	s.queueDepth.Set(float64(depth))
 }
 
+// KeepAlive records whether a kept VM served an invocation that could
+// use one.
+func (s *Set) KeepAlive(hit bool) {
+	if hit {
+		s.keepAlive.WithLabelValues("hit").Inc()
+	} else {
+		s.keepAlive.WithLabelValues("miss").Inc()
+	}
+}
+
+// KeepAliveEviction records an idle VM stopped for reason.
+func (s *Set) KeepAliveEviction(reason string) { s.evictions.WithLabelValues(reason).Inc() }
+
 // Request records one API request; route is its pattern ("" when none
 // matched).
 func (s *Set) Request(route string, status int, d time.Duration) {
@@ -148,16 +165,18 @@ var (
 	storeUseDesc = prometheus.NewDesc("thaw_store_used_bytes", "Memory store bytes used by stored snapshot copies.", []string{"tier"}, nil)
 	storeFree    = prometheus.NewDesc("thaw_store_free_bytes", "Memory store bytes free.", []string{"tier"}, nil)
 	storeResv    = prometheus.NewDesc("thaw_store_reserved_bytes", "Memory store bytes held for live premap clones beyond the copies.", []string{"tier"}, nil)
+	idleDesc     = prometheus.NewDesc("thaw_keepalive_idle_vms", "VMs kept idle for their function's next invocations.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv} {
+	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv, idleDesc} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.state()
+	ch <- prometheus.MustNewConstMetric(idleDesc, prometheus.GaugeValue, float64(st.IdleVMs))
 	for state, n := range st.VMs {
 		ch <- prometheus.MustNewConstMetric(vmsDesc, prometheus.GaugeValue, float64(n), state)
 	}
