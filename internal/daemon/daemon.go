@@ -246,15 +246,15 @@ type Service struct {
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
-	adm        *admission   // which VM starts may proceed
-	pool       pool         // idle VMs kept for their function's next invocations
+	adm        *admission // which VM starts may proceed
+	pool       pool       // idle VMs kept for their function's next invocations
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	recorded   atomic.Int64 // invocations recorded since start (history pruning)
-	store      *store.Store // snapshot memory store; nil if unavailable
-	storeErr   error        // why store is nil
+	recorded  atomic.Int64  // invocations recorded since start (history pruning)
+	store     *store.Store  // snapshot memory store; nil if unavailable
+	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	wg        sync.WaitGroup
