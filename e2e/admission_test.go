@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ func TestBurstAdmission(t *testing.T) {
 	c := e.c
 	snap := probeSnapshot(t, c)
 	ctx := ctxT(t)
+	oomBefore := oomKills(t)
 
 	var (
 		wg       sync.WaitGroup
@@ -92,6 +95,10 @@ func TestBurstAdmission(t *testing.T) {
 			t.Errorf("vm %s failed: %s", v.ID, v.Reason)
 		}
 	}
+	// Nor by the kernel: the OOM killer killed nothing during the burst.
+	if n := oomKills(t) - oomBefore; n != 0 {
+		t.Errorf("the OOM killer killed %d processes during the burst", n)
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if len(lat) == 0 {
 		t.Fatal("no info request was made during the burst")
@@ -102,4 +109,25 @@ func TestBurstAdmission(t *testing.T) {
 	if p99 > 100*time.Millisecond {
 		t.Errorf("GET /v1/info p99 %s during the burst, want under 100 ms", p99)
 	}
+}
+
+// oomKills is how many processes the kernel's OOM killer has killed since
+// boot (/proc/vmstat oom_kill).
+func oomKills(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("/proc/vmstat has no oom_kill")
+	return 0
 }
