@@ -256,7 +256,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		inv.Timing.TeardownMS = ms(time.Since(t))
 	}
 	s.record(ctx, inv)
-	s.log.Info("cold invocation", "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
+	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
 	return inv, nil
