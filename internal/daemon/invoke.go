@@ -343,5 +343,7 @@ func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
 	s.record(ctx, inv)
+	s.log.Info("pooled invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
+		"invoke_ms", inv.Timing.InvokeMS, "total_ms", inv.Timing.TotalMS)
 	return inv, nil
 }
