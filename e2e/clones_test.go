@@ -27,17 +27,7 @@ type cloneValues struct {
 func TestClonesAreDistinct(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "clones", repoPath("e2e/testdata/clones"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	boot, err := e.c.BootVM(ctx, "clones")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, boot.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, snap := bootSnapshot(t, e.c, "clones", "e2e/testdata/clones")
 	taken := time.Now()
 	seen := map[string]map[string]bool{}
 	note := func(what, v string) {
@@ -148,17 +138,7 @@ func checkGuestTime(t *testing.T, invoke func() (*client.Invocation, error)) {
 func TestFailingOnRestore(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "badhook", repoPath("e2e/testdata/badhook"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	boot, err := e.c.BootVM(ctx, "badhook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, boot.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, snap := bootSnapshot(t, e.c, "badhook", "e2e/testdata/badhook")
 	inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
 	if err != nil {
 		t.Fatal(err)

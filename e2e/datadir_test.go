@@ -77,13 +77,7 @@ func TestSecondDaemonTouchesNothing(t *testing.T) {
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := e.c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := bootFunction(t, e.c, "probe", "e2e/testdata/probe")
 	tmp := filepath.Join(dataDir, "snapshots", ".tmp-snap-0123456789ab")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		t.Fatal(err)

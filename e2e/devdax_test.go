@@ -37,11 +37,7 @@ func TestPremapDevDAX(t *testing.T) {
 	e := startEnvWith(t, dataDir, useDevice)
 	c := e.c
 	ctx := ctxT(t)
-	snap := probeSnapshot(t, c)
-	entry, err := c.StoreSnapshot(ctx, snap.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, entry := storedProbe(t, c)
 	if entry.PageSize != 2<<20 || entry.Bytes == 0 || entry.Bytes%(2<<20) != 0 || entry.Bytes >= 256<<20 || entry.DeviceOffset < 2<<20 {
 		t.Fatalf("store entry %+v: want whole 2 MiB units after the index, fewer than all of guest memory", entry)
 	}

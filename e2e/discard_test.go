@@ -17,10 +17,7 @@ func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)
-	snap := probeSnapshot(t, c)
-	if _, err := c.StoreSnapshot(ctx, snap.ID); err != nil {
-		t.Fatal(err)
-	}
+	snap, _ := storedProbe(t, c)
 	for _, strategy := range []string{"vanilla", "premap"} {
 		v, err := c.RestoreVM(ctx, snap.ID, strategy)
 		if err != nil {
@@ -63,19 +60,45 @@ func probeSnapshot(t *testing.T, c *client.Client) *client.Snapshot {
 	return snap
 }
 
+// storedProbe is probeSnapshot with the snapshot's memory also copied into
+// the daemon's memory store.
+func storedProbe(t *testing.T, c *client.Client) (*client.Snapshot, *client.StoreEntry) {
+	t.Helper()
+	snap := probeSnapshot(t, c)
+	entry, err := c.StoreSnapshot(ctxT(t), snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, entry
+}
+
+// createFunction creates function name from the repository directory dir
+// (256 MiB, 1 vCPU).
+func createFunction(t *testing.T, c *client.Client, name, dir string) {
+	t.Helper()
+	if _, err := c.CreateFunctionFromDir(ctxT(t), name, repoPath(dir), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bootFunction creates function name from the repository directory dir
+// (256 MiB, 1 vCPU) and boots it.
+func bootFunction(t *testing.T, c *client.Client, name, dir string) *client.VM {
+	t.Helper()
+	createFunction(t, c, name, dir)
+	vm, err := c.BootVM(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
 // bootSnapshot creates function name from the repository directory dir
 // (256 MiB, 1 vCPU), boots it and snapshots the VM, which keeps running.
 func bootSnapshot(t *testing.T, c *client.Client, name, dir string) (*client.VM, *client.Snapshot) {
 	t.Helper()
-	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, name, repoPath(dir), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := c.BootVM(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, vm.ID)
+	vm := bootFunction(t, c, name, dir)
+	snap, err := c.CreateSnapshot(ctxT(t), vm.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

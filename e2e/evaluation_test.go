@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -16,13 +17,7 @@ import (
 // the real daemon and VMs. It checks that every cell was measured, not how
 // fast anything was.
 func TestSmokeEvaluation(t *testing.T) {
-	e := startEnv(t, t.TempDir())
-	ctx := ctxT(t)
-	r, err := inputs.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
+	e, ctx, r := startEvalEnv(t)
 	fns := []string{"hello", "json"}
 	if _, err := inputs.Load(ctx, r, fns, nil, nil); err != nil {
 		t.Fatal(err)
@@ -35,11 +30,7 @@ func TestSmokeEvaluation(t *testing.T) {
 	for _, k := range restore.Kinds {
 		strategies = append(strategies, string(k))
 	}
-	progress := io.Discard
-	if testing.Verbose() {
-		progress = &testWriter{t}
-	}
-	res, err := bench.RunStrategies(ctx, e.c, cases, strategies, 1, progress)
+	res, err := bench.RunStrategies(ctx, e.c, cases, strategies, 1, progressT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,20 +62,10 @@ func TestSmokeEvaluation(t *testing.T) {
 // snapshot and from two (the warm snapshot and a copy made through the
 // API), one repetition; then the result files. The copy is deleted after.
 func TestSmokeEvalBurst(t *testing.T) {
-	e := startEnv(t, t.TempDir())
-	ctx := ctxT(t)
-	r, err := inputs.StartRedis(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
+	e, ctx, r := startEvalEnv(t)
 	cfg := bench.DefaultEvalConfig(repoPath("."))
 	cfg.Experiments, cfg.BurstFunctions, cfg.BurstSizes, cfg.Reps = []string{bench.ExpBurst}, []string{"hello"}, []int{2}, 1
-	progress := io.Discard
-	if testing.Verbose() {
-		progress = &testWriter{t}
-	}
-	res, err := bench.RunEval(ctx, e.c, r, cfg, progress)
+	res, err := bench.RunEval(ctx, e.c, r, cfg, progressT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +100,29 @@ func TestSmokeEvalBurst(t *testing.T) {
 		t.Errorf("wrote %v: %v", paths, err)
 	}
 	t.Logf("\n%s", res.Markdown())
+}
+
+// startEvalEnv starts a daemon and a Redis server for the inputs; the
+// server stops when the test ends.
+func startEvalEnv(t *testing.T) (*env, context.Context, *inputs.Redis) {
+	t.Helper()
+	e := startEnv(t, t.TempDir())
+	ctx := ctxT(t)
+	r, err := inputs.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+	return e, ctx, r
+}
+
+// progressT is where the harness reports progress: the test's log with
+// -v, nowhere without.
+func progressT(t *testing.T) io.Writer {
+	if testing.Verbose() {
+		return &testWriter{t}
+	}
+	return io.Discard
 }
 
 type testWriter struct{ t *testing.T }

@@ -30,11 +30,7 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.StoreDir = huge })
 	c := e.c
 	ctx := ctxT(t)
-	snap := probeSnapshot(t, c)
-	entry, err := c.StoreSnapshot(ctx, snap.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, entry := storedProbe(t, c)
 	if entry.PageSize != 2<<20 || entry.Bytes == 0 || entry.Bytes%(2<<20) != 0 || entry.Bytes >= 256<<20 {
 		t.Fatalf("store entry %+v: want whole huge pages, fewer than all of guest memory", entry)
 	}

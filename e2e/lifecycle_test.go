@@ -442,25 +442,11 @@ func testDiskFull(t *testing.T, c *client.Client, dataDir, vmID string) {
 // line, like a tiny Redis; a function allowed to reach it sees it at
 // 10.0.2.2.
 func hostService(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for n := 1; ; n++ {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(n int) {
-				defer conn.Close()
-				line, _ := bufio.NewReader(conn).ReadString('\n')
-				fmt.Fprintf(conn, "pong %d %s\n", n, strings.TrimSpace(line))
-			}(n)
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return serveLoopback(t, func(conn net.Conn, n int) {
+		defer conn.Close()
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		fmt.Fprintf(conn, "pong %d %s\n", n, strings.TrimSpace(line))
+	})
 }
 
 func checkHostService(t *testing.T, c *client.Client, vmID string, port int) {

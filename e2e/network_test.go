@@ -23,21 +23,7 @@ import (
 // echoService listens on the host's loopback and sends back what it reads.
 func echoService(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return serveLoopback(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) })
 }
 
 // outside is a server in a network namespace the test creates, linked to

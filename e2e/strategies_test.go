@@ -22,9 +22,7 @@ func TestStrategies(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
+	createFunction(t, c, "probe", "e2e/testdata/probe")
 	t.Log("preparing (boot + two record invocations)")
 	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
 	if err != nil {
@@ -235,9 +233,7 @@ func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.SnapBPFObject = "/nonexistent/snapbpf_capture.bpf.o" })
 	c := e.c
 	ctx := ctxT(t)
-	if _, err := c.CreateFunctionFromDir(ctx, "probe", repoPath("e2e/testdata/probe"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
+	createFunction(t, c, "probe", "e2e/testdata/probe")
 	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
 	if err != nil {
 		t.Fatalf("prepare: %v", err)

@@ -16,38 +16,26 @@ import (
 // does before it calls the service), by route. Routes not listed read
 // nothing from the request but their path.
 var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
-	"POST /v1/functions": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readCreateFunction(w, r)
-		return err
-	},
-	"POST /v1/functions/{name}/invoke": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readInvokeFunction(w, r)
-		return err
-	},
-	"POST /v1/snapshots/{id}/invoke": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readInvokeSnapshot(w, r)
-		return err
-	},
-	"POST /v1/vms/{id}/invoke": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readInvokeVM(w, r)
-		return err
-	},
-	"POST /v1/functions/{name}/prepare": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readPrepare(w, r)
-		return err
-	},
-	"POST /v1/vms": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readCreateVM(w, r)
-		return err
-	},
-	"POST /v1/snapshots": func(w http.ResponseWriter, r *http.Request) error {
-		_, err := readCreateSnapshot(w, r)
-		return err
-	},
+	"POST /v1/functions":                decodes(readCreateFunction),
+	"POST /v1/functions/{name}/invoke":  decodes(readInvokeFunction),
+	"POST /v1/snapshots/{id}/invoke":    decodes(readInvokeSnapshot),
+	"POST /v1/vms/{id}/invoke":          decodes(readInvokeVM),
+	"POST /v1/functions/{name}/prepare": decodes(readPrepare),
+	"POST /v1/vms":                      decodes(readCreateVM),
+	"POST /v1/snapshots":                decodes(readCreateSnapshot),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err
 	},
+}
+
+// decodes adapts a handler's decoding step to requestDecoders, dropping
+// what it decoded.
+func decodes[T any](read func(http.ResponseWriter, *http.Request) (T, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		_, err := read(w, r)
+		return err
+	}
 }
 
 // decoded is the status a decoding handler answers when the request got

@@ -461,11 +461,7 @@ func TestOpenCreatesTheFileAtPath(t *testing.T) {
 }
 
 func TestFunctionNetworkRoundTrip(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := newDB(t)
 	ctx := context.Background()
 	f := &Function{Name: "svc", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(),
 		Network: Network{Egress: "services", Services: []string{"127.0.0.1:6379", "10.1.2.3:5432"}}}
@@ -485,11 +481,7 @@ func TestFunctionNetworkRoundTrip(t *testing.T) {
 }
 
 func TestPruneInvocations(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := newDB(t)
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 10 {

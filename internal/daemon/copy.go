@@ -121,17 +121,8 @@ func copyFileSync(dst, src string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	return snapshot.WriteSync(dst, os.O_EXCL, func(out *os.File) error {
+		_, err := io.Copy(out, in)
 		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	})
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/problemtest"
 )
 
 func TestValidName(t *testing.T) {
@@ -149,24 +151,7 @@ func TestConfigValidate(t *testing.T) {
 			c := validConfig()
 			tt.edit(&c)
 			c.setDefaults()
-			err := c.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate = nil, want %d problems", len(tt.want))
-			}
-			if n := len(strings.Split(err.Error(), "\n")); n != len(tt.want) {
-				t.Errorf("Validate reported %d problems, want %d:\n%v", n, len(tt.want), err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate error does not mention %q:\n%v", w, err)
-				}
-			}
+			problemtest.Check(t, c.Validate(), tt.want)
 		})
 	}
 }

@@ -176,11 +176,21 @@ func HashFile(path string) (FileInfo, error) {
 
 // WriteFileSync writes data to path and fsyncs it.
 func WriteFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	return WriteSync(path, os.O_TRUNC, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// WriteSync opens path for writing (created, mode 0600, with flag added:
+// os.O_TRUNC to replace a file, os.O_EXCL to insist on a new one), fills
+// it with write, fsyncs and closes it. The file is closed whatever fails.
+func WriteSync(path string, flag int, write func(*os.File) error) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|flag, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}

@@ -98,14 +98,8 @@ func TestDevDAX(t *testing.T) {
 		t.Fatalf("a private mapping of device-DAX: %v, want EINVAL (the kernel maps it only shared)", err)
 	}
 
-	c, err := devOf(s).clone("snap-devdax", "vm-000000000001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := devOf(s).clone("snap-devdax", "vm-000000000002")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloneT(t, s, "snap-devdax", "vm-000000000001")
+	other := cloneT(t, s, "snap-devdax", "vm-000000000002")
 	t.Logf("clone ranges at %d and %d MiB, %d MiB each, filled in %.2f and %.2f ms", c.Offset>>20, other.Offset>>20, c.Bytes>>20, c.CopyMS, other.CopyMS)
 
 	// Map the clone as the interposer does: reserve, then shared fixed
@@ -196,10 +190,7 @@ func mmapFixed(addr uintptr, length, fd int, off int64, flags int) (uintptr, err
 // with align=2 MiB), reads every page back and writes every 7th.
 func runShimOnDevice(t *testing.T, s *Store, dev, root string, e *Entry, src []byte) {
 	shimDir := os.Getenv("THAW_DEVDAX_SHIM_DIR")
-	c, err := devOf(s).clone(e.Snapshot, "vm-00000000000a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloneT(t, s, e.Snapshot, "vm-00000000000a")
 	defer devOf(s).release(c.Owner)
 	tab := memlayout.ShimTable{MemSize: uint64(e.Size)}
 	for _, m := range c.Maps {

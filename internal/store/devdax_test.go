@@ -108,14 +108,8 @@ func TestDevDAXRegionPutCloneRelease(t *testing.T) {
 		t.Fatalf("second put: %+v %v", again, err)
 	}
 
-	a, err := devOf(s).clone("snap-dax", "vm-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := devOf(s).clone("snap-dax", "vm-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := cloneT(t, s, "snap-dax", "vm-a")
+	b := cloneT(t, s, "snap-dax", "vm-b")
 	if a.Offset == b.Offset || a.Offset < e.DeviceOffset+e.Bytes || a.Bytes != e.Bytes || len(a.Maps) != 2 {
 		t.Fatalf("clones %+v %+v overlap each other or the copy", a, b)
 	}
@@ -192,9 +186,7 @@ func TestDevDAXRegionIndexPersists(t *testing.T) {
 	if _, err := s.Put("snap-b", one, hashOf(t, one)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := devOf(s).clone("snap-a", "vm-x"); err != nil {
-		t.Fatal(err)
-	}
+	cloneT(t, s, "snap-a", "vm-x")
 	newest := devOf(s).slot
 	s.Close()
 
@@ -280,9 +272,7 @@ func TestDevDAXRegionFullAndMismatch(t *testing.T) {
 		t.Fatalf("put one unit: %+v %v", e, err)
 	}
 	for _, vm := range []string{"vm-1", "vm-2"} {
-		if _, err := devOf(s).clone("snap-one", vm); err != nil {
-			t.Fatal(err)
-		}
+		cloneT(t, s, "snap-one", vm)
 	}
 	if _, err := devOf(s).clone("snap-one", "vm-3"); !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "2 live clones") {
 		t.Fatalf("clone on a full device: %v", err)
@@ -344,3 +334,13 @@ func TestOpenClassifiesDevDAX(t *testing.T) {
 
 // devOf is a device store's device.
 func devOf(s *Store) *daxDevice { return s.t.(*daxDevice) }
+
+// cloneT gives vm a clone range of snap's copy on s's device.
+func cloneT(t *testing.T, s *Store, snap, vm string) *Clone {
+	t.Helper()
+	c, err := devOf(s).clone(snap, vm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

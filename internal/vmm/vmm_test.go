@@ -3,6 +3,8 @@ package vmm
 import (
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/problemtest"
 )
 
 func validSpec() Spec {
@@ -44,25 +46,7 @@ func TestSpecValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := validSpec()
 			tt.edit(&s)
-			err := s.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate = nil, want %d problems", len(tt.want))
-			}
-			lines := strings.Split(err.Error(), "\n")
-			if len(lines) != len(tt.want) {
-				t.Errorf("Validate reported %d problems, want %d:\n%v", len(lines), len(tt.want), err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate error does not mention %q:\n%v", w, err)
-				}
-			}
+			problemtest.Check(t, s.Validate(), tt.want)
 		})
 	}
 }
