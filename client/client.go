@@ -354,6 +354,12 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 	if o.keepAliveS != 0 {
 		q.Set("keep_alive_s", strconv.Itoa(o.keepAliveS))
 	}
+	if o.vmmPool != 0 {
+		q.Set("vmm_pool", strconv.Itoa(o.vmmPool))
+	}
+	if o.vmmPoolTTLS != 0 {
+		q.Set("vmm_pool_ttl_s", strconv.Itoa(o.vmmPoolTTLS))
+	}
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -376,6 +382,12 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if o.keepAliveS != 0 {
 		in["keep_alive_s"] = o.keepAliveS
 	}
+	if o.vmmPool != 0 {
+		in["vmm_pool"] = o.vmmPool
+	}
+	if o.vmmPoolTTLS != 0 {
+		in["vmm_pool_ttl_s"] = o.vmmPoolTTLS
+	}
 	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
 }
 
@@ -386,6 +398,15 @@ type functionOptions struct {
 	network        Network
 	maxConcurrency int
 	keepAliveS     int
+	vmmPool        int
+	vmmPoolTTLS    int
+}
+
+// WithVMMPool sets how many VMMs the VMM pool starts ahead of restores per
+// snapshot and strategy of the function (-1: none), and how long one
+// waits unused (seconds; 0: the daemon's default).
+func WithVMMPool(size, ttlSeconds int) FunctionOption {
+	return func(o *functionOptions) { o.vmmPool, o.vmmPoolTTLS = size, ttlSeconds }
 }
 
 // WithKeepAlive sets how long the function's VMs are kept idle after a

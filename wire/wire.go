@@ -44,8 +44,14 @@ type Function struct {
 	// KeepAliveS is how long its VMs are kept idle after a cold invocation
 	// for its next ones, in seconds; absent: the daemon's default; -1:
 	// never (every invocation starts from a fresh snapshot).
-	KeepAliveS int       `json:"keep_alive_s,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	KeepAliveS int `json:"keep_alive_s,omitempty"`
+	// VMMPool is how many VMMs the VMM pool starts ahead of restores per
+	// snapshot and strategy of the function; absent: the daemon's default;
+	// -1: none. VMMPoolTTLS is how long one waits unused, in seconds;
+	// absent: the daemon's default.
+	VMMPool     int       `json:"vmm_pool,omitempty"`
+	VMMPoolTTLS int       `json:"vmm_pool_ttl_s,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
 // Network is what a function's guests may reach: egress "none" (the
@@ -110,6 +116,10 @@ type RestoreTiming struct {
 	// AdmissionWaitMS is how long the restore waited for room (the host
 	// budget or the function's limit) before it began; not part of set-up.
 	AdmissionWaitMS float64 `json:"admission_wait_ms,omitempty"`
+	// VMM says where the VMM process came from: "pooled", started ahead
+	// of the request by the VMM pool (its start is not part of set-up), or
+	// "started" for this restore.
+	VMM string `json:"vmm"`
 }
 
 // Timing breaks an invocation down, in milliseconds. For a cold invocation
@@ -316,6 +326,11 @@ type CreateFunctionRequest struct {
 	// KeepAliveS: seconds its VMs are kept idle after a cold invocation (0
 	// or absent: the daemon's default; -1: never).
 	KeepAliveS int `json:"keep_alive_s,omitempty"`
+	// VMMPool: VMMs started ahead of restores per snapshot and strategy
+	// (0 or absent: the daemon's default; -1: none); VMMPoolTTLS: seconds
+	// one waits unused (0 or absent: the daemon's default).
+	VMMPool     int `json:"vmm_pool,omitempty"`
+	VMMPoolTTLS int `json:"vmm_pool_ttl_s,omitempty"`
 }
 
 // InvokeRequest is the body of the invoke operations.

@@ -449,6 +449,12 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		if err == nil {
 			spec.KeepAliveS, err = intParam(q.Get("keep_alive_s"))
 		}
+		if err == nil {
+			spec.VMMPool, err = intParam(q.Get("vmm_pool"))
+		}
+		if err == nil {
+			spec.VMMPoolTTLS, err = intParam(q.Get("vmm_pool_ttl_s"))
+		}
 		if err != nil {
 			return spec, err
 		}
@@ -463,7 +469,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
-		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS}
+		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS, VMMPool: req.VMMPool, VMMPoolTTLS: req.VMMPoolTTLS}
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}

@@ -560,7 +560,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "keep_alive_s", "max_concurrency", "memory_mib", "name", "vcpus"}) {
+		if !slices.Equal(query, []string{"allow", "egress", "keep_alive_s", "max_concurrency", "memory_mib", "name", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
@@ -620,7 +620,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		schema, prop string
 		want         []string
 	}{
-		{"VM", "state", []string{catalog.StateBooting, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
+		{"VM", "state", []string{catalog.StateBooting, catalog.StateStandby, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
@@ -895,7 +895,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	snap := &catalog.Snapshot{ID: "snap-00112233aabb", Function: "hello", SourceVM: booted.ID, Dir: "/s",
 		MemoryMiB: 512, SizeBytes: 536870912 + 40000, DiskBytes: 31457280, Stamp: `{"x":1}`, CreateMS: 410.5,
 		PauseMS: 401.2, CreatedAt: now.UTC()}
-	rt := &daemon.RestoreTiming{VerifyMS: 1.5, VMMStartMS: 40, LoadStateMS: 20.25, SetupMS: 62, ResumeMS: 4.75}
+	rt := &daemon.RestoreTiming{VerifyMS: 1.5, VMMStartMS: 40, LoadStateMS: 20.25, SetupMS: 62, ResumeMS: 4.75, VMM: "started"}
 	warm := &daemon.Invocation{ID: "inv-0123456789ab", Function: "hello", VM: booted.ID, Mode: "warm", OK: true,
 		Result: json.RawMessage(`{"message":"hello, world!"}`), Timing: daemon.Timing{InvokeMS: 1.2, GuestMS: 0.03, TotalMS: 1.3}}
 	cold := &daemon.Invocation{ID: "inv-0123456789ac", Function: "hello", VM: restored.ID, Mode: "cold",

@@ -36,8 +36,13 @@ type Function struct {
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// KeepAliveS is how long its VMs are kept idle after a cold invocation,
 	// in seconds: 0 the daemon's default, negative never.
-	KeepAliveS int       `json:"keep_alive_s,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	KeepAliveS int `json:"keep_alive_s,omitempty"`
+	// VMMPool is how many standby VMs the VMM pool keeps per snapshot and
+	// strategy (0: the daemon's default, negative: none); VMMPoolTTLS how
+	// long one waits, in seconds (0: the daemon's default).
+	VMMPool     int       `json:"vmm_pool,omitempty"`
+	VMMPoolTTLS int       `json:"vmm_pool_ttl_s,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
 // Network is a function's egress policy (package vmnet gives it meaning).
@@ -49,6 +54,9 @@ type Network struct {
 // VM states.
 const (
 	StateBooting = "booting"
+	// StateStandby: a VMM started ahead of a restore, in the VMM pool; its
+	// guest has not run.
+	StateStandby = "standby"
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateFailed  = "failed"
@@ -74,7 +82,7 @@ type VM struct {
 
 // Live reports whether the VM's process is supposed to be running.
 func (v *VM) Live() bool {
-	return v.State == StateBooting || v.State == StateRunning || v.State == StatePaused
+	return v.State == StateBooting || v.State == StateStandby || v.State == StateRunning || v.State == StatePaused
 }
 
 // Snapshot is a published snapshot directory.
@@ -142,6 +150,8 @@ var migrations = []string{
 	`ALTER TABLE functions ADD COLUMN max_concurrency INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN keep_alive_s INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE functions ADD COLUMN vmm_pool INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE functions ADD COLUMN vmm_pool_ttl_s INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -254,20 +264,22 @@ func (c *DB) PutFunction(ctx context.Context, f *Function) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,
-		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS)
+	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS,
+		f.VMMPool, f.VMMPoolTTLS)
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s, vmm_pool, vmm_pool_ttl_s`
 
 func scanFunction(s scanner) (*Function, error) {
 	var f Function
 	var created, netw string
-	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency, &f.KeepAliveS); err != nil {
+	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency, &f.KeepAliveS,
+		&f.VMMPool, &f.VMMPoolTTLS); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)

@@ -113,6 +113,20 @@ func (a *admission) acquire(ctx context.Context, fn string, memMiB, fnMax int) (
 	return func() { once.Do(func() { a.release(t) }) }, nil
 }
 
+// tryAcquire admits a start only if it fits now and nothing waits (the
+// VMM pool's fills never queue); release as for acquire.
+func (a *admission) tryAcquire(fn string, memMiB, fnMax int) (release func(), ok bool) {
+	t := &ticket{fn: fn, mem: memMiB, fnMax: fnMax, granted: make(chan struct{})}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.queue) > 0 || !a.fits(t) {
+		return nil, false
+	}
+	a.take(t)
+	var once sync.Once
+	return func() { once.Do(func() { a.release(t) }) }, true
+}
+
 // withdraw takes a waiting ticket out of the queue; false if it was
 // granted meanwhile.
 func (a *admission) withdraw(t *ticket) bool {

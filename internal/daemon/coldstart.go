@@ -29,10 +29,11 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	if err != nil {
 		return nil, nil, err
 	}
-	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{begin: st.Start, start: time.Now()})
+	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind})
 	if err != nil {
 		return nil, nil, err
 	}
+	s.refillLater(poolKey{snapID, st.Kind}, lv.fn)
 	lv.mu.Unlock()
 	return rec, t, nil
 }
@@ -55,6 +56,9 @@ func (s *Service) strategy(name string) (restore.Strategy, error) {
 type restoreOpts struct {
 	begin restore.BeginFunc // the strategy's session (a Strategy's Start, or a prepare step's)
 	start time.Time         // when the request arrived
+	// pool, if set, is the strategy begin starts: a standby VM of the
+	// VMM pool for the snapshot and it may serve the restore.
+	pool restore.Kind
 }
 
 // restore does RestoreVM's work and returns the VM locked, its strategy
@@ -68,6 +72,15 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	fn, err := s.db.GetFunction(ctx, sn.Function)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
+	}
+	if o.pool != "" && s.poolSize(fn) > 0 {
+		key := poolKey{snapID, o.pool}
+		if sb := s.takeStandby(key); sb != nil {
+			lv, rec, t, err := s.restoreStandby(ctx, sb, o)
+			s.metrics.VMMPool(string(o.pool), true)
+			return lv, rec, t, err
+		}
+		s.metrics.VMMPool(string(o.pool), false)
 	}
 	// Room first, so nothing is held while waiting for it; the wait is
 	// not set-up (it is reported apart).
@@ -83,7 +96,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 		release()
 		return nil, nil, nil, err
 	}
-	c.t.AdmissionWaitMS = ms(waited)
+	c.t.AdmissionWaitMS, c.t.VMM = ms(waited), "started"
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
 	t1 := time.Now()
 	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
@@ -92,20 +105,64 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 		return nil, nil, nil, err
 	}
 	lv.mu.Lock()
-	lv.sess = c.sess
-	if what, err := s.resumeClone(ctx, lv, c, t1); err != nil {
-		reason := fmt.Sprintf("restore from %s: %s: %v", snapID, what, err)
-		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
-		lv.mu.Unlock()
-		return nil, nil, nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
+	lv.sess, lv.untimed = c.sess, c.sess.Untimed()
+	err = s.startClone(ctx, lv, c, t1)
+	if err == nil {
+		err = s.resumeClone(ctx, lv, c)
 	}
+	if err != nil {
+		return nil, nil, nil, s.failRestore(ctx, lv, snapID, err)
+	}
+	return s.running(ctx, lv, rec, c.t)
+}
+
+// restoreStandby finishes a restore on a standby VM of the VMM pool: its
+// snapshot checked again, then device state, resume and renewal. The VM
+// already holds its room, so it does not wait for admission.
+func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	lv, c := sb.lv, sb.c
+	lv.mu.Lock()
+	c.start = o.start
+	if _, err := s.verified(ctx, c.sn.ID, false); err != nil {
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "standby: "+err.Error())
+		lv.mu.Unlock()
+		return nil, nil, nil, err
+	}
+	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled"}
+	s.mu.Lock()
+	lv.state = catalog.StateBooting // in memory only: the catalog learns "running" once it is
+	s.mu.Unlock()
+	lv.untimed = 0 // what the strategy did before the restore proper was done ahead of the request
+	if err := s.resumeClone(ctx, lv, c); err != nil {
+		return nil, nil, nil, s.failRestore(ctx, lv, c.sn.ID, err)
+	}
+	return s.running(ctx, lv, sb.rec, c.t)
+}
+
+// failRestore stops a locked VM whose restore failed and unlocks it.
+func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, err error) error {
+	reason := fmt.Sprintf("restore from %s: %v", snapID, err)
+	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+	lv.mu.Unlock()
+	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
+}
+
+// running records a restored VM as running; it comes back locked.
+func (s *Service) running(ctx context.Context, lv *liveVM, rec *catalog.VM, t *RestoreTiming) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 	rec.State = catalog.StateRunning
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "catalog: "+err.Error())
 		lv.mu.Unlock()
 		return nil, nil, nil, err
 	}
-	return lv, rec, c.t, nil
+	return lv, rec, t, nil
+}
+
+// refillLater refills the VMM pool for key in the background.
+func (s *Service) refillLater(key poolKey, fn *catalog.Function) {
+	if s.poolSize(fn) > 0 {
+		go s.refill(key, fn)
+	}
 }
 
 // coldStart is a restore planned but not started.
@@ -148,26 +205,33 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	return c, nil
 }
 
-// resumeClone takes a started VMM of a locked VM from the strategy's
-// start through device state and resume to a renewed guest, filling the
-// timing; on failure it says which step failed.
-func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time) (string, error) {
-	t := c.t
+// startClone runs the strategy's part once the VMM of a locked VM has
+// started (REAP's working set installed, say), up to where the device
+// state is due.
+func (s *Service) startClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time) error {
 	if err := c.sess.Started(ctx, lv.m.PID()); err != nil {
-		return string(c.sess.Kind()) + " strategy", err
+		return fmt.Errorf("%s strategy: %w", c.sess.Kind(), err)
 	}
 	if failed := c.sess.Failed(); failed != nil {
 		go s.watchStrategy(lv, failed)
 	}
-	t.VMMStartMS = ms(time.Since(started))
+	c.t.VMMStartMS = ms(time.Since(started))
+	return nil
+}
+
+// resumeClone takes a locked VM whose VMM and strategy have started
+// through device state and resume to a renewed guest, filling the timing;
+// its error says which step failed.
+func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) error {
+	t := c.t
 	t2 := time.Now()
 	if err := lv.m.LoadState(ctx, filepath.Join(c.sn.Dir, snapshot.StateFile)); err != nil {
-		return "load device state", err
+		return fmt.Errorf("load device state: %w", err)
 	}
 	t.LoadStateMS = ms(time.Since(t2))
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	if err := lv.m.Resume(ctx); err != nil {
-		return "resume", err
+		return fmt.Errorf("resume: %w", err)
 	}
 	resumed := time.Now()
 	t.SetupMS = ms(resumed.Sub(c.start))
@@ -181,10 +245,10 @@ func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, sta
 		t.AgentRestoreMS, err = s.renewClone(ctx, lv)
 		return err
 	}); err != nil {
-		return "guest agent restore", err
+		return fmt.Errorf("guest agent restore: %w", err)
 	}
 	t.ResumeMS = ms(time.Since(resumed))
-	return "", nil
+	return nil
 }
 
 // renewClone makes a restored guest a clone of its own before anyone uses

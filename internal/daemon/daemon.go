@@ -113,6 +113,16 @@ type Config struct {
 	// first. Default: a twentieth of the host's memory, at least 512 MiB;
 	// negative: never.
 	KeepAliveMinAvailableMiB int
+	// VMMPool is how many standby VMs (VMMs started ahead of a restore)
+	// the VMM pool keeps per snapshot and strategy once that pair has
+	// been restored (a function's vmm_pool overrides it); VMMPoolTTL how
+	// long one waits unused; VMMPoolMemoryMiB bounds the memory they may
+	// hold together (guest RAM plus VMMemoryOverheadMiB each). Defaults:
+	// 1, 5 minutes, an eighth of the host's memory; VMMPool < 0 turns the
+	// pool off.
+	VMMPool          int
+	VMMPoolTTL       time.Duration
+	VMMPoolMemoryMiB int
 	// HistoryMax and HistoryMaxAge bound the invocation history: the
 	// newest HistoryMax records (default 100,000), none older than
 	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
@@ -171,6 +181,18 @@ func (c *Config) setDefaults() {
 	if c.KeepAliveMinAvailableMiB == 0 {
 		c.KeepAliveMinAvailableMiB = max(512, hostMemoryMiB()/20)
 	}
+	switch {
+	case c.VMMPool == 0:
+		c.VMMPool = 1
+	case c.VMMPool < 0:
+		c.VMMPool = 0
+	}
+	if c.VMMPoolTTL == 0 {
+		c.VMMPoolTTL = 5 * time.Minute
+	}
+	if c.VMMPoolMemoryMiB == 0 {
+		c.VMMPoolMemoryMiB = hostMemoryMiB() / 8
+	}
 	if c.HistoryMax == 0 {
 		c.HistoryMax = 100_000
 	}
@@ -212,6 +234,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
 	errs = append(errs, validateConfinement(c)...)
+	if c.VMMPoolTTL < 0 {
+		errs = append(errs, fmt.Errorf("vmm pool ttl %s: must be positive", c.VMMPoolTTL))
+	}
+	if c.VMMPoolMemoryMiB < 0 {
+		errs = append(errs, fmt.Errorf("vmm pool memory %d MiB: must not be negative", c.VMMPoolMemoryMiB))
+	}
 	if c.MaxVMs < 1 {
 		errs = append(errs, fmt.Errorf("max vms %d: need at least 1", c.MaxVMs))
 	}
@@ -248,6 +276,7 @@ type Service struct {
 	metrics    *metrics.Set
 	adm        *admission // which VM starts may proceed
 	pool       pool       // idle VMs kept for their function's next invocations
+	vmmPool    vmmPool    // VMMs started ahead of restores
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -326,8 +355,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.metrics = metrics.New(s.metricState)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
-	s.adm.reclaim = s.reclaimIdle
+	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimIdle() }
 	s.pool.idle = map[string][]*kept{}
+	s.vmmPool.ready, s.vmmPool.filling = map[poolKey][]*standby{}, map[poolKey]int{}
 	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -470,6 +500,7 @@ const APIVersion = "0.1.0"
 
 // Close stops every VM (marking them stopped) and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
+	s.closeVMMPool()
 	s.pool.mu.Lock()
 	for _, list := range s.pool.idle {
 		for _, k := range list {

@@ -40,6 +40,10 @@ type FunctionSpec struct {
 	// KeepAliveS: seconds its VMs stay idle after a cold invocation (0:
 	// the daemon's default, -1: never).
 	KeepAliveS int
+	// VMMPool: standby VMs per snapshot and strategy (0: the daemon's
+	// default, -1: none); VMMPoolTTLS: seconds one waits (0: default).
+	VMMPool     int
+	VMMPoolTTLS int
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -90,7 +94,8 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	}
 	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
-		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS}
+		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS,
+		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS}
 	if err := s.db.PutFunction(ctx, f); err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err
@@ -286,6 +291,7 @@ func (s *Service) DeleteFunction(ctx context.Context, name string) error {
 		return err
 	}
 	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == name }, "function deleted")
+	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == name }, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == name }); err != nil || v != nil {
 		if err == nil {
 			err = fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)
@@ -326,6 +332,12 @@ func (s *Service) checkFunctionSpec(spec *FunctionSpec) (vmnet.Policy, error) {
 	}
 	if spec.KeepAliveS < -1 || spec.KeepAliveS > 86400 {
 		errs = append(errs, fmt.Errorf("keep_alive_s %d must be -1 (never), 0 (the daemon's default) or up to 86400", spec.KeepAliveS))
+	}
+	if spec.VMMPool < -1 || spec.VMMPool > 16 {
+		errs = append(errs, fmt.Errorf("vmm_pool %d must be -1 (none), 0 (the daemon's default) or up to 16", spec.VMMPool))
+	}
+	if spec.VMMPoolTTLS < 0 || spec.VMMPoolTTLS > 86400 {
+		errs = append(errs, fmt.Errorf("vmm_pool_ttl_s %d must be 0 (the daemon's default) or up to 86400", spec.VMMPoolTTLS))
 	}
 	if spec.MaxConcurrency < 0 || spec.MaxConcurrency > 4096 {
 		errs = append(errs, fmt.Errorf("max_concurrency %d must be between 0 (no limit of its own) and 4096", spec.MaxConcurrency))

@@ -231,7 +231,11 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		}
 		start = time.Now() // eviction is preparation, not part of the cold start
 	}
-	lv, rec, rt, err := s.restore(ctx, snapID, restoreOpts{begin: strategy.Start, start: start})
+	o := restoreOpts{begin: strategy.Start, start: start}
+	if !req.EvictCache {
+		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
+	}
+	lv, rec, rt, err := s.restore(ctx, snapID, o)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +250,10 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	inv.StrategyStats = &st
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
-	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.sess.Untimed())
+	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.untimed)
+	if o.pool != "" {
+		s.refillLater(poolKey{snapID, o.pool}, lv.fn)
+	}
 	t := time.Now()
 	if !pooled || !s.park(lv, rec, snapID) {
 		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
@@ -317,6 +324,9 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// Standby VMs map the snapshot's memory (and hold what their strategy
+	// read ahead): a cold start after an eviction must not find them.
+	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id }, whyStandbyEvict)
 	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
 	arts, _ := filepath.Glob(filepath.Join(sn.Dir, "strategies", "*", "*"))
 	paths = append(paths, arts...)

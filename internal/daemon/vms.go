@@ -32,6 +32,7 @@ type liveVM struct {
 	state   string // guarded by Service.mu
 
 	sess             restore.Session   // restored VMs: the strategy serving their memory
+	untimed          time.Duration     // the strategy's time before the restore proper, reported apart (cached's fill)
 	countersAtResume procstat.Counters // VMM counters just before the vCPUs resumed
 	spec             vmm.Spec          // what the VMM was started with
 	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
@@ -93,7 +94,10 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		return nil, fmt.Errorf("%w: daemon is shutting down", ErrConflict)
 	}
 	rec.RunDir, rec.Accel, rec.MemoryMiB = spec.RunDir, string(spec.Accel), spec.MemoryMiB
-	rec.State, rec.CreatedAt = catalog.StateBooting, time.Now()
+	if rec.State == "" {
+		rec.State = catalog.StateBooting
+	}
+	rec.CreatedAt = time.Now()
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		release()
 		return nil, err
@@ -407,14 +411,15 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	return nil, fmt.Errorf("%w: vm %s is %s, want %s", ErrConflict, id, state, strings.Join(states, " or "))
 }
 
-// liveVMWhere is a live VM for which match holds, or nil.
+// liveVMWhere is a live VM for which match holds, or nil; standby VMs of
+// the VMM pool do not count (they go when their snapshot or function does).
 func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool) (*catalog.VM, error) {
 	vms, err := s.db.ListVMs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, v := range vms {
-		if v.Live() && match(v) {
+		if v.Live() && v.State != catalog.StateStandby && match(v) {
 			return v, nil
 		}
 	}

@@ -15,7 +15,8 @@ import (
 func FunctionBody(f *catalog.Function) *wire.Function {
 	return &wire.Function{Name: f.Name, Digest: f.Digest, CodeDir: f.CodeDir, Disk: f.Disk, MemoryMiB: f.MemoryMiB,
 		VCPUs: f.VCPUs, Network: wire.Network{Egress: f.Network.Egress, Services: f.Network.Services},
-		MaxConcurrency: f.MaxConcurrency, KeepAliveS: f.KeepAliveS, CreatedAt: f.CreatedAt}
+		MaxConcurrency: f.MaxConcurrency, KeepAliveS: f.KeepAliveS,
+		VMMPool: f.VMMPool, VMMPoolTTLS: f.VMMPoolTTLS, CreatedAt: f.CreatedAt}
 }
 
 // VMBody is a VM as the API answers it; restore is the breakdown of the

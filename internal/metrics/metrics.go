@@ -19,7 +19,9 @@ import (
 type State struct {
 	VMs     map[string]int // live and recorded VMs by state
 	IdleVMs int            // VMs kept idle by the keep-alive pool
-	Store   *wire.StoreInfo
+	// StandbyVMs are VMMs the VMM pool started ahead of restores.
+	StandbyVMs int
+	Store      *wire.StoreInfo
 }
 
 // Set is thawd's metrics and the registry they are served from.
@@ -34,6 +36,7 @@ type Set struct {
 	admissionWait                prometheus.Histogram
 	queueDepth                   prometheus.Gauge
 	keepAlive, evictions         *prometheus.CounterVec
+	vmmPool, vmmPoolDrops        *prometheus.CounterVec
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -64,7 +67,9 @@ func New(state func() State) *Set {
 	s.queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "thaw", Name: "admission_queue_depth", Help: "VM starts waiting for room."})
 	s.keepAlive = counter("keepalive_total", "Invocations that could run on a kept VM (naming no snapshot or strategy), by outcome: hit (a kept VM served it) or miss (a cold start).", "outcome")
 	s.evictions = counter("keepalive_evictions_total", "Idle VMs stopped, by reason: expired, room (a start needed it), memory_pressure (host memory low), deleted (function or snapshot).", "reason")
-	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions)
+	s.vmmPool = counter("vmm_pool_total", "Restores by whether the VMM pool had a VMM started for their snapshot and strategy: hit or miss (a VMM was started for the restore).", "strategy", "outcome")
+	s.vmmPoolDrops = counter("vmm_pool_drops_total", "Standby VMMs stopped unused, by reason: expired, room (a start needed it), evicted (their snapshot evicted from the page cache), deleted (snapshot or function).", "reason")
+	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions, s.vmmPool, s.vmmPoolDrops)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
@@ -135,6 +140,32 @@ func (s *Set) KeepAlive(hit bool) {
 	}
 }
 
+// VMMPool records whether a restore found a standby VMM.
+func (s *Set) VMMPool(strategy string, hit bool) {
+	outcome := "miss"
+	if hit {
+		outcome = "hit"
+	}
+	s.vmmPool.WithLabelValues(strategy, outcome).Inc()
+}
+
+// VMMPoolDrop records a standby VMM stopped unused; why is the daemon's
+// reason text.
+func (s *Set) VMMPoolDrop(why string) {
+	reason := "other"
+	switch {
+	case strings.Contains(why, "time over"):
+		reason = "expired"
+	case strings.Contains(why, "room"):
+		reason = "room"
+	case strings.Contains(why, "evicted"):
+		reason = "evicted"
+	case strings.Contains(why, "deleted"):
+		reason = "deleted"
+	}
+	s.vmmPoolDrops.WithLabelValues(reason).Inc()
+}
+
 // KeepAliveEviction records an idle VM stopped for reason.
 func (s *Set) KeepAliveEviction(reason string) { s.evictions.WithLabelValues(reason).Inc() }
 
@@ -166,10 +197,11 @@ var (
 	storeFree    = prometheus.NewDesc("thaw_store_free_bytes", "Memory store bytes free.", []string{"tier"}, nil)
 	storeResv    = prometheus.NewDesc("thaw_store_reserved_bytes", "Memory store bytes held for live premap clones beyond the copies.", []string{"tier"}, nil)
 	idleDesc     = prometheus.NewDesc("thaw_keepalive_idle_vms", "VMs kept idle for their function's next invocations.", nil, nil)
+	standbyDesc  = prometheus.NewDesc("thaw_vmm_pool_standby_vms", "VMMs the VMM pool started ahead of restores, waiting for one.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv, idleDesc} {
+	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv, idleDesc, standbyDesc} {
 		ch <- d
 	}
 }
@@ -177,6 +209,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.state()
 	ch <- prometheus.MustNewConstMetric(idleDesc, prometheus.GaugeValue, float64(st.IdleVMs))
+	ch <- prometheus.MustNewConstMetric(standbyDesc, prometheus.GaugeValue, float64(st.StandbyVMs))
 	for state, n := range st.VMs {
 		ch <- prometheus.MustNewConstMetric(vmsDesc, prometheus.GaugeValue, float64(n), state)
 	}

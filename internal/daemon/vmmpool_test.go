@@ -1,0 +1,213 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+)
+
+// standbyOf is the standby VM of snapshot in the catalog, or nil.
+func standbyOf(t *testing.T, s *Service, snapshot string) *catalog.VM {
+	t.Helper()
+	vms, err := s.ListVMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vms {
+		if v.State == catalog.StateStandby && v.Snapshot == snapshot {
+			return v
+		}
+	}
+	return nil
+}
+
+// The VMM pool: a restore starts a VMM and refills the pool; the next
+// restore of that snapshot and strategy takes the standby VM (its VMM
+// start is not part of set-up), answers like any other, and the pool is
+// refilled again. Standby VMs expire, give way to deletion, eviction and
+// starts that need room, and a function can opt out.
+func TestVMMPool(t *testing.T) {
+	s, b := fakeService(t, func(c *Config) {
+		c.KeepAlive, c.VMMPoolTTL, c.MaxVMs, c.AdmissionTimeout = -1, 2*time.Second, 3, 5*time.Second
+	})
+	ctx := context.Background()
+	booted, snap := bootAndSnapshot(t, s, "echo")
+	if err := s.DeleteVM(ctx, booted.ID); err != nil {
+		t.Fatal(err)
+	}
+	vm1, t1, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t1.VMM != "started" || t1.VMMStartMS <= 0 {
+		t.Fatalf("first restore: vmm %q, vmm start %.1f ms", t1.VMM, t1.VMMStartMS)
+	}
+	if err := s.DeleteVM(ctx, vm1.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	sb := standbyOf(t, s, snap.ID)
+	if sb.Strategy != "vanilla" || sb.PID == 0 {
+		t.Fatalf("standby vm: %+v", sb)
+	}
+	started := len(b.specs)
+	vm2, t2, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t2.VMM != "pooled" || t2.VMMStartMS != 0 || vm2.ID != sb.ID || vm2.State != catalog.StateRunning {
+		t.Fatalf("second restore: vmm %q (start %.1f ms) on %s (%s), the standby was %s", t2.VMM, t2.VMMStartMS, vm2.ID, vm2.State, sb.ID)
+	}
+	if inv, err := s.InvokeVM(ctx, vm2.ID, InvokeRequest{Event: json.RawMessage(`"pooled"`)}); err != nil || !inv.OK {
+		t.Fatalf("invoke the pooled vm: %v %+v", err, inv)
+	}
+	if err := s.DeleteVM(ctx, vm2.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Another strategy has a pool of its own: a miss.
+	vm3, t3, err := s.RestoreVM(ctx, snap.ID, "cached")
+	if err != nil || t3.VMM != "started" {
+		t.Fatalf("another strategy: %v %+v", err, t3)
+	}
+	waitFor(t, 5*time.Second, "the pool refilled", func() bool { return s.standbyVMs() == 2 })
+	if len(b.specs) < started+2 {
+		t.Fatalf("%d vmms started, want the refills too", len(b.specs)-started)
+	}
+	got := promText(t, s)
+	for _, want := range []string{
+		`thaw_vmm_pool_total{outcome="hit",strategy="vanilla"} 1`,
+		`thaw_vmm_pool_total{outcome="miss",strategy="vanilla"} 1`,
+		`thaw_vmm_pool_total{outcome="miss",strategy="cached"} 1`,
+		`thaw_vmm_pool_standby_vms 2`,
+		`thaw_vms{state="standby"} 2`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if err := s.DeleteVM(ctx, vm3.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A start that needs room takes it from the standby VMs (3 VMs at
+	// most: one running, two standing by).
+	other, _ := bootAndSnapshot(t, s, "other")
+	if _, err := s.BootVM(ctx, "other"); err != nil {
+		t.Fatalf("a start with standby vms holding the room: %v", err)
+	}
+	if n := s.standbyVMs(); n != 1 {
+		t.Fatalf("%d standby vms after a start needed room, want 1", n)
+	}
+	s.DeleteVM(ctx, other.ID)
+	// Expired: unused for its time to live, a standby VM is stopped.
+	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.standbyVMs() == 0 && standbyOf(t, s, snap.ID) == nil })
+	if !strings.Contains(promText(t, s), `thaw_vmm_pool_drops_total{reason="expired"} 1`) {
+		t.Error("the expired standby vm was not counted")
+	}
+
+	// An evicted cold start neither uses nor refills the pool, and drops
+	// what stands by for its snapshot.
+	if _, _, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: snap.ID, Strategy: "vanilla",
+		InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`), EvictCache: true}})
+	if err != nil || inv.Timing.Restore.VMM != "started" {
+		t.Fatalf("evicted cold start: %v %+v", err, inv)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if v := standbyOf(t, s, snap.ID); v != nil {
+		t.Fatalf("standby vm kept across an eviction: %+v", v)
+	}
+
+	// Deleting the snapshot stops its standby VMs; they do not hold it.
+	vms, _ := s.ListVMs(ctx)
+	for _, v := range vms {
+		if v.Live() && v.State != catalog.StateStandby {
+			s.DeleteVM(ctx, v.ID)
+		}
+	}
+	if _, _, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	vms, _ = s.ListVMs(ctx)
+	for _, v := range vms {
+		if v.Live() && v.State != catalog.StateStandby {
+			s.DeleteVM(ctx, v.ID)
+		}
+	}
+	if err := s.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatalf("delete a snapshot with a standby vm: %v", err)
+	}
+	if s.standbyVMs() != 0 {
+		t.Fatal("standby vm of a deleted snapshot")
+	}
+
+	// A function that opts out gets no standby VMs.
+	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
+	if _, err := s.CreateFunction(ctx, FunctionSpec{Name: "nopool", Archive: bytes.NewReader(archive), VMMPool: -1}); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := s.BootVM(ctx, "nopool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := s.CreateSnapshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DeleteVM(ctx, vm.ID)
+	for range 2 {
+		v, tm, err := s.RestoreVM(ctx, sn.ID, "vanilla")
+		if err != nil || tm.VMM != "started" {
+			t.Fatalf("opted out: %v %+v", err, tm)
+		}
+		s.DeleteVM(ctx, v.ID)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if standbyOf(t, s, sn.ID) != nil {
+		t.Fatal("a function that opted out got a standby vm")
+	}
+}
+
+// A standby VM whose VMM died is not handed out: the restore starts a VMM
+// of its own.
+func TestVMMPoolSkipsDeadStandby(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	ctx := context.Background()
+	booted, snap := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(ctx, booted.ID)
+	vm, _, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DeleteVM(ctx, vm.ID)
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	sb := standbyOf(t, s, snap.ID)
+	lv, ok := s.live(sb.ID)
+	if !ok {
+		t.Fatal("standby vm has no process")
+	}
+	if err := syscall.Kill(lv.m.PID(), syscall.SIGKILL); err != nil { // a crash, not a stop thaw asked for
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the dead standby noticed", func() bool { _, ok := s.live(sb.ID); return !ok })
+	v, tm, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.VMM != "started" || v.ID == sb.ID {
+		t.Fatalf("restore after the standby died: %s on %s", tm.VMM, v.ID)
+	}
+	if got, err := s.GetVM(ctx, v.ID); err != nil || got.State != catalog.StateRunning {
+		t.Fatalf("%+v %v", got, errors.Join(err))
+	}
+}
