@@ -9,7 +9,7 @@ export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
 
-.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz
+.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz deb
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make demo    set up what is missing, boot a VM, snapshot it, cold-start it"
 	@echo "make test    set up what is missing and run every test (unit + real VMs)"
 	@echo "make build   build bin/thaw and bin/thawd"
+	@echo "make deb     the Debian package build/thaw_<version>_<arch>.deb (binaries, unit, config, completions)"
 	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
 	@echo "make unit    unit tests only (no VMs)"
 	@echo "make lint    gofmt and go vet"
@@ -53,6 +54,11 @@ $(BIN)/snapbpf_capture.bpf.o: bpf/snapbpf_capture.bpf.c
 	@mkdir -p $(BIN)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
+# The Debian package: /usr/bin/thawd and thaw, /usr/lib/thaw (interposer and
+# eBPF object), the systemd unit, /etc/thaw/thawd.yaml, completions, docs.
+deb: build
+	@scripts/build-deb.sh $(VERSION) build
+
 image: deps
 	@guest/build-image.sh >/dev/null
 
@@ -64,7 +70,7 @@ unit: build
 
 # The end-to-end tests boot real QEMU VMs; THAW_IMAGE makes them mandatory
 # (without it, a plain `go test ./...` skips them and says why).
-test: deps build image lint
+test: deps build image lint deb
 	THAW_IMAGE=$(IMAGE_DIR) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
 	FUZZTIME=3s scripts/fuzz.sh
 
@@ -88,5 +94,5 @@ fmt:
 	gofmt -w cmd internal client e2e wire
 
 clean:
-	rm -rf $(BIN) test-output.log
+	rm -rf $(BIN) build test-output.log
 	$(MAKE) -C shim clean

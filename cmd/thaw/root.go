@@ -94,6 +94,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newBenchCmd(),
 		a.newVersionCmd(),
 	)
+	a.registerCompletions(root)
 	a.wrapRunE(root)
 	return root
 }

@@ -207,6 +207,13 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// Check validates c as Open will, with its zero values taking their
+// defaults; it opens nothing.
+func (c Config) Check() error {
+	c.setDefaults()
+	return c.Validate()
+}
+
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// completionTimeout bounds a completion's questions to the daemon: a shell
+// waits for them on every TAB.
+const completionTimeout = 2 * time.Second
+
+// completer lists the candidates of one kind of argument, each with a
+// description ("value\tdescription"), asking the daemon.
+type completer func(a *app, ctx context.Context, c *client.Client) ([]string, error)
+
+// argCompletions: the commands whose arguments name daemon objects, and
+// of which kind. many: every argument (delete ID...), else only the first.
+var argCompletions = map[string]struct {
+	kind completer
+	many bool
+}{
+	"thaw function get":    {functionNames, false},
+	"thaw function delete": {functionNames, false},
+	"thaw vm boot":         {functionNames, false},
+	"thaw invoke":          {functionNames, false},
+	"thaw prepare":         {functionNames, false},
+	"thaw vm restore":      {snapshotIDs, false},
+	"thaw vm get":          {vmIDs, false},
+	"thaw vm delete":       {vmIDs, true},
+	"thaw vm pause":        {vmIDs, false},
+	"thaw vm resume":       {vmIDs, false},
+	"thaw snapshot create": {vmIDs, false},
+	"thaw snapshot get":    {snapshotIDs, false},
+	"thaw snapshot pin":    {snapshotIDs, false},
+	"thaw snapshot unpin":  {snapshotIDs, false},
+	"thaw snapshot evict":  {snapshotIDs, false},
+	"thaw snapshot verify": {snapshotIDs, false},
+	"thaw snapshot copy":   {snapshotIDs, false},
+	"thaw snapshot delete": {snapshotIDs, true},
+	"thaw snapshot store":  {snapshotIDs, true},
+}
+
+// flagCompletions: flags that name daemon objects, on whichever command
+// has them; list: a comma-separated list of them.
+var flagCompletions = map[string]struct {
+	kind completer
+	list bool
+}{
+	"function":   {functionNames, false},
+	"vm":         {vmIDs, false},
+	"snapshot":   {snapshotIDs, false},
+	"strategy":   {strategyNames, false},
+	"strategies": {strategyNames, true},
+}
+
+// registerCompletions makes TAB complete function names, VM and snapshot
+// ids and strategy names from the daemon, for every command in the tree.
+func (a *app) registerCompletions(root *cobra.Command) {
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if ac, ok := argCompletions[cmd.CommandPath()]; ok {
+			cmd.ValidArgsFunction = a.completeArgs(ac.kind, ac.many)
+		}
+		for name, fc := range flagCompletions {
+			if cmd.LocalNonPersistentFlags().Lookup(name) != nil {
+				_ = cmd.RegisterFlagCompletionFunc(name, a.completeFlag(fc.kind, fc.list))
+			}
+		}
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+func (a *app) completeArgs(kind completer, many bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 && !many {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, c := range a.candidates(cmd, kind) {
+			if v, _, _ := strings.Cut(c, "\t"); !slices.Contains(args, v) {
+				out = append(out, c)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func (a *app) completeFlag(kind completer, list bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if list && strings.Contains(toComplete, ",") {
+			// A comma-separated list: complete its last element.
+			done := toComplete[:strings.LastIndex(toComplete, ",")+1]
+			var out []cobra.Completion
+			for _, c := range a.candidates(cmd, kind) {
+				out = append(out, done+c)
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		}
+		return a.candidates(cmd, kind), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// candidates asks the daemon at --url (or THAW_URL) for kind's
+// candidates within completionTimeout; any failure is no candidates (a
+// completion has nowhere to report it).
+func (a *app) candidates(cmd *cobra.Command, kind completer) []string {
+	c, err := client.NewFromEnv(a.url)
+	if err != nil {
+		return nil
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
+	defer cancel()
+	out, err := kind(a, ctx, c)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+func functionNames(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+	fns, err := c.ListFunctions(ctx)
+	var out []string
+	for _, f := range fns {
+		out = append(out, fmt.Sprintf("%s\t%d MiB, %d vCPU", f.Name, f.MemoryMiB, f.VCPUs))
+	}
+	return out, err
+}
+
+func vmIDs(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+	vms, err := c.ListVMs(ctx)
+	var out []string
+	for _, v := range vms {
+		out = append(out, fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, v.State))
+	}
+	return out, err
+}
+
+func snapshotIDs(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+	snaps, err := c.ListSnapshots(ctx, "")
+	var out []string
+	for _, s := range snaps {
+		out = append(out, fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime)))
+	}
+	return out, err
+}
+
+// strategyNames are the strategies the daemon offers: its registry, in
+// its order (GET /v1/info).
+func strategyNames(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return info.Strategies, nil
+}

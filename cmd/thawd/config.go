@@ -1,0 +1,309 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/snapbpf"
+	"github.com/thaw-dev/thaw/internal/store"
+)
+
+// defaultConfigFile is read when --config is not given, if it exists.
+const defaultConfigFile = "/etc/thaw/thawd.yaml"
+
+// libDir is where the Debian package installs the interposer and the
+// eBPF capture program.
+const libDir = "/usr/lib/thaw"
+
+// envPrefix names a setting in the environment: THAWD_DATA_DIR for
+// --data-dir.
+const envPrefix = "THAWD_"
+
+func defaultImageDir() string {
+	cache := os.Getenv("THAW_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "thaw")
+	}
+	return filepath.Join(cache, "images", "current")
+}
+
+// defaultLibFile is name beside the thawd binary (make build puts it
+// there), else in libDir (where the package installs it) if it is there,
+// else beside the binary again, so that a start-up error names that place.
+func defaultLibFile(name string) string {
+	beside := ""
+	if exe, err := os.Executable(); err == nil {
+		beside = filepath.Join(filepath.Dir(exe), name)
+		if _, err := os.Stat(beside); err == nil {
+			return beside
+		}
+	}
+	if p := filepath.Join(libDir, name); fileExists(p) {
+		return p
+	}
+	return beside
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// settings is thawd's configuration: every setting is a flag, an
+// environment variable and a key of the config file, by one name.
+type settings struct {
+	serve     serveConfig
+	verbose   bool
+	logFormat string
+	uidBase   uint
+	uidCount  uint
+
+	fs     *pflag.FlagSet // the settings' flags, in definition order
+	source map[string]string
+	bad    []error // values that did not parse, wherever they came from
+}
+
+// newSettings defines every setting with its default.
+func newSettings() *settings {
+	s := &settings{fs: pflag.NewFlagSet("thawd", pflag.ContinueOnError), source: map[string]string{}}
+	s.fs.SortFlags = false
+	fs, cfg, d := s.fs, &s.serve, &s.serve.Daemon
+	fs.StringArrayVar(&cfg.Listen, "listen", nil, "address to serve the API on, repeatable: a Unix socket (an absolute path or unix:PATH) or host:port for TCP, which needs the API token and, off loopback, TLS (default "+defaultSocket+")")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", "", "group that may use the Unix socket (mode 0660) and create functions from host directories (default: root's group)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "API token for TCP clients, read from this file (0600, not a symlink; default: <data-dir>/"+api.TokenFileName+", generated at first start)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate (PEM) for the TCP listeners; required, with --tls-key, for an address that is not loopback")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key (PEM) of --tls-cert")
+	fs.StringArrayVar(&cfg.AllowedHosts, "allowed-host", nil, "Host header value accepted over TCP besides loopback names and addresses, repeatable (without a port: any port)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "loopback host:port serving GET /metrics alone, without the token, for a Prometheus on this host (metrics are also at /metrics on every --listen, with the token over TCP)")
+	fs.StringArrayVar(&cfg.AllowedOrigins, "allowed-origin", nil, "web origin (scheme://host[:port]) whose browser requests are served, repeatable; requests from any other origin are refused")
+	fs.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
+	fs.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image'; default $THAW_CACHE/images/current)")
+	fs.StringVar(&d.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
+	fs.IntVar(&d.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
+	fs.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
+	fs.DurationVar(&d.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
+	fs.DurationVar(&d.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
+	fs.StringVar(&d.ShimPath, "shim", defaultLibFile("libthaw_shim.so"), "interposer preloaded into every QEMU: hands it its files as descriptors, lays out memory for the reap, faasnap and premap strategies (default: beside thawd, else "+libDir+")")
+	fs.StringVar(&d.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
+	fs.StringVar(&d.StoreDeviceFile, "store-device-file", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
+	fs.StringVar(&d.SnapBPFObject, "snapbpf-object", defaultLibFile(snapbpf.ObjectFile), "eBPF capture program for the snapbpf strategy (prepare; default: beside thawd, else "+libDir+")")
+	fs.UintVar(&s.uidBase, "vm-uid-base", daemon.DefaultVMUIDBase, "first of the user ids QEMU runs as, one per live VM (a range no other user or service uses)")
+	fs.UintVar(&s.uidCount, "vm-uid-count", daemon.DefaultVMUIDCount, "how many user ids from --vm-uid-base")
+	fs.IntVar(&d.VMMemoryOverheadMiB, "vm-memory-overhead", daemon.DefaultVMMemoryOverheadMiB, "memory in MiB a VM's cgroup may use beyond guest RAM (QEMU, TCG's code cache, page cache)")
+	fs.IntVar(&d.VMCPUWeight, "vm-cpu-weight", 100, "CPU weight of each VM's cgroup, 1-10000 (100 is an ordinary process's share)")
+	fs.Int64Var(&d.ConsoleLogLimit, "console-log-limit", 1<<20, "bytes of each guest's console kept in its console.log (then only the last 16 KiB)")
+	fs.StringVar(&d.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup file system for per-VM cgroups (v1 or v2); none disables them")
+	fs.BoolVar(&d.AllowFullEgress, "allow-full-egress", false, "let functions declare full egress: their guests reach beyond this host (never the host itself); turns on IP forwarding and installs the nftables table inet thaw")
+	fs.StringArrayVar(&d.FunctionRoots, "function-roots", nil, "host directory functions may be created from (by root or --socket-group over the socket), repeatable; none: functions come only as uploaded archives")
+	fs.IntVar(&d.MaxVMs, "max-vms", 0, "live VMs at once; more wait in the admission queue (default: host memory over default guest memory plus --vm-memory-overhead)")
+	fs.IntVar(&d.VMMemoryBudgetMiB, "vm-memory-budget", 0, "MiB live VMs may use together, guest memory plus --vm-memory-overhead each (default: nine tenths of host memory)")
+	fs.IntVar(&d.AdmissionQueue, "admission-queue", 64, "VM starts that may wait for room (live VMs, memory budget, a function's max_concurrency); more get 429")
+	fs.DurationVar(&d.KeepAlive, "keep-alive", 60*time.Second, "how long a VM is kept idle after a cold invocation, for its function's next invocations (that name no snapshot or strategy) to run on it warm; a function's keep_alive_s overrides it; negative: never")
+	fs.IntVar(&d.KeepAliveMaxIdle, "keep-alive-max-idle", 2, "idle VMs kept per function")
+	fs.IntVar(&d.KeepAliveMinAvailableMiB, "keep-alive-min-available", 0, "MiB of host memory (MemAvailable) below which idle VMs are stopped, the longest idle first (default: a twentieth of host memory, at least 512; negative: never)")
+	fs.IntVar(&d.VMMPool, "vmm-pool", 1, "VMMs started ahead of restores per snapshot and strategy once that pair has been restored, so a restore skips the VMM's start; a function's vmm_pool overrides it; negative: no VMM pool")
+	fs.DurationVar(&d.VMMPoolTTL, "vmm-pool-ttl", 5*time.Minute, "how long a VMM started ahead of a restore waits for one before it is stopped (a function's vmm_pool_ttl_s overrides it)")
+	fs.IntVar(&d.VMMPoolMemoryMiB, "vmm-pool-memory", 0, "MiB the VMM pool's standby VMs may hold together, guest memory plus --vm-memory-overhead each (default: an eighth of host memory)")
+	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
+	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
+	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")
+	fs.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
+	fs.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
+	fs.BoolVarP(&s.verbose, "verbose", "v", false, "log every request")
+	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
+	fs.VisitAll(func(f *pflag.Flag) {
+		f.Value = &lenientValue{Value: f.Value, name: f.Name, s: s}
+	})
+	return s
+}
+
+// lenientValue records a command-line value that does not parse instead
+// of stopping there, so that one run reports every bad value.
+type lenientValue struct {
+	pflag.Value
+	name string
+	s    *settings
+}
+
+func (v *lenientValue) Set(val string) error {
+	if err := setValue(v.Value, val); err != nil {
+		v.s.bad = append(v.s.bad, fmt.Errorf("--%s %q: %w", v.name, val, err))
+	}
+	return nil
+}
+
+// setValue sets v from text, leaving it as it was if the text does not
+// parse (pflag's numbers would become 0 and cause a second complaint).
+func setValue(v pflag.Value, text string) error {
+	old := v.String()
+	err := v.Set(text)
+	if err == nil {
+		return nil
+	}
+	if _, ok := v.(pflag.SliceValue); !ok {
+		_ = v.Set(old)
+	}
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		if errors.Is(ne.Err, strconv.ErrRange) {
+			return fmt.Errorf("out of range for a%s %s", article(v.Type()), v.Type())
+		}
+		return fmt.Errorf("not a%s %s", article(v.Type()), v.Type())
+	}
+	return err
+}
+
+func article(typ string) string {
+	if strings.IndexByte("aeiou", typ[0]) >= 0 {
+		return "n"
+	}
+	return ""
+}
+
+// inner is the flag's own value, behind the lenient wrapper.
+func inner(f *pflag.Flag) pflag.Value {
+	if l, ok := f.Value.(*lenientValue); ok {
+		return l.Value
+	}
+	return f.Value
+}
+
+// isList says whether a setting takes several values.
+func isList(f *pflag.Flag) bool { return f.Value.Type() == "stringArray" }
+
+// envName is the environment variable of a setting.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// apply fills the settings the command line left alone: from the
+// environment, else from the config file (file may be nil). Values that
+// do not parse are recorded with where they came from.
+func (s *settings) apply(env func(string) (string, bool), file *configFile) {
+	s.fs.VisitAll(func(f *pflag.Flag) {
+		switch {
+		case f.Changed:
+			s.source[f.Name] = "flag"
+		case s.applyEnv(f, env):
+		case file != nil && s.applyFile(f, file):
+		default:
+			s.source[f.Name] = "default"
+		}
+	})
+	s.serve.Daemon.VMUIDBase, s.serve.Daemon.VMUIDCount = uint32(s.uidBase), uint32(s.uidCount)
+}
+
+func (s *settings) applyEnv(f *pflag.Flag, env func(string) (string, bool)) bool {
+	name := envName(f.Name)
+	val, ok := env(name)
+	if !ok {
+		return false
+	}
+	s.source[f.Name] = "env " + name
+	vals := []string{val}
+	if isList(f) {
+		vals = splitList(val)
+	}
+	for _, v := range vals {
+		if err := setValue(inner(f), v); err != nil {
+			s.bad = append(s.bad, fmt.Errorf("%s=%q: %w", name, val, err))
+		}
+	}
+	if isList(f) && len(vals) == 0 {
+		_ = inner(f).(pflag.SliceValue).Replace(nil)
+	}
+	return true
+}
+
+// splitList splits a list setting from the environment at commas.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *settings) applyFile(f *pflag.Flag, file *configFile) bool {
+	e, ok := file.values[f.Name]
+	if !ok {
+		return false
+	}
+	s.source[f.Name] = fmt.Sprintf("%s:%d", file.path, e.line)
+	if isList(f) {
+		_ = inner(f).(pflag.SliceValue).Replace(nil)
+	}
+	for _, v := range e.vals {
+		if err := setValue(inner(f), v); err != nil {
+			s.bad = append(s.bad, fmt.Errorf("%s:%d: %s %q: %w", file.path, e.line, f.Name, v, err))
+		}
+	}
+	return true
+}
+
+// validate reports every problem of the settings at once: values that did
+// not parse, the listeners and their security (check), and the daemon's
+// own bounds. Nothing is created.
+func (s *settings) validate() error {
+	errs := append([]error(nil), s.bad...)
+	if _, err := newLogger(s.logFormat, 0); err != nil {
+		errs = append(errs, err)
+	}
+	if s.uidBase > 1<<32-1 || s.uidCount > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("--vm-uid-base %d, --vm-uid-count %d: user ids are 32-bit", s.uidBase, s.uidCount))
+	}
+	d := s.serve.Daemon
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"keep-alive-max-idle", d.KeepAliveMaxIdle}, {"snapshot-keep", d.SnapshotKeep}} {
+		if c.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s %d: must not be negative", c.name, c.v))
+		}
+	}
+	if d.StoreDir != "" && d.StoreDeviceFile != "" {
+		errs = append(errs, errors.New("--store-dir and --store-device-file: give one"))
+	}
+	if _, err := check(s.serve); err != nil {
+		errs = append(errs, unjoin(err)...)
+	}
+	if err := d.Check(); err != nil {
+		errs = append(errs, unjoin(err)...)
+	}
+	return errors.Join(errs...)
+}
+
+// unjoin lists the errors errors.Join put together, however nested (or
+// err alone).
+func unjoin(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, unjoin(e)...)
+	}
+	return out
+}
+
+// configProblems formats a validation error as one problem a line.
+func configProblems(err error) string {
+	var b strings.Builder
+	for _, e := range unjoin(err) {
+		fmt.Fprintf(&b, "  - %s\n", strings.ReplaceAll(e.Error(), "\n", "\n    "))
+	}
+	return b.String()
+}
