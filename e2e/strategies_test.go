@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
@@ -19,7 +20,9 @@ import (
 // their artifacts, and that each damaged artifact makes the invocation fall
 // back to vanilla and say so.
 func TestStrategies(t *testing.T) {
-	e := startEnv(t, t.TempDir())
+	// Room for a standby VM of every strategy (the default pool budget is
+	// an eighth of the host's memory).
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VMMPoolMemoryMiB = 8 << 10 })
 	c := e.c
 	ctx := ctxT(t)
 	createFunction(t, c, "probe", "e2e/testdata/probe")
@@ -113,6 +116,41 @@ func TestStrategies(t *testing.T) {
 		})
 	}
 
+	// The same strategies from the VMM pool: a restore that finds a VMM
+	// started ahead for its snapshot and strategy resumes on it, with the
+	// same answer and the strategy doing its part.
+	t.Run("vmm pool", func(t *testing.T) {
+		for _, k := range restore.Kinds {
+			miss := invokeAny(t, c, string(k))
+			standby := waitStandby(t, c, res.Warm.ID, string(k))
+			hit := invokeAny(t, c, string(k))
+			r := hit.Timing.Restore
+			if r.VMM != "pooled" || hit.VM != standby || r.VMMStartMS != 0 {
+				t.Fatalf("%s: restore on %s (%s), the standby vm was %s", k, hit.VM, r.VMM, standby)
+			}
+			st := hit.StrategyStats
+			if hit.Strategy != string(k) || st.Fallback != "" {
+				t.Fatalf("%s from the pool ran as %s (fallback %q)", k, hit.Strategy, st.Fallback)
+			}
+			switch k {
+			case restore.REAP:
+				if st.PrefetchPages != uint64(rp.FaultedPages) {
+					t.Fatalf("pooled reap prefetched %d pages, recorded %d", st.PrefetchPages, rp.FaultedPages)
+				}
+			case restore.FaaSnap:
+				if st.LayoutEntries == 0 {
+					t.Fatalf("pooled faasnap stats %+v", st)
+				}
+			case restore.Premap:
+				if st.PopulatedBytes != 256<<20 {
+					t.Fatalf("pooled premap stats %+v", st)
+				}
+			}
+			t.Logf("%-8s set-up %.1f ms on a pool miss (%s), %.1f ms on a hit; resume %.1f / %.1f ms",
+				k, miss.Timing.Restore.SetupMS, miss.Timing.Restore.VMM, r.SetupMS, miss.Timing.Restore.ResumeMS, r.ResumeMS)
+		}
+	})
+
 	t.Run("burst shares one loader", func(t *testing.T) {
 		var wg sync.WaitGroup
 		invs := make([]*client.Invocation, 3)
@@ -135,7 +173,7 @@ func TestStrategies(t *testing.T) {
 		if err := c.UnstoreSnapshot(ctx, res.Warm.ID); err != nil {
 			t.Fatal(err)
 		}
-		inv := invokeAny(t, c, "premap")
+		inv := invokeFresh(t, c, "premap")
 		if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "not in the memory store") {
 			t.Fatalf("strategy %s, stats %+v", inv.Strategy, inv.StrategyStats)
 		}
@@ -145,7 +183,7 @@ func TestStrategies(t *testing.T) {
 		if _, err := c.StoreSnapshot(ctx, res.Warm.ID); err != nil {
 			t.Fatal(err)
 		}
-		if inv := invokeAny(t, c, "premap"); inv.Strategy != "premap" {
+		if inv := invokeFresh(t, c, "premap"); inv.Strategy != "premap" {
 			t.Fatalf("after storing again: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
 		}
 	})
@@ -192,7 +230,7 @@ func TestStrategies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				inv := invokeAny(t, c, d.strategy)
+				inv := invokeFresh(t, c, d.strategy)
 				if inv.Strategy != "vanilla" || inv.StrategyStats == nil ||
 					!strings.Contains(inv.StrategyStats.Fallback, d.strategy) ||
 					!strings.Contains(inv.StrategyStats.Fallback, "vanilla") {
@@ -205,7 +243,7 @@ func TestStrategies(t *testing.T) {
 		}
 		// Repaired artifacts are used again.
 		for _, k := range []string{"faasnap", "snapbpf"} {
-			inv := invokeAny(t, c, k)
+			inv := invokeFresh(t, c, k)
 			if inv.Strategy != k {
 				t.Fatalf("after repair: %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
 			}
@@ -213,9 +251,42 @@ func TestStrategies(t *testing.T) {
 	})
 }
 
+// waitStandby waits for a standby VM of the VMM pool for snapshot and
+// strategy and returns its id.
+func waitStandby(t *testing.T, c *client.Client, snapshot, strategy string) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		vms, err := c.ListVMs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vms {
+			if v.State == "standby" && v.Snapshot == snapshot && v.Strategy == strategy {
+				return v.ID
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no standby vm for %s (%s)", snapshot, strategy)
+	return ""
+}
+
 func invokeAny(t *testing.T, c *client.Client, strategy string) *client.Invocation {
 	t.Helper()
-	inv, err := c.InvokeFunction(context.Background(), "probe", ev(`{"op":"hello","name":"x"}`), client.InvokeOptions{Strategy: strategy})
+	return invokeWith(t, c, client.InvokeOptions{Strategy: strategy})
+}
+
+// invokeFresh restores from storage: the snapshot's files evicted first,
+// so no VMM of the pool, begun before the test changed them, serves it.
+func invokeFresh(t *testing.T, c *client.Client, strategy string) *client.Invocation {
+	t.Helper()
+	return invokeWith(t, c, client.InvokeOptions{Strategy: strategy, EvictCache: true})
+}
+
+func invokeWith(t *testing.T, c *client.Client, o client.InvokeOptions) *client.Invocation {
+	t.Helper()
+	inv, err := c.InvokeFunction(context.Background(), "probe", ev(`{"op":"hello","name":"x"}`), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,10 +312,10 @@ func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
 	if res.SnapBPF != nil || !strings.Contains(res.SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
 		t.Fatalf("snapbpf %+v, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
 	}
-	if inv := invokeAny(t, c, "faasnap"); inv.Strategy != "faasnap" {
+	if inv := invokeFresh(t, c, "faasnap"); inv.Strategy != "faasnap" {
 		t.Fatalf("faasnap ran as %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)
 	}
-	inv := invokeAny(t, c, "snapbpf")
+	inv := invokeFresh(t, c, "snapbpf")
 	if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "snapbpf") {
 		t.Fatalf("snapbpf without a capture: strategy %s, stats %+v", inv.Strategy, inv.StrategyStats)
 	}

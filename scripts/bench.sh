@@ -78,7 +78,9 @@ devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
 esac
 store_flag=(--store-dir "$STORE")
 [[ ${STORE_TIER:-tmpfs} == devdax-file ]] && store_flag=(--store-device-file "$STORE")
-bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m >"$DATA/thawd.log" 2>&1 &
+# No VMM pool: the paper's experiments measure restores that start their
+# VMM, and background refills would compete with the runs for the CPUs.
+bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m --vmm-pool -1 >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true

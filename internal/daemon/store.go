@@ -11,6 +11,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/wire"
@@ -81,6 +82,7 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	if err != nil {
 		return nil, err
 	}
+	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && sb.key.kind == restore.Premap }, whyStandbyStore)
 	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])
 	if errors.Is(err, store.ErrFull) {
 		return nil, fmt.Errorf("%w: %v", ErrNoSpace, err)
@@ -101,6 +103,7 @@ func (s *Service) UnstoreSnapshot(ctx context.Context, id string) error {
 	if s.store == nil {
 		return nil
 	}
+	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && sb.key.kind == restore.Premap }, whyStandbyStore)
 	return s.store.Remove(id)
 }
 

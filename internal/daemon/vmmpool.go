@@ -53,6 +53,7 @@ const (
 	whyStandbyRoom    = "room needed for another VM"
 	whyStandbyGone    = "its snapshot or function deleted"
 	whyStandbyEvict   = "snapshot evicted from the page cache"
+	whyStandbyStore   = "snapshot stored in or removed from the memory store"
 )
 
 // poolSize is how many standby VMs fn keeps per snapshot and strategy.
@@ -152,8 +153,13 @@ func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, releas
 	}
 	sb.mem, sb.since = mem, time.Now()
 	sb.timer = time.AfterFunc(s.poolTTL(fn), func() { s.dropStandby(sb, whyStandbyExpired) })
+	// The VM's lock is held until the catalog says standby, so a restore
+	// that takes it at once finds it recorded so, and records it running.
+	sb.lv.mu.Lock()
 	s.vmmPool.ready[key] = append(s.vmmPool.ready[key], sb)
 	s.vmmPool.mu.Unlock()
+	s.setState(ctx, sb.lv, catalog.StateStandby, "")
+	sb.lv.mu.Unlock()
 	s.log.Debug("vmm pool: standby vm ready", "vm", sb.lv.id, "snapshot", key.snapshot, "strategy", key.kind,
 		"start_ms", ms(time.Since(t0)))
 }
@@ -171,8 +177,7 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 		release()
 		return nil, err
 	}
-	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()),
-		State: catalog.StateStandby}
+	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
 	started := time.Now()
 	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
 	if err != nil {
@@ -186,9 +191,6 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, fmt.Sprintf("standby for %s: %v", key.snapshot, err))
 		return nil, err
 	}
-	s.mu.Lock()
-	lv.state = catalog.StateStandby
-	s.mu.Unlock()
 	return &standby{key: key, lv: lv, rec: rec, c: c}, nil
 }
 
