@@ -89,7 +89,8 @@ type Client struct {
 	wrap  func(http.RoundTripper) http.RoundTripper
 	token string // sent as Authorization: Bearer over http(s) only
 	unix  bool
-	err   error // a configuration that must not be used (returned by every call)
+	err   error         // a configuration that must not be used (returned by every call)
+	poll  time.Duration // WaitOperation's interval
 }
 
 // DefaultURL is where thawd listens by default: its Unix socket.
@@ -126,7 +127,7 @@ func WithRoundTripper(wrap func(http.RoundTripper) http.RoundTripper) Option {
 // unix:PATH for a Unix socket.
 func New(base string, opts ...Option) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}}
+	c := &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}, poll: 500 * time.Millisecond}
 	if path, ok := strings.CutPrefix(base, "unix:"); ok {
 		c.base, c.unix = "http://thawd", true
 		tr.Proxy = nil
@@ -707,6 +708,11 @@ type PrepareOptions struct {
 // set with recordEvent, takes the warm snapshot and builds every strategy's
 // artifacts. Later cold invocations restore the warm snapshot.
 func (c *Client) Prepare(ctx context.Context, function string, recordEvent json.RawMessage, o PrepareOptions) (*PrepareResult, error) {
+	var res PrepareResult
+	return &res, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", prepareBody(recordEvent, o), &res)
+}
+
+func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
 	in := map[string]any{}
 	if len(recordEvent) > 0 {
 		in["record_event"] = recordEvent
@@ -720,6 +726,5 @@ func (c *Client) Prepare(ctx context.Context, function string, recordEvent json.
 	if o.Timeout > 0 {
 		in["timeout_ms"] = o.Timeout.Milliseconds()
 	}
-	var res PrepareResult
-	return &res, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", in, &res)
+	return in
 }

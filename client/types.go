@@ -28,4 +28,7 @@ type (
 	StoreInfo        = wire.StoreInfo
 	SnapshotMemory   = wire.SnapshotMemory
 	VMMemory         = wire.VMMemory
+	Operation        = wire.Operation
+	OperationResult  = wire.OperationResult
+	OperationError   = wire.OperationError
 )

@@ -20,13 +20,16 @@ type List[T any] struct {
 
 // Error is every error's body.
 type Error struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-		// RequestID is the request's id (also its X-Request-Id header and
-		// in the daemon's log lines about it).
-		RequestID string `json:"request_id,omitempty"`
-	} `json:"error"`
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is what went wrong: the error class and the message.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// RequestID is the request's id (also its X-Request-Id header and
+	// in the daemon's log lines about it).
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Function is a deployable function.

@@ -72,6 +72,88 @@ const (
 	  "data_dir": "/var/lib/thaw", "strategies": ["file", "mmap"]}`
 )
 
+const (
+	copiedJSON = `{"id": "snap-2", "function": "hello", "dir": "/d/snap-2",
+	  "memory_mib": 256, "size_bytes": 268435456, "disk_bytes": 104857600, "create_ms": 812.5, "created_at": "2025-01-02T03:04:05Z"}`
+	storedJSON = `{"snapshot": "snap-1", "path": "/mnt/huge/snap-1.mem", "size": 268435456, "sha256": "00", "bytes": 104857600,
+	   "regions": 6, "stored_ms": 380, "stored_at": "2025-01-02T03:04:05Z"}`
+)
+
+// The fake daemon's operations: each is polled through its phases (one a
+// GET) to its end; op-slow never ends.
+var fakeOps = map[string]struct {
+	kind, target string
+	phases       []string // progress JSON, one per poll while running
+	result       string   // result or error JSON
+}{
+	"op-boot":  {"boot", "hello", []string{`{"phase": "starting vmm"}`, `{"phase": "booting"}`}, `"result": {"vm": ` + vmJSON + `}`},
+	"op-copy":  {"copy", "snap-1", []string{`{"phase": "copying", "done": 1048576, "total": 104857600, "unit": "bytes"}`}, `"result": {"snapshot": ` + copiedJSON + `}`},
+	"op-store": {"store", "snap-1", []string{`{"phase": "copying to the store"}`}, `"result": {"store": ` + storedJSON + `}`},
+	"op-prep": {"prepare", "hello", []string{`{"phase": "record faasnap", "done": 0, "total": 3, "unit": "strategies"}`},
+		`"result": {"prepare": {"function": "hello", "clean_snapshot": ` + copiedJSON + `, "timing": {"total_ms": 4971}}}`},
+	"op-fail": {"prepare", "broken", []string{`{"phase": "boot: booting"}`},
+		`"error": {"status": 502, "code": "vm_failed", "message": "vm vm-1: guest agent not ready", "request_id": "req-1"}`},
+	"op-slow": {"boot", "hello", []string{`{"phase": "booting"}`}, ""},
+}
+
+// opJSON is fake operation id after polls GETs.
+func opJSON(id, state string, polls int) string {
+	op := fakeOps[id]
+	progress := op.phases[min(polls, len(op.phases)-1)]
+	end := ""
+	if state != "running" {
+		progress, end = `{"phase": "done"}`, ", "+op.result
+		if strings.HasPrefix(op.result, `"error"`) {
+			progress = op.phases[len(op.phases)-1]
+		}
+	}
+	return fmt.Sprintf(`{"id": %q, "kind": %q, "target": %q, "state": %q, "progress": %s%s,
+	  "created_at": "2025-01-02T03:04:05Z", "updated_at": "2025-01-02T03:04:05Z"}`, id, op.kind, op.target, state, progress, end)
+}
+
+// async answers ?wait=false with operation id (202), else as sync does.
+func async(sync http.Handler, id string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("wait") != "false" {
+			sync.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/v1/operations/"+id)
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, opJSON(id, "running", 0))
+	})
+}
+
+// operation serves GET /v1/operations/{id}: running through its phases,
+// then ended.
+func (f *fakeDaemon) operation() http.HandlerFunc {
+	polls := map[string]int{}
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		op, ok := fakeOps[id]
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(404)
+			io.WriteString(w, `{"error":{"code":"not_found","message":"operation `+id+`: not found"}}`)
+			return
+		}
+		f.mu.Lock()
+		n := polls[id]
+		polls[id]++
+		f.mu.Unlock()
+		state := "running"
+		switch {
+		case op.result == "" || n < len(op.phases):
+		case strings.HasPrefix(op.result, `"error"`):
+			state = "failed"
+		default:
+			state = "succeeded"
+		}
+		io.WriteString(w, opJSON(id, state, n))
+	}
+}
+
 func newFakeDaemon(t *testing.T) *fakeDaemon {
 	t.Helper()
 	f := &fakeDaemon{bodies: map[string][]byte{}}
@@ -94,9 +176,13 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	mux.Handle("DELETE /v1/vms/vm-run", answer(204, ""))
 	mux.Handle("DELETE /v1/vms/vm-gone", answer(404, `{"error":{"code":"not_found","message":"vm \"vm-gone\": not found"}}`))
 	mux.Handle("GET /v1/invocations", answer(200, invocationsJSON))
-	mux.Handle("POST /v1/vms", answer(201, restoredJSON))
-	mux.Handle("POST /v1/snapshots/snap-1/copy", answer(201, `{"id": "snap-2", "function": "hello", "dir": "/d/snap-2",
-	  "memory_mib": 256, "size_bytes": 268435456, "disk_bytes": 104857600, "create_ms": 812.5, "created_at": "2025-01-02T03:04:05Z"}`))
+	mux.Handle("POST /v1/vms", async(answer(201, restoredJSON), "op-boot"))
+	mux.Handle("POST /v1/snapshots/snap-1/copy", async(answer(201, copiedJSON), "op-copy"))
+	mux.Handle("PUT /v1/snapshots/snap-1/store", async(answer(200, storedJSON), "op-store"))
+	mux.Handle("POST /v1/functions/hello/prepare", async(answer(201, `{}`), "op-prep"))
+	mux.Handle("POST /v1/functions/broken/prepare", async(answer(502, `{}`), "op-fail"))
+	mux.Handle("GET /v1/operations", answer(200, `{"items": [`+opJSON("op-boot", "succeeded", 0)+`, `+opJSON("op-copy", "running", 0)+`]}`))
+	mux.Handle("GET /v1/operations/{id}", f.operation())
 	mux.Handle("POST /v1/snapshots/nope/copy", answer(404, `{"error":{"code":"not_found","message":"snapshot \"nope\": not found"}}`))
 	mux.Handle("GET /v1/store", answer(200, `{"available": true, "dir": "/mnt/huge", "kind": "hugetlbfs", "page_size": 2097152,
 	  "capacity_bytes": 8589934592, "free_bytes": 4294967296, "used_bytes": 104857600, "reserved_bytes": 96468992,

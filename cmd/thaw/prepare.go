@@ -13,6 +13,7 @@ func (a *app) newPrepareCmd() *cobra.Command {
 	var (
 		ev                             eventFlags
 		groupSize, mergeGap, timeoutMS int
+		detach                         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "prepare FUNCTION",
@@ -24,9 +25,13 @@ record input; take the warm snapshot; build FaaSnap's loading-set file and
 region table; then record REAP's working set (userfaultfd) on the warm
 snapshot with the same input, and capture SnapBPF's working set (an eBPF
 program on the page-cache tracepoint) during one more. Later 'thaw invoke FUNCTION --strategy S'
-restores the warm snapshot with any strategy.`,
+restores the warm snapshot with any strategy.
+
+Preparing takes a while; it runs as an operation in thawd and its steps are
+shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`,
 		Example: `  thaw prepare hello --event '{"name":"record"}'
-  thaw invoke hello --strategy faasnap --evict-cache`,
+  thaw invoke hello --strategy faasnap --evict-cache
+  OP=$(thaw prepare hello --detach) && thaw operation wait "$OP"`,
 		Args: exactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if groupSize < 0 || mergeGap < 0 || timeoutMS < 0 {
@@ -39,17 +44,17 @@ restores the warm snapshot with any strategy.`,
 			if err != nil {
 				return err
 			}
-			res, err := a.c.Prepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
-				MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
-			if err != nil {
+			op, err := a.runOperation(detach, func() (*client.Operation, error) {
+				return a.c.StartPrepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
+					MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
+			})
+			if err != nil || op == nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(res)
-			}
-			return a.printPrepare(res)
+			return a.printResult(op)
 		},
 	}
+	addDetach(cmd, &detach)
 	fl := cmd.Flags()
 	ev.add(cmd, "the record input")
 	fl.IntVar(&groupSize, "group-size", 0, "FaaSnap working-set group size in pages (default 1024)")

@@ -90,6 +90,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newInvokeCmd(),
 		a.newPrepareCmd(),
 		a.newInvocationsCmd(),
+		a.newOperationCmd(),
 		a.newOpenAPICmd(),
 		a.newBenchCmd(),
 		a.newVersionCmd(),

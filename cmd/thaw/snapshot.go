@@ -108,20 +108,29 @@ with code 1 and the daemon's reason if the snapshot is unusable.`,
 }
 
 func (a *app) newSnapshotCopyCmd() *cobra.Command {
-	return &cobra.Command{
+	var detach bool
+	cmd := &cobra.Command{
 		Use:   "copy ID",
 		Short: "Duplicate a snapshot under a new id",
 		Long: `Duplicate a snapshot under a new id: device state, memory file and every
 prepared strategy artifact, byte for byte and verified as written. The copy
 shares no file with the original, so VMs restored from the two share no
 page-cache pages (what the evaluation's burst from distinct snapshots
-needs), and it is usable at once: nothing is prepared again.`,
+needs), and it is usable at once: nothing is prepared again. The copy runs
+as an operation in thawd, its bytes shown on stderr; --detach (or Ctrl-C)
+leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot copy snap-0123abcd`,
 		Args:    exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return oneRunE(a, (*client.Client).CopySnapshot, a.snapshotPrinter("copied "+args[0]+" to"))(cmd, args)
+		RunE: func(_ *cobra.Command, args []string) error {
+			op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCopySnapshot(a.ctx, args[0]) })
+			if err != nil || op == nil {
+				return err
+			}
+			return a.printResult(op)
 		},
 	}
+	addDetach(cmd, &detach)
+	return cmd
 }
 
 func (a *app) newSnapshotDeleteCmd() *cobra.Command {
@@ -139,7 +148,7 @@ of them could not be deleted.`,
 }
 
 func (a *app) newSnapshotStoreCmd() *cobra.Command {
-	var remove bool
+	var remove, detach bool
 	cmd := &cobra.Command{
 		Use:   "store [ID...]",
 		Short: "Place snapshots in the memory store (premap), or show the store",
@@ -147,7 +156,9 @@ func (a *app) newSnapshotStoreCmd() *cobra.Command {
 memory behind a DAX filesystem), where the premap strategy maps it from:
 the copy is verified against the snapshot and shared by every VM restored
 from it. With --remove, take them out again. Without an ID, show the
-store's tier, capacity, use and entries.`,
+store's tier, capacity, use and entries. Each copy runs as an operation in
+thawd, shown on stderr; --detach starts them all, prints their ids and
+returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 		Example: `  thaw snapshot store snap-0123abcd
   thaw invoke hello --strategy premap
   thaw snapshot store
@@ -164,27 +175,39 @@ store's tier, capacity, use and entries.`,
 				return a.printStore(in)
 			}
 			if remove {
+				if detach {
+					return usagef("--detach applies to placing snapshots in the store, not to --remove")
+				}
 				return a.deleteAll("stored snapshot", args, a.c.UnstoreSnapshot)
 			}
 			for _, id := range args {
-				e, err := a.c.StoreSnapshot(a.ctx, id)
+				op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartStoreSnapshot(a.ctx, id) })
 				if err != nil {
 					return err
 				}
-				if a.json {
-					if err := a.printJSON(e); err != nil {
-						return err
-					}
+				if op == nil {
 					continue
 				}
-				fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
-					id, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
+				if err := a.printResult(op); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&remove, "remove", false, "remove the snapshots from the store")
+	addDetach(cmd, &detach)
 	return cmd
+}
+
+// printStored prints a snapshot's entry in the memory store.
+func (a *app) printStored(e *client.StoreEntry) error {
+	if a.json {
+		return a.printJSON(e)
+	}
+	fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
+		e.Snapshot, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
+	return nil
 }
 
 func (a *app) printStore(in *client.StoreInfo) error {

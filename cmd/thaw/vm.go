@@ -23,17 +23,29 @@ restore one from a snapshot and keep it running for warm invocations
 }
 
 func (a *app) newVMBootCmd() *cobra.Command {
-	return &cobra.Command{
+	var detach bool
+	cmd := &cobra.Command{
 		Use:   "boot FUNCTION",
 		Short: "Boot a VM for a function and wait until it is ready",
-		Long: `Boot a fresh VM for a function and wait until its guest agent answers.
-The VM keeps running: snapshot it with 'thaw snapshot create', invoke it
-warm with 'thaw invoke FUNCTION --vm ID', delete it with 'thaw vm delete'.`,
+		Long: `Boot a fresh VM for a function and wait until its guest agent answers,
+showing the boot's phases on stderr. The VM keeps running: snapshot it with
+'thaw snapshot create', invoke it warm with 'thaw invoke FUNCTION --vm ID',
+delete it with 'thaw vm delete'. The boot runs as an operation in thawd:
+--detach (or Ctrl-C) leaves it running (see 'thaw operation').`,
 		Example: `  thaw vm boot hello
-  VM=$(thaw --json vm boot hello | jq -r .id) && thaw snapshot create "$VM"`,
+  VM=$(thaw --json vm boot hello | jq -r .id) && thaw snapshot create "$VM"
+  OP=$(thaw vm boot hello --detach) && thaw operation wait "$OP"`,
 		Args: exactArgs("FUNCTION"),
-		RunE: oneRunE(a, (*client.Client).BootVM, a.printVM),
+		RunE: func(_ *cobra.Command, args []string) error {
+			op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartBootVM(a.ctx, args[0]) })
+			if err != nil || op == nil {
+				return err
+			}
+			return a.printResult(op)
+		},
 	}
+	addDetach(cmd, &detach)
+	return cmd
 }
 
 func (a *app) newVMRestoreCmd() *cobra.Command {

@@ -100,7 +100,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/snapshots/{id}/verify", one(h, "id", http.StatusOK, h.svc.CheckSnapshot, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
 		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
-		{"PUT", "/v1/snapshots/{id}/store", one(h, "id", http.StatusOK, h.svc.StoreSnapshot, same)},
+		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
 		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/pin", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*catalog.Snapshot, error) {
 			return h.svc.PinSnapshot(ctx, id, true)
@@ -112,8 +112,14 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
 		{"GET", "/v1/store", one(h, "", http.StatusOK, func(ctx context.Context, _ string) (*daemon.StoreInfo, error) { return h.svc.StoreInfo(ctx) }, same)},
 		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
-		{"POST", "/v1/snapshots/{id}/copy", one(h, "id", http.StatusCreated, h.svc.CopySnapshot, daemon.SnapshotBody)},
+		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
 		{"GET", "/v1/invocations", h.listInvocations},
+		{"GET", "/v1/operations", list(h, func(ctx context.Context, _ *http.Request) ([]*daemon.Operation, error) {
+			return h.svc.ListOperations(ctx)
+		},
+			func(o *daemon.Operation) string { return createdKey(o.CreatedAt, o.ID) }, operationBody)},
+		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
+		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
 	}
 }
 
@@ -240,15 +246,19 @@ var failures = []struct {
 	{context.Canceled, 499, "canceled"},
 }
 
-// fail maps a service error to its status code.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := http.StatusInternalServerError, "internal"
+// statusOf is a service error's status code and error code.
+func statusOf(err error) (status int, code string) {
 	for _, f := range failures {
 		if errors.Is(err, f.err) {
-			status, code = f.status, f.code
-			break
+			return f.status, f.code
 		}
 	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// fail maps a service error to its status code.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := statusOf(err)
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -597,9 +607,19 @@ func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest,
 }
 
 func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
+	wait, err := waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	pr, err := readPrepare(w, r)
 	if err != nil {
 		h.fail(w, r, err)
+		return
+	}
+	if !wait {
+		op, err := h.svc.StartPrepare(h.opContext(w, r), pr)
+		h.accepted(w, r, op, err)
 		return
 	}
 	res, err := h.svc.Prepare(r.Context(), pr)
@@ -656,9 +676,23 @@ func readCreateVM(w http.ResponseWriter, r *http.Request) (wire.CreateVMRequest,
 }
 
 func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
+	wait, err := waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	req, err := readCreateVM(w, r)
 	if err != nil {
 		h.fail(w, r, err)
+		return
+	}
+	if !wait {
+		if req.Function == "" {
+			h.fail(w, r, fmt.Errorf("%w: wait=false applies to boots (function); a restore is quick, send it without", daemon.ErrInvalid))
+			return
+		}
+		op, err := h.svc.StartBoot(h.opContext(w, r), req.Function)
+		h.accepted(w, r, op, err)
 		return
 	}
 	var v *catalog.VM

@@ -328,6 +328,18 @@ var handlerIO = map[string]struct {
 	"GET /v1/snapshots/{id}/memory":     {"200", "SnapshotMemory", ""},
 	"GET /v1/store":                     {"200", "StoreInfo", ""},
 	"GET /v1/vms/{id}/memory":           {"200", "VMMemory", ""},
+	"GET /v1/operations":                {"200", "OperationList", ""},
+	"GET /v1/operations/{id}":           {"200", "Operation", ""},
+	"DELETE /v1/operations/{id}":        {"204", "", ""},
+}
+
+// startsOperations are the long requests that take ?wait=false and then
+// answer 202 with an Operation (api.accepted).
+var startsOperations = map[string]bool{
+	"POST /v1/vms":                      true,
+	"POST /v1/functions/{name}/prepare": true,
+	"PUT /v1/snapshots/{id}/store":      true,
+	"POST /v1/snapshots/{id}/copy":      true,
 }
 
 // createsUnderPath are POST operations on a parameterized path that
@@ -468,6 +480,15 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			r := deref(t, doc, r)
 			content := asObject(r["content"])
 			switch {
+			case status == "202":
+				success = append(success, status)
+				if got := asObject(responses[status])["$ref"]; got != "#/components/responses/Accepted" {
+					t.Errorf("%s 202: want $ref #/components/responses/Accepted, got %v", o.key(), got)
+				}
+				loc := asObject(asObject(r["headers"])["Location"])
+				if got := asObject(asObject(content["application/json"])["schema"])["$ref"]; got != schemaRef("Operation") || loc["required"] != true {
+					t.Errorf("%s 202: want an Operation with a required Location header", o.key())
+				}
 			case strings.HasPrefix(status, "2"):
 				success = append(success, status)
 				if status == "204" {
@@ -510,8 +531,23 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 				t.Errorf("%s: unexpected status %s", o.key(), status)
 			}
 		}
-		if !slices.Equal(success, []string{want.status}) {
-			t.Errorf("%s: success statuses %v, handler answers %s", o.key(), success, want.status)
+		wantSuccess := []string{want.status}
+		if startsOperations[o.key()] {
+			wantSuccess = append(wantSuccess, "202")
+		}
+		sort.Strings(success)
+		sort.Strings(wantSuccess)
+		if !slices.Equal(success, wantSuccess) {
+			t.Errorf("%s: success statuses %v, handler answers %v", o.key(), success, wantSuccess)
+		}
+		hasWait := false
+		for _, p := range asSlice(o.op["parameters"]) {
+			if asObject(p)["$ref"] == "#/components/parameters/Wait" {
+				hasWait = true
+			}
+		}
+		if hasWait != startsOperations[o.key()] {
+			t.Errorf("%s: documents ?wait: %v, starts operations: %v", o.key(), hasWait, startsOperations[o.key()])
 		}
 		// Creates are 201 and deletes 204, by convention.
 		wantStatus := "200"
@@ -624,6 +660,8 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
+		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy}},
+		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 	}
 	for _, c := range checks {
 		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])
@@ -815,6 +853,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"StoreInfo", reflect.TypeFor[daemon.StoreInfo]()},
 		{"SnapshotMemory", reflect.TypeFor[daemon.SnapshotMemory]()},
 		{"VMMemory", reflect.TypeFor[daemon.VMMemory]()},
+		{"Operation", reflect.TypeFor[wire.Operation]()},
+		{"ErrorDetail", reflect.TypeFor[wire.ErrorDetail]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
@@ -839,7 +879,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	}
 	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
 	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
-		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord"} {
+		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation"} {
 		f := flatten(t, doc, schemaByName(t, doc, name))
 		items := f.props["items"]
 		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
@@ -1005,6 +1045,30 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "CreateVMRequest", wire.CreateVMRequest{Function: "hello"})
 	validateGo(t, c, "CreateVMRequest", wire.CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
 	validateGo(t, c, "CreateSnapshotRequest", wire.CreateSnapshotRequest{VM: booted.ID})
+
+	// Operations: running, succeeded with each kind's result, failed.
+	running := &daemon.Operation{Operation: wire.Operation{ID: "op-0123456789ab", Kind: wire.OpPrepare, Target: "hello",
+		State: wire.OpRunning, Progress: wire.OperationProgress{Phase: "record faasnap", Done: 0, Total: 3, Unit: "strategies"},
+		CreatedAt: now, UpdatedAt: now}}
+	validateGo(t, c, "Operation", operationBody(running))
+	for _, res := range []*wire.OperationResult{{VM: vmBody(booted)}, {Prepare: prep}, {Store: &entry}, {Snapshot: daemon.SnapshotBody(snap)}} {
+		ok := *running
+		ok.State, ok.Result, ok.Progress = wire.OpSucceeded, res, wire.OperationProgress{Phase: "done"}
+		validateGo(t, c, "Operation", operationBody(&ok))
+	}
+	bad := *running
+	bad.State, bad.Err, bad.RequestID = wire.OpFailed, fmt.Errorf("%w: vm vm-0123456789ab: qemu exited", daemon.ErrVMFailed), "req-0011223344556677"
+	body := operationBody(&bad)
+	if body.Error == nil || body.Error.Status != 502 || body.Error.Code != "vm_failed" || body.Error.RequestID != bad.RequestID {
+		t.Errorf("failed operation's error: %+v", body.Error)
+	}
+	validateGo(t, c, "Operation", body)
+	validateGo(t, c, "OperationList", wire.List[*wire.Operation]{Items: daemon.Bodies([]*daemon.Operation{running, &bad}, operationBody)})
+	broken := *body
+	broken.State = "finished"
+	if err := c.CheckValue("Operation", broken); err == nil {
+		t.Error("an operation in an undocumented state passed")
+	}
 }
 
 func TestServeOpenAPIAndUnknownRoutes(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // CopySnapshot duplicates a snapshot under a new id: device state, the
@@ -24,6 +25,7 @@ import (
 // (boot, record, build artifacts) is not needed. The copy is verified as it
 // is written, so its first restore does not re-hash anything.
 func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	phase(ctx, "verifying")
 	v, err := s.verified(ctx, id, false)
 	if err != nil {
 		return nil, err
@@ -33,8 +35,11 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	newID := newID("snap-")
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+newID)
 	final := filepath.Join(s.snapshotsDir(), newID)
+	stop := watchCopy(ctx, filepath.Join(tmp, snapshot.MemoryFile), filepath.Join(src.Dir, snapshot.MemoryFile))
 	m, err := copySnapshotDir(src.Dir, tmp, newID)
+	stop()
 	if err == nil {
+		phase(ctx, "publishing")
 		err = snapshot.Commit(tmp, final, m)
 	}
 	if err != nil {
@@ -74,6 +79,46 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	s.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
 	s.collectSnapshots(ctx, rec.Function)
 	return rec, nil
+}
+
+// watchCopy reports, while a copy of the sparse file src to dst runs,
+// the bytes of dst allocated so far out of src's (for an operation's
+// progress; nothing without a reporter). stop ends it.
+func watchCopy(ctx context.Context, dst, src string) (stop func()) {
+	if _, ok := ctx.Value(progressKey{}).(ProgressFunc); !ok {
+		return func() {}
+	}
+	total := allocated(src)
+	sample := func() {
+		report(ctx, wire.OperationProgress{Phase: "copying", Done: min(allocated(dst), total), Total: total, Unit: "bytes"})
+	}
+	sample()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				sample()
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// allocated is the bytes a file takes on disk (0 if it is not there).
+func allocated(path string) int64 {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
 }
 
 // copySnapshotDir copies every file of the snapshot in src into dst (memory

@@ -299,6 +299,7 @@ type Service struct {
 	net       *vmnet.Host // builds each VM's network
 	lock      *os.File    // the data directory's lock, held while the daemon lives
 	creating  map[string]bool
+	ops       *operations // asynchronous operations (?wait=false)
 }
 
 // Directory layout under DataDir.
@@ -355,7 +356,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
 		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{},
-		strategies: cfg.Strategies}
+		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
 	}
@@ -505,7 +506,8 @@ type Info = wire.Info
 // the daemon's own is its build's (buildinfo.Version).
 const APIVersion = "0.1.0"
 
-// Close stops every VM (marking them stopped) and closes the catalog.
+// Close fails running operations, stops every VM (marking them stopped)
+// and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
 	s.closeVMMPool()
 	s.pool.mu.Lock()
@@ -526,9 +528,11 @@ func (s *Service) Close(ctx context.Context) error {
 		live = append(live, lv)
 	}
 	s.mu.Unlock()
+	s.ops.shutdown() // running operations fail now; their work stops with its VMs
 	for _, lv := range live {
 		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
 	}
+	s.ops.wg.Wait()
 	s.wg.Wait()
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {
@@ -551,8 +555,9 @@ func newID(prefix string) string {
 var (
 	nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 	idRE   = map[string]*regexp.Regexp{
-		"vm":       regexp.MustCompile(`^vm-[0-9a-f]{12}$`),
-		"snapshot": regexp.MustCompile(`^snap-[0-9a-f]{12}$`),
+		"vm":        regexp.MustCompile(`^vm-[0-9a-f]{12}$`),
+		"snapshot":  regexp.MustCompile(`^snap-[0-9a-f]{12}$`),
+		"operation": regexp.MustCompile(`^op-[0-9a-f]{12}$`),
 	}
 )
 

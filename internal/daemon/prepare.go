@@ -37,12 +37,14 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 		return nil, err
 	}
 	res := &PrepareResult{Function: req.Function}
-	vm, err := s.BootVM(ctx, req.Function)
+	steps := recordOrder(s.strategies)
+	vm, err := s.BootVM(subProgress(ctx, "boot: "), req.Function)
 	if err != nil {
 		return nil, err
 	}
 	res.Timing.BootMS = vm.BootMS
 	t := time.Now()
+	phase(ctx, "clean snapshot")
 	clean, err := s.CreateSnapshot(ctx, vm.ID)
 	_ = s.DeleteVM(context.WithoutCancel(ctx), vm.ID)
 	if err != nil {
@@ -57,14 +59,16 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResu
 		return nil, err
 	}
 	host := &recordHost{s: s, fn: req.Function, event: req.RecordEvent, timeout: timeout}
-	for _, st := range recordOrder(s.strategies) {
+	for i, st := range steps {
+		report(ctx, wire.OperationProgress{Phase: "record " + string(st.Kind), Done: int64(i), Total: int64(len(steps)), Unit: "strategies"})
 		if err := st.Record(ctx, host, p); err != nil {
 			return nil, fmt.Errorf("%s record: %w", st.Kind, err)
 		}
 	}
 	if p.Warm.Manifest == nil {
-		return nil, fmt.Errorf("the %s record step took no warm snapshot", recordOrder(s.strategies)[0].Kind)
+		return nil, fmt.Errorf("the %s record step took no warm snapshot", steps[0].Kind)
 	}
+	report(ctx, wire.OperationProgress{Phase: "publishing", Done: int64(len(steps)), Total: int64(len(steps)), Unit: "strategies"})
 	warm, err := s.GetSnapshot(ctx, p.Warm.Manifest.ID)
 	if err != nil {
 		return nil, err

@@ -17,12 +17,13 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
 )
 
 // fakeService is a whole daemon on the fake VMM: everything but QEMU and
 // the guest is real (catalog, snapshots, restore strategies, users,
 // cgroups, network namespaces), so it needs root.
-func fakeService(t *testing.T, edit func(*Config)) (*Service, *fakeVMM) {
+func fakeService(t *testing.T, edit func(*Config)) (*Service, *vmmtest.Fake) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the daemon's VM set-up (users, cgroups, network namespaces) needs root")
@@ -32,10 +33,10 @@ func fakeService(t *testing.T, edit func(*Config)) (*Service, *fakeVMM) {
 		t.Skipf("the interposer is not built (make -C shim): %v", err)
 	}
 	img := t.TempDir()
-	if err := fakeImage(img); err != nil {
+	if err := vmmtest.WriteImage(img); err != nil {
 		t.Fatal(err)
 	}
-	b := &fakeVMM{}
+	b := &vmmtest.Fake{}
 	data := t.TempDir()
 	store := filepath.Join("/dev/shm", "thaw-unit-"+filepath.Base(filepath.Dir(data))+filepath.Base(data))
 	t.Cleanup(func() { os.RemoveAll(store) })
@@ -75,12 +76,6 @@ func bootAndSnapshot(t *testing.T, s *Service, name string) (*catalog.VM, *catal
 	return vm, sn
 }
 
-func (b *fakeVMM) spec(i int) vmm.Spec {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.specs[i]
-}
-
 // The cold path on the fake VMM: boot, snapshot, restore, renew, invoke,
 // tear down, record; and what the VMM was asked to start.
 func TestColdPath(t *testing.T) {
@@ -110,7 +105,7 @@ func TestColdPath(t *testing.T) {
 	if rt == nil || rt.SetupMS <= 0 || rt.AgentRestoreMS != 0.5 {
 		t.Fatalf("restore timing %+v", rt)
 	}
-	boot, clone := b.spec(0), b.spec(1)
+	boot, clone := b.Spec(0), b.Spec(1)
 	if !boot.Memory.Shared || boot.Incoming || clone.Memory.Shared || !clone.Incoming {
 		t.Errorf("boot %+v / clone %+v memory", boot.Memory, clone.Memory)
 	}
@@ -157,10 +152,8 @@ func TestColdPathFailures(t *testing.T) {
 		}
 	})
 	t.Run("the VMM does not start", func(t *testing.T) {
-		b.mu.Lock()
-		b.startFn = func(vmm.Spec) error { return errors.New("no such device") }
-		b.mu.Unlock()
-		defer func() { b.mu.Lock(); b.startFn = nil; b.mu.Unlock() }()
+		b.SetStart(func(vmm.Spec) error { return errors.New("no such device") })
+		defer b.SetStart(nil)
 		_, err := cold(`{}`, 0)
 		if !errors.Is(err, ErrVMFailed) || !strings.Contains(err.Error(), "no such device") {
 			t.Fatalf("%v", err)
@@ -220,12 +213,12 @@ func TestSnapshotOfAnotherMachineIsRefused(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sn.Dir, snapshot.ManifestFile), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before := len(b.specs)
+	before := len(b.Specs())
 	_, err = s.InvokeCold(ctx, ColdRequest{Snapshot: sn.ID})
 	if !errors.Is(err, ErrSnapshotUnusable) || !strings.Contains(err.Error(), fmt.Sprintf("%q", "pc")) {
 		t.Fatalf("%v", err)
 	}
-	if len(b.specs) != before {
+	if len(b.Specs()) != before {
 		t.Errorf("a VMM was started for an unusable snapshot")
 	}
 }

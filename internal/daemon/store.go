@@ -78,11 +78,13 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	if s.store == nil {
 		return nil, fmt.Errorf("%w: %v", ErrConflict, s.storeErr)
 	}
+	phase(ctx, "verifying")
 	v, err := s.verified(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
 	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && sb.key.kind == restore.Premap }, whyStandbyStore)
+	phase(ctx, "copying to the store")
 	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])
 	if errors.Is(err, store.ErrFull) {
 		return nil, fmt.Errorf("%w: %v", ErrNoSpace, err)

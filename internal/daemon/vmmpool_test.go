@@ -57,7 +57,7 @@ func TestVMMPool(t *testing.T) {
 	if sb.Strategy != "vanilla" || sb.PID == 0 {
 		t.Fatalf("standby vm: %+v", sb)
 	}
-	started := len(b.specs)
+	started := len(b.Specs())
 	vm2, t2, err := s.RestoreVM(ctx, snap.ID, "vanilla")
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +77,8 @@ func TestVMMPool(t *testing.T) {
 		t.Fatalf("another strategy: %v %+v", err, t3)
 	}
 	waitFor(t, 5*time.Second, "the pool refilled", func() bool { return s.standbyVMs() == 2 })
-	if len(b.specs) < started+2 {
-		t.Fatalf("%d vmms started, want the refills too", len(b.specs)-started)
+	if len(b.Specs()) < started+2 {
+		t.Fatalf("%d vmms started, want the refills too", len(b.Specs())-started)
 	}
 	got := promText(t, s)
 	for _, want := range []string{

@@ -285,6 +285,7 @@ func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, err
 	if err != nil {
 		return nil, err
 	}
+	phase(ctx, "admission")
 	release, err := s.admit(ctx, fn)
 	if err != nil {
 		return nil, err
@@ -294,12 +295,14 @@ func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, err
 	spec.Memory = vmm.Memory{Path: filepath.Join(spec.RunDir, "memory"), Shared: true}
 	rec := &catalog.VM{ID: id, Function: fn.Name}
 	start := time.Now()
+	phase(ctx, "starting vmm")
 	lv, err := s.startVM(ctx, rec, spec, fn, release)
 	if err != nil {
 		return nil, err
 	}
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
+	phase(ctx, "booting")
 	if err := s.connectAgent(ctx, lv, s.cfg.BootTimeout); err != nil {
 		reason := fmt.Sprintf("boot: guest agent not ready after %s: %v", time.Since(start).Round(time.Millisecond), err)
 		if tail := consoleTail(lv.runDir); tail != "" {
@@ -316,6 +319,7 @@ func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, err
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		return nil, err
 	}
+	phase(ctx, "agent ready")
 	s.log.Info("vm booted", "vm", id, "function", fn.Name, "boot_ms", rec.BootMS)
 	return rec, nil
 }

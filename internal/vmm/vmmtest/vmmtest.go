@@ -1,4 +1,7 @@
-package daemon
+// Package vmmtest is a fake vmm.Backend for tests of the daemon and the
+// API: its VMs are a sleeping process (so pids, /proc counters and kills
+// are real) and a guest agent in Go. Only tests import it.
+package vmmtest
 
 import (
 	"bufio"
@@ -17,23 +20,72 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
-// fakeVMM is a vmm.Backend whose VMs are a sleeping process (so pids,
-// /proc counters and kills are real) and a guest agent in Go answering on
-// the agent channel. The daemon's service layer runs unchanged on it.
-type fakeVMM struct {
+// Fake is a vmm.Backend whose VMs are a sleeping process and a guest agent
+// in Go answering on the agent channel. The daemon's service layer runs
+// unchanged on it.
+type Fake struct {
 	mu      sync.Mutex
 	specs   []vmm.Spec
 	startFn func(spec vmm.Spec) error // fails a start when it returns an error
+	ready   chan struct{}             // while open, guests do not answer pings
 }
 
-func (b *fakeVMM) Name() string                            { return "fake" }
-func (b *fakeVMM) Version(context.Context) (string, error) { return "1.0", nil }
-func (b *fakeVMM) MachineABI() string                      { return "fake-machine" }
-func (b *fakeVMM) ProbeAccel(_ context.Context, a vmm.Accel, _, _, _ string, _ time.Duration) vmm.ProbeResult {
+// SetStart makes every start call fn first, failing when it fails (nil:
+// starts succeed).
+func (b *Fake) SetStart(fn func(vmm.Spec) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.startFn = fn
+}
+
+// HoldReady makes guests not answer pings (so boots wait for their agent)
+// until release is called.
+func (b *Fake) HoldReady() (release func()) {
+	ch := make(chan struct{})
+	b.mu.Lock()
+	b.ready = ch
+	b.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func (b *Fake) held() bool {
+	b.mu.Lock()
+	ch := b.ready
+	b.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
+}
+
+// Specs are the specs of every start so far.
+func (b *Fake) Specs() []vmm.Spec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]vmm.Spec(nil), b.specs...)
+}
+
+// Spec is the spec of the i-th start.
+func (b *Fake) Spec(i int) vmm.Spec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.specs[i]
+}
+
+func (b *Fake) Name() string                            { return "fake" }
+func (b *Fake) Version(context.Context) (string, error) { return "1.0", nil }
+func (b *Fake) MachineABI() string                      { return "fake-machine" }
+func (b *Fake) ProbeAccel(_ context.Context, a vmm.Accel, _, _, _ string, _ time.Duration) vmm.ProbeResult {
 	return vmm.ProbeResult{Accel: a, Detail: "fake"}
 }
 
-func (b *fakeVMM) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
+func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,7 +116,7 @@ func (b *fakeVMM) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 	host, guest := net.Pipe()
 	m := &fakeMachine{cmd: cmd, agent: host, done: make(chan struct{})}
 	go m.wait()
-	go fakeAgent(guest, m)
+	go fakeAgent(guest, m, b)
 	return m, nil
 }
 
@@ -131,8 +183,9 @@ func (m *fakeMachine) Kill() error {
 
 // fakeAgent answers the agent protocol. Events steer it: {"op":"crash"}
 // kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
-// the handler; anything else is echoed.
-func fakeAgent(c net.Conn, m *fakeMachine) {
+// the handler; anything else is echoed. Pings go unanswered while b holds
+// guests back (HoldReady).
+func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 	rd := bufio.NewReader(c)
 	enc := json.NewEncoder(c)
 	for {
@@ -151,6 +204,9 @@ func fakeAgent(c net.Conn, m *fakeMachine) {
 		reply := map[string]any{"id": req.ID, "ok": true}
 		switch req.Op {
 		case "ping":
+			if b.held() {
+				continue
+			}
 			reply["op"] = "pong"
 		case "restore":
 			reply["duration_ms"] = 0.5
@@ -183,8 +239,8 @@ func fakeAgent(c net.Conn, m *fakeMachine) {
 	}
 }
 
-// fakeImage writes a guest image description whose files are tiny.
-func fakeImage(dir string) error {
+// WriteImage writes a guest image description whose files are tiny.
+func WriteImage(dir string) error {
 	files := map[string]int{"vmlinuz": 10, "initrd.img": 20, "rootfs.ext4": 30}
 	desc := map[string]any{}
 	for name, size := range files {

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newOperationCmd() *cobra.Command {
+	cmd := newGroupCmd("operation", "Show, list and wait for long operations",
+		`Booting, preparing, placing a snapshot in the memory store and copying a
+snapshot run as operations in thawd: 'thaw vm boot', 'thaw prepare',
+'thaw snapshot store' and 'thaw snapshot copy' start one and follow it,
+showing its progress on stderr. With --detach they print the operation's id
+and return at once; Ctrl-C while following detaches too. The work goes on
+in the daemon either way; follow it again with 'thaw operation wait ID'.
+
+thawd keeps finished operations for an hour (the newest 1000); none
+survives a daemon restart, but what they made (VMs, snapshots) does.`, "op")
+	cmd.AddCommand(a.newOperationGetCmd(), a.newOperationListCmd(), a.newOperationWaitCmd(), a.newOperationDeleteCmd())
+	return cmd
+}
+
+func (a *app) newOperationGetCmd() *cobra.Command {
+	return newGetCmd("operation", "ID", oneRunE(a, (*client.Client).Operation, a.printOperation))
+}
+
+func (a *app) newOperationListCmd() *cobra.Command {
+	return newListCmd("operations", listRunE(a, (*client.Client).ListOperations,
+		[]string{"ID", "KIND", "TARGET", "STATE", "PROGRESS", "CREATED"},
+		func(op *client.Operation) []string {
+			return []string{op.ID, op.Kind, op.Target, op.State, truncate(progressText(op), 50), fmtAge(op.CreatedAt)}
+		}))
+}
+
+func (a *app) newOperationWaitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "wait ID",
+		Short: "Follow an operation until it ends and print its result",
+		Long: `Follow an operation, showing its progress on stderr, until it has ended;
+then print its result as the command that started it would have (or fail
+with its error). Ctrl-C stops following; the operation goes on.`,
+		Example: `  OP=$(thaw prepare hello --detach) && thaw operation wait "$OP"`,
+		Args:    exactArgs("ID"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			op, err := a.follow(args[0])
+			if err != nil {
+				return err
+			}
+			return a.printResult(op)
+		},
+	}
+}
+
+func (a *app) newOperationDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete ID...",
+		Aliases: []string{"rm"},
+		Short:   "Forget finished operations",
+		Long:    `Forget finished operations; what they made stays.`,
+		Args:    minArgs("operation ID"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.deleteAll("operation", args, a.c.DeleteOperation)
+		},
+	}
+}
+
+// addDetach adds --detach to a command that starts an operation.
+func addDetach(cmd *cobra.Command, detach *bool) {
+	cmd.Flags().BoolVarP(detach, "detach", "d", false, "start the operation, print its id and return (follow it with 'thaw operation wait ID')")
+}
+
+// runOperation starts an operation and, unless detach, follows it to its
+// end and returns it finished (succeeded). Detached, it prints the
+// operation's id (with --json, the operation) and returns nil.
+func (a *app) runOperation(detach bool, start func() (*client.Operation, error)) (*client.Operation, error) {
+	op, err := start()
+	if err != nil {
+		return nil, err
+	}
+	if detach {
+		if a.json {
+			return nil, a.printJSON(op)
+		}
+		fmt.Fprintln(a.stdout, op.ID)
+		return nil, nil
+	}
+	return a.follow(op.ID)
+}
+
+// follow polls an operation until it ends, showing progress on stderr. If
+// following stops first (Ctrl-C, --timeout) it says how to go on
+// following; the operation continues in the daemon.
+func (a *app) follow(id string) (*client.Operation, error) {
+	p := newProgressLine(a.stderr)
+	op, err := a.c.WaitOperation(a.ctx, id, p.show)
+	p.end()
+	if err != nil && a.ctx.Err() != nil {
+		why := "interrupted"
+		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
+			why = fmt.Sprintf("no end within %s (raise --timeout)", a.timeout)
+		}
+		fmt.Fprintf(a.stderr, "thaw: %s; operation %s goes on in thawd: follow it with 'thaw operation wait %s'\n", why, id, id)
+		return nil, &exitCodeError{code: exitError}
+	}
+	return op, err
+}
+
+// printResult prints a finished operation's result as the command that
+// started it prints it.
+func (a *app) printResult(op *client.Operation) error {
+	r := op.Result
+	switch {
+	case r == nil:
+		return a.printOperation(op)
+	case r.VM != nil:
+		return a.printVM(r.VM)
+	case r.Prepare != nil:
+		if a.json {
+			return a.printJSON(r.Prepare)
+		}
+		return a.printPrepare(r.Prepare)
+	case r.Store != nil:
+		return a.printStored(r.Store)
+	case r.Snapshot != nil:
+		return a.snapshotPrinter("copied " + op.Target + " to")(r.Snapshot)
+	}
+	return a.printOperation(op)
+}
+
+func (a *app) printOperation(op *client.Operation) error {
+	return a.printObject(op, "", "", func(w io.Writer) {
+		row(w, "ID:", op.ID)
+		row(w, "Kind:", op.Kind)
+		row(w, "Target:", op.Target)
+		row(w, "State:", op.State)
+		row(w, "Progress:", progressText(op))
+		if e := op.Error; e != nil {
+			row(w, "Error:", fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message))
+		}
+		row(w, "Created:", fmtAge(op.CreatedAt))
+		row(w, "Updated:", fmtAge(op.UpdatedAt))
+	})
+}
+
+// progressText is an operation's phase with its counts.
+func progressText(op *client.Operation) string {
+	p := op.Progress
+	switch {
+	case p.Total > 0 && p.Unit == "bytes":
+		return fmt.Sprintf("%s (%s of %s)", p.Phase, fmtBytes(p.Done), fmtBytes(p.Total))
+	case p.Total > 0:
+		return fmt.Sprintf("%s (%d of %d %s)", p.Phase, p.Done, p.Total, p.Unit)
+	}
+	return p.Phase
+}
+
+// progressLine shows an operation's progress: on a terminal one line
+// rewritten in place, elsewhere a line per phase.
+type progressLine struct {
+	w     io.Writer
+	tty   bool
+	phase string
+	drawn bool
+}
+
+func newProgressLine(w io.Writer) *progressLine {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			tty = fi.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	return &progressLine{w: w, tty: tty}
+}
+
+func (p *progressLine) show(op *client.Operation) {
+	text := fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, progressText(op))
+	if op.State != "running" {
+		text = fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, op.State)
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", text)
+		p.drawn = true
+		return
+	}
+	if key := op.State + "/" + op.Progress.Phase; key != p.phase {
+		p.phase = key
+		fmt.Fprintln(p.w, text)
+	}
+}
+
+// end finishes the terminal's line.
+func (p *progressLine) end() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// The long requests (boot, prepare, store, copy) take ?wait: true or
+// absent holds the request until the work is done, as always; false
+// starts the work as an operation and answers 202 with it and its
+// Location, /v1/operations/{id}.
+
+// waitParam reads ?wait.
+func waitParam(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "true":
+		return true, nil
+	case "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%w: wait %q: use true or false", daemon.ErrInvalid, v)
+	}
+}
+
+// opContext is the request's context naming the request, for the
+// operation it starts.
+func (h *Handler) opContext(w http.ResponseWriter, r *http.Request) context.Context {
+	return daemon.WithRequestID(r.Context(), w.Header().Get(RequestIDHeader))
+}
+
+// accepted answers a started operation: 202, its body and its Location.
+func (h *Handler) accepted(w http.ResponseWriter, r *http.Request, op *daemon.Operation, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/operations/"+op.ID)
+	writeJSON(w, http.StatusAccepted, operationBody(op))
+}
+
+// operationBody is an operation's API body: a failed one's error becomes
+// the status and error the synchronous request would have answered.
+func operationBody(op *daemon.Operation) *wire.Operation {
+	out := op.Operation
+	if op.State == wire.OpFailed && op.Err != nil {
+		status, code := statusOf(op.Err)
+		out.Error = &wire.OperationError{Status: status,
+			ErrorDetail: wire.ErrorDetail{Code: code, Message: op.Err.Error(), RequestID: op.RequestID}}
+	}
+	return &out
+}
+
+func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
+	wait, err := waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !wait {
+		op, err := h.svc.StartStore(h.opContext(w, r), r.PathValue("id"))
+		h.accepted(w, r, op, err)
+		return
+	}
+	e, err := h.svc.StoreSnapshot(r.Context(), r.PathValue("id"))
+	reply(h, w, r, http.StatusOK, e, err)
+}
+
+func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
+	wait, err := waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !wait {
+		op, err := h.svc.StartCopy(h.opContext(w, r), r.PathValue("id"))
+		h.accepted(w, r, op, err)
+		return
+	}
+	sn, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
+	replyAs(h, w, r, http.StatusCreated, sn, err, daemon.SnapshotBody)
+}

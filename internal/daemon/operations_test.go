@@ -1,0 +1,233 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// waitPhase polls an operation until its phase is phase.
+func waitPhase(t *testing.T, s *Service, id, phase string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		op, err := s.Operation(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op.Progress.Phase == phase {
+			return
+		}
+		if op.State != wire.OpRunning || time.Now().After(deadline) {
+			t.Fatalf("operation %s is %s in phase %q, never reached %q", id, op.State, op.Progress.Phase, phase)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A boot started as an operation outlives the request that started it,
+// reports its phases and ends with the VM the synchronous boot answers.
+func TestOperationBoot(t *testing.T) {
+	s, b := fakeService(t, nil)
+	createFn(t, s, "echo")
+	release := b.HoldReady()
+	ctx, cancel := context.WithCancel(WithRequestID(context.Background(), "req-1"))
+	op, err := s.StartBoot(ctx, "echo")
+	cancel() // the request is gone
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Kind != wire.OpBoot || op.Target != "echo" || op.State != wire.OpRunning || op.RequestID != "req-1" {
+		t.Fatalf("started %+v", op)
+	}
+	waitPhase(t, s, op.ID, "booting")
+	release()
+	done, err := s.WaitOperation(context.Background(), op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != wire.OpSucceeded || done.Err != nil || done.Result == nil || done.Result.VM == nil || done.Progress.Phase != "done" {
+		t.Fatalf("finished %+v (%v)", done, done.Err)
+	}
+	v, err := s.GetVM(context.Background(), done.Result.VM.ID)
+	if err != nil || v.State != "running" || v.BootMS != done.Result.VM.BootMS || done.Result.VM.State != "running" {
+		t.Errorf("the booted VM: %+v (%v), the operation says %+v", v, err, done.Result.VM)
+	}
+	if !done.UpdatedAt.After(done.CreatedAt) {
+		t.Errorf("updated %v, created %v", done.UpdatedAt, done.CreatedAt)
+	}
+	// Unknown functions and malformed ids are answered at once.
+	if _, err := s.StartBoot(context.Background(), "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("boot of an unknown function: %v", err)
+	}
+	if _, err := s.Operation(context.Background(), "op-nope"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("malformed id: %v", err)
+	}
+	if _, err := s.Operation(context.Background(), "op-000000000000"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown id: %v", err)
+	}
+	list, _ := s.ListOperations(context.Background())
+	if len(list) != 1 || list[0].ID != op.ID {
+		t.Errorf("list %+v", list)
+	}
+	if err := s.DeleteOperation(context.Background(), op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Operation(context.Background(), op.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted operation: %v", err)
+	}
+}
+
+// A boot whose VMM does not start fails with the error the synchronous
+// boot returns.
+func TestOperationBootFails(t *testing.T) {
+	s, b := fakeService(t, nil)
+	createFn(t, s, "echo")
+	b.SetStart(func(vmm.Spec) error { return errors.New("no such device") })
+	_, syncErr := s.BootVM(context.Background(), "echo")
+	op, err := s.StartBoot(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.WaitOperation(context.Background(), op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != wire.OpFailed || done.Result != nil || !errors.Is(done.Err, ErrVMFailed) || !errors.Is(syncErr, ErrVMFailed) ||
+		!strings.Contains(done.Err.Error(), "no such device") {
+		t.Fatalf("finished %+v: %v (the synchronous boot: %v)", done, done.Err, syncErr)
+	}
+	if err := s.DeleteOperation(context.Background(), op.ID); err != nil {
+		t.Errorf("forget a failed operation: %v", err)
+	}
+}
+
+// Closing the daemon fails running operations at once, stops their work,
+// and refuses new ones.
+func TestOperationsFailOnClose(t *testing.T) {
+	s, b := fakeService(t, nil)
+	createFn(t, s, "echo")
+	release := b.HoldReady()
+	defer release()
+	op, err := s.StartBoot(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, s, op.ID, "booting")
+	if err := s.DeleteOperation(context.Background(), op.ID); !errors.Is(err, ErrConflict) {
+		t.Errorf("delete a running operation: %v", err)
+	}
+	closed := make(chan error)
+	go func() { closed <- s.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return: the operation's work did not stop")
+	}
+	done := s.ops.byID[op.ID].snapshot()
+	if done.State != wire.OpFailed || !errors.Is(done.Err, ErrConflict) || !strings.Contains(done.Err.Error(), "shut down") {
+		t.Fatalf("after close: %+v (%v)", done, done.Err)
+	}
+	if _, err := s.StartBoot(context.Background(), "echo"); err == nil {
+		t.Error("an operation started after close")
+	}
+}
+
+// Prepare reports its record steps, one of how many, in order.
+func TestOperationPrepareProgress(t *testing.T) {
+	_, strategies := testStrategies(nil)
+	s, _ := fakeService(t, func(c *Config) { c.Strategies = strategies })
+	createFn(t, s, "echo")
+	var mu sync.Mutex
+	var seen []string
+	ctx := WithProgress(context.Background(), func(p wire.OperationProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		s := p.Phase
+		if p.Total > 0 {
+			s += fmt.Sprintf(" %d/%d %s", p.Done, p.Total, p.Unit)
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != s {
+			seen = append(seen, s)
+		}
+	})
+	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"boot: admission", "boot: starting vmm", "boot: booting", "boot: agent ready", "clean snapshot",
+		"record " + string(restore.FaaSnap) + " 0/2 strategies", "record " + string(restore.REAP) + " 1/2 strategies", "publishing 2/2 strategies"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("progress %q, want %q", seen, want)
+	}
+}
+
+// A copy started as an operation reports the memory file's bytes and ends
+// with the snapshot the catalog has.
+func TestOperationCopy(t *testing.T) {
+	s, _ := fakeService(t, nil)
+	_, sn := bootAndSnapshot(t, s, "echo")
+	op, err := s.StartCopy(context.Background(), sn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.WaitOperation(context.Background(), op.ID)
+	if err != nil || done.State != wire.OpSucceeded || done.Result.Snapshot == nil {
+		t.Fatalf("%+v %v", done, err)
+	}
+	got, err := s.GetSnapshot(context.Background(), done.Result.Snapshot.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(SnapshotBody(got))
+	b, _ := json.Marshal(done.Result.Snapshot)
+	if string(a) != string(b) {
+		t.Errorf("operation's snapshot %s, catalog's %s", b, a)
+	}
+	if _, err := s.StartCopy(context.Background(), "snap-000000000000"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("copy of an unknown snapshot: %v", err)
+	}
+}
+
+// Finished operations expire after OperationTTL and only the newest
+// MaxFinishedOperations are kept; running ones are never dropped.
+func TestOperationRetention(t *testing.T) {
+	now := time.Now()
+	ops := newOperations()
+	ops.now = func() time.Time { return now }
+	add := func(id, state string, at time.Time) {
+		ops.byID[id] = &operation{v: Operation{Operation: wire.Operation{ID: id, State: state, UpdatedAt: at}}, done: make(chan struct{})}
+	}
+	add("op-old", wire.OpSucceeded, now.Add(-OperationTTL-time.Second))
+	add("op-oldrunning", wire.OpRunning, now.Add(-2*OperationTTL))
+	for i := range MaxFinishedOperations + 5 {
+		add(fmt.Sprintf("op-%d", i), wire.OpFailed, now.Add(-time.Duration(i)*time.Second))
+	}
+	ops.pruneLocked(now)
+	if _, ok := ops.byID["op-old"]; ok {
+		t.Error("an expired operation was kept")
+	}
+	if _, ok := ops.byID["op-oldrunning"]; !ok {
+		t.Error("a running operation was dropped")
+	}
+	if len(ops.byID) != MaxFinishedOperations+1 {
+		t.Errorf("%d kept, want %d finished and the running one", len(ops.byID), MaxFinishedOperations)
+	}
+	for i := range 5 {
+		if _, ok := ops.byID[fmt.Sprintf("op-%d", MaxFinishedOperations+i)]; ok {
+			t.Errorf("op-%d, among the oldest, was kept", MaxFinishedOperations+i)
+		}
+	}
+}

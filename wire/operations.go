@@ -1,0 +1,59 @@
+package wire
+
+import "time"
+
+// Operation kinds: the long requests that can run asynchronously (?wait=false).
+const (
+	OpBoot    = "boot"    // POST /v1/vms with a function
+	OpPrepare = "prepare" // POST /v1/functions/{name}/prepare
+	OpStore   = "store"   // PUT /v1/snapshots/{id}/store
+	OpCopy    = "copy"    // POST /v1/snapshots/{id}/copy
+)
+
+// Operation states.
+const (
+	OpRunning   = "running"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+)
+
+// Operation is a long request running, or run, in the daemon's background:
+// what ?wait=false answers (202) and GET /v1/operations/{id} shows.
+type Operation struct {
+	ID       string            `json:"id"`
+	Kind     string            `json:"kind"`   // boot, prepare, store or copy
+	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy)
+	State    string            `json:"state"`  // running, succeeded or failed
+	Progress OperationProgress `json:"progress"`
+	// Result is, once succeeded, the body the synchronous request answers.
+	Result *OperationResult `json:"result,omitempty"`
+	// Error is, once failed, the error the synchronous request answers.
+	Error     *OperationError `json:"error,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// OperationProgress is where an operation is: its phase and, where the
+// work knows them, how much of how much is done (Unit says of what).
+type OperationProgress struct {
+	Phase string `json:"phase"`
+	Done  int64  `json:"done,omitempty"`
+	Total int64  `json:"total,omitempty"`
+	Unit  string `json:"unit,omitempty"` // "strategies" (prepare) or "bytes" (copy)
+}
+
+// OperationResult holds a succeeded operation's result, in the field of
+// its kind.
+type OperationResult struct {
+	VM       *VM            `json:"vm,omitempty"`       // boot
+	Prepare  *PrepareResult `json:"prepare,omitempty"`  // prepare
+	Store    *StoreEntry    `json:"store,omitempty"`    // store
+	Snapshot *Snapshot      `json:"snapshot,omitempty"` // copy
+}
+
+// OperationError is a failed operation's error: the HTTP status and error
+// the synchronous request would have answered.
+type OperationError struct {
+	Status int `json:"status"`
+	ErrorDetail
+}
