@@ -14,6 +14,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The cold start: a VM restored from a snapshot, from request to a guest
@@ -86,14 +88,17 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	c.t.AdmissionWaitMS = ms(waited)
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
 	t1 := time.Now()
-	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
+	vctx, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(rec.ID), AttrFunction.String(rec.Function),
+		AttrSnapshot.String(rec.Snapshot), AttrStrategy.String(rec.Strategy))
+	lv, err := s.startVM(vctx, rec, c.spec, c.fn, release)
 	if err != nil {
+		endSpan(vsp, err)
 		c.sess.Close()
 		return nil, nil, nil, err
 	}
 	lv.mu.Lock()
 	lv.sess = c.sess
-	if what, err := s.resumeClone(ctx, lv, c, t1); err != nil {
+	if what, err := s.resumeClone(ctx, lv, c, t1, vsp); err != nil {
 		reason := fmt.Sprintf("restore from %s: %s: %v", snapID, what, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		lv.mu.Unlock()
@@ -135,12 +140,15 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 		return nil, err
 	}
 	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id}
-	c.sess, err = o.begin(ctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
+	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
+	c.sess, err = o.begin(sctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
 	if err == nil {
 		// Time the strategy reports apart (cached's fill) is not set-up.
 		c.start = c.start.Add(c.sess.Untimed())
 		c.spec.Memory = c.sess.Memory()
+		sp.SetAttributes(AttrStrategy.String(string(c.sess.Kind())))
 	}
+	endSpan(sp, err)
 	if err != nil {
 		_ = os.RemoveAll(c.spec.RunDir)
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
@@ -150,22 +158,40 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 
 // resumeClone takes a started VMM of a locked VM from the strategy's
 // start through device state and resume to a renewed guest, filling the
-// timing; on failure it says which step failed.
-func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time) (string, error) {
+// timing; on failure it says which step failed. It ends vmmStart, the
+// span of the VMM's start, once the strategy has attached to the VMM.
+func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time, vmmStart trace.Span) (string, error) {
 	t := c.t
-	if err := c.sess.Started(ctx, lv.m.PID()); err != nil {
+	err := c.sess.Started(ctx, lv.m.PID())
+	endSpan(vmmStart, err)
+	if err != nil {
 		return string(c.sess.Kind()) + " strategy", err
 	}
 	if failed := c.sess.Failed(); failed != nil {
 		go s.watchStrategy(lv, failed)
 	}
 	t.VMMStartMS = ms(time.Since(started))
+	attrs := []attribute.KeyValue{AttrVM.String(lv.id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID),
+		AttrStrategy.String(string(c.sess.Kind()))}
 	t2 := time.Now()
-	if err := lv.m.LoadState(ctx, filepath.Join(c.sn.Dir, snapshot.StateFile)); err != nil {
+	lctx, sp := s.span(ctx, SpanStateLoad, attrs...)
+	err = lv.m.LoadState(lctx, filepath.Join(c.sn.Dir, snapshot.StateFile))
+	endSpan(sp, err)
+	if err != nil {
 		return "load device state", err
 	}
 	t.LoadStateMS = ms(time.Since(t2))
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	rctx, sp := s.span(ctx, SpanResume, attrs...)
+	what, err := s.resumeGuest(rctx, lv, c)
+	endSpan(sp, err)
+	return what, err
+}
+
+// resumeGuest resumes a clone's vCPUs and renews the guest, filling the
+// timing; on failure it says which step failed.
+func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) (string, error) {
+	t := c.t
 	if err := lv.m.Resume(ctx); err != nil {
 		return "resume", err
 	}

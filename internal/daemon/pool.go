@@ -107,12 +107,11 @@ func (s *Service) evictKept(k *kept, why string) {
 	if !s.unpark(k) {
 		return
 	}
-	s.retire(k.lv, k.rec, why)
+	s.retire(context.Background(), k.lv, k.rec, why)
 }
 
 // retire stops a VM that served cold or pooled invocations and forgets it.
-func (s *Service) retire(lv *liveVM, rec *catalog.VM, why string) {
-	ctx := context.Background()
+func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why string) {
 	lv.mu.Lock()
 	s.stopVM(ctx, lv, catalog.StateStopped, why)
 	lv.mu.Unlock()
