@@ -183,7 +183,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		}
 		return errors.Join(err, svc.Close(context.Background()))
 	}
-	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins})
+	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
+		TracerProvider: tracing.Provider()})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, len(lns)+1)

@@ -52,7 +52,7 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	opts   Options
-	tracer trace.Tracer // request spans; nil when the service traces nothing
+	tracer trace.Tracer // request spans; nil: none
 }
 
 // Route is one documented operation.
@@ -61,8 +61,8 @@ type Route struct{ Method, Pattern string }
 // New builds the handler and its routes, protected as opts says.
 func New(svc *Service, log *slog.Logger, opts Options) *Handler {
 	h := &Handler{svc: svc, log: log, mux: http.NewServeMux(), opts: opts}
-	if svc != nil && svc.TracerProvider() != nil {
-		h.tracer = svc.TracerProvider().Tracer(TracerName)
+	if opts.TracerProvider != nil {
+		h.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
 	for _, r := range h.routes() {
 		h.mux.HandleFunc(r.Method+" "+r.Pattern, r.fn)

@@ -53,10 +53,6 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(TracerName)
 }
 
-// TracerProvider is the provider the service's spans come from, nil when
-// tracing is off (the API starts its request spans from it).
-func (s *Service) TracerProvider() trace.TracerProvider { return s.cfg.TracerProvider }
-
 // span starts a child span of ctx's span.
 func (s *Service) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	return s.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
