@@ -133,4 +133,3 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 	}
 	return m
 }
-
