@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -40,15 +41,44 @@ type Receiver struct {
 	mu       sync.Mutex
 	spans    []Span
 	requests int
+	conns    int
 	errs     []string
 }
 
-// New starts a receiver; Close stops it.
+// New starts a receiver on a free port; Close stops it.
 func New() *Receiver {
 	r := &Receiver{}
-	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
-	r.URL = r.srv.URL
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(r.serve))
+	r.start()
 	return r
+}
+
+// NewAt starts a receiver on addr (a loopback host:port).
+func NewAt(addr string) (*Receiver, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{}
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(r.serve))
+	r.srv.Listener.Close()
+	r.srv.Listener = ln
+	r.start()
+	return r, nil
+}
+
+// start serves, counting every connection (an exporter speaking TLS to
+// this plain-HTTP receiver connects and fails before any request).
+func (r *Receiver) start() {
+	r.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			r.mu.Lock()
+			r.conns++
+			r.mu.Unlock()
+		}
+	}
+	r.srv.Start()
+	r.URL = r.srv.URL
 }
 
 // Close stops the receiver.
@@ -115,6 +145,13 @@ func (r *Receiver) Requests() (int, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.requests, append([]string(nil), r.errs...)
+}
+
+// Connections is how many connections were opened to the receiver.
+func (r *Receiver) Connections() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conns
 }
 
 // attrs flattens OTLP attributes to strings (scalars only).
