@@ -20,6 +20,9 @@ const TracerName = "github.com/thaw-dev/thaw/internal/api"
 // id (X-Request-Id).
 const AttrRequestID = attribute.Key("thaw.request_id")
 
+// metricsRoute is the metrics scrape's route, not traced.
+const metricsRoute = "GET /metrics"
+
 // traceContext reads the W3C traceparent and tracestate headers.
 var traceContext = propagation.TraceContext{}
 
@@ -29,9 +32,10 @@ var traceContext = propagation.TraceContext{}
 // joins the caller's trace if it carries a traceparent header; a refused
 // one starts a trace of its own (an unauthenticated caller does not choose
 // what is sampled). Without a tracer provider there is no span: the
-// context keeps the no-op one.
+// context keeps the no-op one; nor for metrics scrapes, a trace every
+// scrape interval that says nothing.
 func (h *Handler) startSpan(r *http.Request, pattern, id string, start time.Time, admitted bool) (*http.Request, trace.Span) {
-	if h.tracer == nil {
+	if h.tracer == nil || pattern == metricsRoute {
 		return r, trace.SpanFromContext(r.Context())
 	}
 	ctx := r.Context()

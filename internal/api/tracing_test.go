@@ -71,6 +71,7 @@ func tracedHandler(tp trace.TracerProvider, inSpan *trace.SpanContext) (*Handler
 		}
 		h.fail(w, r, err)
 	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("thaw_vms 0\n")) })
 	h.mux = mux
 	return h, logs
 }
@@ -176,6 +177,14 @@ func TestRequestSpans(t *testing.T) {
 	sp = onlySpan(t, sr, &seen)
 	if w.Code != http.StatusNotFound || sp.Name() != "GET" || spanAttrs(sp)["http.route"] != "" || spanAttrs(sp)["http.response.status_code"] != "404" {
 		t.Errorf("unknown path: %d, span %q %v", w.Code, sp.Name(), spanAttrs(sp))
+	}
+
+	// Metrics scrapes are not traced.
+	if w := serveOne(h, localRequest("GET", "/metrics", "", "")); w.Code != http.StatusOK {
+		t.Fatalf("metrics: %d %s", w.Code, w.Body)
+	}
+	if n := len(sr.Ended()); n != seen {
+		t.Errorf("%d spans recorded for a metrics scrape", n-seen)
 	}
 
 	// A caller's unsampled trace is not sampled here either: no span, no
