@@ -5,20 +5,17 @@ go 1.26.8
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/getkin/kin-openapi v0.153.0 // tests only (internal/api/apitest)
-	github.com/spf13/cobra v1.10.2
-	golang.org/x/sys v0.49.0
-	modernc.org/sqlite v1.61.1
-)
-
-require (
 	github.com/prometheus/client_golang v1.25.0
+	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.1
+	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.12
+	modernc.org/sqlite v1.61.1
 )
 
 require (
