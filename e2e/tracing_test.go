@@ -98,7 +98,9 @@ func TestColdStartTrace(t *testing.T) {
 			continue // admission, verify, strategy setup: verify_ms counts from the request, not the span
 		}
 		d := float64(steps[i].EndTime().Sub(steps[i].StartTime()).Microseconds()) / 1000
-		if math.Abs(d-ms) > math.Max(20, ms/10) {
+		// The span covers the timed step (resume's also QEMU's cont,
+		// which its timing starts after), and not much more.
+		if d < ms-0.5 || d > ms+math.Max(50, ms/2) {
 			t.Errorf("span %q lasted %.1f ms, the timing says %.1f ms", steps[i].Name(), d, ms)
 		}
 		t.Logf("%-14s %8.1f ms (timing %8.1f ms)", steps[i].Name(), d, ms)
