@@ -219,7 +219,7 @@ func TestColdPathErrorSpans(t *testing.T) {
 			t.Fatalf("children: %v, want %v, then the teardown", got, want)
 		}
 		invoke := spans[len(want)-1]
-		wantError(t, invoke, "vm failed")
+		wantError(t, invoke, "vm process exited")
 		// The teardown is the request's, or the supervisor's (which saw
 		// the process exit first) in a trace of its own.
 		vm := attrs(invoke)["thaw.vm"]
