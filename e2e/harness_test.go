@@ -97,7 +97,7 @@ func startEnvWith(t testing.TB, dataDir string, edit func(*daemon.Config)) *env 
 	if err != nil {
 		t.Fatalf("token: %v", err)
 	}
-	h := api.New(svc, log, api.Options{Token: token})
+	h := api.New(svc, log, api.Options{Token: token, TracerProvider: cfg.TracerProvider})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = h.ConnContext
 	srv.Start()

@@ -19,6 +19,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/telemetry"
 )
 
 // defaultSocket is where thawd listens when no --listen is given (the
@@ -154,6 +155,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		cfg.Daemon.StoreDir = store.DefaultDirFor(cfg.Daemon.DataDir)
 	}
 	cfg.Daemon.TrustedGroup = cfg.SocketGroup
+	tracing, err := telemetry.Setup(ctx, log) // OTEL_* from the environment; nil: no tracing
+	if err != nil {
+		return err
+	}
+	defer flushSpans(tracing, log)
+	cfg.Daemon.TracerProvider = tracing.Provider()
 	svc, err := daemon.Open(ctx, cfg.Daemon, log)
 	if err != nil {
 		return err
@@ -176,7 +183,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		}
 		return errors.Join(err, svc.Close(context.Background()))
 	}
-	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins})
+	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
+		TracerProvider: tracing.Provider()})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, len(lns)+1)
@@ -206,6 +214,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		err = cerr
 	}
 	return err
+}
+
+// flushSpans exports the spans still queued, the daemon's last ones
+// included (it has stopped by then).
+func flushSpans(t *telemetry.Tracing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing", "err", err)
+	}
 }
 
 // openListeners resolves the token if TCP is served, then listens on every

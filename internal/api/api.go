@@ -27,6 +27,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 //go:embed openapi.json
@@ -47,10 +48,11 @@ func vmBody(v *catalog.VM) *wire.VM { return daemon.VMBody(v, nil) }
 
 // Handler serves the API.
 type Handler struct {
-	svc  *Service
-	log  *slog.Logger
-	mux  *http.ServeMux
-	opts Options
+	svc    *Service
+	log    *slog.Logger
+	mux    *http.ServeMux
+	opts   Options
+	tracer trace.Tracer // request spans; nil: none
 }
 
 // Route is one documented operation.
@@ -59,6 +61,9 @@ type Route struct{ Method, Pattern string }
 // New builds the handler and its routes, protected as opts says.
 func New(svc *Service, log *slog.Logger, opts Options) *Handler {
 	h := &Handler{svc: svc, log: log, mux: http.NewServeMux(), opts: opts}
+	if opts.TracerProvider != nil {
+		h.tracer = opts.TracerProvider.Tracer(TracerName)
+	}
 	for _, r := range h.routes() {
 		h.mux.HandleFunc(r.Method+" "+r.Pattern, r.fn)
 	}
@@ -135,7 +140,7 @@ func (h *Handler) Routes() []Route {
 
 // ServeHTTP implements http.Handler: every request passes the guard
 // (admit) first; unknown paths and methods get JSON errors like every
-// other failure.
+// other failure. Every request is a span (tracing.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
@@ -148,8 +153,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	r, ok := h.admit(sw, r, pattern)
+	r, sp := h.startSpan(r, pattern, id, start, ok)
+	defer func() { endSpan(sp, sw.status) }()
 	if !ok {
-		args := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin")}
+		args := append(logAttrs(r.Context(), id), "method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin"))
 		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
 			args = append(args, "uid", c.UID, "pid", c.PID)
 		} else {
@@ -168,7 +175,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
-	h.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())
+	h.log.Debug("request", append(logAttrs(r.Context(), id), "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())...)
 }
 
 // metrics serves the daemon's metrics in Prometheus' text format.
@@ -262,8 +269,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
+	failSpan(r.Context(), status, err)
 	if status >= 500 {
-		h.log.Error("request failed", "request_id", w.Header().Get(RequestIDHeader), "method", r.Method, "path", r.URL.Path, "err", err)
+		h.log.Error("request failed", append(logAttrs(r.Context(), w.Header().Get(RequestIDHeader)), "method", r.Method, "path", r.URL.Path, "err", err)...)
 	}
 	writeError(w, status, code, err.Error())
 }

@@ -11,13 +11,15 @@ import (
 	"net/http"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
-// Options are the API's protections. The zero value serves Unix-socket
-// requests and refuses every TCP request (no token is configured).
+// Options are the API's protections, and its tracing. The zero value
+// serves Unix-socket requests and refuses every TCP request (no token is
+// configured).
 type Options struct {
 	// Token is the bearer token every TCP request must carry
 	// (Authorization: Bearer TOKEN). Unix-socket requests need none: the
@@ -29,6 +31,10 @@ type Options struct {
 	// AllowedOrigins are web origins (scheme://host[:port]) whose browser
 	// requests are served. A request with any other Origin is refused.
 	AllowedOrigins []string
+	// TracerProvider makes a span of every request (tracing.go), the
+	// parent of the service's spans; nil: none. It is the daemon's
+	// (daemon.Config.TracerProvider).
+	TracerProvider trace.TracerProvider
 }
 
 // Error codes of the requests the guard refuses.

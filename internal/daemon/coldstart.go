@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // The cold start: a VM restored from a snapshot, from request to a guest
@@ -99,14 +100,18 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	c.t.AdmissionWaitMS, c.t.VMM = ms(waited), "started"
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
 	t1 := time.Now()
-	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
+	vctx, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(rec.ID), AttrFunction.String(rec.Function),
+		AttrSnapshot.String(rec.Snapshot), AttrStrategy.String(rec.Strategy))
+	lv, err := s.startVM(vctx, rec, c.spec, c.fn, release)
 	if err != nil {
+		endSpan(vsp, err)
 		c.sess.Close()
 		return nil, nil, nil, err
 	}
 	lv.mu.Lock()
 	lv.sess, lv.untimed = c.sess, c.sess.Untimed()
 	err = s.startClone(ctx, lv, c, t1)
+	endSpan(vsp, err) // the VMM's start ends once the strategy has attached to it
 	if err == nil {
 		err = s.resumeClone(ctx, lv, c)
 	}
@@ -123,6 +128,9 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 	lv, c := sb.lv, sb.c
 	lv.mu.Lock()
 	c.start = o.start
+	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.id), AttrFunction.String(c.fn.Name),
+		AttrSnapshot.String(c.sn.ID), AttrStrategy.String(string(c.sess.Kind())), AttrVMM.String("pooled"))
+	endSpan(vsp, nil) // started ahead of the request: an instant here
 	if _, err := s.verified(ctx, c.sn.ID, false); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "standby: "+err.Error())
 		lv.mu.Unlock()
@@ -192,12 +200,15 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 		return nil, err
 	}
 	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id}
-	c.sess, err = o.begin(ctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
+	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
+	c.sess, err = o.begin(sctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
 	if err == nil {
 		// Time the strategy reports apart (cached's fill) is not set-up.
 		c.start = c.start.Add(c.sess.Untimed())
 		c.spec.Memory = c.sess.Memory()
+		sp.SetAttributes(AttrStrategy.String(string(c.sess.Kind())))
 	}
+	endSpan(sp, err)
 	if err != nil {
 		_ = os.RemoveAll(c.spec.RunDir)
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
@@ -224,12 +235,27 @@ func (s *Service) startClone(ctx context.Context, lv *liveVM, c *coldStart, star
 // its error says which step failed.
 func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) error {
 	t := c.t
+	attrs := []attribute.KeyValue{AttrVM.String(lv.id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID),
+		AttrStrategy.String(string(c.sess.Kind()))}
 	t2 := time.Now()
-	if err := lv.m.LoadState(ctx, filepath.Join(c.sn.Dir, snapshot.StateFile)); err != nil {
+	lctx, sp := s.span(ctx, SpanStateLoad, attrs...)
+	err := lv.m.LoadState(lctx, filepath.Join(c.sn.Dir, snapshot.StateFile))
+	endSpan(sp, err)
+	if err != nil {
 		return fmt.Errorf("load device state: %w", err)
 	}
 	t.LoadStateMS = ms(time.Since(t2))
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	rctx, sp := s.span(ctx, SpanResume, attrs...)
+	err = s.resumeGuest(rctx, lv, c)
+	endSpan(sp, err)
+	return err
+}
+
+// resumeGuest resumes a clone's vCPUs and renews the guest, filling the
+// timing.
+func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) error {
+	t := c.t
 	if err := lv.m.Resume(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
+	"go.opentelemetry.io/otel/trace"
 	"sync/atomic"
 )
 
@@ -89,6 +90,8 @@ type Config struct {
 
 	// VMM is the monitor VMs run in; nil: QEMU.
 	VMM vmm.Backend `json:"-"`
+	// TracerProvider makes the service's spans (tracing.go); nil: none.
+	TracerProvider trace.TracerProvider `json:"-"`
 
 	// Bounds (zero values take the defaults).
 	MaxVMs               int // live VMs at once; default: host memory over (default guest memory + overhead)
@@ -281,9 +284,10 @@ type Service struct {
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
-	adm        *admission // which VM starts may proceed
-	pool       pool       // idle VMs kept for their function's next invocations
-	vmmPool    vmmPool    // VMMs started ahead of restores
+	tracer     trace.Tracer // spans of the service's steps (Config.TracerProvider)
+	adm        *admission   // which VM starts may proceed
+	pool       pool         // idle VMs kept for their function's next invocations
+	vmmPool    vmmPool      // VMMs started ahead of restores
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -361,6 +365,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		s.strategies = restore.Strategies()
 	}
 	s.metrics = metrics.New(s.metricState)
+	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
 	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimIdle() }

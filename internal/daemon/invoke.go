@@ -16,6 +16,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // MaxEventBytes bounds an invocation's event (Lambda's synchronous limit).
@@ -75,6 +76,7 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 		return nil, fmt.Errorf("%w: evict_cache applies to cold invocations only", ErrInvalid)
 	}
 	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
+	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
@@ -86,8 +88,15 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 
 // invokeLocked sends the event to the agent of a locked VM. A guest that
 // does not answer in time, or whose VMM dies, is killed and marked failed.
-func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) error {
-	ictx, cancel := context.WithTimeout(ctx, timeout)
+func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) (err error) {
+	sctx, sp := s.span(ctx, SpanInvoke, invocationAttrs(inv)...)
+	defer func() {
+		if err == nil {
+			sp.SetAttributes(AttrInvocationOK.Bool(inv.OK))
+		}
+		endSpan(sp, err)
+	}()
+	ictx, cancel := context.WithTimeout(sctx, timeout)
 	defer cancel()
 	t0 := time.Now()
 	reply, err := lv.agent.Invoke(ictx, lv.fn.Name, event)
@@ -126,6 +135,16 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		inv.Error = &agent.Error{Type: "AgentError", Message: "guest reported failure without details"}
 	}
 	return nil
+}
+
+// invocationAttrs describe an invocation on its spans.
+func invocationAttrs(inv *Invocation) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{AttrFunction.String(inv.Function), AttrVM.String(inv.VM), AttrMode.String(inv.Mode),
+		AttrInvocation.String(inv.ID)}
+	if inv.Snapshot != "" {
+		attrs = append(attrs, AttrSnapshot.String(inv.Snapshot), AttrStrategy.String(inv.Strategy))
+	}
+	return attrs
 }
 
 // exitsWithin waits up to d for the VMM to exit.
@@ -211,6 +230,10 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 			return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
 		}
 	}
+	annotate(ctx, AttrSnapshot.String(snapID))
+	if req.Function != "" {
+		annotate(ctx, AttrFunction.String(req.Function))
+	}
 	strategy, err := s.strategy(req.Strategy)
 	if err != nil {
 		return nil, err
@@ -243,6 +266,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
 		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache}
 	inv.Timing.Restore = rt
+	annotate(ctx, invocationAttrs(inv)...)
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
 	}
@@ -342,11 +366,12 @@ func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage
 	k.lv.mu.Lock()
 	inv := &Invocation{ID: newID("inv-"), Function: k.rec.Function, VM: k.rec.ID, Mode: "pooled",
 		Snapshot: k.snapshot, Strategy: k.rec.Strategy}
+	annotate(ctx, invocationAttrs(inv)...)
 	err := s.invokeLocked(ctx, k.lv, inv, event, timeout)
 	kept := err == nil && s.park(k.lv, k.rec, k.snapshot)
 	k.lv.mu.Unlock()
 	if !kept {
-		s.retire(k.lv, k.rec, "pooled invocation finished")
+		s.retire(context.WithoutCancel(ctx), k.lv, k.rec, "pooled invocation finished")
 	}
 	if err != nil {
 		return nil, err

@@ -124,12 +124,11 @@ func (s *Service) evictKept(k *kept, why string) {
 	}
 	s.metrics.KeepAliveEviction(label)
 	s.log.Info("idle vm stopped", "vm", k.lv.id, "function", k.lv.fn.Name, "reason", why)
-	s.retire(k.lv, k.rec, why)
+	s.retire(context.Background(), k.lv, k.rec, why)
 }
 
 // retire stops a VM that served cold or pooled invocations and forgets it.
-func (s *Service) retire(lv *liveVM, rec *catalog.VM, why string) {
-	ctx := context.Background()
+func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why string) {
 	lv.mu.Lock()
 	s.stopVM(ctx, lv, catalog.StateStopped, why)
 	lv.mu.Unlock()

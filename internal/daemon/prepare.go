@@ -30,13 +30,15 @@ type PrepareResult = wire.PrepareResult
 // one invocation with the record input and takes the warm snapshot that
 // the others record on and every later cold invocation restores
 // (FaaSnap's flow, section 4.8, Figure 5).
-func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (*PrepareResult, error) {
+func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *PrepareResult, err error) {
+	ctx, sp := s.span(ctx, SpanPrepare, AttrFunction.String(req.Function))
+	defer func() { endSpan(sp, err) }()
 	t0 := time.Now()
 	timeout, err := s.checkPrepare(ctx, &req)
 	if err != nil {
 		return nil, err
 	}
-	res := &PrepareResult{Function: req.Function}
+	res = &PrepareResult{Function: req.Function}
 	steps := recordOrder(s.strategies)
 	vm, err := s.BootVM(subProgress(ctx, "boot: "), req.Function)
 	if err != nil {
@@ -152,14 +154,15 @@ func (h *recordHost) Restore(ctx context.Context, snap restore.Snapshot, begin r
 	if err != nil {
 		return nil, err
 	}
-	return &recordVM{h: h, lv: lv, id: rec.ID}, nil
+	return &recordVM{h: h, lv: lv, id: rec.ID, ctx: context.WithoutCancel(ctx)}, nil
 }
 
 // recordVM is a restored VM held locked by a prepare step until Close.
 type recordVM struct {
-	h  *recordHost
-	lv *liveVM
-	id string
+	h   *recordHost
+	lv  *liveVM
+	id  string
+	ctx context.Context // the restore's, for Close's teardown
 }
 
 func (v *recordVM) Invoke(ctx context.Context) error {
@@ -186,6 +189,6 @@ func (v *recordVM) Close() {
 		return
 	}
 	v.lv.mu.Unlock()
-	_ = v.h.s.DeleteVM(context.Background(), v.id)
+	_ = v.h.s.DeleteVM(v.ctx, v.id)
 	v.lv = nil
 }

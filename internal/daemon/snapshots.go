@@ -34,7 +34,14 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 }
 
 // snapshotLocked snapshots a VM whose lock the caller holds.
-func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (*catalog.Snapshot, error) {
+func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.Snapshot, err error) {
+	ctx, sp := s.span(ctx, SpanSnapshot, AttrVM.String(lv.id), AttrFunction.String(lv.fn.Name))
+	defer func() {
+		if rec != nil {
+			sp.SetAttributes(AttrSnapshot.String(rec.ID))
+		}
+		endSpan(sp, err)
+	}()
 	vmID := lv.id
 	if !lv.shared {
 		return nil, fmt.Errorf("%w: vm %s was restored with private memory; only booted VMs can be snapshotted", ErrConflict, vmID)
@@ -67,7 +74,7 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (*catalog.Snap
 		return nil, err
 	}
 	stamp, _ := json.Marshal(st)
-	rec := &catalog.Snapshot{ID: id, Function: lv.fn.Name, SourceVM: vmID, Dir: final,
+	rec = &catalog.Snapshot{ID: id, Function: lv.fn.Name, SourceVM: vmID, Dir: final,
 		MemoryMiB: m.Guest.MemoryMiB, Stamp: string(stamp), CreateMS: ms(time.Since(start)),
 		PauseMS: ms(pause), CreatedAt: m.CreatedAt}
 	for _, f := range m.Files {
@@ -266,6 +273,17 @@ type verifiedSnapshot struct {
 // verified looks a snapshot and its function up and verifies it (full:
 // re-hashing the memory file whatever its stamp says).
 func (s *Service) verified(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
+	ctx, sp := s.span(ctx, SpanVerify, AttrSnapshot.String(id), AttrVerifyFull.Bool(full))
+	v, err := s.verify(ctx, id, full)
+	if v != nil {
+		sp.SetAttributes(AttrFunction.String(v.fn.Name))
+	}
+	endSpan(sp, err)
+	return v, err
+}
+
+// verify is verified's work.
+func (s *Service) verify(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
 	sn, err := s.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, err

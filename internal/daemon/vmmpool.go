@@ -137,7 +137,7 @@ func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, releas
 	closed := s.closed
 	s.mu.Unlock()
 	if err == nil && closed { // Close may have listed the live VMs before this one
-		s.retire(sb.lv, sb.rec, "daemon stopped")
+		s.retire(context.Background(), sb.lv, sb.rec, "daemon stopped")
 		err = errors.New("daemon stopped")
 	}
 	s.vmmPool.mu.Lock()
@@ -215,7 +215,7 @@ func (s *Service) dropStandby(sb *standby, why string) {
 	}
 	s.metrics.VMMPoolDrop(why)
 	s.log.Debug("vmm pool: standby vm stopped", "vm", sb.lv.id, "reason", why)
-	s.retire(sb.lv, sb.rec, why)
+	s.retire(context.Background(), sb.lv, sb.rec, why)
 }
 
 // dropStandbyWhere stops every standby VM match selects.

@@ -217,6 +217,9 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 	if !ok {
 		return
 	}
+	_, sp := s.span(ctx, SpanTeardown, AttrVM.String(lv.id), AttrFunction.String(lv.fn.Name),
+		AttrVMState.String(state), AttrReason.String(reason))
+	defer sp.End()
 	if err := lv.m.Kill(); err != nil {
 		s.log.Error("kill vm", "vm", lv.id, "err", err)
 	}
@@ -280,7 +283,14 @@ func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Durati
 // BootVM boots a function's VM from the guest image and waits until its
 // agent answers (or fails). Guest RAM lives in a shared memory file in the
 // VM's run directory, so the VM can be snapshotted.
-func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, error) {
+func (s *Service) BootVM(ctx context.Context, function string) (vm *catalog.VM, err error) {
+	ctx, sp := s.span(ctx, SpanBoot, AttrFunction.String(function))
+	defer func() {
+		if vm != nil {
+			sp.SetAttributes(AttrVM.String(vm.ID))
+		}
+		endSpan(sp, err)
+	}()
 	fn, err := s.GetFunction(ctx, function)
 	if err != nil {
 		return nil, err
@@ -296,7 +306,9 @@ func (s *Service) BootVM(ctx context.Context, function string) (*catalog.VM, err
 	rec := &catalog.VM{ID: id, Function: fn.Name}
 	start := time.Now()
 	phase(ctx, "starting vmm")
-	lv, err := s.startVM(ctx, rec, spec, fn, release)
+	vctx, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(id), AttrFunction.String(fn.Name))
+	lv, err := s.startVM(vctx, rec, spec, fn, release)
+	endSpan(vsp, err)
 	if err != nil {
 		return nil, err
 	}
@@ -433,5 +445,8 @@ func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool)
 // admit waits until a VM of fn may start (the host budget and fn's own
 // concurrency limit); release gives the room back.
 func (s *Service) admit(ctx context.Context, fn *catalog.Function) (release func(), err error) {
-	return s.adm.acquire(ctx, fn.Name, fn.MemoryMiB+s.cfg.VMMemoryOverheadMiB, fn.MaxConcurrency)
+	ctx, sp := s.span(ctx, SpanAdmission, AttrFunction.String(fn.Name))
+	release, err = s.adm.acquire(ctx, fn.Name, fn.MemoryMiB+s.cfg.VMMemoryOverheadMiB, fn.MaxConcurrency)
+	endSpan(sp, err)
+	return release, err
 }

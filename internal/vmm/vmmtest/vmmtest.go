@@ -137,8 +137,10 @@ func (m *fakeMachine) wait() {
 	m.mu.Lock()
 	m.exit = vmm.Exit{At: time.Now(), Code: -1, Requested: m.requested, Reason: "fake vmm: " + fmt.Sprint(err)}
 	m.mu.Unlock()
-	m.agent.Close()
+	// As with QEMU, the process is gone before its agent channel closes:
+	// a read that fails on the channel finds the VMM done.
 	close(m.done)
+	m.agent.Close()
 }
 
 func (m *fakeMachine) PID() int              { return m.cmd.Process.Pid }
