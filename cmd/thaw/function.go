@@ -36,7 +36,10 @@ absolute against the current directory first).
 --memory and --vcpus default to the daemon's settings. --max-concurrency
 bounds the function's live VMs: more starts wait for room, then get 429.
 --keep-alive sets how long a VM stays idle after a cold invocation so that
-the function's next invocations run on it warm (-1: never).
+the function's next invocations run on it warm (-1: never). --vmm-pool sets
+how many VMMs the daemon starts ahead of restores for each snapshot and
+strategy of the function, so that a cold start skips the VMM's start (-1:
+none); --vmm-pool-ttl how long one waits unused.
 
 By default the function's guests reach nothing: not the daemon's host, not
 the network beyond it. --allow HOST:PORT lets them reach one service, which
@@ -59,6 +62,8 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.StringVar(&f.egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
 	fl.IntVar(&f.maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
 	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
+	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (default: the daemon's; -1: none)")
+	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -107,6 +112,19 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		case f.KeepAliveS > 0:
 			row(w, "Keep-alive:", fmt.Sprintf("%d s", f.KeepAliveS))
 		}
+		switch {
+		case f.VMMPool < 0:
+			row(w, "VMM pool:", "none")
+		case f.VMMPool > 0 || f.VMMPoolTTLS > 0:
+			pool := "the daemon's size"
+			if f.VMMPool > 0 {
+				pool = fmt.Sprintf("%d per snapshot and strategy", f.VMMPool)
+			}
+			if f.VMMPoolTTLS > 0 {
+				pool += fmt.Sprintf(", %d s unused", f.VMMPoolTTLS)
+			}
+			row(w, "VMM pool:", pool)
+		}
 		row(w, "Code dir:", orDash(f.CodeDir))
 		row(w, "Disk:", orDash(f.Disk))
 		row(w, "Egress:", fmtNetwork(f.Network))
@@ -137,14 +155,16 @@ func fmtNetwork(n client.Network) string {
 
 // createFlags are thaw function create's flags.
 type createFlags struct {
-	dir       string
-	memory    int
-	vcpus     int
-	serverDir bool
-	allow     []string
-	egress    string
-	maxConc   int
-	keepAlive int
+	dir        string
+	memory     int
+	vcpus      int
+	serverDir  bool
+	allow      []string
+	egress     string
+	maxConc    int
+	keepAlive  int
+	vmmPool    int
+	vmmPoolTTL int
 }
 
 // createFunction runs thaw function create NAME.
@@ -161,6 +181,9 @@ func (a *app) createFunction(name string, f *createFlags) error {
 	opts := netOpts(f.egress, f.allow)
 	if f.maxConc > 0 {
 		opts = append(opts, client.WithMaxConcurrency(f.maxConc))
+	}
+	if f.vmmPool != 0 || f.vmmPoolTTL != 0 {
+		opts = append(opts, client.WithVMMPool(f.vmmPool, f.vmmPoolTTL))
 	}
 	if f.keepAlive != 0 {
 		opts = append(opts, client.WithKeepAlive(f.keepAlive))

@@ -171,7 +171,11 @@ func orDash(s string) string {
 func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 	row(w, prefix+"restore setup", fmtMSCol(rt.SetupMS), "request to vCPUs resumed")
 	row(w, prefix+"  verify", fmtMSCol(rt.VerifyMS), "snapshot checks")
-	row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to QMP ready")
+	if rt.VMM == "pooled" {
+		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "started ahead by the VMM pool")
+	} else {
+		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to QMP ready")
+	}
 	row(w, prefix+"  load state", fmtMSCol(rt.LoadStateMS), "device state loaded")
 	row(w, prefix+"restore resume", fmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
 }
