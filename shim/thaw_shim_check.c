@@ -3,7 +3,7 @@
  * RAM on restore (memory-backend-file, share=off) and verifies that what the
  * mapping shows equals the file, whatever libthaw_shim.so did underneath.
  *
- *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] MEMFILE
+ *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] MEMFILE
  *
  * --threads N     read pages from N threads (interleaved), so uffd faults
  *                 reach the daemon concurrently, as vCPUs would.
@@ -14,6 +14,8 @@
  *                 replaced mapping.
  * --align N       place the mapping at an N-aligned address, as QEMU does
  *                 for memory-backend-file,align=N (device-DAX needs it).
+ * --standby MS    wait MS milliseconds between mapping and reading, as a VMM
+ *                 of thaw's VMM pool waits, memory laid out, for its restore.
  *
  * Prints one JSON line; exit 0 iff no mismatch and the file is unmodified,
  * 2 if the mmap itself failed, 1 otherwise.
@@ -90,12 +92,13 @@ static double now_ms(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] MEMFILE\n");
+	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] MEMFILE\n");
 	exit(1);
 }
 
 struct options {
 	int write_check, qemu_madvise;
+	long standby_ms;
 	size_t align;
 	const char *path;
 };
@@ -114,6 +117,10 @@ static void parse_args(int argc, char **argv, struct options *o)
 		} else if (!strcmp(argv[i], "--align") && i + 1 < argc) {
 			o->align = (size_t)strtoull(argv[++i], NULL, 0);
 			if (!o->align || (o->align & (o->align - 1)))
+				usage();
+		} else if (!strcmp(argv[i], "--standby") && i + 1 < argc) {
+			o->standby_ms = atol(argv[++i]);
+			if (o->standby_ms < 0 || o->standby_ms > 600000)
 				usage();
 		} else if (argv[i][0] == '-' || o->path) {
 			usage();
@@ -260,6 +267,12 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &o);
 	if ((rc = map_like_qemu(&o, &size)) != 0)
 		return rc;
+	if (o.standby_ms > 0) {
+		struct timespec ts = {o.standby_ms / 1000, (o.standby_ms % 1000) * 1000000L};
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	double t0 = now_ms();
 	if (read_all(&mismatches, &first) < 0)
 		return 1;

@@ -125,14 +125,15 @@ type checkResult struct {
 }
 
 // runCheck maps the memory file like QEMU under the session's environment
-// and compares every page.
-func runCheck(t *testing.T, shim string, sess Session) checkResult {
+// and compares every page; extra goes to the checker (--standby MS: read
+// only after waiting, as a VMM of the VMM pool does).
+func runCheck(t *testing.T, shim string, sess Session, extra ...string) checkResult {
 	t.Helper()
 	mem := sess.Memory()
 	if !mem.Interposer.Protect {
 		t.Fatalf("%s: memory not protected from QEMU's discards: %+v", sess.Kind(), mem)
 	}
-	args := []string{"--threads", "4", "--write-check"}
+	args := append([]string{"--threads", "4", "--write-check"}, extra...)
 	if mem.Align > 0 {
 		args = append(args, "--align", fmt.Sprint(mem.Align))
 	}
@@ -149,48 +150,59 @@ func runCheck(t *testing.T, shim string, sess Session) checkResult {
 	return res
 }
 
+// Every strategy twice: mapped and read at once (a VMM started for the
+// restore), and mapped, left waiting, then read (a VMM of the VMM pool).
 func TestConformance(t *testing.T) {
 	shim := shimDir(t)
 	for _, pages := range []int{257, 1000, 4099} {
 		s := newSynth(t, pages, int64(pages))
-		for _, k := range Kinds {
-			t.Run(fmt.Sprintf("%s/%d_pages", k, pages), func(t *testing.T) {
-				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
-				if k == SnapBPF { // its prefetch must bring the pages back
-					if err := pagecache.Evict(s.snap.MemoryPath()); err != nil {
-						t.Fatal(err)
-					}
-				}
-				sess, err := Begin(context.Background(), k, s.snap, env)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sess.Close()
-				if sess.Kind() != k || sess.Stats().Fallback != "" {
-					t.Fatalf("ran as %s: %s", sess.Kind(), sess.Stats().Fallback)
-				}
-				res := runCheck(t, shim, sess)
-				if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
-					t.Fatalf("%s: %+v", k, res)
-				}
-				if k == Premap {
-					st := sess.Stats()
-					if st.PopulatedBytes != uint64(pages)*snapshot.PageSize || st.PopulateMS <= 0 {
-						t.Errorf("premap populated %d bytes in %.3f ms, want all %d", st.PopulatedBytes, st.PopulateMS, pages*snapshot.PageSize)
-					}
-				}
-				if k == REAP {
-					st := sess.Stats()
-					if st.PrefetchPages != uint64(len(s.order)) {
-						t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
-					}
-				}
-				if k == SnapBPF {
-					checkSnapBPFResident(t, s, sess)
-				}
-			})
+		for _, c := range []struct {
+			how   string
+			extra []string
+		}{{"started", nil}, {"pooled", []string{"--standby", "300"}}} {
+			for _, k := range Kinds {
+				conformance(t, shim, s, k, pages, c.how, c.extra)
+			}
 		}
 	}
+}
+
+func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, how string, extra []string) {
+	t.Run(fmt.Sprintf("%s/%s/%d_pages", k, how, pages), func(t *testing.T) {
+		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+		if k == SnapBPF { // its prefetch must bring the pages back
+			if err := pagecache.Evict(s.snap.MemoryPath()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sess, err := Begin(context.Background(), k, s.snap, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if sess.Kind() != k || sess.Stats().Fallback != "" {
+			t.Fatalf("ran as %s: %s", sess.Kind(), sess.Stats().Fallback)
+		}
+		res := runCheck(t, shim, sess, extra...)
+		if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
+			t.Fatalf("%s: %+v", k, res)
+		}
+		if k == Premap {
+			st := sess.Stats()
+			if st.PopulatedBytes != uint64(pages)*snapshot.PageSize || st.PopulateMS <= 0 {
+				t.Errorf("premap populated %d bytes in %.3f ms, want all %d", st.PopulatedBytes, st.PopulateMS, pages*snapshot.PageSize)
+			}
+		}
+		if k == REAP {
+			st := sess.Stats()
+			if st.PrefetchPages != uint64(len(s.order)) {
+				t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
+			}
+		}
+		if k == SnapBPF {
+			checkSnapBPFResident(t, s, sess)
+		}
+	})
 }
 
 // TestConformanceDetectsWrongLayout proves the check can fail: a loading-set
