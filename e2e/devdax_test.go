@@ -32,7 +32,9 @@ func TestPremapDevDAX(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	useDevice := func(c *daemon.Config) { c.StoreDeviceFile = dev }
+	// No VMM pool: its standby VMs would hold ranges of their own, and this
+	// test counts the cold invocations' ranges.
+	useDevice := func(c *daemon.Config) { c.StoreDeviceFile, c.VMMPool = dev, -1 }
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, useDevice)
 	c := e.c

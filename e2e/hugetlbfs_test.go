@@ -27,7 +27,9 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	// clone reserves as many.
 	huge := hugetest.Mount(t, 3*128+8)
 	t.Cleanup(func() { os.RemoveAll(store.HugeMetaDirFor(huge)) })
-	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.StoreDir = huge })
+	// No VMM pool: its standby VMs would reserve huge pages of their own,
+	// and this test counts the clones' reservations.
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.StoreDir, c.VMMPool = huge, -1 })
 	c := e.c
 	ctx := ctxT(t)
 	snap, entry := storedProbe(t, c)

@@ -207,6 +207,18 @@ func TestGuestNetworkIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The VMM pool's standby VMs have networks too; they go with them.
+	vms, err := e.c.ListVMs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vms {
+		if v.State == "standby" {
+			if err := e.c.DeleteVM(ctx, v.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if n := ownNetNamespaces(t); n != before {
 		t.Errorf("the daemon holds %d network namespaces after its VMs stopped, %d before", n, before)
 	}

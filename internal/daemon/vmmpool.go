@@ -218,6 +218,35 @@ func (s *Service) dropStandby(sb *standby, why string) {
 	s.retire(context.Background(), sb.lv, sb.rec, why)
 }
 
+// forgetPooled takes VM id out of the VMM pool or the keep-alive pool, if
+// it is in one, before it is deleted: its room and its timer go with it.
+func (s *Service) forgetPooled(id string) {
+	s.vmmPool.mu.Lock()
+	for key, list := range s.vmmPool.ready {
+		for i, sb := range list {
+			if sb.lv.id == id {
+				s.vmmPool.ready[key] = append(list[:i:i], list[i+1:]...)
+				s.vmmPool.memMiB -= sb.mem
+				sb.timer.Stop()
+			}
+		}
+	}
+	s.vmmPool.mu.Unlock()
+	s.pool.mu.Lock()
+	var k *kept
+	for _, list := range s.pool.idle {
+		for _, q := range list {
+			if q.lv.id == id {
+				k = q
+			}
+		}
+	}
+	s.pool.mu.Unlock()
+	if k != nil {
+		s.unpark(k)
+	}
+}
+
 // dropStandbyWhere stops every standby VM match selects.
 func (s *Service) dropStandbyWhere(match func(*standby) bool, why string) {
 	s.vmmPool.mu.Lock()

@@ -211,3 +211,31 @@ func TestVMMPoolSkipsDeadStandby(t *testing.T) {
 		t.Fatalf("%+v %v", got, errors.Join(err))
 	}
 }
+
+// Deleting a standby VM through the API takes it out of the pool: its
+// room in the pool's budget comes back and a restore does not find it.
+func TestVMMPoolDeleteStandby(t *testing.T) {
+	s, _ := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	ctx := context.Background()
+	booted, snap := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(ctx, booted.ID)
+	vm, _, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DeleteVM(ctx, vm.ID)
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	sb := standbyOf(t, s, snap.ID)
+	if err := s.DeleteVM(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.vmmPool.mu.Lock()
+	mem, n := s.vmmPool.memMiB, len(s.vmmPool.ready[poolKey{snap.ID, "vanilla"}])
+	s.vmmPool.mu.Unlock()
+	if mem != 0 || n != 0 {
+		t.Fatalf("after deleting the standby vm: pool holds %d MiB, %d ready", mem, n)
+	}
+	if _, tm, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil || tm.VMM != "started" {
+		t.Fatalf("%v %+v", err, tm)
+	}
+}

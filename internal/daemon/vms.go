@@ -355,6 +355,7 @@ func (s *Service) DeleteVM(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	s.forgetPooled(id)
 	if lv, ok := s.live(id); ok {
 		lv.mu.Lock()
 		s.stopVM(ctx, lv, catalog.StateStopped, "deleted")
