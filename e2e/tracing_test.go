@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/telemetry/spantest"
 )
 
 // traceparentTransport sends a caller's traceparent with every request.
@@ -70,13 +71,7 @@ func TestColdStartTrace(t *testing.T) {
 	if req == nil || req.Name() != "POST /v1/snapshots/{id}/invoke" {
 		t.Fatalf("no request span in the caller's trace (%v)", req)
 	}
-	var steps []sdktrace.ReadOnlySpan
-	for _, sp := range sr.Ended() {
-		if sp.Parent().SpanID() == req.SpanContext().SpanID() {
-			steps = append(steps, sp)
-		}
-	}
-	slices.SortFunc(steps, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	steps := spantest.Children(sr.Ended(), req.SpanContext().SpanID())
 	var got []string
 	for _, sp := range steps {
 		got = append(got, sp.Name())

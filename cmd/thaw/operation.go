@@ -77,21 +77,24 @@ func addDetach(cmd *cobra.Command, detach *bool) {
 }
 
 // runOperation starts an operation and, unless detach, follows it to its
-// end and returns it finished (succeeded). Detached, it prints the
-// operation's id (with --json, the operation) and returns nil.
-func (a *app) runOperation(detach bool, start func() (*client.Operation, error)) (*client.Operation, error) {
+// end and prints its result as the command that started it prints it.
+// Detached, it prints the operation's id (with --json, the operation).
+func (a *app) runOperation(detach bool, start func() (*client.Operation, error)) error {
 	op, err := start()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if detach {
 		if a.json {
-			return nil, a.printJSON(op)
+			return a.printJSON(op)
 		}
 		fmt.Fprintln(a.stdout, op.ID)
-		return nil, nil
+		return nil
 	}
-	return a.follow(op.ID)
+	if op, err = a.follow(op.ID); err != nil || op == nil {
+		return err
+	}
+	return a.printResult(op)
 }
 
 // follow polls an operation until it ends, showing progress on stderr. If

@@ -44,14 +44,10 @@ shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`
 			if err != nil {
 				return err
 			}
-			op, err := a.runOperation(detach, func() (*client.Operation, error) {
+			return a.runOperation(detach, func() (*client.Operation, error) {
 				return a.c.StartPrepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
 					MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
 			})
-			if err != nil || op == nil {
-				return err
-			}
-			return a.printResult(op)
 		},
 	}
 	addDetach(cmd, &detach)

@@ -122,11 +122,7 @@ leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot copy snap-0123abcd`,
 		Args:    exactArgs("ID"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCopySnapshot(a.ctx, args[0]) })
-			if err != nil || op == nil {
-				return err
-			}
-			return a.printResult(op)
+			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCopySnapshot(a.ctx, args[0]) })
 		},
 	}
 	addDetach(cmd, &detach)
@@ -181,14 +177,7 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 				return a.deleteAll("stored snapshot", args, a.c.UnstoreSnapshot)
 			}
 			for _, id := range args {
-				op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartStoreSnapshot(a.ctx, id) })
-				if err != nil {
-					return err
-				}
-				if op == nil {
-					continue
-				}
-				if err := a.printResult(op); err != nil {
+				if err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartStoreSnapshot(a.ctx, id) }); err != nil {
 					return err
 				}
 			}

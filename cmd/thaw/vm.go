@@ -37,11 +37,7 @@ delete it with 'thaw vm delete'. The boot runs as an operation in thawd:
   OP=$(thaw vm boot hello --detach) && thaw operation wait "$OP"`,
 		Args: exactArgs("FUNCTION"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			op, err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartBootVM(a.ctx, args[0]) })
-			if err != nil || op == nil {
-				return err
-			}
-			return a.printResult(op)
+			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartBootVM(a.ctx, args[0]) })
 		},
 	}
 	addDetach(cmd, &detach)

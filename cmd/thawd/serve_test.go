@@ -132,6 +132,33 @@ func imageDir(t *testing.T) string {
 	return dir
 }
 
+// socketDaemon is the configuration of a daemon on TCG over the built
+// guest image (no VM is booted) and the Unix socket to serve it on: the
+// socket in a fresh directory under the temporary one and the memory store
+// in /dev/shm, both named from prefix and removed when the test ends.
+func socketDaemon(t *testing.T, prefix string) (sock string, d daemon.Config) {
+	t.Helper()
+	img := imageDir(t)
+	sockDir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	store := filepath.Join("/dev/shm", prefix+filepath.Base(sockDir))
+	t.Cleanup(func() { os.RemoveAll(store) })
+	return filepath.Join(sockDir, "thawd.sock"), daemon.Config{DataDir: t.TempDir(), ImageDir: img, Accel: "tcg",
+		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
+		ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}
+}
+
+// unixHTTP is an HTTP client whose every request goes to the Unix socket
+// sock, whatever its URL's host.
+func unixHTTP(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
 // envClient is client.NewFromEnv(url) with the environment variables kv
 // (name, value, ...) set for the rest of the test.
 func envClient(t *testing.T, url string, kv ...string) *client.Client {
@@ -191,22 +218,11 @@ func (r *running) shutdown(t *testing.T) {
 // creates nothing, stopping removes the socket, and a restart reuses the
 // token.
 func TestServe(t *testing.T) {
-	img := imageDir(t)
+	sock, d := socketDaemon(t, "thawd-serve-")
+	img, data := d.ImageDir, d.DataDir
 	caFile, cert, key := testCerts(t)
-	sockDir, err := os.MkdirTemp("", "thawd-serve-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	sock := filepath.Join(sockDir, "thawd.sock")
-	data := t.TempDir()
-	store := filepath.Join("/dev/shm", "thawd-serve-"+filepath.Base(sockDir))
-	defer os.RemoveAll(store)
 	metricsAddr := freeAddr(t)
-	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr,
-		Daemon: daemon.Config{DataDir: data, ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 256, DefaultVCPUs: 1,
-			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
-			ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}}
+	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr, Daemon: d}
 	r := startServe(t, cfg)
 	ctx := context.Background()
 	if len(r.addrs) != 2 || r.addrs[0].String() != sock {
@@ -267,9 +283,7 @@ func TestServe(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	overSocket := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+	overSocket := unixHTTP(sock)
 	if st := attack(overSocket, "http://thawd/v1/functions", true); st != 403 {
 		t.Errorf("cross-site POST through the socket: %d, want 403", st)
 	}

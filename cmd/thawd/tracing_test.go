@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/daemon"
@@ -20,23 +15,8 @@ import (
 // a Unix socket and returns a client for it.
 func socketServe(t *testing.T) (*running, *http.Client) {
 	t.Helper()
-	img := imageDir(t)
-	sockDir, err := os.MkdirTemp("", "thawd-trace-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	sock := filepath.Join(sockDir, "thawd.sock")
-	store := filepath.Join("/dev/shm", "thawd-trace-"+filepath.Base(sockDir))
-	t.Cleanup(func() { os.RemoveAll(store) })
-	r := startServe(t, serveConfig{Listen: []string{sock},
-		Daemon: daemon.Config{DataDir: t.TempDir(), ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 256, DefaultVCPUs: 1,
-			BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
-			ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}})
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	return r, c
+	sock, d := socketDaemon(t, "thawd-trace-")
+	return startServe(t, serveConfig{Listen: []string{sock}, Daemon: d}), unixHTTP(sock)
 }
 
 // call sends one request to thawd, with a traceparent if given, and

@@ -54,32 +54,33 @@ func operationBody(op *daemon.Operation) *wire.Operation {
 	return &out
 }
 
-func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
+// snapshotOperation serves a long request on the snapshot {id} (store,
+// copy): with ?wait=false, start begins the work as an operation (202);
+// otherwise do does it and answers.
+func (h *Handler) snapshotOperation(w http.ResponseWriter, r *http.Request, start func(context.Context, string) (*daemon.Operation, error), do func(ctx context.Context, id string)) {
 	wait, err := waitParam(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	if !wait {
-		op, err := h.svc.StartStore(h.opContext(w, r), r.PathValue("id"))
+		op, err := start(h.opContext(w, r), r.PathValue("id"))
 		h.accepted(w, r, op, err)
 		return
 	}
-	e, err := h.svc.StoreSnapshot(r.Context(), r.PathValue("id"))
-	reply(h, w, r, http.StatusOK, e, err)
+	do(r.Context(), r.PathValue("id"))
+}
+
+func (h *Handler) storeSnapshot(w http.ResponseWriter, r *http.Request) {
+	h.snapshotOperation(w, r, h.svc.StartStore, func(ctx context.Context, id string) {
+		e, err := h.svc.StoreSnapshot(ctx, id)
+		reply(h, w, r, http.StatusOK, e, err)
+	})
 }
 
 func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if !wait {
-		op, err := h.svc.StartCopy(h.opContext(w, r), r.PathValue("id"))
-		h.accepted(w, r, op, err)
-		return
-	}
-	sn, err := h.svc.CopySnapshot(r.Context(), r.PathValue("id"))
-	replyAs(h, w, r, http.StatusCreated, sn, err, daemon.SnapshotBody)
+	h.snapshotOperation(w, r, h.svc.StartCopy, func(ctx context.Context, id string) {
+		sn, err := h.svc.CopySnapshot(ctx, id)
+		replyAs(h, w, r, http.StatusCreated, sn, err, daemon.SnapshotBody)
+	})
 }

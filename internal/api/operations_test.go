@@ -29,23 +29,10 @@ import (
 // openapi.json.
 func fakeDaemon(t *testing.T) (*daemon.Service, *vmmtest.Fake, *httptest.Server, *client.Client) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the daemon's VM set-up (users, cgroups, network namespaces) needs root")
-	}
-	shim, _ := filepath.Abs("../../shim/build/libthaw_shim.so")
-	if _, err := os.Stat(shim); err != nil {
-		t.Skipf("the interposer is not built (make -C shim): %v", err)
-	}
-	img := t.TempDir()
-	if err := vmmtest.WriteImage(img); err != nil {
-		t.Fatal(err)
-	}
+	h := vmmtest.NewHost(t, "thaw-api-")
 	b := &vmmtest.Fake{}
-	data := t.TempDir()
-	store := filepath.Join("/dev/shm", "thaw-api-"+filepath.Base(filepath.Dir(data))+filepath.Base(data))
-	t.Cleanup(func() { os.RemoveAll(store) })
-	svc, err := daemon.New(context.Background(), daemon.Config{DataDir: data, ImageDir: img, Accel: "tcg", DefaultMemoryMiB: 128,
-		DefaultVCPUs: 1, BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: shim, StoreDir: store, VMM: b}, discard)
+	svc, err := daemon.New(context.Background(), daemon.Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128,
+		DefaultVCPUs: 1, BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: h.Shim, StoreDir: h.StoreDir, VMM: b}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/telemetry/spantest"
 )
 
 // A caller's trace: traceparent's trace and span ids.
@@ -76,23 +77,6 @@ func tracedHandler(tp trace.TracerProvider, inSpan *trace.SpanContext) (*Handler
 	return h, logs
 }
 
-func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
-	m := map[attribute.Key]string{}
-	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
-	}
-	return m
-}
-
-func recordedException(s sdktrace.ReadOnlySpan) bool {
-	for _, ev := range s.Events() {
-		if ev.Name == "exception" {
-			return true
-		}
-	}
-	return false
-}
-
 // onlySpan is the one span sr recorded since the last call.
 func onlySpan(t *testing.T, sr *tracetest.SpanRecorder, seen *int) sdktrace.ReadOnlySpan {
 	t.Helper()
@@ -131,15 +115,15 @@ func TestRequestSpans(t *testing.T) {
 	if sp.SpanContext().TraceID().String() != callerTrace || sp.Parent().SpanID().String() != callerSpan || !sp.Parent().IsRemote() {
 		t.Errorf("span in trace %s under %s, want the caller's %s under %s", sp.SpanContext().TraceID(), sp.Parent().SpanID(), callerTrace, callerSpan)
 	}
-	a := spanAttrs(sp)
+	a := spantest.Attrs(sp)
 	for k, v := range map[attribute.Key]string{"http.request.method": "POST", "http.route": "/v1/functions/{name}/invoke",
 		"url.path": "/v1/functions/missing/invoke", "http.response.status_code": "404", AttrRequestID: w.Header().Get(RequestIDHeader)} {
 		if a[k] != v {
 			t.Errorf("%s = %q, want %q", k, a[k], v)
 		}
 	}
-	if sp.Status().Code != codes.Unset || !recordedException(sp) {
-		t.Errorf("404: status %+v, exception recorded %v; want no error status and the error recorded", sp.Status(), recordedException(sp))
+	if sp.Status().Code != codes.Unset || !spantest.RecordedException(sp) {
+		t.Errorf("404: status %+v, exception recorded %v; want no error status and the error recorded", sp.Status(), spantest.RecordedException(sp))
 	}
 	if l := logs.lines(t, "request"); len(l) != 1 || l[0]["trace_id"] != callerTrace || l[0]["request_id"] != w.Header().Get(RequestIDHeader) {
 		t.Errorf("request log lines %v, want one naming the request and trace %s", l, callerTrace)
@@ -175,8 +159,8 @@ func TestRequestSpans(t *testing.T) {
 	// An unknown path: the method alone names the span.
 	w = serveOne(h, localRequest("GET", "/v1/nothing", "", ""))
 	sp = onlySpan(t, sr, &seen)
-	if w.Code != http.StatusNotFound || sp.Name() != "GET" || spanAttrs(sp)["http.route"] != "" || spanAttrs(sp)["http.response.status_code"] != "404" {
-		t.Errorf("unknown path: %d, span %q %v", w.Code, sp.Name(), spanAttrs(sp))
+	if w.Code != http.StatusNotFound || sp.Name() != "GET" || spantest.Attrs(sp)["http.route"] != "" || spantest.Attrs(sp)["http.response.status_code"] != "404" {
+		t.Errorf("unknown path: %d, span %q %v", w.Code, sp.Name(), spantest.Attrs(sp))
 	}
 
 	// Metrics scrapes are not traced.

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/telemetry/spantest"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -44,19 +45,15 @@ func request(t *testing.T, tp trace.TracerProvider, sr *tracetest.SpanRecorder, 
 	op(ctx)
 	sp.End()
 	var req sdktrace.ReadOnlySpan
-	var children []sdktrace.ReadOnlySpan
 	for _, s := range sr.Ended() {
-		switch {
-		case s.SpanContext().SpanID() == sp.SpanContext().SpanID():
+		if s.SpanContext().SpanID() == sp.SpanContext().SpanID() {
 			req = s
-		case s.Parent().SpanID() == sp.SpanContext().SpanID():
-			children = append(children, s)
 		}
 	}
 	if req == nil {
 		t.Fatal("the request span was not recorded")
 	}
-	slices.SortStableFunc(children, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	children := spantest.Children(sr.Ended(), sp.SpanContext().SpanID())
 	for _, c := range children {
 		if c.SpanContext().TraceID() != sp.SpanContext().TraceID() {
 			t.Errorf("span %q is in trace %s, not the request's", c.Name(), c.SpanContext().TraceID())
@@ -73,18 +70,10 @@ func names(spans []sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
-func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
-	m := map[attribute.Key]string{}
-	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
-	}
-	return m
-}
-
 // wantAttrs checks that span s has every attribute of want (key, value, ...).
 func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...string) {
 	t.Helper()
-	got := attrs(s)
+	got := spantest.Attrs(s)
 	for i := 0; i+1 < len(want); i += 2 {
 		if v, ok := got[attribute.Key(want[i])]; !ok || v != want[i+1] {
 			t.Errorf("span %q: %s = %q (set %v), want %q", s.Name(), want[i], v, ok, want[i+1])
@@ -110,12 +99,9 @@ func wantError(t *testing.T, s sdktrace.ReadOnlySpan, msg string) {
 	if s.Status().Code != codes.Error || !strings.Contains(s.Status().Description, msg) {
 		t.Errorf("span %q status %+v, want an error mentioning %q", s.Name(), s.Status(), msg)
 	}
-	for _, ev := range s.Events() {
-		if ev.Name == "exception" {
-			return
-		}
+	if !spantest.RecordedException(s) {
+		t.Errorf("span %q recorded no exception event", s.Name())
 	}
-	t.Errorf("span %q recorded no exception event", s.Name())
 }
 
 // A cold invocation's steps are children of the request's span, in order,
@@ -221,11 +207,11 @@ func TestColdPathErrorSpans(t *testing.T) {
 		wantError(t, invoke, "vm process exited")
 		// The teardown is the request's, or the supervisor's (which saw
 		// the process exit first) in a trace of its own.
-		vm := attrs(invoke)["thaw.vm"]
+		vm := spantest.Attrs(invoke)["thaw.vm"]
 		var teardowns []sdktrace.ReadOnlySpan
 		for deadline := time.Now().Add(5 * time.Second); len(teardowns) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			for _, sp := range sr.Ended() {
-				if sp.Name() == SpanTeardown && attrs(sp)["thaw.vm"] == vm {
+				if sp.Name() == SpanTeardown && spantest.Attrs(sp)["thaw.vm"] == vm {
 					teardowns = append(teardowns, sp)
 				}
 			}
@@ -235,7 +221,7 @@ func TestColdPathErrorSpans(t *testing.T) {
 		}
 		teardown := teardowns[0]
 		wantAttrs(t, teardown, "thaw.vm.state", "failed")
-		if r := attrs(teardown)["thaw.reason"]; r == "" {
+		if r := spantest.Attrs(teardown)["thaw.reason"]; r == "" {
 			t.Error("teardown without a reason")
 		}
 	})

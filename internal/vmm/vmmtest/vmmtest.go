@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -254,4 +255,37 @@ func WriteImage(dir string) error {
 	b, _ := json.Marshal(map[string]any{"format": 1, "hash": "fake", "kernel_version": "6.1-fake",
 		"files": desc, "cmdline": "console=ttyS0"})
 	return os.WriteFile(filepath.Join(dir, "image.json"), b, 0o644)
+}
+
+// Host is what a whole daemon on the fake VMM needs of the machine besides
+// its configuration.
+type Host struct {
+	Shim     string // the built interposer
+	ImageDir string // a guest image (WriteImage)
+	DataDir  string // an empty data directory
+	StoreDir string // the memory store's directory in /dev/shm, removed when the test ends
+}
+
+// NewHost skips t unless it runs as root (the daemon's VM set-up: users,
+// cgroups, network namespaces) with the interposer built, and makes the
+// guest image and the directories. The test runs in a package two levels
+// below the repository's root (internal/NAME), whose shim/build holds the
+// interposer. The store directory is /dev/shm/<storePrefix><unique>.
+func NewHost(t testing.TB, storePrefix string) Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon's VM set-up (users, cgroups, network namespaces) needs root")
+	}
+	shim, _ := filepath.Abs("../../shim/build/libthaw_shim.so")
+	if _, err := os.Stat(shim); err != nil {
+		t.Skipf("the interposer is not built (make -C shim): %v", err)
+	}
+	img := t.TempDir()
+	if err := WriteImage(img); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	store := filepath.Join("/dev/shm", storePrefix+filepath.Base(filepath.Dir(data))+filepath.Base(data))
+	t.Cleanup(func() { os.RemoveAll(store) })
+	return Host{Shim: shim, ImageDir: img, DataDir: data, StoreDir: store}
 }
