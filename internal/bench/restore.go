@@ -206,19 +206,48 @@ func (r *restoreRun) hits(ctx context.Context, n int) error {
 		return err
 	}
 	for _, s := range r.cfg.Strategies {
+		// Standby VMs another strategy (or prepare's restores) left.
+		if err := r.drain(ctx, fn, snap); err != nil {
+			return err
+		}
 		for rep := 0; rep < r.cfg.Reps; rep++ {
 			if err := r.idle(ctx, fn, snap, s, n); err != nil {
 				return err
 			}
 			r.burst(ctx, PoolHit, fn, snap, s, n, rep)
 		}
-		// Evicting the snapshot stops its standby VMs (and gives their
-		// room in the pool's budget back).
-		if _, err := r.c.EvictSnapshot(ctx, snap); err != nil {
-			return fmt.Errorf("drop the standby VMs of %s: %w", snap, err)
+	}
+	return r.drain(ctx, fn, snap)
+}
+
+// drain stops fn's standby VMs of snap once no start is under way (a
+// refill still starting would come back after): evicting the snapshot
+// stops them and gives their room in the pool's budget back.
+func (r *restoreRun) drain(ctx context.Context, fn, snap string) error {
+	deadline := time.Now().Add(r.cfg.PoolWait)
+	for {
+		vms, err := r.c.ListVMs(ctx)
+		if err != nil {
+			return err
+		}
+		_, starting, busy := countVMs(vms, fn, "", "")
+		if starting == 0 {
+			if busy == 0 {
+				return nil
+			}
+			if _, err := r.c.EvictSnapshot(ctx, snap); err != nil {
+				return fmt.Errorf("drop the standby VMs of %s: %w", snap, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: after %s, %d VMs still starting and %d alive", fn, r.cfg.PoolWait, starting, busy)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // fnName is the bench's copy of the function for a pool mode.

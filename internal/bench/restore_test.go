@@ -168,3 +168,11 @@ func TestCountVMs(t *testing.T) {
 		t.Fatalf("countVMs = %d standby, %d starting, %d busy; want 1, 1, 2", sb, st, busy)
 	}
 }
+
+func TestCountVMsNoStrategy(t *testing.T) {
+	// drain counts every live VM of the function as busy.
+	vms := []client.VM{{Function: "f", State: "standby", Snapshot: "s", Strategy: "vanilla"}, {Function: "f", State: "booting"}}
+	if sb, st, busy := countVMs(vms, "f", "", ""); sb != 0 || st != 1 || busy != 1 {
+		t.Fatalf("countVMs = %d, %d, %d; want 0, 1, 1", sb, st, busy)
+	}
+}
