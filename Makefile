@@ -23,7 +23,7 @@ help:
 	@echo "make lint    gofmt and go vet"
 	@echo "make fuzz    every Go fuzz target for FUZZTIME each (default 60s; make test runs them for 3s)"
 	@echo "make bench   the evaluation (FaaSnap section 6) into docs/results/eval-<date>; filters:"
-	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
+	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory,restore FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 	@echo "             STORE_TIER=hugetlbfs (premap store in huge pages; root) HUGEPAGES=4096"
 	@echo "             STORE_TIER=devdax-file (device-DAX tier on a tmpfs file, DEVICE_FILE_GIB=6) or devdax:/dev/daxX.Y"
 
@@ -84,7 +84,8 @@ fuzz:
 # --estimate` says how long). Starts its own thawd and redis-server.
 bench: deps build image
 	OUT="$(OUT)" EXPERIMENTS="$(EXPERIMENTS)" FUNCTIONS="$(FUNCTIONS)" STRATEGIES="$(STRATEGIES)" \
-	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" DEVICE_FILE_GIB="$(DEVICE_FILE_GIB)" scripts/bench.sh
+	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" DEVICE_FILE_GIB="$(DEVICE_FILE_GIB)" \
+	CONCURRENCY="$(CONCURRENCY)" RESTORE_STRATEGIES="$(RESTORE_STRATEGIES)" VMM_POOL_MEMORY="$(VMM_POOL_MEMORY)" scripts/bench.sh
 
 lint:
 	@out=$$(gofmt -l cmd internal client e2e wire 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

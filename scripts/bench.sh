@@ -4,9 +4,11 @@
 # starts its own redis-server on loopback for the inputs), write the results
 # into OUT, stop the daemon and remove its data. Variables (all optional):
 #   OUT          result directory (default docs/results/eval-<UTC date>)
-#   EXPERIMENTS  exec,size,burst,breakdown,memory (default all)
+#   EXPERIMENTS  exec,size,burst,breakdown,memory,restore (default all)
 #   MEMORY_FUNCTIONS  functions of the memory-per-clone experiment (default hello,image)
 #   CLONES       clone counts of the memory experiment (default 1,4,8,16)
+#   CONCURRENCY  concurrent cold starts of the restore experiment (default 1,4,16)
+#   RESTORE_STRATEGIES  its strategies (default STRATEGIES, else vanilla,faasnap)
 #   FUNCTIONS    filter every experiment's functions (default: no filter)
 #   STRATEGIES   cold strategies (default: every strategy the daemon offers)
 #   REPS         repetitions (default 5)
@@ -18,6 +20,7 @@
 #                device: thawd --store-device-file; as root the file is on a tmpfs mounted
 #                huge=always, so it maps in 2 MiB pages as a device-DAX device does),
 #                or devdax:/dev/daxX.Y (a real one)
+#   VMM_POOL_MEMORY  thawd --vmm-pool-memory in MiB (default 16384)
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
@@ -28,12 +31,15 @@ REPS=${REPS:-5}
 DATA=${THAW_BENCH_DIR:-$(mktemp -d /var/tmp/thaw-bench.XXXXXX)}
 export THAW_URL="unix:$DATA/thawd.sock"
 
-# memory per clone is its own command (`thaw bench memory`); the rest is `thaw bench eval`.
+# memory per clone and the restore path are commands of their own (`thaw bench
+# memory`, `thaw bench restore`); the rest is `thaw bench eval`.
 run_memory=1
+run_restore=1
 eval_exps=${EXPERIMENTS:-}
 if [[ -n $eval_exps ]]; then
   [[ ,$eval_exps, == *,memory,* ]] || run_memory=0
-  eval_exps=$(tr ',' '\n' <<<"$eval_exps" | { grep -vx memory || true; } | paste -sd, -)
+  [[ ,$eval_exps, == *,restore,* ]] || run_restore=0
+  eval_exps=$(tr ',' '\n' <<<"$eval_exps" | { grep -vx -e memory -e restore || true; } | paste -sd, -)
 fi
 run_eval=1
 [[ -n ${EXPERIMENTS:-} && -z $eval_exps ]] && run_eval=0
@@ -78,10 +84,14 @@ devdax:/dev/dax*) STORE=${STORE_TIER#devdax:} ;;
 esac
 store_flag=(--store-dir "$STORE")
 [[ ${STORE_TIER:-tmpfs} == devdax-file ]] && store_flag=(--store-device-file "$STORE")
-# No VMM pool: the paper's experiments measure restores that start their
-# VMM, and background refills would compete with the runs for the CPUs.
-bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m --vmm-pool -1 >"$DATA/thawd.log" 2>&1 &
+# No VMM pool by default: the paper's experiments measure restores that start
+# their VMM, and background refills would compete with the runs for the CPUs.
+# The restore experiment's functions set their own vmm_pool (up to 16), so the
+# pool's memory budget fits 16 standby VMs of 512 MiB (+384 MiB overhead each).
+bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m --vmm-pool -1 \
+  --vmm-pool-memory "${VMM_POOL_MEMORY:-16384}" >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
+export THAWD_PID=$THAWD # the restore experiment reads thawd's CPU time
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
   wait "$THAWD" 2>/dev/null || true
@@ -125,4 +135,11 @@ if [[ $run_memory == 1 ]]; then
   [[ -n ${STRATEGIES:-} ]] && margs+=(--strategies "$STRATEGIES")
   bin/thaw --timeout 12h "${margs[@]}" >/dev/null
   echo "[bench] memory per clone in $OUT/memory (memory.md, memory.json, memory.jsonl, memory-<function>.svg)"
+fi
+if [[ $run_restore == 1 ]]; then
+  rargs=(bench restore --concurrency "${CONCURRENCY:-1,4,16}" --reps "$REPS" --out "$OUT/restore")
+  rs=${RESTORE_STRATEGIES:-${STRATEGIES:-}}
+  [[ -n $rs ]] && rargs+=(--strategies "$rs")
+  bin/thaw --timeout 12h "${rargs[@]}" >/dev/null
+  echo "[bench] restore path in $OUT/restore (restore.md, restore.json, restore.jsonl, restore-*.svg)"
 fi

@@ -123,6 +123,10 @@ type RestoreTiming struct {
 	// of the request by the VMM pool (its start is not part of set-up), or
 	// "started" for this restore.
 	VMM string `json:"vmm"`
+	// StandbyCPUMS: for a pooled VMM, the CPU time (user+system) its
+	// process had used when the restore took it from the pool (its start
+	// and the strategy's part, done ahead of the request).
+	StandbyCPUMS float64 `json:"standby_cpu_ms,omitempty"`
 }
 
 // Timing breaks an invocation down, in milliseconds. For a cold invocation
@@ -201,6 +205,10 @@ type ProcessCounters struct {
 	// HugetlbKiB: hugetlbfs pages mapped (premap from a hugetlbfs store);
 	// not part of the RSS fields.
 	HugetlbKiB uint64 `json:"hugetlb_kib,omitempty"`
+	// CPUTotalMS is the CPU time (user+system, every thread) the process
+	// has used since it started, at the end of the interval, like RSS:
+	// /proc/PID/stat utime+stime, in clock ticks of 10 ms.
+	CPUTotalMS float64 `json:"cpu_total_ms"`
 }
 
 // AccelInfo says which accelerator the daemon uses and why.

@@ -180,16 +180,21 @@ func (a *app) newBenchReportCmd() *cobra.Command {
 		Short: "Recompute the tables and figures of an evaluation run from its samples",
 		Long: `Reads DIR/eval.json and DIR/eval.jsonl (written by 'thaw bench eval --out
 DIR'), recomputes every summary from the samples and writes eval.json,
-eval.md and the SVG figures again, into --out (default DIR). Needs no daemon.`,
+eval.md and the SVG figures again, into --out (default DIR). A directory of
+'thaw bench restore' (restore.json, restore.jsonl) is recomputed the same
+way. Needs no daemon.`,
 		Example: "  thaw bench report docs/results/eval-20261122-0500",
 		Args:    exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				out = args[0]
+			}
+			if _, err := os.Stat(filepath.Join(args[0], "restore.json")); err == nil {
+				return a.reportRestore(args[0], out)
+			}
 			res, err := bench.ReadEval(args[0])
 			if err != nil {
 				return err
-			}
-			if out == "" {
-				out = args[0]
 			}
 			paths, err := bench.WriteEval(out, res)
 			if err != nil {

@@ -137,6 +137,9 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 		return nil, nil, nil, err
 	}
 	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled"}
+	if cpu, err := procstat.CPUTime(lv.m.PID()); err == nil {
+		c.t.StandbyCPUMS = cpu
+	}
 	s.mu.Lock()
 	lv.state = catalog.StateBooting // in memory only: the catalog learns "running" once it is
 	s.mu.Unlock()

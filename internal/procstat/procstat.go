@@ -27,6 +27,39 @@ func Since(c, before Counters) Counters {
 	return d
 }
 
+// UserHZ is the unit of /proc/PID/stat's CPU times: the kernel's USER_HZ,
+// 100 on x86-64 and arm64.
+const UserHZ = 100
+
+// cpuMS is utime+stime (fields 14 and 15 of /proc/PID/stat; f starts at
+// field 3) in milliseconds.
+func cpuMS(f []string) float64 {
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	s, _ := strconv.ParseUint(f[12], 10, 64)
+	return float64(u+s) * 1000 / UserHZ
+}
+
+// CPUTime returns the CPU time (user+system, every thread) pid has used
+// since it started, in milliseconds.
+func CPUTime(pid int) (float64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	return cpuMS(f), nil
+}
+
 // Read returns pid's counters.
 func Read(pid int) (Counters, error) {
 	var c Counters
@@ -46,6 +79,7 @@ func Read(pid int) (Counters, error) {
 	}
 	c.MinorFaults, _ = strconv.ParseUint(f[7], 10, 64)
 	c.MajorFaults, _ = strconv.ParseUint(f[9], 10, 64)
+	c.CPUTotalMS = cpuMS(f)
 	if io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
 		c.ReadBytes = field(io, "read_bytes:")
 	}

@@ -3,6 +3,7 @@ package procstat
 import (
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +61,36 @@ func TestExited(t *testing.T) {
 	cmd.Wait()
 	if !Exited(pid) {
 		t.Fatal("a reaped process counts as running")
+	}
+}
+
+func TestCPUTime(t *testing.T) {
+	// utime 150 and stime 25 ticks: fields 14 and 15 (the command may hold spaces).
+	line := "1234 (qemu system) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 3 0 100 1000 50"
+	f := strings.Fields(line[strings.LastIndexByte(line, ')')+1:])
+	if got := cpuMS(f); got != 1750 {
+		t.Fatalf("cpuMS = %v, want 1750", got)
+	}
+	before, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		x++
+	}
+	after, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 50 {
+		t.Fatalf("200 ms of spinning (%d rounds) counted as %v ms of CPU", x, after-before)
+	}
+	c, err := Read(os.Getpid())
+	if err != nil || c.CPUTotalMS < after {
+		t.Fatalf("Read: CPUTotalMS %v < %v (%v)", c.CPUTotalMS, after, err)
+	}
+	if _, err := CPUTime(1 << 30); err == nil {
+		t.Fatal("CPU time of a pid that does not exist")
 	}
 }
