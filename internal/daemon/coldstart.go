@@ -66,6 +66,8 @@ type restoreOpts struct {
 // session attached to it: verify, plan (the strategy's session), start the
 // VMM, load the device state, resume, renew the clone.
 func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	s.vmmPool.restoring.Add(1)
+	defer s.vmmPool.restoring.Add(-1)
 	sn, err := s.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, nil, nil, err

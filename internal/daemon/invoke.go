@@ -350,7 +350,7 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 	}
 	// Standby VMs map the snapshot's memory (and hold what their strategy
 	// read ahead): a cold start after an eviction must not find them.
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id }, whyStandbyEvict)
+	s.dropSnapshotStandby(id, nil, whyStandbyEvict)
 	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
 	arts, _ := filepath.Glob(filepath.Join(sn.Dir, "strategies", "*", "*"))
 	paths = append(paths, arts...)

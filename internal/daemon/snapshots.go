@@ -158,7 +158,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 		return err
 	}
 	s.evictKeptWhere(func(k *kept) bool { return k.snapshot == id }, "snapshot deleted")
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id }, whyStandbyGone)
+	s.dropSnapshotStandby(id, nil, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == id }); err != nil || v != nil {
 		if err == nil {
 			err = fmt.Errorf("%w: snapshot %s is in use by vm %s (%s)", ErrConflict, id, v.ID, v.State)

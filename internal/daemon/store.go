@@ -83,7 +83,7 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	if err != nil {
 		return nil, err
 	}
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && sb.key.kind == restore.Premap }, whyStandbyStore)
+	s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.key.kind == restore.Premap }, whyStandbyStore)
 	phase(ctx, "copying to the store")
 	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])
 	if errors.Is(err, store.ErrFull) {
@@ -105,7 +105,7 @@ func (s *Service) UnstoreSnapshot(ctx context.Context, id string) error {
 	if s.store == nil {
 		return nil
 	}
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && sb.key.kind == restore.Premap }, whyStandbyStore)
+	s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.key.kind == restore.Premap }, whyStandbyStore)
 	return s.store.Remove(id)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -45,7 +46,17 @@ type vmmPool struct {
 	ready   map[poolKey][]*standby // oldest first
 	filling map[poolKey]int        // fills under way
 	memMiB  int                    // of ready and filling VMs
+	// epoch counts, per snapshot, the times its standby VMs were dropped
+	// (evicted, stored, deleted): a fill begun before a drop is discarded.
+	epoch map[string]uint64
+	// restoring counts restores under way; fills wait for them (up to
+	// fillPatience), so a burst's guests do not share the CPUs with VMM
+	// starts for the next one.
+	restoring atomic.Int64
 }
+
+// fillPatience is how long a refill waits for restores under way to end.
+var fillPatience = 2 * time.Second
 
 // Why standby VMs are stopped.
 const (
@@ -97,6 +108,9 @@ func (s *Service) takeStandby(key poolKey) *standby {
 func (s *Service) refill(key poolKey, fn *catalog.Function) {
 	want := s.poolSize(fn)
 	mem := fn.MemoryMiB + s.cfg.VMMemoryOverheadMiB
+	for deadline := time.Now().Add(fillPatience); s.vmmPool.restoring.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	for {
 		s.vmmPool.mu.Lock()
 		have := len(s.vmmPool.ready[key]) + s.vmmPool.filling[key]
@@ -120,16 +134,17 @@ func (s *Service) refill(key poolKey, fn *catalog.Function) {
 		s.mu.Unlock()
 		s.vmmPool.filling[key]++
 		s.vmmPool.memMiB += mem
+		epoch := s.vmmPool.epoch[key.snapshot]
 		s.vmmPool.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.fillStandby(key, fn, mem, release)
+			s.fillStandby(key, fn, mem, epoch, release)
 		}()
 	}
 }
 
 // fillStandby starts one standby VM for key.
-func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, release func()) {
+func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, epoch uint64, release func()) {
 	ctx := context.Background()
 	t0 := time.Now()
 	sb, err := s.startStandby(ctx, key, release)
@@ -144,6 +159,13 @@ func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, releas
 	s.vmmPool.filling[key]--
 	if s.vmmPool.filling[key] <= 0 {
 		delete(s.vmmPool.filling, key)
+	}
+	if err == nil && s.vmmPool.epoch[key.snapshot] != epoch {
+		// Its snapshot was evicted, stored or deleted while it started.
+		s.vmmPool.memMiB -= mem
+		s.vmmPool.mu.Unlock()
+		s.retire(ctx, sb.lv, sb.rec, "its snapshot changed while it started")
+		return
 	}
 	if err != nil {
 		s.vmmPool.memMiB -= mem
@@ -245,6 +267,15 @@ func (s *Service) forgetPooled(id string) {
 	if k != nil {
 		s.unpark(k)
 	}
+}
+
+// dropSnapshotStandby stops the standby VMs of snapshot id that match
+// (nil: all of them), and those still starting when they are ready.
+func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why string) {
+	s.vmmPool.mu.Lock()
+	s.vmmPool.epoch[id]++
+	s.vmmPool.mu.Unlock()
+	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && (match == nil || match(sb)) }, why)
 }
 
 // dropStandbyWhere stops every standby VM match selects.

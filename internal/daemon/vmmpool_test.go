@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
 // standbyOf is the standby VM of snapshot in the catalog, or nil.
@@ -237,5 +239,61 @@ func TestVMMPoolDeleteStandby(t *testing.T) {
 	}
 	if _, tm, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil || tm.VMM != "started" {
 		t.Fatalf("%v %+v", err, tm)
+	}
+}
+
+// A standby VM still starting when its snapshot is evicted is not added to
+// the pool once it is ready: it maps what the eviction meant to drop.
+func TestVMMPoolEvictionDuringFill(t *testing.T) {
+	s, b := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	ctx := context.Background()
+	booted, snap := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(ctx, booted.ID)
+	gate := make(chan struct{})
+	var starts atomic.Int32
+	b.SetStart(func(vmm.Spec) error {
+		if starts.Add(1) == 2 { // the refill after the restore below
+			<-gate
+		}
+		return nil
+	})
+	defer b.SetStart(nil)
+	vm, _, err := s.RestoreVM(ctx, snap.ID, "vanilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.DeleteVM(ctx, vm.ID)
+	key := poolKey{snap.ID, "vanilla"}
+	waitFor(t, 5*time.Second, "a fill under way", func() bool {
+		s.vmmPool.mu.Lock()
+		defer s.vmmPool.mu.Unlock()
+		return s.vmmPool.filling[key] == 1 && starts.Load() == 2
+	})
+	if err := s.EvictSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	waitFor(t, 5*time.Second, "the fill ended", func() bool {
+		s.vmmPool.mu.Lock()
+		defer s.vmmPool.mu.Unlock()
+		return s.vmmPool.filling[key] == 0
+	})
+	waitFor(t, 5*time.Second, "the late standby vm stopped", func() bool {
+		vms, _ := s.ListVMs(ctx)
+		for _, v := range vms {
+			if v.Live() {
+				return false
+			}
+		}
+		return true
+	})
+	if n := s.standbyVMs(); n != 0 {
+		t.Fatalf("%d standby vms after the eviction", n)
+	}
+	s.vmmPool.mu.Lock()
+	mem := s.vmmPool.memMiB
+	s.vmmPool.mu.Unlock()
+	if mem != 0 {
+		t.Fatalf("the pool still counts %d MiB", mem)
 	}
 }
