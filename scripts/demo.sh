@@ -91,6 +91,24 @@ r = d["timing"]["restore"]
 print("%-9s %10.1f %10.1f %10.1f %8d" % (d["strategy"], r["setup_ms"], r["resume_ms"], d["timing"]["total_ms"], d["process"]["major_faults"]))'
 done
 
+step "the VMM pool: after a restore, thawd starts a VMM for that snapshot and strategy ahead of the next one"
+pool_invoke() {
+  thaw --json invoke hello --strategy faasnap --event '{"name":"pool"}' | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["timing"]["restore"]
+print("%-8s %10.1f %10.1f %10.1f" % (r["vmm"], r["setup_ms"], r["resume_ms"], d["timing"]["total_ms"]))'
+}
+printf '%-8s %10s %10s %10s\n' vmm setup_ms resume_ms total_ms
+pool_invoke
+until thaw --json vm list | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+vms = d if isinstance(d, list) else next(v for v in d.values() if isinstance(v, list))
+sys.exit(0 if any(v["state"] == "standby" and v.get("strategy") == "faasnap" for v in vms) else 1)'; do sleep 0.2; done
+pool_invoke
+thaw vm list
+
 step "a handler error comes back structured (exit code 3)"
 thaw function create fail --dir functions/fail --memory 256 >/dev/null
 FVM=$(thaw --json vm boot fail | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
@@ -100,6 +118,6 @@ thaw vm delete "$FVM"
 step "history"
 thaw invocations --limit 10
 
-step "metrics (Prometheus text format at /metrics): cold starts counted by strategy, VMs by state"
+step "metrics (Prometheus text format at /metrics): cold starts by strategy, the VMM pool, VMs by state"
 curl -s --unix-socket "$SOCK" http://thawd/metrics |
-  grep -E '^thaw_(restore_setup_seconds_count|strategy_fallbacks_total|vms)\b' || true
+  grep -E '^thaw_(restore_setup_seconds_count|strategy_fallbacks_total|vmm_pool_total|vms)\b' || true
