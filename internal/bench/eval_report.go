@@ -26,11 +26,15 @@ type EvalResult struct {
 	Notes       []string                   `json:"notes,omitempty"`
 	Samples     []EvalSample               `json:"-"` // in the JSON lines file
 
-	Exec      []ExecRow      `json:"exec"`
-	Speedups  []SpeedupRow   `json:"speedups"`
-	Size      []SizeRow      `json:"size"`
-	Burst     []BurstRow     `json:"burst"`
-	Breakdown []BreakdownRow `json:"breakdown"`
+	Exec     []ExecRow    `json:"exec"`
+	Speedups []SpeedupRow `json:"speedups"`
+	// Paging is the paging view of Exec: each cold cell with the handler's
+	// own compute (the warm invocation's guest time) taken out, by phase.
+	Paging         []PagingRow    `json:"paging"`
+	PagingSpeedups []SpeedupRow   `json:"paging_speedups"`
+	Size           []SizeRow      `json:"size"`
+	Burst          []BurstRow     `json:"burst"`
+	Breakdown      []BreakdownRow `json:"breakdown"`
 }
 
 // ExecRow is one function under one strategy in one direction.
@@ -50,6 +54,28 @@ type SpeedupRow struct {
 	Name      string  `json:"name"`      // "faasnap over vanilla", "faasnap to warm", ...
 	Value     float64 `json:"value"`
 	Functions int     `json:"functions"`
+}
+
+// PagingRow is one cold cell of the execution-time experiment in the
+// paging view (medians, ms). Compute is the handler's own work: the warm
+// invocation's guest time for the same function and inputs. InHandler is
+// the cold invocation's round trip less Compute: the handler's page
+// faults, TCG's first translation of the code it runs and the agent round
+// trip, which this view cannot tell apart. Paging is the cold total less
+// Compute: set-up, resume and InHandler. Teardown comes after the answer
+// (0 where the run did not record it).
+type PagingRow struct {
+	Record    string  `json:"record"`
+	Test      string  `json:"test"`
+	Function  string  `json:"function"`
+	Strategy  string  `json:"strategy"`
+	ComputeMS float64 `json:"compute_ms"`
+	SetupMS   float64 `json:"setup_ms"`
+	ResumeMS  float64 `json:"resume_ms"`
+	InHandler float64 `json:"in_handler_ms"`
+	Teardown  float64 `json:"teardown_ms"`
+	PagingMS  float64 `json:"paging_ms"`
+	TotalMS   float64 `json:"total_ms"`
 }
 
 // SizeRow is one function, strategy and input ratio of Figure 8.
@@ -148,6 +174,8 @@ func (r *EvalResult) Summarize() {
 	o := r.order()
 	r.Exec = r.execRows(o)
 	r.Speedups = speedups(r.Exec, r.Config.Strategies)
+	r.Paging = r.pagingRows()
+	r.PagingSpeedups = speedups(pagingCells(r.Paging), r.Config.Strategies)
 	r.Size = r.sizeRows(o)
 	r.Burst = burstRows(r.Samples)
 	sort.SliceStable(r.Burst, func(i, j int) bool {
@@ -202,6 +230,55 @@ func (r *EvalResult) execRows(o order) []ExecRow {
 		return o.less(a.Function, a.Strategy, b.Function, b.Strategy)
 	})
 	return rows
+}
+
+// pagingRows is the paging view of the execution-time cells that have a
+// warm cell to take the handler's compute from.
+func (r *EvalResult) pagingRows() []PagingRow {
+	warm := map[[3]string]float64{} // record, test, function -> guest ms
+	for _, e := range r.Exec {
+		if e.Strategy == Warm {
+			ss := r.execSamples(e)
+			warm[[3]string{e.Record, e.Test, e.Function}] = median(ss, func(s EvalSample) float64 { return s.GuestMS })
+		}
+	}
+	var rows []PagingRow
+	for _, e := range r.Exec {
+		compute, ok := warm[[3]string{e.Record, e.Test, e.Function}]
+		if e.Strategy == Warm || !ok {
+			continue
+		}
+		ss := r.execSamples(e)
+		rows = append(rows, PagingRow{Record: e.Record, Test: e.Test, Function: e.Function, Strategy: e.Strategy,
+			ComputeMS: compute, SetupMS: e.Setup.Median, ResumeMS: e.Resume.Median,
+			InHandler: median(ss, func(s EvalSample) float64 { return s.InvokeMS - compute }),
+			Teardown:  median(ss, func(s EvalSample) float64 { return s.TeardownMS }),
+			PagingMS:  median(ss, func(s EvalSample) float64 { return s.TotalMS - compute }),
+			TotalMS:   e.Total.Median})
+	}
+	return rows
+}
+
+// execSamples are the samples of one execution-time cell.
+func (r *EvalResult) execSamples(e ExecRow) []EvalSample {
+	var ss []EvalSample
+	for _, s := range r.Samples {
+		if s.Experiment == ExpExec && s.Record == e.Record && s.Test == e.Test && s.Function == e.Function && s.Strategy == e.Strategy {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
+// pagingCells presents paging rows as cells whose total is the paging
+// time, so speedups compares strategies in the paging view.
+func pagingCells(rows []PagingRow) []ExecRow {
+	out := make([]ExecRow, len(rows))
+	for i, p := range rows {
+		out[i] = ExecRow{Record: p.Record, Test: p.Test, Function: p.Function, Strategy: p.Strategy,
+			Cell: Cell{Total: Summary{Median: p.PagingMS}}}
+	}
+	return out
 }
 
 // sizeRows: one row per function, strategy and input ratio.
@@ -401,6 +478,26 @@ func (r *EvalResult) Markdown() string {
 			b.WriteString("\nGeometric means over functions of ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's):\n\n")
 			b.WriteString("| ratio | record→test | value | functions |\n|---|---|---:|---:|\n")
 			for _, s := range r.Speedups {
+				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Paging) > 0 {
+		b.WriteString("## Paging view\n\nEach cold cell with the handler's own compute taken out: compute is the warm invocation's guest time (the handler with everything resident and translated); in-handler is the cold invocation's round trip less compute (the handler's page faults, TCG's first translation of the code it runs and the agent round trip, which this view cannot tell apart); paging is the cold total less compute (set-up + resume + in-handler). Teardown comes after the answer (– where the run did not record it). Medians, ms.\n\n")
+		b.WriteString("| record→test | function | strategy | compute | set-up | resume | in-handler | teardown | **paging** | total |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Paging {
+			td := "–"
+			if p.Teardown > 0 {
+				td = fmt.Sprintf("%.1f", p.Teardown)
+			}
+			fmt.Fprintf(&b, "| %s→%s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | **%.1f** | %.1f |\n", p.Record, p.Test, p.Function, p.Strategy,
+				p.ComputeMS, p.SetupMS, p.ResumeMS, p.InHandler, td, p.PagingMS, p.TotalMS)
+		}
+		if len(r.PagingSpeedups) > 0 {
+			b.WriteString("\nGeometric means over functions of ratios of median paging times:\n\n")
+			b.WriteString("| ratio (paging view) | record→test | value | functions |\n|---|---|---:|---:|\n")
+			for _, s := range r.PagingSpeedups {
 				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
 			}
 		}

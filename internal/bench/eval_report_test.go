@@ -228,3 +228,56 @@ func TestEstimateAndProgress(t *testing.T) {
 		t.Errorf("progress line %q", got)
 	}
 }
+
+// The paging view takes the warm invocation's guest time out of every
+// cold cell, phase by phase, and compares strategies on what is left.
+func TestPagingView(t *testing.T) {
+	r := &EvalResult{Config: EvalConfig{Experiments: []string{ExpExec}, Strategies: []string{"vanilla", "faasnap"}, Reps: 2}}
+	add := func(fn, s string, total, setup, resume, invoke, guest, teardown float64) {
+		for rep := range 2 {
+			x := smp(ExpExec, "A", "B", fn, s, rep, total)
+			x.SetupMS, x.ResumeMS, x.InvokeMS, x.GuestMS, x.TeardownMS = setup, resume, invoke, guest, teardown
+			r.Samples = append(r.Samples, x)
+		}
+	}
+	// hello: compute 100 ms (warm guest time); vanilla pays 300 ms beyond it,
+	// faasnap 100 ms: 3× in the paging view, 2× on totals.
+	add("hello", Warm, 102, 0, 0, 102, 100, 0)
+	add("hello", "vanilla", 400, 60, 120, 220, 180, 4)
+	add("hello", "faasnap", 200, 40, 30, 130, 110, 0)
+	// json has no warm cell: it has no paging row.
+	add("json", "vanilla", 500, 60, 120, 320, 300, 0)
+	r.Summarize()
+	if len(r.Paging) != 2 {
+		t.Fatalf("paging rows %+v", r.Paging)
+	}
+	v := r.Paging[0]
+	if v.Strategy != "vanilla" {
+		v = r.Paging[1]
+	}
+	want := PagingRow{Record: "A", Test: "B", Function: "hello", Strategy: "vanilla", ComputeMS: 100, SetupMS: 60,
+		ResumeMS: 120, InHandler: 120, Teardown: 4, PagingMS: 300, TotalMS: 400}
+	if v != want {
+		t.Fatalf("vanilla paging row\n got %+v\nwant %+v", v, want)
+	}
+	var total, paging float64
+	for _, s := range r.Speedups {
+		if s.Name == "faasnap over vanilla" && s.Direction == "A→B" {
+			total = s.Value
+		}
+	}
+	for _, s := range r.PagingSpeedups {
+		if s.Name == "faasnap over vanilla" && s.Direction == "A→B" {
+			paging = s.Value
+		}
+	}
+	if math.Abs(total-2) > 1e-9 || math.Abs(paging-3) > 1e-9 {
+		t.Fatalf("faasnap over vanilla: %.3f on totals (want 2), %.3f in the paging view (want 3)", total, paging)
+	}
+	md := r.Markdown()
+	for _, want := range []string{"## Paging view", "| A→B | hello | vanilla | 100.0 | 60.0 | 120.0 | 120.0 | 4.0 | **300.0** | 400.0 |", "ratio (paging view)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+}

@@ -78,6 +78,7 @@ type StrategySample struct {
 	ResumeMS      float64 `json:"resume_ms"`
 	InvokeMS      float64 `json:"invoke_ms"`
 	GuestMS       float64 `json:"guest_ms"`
+	TeardownMS    float64 `json:"teardown_ms,omitempty"` // after the answer; not part of total
 	MajorFaults   uint64  `json:"major_faults"`
 	MinorFaults   uint64  `json:"minor_faults"`
 	ReadBytes     uint64  `json:"read_bytes"`        // by QEMU, from storage
@@ -172,7 +173,7 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 
 func sampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 	smp := StrategySample{Function: fn, Strategy: s, Rep: rep, TotalMS: inv.Timing.TotalMS,
-		InvokeMS: inv.Timing.InvokeMS, GuestMS: inv.Timing.GuestMS}
+		InvokeMS: inv.Timing.InvokeMS, GuestMS: inv.Timing.GuestMS, TeardownMS: inv.Timing.TeardownMS}
 	if r := inv.Timing.Restore; r != nil {
 		smp.SetupMS, smp.ResumeMS = r.SetupMS, r.ResumeMS
 	}
