@@ -121,6 +121,7 @@ static struct {
 	const char *layout, *lsfile, *sock, *device;
 	int populate;	    /* THAW_SHIM_POPULATE=read */
 	int protect;	    /* THAW_SHIM_PROTECT=1 */
+	int hugepage;	    /* THAW_SHIM_HUGEPAGE=keep: QEMU's MADV_HUGEPAGE on guest RAM stays */
 	int memfile_ok;	    /* mem_dev/mem_ino identify the memory file */
 	const char *stats; /* THAW_SHIM_STATS: where populate reports */
 	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
@@ -225,7 +226,10 @@ static void load_config(void)
 	const char *mem = getenv("THAW_SHIM_MEMFILE");
 	const char *protect = getenv("THAW_SHIM_PROTECT");
 
+	const char *huge = getenv("THAW_SHIM_HUGEPAGE");
+
 	cfg.protect = protect && !strcmp(protect, "1");
+	cfg.hugepage = huge && !strcmp(huge, "keep");
 	cfg.memfile_ok = mem && *mem && identify_memfile(mem) == 0;
 	if (!mode || !*mode) {
 		cfg.mode = MODE_OFF;
@@ -818,8 +822,22 @@ out:
 	return ret;
 }
 
+/* Guest RAM: where the memory file was mapped (0, 0 until it is). */
+static uintptr_t ram_start, ram_end;
+
+static void *note_ram(void *p, size_t len)
+{
+	if (p != MAP_FAILED) {
+		__atomic_store_n(&ram_end, (uintptr_t)p + len, __ATOMIC_RELAXED);
+		__atomic_store_n(&ram_start, (uintptr_t)p, __ATOMIC_RELEASE);
+	}
+	return p;
+}
+
 static void *intercept(mmap_fn real, void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+	int ram = 0;
+
 	if (!real) {
 		resolve_real();
 		real = real_mmap64 ? real_mmap64 : real_mmap;
@@ -830,6 +848,7 @@ static void *intercept(mmap_fn real, void *addr, size_t len, int prot, int flags
 	pthread_once(&cfg_once, load_config);
 	switch (cfg.mode) {
 	case MODE_OFF:
+		ram = cfg.protect && cfg.memfile_ok && fd_is_memfile(fd);
 		goto pass;
 	case MODE_BAD:
 		/* Cannot tell which call is guest RAM: fail every candidate loudly. */
@@ -843,12 +862,41 @@ static void *intercept(mmap_fn real, void *addr, size_t len, int prot, int flags
 		return fail(EINVAL, "memory file %s mapped with flags %#x, not MAP_PRIVATE (share=on?)",
 			    cfg.memfile, flags);
 	if (cfg.mode == MODE_LAYOUT)
-		return map_layout(addr, len, prot, flags, fd);
-	return map_uffd(addr, len, prot);
+		return note_ram(map_layout(addr, len, prot, flags, fd), len);
+	return note_ram(map_uffd(addr, len, prot), len);
 pass:
 	if (!real)
-		return sys_mmap(addr, len, prot, flags, fd, off);
-	return real(addr, len, prot, flags, fd, off);
+		return ram ? note_ram(sys_mmap(addr, len, prot, flags, fd, off), len)
+			   : sys_mmap(addr, len, prot, flags, fd, off);
+	return ram ? note_ram(real(addr, len, prot, flags, fd, off), len) : real(addr, len, prot, flags, fd, off);
+}
+
+typedef int (*madvise_fn)(void *, size_t, int);
+
+/*
+ * madvise: QEMU advises all guest RAM MADV_HUGEPAGE. On the memory file's
+ * mapping that makes every major fault read about 4 MiB whatever the host's
+ * readahead; Firecracker maps snapshots without it. Unless the restore keeps
+ * it (THAW_SHIM_HUGEPAGE=keep), the hint on guest RAM is dropped.
+ */
+int madvise(void *addr, size_t len, int advice)
+{
+	static madvise_fn real;
+	static int said;
+	uintptr_t start = __atomic_load_n(&ram_start, __ATOMIC_ACQUIRE);
+	uintptr_t end = __atomic_load_n(&ram_end, __ATOMIC_RELAXED);
+
+	if (advice == MADV_HUGEPAGE && start && !cfg.hugepage && (uintptr_t)addr < end &&
+	    (uintptr_t)addr + len > start) {
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			shim_log("thaw-shim: MADV_HUGEPAGE on guest RAM dropped (faults read what readahead allows)");
+		return 0;
+	}
+	if (!real)
+		real = (madvise_fn)dlsym(RTLD_NEXT, "madvise");
+	if (!real)
+		return (int)syscall(SYS_madvise, addr, len, advice);
+	return real(addr, len, advice);
 }
 
 typedef int (*fallocate_fn)(int, int, off_t, off_t);

@@ -17,6 +17,10 @@
  * --standby MS    wait MS milliseconds between mapping and reading, as a VMM
  *                 of thaw's VMM pool waits, memory laid out, for its restore.
  *
+ * The JSON line also says whether the mapping's first VMA carries the
+ * huge-page hint (VmFlags "hg" in /proc/self/smaps) after QEMU's madvise
+ * calls (--qemu-madvise): the interposer drops it unless told to keep it.
+ *
  * Prints one JSON line; exit 0 iff no mismatch and the file is unmodified,
  * 2 if the mmap itself failed, 1 otherwise.
  */
@@ -182,6 +186,31 @@ static int map_like_qemu(const struct options *o, size_t *size)
 	return 0;
 }
 
+/* hugepage_hint says whether the VMA at addr has MADV_HUGEPAGE ("hg"). */
+static int hugepage_hint(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0, hg = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && !strncmp(line, "VmFlags:", 8)) {
+			hg = strstr(line, " hg") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return hg;
+}
+
 /* read_all compares every page from nthreads readers; -1 on a read error. */
 static int read_all(uint64_t *mismatches, int64_t *first)
 {
@@ -279,9 +308,10 @@ int main(int argc, char **argv)
 	double read_ms = now_ms() - t0;
 	if (o.write_check && check_writes(&write_bad, &file_modified) < 0)
 		return 1;
-	printf("{\"pages\":%zu,\"mismatches\":%llu,\"first_mismatch\":%lld,\"file_modified\":%s,\"read_ms\":%.3f}\n",
+	printf("{\"pages\":%zu,\"mismatches\":%llu,\"first_mismatch\":%lld,\"file_modified\":%s,\"read_ms\":%.3f,"
+	       "\"hugepage_hint\":%s}\n",
 	       npages, (unsigned long long)mismatches, (long long)first, file_modified ? "true" : "false",
-	       read_ms);
+	       read_ms, hugepage_hint(map) ? "true" : "false");
 	fflush(stdout);
 	return (mismatches == 0 && !file_modified && !write_bad) ? 0 : 1;
 }

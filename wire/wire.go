@@ -244,6 +244,9 @@ type Info struct {
 	Image       GuestImage `json:"image"`
 	DataDir     string     `json:"data_dir"`
 	Strategies  []string   `json:"strategies"`
+	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's
+	// memory mapping (thawd --hugepage-hint); false, the default, drops it.
+	HugePageHint bool `json:"hugepage_hint"`
 }
 
 // StoreEntry is a snapshot's copy in the memory store (premap).

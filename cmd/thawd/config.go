@@ -111,6 +111,7 @@ func newSettings() *settings {
 	fs.DurationVar(&d.KeepAlive, "keep-alive", 60*time.Second, "how long a VM is kept idle after a cold invocation, for its function's next invocations (that name no snapshot or strategy) to run on it warm; a function's keep_alive_s overrides it; negative: never")
 	fs.IntVar(&d.KeepAliveMaxIdle, "keep-alive-max-idle", 2, "idle VMs kept per function")
 	fs.IntVar(&d.KeepAliveMinAvailableMiB, "keep-alive-min-available", 0, "MiB of host memory (MemAvailable) below which idle VMs are stopped, the longest idle first (default: a twentieth of host memory, at least 512; negative: never)")
+	fs.BoolVar(&d.HugePageHint, "hugepage-hint", false, "keep QEMU's MADV_HUGEPAGE hint on restored guests' snapshot memory, so each major fault reads about 4 MiB whatever the readahead; by default it is dropped, as Firecracker maps snapshots")
 	fs.IntVar(&d.VMMPool, "vmm-pool", 1, "VMMs started ahead of restores per snapshot and strategy once that pair has been restored, so a restore skips the VMM's start; a function's vmm_pool overrides it; negative: no VMM pool")
 	fs.DurationVar(&d.VMMPoolTTL, "vmm-pool-ttl", 5*time.Minute, "how long a VMM started ahead of a restore waits for one before it is stopped (a function's vmm_pool_ttl_s overrides it)")
 	fs.IntVar(&d.VMMPoolMemoryMiB, "vmm-pool-memory", 0, "MiB the VMM pool's standby VMs may hold together, guest memory plus --vm-memory-overhead each (default: an eighth of host memory)")

@@ -24,11 +24,27 @@ type Machine struct {
 	AccelWhy  string `json:"accel_detail"`
 	QEMU      string `json:"qemu"`
 	Disk      string `json:"disk"`
+	// HugePageHint says whether restores kept QEMU's MADV_HUGEPAGE on
+	// guest RAM; nil in runs from before thaw could drop it (they kept it).
+	HugePageHint *bool `json:"hugepage_hint,omitempty"`
+}
+
+// HintText says what the run did with QEMU's huge-page hint.
+func (m Machine) HintText() string {
+	switch {
+	case m.HugePageHint == nil:
+		return "QEMU's huge-page hint on guest RAM kept (runs before it could be dropped)"
+	case *m.HugePageHint:
+		return "QEMU's huge-page hint on guest RAM kept (--hugepage-hint)"
+	}
+	return "QEMU's huge-page hint on guest RAM dropped (the default)"
 }
 
 // DescribeMachine reads /proc for the host and the daemon for the rest.
 func DescribeMachine(info *client.Info) Machine {
-	m := Machine{Cores: runtime.NumCPU(), Accel: info.Accel.Accel, AccelWhy: info.Accel.Detail, QEMU: info.QEMUVersion}
+	hint := info.HugePageHint
+	m := Machine{Cores: runtime.NumCPU(), Accel: info.Accel.Accel, AccelWhy: info.Accel.Detail, QEMU: info.QEMUVersion,
+		HugePageHint: &hint}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int
 		fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &kb)
@@ -200,8 +216,8 @@ func CoreMarkdown(results []*CoreResult) string {
 		return ""
 	}
 	m := results[0].Machine
-	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s** (%s). Function `%s`, strategy `vanilla`, %s.\n\n",
-		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, m.AccelWhy, results[0].Function, results[0].When.Format("2006-01-02"))
+	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**, %s (%s). Function `%s`, strategy `vanilla`, %s.\n\n",
+		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, m.HintText(), m.AccelWhy, results[0].Function, results[0].When.Format("2006-01-02"))
 	b.WriteString("| metric (ms) |")
 	for _, r := range results {
 		fmt.Fprintf(&b, " %d MiB: median | p10–p90 | n |", r.MemoryMiB)

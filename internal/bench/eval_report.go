@@ -451,8 +451,8 @@ func speedups(rows []ExecRow, strategies []string) []SpeedupRow {
 // MachineLine describes the machine and run in one sentence.
 func (r *EvalResult) MachineLine() string {
 	m := r.Machine
-	return fmt.Sprintf("Machine: %d cores (%s), %d GiB memory, accelerator **%s**, disk %s with read_ahead_kb %d, kernel %s, QEMU %s. Run %s, %s, %d repetitions.",
-		m.Cores, m.CPU, m.MemoryGiB, m.Accel, m.Disk, r.ReadaheadKB, m.Kernel, m.QEMU,
+	return fmt.Sprintf("Machine: %d cores (%s), %d GiB memory, accelerator **%s**, disk %s with read_ahead_kb %d, %s, kernel %s, QEMU %s. Run %s, %s, %d repetitions.",
+		m.Cores, m.CPU, m.MemoryGiB, m.Accel, m.Disk, r.ReadaheadKB, m.HintText(), m.Kernel, m.QEMU,
 		r.When.Format("2006-01-02 15:04 UTC"), (time.Duration(r.DurationS) * time.Second).String(), r.Config.Reps)
 }
 

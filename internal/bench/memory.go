@@ -194,8 +194,8 @@ func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap 
 func (r *MemoryResult) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**. %s.\n\n",
-		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**, %s. %s.\n\n",
+		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, m.HintText(), r.When.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("N clones restored from one snapshot (page cache evicted first), each invoked once with the test input, all alive when measured. " +
 		"Total = Σ private memory of the N QEMU processes (anonymous pages, huge pages copied on write from a hugetlbfs store, and each clone's own range of a device-DAX store) + page-cache pages of the snapshot's files + its memory-store copy, the shared parts counted once. MiB.\n\n")
 	fns := map[string]bool{}

@@ -121,8 +121,8 @@ func cell(g RestoreGroup, row string) string {
 func (r *RestoreResult) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**. %s.\n\n",
-		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**, %s. %s.\n\n",
+		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, m.HintText(), r.When.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "Function `%s`, %d MiB guest; N concurrent cold invocations per burst, %d repetitions. "+
 		"**miss**: the function has no VMM pool, every restore starts its VMM. **hit**: the function's pool holds N and "+
 		"the burst starts once N standby VMs are listed; only answers saying `vmm: pooled` count as hits. "+

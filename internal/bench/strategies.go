@@ -243,8 +243,8 @@ func (r *StrategiesResult) summarize() {
 func (r *StrategiesResult) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s (read_ahead_kb %d); QEMU %s, accelerator **%s**. %s. %d repetitions, cold (snapshot files evicted from the page cache before every invocation), medians with p10–p90. Reads: QEMU's from storage, and the daemon's for the strategy (REAP prefetch and faults, FaaSnap loader).\n\n",
-		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, r.ReadaheadKB, m.QEMU, m.Accel, r.When.Format("2006-01-02 15:04 UTC"), r.Reps)
+	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s (read_ahead_kb %d); QEMU %s, accelerator **%s**, %s. %s. %d repetitions, cold (snapshot files evicted from the page cache before every invocation), medians with p10–p90. Reads: QEMU's from storage, and the daemon's for the strategy (REAP prefetch and faults, FaaSnap loader).\n\n",
+		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, r.ReadaheadKB, m.QEMU, m.Accel, m.HintText(), r.When.Format("2006-01-02 15:04 UTC"), r.Reps)
 	fns := make([]string, 0, len(r.Cells))
 	for fn := range r.Cells {
 		fns = append(fns, fn)

@@ -204,7 +204,8 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	if err := os.MkdirAll(c.spec.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id}
+	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
+		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
 	c.sess, err = o.begin(sctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
 	if err == nil {

@@ -116,6 +116,10 @@ type Config struct {
 	// first. Default: a twentieth of the host's memory, at least 512 MiB;
 	// negative: never.
 	KeepAliveMinAvailableMiB int
+	// HugePageHint keeps QEMU's MADV_HUGEPAGE hint on every restore's
+	// snapshot memory mapping (each major fault then reads about 4 MiB);
+	// false, the default, drops it as Firecracker maps snapshots.
+	HugePageHint bool
 	// VMMPool is how many standby VMs (VMMs started ahead of a restore)
 	// the VMM pool keeps per snapshot and strategy once that pair has
 	// been restored (a function's vmm_pool overrides it); VMMPoolTTL how

@@ -329,7 +329,7 @@ func (s *Service) Info() Info {
 		strategies[i] = string(st.Kind)
 	}
 	return Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
-		DataDir: s.cfg.DataDir, Strategies: strategies}
+		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint}
 }
 
 // EvictSnapshot drops a snapshot's files and its strategies' artifacts from

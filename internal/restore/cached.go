@@ -22,12 +22,12 @@ type cached struct {
 	fill time.Duration
 }
 
-func beginCached(_ context.Context, snap Snapshot, _ Env) (Session, error) {
+func beginCached(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	t := time.Now()
 	if _, err := pagecache.Fill(snap.MemoryPath()); err != nil {
 		return nil, fmt.Errorf("cached: fill page cache: %w", err)
 	}
-	return &cached{vanilla: vanilla{snap: snap}, fill: time.Since(t)}, nil
+	return &cached{vanilla: vanilla{sessionBase: base(env), snap: snap}, fill: time.Since(t)}, nil
 }
 
 func (c *cached) Kind() Kind             { return Cached }

@@ -122,6 +122,7 @@ type checkResult struct {
 	Mismatches    int   `json:"mismatches"`
 	FirstMismatch int64 `json:"first_mismatch"`
 	FileModified  bool  `json:"file_modified"`
+	HugePageHint  bool  `json:"hugepage_hint"` // with --qemu-madvise: the hint QEMU gives stayed
 }
 
 // runCheck maps the memory file like QEMU under the session's environment
@@ -203,6 +204,37 @@ func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, 
 			checkSnapBPFResident(t, s, sess)
 		}
 	})
+}
+
+// QEMU's MADV_HUGEPAGE on guest RAM is dropped by every strategy's restore
+// unless the restore keeps it (Env.HugePages), and the memory is the same
+// either way.
+func TestHugePageHint(t *testing.T) {
+	shim := shimDir(t)
+	s := newSynth(t, 1000, 7)
+	for _, k := range Kinds {
+		for _, keep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keep=%v", k, keep), func(t *testing.T) {
+				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
+					Store: s.store, HugePages: keep}
+				sess, err := Begin(context.Background(), k, s.snap, env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sess.Close()
+				if sess.Memory().Interposer.HugePages != keep {
+					t.Fatalf("memory %+v does not carry the choice %v", sess.Memory(), keep)
+				}
+				res := runCheck(t, shim, sess, "--qemu-madvise")
+				if res.Mismatches != 0 || res.FileModified {
+					t.Fatalf("%+v", res)
+				}
+				if res.HugePageHint != keep {
+					t.Fatalf("hint on guest RAM after QEMU's madvise: %v, want %v", res.HugePageHint, keep)
+				}
+			})
+		}
+	}
 }
 
 // TestConformanceDetectsWrongLayout proves the check can fail: a loading-set

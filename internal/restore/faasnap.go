@@ -56,7 +56,7 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err := os.WriteFile(layoutPath, layout, 0o600); err != nil {
 		return nil, err
 	}
-	f := &faasnap{snap: snap, art: art, lsPath: lsPath, layout: layoutPath,
+	f := &faasnap{sessionBase: base(env), snap: snap, art: art, lsPath: lsPath, layout: layoutPath,
 		entries: (len(layout) - 32) / 32}
 	f.load, f.joined = env.Loaders.Start(lsPath)
 	return f, nil
@@ -65,7 +65,7 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 func (f *faasnap) Kind() Kind { return FaaSnap }
 
 func (f *faasnap) Memory() vmm.Memory {
-	return protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+	return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
 		Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}})
 }
 

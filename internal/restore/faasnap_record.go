@@ -49,7 +49,7 @@ func beginFaaSnapRecord(snap Snapshot, env Env, groupSize int) (*faasnapRecord, 
 	if err := pagecache.EvictAll(mem, snap.MemoryPath()); err != nil {
 		return nil, err
 	}
-	return &faasnapRecord{memPath: mem, groupSize: groupSize, recorder: &memlayout.Recorder{},
+	return &faasnapRecord{sessionBase: base(env), memPath: mem, groupSize: groupSize, recorder: &memlayout.Recorder{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}, nil
 }
 
@@ -57,7 +57,7 @@ func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 
 // Memory is the shared copy: guest writes land in it.
 func (r *faasnapRecord) Memory() vmm.Memory {
-	return protected(vmm.Memory{Path: r.memPath, Shared: true})
+	return r.protected(vmm.Memory{Path: r.memPath, Shared: true})
 }
 
 // Started maps the memory file in the daemon and starts polling.

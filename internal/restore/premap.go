@@ -63,7 +63,7 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &premap{snap: snap, entry: e, m: m,
+	p := &premap{sessionBase: base(env), snap: snap, entry: e, m: m,
 		layout: filepath.Join(env.RunDir, "layout.bin"), stats: filepath.Join(env.RunDir, "populate.stats")}
 	b, err := (&memlayout.ShimTable{MemSize: uint64(e.Size), Entries: m.Entries}).Encode()
 	if err == nil {
@@ -88,7 +88,7 @@ func (p *premap) Memory() vmm.Memory {
 	if path == "" {
 		path = p.snap.MemoryPath()
 	}
-	return protected(vmm.Memory{Path: path, Shared: false, Align: p.m.Align, Interposer: vmm.Interposer{
+	return p.protected(vmm.Memory{Path: path, Shared: false, Align: p.m.Align, Interposer: vmm.Interposer{
 		Mode: vmm.ModeLayout, MemFile: path, Layout: p.layout, Device: p.m.Device, Populate: true, Stats: p.stats}})
 }
 

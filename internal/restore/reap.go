@@ -115,7 +115,7 @@ func startREAP(_ context.Context, snap Snapshot, env Env, record bool, wsFile st
 	// The server outlives the request that started the restore: it serves
 	// faults until the VM is torn down (Close).
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &reap{snap: snap, sock: sock, record: record, ln: ln, cancel: cancel,
+	r := &reap{sessionBase: base(env), snap: snap, sock: sock, record: record, ln: ln, cancel: cancel,
 		ready: make(chan error, 1), failed: make(chan error, 1), served: make(chan struct{})}
 	go r.run(sctx, env, wsFile, pages)
 	return r, nil
@@ -164,7 +164,7 @@ func (r *reap) run(ctx context.Context, env Env, wsFile string, pages []uint64) 
 func (r *reap) Kind() Kind { return REAP }
 
 func (r *reap) Memory() vmm.Memory {
-	return protected(vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
+	return r.protected(vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
 		Mode: vmm.ModeUffd, MemFile: r.snap.MemoryPath(), UffdSock: r.sock}})
 }
 

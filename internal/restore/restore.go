@@ -71,6 +71,10 @@ type Env struct {
 	Loaders  *Loaders     // FaaSnap loaders shared across restores
 	Store    *store.Store // the snapshot memory store (premap); nil if none
 	VMID     string       // the VM being restored (owner of a device store's clone range)
+	// HugePages keeps QEMU's MADV_HUGEPAGE hint on the snapshot's memory
+	// mapping (each major fault then reads about 4 MiB); false drops it,
+	// as Firecracker maps snapshots. The same for every strategy.
+	HugePages bool
 }
 
 // Stats are a restore's strategy-specific measurements: the fields every
@@ -134,23 +138,34 @@ func needShim(env Env) error {
 	return nil
 }
 
-// protected is m with its memory file kept intact: QEMU 7.2 punches holes
+// protected is m with its memory file kept intact and the restore's
+// huge-page choice (see sessionBase.protected).
+//
+// The memory file is kept intact: QEMU 7.2 punches holes
 // into a RAM block's file when the guest reports pages free (virtio-balloon
 // free page reporting), even when the file is mapped private, which would
 // zero pages of the snapshot (or of premap's store copy) that every other
 // clone still restores. The interposer turns those punches into no-ops
 // (docs/shim-layout.md, protection); QEMU still drops the clone's private
 // copies of the freed pages. Every strategy's memory goes through this.
-func protected(m vmm.Memory) vmm.Memory {
+func (b sessionBase) protected(m vmm.Memory) vmm.Memory {
 	if m.Interposer.MemFile == "" {
 		m.Interposer.MemFile = m.Path
 	}
 	m.Interposer.Protect = true
+	// QEMU madvises guest RAM MADV_HUGEPAGE; on a file mapping that makes
+	// each major fault read about 4 MiB. Firecracker gives no such hint:
+	// the interposer drops it unless the restore keeps it.
+	m.Interposer.HugePages = b.hugePages
 	return m
 }
 
-// sessionBase gives sessions the answers most of them share.
-type sessionBase struct{}
+// sessionBase gives sessions the answers most of them share, and what
+// every session's memory carries (the huge-page choice of Env).
+type sessionBase struct{ hugePages bool }
+
+// base is the sessionBase of a restore in env.
+func base(env Env) sessionBase { return sessionBase{hugePages: env.HugePages} }
 
 func (sessionBase) Untimed() time.Duration             { return 0 }
 func (sessionBase) Started(context.Context, int) error { return nil }

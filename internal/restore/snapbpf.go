@@ -56,7 +56,7 @@ const residencyTimeout = 10 * time.Second
 // range: keep it coarse on a host whose CPUs also run the guest).
 const residencyPoll = 5 * time.Millisecond
 
-func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
+func beginSnapBPF(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	art, err := memlayout.ReadSnapBPF(snap.ArtifactDir(SnapBPF))
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
 	}
 	// The prefetch outlives the request that started it only until Close.
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &snapbpf{snap: snap, art: art, cancel: cancel, done: make(chan struct{})}
+	s := &snapbpf{sessionBase: base(env), snap: snap, art: art, cancel: cancel, done: make(chan struct{})}
 	s.st.SnapBPFRanges = len(art.Ranges)
 	s.st.SnapBPFPages = art.PrefetchPages()
 	go s.prefetch(ctx)
@@ -76,7 +76,7 @@ func beginSnapBPF(_ context.Context, snap Snapshot, _ Env) (Session, error) {
 func (s *snapbpf) Kind() Kind { return SnapBPF }
 
 func (s *snapbpf) Memory() vmm.Memory {
-	return protected(vmm.Memory{Path: s.snap.MemoryPath(), Shared: false})
+	return s.protected(vmm.Memory{Path: s.snap.MemoryPath(), Shared: false})
 }
 
 func (s *snapbpf) InvocationDone() {

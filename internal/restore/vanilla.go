@@ -14,12 +14,12 @@ type vanilla struct {
 	fallback string
 }
 
-func beginVanilla(snap Snapshot, _ Env, fallback string) (Session, error) {
-	return &vanilla{snap: snap, fallback: fallback}, nil
+func beginVanilla(snap Snapshot, env Env, fallback string) (Session, error) {
+	return &vanilla{sessionBase: base(env), snap: snap, fallback: fallback}, nil
 }
 
 func (v *vanilla) Kind() Kind { return Vanilla }
 func (v *vanilla) Memory() vmm.Memory {
-	return protected(vmm.Memory{Path: v.snap.MemoryPath(), Shared: false})
+	return v.protected(vmm.Memory{Path: v.snap.MemoryPath(), Shared: false})
 }
 func (v *vanilla) Stats() Stats { return Stats{Fallback: v.fallback} }

@@ -116,6 +116,9 @@ type Interposer struct {
 	Stats    string // layout mode with Populate: where the interposer reports
 	UffdSock string // uffd mode: the daemon's socket for the userfaultfd
 	Protect  bool   // QEMU's hole punches into MemFile become no-ops
+	// HugePages keeps QEMU's MADV_HUGEPAGE on MemFile's mapping; false
+	// (with Protect) drops it.
+	HugePages bool
 }
 
 // Interposer modes.
@@ -145,6 +148,9 @@ func (c Interposer) Env() []string {
 	add("UFFD_SOCK", c.UffdSock)
 	if c.Protect {
 		add("PROTECT", "1")
+	}
+	if c.HugePages {
+		add("HUGEPAGE", "keep")
 	}
 	return env
 }
