@@ -21,6 +21,10 @@
 #                huge=always, so it maps in 2 MiB pages as a device-DAX device does),
 #                or devdax:/dev/daxX.Y (a real one)
 #   VMM_POOL_MEMORY  thawd --vmm-pool-memory in MiB (default 16384)
+#   THAWD_ARGS   more thawd flags, e.g. "--hugepage-hint" (keep QEMU's huge-page hint: a
+#                sensitivity run; the default drops it, as Firecracker maps snapshots)
+#   The eval runs at read_ahead_kb 128 (Linux's default, the paper's); BENCH_ARGS="--readahead-kb 0"
+#   keeps the host's own (a sensitivity run).
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
@@ -89,7 +93,7 @@ store_flag=(--store-dir "$STORE")
 # The restore experiment's functions set their own vmm_pool (up to 16), so the
 # pool's memory budget fits 16 standby VMs of 512 MiB (+384 MiB overhead each).
 bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m --vmm-pool -1 \
-  --vmm-pool-memory "${VMM_POOL_MEMORY:-16384}" >"$DATA/thawd.log" 2>&1 &
+  --vmm-pool-memory "${VMM_POOL_MEMORY:-16384}" ${THAWD_ARGS:-} >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 export THAWD_PID=$THAWD # the restore experiment reads thawd's CPU time
 cleanup() {

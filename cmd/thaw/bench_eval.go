@@ -19,6 +19,7 @@ type evalFlags struct {
 	out         string
 	estimate    bool
 	timeout     time.Duration
+	readahead   int
 }
 
 func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
@@ -43,6 +44,7 @@ func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
 	fl.DurationVar(&f.timeout, "invoke-timeout", def.Timeout, "timeout of one invocation or prepare")
 	fl.StringVar(&f.out, "out", "", "directory for eval.jsonl, eval.json, eval.md and the SVG figures")
 	fl.BoolVar(&f.estimate, "estimate", false, "print what the run would do and how long it should take, and stop")
+	fl.IntVar(&f.readahead, "readahead-kb", 128, "the data disk's read_ahead_kb for the run, restored after: 128 is Linux's default and the paper's (0: leave the host's)")
 }
 
 const evalLong = `Reproduces FaaSnap's evaluation (EuroSys'22, section 6) through the
@@ -117,6 +119,18 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 		fmt.Fprintf(a.stdout, "%d prepares, %d cold starts, %d warm invocations, %d snapshot copies: about %s\n",
 			est.Prepares, est.Cold, est.Warm, est.Copies, est.Duration().Round(time.Minute))
 		return nil
+	}
+	if f.readahead > 0 {
+		// Host-wide and temporary: the daemon must run on this host.
+		ra, err := bench.ReadaheadOf(info.DataDir)
+		if err != nil {
+			return err
+		}
+		if err := ra.Set(f.readahead); err != nil {
+			return fmt.Errorf("set read_ahead_kb: %w", err)
+		}
+		defer ra.Restore()
+		fmt.Fprintf(a.stderr, "[bench] read_ahead_kb %d for this run (was %d)\n", f.readahead, ra.KB())
 	}
 	if est.Duration() > a.timeout {
 		fmt.Fprintf(a.stderr, "[bench] warning: the run is estimated at %s but --timeout is %s\n", est.Duration().Round(time.Minute), a.timeout)
