@@ -23,7 +23,7 @@ Protocol (one JSON object per line, UTF-8, both directions):
   Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
 """
 
-import binascii
+import base64
 import ctypes
 import errno
 import fcntl
@@ -501,16 +501,11 @@ def set_clock(time_ns):
 
 
 def decode_entropy(entropy_b64):
-    # binascii in strict mode rather than base64.b64decode(validate=True),
-    # which checks the alphabet with a regular expression: under TCG a
-    # restored guest pays for translating every code path it runs, and the
-    # re module's were 5 of the 6 ms this took (docs/benchmarks.md, "Where
-    # resume goes").
     if not isinstance(entropy_b64, str):
         raise ValueError("entropy must be base64 text")
     try:
-        data = binascii.a2b_base64(entropy_b64.encode("ascii"), strict_mode=True)
-    except ValueError as e:  # binascii.Error and UnicodeEncodeError are ValueErrors
+        data = base64.b64decode(entropy_b64, validate=True)
+    except ValueError as e:
         raise ValueError(f"entropy is not base64: {e}") from None
     if not 32 <= len(data) <= MAX_ENTROPY:
         raise ValueError(f"entropy must be 32 to {MAX_ENTROPY} bytes, got {len(data)}")
