@@ -135,9 +135,9 @@ type RestoreTiming struct {
 	// host's own share (writing the request, goroutines).
 	AgentWaitMS float64 `json:"agent_wait_ms,omitempty"`
 	// AgentSteps is the guest's own account of the restore request, in ms
-	// of its CLOCK_MONOTONIC: the steps it reports (parse, clock,
-	// kernel_rng, random, numpy, hook, ...) and wake, from the request's
-	// bytes being read to the agent starting on it. Absent from an agent
+	// of its CLOCK_MONOTONIC: the steps it reports (decode, clock,
+	// kernel_rng, random, numpy, hook, total) and read, from the request's
+	// bytes being read to the restore handler starting. Absent from an agent
 	// that does not report them.
 	AgentSteps map[string]float64 `json:"agent_steps,omitempty"`
 }
