@@ -127,6 +127,19 @@ type RestoreTiming struct {
 	// process had used when the restore took it from the pool (its start
 	// and the strategy's part, done ahead of the request).
 	StandbyCPUMS float64 `json:"standby_cpu_ms,omitempty"`
+	// ContMS is how long QEMU took to answer the QMP cont that resumed
+	// the vCPUs (part of SetupMS).
+	ContMS float64 `json:"cont_ms,omitempty"`
+	// AgentWaitMS is the part of ResumeMS from the restore request written
+	// to the channel to the agent's answer read: ResumeMS minus it is the
+	// host's own share (writing the request, goroutines).
+	AgentWaitMS float64 `json:"agent_wait_ms,omitempty"`
+	// AgentSteps is the guest's own account of the restore request, in ms
+	// of its CLOCK_MONOTONIC: the steps it reports (decode, clock,
+	// kernel_rng, random, numpy, hook, total) and read, from the request's
+	// bytes being read to the restore handler starting. Absent from an agent
+	// that does not report them.
+	AgentSteps map[string]float64 `json:"agent_steps,omitempty"`
 }
 
 // Timing breaks an invocation down, in milliseconds. For a cold invocation

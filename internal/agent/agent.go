@@ -51,6 +51,13 @@ type Reply struct {
 	ClockStepMS float64     `json:"clock_step_ms,omitempty"`
 	Reseeded    []string    `json:"reseeded,omitempty"`
 	Hook        *HookResult `json:"hook,omitempty"`
+	// Steps is the guest's account of a restore, in ms (see
+	// wire.RestoreTiming.AgentSteps).
+	Steps map[string]float64 `json:"steps,omitempty"`
+	// Written is when the request was written to the channel, Read when
+	// this answer's line had been read (host clock).
+	Written time.Time `json:"-"`
+	Read    time.Time `json:"-"`
 }
 
 // HookResult says what the function's on_restore hook did.
@@ -113,6 +120,7 @@ func (c *Conn) call(ctx context.Context, req map[string]any) (*Reply, error) {
 	if _, err := c.conn.Write(append(b, '\n')); err != nil {
 		return nil, c.ioErr("write", err)
 	}
+	written := time.Now()
 	for {
 		line, err := lineio.Read(c.rd, MaxLine, "reply")
 		if err != nil {
@@ -123,6 +131,7 @@ func (c *Conn) call(ctx context.Context, req map[string]any) (*Reply, error) {
 			return nil, fmt.Errorf("agent sent malformed reply %.200q: %w", line, err)
 		}
 		if r.ID == id {
+			r.Written, r.Read = written, time.Now()
 			return &r, nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -262,10 +263,12 @@ func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) err
 // timing.
 func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) error {
 	t := c.t
+	cont := time.Now()
 	if err := lv.m.Resume(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	resumed := time.Now()
+	t.ContMS = ms(resumed.Sub(cont))
 	t.SetupMS = ms(resumed.Sub(c.start))
 	s.mu.Lock()
 	lv.state = catalog.StateRunning
@@ -273,8 +276,11 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 	// The restore request is the first the resumed guest gets: its answer
 	// also says the agent is up (no ping round trip before it).
 	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		var err error
-		t.AgentRestoreMS, err = s.renewClone(ctx, lv)
+		r, err := s.renewClone(ctx, lv)
+		if err == nil {
+			t.AgentRestoreMS, t.AgentSteps = r.DurationMS, r.Steps
+			t.AgentWaitMS = ms(r.Read.Sub(r.Written))
+		}
 		return err
 	}); err != nil {
 		return fmt.Errorf("guest agent restore: %w", err)
@@ -289,21 +295,21 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 // on_restore hook run. Every clone of a snapshot starts with the same
 // memory, so without this they would share random numbers and a stale
 // clock.
-// It returns the guest's own time for it (ms).
-func (s *Service) renewClone(ctx context.Context, lv *liveVM) (float64, error) {
+// It returns the agent's answer (its DurationMS is the guest's own time).
+func (s *Service) renewClone(ctx context.Context, lv *liveVM) (*agent.Reply, error) {
 	entropy := make([]byte, 64)
 	if _, err := rand.Read(entropy); err != nil {
-		return 0, err
+		return nil, err
 	}
 	r, err := lv.agent.Restore(ctx, entropy)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	s.log.Debug("clone renewed", "vm", lv.id, "guest_ms", r.DurationMS, "clock_step_ms", r.ClockStepMS)
 	if r.Hook != nil && r.Hook.Error != nil {
 		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.id, "function", lv.fn.Name, "err", r.Hook.Error)
 	}
-	return r.DurationMS, nil
+	return r, nil
 }
 
 // watchStrategy kills a VM whose strategy can no longer serve its memory

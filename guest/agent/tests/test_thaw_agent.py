@@ -43,6 +43,36 @@ class RestoreOpTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 thaw_agent.decode_entropy(bad)
 
+    def test_entropy_decoding_is_strict_base64(self):
+        import base64
+        raw = bytes(range(64))
+        good = base64.b64encode(raw).decode()
+        self.assertEqual(thaw_agent.decode_entropy(good), raw)
+        # Whatever base64.b64decode(validate=True) refused is refused still:
+        # characters outside the alphabet, whitespace, missing or stray
+        # padding, non-ASCII text.
+        for bad in (good[:-2] + "!!", good[:10] + " " + good[10:], good[:-1], good + "=",
+                    good[:20] + "=" + good[21:], good[:-1] + "\u00e9"):
+            with self.assertRaises(ValueError, msg=bad):
+                thaw_agent.decode_entropy(bad)
+
+    def test_restore_reports_its_steps(self):
+        calls = []
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=lambda: calls.append(1)))
+        entropy = __import__("base64").b64encode(os.urandom(64)).decode()
+        # The clock and the kernel RNG are the host's own here: stand them in.
+        orig = thaw_agent.set_clock, thaw_agent.reseed_kernel
+        thaw_agent.set_clock, thaw_agent.reseed_kernel = (lambda t: 0.0), (lambda d: calls.append(d))
+        try:
+            r = a.restore("5", {"time_ns": 1, "entropy": entropy})
+        finally:
+            thaw_agent.set_clock, thaw_agent.reseed_kernel = orig
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(calls[0], __import__("base64").b64decode(entropy))
+        self.assertEqual(calls[1], 1)  # the hook ran after the reseed
+        self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "hook", "total"})
+        self.assertEqual(r["steps"]["total"], r["duration_ms"])
+
     def test_on_restore_failure_is_reported_by_every_invocation(self):
         def boom():
             raise RuntimeError("db gone")
