@@ -168,11 +168,17 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if res == nil {
 		return runErr
 	}
+	return a.finishRun(res, runErr, f.out, func(dir string) ([]string, error) { return bench.WriteEval(dir, res) }, res.Markdown)
+}
+
+// finishRun ends a benchmark run: its JSON with --json; else its files
+// written into out (if set), then the run's error or its tables.
+func (a *app) finishRun(res any, runErr error, out string, write func(dir string) ([]string, error), markdown func() string) error {
 	if a.json && runErr == nil {
 		return a.printJSON(res)
 	}
-	if f.out != "" {
-		paths, err := bench.WriteEval(f.out, res)
+	if out != "" {
+		paths, err := write(out)
 		if err != nil {
 			return err
 		}
@@ -183,7 +189,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if runErr != nil {
 		return runErr
 	}
-	fmt.Fprint(a.stdout, res.Markdown())
+	fmt.Fprint(a.stdout, markdown())
 	return nil
 }
 

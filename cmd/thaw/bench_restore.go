@@ -68,23 +68,7 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 			if res == nil {
 				return runErr
 			}
-			if a.json && runErr == nil {
-				return a.printJSON(res)
-			}
-			if out != "" {
-				paths, err := bench.WriteRestore(out, res)
-				if err != nil {
-					return err
-				}
-				for _, p := range paths {
-					fmt.Fprintf(a.stderr, "[bench] wrote %s\n", filepath.Clean(p))
-				}
-			}
-			if runErr != nil {
-				return runErr
-			}
-			fmt.Fprint(a.stdout, res.Markdown())
-			return nil
+			return a.finishRun(res, runErr, out, func(dir string) ([]string, error) { return bench.WriteRestore(dir, res) }, res.Markdown)
 		},
 	}
 	fl := cmd.Flags()

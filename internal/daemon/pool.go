@@ -140,14 +140,7 @@ func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why s
 // evictKeptWhere stops every idle VM match selects.
 func (s *Service) evictKeptWhere(match func(*kept) bool, why string) {
 	s.pool.mu.Lock()
-	var out []*kept
-	for _, list := range s.pool.idle {
-		for _, k := range list {
-			if match(k) {
-				out = append(out, k)
-			}
-		}
-	}
+	out := where(s.pool.idle, match)
 	s.pool.mu.Unlock()
 	for _, k := range out {
 		s.evictKept(k, why)
@@ -161,29 +154,19 @@ func (s *Service) reclaimIdle() bool { return s.stopLongestIdle(whyRoom) }
 // stopLongestIdle stops the VM idle longest; false if none is idle.
 func (s *Service) stopLongestIdle(why string) bool {
 	s.pool.mu.Lock()
-	var oldest *kept
-	for _, list := range s.pool.idle {
-		if len(list) > 0 && (oldest == nil || list[0].since.Before(oldest.since)) {
-			oldest = list[0]
-		}
-	}
+	k, ok := oldest(s.pool.idle, func(k *kept) time.Time { return k.since })
 	s.pool.mu.Unlock()
-	if oldest == nil {
-		return false
+	if ok {
+		s.evictKept(k, why)
 	}
-	s.evictKept(oldest, why)
-	return true
+	return ok
 }
 
 // idleVMs counts the pool's idle VMs.
 func (s *Service) idleVMs() int {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
-	n := 0
-	for _, list := range s.pool.idle {
-		n += len(list)
-	}
-	return n
+	return count(s.pool.idle)
 }
 
 // pressureInterval is how often watchPressure reads the host's memory,

@@ -255,16 +255,9 @@ func (s *Service) forgetPooled(id string) {
 	}
 	s.vmmPool.mu.Unlock()
 	s.pool.mu.Lock()
-	var k *kept
-	for _, list := range s.pool.idle {
-		for _, q := range list {
-			if q.lv.id == id {
-				k = q
-			}
-		}
-	}
+	ks := where(s.pool.idle, func(k *kept) bool { return k.lv.id == id })
 	s.pool.mu.Unlock()
-	if k != nil {
+	for _, k := range ks {
 		s.unpark(k)
 	}
 }
@@ -281,14 +274,7 @@ func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why 
 // dropStandbyWhere stops every standby VM match selects.
 func (s *Service) dropStandbyWhere(match func(*standby) bool, why string) {
 	s.vmmPool.mu.Lock()
-	var out []*standby
-	for _, list := range s.vmmPool.ready {
-		for _, sb := range list {
-			if match(sb) {
-				out = append(out, sb)
-			}
-		}
-	}
+	out := where(s.vmmPool.ready, match)
 	s.vmmPool.mu.Unlock()
 	for _, sb := range out {
 		s.dropStandby(sb, why)
@@ -299,29 +285,19 @@ func (s *Service) dropStandbyWhere(match func(*standby) bool, why string) {
 // false if there is none.
 func (s *Service) reclaimStandby() bool {
 	s.vmmPool.mu.Lock()
-	var oldest *standby
-	for _, list := range s.vmmPool.ready {
-		if len(list) > 0 && (oldest == nil || list[0].since.Before(oldest.since)) {
-			oldest = list[0]
-		}
-	}
+	sb, ok := oldest(s.vmmPool.ready, func(sb *standby) time.Time { return sb.since })
 	s.vmmPool.mu.Unlock()
-	if oldest == nil {
-		return false
+	if ok {
+		s.dropStandby(sb, whyStandbyRoom)
 	}
-	s.dropStandby(oldest, whyStandbyRoom)
-	return true
+	return ok
 }
 
 // standbyVMs counts the pool's standby VMs.
 func (s *Service) standbyVMs() int {
 	s.vmmPool.mu.Lock()
 	defer s.vmmPool.mu.Unlock()
-	n := 0
-	for _, list := range s.vmmPool.ready {
-		n += len(list)
-	}
-	return n
+	return count(s.vmmPool.ready)
 }
 
 // closeVMMPool stops the pool's timers; Close stops the VMs themselves.

@@ -180,9 +180,10 @@ func TestVMMPool(t *testing.T) {
 	}
 }
 
-// A standby VM whose VMM died is not handed out: the restore starts a VMM
-// of its own.
-func TestVMMPoolSkipsDeadStandby(t *testing.T) {
+// withStandby is a daemon with a snapshot restored once (vanilla), so that
+// the pool holds a standby VM for it; no VM but that one is live.
+func withStandby(t *testing.T) (*Service, *catalog.Snapshot, *catalog.VM) {
+	t.Helper()
 	s, _ := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
 	ctx := context.Background()
 	booted, snap := bootAndSnapshot(t, s, "echo")
@@ -193,7 +194,14 @@ func TestVMMPoolSkipsDeadStandby(t *testing.T) {
 	}
 	s.DeleteVM(ctx, vm.ID)
 	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
-	sb := standbyOf(t, s, snap.ID)
+	return s, snap, standbyOf(t, s, snap.ID)
+}
+
+// A standby VM whose VMM died is not handed out: the restore starts a VMM
+// of its own.
+func TestVMMPoolSkipsDeadStandby(t *testing.T) {
+	s, snap, sb := withStandby(t)
+	ctx := context.Background()
 	lv, ok := s.live(sb.ID)
 	if !ok {
 		t.Fatal("standby vm has no process")
@@ -217,17 +225,8 @@ func TestVMMPoolSkipsDeadStandby(t *testing.T) {
 // Deleting a standby VM through the API takes it out of the pool: its
 // room in the pool's budget comes back and a restore does not find it.
 func TestVMMPoolDeleteStandby(t *testing.T) {
-	s, _ := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	s, snap, sb := withStandby(t)
 	ctx := context.Background()
-	booted, snap := bootAndSnapshot(t, s, "echo")
-	s.DeleteVM(ctx, booted.ID)
-	vm, _, err := s.RestoreVM(ctx, snap.ID, "vanilla")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.DeleteVM(ctx, vm.ID)
-	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
-	sb := standbyOf(t, s, snap.ID)
 	if err := s.DeleteVM(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
