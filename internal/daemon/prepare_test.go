@@ -157,7 +157,8 @@ func TestStrategyFailureKillsVM(t *testing.T) {
 		sess, err := vanilla.Begin(ctx, snap, env)
 		return failingSession{sess, failed}, err
 	}}
-	s, _ := fakeService(t, func(c *Config) { c.Strategies = []restore.Strategy{vanilla, broken} })
+	// No VMM pool: a standby session would share the failure channel.
+	s, _ := fakeService(t, func(c *Config) { c.Strategies, c.VMMPool = []restore.Strategy{vanilla, broken}, -1 })
 	ctx := context.Background()
 	_, sn := bootAndSnapshot(t, s, "echo")
 	vm, _, err := s.RestoreVM(ctx, sn.ID, "reap")
