@@ -78,7 +78,16 @@ func TestVMMPool(t *testing.T) {
 	if err != nil || t3.VMM != "started" {
 		t.Fatalf("another strategy: %v %+v", err, t3)
 	}
-	waitFor(t, 5*time.Second, "the pool refilled", func() bool { return s.standbyVMs() == 2 })
+	waitFor(t, 5*time.Second, "the pool refilled", func() bool {
+		n := 0
+		vms, _ := s.ListVMs(ctx)
+		for _, v := range vms {
+			if v.State == catalog.StateStandby {
+				n++
+			}
+		}
+		return s.standbyVMs() == 2 && n == 2
+	})
 	if len(b.Specs()) < started+2 {
 		t.Fatalf("%d vmms started, want the refills too", len(b.Specs())-started)
 	}
