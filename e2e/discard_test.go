@@ -93,6 +93,29 @@ func bootFunction(t *testing.T, c *client.Client, name, dir string) *client.VM {
 	return vm
 }
 
+// helloSnapshot creates the bundled hello with memMiB of guest memory,
+// boots it, snapshots it and deletes the VM (an idle guest still costs TCG
+// time), leaving the snapshot.
+func helloSnapshot(t *testing.T, c *client.Client, memMiB int) *client.Snapshot {
+	t.Helper()
+	ctx := ctxT(t)
+	if _, err := c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), memMiB, 1); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := c.BootVM(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.CreateSnapshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
 // bootSnapshot creates function name from the repository directory dir
 // (256 MiB, 1 vCPU), boots it and snapshots the VM, which keeps running.
 func bootSnapshot(t *testing.T, c *client.Client, name, dir string) (*client.VM, *client.Snapshot) {

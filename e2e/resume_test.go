@@ -31,25 +31,13 @@ func TestResumeBreakdown(t *testing.T) {
 	}
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VMMPool = -1 })
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 512, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := e.c.BootVM(ctx, "hello")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.c.DeleteVM(ctx, vm.ID); err != nil { // an idle guest still costs TCG time
-		t.Fatal(err)
-	}
+	snap := helloSnapshot(t, e.c, 512)
 	var out *os.File
 	if dir := os.Getenv("THAW_RESUME_OUT"); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		var err error
 		if out, err = os.Create(filepath.Join(dir, "resume.jsonl")); err != nil {
 			t.Fatal(err)
 		}

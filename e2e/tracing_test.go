@@ -35,20 +35,7 @@ func TestColdStartTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.TracerProvider = tp })
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 256, 1); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := e.c.BootVM(ctx, "hello")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	snap := helloSnapshot(t, e.c, 256)
 
 	const callerTrace, callerSpan = "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174"
 	c := client.New(e.srv.URL, client.WithToken(e.token), client.WithRoundTripper(func(rt http.RoundTripper) http.RoundTripper {

@@ -178,15 +178,11 @@ func extractArchive(dst string, r io.Reader) error {
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
-			mode := fs.FileMode(h.Mode).Perm() | 0o444
-			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fs.FileMode(h.Mode).Perm()|0o444)
 			if err != nil {
 				return fmt.Errorf("%w: archive entry %q: %w", ErrInvalid, h.Name, err)
 			}
-			err = out.Chmod(mode) // the guest sees these modes, whatever the daemon's umask (077)
-			if err == nil {
-				_, err = io.CopyN(out, tr, h.Size)
-			}
+			_, err = io.CopyN(out, tr, h.Size)
 			if cerr := out.Close(); err == nil {
 				err = cerr
 			}

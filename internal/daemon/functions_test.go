@@ -136,6 +136,9 @@ func sameTree(t *testing.T, got, want map[string]string) {
 }
 
 func TestExtractArchive(t *testing.T) {
+	// The modes below are what the files get under an ordinary umask; a
+	// daemon opened earlier in this process set 077 (its data is its own).
+	defer syscall.Umask(syscall.Umask(0o022))
 	archive := tarGz(t,
 		tarEntry{name: "./", typeflag: tar.TypeDir, mode: 0o755},
 		tarEntry{name: "./handler.py", body: "def handler(event):\n    return event\n"},
@@ -286,6 +289,9 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 }
 
 func TestCopyTree(t *testing.T) {
+	// The modes below are what the files get under an ordinary umask; a
+	// daemon opened earlier in this process set 077 (its data is its own).
+	defer syscall.Umask(syscall.Umask(0o022))
 	src := t.TempDir()
 	writeTree(t, src, map[string]string{
 		"handler.py":                   "def handler(e): return e\n",

@@ -267,13 +267,8 @@ func (c *treeCopy) entry(f *os.File, dst, rel string, depth int) error {
 		if c.bytes += st.Size(); c.bytes > MaxCodeBytes {
 			return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
 		}
-		mode := st.Mode().Perm() | 0o444
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, st.Mode().Perm()|0o444)
 		if err != nil {
-			return err
-		}
-		if err := out.Chmod(mode); err != nil { // the guest sees these modes, whatever the daemon's umask (077)
-			out.Close()
 			return err
 		}
 		if _, err := io.Copy(out, f); err != nil {

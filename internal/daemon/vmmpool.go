@@ -263,12 +263,27 @@ func (s *Service) forgetPooled(id string) {
 }
 
 // dropSnapshotStandby stops the standby VMs of snapshot id that match
-// (nil: all of them), and those still starting when they are ready.
+// (nil: all of them). Those still starting are discarded when ready, and
+// it waits for them (up to the boot timeout): the caller is about to
+// delete, evict or replace what they map.
 func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why string) {
 	s.vmmPool.mu.Lock()
 	s.vmmPool.epoch[id]++
 	s.vmmPool.mu.Unlock()
 	s.dropStandbyWhere(func(sb *standby) bool { return sb.key.snapshot == id && (match == nil || match(sb)) }, why)
+	for deadline := time.Now().Add(s.cfg.BootTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		s.vmmPool.mu.Lock()
+		filling := 0
+		for key, n := range s.vmmPool.filling {
+			if key.snapshot == id {
+				filling += n
+			}
+		}
+		s.vmmPool.mu.Unlock()
+		if filling == 0 {
+			return
+		}
+	}
 }
 
 // dropStandbyWhere stops every standby VM match selects.

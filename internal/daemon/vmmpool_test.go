@@ -251,7 +251,8 @@ func TestVMMPoolDeleteStandby(t *testing.T) {
 }
 
 // A standby VM still starting when its snapshot is evicted is not added to
-// the pool once it is ready: it maps what the eviction meant to drop.
+// the pool once it is ready (it maps what the eviction meant to drop), and
+// the eviction waits for it.
 func TestVMMPoolEvictionDuringFill(t *testing.T) {
 	s, b := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
 	ctx := context.Background()
@@ -277,15 +278,21 @@ func TestVMMPoolEvictionDuringFill(t *testing.T) {
 		defer s.vmmPool.mu.Unlock()
 		return s.vmmPool.filling[key] == 1 && starts.Load() == 2
 	})
+	// The eviction waits for the fill, which ends once its start does.
+	time.AfterFunc(100*time.Millisecond, func() { close(gate) })
+	t0 := time.Now()
 	if err := s.EvictSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
-	close(gate)
-	waitFor(t, 5*time.Second, "the fill ended", func() bool {
-		s.vmmPool.mu.Lock()
-		defer s.vmmPool.mu.Unlock()
-		return s.vmmPool.filling[key] == 0
-	})
+	if waited := time.Since(t0); waited < 100*time.Millisecond || waited > 5*time.Second {
+		t.Errorf("the eviction returned after %s: it should wait for the fill under way, no longer", waited)
+	}
+	s.vmmPool.mu.Lock()
+	filling := s.vmmPool.filling[key]
+	s.vmmPool.mu.Unlock()
+	if filling != 0 {
+		t.Fatalf("the eviction returned with %d fills under way", filling)
+	}
 	waitFor(t, 5*time.Second, "the late standby vm stopped", func() bool {
 		vms, _ := s.ListVMs(ctx)
 		for _, v := range vms {
