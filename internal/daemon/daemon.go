@@ -375,6 +375,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimIdle() }
 	s.pool.idle = map[string][]*kept{}
 	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
+	s.vmmPool.held = map[string]bool{}
 	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

@@ -158,14 +158,18 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 		return err
 	}
 	s.evictKeptWhere(func(k *kept) bool { return k.snapshot == id }, "snapshot deleted")
+	s.holdPool(id, true) // no new standby VMs while it goes
 	s.dropSnapshotStandby(id, nil, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == id }); err != nil || v != nil {
+		s.holdPool(id, false)
 		if err == nil {
 			err = fmt.Errorf("%w: snapshot %s is in use by vm %s (%s)", ErrConflict, id, v.ID, v.State)
 		}
 		return err
 	}
-	if err := s.db.DeleteSnapshot(ctx, id); err != nil {
+	err = s.db.DeleteSnapshot(ctx, id)
+	s.holdPool(id, false) // from now on a fill finds no snapshot
+	if err != nil {
 		return err
 	}
 	if s.store != nil {

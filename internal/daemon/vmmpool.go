@@ -49,6 +49,8 @@ type vmmPool struct {
 	// epoch counts, per snapshot, the times its standby VMs were dropped
 	// (evicted, stored, deleted): a fill begun before a drop is discarded.
 	epoch map[string]uint64
+	// held are snapshots being deleted: no fill starts for them.
+	held map[string]bool
 	// restoring counts restores under way; fills wait for them (up to
 	// fillPatience), so a burst's guests do not share the CPUs with VMM
 	// starts for the next one.
@@ -114,7 +116,7 @@ func (s *Service) refill(key poolKey, fn *catalog.Function) {
 	for {
 		s.vmmPool.mu.Lock()
 		have := len(s.vmmPool.ready[key]) + s.vmmPool.filling[key]
-		if have >= want || s.vmmPool.memMiB+mem > s.cfg.VMMPoolMemoryMiB {
+		if have >= want || s.vmmPool.memMiB+mem > s.cfg.VMMPoolMemoryMiB || s.vmmPool.held[key.snapshot] {
 			s.vmmPool.mu.Unlock()
 			return
 		}
@@ -259,6 +261,17 @@ func (s *Service) forgetPooled(id string) {
 	s.pool.mu.Unlock()
 	for _, k := range ks {
 		s.unpark(k)
+	}
+}
+
+// holdPool stops (or allows again) fills for snapshot id.
+func (s *Service) holdPool(id string, hold bool) {
+	s.vmmPool.mu.Lock()
+	defer s.vmmPool.mu.Unlock()
+	if hold {
+		s.vmmPool.held[id] = true
+	} else {
+		delete(s.vmmPool.held, id)
 	}
 }
 
