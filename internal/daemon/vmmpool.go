@@ -158,21 +158,28 @@ func (s *Service) fillStandby(key poolKey, fn *catalog.Function, mem int, epoch 
 		err = errors.New("daemon stopped")
 	}
 	s.vmmPool.mu.Lock()
+	if err == nil && s.vmmPool.epoch[key.snapshot] != epoch {
+		// Its snapshot was evicted, stored or deleted while it started. It
+		// still counts as filling until it is gone: whoever dropped the
+		// snapshot's VMs waits for that.
+		s.vmmPool.mu.Unlock()
+		s.retire(ctx, sb.lv, sb.rec, "its snapshot changed while it started")
+		s.vmmPool.mu.Lock()
+		err = nil
+		sb = nil
+	}
+	// The check above, joining the pool and leaving the fills happen under
+	// one hold of the lock, so a drop either sees it filling or ready.
 	s.vmmPool.filling[key]--
 	if s.vmmPool.filling[key] <= 0 {
 		delete(s.vmmPool.filling, key)
 	}
-	if err == nil && s.vmmPool.epoch[key.snapshot] != epoch {
-		// Its snapshot was evicted, stored or deleted while it started.
+	if err != nil || sb == nil {
 		s.vmmPool.memMiB -= mem
 		s.vmmPool.mu.Unlock()
-		s.retire(ctx, sb.lv, sb.rec, "its snapshot changed while it started")
-		return
-	}
-	if err != nil {
-		s.vmmPool.memMiB -= mem
-		s.vmmPool.mu.Unlock()
-		s.log.Warn("vmm pool: standby vm not started", "snapshot", key.snapshot, "strategy", key.kind, "err", err)
+		if err != nil {
+			s.log.Warn("vmm pool: standby vm not started", "snapshot", key.snapshot, "strategy", key.kind, "err", err)
+		}
 		return
 	}
 	sb.mem, sb.since = mem, time.Now()

@@ -293,15 +293,14 @@ func TestVMMPoolEvictionDuringFill(t *testing.T) {
 	if filling != 0 {
 		t.Fatalf("the eviction returned with %d fills under way", filling)
 	}
-	waitFor(t, 5*time.Second, "the late standby vm stopped", func() bool {
-		vms, _ := s.ListVMs(ctx)
-		for _, v := range vms {
-			if v.Live() {
-				return false
-			}
+	// And the late VM is gone by then: a deletion right after must not find
+	// the snapshot in use.
+	vms, _ := s.ListVMs(ctx)
+	for _, v := range vms {
+		if v.Live() {
+			t.Fatalf("vm %s (%s) still live when the eviction returned", v.ID, v.State)
 		}
-		return true
-	})
+	}
 	if n := s.standbyVMs(); n != 0 {
 		t.Fatalf("%d standby vms after the eviction", n)
 	}
