@@ -216,15 +216,7 @@ way. Needs no daemon.`,
 			if err != nil {
 				return err
 			}
-			paths, err := bench.WriteEval(out, res)
-			if err != nil {
-				return err
-			}
-			for _, p := range paths {
-				fmt.Fprintf(a.stderr, "[bench] wrote %s\n", filepath.Clean(p))
-			}
-			fmt.Fprint(a.stdout, res.Markdown())
-			return nil
+			return a.finishRun(res, nil, out, func(dir string) ([]string, error) { return bench.WriteEval(dir, res) }, res.Markdown)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: DIR)")

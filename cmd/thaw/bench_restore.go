@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -91,13 +90,5 @@ func (a *app) reportRestore(dir, out string) error {
 	if err != nil {
 		return err
 	}
-	paths, err := bench.WriteRestore(out, res)
-	if err != nil {
-		return err
-	}
-	for _, p := range paths {
-		fmt.Fprintf(a.stderr, "[bench] wrote %s\n", filepath.Clean(p))
-	}
-	fmt.Fprint(a.stdout, res.Markdown())
-	return nil
+	return a.finishRun(res, nil, out, func(dir string) ([]string, error) { return bench.WriteRestore(dir, res) }, res.Markdown)
 }
