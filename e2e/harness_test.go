@@ -107,6 +107,18 @@ func startEnvWith(t testing.TB, dataDir string, edit func(*daemon.Config)) *env 
 	return e
 }
 
+// helloEnv starts a daemon of t's own with the bundled hello created at
+// the daemon's default memory and vCPUs.
+func helloEnv(t *testing.T) (*env, context.Context) {
+	t.Helper()
+	e := startEnv(t, t.TempDir())
+	ctx := ctxT(t)
+	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	return e, ctx
+}
+
 // client is a client of e for test t: every answer is checked against
 // openapi.json on the way, and what does not match fails t.
 func (e *env) client(t testing.TB) *client.Client {

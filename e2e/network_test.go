@@ -161,14 +161,7 @@ func TestGuestNetworkIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ownNetNamespaces(t)
-	boot, err := e.c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, boot.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, snap := snapshotBoot(t, e.c, "probe")
 	clone, err := e.c.RestoreVM(ctx, snap.ID, "vanilla")
 	if err != nil {
 		t.Fatal(err)
