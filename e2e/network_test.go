@@ -18,12 +18,13 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // echoService listens on the host's loopback and sends back what it reads.
 func echoService(t *testing.T) int {
 	t.Helper()
-	return serveLoopback(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) })
+	return tcptest.Serve(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) }).Port
 }
 
 // outside is a server in a network namespace the test creates, linked to
