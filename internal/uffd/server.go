@@ -89,11 +89,11 @@ type counters struct {
 	pfReadNS, pfInstallNS, pfNS                                atomic.Int64
 	pfFallback                                                 atomic.Pointer[string]
 
-	srcReads, srcBytes                  atomic.Uint64
-	srcNS                               atomic.Int64
-	ldPages, ldExisting, ldSkipped      atomic.Uint64
-	ldCopies, ldBytes                   atomic.Uint64
-	ldNS                                atomic.Int64
+	srcReads, srcBytes             atomic.Uint64
+	srcNS                          atomic.Int64
+	ldPages, ldExisting, ldSkipped atomic.Uint64
+	ldCopies, ldBytes              atomic.Uint64
+	ldNS                           atomic.Int64
 }
 
 // PageSource is where a Server reads the pages it installs when they are
