@@ -208,7 +208,13 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
 		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
-	c.sess, err = o.begin(sctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
+	snap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}
+	if s.cfg.MemorySource != nil {
+		snap.Source, snap.MemFile, err = s.cfg.MemorySource(sctx, c.sn.ID)
+	}
+	if err == nil {
+		c.sess, err = o.begin(sctx, snap, env)
+	}
 	if err == nil {
 		// Time the strategy reports apart (cached's fill) is not set-up.
 		c.start = c.start.Add(c.sess.Untimed())
@@ -218,7 +224,9 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	endSpan(sp, err)
 	if err != nil {
 		_ = os.RemoveAll(c.spec.RunDir)
-		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+		// %w twice: callers can tell a strategy that needs the memory file
+		// here (restore.ErrNeedsLocalMemory) from other failures.
+		return nil, fmt.Errorf("%w: vm %s: %w", ErrVMFailed, id, err)
 	}
 	return c, nil
 }
