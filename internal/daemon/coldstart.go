@@ -156,6 +156,9 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 // failRestore stops a locked VM whose restore failed and unlocks it.
 func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, err error) error {
 	reason := fmt.Sprintf("restore from %s: %v", snapID, err)
+	if why := lv.strategyFailed.Load(); why != nil { // the cause: the step then failed with the VMM gone
+		reason = fmt.Sprintf("restore from %s: %s strategy: %s (then: %v)", snapID, lv.sess.Kind(), *why, err)
+	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 	lv.mu.Unlock()
 	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
@@ -325,6 +328,8 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM) (*agent.Reply, err
 func (s *Service) watchStrategy(lv *liveVM, failed <-chan error) {
 	select {
 	case err := <-failed:
+		why := err.Error()
+		lv.strategyFailed.Store(&why)
 		s.log.Error("restore strategy failed; killing vm", "vm", lv.id, "err", err)
 		s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
 	case <-lv.m.Done():
