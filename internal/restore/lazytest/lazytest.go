@@ -33,6 +33,7 @@ type Source struct {
 	fetched map[int64]chan struct{} // closed once the chunk is here
 
 	fail                  atomic.Bool
+	failAfter             atomic.Uint64 // reads that succeed before Fail takes effect; 0: none
 	bytes, chunks, hits   atomic.Uint64
 	prefetches, readCalls atomic.Uint64
 }
@@ -59,14 +60,20 @@ func (s *Source) Close() error { return s.f.Close() }
 // Fail makes every later ReadAt fail with ErrFetch.
 func (s *Source) Fail() { s.fail.Store(true) }
 
+// FailAfter lets n more reads succeed, then fails every later one.
+func (s *Source) FailAfter(n uint64) {
+	s.failAfter.Store(s.readCalls.Load() + n)
+	s.fail.Store(true)
+}
+
 // Size is the memory file's size.
 func (s *Source) Size() int64 { return s.size }
 
 // ReadAt fetches the chunks p covers (once each, waiting Delay per chunk
 // fetched), then reads the file.
 func (s *Source) ReadAt(p []byte, off int64) (int, error) {
-	s.readCalls.Add(1)
-	if s.fail.Load() {
+	calls := s.readCalls.Add(1)
+	if s.fail.Load() && calls > s.failAfter.Load() {
 		return 0, fmt.Errorf("read at %d: %w", off, ErrFetch)
 	}
 	if off < 0 {
