@@ -132,6 +132,16 @@ func TestLazyRestore(t *testing.T) {
 						r.SetupMS, r.ResumeMS, inv.Timing.TotalMS)
 				})
 			}
+			// The same strategies from the local memory file, cache evicted:
+			// the reference the lazy numbers above compare with.
+			for _, k := range []restore.Kind{restore.Vanilla, restore.REAP, restore.FaaSnap} {
+				inv, err := c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: string(k), Snapshot: res.Warm.ID, EvictCache: true})
+				if err != nil || !inv.OK || inv.StrategyStats.Lazy {
+					t.Fatalf("local %s: %v %+v", k, err, inv)
+				}
+				t.Logf("%s/%-7s local: set-up %.1f ms, resume %.1f ms, total %.1f ms, %.2f MiB read by QEMU",
+					name, k, inv.Timing.Restore.SetupMS, inv.Timing.Restore.ResumeMS, inv.Timing.TotalMS, mib(inv.Process.ReadBytes))
+			}
 			t.Run("cached refuses", func(t *testing.T) {
 				src, err := lazytest.Open(mem, 0)
 				if err != nil {

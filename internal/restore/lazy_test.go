@@ -206,3 +206,19 @@ func residentPages(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// Prepare's record restores need the memory file: they refuse a source.
+func TestRecordRefusesSource(t *testing.T) {
+	build := shimBuild(t)
+	base := restore.NewSynthSnapshot(t, 300, 21)
+	snap, src := lazySnap(t, base.Snap, 0)
+	env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+	called := false
+	_, err := restore.Shimmed(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) {
+		called = true
+		return nil, nil
+	})(context.Background(), snap, env)
+	if !errors.Is(err, restore.ErrNeedsLocalMemory) || called || src.ReadCalls() != 0 {
+		t.Fatalf("record with a memory source: %v (began %v)", err, called)
+	}
+}
