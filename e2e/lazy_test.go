@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/restore/lazytest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
-	"golang.org/x/sys/unix"
 )
 
 // lazyChunkDelay is the injected fetch time of one 512 KiB chunk: an
@@ -87,7 +85,7 @@ func TestLazyRestore(t *testing.T) {
 				current.Store(&lazyMemory{src, ph})
 				defer current.Store(nil)
 				inv, err := c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: string(k), Snapshot: res.Warm.ID})
-				if resident, _, rerr := pagecache.Resident(ph); rerr != nil || resident != 0 || !allHoles(t, ph) {
+				if resident, _, rerr := pagecache.Resident(ph); rerr != nil || resident != 0 || !holes(t, ph) {
 					t.Errorf("%s: placeholder read or written: %d pages resident (%v)", k, resident, rerr)
 				}
 				return inv, err
@@ -196,13 +194,11 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 func deref(b *bool) bool { return b != nil && *b }
 
-// allHoles reports whether path holds no data (SEEK_DATA finds none).
-func allHoles(t *testing.T, path string) bool {
-	f, err := os.Open(path)
+func holes(t *testing.T, path string) bool {
+	t.Helper()
+	ok, err := lazytest.AllHoles(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
-	return errors.Is(err, unix.ENXIO)
+	return ok
 }

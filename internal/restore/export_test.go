@@ -17,3 +17,6 @@ func NewSynthSnapshot(t *testing.T, pages int, seed int64) SynthSnapshot {
 
 // Shimmed is the guard every prepare step's restore goes through.
 var Shimmed = shimmed
+
+// ShimDir builds the interposer and returns its directory.
+var ShimDir = shimDir

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/restore/lazytest"
-	"golang.org/x/sys/unix"
 )
 
 // The lazy strategies through the real interposer and fault server, with
@@ -47,14 +45,7 @@ type lazyCheck struct {
 	FileModified bool `json:"file_modified"`
 }
 
-func shimBuild(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "shim")
-	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("build interposer: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "build")
-}
+func shimBuild(t *testing.T) string { return filepath.Join(restore.ShimDir(t), "build") }
 
 // checkCmd maps the session's memory as QEMU does and compares every page
 // with want.
@@ -187,17 +178,6 @@ func TestLazyRefusesWrongSize(t *testing.T) {
 	}
 }
 
-// allHoles reports whether path has no data (SEEK_DATA finds none).
-func allHoles(t *testing.T, path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
-	return errors.Is(err, unix.ENXIO)
-}
-
 func residentPages(t *testing.T, path string) int {
 	t.Helper()
 	n, _, err := pagecache.Resident(path)
@@ -221,4 +201,13 @@ func TestRecordRefusesSource(t *testing.T) {
 	if !errors.Is(err, restore.ErrNeedsLocalMemory) || called || src.ReadCalls() != 0 {
 		t.Fatalf("record with a memory source: %v (began %v)", err, called)
 	}
+}
+
+func allHoles(t *testing.T, path string) bool {
+	t.Helper()
+	ok, err := lazytest.AllHoles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/restore"
+	"golang.org/x/sys/unix"
 )
 
 // ChunkSize is the chunk the source fetches at a time.
@@ -137,4 +138,19 @@ func Placeholder(path string, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// AllHoles reports whether path holds no data at all (SEEK_DATA finds
+// none): a placeholder nobody wrote.
+func AllHoles(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return true, nil
+	}
+	return false, err
 }
