@@ -3,7 +3,7 @@
  * RAM on restore (memory-backend-file, share=off) and verifies that what the
  * mapping shows equals the file, whatever libthaw_shim.so did underneath.
  *
- *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] MEMFILE
+ *   thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] [--expect FILE] MEMFILE
  *
  * --threads N     read pages from N threads (interleaved), so uffd faults
  *                 reach the daemon concurrently, as vCPUs would.
@@ -16,6 +16,9 @@
  *                 for memory-backend-file,align=N (device-DAX needs it).
  * --standby MS    wait MS milliseconds between mapping and reading, as a VMM
  *                 of thaw's VMM pool waits, memory laid out, for its restore.
+ * --expect FILE   compare the mapping with FILE instead of MEMFILE (a lazy
+ *                 restore: MEMFILE is a placeholder, the bytes come from a
+ *                 memory source through userfaultfd).
  *
  * The JSON line also says whether the mapping's first VMA carries the
  * huge-page hint (VmFlags "hg" in /proc/self/smaps) after QEMU's madvise
@@ -40,6 +43,7 @@
 
 static char *map;
 static int memfd;
+static int reffd; /* what pages must equal: memfd, or --expect's file */
 static size_t page, npages;
 static int nthreads = 1;
 
@@ -63,7 +67,7 @@ static void *reader(void *arg)
 	}
 	for (size_t i = (size_t)w->idx; i < npages; i += (size_t)nthreads) {
 		off_t off = (off_t)(i * page);
-		if (read_full(memfd, buf, page, off) < 0) {
+		if (read_full(reffd, buf, page, off) < 0) {
 			w->err = errno;
 			break;
 		}
@@ -96,7 +100,7 @@ static double now_ms(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] MEMFILE\n");
+	fprintf(stderr, "usage: thaw-shim-check [--threads N] [--write-check] [--qemu-madvise] [--align N] [--standby MS] [--expect FILE] MEMFILE\n");
 	exit(1);
 }
 
@@ -104,7 +108,7 @@ struct options {
 	int write_check, qemu_madvise;
 	long standby_ms;
 	size_t align;
-	const char *path;
+	const char *path, *expect;
 };
 
 static void parse_args(int argc, char **argv, struct options *o)
@@ -126,6 +130,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 			o->standby_ms = atol(argv[++i]);
 			if (o->standby_ms < 0 || o->standby_ms > 600000)
 				usage();
+		} else if (!strcmp(argv[i], "--expect") && i + 1 < argc) {
+			o->expect = argv[++i];
 		} else if (argv[i][0] == '-' || o->path) {
 			usage();
 		} else {
@@ -150,6 +156,16 @@ static int map_like_qemu(const struct options *o, size_t *size)
 	if (memfd < 0 || fstat(memfd, &st) < 0) {
 		fprintf(stderr, "thaw-shim-check: %s: %s\n", o->path, strerror(errno));
 		return 1;
+	}
+	reffd = memfd;
+	if (o->expect) {
+		struct stat rst;
+
+		reffd = open(o->expect, O_RDONLY);
+		if (reffd < 0 || fstat(reffd, &rst) < 0 || rst.st_size != st.st_size) {
+			fprintf(stderr, "thaw-shim-check: %s: %s\n", o->expect, reffd < 0 ? strerror(errno) : "size differs from MEMFILE");
+			return 1;
+		}
 	}
 	*size = (size_t)st.st_size;
 	if (!*size || *size % page) {

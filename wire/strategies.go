@@ -16,6 +16,7 @@ type StrategyStats struct {
 	RecordedPageCount uint64 `json:"recorded_pages,omitempty"`
 
 	CachedStats
+	LazyStats
 	REAPStats
 	FaaSnapStats
 	PremapStats
@@ -25,6 +26,22 @@ type StrategyStats struct {
 // CachedStats: the page-cache fill, reported apart from set-up.
 type CachedStats struct {
 	CacheFillMS float64 `json:"cache_fill_ms,omitempty"`
+}
+
+// LazyStats: guest memory served from a memory source (the snapshot's
+// memory file is not on this host; vanilla, reap and faasnap).
+type LazyStats struct {
+	Lazy                bool    `json:"lazy,omitempty"`                  // memory came from a source, not a local file
+	SourceFaults        uint64  `json:"source_faults,omitempty"`         // faults served by reading the source
+	SourceBytes         uint64  `json:"source_bytes,omitempty"`          // bytes those reads returned
+	SourceReadMS        float64 `json:"source_read_ms,omitempty"`        // time spent in them
+	SourceFetchedBytes  uint64  `json:"source_fetched_bytes,omitempty"`  // bytes the source fetched from its store meanwhile
+	SourceFetchedChunks uint64  `json:"source_fetched_chunks,omitempty"` // chunks it fetched
+	SourceCacheHits     uint64  `json:"source_cache_hits,omitempty"`     // reads it answered from its cache
+	LoadingSetFaults    uint64  `json:"loading_set_faults,omitempty"`    // faasnap: faults served from the local loading-set file
+	ZeroFaults          uint64  `json:"zero_faults,omitempty"`           // faasnap: faults on pages known to be zero, not read
+	LoaderPages         uint64  `json:"loader_pages,omitempty"`          // faasnap: loading-set pages the loader installed
+	LoaderExisting      uint64  `json:"loader_existing,omitempty"`       // faasnap: loading-set pages faulted in before the loader got there
 }
 
 // REAPStats: the working-set install and the faults served after it.

@@ -962,6 +962,15 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, FaaSnapStats: restore.FaaSnapStats{LoaderBytes: 18874368,
 			LoaderMS: 52.7, LoaderShared: true, LoaderBeforeInvoke: &finished}}},
 		{restore.REAP, restore.Stats{RecordedPageCount: 7342}}, // record mode (never answered, but encodable)
+		{restore.Vanilla, restore.Stats{LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 5120, SourceBytes: 20971520,
+			SourceReadMS: 310.5, SourceFetchedBytes: 41943040, SourceFetchedChunks: 80, SourceCacheHits: 5040}}},
+		{restore.REAP, restore.Stats{REAPStats: restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5,
+			FaultsServed: 412, FaultBytesRead: 1687552}, LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 412,
+			SourceBytes: 1687552, SourceReadMS: 40.2, SourceFetchedBytes: 3145728, SourceFetchedChunks: 6, SourceCacheHits: 406}}},
+		{restore.FaaSnap, restore.Stats{LayoutEntries: 206, FaaSnapStats: restore.FaaSnapStats{LoaderBytes: 18477056,
+			LoaderMS: 40.1, LoaderBeforeInvoke: &finished}, LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 301,
+			SourceBytes: 1232896, SourceReadMS: 25.5, SourceFetchedBytes: 2621440, SourceFetchedChunks: 5, SourceCacheHits: 296,
+			LoadingSetFaults: 12, ZeroFaults: 2831, LoaderPages: 4499, LoaderExisting: 12}}},
 		{restore.Premap, restore.Stats{LayoutEntries: 31, PremapStats: restore.PremapStats{StoreBytes: 94371840,
 			PopulatedBytes: 536870912, PopulateMS: 21.4}}},
 	}

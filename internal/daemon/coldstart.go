@@ -156,6 +156,9 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 // failRestore stops a locked VM whose restore failed and unlocks it.
 func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, err error) error {
 	reason := fmt.Sprintf("restore from %s: %v", snapID, err)
+	if why := lv.strategyFailed.Load(); why != nil { // the cause: the step then failed with the VMM gone
+		reason = fmt.Sprintf("restore from %s: %s strategy: %s (then: %v)", snapID, lv.sess.Kind(), *why, err)
+	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 	lv.mu.Unlock()
 	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
@@ -208,7 +211,13 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
 		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
-	c.sess, err = o.begin(sctx, restore.Snapshot{Dir: c.sn.Dir, Manifest: m}, env)
+	snap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}
+	if s.cfg.MemorySource != nil {
+		snap.Source, snap.MemFile, err = s.cfg.MemorySource(sctx, c.sn.ID)
+	}
+	if err == nil {
+		c.sess, err = o.begin(sctx, snap, env)
+	}
 	if err == nil {
 		// Time the strategy reports apart (cached's fill) is not set-up.
 		c.start = c.start.Add(c.sess.Untimed())
@@ -218,7 +227,9 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	endSpan(sp, err)
 	if err != nil {
 		_ = os.RemoveAll(c.spec.RunDir)
-		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
+		// %w twice: callers can tell a strategy that needs the memory file
+		// here (restore.ErrNeedsLocalMemory) from other failures.
+		return nil, fmt.Errorf("%w: vm %s: %w", ErrVMFailed, id, err)
 	}
 	return c, nil
 }
@@ -317,6 +328,8 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM) (*agent.Reply, err
 func (s *Service) watchStrategy(lv *liveVM, failed <-chan error) {
 	select {
 	case err := <-failed:
+		why := err.Error()
+		lv.strategyFailed.Store(&why)
 		s.log.Error("restore strategy failed; killing vm", "vm", lv.id, "err", err)
 		s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
 	case <-lv.m.Done():

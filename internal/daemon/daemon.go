@@ -88,6 +88,15 @@ type Config struct {
 	ConsoleLogLimit     int64  // bytes of guest console kept per VM
 	CgroupRoot          string // the cgroup file system; "none" disables VM cgroups
 
+	// MemorySource, if set, says for each restore whether the snapshot's
+	// guest memory comes from a memory source (a lazily filled copy in an
+	// object store) instead of its local memory file: a nil source means
+	// the local file. placeholder is the file QEMU opens in its place
+	// ("": the snapshot's memory file path, a placeholder there). Only
+	// strategies marked Lazy restore from a source; the others fail with
+	// restore.ErrNeedsLocalMemory.
+	MemorySource func(ctx context.Context, snapID string) (src restore.MemorySource, placeholder string, err error) `json:"-"`
+
 	// VMM is the monitor VMs run in; nil: QEMU.
 	VMM vmm.Backend `json:"-"`
 	// TracerProvider makes the service's spans (tracing.go); nil: none.

@@ -104,7 +104,10 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	if err != nil {
 		var reason string
 		var kind error
-		switch {
+		switch why := lv.strategyFailed.Load(); {
+		case why != nil: // the strategy stopped serving memory and the VM was killed
+			reason = fmt.Sprintf("%s strategy failed during the invocation: %s", lv.sess.Kind(), *why)
+			kind = ErrVMFailed
 		case errors.Is(err, agent.ErrTimeout) && ctx.Err() == nil:
 			reason = fmt.Sprintf("invocation timed out after %s; guest killed", timeout)
 			kind = ErrTimeout

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
@@ -31,14 +32,15 @@ type liveVM struct {
 	shared  bool   // guest RAM is in memPath, so the VM can be snapshotted
 	state   string // guarded by Service.mu
 
-	sess             restore.Session   // restored VMs: the strategy serving their memory
-	untimed          time.Duration     // the strategy's time before the restore proper, reported apart (cached's fill)
-	countersAtResume procstat.Counters // VMM counters just before the vCPUs resumed
-	spec             vmm.Spec          // what the VMM was started with
-	unconfine        func()            // frees the VM's user id and cgroup once the VMM is gone
-	oom              string            // why the memory limit killed the VMM; guarded by Service.mu
-	net              *vmnet.Net        // the VM's network namespace and service proxies
-	release          func()            // gives the VM's admitted room back once the VMM is gone
+	sess             restore.Session        // restored VMs: the strategy serving their memory
+	untimed          time.Duration          // the strategy's time before the restore proper, reported apart (cached's fill)
+	countersAtResume procstat.Counters      // VMM counters just before the vCPUs resumed
+	spec             vmm.Spec               // what the VMM was started with
+	unconfine        func()                 // frees the VM's user id and cgroup once the VMM is gone
+	oom              string                 // why the memory limit killed the VMM; guarded by Service.mu
+	net              *vmnet.Net             // the VM's network namespace and service proxies
+	release          func()                 // gives the VM's admitted room back once the VMM is gone
+	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {

@@ -58,7 +58,7 @@ func checkLoadingSetFile(t *testing.T, a *FaaSnapArtifact, content []byte, order
 	}
 	nz := nonzeroOf(content)
 	for _, p := range order {
-		if findRegion(nz, p) >= 0 && !stored[p] {
+		if FindRegion(nz, p) >= 0 && !stored[p] {
 			t.Fatalf("loading-set page %d not stored", p)
 		}
 	}

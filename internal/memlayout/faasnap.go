@@ -99,7 +99,7 @@ func (a *FaaSnapArtifact) validate(pages uint64) error {
 		if uint64(l.Group) >= groups {
 			return fmt.Errorf("%w: loading region %d has group %d, the working set has %d groups", ErrCorrupt, i, l.Group, groups)
 		}
-		if findRegion(a.NonzeroRegions, r.Start) < 0 || findRegion(a.NonzeroRegions, r.End()-1) < 0 {
+		if FindRegion(a.NonzeroRegions, r.Start) < 0 || FindRegion(a.NonzeroRegions, r.End()-1) < 0 {
 			return fmt.Errorf("%w: loading region %d does not start and end on non-zero pages", ErrCorrupt, i)
 		}
 		if l.FileOff != off {

@@ -177,10 +177,10 @@ func Expand(runs []PageRun) []uint64 {
 	return out
 }
 
-// findRegion returns the index of the region of sorted, non-overlapping rs
+// FindRegion returns the index of the region of sorted, non-overlapping rs
 // that contains page p, or -1. (Helper: the §4.5 "is this page non-zero"
 // question.)
-func findRegion(rs []PageRun, p uint64) int {
+func FindRegion(rs []PageRun, p uint64) int {
 	i, _ := slices.BinarySearchFunc(rs, p, func(r PageRun, p uint64) int {
 		switch {
 		case r.End() <= p:

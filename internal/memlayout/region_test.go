@@ -95,8 +95,8 @@ func TestRegionJSON(t *testing.T) {
 func TestFindRegion(t *testing.T) {
 	rs := []PageRun{{2, 3}, {10, 1}, {20, 5}}
 	for p, want := range map[uint64]int{0: -1, 2: 0, 4: 0, 5: -1, 10: 1, 11: -1, 24: 2, 25: -1, 1000: -1} {
-		if got := findRegion(rs, p); got != want {
-			t.Errorf("findRegion(%d) = %d, want %d", p, got, want)
+		if got := FindRegion(rs, p); got != want {
+			t.Errorf("FindRegion(%d) = %d, want %d", p, got, want)
 		}
 	}
 }

@@ -230,7 +230,7 @@ func TestResolveConformance(t *testing.T) {
 		// can hold anything without changing the result.
 		dirty := bytes.Clone(memFile)
 		for p := 0; p < pages; p++ {
-			if findRegion(a.NonzeroRegions, uint64(p)) < 0 {
+			if FindRegion(a.NonzeroRegions, uint64(p)) < 0 {
 				dirty[p*ps] = 0xee
 			}
 		}

@@ -84,7 +84,7 @@ func PlanSnapBPF(captured []uint64, pages uint64, dataRegions []PageRun) ([]Page
 		switch {
 		case p >= pages:
 			st.OutsidePages++
-		case findRegion(dataRegions, p) < 0:
+		case FindRegion(dataRegions, p) < 0:
 			st.Pages++
 			st.FreePages++
 		default:

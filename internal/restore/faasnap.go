@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -48,6 +49,9 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if snap.Source != nil {
+		return beginLazyFaaSnap(snap, env, art, lsPath)
+	}
 	layout, err := art.ShimLayout()
 	if err != nil {
 		return nil, err
@@ -83,4 +87,28 @@ func (f *faasnap) Stats() Stats {
 	defer f.mu.Unlock()
 	return Stats{LayoutEntries: f.entries, FaaSnapStats: FaaSnapStats{LoaderBytes: f.load.Bytes(),
 		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst}}
+}
+
+// beginLazyFaaSnap restores from a memory source: guest memory is anonymous
+// and registered with userfaultfd; a loader installs the loading set from
+// its local file with UFFDIO_COPY while the guest runs (FaaSnap's
+// concurrent paging, §4.2, done by installing pages instead of reading them
+// into the page cache); a fault on a loading-set page not yet installed is
+// served from the same file, a fault on a page the artifact knows is zero
+// gets a zero page, and only the rest is read from the source.
+func beginLazyFaaSnap(snap Snapshot, env Env, art *memlayout.FaaSnapArtifact, lsPath string) (Session, error) {
+	src := newPageSource(snap.Source)
+	if err := src.withLoadingSet(art, lsPath); err != nil {
+		return nil, err
+	}
+	runs := make([]uffd.FileRun, len(art.LoadingRegions))
+	for i, l := range art.LoadingRegions {
+		runs[i] = uffd.FileRun{Page: l.Start, Pages: l.Pages, FileOff: l.FileOff}
+	}
+	s, err := startUffd(snap, env, uffdPlan{kind: FaaSnap, source: src, lsFile: lsPath, lsRuns: runs, entries: len(runs)})
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	return s, nil
 }

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/thaw-dev/thaw/wire"
@@ -53,6 +54,9 @@ func shimmed(begin BeginFunc) BeginFunc {
 	return func(ctx context.Context, snap Snapshot, env Env) (Session, error) {
 		if err := needShim(env); err != nil {
 			return nil, err
+		}
+		if snap.Source != nil { // recording reads and hashes the memory file
+			return nil, fmt.Errorf("record on snapshot %s: %w: pull the snapshot first", snapID(snap), ErrNeedsLocalMemory)
 		}
 		return begin(ctx, snap, env)
 	}

@@ -52,10 +52,23 @@ func ParseKind(s string) (Kind, error) {
 type Snapshot struct {
 	Dir      string
 	Manifest *snapshot.Manifest
+	// Source, when set, serves the guest memory: the memory file is not on
+	// this host, and the file at MemoryPath is a placeholder of its size
+	// (sparse, all holes) that QEMU opens and never reads. Only strategies
+	// marked Lazy restore such a snapshot.
+	Source MemorySource
+	// MemFile, when set, is the memory file (or placeholder) QEMU opens
+	// instead of the one in Dir.
+	MemFile string
 }
 
-// MemoryPath is the snapshot's guest memory file.
-func (s Snapshot) MemoryPath() string { return filepath.Join(s.Dir, snapshot.MemoryFile) }
+// MemoryPath is the snapshot's guest memory file (or its placeholder).
+func (s Snapshot) MemoryPath() string {
+	if s.MemFile != "" {
+		return s.MemFile
+	}
+	return filepath.Join(s.Dir, snapshot.MemoryFile)
+}
 
 // ArtifactDir is where a strategy keeps the artifacts it built for s.
 func (s Snapshot) ArtifactDir(k Kind) string { return filepath.Join(s.Dir, "strategies", string(k)) }

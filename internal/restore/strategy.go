@@ -1,6 +1,9 @@
 package restore
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // BeginFunc starts a restore of snap: the session that says how guest
 // memory is backed and serves it.
@@ -24,6 +27,10 @@ type Strategy struct {
 	// that the other strategies record on and every cold start restores.
 	// Exactly one strategy of those with a Record has it.
 	Warm bool
+	// Lazy: the strategy restores a snapshot whose memory comes from a
+	// MemorySource (Snapshot.Source); the others refuse one with a
+	// NeedsLocalError.
+	Lazy bool
 }
 
 // Start begins a restore with the strategy, falling back to vanilla where
@@ -31,6 +38,14 @@ type Strategy struct {
 func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, error) {
 	if err := needShim(env); err != nil {
 		return nil, err
+	}
+	if snap.Source != nil {
+		if !st.Lazy {
+			return nil, &NeedsLocalError{Kind: st.Kind, Snapshot: snapID(snap)}
+		}
+		if err := checkLazy(snap); err != nil {
+			return nil, fmt.Errorf("lazy restore: %w", err)
+		}
 	}
 	s, err := st.Begin(ctx, snap, env)
 	if err != nil && st.Fallback {
@@ -44,10 +59,10 @@ func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, 
 var registry = []Strategy{
 	{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return beginVanilla(snap, env, "")
-	}},
+	}, Lazy: true},
 	{Kind: Cached, Begin: beginCached},
-	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP},
-	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true},
+	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true},
+	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true},
 	{Kind: Premap, Begin: beginPremap, Fallback: true},
 	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF},
 }
@@ -73,3 +88,11 @@ func Lookup(k Kind) (Strategy, bool) {
 
 // Strategies returns the registry (a copy).
 func Strategies() []Strategy { return append([]Strategy(nil), registry...) }
+
+// snapID names snap in errors: its manifest's ID, else its directory.
+func snapID(snap Snapshot) string {
+	if snap.Manifest != nil && snap.Manifest.ID != "" {
+		return snap.Manifest.ID
+	}
+	return snap.Dir
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"time"
 	"unsafe"
@@ -224,6 +225,41 @@ func (s *Server) serveFault(f fault) (outcome, error) {
 	if off >= s.memSize {
 		return s.install(addr, true, f)
 	}
+	if s.takeLoaded(page) {
+		// Load installed the page after this fault was raised: wake the
+		// thread without reading it. The mark is taken once, so a page
+		// dropped since (MADV_DONTNEED) is read on its next fault.
+		s.c.exists.Add(1)
+		if werr := uffdWake(s.uffd, addr, PageSize); werr == nil {
+			s.c.wakes.Add(1)
+		}
+		s.faultDone(f)
+		return done, nil
+	}
+	n, err := s.readPage(off)
+	if err != nil {
+		return done, err
+	}
+	clear(s.page[n:])
+	s.c.bytesRead.Add(uint64(n))
+	zero := f.flags&pagefaultFlagWrite == 0 && isZero(s.page)
+	return s.install(addr, zero, f)
+}
+
+// readPage reads the page at off into s.page (from the memory file or the
+// source) and returns the bytes read; the rest of the page is not cleared.
+func (s *Server) readPage(off int64) (int, error) {
+	if s.src != nil {
+		t := time.Now()
+		n, err := s.src.ReadAt(s.page, off)
+		s.c.srcNS.Add(int64(time.Since(t)))
+		s.c.srcReads.Add(1)
+		s.c.srcBytes.Add(uint64(n))
+		if err != nil && !errors.Is(err, io.EOF) {
+			return n, fmt.Errorf("uffd: read memory source at %#x: %w", off, err)
+		}
+		return n, nil
+	}
 	n := 0
 	for n < PageSize {
 		m, err := unix.Pread(s.memFD, s.page[n:], off+int64(n))
@@ -231,17 +267,14 @@ func (s *Server) serveFault(f fault) (outcome, error) {
 			continue
 		}
 		if err != nil {
-			return done, fmt.Errorf("uffd: read memory file at %#x: %w", off+int64(n), err)
+			return n, fmt.Errorf("uffd: read memory file at %#x: %w", off+int64(n), err)
 		}
 		if m == 0 {
 			break
 		}
 		n += m
 	}
-	clear(s.page[n:])
-	s.c.bytesRead.Add(uint64(n))
-	zero := f.flags&pagefaultFlagWrite == 0 && isZero(s.page)
-	return s.install(addr, zero, f)
+	return n, nil
 }
 
 // install maps a zero page (zero) or s.page at addr, waking the faulting

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -64,7 +65,7 @@ func (s *Server) Prefetch(wsFile string, pages []uint64) (Stats, error) {
 			for j < len(pages) && pages[j] == pages[j-1]+1 {
 				j++
 			}
-			ierr = s.installRun(s.r.Addr+pages[i]*PageSize, base+uint64(i)*PageSize, uint64(j-i)*PageSize)
+			ierr = s.installRun(s.r.Addr+pages[i]*PageSize, base+uint64(i)*PageSize, uint64(j-i)*PageSize, s.prefetchCounters())
 			i = j
 		}
 	}
@@ -140,16 +141,23 @@ func (s *Server) readWorkingSet(path string, npages int) (buf []byte, direct boo
 	return buf, direct, fallback, reads, nil
 }
 
+// runCounters are where installRun counts: Prefetch's or Load's.
+type runCounters struct{ pages, existing, skipped, copies *atomic.Uint64 }
+
+func (s *Server) prefetchCounters() runCounters {
+	return runCounters{&s.c.pfPages, &s.c.pfExisting, &s.c.pfSkipped, &s.c.pfCopies}
+}
+
 // installRun copies [src, src+n) to [dst, dst+n) in the faulting process.
-func (s *Server) installRun(dst, src, n uint64) error {
+func (s *Server) installRun(dst, src, n uint64, rc runCounters) error {
 	var off uint64
 	var againSince time.Time
 	backoff := 50 * time.Microsecond
 	for off < n {
 		c, err := uffdCopy(s.uffd, dst+off, src+off, n-off, 0)
-		s.c.pfCopies.Add(1)
+		rc.copies.Add(1)
 		if c > 0 && err != unix.EEXIST {
-			s.c.pfPages.Add(uint64(c) / PageSize)
+			rc.pages.Add(uint64(c) / PageSize)
 			off += uint64(c)
 		}
 		switch err {
@@ -159,7 +167,7 @@ func (s *Server) installRun(dst, src, n uint64) error {
 			// The page at dst+off is present (faulted in, or listed twice):
 			// skip it and install the rest of the run.
 			s.c.exists.Add(1)
-			s.c.pfExisting.Add(1)
+			rc.existing.Add(1)
 			off += PageSize
 			againSince = time.Time{}
 		case unix.EAGAIN:
@@ -171,16 +179,16 @@ func (s *Server) installRun(dst, src, n uint64) error {
 			if againSince.IsZero() {
 				againSince = time.Now()
 			} else if time.Since(againSince) > prefetchAgainBudget {
-				s.c.pfSkipped.Add((n - off) / PageSize)
+				rc.skipped.Add((n - off) / PageSize)
 				return nil
 			}
 			time.Sleep(backoff)
 			backoff = min(2*backoff, 10*time.Millisecond)
 		case unix.EINTR:
 		case unix.ENOENT, unix.ESRCH:
-			return fmt.Errorf("uffd: prefetch: UFFDIO_COPY %#x+%#x: %w (process gone or range not registered)", dst+off, n-off, err)
+			return fmt.Errorf("uffd: UFFDIO_COPY %#x+%#x: %w (process gone or range not registered)", dst+off, n-off, err)
 		default:
-			return fmt.Errorf("uffd: prefetch: UFFDIO_COPY %#x+%#x: %w", dst+off, n-off, err)
+			return fmt.Errorf("uffd: UFFDIO_COPY %#x+%#x: %w", dst+off, n-off, err)
 		}
 	}
 	return nil

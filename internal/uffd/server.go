@@ -35,7 +35,7 @@ type Stats struct {
 	Served       uint64        // pages installed by Serve (Copied + Zeroed)
 	Copied       uint64        // pages installed by Serve with UFFDIO_COPY
 	Zeroed       uint64        // pages installed by Serve with UFFDIO_ZEROPAGE (beyond EOF, or all-zero on a read fault)
-	BytesRead    uint64        // bytes read from the memory file by Serve
+	BytesRead    uint64        // bytes read from the memory file (or the PageSource) by Serve
 	Exists       uint64        // EEXIST: the page was already present (Serve and Prefetch)
 	Again        uint64        // EAGAIN: the mapping was changing, retried (Serve and Prefetch)
 	Wakes        uint64        // UFFDIO_WAKE issued after EEXIST
@@ -50,6 +50,17 @@ type Stats struct {
 	FaultTime    time.Duration // total time from reading a fault to installing its page
 	MaxFaultTime time.Duration // longest single fault
 	ServeTime    time.Duration // wall time of Serve (so far, while it runs)
+
+	// Faults served from a PageSource (NewSourceServer; zero with a file).
+	SourceReads    uint64        // ReadAt calls on the source
+	SourceBytes    uint64        // bytes they returned
+	SourceReadTime time.Duration // total time in them (a slow source shows here)
+
+	// Load (a loading set installed while the process runs).
+	LoadPages    uint64        // pages installed by Load
+	LoadExisting uint64        // pages Load found already present (faulted in first), skipped
+	LoadBytes    uint64        // bytes read from the loading-set file
+	LoadTime     time.Duration // Load calls that returned
 
 	// Prefetch (REAP test phase).
 	PrefetchPages       uint64        // pages installed by Prefetch
@@ -77,16 +88,32 @@ type counters struct {
 	pfDirect                                                   atomic.Bool
 	pfReadNS, pfInstallNS, pfNS                                atomic.Int64
 	pfFallback                                                 atomic.Pointer[string]
+
+	srcReads, srcBytes             atomic.Uint64
+	srcNS                          atomic.Int64
+	ldPages, ldExisting, ldSkipped atomic.Uint64
+	ldCopies, ldBytes              atomic.Uint64
+	ldNS                           atomic.Int64
+}
+
+// PageSource is where a Server reads the pages it installs when they are
+// not in a local file: a lazily filled copy of a remote memory file, say.
+// ReadAt may block while the bytes are fetched; bytes beyond Size read as
+// zeros. It must be safe for concurrent use.
+type PageSource interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Size() int64
 }
 
 // Server serves the missing-page faults of one Mapping from a guest memory
-// file (file offset = guest offset).
+// file or a PageSource (offset = guest offset).
 type Server struct {
 	r        *Mapping
 	uffd     int
 	pages    uint64
-	mem      *os.File
-	memFD    int
+	mem      *os.File   // the memory file; nil with a source
+	memFD    int        // its descriptor (pread, the fast path); -1 with a source
+	src      PageSource // nil with a memory file
 	memSize  int64
 	opts     Options
 	log      *slog.Logger
@@ -104,6 +131,8 @@ type Server struct {
 	recorded []uint64
 	seen     []uint64 // bitmap of recorded pages, Serve goroutine only
 
+	loaded []atomic.Uint64 // bitmap of pages Load installed, not yet seen by Serve
+
 	mu      sync.Mutex
 	serving bool
 	closed  bool
@@ -113,21 +142,8 @@ type Server struct {
 // NewServer prepares to serve r's faults from memFile. It does not take
 // ownership of r: close the Server, then the Mapping.
 func NewServer(r *Mapping, memFile string, opts Options) (*Server, error) {
-	if r == nil || r.FD < 0 {
-		return nil, errors.New("uffd: nil or closed region")
-	}
-	if r.Length == 0 || r.Length%PageSize != 0 || r.Addr%PageSize != 0 {
-		return nil, fmt.Errorf("uffd: region %#x+%#x not page-aligned", r.Addr, r.Length)
-	}
-	// Serve polls the uffd: the kernel reports POLLERR for a blocking one.
-	fl, err := unix.FcntlInt(uintptr(r.FD), unix.F_GETFL, 0)
-	if err != nil {
-		return nil, fmt.Errorf("uffd: fcntl: %w", err)
-	}
-	if fl&unix.O_NONBLOCK == 0 {
-		if _, err := unix.FcntlInt(uintptr(r.FD), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
-			return nil, fmt.Errorf("uffd: set O_NONBLOCK: %w", err)
-		}
+	if err := checkMapping(r); err != nil {
+		return nil, err
 	}
 	mem, err := os.OpenFile(memFile, os.O_RDONLY, 0)
 	if err != nil {
@@ -138,14 +154,62 @@ func NewServer(r *Mapping, memFile string, opts Options) (*Server, error) {
 		mem.Close()
 		return nil, fmt.Errorf("uffd: %w", err)
 	}
-	stopFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	s, err := buildServer(r, opts, st.Size())
 	if err != nil {
 		mem.Close()
+		return nil, err
+	}
+	s.mem, s.memFD = mem, int(mem.Fd())
+	return s, nil
+}
+
+// NewSourceServer prepares to serve r's faults from src instead of a local
+// file: every missing page is read with src.ReadAt (offset = guest offset).
+// The Server does not own src.
+func NewSourceServer(r *Mapping, src PageSource, opts Options) (*Server, error) {
+	if src == nil {
+		return nil, errors.New("uffd: nil page source")
+	}
+	if err := checkMapping(r); err != nil {
+		return nil, err
+	}
+	s, err := buildServer(r, opts, src.Size())
+	if err != nil {
+		return nil, err
+	}
+	s.src = src
+	return s, nil
+}
+
+// checkMapping checks r and makes its uffd non-blocking (Serve polls it:
+// the kernel reports POLLERR for a blocking one).
+func checkMapping(r *Mapping) error {
+	if r == nil || r.FD < 0 {
+		return errors.New("uffd: nil or closed region")
+	}
+	if r.Length == 0 || r.Length%PageSize != 0 || r.Addr%PageSize != 0 {
+		return fmt.Errorf("uffd: region %#x+%#x not page-aligned", r.Addr, r.Length)
+	}
+	fl, err := unix.FcntlInt(uintptr(r.FD), unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("uffd: fcntl: %w", err)
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		if _, err := unix.FcntlInt(uintptr(r.FD), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			return fmt.Errorf("uffd: set O_NONBLOCK: %w", err)
+		}
+	}
+	return nil
+}
+
+// buildServer builds the parts of a Server every backing shares.
+func buildServer(r *Mapping, opts Options, memSize int64) (*Server, error) {
+	stopFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
 		return nil, fmt.Errorf("uffd: eventfd: %w", err)
 	}
 	page, err := unix.Mmap(-1, 0, PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		mem.Close()
 		unix.Close(stopFD)
 		return nil, fmt.Errorf("uffd: mmap page buffer: %w", err)
 	}
@@ -157,9 +221,8 @@ func NewServer(r *Mapping, memFile string, opts Options) (*Server, error) {
 		r:        r,
 		uffd:     r.FD,
 		pages:    r.Length / PageSize,
-		mem:      mem,
-		memFD:    int(mem.Fd()),
-		memSize:  st.Size(),
+		memFD:    -1,
+		memSize:  memSize,
 		opts:     opts,
 		log:      log,
 		stopFD:   stopFD,
@@ -180,6 +243,7 @@ func NewServer(r *Mapping, memFile string, opts Options) (*Server, error) {
 	if opts.Record {
 		s.seen = make([]uint64, (s.pages+63)/64)
 	}
+	s.loaded = make([]atomic.Uint64, (s.pages+63)/64)
 	return s, nil
 }
 
@@ -206,7 +270,10 @@ func (s *Server) Close() error {
 		unix.Close(s.pidFD)
 	}
 	unix.Munmap(s.page)
-	return s.mem.Close()
+	if s.mem != nil {
+		return s.mem.Close()
+	}
+	return nil
 }
 
 func (s *Server) signalStop() {
@@ -253,6 +320,13 @@ func (s *Server) Stats() Stats {
 		PrefetchReadTime:    time.Duration(c.pfReadNS.Load()),
 		PrefetchInstallTime: time.Duration(c.pfInstallNS.Load()),
 		PrefetchTime:        time.Duration(c.pfNS.Load()),
+		SourceReads:         c.srcReads.Load(),
+		SourceBytes:         c.srcBytes.Load(),
+		SourceReadTime:      time.Duration(c.srcNS.Load()),
+		LoadPages:           c.ldPages.Load(),
+		LoadExisting:        c.ldExisting.Load(),
+		LoadBytes:           c.ldBytes.Load(),
+		LoadTime:            time.Duration(c.ldNS.Load()),
 	}
 	if start := c.serveStart.Load(); start != 0 {
 		st.ServeTime += time.Duration(time.Now().UnixNano() - start)

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/restore/lazytest"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// lazyChunkDelay is the injected fetch time of one 512 KiB chunk: an
+// object store's GET of that size on a fast network.
+const lazyChunkDelay = 5 * time.Millisecond
+
+// lazyFunctions are the functions TestLazyRestore runs: hello always,
+// more with THAW_LAZY_FUNCTIONS=hello,image (the measurement).
+var lazyFunctions = map[string]struct{ event, want string }{
+	"hello": {`{"name":"lazy"}`, "hello, lazy!"},
+	"image": {`{"size":512,"seed":1,"angle":90}`, `"input": "inline"`},
+}
+
+// TestLazyRestore restores real VMs whose memory file is not used: QEMU
+// opens a placeholder (sparse, all holes) and every page comes from a
+// memory source (lazytest: the real memory file's bytes, each 512 KiB
+// chunk fetched once with a delay). vanilla, reap and faasnap answer
+// correctly, read far less than the memory file and never touch the
+// placeholder; cached refuses with an error saying to pull the snapshot; a
+// source that fails ends the restore with an error naming it.
+func TestLazyRestore(t *testing.T) {
+	var current atomic.Pointer[lazyMemory]
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
+		c.VMMPool = -1 // a standby VM would be planned with whatever source was current
+		c.MemorySource = func(context.Context, string) (restore.MemorySource, string, error) {
+			if m := current.Load(); m != nil {
+				return m.src, m.placeholder, nil
+			}
+			return nil, "", nil
+		}
+	})
+	c := e.c
+	ctx := ctxT(t)
+	names := []string{"hello"}
+	if v := os.Getenv("THAW_LAZY_FUNCTIONS"); v != "" {
+		names = strings.Split(v, ",")
+	}
+	for _, name := range names {
+		fn, ok := lazyFunctions[name]
+		if !ok {
+			t.Fatalf("THAW_LAZY_FUNCTIONS: no event for %q", name)
+		}
+		t.Run(name, func(t *testing.T) {
+			createFunction(t, c, name, "functions/"+name)
+			res, err := c.Prepare(ctx, name, ev(fn.event), client.PrepareOptions{})
+			if err != nil || res.FaaSnap == nil || res.REAP == nil {
+				t.Fatalf("prepare: %v %+v", err, res)
+			}
+			mem := filepath.Join(res.Warm.Dir, snapshot.MemoryFile)
+			nonzero, zs, err := memlayout.ZeroScan(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nonzeroBytes uint64
+			for _, r := range nonzero {
+				nonzeroBytes += r.Bytes()
+			}
+			t.Logf("%s: memory file %d MiB, non-zero %.1f MiB; reap working set %.1f MiB (%d pages); faasnap loading set %.1f MiB (working set %d pages)",
+				name, zs.Size>>20, mib(nonzeroBytes), mib(uint64(res.REAP.WorkingSetBytes)), res.REAP.FaultedPages,
+				mib(uint64(res.FaaSnap.LoadingSetBytes)), res.FaaSnap.WorkingSetPages)
+
+			invoke := func(t *testing.T, k restore.Kind, src *lazytest.Source) (*client.Invocation, error) {
+				ph := filepath.Join(t.TempDir(), "memory.placeholder")
+				if err := lazytest.Placeholder(ph, src.Size()); err != nil {
+					t.Fatal(err)
+				}
+				current.Store(&lazyMemory{src, ph})
+				defer current.Store(nil)
+				inv, err := c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: string(k), Snapshot: res.Warm.ID})
+				if resident, _, rerr := pagecache.Resident(ph); rerr != nil || resident != 0 || !holes(t, ph) {
+					t.Errorf("%s: placeholder read or written: %d pages resident (%v)", k, resident, rerr)
+				}
+				return inv, err
+			}
+			for _, k := range []restore.Kind{restore.Vanilla, restore.REAP, restore.FaaSnap} {
+				t.Run(string(k), func(t *testing.T) {
+					src, err := lazytest.Open(mem, lazyChunkDelay)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer src.Close()
+					inv, err := invoke(t, k, src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					st := inv.StrategyStats
+					if !inv.OK || !strings.Contains(string(inv.Result), fn.want) || inv.Strategy != string(k) || st == nil || st.Fallback != "" {
+						t.Fatalf("invocation %+v %s", inv, inv.Result)
+					}
+					// reap and faasnap may read nothing from the source: their
+					// local sets can hold every page the guest touches.
+					if !st.Lazy || st.SourceFaults+st.LoaderPages+st.PrefetchPages == 0 || (k == restore.Vanilla && st.SourceFetchedBytes == 0) {
+						t.Fatalf("lazy stats %+v", st.LazyStats)
+					}
+					// The guest's answer came from the source and the local
+					// sets: the placeholder is all zeros, QEMU never read it
+					// (checked in invoke). What the source fetched (whole
+					// 512 KiB chunks) stays below the non-zero memory.
+					if st.SourceBytes > uint64(zs.Size)/8 || st.SourceFetchedBytes >= nonzeroBytes {
+						t.Errorf("read %d and fetched %d bytes; memory file %d bytes, %d non-zero", st.SourceBytes, st.SourceFetchedBytes, zs.Size, nonzeroBytes)
+					}
+					if k == restore.REAP && st.PrefetchPages != uint64(res.REAP.FaultedPages) {
+						t.Errorf("reap prefetched %d pages, recorded %d", st.PrefetchPages, res.REAP.FaultedPages)
+					}
+					if k == restore.FaaSnap && st.LoaderPages+st.LoaderExisting != uint64(res.FaaSnap.LoadingSetBytes)/4096 {
+						t.Errorf("faasnap loader installed %d + %d pages, loading set %d bytes", st.LoaderPages, st.LoaderExisting, res.FaaSnap.LoadingSetBytes)
+					}
+					r := inv.Timing.Restore
+					t.Logf("%s/%-7s source: %d faults, %.2f MiB read (%.1f ms), %.2f MiB fetched in %d chunks, %d hits; loader %d pages (%d faulted first, finished first %v); ls faults %d, zero faults %d; set-up %.1f ms, resume %.1f ms, total %.1f ms",
+						name, k, st.SourceFaults, mib(st.SourceBytes), st.SourceReadMS, mib(st.SourceFetchedBytes), st.SourceFetchedChunks,
+						st.SourceCacheHits, st.LoaderPages, st.LoaderExisting, deref(st.LoaderBeforeInvoke), st.LoadingSetFaults, st.ZeroFaults,
+						r.SetupMS, r.ResumeMS, inv.Timing.TotalMS)
+				})
+			}
+			// The same strategies from the local memory file, cache evicted:
+			// the reference the lazy numbers above compare with.
+			for _, k := range []restore.Kind{restore.Vanilla, restore.REAP, restore.FaaSnap} {
+				inv, err := c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: string(k), Snapshot: res.Warm.ID, EvictCache: true})
+				if err != nil || !inv.OK || inv.StrategyStats.Lazy {
+					t.Fatalf("local %s: %v %+v", k, err, inv)
+				}
+				t.Logf("%s/%-7s local: set-up %.1f ms, resume %.1f ms, total %.1f ms, %.2f MiB read by QEMU",
+					name, k, inv.Timing.Restore.SetupMS, inv.Timing.Restore.ResumeMS, inv.Timing.TotalMS, mib(inv.Process.ReadBytes))
+			}
+			t.Run("cached refuses", func(t *testing.T) {
+				src, err := lazytest.Open(mem, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer src.Close()
+				_, err = invoke(t, restore.Cached, src)
+				if err == nil || !strings.Contains(err.Error(), "pull the snapshot first") {
+					t.Fatalf("cached with a memory source: %v", err)
+				}
+				if src.ReadCalls() != 0 {
+					t.Fatalf("a refused restore read the source %d times", src.ReadCalls())
+				}
+			})
+			// A source that fails at once (the device state load reads
+			// guest memory), and one that fails once the guest runs.
+			for _, c := range []struct {
+				name      string
+				failAfter uint64
+			}{{"source failure", 0}, {"source failure while running", 300}} {
+				t.Run(c.name, func(t *testing.T) {
+					src, err := lazytest.Open(mem, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer src.Close()
+					src.FailAfter(c.failAfter)
+					start := time.Now()
+					inv, err := invoke(t, restore.Vanilla, src)
+					if err == nil {
+						t.Fatalf("restore with a failing source answered: %+v", inv)
+					}
+					if !strings.Contains(err.Error(), lazytest.ErrFetch.Error()) {
+						t.Errorf("the error does not say the source failed: %v", err)
+					}
+					t.Logf("after %v and %d reads: %v", time.Since(start).Round(time.Millisecond), src.ReadCalls(), err)
+					if time.Since(start) > 30*time.Second {
+						t.Errorf("the failure took %v", time.Since(start))
+					}
+				})
+			}
+		})
+	}
+}
+
+type lazyMemory struct {
+	src         restore.MemorySource
+	placeholder string
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func deref(b *bool) bool { return b != nil && *b }
+
+func holes(t *testing.T, path string) bool {
+	t.Helper()
+	ok, err := lazytest.AllHoles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}

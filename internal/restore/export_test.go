@@ -1,0 +1,22 @@
+package restore
+
+import "testing"
+
+// SynthSnapshot is the conformance suite's synthetic snapshot (memory file
+// and every strategy's artifacts) for the external tests.
+type SynthSnapshot struct {
+	Snap  Snapshot
+	Order []uint64 // its working set
+}
+
+// NewSynthSnapshot builds one of pages pages.
+func NewSynthSnapshot(t *testing.T, pages int, seed int64) SynthSnapshot {
+	s := newSynth(t, pages, seed)
+	return SynthSnapshot{Snap: s.snap, Order: s.order}
+}
+
+// Shimmed is the guard every prepare step's restore goes through.
+var Shimmed = shimmed
+
+// ShimDir builds the interposer and returns its directory.
+var ShimDir = shimDir

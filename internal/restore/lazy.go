@@ -1,0 +1,174 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/uffd"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// Lazy restore: the snapshot's memory file is not on this host; its bytes
+// come from a MemorySource (a lazily filled copy of the file in an object
+// store) and reach the guest only through userfaultfd, page by page as the
+// guest faults them, after what the strategy installs from its local
+// artifacts (docs/design.md, "Lazy restore").
+
+// MemorySource serves a snapshot's guest memory that is not in a local
+// file. ReadAt may block while bytes are fetched; holes and bytes beyond
+// Size read as zeros. It must be safe for concurrent use.
+type MemorySource interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Size() int64
+	// Prefetch starts fetching [off, off+n) in the background.
+	Prefetch(ctx context.Context, off, n int64)
+	// SourceStats are the source's counters so far.
+	SourceStats() SourceStats
+}
+
+// LazyStats: what a lazy restore read, and from where.
+type LazyStats = wire.LazyStats
+
+// SourceStats are a MemorySource's counters: what it fetched from its
+// store and what it answered from its cache.
+type SourceStats struct {
+	FetchedBytes  uint64
+	FetchedChunks uint64
+	CacheHits     uint64
+}
+
+// ErrNeedsLocalMemory is wrapped by the error of a strategy that cannot
+// restore from a MemorySource (NeedsLocalError).
+var ErrNeedsLocalMemory = errors.New("needs the snapshot's memory file on this host")
+
+// NeedsLocalError: the strategy maps or reads the whole memory file
+// (cached, premap, snapbpf); pull the snapshot, then restore.
+type NeedsLocalError struct {
+	Kind     Kind
+	Snapshot string
+}
+
+func (e *NeedsLocalError) Error() string {
+	return fmt.Sprintf("restore strategy %s needs the whole memory file of snapshot %s on this host: pull the snapshot first",
+		e.Kind, e.Snapshot)
+}
+
+func (e *NeedsLocalError) Unwrap() error { return ErrNeedsLocalMemory }
+
+// checkLazy checks a lazy restore's snapshot: the source and the
+// placeholder QEMU opens both have the memory file's size.
+func checkLazy(snap Snapshot) error {
+	want := memSize(snap)
+	if got := snap.Source.Size(); got != want {
+		return fmt.Errorf("memory source holds %d bytes, the snapshot's memory file %d", got, want)
+	}
+	st, err := os.Stat(snap.MemoryPath())
+	if err != nil {
+		return fmt.Errorf("memory placeholder: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Size() != want {
+		return fmt.Errorf("memory placeholder %s: %d bytes (%s), want a regular file of %d", snap.MemoryPath(), st.Size(), st.Mode(), want)
+	}
+	return nil
+}
+
+// pageSource is what the fault server reads a lazy restore's pages from:
+// the MemorySource, except (FaaSnap) pages of the local loading-set file
+// and pages the artifact knows are zero. It counts where each read went.
+type pageSource struct {
+	src   MemorySource
+	start SourceStats // the source's counters when the restore began
+
+	ls      *os.File            // loading-set file, or nil
+	lsIndex []lsPage            // its regions sorted by guest page
+	nonzero []memlayout.PageRun // the memory file's non-zero regions, nil if unknown
+
+	srcReads, srcBytes, lsReads, zeroReads atomic.Uint64
+	srcNS                                  atomic.Int64
+}
+
+type lsPage struct{ start, pages, fileOff uint64 }
+
+// newPageSource wraps src (nil: nil, faults read the memory file).
+func newPageSource(src MemorySource) *pageSource {
+	if src == nil {
+		return nil
+	}
+	return &pageSource{src: src, start: src.SourceStats()}
+}
+
+// withLoadingSet serves the loading set's pages from its local file and the
+// pages outside art's non-zero regions as zeros.
+func (p *pageSource) withLoadingSet(art *memlayout.FaaSnapArtifact, lsPath string) error {
+	f, err := os.Open(lsPath)
+	if err != nil {
+		return err
+	}
+	p.ls, p.nonzero = f, art.NonzeroRegions
+	for _, l := range art.LoadingRegions {
+		p.lsIndex = append(p.lsIndex, lsPage{l.Start, l.Pages, l.FileOff})
+	}
+	sort.Slice(p.lsIndex, func(i, j int) bool { return p.lsIndex[i].start < p.lsIndex[j].start })
+	return nil
+}
+
+func (p *pageSource) Size() int64 { return p.src.Size() }
+
+// ReadAt answers the fault server's page reads.
+func (p *pageSource) ReadAt(b []byte, off int64) (int, error) {
+	if off%snapshot.PageSize == 0 && len(b) == snapshot.PageSize && off < p.src.Size() {
+		page := uint64(off) / snapshot.PageSize
+		if l, ok := p.inLoadingSet(page); ok {
+			p.lsReads.Add(1)
+			n, err := p.ls.ReadAt(b, int64(l.fileOff+(page-l.start)*snapshot.PageSize))
+			if err != nil {
+				err = fmt.Errorf("loading-set file: %w", err)
+			}
+			return n, err
+		}
+		if p.nonzero != nil && memlayout.FindRegion(p.nonzero, page) < 0 {
+			p.zeroReads.Add(1)
+			clear(b)
+			return len(b), nil
+		}
+	}
+	t := time.Now()
+	n, err := p.src.ReadAt(b, off)
+	p.srcNS.Add(int64(time.Since(t)))
+	p.srcReads.Add(1)
+	p.srcBytes.Add(uint64(n))
+	return n, err
+}
+
+func (p *pageSource) inLoadingSet(page uint64) (lsPage, bool) {
+	i := sort.Search(len(p.lsIndex), func(i int) bool { return p.lsIndex[i].start+p.lsIndex[i].pages > page })
+	if i < len(p.lsIndex) && p.lsIndex[i].start <= page {
+		return p.lsIndex[i], true
+	}
+	return lsPage{}, false
+}
+
+// stats fills the lazy part of a session's stats.
+func (p *pageSource) stats(st *LazyStats) {
+	now := p.src.SourceStats()
+	*st = LazyStats{Lazy: true, SourceFaults: p.srcReads.Load(), SourceBytes: p.srcBytes.Load(),
+		SourceReadMS:       msOf(time.Duration(p.srcNS.Load())),
+		SourceFetchedBytes: now.FetchedBytes - p.start.FetchedBytes, SourceFetchedChunks: now.FetchedChunks - p.start.FetchedChunks,
+		SourceCacheHits: now.CacheHits - p.start.CacheHits, LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
+		LoaderPages: st.LoaderPages, LoaderExisting: st.LoaderExisting}
+}
+
+func (p *pageSource) close() {
+	if p != nil && p.ls != nil {
+		p.ls.Close()
+	}
+}
+
+var _ uffd.PageSource = (*pageSource)(nil)
