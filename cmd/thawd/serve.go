@@ -122,7 +122,7 @@ func check(cfg serveConfig) (*plan, error) {
 			errs = append(errs, err)
 		}
 	}
-	if cfg.NodeName != "" && !validNodeName(cfg.NodeName) {
+	if cfg.NodeName != "" && !api.ValidNodeName(cfg.NodeName) {
 		errs = append(errs, fmt.Errorf("--node-name %q: want 1-63 letters, digits, '.', '_' or '-' (it goes into an HTTP header)", cfg.NodeName))
 	}
 	if cfg.DrainDelay < 0 {
@@ -131,25 +131,12 @@ func check(cfg serveConfig) (*plan, error) {
 	return p, errors.Join(errs...)
 }
 
-// validNodeName: a short token of letters, digits, '.', '_' and '-'.
-func validNodeName(n string) bool {
-	if len(n) > 63 {
-		return false
-	}
-	for _, c := range n {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // nodeName is --node-name, else the host name (if it is a valid one).
 func nodeName(cfg serveConfig) string {
 	if cfg.NodeName != "" {
 		return cfg.NodeName
 	}
-	if h, err := os.Hostname(); err == nil && validNodeName(h) {
+	if h, err := os.Hostname(); err == nil && api.ValidNodeName(h) {
 		return h
 	}
 	return ""

@@ -66,3 +66,17 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, status, wire.Health{Status: st.String(), Node: h.opts.NodeName})
 }
+
+// ValidNodeName: 1-63 letters, digits, '.', '_' or '-', fit for a header
+// and a load balancer's server name.
+func ValidNodeName(n string) bool {
+	if n == "" || len(n) > 63 {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
