@@ -100,6 +100,21 @@ func startCluster(t *testing.T, n int) *cluster.Cluster {
 		os.RemoveAll(dir)
 		t.Fatalf("start cluster: %v", err)
 	}
+	t.Cleanup(func() { // runs after Close: nothing of the cluster is left
+		for i := range c.Nodes {
+			if _, err := os.Stat("/run/netns/" + c.Net.Namespace(i+1)); err == nil {
+				t.Errorf("namespace %s left behind", c.Net.Namespace(i+1))
+			}
+		}
+		if _, err := net.InterfaceByName(c.Net.Bridge); err == nil {
+			t.Errorf("bridge %s left behind", c.Net.Bridge)
+		}
+		for _, n := range c.Nodes {
+			if n.Running() {
+				t.Errorf("%s still running", n.Name)
+			}
+		}
+	})
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("stop cluster: %v", err)

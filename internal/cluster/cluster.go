@@ -120,7 +120,8 @@ func (c *Cluster) addNode(i int, cfg NodeConfig) error {
 	if err != nil {
 		return err
 	}
-	uidBase := daemon.DefaultVMUIDBase + uint32(i-1)*uidsPerNode
+	// Past the default range, which a standalone thawd on this host uses.
+	uidBase := daemon.DefaultVMUIDBase + daemon.DefaultVMUIDCount + uint32(i-1)*uidsPerNode
 	if err := n.start(cfg, cert, key, c.TokenFile, uidBase); err != nil {
 		return err
 	}

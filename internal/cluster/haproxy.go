@@ -193,8 +193,11 @@ func (h *HAProxy) Stop() {
 
 // ServerStates asks haproxy's admin socket for each node's state in the
 // functions backend: "UP", "DOWN", "UP 1/2" (going down), ...
-func (h *HAProxy) ServerStates() (map[string]string, error) {
-	c, err := net.DialTimeout("unix", h.sock, time.Second)
+func (h *HAProxy) ServerStates() (map[string]string, error) { return ServerStates(h.sock) }
+
+// ServerStates asks the admin socket sock of a running haproxy.
+func ServerStates(sock string) (map[string]string, error) {
+	c, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy stats socket: %w", err)
 	}
