@@ -179,25 +179,16 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestCluster: two nodes in network namespaces behind a real HAProxy.
-// A function's invocations all reach one node; when that node is killed
-// (thawd and its QEMUs, SIGKILL) the invocation it was running fails and
-// ran once, and the next invocation succeeds on the other node within
-// 5 s. A node that stops drains: its health turns 503 while it still
-// serves.
-func TestCluster(t *testing.T) {
-	c := startCluster(t, 2)
-	ctr := newCounter(t, c.Net.HostIP.String())
-	ctx := ctxT(t)
+// deployCounting deploys the counting function on every node and finds
+// the node its invocations go to (they all must).
+func deployCounting(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr *counter) (cluster.Function, *cluster.Node, *cluster.Node) {
+	t.Helper()
 	fn := cluster.Function{Name: "count", Dir: repoPath("e2e/testdata/cluster"), MemoryMiB: 256, Services: []string{ctr.addr}}
 	t0 := time.Now()
 	if err := c.Deploy(ctx, fn); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("deployed on %d nodes in %s", len(c.Nodes), time.Since(t0).Round(time.Millisecond))
-
-	// Routing: every invocation of the function reaches the same node, and
-	// so does any other request about it.
 	var owner string
 	for i := 0; i < 5; i++ {
 		s := invokeLB(ctx, c, fn.Name, fmt.Sprintf("route-%d", i), ctr.addr, 0)
@@ -217,6 +208,92 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("route-%d ran %d times", i, n)
 		}
 	}
+	victim := c.Node(owner)
+	for _, n := range c.Nodes {
+		if n != victim {
+			return fn, victim, n
+		}
+	}
+	t.Fatal("one node only")
+	return fn, nil, nil
+}
+
+// firstSuccess invokes fn through HAProxy until an invocation succeeds
+// and reports it, how long after since it came and how many it took; each
+// ran at most once.
+func firstSuccess(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr *counter, fn, prefix string, since time.Time) (served, time.Duration) {
+	t.Helper()
+	var s served
+	attempts := 0
+	for i := 0; ; i++ {
+		attempts++
+		s = invokeLB(ctx, c, fn, fmt.Sprintf("%s-%d", prefix, i), ctr.addr, 0)
+		if s.err == nil && s.inv.OK {
+			break
+		}
+		if time.Since(since) > 30*time.Second {
+			t.Fatalf("no invocation succeeded within 30 s: %v", s.err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(since)
+	for i := 0; i < attempts; i++ {
+		if n := ctr.count(fmt.Sprintf("%s-%d", prefix, i)); n > 1 || (i == attempts-1 && n != 1) {
+			t.Fatalf("%s-%d ran %d times", prefix, i, n)
+		}
+	}
+	t.Logf("%d invocation(s) until one succeeded", attempts)
+	return s, took
+}
+
+// TestClusterPartition: a node that stops answering altogether (its link
+// is down: no reset, no answer) loses its functions to another node
+// within 5 s, and gets them back when its link returns.
+func TestClusterPartition(t *testing.T) {
+	c := startCluster(t, 2)
+	ctr := newCounter(t, c.Net.HostIP.String())
+	ctx := ctxT(t)
+	fn, victim, survivor := deployCounting(t, ctx, c, ctr)
+	cut := time.Now()
+	if err := c.Net.SetLink(victim.Index, false); err != nil {
+		t.Fatal(err)
+	}
+	first, took := firstSuccess(t, ctx, c, ctr, fn.Name, "cut", cut)
+	t.Logf("partition: first successful invocation %s after the cut, on %s", took.Round(time.Millisecond), first.node)
+	if first.node != survivor.Name || took > 5*time.Second {
+		t.Errorf("after the cut: %s after, on %q; want %s within 5 s", took, first.node, survivor.Name)
+	}
+	if err := c.WaitStates(ctx, func(st map[string]string) bool { return st[victim.Name] == "DOWN" }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("HAProxy marked %s DOWN %s after the cut", victim.Name, time.Since(cut).Round(time.Millisecond))
+	healed := time.Now()
+	if err := c.Net.SetLink(victim.Index, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitStates(ctx, func(st map[string]string) bool { return st[victim.Name] == "UP" }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("HAProxy marked %s UP %s after the link returned", victim.Name, time.Since(healed).Round(time.Millisecond))
+	if s := invokeLB(ctx, c, fn.Name, "healed", ctr.addr, 0); s.err != nil || s.node != victim.Name {
+		t.Errorf("after healing the function went to %q (%v), want back to %s", s.node, s.err, victim.Name)
+	}
+}
+
+// TestCluster: two nodes in network namespaces behind a real HAProxy.
+// A function's invocations all reach one node; when that node is killed
+// (thawd and its QEMUs, SIGKILL) the invocation it was running fails and
+// ran once, and the next invocation succeeds on the other node within
+// 5 s. A node that stops drains: its health turns 503 while it still
+// serves.
+func TestCluster(t *testing.T) {
+	c := startCluster(t, 2)
+	ctr := newCounter(t, c.Net.HostIP.String())
+	ctx := ctxT(t)
+	// Routing: every invocation of the function reaches the same node, and
+	// so does any other request about it.
+	fn, victim, survivor := deployCounting(t, ctx, c, ctr)
+	owner := victim.Name
 	if got := nodeOfLB(t, c, "", "/v1/functions/"+fn.Name); got != owner {
 		t.Errorf("GET /v1/functions/%s went to %q, its invocations to %s", fn.Name, got, owner)
 	}
@@ -228,14 +305,6 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	}
-	victim := c.Node(owner)
-	var survivor *cluster.Node
-	for _, n := range c.Nodes {
-		if n != victim {
-			survivor = n
-		}
-	}
-
 	// In flight: an invocation is running on the owner when it dies.
 	inflight := make(chan served, 1)
 	go func() { inflight <- invokeLB(ctx, c, fn.Name, "in-flight", ctr.addr, 30) }()
@@ -251,20 +320,7 @@ func TestCluster(t *testing.T) {
 	if err := victim.Kill(); err != nil {
 		t.Fatalf("kill %s: %v", victim.Name, err)
 	}
-	var first served
-	attempts := 0
-	for i := 0; ; i++ {
-		attempts++
-		first = invokeLB(ctx, c, fn.Name, fmt.Sprintf("after-%d", i), ctr.addr, 0)
-		if first.err == nil && first.inv.OK {
-			break
-		}
-		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("no invocation succeeded within 30 s of the kill: %v", first.err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	failover := time.Since(killed)
+	first, failover := firstSuccess(t, ctx, c, ctr, fn.Name, "after", killed)
 	t.Logf("failover: first successful invocation %s after the kill, on %s (that invocation took %s)",
 		failover.Round(time.Millisecond), first.node, first.took.Round(time.Millisecond))
 	if first.node != survivor.Name {
@@ -273,6 +329,11 @@ func TestCluster(t *testing.T) {
 	if failover > 5*time.Second {
 		t.Errorf("failover took %s, want at most 5 s", failover)
 	}
+
+	if err := c.WaitStates(ctx, func(st map[string]string) bool { return st[victim.Name] == "DOWN" && st[survivor.Name] == "UP" }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("HAProxy marked %s DOWN %s after the kill", victim.Name, time.Since(killed).Round(time.Millisecond))
 
 	s := <-inflight
 	var ae *client.APIError
@@ -283,15 +344,6 @@ func TestCluster(t *testing.T) {
 	time.Sleep(2 * time.Second) // a retry, had there been one, would have run by now
 	if n := ctr.count("in-flight"); n != 1 {
 		t.Fatalf("the in-flight invocation ran %d times, want exactly once", n)
-	}
-	for i := 0; i < attempts; i++ {
-		if n := ctr.count(fmt.Sprintf("after-%d", i)); n > 1 || (i == attempts-1 && n != 1) {
-			t.Fatalf("after-%d ran %d times", i, n)
-		}
-	}
-	t.Logf("%d invocation(s) after the kill until one succeeded", attempts)
-	if err := c.WaitStates(ctx, func(st map[string]string) bool { return st[victim.Name] == "DOWN" && st[survivor.Name] == "UP" }); err != nil {
-		t.Fatal(err)
 	}
 
 	// Drain: a node that stops answers health 503 draining at once, and

@@ -103,6 +103,9 @@ func (n *Network) NodeIP(i int) netip.Addr {
 	return netip.AddrFrom4(a)
 }
 
+// veth is the host's end of node i's link.
+func (n *Network) veth(i int) string { return fmt.Sprintf("thv%sn%d", n.ID, i) }
+
 // AddNode creates node i's namespace: loopback, eth0 with NodeIP(i)/24 on
 // a veth whose other end is in the bridge, and a default route to the
 // host. Guests of the node's daemon get namespaces of their own below it
@@ -111,7 +114,7 @@ func (n *Network) AddNode(i int) (string, error) {
 	if i < 1 || i > 200 {
 		return "", fmt.Errorf("node %d: nodes are numbered 1 to 200", i)
 	}
-	ns, veth := n.Namespace(i), fmt.Sprintf("thv%sn%d", n.ID, i)
+	ns, veth := n.Namespace(i), n.veth(i)
 	if err := ip("netns", "add", ns); err != nil {
 		return "", err
 	}
@@ -132,6 +135,16 @@ func (n *Network) AddNode(i int) (string, error) {
 		}
 	}
 	return ns, nil
+}
+
+// SetLink takes node i's link to the bridge down or up: a partition, as
+// if its host's network failed (nothing answers, not even a reset).
+func (n *Network) SetLink(i int, up bool) error {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	return ip("link", "set", n.veth(i), state)
 }
 
 // Close removes the namespaces, veths and the bridge, last made first;
