@@ -19,12 +19,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // namePrefix starts every namespace this package makes; the rest of the
 // name carries the creating process's id, so Sweep can tell leftovers of
 // dead runs from namespaces in use.
 const namePrefix = "thawc"
+
+// runs counts the networks this process made.
+var runs atomic.Uint32
 
 // Network is a bridge on the host with one subnet, and a namespace per
 // node with a veth into the bridge. The host's end (HostIP) is where the
@@ -43,7 +47,9 @@ func NewNetwork() (*Network, error) {
 	if _, err := rand.Read(rb[:]); err != nil {
 		return nil, err
 	}
-	n := &Network{ID: fmt.Sprintf("%x%02x", os.Getpid(), rb[0])}
+	// The pid tells runs of different processes apart, the counter runs
+	// of one process (from a random start).
+	n := &Network{ID: fmt.Sprintf("%x%02x", os.Getpid(), byte(runs.Add(1))+rb[0])}
 	n.Bridge = "thb" + n.ID
 	prefix, err := freeSubnet(rb[1], rb[2])
 	if err != nil {
