@@ -13,17 +13,18 @@ FN=${THAW_CLUSTER_FN:-hello}
 NODES=${THAW_CLUSTER_NODES:-2}
 IMAGE=${THAW_IMAGE:-${THAW_CACHE:-$HOME/.cache/thaw}/images/current}
 DIR=$(mktemp -d /tmp/thaw-cluster-demo-XXXXXX)
+exec 3>&1
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 bin/thaw-cluster up --nodes "$NODES" --dir "$DIR" --image "$IMAGE" --quiet --thawd-arg=--memory=256 >"$DIR/up.log" 2>&1 &
 UP=$!
 cleanup() {
-  trap - EXIT INT TERM
+  trap - EXIT
+  trap '' INT TERM # a second Ctrl-C does not cut the clean-up short
   kill -TERM "$UP" 2>/dev/null || true # thaw-cluster stops HAProxy and the nodes, removes the namespaces
   wait "$UP" 2>/dev/null || true
   rm -rf "$DIR"
-  echo
-  echo "cluster removed"
+  printf '\ncluster removed\n' >&3 # the script's stdout: a trap runs under the interrupted command's redirections
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
