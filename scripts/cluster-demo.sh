@@ -92,7 +92,7 @@ PY
 
 OWNER=$(node_for "$FN")
 OTHER=$(for n in $CLUSTER_NODES; do [ "$n" != "$OWNER" ] && echo "$n" && break; done)
-step "the balancer routes $FN to $OWNER: preparing it there (boot, record, warm snapshot; TCG: ~30 s)"
+step "the balancer routes $FN to $OWNER: preparing it there (boot, record, warm snapshot; TCG: 10-30 s)"
 prepare_on "$OWNER"
 
 step "invoking $FN through the balancer"
