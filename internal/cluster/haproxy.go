@@ -104,6 +104,9 @@ func (c LBConfig) Render(w io.Writer) error {
 	if c.Listen == "" || c.CAFile == "" || c.StatsSock == "" || len(c.Backends) == 0 {
 		return errors.New("haproxy config: listen address, CA file, stats socket and at least one backend are required")
 	}
+	if len(c.StatsSock) > 100 {
+		return fmt.Errorf("haproxy config: stats socket path %q is too long for a Unix socket: use a shorter state directory", c.StatsSock)
+	}
 	for _, b := range c.Backends {
 		if !api.ValidNodeName(b.Name) || b.Addr == "" {
 			return fmt.Errorf("haproxy config: backend %q at %q: want a node name of letters, digits, '-', '_', '.' and an address", b.Name, b.Addr)
