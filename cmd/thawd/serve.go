@@ -166,9 +166,10 @@ func lookupGroup(name string) (int, error) {
 
 // serve runs thawd until ctx ends: check the command line, open the daemon
 // (which locks its data directory), read or create the token, listen on
-// every address, start the daemon, then serve. ready, if set, is called
-// with the listeners' addresses once requests are served. Stopping closes
-// every listener, then the daemon.
+// every address, serve health alone (503 starting) while the daemon
+// starts, then serve everything. ready, if set, is called with the
+// listeners' addresses once requests are served. Stopping drains
+// (--drain-delay), closes every listener, then the daemon.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]net.Addr)) error {
 	p, err := check(cfg)
 	if err != nil {
