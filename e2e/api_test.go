@@ -22,11 +22,7 @@ import (
 // resources, oversized bodies and wrong states get clear errors with the
 // right status, through the real daemon and HTTP handler.
 func TestBadInput(t *testing.T) {
-	e := startEnv(t, t.TempDir())
-	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := helloEnv(t)
 	big := `{"event":"` + strings.Repeat("x", 7<<20) + `"}`
 	cases := []struct {
 		name, method, path, body string

@@ -102,14 +102,7 @@ func helloSnapshot(t *testing.T, c *client.Client, memMiB int) *client.Snapshot 
 	if _, err := c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), memMiB, 1); err != nil {
 		t.Fatal(err)
 	}
-	vm, err := c.BootVM(ctx, "hello")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, snap := snapshotBoot(t, c, "hello")
 	if err := c.DeleteVM(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +113,20 @@ func helloSnapshot(t *testing.T, c *client.Client, memMiB int) *client.Snapshot 
 // (256 MiB, 1 vCPU), boots it and snapshots the VM, which keeps running.
 func bootSnapshot(t *testing.T, c *client.Client, name, dir string) (*client.VM, *client.Snapshot) {
 	t.Helper()
-	vm := bootFunction(t, c, name, dir)
-	snap, err := c.CreateSnapshot(ctxT(t), vm.ID)
+	createFunction(t, c, name, dir)
+	return snapshotBoot(t, c, name)
+}
+
+// snapshotBoot boots a VM of the function and snapshots it; the VM keeps
+// running.
+func snapshotBoot(t *testing.T, c *client.Client, function string) (*client.VM, *client.Snapshot) {
+	t.Helper()
+	ctx := ctxT(t)
+	vm, err := c.BootVM(ctx, function)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.CreateSnapshot(ctx, vm.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

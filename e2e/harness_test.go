@@ -12,7 +12,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -107,6 +106,18 @@ func startEnvWith(t testing.TB, dataDir string, edit func(*daemon.Config)) *env 
 	return e
 }
 
+// helloEnv starts a daemon of t's own with the bundled hello created at
+// the daemon's default memory and vCPUs.
+func helloEnv(t *testing.T) (*env, context.Context) {
+	t.Helper()
+	e := startEnv(t, t.TempDir())
+	ctx := ctxT(t)
+	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	return e, ctx
+}
+
 // client is a client of e for test t: every answer is checked against
 // openapi.json on the way, and what does not match fails t.
 func (e *env) client(t testing.TB) *client.Client {
@@ -129,28 +140,6 @@ func (e *env) stop() {
 	if err := e.svc.Close(context.Background()); err != nil {
 		e.t.Errorf("stop daemon: %v", err)
 	}
-}
-
-// serveLoopback listens on a port of the host's loopback until the test
-// ends and hands each connection to handle, in a goroutine of its own,
-// with its number (1 for the first); it returns the port.
-func serveLoopback(t testing.TB, handle func(c net.Conn, n int)) int {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for n := 1; ; n++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go handle(c, n)
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func ctxT(t *testing.T) context.Context {

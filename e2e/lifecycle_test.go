@@ -18,6 +18,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 func ev(s string) json.RawMessage { return json.RawMessage(s) }
@@ -442,11 +443,11 @@ func testDiskFull(t *testing.T, c *client.Client, dataDir, vmID string) {
 // line, like a tiny Redis; a function allowed to reach it sees it at
 // 10.0.2.2.
 func hostService(t testing.TB) int {
-	return serveLoopback(t, func(conn net.Conn, n int) {
+	return tcptest.Serve(t, func(conn net.Conn, n int) {
 		defer conn.Close()
 		line, _ := bufio.NewReader(conn).ReadString('\n')
 		fmt.Fprintf(conn, "pong %d %s\n", n, strings.TrimSpace(line))
-	})
+	}).Port
 }
 
 func checkHostService(t *testing.T, c *client.Client, vmID string, port int) {

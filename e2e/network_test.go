@@ -18,12 +18,13 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // echoService listens on the host's loopback and sends back what it reads.
 func echoService(t *testing.T) int {
 	t.Helper()
-	return serveLoopback(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) })
+	return tcptest.Serve(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) }).Port
 }
 
 // outside is a server in a network namespace the test creates, linked to
@@ -161,14 +162,7 @@ func TestGuestNetworkIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ownNetNamespaces(t)
-	boot, err := e.c.BootVM(ctx, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := e.c.CreateSnapshot(ctx, boot.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, snap := snapshotBoot(t, e.c, "probe")
 	clone, err := e.c.RestoreVM(ctx, snap.ID, "vanilla")
 	if err != nil {
 		t.Fatal(err)

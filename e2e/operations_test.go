@@ -18,11 +18,7 @@ import (
 // the booted VM, which answers a warm invocation. Every answer is checked
 // against openapi.json.
 func TestBootOperation(t *testing.T) {
-	e := startEnv(t, t.TempDir())
-	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := helloEnv(t)
 	check, err := apitest.Load(api.OpenAPI)
 	if err != nil {
 		t.Fatal(err)

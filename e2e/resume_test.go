@@ -75,14 +75,7 @@ func TestResumeBreakdown(t *testing.T) {
 	if _, err := e.c.CreateFunctionFromDir(ctx, "resumeprobe", repoPath("e2e/testdata/resumeprobe"), 512, 1); err != nil {
 		t.Fatal(err)
 	}
-	pv, err := e.c.BootVM(ctx, "resumeprobe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	psnap, err := e.c.CreateSnapshot(ctx, pv.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv, psnap := snapshotBoot(t, e.c, "resumeprobe")
 	_ = e.c.DeleteVM(ctx, pv.ID)
 	clone, err := e.c.RestoreVM(ctx, psnap.ID, "cached")
 	if err != nil {

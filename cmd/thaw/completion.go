@@ -131,31 +131,33 @@ func (a *app) candidates(cmd *cobra.Command, kind completer) []string {
 	return out
 }
 
-func functionNames(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
-	fns, err := c.ListFunctions(ctx)
-	var out []string
-	for _, f := range fns {
-		out = append(out, fmt.Sprintf("%s\t%d MiB, %d vCPU", f.Name, f.MemoryMiB, f.VCPUs))
+// listed is the completer of a kind the daemon lists: one candidate per
+// item, line(item) being "value\tdescription".
+func listed[T any](list func(*client.Client, context.Context) ([]T, error), line func(T) string) completer {
+	return func(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+		items, err := list(c, ctx)
+		var out []string
+		for _, it := range items {
+			out = append(out, line(it))
+		}
+		return out, err
 	}
-	return out, err
 }
 
-func vmIDs(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
-	vms, err := c.ListVMs(ctx)
-	var out []string
-	for _, v := range vms {
-		out = append(out, fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, v.State))
-	}
-	return out, err
-}
+var (
+	functionNames = listed((*client.Client).ListFunctions, func(f client.Function) string {
+		return fmt.Sprintf("%s\t%d MiB, %d vCPU", f.Name, f.MemoryMiB, f.VCPUs)
+	})
+	vmIDs = listed((*client.Client).ListVMs, func(v client.VM) string {
+		return fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, v.State)
+	})
+	snapshotIDs = listed(allSnapshots, func(s client.Snapshot) string {
+		return fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime))
+	})
+)
 
-func snapshotIDs(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
-	snaps, err := c.ListSnapshots(ctx, "")
-	var out []string
-	for _, s := range snaps {
-		out = append(out, fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime)))
-	}
-	return out, err
+func allSnapshots(c *client.Client, ctx context.Context) ([]client.Snapshot, error) {
+	return c.ListSnapshots(ctx, "")
 }
 
 // strategyNames are the strategies the daemon offers: its registry, in

@@ -33,18 +33,9 @@ import (
 //     (which maps like QEMU) builds that mapping from a layout table;
 //   - the index survives closing and reopening the device.
 func TestDevDAX(t *testing.T) {
-	dev := os.Getenv("THAW_DEVDAX")
-	if dev == "" {
-		t.Skip("THAW_DEVDAX is not set: no device-DAX device here (scripts/dax-guest.sh devdax runs this in a guest with one)")
-	}
-	s, err := Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := envPath(t, "THAW_DEVDAX", "no device-DAX device here (scripts/dax-guest.sh devdax runs this in a guest with one)")
+	s := openKind(t, dev, DevDAX, 2<<20)
 	defer func() { s.Close() }()
-	if s.Kind() != DevDAX || s.PageSize() != 2<<20 {
-		t.Fatalf("kind %s page %d, want devdax with 2 MiB alignment", s.Kind(), s.PageSize())
-	}
 	in, err := s.Info()
 	if err != nil || in.CapacityBytes <= 0 || in.FreeBytes != in.CapacityBytes || s.Notice() != "" {
 		t.Fatalf("fresh device: %+v %v %q", in, err, s.Notice())

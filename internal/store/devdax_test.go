@@ -66,15 +66,7 @@ func image(t *testing.T, c *Clone, size int64) []byte {
 // page of zeros (data to SEEK_DATA, nothing to store); the rest are holes.
 func devdaxSource(t *testing.T) (string, []byte) {
 	t.Helper()
-	src, _ := memFile(t, 4096, []uint64{0, 1, 600, 2047})
-	f, err := os.OpenFile(src, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, memlayout.PageSize), 1100*int64(memlayout.PageSize)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	src, _ := memFileZeros(t, 4096, []uint64{0, 1, 600, 2047}, []uint64{1100})
 	want, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)

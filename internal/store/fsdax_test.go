@@ -19,17 +19,7 @@ import (
 // reading the way premap's interposer does, must read the snapshot's bytes
 // and copy-on-write without touching the copy.
 func TestFSDAX(t *testing.T) {
-	dir := os.Getenv("THAW_FSDAX_DIR")
-	if dir == "" {
-		t.Skip("THAW_FSDAX_DIR is not set: no persistent memory here (e2e/fsdax_test.go runs this in a guest with a pmem device)")
-	}
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Kind() != FSDAX {
-		t.Fatalf("kind %s, want fsdax", s.Kind())
-	}
+	s := openKind(t, envPath(t, "THAW_FSDAX_DIR", "no persistent memory here (e2e/fsdax_test.go runs this in a guest with a pmem device)"), FSDAX, 0)
 	const pages = 2048 // 8 MiB of guest memory
 	data := []uint64{0, 1, 3, 100, 1000, 2047}
 	src, fi := memFile(t, pages, data)

@@ -22,6 +22,13 @@ import (
 // page numbers and returns its path and manifest description.
 func memFile(t *testing.T, pages uint64, data []uint64) (string, snapshot.FileInfo) {
 	t.Helper()
+	return memFileZeros(t, pages, data, nil)
+}
+
+// memFileZeros is memFile with, also, pages of zeros written at zeros
+// (data to SEEK_DATA, nothing to store).
+func memFileZeros(t *testing.T, pages uint64, data, zeros []uint64) (string, snapshot.FileInfo) {
+	t.Helper()
 	src := filepath.Join(t.TempDir(), "src")
 	f, err := os.Create(src)
 	if err != nil {
@@ -30,11 +37,16 @@ func memFile(t *testing.T, pages uint64, data []uint64) (string, snapshot.FileIn
 	if err := f.Truncate(int64(pages * memlayout.PageSize)); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range data {
-		page := bytes.Repeat([]byte{byte(p%251 + 1)}, int(memlayout.PageSize))
+	write := func(p uint64, page []byte) {
 		if _, err := f.WriteAt(page, int64(p*memlayout.PageSize)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, p := range data {
+		write(p, bytes.Repeat([]byte{byte(p%251 + 1)}, int(memlayout.PageSize)))
+	}
+	for _, p := range zeros {
+		write(p, make([]byte, memlayout.PageSize))
 	}
 	f.Close()
 	fi, err := snapshot.HashFile(src)
@@ -51,14 +63,32 @@ func tmpfsStore(t *testing.T) *Store {
 		t.Skip("no /dev/shm:", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s, err := Open(dir)
+	return openKind(t, dir, TmpFS, 0)
+}
+
+// openKind opens the store at path and checks that it is on a medium of
+// kind with pages of pageSize bytes (0: any size).
+func openKind(t *testing.T, path string, kind Kind, pageSize int64) *Store {
+	t.Helper()
+	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Kind() != TmpFS {
-		t.Fatalf("kind %s, want tmpfs", s.Kind())
+	if s.Kind() != kind || (pageSize != 0 && s.PageSize() != pageSize) {
+		t.Fatalf("kind %s page %d, want %s with pages of %d", s.Kind(), s.PageSize(), kind, pageSize)
 	}
 	return s
+}
+
+// envPath is the path the environment variable name gives, or skips t
+// (why says where the test does run).
+func envPath(t *testing.T, name, why string) string {
+	t.Helper()
+	path := os.Getenv(name)
+	if path == "" {
+		t.Skipf("%s is not set: %s", name, why)
+	}
+	return path
 }
 
 func TestPutGetRemove(t *testing.T) {
@@ -191,14 +221,8 @@ func mustStatfsType(t *testing.T, dir string) int64 {
 // pages to spare.
 func hugeStore(t *testing.T, pages int) *Store {
 	t.Helper()
-	s, err := Open(hugetest.Mount(t, pages))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openKind(t, hugetest.Mount(t, pages), HugeTLBFS, 2<<20)
 	t.Cleanup(func() { os.RemoveAll(s.MetaDir()) })
-	if s.Kind() != HugeTLBFS || s.PageSize() != 2<<20 {
-		t.Fatalf("kind %s page %d, want hugetlbfs 2 MiB", s.Kind(), s.PageSize())
-	}
 	return s
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 func TestParseService(t *testing.T) {
@@ -82,27 +84,6 @@ func root(t *testing.T) {
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// serveTCP accepts connections on a loopback port until the test ends,
-// handing each to handle.
-func serveTCP(t *testing.T, handle func(net.Conn)) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go handle(c)
-		}
-	}()
-	return l
-}
-
 // logMedian logs the median and maximum of ds, the set-up times of what.
 func logMedian(t *testing.T, what string, ds []time.Duration) {
 	t.Helper()
@@ -115,10 +96,10 @@ func logMedian(t *testing.T, what string, ds []time.Duration) {
 // passed on; nothing else listens.
 func TestAttachServices(t *testing.T) {
 	root(t)
-	echo := serveTCP(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
-	port := echo.Addr().(*net.TCPAddr).Port
+	echo := tcptest.Serve(t, func(c net.Conn, _ int) { defer c.Close(); io.Copy(c, c) })
+	port := echo.Port
 	h := &Host{log: discard}
-	p, err := Policy{Services: []string{echo.Addr().String()}}.Normalize()
+	p, err := Policy{Services: []string{echo.String()}}.Normalize()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +129,7 @@ func TestAttachServices(t *testing.T) {
 		if _, err := net.DialTimeout("tcp4", netip.AddrPortFrom(Gateway, uint16(port+1)).String(), time.Second); err == nil {
 			t.Errorf("a port that is not a service answered")
 		}
-		if _, err := net.DialTimeout("tcp4", echo.Addr().String(), time.Second); err == nil {
+		if _, err := net.DialTimeout("tcp4", echo.String(), time.Second); err == nil {
 			t.Errorf("the host's loopback is reachable from the namespace")
 		}
 		return nil
@@ -174,14 +155,14 @@ func TestConnectionLimit(t *testing.T) {
 			c.Close()
 		}
 	})
-	hold := serveTCP(t, func(c net.Conn) { mu.Lock(); held = append(held, c); mu.Unlock() })
+	hold := tcptest.Serve(t, func(c net.Conn, _ int) { mu.Lock(); held = append(held, c); mu.Unlock() })
 	h := &Host{log: discard}
-	p, _ := Policy{Services: []string{hold.Addr().String()}}.Normalize()
+	p, _ := Policy{Services: []string{hold.String()}}.Normalize()
 	n, err := h.Attach("vm-limit", p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := hold.Addr().(*net.TCPAddr).Port
+	port := hold.Port
 	var conns []net.Conn
 	inNamespace(n.ns.ns, func() error {
 		for i := 0; i < MaxConns+5; i++ {

@@ -1,0 +1,30 @@
+// Package tcptest serves TCP on the host's loopback: the stand-in services
+// that tests' guests, proxies and clients reach. Only tests import it.
+package tcptest
+
+import (
+	"net"
+	"testing"
+)
+
+// Serve listens on a free port of 127.0.0.1 until the test ends and hands
+// each connection to handle, in a goroutine of its own, with its number (1
+// for the first); it returns the address it listens on.
+func Serve(t testing.TB, handle func(c net.Conn, n int)) *net.TCPAddr {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for n := 1; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c, n)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr)
+}
