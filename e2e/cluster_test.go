@@ -297,6 +297,14 @@ func TestCluster(t *testing.T) {
 	if got := nodeOfLB(t, c, "", "/v1/functions/"+fn.Name); got != owner {
 		t.Errorf("GET /v1/functions/%s went to %q, its invocations to %s", fn.Name, got, owner)
 	}
+	// The client's Authorization reaches the node, which checks it.
+	req, _ := http.NewRequest("GET", c.URL()+"/v1/functions/"+fn.Name, nil)
+	req.Header.Set("Authorization", "Bearer wrong")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized || cluster.NodeOf(resp.Header) != owner {
+		t.Errorf("a wrong token through the balancer: %v %v, want 401 from %s", resp, err, owner)
+	} else {
+		resp.Body.Close()
+	}
 	// A Thaw-Node header picks the node for any request.
 	for _, n := range c.Nodes {
 		for _, path := range []string{"/v1/info", "/v1/functions/" + fn.Name} {
