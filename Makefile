@@ -9,7 +9,7 @@ export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
 
-.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz deb
+.PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz deb cluster-demo
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make test    set up what is missing and run every test (unit + real VMs)"
 	@echo "make build   build bin/thaw and bin/thawd"
 	@echo "make deb     the Debian package build/thaw_<version>_<arch>.deb (binaries, unit, config, completions)"
+	@echo "make cluster-demo  two thawd nodes in network namespaces behind HAProxy: routing and failover (docs/cluster.md)"
 	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
 	@echo "make unit    unit tests only (no VMs)"
 	@echo "make lint    gofmt and go vet"
@@ -64,6 +65,11 @@ image: deps
 
 demo: deps build image
 	@scripts/demo.sh
+
+# A cluster on this machine: nodes in network namespaces behind HAProxy.
+cluster-demo: deps build image
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/thaw-cluster ./cmd/thaw-cluster
+	@scripts/cluster-demo.sh
 
 unit: build
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)

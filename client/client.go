@@ -38,6 +38,7 @@ var (
 	ErrSnapshotUnusable     = errors.New("snapshot unusable")      // 422
 	ErrTooMany              = errors.New("too many requests")      // 429
 	ErrVMFailed             = errors.New("vm failed")              // 502
+	ErrUnavailable          = errors.New("unavailable")            // 503: starting, or draining (health)
 	ErrTimeout              = errors.New("timeout")                // 504
 	ErrServer               = errors.New("server error")           // other statuses
 	ErrUnreachable          = errors.New("daemon is unreachable")  // no answer
@@ -76,6 +77,8 @@ func kindOf(status int) error {
 		return ErrTooMany
 	case 502:
 		return ErrVMFailed
+	case 503:
+		return ErrUnavailable
 	case 504:
 		return ErrTimeout
 	}
@@ -222,13 +225,14 @@ func tokenFromEnv() (string, error) {
 // HasToken reports whether requests carry an API token.
 func (c *Client) HasToken() bool { return c.token != "" }
 
-func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+// send makes one request and reads the whole answer.
+func (c *Client) send(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, []byte, error) {
 	if c.err != nil {
-		return c.err
+		return nil, nil, c.err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -238,25 +242,38 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, co
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base, err)
+		return nil, nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("read answer: %w", err)
+		return nil, nil, fmt.Errorf("read answer: %w", err)
+	}
+	return resp, b, nil
+}
+
+// apiError is the error of an answer with status >= 300.
+func apiError(status int, b []byte) *APIError {
+	var eb struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(b))
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+		msg = eb.Error.Message
+	}
+	return &APIError{Status: status, Code: eb.Error.Code, Message: msg, kind: kindOf(status)}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
+	resp, b, err := c.send(ctx, method, path, body, contentType)
+	if err != nil {
+		return err
 	}
 	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
-			msg = eb.Error.Message
-		}
-		return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: msg, kind: kindOf(resp.StatusCode)}
+		return apiError(resp.StatusCode, b)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil
@@ -317,6 +334,27 @@ func all[T any](ctx context.Context, c *Client, path string, q url.Values, max i
 func (c *Client) Info(ctx context.Context) (*Info, error) {
 	var i Info
 	return &i, c.doJSON(ctx, "GET", "/v1/info", nil, &i)
+}
+
+// Health asks whether the daemon serves (no token needed). A daemon that
+// starts or drains answers its Health with an *APIError wrapping
+// ErrUnavailable.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	resp, b, err := c.send(ctx, "GET", "/v1/health", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return nil, apiError(resp.StatusCode, b)
+	}
+	var h Health
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("decode answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &h, &APIError{Status: resp.StatusCode, Code: "unavailable", Message: "thawd is " + h.Status, kind: ErrUnavailable}
+	}
+	return &h, nil
 }
 
 // OpenAPI returns the daemon's OpenAPI document.

@@ -141,3 +141,37 @@ func TestStatusesAreTypedErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHealth: 200 is the daemon's Health; 503 is its Health with an error
+// wrapping ErrUnavailable; anything else (a proxy's 502 page) an APIError.
+func TestHealth(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+		kind   error
+	}{
+		{200, `{"status":"ok","node":"n1"}`, "ok", nil},
+		{503, `{"status":"draining","node":"n1"}`, "draining", ErrUnavailable},
+		{502, `<html>bad gateway</html>`, "", ErrVMFailed},
+		{200, `not json`, "", nil},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/health" {
+				t.Errorf("path %s", r.URL.Path)
+			}
+			w.WriteHeader(c.status)
+			w.Write([]byte(c.body))
+		}))
+		h, err := New(srv.URL).Health(context.Background())
+		srv.Close()
+		switch {
+		case c.want == "" && err == nil:
+			t.Errorf("%d %s: no error", c.status, c.body)
+		case c.kind != nil && !errors.Is(err, c.kind):
+			t.Errorf("%d: error %v, want %v", c.status, err, c.kind)
+		case c.want != "" && (h == nil || h.Status != c.want || h.Node != "n1"):
+			t.Errorf("%d: health %+v (%v)", c.status, h, err)
+		}
+	}
+}

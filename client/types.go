@@ -24,6 +24,7 @@ type (
 	AccelInfo        = wire.AccelInfo
 	ImageInfo        = wire.GuestImage
 	Info             = wire.Info
+	Health           = wire.Health
 	StoreEntry       = wire.StoreEntry
 	StoreInfo        = wire.StoreInfo
 	SnapshotMemory   = wire.SnapshotMemory

@@ -18,6 +18,8 @@ have curl               || need+=(curl)
 have clang              || need+=(clang)          # compiles the snapbpf capture program
 have nft                || need+=(nftables)       # full egress: the host's forwarding rules
 have ip                 || need+=(iproute2)       # tests: network namespaces standing in for the outside
+have nsenter            || need+=(util-linux)     # cluster: thawd nodes run in network namespaces
+have haproxy            || need+=(haproxy)        # cluster: the load balancer in front of the nodes
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -257,10 +257,25 @@ type Info struct {
 	Image       GuestImage `json:"image"`
 	DataDir     string     `json:"data_dir"`
 	Strategies  []string   `json:"strategies"`
+	// Node is the daemon's node name (thawd --node-name), "" if none.
+	Node string `json:"node,omitempty"`
 	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's
 	// memory mapping (thawd --hugepage-hint); false, the default, drops it.
 	HugePageHint bool `json:"hugepage_hint"`
 }
+
+// Health is GET /v1/health's body: whether the daemon serves.
+type Health struct {
+	Status string `json:"status"`         // HealthOK, HealthStarting or HealthDraining
+	Node   string `json:"node,omitempty"` // thawd --node-name
+}
+
+// Health statuses: only HealthOK answers 200; the others 503.
+const (
+	HealthOK       = "ok"
+	HealthStarting = "starting"
+	HealthDraining = "draining"
+)
 
 // StoreEntry is a snapshot's copy in the memory store (premap).
 type StoreEntry struct {

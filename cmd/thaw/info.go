@@ -23,6 +23,9 @@ data directory and the restore strategies it offers.`,
 			}
 			return a.printObject(info, "", "", func(w io.Writer) {
 				row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", orDash(info.Version), a.url))
+				if info.Node != "" {
+					row(w, "Node:", info.Node)
+				}
 				accel := orDash(info.Accel.Accel)
 				if info.Accel.Source != "" {
 					accel += " (" + info.Accel.Source + ")"

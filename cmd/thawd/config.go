@@ -86,6 +86,8 @@ func newSettings() *settings {
 	fs.StringArrayVar(&cfg.AllowedHosts, "allowed-host", nil, "Host header value accepted over TCP besides loopback names and addresses, repeatable (without a port: any port)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "loopback host:port serving GET /metrics alone, without the token, for a Prometheus on this host (metrics are also at /metrics on every --listen, with the token over TCP)")
 	fs.StringArrayVar(&cfg.AllowedOrigins, "allowed-origin", nil, "web origin (scheme://host[:port]) whose browser requests are served, repeatable; requests from any other origin are refused")
+	fs.StringVar(&cfg.NodeName, "node-name", "", "this daemon's name among a cluster's nodes, in every answer's Thaw-Node header and in GET /v1/health (default: the host name)")
+	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 0, "on SIGTERM, how long GET /v1/health answers 503 draining while requests are still served, before the listeners close (give a load balancer's health checks time to take the node out)")
 	fs.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
 	fs.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image'; default $THAW_CACHE/images/current)")
 	fs.StringVar(&d.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -39,6 +40,11 @@ type serveConfig struct {
 	// MetricsListen, if set, is a loopback host:port serving /metrics
 	// alone, without the token (for a Prometheus on this host).
 	MetricsListen string
+	// NodeName names the daemon in answers (Thaw-Node); "": the host name.
+	NodeName string
+	// DrainDelay is how long health answers draining before the
+	// listeners close.
+	DrainDelay time.Duration
 }
 
 // plan is what the command line asks for, checked before anything is
@@ -116,7 +122,24 @@ func check(cfg serveConfig) (*plan, error) {
 			errs = append(errs, err)
 		}
 	}
+	if cfg.NodeName != "" && !api.ValidNodeName(cfg.NodeName) {
+		errs = append(errs, fmt.Errorf("--node-name %q: want 1-63 letters, digits, '.', '_' or '-' (it goes into an HTTP header)", cfg.NodeName))
+	}
+	if cfg.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", cfg.DrainDelay))
+	}
 	return p, errors.Join(errs...)
+}
+
+// nodeName is --node-name, else the host name (if it is a valid one).
+func nodeName(cfg serveConfig) string {
+	if cfg.NodeName != "" {
+		return cfg.NodeName
+	}
+	if h, err := os.Hostname(); err == nil && api.ValidNodeName(h) {
+		return h
+	}
+	return ""
 }
 
 // lookupGroup resolves --socket-group (a name or a number); "" is root's
@@ -143,9 +166,10 @@ func lookupGroup(name string) (int, error) {
 
 // serve runs thawd until ctx ends: check the command line, open the daemon
 // (which locks its data directory), read or create the token, listen on
-// every address, start the daemon, then serve. ready, if set, is called
-// with the listeners' addresses once requests are served. Stopping closes
-// every listener, then the daemon.
+// every address, serve health alone (503 starting) while the daemon
+// starts, then serve everything. ready, if set, is called with the
+// listeners' addresses once requests are served. Stopping drains
+// (--drain-delay), closes every listener, then the daemon.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]net.Addr)) error {
 	p, err := check(cfg)
 	if err != nil {
@@ -174,17 +198,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 			defer ml.Close()
 		}
 	}
-	if err == nil {
-		err = svc.Start(ctx)
-	}
 	if err != nil {
 		for _, ln := range lns {
 			ln.Close()
 		}
 		return errors.Join(err, svc.Close(context.Background()))
 	}
+	// Requests are served from here on; until the daemon has started, only
+	// GET /v1/health (503 starting).
 	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
-		TracerProvider: tracing.Provider()})
+		NodeName: nodeName(cfg), TracerProvider: tracing.Provider()})
+	h.SetState(api.Starting)
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, len(lns)+1)
@@ -193,6 +217,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		go func() { errc <- srv.Serve(ln) }()
 		addrs = append(addrs, ln.Addr())
 	}
+	if err := svc.Start(ctx); err != nil {
+		_ = srv.Close()
+		return errors.Join(err, svc.Close(context.Background()))
+	}
+	h.SetState(api.Serving)
 	if ml != nil {
 		msrv := &http.Server{Handler: metricsOnly(svc), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- msrv.Serve(ml) }()
@@ -205,6 +234,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
+		drain(h, cfg.DrainDelay, log)
 	case err = <-errc:
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -214,6 +244,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		err = cerr
 	}
 	return err
+}
+
+// drain answers health checks with 503 draining for delay while requests
+// are still served, so load balancers take the node out before its
+// listeners close.
+func drain(h *api.Handler, delay time.Duration, log *slog.Logger) {
+	h.SetState(api.Draining)
+	if delay > 0 {
+		log.Info("draining", "delay", delay)
+		time.Sleep(delay)
+	}
 }
 
 // flushSpans exports the spans still queued, the daemon's last ones

@@ -52,6 +52,9 @@ func TestRefusedAtStart(t *testing.T) {
 		{"host as a URL", serveConfig{AllowedHosts: []string{"https://thaw.example"}}, "host name"},
 		{"metrics off loopback", serveConfig{MetricsListen: "0.0.0.0:9100"}, "loopback only"},
 		{"metrics on a socket", serveConfig{MetricsListen: "/run/thaw/metrics.sock"}, "loopback only"},
+		{"node name with a space", serveConfig{NodeName: "node 1"}, "--node-name"},
+		{"node name with a newline", serveConfig{NodeName: "n\r\nX-Evil: 1"}, "--node-name"},
+		{"negative drain delay", serveConfig{DrainDelay: -time.Second}, "--drain-delay"},
 	} {
 		c.cfg.Daemon = daemon.Config{DataDir: filepath.Join(t.TempDir(), "data")}
 		err := serve(context.Background(), c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
@@ -222,7 +225,8 @@ func TestServe(t *testing.T) {
 	img, data := d.ImageDir, d.DataDir
 	caFile, cert, key := testCerts(t)
 	metricsAddr := freeAddr(t)
-	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr, Daemon: d}
+	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr, Daemon: d,
+		NodeName: "serve-node"}
 	r := startServe(t, cfg)
 	ctx := context.Background()
 	if len(r.addrs) != 2 || r.addrs[0].String() != sock {
@@ -266,6 +270,10 @@ func TestServe(t *testing.T) {
 	wrong := envClient(t, url, "THAW_TOKEN", "wrong")
 	if _, err := wrong.Info(ctx); !errors.Is(err, client.ErrUnauthorized) {
 		t.Errorf("wrong token: %v", err)
+	}
+	// Health needs no token, and names the node.
+	if h, err := envClient(t, url, "THAW_CACERT", caFile, "THAW_TOKEN", "wrong").Health(ctx); err != nil || h.Status != "ok" || h.Node != "serve-node" {
+		t.Errorf("health: %+v %v", h, err)
 	}
 
 	// The attack on the old code: a page's text/plain POST with an Origin.

@@ -53,6 +53,7 @@ type Handler struct {
 	mux    *http.ServeMux
 	opts   Options
 	tracer trace.Tracer // request spans; nil: none
+	state  state        // Serving unless SetState says otherwise
 }
 
 // Route is one documented operation.
@@ -80,6 +81,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/openapi.json", h.openapi},
 		{"GET", "/metrics", h.metrics},
 		{"GET", "/v1/info", h.info},
+		{"GET", "/v1/health", h.health},
 		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
 			return h.svc.ListFunctions(ctx)
 		}, func(f *catalog.Function) string { return f.Name }, daemon.FunctionBody)},
@@ -146,6 +148,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, pattern := h.mux.Handler(r)
 	id := newRequestID()
 	w.Header().Set(RequestIDHeader, id)
+	if h.opts.NodeName != "" {
+		w.Header().Set(NodeHeader, h.opts.NodeName)
+	}
 	sw := &statusWriter{ResponseWriter: w, status: 200}
 	defer func() {
 		if h.svc != nil {
@@ -308,7 +313,9 @@ func (h *Handler) openapi(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, h.svc.Info())
+	i := h.svc.Info()
+	i.Node = h.opts.NodeName
+	writeJSON(w, http.StatusOK, i)
 }
 
 // list wraps collections as {"items": [...]} so they can grow fields.

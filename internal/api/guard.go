@@ -31,6 +31,10 @@ type Options struct {
 	// AllowedOrigins are web origins (scheme://host[:port]) whose browser
 	// requests are served. A request with any other Origin is refused.
 	AllowedOrigins []string
+	// NodeName names this daemon among a cluster's nodes: answers carry
+	// it in the Thaw-Node header, GET /v1/health and GET /v1/info in
+	// their bodies. "": none.
+	NodeName string
 	// TracerProvider makes a span of every request (tracing.go), the
 	// parent of the service's spans; nil: none. It is the daemon's
 	// (daemon.Config.TracerProvider).
@@ -42,6 +46,7 @@ const (
 	codeUnauthenticated = "unauthenticated"        // 401
 	codeForbidden       = "forbidden"              // 403
 	codeUnsupportedType = "unsupported_media_type" // 415
+	// codeUnavailable (health.go): 503 while the daemon starts.
 )
 
 // guardCodes are the statuses and codes admit answers (openapi_test
@@ -50,6 +55,7 @@ var guardCodes = map[string]int{
 	codeUnauthenticated: http.StatusUnauthorized,
 	codeForbidden:       http.StatusForbidden,
 	codeUnsupportedType: http.StatusUnsupportedMediaType,
+	codeUnavailable:     http.StatusServiceUnavailable,
 }
 
 // AuthRealm is the realm of the 401 answers' WWW-Authenticate header.
@@ -59,13 +65,18 @@ const AuthRealm = "thaw"
 // (pattern is the route's, "" for unknown paths): Host and Origin against
 // DNS rebinding and cross-site requests, the token over TCP, and JSON (or,
 // to create a function, gzip) as the only body types, which no HTML form
-// can send. It returns the request carrying its caller, or false after
-// answering.
+// can send; and, while the daemon starts, nothing but GET /v1/health,
+// which passes no other rule (load balancers and probes send neither a
+// token nor this daemon's Host, and it tells nothing but the state). It
+// returns the request carrying its caller, or false after answering.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, bool) {
 	c, ok := daemon.CallerFrom(r.Context())
 	if !ok {
 		c = daemon.Caller{} // no connection context: not a Unix socket
 		r = r.WithContext(daemon.WithCaller(r.Context(), c))
+	}
+	if pattern == healthPattern {
+		return r, true
 	}
 	if !c.Unix && !h.hostAllowed(r.Host) {
 		writeError(w, http.StatusForbidden, codeForbidden, fmt.Sprintf(
@@ -89,6 +100,11 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, pattern string) 
 	}
 	if msg := bodyTypeRefused(r, pattern); msg != "" {
 		writeError(w, http.StatusUnsupportedMediaType, codeUnsupportedType, msg)
+		return r, false
+	}
+	if h.state.get() == Starting {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "thawd is starting: try again shortly (GET /v1/health says when it serves)")
 		return r, false
 	}
 	return r, true

@@ -299,6 +299,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/openapi.json":              {"200", "", ""},
 	"GET /metrics":                      {"200", "", ""},
 	"GET /v1/info":                      {"200", "Info", ""},
+	"GET /v1/health":                    {"200", "Health", ""},
 	"GET /v1/functions":                 {"200", "FunctionList", ""},
 	"POST /v1/functions":                {"201", "Function", "CreateFunctionRequest"},
 	"GET /v1/functions/{name}":          {"200", "Function", ""},
@@ -331,6 +332,30 @@ var handlerIO = map[string]struct {
 	"GET /v1/operations":                {"200", "OperationList", ""},
 	"GET /v1/operations/{id}":           {"200", "Operation", ""},
 	"DELETE /v1/operations/{id}":        {"204", "", ""},
+}
+
+// unguarded are the routes the guard lets through without a token, a
+// Host check or the starting state's 503 (admit).
+var unguarded = map[string]bool{healthPattern: true}
+
+// checkUnguarded: an unguarded route documents no security requirement
+// and answers only its own body, 200 or 503.
+func checkUnguarded(t *testing.T, o operation, body string) {
+	t.Helper()
+	sec := asSlice(o.op["security"])
+	if len(sec) != 1 || len(asObject(sec[0])) != 0 {
+		t.Errorf("%s: must document security [{}] (no token), got %v", o.key(), o.op["security"])
+	}
+	responses := asObject(o.op["responses"])
+	if len(responses) != 2 {
+		t.Errorf("%s: documents %v, want only 200 and 503", o.key(), keys(responses))
+	}
+	for _, status := range []string{"200", "503"} {
+		media := asObject(asObject(asObject(responses[status])["content"])["application/json"])
+		if got := asObject(media["schema"])["$ref"]; got != schemaRef(body) {
+			t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(body))
+		}
+	}
 }
 
 // startsOperations are the long requests that take ?wait=false and then
@@ -425,9 +450,15 @@ func failCodes(t *testing.T) map[string]int {
 	evilHost := localRequest("GET", "/v1/info", "", "")
 	evilHost.Host = "evil.example"
 	textBody := localRequest("POST", "/v1/vms", "text/plain", "{}")
-	for _, r := range []*http.Request{noToken, evilHost, textBody} {
+	starting := localRequest("GET", "/v1/info", "", "")
+	for _, r := range []*http.Request{noToken, evilHost, textBody, starting} {
 		w := httptest.NewRecorder()
-		if _, ok := h.admit(w, r, "POST /v1/vms"); ok {
+		if r == starting {
+			h.SetState(Starting)
+		}
+		_, ok := h.admit(w, r, "POST /v1/vms")
+		h.SetState(Serving)
+		if ok {
 			t.Fatalf("admit let %s %s through", r.Method, r.URL)
 		}
 		var b ErrorBody
@@ -469,8 +500,12 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			continue
 		}
 		responses := asObject(o.op["responses"])
+		if unguarded[o.key()] {
+			checkUnguarded(t, o, want.response)
+			continue
+		}
 		// The guard answers these on every route.
-		for code, ref := range map[string]string{"401": "Unauthenticated", "403": "Forbidden", "415": "UnsupportedMediaType"} {
+		for code, ref := range map[string]string{"401": "Unauthenticated", "403": "Forbidden", "415": "UnsupportedMediaType", "503": "Unavailable"} {
 			if got := asObject(responses[code])["$ref"]; got != "#/components/responses/"+ref {
 				t.Errorf("%s %s: want $ref #/components/responses/%s, got %v", o.key(), code, ref, got)
 			}

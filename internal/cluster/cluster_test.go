@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCAIssue: a node's certificate verifies against the CA for its name
+// and its address, and for nothing else; its key is private.
+func TestCAIssue(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := NewCA(dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("10.200.1.11")
+	certFile, keyFile, err := ca.Issue(dir, "node-1", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(ca.CertFile)
+	if b, _ := pem.Decode(caPEM); b == nil || b.Type != "CERTIFICATE" {
+		t.Fatalf("ca.pem is not a PEM certificate")
+	}
+	for _, name := range []string{"node-1", "10.200.1.11"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: name}); err != nil {
+			t.Errorf("verify as %s: %v", name, err)
+		}
+	}
+	for _, name := range []string{"node-2", "10.200.1.12"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: name}); err == nil {
+			t.Errorf("verified as %s", name)
+		}
+	}
+	other, _ := NewCA(t.TempDir(), "other")
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: other.Pool(), DNSName: "node-1"}); err == nil {
+		t.Error("verified against another CA")
+	}
+	if st, err := os.Stat(keyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v (%v), want 0600", st.Mode(), err)
+	}
+	if _, _, err := ca.Issue(dir, "", addr); err == nil {
+		t.Error("issued a certificate without a name")
+	}
+}
+
+// TestNetwork: node namespaces reach the host over the bridge, and Close
+// leaves nothing behind.
+func TestNetwork(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	n, err := NewNetwork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ns, err := n.AddNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.AddNode(0); err == nil {
+		t.Error("added node 0")
+	}
+	ln, err := net.Listen("tcp4", net.JoinHostPort(n.HostIP.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("host\n"))
+			c.Close()
+		}
+	}()
+	// From inside the node's namespace, as its thawd would.
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+ns, "--", "python3", "-c",
+		"import socket; s=socket.create_connection(('"+n.HostIP.String()+"', "+portOf(ln)+"), timeout=3); print(s.makefile().readline().strip())").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "host" {
+		t.Fatalf("node -> host: %v %s", err, out)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+		t.Errorf("namespace %s left behind", ns)
+	}
+	if _, err := net.InterfaceByName(n.Bridge); err == nil {
+		t.Errorf("bridge %s left behind", n.Bridge)
+	}
+}
+
+func portOf(ln net.Listener) string {
+	_, p, _ := net.SplitHostPort(ln.Addr().String())
+	return p
+}
+
+// TestKillTree: a process and everything below it die.
+func TestKillTree(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 60 & sleep 60 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	for i := 0; i < 100 && len(kids) < 2; i++ {
+		time.Sleep(20 * time.Millisecond)
+		kids = descendants(cmd.Process.Pid)
+	}
+	if len(kids) < 2 {
+		t.Fatalf("descendants = %v, want the two sleeps", kids)
+	}
+	if err := KillTree(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for _, k := range kids {
+		for i := 0; ; i++ {
+			// A killed child of the reaped shell is reaped by init; until
+			// then it is a zombie.
+			err := syscall.Kill(k, 0)
+			if err != nil || zombie(k) {
+				break
+			}
+			if i > 100 {
+				t.Fatalf("process %d survived", k)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
+}
