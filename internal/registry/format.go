@@ -71,7 +71,10 @@ type RemoteManifest struct {
 	PushedAt      time.Time `json:"pushed_at"`
 	// Manifest is the snapshot's own manifest.json, byte for byte.
 	Manifest json.RawMessage `json:"manifest"`
-	// Parent and Prepared are the catalog's record of a warm snapshot.
+	// SourceVM, Parent and Prepared are the catalog's record of the
+	// snapshot: the VM it was taken of, the clean snapshot a warm one was
+	// recorded from, and the prepare result of a warm one.
+	SourceVM string          `json:"source_vm,omitempty"`
 	Parent   string          `json:"parent,omitempty"`
 	Prepared json.RawMessage `json:"prepared,omitempty"`
 	Files    []RemoteFile    `json:"files"`
@@ -97,9 +100,11 @@ type FunctionRecord struct {
 	KeepAliveS     int      `json:"keep_alive_s,omitempty"`
 	VMMPool        int      `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS    int      `json:"vmm_pool_ttl_s,omitempty"`
-	// Latest is the id of the newest snapshot pushed for the function.
-	Latest   string    `json:"latest"`
-	PushedAt time.Time `json:"pushed_at"`
+	// Latest is the id of the newest snapshot pushed for the function
+	// (by the time it was taken: LatestCreatedAt).
+	Latest          string    `json:"latest"`
+	LatestCreatedAt time.Time `json:"latest_created_at"`
+	PushedAt        time.Time `json:"pushed_at"`
 }
 
 // Object keys.

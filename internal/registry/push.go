@@ -25,13 +25,14 @@ type Progress func(done, total int64)
 
 // PushInfo is what the catalog knows of a snapshot beyond its files.
 type PushInfo struct {
+	SourceVM string
 	Parent   string
 	Prepared json.RawMessage
 }
 
 // PushStats says what a push did.
 type PushStats struct {
-	Chunks         int   `json:"chunks"`          // non-zero chunks of the snapshot
+	Chunks         int   `json:"chunks"`          // distinct non-zero chunks of the snapshot
 	Uploaded       int   `json:"uploaded"`        // chunks that were not in the store yet
 	UploadedBytes  int64 `json:"uploaded_bytes"`  // their stored (compressed) bytes
 	StoredBytes    int64 `json:"stored_bytes"`    // stored bytes of all distinct chunks of the snapshot
@@ -97,7 +98,7 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 	}
 	cs := s.ChunkSize()
 	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: cs, PushedAt: time.Now().UTC(),
-		Manifest: raw, Parent: info.Parent, Prepared: info.Prepared}
+		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared}
 	up := newUploader(ctx, s, &st)
 	for _, rel := range files {
 		rf := RemoteFile{Path: rel}
@@ -129,12 +130,14 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 		return nil, st, fmt.Errorf("push %s: %w", local.ID, err)
 	}
 	// Stored sizes are known once every upload has finished.
+	distinct := map[string]bool{}
 	for i := range rm.Files {
 		for j := range rm.Files[i].Chunks {
-			st.Chunks++
+			distinct[rm.Files[i].Chunks[j].SHA256] = true
 			rm.Files[i].Chunks[j].Stored = up.storedSize(rm.Files[i].Chunks[j].SHA256)
 		}
 	}
+	st.Chunks = len(distinct)
 	st.StoredBytes, st.DataBytes = rm.Bytes()
 	b, err := rm.Encode()
 	if err != nil {
