@@ -114,14 +114,19 @@ func (r chunkReport) markdown() string {
 		fns[i] = fmt.Sprintf("%s (%d MiB)", s.Function, s.MemoryMiB)
 	}
 	fmt.Fprintf(&b, "# Registry chunk sizes\n\n%d snapshots: %s.\n\n", len(r.Snapshots), strings.Join(fns, ", "))
-	b.WriteString("| chunk size | non-zero chunks | their bytes | objects stored | unique bytes | stored (zstd) | dedup ratio | mean snapshot non-zero | stored / one snapshot |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| chunk size | non-zero chunks | their bytes | objects stored | unique bytes | stored (zstd) | dedup ratio | mean snapshot non-zero | stored / one snapshot | lazy working set: GETs per snapshot | fetched / working set |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.Sizes {
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %.2fx | %s | %.2fx |\n", fmtBytes(m.ChunkSize), m.Chunks,
+		gets, amp := 0.0, 0.0
+		if m.WorkingSetSnapshots > 0 && m.WorkingSetBytes > 0 {
+			gets = float64(m.WorkingSetChunks) / float64(m.WorkingSetSnapshots)
+			amp = float64(m.WorkingSetFetchBytes) / float64(m.WorkingSetBytes)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %.2fx | %s | %.2fx | %.0f | %.1fx |\n", fmtBytes(m.ChunkSize), m.Chunks,
 			fmtBytes(m.ChunkBytes), m.Objects, fmtBytes(m.UniqueBytes), fmtBytes(m.StoredBytes), m.DedupRatio,
-			fmtBytes(m.MeanSnapshotBytes), m.StoredPerSnapshot)
+			fmtBytes(m.MeanSnapshotBytes), m.StoredPerSnapshot, gets, amp)
 	}
-	b.WriteString("\nObjects are the distinct chunks plus one remote manifest per snapshot. The dedup ratio is the non-zero chunk bytes of all snapshots over the distinct chunks' bytes; the last column is what the bucket holds for all of them over one snapshot's non-zero bytes (the mean).\n")
+	b.WriteString("\nObjects are the distinct chunks plus one remote manifest per snapshot. The dedup ratio is the non-zero chunk bytes of all snapshots over the distinct chunks' bytes. \"Stored / one snapshot\" is what the bucket holds for all of them over one snapshot's non-zero bytes (counted in 4 KiB pages, the mean over the snapshots). The last two columns are a lazy restore that fetches only the chunks holding the REAP working set (recorded by prepare): chunk GETs per snapshot and the bytes those chunks hold over the working set's bytes.\n")
 	return b.String()
 }
 

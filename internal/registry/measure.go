@@ -1,7 +1,10 @@
 package registry
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -35,6 +38,15 @@ type ChunkMeasure struct {
 	StoredPerSnapshot float64 `json:"stored_per_snapshot"`
 	// Objects is UniqueChunks plus one manifest per snapshot.
 	Objects int64 `json:"objects"`
+	// A lazy restore fetches the chunks its guest touches. Over the
+	// snapshots with a REAP working set (WorkingSetSnapshots):
+	// WorkingSetBytes are the bytes of its pages inside non-zero chunks, WorkingSetChunks the
+	// memory chunks holding them (GETs), WorkingSetFetchBytes those
+	// chunks' bytes, all summed.
+	WorkingSetSnapshots  int   `json:"working_set_snapshots"`
+	WorkingSetBytes      int64 `json:"working_set_bytes"`
+	WorkingSetChunks     int64 `json:"working_set_chunks"`
+	WorkingSetFetchBytes int64 `json:"working_set_fetch_bytes"`
 }
 
 // MeasureChunks chunks every file of the snapshots in dirs at chunk size
@@ -74,9 +86,13 @@ func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
 		if files, err = snapshotFiles(dir); err != nil {
 			break
 		}
+		memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
 		for _, rel := range files {
 			var size int64
-			size, _, err = scanFile(filepath.Join(dir, rel), cs, func(_ int64, data []byte) error {
+			size, _, err = scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+				if rel == snapshot.MemoryFile {
+					memChunks[idx] = int64(len(data))
+				}
 				m.Chunks++
 				pageBytes += nonZeroPageBytes(data)
 				m.ChunkBytes += int64(len(data))
@@ -95,6 +111,9 @@ func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
 			m.FileBytes += size
 		}
 		if err != nil {
+			break
+		}
+		if err = m.addWorkingSet(dir, cs, memChunks); err != nil {
 			break
 		}
 	}
@@ -127,4 +146,39 @@ func nonZeroPageBytes(data []byte) int64 {
 		}
 	}
 	return n
+}
+
+// addWorkingSet counts what fetching the REAP working set of the snapshot
+// in dir lazily costs at chunk size cs (nothing without one).
+func (m *ChunkMeasure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64) error {
+	b, err := os.ReadFile(filepath.Join(dir, "strategies", "reap", "reap.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ws struct {
+		PageSize int64      `json:"page_size"`
+		Pages    [][2]int64 `json:"pages"`
+	}
+	if err := json.Unmarshal(b, &ws); err != nil || ws.PageSize <= 0 {
+		return fmt.Errorf("%s: reap.json: %v", dir, err)
+	}
+	m.WorkingSetSnapshots++
+	touched := map[int64]bool{}
+	for _, r := range ws.Pages {
+		for p := r[0]; p < r[0]+r[1]; p++ {
+			idx := p * ws.PageSize / cs
+			if _, ok := memChunks[idx]; ok {
+				m.WorkingSetBytes += ws.PageSize
+				touched[idx] = true
+			}
+		}
+	}
+	for idx := range touched {
+		m.WorkingSetChunks++
+		m.WorkingSetFetchBytes += memChunks[idx]
+	}
+	return nil
 }
