@@ -213,13 +213,21 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 	} else if err != nil {
 		return nil, err
 	}
+	// A function this pull created goes again if the pull fails.
+	undo := func() {
+		if res.FunctionCreated {
+			_ = s.DeleteFunction(context.WithoutCancel(ctx), fn.Name)
+		}
+	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
 	if err := s.compatible(local, fn); err != nil {
+		undo()
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
 	before := s.chunks.Stats()
 	sn, err := s.materialize(ctx, rm, local)
 	if err != nil {
+		undo()
 		return nil, err
 	}
 	after := s.chunks.Stats()
