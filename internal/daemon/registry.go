@@ -293,22 +293,9 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	}
 	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
 		SizeBytes: size, DiskBytes: min(disk, size), Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent}
-	if err := s.db.PutSnapshot(ctx, rec); err != nil {
-		_ = os.RemoveAll(final)
-		return nil, err
-	}
-	if len(rm.Prepared) > 0 {
-		if err := s.db.SetSnapshotPrepared(ctx, rm.ID, string(rm.Prepared)); err != nil {
-			return nil, err
-		}
-		rec.Prepared = rm.Prepared
-	}
 	// The artifacts were verified against the registry's digests as written.
-	arts, _ := filepath.Glob(filepath.Join(final, "strategies", "*", "*"))
-	for _, p := range arts {
-		if err := snapshot.Trust(p); err != nil {
-			return nil, err
-		}
+	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
+		return nil, err
 	}
 	return rec, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,7 +45,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	for _, c := range mem.Chunks {
 		idx = append(idx, c.Index)
 	}
-	if want := []int64{0, 1, 2, 20, 63}; !equal(idx, want) {
+	if want := []int64{0, 1, 2, 20, 63}; !slices.Equal(idx, want) {
 		t.Fatalf("memory chunks %v, want %v", idx, want)
 	}
 	if len(rm.Prefetch) != 1 || rm.Prefetch[0] != "strategies/reap/ws.bin" {
@@ -76,18 +77,6 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if err != nil || got.Parent != "snap-p" {
 		t.Fatalf("manifest %+v %v", got, err)
 	}
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestDedupAcrossSnapshots(t *testing.T) {
