@@ -38,7 +38,7 @@ type region struct {
 // makeSnapshot writes a real snapshot directory (manifest sealed by the
 // snapshot package): a random vmstate, a 4 MiB sparse memory file with the
 // given regions, and a strategy data file and its JSON.
-func makeSnapshot(t *testing.T, root, id string, regions []region) *fixture {
+func makeSnapshot(t testing.TB, root, id string, regions []region) *fixture {
 	t.Helper()
 	tmp := filepath.Join(root, ".tmp-"+id)
 	if err := os.MkdirAll(filepath.Join(tmp, "strategies", "reap"), 0o700); err != nil {
@@ -68,7 +68,7 @@ func makeSnapshot(t *testing.T, root, id string, regions []region) *fixture {
 	ws := make([]byte, 200<<10)
 	fill(ws, 99)
 	writeFile(t, filepath.Join(tmp, "strategies", "reap", "ws.bin"), ws)
-	writeFile(t, filepath.Join(tmp, "strategies", "reap", "reap.json"), []byte(`{"pages":50}`))
+	writeFile(t, filepath.Join(tmp, "strategies", "reap", "reap.json"), []byte(`{"page_size":4096,"pages":[[40,2]]}`))
 	memInfo, err := snapshot.HashFile(filepath.Join(tmp, snapshot.MemoryFile))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func fill(b []byte, seed uint64) {
 	}
 }
 
-func writeFile(t *testing.T, p string, b []byte) {
+func writeFile(t testing.TB, p string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ type env struct {
 	root  string
 }
 
-func newEnv(t *testing.T, budget int64) *env {
+func newEnv(t testing.TB, budget int64) *env {
 	t.Helper()
 	srv := miniotest.Start(t)
 	cfg := srv.Config
