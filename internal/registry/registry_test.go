@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -388,5 +390,48 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 	}
 	if !bytes.Equal(got, a.memory) {
 		t.Fatal("reopened cache served other bytes")
+	}
+}
+
+// Over HTTPS with a private CA: the CA file makes the store trusted;
+// without it the certificate is refused with a clear error, not "store
+// unavailable".
+func TestTLSWithCAFile(t *testing.T) {
+	srv := miniotest.StartTLS(t)
+	cfg := srv.Config
+	cfg.ChunkSize = cs
+	st, err := registry.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := makeSnapshot(t, t.TempDir(), "snap-tls", baseRegions())
+	rm, _, err := st.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
+	if err != nil {
+		t.Fatalf("push over TLS: %v", err)
+	}
+	c, err := registry.OpenCache(t.TempDir(), 0, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "x")
+	os.Mkdir(dst, 0o700)
+	if err := c.PullInto(context.Background(), rm, dst, nil); err != nil {
+		t.Fatalf("pull over TLS: %v", err)
+	}
+	sameTree(t, fx.dir, dst)
+
+	cfg.CAFile = ""
+	untrusted, err := registry.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = untrusted.Ping(context.Background())
+	if err == nil || errors.Is(err, registry.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("untrusted certificate: %v", err)
+	}
+	cfg.CAFile = filepath.Join(t.TempDir(), "none.pem")
+	os.WriteFile(cfg.CAFile, []byte("not pem"), 0o600)
+	if _, err := registry.Open(cfg); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("CA file without a certificate: %v", err)
 	}
 }

@@ -89,10 +89,15 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // classify maps a client error to the package's sentinels: no answer or a
-// 5xx is ErrUnavailable, 404 ErrNotFound.
+// 5xx is ErrUnavailable, 404 ErrNotFound; an untrusted certificate is a
+// configuration error of its own.
 func (s *Store) classify(what string, err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	var verr *tls.CertificateVerificationError
+	if errors.As(err, &verr) {
+		return fmt.Errorf("registry %s at %s: the server's certificate is not trusted (ca_file names the CA that signed it): %v", what, s.cfg.Endpoint, err)
 	}
 	r := minio.ToErrorResponse(err)
 	switch {

@@ -10,9 +10,16 @@ package miniotest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -32,13 +39,14 @@ const Version = "v0.0.0-20260212201848-7aac2a2c5b7c"
 
 // Server is one running MinIO.
 type Server struct {
-	Config  registry.Config
-	dataDir string
-	bin     string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	mu      sync.Mutex
-	logPath string
+	Config   registry.Config
+	certsDir string // with TLS: public.crt, private.key
+	dataDir  string
+	bin      string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	mu       sync.Mutex
+	logPath  string
 }
 
 // Binary finds the MinIO binary, failing or skipping t as the package doc
@@ -67,11 +75,30 @@ func Binary(t testing.TB) string {
 // Start runs a MinIO with a new bucket and stops it when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartTLS is Start serving HTTPS with a certificate for 127.0.0.1 signed
+// by nobody: Config.CAFile is that certificate.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, withTLS bool) *Server {
+	t.Helper()
 	s := &Server{bin: Binary(t), dataDir: t.TempDir()}
+	if withTLS {
+		s.certsDir = t.TempDir()
+		if err := selfSigned(s.certsDir); err != nil {
+			t.Fatal(err)
+		}
+		s.Config.Secure, s.Config.CAFile = true, filepath.Join(s.certsDir, "public.crt")
+	}
 	key := make([]byte, 12)
 	_, _ = rand.Read(key)
-	s.Config = registry.Config{Bucket: "thaw-test", Region: "us-east-1",
-		AccessKey: "thaw" + hex.EncodeToString(key[:4]), SecretKey: hex.EncodeToString(key)}
+	s.Config.Bucket, s.Config.Region = "thaw-test", "us-east-1"
+	s.Config.AccessKey, s.Config.SecretKey = "thaw"+hex.EncodeToString(key[:4]), hex.EncodeToString(key)
 	s.logPath = filepath.Join(t.TempDir(), "minio.log")
 	if err := s.start(); err != nil {
 		t.Fatal(err)
@@ -102,7 +129,11 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Config.Endpoint, s.dataDir)
+	args := []string{"server", "--quiet", "--address", s.Config.Endpoint}
+	if s.certsDir != "" {
+		args = append(args, "--certs-dir", s.certsDir)
+	}
+	cmd := exec.Command(s.bin, append(args, s.dataDir)...)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.Config.AccessKey, "MINIO_ROOT_PASSWORD="+s.Config.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -112,9 +143,15 @@ func (s *Server) start() error {
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(cmd, s.exited)
+	hc, scheme := &http.Client{Timeout: 5 * time.Second}, "http://"
+	if s.certsDir != "" {
+		// Readiness only: the registry client verifies the certificate.
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+		scheme = "https://"
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + s.Config.Endpoint + "/minio/health/ready")
+		resp, err := hc.Get(scheme + s.Config.Endpoint + "/minio/health/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -163,4 +200,29 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key into dir as
+// MinIO wants them (public.crt, private.key).
+func selfSigned(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "thaw-test"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "public.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "private.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
 }
