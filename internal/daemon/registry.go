@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -54,9 +55,12 @@ func (s *Service) ChunkCache() *registry.Cache { return s.chunks }
 // registryErr maps the registry's errors to the service's.
 func registryErr(err error) error {
 	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
 	case errors.Is(err, registry.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
-	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid):
+	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid),
+		errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissing):
 		return fmt.Errorf("%w: %v", ErrSnapshotUnusable, err)
 	}
 	return err
@@ -279,9 +283,6 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		if errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, snapshot.ErrMissing) {
-			err = fmt.Errorf("%w: %v", ErrSnapshotUnusable, err)
-		}
 		return nil, registryErr(err)
 	}
 	_ = snapshot.SyncDir(s.snapshotsDir())

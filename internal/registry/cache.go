@@ -84,8 +84,11 @@ func OpenCache(dir string, budget int64, store *Store) (*Cache, error) {
 			return err
 		}
 		name := d.Name()
-		if strings.HasPrefix(name, ".tmp-") || !hexSum.MatchString(name) || filepath.Base(filepath.Dir(p)) != name[:2] {
-			return os.Remove(p)
+		if strings.HasPrefix(name, ".tmp-") {
+			return os.Remove(p) // a write a crash interrupted
+		}
+		if !hexSum.MatchString(name) || filepath.Base(filepath.Dir(p)) != name[:2] {
+			return nil // not a chunk: not the cache's to count or delete
 		}
 		fi, err := d.Info()
 		if err != nil {
