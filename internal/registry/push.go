@@ -32,12 +32,11 @@ type PushInfo struct {
 
 // PushStats says what a push did.
 type PushStats struct {
-	Chunks         int   `json:"chunks"`          // distinct non-zero chunks of the snapshot
-	Uploaded       int   `json:"uploaded"`        // chunks that were not in the store yet
-	UploadedBytes  int64 `json:"uploaded_bytes"`  // their stored (compressed) bytes
-	StoredBytes    int64 `json:"stored_bytes"`    // stored bytes of all distinct chunks of the snapshot
-	DataBytes      int64 `json:"data_bytes"`      // uncompressed bytes of those chunks
-	AlreadyPresent bool  `json:"already_present"` // the manifest was there: nothing was uploaded
+	Chunks        int   `json:"chunks"`         // distinct non-zero chunks of the snapshot
+	Uploaded      int   `json:"uploaded"`       // chunks that were not in the store yet
+	UploadedBytes int64 `json:"uploaded_bytes"` // their stored (compressed) bytes
+	StoredBytes   int64 `json:"stored_bytes"`   // stored bytes of all distinct chunks of the snapshot
+	DataBytes     int64 `json:"data_bytes"`     // uncompressed bytes of those chunks
 }
 
 // snapshotFiles lists the files of the snapshot in dir that are pushed:
