@@ -193,6 +193,9 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 			return nil, registryErr(err)
 		}
 		id = rec.Latest
+		if err := validID("snapshot", id); err != nil {
+			return nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, id)
+		}
 	}
 	if _, err := s.db.GetSnapshot(ctx, id); err == nil {
 		return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, id)

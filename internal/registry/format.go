@@ -115,10 +115,9 @@ func codeKey(sum string) string                { return "code/" + sum + ".tar.gz
 func (f *RemoteFile) chunkLen(i, cs int64) int { return int(min(cs, f.Size-i*cs)) }
 
 var (
-	hexSum  = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	idRE    = regexp.MustCompile(`^snap-[0-9a-z]{1,64}$`)
-	nameRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	zeroSum = sha256.Sum256(nil)
+	hexSum = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	idRE   = regexp.MustCompile(`^snap-[0-9a-z]{1,64}$`)
+	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 )
 
 func (m *RemoteManifest) computeChecksum() string {

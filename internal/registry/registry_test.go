@@ -144,6 +144,11 @@ func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 		}
 	}
 	putObject(t, c, e.srv.Config.Bucket, key, orig)
+	// Another snapshot's manifest under this id is refused.
+	putObject(t, c, e.srv.Config.Bucket, "snapshots/snap-c2/manifest.json", getObject(t, c, e.srv.Config.Bucket, "snapshots/snap-c/manifest.json"))
+	if _, err := e.store.GetManifest(context.Background(), "snap-c2"); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("a manifest under another id: %v", err)
+	}
 	dst, err := pullTo(t, e, fx.id)
 	if err != nil {
 		t.Fatalf("pull after the object was repaired: %v", err)

@@ -196,7 +196,11 @@ func (s *Store) GetManifest(ctx context.Context, id string) (*RemoteManifest, er
 	if err != nil {
 		return nil, err
 	}
-	return DecodeRemoteManifest(b)
+	m, err := DecodeRemoteManifest(b)
+	if err == nil && m.ID != id {
+		return nil, fmt.Errorf("%w: %s holds the manifest of %s", ErrInvalid, manifestKey(id), m.ID)
+	}
+	return m, err
 }
 
 // HasManifest reports whether snapshot id was pushed.
