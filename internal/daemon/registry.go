@@ -293,10 +293,10 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	var size, disk int64
 	for _, f := range rm.Files {
 		size += f.Size
-		disk += int64(len(f.Chunks)) * rm.ChunkSize
+		disk += allocated(filepath.Join(final, filepath.FromSlash(f.Path)))
 	}
 	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
-		SizeBytes: size, DiskBytes: min(disk, size), Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent}
+		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent}
 	// The artifacts were verified against the registry's digests as written.
 	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
 		return nil, err
