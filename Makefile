@@ -8,6 +8,9 @@ THAW_CACHE ?= $(HOME)/.cache/thaw
 export THAW_CACHE
 BIN       := bin
 IMAGE_DIR := $(THAW_CACHE)/images/current
+# MinIO for the registry tests (scripts/install-deps.sh builds it there).
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_BIN := $(THAW_CACHE)/minio/$(MINIO_VERSION)/minio
 
 .PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz deb cluster-demo
 
@@ -29,7 +32,7 @@ help:
 	@echo "             STORE_TIER=devdax-file (device-DAX tier on a tmpfs file, DEVICE_FILE_GIB=6) or devdax:/dev/daxX.Y"
 
 deps:
-	@scripts/install-deps.sh
+	@MINIO_VERSION=$(MINIO_VERSION) scripts/install-deps.sh
 
 # The version comes from git (a tag, or the commit) and is stamped into both
 # binaries; `thaw version` and `thawd --version` print it.
@@ -74,10 +77,11 @@ cluster-demo: deps build image
 unit: build
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-# The end-to-end tests boot real QEMU VMs; THAW_IMAGE makes them mandatory
+# The end-to-end tests boot real QEMU VMs; THAW_IMAGE makes them mandatory,
+# as THAW_MINIO makes the registry tests against a real MinIO
 # (without it, a plain `go test ./...` skips them and says why).
 test: deps build image lint deb
-	THAW_IMAGE=$(IMAGE_DIR) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+	THAW_IMAGE=$(IMAGE_DIR) THAW_MINIO=$(MINIO_BIN) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
 	FUZZTIME=3s scripts/fuzz.sh
 
 # Every fuzz target (request decoding, archives, the agent protocol, QMP,

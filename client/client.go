@@ -38,7 +38,7 @@ var (
 	ErrSnapshotUnusable     = errors.New("snapshot unusable")      // 422
 	ErrTooMany              = errors.New("too many requests")      // 429
 	ErrVMFailed             = errors.New("vm failed")              // 502
-	ErrUnavailable          = errors.New("unavailable")            // 503: starting, or draining (health)
+	ErrUnavailable          = errors.New("unavailable")            // 503: starting, draining, or the snapshot registry did not answer
 	ErrTimeout              = errors.New("timeout")                // 504
 	ErrServer               = errors.New("server error")           // other statuses
 	ErrUnreachable          = errors.New("daemon is unreachable")  // no answer
@@ -765,4 +765,17 @@ func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
 		in["timeout_ms"] = o.Timeout.Milliseconds()
 	}
 	return in
+}
+
+// PushSnapshot uploads a snapshot to the daemon's snapshot registry.
+func (c *Client) PushSnapshot(ctx context.Context, id string) (*PushResult, error) {
+	var r PushResult
+	return &r, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", nil, &r)
+}
+
+// PullSnapshot fetches a snapshot (req.Snapshot, or the newest of
+// req.Function) from the daemon's snapshot registry.
+func (c *Client) PullSnapshot(ctx context.Context, req PullRequest) (*PullResult, error) {
+	var r PullResult
+	return &r, c.doJSON(ctx, "POST", "/v1/snapshots/pull", req, &r)
 }

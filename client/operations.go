@@ -97,3 +97,17 @@ func OperationErr(op *Operation) error {
 	}
 	return &APIError{Status: op.Error.Status, Code: op.Error.Code, Message: op.Error.Message, kind: kindOf(op.Error.Status)}
 }
+
+// StartPushSnapshot starts pushing a snapshot to the registry (operation
+// kind push).
+func (c *Client) StartPushSnapshot(ctx context.Context, id string) (*Operation, error) {
+	var op Operation
+	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push?wait=false", nil, &op)
+}
+
+// StartPullSnapshot starts pulling a snapshot from the registry (operation
+// kind pull): req names a snapshot or a function.
+func (c *Client) StartPullSnapshot(ctx context.Context, req PullRequest) (*Operation, error) {
+	var op Operation
+	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/pull?wait=false", req, &op)
+}

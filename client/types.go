@@ -32,4 +32,7 @@ type (
 	Operation        = wire.Operation
 	OperationResult  = wire.OperationResult
 	OperationError   = wire.OperationError
+	PushResult       = wire.PushResult
+	PullResult       = wire.PullResult
+	PullRequest      = wire.PullRequest
 )

@@ -37,3 +37,13 @@ if ! have go; then
   echo "thaw needs Go (1.22 or newer) on PATH" >&2
   exit 1
 fi
+
+# MinIO, the S3-compatible server the registry tests run against, built from
+# its Go module at a pinned version (~1.5 min the first time).
+MINIO_VERSION=${MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}
+MINIO_DIR=${THAW_CACHE:-$HOME/.cache/thaw}/minio/$MINIO_VERSION
+if [ ! -x "$MINIO_DIR/minio" ]; then
+  echo "[thaw deps] building MinIO $MINIO_VERSION into $MINIO_DIR" >&2
+  mkdir -p "$MINIO_DIR"
+  GOBIN=$MINIO_DIR go install "github.com/minio/minio@$MINIO_VERSION"
+fi

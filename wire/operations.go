@@ -8,6 +8,8 @@ const (
 	OpPrepare = "prepare" // POST /v1/functions/{name}/prepare
 	OpStore   = "store"   // PUT /v1/snapshots/{id}/store
 	OpCopy    = "copy"    // POST /v1/snapshots/{id}/copy
+	OpPush    = "push"    // POST /v1/snapshots/{id}/push
+	OpPull    = "pull"    // POST /v1/snapshots/pull
 )
 
 // Operation states.
@@ -21,8 +23,8 @@ const (
 // what ?wait=false answers (202) and GET /v1/operations/{id} shows.
 type Operation struct {
 	ID       string            `json:"id"`
-	Kind     string            `json:"kind"`   // boot, prepare, store or copy
-	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy)
+	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push or pull
+	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy, push, pull; a pull by function: the function)
 	State    string            `json:"state"`  // running, succeeded or failed
 	Progress OperationProgress `json:"progress"`
 	// Result is, once succeeded, the body the synchronous request answers.
@@ -39,7 +41,7 @@ type OperationProgress struct {
 	Phase string `json:"phase"`
 	Done  int64  `json:"done,omitempty"`
 	Total int64  `json:"total,omitempty"`
-	Unit  string `json:"unit,omitempty"` // "strategies" (prepare) or "bytes" (copy)
+	Unit  string `json:"unit,omitempty"` // "strategies" (prepare) or "bytes" (copy, push, pull)
 }
 
 // OperationResult holds a succeeded operation's result, in the field of
@@ -49,6 +51,8 @@ type OperationResult struct {
 	Prepare  *PrepareResult `json:"prepare,omitempty"`  // prepare
 	Store    *StoreEntry    `json:"store,omitempty"`    // store
 	Snapshot *Snapshot      `json:"snapshot,omitempty"` // copy
+	Push     *PushResult    `json:"push,omitempty"`     // push
+	Pull     *PullResult    `json:"pull,omitempty"`     // pull
 }
 
 // OperationError is a failed operation's error: the HTTP status and error

@@ -133,6 +133,10 @@ func (a *app) printResult(op *client.Operation) error {
 		return a.printStored(r.Store)
 	case r.Snapshot != nil:
 		return a.snapshotPrinter("copied " + op.Target + " to")(r.Snapshot)
+	case r.Push != nil:
+		return a.printPush(r.Push)
+	case r.Pull != nil:
+		return a.printPull(r.Pull)
 	}
 	return a.printOperation(op)
 }

@@ -16,7 +16,7 @@ func (a *app) newSnapshotCmd() *cobra.Command {
 can be restored from it in milliseconds instead of booted.`, "snap")
 	cmd.AddCommand(a.newSnapshotCreateCmd(), a.newSnapshotListCmd(), a.newSnapshotGetCmd(),
 		a.newSnapshotVerifyCmd(), a.newSnapshotCopyCmd(), a.newSnapshotDeleteCmd(), a.newSnapshotStoreCmd(),
-		a.newSnapshotEvictCmd(), a.newSnapshotPinCmd(), a.newSnapshotUnpinCmd())
+		a.newSnapshotEvictCmd(), a.newSnapshotPinCmd(), a.newSnapshotUnpinCmd(), a.newSnapshotPushCmd(), a.newSnapshotPullCmd())
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
 )
@@ -67,6 +68,10 @@ type settings struct {
 	logFormat string
 	uidBase   uint
 	uidCount  uint
+	// registryFile is the snapshot registry's config file; chunkCacheMiB
+	// the chunk cache's budget.
+	registryFile  string
+	chunkCacheMiB int64
 
 	fs     *pflag.FlagSet // the settings' flags, in definition order
 	source map[string]string
@@ -117,6 +122,9 @@ func newSettings() *settings {
 	fs.IntVar(&d.VMMPool, "vmm-pool", 1, "VMMs started ahead of restores per snapshot and strategy once that pair has been restored, so a restore skips the VMM's start; a function's vmm_pool overrides it; negative: no VMM pool")
 	fs.DurationVar(&d.VMMPoolTTL, "vmm-pool-ttl", 5*time.Minute, "how long a VMM started ahead of a restore waits for one before it is stopped (a function's vmm_pool_ttl_s overrides it)")
 	fs.IntVar(&d.VMMPoolMemoryMiB, "vmm-pool-memory", 0, "MiB the VMM pool's standby VMs may hold together, guest memory plus --vm-memory-overhead each (default: an eighth of host memory)")
+	fs.StringVar(&s.registryFile, "registry-config", "", "snapshot registry config file (YAML or JSON, mode 0600: endpoint, bucket, region, access_key, secret_key, secure, ca_file, chunk_size); without it the "+registry.EnvEndpoint+" and "+registry.EnvBucket+" environment variables (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) configure one; none: no push or pull")
+	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")
+	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")
@@ -204,6 +212,26 @@ func (s *settings) apply(env func(string) (string, bool), file *configFile) {
 		}
 	})
 	s.serve.Daemon.VMUIDBase, s.serve.Daemon.VMUIDCount = uint32(s.uidBase), uint32(s.uidCount)
+	s.serve.Daemon.ChunkCacheBudget = s.chunkCacheMiB << 20
+	if s.chunkCacheMiB < 0 {
+		s.serve.Daemon.ChunkCacheBudget = -1
+	}
+	getenv := func(k string) string { v, _ := env(k); return v }
+	switch {
+	case s.registryFile != "":
+		c, err := registry.LoadConfig(s.registryFile, getenv)
+		if err != nil {
+			s.bad = append(s.bad, fmt.Errorf("--registry-config: %w", err))
+		} else {
+			s.serve.Daemon.Registry = &c
+		}
+	case getenv(registry.EnvEndpoint) != "":
+		c, err := registry.ConfigFromEnv(getenv)
+		if err != nil {
+			s.bad = append(s.bad, err)
+		}
+		s.serve.Daemon.Registry = &c
+	}
 }
 
 func (s *settings) applyEnv(f *pflag.Flag, env func(string) (string, bool)) bool {

@@ -120,6 +120,8 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/store", one(h, "", http.StatusOK, func(ctx context.Context, _ string) (*daemon.StoreInfo, error) { return h.svc.StoreInfo(ctx) }, same)},
 		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
 		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
+		{"POST", "/v1/snapshots/{id}/push", h.pushSnapshot},
+		{"POST", "/v1/snapshots/pull", h.pullSnapshot},
 		{"GET", "/v1/invocations", h.listInvocations},
 		{"GET", "/v1/operations", list(h, func(ctx context.Context, _ *http.Request) ([]*daemon.Operation, error) {
 			return h.svc.ListOperations(ctx)
@@ -255,6 +257,7 @@ var failures = []struct {
 	{daemon.ErrForbidden, http.StatusForbidden, "forbidden"},
 	{daemon.ErrTooMany, http.StatusTooManyRequests, "too_many"},
 	{daemon.ErrNoSpace, http.StatusInsufficientStorage, "no_space"},
+	{daemon.ErrRegistryUnavailable, http.StatusServiceUnavailable, "registry_unavailable"},
 	{context.Canceled, 499, "canceled"},
 }
 

@@ -320,6 +320,8 @@ var handlerIO = map[string]struct {
 	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
 	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
 	"POST /v1/snapshots/{id}/copy":      {"201", "Snapshot", ""},
+	"POST /v1/snapshots/{id}/push":      {"200", "PushResult", ""},
+	"POST /v1/snapshots/pull":           {"201", "PullResult", "PullRequest"},
 	"GET /v1/invocations":               {"200", "InvocationList", ""},
 	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
 	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
@@ -365,6 +367,8 @@ var startsOperations = map[string]bool{
 	"POST /v1/functions/{name}/prepare": true,
 	"PUT /v1/snapshots/{id}/store":      true,
 	"POST /v1/snapshots/{id}/copy":      true,
+	"POST /v1/snapshots/{id}/push":      true,
+	"POST /v1/snapshots/pull":           true,
 }
 
 // createsUnderPath are POST operations on a parameterized path that
@@ -379,17 +383,18 @@ var createsUnderPath = map[string]bool{
 // api.go names them with. TestFailSentinelsAreComplete keeps the list in
 // step with fail() and with the daemon's sentinels.
 var failSentinels = map[string]error{
-	"daemon.ErrInvalid":          daemon.ErrInvalid,
-	"daemon.ErrNotFound":         daemon.ErrNotFound,
-	"daemon.ErrExists":           daemon.ErrExists,
-	"daemon.ErrConflict":         daemon.ErrConflict,
-	"daemon.ErrSnapshotUnusable": daemon.ErrSnapshotUnusable,
-	"daemon.ErrTimeout":          daemon.ErrTimeout,
-	"daemon.ErrVMFailed":         daemon.ErrVMFailed,
-	"daemon.ErrNoSpace":          daemon.ErrNoSpace,
-	"daemon.ErrForbidden":        daemon.ErrForbidden,
-	"daemon.ErrTooMany":          daemon.ErrTooMany,
-	"context.Canceled":           context.Canceled,
+	"daemon.ErrInvalid":             daemon.ErrInvalid,
+	"daemon.ErrNotFound":            daemon.ErrNotFound,
+	"daemon.ErrExists":              daemon.ErrExists,
+	"daemon.ErrConflict":            daemon.ErrConflict,
+	"daemon.ErrSnapshotUnusable":    daemon.ErrSnapshotUnusable,
+	"daemon.ErrTimeout":             daemon.ErrTimeout,
+	"daemon.ErrVMFailed":            daemon.ErrVMFailed,
+	"daemon.ErrNoSpace":             daemon.ErrNoSpace,
+	"daemon.ErrForbidden":           daemon.ErrForbidden,
+	"daemon.ErrTooMany":             daemon.ErrTooMany,
+	"daemon.ErrRegistryUnavailable": daemon.ErrRegistryUnavailable,
+	"context.Canceled":              context.Canceled,
 }
 
 // TestFailSentinelsAreComplete: the errors fail() maps must be exactly
@@ -695,7 +700,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
-		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy}},
+		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 	}
 	for _, c := range checks {
@@ -890,12 +895,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"VMMemory", reflect.TypeFor[daemon.VMMemory]()},
 		{"Operation", reflect.TypeFor[wire.Operation]()},
 		{"ErrorDetail", reflect.TypeFor[wire.ErrorDetail]()},
+		{"PushResult", reflect.TypeFor[wire.PushResult]()},
+		{"PullResult", reflect.TypeFor[wire.PullResult]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
 		{"CreateVMRequest", reflect.TypeFor[wire.CreateVMRequest]()},
 		{"CreateSnapshotRequest", reflect.TypeFor[wire.CreateSnapshotRequest]()},
 		{"PrepareRequest", reflect.TypeFor[wire.PrepareRequest]()},
+		{"PullRequest", reflect.TypeFor[wire.PullRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// The long requests (boot, prepare, store, copy) take ?wait: true or
+// The long requests (boot, prepare, store, copy, push, pull) take ?wait: true or
 // absent holds the request until the work is done, as always; false
 // starts the work as an operation and answers 202 with it and its
 // Location, /v1/operations/{id}.
@@ -83,4 +83,42 @@ func (h *Handler) copySnapshot(w http.ResponseWriter, r *http.Request) {
 		sn, err := h.svc.CopySnapshot(ctx, id)
 		replyAs(h, w, r, http.StatusCreated, sn, err, daemon.SnapshotBody)
 	})
+}
+
+func (h *Handler) pushSnapshot(w http.ResponseWriter, r *http.Request) {
+	h.snapshotOperation(w, r, h.svc.StartPush, func(ctx context.Context, id string) {
+		res, err := h.svc.PushSnapshot(ctx, id)
+		reply(h, w, r, http.StatusOK, res, err)
+	})
+}
+
+// pullSnapshot serves POST /v1/snapshots/pull (?wait=false: an operation).
+func (h *Handler) pullSnapshot(w http.ResponseWriter, r *http.Request) {
+	req, err := readPull(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !req.wait {
+		op, err := h.svc.StartPull(h.opContext(w, r), req.PullRequest)
+		h.accepted(w, r, op, err)
+		return
+	}
+	res, err := h.svc.PullSnapshot(r.Context(), req.PullRequest)
+	reply(h, w, r, http.StatusCreated, res, err)
+}
+
+type pullRequest struct {
+	wire.PullRequest
+	wait bool
+}
+
+// readPull decodes a pull request: ?wait and the body (at most 4 KiB).
+func readPull(w http.ResponseWriter, r *http.Request) (pullRequest, error) {
+	var req pullRequest
+	var err error
+	if req.wait, err = waitParam(r); err != nil {
+		return req, err
+	}
+	return req, decode(w, r, 4096, &req.PullRequest)
 }

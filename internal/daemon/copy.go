@@ -58,23 +58,10 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	rec := &catalog.Snapshot{ID: newID, Function: src.Function, SourceVM: src.SourceVM, Dir: final,
 		MemoryMiB: src.MemoryMiB, SizeBytes: src.SizeBytes, DiskBytes: src.DiskBytes, Stamp: string(stamp),
 		CreateMS: ms(time.Since(start)), CreatedAt: m.CreatedAt, Parent: src.Parent}
-	if err := s.db.PutSnapshot(ctx, rec); err != nil {
-		_ = os.RemoveAll(final)
-		return nil, err
-	}
-	if len(src.Prepared) > 0 {
-		if err := s.db.SetSnapshotPrepared(ctx, newID, string(src.Prepared)); err != nil {
-			return nil, err
-		}
-		rec.Prepared = src.Prepared
-	}
 	// The artifacts are exact copies of files verified above or at their
-	// build; record their stamps so the first restore does not re-hash them.
-	arts, _ := filepath.Glob(filepath.Join(final, "strategies", "*", "*"))
-	for _, p := range arts {
-		if err := snapshot.Trust(p); err != nil {
-			return nil, err
-		}
+	// build.
+	if err := s.enterSnapshot(ctx, rec, src.Prepared); err != nil {
+		return nil, err
 	}
 	s.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
 	s.collectSnapshots(ctx, rec.Function)
@@ -170,4 +157,28 @@ func copyFileSync(dst, src string) error {
 		_, err := io.Copy(out, in)
 		return err
 	})
+}
+
+// enterSnapshot enters a snapshot published in rec.Dir in the catalog with
+// its prepare result, and trusts its strategy artifacts as verified (the
+// caller verified them as it wrote them), so its first restore re-hashes
+// nothing. On a catalog error the directory is removed.
+func (s *Service) enterSnapshot(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error {
+	if err := s.db.PutSnapshot(ctx, rec); err != nil {
+		_ = os.RemoveAll(rec.Dir)
+		return err
+	}
+	if len(prepared) > 0 {
+		if err := s.db.SetSnapshotPrepared(ctx, rec.ID, string(prepared)); err != nil {
+			return err
+		}
+		rec.Prepared = prepared
+	}
+	arts, _ := filepath.Glob(filepath.Join(rec.Dir, "strategies", "*", "*"))
+	for _, p := range arts {
+		if err := snapshot.Trust(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -144,6 +145,13 @@ type Config struct {
 	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
 	HistoryMax    int
 	HistoryMaxAge time.Duration
+	// Registry, if set, is the snapshot registry (push and pull);
+	// ChunkCacheBudget bounds the local chunk cache in bytes (0: the
+	// default, negative: no bound); RegistryPushOnPrepare pushes every
+	// prepared warm snapshot.
+	Registry              *registry.Config
+	ChunkCacheBudget      int64
+	RegistryPushOnPrepare bool
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -209,6 +217,12 @@ func (c *Config) setDefaults() {
 	if c.VMMPoolMemoryMiB == 0 {
 		c.VMMPoolMemoryMiB = hostMemoryMiB() / 8
 	}
+	switch {
+	case c.ChunkCacheBudget == 0:
+		c.ChunkCacheBudget = DefaultChunkCacheBudget
+	case c.ChunkCacheBudget < 0:
+		c.ChunkCacheBudget = 0
+	}
 	if c.HistoryMax == 0 {
 		c.HistoryMax = 100_000
 	}
@@ -273,6 +287,13 @@ func (c *Config) Validate() error {
 	if c.AdmissionQueue < 0 || c.AdmissionTimeout < 0 {
 		errs = append(errs, errors.New("admission queue and timeout must not be negative"))
 	}
+	if c.Registry != nil {
+		if err := c.Registry.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if c.RegistryPushOnPrepare {
+		errs = append(errs, errors.New("registry push on prepare needs a registry config"))
+	}
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -316,7 +337,9 @@ type Service struct {
 	net       *vmnet.Host // builds each VM's network
 	lock      *os.File    // the data directory's lock, held while the daemon lives
 	creating  map[string]bool
-	ops       *operations // asynchronous operations (?wait=false)
+	ops       *operations     // asynchronous operations (?wait=false)
+	registry  *registry.Store // snapshot registry; nil: none configured
+	chunks    *registry.Cache // its local chunk cache
 }
 
 // Directory layout under DataDir.
@@ -393,6 +416,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
 	if err != nil {
+		return nil, err
+	}
+	if err := s.openRegistry(); err != nil {
+		_ = s.db.Close()
 		return nil, err
 	}
 	return s, nil

@@ -87,6 +87,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *Prepare
 	}
 	s.log.Info("prepared", "function", req.Function, "warm", res.Warm.ID, "total_ms", res.Timing.TotalMS)
 	s.collectSnapshots(ctx, req.Function)
+	s.autoPush(ctx, res.Warm.ID)
 	return res, nil
 }
 

@@ -179,5 +179,10 @@ func (s *Service) metricState() metrics.State {
 		}
 	}
 	st.Store, _ = s.StoreInfo(ctx)
+	if s.chunks != nil {
+		c := s.chunks.Stats()
+		st.Chunks = &metrics.ChunkCache{FetchedBytes: c.FetchedBytes, FetchedChunks: c.FetchedChunks, Hits: c.Hits,
+			UsedBytes: c.UsedBytes, BudgetBytes: c.BudgetBytes}
+	}
 	return st
 }

@@ -22,6 +22,15 @@ type State struct {
 	// StandbyVMs are VMMs the VMM pool started ahead of restores.
 	StandbyVMs int
 	Store      *wire.StoreInfo
+	// Chunks is the snapshot registry's chunk cache; nil without a
+	// registry.
+	Chunks *ChunkCache
+}
+
+// ChunkCache is what the chunk cache has done since the daemon started.
+type ChunkCache struct {
+	FetchedBytes, FetchedChunks, Hits int64
+	UsedBytes, BudgetBytes            int64
 }
 
 // Set is thawd's metrics and the registry they are served from.
@@ -198,10 +207,16 @@ var (
 	storeResv    = prometheus.NewDesc("thaw_store_reserved_bytes", "Memory store bytes held for live premap clones beyond the copies.", []string{"tier"}, nil)
 	idleDesc     = prometheus.NewDesc("thaw_keepalive_idle_vms", "VMs kept idle for their function's next invocations.", nil, nil)
 	standbyDesc  = prometheus.NewDesc("thaw_vmm_pool_standby_vms", "VMMs the VMM pool started ahead of restores, waiting for one.", nil, nil)
+	chunkBytes   = prometheus.NewDesc("thaw_registry_fetched_bytes_total", "Compressed bytes the chunk cache fetched from the snapshot registry.", nil, nil)
+	chunkFetched = prometheus.NewDesc("thaw_registry_fetched_chunks_total", "Chunks the chunk cache fetched from the snapshot registry.", nil, nil)
+	chunkHits    = prometheus.NewDesc("thaw_registry_cache_hits_total", "Chunk lookups the chunk cache served from disk.", nil, nil)
+	chunkUsed    = prometheus.NewDesc("thaw_registry_cache_used_bytes", "Bytes of chunks in the chunk cache.", nil, nil)
+	chunkBudget  = prometheus.NewDesc("thaw_registry_cache_budget_bytes", "The chunk cache's budget (0: no bound).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv, idleDesc, standbyDesc} {
+	for _, d := range []*prometheus.Desc{vmsDesc, storeCapDesc, storeUseDesc, storeFree, storeResv, idleDesc, standbyDesc,
+		chunkBytes, chunkFetched, chunkHits, chunkUsed, chunkBudget} {
 		ch <- d
 	}
 }
@@ -218,5 +233,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			storeFree: in.FreeBytes, storeResv: in.ReservedBytes} {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), in.Kind)
 		}
+	}
+	if c := st.Chunks; c != nil {
+		ch <- prometheus.MustNewConstMetric(chunkBytes, prometheus.CounterValue, float64(c.FetchedBytes))
+		ch <- prometheus.MustNewConstMetric(chunkFetched, prometheus.CounterValue, float64(c.FetchedChunks))
+		ch <- prometheus.MustNewConstMetric(chunkHits, prometheus.CounterValue, float64(c.Hits))
+		ch <- prometheus.MustNewConstMetric(chunkUsed, prometheus.GaugeValue, float64(c.UsedBytes))
+		ch <- prometheus.MustNewConstMetric(chunkBudget, prometheus.GaugeValue, float64(c.BudgetBytes))
 	}
 }

@@ -13,7 +13,8 @@ import (
 func TestInvocationsRequestsAndState(t *testing.T) {
 	s := New(func() State {
 		return State{VMs: map[string]int{"running": 2, "stopped": 5},
-			Store: &wire.StoreInfo{Available: true, Kind: "tmpfs", CapacityBytes: 1 << 30, UsedBytes: 1 << 20}}
+			Store:  &wire.StoreInfo{Available: true, Kind: "tmpfs", CapacityBytes: 1 << 30, UsedBytes: 1 << 20},
+			Chunks: &ChunkCache{FetchedBytes: 4096, FetchedChunks: 2, Hits: 7, UsedBytes: 1 << 20, BudgetBytes: 1 << 30}}
 	})
 	cold := &wire.Invocation{Mode: "cold", Strategy: "faasnap",
 		Timing:        wire.Timing{Restore: &wire.RestoreTiming{SetupMS: 60, ResumeMS: 90}, InvokeMS: 8, TotalMS: 170},
@@ -61,6 +62,16 @@ thaw_vms{state="stopped"} 5
 # TYPE thaw_store_used_bytes gauge
 thaw_store_used_bytes{tier="tmpfs"} 1.048576e+06
 `), "thaw_store_used_bytes"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.GatherAndCompare(s.Registry, strings.NewReader(`
+# HELP thaw_registry_cache_hits_total Chunk lookups the chunk cache served from disk.
+# TYPE thaw_registry_cache_hits_total counter
+thaw_registry_cache_hits_total 7
+# HELP thaw_registry_fetched_bytes_total Compressed bytes the chunk cache fetched from the snapshot registry.
+# TYPE thaw_registry_fetched_bytes_total counter
+thaw_registry_fetched_bytes_total 4096
+`), "thaw_registry_cache_hits_total", "thaw_registry_fetched_bytes_total"); err != nil {
 		t.Error(err)
 	}
 	// Histograms count what was observed, by strategy and mode.

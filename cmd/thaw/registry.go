@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newSnapshotPushCmd() *cobra.Command {
+	var detach bool
+	cmd := &cobra.Command{
+		Use:   "push SNAPSHOT",
+		Short: "Upload a snapshot to the snapshot registry",
+		Long: `Upload a snapshot to the registry thawd is configured with (S3-compatible
+object storage, thawd --registry-config): its files in content-addressed,
+compressed chunks, all-zero chunks left out and chunks the registry holds
+already (shared with other snapshots, or sent by an interrupted push of this
+one) not sent again; the snapshot's manifest goes last, so other nodes only
+ever see it complete. The function's record and code go too, so any node can
+pull it. Runs as an operation in thawd, its bytes shown on stderr; --detach
+(or Ctrl-C) leaves it running (see 'thaw operation').`,
+		Example: `  thaw snapshot push snap-0123abcd`,
+		Args:    exactArgs("SNAPSHOT"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPushSnapshot(a.ctx, args[0]) })
+		},
+	}
+	addDetach(cmd, &detach)
+	return cmd
+}
+
+func (a *app) newSnapshotPullCmd() *cobra.Command {
+	var (
+		detach   bool
+		function string
+	)
+	cmd := &cobra.Command{
+		Use:   "pull [SNAPSHOT] [--function FUNCTION]",
+		Short: "Fetch a snapshot from the snapshot registry",
+		Long: `Fetch a snapshot from the registry: by id, or with --function the newest
+snapshot pushed for that function. A function this node does not have is
+created from the registry's record of it. Every chunk is verified before it
+is used, and the whole snapshot against its manifest before it enters the
+catalog; an interrupted pull keeps the chunks it verified (in the node's
+chunk cache) and a second one resumes. Runs as an operation in thawd, its
+bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
+		Example: `  thaw snapshot pull snap-0123abcd
+  thaw snapshot pull --function hello && thaw invoke hello --strategy faasnap`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var req client.PullRequest
+			switch {
+			case len(args) == 1 && function == "":
+				req.Snapshot = args[0]
+			case len(args) == 0 && function != "":
+				req.Function = function
+			default:
+				return usagef("give a snapshot id or --function, one of them")
+			}
+			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPullSnapshot(a.ctx, req) })
+		},
+	}
+	addDetach(cmd, &detach)
+	cmd.Flags().StringVar(&function, "function", "", "pull the newest snapshot pushed for this function")
+	return cmd
+}
+
+func (a *app) printPush(r *client.PushResult) error {
+	return a.printObject(r, "pushed snapshot", r.Snapshot, func(w io.Writer) {
+		row(w, "Function:", r.Function)
+		row(w, "Chunks:", fmt.Sprintf("%d of %s (non-zero)", r.Chunks, fmtBytes(r.ChunkSize)))
+		row(w, "Uploaded:", fmt.Sprintf("%d chunks, %s (the rest were in the registry)", r.Uploaded, fmtBytes(r.UploadedBytes)))
+		row(w, "Stored:", fmt.Sprintf("%s compressed of %s", fmtBytes(r.StoredBytes), fmtBytes(r.DataBytes)))
+		row(w, "Took:", fmtMS(r.PushMS))
+	})
+}
+
+func (a *app) printPull(r *client.PullResult) error {
+	if a.json {
+		return a.printJSON(r)
+	}
+	if err := a.snapshotPrinter("pulled snapshot")(r.Snapshot); err != nil {
+		return err
+	}
+	w := newTable(a.stdout)
+	if r.FunctionCreated {
+		row(w, "Function:", r.Snapshot.Function+" (created from the registry)")
+	}
+	row(w, "Fetched:", fmt.Sprintf("%d chunks, %s", r.FetchedChunks, fmtBytes(r.FetchedBytes)))
+	row(w, "From cache:", fmt.Sprintf("%d chunks", r.CachedChunks))
+	row(w, "Took:", fmtMS(r.PullMS))
+	return w.Flush()
+}

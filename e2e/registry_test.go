@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+)
+
+// TestRegistryPushPullInvoke: a prepared snapshot pushed to a real MinIO
+// (by the prepare itself),
+// deleted locally, pulled back and restored under every strategy's data;
+// a second daemon that never saw the function pulls it by function name
+// and invokes it; with MinIO stopped a push is 503 registry_unavailable
+// and the local snapshots still serve.
+func TestRegistryPushPullInvoke(t *testing.T) {
+	srv := miniotest.Start(t)
+	withRegistry := func(c *daemon.Config) { cfg := srv.Config; c.Registry = &cfg }
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { withRegistry(c); c.RegistryPushOnPrepare = true })
+	c := e.c
+	ctx := ctxT(t)
+	createFunction(t, c, "probe", "e2e/testdata/probe")
+	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	warm := res.Warm.ID
+	push, err := c.PushSnapshot(ctx, warm)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	t.Logf("pushed %s: %d chunks, %d MiB stored of %d MiB data, %.0f ms", warm, push.Chunks,
+		push.StoredBytes>>20, push.DataBytes>>20, push.PushMS)
+	// --registry-push-on-prepare pushed it already: nothing left to upload.
+	if push.Chunks == 0 || push.Uploaded != 0 || push.StoredBytes >= push.DataBytes {
+		t.Fatalf("push after an automatic push = %+v", push)
+	}
+	// The clean snapshot shares most chunks with the warm one.
+	pc, err := c.PushSnapshot(ctx, res.Clean.ID)
+	if err != nil {
+		t.Fatalf("push clean: %v", err)
+	}
+	if pc.Uploaded*2 >= pc.Chunks {
+		t.Fatalf("clean snapshot push uploaded %d of %d chunks: little shared with the warm one", pc.Uploaded, pc.Chunks)
+	}
+
+	invoke := func(c *client.Client, strategy string) {
+		t.Helper()
+		inv, err := c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{Strategy: strategy, EvictCache: true})
+		if err != nil || !inv.OK || !strings.Contains(string(inv.Result), "hello, test!") || inv.Snapshot != warm {
+			t.Fatalf("%s invocation after pull: %+v %v", strategy, inv, err)
+		}
+		if inv.StrategyStats != nil && inv.StrategyStats.Fallback != "" {
+			t.Fatalf("%s fell back after pull: %s", strategy, inv.StrategyStats.Fallback)
+		}
+	}
+
+	// Delete it here and pull it back.
+	if err := c.DeleteSnapshot(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PullSnapshot(ctx, client.PullRequest{Snapshot: "snap-000000000000"}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("pull of a snapshot never pushed: %v", err)
+	}
+	pr, err := c.PullSnapshot(ctx, client.PullRequest{Snapshot: warm})
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	if pr.Snapshot.ID != warm || pr.FunctionCreated || pr.Snapshot.Prepared == nil || pr.CachedChunks+pr.FetchedChunks < int64(push.Chunks) {
+		t.Fatalf("pull = %+v", pr)
+	}
+	if _, err := c.PullSnapshot(ctx, client.PullRequest{Snapshot: warm}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("pull of a snapshot already here: %v", err)
+	}
+	if _, err := c.VerifySnapshot(ctx, warm); err != nil {
+		t.Fatalf("pulled snapshot does not verify: %v", err)
+	}
+	for _, s := range []string{"vanilla", "faasnap", "reap"} {
+		invoke(c, s)
+	}
+
+	// A node that never saw the function.
+	e2 := startEnvWith(t, t.TempDir(), withRegistry)
+	pr2, err := e2.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"})
+	if err != nil {
+		t.Fatalf("pull by function on a new node: %v", err)
+	}
+	if !pr2.FunctionCreated || pr2.Snapshot.ID != warm {
+		t.Fatalf("pull on a new node = %+v (the clean snapshot was pushed after the warm one but is older)", pr2)
+	}
+	invoke(e2.c, "faasnap")
+
+	// The store down: a clear 503, nothing lost here.
+	srv.Stop()
+	_, err = c.PushSnapshot(ctx, res.Clean.ID)
+	var apiErr *client.APIError
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.Code != "registry_unavailable" {
+		t.Fatalf("push with the registry down: %v", err)
+	}
+	invoke(c, "vanilla")
+}

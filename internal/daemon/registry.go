@@ -1,0 +1,378 @@
+package daemon
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/vmnet"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// ErrRegistryUnavailable: the snapshot registry (object store) did not
+// answer (503); nothing local was changed.
+var ErrRegistryUnavailable = registry.ErrUnavailable
+
+// DefaultChunkCacheBudget is the chunk cache's default disk budget.
+const DefaultChunkCacheBudget = 20 << 30
+
+// openRegistry opens the registry client and the chunk cache when the
+// config names a registry.
+func (s *Service) openRegistry() error {
+	if s.cfg.Registry == nil {
+		return nil
+	}
+	st, err := registry.Open(*s.cfg.Registry)
+	if err != nil {
+		return err
+	}
+	c, err := registry.OpenCache(filepath.Join(s.cfg.DataDir, "chunks"), s.cfg.ChunkCacheBudget, st)
+	if err != nil {
+		return err
+	}
+	s.registry, s.chunks = st, c
+	s.log.Info("snapshot registry", "registry", *s.cfg.Registry, "chunk_cache", c.Dir(), "budget_bytes", s.cfg.ChunkCacheBudget)
+	return nil
+}
+
+// ChunkCache is the node's chunk cache (nil without a registry): lazy
+// restores read remote snapshots through it.
+func (s *Service) ChunkCache() *registry.Cache { return s.chunks }
+
+// registryErr maps the registry's errors to the service's.
+func registryErr(err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
+	case errors.Is(err, registry.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrNotFound, err)
+	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid),
+		errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissing):
+		return fmt.Errorf("%w: %v", ErrSnapshotUnusable, err)
+	}
+	return err
+}
+
+func (s *Service) needRegistry() error {
+	if s.registry == nil {
+		return fmt.Errorf("%w: no snapshot registry is configured (thawd --registry-config)", ErrConflict)
+	}
+	return nil
+}
+
+// PushSnapshot uploads a snapshot to the registry (chunks the store lacks,
+// then its manifest), and its function's record and code.
+func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, error) {
+	if err := s.needRegistry(); err != nil {
+		return nil, err
+	}
+	phase(ctx, "verifying")
+	v, err := s.verified(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	rm, st, err := s.registry.Push(ctx, v.sn.Dir, registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared},
+		func(done, total int64) {
+			report(ctx, wire.OperationProgress{Phase: "pushing", Done: done, Total: total, Unit: "bytes"})
+		})
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	phase(ctx, "function record")
+	if err := s.pushFunction(ctx, v.fn, rm); err != nil {
+		return nil, registryErr(err)
+	}
+	res := &wire.PushResult{Snapshot: id, Function: v.fn.Name, Chunks: st.Chunks, Uploaded: st.Uploaded,
+		UploadedBytes: st.UploadedBytes, StoredBytes: st.StoredBytes, DataBytes: st.DataBytes,
+		ChunkSize: rm.ChunkSize, PushMS: ms(time.Since(t0))}
+	s.log.Info("snapshot pushed", "snapshot", id, "chunks", st.Chunks, "uploaded", st.Uploaded,
+		"uploaded_bytes", st.UploadedBytes, "push_ms", res.PushMS)
+	return res, nil
+}
+
+// pushFunction writes the function's record, naming rm as its latest
+// snapshot unless the registry's latest is newer.
+func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *registry.RemoteManifest) error {
+	local, err := rm.LocalManifest()
+	if err != nil {
+		return err
+	}
+	latest, latestAt := rm.ID, local.CreatedAt
+	if old, err := s.registry.GetFunction(ctx, fn.Name); err == nil && old.Latest != rm.ID && old.LatestCreatedAt.After(latestAt) {
+		latest, latestAt = old.Latest, old.LatestCreatedAt
+	} else if err != nil && !errors.Is(err, registry.ErrNotFound) && !errors.Is(err, registry.ErrInvalid) {
+		return err
+	}
+	code, err := packCode(filepath.Join(fn.CodeDir, fn.Name))
+	if err != nil {
+		return err
+	}
+	return s.registry.PushFunction(ctx, registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
+		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
+		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS,
+		Latest: latest, LatestCreatedAt: latestAt}, code)
+}
+
+// packCode is a tar.gz of a function directory as CreateFunction unpacks
+// it: sorted entries, no owners or times, so the same code packs the same.
+func packCode(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(info.Mode().Perm()), Typeflag: tar.TypeReg, Size: info.Size()}
+		switch {
+		case d.IsDir():
+			h.Name, h.Typeflag, h.Size = h.Name+"/", tar.TypeDir, 0
+		case !d.Type().IsRegular():
+			return nil
+		}
+		if err := tw.WriteHeader(h); err != nil || d.IsDir() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = gz.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pack function code: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// PullSnapshot fetches a snapshot from the registry (req.Snapshot, or the
+// newest pushed for req.Function), registering its function from the
+// registry's record when this node does not have it. The snapshot is
+// written into a temporary directory through the chunk cache, verified
+// whole against its manifest and its inputs, and only then renamed into
+// place and entered in the catalog, as a local snapshot is.
+func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
+	if err := s.checkPull(req); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	id := req.Snapshot
+	if id == "" {
+		rec, err := s.registry.GetFunction(ctx, req.Function)
+		if err != nil {
+			return nil, registryErr(err)
+		}
+		id = rec.Latest
+		if err := validID("snapshot", id); err != nil {
+			return nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, id)
+		}
+	}
+	if _, err := s.db.GetSnapshot(ctx, id); err == nil {
+		return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, id)
+	}
+	phase(ctx, "manifest")
+	rm, err := s.registry.GetManifest(ctx, id)
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	local, err := rm.LocalManifest()
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	res := &wire.PullResult{}
+	fn, err := s.db.GetFunction(ctx, rm.Function)
+	if errors.Is(err, catalog.ErrNotFound) {
+		phase(ctx, "function")
+		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256); err != nil {
+			return nil, err
+		}
+		res.FunctionCreated = true
+	} else if err != nil {
+		return nil, err
+	}
+	// A function this pull created goes again if the pull fails.
+	undo := func() {
+		if res.FunctionCreated {
+			_ = s.DeleteFunction(context.WithoutCancel(ctx), fn.Name)
+		}
+	}
+	// Refuse before fetching anything a snapshot this node cannot restore.
+	if err := s.compatible(local, fn); err != nil {
+		undo()
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
+	}
+	before := s.chunks.Stats()
+	sn, err := s.materialize(ctx, rm, local)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	after := s.chunks.Stats()
+	res.Snapshot = SnapshotBody(sn)
+	res.FetchedChunks, res.FetchedBytes = after.FetchedChunks-before.FetchedChunks, after.FetchedBytes-before.FetchedBytes
+	res.CachedChunks = after.Hits - before.Hits
+	res.PullMS = ms(time.Since(t0))
+	s.log.Info("snapshot pulled", "snapshot", id, "function", fn.Name, "fetched_chunks", res.FetchedChunks,
+		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS)
+	return res, nil
+}
+
+func (s *Service) checkPull(req wire.PullRequest) error {
+	if err := s.needRegistry(); err != nil {
+		return err
+	}
+	switch {
+	case (req.Snapshot == "") == (req.Function == ""):
+		return fmt.Errorf("%w: give snapshot or function, not both or neither", ErrInvalid)
+	case req.Snapshot != "":
+		return validID("snapshot", req.Snapshot)
+	}
+	return ValidName(req.Function)
+}
+
+// materialize writes rm into the snapshots directory and the catalog.
+func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest) (*catalog.Snapshot, error) {
+	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+rm.ID)
+	final := filepath.Join(s.snapshotsDir(), rm.ID)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%w: snapshot %s is being pulled already", ErrConflict, rm.ID)
+		}
+		return nil, err
+	}
+	err := s.chunks.PullInto(ctx, rm, tmp, func(done, total int64) {
+		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
+	})
+	var st snapshot.Stamp
+	if err == nil {
+		phase(ctx, "verifying")
+		_, st, err = snapshot.Check(tmp, nil)
+	}
+	if err == nil {
+		err = snapshot.SyncDir(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, registryErr(err)
+	}
+	_ = snapshot.SyncDir(s.snapshotsDir())
+	stamp, _ := json.Marshal(st)
+	var size, disk int64
+	for _, f := range rm.Files {
+		size += f.Size
+		disk += allocated(filepath.Join(final, filepath.FromSlash(f.Path)))
+	}
+	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
+		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent}
+	// The artifacts were verified against the registry's digests as written.
+	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// pullFunction registers a function from the registry's record and code
+// archive; its code must digest to what the snapshot was taken with.
+func (s *Service) pullFunction(ctx context.Context, name, digest string) (*catalog.Function, error) {
+	rec, err := s.registry.GetFunction(ctx, name)
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	if rec.Digest != digest {
+		return nil, fmt.Errorf("%w: the registry's function %s has other code than the snapshot was taken with", ErrSnapshotUnusable, name)
+	}
+	code, err := s.registry.GetCode(ctx, rec)
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
+		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
+		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS})
+	if err != nil {
+		return nil, err
+	}
+	if fn.Digest != digest {
+		_ = s.DeleteFunction(context.WithoutCancel(ctx), name)
+		return nil, fmt.Errorf("%w: function %s from the registry digests to %s, the snapshot wants %s", ErrSnapshotUnusable, name, fn.Digest[:12], digest[:12])
+	}
+	return fn, nil
+}
+
+// StartPush pushes a snapshot as an operation (PushSnapshot).
+func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) {
+	if err := s.needRegistry(); err != nil {
+		return nil, err
+	}
+	if _, err := s.GetSnapshot(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.startOperation(ctx, wire.OpPush, id, func(ctx context.Context) (*wire.OperationResult, error) {
+		res, err := s.PushSnapshot(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.OperationResult{Push: res}, nil
+	})
+}
+
+// StartPull pulls a snapshot as an operation (PullSnapshot).
+func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operation, error) {
+	if err := s.checkPull(req); err != nil {
+		return nil, err
+	}
+	target := req.Snapshot
+	if target == "" {
+		target = req.Function
+	}
+	return s.startOperation(ctx, wire.OpPull, target, func(ctx context.Context) (*wire.OperationResult, error) {
+		res, err := s.PullSnapshot(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.OperationResult{Pull: res}, nil
+	})
+}
+
+// autoPush pushes a prepared function's warm snapshot when the daemon is
+// configured to; a failure is logged and leaves the prepare's result.
+func (s *Service) autoPush(ctx context.Context, id string) {
+	if s.registry == nil || !s.cfg.RegistryPushOnPrepare {
+		return
+	}
+	if _, err := s.PushSnapshot(subProgress(ctx, "push: "), id); err != nil {
+		s.log.Warn("push after prepare failed; the snapshot stays local", "snapshot", id, "err", err)
+	}
+}

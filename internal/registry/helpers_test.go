@@ -1,0 +1,169 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+const (
+	mib = 1 << 20
+	cs  = 64 << 10 // chunk size of the tests
+)
+
+// fixture is a snapshot directory written by the test with a known layout.
+type fixture struct {
+	dir    string
+	id     string
+	memory []byte
+}
+
+// region of a synthetic memory file.
+type region struct {
+	off, n int64
+	seed   uint64 // 0: zeros actually written (allocated but zero)
+}
+
+// makeSnapshot writes a real snapshot directory (manifest sealed by the
+// snapshot package): a random vmstate, a 4 MiB sparse memory file with the
+// given regions, and a strategy data file and its JSON.
+func makeSnapshot(t testing.TB, root, id string, regions []region) *fixture {
+	t.Helper()
+	tmp := filepath.Join(root, ".tmp-"+id)
+	if err := os.MkdirAll(filepath.Join(tmp, "strategies", "reap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 4*mib)
+	f, err := os.Create(filepath.Join(tmp, snapshot.MemoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range regions {
+		b := mem[r.off : r.off+r.n]
+		if r.seed != 0 {
+			fill(b, r.seed)
+		}
+		if _, err := f.WriteAt(b, r.off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(int64(len(mem))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	state := make([]byte, 300<<10+17)
+	fill(state, uint64(len(id)))
+	writeFile(t, filepath.Join(tmp, snapshot.StateFile), state)
+	ws := make([]byte, 200<<10)
+	fill(ws, 99)
+	writeFile(t, filepath.Join(tmp, "strategies", "reap", "ws.bin"), ws)
+	writeFile(t, filepath.Join(tmp, "strategies", "reap", "reap.json"), []byte(`{"page_size":4096,"pages":[[40,2]]}`))
+	memInfo, err := snapshot.HashFile(filepath.Join(tmp, snapshot.MemoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &snapshot.Manifest{ID: id, Function: "hello", CreatedAt: time.Now().UTC(),
+		Guest: snapshot.Guest{MemoryMiB: 4, VCPUs: 1, Machine: "pc", Cmdline: "console=ttyS0"},
+		VMM:   snapshot.VMM{Name: "qemu", Version: "7.2", Accel: "tcg"},
+		Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: memInfo}}
+	final := filepath.Join(root, id)
+	if err := snapshot.Commit(tmp, final, m); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{dir: final, id: id, memory: mem}
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed*7+1))
+	for i := range b {
+		b[i] = byte(r.UintN(255) + 1)
+	}
+}
+
+func writeFile(t testing.TB, p string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// baseRegions: data in chunks 0-2, zeros written in chunk 5, data in
+// chunk 20 and the last chunk; every other chunk a hole.
+func baseRegions() []region {
+	return []region{{0, 3 * cs, 1}, {5 * cs, cs, 0}, {20 * cs, cs / 2, 2}, {4*mib - cs, cs, 3}}
+}
+
+// sameTree fails unless every file of want is in got with equal bytes.
+func sameTree(t *testing.T, want, got string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(want, "*"))
+	more, _ := filepath.Glob(filepath.Join(want, "strategies", "*", "*"))
+	for _, p := range append(files, more...) {
+		if st, _ := os.Stat(p); st.IsDir() {
+			continue
+		}
+		rel, _ := filepath.Rel(want, p)
+		a, _ := os.ReadFile(p)
+		b, err := os.ReadFile(filepath.Join(got, rel))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Fatalf("%s differs after the round trip (%v)", rel, err)
+		}
+	}
+}
+
+// s3 is a plain client on the test's MinIO, to look at and damage objects.
+func s3(t *testing.T, cfg registry.Config) *minio.Client {
+	t.Helper()
+	c, err := minio.New(cfg.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func countObjects(t *testing.T, c *minio.Client, bucket, prefix string) int {
+	t.Helper()
+	n := 0
+	for o := range c.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		n++
+	}
+	return n
+}
+
+// env is one MinIO, a store on it and a chunk cache.
+type env struct {
+	srv   *miniotest.Server
+	store *registry.Store
+	cache *registry.Cache
+	root  string
+}
+
+func newEnv(t testing.TB, budget int64) *env {
+	t.Helper()
+	srv := miniotest.Start(t)
+	cfg := srv.Config
+	cfg.ChunkSize = cs
+	st, err := registry.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), budget, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, store: st, cache: c, root: t.TempDir()}
+}

@@ -1,0 +1,195 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// prefetchWorkers is how many chunks a Prefetch fetches at once.
+const prefetchWorkers = 4
+
+// LazyFile is one file of a remote snapshot read through the cache: a
+// chunk is fetched from the store the first time a read touches it, holes
+// read as zeros. Its chunks are pinned in the cache until Close. Safe for
+// concurrent use. After a chunk's first read, ReadAt on it is one pread on
+// a descriptor kept open, with no allocation and no lock.
+type LazyFile struct {
+	c      *Cache
+	ctx    context.Context // bounds fetches started by ReadAt
+	cancel context.CancelFunc
+	cs     int64
+	size   int64
+	sums   []string // per chunk index; "" for a hole
+	pinned []string
+	fds    []atomic.Pointer[os.File]
+	closed atomic.Bool
+	wg     sync.WaitGroup // running prefetches
+}
+
+// Open returns the file named file (a path relative to the snapshot, e.g.
+// "memory") of the remote snapshot rm. ctx bounds the fetches of the
+// file's lifetime.
+func (c *Cache) Open(ctx context.Context, rm *RemoteManifest, file string) (*LazyFile, error) {
+	rf := rm.File(file)
+	if rf == nil {
+		return nil, fmt.Errorf("%w: snapshot %s has no file %s", ErrNotFound, rm.ID, file)
+	}
+	n := (rf.Size + rm.ChunkSize - 1) / rm.ChunkSize
+	lf := &LazyFile{c: c, cs: rm.ChunkSize, size: rf.Size, sums: make([]string, n), fds: make([]atomic.Pointer[os.File], n)}
+	for _, ch := range rf.Chunks {
+		lf.sums[ch.Index] = ch.SHA256
+		lf.pinned = append(lf.pinned, ch.SHA256)
+	}
+	lf.ctx, lf.cancel = context.WithCancel(ctx)
+	c.pin(lf.pinned)
+	return lf, nil
+}
+
+// Size is the file's size in bytes.
+func (f *LazyFile) Size() int64 { return f.size }
+
+// ChunkSize is the size of the file's chunks (the last may be shorter).
+func (f *LazyFile) ChunkSize() int64 { return f.cs }
+
+// ReadAt reads len(p) bytes at off, fetching missing chunks. It returns
+// io.EOF when the read reaches past the end of the file.
+func (f *LazyFile) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("lazy file: negative offset")
+	}
+	if f.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	n := 0
+	for n < len(p) {
+		if off >= f.size {
+			return n, io.EOF
+		}
+		idx := off / f.cs
+		within := off - idx*f.cs
+		k := int(min(int64(len(p)-n), min(f.cs, f.size-idx*f.cs)-within))
+		dst := p[n : n+k]
+		if f.sums[idx] == "" {
+			clear(dst)
+		} else {
+			fd, err := f.chunkFile(f.ctx, idx)
+			if err != nil {
+				return n, err
+			}
+			if _, err := fd.ReadAt(dst, within); err != nil {
+				return n, fmt.Errorf("lazy file: chunk %d: %w", idx, err)
+			}
+		}
+		n += k
+		off += int64(k)
+	}
+	return n, nil
+}
+
+// chunkFile returns the open cache file of chunk idx, fetching it first.
+func (f *LazyFile) chunkFile(ctx context.Context, idx int64) (*os.File, error) {
+	if fd := f.fds[idx].Load(); fd != nil {
+		return fd, nil
+	}
+	sum := f.sums[idx]
+	if err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs))); err != nil {
+		return nil, err
+	}
+	fd, err := os.Open(f.c.path(sum))
+	if err != nil {
+		return nil, fmt.Errorf("lazy file: %w", err)
+	}
+	if !f.fds[idx].CompareAndSwap(nil, fd) {
+		fd.Close()
+		return f.fds[idx].Load(), nil
+	}
+	if f.closed.Load() { // raced with Close
+		if f.fds[idx].CompareAndSwap(fd, nil) {
+			fd.Close()
+		}
+		return nil, os.ErrClosed
+	}
+	return fd, nil
+}
+
+// Prefetch fetches the chunks of [off, off+n) in the background with a few
+// parallel GETs. The channel gets the first error (nil when every chunk
+// is local) and is closed.
+func (f *LazyFile) Prefetch(ctx context.Context, off, n int64) <-chan error {
+	out := make(chan error, 1)
+	if off < 0 {
+		off = 0
+	}
+	end := min(off+n, f.size)
+	var todo []int64
+	for idx := off / f.cs; idx*f.cs < end; idx++ {
+		if f.sums[idx] != "" && f.fds[idx].Load() == nil {
+			todo = append(todo, idx)
+		}
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer close(out)
+		out <- f.fetchAll(ctx, todo)
+	}()
+	return out
+}
+
+func (f *LazyFile) fetchAll(ctx context.Context, todo []int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(f.ctx, cancel)
+	defer stop()
+	work := make(chan int64)
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range min(prefetchWorkers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for idx := range work {
+				if _, err := f.chunkFile(ctx, idx); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for _, idx := range todo {
+		select {
+		case work <- idx:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// Close unpins the file's chunks and closes its descriptors; running
+// prefetches are cancelled and waited for.
+func (f *LazyFile) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	f.cancel()
+	f.wg.Wait()
+	for i := range f.fds {
+		if fd := f.fds[i].Swap(nil); fd != nil {
+			fd.Close()
+		}
+	}
+	f.c.unpin(f.pinned)
+	return nil
+}

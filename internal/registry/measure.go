@@ -1,0 +1,184 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// ChunkMeasure is what storing a set of snapshots at one chunk size costs.
+type ChunkMeasure struct {
+	ChunkSize int64 `json:"chunk_size"`
+	Snapshots int   `json:"snapshots"`
+	// FileBytes is the apparent size of every file of every snapshot.
+	FileBytes int64 `json:"file_bytes"`
+	// ChunkBytes is the bytes of every non-zero chunk of every snapshot
+	// (what storing them without sharing would hold, uncompressed).
+	ChunkBytes int64 `json:"chunk_bytes"`
+	Chunks     int64 `json:"chunks"`
+	// UniqueChunks and UniqueBytes are the distinct chunks (the objects in
+	// the store) and their uncompressed bytes; StoredBytes their
+	// compressed bytes (what the bucket holds).
+	UniqueChunks int64 `json:"unique_chunks"`
+	UniqueBytes  int64 `json:"unique_bytes"`
+	StoredBytes  int64 `json:"stored_bytes"`
+	// DedupRatio is ChunkBytes / UniqueBytes.
+	DedupRatio float64 `json:"dedup_ratio"`
+	// MeanSnapshotBytes is a snapshot's non-zero bytes counted in 4 KiB
+	// pages (independent of the chunk size), the mean over the snapshots;
+	// StoredPerSnapshot is StoredBytes over it: how many snapshots' worth
+	// the whole set costs in the bucket.
+	MeanSnapshotBytes int64   `json:"mean_snapshot_bytes"`
+	StoredPerSnapshot float64 `json:"stored_per_snapshot"`
+	// Objects is UniqueChunks plus one manifest per snapshot.
+	Objects int64 `json:"objects"`
+	// A lazy restore fetches the chunks its guest touches. Over the
+	// snapshots with a REAP working set (WorkingSetSnapshots):
+	// WorkingSetBytes are the bytes of its pages inside non-zero chunks, WorkingSetChunks the
+	// memory chunks holding them (GETs), WorkingSetFetchBytes those
+	// chunks' bytes, all summed.
+	WorkingSetSnapshots  int   `json:"working_set_snapshots"`
+	WorkingSetBytes      int64 `json:"working_set_bytes"`
+	WorkingSetChunks     int64 `json:"working_set_chunks"`
+	WorkingSetFetchBytes int64 `json:"working_set_fetch_bytes"`
+}
+
+// MeasureChunks chunks every file of the snapshots in dirs at chunk size
+// cs as a push would (zero chunks left out, SHA-256 names, zstd) and
+// counts what the store would hold.
+func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
+	if cs < MinChunkSize || cs > MaxChunkSize || cs&(cs-1) != 0 {
+		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinChunkSize, MaxChunkSize)
+	}
+	m := &ChunkMeasure{ChunkSize: cs, Snapshots: len(dirs)}
+	seen := map[string]bool{}
+	type job struct{ data []byte }
+	jobs := make(chan job, 8)
+	var stored int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []byte
+			for j := range jobs {
+				buf = compress(buf, j.data)
+				mu.Lock()
+				stored += int64(len(buf))
+				mu.Unlock()
+			}
+		}()
+	}
+	var err error
+	var pageBytes int64
+	for _, dir := range dirs {
+		if _, err = snapshot.ReadManifest(dir); err != nil {
+			break
+		}
+		var files []string
+		if files, err = snapshotFiles(dir); err != nil {
+			break
+		}
+		memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
+		for _, rel := range files {
+			var size int64
+			size, _, err = scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+				if rel == snapshot.MemoryFile {
+					memChunks[idx] = int64(len(data))
+				}
+				m.Chunks++
+				pageBytes += nonZeroPageBytes(data)
+				m.ChunkBytes += int64(len(data))
+				sum := sumHex(data)
+				if !seen[sum] {
+					seen[sum] = true
+					m.UniqueChunks++
+					m.UniqueBytes += int64(len(data))
+					jobs <- job{append([]byte(nil), data...)}
+				}
+				return nil
+			})
+			if err != nil {
+				break
+			}
+			m.FileBytes += size
+		}
+		if err != nil {
+			break
+		}
+		if err = m.addWorkingSet(dir, cs, memChunks); err != nil {
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	m.StoredBytes = stored
+	m.Objects = m.UniqueChunks + int64(len(dirs))
+	if m.UniqueBytes > 0 {
+		m.DedupRatio = float64(m.ChunkBytes) / float64(m.UniqueBytes)
+	}
+	if len(dirs) > 0 {
+		m.MeanSnapshotBytes = pageBytes / int64(len(dirs))
+	}
+	if m.MeanSnapshotBytes > 0 {
+		m.StoredPerSnapshot = float64(m.StoredBytes) / float64(m.MeanSnapshotBytes)
+	}
+	return m, nil
+}
+
+// nonZeroPageBytes is the bytes of the 4 KiB pages of data that hold a
+// non-zero byte.
+func nonZeroPageBytes(data []byte) int64 {
+	var n int64
+	for off := 0; off < len(data); off += 4096 {
+		if p := data[off:min(off+4096, len(data))]; !isZero(p) {
+			n += int64(len(p))
+		}
+	}
+	return n
+}
+
+// addWorkingSet counts what fetching the REAP working set of the snapshot
+// in dir lazily costs at chunk size cs (nothing without one).
+func (m *ChunkMeasure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64) error {
+	b, err := os.ReadFile(filepath.Join(dir, "strategies", "reap", "reap.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ws struct {
+		PageSize int64      `json:"page_size"`
+		Pages    [][2]int64 `json:"pages"`
+	}
+	if err := json.Unmarshal(b, &ws); err != nil || ws.PageSize <= 0 {
+		return fmt.Errorf("%s: reap.json: %v", dir, err)
+	}
+	m.WorkingSetSnapshots++
+	touched := map[int64]bool{}
+	for _, r := range ws.Pages {
+		for p := r[0]; p < r[0]+r[1]; p++ {
+			idx := p * ws.PageSize / cs
+			if _, ok := memChunks[idx]; ok {
+				m.WorkingSetBytes += ws.PageSize
+				touched[idx] = true
+			}
+		}
+	}
+	for idx := range touched {
+		m.WorkingSetChunks++
+		m.WorkingSetFetchBytes += memChunks[idx]
+	}
+	return nil
+}

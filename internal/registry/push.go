@@ -1,0 +1,281 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// pushWorkers is how many chunks are compressed and uploaded at once.
+const pushWorkers = 4
+
+// Progress receives a push's or pull's progress in bytes of snapshot files
+// (apparent sizes: holes count as done when passed).
+type Progress func(done, total int64)
+
+// PushInfo is what the catalog knows of a snapshot beyond its files.
+type PushInfo struct {
+	SourceVM string
+	Parent   string
+	Prepared json.RawMessage
+}
+
+// PushStats says what a push did.
+type PushStats struct {
+	Chunks        int   `json:"chunks"`         // distinct non-zero chunks of the snapshot
+	Uploaded      int   `json:"uploaded"`       // chunks that were not in the store yet
+	UploadedBytes int64 `json:"uploaded_bytes"` // their stored (compressed) bytes
+	StoredBytes   int64 `json:"stored_bytes"`   // stored bytes of all distinct chunks of the snapshot
+	DataBytes     int64 `json:"data_bytes"`     // uncompressed bytes of those chunks
+}
+
+// snapshotFiles lists the files of the snapshot in dir that are pushed:
+// the manifest, device state, memory and strategy artifacts, skipping
+// temporaries (dot files).
+func snapshotFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() {
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// isPrefetch says whether a snapshot file is a strategy's data file read
+// first on restore (FaaSnap's loading set, REAP's working set).
+func isPrefetch(rel string) bool {
+	return strings.HasPrefix(rel, "strategies/") && !strings.HasSuffix(rel, ".json")
+}
+
+// Push uploads the snapshot in dir: every non-zero chunk the store does not
+// have yet, then the remote manifest, last, so a manifest is only ever
+// visible with all its chunks. An interrupted push run again skips the
+// chunks already stored. The files are hashed while they are read and
+// must match the snapshot's manifest.
+func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Progress) (*RemoteManifest, PushStats, error) {
+	var st PushStats
+	local, err := snapshot.ReadManifest(dir)
+	if err != nil {
+		return nil, st, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestFile))
+	if err != nil {
+		return nil, st, err
+	}
+	files, err := snapshotFiles(dir)
+	if err != nil {
+		return nil, st, err
+	}
+	var total, done int64
+	for _, f := range files {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			total += fi.Size()
+		}
+	}
+	cs := s.ChunkSize()
+	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: cs, PushedAt: time.Now().UTC(),
+		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared}
+	up := newUploader(ctx, s, &st)
+	for _, rel := range files {
+		rf := RemoteFile{Path: rel}
+		var base = done
+		size, sum, err := scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+			ref := ChunkRef{Index: idx, SHA256: sumHex(data)}
+			rf.Chunks = append(rf.Chunks, ref)
+			if progress != nil {
+				progress(base+idx*cs, total)
+			}
+			return up.add(ref.SHA256, data)
+		})
+		if err != nil {
+			up.wait()
+			return nil, st, fmt.Errorf("push %s: %w", rel, err)
+		}
+		rf.Size, rf.SHA256 = size, sum
+		if want, ok := local.Files[rel]; ok && (want.Size != size || want.SHA256 != sum) {
+			up.wait()
+			return nil, st, fmt.Errorf("push %s: %w: %s changed or is damaged (its digest differs from the manifest)", local.ID, snapshot.ErrCorrupt, rel)
+		}
+		rm.Files = append(rm.Files, rf)
+		if isPrefetch(rel) {
+			rm.Prefetch = append(rm.Prefetch, rel)
+		}
+		done = base + size
+	}
+	if err := up.wait(); err != nil {
+		return nil, st, fmt.Errorf("push %s: %w", local.ID, err)
+	}
+	// Stored sizes are known once every upload has finished.
+	distinct := map[string]bool{}
+	for i := range rm.Files {
+		for j := range rm.Files[i].Chunks {
+			distinct[rm.Files[i].Chunks[j].SHA256] = true
+			rm.Files[i].Chunks[j].Stored = up.storedSize(rm.Files[i].Chunks[j].SHA256)
+		}
+	}
+	st.Chunks = len(distinct)
+	st.StoredBytes, st.DataBytes = rm.Bytes()
+	b, err := rm.Encode()
+	if err != nil {
+		return nil, st, err
+	}
+	if err := s.put(ctx, manifestKey(rm.ID), b, "application/json"); err != nil {
+		return nil, st, fmt.Errorf("push %s: manifest: %w", rm.ID, err)
+	}
+	if progress != nil {
+		progress(total, total)
+	}
+	return rm, st, nil
+}
+
+// uploader compresses and uploads chunks with a few workers, each
+// distinct chunk once.
+type uploader struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	s      *Store
+	st     *PushStats
+	work   chan upChunk
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	sizes  map[string]int64 // chunk -> stored size (-1 while in flight)
+	err    error
+	failed atomic.Bool
+}
+
+type upChunk struct {
+	sum  string
+	data []byte
+}
+
+func newUploader(ctx context.Context, s *Store, st *PushStats) *uploader {
+	ctx, cancel := context.WithCancel(ctx)
+	u := &uploader{ctx: ctx, cancel: cancel, s: s, st: st, work: make(chan upChunk), sizes: map[string]int64{}}
+	for range pushWorkers {
+		u.wg.Add(1)
+		go u.run()
+	}
+	return u
+}
+
+func (u *uploader) run() {
+	defer u.wg.Done()
+	var buf []byte
+	for c := range u.work {
+		if u.failed.Load() {
+			continue
+		}
+		size, sent, err := u.s.putChunk(u.ctx, c.sum, c.data, &buf)
+		u.mu.Lock()
+		if err != nil && u.err == nil {
+			u.err = err
+			u.failed.Store(true)
+			u.cancel()
+		}
+		u.sizes[c.sum] = size
+		if sent {
+			u.st.Uploaded++
+			u.st.UploadedBytes += size
+		}
+		u.mu.Unlock()
+	}
+}
+
+// add queues a chunk (data is copied) unless it was queued before.
+func (u *uploader) add(sum string, data []byte) error {
+	if u.failed.Load() {
+		return u.errNow()
+	}
+	u.mu.Lock()
+	_, seen := u.sizes[sum]
+	if !seen {
+		u.sizes[sum] = -1
+	}
+	u.mu.Unlock()
+	if seen {
+		return nil
+	}
+	select {
+	case u.work <- upChunk{sum: sum, data: append([]byte(nil), data...)}:
+		return nil
+	case <-u.ctx.Done():
+		return u.errNow()
+	}
+}
+
+func (u *uploader) errNow() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.err != nil {
+		return u.err
+	}
+	return u.ctx.Err()
+}
+
+// wait ends the workers and returns the first error.
+func (u *uploader) wait() error {
+	if u.work != nil {
+		close(u.work)
+		u.wg.Wait()
+		u.work = nil
+	}
+	u.cancel()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.err
+}
+
+func (u *uploader) storedSize(sum string) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.sizes[sum]
+}
+
+// PushFunction stores a function's code archive (unless present) and its
+// record, naming latest as its newest snapshot.
+func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byte) error {
+	rec.Magic = FunctionMagic
+	rec.CodeSHA256 = sumHex(code)
+	rec.Code = codeKey(rec.CodeSHA256)
+	rec.PushedAt = time.Now().UTC()
+	ok, err := s.exists(ctx, rec.Code)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := s.put(ctx, rec.Code, code, "application/gzip"); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := decodeFunctionRecord(b); err != nil {
+		return err
+	}
+	return s.put(ctx, functionKey(rec.Name), b, "application/json")
+}
