@@ -36,7 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	var cfg cluster.Config
-	var quiet bool
+	var quiet, withStore bool
+	store := cluster.StoreConfig{Link: cluster.DefaultLink}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start N nodes and HAProxy, write DIR/" + envFile + ", and run until SIGINT or SIGTERM, then remove everything",
@@ -50,6 +51,9 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			if cfg.Node.Thawd == "" {
 				cfg.Node.Thawd = besideSelf("thawd")
+			}
+			if withStore {
+				cfg.Store = &store
 			}
 			log := slog.New(slog.NewTextHandler(stderr, nil))
 			c, err := cluster.Start(cmd.Context(), cfg, log)
@@ -73,6 +77,12 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&cfg.Node.Image, "image", os.Getenv("THAW_IMAGE"), "guest image directory (default $THAW_IMAGE)")
 	f.StringVar(&cfg.Node.Accel, "accel", "tcg", "accelerator of every node")
 	f.StringArrayVar(&cfg.Node.Args, "thawd-arg", nil, "more thawd flags for every node, repeatable (--thawd-arg=--memory=256)")
+	f.BoolVar(&withStore, "store", true, "run an object store (MinIO) in the cluster as every node's snapshot registry")
+	f.StringVar(&store.MinIO, "minio", cluster.DefaultMinIO(), "the minio binary")
+	f.DurationVar(&store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip netem adds between the nodes and the store")
+	f.IntVar(&store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")
+	f.IntVar(&store.ChunkSize, "chunk-size", 0, "chunk size of pushed snapshots, bytes (0: the registry's default)")
+	f.BoolVar(&store.PushOnPrepare, "push-on-prepare", true, "nodes push every prepared snapshot to the store")
 	f.BoolVar(&quiet, "quiet", false, "do not copy the nodes' logs to stderr (they are in DIR/node-N/run/thawd.log)")
 	return cmd
 }
@@ -104,6 +114,13 @@ func writeEnv(c *cluster.Cluster) error {
 		put(key+"_SOCKET", n.Socket())
 	}
 	put("CLUSTER_NODES", strings.Join(names, " "))
+	if c.Store != nil {
+		put("STORE_ENDPOINT", c.Store.Config.Endpoint)
+		put("REGISTRY_CONFIG", c.Store.ConfigFile)
+		put("STORE_LINK", c.Store.Link.String())
+		put("STORE_RTT_MS", strconv.FormatFloat(c.LinkCheck.RTTMedianMS, 'f', 2, 64))
+		put("STORE_GET_MBIT", strconv.FormatFloat(c.LinkCheck.GetMbit, 'f', 0, 64))
+	}
 	tmp := filepath.Join(c.Dir, envFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
 		return err

@@ -31,6 +31,11 @@ func TestKillRefusesBadInput(t *testing.T) {
 		{[]string{"kill", "node-1"}, "dir"},
 		{[]string{"up"}, "--dir is required"},
 		{[]string{"up", "--dir", dir, "--nodes", "0", "--thawd", "/bin/true", "--image", dir}, "want 1 to 200"},
+		{[]string{"up", "--dir", dir, "--thawd", "/bin/true", "--image", dir, "--minio", dir, "--store-rtt", "-1ms", "--store-rate", "-5", "--chunk-size", "1000"},
+			"not an executable MinIO"},
+		{[]string{"up", "--dir", dir, "--thawd", "/bin/true", "--image", dir, "--minio", "/bin/true", "--store-rtt", "-1ms"}, "round trip -1ms"},
+		{[]string{"up", "--dir", dir, "--thawd", "/bin/true", "--image", dir, "--minio", "/bin/true", "--store-rate", "-5"}, "rate -5"},
+		{[]string{"up", "--dir", dir, "--thawd", "/bin/true", "--image", dir, "--minio", "/bin/true", "--chunk-size", "1000"}, "chunk_size 1000"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code == 0 || !strings.Contains(stderr.String(), c.want) {

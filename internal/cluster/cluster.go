@@ -25,6 +25,9 @@ type Config struct {
 	HAProxy string // the haproxy binary; "": haproxy on PATH
 	Listen  string // HAProxy's address for clients; "": a free port on 127.0.0.1
 	Node    NodeConfig
+	// Store, if set, runs an object store in the cluster that every node
+	// uses as its snapshot registry.
+	Store *StoreConfig
 	// ClientOptions are added to every client the cluster hands out
 	// (tests check answers against the API document this way).
 	ClientOptions []client.Option
@@ -38,6 +41,9 @@ type Cluster struct {
 	TokenFile string // every node's API token (one for the cluster)
 	Nodes     []*Node
 	LB        *HAProxy
+	Store     *ObjectStore // nil without Config.Store
+	// LinkCheck is the store's link as measured at the start.
+	LinkCheck *LinkCheck
 	token     string
 	opts      []client.Option
 	log       *slog.Logger
@@ -53,6 +59,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 	}
 	if cfg.Node.Thawd == "" || cfg.Node.Image == "" {
 		return nil, errors.New("cluster: the thawd binary and the guest image are required")
+	}
+	if cfg.Store != nil {
+		if err := cfg.Store.validate(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
@@ -74,8 +85,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 		return c, err
 	}
 	c.opts = append([]client.Option{client.WithToken(c.token), client.WithRootCAs(c.CA.Pool())}, cfg.ClientOptions...)
+	node := cfg.Node
+	if cfg.Store != nil {
+		if err = c.startStore(ctx, *cfg.Store); err != nil {
+			return c, err
+		}
+		if c.LinkCheck, err = c.Store.CheckLink(ctx, linkCheckBytes); err != nil {
+			return c, err
+		}
+		if err = WriteJSON(filepath.Join(c.Dir, "link.json"), c.LinkCheck); err != nil {
+			return c, err
+		}
+		log.Info("object store up", "endpoint", c.Store.Config.Endpoint, "link", cfg.Store.Link.String(),
+			"rtt_ms", c.LinkCheck.RTTMedianMS, "get_mbit_s", int(c.LinkCheck.GetMbit), "put_mbit_s", int(c.LinkCheck.PutMbit))
+		node.Args = append([]string{"--registry-config", c.Store.ConfigFile}, node.Args...)
+		if cfg.Store.PushOnPrepare {
+			node.Args = append(node.Args, "--registry-push-on-prepare")
+		}
+	}
 	for i := 1; i <= cfg.Nodes; i++ {
-		if err = c.addNode(i, cfg.Node); err != nil {
+		if err = c.addNode(i, node); err != nil {
 			return c, err
 		}
 	}
@@ -89,6 +118,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 	}
 	return c, c.startLB(ctx, cfg)
 }
+
+// linkCheckBytes is the object the link check moves each way.
+const linkCheckBytes = 32 << 20
 
 func (c *Cluster) writeToken() error {
 	var b [32]byte
@@ -229,6 +261,9 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
+	if c.Store != nil {
+		errs = append(errs, c.Store.Close())
+	}
 	if c.Net != nil {
 		errs = append(errs, c.Net.Close())
 	}

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"context"
+
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"github.com/thaw-dev/thaw/internal/registry"
 	"net"
 	"net/netip"
 	"os"
@@ -156,4 +159,57 @@ func zombie(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
+}
+
+// TestStoreLink: the object store runs in its namespace behind the
+// emulated link, whose round trip and rate the link check measures; a
+// stopped store fails the check; Close leaves nothing behind.
+func TestStoreLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	cfg := StoreConfig{Link: Link{RTT: 20 * time.Millisecond, RateMbit: 100}}
+	if _, err := os.Stat(DefaultMinIO()); err != nil {
+		t.Skipf("no MinIO at %s (scripts/install-deps.sh builds it)", DefaultMinIO())
+	}
+	n, err := NewNetwork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Dir: t.TempDir(), Net: n}
+	t.Cleanup(func() { c.Store.Close(); n.Close() })
+	ctx := context.Background()
+	if err := c.startStore(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(c.Store.ConfigFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("registry config %v (%v), want mode 0600", st, err)
+	}
+	if _, err := registry.LoadConfig(c.Store.ConfigFile, func(string) string { return "" }); err != nil {
+		t.Fatalf("the registry config does not load: %v", err)
+	}
+	lc, err := c.Store.CheckLink(ctx, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("link: rtt %.2f ms, get %.0f Mbit/s, put %.0f Mbit/s", lc.RTTMedianMS, lc.GetMbit, lc.PutMbit)
+	if lc.RTTMedianMS < 19 || lc.RTTMedianMS > 40 {
+		t.Errorf("round trip %.2f ms, want about 20", lc.RTTMedianMS)
+	}
+	if lc.GetMbit > 105 || lc.GetMbit < 40 || lc.PutMbit > 105 {
+		t.Errorf("get %.0f, put %.0f Mbit/s; want at most 100 (the limit) and the get near it", lc.GetMbit, lc.PutMbit)
+	}
+	if err := c.Net.ShapeStoreLink(Link{RTT: -time.Second}); err == nil {
+		t.Error("a negative round trip was accepted")
+	}
+	c.Store.Stop()
+	if _, err := c.Store.CheckLink(ctx, 1<<20); err == nil {
+		t.Error("the link check passed with the store stopped")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + n.StoreNamespace()); err == nil {
+		t.Errorf("namespace %s left behind", n.StoreNamespace())
+	}
 }

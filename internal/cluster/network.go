@@ -120,7 +120,12 @@ func (n *Network) AddNode(i int) (string, error) {
 	if i < 1 || i > 200 {
 		return "", fmt.Errorf("node %d: nodes are numbered 1 to 200", i)
 	}
-	ns, veth := n.Namespace(i), n.veth(i)
+	return n.addNamespace(n.Namespace(i), n.veth(i), n.NodeIP(i))
+}
+
+// addNamespace creates namespace ns with eth0 at addr on a veth into the
+// bridge and a default route to the host.
+func (n *Network) addNamespace(ns, veth string, addr netip.Addr) (string, error) {
 	if err := ip("netns", "add", ns); err != nil {
 		return "", err
 	}
@@ -130,7 +135,7 @@ func (n *Network) AddNode(i int) (string, error) {
 		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
 		{"link", "set", veth, "master", n.Bridge},
 		{"link", "set", veth, "up"},
-		{"-n", ns, "addr", "add", netip.PrefixFrom(n.NodeIP(i), 24).String(), "dev", "eth0"},
+		{"-n", ns, "addr", "add", netip.PrefixFrom(addr, 24).String(), "dev", "eth0"},
 		{"-n", ns, "link", "set", "eth0", "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "route", "add", "default", "via", n.HostIP.String()},
@@ -146,11 +151,54 @@ func (n *Network) AddNode(i int) (string, error) {
 // SetLink takes node i's link to the bridge down or up: a partition, as
 // if its host's network failed (nothing answers, not even a reset).
 func (n *Network) SetLink(i int, up bool) error {
+	return setLink(n.veth(i), up)
+}
+
+func setLink(veth string, up bool) error {
 	state := "down"
 	if up {
 		state = "up"
 	}
-	return ip("link", "set", n.veth(i), state)
+	return ip("link", "set", veth, state)
+}
+
+// StoreNamespace is the object store's namespace.
+func (n *Network) StoreNamespace() string { return fmt.Sprintf("%s-%s-store", namePrefix, n.ID) }
+
+// StoreIP is the object store's address: .5.
+func (n *Network) StoreIP() netip.Addr {
+	a := n.Prefix.Addr().As4()
+	a[3] = 5
+	return netip.AddrFrom4(a)
+}
+
+// storeVeth is the host's end of the store's link.
+func (n *Network) storeVeth() string { return fmt.Sprintf("thv%ss", n.ID) }
+
+// AddStore creates the object store's namespace, joined to the bridge
+// like a node's, at StoreIP.
+func (n *Network) AddStore() (string, error) {
+	return n.addNamespace(n.StoreNamespace(), n.storeVeth(), n.StoreIP())
+}
+
+// SetStoreLink takes the store's link down or up: nodes then get no
+// answer from the store at all.
+func (n *Network) SetStoreLink(up bool) error { return setLink(n.storeVeth(), up) }
+
+// ShapeStoreLink sets the rate half of the emulated link between the
+// nodes and the store: a token bucket on both ends of the store's veth
+// (the host's end limits what the nodes send, the store's end what it
+// answers). Every node reaches the store through it. The delay half is
+// the store's delay line (delay.go).
+func (n *Network) ShapeStoreLink(l Link) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	args := l.qdiscArgs()
+	if err := tc(append([]string{"qdisc", "replace", "dev", n.storeVeth(), "root"}, args...)...); err != nil {
+		return err
+	}
+	return tc(append([]string{"-n", n.StoreNamespace(), "qdisc", "replace", "dev", "eth0", "root"}, args...)...)
 }
 
 // Close removes the namespaces, veths and the bridge, last made first;
@@ -173,12 +221,16 @@ func ipIfExists(link string) error {
 	return ip("link", "del", link)
 }
 
-func ip(args ...string) error {
+func ip(args ...string) error { return run("ip", args...) }
+
+func tc(args ...string) error { return run("tc", args...) }
+
+func run(name string, args ...string) error {
 	var stderr bytes.Buffer
-	cmd := exec.Command("ip", args...)
+	cmd := exec.Command(name, args...)
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
