@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # make cluster-demo: a thaw cluster on this machine. Two thawd nodes, each
-# in a network namespace of its own, behind HAProxy (127.0.0.1); the
-# function is prepared on the node HAProxy routes it to, invoked through
-# the balancer, then that node is killed (thawd and its QEMUs, SIGKILL)
-# and the function is invoked again: the other node serves it. Each
-# request prints the node that ran it and how long it took. Everything is
-# removed on exit, also on Ctrl-C. docs/cluster.md explains the design.
+# in a network namespace of its own, behind HAProxy (127.0.0.1), and an
+# object store (MinIO) in a namespace of its own behind an emulated link
+# (1 ms round trip, 1 Gbit/s): the nodes' snapshot registry. The function
+# is prepared on the node HAProxy routes it to and pushed to the store,
+# invoked through the balancer, then that node is killed (thawd and its
+# QEMUs, SIGKILL) and the function is invoked again: the other node, which
+# never saw it, imports it from the registry and restores it lazily. Each
+# request prints the node that ran it, how long it took and what came from
+# the registry. Everything is removed on exit, also on Ctrl-C.
+# docs/cluster.md explains the design.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +20,10 @@ DIR=$(mktemp -d /tmp/thaw-cluster-demo-XXXXXX)
 exec 3>&1
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-bin/thaw-cluster up --nodes "$NODES" --dir "$DIR" --image "$IMAGE" --quiet --thawd-arg=--memory=256 >"$DIR/up.log" 2>&1 &
+LINK_RTT=${THAW_CLUSTER_RTT:-1ms}
+LINK_RATE=${THAW_CLUSTER_RATE:-1000}
+bin/thaw-cluster up --nodes "$NODES" --dir "$DIR" --image "$IMAGE" --quiet --thawd-arg=--memory=256 \
+  --store-rtt "$LINK_RTT" --store-rate "$LINK_RATE" --push-on-prepare=false >"$DIR/up.log" 2>&1 &
 UP=$!
 cleanup() {
   trap - EXIT
@@ -29,7 +36,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "starting $NODES nodes in network namespaces and HAProxy (state in $DIR)"
+step "starting $NODES nodes and an object store in network namespaces, and HAProxy (state in $DIR)"
 for _ in $(seq 1 600); do
   [ -f "$DIR/cluster.env" ] && break
   kill -0 "$UP" 2>/dev/null || { cat "$DIR/up.log"; exit 1; }
@@ -40,6 +47,7 @@ done
 . "$DIR/cluster.env"
 TOKEN=$(cat "$THAW_TOKEN_FILE")
 echo "balancer: $THAW_URL   nodes: $CLUSTER_NODES"
+echo "object store: $STORE_ENDPOINT behind $STORE_LINK; measured: request round trip $STORE_RTT_MS ms, GET $STORE_GET_MBIT Mbit/s"
 bin/thaw-cluster status --dir "$DIR"
 
 # node_for asks the balancer which node serves a function: any request
@@ -59,10 +67,18 @@ on() {
 }
 
 # prepare_on NODE: the function on NODE, prepared (booted, working set
-# recorded, warm snapshot taken).
+# recorded, warm snapshot taken); prints the warm snapshot's id.
 prepare_on() {
   on "$1" function create "$FN" --dir "functions/$FN" --memory 256 >/dev/null
-  on "$1" prepare "$FN" --event '{"name":"record"}' >/dev/null
+  on "$1" --json prepare "$FN" --event '{"name":"record"}' | python3 -c 'import json, sys; print(json.load(sys.stdin)["warm_snapshot"]["id"])'
+}
+
+# fetched NODE: compressed bytes NODE's chunk cache fetched from the
+# registry since it started (its metrics, over its Unix socket).
+fetched() {
+  local var
+  var=$(echo "$1" | tr 'a-z-' 'A-Z_')_SOCKET
+  curl -sS --unix-socket "${!var}" http://thawd/metrics | awk '$1=="thaw_registry_fetched_bytes_total" {printf "%.0f", $2}'
 }
 
 N=0
@@ -84,6 +100,13 @@ status, secs = (out + ["000", "0"])[:2]
 try:
     doc = json.loads(body)
     what = json.dumps(doc.get("result")) + "  (%s, %s)" % (doc.get("mode", "?"), doc.get("strategy", "?"))
+    t = doc.get("timing", {})
+    r = t.get("restore") or {}
+    if t.get("import_ms"):
+        what += "  imported from the registry in %.0f ms" % t["import_ms"]
+    if r.get("source") == "registry":
+        st = doc.get("strategy_stats") or {}
+        what += "; memory from the registry: %.1f MiB fetched on demand" % (st.get("source_fetched_bytes", 0) / 2**20)
 except ValueError:
     what = body.decode(errors="replace").strip().splitlines()[0] if body else "(no body)"
 print("request %-3s node %-8s HTTP %s  %7.1f ms  %s" % (n, node, status, float(secs) * 1000, what))
@@ -93,19 +116,21 @@ PY
 OWNER=$(node_for "$FN")
 OTHER=$(for n in $CLUSTER_NODES; do [ "$n" != "$OWNER" ] && echo "$n" && break; done)
 step "the balancer routes $FN to $OWNER: preparing it there (boot, record, warm snapshot; TCG: 10-30 s)"
-prepare_on "$OWNER"
+SNAP=$(prepare_on "$OWNER")
+step "pushing $SNAP from $OWNER to the object store"
+on "$OWNER" --json snapshot push "$SNAP" 2>/dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+print("pushed in %.0f ms: %d chunks, %.1f MiB uploaded (%.1f MiB of data stored as %.1f MiB)" % (
+    p["push_ms"], p["chunks"], p["uploaded_bytes"] / 2**20, p["data_bytes"] / 2**20, p["stored_bytes"] / 2**20))'
+echo "$OTHER holds $(on "$OTHER" --json function list | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+d = d.get("functions", d.get("items", [])) if isinstance(d, dict) else d
+print(len(d or []))') functions: nothing of $FN"
 
 step "invoking $FN through the balancer"
 for _ in 1 2 3; do invoke; done
-
-# ---- REGISTRY: the one place that changes when the snapshot registry lands.
-# Until then the other node prepares the function itself, ahead of the
-# failure. With the registry this becomes a push from $OWNER
-# (`thaw snapshot push`) and nothing on $OTHER: it restores the snapshot
-# from the registry on its first invocation.
-step "until the snapshot registry lands: $OTHER prepares $FN too"
-prepare_on "$OTHER"
-# ---- end REGISTRY
 
 step "killing $OWNER (SIGKILL to thawd and its QEMUs)"
 KILLED=$(date +%s%N)
@@ -116,6 +141,7 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 echo "first successful invocation answered $((($(date +%s%N) - KILLED) / 1000000)) ms after the kill"
+echo "$OTHER fetched $(($(fetched "$OTHER") / 1024)) KiB from the registry (function, device state, strategy files, memory pages)"
 for _ in 1 2; do invoke; done
 sleep 1.5
 step "HAProxy's view after its health checks (every 500 ms, down after 2 failures)"

@@ -270,5 +270,28 @@ func (c *Cluster) Close() error {
 	return errors.Join(errs...)
 }
 
+// RestartNode stops node n (SIGTERM) and starts it again, with an empty
+// data directory if wipe is set (no function, snapshot or chunk: a node
+// that has never seen anything), and waits until it is healthy.
+func (c *Cluster) RestartNode(ctx context.Context, n *Node, wipe bool) error {
+	if err := n.Stop(30 * time.Second); err != nil {
+		return err
+	}
+	if wipe {
+		if err := os.RemoveAll(n.DataDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := n.start(n.cfg, n.cert, n.key, n.token, n.uidBase); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return n.waitHealthy(wctx, c.NodeClient(n))
+}
+
 // NodeOf reads the node that served an answer from its Thaw-Node header.
 func NodeOf(h interface{ Get(string) string }) string { return h.Get(api.NodeHeader) }

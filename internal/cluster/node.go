@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -46,6 +49,10 @@ type Node struct {
 	cmd     *exec.Cmd
 	logf    *os.File
 	exited  chan struct{}
+	// what start needs to run the node again (Restart)
+	cfg              NodeConfig
+	cert, key, token string
+	uidBase          uint32
 }
 
 // Socket is the node's Unix socket, for local administration without a
@@ -61,6 +68,7 @@ func (n *Node) PIDFile() string { return filepath.Join(n.RunDir, "thawd.pid") }
 // /sys for the namespace and so hides the cgroup file systems under
 // /sys/fs/cgroup that thawd puts every VM in.
 func (n *Node) start(cfg NodeConfig, certFile, keyFile, tokenFile string, uidBase uint32) error {
+	n.cfg, n.cert, n.key, n.token, n.uidBase = cfg, certFile, keyFile, tokenFile, uidBase
 	accel := cfg.Accel
 	if accel == "" {
 		accel = "tcg"
@@ -253,4 +261,51 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// RegistryFetched reads the node's chunk cache counters from its metrics
+// (over its Unix socket): compressed bytes and chunks fetched from the
+// registry since thawd started.
+func (n *Node) RegistryFetched(ctx context.Context) (bytes, chunks int64, err error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", n.Socket())
+	}}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://thawd/metrics", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%s metrics: %s", n.Name, resp.Status)
+	}
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		var dst *int64
+		switch name {
+		case "thaw_registry_fetched_bytes_total":
+			dst = &bytes
+		case "thaw_registry_fetched_chunks_total":
+			dst = &chunks
+		}
+		if !ok || dst == nil {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s metrics: %s: %w", n.Name, name, err)
+		}
+		*dst = int64(f)
+		found++
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("%s metrics: no chunk cache counters (no registry configured?)", n.Name)
+	}
+	return bytes, chunks, nil
 }
