@@ -68,8 +68,8 @@ func (c *counter) count(id string) int {
 }
 
 // startCluster builds thawd and starts n nodes behind HAProxy, removed
-// with the test (also when it fails).
-func startCluster(t *testing.T, n int) *cluster.Cluster {
+// with the test (also when it fails); opts change the config first.
+func startCluster(t *testing.T, n int, opts ...func(*cluster.Config)) *cluster.Cluster {
 	t.Helper()
 	image := imageDir(t)
 	if _, err := exec.LookPath("haproxy"); err != nil {
@@ -95,6 +95,9 @@ func startCluster(t *testing.T, n int) *cluster.Cluster {
 	cfg := cluster.Config{Nodes: n, Dir: dir, Node: cluster.NodeConfig{Thawd: bin, Image: image,
 		Shim: repoPath("shim/build/libthaw_shim.so"), SnapBPF: repoPath("bin/snapbpf_capture.bpf.o"), Log: logw,
 		Args: []string{"--memory", "256"}}}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	c, err := cluster.Start(ctx, cfg, slog.Default())
 	if err != nil {
 		os.RemoveAll(dir)
@@ -108,6 +111,14 @@ func startCluster(t *testing.T, n int) *cluster.Cluster {
 		}
 		if _, err := net.InterfaceByName(c.Net.Bridge); err == nil {
 			t.Errorf("bridge %s left behind", c.Net.Bridge)
+		}
+		if c.Store != nil {
+			if _, err := os.Stat("/run/netns/" + c.Net.StoreNamespace()); err == nil {
+				t.Errorf("namespace %s left behind", c.Net.StoreNamespace())
+			}
+			if c.Store.Running() {
+				t.Error("the object store is still running")
+			}
 		}
 		for _, n := range c.Nodes {
 			if n.Running() {

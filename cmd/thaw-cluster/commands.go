@@ -25,7 +25,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SilenceUsage: true, SilenceErrors: true}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(upCmd(stdout, stderr), killCmd(), statusCmd(stdout), sweepCmd(stdout))
+	root.AddCommand(upCmd(stdout, stderr), killCmd(), statusCmd(stdout), sweepCmd(stdout), benchCmd(stdout, stderr))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "thaw-cluster: %v\n", err)

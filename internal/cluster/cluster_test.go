@@ -213,3 +213,28 @@ func TestStoreLink(t *testing.T) {
 		t.Errorf("namespace %s left behind", n.StoreNamespace())
 	}
 }
+
+// TestLinkArgs: the rate half of the link is a token bucket whose burst
+// holds at least one GSO packet; no rate is a plain FIFO; bad links are
+// refused with every problem named.
+func TestLinkArgs(t *testing.T) {
+	for _, c := range []struct {
+		l    Link
+		want string
+	}{
+		{Link{RTT: time.Millisecond, RateMbit: 1000}, "tbf rate 1000mbit burst 500000 latency 100ms"},
+		{Link{RateMbit: 10}, "tbf rate 10mbit burst 131072 latency 100ms"},
+		{Link{RTT: time.Millisecond}, "pfifo"},
+	} {
+		if got := strings.Join(c.l.qdiscArgs(), " "); got != c.want {
+			t.Errorf("%v: %q, want %q", c.l, got, c.want)
+		}
+		if err := c.l.Validate(); err != nil {
+			t.Errorf("%v: %v", c.l, err)
+		}
+	}
+	err := Link{RTT: -time.Millisecond, RateMbit: -1}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "round trip -1ms") || !strings.Contains(err.Error(), "rate -1") {
+		t.Errorf("bad link: %v", err)
+	}
+}
