@@ -184,13 +184,17 @@ func StartHAProxy(ctx context.Context, binary, dir string, cfg LBConfig) (*HAPro
 }
 
 // Stop ends haproxy (SIGTERM, then SIGKILL after 5 s).
-func (h *HAProxy) Stop() {
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+func (h *HAProxy) Stop() { terminate(h.cmd.Process, h.exited, 5*time.Second) }
+
+// terminate sends p SIGTERM, and SIGKILL if it has not exited (exited
+// closed) after grace; it returns once p has exited.
+func terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-h.exited:
-	case <-time.After(5 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.exited
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
 	}
 }
 

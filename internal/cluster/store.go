@@ -262,13 +262,7 @@ func (s *ObjectStore) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
+	terminate(s.cmd.Process, s.exited, 10*time.Second)
 	s.cmd = nil
 }
 
