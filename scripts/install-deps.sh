@@ -17,7 +17,8 @@ have prometheus         || need+=(prometheus)     # tests: a real Prometheus scr
 have curl               || need+=(curl)
 have clang              || need+=(clang)          # compiles the snapbpf capture program
 have nft                || need+=(nftables)       # full egress: the host's forwarding rules
-have ip                 || need+=(iproute2)       # tests: network namespaces standing in for the outside
+have ip                 || need+=(iproute2)
+have fio                || need+=(fio)            # checks the emulated remote storage (make bench STORAGE=remote)       # tests: network namespaces standing in for the outside
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
