@@ -127,25 +127,21 @@ func LoadStorage(dir string) (*Storage, error) {
 	return &st, nil
 }
 
-// Text says in one sentence what the storage was and what fio measured.
+// Text says what the storage was.
 func (s *Storage) Text() string {
-	if s == nil {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("snapshots on **" + s.Kind + "** storage")
+	t := "snapshots on **" + s.Kind + "** block storage"
 	if c := s.Remote; c != nil {
-		fmt.Fprintf(&b, " (emulated: %s added per request, %d IOPS and %d MB/s caps)", c.Latency, c.IOPS, c.BandwidthMBps)
+		t += fmt.Sprintf(" (emulated: %s added per request, %d IOPS and %d MB/s caps)", c.Latency, c.IOPS, c.BandwidthMBps)
 	}
-	if len(s.Fio) > 0 {
-		b.WriteString("; fio, O_DIRECT:")
-		for i, f := range s.Fio {
-			if i > 0 {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, " %s %s QD%d %.0f IOPS, %.0f MB/s, latency mean %.0f µs (p99 %.0f µs)",
-				f.RW, f.BlockSize, f.IODepth, f.IOPS, f.MBps, f.LatMeanUS, f.LatP99US)
-		}
+	return t
+}
+
+// FioText says what fio measured on it, one clause per report.
+func (s *Storage) FioText() string {
+	var parts []string
+	for _, f := range s.Fio {
+		parts = append(parts, fmt.Sprintf("%s %s QD%d %.0f IOPS, %.0f MB/s, latency mean %.0f µs (p99 %.0f µs)",
+			f.RW, f.BlockSize, f.IODepth, f.IOPS, f.MBps, f.LatMeanUS, f.LatP99US))
 	}
-	return b.String()
+	return strings.Join(parts, "; ")
 }

@@ -68,7 +68,7 @@ func TestLoadStorage(t *testing.T) {
 	if st.Kind != StorageRemote || *st.Remote != cfg || len(st.Fio) != 1 {
 		t.Fatalf("loaded %+v", st)
 	}
-	text := st.Text()
+	text := st.Text() + " " + st.FioText()
 	for _, want := range []string{"remote", "500µs", "16000 IOPS", "1000 MB/s", "randread 4k QD1 1282 IOPS", "768 µs"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("%q does not say %q", text, want)
@@ -95,8 +95,8 @@ func TestMachineLineNamesTheStorage(t *testing.T) {
 	if !strings.Contains(r.MachineLine(), "vda (rotational)") {
 		t.Fatal(r.MachineLine())
 	}
-	r.Storage = &Storage{Kind: StorageRemote, Remote: &cfg}
-	if l := r.MachineLine(); strings.Contains(l, "vda") || !strings.Contains(l, "**remote** storage") {
+	r.Storage = &Storage{Kind: StorageRemote, Remote: &cfg, Fio: []FioResult{{RW: "randread", BlockSize: "4k", IODepth: 1, IOPS: 1500}}}
+	if l := r.MachineLine(); strings.Contains(l, "vda") || !strings.Contains(l, "**remote** block storage") || !strings.Contains(l, "randread 4k QD1 1500 IOPS") {
 		t.Fatal(l)
 	}
 }
