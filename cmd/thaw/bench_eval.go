@@ -108,19 +108,19 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if cfg.Root == "" {
 		cfg.Root = "."
 	}
-	info, err := a.c.Info(a.ctx)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Resolve(info.Strategies); err != nil {
-		return usagef("%v", err)
-	}
 	if f.storage != "" {
 		st, err := bench.LoadStorage(f.storage)
 		if err != nil {
 			return usagef("--storage: %v", err)
 		}
 		cfg.Storage = st
+	}
+	info, err := a.c.Info(a.ctx)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Resolve(info.Strategies); err != nil {
+		return usagef("%v", err)
 	}
 	est := bench.EstimateEval(cfg)
 	if f.estimate {

@@ -36,30 +36,28 @@ const maxRequest = 1 << 20
 type Config struct {
 	// Latency is added to every request (the network round trip and the
 	// remote server's service time).
-	Latency time.Duration `json:"latency_us"`
+	Latency time.Duration
 	// IOPS caps requests per second (0: no cap).
-	IOPS int `json:"iops_cap"`
+	IOPS int
 	// BandwidthMBps caps bytes per second, in 10^6 bytes (0: no cap).
-	BandwidthMBps int `json:"bandwidth_mbps_cap"`
+	BandwidthMBps int
+}
+
+// configJSON is Config on the wire: the latency in microseconds.
+type configJSON struct {
+	LatencyUS     float64 `json:"latency_us"`
+	IOPS          int     `json:"iops_cap"`
+	BandwidthMBps int     `json:"bandwidth_mbps_cap"`
 }
 
 // MarshalJSON writes the latency in microseconds.
 func (c Config) MarshalJSON() ([]byte, error) {
-	type wire struct {
-		LatencyUS     float64 `json:"latency_us"`
-		IOPS          int     `json:"iops_cap"`
-		BandwidthMBps int     `json:"bandwidth_mbps_cap"`
-	}
-	return json.Marshal(wire{float64(c.Latency) / float64(time.Microsecond), c.IOPS, c.BandwidthMBps})
+	return json.Marshal(configJSON{float64(c.Latency) / float64(time.Microsecond), c.IOPS, c.BandwidthMBps})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (c *Config) UnmarshalJSON(b []byte) error {
-	var w struct {
-		LatencyUS     float64 `json:"latency_us"`
-		IOPS          int     `json:"iops_cap"`
-		BandwidthMBps int     `json:"bandwidth_mbps_cap"`
-	}
+	var w configJSON
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
@@ -148,9 +146,6 @@ func (s *Server) Stats() Stats {
 	i := s.image
 	return Stats{Reads: i.reads.Load(), ReadBytes: i.readBytes.Load(), Writes: i.writes.Load(), WriteBytes: i.writeBytes.Load()}
 }
-
-// Wait blocks until the file system is unmounted.
-func (s *Server) Wait() { s.fuse.Wait() }
 
 // Close unmounts the file system (it fails while the image is in use, e.g.
 // by a loop device) and closes the backing file.
