@@ -48,10 +48,14 @@ down() {
     local pid
     pid=$(cat "$state/server.pid")
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 350); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     tail -n 1 "$state/server.log" 2>/dev/null || true
   fi
-  mountpoint -q "$state/fuse" && { umount "$state/fuse" || umount -l "$state/fuse"; }
+  # A FUSE mount whose server is gone fails stat (so `mountpoint` misses it):
+  # look in the mount table.
+  if grep -qs " $state/fuse " /proc/mounts; then
+    umount "$state/fuse" 2>/dev/null || umount -l "$state/fuse"
+  fi
   rm -rf "$state"
 }
 

@@ -53,10 +53,12 @@ detached first) and prints the requests it served.`,
 				}
 			}
 			fmt.Fprintf(a.stderr, "[remote-disk] %s on %s: latency %s, %d IOPS, %d MB/s\n", srv.Image(), backing, cfg.Latency, cfg.IOPS, cfg.BandwidthMBps)
-			<-a.ctx.Done()
+			// Serves until a signal: not bounded by --timeout, which would
+			// pull the disk from under the file system mounted on it.
+			<-cmd.Context().Done()
 			// The loop device may still be detaching: retry for a while.
 			for i := 0; ; i++ {
-				if err = srv.Close(); err == nil || i == 50 {
+				if err = srv.Close(); err == nil || i == 300 {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)

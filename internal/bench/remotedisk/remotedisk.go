@@ -125,7 +125,8 @@ func Serve(dir, backing string, cfg Config) (*Server, error) {
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict: true, // root mounts itself: no fusermount needed
 			FsName:            "thaw-remotedisk", Name: "thaw-remotedisk",
-			MaxWrite: maxRequest,
+			MaxWrite:      maxRequest,
+			DisableSplice: true, // replies are copied from our buffer anyway
 			// Asynchronous direct I/O lets the loop device keep many
 			// requests in flight, as a remote volume's queue does.
 			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
