@@ -80,7 +80,8 @@ up() {
   [[ -x bin/thaw ]] || die "bin/thaw is missing: make build"
   [[ ! -e $state ]] || die "$state exists"
   mkdir -p "$state/fuse" "$mnt"
-  trap 'rc=$?; [[ $rc == 0 ]] || down "$state"' EXIT
+  UP_STATE=$state # the trap runs outside this function
+  trap 'rc=$?; [[ $rc == 0 ]] || down "$UP_STATE"' EXIT
   echo "$mnt" >"$state/mountpoint"
   truncate -s "${REMOTE_DISK_GIB:-32}G" "$state/volume"
   local settings=$state/storage.json
