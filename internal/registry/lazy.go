@@ -29,6 +29,19 @@ type LazyFile struct {
 	fds    []atomic.Pointer[os.File]
 	closed atomic.Bool
 	wg     sync.WaitGroup // running prefetches
+
+	fetchedBytes, fetchedChunks, hits atomic.Int64
+}
+
+// LazyStats are one LazyFile's counters: what its reads and prefetches
+// fetched from the store (compressed bytes, chunks) and found in the cache.
+type LazyStats struct {
+	FetchedBytes, FetchedChunks, Hits int64
+}
+
+// Stats returns the file's counters so far.
+func (f *LazyFile) Stats() LazyStats {
+	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load()}
 }
 
 // Open returns the file named file (a path relative to the snapshot, e.g.
@@ -97,7 +110,15 @@ func (f *LazyFile) chunkFile(ctx context.Context, idx int64) (*os.File, error) {
 		return fd, nil
 	}
 	sum := f.sums[idx]
-	if err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs))); err != nil {
+	n, hit, err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs)))
+	f.fetchedBytes.Add(n)
+	switch {
+	case hit:
+		f.hits.Add(1)
+	case err == nil && n > 0:
+		f.fetchedChunks.Add(1)
+	}
+	if err != nil {
 		return nil, err
 	}
 	fd, err := os.Open(f.c.path(sum))

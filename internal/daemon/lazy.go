@@ -1,0 +1,280 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// Lazy snapshots (docs/design.md, "Lazy remote restore"): pulled without
+// their memory file, which stays in the registry. The snapshot directory
+// holds a sparse placeholder of the memory's size and the remote manifest
+// (remoteManifestFile), whose chunk list the memory digest is checked
+// against chunk by chunk as pages are fetched.
+
+// remoteManifestFile is a lazy snapshot's copy of its remote manifest (a
+// dot file: never pushed, removed when the memory is completed).
+const remoteManifestFile = ".remote.json"
+
+// remoteManifest reads a lazy snapshot's remote manifest.
+func remoteManifest(sn *catalog.Snapshot) (*registry.RemoteManifest, error) {
+	b, err := os.ReadFile(filepath.Join(sn.Dir, remoteManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	rm, err := registry.DecodeRemoteManifest(b)
+	if err == nil && rm.ID != sn.ID {
+		err = fmt.Errorf("remote manifest of %s", rm.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	return rm, nil
+}
+
+// writeLazy finishes a lazy pull in dir: the remote manifest kept and a
+// sparse placeholder of the memory's size.
+func writeLazy(dir string, rm *registry.RemoteManifest) error {
+	mem := rm.File(snapshot.MemoryFile)
+	if mem == nil {
+		return fmt.Errorf("%w: snapshot %s has no memory file", registry.ErrInvalid, rm.ID)
+	}
+	b, err := rm.Encode()
+	if err != nil {
+		return err
+	}
+	if err := snapshot.WriteFileSync(filepath.Join(dir, remoteManifestFile), b); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, snapshot.MemoryFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(mem.Size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// needLocalMemory refuses an operation that reads a lazy snapshot's whole
+// memory file (push, copy, store).
+func needLocalMemory(sn *catalog.Snapshot, what string) error {
+	if sn.RemoteMemory {
+		return fmt.Errorf("%w: snapshot %s is lazy (its memory is in the registry): pull it (thaw snapshot pull %s) before %s",
+			ErrConflict, sn.ID, sn.ID, what)
+	}
+	return nil
+}
+
+// completeSnapshot pulls a lazy snapshot's memory into place: fetched
+// through the chunk cache into a temporary file, its digest checked
+// against the manifest's, then renamed over the placeholder (running VMs
+// keep the placeholder they opened). Concurrent callers share one pull.
+func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	if err := s.needRegistry(); err != nil {
+		return nil, err
+	}
+	v, err, _ := s.completions.Do(id, func() (any, error) {
+		ctx := context.WithoutCancel(ctx) // shared by every waiter
+		sn, err := s.GetSnapshot(ctx, id)
+		if err != nil || !sn.RemoteMemory {
+			return sn, err
+		}
+		rm, err := remoteManifest(sn)
+		if err != nil {
+			return nil, err
+		}
+		tmp := filepath.Join(sn.Dir, ".memory.pull")
+		_ = os.Remove(tmp) // an earlier pull's leftover
+		err = s.chunks.PullFile(ctx, rm, snapshot.MemoryFile, tmp, func(done, total int64) {
+			report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
+		})
+		l := s.snapLock(id)
+		l.Lock()
+		defer l.Unlock()
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(sn.Dir, snapshot.MemoryFile))
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+			return nil, registryErr(err)
+		}
+		_ = os.Remove(filepath.Join(sn.Dir, remoteManifestFile))
+		_ = snapshot.SyncDir(sn.Dir)
+		st, err := snapshot.StampOf(filepath.Join(sn.Dir, snapshot.MemoryFile))
+		if err != nil {
+			return nil, err
+		}
+		stamp, _ := json.Marshal(st)
+		sn.Stamp, sn.RemoteMemory = string(stamp), false
+		sn.DiskBytes = 0
+		for _, f := range rm.Files {
+			sn.DiskBytes += allocated(filepath.Join(sn.Dir, filepath.FromSlash(f.Path)))
+		}
+		if err := s.db.PutSnapshot(ctx, sn); err != nil {
+			return nil, err
+		}
+		s.log.Info("lazy snapshot completed", "snapshot", id)
+		return sn, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*catalog.Snapshot), nil
+}
+
+// lazyMemory is a lazy snapshot's memory as a restore.MemorySource: the
+// registry's LazyFile of "memory", its chunks pinned in the cache until
+// the VM's session closes. It remembers the first error it returned, so a
+// failed restore can say the registry was the cause.
+type lazyMemory struct {
+	lf  *registry.LazyFile
+	err atomic.Pointer[error]
+}
+
+// openLazyMemory opens a lazy snapshot's memory from the registry; the
+// fetches live until Close, not the request.
+func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
+	if s.chunks == nil {
+		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", ErrSnapshotUnusable, sn.ID)
+	}
+	rm, err := remoteManifest(sn)
+	if err != nil {
+		return nil, err
+	}
+	lf, err := s.chunks.Open(context.Background(), rm, snapshot.MemoryFile)
+	if err != nil {
+		return nil, registryErr(err)
+	}
+	return &lazyMemory{lf: lf}, nil
+}
+
+func (m *lazyMemory) Size() int64 { return m.lf.Size() }
+
+// ReadAt reads through the LazyFile; bytes beyond the file read as zeros.
+func (m *lazyMemory) ReadAt(p []byte, off int64) (int, error) {
+	n, err := m.lf.ReadAt(p, off)
+	if errors.Is(err, io.EOF) {
+		clear(p[n:])
+		return len(p), nil
+	}
+	if err != nil {
+		m.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// Prefetch fetches a range in the background; a failure shows in a later
+// read of it.
+func (m *lazyMemory) Prefetch(ctx context.Context, off, n int64) {
+	done := m.lf.Prefetch(ctx, off, n)
+	go func() { <-done }()
+}
+
+func (m *lazyMemory) SourceStats() restore.SourceStats {
+	st := m.lf.Stats()
+	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits)}
+}
+
+func (m *lazyMemory) Close() error { return m.lf.Close() }
+
+// failure is the registry's error behind a failed lazy restore, mapped to
+// the service's (503 when the store is down, 422 for a corrupt chunk).
+func (m *lazyMemory) failure(vmID string) error {
+	if m == nil {
+		return nil
+	}
+	p := m.err.Load()
+	if p == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: vm %s: its memory could not be fetched from the registry: %v", registryErr(*p), vmID, *p)
+}
+
+// lazySession closes the lazy memory with the strategy's session.
+type lazySession struct {
+	restore.Session
+	mem *lazyMemory
+}
+
+func (l *lazySession) Close() error {
+	err := l.Session.Close()
+	l.mem.Close()
+	return err
+}
+
+// lazyOf is the lazy memory a session reads, or nil.
+func lazyOf(sess restore.Session) *lazyMemory {
+	if l, ok := sess.(*lazySession); ok {
+		return l.mem
+	}
+	return nil
+}
+
+// beginLazy begins a restore of a lazy snapshot: from the registry for a
+// strategy that restores from a memory source; a strategy that needs the
+// memory file (restore.ErrNeedsLocalMemory) gets the snapshot completed
+// first, then begins on the local file. pulled is the time the pull took.
+func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, snap restore.Snapshot, env restore.Env) (sess restore.Session, pulled time.Duration, err error) {
+	mem, err := s.openLazyMemory(c.sn)
+	if err != nil {
+		return nil, 0, err
+	}
+	snap.Source, snap.MemFile = mem, ""
+	sess, err = o.begin(ctx, snap, env)
+	if err == nil {
+		return &lazySession{sess, mem}, 0, nil
+	}
+	mem.Close()
+	if !errors.Is(err, restore.ErrNeedsLocalMemory) {
+		return nil, 0, err
+	}
+	t := time.Now()
+	sn, err := s.completeSnapshot(ctx, c.sn.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.sn = sn
+	pulled = time.Since(t)
+	snap.Source, snap.Dir = nil, sn.Dir
+	sess, err = o.begin(ctx, snap, env)
+	return sess, pulled, err
+}
+
+// importOnInvoke imports a function an invocation found missing (notHere:
+// unknown here, or without a snapshot) lazily from the registry and
+// returns the snapshot to restore; concurrent invocations share one
+// import. Without a registry, or with import turned off, notHere stands.
+func (s *Service) importOnInvoke(ctx context.Context, function string, notHere error) (string, error) {
+	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
+		return "", notHere
+	}
+	v, err, _ := s.imports.Do(function, func() (any, error) {
+		res, err := s.PullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true})
+		if err != nil {
+			return nil, err
+		}
+		return res.Snapshot.ID, nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return "", fmt.Errorf("%w: function %q is not on this node and not in the registry: %v", ErrNotFound, function, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("import function %s from the registry: %w", function, err)
+	}
+	s.log.Info("function imported for an invocation", "function", function, "snapshot", v)
+	return v.(string), nil
+}
