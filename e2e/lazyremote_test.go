@@ -84,10 +84,12 @@ func TestLazyRemoteRestore(t *testing.T) {
 		}
 
 		nodes := map[string]*env{}
+		for _, k := range []string{"vanilla", "reap", "faasnap"} {
+			nodes[k] = startEnvWith(t, t.TempDir(), cfg)
+		}
 		t.Run(name+"/lazy", func(t *testing.T) {
 			for _, k := range []string{"vanilla", "reap", "faasnap"} {
-				b := startEnvWith(t, t.TempDir(), cfg)
-				nodes[k] = b
+				b := nodes[k]
 				inv, err := b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k})
 				check(t, inv, err, k)
 				snaps, err := b.c.ListSnapshots(ctx, name)
@@ -102,9 +104,13 @@ func TestLazyRemoteRestore(t *testing.T) {
 					t.Errorf("%s fetched %d bytes for memory, non-zero memory is %d", k, st.SourceFetchedBytes, nonzeroBytes)
 				}
 				cs := b.svc.ChunkCache().Stats()
-				t.Logf("%s/%-7s lazy (new node): import %.1f ms; memory fetched %.2f MiB in %d chunks (%d faults, %d cache hits), node fetched %.2f MiB in all (artifacts too); set-up %.1f ms, total %.1f ms",
+				t.Logf("%s/%-7s lazy (new node): import %.1f ms; memory fetched %.2f MiB in %d chunks (%d faults, %d cache hits), loading set fetched %.2f MiB in %d chunks (loader %d pages, %d faulted first, %d ls faults); node fetched %.2f MiB in all (import too); set-up %.1f ms, total %.1f ms",
 					name, k, inv.Timing.ImportMS, mib(st.SourceFetchedBytes), st.SourceFetchedChunks, st.SourceFaults, st.SourceCacheHits,
+					mib(st.LoadingSetFetchedBytes), st.LoadingSetFetchedChunks, st.LoaderPages, st.LoaderExisting, st.LoadingSetFaults,
 					mib(uint64(cs.FetchedBytes)), r.SetupMS, inv.Timing.TotalMS)
+				if tot := uint64(cs.FetchedBytes); k == "reap" && tot >= nonzeroBytes/2 {
+					t.Errorf("reap's node fetched %d bytes in all, non-zero memory is %d", tot, nonzeroBytes)
+				}
 				// Again on the same node: every chunk in the cache.
 				inv, err = b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k, Snapshot: warm})
 				check(t, inv, err, k)

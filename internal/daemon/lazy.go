@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,21 @@ import (
 // holds a sparse placeholder of the memory's size and the remote manifest
 // (remoteManifestFile), whose chunk list the memory digest is checked
 // against chunk by chunk as pages are fetched.
+
+// lazyFiles are the files a lazy pull leaves in the registry, placeholders
+// here: the memory, and FaaSnap's loading set (streamed by its restores).
+var lazyFiles = []string{snapshot.MemoryFile, path.Join("strategies", string(restore.FaaSnap), restore.FaaSnapLoadingSet)}
+
+// remoteFiles are the lazy files rm has.
+func remoteFiles(rm *registry.RemoteManifest) []string {
+	var out []string
+	for _, f := range lazyFiles {
+		if rm.File(f) != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // remoteManifestFile is a lazy snapshot's copy of its remote manifest (a
 // dot file: never pushed, removed when the memory is completed).
@@ -45,10 +61,9 @@ func remoteManifest(sn *catalog.Snapshot) (*registry.RemoteManifest, error) {
 }
 
 // writeLazy finishes a lazy pull in dir: the remote manifest kept and a
-// sparse placeholder of the memory's size.
+// sparse placeholder of each remote file's size.
 func writeLazy(dir string, rm *registry.RemoteManifest) error {
-	mem := rm.File(snapshot.MemoryFile)
-	if mem == nil {
+	if rm.File(snapshot.MemoryFile) == nil {
 		return fmt.Errorf("%w: snapshot %s has no memory file", registry.ErrInvalid, rm.ID)
 	}
 	b, err := rm.Encode()
@@ -58,15 +73,24 @@ func writeLazy(dir string, rm *registry.RemoteManifest) error {
 	if err := snapshot.WriteFileSync(filepath.Join(dir, remoteManifestFile), b); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, snapshot.MemoryFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
+	for _, name := range remoteFiles(rm) {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(rm.File(name).Size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err := f.Truncate(mem.Size); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }
 
 // needLocalMemory refuses an operation that reads a lazy snapshot's whole
@@ -97,19 +121,35 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 		if err != nil {
 			return nil, err
 		}
-		tmp := filepath.Join(sn.Dir, ".memory.pull")
-		_ = os.Remove(tmp) // an earlier pull's leftover
-		err = s.chunks.PullFile(ctx, rm, snapshot.MemoryFile, tmp, func(done, total int64) {
-			report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
-		})
+		err = nil
+		// Each remote file pulled beside its placeholder, then all renamed.
+		files := remoteFiles(rm)
+		tmps := make([]string, len(files))
+		for i, name := range files {
+			p := filepath.Join(sn.Dir, filepath.FromSlash(name))
+			tmps[i] = filepath.Join(filepath.Dir(p), ".pull-"+filepath.Base(p))
+			_ = os.Remove(tmps[i]) // an earlier pull's leftover
+			if err == nil {
+				err = s.chunks.PullFile(ctx, rm, name, tmps[i], func(done, total int64) {
+					report(ctx, wire.OperationProgress{Phase: "pulling " + name, Done: done, Total: total, Unit: "bytes"})
+				})
+			}
+		}
 		l := s.snapLock(id)
 		l.Lock()
 		defer l.Unlock()
-		if err == nil {
-			err = os.Rename(tmp, filepath.Join(sn.Dir, snapshot.MemoryFile))
+		for i, name := range files {
+			if err == nil {
+				p := filepath.Join(sn.Dir, filepath.FromSlash(name))
+				if err = os.Rename(tmps[i], p); err == nil && name != snapshot.MemoryFile {
+					err = snapshot.Trust(p) // verified as it was written
+				}
+			}
 		}
 		if err != nil {
-			_ = os.Remove(tmp)
+			for _, t := range tmps {
+				_ = os.Remove(t)
+			}
 			return nil, registryErr(err)
 		}
 		_ = os.Remove(filepath.Join(sn.Dir, remoteManifestFile))
@@ -136,36 +176,19 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 	return v.(*catalog.Snapshot), nil
 }
 
-// lazyMemory is a lazy snapshot's memory as a restore.MemorySource: the
-// registry's LazyFile of "memory", its chunks pinned in the cache until
-// the VM's session closes. It remembers the first error it returned, so a
-// failed restore can say the registry was the cause.
-type lazyMemory struct {
+// lazyFile is one remote file of a lazy snapshot as a
+// restore.MemorySource: the registry's LazyFile, its chunks pinned in the
+// cache until the VM's session closes. It remembers the first error it
+// returned, so a failed restore can say the registry was the cause.
+type lazyFile struct {
 	lf  *registry.LazyFile
 	err atomic.Pointer[error]
 }
 
-// openLazyMemory opens a lazy snapshot's memory from the registry; the
-// fetches live until Close, not the request.
-func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
-	if s.chunks == nil {
-		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", ErrSnapshotUnusable, sn.ID)
-	}
-	rm, err := remoteManifest(sn)
-	if err != nil {
-		return nil, err
-	}
-	lf, err := s.chunks.Open(context.Background(), rm, snapshot.MemoryFile)
-	if err != nil {
-		return nil, registryErr(err)
-	}
-	return &lazyMemory{lf: lf}, nil
-}
-
-func (m *lazyMemory) Size() int64 { return m.lf.Size() }
+func (m *lazyFile) Size() int64 { return m.lf.Size() }
 
 // ReadAt reads through the LazyFile; bytes beyond the file read as zeros.
-func (m *lazyMemory) ReadAt(p []byte, off int64) (int, error) {
+func (m *lazyFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := m.lf.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
 		clear(p[n:])
@@ -179,17 +202,63 @@ func (m *lazyMemory) ReadAt(p []byte, off int64) (int, error) {
 
 // Prefetch fetches a range in the background; a failure shows in a later
 // read of it.
-func (m *lazyMemory) Prefetch(ctx context.Context, off, n int64) {
+func (m *lazyFile) Prefetch(ctx context.Context, off, n int64) {
 	done := m.lf.Prefetch(ctx, off, n)
 	go func() { <-done }()
 }
 
-func (m *lazyMemory) SourceStats() restore.SourceStats {
+func (m *lazyFile) SourceStats() restore.SourceStats {
 	st := m.lf.Stats()
 	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits)}
 }
 
-func (m *lazyMemory) Close() error { return m.lf.Close() }
+// lazyMemory is what a lazy restore reads from the registry: the memory
+// and, if the snapshot has one, FaaSnap's loading set.
+type lazyMemory struct {
+	mem, ls *lazyFile // ls: nil without a loading set
+}
+
+// openLazyMemory opens a lazy snapshot's remote files; their fetches live
+// until Close, not the request.
+func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
+	if s.chunks == nil {
+		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", ErrSnapshotUnusable, sn.ID)
+	}
+	rm, err := remoteManifest(sn)
+	if err != nil {
+		return nil, err
+	}
+	m := &lazyMemory{}
+	for _, name := range remoteFiles(rm) {
+		lf, err := s.chunks.Open(context.Background(), rm, name)
+		if err != nil {
+			m.Close()
+			return nil, registryErr(err)
+		}
+		if name == snapshot.MemoryFile {
+			m.mem = &lazyFile{lf: lf}
+		} else {
+			m.ls = &lazyFile{lf: lf}
+		}
+	}
+	return m, nil
+}
+
+// sources fills a restore's memory and loading-set sources.
+func (m *lazyMemory) sources(snap *restore.Snapshot) {
+	snap.Source, snap.MemFile, snap.LoadingSet = m.mem, "", nil
+	if m.ls != nil {
+		snap.LoadingSet = m.ls
+	}
+}
+
+func (m *lazyMemory) Close() {
+	for _, f := range []*lazyFile{m.mem, m.ls} {
+		if f != nil {
+			f.lf.Close()
+		}
+	}
+}
 
 // failure is the registry's error behind a failed lazy restore, mapped to
 // the service's (503 when the store is down, 422 for a corrupt chunk).
@@ -197,11 +266,15 @@ func (m *lazyMemory) failure(vmID string) error {
 	if m == nil {
 		return nil
 	}
-	p := m.err.Load()
-	if p == nil {
-		return nil
+	for _, f := range []*lazyFile{m.mem, m.ls} {
+		if f == nil {
+			continue
+		}
+		if p := f.err.Load(); p != nil {
+			return fmt.Errorf("%w: vm %s: its memory could not be fetched from the registry: %v", registryErr(*p), vmID, *p)
+		}
 	}
-	return fmt.Errorf("%w: vm %s: its memory could not be fetched from the registry: %v", registryErr(*p), vmID, *p)
+	return nil
 }
 
 // lazySession closes the lazy memory with the strategy's session.
@@ -227,13 +300,13 @@ func lazyOf(sess restore.Session) *lazyMemory {
 // beginLazy begins a restore of a lazy snapshot: from the registry for a
 // strategy that restores from a memory source; a strategy that needs the
 // memory file (restore.ErrNeedsLocalMemory) gets the snapshot completed
-// first, then begins on the local file. pulled is the time the pull took.
+// first, then begins on the local files. pulled is the time the pull took.
 func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, snap restore.Snapshot, env restore.Env) (sess restore.Session, pulled time.Duration, err error) {
 	mem, err := s.openLazyMemory(c.sn)
 	if err != nil {
 		return nil, 0, err
 	}
-	snap.Source, snap.MemFile = mem, ""
+	mem.sources(&snap)
 	sess, err = o.begin(ctx, snap, env)
 	if err == nil {
 		return &lazySession{sess, mem}, 0, nil
@@ -249,7 +322,7 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 	}
 	c.sn = sn
 	pulled = time.Since(t)
-	snap.Source, snap.Dir = nil, sn.Dir
+	snap.Source, snap.LoadingSet, snap.Dir = nil, nil, sn.Dir
 	sess, err = o.begin(ctx, snap, env)
 	return sess, pulled, err
 }
