@@ -157,6 +157,9 @@ type Config struct {
 	// node has no snapshot of (thawd --registry-import=false); with a
 	// registry the daemon imports such a function lazily and restores.
 	NoRegistryImport bool
+	// LazyReadahead is how many chunks after a missed one a lazy restore's
+	// memory fault also fetches (in the background; 0: none).
+	LazyReadahead int
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -291,6 +294,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdmissionQueue < 0 || c.AdmissionTimeout < 0 {
 		errs = append(errs, errors.New("admission queue and timeout must not be negative"))
+	}
+	if c.LazyReadahead < 0 || c.LazyReadahead > 64 {
+		errs = append(errs, fmt.Errorf("lazy readahead %d chunks: must be between 0 and 64", c.LazyReadahead))
 	}
 	if c.Registry != nil {
 		if err := c.Registry.Validate(); err != nil {

@@ -183,12 +183,19 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 type lazyFile struct {
 	lf  *registry.LazyFile
 	err atomic.Pointer[error]
+	// readahead: a read that misses its chunk also starts fetching this
+	// many chunks after it (sequential readahead; 0: none).
+	readahead int64
 }
 
 func (m *lazyFile) Size() int64 { return m.lf.Size() }
 
 // ReadAt reads through the LazyFile; bytes beyond the file read as zeros.
 func (m *lazyFile) ReadAt(p []byte, off int64) (int, error) {
+	if m.readahead > 0 && !m.lf.Local(off) {
+		cs := m.lf.ChunkSize()
+		m.Prefetch(context.Background(), (off/cs+1)*cs, m.readahead*cs)
+	}
 	n, err := m.lf.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
 		clear(p[n:])
@@ -236,7 +243,7 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 			return nil, registryErr(err)
 		}
 		if name == snapshot.MemoryFile {
-			m.mem = &lazyFile{lf: lf}
+			m.mem = &lazyFile{lf: lf, readahead: int64(s.cfg.LazyReadahead)}
 		} else {
 			m.ls = &lazyFile{lf: lf}
 		}

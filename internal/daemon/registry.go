@@ -286,7 +286,7 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	}
 	var skip []string
 	if lazy {
-		skip = []string{snapshot.MemoryFile}
+		skip = remoteFiles(rm)
 	}
 	err := s.chunks.PullExcept(ctx, rm, tmp, func(done, total int64) {
 		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})

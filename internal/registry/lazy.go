@@ -63,6 +63,16 @@ func (c *Cache) Open(ctx context.Context, rm *RemoteManifest, file string) (*Laz
 	return lf, nil
 }
 
+// Local reports whether the chunk holding off is open for reading here (a
+// read of it fetches nothing).
+func (f *LazyFile) Local(off int64) bool {
+	if off < 0 || off >= f.size {
+		return true
+	}
+	idx := off / f.cs
+	return f.sums[idx] == "" || f.fds[idx].Load() != nil
+}
+
 // Size is the file's size in bytes.
 func (f *LazyFile) Size() int64 { return f.size }
 
