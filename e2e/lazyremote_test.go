@@ -44,15 +44,8 @@ func TestLazyRemoteRestore(t *testing.T) {
 	}
 	a := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { cfg(c); c.RegistryPushOnPrepare = true })
 	ctx := ctxT(t)
-	names := []string{"hello"}
-	if v := os.Getenv("THAW_LAZY_FUNCTIONS"); v != "" {
-		names = strings.Split(v, ",")
-	}
-	for _, name := range names {
-		fn, ok := lazyFunctions[name]
-		if !ok {
-			t.Fatalf("THAW_LAZY_FUNCTIONS: no event for %q", name)
-		}
+	for _, name := range lazyNames(t) {
+		fn := lazyFunctions[name]
 		createFunction(t, a.c, name, "functions/"+name)
 		res, err := a.c.Prepare(ctx, name, ev(fn.event), client.PrepareOptions{})
 		if err != nil || res.FaaSnap == nil || res.REAP == nil {
