@@ -63,8 +63,25 @@ func TestLazyRemoteRestore(t *testing.T) {
 		for _, r := range nonzero {
 			nonzeroBytes += r.Bytes()
 		}
-		t.Logf("%s: memory %d MiB, non-zero %.1f MiB; reap working set %.1f MiB; faasnap loading set %.1f MiB",
-			name, zs.Size>>20, mib(nonzeroBytes), mib(uint64(res.REAP.WorkingSetBytes)), mib(uint64(res.FaaSnap.LoadingSetBytes)))
+		st, err := registry.Open(srv.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, err := st.GetManifest(ctx, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := func(path string) (n int, b int64) {
+			for _, ch := range rm.File(path).Chunks {
+				n, b = n+1, b+ch.Stored
+			}
+			return n, b
+		}
+		mc, mb := stored(snapshot.MemoryFile)
+		lc, lb := stored("strategies/faasnap/loadingset.bin")
+		t.Logf("%s: memory %d MiB, non-zero %.1f MiB (%d chunks, %.1f MiB compressed in the registry); reap working set %.1f MiB; faasnap loading set %.1f MiB (%d chunks, %.1f MiB compressed)",
+			name, zs.Size>>20, mib(nonzeroBytes), mc, mib(uint64(mb)), mib(uint64(res.REAP.WorkingSetBytes)),
+			mib(uint64(res.FaaSnap.LoadingSetBytes)), lc, mib(uint64(lb)))
 		check := func(t *testing.T, inv *client.Invocation, err error, strategy string) {
 			t.Helper()
 			if err != nil || !inv.OK || !strings.Contains(string(inv.Result), fn.want) || inv.Strategy != strategy || inv.Snapshot != warm {
