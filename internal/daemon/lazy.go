@@ -311,6 +311,12 @@ func lazyOf(sess restore.Session) *lazyMemory {
 func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, snap restore.Snapshot, env restore.Env) (sess restore.Session, pulled time.Duration, err error) {
 	mem, err := s.openLazyMemory(c.sn)
 	if err != nil {
+		// Completed since it was verified: restore from the local files.
+		if sn, gerr := s.db.GetSnapshot(ctx, c.sn.ID); gerr == nil && !sn.RemoteMemory {
+			c.sn = sn
+			sess, err = o.begin(ctx, snap, env)
+			return sess, 0, err
+		}
 		return nil, 0, err
 	}
 	mem.sources(&snap)
@@ -344,6 +350,9 @@ func (s *Service) importOnInvoke(ctx context.Context, function string, notHere e
 	}
 	v, err, _ := s.imports.Do(function, func() (any, error) {
 		res, err := s.PullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true})
+		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
+			return s.newestSnapshot(ctx, function)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -201,7 +201,12 @@ func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *
 	l.Lock()
 	defer l.Unlock()
 	if sn.RemoteMemory {
-		return s.verifyLazy(sn, fn)
+		// A completion may have finished since sn was read.
+		if fresh, err := s.db.GetSnapshot(ctx, sn.ID); err == nil && !fresh.RemoteMemory {
+			*sn = *fresh
+		} else {
+			return s.verifyLazy(sn, fn)
+		}
 	}
 	var trusted *snapshot.Stamp
 	if !full && sn.Stamp != "" {
