@@ -139,7 +139,10 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 		lv.mu.Unlock()
 		return nil, nil, nil, err
 	}
-	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled"}
+	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled", Source: "local"}
+	if lazyOf(c.sess) != nil {
+		c.t.Source = "registry"
+	}
 	if cpu, err := procstat.CPUTime(lv.m.PID()); err == nil {
 		c.t.StandbyCPUMS = cpu
 	}
