@@ -210,6 +210,12 @@ func TestLazyRemoteRestore(t *testing.T) {
 			if _, err := e.c.PullSnapshot(ctx, client.PullRequest{Function: name, Lazy: true}); err != nil {
 				t.Fatalf("lazy pull: %v", err)
 			}
+			// The lazy snapshot survives a daemon restart (and restores after it, below).
+			e.stop()
+			e = startEnvWith(t, e.dataDir, cfg)
+			if sn, err := e.c.GetSnapshot(ctx, warm); err != nil || sn.Memory != client.MemoryRemote {
+				t.Fatalf("lazy snapshot after a restart: %v %+v", err, sn)
+			}
 			// The memory chunks vanilla needed on its node that this one lacks.
 			rm := remoteOf(t, e, warm)
 			var bad []string
