@@ -30,6 +30,8 @@ help:
 	@echo "             EXPERIMENTS=exec,size,burst,breakdown,memory,restore FUNCTIONS=... STRATEGIES=... REPS=5 OUT=dir"
 	@echo "             STORE_TIER=hugetlbfs (premap store in huge pages; root) HUGEPAGES=4096"
 	@echo "             STORE_TIER=devdax-file (device-DAX tier on a tmpfs file, DEVICE_FILE_GIB=6) or devdax:/dev/daxX.Y"
+	@echo "             STORAGE=remote (snapshots on emulated remote block storage, checked with fio; root)"
+	@echo "             REMOTE_LATENCY=500us REMOTE_IOPS=16000 REMOTE_BANDWIDTH_MBPS=1000"
 
 deps:
 	@MINIO_VERSION=$(MINIO_VERSION) scripts/install-deps.sh
@@ -95,6 +97,7 @@ fuzz:
 bench: deps build image
 	OUT="$(OUT)" EXPERIMENTS="$(EXPERIMENTS)" FUNCTIONS="$(FUNCTIONS)" STRATEGIES="$(STRATEGIES)" \
 	REPS="$(REPS)" BENCH_ARGS="$(BENCH_ARGS)" THAWD_ARGS="$(THAWD_ARGS)" STORE_TIER="$(STORE_TIER)" HUGEPAGES="$(HUGEPAGES)" DEVICE_FILE_GIB="$(DEVICE_FILE_GIB)" \
+	STORAGE="$(STORAGE)" REMOTE_LATENCY="$(REMOTE_LATENCY)" REMOTE_IOPS="$(REMOTE_IOPS)" REMOTE_BANDWIDTH_MBPS="$(REMOTE_BANDWIDTH_MBPS)" \
 	CONCURRENCY="$(CONCURRENCY)" RESTORE_STRATEGIES="$(RESTORE_STRATEGIES)" VMM_POOL_MEMORY="$(VMM_POOL_MEMORY)" scripts/bench.sh
 
 lint:

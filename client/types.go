@@ -36,3 +36,9 @@ type (
 	PullResult       = wire.PullResult
 	PullRequest      = wire.PullRequest
 )
+
+// Where a snapshot's memory is (Snapshot.Memory).
+const (
+	MemoryLocal  = wire.MemoryLocal
+	MemoryRemote = wire.MemoryRemote
+)

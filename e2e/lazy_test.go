@@ -49,15 +49,8 @@ func TestLazyRestore(t *testing.T) {
 	})
 	c := e.c
 	ctx := ctxT(t)
-	names := []string{"hello"}
-	if v := os.Getenv("THAW_LAZY_FUNCTIONS"); v != "" {
-		names = strings.Split(v, ",")
-	}
-	for _, name := range names {
-		fn, ok := lazyFunctions[name]
-		if !ok {
-			t.Fatalf("THAW_LAZY_FUNCTIONS: no event for %q", name)
-		}
+	for _, name := range lazyNames(t) {
+		fn := lazyFunctions[name]
 		t.Run(name, func(t *testing.T) {
 			createFunction(t, c, name, "functions/"+name)
 			res, err := c.Prepare(ctx, name, ev(fn.event), client.PrepareOptions{})
@@ -183,6 +176,21 @@ func TestLazyRestore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lazyNames are the functions the lazy tests run: hello, or those named by
+// THAW_LAZY_FUNCTIONS (the measurements).
+func lazyNames(t *testing.T) []string {
+	names := []string{"hello"}
+	if v := os.Getenv("THAW_LAZY_FUNCTIONS"); v != "" {
+		names = strings.Split(v, ",")
+	}
+	for _, name := range names {
+		if _, ok := lazyFunctions[name]; !ok {
+			t.Fatalf("THAW_LAZY_FUNCTIONS: no event for %q", name)
+		}
+	}
+	return names
 }
 
 type lazyMemory struct {

@@ -26,6 +26,11 @@
 #   The eval runs at read_ahead_kb 128 (Linux's default, the paper's); BENCH_ARGS="--readahead-kb 0"
 #   keeps the host's own (a sensitivity run).
 #   THAW_BENCH_DIR  data directory (default: a new one under /var/tmp; removed after)
+#   STORAGE      local (default) or remote: the data directory on emulated remote block
+#                storage (scripts/remote-storage.sh; root; REMOTE_LATENCY, REMOTE_IOPS,
+#                REMOTE_BANDWIDTH_MBPS set it), checked with fio first; its settings and the
+#                fio reports go to OUT/storage and into the results (`--storage`). premap's
+#                store copy stays in host memory (STORE_TIER).
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +59,18 @@ args=(bench eval --out "$OUT" --reps "$REPS")
 # shellcheck disable=SC2206
 [[ -n ${BENCH_ARGS:-} ]] && args+=($BENCH_ARGS)
 
+REMOTE_STATE=
+case ${STORAGE:-local} in
+local) ;;
+remote)
+  [[ -z ${THAW_BENCH_DIR:-} ]] || { echo "[bench] STORAGE=remote makes its own data directory: unset THAW_BENCH_DIR" >&2; exit 1; }
+  REMOTE_STATE=$(mktemp -d -u /var/tmp/thaw-remote.XXXXXX)
+  scripts/remote-storage.sh up "$DATA" "$REMOTE_STATE" "$OUT/storage"
+  trap 'scripts/remote-storage.sh down "$REMOTE_STATE"; rmdir "$DATA"' EXIT
+  args+=(--storage "$OUT/storage")
+  ;;
+*) echo "[bench] STORAGE must be local or remote" >&2; exit 1 ;;
+esac
 mkdir -p "$DATA"
 chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
 # premap's memory store lives in shared memory, removed with the data.
@@ -112,7 +129,12 @@ cleanup() {
   else
     rm -rf "$STORE"
   fi
-  if [[ ${KEEP:-0} == 1 ]]; then
+  if [[ -n $REMOTE_STATE ]]; then
+    # The volume goes with its contents.
+    cp "$DATA/thawd.log" "$OUT/thawd.log" 2>/dev/null || true
+    scripts/remote-storage.sh down "$REMOTE_STATE"
+    rmdir "$DATA"
+  elif [[ ${KEEP:-0} == 1 ]]; then
     echo "[bench] data and daemon log kept in $DATA"
   else
     cp "$DATA/thawd.log" "$OUT/thawd.log" 2>/dev/null || true

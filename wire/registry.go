@@ -5,6 +5,9 @@ package wire
 type PullRequest struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	Function string `json:"function,omitempty"`
+	// Lazy pulls everything but the memory file, whose pages come from
+	// the registry on demand (a lazy snapshot, Snapshot.Memory "remote").
+	Lazy bool `json:"lazy,omitempty"`
 }
 
 // PushResult is what POST /v1/snapshots/{id}/push did.
@@ -33,6 +36,9 @@ type PullResult struct {
 	// FunctionCreated: the function was not on this node and was
 	// registered from the registry's function record.
 	FunctionCreated bool `json:"function_created,omitempty"`
+	// Completed: the snapshot was here lazily and its memory was pulled
+	// into place.
+	Completed bool `json:"completed,omitempty"`
 	// FetchedChunks and FetchedBytes (compressed) came from the registry;
 	// CachedChunks were already in the node's chunk cache.
 	FetchedChunks int64   `json:"fetched_chunks"`

@@ -42,6 +42,10 @@ type LazyStats struct {
 	ZeroFaults          uint64  `json:"zero_faults,omitempty"`           // faasnap: faults on pages known to be zero, not read
 	LoaderPages         uint64  `json:"loader_pages,omitempty"`          // faasnap: loading-set pages the loader installed
 	LoaderExisting      uint64  `json:"loader_existing,omitempty"`       // faasnap: loading-set pages faulted in before the loader got there
+	// A lazy snapshot's loading set is remote too (streamed): what it
+	// fetched from the registry during the restore.
+	LoadingSetFetchedBytes  uint64 `json:"loading_set_fetched_bytes,omitempty"`
+	LoadingSetFetchedChunks uint64 `json:"loading_set_fetched_chunks,omitempty"`
 }
 
 // REAPStats: the working-set install and the faults served after it.

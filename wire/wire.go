@@ -104,7 +104,17 @@ type Snapshot struct {
 	// Prepared is the prepare result when the snapshot carries strategy
 	// artifacts.
 	Prepared *PrepareResult `json:"prepared,omitempty"`
+	// Memory says where the snapshot's memory is: MemoryLocal, or
+	// MemoryRemote for a lazy snapshot whose pages come from the registry
+	// on demand (a full pull completes it).
+	Memory string `json:"memory"`
 }
+
+// Where a snapshot's memory is (Snapshot.Memory).
+const (
+	MemoryLocal  = "local"
+	MemoryRemote = "remote"
+)
 
 // RestoreTiming breaks a restore down, in milliseconds.
 type RestoreTiming struct {
@@ -112,7 +122,15 @@ type RestoreTiming struct {
 	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
 	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
 	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
-	ResumeMS    float64 `json:"resume_ms"`     // vCPUs resumed to the guest ready (agent answering, restore done)
+	// Source is where the snapshot's memory came from: "local", or
+	// "registry" for a lazy snapshot (pages fetched on demand, or pulled
+	// first: PullMS).
+	Source string `json:"source,omitempty"`
+	// PullMS: a strategy that needs the memory file (cached, premap,
+	// snapbpf) restored a lazy snapshot; its memory was pulled first, in
+	// this time (part of SetupMS).
+	PullMS   float64 `json:"pull_ms,omitempty"`
+	ResumeMS float64 `json:"resume_ms"` // vCPUs resumed to the guest ready (agent answering, restore done)
 	// AgentRestoreMS is the part of ResumeMS the guest spent becoming a
 	// clone of its own: clock set, RNGs reseeded, on_restore run.
 	AgentRestoreMS float64 `json:"agent_restore_ms"`
@@ -152,6 +170,10 @@ type Timing struct {
 	GuestMS    float64        `json:"guest_ms"`  // inside handle(), measured by the guest
 	TotalMS    float64        `json:"total_ms"`
 	TeardownMS float64        `json:"teardown_ms,omitempty"`
+	// ImportMS: the function (or its snapshot) was not on this node and
+	// was imported lazily from the registry first, in this time (part of
+	// TotalMS, not of the restore's set-up).
+	ImportMS float64 `json:"import_ms,omitempty"`
 }
 
 // FunctionError is an exception raised by a handler in the guest.

@@ -20,6 +20,7 @@ type evalFlags struct {
 	estimate    bool
 	timeout     time.Duration
 	readahead   int
+	storage     string
 }
 
 func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
@@ -44,6 +45,7 @@ func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
 	fl.DurationVar(&f.timeout, "invoke-timeout", def.Timeout, "timeout of one invocation or prepare")
 	fl.StringVar(&f.out, "out", "", "directory for eval.jsonl, eval.json, eval.md and the SVG figures")
 	fl.BoolVar(&f.estimate, "estimate", false, "print what the run would do and how long it should take, and stop")
+	fl.StringVar(&f.storage, "storage", "", "directory describing the data directory's storage when it is not the local disk (storage.json and fio-*.json, as scripts/remote-storage.sh writes them), recorded in the results")
 	fl.IntVar(&f.readahead, "readahead-kb", 128, "the data disk's read_ahead_kb for the run, restored after: 128 is Linux's default and the paper's (0: leave the host's)")
 }
 
@@ -105,6 +107,13 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	cfg.Timeout = f.timeout
 	if cfg.Root == "" {
 		cfg.Root = "."
+	}
+	if f.storage != "" {
+		st, err := bench.LoadStorage(f.storage)
+		if err != nil {
+			return usagef("--storage: %v", err)
+		}
+		cfg.Storage = st
 	}
 	info, err := a.c.Info(a.ctx)
 	if err != nil {

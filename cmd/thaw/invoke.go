@@ -234,6 +234,9 @@ func (a *app) printTiming(inv *client.Invocation) error {
 	fmt.Fprintf(a.stdout, "invocation %s (%s) on vm %s\n", inv.ID, how, orDash(inv.VM))
 	w := newTable(a.stdout)
 	t := inv.Timing
+	if t.ImportMS > 0 {
+		row(w, "import", fmtMSCol(t.ImportMS), "function imported lazily from the registry first")
+	}
 	if t.Restore != nil {
 		writeRestoreTiming(w, "", t.Restore)
 	}
@@ -267,6 +270,13 @@ func (a *app) printTiming(inv *client.Invocation) error {
 			}
 			row(w, "loader", fmt.Sprintf("%s in %s", fmtBytes(int64(st.LoaderBytes)), fmtMS(st.LoaderMS)), done)
 			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "FaaSnap regions")
+		}
+		if st.Lazy {
+			row(w, "lazy", fmt.Sprintf("%d faults read %s; fetched %s in %d chunks", st.SourceFaults, fmtBytes(int64(st.SourceBytes)),
+				fmtBytes(int64(st.SourceFetchedBytes)), st.SourceFetchedChunks), "memory from a source (the registry)")
+			if st.LoadingSetFetchedChunks > 0 {
+				row(w, "", fmt.Sprintf("loading set fetched %s in %d chunks", fmtBytes(int64(st.LoadingSetFetchedBytes)), st.LoadingSetFetchedChunks), "streamed while the guest ran")
+			}
 		}
 		if st.SnapBPFPages > 0 {
 			done := "still prefetching at the answer"

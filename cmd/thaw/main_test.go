@@ -446,6 +446,10 @@ func TestUsageErrors(t *testing.T) {
 		{"function", "create", "x"}, // --dir is required
 		{"vm", "delete"},
 		{"--timeout", "0s", "info"},
+		{"bench", "remote-disk", "/mnt"}, // --backing is required
+		{"bench", "remote-disk", "/mnt", "--backing", "/x", "--latency", "2s"},           // latency over 1 s
+		{"bench", "remote-disk", "/mnt", "--backing", "/x", "--iops", "-1"},              // negative cap
+		{"bench", "eval", "--storage", "/nonexistent-storage-description", "--estimate"}, // no storage.json
 	} {
 		r := f.thaw(t, args...)
 		wantCode(t, r, 2)

@@ -177,6 +177,12 @@ func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to QMP ready")
 	}
 	row(w, prefix+"  load state", fmtMSCol(rt.LoadStateMS), "device state loaded")
+	if rt.PullMS > 0 {
+		row(w, prefix+"  pull", fmtMSCol(rt.PullMS), "lazy snapshot's memory pulled first (this strategy needs the file)")
+	}
+	if rt.Source == "registry" {
+		row(w, prefix+"  memory", "  registry", "a lazy snapshot: pages from the registry through the chunk cache")
+	}
 	row(w, prefix+"restore resume", fmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
 }
 

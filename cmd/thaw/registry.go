@@ -36,6 +36,7 @@ func (a *app) newSnapshotPullCmd() *cobra.Command {
 	var (
 		detach   bool
 		function string
+		lazy     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "pull [SNAPSHOT] [--function FUNCTION]",
@@ -45,10 +46,14 @@ snapshot pushed for that function. A function this node does not have is
 created from the registry's record of it. Every chunk is verified before it
 is used, and the whole snapshot against its manifest before it enters the
 catalog; an interrupted pull keeps the chunks it verified (in the node's
-chunk cache) and a second one resumes. Runs as an operation in thawd, its
-bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
+chunk cache) and a second one resumes. With --lazy everything but the memory
+file comes: the snapshot's pages are fetched on demand by its restores
+(vanilla, reap, faasnap; the other strategies pull the memory first), and a
+later pull of the same snapshot completes it in place. Runs as an operation
+in thawd, its bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
 		Example: `  thaw snapshot pull snap-0123abcd
-  thaw snapshot pull --function hello && thaw invoke hello --strategy faasnap`,
+  thaw snapshot pull --function hello && thaw invoke hello --strategy faasnap
+  thaw snapshot pull --lazy --function hello   # memory stays in the registry`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req client.PullRequest
 			switch {
@@ -59,11 +64,13 @@ bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
 			default:
 				return usagef("give a snapshot id or --function, one of them")
 			}
+			req.Lazy = lazy
 			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPullSnapshot(a.ctx, req) })
 		},
 	}
 	addDetach(cmd, &detach)
 	cmd.Flags().StringVar(&function, "function", "", "pull the newest snapshot pushed for this function")
+	cmd.Flags().BoolVar(&lazy, "lazy", false, "leave the memory in the registry: restores fetch its pages on demand")
 	return cmd
 }
 
@@ -87,6 +94,9 @@ func (a *app) printPull(r *client.PullResult) error {
 	w := newTable(a.stdout)
 	if r.FunctionCreated {
 		row(w, "Function:", r.Snapshot.Function+" (created from the registry)")
+	}
+	if r.Completed {
+		row(w, "Completed:", "its memory was in the registry and is now local")
 	}
 	row(w, "Fetched:", fmt.Sprintf("%d chunks, %s", r.FetchedChunks, fmtBytes(r.FetchedBytes)))
 	row(w, "From cache:", fmt.Sprintf("%d chunks", r.CachedChunks))

@@ -249,7 +249,11 @@ func (a *app) snapshotPrinter(headline string) func(*client.Snapshot) error {
 			row(w, "ID:", s.ID)
 			row(w, "Function:", s.Function)
 			row(w, "Source VM:", orDash(s.SourceVM))
-			row(w, "Memory:", fmtMiB(s.MemoryMiB))
+			mem := fmtMiB(s.MemoryMiB)
+			if s.Memory == client.MemoryRemote {
+				mem += " (lazy: in the registry, fetched on demand)"
+			}
+			row(w, "Memory:", mem)
 			row(w, "Size:", fmtBytes(s.SizeBytes))
 			row(w, "Disk:", fmtBytes(s.DiskBytes))
 			row(w, "Create:", fmtMS(s.CreateMS))

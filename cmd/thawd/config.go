@@ -70,8 +70,9 @@ type settings struct {
 	uidCount  uint
 	// registryFile is the snapshot registry's config file; chunkCacheMiB
 	// the chunk cache's budget.
-	registryFile  string
-	chunkCacheMiB int64
+	registryFile   string
+	chunkCacheMiB  int64
+	registryImport bool // --registry-import
 
 	fs     *pflag.FlagSet // the settings' flags, in definition order
 	source map[string]string
@@ -124,6 +125,8 @@ func newSettings() *settings {
 	fs.IntVar(&d.VMMPoolMemoryMiB, "vmm-pool-memory", 0, "MiB the VMM pool's standby VMs may hold together, guest memory plus --vm-memory-overhead each (default: an eighth of host memory)")
 	fs.StringVar(&s.registryFile, "registry-config", "", "snapshot registry config file (YAML or JSON, mode 0600: endpoint, bucket, region, access_key, secret_key, secure, ca_file, chunk_size); without it the "+registry.EnvEndpoint+" and "+registry.EnvBucket+" environment variables (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) configure one; none: no push or pull")
 	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")
+	fs.BoolVar(&s.registryImport, "registry-import", true, "an invocation of a function this node does not have, or has no snapshot of, imports it lazily from the registry (memory fetched on demand) and restores")
+	fs.IntVar(&d.LazyReadahead, "lazy-readahead", 0, "chunks after a missed one that a lazy restore's memory fault also fetches in the background (sequential readahead; 0: none)")
 	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
@@ -213,6 +216,7 @@ func (s *settings) apply(env func(string) (string, bool), file *configFile) {
 	})
 	s.serve.Daemon.VMUIDBase, s.serve.Daemon.VMUIDCount = uint32(s.uidBase), uint32(s.uidCount)
 	s.serve.Daemon.ChunkCacheBudget = s.chunkCacheMiB << 20
+	s.serve.Daemon.NoRegistryImport = !s.registryImport
 	if s.chunkCacheMiB < 0 {
 		s.serve.Daemon.ChunkCacheBudget = -1
 	}

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/client"
 )
@@ -67,6 +70,16 @@ func DescribeMachine(info *client.Info) Machine {
 }
 
 func diskModel(dir string) string {
+	// A data directory on a loop device (emulated remote storage) is
+	// named by its backing file: the host's disk is not what it reads.
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		sys := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+		if real, err := filepath.EvalSymlinks(sys); err == nil && strings.HasPrefix(filepath.Base(real), "loop") {
+			back, _ := os.ReadFile(filepath.Join(real, "loop", "backing_file"))
+			return filepath.Base(real) + " (loop device over " + strings.TrimSpace(string(back)) + ")"
+		}
+	}
 	// The block device's rotational flag is what matters for page-in cost.
 	ents, _ := os.ReadDir("/sys/block")
 	for _, e := range ents {

@@ -55,6 +55,9 @@ type EvalConfig struct {
 	BurstModes         []string  `json:"burst_modes"`
 	// Timeout bounds one invocation (a burst of 16 under TCG is slow).
 	Timeout time.Duration `json:"-"`
+	// Storage describes the data directory's storage when it is not the
+	// local disk (recorded in the result).
+	Storage *Storage `json:"-"`
 	// Sink, if set, receives every sample as a JSON line as soon as it is
 	// measured, so an interrupted run keeps what it measured.
 	Sink io.Writer `json:"-"`
@@ -190,6 +193,12 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 		prepared: map[preparedKey]*client.PrepareResult{}, created: map[string]bool{}}
 	if ra, err := ReadaheadOf(info.DataDir); err == nil {
 		run.res.ReadaheadKB = ra.KB()
+	}
+	if st := cfg.Storage; st != nil {
+		run.res.Storage = st
+		if slices.Contains(cfg.Strategies, "premap") {
+			run.res.Notes = append(run.res.Notes, "premap maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
+		}
 	}
 	est := EstimateEval(cfg)
 	run.prog = NewProgress(progress, est)

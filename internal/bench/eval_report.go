@@ -19,6 +19,7 @@ import (
 type EvalResult struct {
 	Machine     Machine                    `json:"machine"`
 	ReadaheadKB int                        `json:"readahead_kb"`
+	Storage     *Storage                   `json:"storage,omitempty"` // nil: the local disk
 	When        time.Time                  `json:"when"`
 	DurationS   float64                    `json:"duration_s"`
 	Config      EvalConfig                 `json:"config"`
@@ -451,9 +452,16 @@ func speedups(rows []ExecRow, strategies []string) []SpeedupRow {
 // MachineLine describes the machine and run in one sentence.
 func (r *EvalResult) MachineLine() string {
 	m := r.Machine
-	return fmt.Sprintf("Machine: %d cores (%s), %d GiB memory, accelerator **%s**, disk %s with read_ahead_kb %d, %s, kernel %s, QEMU %s. Run %s, %s, %d repetitions.",
-		m.Cores, m.CPU, m.MemoryGiB, m.Accel, m.Disk, r.ReadaheadKB, m.HintText(), m.Kernel, m.QEMU,
-		r.When.Format("2006-01-02 15:04 UTC"), (time.Duration(r.DurationS) * time.Second).String(), r.Config.Reps)
+	disk, fio := "disk "+m.Disk, ""
+	if st := r.Storage; st != nil {
+		disk = st.Text()
+		if len(st.Fio) > 0 {
+			fio = " fio on that storage (O_DIRECT reads): " + st.FioText() + "."
+		}
+	}
+	return fmt.Sprintf("Machine: %d cores (%s), %d GiB memory, accelerator **%s**, %s with read_ahead_kb %d, %s, kernel %s, QEMU %s. Run %s, %s, %d repetitions.%s",
+		m.Cores, m.CPU, m.MemoryGiB, m.Accel, disk, r.ReadaheadKB, m.HintText(), m.Kernel, m.QEMU,
+		r.When.Format("2006-01-02 15:04 UTC"), (time.Duration(r.DurationS) * time.Second).String(), r.Config.Reps, fio)
 }
 
 func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }

@@ -105,6 +105,9 @@ type Snapshot struct {
 	// Prepared holds the prepare result (JSON) when the snapshot carries
 	// strategy artifacts.
 	Prepared json.RawMessage `json:"prepared,omitempty"`
+	// RemoteMemory: a lazy snapshot, its memory file a placeholder and
+	// its pages in the registry (fetched on demand).
+	RemoteMemory bool `json:"remote_memory,omitempty"`
 }
 
 // Invocation is a record of one invocation and its measurements.
@@ -152,6 +155,7 @@ var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN vmm_pool INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN vmm_pool_ttl_s INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE snapshots ADD COLUMN remote_memory INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -347,19 +351,19 @@ func (c *DB) DeleteVM(ctx context.Context, id string) error {
 
 // PutSnapshot inserts or replaces a snapshot record.
 func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
-	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		s.ID, s.Function, s.SourceVM, s.Dir, s.MemoryMiB, s.SizeBytes, s.DiskBytes, s.Stamp,
-		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared), s.Pinned)
+		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared), s.Pinned, s.RemoteMemory)
 	return err
 }
 
-const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared, pinned`
+const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared, pinned, remote_memory`
 
 func scanSnapshot(s scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, prepared string
 	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
-		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared, &sn.Pinned); err != nil {
+		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared, &sn.Pinned, &sn.RemoteMemory); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = parseTS(created)

@@ -139,7 +139,10 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 		lv.mu.Unlock()
 		return nil, nil, nil, err
 	}
-	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled"}
+	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled", Source: "local"}
+	if lazyOf(c.sess) != nil {
+		c.t.Source = "registry"
+	}
 	if cpu, err := procstat.CPUTime(lv.m.PID()); err == nil {
 		c.t.StandbyCPUMS = cpu
 	}
@@ -161,6 +164,9 @@ func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, er
 	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 	lv.mu.Unlock()
+	if err := lazyOf(lv.sess).failure(lv.id); err != nil { // the registry, not the VM, failed
+		return err
+	}
 	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
 }
 
@@ -212,11 +218,20 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
 	snap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}
-	if s.cfg.MemorySource != nil {
-		snap.Source, snap.MemFile, err = s.cfg.MemorySource(sctx, c.sn.ID)
-	}
-	if err == nil {
-		c.sess, err = o.begin(sctx, snap, env)
+	var pulled time.Duration
+	switch {
+	case c.sn.RemoteMemory:
+		c.t.Source = "registry"
+		c.sess, pulled, err = s.beginLazy(sctx, c, o, snap, env)
+		c.t.PullMS = ms(pulled)
+	default:
+		c.t.Source = "local"
+		if s.cfg.MemorySource != nil {
+			snap.Source, snap.MemFile, err = s.cfg.MemorySource(sctx, c.sn.ID)
+		}
+		if err == nil {
+			c.sess, err = o.begin(sctx, snap, env)
+		}
 	}
 	if err == nil {
 		// Time the strategy reports apart (cached's fill) is not set-up.

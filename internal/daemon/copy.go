@@ -31,6 +31,9 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 		return nil, err
 	}
 	src := v.sn
+	if err := needLocalMemory(src, "copying it"); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	newID := newID("snap-")
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+newID)

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/singleflight"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -152,6 +153,13 @@ type Config struct {
 	Registry              *registry.Config
 	ChunkCacheBudget      int64
 	RegistryPushOnPrepare bool
+	// NoRegistryImport turns off the import of an invoked function this
+	// node has no snapshot of (thawd --registry-import=false); with a
+	// registry the daemon imports such a function lazily and restores.
+	NoRegistryImport bool
+	// LazyReadahead is how many chunks after a missed one a lazy restore's
+	// memory fault also fetches (in the background; 0: none).
+	LazyReadahead int
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -287,6 +295,9 @@ func (c *Config) Validate() error {
 	if c.AdmissionQueue < 0 || c.AdmissionTimeout < 0 {
 		errs = append(errs, errors.New("admission queue and timeout must not be negative"))
 	}
+	if c.LazyReadahead < 0 || c.LazyReadahead > 64 {
+		errs = append(errs, fmt.Errorf("lazy readahead %d chunks: must be between 0 and 64", c.LazyReadahead))
+	}
 	if c.Registry != nil {
 		if err := c.Registry.Validate(); err != nil {
 			errs = append(errs, err)
@@ -331,15 +342,18 @@ type Service struct {
 	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
-	wg        sync.WaitGroup
-	closed    bool
-	confine   confinement // per-VM users and cgroups
-	net       *vmnet.Host // builds each VM's network
-	lock      *os.File    // the data directory's lock, held while the daemon lives
-	creating  map[string]bool
-	ops       *operations     // asynchronous operations (?wait=false)
-	registry  *registry.Store // snapshot registry; nil: none configured
-	chunks    *registry.Cache // its local chunk cache
+	// completions share the pull of a lazy snapshot's memory; imports the
+	// lazy import of a function an invocation found missing.
+	completions, imports singleflight.Group
+	wg                   sync.WaitGroup
+	closed               bool
+	confine              confinement // per-VM users and cgroups
+	net                  *vmnet.Host // builds each VM's network
+	lock                 *os.File    // the data directory's lock, held while the daemon lives
+	creating             map[string]bool
+	ops                  *operations     // asynchronous operations (?wait=false)
+	registry             *registry.Store // snapshot registry; nil: none configured
+	chunks               *registry.Cache // its local chunk cache
 }
 
 // Directory layout under DataDir.

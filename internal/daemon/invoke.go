@@ -121,6 +121,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 			kind = ErrVMFailed
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		if err := lazyOf(lv.sess).failure(lv.id); err != nil { // the registry, not the VM, failed
+			return err
+		}
 		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
 	}
 	if after, err := procstat.Read(lv.m.PID()); err == nil {
@@ -220,9 +223,14 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		return nil, err
 	}
 	snapID := req.Snapshot
+	var imported time.Duration
 	if snapID == "" {
 		if snapID, err = s.newestSnapshot(ctx, req.Function); err != nil {
-			return nil, err
+			t := time.Now()
+			if snapID, err = s.importOnInvoke(ctx, req.Function, err); err != nil {
+				return nil, err
+			}
+			imported = time.Since(t)
 		}
 	} else if req.Function != "" {
 		sn, err := s.GetSnapshot(ctx, snapID)
@@ -268,7 +276,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
 		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache}
-	inv.Timing.Restore = rt
+	inv.Timing.Restore, inv.Timing.ImportMS = rt, ms(imported)
 	annotate(ctx, invocationAttrs(inv)...)
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err

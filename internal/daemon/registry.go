@@ -84,6 +84,9 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 	if err != nil {
 		return nil, err
 	}
+	if err := needLocalMemory(v.sn, "pushing it"); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	rm, st, err := s.registry.Push(ctx, v.sn.Dir, registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared},
 		func(done, total int64) {
@@ -197,8 +200,18 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 			return nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, id)
 		}
 	}
-	if _, err := s.db.GetSnapshot(ctx, id); err == nil {
-		return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, id)
+	if sn, err := s.db.GetSnapshot(ctx, id); err == nil {
+		if !sn.RemoteMemory || req.Lazy {
+			return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, id)
+		}
+		// A lazy snapshot here: a full pull completes it in place.
+		before := s.chunks.Stats()
+		if sn, err = s.completeSnapshot(ctx, id); err != nil {
+			return nil, err
+		}
+		after := s.chunks.Stats()
+		return &wire.PullResult{Snapshot: SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
+			FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
 	}
 	phase(ctx, "manifest")
 	rm, err := s.registry.GetManifest(ctx, id)
@@ -232,7 +245,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
 	before := s.chunks.Stats()
-	sn, err := s.materialize(ctx, rm, local)
+	sn, err := s.materialize(ctx, rm, local, req.Lazy)
 	if err != nil {
 		undo()
 		return nil, err
@@ -242,7 +255,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 	res.FetchedChunks, res.FetchedBytes = after.FetchedChunks-before.FetchedChunks, after.FetchedBytes-before.FetchedBytes
 	res.CachedChunks = after.Hits - before.Hits
 	res.PullMS = ms(time.Since(t0))
-	s.log.Info("snapshot pulled", "snapshot", id, "function", fn.Name, "fetched_chunks", res.FetchedChunks,
+	s.log.Info("snapshot pulled", "snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS)
 	return res, nil
 }
@@ -260,8 +273,9 @@ func (s *Service) checkPull(req wire.PullRequest) error {
 	return ValidName(req.Function)
 }
 
-// materialize writes rm into the snapshots directory and the catalog.
-func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest) (*catalog.Snapshot, error) {
+// materialize writes rm into the snapshots directory and the catalog;
+// lazy leaves the memory in the registry (a placeholder here).
+func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool) (*catalog.Snapshot, error) {
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+rm.ID)
 	final := filepath.Join(s.snapshotsDir(), rm.ID)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -270,13 +284,26 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		}
 		return nil, err
 	}
-	err := s.chunks.PullInto(ctx, rm, tmp, func(done, total int64) {
+	var skip []string
+	if lazy {
+		skip = remoteFiles(rm)
+	}
+	err := s.chunks.PullExcept(ctx, rm, tmp, func(done, total int64) {
 		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
-	})
-	var st snapshot.Stamp
-	if err == nil {
+	}, skip...)
+	var stamp []byte
+	switch {
+	case err == nil && lazy:
+		if err = writeLazy(tmp, rm); err == nil {
+			phase(ctx, "verifying")
+			_, err = snapshot.CheckLazy(tmp)
+		}
+	case err == nil:
 		phase(ctx, "verifying")
-		_, st, err = snapshot.Check(tmp, nil)
+		var st snapshot.Stamp
+		if _, st, err = snapshot.Check(tmp, nil); err == nil {
+			stamp, _ = json.Marshal(st)
+		}
 	}
 	if err == nil {
 		err = snapshot.SyncDir(tmp)
@@ -289,14 +316,13 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		return nil, registryErr(err)
 	}
 	_ = snapshot.SyncDir(s.snapshotsDir())
-	stamp, _ := json.Marshal(st)
 	var size, disk int64
 	for _, f := range rm.Files {
 		size += f.Size
 		disk += allocated(filepath.Join(final, filepath.FromSlash(f.Path)))
 	}
 	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
-		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent}
+		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent, RemoteMemory: lazy}
 	// The artifacts were verified against the registry's digests as written.
 	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
 		return nil, err

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,5 +86,143 @@ func TestPushPull(t *testing.T) {
 	}
 	if _, err := os.Stat(sn.Dir); err != nil {
 		t.Fatalf("local snapshot after a failed push: %v", err)
+	}
+}
+
+// Lazy pulls on the fake VMM and a real MinIO: the snapshot enters the
+// catalog with its memory in the registry (a placeholder here), verifies,
+// refuses what needs the memory, completes in place on a full pull, is
+// deleted; an invocation of a function a node never saw imports it and
+// (cached: the memory pulled first) answers; with the store down an
+// import or a pull is 503 and leaves nothing.
+func TestLazyPull(t *testing.T) {
+	ctx := context.Background()
+	srv := miniotest.Start(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1 }
+	a, _ := fakeService(t, withRegistry)
+	_, sn := bootAndSnapshot(t, a, "fn")
+	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	want, err := snapshot.HashFile(filepath.Join(sn.Dir, snapshot.MemoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b, _ := fakeService(t, withRegistry)
+	pr, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn", Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Snapshot.Memory != wire.MemoryRemote || !pr.FunctionCreated {
+		t.Fatalf("lazy pull = %+v", pr)
+	}
+	lazy, err := b.GetSnapshot(ctx, sn.ID)
+	if err != nil || !lazy.RemoteMemory {
+		t.Fatalf("lazy snapshot in the catalog: %v %+v", err, lazy)
+	}
+	mem := filepath.Join(lazy.Dir, snapshot.MemoryFile)
+	if st, err := os.Stat(mem); err != nil || st.Size() != want.Size || allocated(mem) != 0 {
+		t.Fatalf("placeholder: %v, %d bytes allocated", err, allocated(mem))
+	}
+	if _, err := b.CheckSnapshot(ctx, sn.ID); err != nil {
+		t.Fatalf("lazy snapshot does not verify: %v", err)
+	}
+	for what, err := range map[string]error{
+		"copy": func() error { _, err := b.CopySnapshot(ctx, sn.ID); return err }(),
+		"push": func() error { _, err := b.PushSnapshot(ctx, sn.ID); return err }(),
+		"lazy pull again": func() error {
+			_, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: sn.ID, Lazy: true})
+			return err
+		}(),
+	} {
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists) {
+			t.Errorf("%s of a lazy snapshot: %v", what, err)
+		}
+	}
+	// A damaged remote manifest: the snapshot is unusable, not trusted.
+	rmPath := filepath.Join(lazy.Dir, remoteManifestFile)
+	rmBytes, err := os.ReadFile(rmPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rmPath, append([]byte(nil), rmBytes[:len(rmBytes)/2]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CheckSnapshot(ctx, sn.ID); !errors.Is(err, ErrSnapshotUnusable) {
+		t.Fatalf("lazy snapshot with a damaged remote manifest: %v", err)
+	}
+	if err := os.WriteFile(rmPath, rmBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A full pull completes it in place.
+	pr, err = b.PullSnapshot(ctx, wire.PullRequest{Snapshot: sn.ID})
+	if err != nil || !pr.Completed || pr.Snapshot.Memory != wire.MemoryLocal || pr.FetchedChunks == 0 {
+		t.Fatalf("completing pull: %v %+v", err, pr)
+	}
+	if got, err := snapshot.HashFile(mem); err != nil || got.SHA256 != want.SHA256 {
+		t.Fatalf("completed memory: %v %v", err, got)
+	}
+	if _, err := os.Stat(rmPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("remote manifest left after completion: %v", err)
+	}
+	if _, err := b.CheckSnapshot(ctx, sn.ID); err != nil {
+		t.Fatalf("completed snapshot does not verify: %v", err)
+	}
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: sn.ID}); !errors.Is(err, ErrExists) {
+		t.Fatalf("pull of a complete snapshot: %v", err)
+	}
+
+	// Deleting a lazy snapshot.
+	c, _ := fakeService(t, withRegistry)
+	if _, err := c.PullSnapshot(ctx, wire.PullRequest{Snapshot: sn.ID, Lazy: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(c.snapshotsDir(), "*")); len(left) != 0 {
+		t.Fatalf("deleted lazy snapshot left %v", left)
+	}
+
+	// An invocation imports the function; cached pulls the memory first.
+	d, _ := fakeService(t, withRegistry)
+	inv, err := d.InvokeCold(ctx, ColdRequest{Function: "fn", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{"x":1}`)}})
+	if err != nil || !inv.OK {
+		t.Fatalf("invocation that imports: %v %+v", err, inv)
+	}
+	if r := inv.Timing.Restore; inv.Timing.ImportMS <= 0 || r.Source != "registry" || r.PullMS <= 0 {
+		t.Fatalf("import timing %+v restore %+v", inv.Timing, r)
+	}
+	if got, _ := d.GetSnapshot(ctx, sn.ID); got == nil || got.RemoteMemory {
+		t.Fatalf("after cached: %+v", got)
+	}
+	off, _ := fakeService(t, func(c *Config) { withRegistry(c); c.NoRegistryImport = true })
+	if _, err := off.InvokeCold(ctx, ColdRequest{Function: "fn", Strategy: "cached"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("invocation with import off: %v", err)
+	}
+
+	// The store down: a lazy snapshot that needs its memory, and an import.
+	e, _ := fakeService(t, withRegistry)
+	if _, err := e.PullSnapshot(ctx, wire.PullRequest{Function: "fn", Lazy: true}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := fakeService(t, withRegistry)
+	srv.Stop()
+	if _, err := e.InvokeCold(ctx, ColdRequest{Function: "fn", Strategy: "cached"}); !errors.Is(err, ErrRegistryUnavailable) {
+		t.Fatalf("cached on a lazy snapshot with the store down: %v", err)
+	}
+	if got, _ := e.GetSnapshot(ctx, sn.ID); got == nil || !got.RemoteMemory {
+		t.Fatalf("lazy snapshot after a failed completion: %+v", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.snapshotsDir(), sn.ID, ".memory*")); len(left) != 0 {
+		t.Fatalf("failed completion left %v", left)
+	}
+	if _, err := f.InvokeCold(ctx, ColdRequest{Function: "fn", Strategy: "vanilla"}); !errors.Is(err, ErrRegistryUnavailable) {
+		t.Fatalf("import with the store down: %v", err)
+	}
+	if fns, _ := f.ListFunctions(ctx); len(fns) != 0 {
+		t.Fatalf("failed import left functions %+v", fns)
 	}
 }

@@ -200,6 +200,14 @@ func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *
 	l := s.snapLock(sn.ID)
 	l.Lock()
 	defer l.Unlock()
+	if sn.RemoteMemory {
+		// A completion may have finished since sn was read.
+		if fresh, err := s.db.GetSnapshot(ctx, sn.ID); err == nil && !fresh.RemoteMemory {
+			*sn = *fresh
+		} else {
+			return s.verifyLazy(sn, fn)
+		}
+	}
 	var trusted *snapshot.Stamp
 	if !full && sn.Stamp != "" {
 		var st snapshot.Stamp
@@ -223,6 +231,27 @@ func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *
 		if err := s.db.PutSnapshot(ctx, sn); err != nil {
 			return nil, err
 		}
+	}
+	return m, nil
+}
+
+// verifyLazy checks what of a lazy snapshot is local (manifest, device
+// state, the placeholder's size, the remote manifest naming the same
+// memory digest); its memory's chunks are verified as they are fetched.
+func (s *Service) verifyLazy(sn *catalog.Snapshot, fn *catalog.Function) (*snapshot.Manifest, error) {
+	m, err := snapshot.CheckLazy(sn.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	rm, err := remoteManifest(sn)
+	if err != nil {
+		return nil, err
+	}
+	if rf := rm.File(snapshot.MemoryFile); rf == nil || rf.SHA256 != m.Files[snapshot.MemoryFile].SHA256 || m.ID != sn.ID || m.Function != sn.Function {
+		return nil, fmt.Errorf("%w: snapshot %s: its remote manifest and manifest disagree", ErrSnapshotUnusable, sn.ID)
+	}
+	if err := s.compatible(m, fn); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
 	return m, nil
 }

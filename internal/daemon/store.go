@@ -83,6 +83,12 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	if err != nil {
 		return nil, err
 	}
+	if v.sn.RemoteMemory { // a lazy snapshot: its memory pulled first
+		phase(ctx, "pulling")
+		if v.sn, err = s.completeSnapshot(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.key.kind == restore.Premap }, whyStandbyStore)
 	phase(ctx, "copying to the store")
 	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])

@@ -31,7 +31,10 @@ func VMBody(v *catalog.VM, restore *RestoreTiming) *wire.VM {
 func SnapshotBody(sn *catalog.Snapshot) *wire.Snapshot {
 	out := &wire.Snapshot{ID: sn.ID, Function: sn.Function, SourceVM: sn.SourceVM, Dir: sn.Dir, MemoryMiB: sn.MemoryMiB,
 		SizeBytes: sn.SizeBytes, DiskBytes: sn.DiskBytes, CreateMS: sn.CreateMS, PauseMS: sn.PauseMS,
-		CreatedAt: sn.CreatedAt, Parent: sn.Parent, Pinned: sn.Pinned}
+		CreatedAt: sn.CreatedAt, Parent: sn.Parent, Pinned: sn.Pinned, Memory: wire.MemoryLocal}
+	if sn.RemoteMemory {
+		out.Memory = wire.MemoryRemote
+	}
 	if len(sn.Prepared) > 0 {
 		var p wire.PrepareResult
 		if json.Unmarshal(sn.Prepared, &p) == nil { // the daemon wrote it; unreadable is left out

@@ -175,22 +175,23 @@ func (c *Cache) Has(sum string) bool {
 
 // ensure makes the chunk sum of size bytes present and verified on disk,
 // fetching it from the store if needed; concurrent callers for one chunk
-// share one fetch.
-func (c *Cache) ensure(ctx context.Context, sum string, size int) error {
+// share one fetch. It says what this call did: the compressed bytes it
+// fetched, or hit when the chunk was on disk.
+func (c *Cache) ensure(ctx context.Context, sum string, size int) (fetched int64, hit bool, err error) {
 	c.mu.Lock()
 	if e := c.entries[sum]; e != nil && e.verified {
 		c.lru.MoveToFront(e.elem)
 		c.mu.Unlock()
 		c.hits.Add(1)
-		return nil
+		return 0, true, nil
 	}
 	if f := c.flights[sum]; f != nil {
 		c.mu.Unlock()
 		select {
 		case <-f.done:
-			return f.err
+			return 0, false, f.err
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, false, ctx.Err()
 		}
 	}
 	f := &flight{done: make(chan struct{})}
@@ -198,16 +199,16 @@ func (c *Cache) ensure(ctx context.Context, sum string, size int) error {
 	e := c.entries[sum]
 	c.mu.Unlock()
 
-	f.err = c.load(ctx, sum, size, e != nil)
+	fetched, hit, f.err = c.load(ctx, sum, size, e != nil)
 	c.mu.Lock()
 	delete(c.flights, sum)
 	c.mu.Unlock()
 	close(f.done)
-	return f.err
+	return fetched, hit, f.err
 }
 
 // load verifies a chunk found on disk (onDisk) or fetches it.
-func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool) error {
+func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool) (int64, bool, error) {
 	buf := make([]byte, size)
 	if onDisk {
 		b, err := os.ReadFile(c.path(sum))
@@ -219,20 +220,20 @@ func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool) err
 			}
 			c.mu.Unlock()
 			c.hits.Add(1)
-			return nil
+			return 0, true, nil
 		}
 		c.drop(sum) // damaged on disk: fetch it again
 	}
 	if c.store == nil {
-		return fmt.Errorf("%w: chunk %s is not cached and no registry is configured", ErrNotFound, sum[:12])
+		return 0, false, fmt.Errorf("%w: chunk %s is not cached and no registry is configured", ErrNotFound, sum[:12])
 	}
 	n, err := c.store.fetchChunk(ctx, sum, buf, nil)
 	c.fetchedBytes.Add(n)
 	if err != nil {
-		return err
+		return n, false, err
 	}
 	c.fetchedChunks.Add(1)
-	return c.insert(sum, buf)
+	return n, false, c.insert(sum, buf)
 }
 
 // insert writes a verified chunk: temporary file, then rename.

@@ -29,6 +29,19 @@ type LazyFile struct {
 	fds    []atomic.Pointer[os.File]
 	closed atomic.Bool
 	wg     sync.WaitGroup // running prefetches
+
+	fetchedBytes, fetchedChunks, hits atomic.Int64
+}
+
+// LazyStats are one LazyFile's counters: what its reads and prefetches
+// fetched from the store (compressed bytes, chunks) and found in the cache.
+type LazyStats struct {
+	FetchedBytes, FetchedChunks, Hits int64
+}
+
+// Stats returns the file's counters so far.
+func (f *LazyFile) Stats() LazyStats {
+	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load()}
 }
 
 // Open returns the file named file (a path relative to the snapshot, e.g.
@@ -48,6 +61,16 @@ func (c *Cache) Open(ctx context.Context, rm *RemoteManifest, file string) (*Laz
 	lf.ctx, lf.cancel = context.WithCancel(ctx)
 	c.pin(lf.pinned)
 	return lf, nil
+}
+
+// Local reports whether the chunk holding off is open for reading here (a
+// read of it fetches nothing).
+func (f *LazyFile) Local(off int64) bool {
+	if off < 0 || off >= f.size {
+		return true
+	}
+	idx := off / f.cs
+	return f.sums[idx] == "" || f.fds[idx].Load() != nil
 }
 
 // Size is the file's size in bytes.
@@ -97,7 +120,15 @@ func (f *LazyFile) chunkFile(ctx context.Context, idx int64) (*os.File, error) {
 		return fd, nil
 	}
 	sum := f.sums[idx]
-	if err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs))); err != nil {
+	n, hit, err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs)))
+	f.fetchedBytes.Add(n)
+	switch {
+	case hit:
+		f.hits.Add(1)
+	case err == nil && n > 0:
+		f.fetchedChunks.Add(1)
+	}
+	if err != nil {
 		return nil, err
 	}
 	fd, err := os.Open(f.c.path(sum))

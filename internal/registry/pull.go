@@ -17,23 +17,34 @@ import (
 // are fetched first. Holes stay holes. Each file is hashed whole as it is
 // written and refused unless it matches the manifest.
 func (c *Cache) PullInto(ctx context.Context, rm *RemoteManifest, dir string, progress Progress) error {
+	return c.PullExcept(ctx, rm, dir, progress)
+}
+
+// PullExcept is PullInto without the files named in skip (a lazy pull
+// leaves "memory" in the registry).
+func (c *Cache) PullExcept(ctx context.Context, rm *RemoteManifest, dir string, progress Progress, skip ...string) error {
 	var total, done int64
+	var files []RemoteFile
 	for _, f := range rm.Files {
-		total += f.Size
+		if !slices.Contains(skip, f.Path) {
+			files = append(files, f)
+			total += f.Size
+		}
 	}
-	order := make([]RemoteFile, 0, len(rm.Files))
-	for _, f := range rm.Files {
+	order := make([]RemoteFile, 0, len(files))
+	for _, f := range files {
 		if slices.Contains(rm.Prefetch, f.Path) {
 			order = append(order, f)
 		}
 	}
-	for _, f := range rm.Files {
+	for _, f := range files {
 		if !slices.Contains(rm.Prefetch, f.Path) {
 			order = append(order, f)
 		}
 	}
 	for _, rf := range order {
-		if err := c.pullFile(ctx, rm, rf, dir, func(n int64) {
+		dst := filepath.Join(dir, filepath.FromSlash(rf.Path))
+		if err := c.pullFile(ctx, rm, rf, dst, func(n int64) {
 			if progress != nil {
 				progress(done+n, total)
 			}
@@ -45,14 +56,31 @@ func (c *Cache) PullInto(ctx context.Context, rm *RemoteManifest, dir string, pr
 	return nil
 }
 
-func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile, dir string, progress func(int64)) error {
+// PullFile writes the file path of rm to dst (which must not exist),
+// verified whole against the manifest's digest: a lazy snapshot's memory
+// completed in place.
+func (c *Cache) PullFile(ctx context.Context, rm *RemoteManifest, path, dst string, progress Progress) error {
+	rf := rm.File(path)
+	if rf == nil {
+		return fmt.Errorf("%w: snapshot %s has no file %s", ErrNotFound, rm.ID, path)
+	}
+	if err := c.pullFile(ctx, rm, *rf, dst, func(n int64) {
+		if progress != nil {
+			progress(n, rf.Size)
+		}
+	}); err != nil {
+		return fmt.Errorf("pull %s: %s: %w", rm.ID, path, err)
+	}
+	return nil
+}
+
+func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile, dst string, progress func(int64)) error {
 	lf, err := c.Open(ctx, rm, rf.Path)
 	if err != nil {
 		return err
 	}
 	defer lf.Close()
 	fetched := lf.Prefetch(ctx, 0, rf.Size)
-	dst := filepath.Join(dir, filepath.FromSlash(rf.Path))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}

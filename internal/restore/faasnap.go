@@ -98,14 +98,20 @@ func (f *faasnap) Stats() Stats {
 // gets a zero page, and only the rest is read from the source.
 func beginLazyFaaSnap(snap Snapshot, env Env, art *memlayout.FaaSnapArtifact, lsPath string) (Session, error) {
 	src := newPageSource(snap.Source)
-	if err := src.withLoadingSet(art, lsPath); err != nil {
+	if err := src.withLoadingSet(art, lsPath, snap.LoadingSet); err != nil {
 		return nil, err
+	}
+	if snap.LoadingSet != nil {
+		// A remote loading set: fetched ahead in file order from now on
+		// (parallel GETs), while QEMU starts; the loader and the faults
+		// read it as its chunks arrive.
+		snap.LoadingSet.Prefetch(context.Background(), 0, snap.LoadingSet.Size())
 	}
 	runs := make([]uffd.FileRun, len(art.LoadingRegions))
 	for i, l := range art.LoadingRegions {
 		runs[i] = uffd.FileRun{Page: l.Start, Pages: l.Pages, FileOff: l.FileOff}
 	}
-	s, err := startUffd(snap, env, uffdPlan{kind: FaaSnap, source: src, lsFile: lsPath, lsRuns: runs, entries: len(runs)})
+	s, err := startUffd(snap, env, uffdPlan{kind: FaaSnap, source: src, lsFile: lsPath, lsRuns: runs, entries: len(runs), lsSource: snap.LoadingSet})
 	if err != nil {
 		src.close()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"sync/atomic"
@@ -86,7 +87,10 @@ type pageSource struct {
 	src   MemorySource
 	start SourceStats // the source's counters when the restore began
 
-	ls      *os.File            // loading-set file, or nil
+	ls      io.ReaderAt         // loading-set file (local, or streamed: lsSrc), or nil
+	lsFile  *os.File            // the local loading-set file, or nil
+	lsSrc   MemorySource        // the streamed loading set, or nil
+	lsStart SourceStats         // lsSrc's counters when the restore began
 	lsIndex []lsPage            // its regions sorted by guest page
 	nonzero []memlayout.PageRun // the memory file's non-zero regions, nil if unknown
 
@@ -104,14 +108,23 @@ func newPageSource(src MemorySource) *pageSource {
 	return &pageSource{src: src, start: src.SourceStats()}
 }
 
-// withLoadingSet serves the loading set's pages from its local file and the
-// pages outside art's non-zero regions as zeros.
-func (p *pageSource) withLoadingSet(art *memlayout.FaaSnapArtifact, lsPath string) error {
-	f, err := os.Open(lsPath)
-	if err != nil {
-		return err
+// withLoadingSet serves the loading set's pages from its local file (or
+// from remote, streamed) and the pages outside art's non-zero regions as
+// zeros.
+func (p *pageSource) withLoadingSet(art *memlayout.FaaSnapArtifact, lsPath string, remote MemorySource) error {
+	if remote != nil {
+		if remote.Size() != art.LoadingSetFile.Size {
+			return fmt.Errorf("loading-set source holds %d bytes, the artifact names %d", remote.Size(), art.LoadingSetFile.Size)
+		}
+		p.ls, p.lsSrc, p.lsStart = remote, remote, remote.SourceStats()
+	} else {
+		f, err := os.Open(lsPath)
+		if err != nil {
+			return err
+		}
+		p.ls, p.lsFile = f, f
 	}
-	p.ls, p.nonzero = f, art.NonzeroRegions
+	p.nonzero = art.NonzeroRegions
 	for _, l := range art.LoadingRegions {
 		p.lsIndex = append(p.lsIndex, lsPage{l.Start, l.Pages, l.FileOff})
 	}
@@ -163,11 +176,16 @@ func (p *pageSource) stats(st *LazyStats) {
 		SourceFetchedBytes: now.FetchedBytes - p.start.FetchedBytes, SourceFetchedChunks: now.FetchedChunks - p.start.FetchedChunks,
 		SourceCacheHits: now.CacheHits - p.start.CacheHits, LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
 		LoaderPages: st.LoaderPages, LoaderExisting: st.LoaderExisting}
+	if p.lsSrc != nil {
+		ls := p.lsSrc.SourceStats()
+		st.LoadingSetFetchedBytes = ls.FetchedBytes - p.lsStart.FetchedBytes
+		st.LoadingSetFetchedChunks = ls.FetchedChunks - p.lsStart.FetchedChunks
+	}
 }
 
 func (p *pageSource) close() {
-	if p != nil && p.ls != nil {
-		p.ls.Close()
+	if p != nil && p.lsFile != nil {
+		p.lsFile.Close()
 	}
 }
 

@@ -60,6 +60,11 @@ type Snapshot struct {
 	// MemFile, when set, is the memory file (or placeholder) QEMU opens
 	// instead of the one in Dir.
 	MemFile string
+	// LoadingSet, when set with Source, serves FaaSnap's loading-set file
+	// (also remote: the local file is a placeholder); a lazy faasnap
+	// restore streams it (prefetched in file order) instead of reading it
+	// from disk, and its chunks are verified as they are fetched.
+	LoadingSet MemorySource
 }
 
 // MemoryPath is the snapshot's guest memory file (or its placeholder).
@@ -198,6 +203,9 @@ func verifiedArtifact[A interface {
 		return art, "", err
 	}
 	path := filepath.Join(dir, dataFile)
+	if k == FaaSnap && snap.LoadingSet != nil { // a placeholder: its bytes are verified per chunk
+		return art, path, art.Verify(memSize(snap), memSHA(snap), false)
+	}
 	err = snapshot.VerifyOnce(path, func(full bool) error { return art.Verify(memSize(snap), memSHA(snap), full) })
 	return art, path, err
 }

@@ -25,6 +25,7 @@ type uffdPlan struct {
 	wsPages  []uint64       // its pages, in file order
 	lsFile   string         // lazy FaaSnap: loading-set file installed after the ack
 	lsRuns   []uffd.FileRun // its runs, in file (group) order
+	lsSource MemorySource   // lazy FaaSnap: the loading set streamed from remote instead of lsFile
 	source   *pageSource    // nil: faults read the snapshot's memory file
 	fallback string         // why this restore runs as vanilla
 	entries  int            // lazy FaaSnap: loading-set regions (reported as layout entries)
@@ -133,7 +134,13 @@ func (r *uffdSession) run(ctx context.Context, env Env) {
 // concurrent paging). A failure leaves the pages to the fault server.
 func (r *uffdSession) load(ctx context.Context, srv *uffd.Server, env Env) {
 	defer close(r.loadDone)
-	st, err := srv.Load(ctx, r.plan.lsFile, r.plan.lsRuns)
+	var st uffd.Stats
+	var err error
+	if r.plan.lsSource != nil {
+		st, err = srv.LoadFrom(ctx, r.plan.lsSource, r.plan.lsFile, r.plan.lsRuns)
+	} else {
+		st, err = srv.Load(ctx, r.plan.lsFile, r.plan.lsRuns)
+	}
 	r.mu.Lock()
 	r.loadMS = msOf(st.LoadTime)
 	r.mu.Unlock()

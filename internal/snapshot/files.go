@@ -299,6 +299,28 @@ func Check(dir string, trusted *Stamp) (*Manifest, Stamp, error) {
 	return m, st, nil
 }
 
+// CheckLazy checks a lazy snapshot in dir, whose memory is in a registry:
+// the manifest and the device state as Check does, the memory file (a
+// placeholder) by its size only. Its pages are verified chunk by chunk
+// when fetched, against the digests the manifest's memory digest names.
+func CheckLazy(dir string) (*Manifest, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFile(dir, StateFile, m.Files[StateFile], nil); err != nil {
+		return nil, err
+	}
+	st, err := StampOf(filepath.Join(dir, MemoryFile))
+	if err != nil {
+		return nil, err
+	}
+	if want := m.Files[MemoryFile].Size; st.Size != want {
+		return nil, fmt.Errorf("%w: memory placeholder is %d bytes, manifest says %d", ErrCorrupt, st.Size, want)
+	}
+	return m, nil
+}
+
 // checkFile compares one file with its manifest entry: size always, content
 // unless the file's stamp equals trusted.
 func checkFile(dir, name string, want FileInfo, trusted *Stamp) error {

@@ -32,6 +32,19 @@ const loadChunk = 1 << 20
 // It stops early when ctx ends or the Server closes (returning that error).
 // Unlike Prefetch, the process runs meanwhile.
 func (s *Server) Load(ctx context.Context, path string, runs []FileRun) (Stats, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return s.Stats(), fmt.Errorf("uffd: load: %w", err)
+	}
+	defer f.Close()
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+	return s.LoadFrom(ctx, f, path, runs)
+}
+
+// LoadFrom is Load reading the runs from r (named name in errors): a
+// loading set streamed from a registry, say, whose reads block until
+// their chunk has arrived.
+func (s *Server) LoadFrom(ctx context.Context, f io.ReaderAt, path string, runs []FileRun) (Stats, error) {
 	start := time.Now()
 	defer func() { s.c.ldNS.Add(int64(time.Since(start))) }()
 	for i, r := range runs {
@@ -39,12 +52,6 @@ func (s *Server) Load(ctx context.Context, path string, runs []FileRun) (Stats, 
 			return s.Stats(), fmt.Errorf("uffd: load: run %d (%d+%d at file offset %d) outside the region's %d pages", i, r.Page, r.Pages, r.FileOff, s.pages)
 		}
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return s.Stats(), fmt.Errorf("uffd: load: %w", err)
-	}
-	defer f.Close()
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	buf, err := unix.Mmap(-1, 0, loadChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return s.Stats(), fmt.Errorf("uffd: load: mmap buffer: %w", err)

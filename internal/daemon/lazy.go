@@ -1,0 +1,369 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// Lazy snapshots (docs/design.md, "Lazy remote restore"): pulled without
+// their memory file, which stays in the registry. The snapshot directory
+// holds a sparse placeholder of the memory's size and the remote manifest
+// (remoteManifestFile), whose chunk list the memory digest is checked
+// against chunk by chunk as pages are fetched.
+
+// lazyFiles are the files a lazy pull leaves in the registry, placeholders
+// here: the memory, and FaaSnap's loading set (streamed by its restores).
+var lazyFiles = []string{snapshot.MemoryFile, path.Join("strategies", string(restore.FaaSnap), restore.FaaSnapLoadingSet)}
+
+// remoteFiles are the lazy files rm has.
+func remoteFiles(rm *registry.RemoteManifest) []string {
+	var out []string
+	for _, f := range lazyFiles {
+		if rm.File(f) != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// remoteManifestFile is a lazy snapshot's copy of its remote manifest (a
+// dot file: never pushed, removed when the memory is completed).
+const remoteManifestFile = ".remote.json"
+
+// remoteManifest reads a lazy snapshot's remote manifest.
+func remoteManifest(sn *catalog.Snapshot) (*registry.RemoteManifest, error) {
+	b, err := os.ReadFile(filepath.Join(sn.Dir, remoteManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	rm, err := registry.DecodeRemoteManifest(b)
+	if err == nil && rm.ID != sn.ID {
+		err = fmt.Errorf("remote manifest of %s", rm.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
+	return rm, nil
+}
+
+// writeLazy finishes a lazy pull in dir: the remote manifest kept and a
+// sparse placeholder of each remote file's size.
+func writeLazy(dir string, rm *registry.RemoteManifest) error {
+	if rm.File(snapshot.MemoryFile) == nil {
+		return fmt.Errorf("%w: snapshot %s has no memory file", registry.ErrInvalid, rm.ID)
+	}
+	b, err := rm.Encode()
+	if err != nil {
+		return err
+	}
+	if err := snapshot.WriteFileSync(filepath.Join(dir, remoteManifestFile), b); err != nil {
+		return err
+	}
+	for _, name := range remoteFiles(rm) {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(rm.File(name).Size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// needLocalMemory refuses an operation that reads a lazy snapshot's whole
+// memory file (push, copy, store).
+func needLocalMemory(sn *catalog.Snapshot, what string) error {
+	if sn.RemoteMemory {
+		return fmt.Errorf("%w: snapshot %s is lazy (its memory is in the registry): pull it (thaw snapshot pull %s) before %s",
+			ErrConflict, sn.ID, sn.ID, what)
+	}
+	return nil
+}
+
+// completeSnapshot pulls a lazy snapshot's memory into place: fetched
+// through the chunk cache into a temporary file, its digest checked
+// against the manifest's, then renamed over the placeholder (running VMs
+// keep the placeholder they opened). Concurrent callers share one pull.
+func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	if err := s.needRegistry(); err != nil {
+		return nil, err
+	}
+	v, err, _ := s.completions.Do(id, func() (any, error) {
+		ctx := context.WithoutCancel(ctx) // shared by every waiter
+		sn, err := s.GetSnapshot(ctx, id)
+		if err != nil || !sn.RemoteMemory {
+			return sn, err
+		}
+		rm, err := remoteManifest(sn)
+		if err != nil {
+			return nil, err
+		}
+		err = nil
+		// Each remote file pulled beside its placeholder, then all renamed.
+		files := remoteFiles(rm)
+		tmps := make([]string, len(files))
+		for i, name := range files {
+			p := filepath.Join(sn.Dir, filepath.FromSlash(name))
+			tmps[i] = filepath.Join(filepath.Dir(p), ".pull-"+filepath.Base(p))
+			_ = os.Remove(tmps[i]) // an earlier pull's leftover
+			if err == nil {
+				err = s.chunks.PullFile(ctx, rm, name, tmps[i], func(done, total int64) {
+					report(ctx, wire.OperationProgress{Phase: "pulling " + name, Done: done, Total: total, Unit: "bytes"})
+				})
+			}
+		}
+		l := s.snapLock(id)
+		l.Lock()
+		defer l.Unlock()
+		for i, name := range files {
+			if err == nil {
+				p := filepath.Join(sn.Dir, filepath.FromSlash(name))
+				if err = os.Rename(tmps[i], p); err == nil && name != snapshot.MemoryFile {
+					err = snapshot.Trust(p) // verified as it was written
+				}
+			}
+		}
+		if err != nil {
+			for _, t := range tmps {
+				_ = os.Remove(t)
+			}
+			return nil, registryErr(err)
+		}
+		_ = os.Remove(filepath.Join(sn.Dir, remoteManifestFile))
+		_ = snapshot.SyncDir(sn.Dir)
+		st, err := snapshot.StampOf(filepath.Join(sn.Dir, snapshot.MemoryFile))
+		if err != nil {
+			return nil, err
+		}
+		stamp, _ := json.Marshal(st)
+		sn.Stamp, sn.RemoteMemory = string(stamp), false
+		sn.DiskBytes = 0
+		for _, f := range rm.Files {
+			sn.DiskBytes += allocated(filepath.Join(sn.Dir, filepath.FromSlash(f.Path)))
+		}
+		if err := s.db.PutSnapshot(ctx, sn); err != nil {
+			return nil, err
+		}
+		s.log.Info("lazy snapshot completed", "snapshot", id)
+		return sn, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*catalog.Snapshot), nil
+}
+
+// lazyFile is one remote file of a lazy snapshot as a
+// restore.MemorySource: the registry's LazyFile, its chunks pinned in the
+// cache until the VM's session closes. It remembers the first error it
+// returned, so a failed restore can say the registry was the cause.
+type lazyFile struct {
+	lf  *registry.LazyFile
+	err atomic.Pointer[error]
+	// readahead: a read that misses its chunk also starts fetching this
+	// many chunks after it (sequential readahead; 0: none).
+	readahead int64
+}
+
+func (m *lazyFile) Size() int64 { return m.lf.Size() }
+
+// ReadAt reads through the LazyFile; bytes beyond the file read as zeros.
+func (m *lazyFile) ReadAt(p []byte, off int64) (int, error) {
+	if m.readahead > 0 && !m.lf.Local(off) {
+		cs := m.lf.ChunkSize()
+		m.Prefetch(context.Background(), (off/cs+1)*cs, m.readahead*cs)
+	}
+	n, err := m.lf.ReadAt(p, off)
+	if errors.Is(err, io.EOF) {
+		clear(p[n:])
+		return len(p), nil
+	}
+	if err != nil {
+		m.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// Prefetch fetches a range in the background; a failure shows in a later
+// read of it.
+func (m *lazyFile) Prefetch(ctx context.Context, off, n int64) {
+	done := m.lf.Prefetch(ctx, off, n)
+	go func() { <-done }()
+}
+
+func (m *lazyFile) SourceStats() restore.SourceStats {
+	st := m.lf.Stats()
+	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits)}
+}
+
+// lazyMemory is what a lazy restore reads from the registry: the memory
+// and, if the snapshot has one, FaaSnap's loading set.
+type lazyMemory struct {
+	mem, ls *lazyFile // ls: nil without a loading set
+}
+
+// openLazyMemory opens a lazy snapshot's remote files; their fetches live
+// until Close, not the request.
+func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
+	if s.chunks == nil {
+		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", ErrSnapshotUnusable, sn.ID)
+	}
+	rm, err := remoteManifest(sn)
+	if err != nil {
+		return nil, err
+	}
+	m := &lazyMemory{}
+	for _, name := range remoteFiles(rm) {
+		lf, err := s.chunks.Open(context.Background(), rm, name)
+		if err != nil {
+			m.Close()
+			return nil, registryErr(err)
+		}
+		if name == snapshot.MemoryFile {
+			m.mem = &lazyFile{lf: lf, readahead: int64(s.cfg.LazyReadahead)}
+		} else {
+			m.ls = &lazyFile{lf: lf}
+		}
+	}
+	return m, nil
+}
+
+// sources fills a restore's memory and loading-set sources.
+func (m *lazyMemory) sources(snap *restore.Snapshot) {
+	snap.Source, snap.MemFile, snap.LoadingSet = m.mem, "", nil
+	if m.ls != nil {
+		snap.LoadingSet = m.ls
+	}
+}
+
+func (m *lazyMemory) Close() {
+	for _, f := range []*lazyFile{m.mem, m.ls} {
+		if f != nil {
+			f.lf.Close()
+		}
+	}
+}
+
+// failure is the registry's error behind a failed lazy restore, mapped to
+// the service's (503 when the store is down, 422 for a corrupt chunk).
+func (m *lazyMemory) failure(vmID string) error {
+	if m == nil {
+		return nil
+	}
+	for _, f := range []*lazyFile{m.mem, m.ls} {
+		if f == nil {
+			continue
+		}
+		if p := f.err.Load(); p != nil {
+			return fmt.Errorf("%w: vm %s: its memory could not be fetched from the registry: %v", registryErr(*p), vmID, *p)
+		}
+	}
+	return nil
+}
+
+// lazySession closes the lazy memory with the strategy's session.
+type lazySession struct {
+	restore.Session
+	mem *lazyMemory
+}
+
+func (l *lazySession) Close() error {
+	err := l.Session.Close()
+	l.mem.Close()
+	return err
+}
+
+// lazyOf is the lazy memory a session reads, or nil.
+func lazyOf(sess restore.Session) *lazyMemory {
+	if l, ok := sess.(*lazySession); ok {
+		return l.mem
+	}
+	return nil
+}
+
+// beginLazy begins a restore of a lazy snapshot: from the registry for a
+// strategy that restores from a memory source; a strategy that needs the
+// memory file (restore.ErrNeedsLocalMemory) gets the snapshot completed
+// first, then begins on the local files. pulled is the time the pull took.
+func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, snap restore.Snapshot, env restore.Env) (sess restore.Session, pulled time.Duration, err error) {
+	mem, err := s.openLazyMemory(c.sn)
+	if err != nil {
+		// Completed since it was verified: restore from the local files.
+		if sn, gerr := s.db.GetSnapshot(ctx, c.sn.ID); gerr == nil && !sn.RemoteMemory {
+			c.sn = sn
+			sess, err = o.begin(ctx, snap, env)
+			return sess, 0, err
+		}
+		return nil, 0, err
+	}
+	mem.sources(&snap)
+	sess, err = o.begin(ctx, snap, env)
+	if err == nil {
+		return &lazySession{sess, mem}, 0, nil
+	}
+	mem.Close()
+	if !errors.Is(err, restore.ErrNeedsLocalMemory) {
+		return nil, 0, err
+	}
+	t := time.Now()
+	sn, err := s.completeSnapshot(ctx, c.sn.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.sn = sn
+	pulled = time.Since(t)
+	snap.Source, snap.LoadingSet, snap.Dir = nil, nil, sn.Dir
+	sess, err = o.begin(ctx, snap, env)
+	return sess, pulled, err
+}
+
+// importOnInvoke imports a function an invocation found missing (notHere:
+// unknown here, or without a snapshot) lazily from the registry and
+// returns the snapshot to restore; concurrent invocations share one
+// import. Without a registry, or with import turned off, notHere stands.
+func (s *Service) importOnInvoke(ctx context.Context, function string, notHere error) (string, error) {
+	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
+		return "", notHere
+	}
+	v, err, _ := s.imports.Do(function, func() (any, error) {
+		res, err := s.PullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true})
+		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
+			return s.newestSnapshot(ctx, function)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return res.Snapshot.ID, nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return "", fmt.Errorf("%w: function %q is not on this node and not in the registry: %v", ErrNotFound, function, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("import function %s from the registry: %w", function, err)
+	}
+	s.log.Info("function imported for an invocation", "function", function, "snapshot", v)
+	return v.(string), nil
+}

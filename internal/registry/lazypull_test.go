@@ -1,0 +1,77 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/snapshot"
+)
+
+// A lazy pull leaves files out (PullExcept); PullFile completes one later,
+// verified; a LazyFile counts what it fetched and says which chunks are
+// local.
+func TestPullExceptAndPullFile(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 0)
+	fx := makeSnapshot(t, e.root, "snap-l1", baseRegions())
+	rm, _, err := e.store.Push(ctx, fx.dir, registry.PushInfo{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "snap-l1")
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cache.PullExcept(ctx, rm, dst, nil, snapshot.MemoryFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, snapshot.MemoryFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("memory pulled though skipped: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, snapshot.StateFile)); err != nil {
+		t.Fatalf("device state not pulled: %v", err)
+	}
+
+	// A LazyFile over a fresh cache: the first read of a chunk fetches it.
+	c2, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), 0, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := c2.Open(ctx, rm, snapshot.MemoryFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := rm.File(snapshot.MemoryFile).Chunks[0].Index * rm.ChunkSize
+	if lf.Local(off) {
+		t.Fatal("a chunk never read is local")
+	}
+	buf := make([]byte, 4096)
+	if _, err := lf.ReadAt(buf, off); err != nil {
+		t.Fatal(err)
+	}
+	if st := lf.Stats(); st.FetchedChunks != 1 || st.FetchedBytes == 0 || !lf.Local(off) {
+		t.Fatalf("after one read: %+v, local %v", st, lf.Local(off))
+	}
+	lf.Close()
+
+	// The memory completed later, whole and verified.
+	mem := filepath.Join(dst, snapshot.MemoryFile)
+	if err := e.cache.PullFile(ctx, rm, snapshot.MemoryFile, mem, nil); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join(fx.dir, snapshot.MemoryFile))
+	if got, _ := os.ReadFile(mem); !bytes.Equal(got, want) {
+		t.Fatal("pulled memory differs")
+	}
+	if err := e.cache.PullFile(ctx, rm, snapshot.MemoryFile, mem, nil); err == nil {
+		t.Fatal("PullFile overwrote an existing file")
+	}
+	if err := e.cache.PullFile(ctx, rm, "strategies/x/none.bin", filepath.Join(dst, "x"), nil); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("PullFile of a file the snapshot lacks: %v", err)
+	}
+}
