@@ -340,8 +340,9 @@ func (r *RemoteResult) Markdown() string {
 		"(cached, premap and snapbpf pull the memory first). **pull**: a fresh node pulls the snapshot in full, then restores it cold with vanilla. "+
 		"First answer: what the client waited, request (the pull's, for pull) to answer. Import: `timing.import_ms`; restore: the invocation's "+
 		"`timing.total_ms` (set-up, resume, invoke; the import is not part of it); cold: import + restore. "+
-		"Fetched: compressed bytes the node's chunk cache fetched from the store for it, all told (the import brings every strategy's "+
-		"files, whichever strategy restores); on demand: the part the restore fetched for page faults (`strategy_stats.source_fetched_bytes`). "+
+		"Fetched: compressed bytes the node's chunk cache fetched from the store for it, all told (the import: the function, the manifest, "+
+		"the device state and the strategies' small files; the restore: memory pages, and FaaSnap's loading set, which faasnap streams); "+
+		"on demand: the part fetched for page faults (`strategy_stats.source_fetched_bytes`). "+
 		"Chunks: how many chunks it fetched; times the chunk size, the uncompressed bytes they hold at most (FaaSnap's loading set is "+
 		"uncompressed). Cells: median (p10–p90).\n\n", r.Config.Reps)
 	b.WriteString("| function | snapshot | prepare | loading set | working set | push | chunks (uploaded) | stored | data |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
