@@ -47,7 +47,7 @@ done
 . "$DIR/cluster.env"
 TOKEN=$(cat "$THAW_TOKEN_FILE")
 echo "balancer: $THAW_URL   nodes: $CLUSTER_NODES"
-echo "object store: $STORE_ENDPOINT behind $STORE_LINK; measured: request round trip $STORE_RTT_MS ms, GET $STORE_GET_MBIT Mbit/s"
+echo "object store: $STORE_ENDPOINT behind $STORE_LINK; measured: the link adds $STORE_RTT_MS ms to a request, GET $STORE_GET_MBIT Mbit/s"
 bin/thaw-cluster status --dir "$DIR"
 
 # node_for asks the balancer which node serves a function: any request

@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 			return c, err
 		}
 		log.Info("object store up", "endpoint", c.Store.Config.Endpoint, "link", cfg.Store.Link.String(),
-			"rtt_ms", c.LinkCheck.RTTMedianMS, "get_mbit_s", int(c.LinkCheck.GetMbit), "put_mbit_s", int(c.LinkCheck.PutMbit))
+			"request_ms", c.LinkCheck.RTTMedianMS, "added_ms", c.LinkCheck.AddedMS, "get_mbit_s", int(c.LinkCheck.GetMbit), "put_mbit_s", int(c.LinkCheck.PutMbit))
 		node.Args = append([]string{"--registry-config", c.Store.ConfigFile}, node.Args...)
 		if cfg.Store.PushOnPrepare {
 			node.Args = append(node.Args, "--registry-push-on-prepare")

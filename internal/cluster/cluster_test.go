@@ -162,16 +162,22 @@ func zombie(pid int) bool {
 }
 
 // TestStoreLink: the object store runs in its namespace behind the
-// emulated link, whose round trip and rate the link check measures; a
-// stopped store fails the check; Close leaves nothing behind.
+// emulated link, whose added round trip and rate the link check measures
+// (1 ms at 1 Gbit/s, the default, and 20 ms at 100 Mbit/s); a stopped
+// store fails the check; Close leaves nothing behind.
 func TestStoreLink(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
 	}
-	cfg := StoreConfig{Link: Link{RTT: 20 * time.Millisecond, RateMbit: 100}}
 	if _, err := os.Stat(DefaultMinIO()); err != nil {
 		t.Skipf("no MinIO at %s (scripts/install-deps.sh builds it)", DefaultMinIO())
 	}
+	for _, l := range []Link{DefaultLink, {RTT: 20 * time.Millisecond, RateMbit: 100}} {
+		t.Run(l.String(), func(t *testing.T) { checkStoreLink(t, l) })
+	}
+}
+
+func checkStoreLink(t *testing.T, l Link) {
 	n, err := NewNetwork()
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +185,7 @@ func TestStoreLink(t *testing.T) {
 	c := &Cluster{Dir: t.TempDir(), Net: n}
 	t.Cleanup(func() { c.Store.Close(); n.Close() })
 	ctx := context.Background()
-	if err := c.startStore(ctx, cfg); err != nil {
+	if err := c.startStore(ctx, StoreConfig{Link: l}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(c.Store.ConfigFile); err != nil || st.Mode().Perm() != 0o600 {
@@ -188,16 +194,19 @@ func TestStoreLink(t *testing.T) {
 	if _, err := registry.LoadConfig(c.Store.ConfigFile, func(string) string { return "" }); err != nil {
 		t.Fatalf("the registry config does not load: %v", err)
 	}
-	lc, err := c.Store.CheckLink(ctx, 4<<20)
+	lc, err := c.Store.CheckLink(ctx, int64(l.RateMbit)<<15) // a quarter second at the rate
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("link: rtt %.2f ms, get %.0f Mbit/s, put %.0f Mbit/s", lc.RTTMedianMS, lc.GetMbit, lc.PutMbit)
-	if lc.RTTMedianMS < 19 || lc.RTTMedianMS > 40 {
-		t.Errorf("round trip %.2f ms, want about 20", lc.RTTMedianMS)
+	t.Logf("requests %.2f ms, %.2f ms past the link: the link adds %.2f ms; get %.0f Mbit/s, put %.0f Mbit/s",
+		lc.RTTMedianMS, lc.DirectMedianMS, lc.AddedMS, lc.GetMbit, lc.PutMbit)
+	want := float64(l.RTT.Microseconds()) / 1000
+	if lc.AddedMS < want*0.95 || lc.AddedMS > want*1.5+0.5 {
+		t.Errorf("the link adds %.2f ms, want about %.2f", lc.AddedMS, want)
 	}
-	if lc.GetMbit > 105 || lc.GetMbit < 40 || lc.PutMbit > 105 {
-		t.Errorf("get %.0f, put %.0f Mbit/s; want at most 100 (the limit) and the get near it", lc.GetMbit, lc.PutMbit)
+	rate := float64(l.RateMbit)
+	if lc.GetMbit > rate*1.05 || lc.GetMbit < rate*0.4 || lc.PutMbit > rate*1.05 {
+		t.Errorf("get %.0f, put %.0f Mbit/s; want at most %.0f (the limit) and the get near it", lc.GetMbit, lc.PutMbit, rate)
 	}
 	if err := c.Net.ShapeStoreLink(Link{RTT: -time.Second}); err == nil {
 		t.Error("a negative round trip was accepted")

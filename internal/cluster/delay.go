@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // inNamespace runs f on a thread switched into the named network
@@ -154,7 +155,7 @@ func delayCopy(dst, src net.Conn, delay time.Duration) {
 			continue // drain so the reader ends
 		}
 		if w := time.Until(p.due); w > 0 {
-			time.Sleep(w)
+			preciseSleep(w)
 		}
 		if _, err := dst.Write(p.b); err != nil {
 			failed = true
@@ -165,6 +166,19 @@ func delayCopy(dst, src net.Conn, delay time.Duration) {
 		_ = tc.CloseWrite()
 	} else {
 		dst.Close()
+	}
+}
+
+// preciseSleep sleeps d with nanosleep(2) on this thread: the runtime's
+// timers wake sub-millisecond sleeps up to a millisecond late, which
+// would double the emulated 1 ms round trip.
+func preciseSleep(d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for {
+		err := unix.Nanosleep(&ts, &ts)
+		if err != unix.EINTR {
+			return
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -290,39 +291,43 @@ type LinkCheck struct {
 	// times: one round trip plus MinIO's own time.
 	RequestMS   []float64 `json:"request_ms"`
 	RTTMedianMS float64   `json:"rtt_median_ms"`
-	GetBytes    int64     `json:"get_bytes"`
-	GetMS       float64   `json:"get_ms"`
-	GetMbit     float64   `json:"get_mbit_s"` // one S3 GET of GetBytes, on one connection
-	PutMS       float64   `json:"put_ms"`
-	PutMbit     float64   `json:"put_mbit_s"`
+	// DirectMS: the same requests to MinIO inside its namespace, past
+	// the link; AddedMS the difference of the medians: the link's round
+	// trip as measured.
+	DirectMS       []float64 `json:"direct_ms"`
+	DirectMedianMS float64   `json:"direct_median_ms"`
+	AddedMS        float64   `json:"added_ms"`
+	GetBytes       int64     `json:"get_bytes"`
+	GetMS          float64   `json:"get_ms"`
+	GetMbit        float64   `json:"get_mbit_s"` // one S3 GET of GetBytes, on one connection
+	PutMS          float64   `json:"put_ms"`
+	PutMbit        float64   `json:"put_mbit_s"`
 }
 
-// CheckLink measures the link: 20 small requests on one connection, and
-// a timed PUT and GET of an object of size bytes (random, so nothing
+// CheckLink measures the link: 20 small requests on one connection
+// through it and 20 past it (to MinIO inside its namespace), and a timed
+// PUT and GET of an object of size bytes (random, so nothing
 // compresses it), which is removed again.
 func (s *ObjectStore) CheckLink(ctx context.Context, size int64) (*LinkCheck, error) {
 	lc := &LinkCheck{Link: s.Link.String(), GetBytes: size}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	defer hc.CloseIdleConnections()
-	for i := 0; i <= 20; i++ {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.Config.Endpoint+"/minio/health/live", nil)
-		t0 := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("link check: %w", err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("link check: minio liveness: %s", resp.Status)
-		}
-		if i > 0 { // the first one also opened the connection
-			lc.RequestMS = append(lc.RequestMS, ms(time.Since(t0)))
-		}
+	var err error
+	if lc.RequestMS, err = s.requestTimes(ctx, nil); err != nil {
+		return nil, err
 	}
-	sorted := append([]float64(nil), lc.RequestMS...)
-	sort.Float64s(sorted)
-	lc.RTTMedianMS = sorted[len(sorted)/2]
+	direct := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var c net.Conn
+		err := inNamespace(s.NS, func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, "tcp4", s.minioAddr())
+			return err
+		})
+		return c, err
+	}
+	if lc.DirectMS, err = s.requestTimes(ctx, direct); err != nil {
+		return nil, err
+	}
+	lc.RTTMedianMS, lc.DirectMedianMS = median(lc.RequestMS), median(lc.DirectMS)
+	lc.AddedMS = lc.RTTMedianMS - lc.DirectMedianMS
 	mc, err := minio.New(s.Config.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.Config.AccessKey, s.Config.SecretKey, ""), Region: s.Config.Region})
 	if err != nil {
 		return nil, err
@@ -352,6 +357,39 @@ func (s *ObjectStore) CheckLink(ctx context.Context, size int64) (*LinkCheck, er
 	lc.GetMbit = float64(size*8) / 1e6 / (lc.GetMS / 1000)
 	lc.PutMbit = float64(size*8) / 1e6 / (lc.PutMS / 1000)
 	return lc, nil
+}
+
+// requestTimes times 20 liveness requests to MinIO on one open
+// connection, through the link, or with dial set, over the connection
+// dial makes.
+func (s *ObjectStore) requestTimes(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error)) ([]float64, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: dial}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	var out []float64
+	for i := 0; i <= 20; i++ {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.Config.Endpoint+"/minio/health/live", nil)
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("link check: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("link check: minio liveness: %s", resp.Status)
+		}
+		if i > 0 { // the first one also opened the connection
+			out = append(out, ms(time.Since(t0)))
+		}
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // WriteJSON writes v as indented JSON to path.
