@@ -322,17 +322,19 @@ func (r *RemoteResult) Markdown() string {
 	fmt.Fprintf(&b, "Machine: %d cores, %d GiB, %s, kernel %s, disk %s; QEMU %s, accelerator **%s**, %s. %s.\n\n",
 		m.Cores, m.MemoryGiB, m.CPU, m.Kernel, m.Disk, m.QEMU, m.Accel, m.HintText(), r.When.Format("2006-01-02 15:04 UTC"))
 	var link struct {
-		Link          string
-		RTT, Get, Put float64
+		Link                 string
+		RTT, Added, Get, Put float64
 	}
 	var lc map[string]any
 	if json.Unmarshal(r.Config.Link, &lc) == nil {
 		link.Link, _ = lc["link"].(string)
 		link.RTT, _ = lc["rtt_median_ms"].(float64)
+		link.Added, _ = lc["added_ms"].(float64)
 		link.Get, _ = lc["get_mbit_s"].(float64)
 		link.Put, _ = lc["put_mbit_s"].(float64)
 		fmt.Fprintf(&b, "Link between the nodes and the object store (MinIO in its own network namespace): %s; measured at the start: "+
-			"requests on an open connection %.2f ms (median of 20), GET %.0f Mbit/s, PUT %.0f Mbit/s.\n\n", link.Link, link.RTT, link.Get, link.Put)
+			"requests on an open connection %.2f ms (median of 20), %.2f ms more than past the link, GET %.0f Mbit/s, PUT %.0f Mbit/s.\n\n",
+			link.Link, link.RTT, link.Added, link.Get, link.Put)
 	}
 	fmt.Fprintf(&b, "%d repetitions. **local**: a cold vanilla restore on the node that prepared the function, from its disk, page cache evicted. "+
 		"**lazy**: the first invocation on a node restarted with an empty data directory (no function, snapshot or chunk): it imports the function "+
