@@ -365,7 +365,10 @@ type InvokeRequest struct {
 	Event     json.RawMessage `json:"event,omitempty"` // absent: handle() gets None
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
 	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
-	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
+	// Variant is a variant of the strategy (faasnap: concurrent,
+	// no-loadingset, no-hostrec, no-freed, no-merge); cold invocations only.
+	Variant  string `json:"variant,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
 	// EvictCache evicts the snapshot's files from the page cache before a
 	// cold invocation (honest cold measurements).
 	EvictCache bool `json:"evict_cache,omitempty"`
@@ -377,6 +380,9 @@ type PrepareRequest struct {
 	GroupSize   int             `json:"group_size,omitempty"`   // FaaSnap working-set group, pages (default 1024)
 	MergeGap    int             `json:"merge_gap,omitempty"`    // FaaSnap merge threshold, pages (default 32)
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
+	// FaaSnapVariants also builds FaaSnap's technique-off artifacts
+	// (no-hostrec, no-freed, no-merge) for the ablation.
+	FaaSnapVariants bool `json:"faasnap_variants,omitempty"`
 }
 
 // CreateVMRequest boots a function's VM, or restores one from a snapshot.

@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/attribute"
@@ -206,6 +207,8 @@ type ColdRequest struct {
 	Snapshot string // snapshot id; if empty, the function's newest snapshot
 	Function string
 	Strategy string
+	// Variant is a variant of the strategy (faasnap with techniques off).
+	Variant string
 }
 
 // InvokeCold restores a fresh VM from a snapshot, invokes it once and tears
@@ -241,6 +244,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	if err := strategy.CheckVariant(req.Variant); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	// The function's next invocation, naming no snapshot or strategy: a
 	// VM kept idle from an earlier one serves it (the keep-alive pool).
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
@@ -258,7 +264,13 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		start = time.Now() // eviction is preparation, not part of the cold start
 	}
 	o := restoreOpts{begin: strategy.Start, start: start}
-	if !req.EvictCache {
+	if req.Variant != "" {
+		o.begin = func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+			env.Variant = req.Variant
+			return strategy.Start(ctx, snap, env)
+		}
+	}
+	if !req.EvictCache && req.Variant == "" {
 		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
 	}
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
