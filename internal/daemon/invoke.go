@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/buildinfo"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -79,6 +81,7 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
 	}
@@ -127,6 +130,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	if after, err := procstat.Read(lv.m.PID()); err == nil {
 		d := procstat.Since(after, lv.countersAtResume)
 		inv.Process = &d
+	}
+	if s.faults != nil {
+		inv.Trace = s.faultTrace(lv)
 	}
 	if lv.sess != nil {
 		lv.sess.InvocationDone()
@@ -396,4 +402,24 @@ func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage
 	s.log.Info("pooled invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"invoke_ms", inv.Timing.InvokeMS, "total_ms", inv.Timing.TotalMS)
 	return inv, nil
+}
+
+// traceOf is process pid's tracepoint counters (zero when tracing is off).
+func (s *Service) traceOf(pid int) faulttrace.Counters {
+	if s.faults == nil {
+		return faulttrace.Counters{}
+	}
+	c, _ := s.faults.Read(pid)
+	return c
+}
+
+// faultTrace is what the tracepoints counted for the VMM from the vCPUs
+// resuming (cold) or the request (warm) to the answer, and for the daemon
+// from the restore (or request) to the answer.
+func (s *Service) faultTrace(lv *liveVM) *wire.FaultTrace {
+	vmm := s.traceOf(lv.m.PID()).Sub(lv.traceAtResume)
+	d := s.traceOf(os.Getpid()).Sub(lv.daemonTraceStart)
+	return &wire.FaultTrace{VMMFaults: vmm.Faults, VMMReadRequests: vmm.ReadBios, VMMReadBytes: vmm.ReadBytes,
+		VMMBlockedMS: vmm.BlockedMS(), VMMBlockedWaits: vmm.Blocked,
+		DaemonReadRequests: d.ReadBios, DaemonReadBytes: d.ReadBytes}
 }
