@@ -23,7 +23,11 @@ const (
 )
 
 // Experiments lists every experiment, in the order a run does them.
-var Experiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown}
+var Experiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown, ExpAblation}
+
+// DefaultExperiments are those a run does unless told: the paper's
+// comparison of strategies (the ablation is asked for by name).
+var DefaultExperiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown}
 
 // Warm is the pseudo-strategy of the execution-time experiment: the same
 // invocation on a VM that is already running and has run the function.
@@ -42,17 +46,21 @@ type EvalConfig struct {
 	Experiments []string `json:"experiments"`
 	// Functions filters every experiment's default function list; the
 	// per-experiment lists below, when set, are used as they are.
-	Functions          []string  `json:"functions,omitempty"`
-	ExecFunctions      []string  `json:"exec_functions"`
-	SizeFunctions      []string  `json:"size_functions"`
-	BurstFunctions     []string  `json:"burst_functions"`
-	BreakdownFunctions []string  `json:"breakdown_functions"`
-	Strategies         []string  `json:"strategies"` // cold strategies; empty: the daemon's /v1/info list
-	NoWarm             bool      `json:"no_warm,omitempty"`
-	Reps               int       `json:"reps"`
-	Ratios             []float64 `json:"input_ratios"`
-	BurstSizes         []int     `json:"burst_sizes"`
-	BurstModes         []string  `json:"burst_modes"`
+	Functions          []string `json:"functions,omitempty"`
+	ExecFunctions      []string `json:"exec_functions"`
+	SizeFunctions      []string `json:"size_functions"`
+	BurstFunctions     []string `json:"burst_functions"`
+	BreakdownFunctions []string `json:"breakdown_functions"`
+	AblationFunctions  []string `json:"ablation_functions,omitempty"`
+	// Figure9Function is the ablation function whose Figure 9 steps
+	// (vanilla, concurrent paging, per-region mapping) are measured too.
+	Figure9Function string    `json:"figure9_function,omitempty"`
+	Strategies      []string  `json:"strategies"` // cold strategies; empty: the daemon's /v1/info list
+	NoWarm          bool      `json:"no_warm,omitempty"`
+	Reps            int       `json:"reps"`
+	Ratios          []float64 `json:"input_ratios"`
+	BurstSizes      []int     `json:"burst_sizes"`
+	BurstModes      []string  `json:"burst_modes"`
 	// Timeout bounds one invocation (a burst of 16 under TCG is slow).
 	Timeout time.Duration `json:"-"`
 	// Sink, if set, receives every sample as a JSON line as soon as it is
@@ -62,7 +70,8 @@ type EvalConfig struct {
 
 // DefaultEvalConfig is the full evaluation.
 func DefaultEvalConfig(root string) EvalConfig {
-	return EvalConfig{Root: root, Experiments: Experiments,
+	return EvalConfig{Root: root, Experiments: DefaultExperiments,
+		AblationFunctions: []string{"hello", "json", "image", "matmul"}, Figure9Function: "image",
 		ExecFunctions:      inputs.Functions(),
 		SizeFunctions:      []string{"image", "json", "matmul", "pagerank"},
 		BurstFunctions:     []string{"hello", "json"},
@@ -90,6 +99,15 @@ func (c *EvalConfig) Resolve(daemonStrategies []string) error {
 			return fmt.Errorf("strategy %q is not one of the daemon's (%s)", s, strings.Join(daemonStrategies, ", "))
 		}
 	}
+	if c.has(ExpAblation) {
+		// faasnap and its variants; no-hostrec needs reap's recording;
+		// Figure 9 starts from vanilla.
+		for _, s := range []string{"vanilla", "reap", "faasnap"} {
+			if !slices.Contains(daemonStrategies, s) {
+				return fmt.Errorf("the ablation needs strategy %s, which the daemon does not offer (%s)", s, strings.Join(daemonStrategies, ", "))
+			}
+		}
+	}
 	for _, m := range c.BurstModes {
 		if m != BurstSame && m != BurstDifferent {
 			return fmt.Errorf("burst mode %q: want %s or %s", m, BurstSame, BurstDifferent)
@@ -106,6 +124,7 @@ func (c *EvalConfig) Resolve(daemonStrategies []string) error {
 		}
 		c.ExecFunctions, c.SizeFunctions = keep(c.ExecFunctions), keep(c.SizeFunctions)
 		c.BurstFunctions, c.BreakdownFunctions = keep(c.BurstFunctions), keep(c.BreakdownFunctions)
+		c.AblationFunctions = keep(c.AblationFunctions)
 	}
 	for _, r := range c.Ratios {
 		if r < inputs.MinScale || r > inputs.MaxScale {
@@ -133,6 +152,8 @@ func (c *EvalConfig) functionsOf(exp string) []string {
 		return c.BurstFunctions
 	case ExpBreakdown:
 		return c.BreakdownFunctions
+	case ExpAblation:
+		return c.AblationFunctions
 	}
 	return nil
 }
@@ -149,11 +170,14 @@ type EvalSample struct {
 	BurstMode  string  `json:"burst_mode,omitempty"`  // same or different snapshots
 	Slot       int     `json:"slot,omitempty"`        // index within the burst
 	Snapshot   string  `json:"snapshot,omitempty"`
+	Variant    string  `json:"variant,omitempty"` // the strategy's variant (ablation)
 	// WallMS is the client's time from the start of the burst (or of the
 	// request) to this invocation's answer.
 	WallMS     float64 `json:"wall_ms"`
 	FetchMS    float64 `json:"fetch_ms,omitempty"`    // the strategy's prefetch, loader or cache-fill time
 	FetchBytes uint64  `json:"fetch_bytes,omitempty"` // and what it read
+	// Trace is the daemon's tracepoint counters (thawd --fault-trace-object).
+	Trace *client.FaultTrace `json:"trace,omitempty"`
 	StrategySample
 }
 
@@ -207,7 +231,7 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	steps := []struct {
 		exp string
 		run func(context.Context) error
-	}{{ExpExec, run.exec}, {ExpSize, run.size}, {ExpBurst, run.burst}, {ExpBreakdown, run.breakdown}}
+	}{{ExpExec, run.exec}, {ExpSize, run.size}, {ExpBurst, run.burst}, {ExpBreakdown, run.breakdown}, {ExpAblation, run.ablation}}
 	for _, st := range steps {
 		if !cfg.has(st.exp) {
 			continue
@@ -286,7 +310,9 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	}
 	r.prog.Say("%s: prepare with input %s (boot, clean snapshot, record, warm snapshot, artifacts)", fn, variant)
 	t0 := time.Now()
-	pr, err := r.c.Prepare(ctx, fn, ev, client.PrepareOptions{Timeout: r.cfg.Timeout})
+	// The ablation's functions also get FaaSnap's technique-off artifacts.
+	variants := r.cfg.has(ExpAblation) && slices.Contains(r.cfg.AblationFunctions, fn)
+	pr, err := r.c.Prepare(ctx, fn, ev, client.PrepareOptions{Timeout: r.cfg.Timeout, FaaSnapVariants: variants})
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s with %s: %w", fn, variant, err)
 	}
@@ -321,11 +347,11 @@ func memoryOf(fn string) int {
 	return 512
 }
 
-// cold runs one cold invocation of snap under strategy with the snapshot's
-// files evicted from the page cache first.
-func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy string, ev json.RawMessage, evict bool) (EvalSample, error) {
+// cold runs one cold invocation of snap under strategy (and its variant,
+// if any) with the snapshot's files evicted from the page cache first.
+func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy, variant string, ev json.RawMessage, evict bool) (EvalSample, error) {
 	t0 := time.Now()
-	inv, err := r.c.InvokeSnapshot(ctx, snap, ev, client.InvokeOptions{Strategy: strategy, EvictCache: evict, Timeout: r.cfg.Timeout})
+	inv, err := r.c.InvokeSnapshot(ctx, snap, ev, client.InvokeOptions{Strategy: strategy, Variant: variant, EvictCache: evict, Timeout: r.cfg.Timeout})
 	wall := time.Since(t0)
 	if err != nil {
 		return EvalSample{}, fmt.Errorf("%s/%s: %w", base.Function, strategy, err)
@@ -340,6 +366,9 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy stri
 		}
 		return EvalSample{}, fmt.Errorf("%s/%s ran as %s: %s", base.Function, strategy, inv.Strategy, fb)
 	}
+	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.Variant != variant) {
+		return EvalSample{}, fmt.Errorf("%s/%s: variant %q did not run", base.Function, strategy, variant)
+	}
 	return fill(base, strategy, snap, wall, inv), nil
 }
 
@@ -347,7 +376,7 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy stri
 func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *client.Invocation) EvalSample {
 	s := base
 	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
-	s.Snapshot, s.WallMS = snap, float64(wall.Microseconds())/1000
+	s.Snapshot, s.WallMS, s.Trace = snap, float64(wall.Microseconds())/1000, inv.Trace
 	if st := inv.StrategyStats; st != nil {
 		// REAP's prefetch, FaaSnap's loader, cached's fill of the page
 		// cache (before the request's timer starts), premap's pre-faulting
@@ -405,7 +434,7 @@ func (r *evalRun) execOne(ctx context.Context, exp, fn, rec, tst string, warm bo
 		for i := range ss {
 			s := ss[(i+rep)%len(ss)]
 			base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: StrategySample{Function: fn, Rep: rep}}
-			smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
+			smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 			if err != nil {
 				return err
 			}
@@ -475,7 +504,7 @@ func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
 				s := ss[(i+rep)%len(ss)]
 				base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + fmtRatio(ratio), InputRatio: ratio,
 					StrategySample: StrategySample{Function: fn, Rep: rep}}
-				smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
+				smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 				if err != nil {
 					return err
 				}
