@@ -190,8 +190,9 @@ func (r *EvalResult) ablationRows() []AblationRow {
 		}
 	}
 	o := r.order()
-	armRank := func(a Arm) int {
-		if i := slices.Index(figure9Arms, a); i >= 0 {
+	// Figure 9's steps first on its function, then the techniques off.
+	armRank := func(fn string, a Arm) int {
+		if i := slices.Index(figure9Arms, a); i >= 0 && fn == r.Config.Figure9Function {
 			return i
 		}
 		return len(figure9Arms) + slices.Index(techniqueOffArms, a)
@@ -201,7 +202,7 @@ func (r *EvalResult) ablationRows() []AblationRow {
 		if a.Function != b.Function {
 			return o.less(a.Function, "", b.Function, "")
 		}
-		return armRank(a.Arm) < armRank(b.Arm)
+		return armRank(a.Function, a.Arm) < armRank(b.Function, b.Arm)
 	})
 	return rows
 }

@@ -70,8 +70,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	}
 	// The artifacts are exact copies of files verified above or at their
 	// build; record their stamps so the first restore does not re-hash them.
-	arts, _ := filepath.Glob(filepath.Join(final, "strategies", "*", "*"))
-	for _, p := range arts {
+	for _, p := range artifactFiles(final) {
 		if err := snapshot.Trust(p); err != nil {
 			return nil, err
 		}
@@ -158,6 +157,19 @@ func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
 	}
 	m.ID = id
 	return m, nil
+}
+
+// artifactFiles are the regular files under a snapshot's strategies/
+// (every strategy's artifacts, faasnap's variants included).
+func artifactFiles(snapDir string) []string {
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(snapDir, "strategies"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }
 
 func copyFileSync(dst, src string) error {

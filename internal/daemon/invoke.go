@@ -373,8 +373,7 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 	// read ahead): a cold start after an eviction must not find them.
 	s.dropSnapshotStandby(id, nil, whyStandbyEvict)
 	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
-	arts, _ := filepath.Glob(filepath.Join(sn.Dir, "strategies", "*", "*"))
-	paths = append(paths, arts...)
+	paths = append(paths, artifactFiles(sn.Dir)...)
 	if err := pagecache.EvictAll(paths...); err != nil {
 		return fmt.Errorf("evict snapshot %s: %w", id, err)
 	}
