@@ -399,7 +399,7 @@ func (r *evalRun) add(s EvalSample, est float64) {
 		extra = fmt.Sprintf(" burst %d/%s slot %d", s.Burst, s.BurstMode, s.Slot)
 	}
 	r.prog.Done(est, "%-9s %-11s %s→%-7s %-8s rep %d%s: total %7.1f ms (setup %6.1f, resume %7.1f, invoke %7.1f), %d major faults",
-		s.Experiment, s.Function, s.Record, s.Test, s.Strategy, s.Rep, extra, s.TotalMS, s.SetupMS, s.ResumeMS, s.InvokeMS, s.MajorFaults)
+		s.Experiment, s.Function, s.Record, s.Test, Arm{s.Strategy, s.Variant}.Label(), s.Rep, extra, s.TotalMS, s.SetupMS, s.ResumeMS, s.InvokeMS, s.MajorFaults)
 }
 
 // exec is Figures 6 and 7: every function in both directions, every

@@ -204,6 +204,9 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed, LoadingSetBytes: lsBytes}
 	p.Result.FaaSnap = b
 	if p.Options.Variants {
+		if freedPages, err = freedSinceClean(p.Clean, warm, order, freedPages); err != nil {
+			return err
+		}
 		noFreed, noMerge := opts, opts
 		noFreed.Freed, noMerge.MergeGap = freedPages, -1
 		for _, v := range []struct {
@@ -217,6 +220,29 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	}
 	p.Result.Timing.FaaSnapBuildMS = msOf(time.Since(t))
 	return nil
+}
+
+// freedSinceClean adds to freed the working-set pages that are zero in the
+// warm memory file but not in the clean one: pages the guest freed and free
+// page reporting dropped during the record invocation (freed holds those
+// dropped during the wait after it). Without FaaSnap's freed-page handling
+// (the paper's guest sanitizes them to zero) they would keep stale data and
+// be in the loading set.
+func freedSinceClean(clean, warm Snapshot, order, freed []uint64) ([]uint64, error) {
+	was, err := nonzeroPages(clean.MemoryPath(), order)
+	if err != nil {
+		return nil, err
+	}
+	is, err := nonzeroPages(warm.MemoryPath(), order)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range order {
+		if was[i] && !is[i] {
+			freed = append(freed, p)
+		}
+	}
+	return freed, nil
 }
 
 // finishFaaSnap builds the variant without host page recording once REAP
