@@ -326,6 +326,16 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	return pr, nil
 }
 
+// recordATestB is fn prepared with input A and the event of input B.
+func (r *evalRun) recordATestB(ctx context.Context, fn string) (*client.PrepareResult, json.RawMessage, error) {
+	pr, err := r.prepare(ctx, fn, "A")
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := r.event(fn, "B", 0)
+	return pr, ev, err
+}
+
 // stage does what strategies need beyond prepare: premap maps the snapshot
 // from the memory store, so the snapshot is placed there (its copy lives in
 // DRAM or persistent memory by design, so cold tests cannot evict it).

@@ -76,11 +76,7 @@ func (r *evalRun) ablation(ctx context.Context) error {
 }
 
 func (r *evalRun) ablationOf(ctx context.Context, fn string) error {
-	pr, err := r.prepare(ctx, fn, "A")
-	if err != nil {
-		return err
-	}
-	ev, err := r.event(fn, "B", 0)
+	pr, ev, err := r.recordATestB(ctx, fn)
 	if err != nil {
 		return err
 	}
