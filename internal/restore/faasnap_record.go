@@ -55,9 +55,13 @@ func beginFaaSnapRecord(snap Snapshot, env Env, groupSize int) (*faasnapRecord, 
 
 func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 
-// Memory is the shared copy: guest writes land in it.
+// Memory is the shared copy: guest writes land in it, and QEMU's punches
+// of pages the guest reported free reach it (it is this VM's own copy), so
+// freed pages are holes in the warm memory (§4.5's freed-page filtering).
 func (r *faasnapRecord) Memory() vmm.Memory {
-	return r.protected(vmm.Memory{Path: r.memPath, Shared: true})
+	m := r.protected(vmm.Memory{Path: r.memPath, Shared: true})
+	m.Interposer.PassPunches = true
+	return m
 }
 
 // Started maps the memory file in the daemon and starts polling.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
@@ -64,5 +65,21 @@ func TestLoaderExtents(t *testing.T) {
 		if got := loaderExtents(art, v); got != nil {
 			t.Errorf("%q reads extents %v, want the loading-set file", v, got)
 		}
+	}
+}
+
+// The record VM's own copy lets QEMU's punches of reported free pages
+// through (they make freed pages holes in the warm memory) and still drops
+// the huge-page hint unless asked; restores never let punches through.
+func TestRecordMemoryPassesPunches(t *testing.T) {
+	r := &faasnapRecord{memPath: "/run/vm/memory"}
+	m := r.Memory()
+	if !m.Shared || !m.Interposer.Protect || !m.Interposer.PassPunches || m.Interposer.HugePages ||
+		!slices.Contains(m.Interposer.Env(), "THAW_SHIM_PUNCH=pass") {
+		t.Errorf("record memory %+v", m)
+	}
+	v, _ := beginVanilla(Snapshot{Dir: t.TempDir()}, Env{}, "")
+	if v.Memory().Interposer.PassPunches {
+		t.Error("a restore lets punches into the snapshot's memory through")
 	}
 }
