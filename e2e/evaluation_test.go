@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/bench"
-	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
+	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 

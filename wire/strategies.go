@@ -131,6 +131,15 @@ type FaaSnapBuild struct {
 	Variants []FaaSnapVariantBuild `json:"variants,omitempty"`
 }
 
+// FaaSnap's variants (InvokeRequest.Variant): techniques switched off.
+const (
+	VariantConcurrent   = "concurrent"    // concurrent paging alone (Figure 9)
+	VariantNoLoadingSet = "no-loadingset" // per-region mapping, no loading-set file (Figure 9)
+	VariantNoHostRec    = "no-hostrec"    // working set from the guest's faults
+	VariantNoFreed      = "no-freed"      // freed pages kept in the loading set
+	VariantNoMerge      = "no-merge"      // regions not merged
+)
+
 // FaaSnapVariantBuild is one artifact built with a technique off.
 type FaaSnapVariantBuild struct {
 	Variant         string          `json:"variant"`

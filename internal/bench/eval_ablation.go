@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // ExpAblation is FaaSnap's Figure 9 (§6.5: the optimization steps on one
@@ -16,13 +17,13 @@ import (
 // over several functions (docs/benchmarks.md, ablation).
 const ExpAblation = "ablation"
 
-// FaaSnap variants (the faasnap strategy's, restore.FaaSnapVariants).
+// FaaSnap variants (the faasnap strategy's).
 const (
-	VariantConcurrent   = "concurrent"
-	VariantNoLoadingSet = "no-loadingset"
-	VariantNoHostRec    = "no-hostrec"
-	VariantNoFreed      = "no-freed"
-	VariantNoMerge      = "no-merge"
+	VariantConcurrent   = wire.VariantConcurrent
+	VariantNoLoadingSet = wire.VariantNoLoadingSet
+	VariantNoHostRec    = wire.VariantNoHostRec
+	VariantNoFreed      = wire.VariantNoFreed
+	VariantNoMerge      = wire.VariantNoMerge
 )
 
 // Arm is one restore of the ablation: a strategy and a variant of it.

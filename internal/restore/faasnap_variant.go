@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // FaaSnap variants: all of FaaSnap with techniques switched off, for the
@@ -16,22 +17,22 @@ const (
 	// VariantConcurrent is Figure 9's "concurrent paging" (§4.2 alone):
 	// the memory file mapped whole, as vanilla; the loader reads the
 	// working set's pages from the memory file in address order.
-	VariantConcurrent = "concurrent"
+	VariantConcurrent = wire.VariantConcurrent
 	// VariantNoLoadingSet is Figure 9's "per-region mapping" (§4.2-§4.5):
 	// zero regions anonymous, non-zero regions from the memory file, the
 	// loader reading the loading set from the memory file in group order;
 	// no loading-set file (§4.7 off).
-	VariantNoLoadingSet = "no-loadingset"
+	VariantNoLoadingSet = wire.VariantNoLoadingSet
 	// VariantNoHostRecording builds the working set from the pages the
 	// guest faulted (REAP's userfaultfd recording) instead of the host
 	// pages mincore sees (§4.4 off).
-	VariantNoHostRecording = "no-hostrec"
+	VariantNoHostRecording = wire.VariantNoHostRec
 	// VariantNoFreedFilter keeps the pages the guest freed during the
 	// recording in the loading set (§4.5's freed-page handling off).
-	VariantNoFreedFilter = "no-freed"
+	VariantNoFreedFilter = wire.VariantNoFreed
 	// VariantNoMerge keeps every loading-set run its own region (§4.6's
 	// merging off).
-	VariantNoMerge = "no-merge"
+	VariantNoMerge = wire.VariantNoMerge
 )
 
 // FaaSnapVariants lists the variants in the order the ablation reports them.
