@@ -54,7 +54,12 @@ shim:
 # SnapBPF's capture program (eBPF, compiled from C with clang); thawd loads
 # it from beside its own binary, like the shim.
 BPF_CFLAGS := -O2 -g -Wall -Werror -target bpf -I/usr/include/$(shell uname -m)-linux-gnu
-bpf: $(BIN)/snapbpf_capture.bpf.o
+bpf: $(BIN)/snapbpf_capture.bpf.o $(BIN)/faulttrace.bpf.o
+
+# The ablation's tracepoint counters (thawd --fault-trace-object).
+$(BIN)/faulttrace.bpf.o: bpf/faulttrace.bpf.c
+	@mkdir -p $(BIN)
+	clang $(BPF_CFLAGS) -c $< -o $@
 
 $(BIN)/snapbpf_capture.bpf.o: bpf/snapbpf_capture.bpf.c
 	@mkdir -p $(BIN)

@@ -592,6 +592,7 @@ func (c *Client) ResumeVM(ctx context.Context, id string) (*VM, error) {
 type InvokeOptions struct {
 	Timeout  time.Duration
 	Strategy string // cold invocations
+	Variant  string // cold invocations: a variant of the strategy (faasnap's techniques off)
 	Snapshot string // InvokeFunction: a specific snapshot instead of the newest
 	// EvictCache evicts the snapshot's files from the host page cache
 	// before a cold invocation.
@@ -608,6 +609,9 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 	}
 	if o.Strategy != "" {
 		in["strategy"] = o.Strategy
+	}
+	if o.Variant != "" {
+		in["variant"] = o.Variant
 	}
 	if o.Snapshot != "" {
 		in["snapshot"] = o.Snapshot
@@ -740,6 +744,8 @@ type PrepareOptions struct {
 	GroupSize int // FaaSnap working-set group size, pages (0: 1024)
 	MergeGap  int // FaaSnap merge threshold, pages (0: 32)
 	Timeout   time.Duration
+	// FaaSnapVariants also builds FaaSnap's technique-off artifacts.
+	FaaSnapVariants bool
 }
 
 // Prepare boots the function, takes a clean snapshot, records the working
@@ -763,6 +769,9 @@ func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
 	}
 	if o.Timeout > 0 {
 		in["timeout_ms"] = o.Timeout.Milliseconds()
+	}
+	if o.FaaSnapVariants {
+		in["faasnap_variants"] = true
 	}
 	return in
 }

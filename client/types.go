@@ -13,6 +13,7 @@ type (
 	Timing           = wire.Timing
 	FunctionError    = wire.FunctionError
 	Invocation       = wire.Invocation
+	FaultTrace       = wire.FaultTrace
 	StrategyStats    = wire.StrategyStats
 	Process          = wire.ProcessCounters
 	PrepareResult    = wire.PrepareResult

@@ -8,6 +8,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
+	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
@@ -130,4 +131,47 @@ type testWriter struct{ t *testing.T }
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestSmokeEvalAblation keeps the ablation working on real VMs: hello and
+// image prepared with FaaSnap's variants, every Figure 9 step and
+// technique off once, traced by the daemon's tracepoint program; then the
+// result files.
+func TestSmokeEvalAblation(t *testing.T) {
+	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.FaultTraceObject = repoPath("bin/faulttrace.bpf.o") })
+	ctx := ctxT(t)
+	r, err := inputs.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+	cfg := bench.DefaultEvalConfig(repoPath("."))
+	cfg.Experiments, cfg.AblationFunctions, cfg.Reps = []string{bench.ExpAblation}, []string{"hello", "image"}, 1
+	res, err := bench.RunEval(ctx, e.c, r, cfg, progressT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Notes) > 0 || len(res.Ablation) != 5+7 {
+		t.Fatalf("%d ablation rows, notes %v", len(res.Ablation), res.Notes)
+	}
+	for _, row := range res.Ablation {
+		if row.N != 1 || row.Total.Median <= 0 || !row.Traced || row.VMMFaults == 0 {
+			t.Errorf("row %+v", row)
+		}
+		// The loader reads what the variant says: the loading set, or for
+		// vanilla nothing.
+		if (row.Arm.Strategy == "vanilla") != (row.LoaderMiB == 0) {
+			t.Errorf("%s %s: loader read %.1f MiB", row.Function, row.Arm.Label(), row.LoaderMiB)
+		}
+	}
+	for _, s := range res.Samples {
+		if s.Strategy != bench.Warm && (s.Trace == nil || s.Trace.VMMFaults < s.MajorFaults) {
+			t.Errorf("sample %s/%s: trace %+v, %d major faults", s.Function, s.Variant, s.Trace, s.MajorFaults)
+		}
+	}
+	paths, err := bench.WriteEval(t.TempDir(), res)
+	if err != nil || len(paths) != 4 { // jsonl, json, the steps figure, md
+		t.Errorf("wrote %v: %v", paths, err)
+	}
+	t.Logf("\n%s", res.Markdown())
 }

@@ -4,7 +4,8 @@
 # starts its own redis-server on loopback for the inputs), write the results
 # into OUT, stop the daemon and remove its data. Variables (all optional):
 #   OUT          result directory (default docs/results/eval-<UTC date>)
-#   EXPERIMENTS  exec,size,burst,breakdown,memory,restore (default all)
+#   EXPERIMENTS  exec,size,burst,breakdown,memory,restore,ablation (default all but ablation;
+#                for ablation add THAWD_ARGS="--fault-trace-object $PWD/bin/faulttrace.bpf.o")
 #   MEMORY_FUNCTIONS  functions of the memory-per-clone experiment (default hello,image)
 #   CLONES       clone counts of the memory experiment (default 1,4,8,16)
 #   CONCURRENCY  concurrent cold starts of the restore experiment (default 1,4,16)

@@ -18,7 +18,7 @@ fi
 deb_version=${deb_version//-/.}
 arch=$(dpkg --print-architecture)
 
-for f in bin/thawd bin/thaw bin/libthaw_shim.so bin/snapbpf_capture.bpf.o; do
+for f in bin/thawd bin/thaw bin/libthaw_shim.so bin/snapbpf_capture.bpf.o bin/faulttrace.bpf.o; do
 	[ -f "$f" ] || { echo "build-deb: $f is missing (make build)" >&2; exit 1; }
 done
 
@@ -31,7 +31,7 @@ install -d "$root"/DEBIAN "$root"/usr/bin "$root"/usr/lib/thaw "$root"/lib/syste
 	"$root"/usr/share/bash-completion/completions "$root"/usr/share/zsh/vendor-completions \
 	"$root"/usr/share/fish/vendor_completions.d
 install -m 0755 bin/thawd bin/thaw "$root"/usr/bin/
-install -m 0644 bin/libthaw_shim.so bin/snapbpf_capture.bpf.o "$root"/usr/lib/thaw/
+install -m 0644 bin/libthaw_shim.so bin/snapbpf_capture.bpf.o bin/faulttrace.bpf.o "$root"/usr/lib/thaw/
 install -m 0644 deploy/thawd.service "$root"/lib/systemd/system/thawd.service
 install -m 0644 deploy/thaw.sysusers "$root"/usr/lib/sysusers.d/thaw.conf
 install -m 0644 deploy/thawd.yaml "$root"/etc/thaw/thawd.yaml

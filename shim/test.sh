@@ -451,6 +451,13 @@ if punch "$T/unprot.mem" THAW_SHIM_MEMFILE="$T/unprot.mem" && [ "$(sha256sum <"$
 else
 	fail "protect: off without THAW_SHIM_PROTECT"
 fi
+cp "$T/prot.mem" "$T/record.mem"
+if punch "$T/record.mem" THAW_SHIM_PROTECT=1 THAW_SHIM_PUNCH=pass THAW_SHIM_MEMFILE="$T/record.mem" &&
+	[ "$(sha256sum <"$T/record.mem")" != "$before" ] && [ "$(head -c 8192 "$T/record.mem" | tail -c 4096 | tr -d '\0' | wc -c)" = 0 ]; then
+	pass "protect: THAW_SHIM_PUNCH=pass punches the record VM's own copy"
+else
+	fail "protect: THAW_SHIM_PUNCH=pass punches the record VM's own copy"
+fi
 
 # --- file table: QEMU runs as an unprivileged user and gets thaw's files as inherited descriptors ---
 echo "== (e) file table (unprivileged, files in a root-only directory)"

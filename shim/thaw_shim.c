@@ -121,6 +121,7 @@ static struct {
 	const char *layout, *lsfile, *sock, *device;
 	int populate;	    /* THAW_SHIM_POPULATE=read */
 	int protect;	    /* THAW_SHIM_PROTECT=1 */
+	int punch_pass;	    /* THAW_SHIM_PUNCH=pass: punches into the memory file go through */
 	int hugepage;	    /* THAW_SHIM_HUGEPAGE=keep: QEMU's MADV_HUGEPAGE on guest RAM stays */
 	int memfile_ok;	    /* mem_dev/mem_ino identify the memory file */
 	const char *stats; /* THAW_SHIM_STATS: where populate reports */
@@ -229,6 +230,7 @@ static void load_config(void)
 	const char *huge = getenv("THAW_SHIM_HUGEPAGE");
 
 	cfg.protect = protect && !strcmp(protect, "1");
+	cfg.punch_pass = getenv("THAW_SHIM_PUNCH") && !strcmp(getenv("THAW_SHIM_PUNCH"), "pass");
 	cfg.hugepage = huge && !strcmp(huge, "keep");
 	cfg.memfile_ok = mem && *mem && identify_memfile(mem) == 0;
 	if (!mode || !*mode) {
@@ -908,7 +910,7 @@ static int intercept_fallocate(const char *name, int fd, int mode, off_t off, of
 
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
 		pthread_once(&cfg_once, load_config);
-		if (cfg.protect && (!cfg.memfile_ok || fd_is_memfile(fd))) {
+		if (cfg.protect && !cfg.punch_pass && (!cfg.memfile_ok || fd_is_memfile(fd))) {
 			if (!cfg.memfile_ok) {
 				/* Cannot tell the memory file apart: refuse every punch. */
 				errno = EOPNOTSUPP;

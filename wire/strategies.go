@@ -64,6 +64,9 @@ type FaaSnapStats struct {
 	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
 	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
 	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
+	// Variant is the FaaSnap variant restored (techniques switched off,
+	// docs/benchmarks.md, ablation); empty for all of FaaSnap.
+	Variant string `json:"variant,omitempty"`
 }
 
 // PremapStats: the store copy mapped and the pre-fault pass.
@@ -127,6 +130,26 @@ type FaaSnapBuild struct {
 	GroupSize       int               `json:"group_size"`
 	MergeGap        int               `json:"merge_gap"`
 	FreedPages      FreePageReporting `json:"free_page_reporting"`
+	// Variants are the artifacts built with one technique off, when the
+	// prepare asked for them (faasnap_variants).
+	Variants []FaaSnapVariantBuild `json:"variants,omitempty"`
+}
+
+// FaaSnap's variants (InvokeRequest.Variant): techniques switched off.
+const (
+	VariantConcurrent   = "concurrent"    // concurrent paging alone (Figure 9)
+	VariantNoLoadingSet = "no-loadingset" // per-region mapping, no loading-set file (Figure 9)
+	VariantNoHostRec    = "no-hostrec"    // working set from the guest's faults
+	VariantNoFreed      = "no-freed"      // freed pages kept in the loading set
+	VariantNoMerge      = "no-merge"      // regions not merged
+)
+
+// FaaSnapVariantBuild is one artifact built with a technique off.
+type FaaSnapVariantBuild struct {
+	Variant         string          `json:"variant"`
+	WorkingSetPages int             `json:"working_set_pages"`
+	Stats           LoadingSetStats `json:"stats"`
+	LoadingSetBytes int64           `json:"loading_set_bytes"`
 }
 
 // LoadingSetStats describes how a working set became a loading set.

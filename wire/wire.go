@@ -212,6 +212,9 @@ type Invocation struct {
 	// vCPUs resuming (cold) or the request (warm) to the answer; RSS at the
 	// answer.
 	Process *ProcessCounters `json:"process,omitempty"`
+	// Trace is what tracepoints counted (thawd --trace-faults); absent
+	// when tracing is off.
+	Trace *FaultTrace `json:"trace,omitempty"`
 }
 
 // InvocationRecord is a stored invocation.
@@ -224,6 +227,28 @@ type InvocationRecord struct {
 	OK        bool       `json:"ok"`
 	Detail    Invocation `json:"detail"`
 	CreatedAt time.Time  `json:"created_at"`
+}
+
+// FaultTrace is what eBPF tracepoints counted during an invocation (thawd
+// --trace-faults): the VMM process from the vCPUs resuming (cold) or the
+// request (warm) to the answer, the daemon from the restore (or request)
+// to the answer.
+type FaultTrace struct {
+	// VMMFaults are the VMM's user page faults (exceptions:page_fault_user).
+	VMMFaults uint64 `json:"vmm_faults"`
+	// VMMReadRequests are the read bios the VMM submitted
+	// (block:block_bio_queue): the reads its page faults caused.
+	VMMReadRequests uint64 `json:"vmm_read_requests"`
+	VMMReadBytes    uint64 `json:"vmm_read_bytes"`
+	// VMMBlockedMS is the time the VMM's threads were blocked in
+	// uninterruptible sleep (sched_switch to sched_wakeup): page faults
+	// waiting for I/O. VMMBlockedWaits counts those waits.
+	VMMBlockedMS    float64 `json:"vmm_blocked_ms"`
+	VMMBlockedWaits uint64  `json:"vmm_blocked_waits"`
+	// DaemonReadRequests are the read bios the daemon submitted (the
+	// strategy's loader or prefetch).
+	DaemonReadRequests uint64 `json:"daemon_read_requests"`
+	DaemonReadBytes    uint64 `json:"daemon_read_bytes"`
 }
 
 // ProcessCounters are a process's page faults, storage reads and memory.
@@ -402,7 +427,10 @@ type InvokeRequest struct {
 	Event     json.RawMessage `json:"event,omitempty"` // absent: handle() gets None
 	TimeoutMS int64           `json:"timeout_ms,omitempty"`
 	Strategy  string          `json:"strategy,omitempty"` // cold invocations only
-	Snapshot  string          `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
+	// Variant is a variant of the strategy (faasnap: concurrent,
+	// no-loadingset, no-hostrec, no-freed, no-merge); cold invocations only.
+	Variant  string `json:"variant,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"` // POST /v1/functions/{name}/invoke only
 	// EvictCache evicts the snapshot's files from the page cache before a
 	// cold invocation (honest cold measurements).
 	EvictCache bool `json:"evict_cache,omitempty"`
@@ -414,6 +442,9 @@ type PrepareRequest struct {
 	GroupSize   int             `json:"group_size,omitempty"`   // FaaSnap working-set group, pages (default 1024)
 	MergeGap    int             `json:"merge_gap,omitempty"`    // FaaSnap merge threshold, pages (default 32)
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`   // per record invocation
+	// FaaSnapVariants also builds FaaSnap's technique-off artifacts
+	// (no-hostrec, no-freed, no-merge) for the ablation.
+	FaaSnapVariants bool `json:"faasnap_variants,omitempty"`
 }
 
 // CreateVMRequest boots a function's VM, or restores one from a snapshot.

@@ -22,7 +22,8 @@ only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`
 		a.newBenchExperimentCmd(bench.ExpExec, "Execution time of every function, both record/test directions, every strategy and warm (Figures 6, 7)"),
 		a.newBenchExperimentCmd(bench.ExpSize, "Cold execution time against test input size, 1/4x to 4x the record input (Figure 8)"),
 		a.newBenchExperimentCmd(bench.ExpBurst, "Bursts of concurrent cold invocations from one snapshot and from copies (Figure 10)"),
-		a.newBenchExperimentCmd(bench.ExpBreakdown, "Fetch time and size, page faults and bytes read per strategy (Table 3)"))
+		a.newBenchExperimentCmd(bench.ExpBreakdown, "Fetch time and size, page faults and bytes read per strategy (Table 3)"),
+		a.newBenchExperimentCmd(bench.ExpAblation, "FaaSnap's optimization steps (Figure 9) and FaaSnap with one technique off at a time"))
 	return cmd
 }
 

@@ -28,7 +28,7 @@ func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
 	f.cfg = def
 	fl := cmd.Flags()
 	if withExperiments {
-		fl.StringSliceVar(&f.experiments, "experiments", bench.Experiments, "experiments to run: "+strings.Join(bench.Experiments, ", "))
+		fl.StringSliceVar(&f.experiments, "experiments", def.Experiments, "experiments to run: "+strings.Join(bench.Experiments, ", "))
 	}
 	fl.StringVar(&f.cfg.Root, "root", ".", "repository root (where functions/ is)")
 	fl.StringSliceVar(&f.cfg.Functions, "functions", nil, "only these functions (filters every experiment's list)")
@@ -36,6 +36,8 @@ func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
 	fl.StringSliceVar(&f.cfg.SizeFunctions, "size-functions", def.SizeFunctions, "functions of the input-size experiment")
 	fl.StringSliceVar(&f.cfg.BurstFunctions, "burst-functions", def.BurstFunctions, "functions of the burst experiment")
 	fl.StringSliceVar(&f.cfg.BreakdownFunctions, "breakdown-functions", def.BreakdownFunctions, "functions of the breakdown (Table 3)")
+	fl.StringSliceVar(&f.cfg.AblationFunctions, "ablation-functions", def.AblationFunctions, "functions of the ablation (FaaSnap with techniques off)")
+	fl.StringVar(&f.cfg.Figure9Function, "figure9-function", def.Figure9Function, "ablation function also measured in Figure 9's steps (vanilla, concurrent paging, per-region mapping)")
 	fl.StringSliceVar(&f.cfg.Strategies, "strategies", nil, "cold restore strategies (default: every strategy the daemon offers, from /v1/info)")
 	fl.BoolVar(&f.cfg.NoWarm, "no-warm", false, "skip the warm baseline of the execution-time experiment")
 	fl.IntVar(&f.cfg.Reps, "reps", def.Reps, "repetitions of every measurement")
@@ -60,6 +62,12 @@ daemon's API:
              and from as many copies of it (POST /v1/snapshots/{id}/copy).
   breakdown  Table 3: fetch time and size, QEMU's page faults, bytes read by
              QEMU and by the daemon (from exec's samples when exec ran).
+  ablation   Figure 9 (section 6.5) on --figure9-function: vanilla,
+             concurrent paging alone, per-region mapping, all of FaaSnap;
+             and all of FaaSnap with one technique off in turn (loading-set
+             file, host page recording, freed-page filtering, merging) on
+             every --ablation-functions function. Not run unless named;
+             start thawd with --fault-trace-object for traced counters.
 
 Inputs come from a redis-server the command starts on loopback (guests reach
 it at 10.0.2.2), so the daemon must run on this host. Each function is
@@ -147,7 +155,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	var fns []string
 	for _, e := range cfg.Experiments {
 		for _, fn := range map[string][]string{bench.ExpExec: cfg.ExecFunctions, bench.ExpSize: cfg.SizeFunctions,
-			bench.ExpBurst: cfg.BurstFunctions, bench.ExpBreakdown: cfg.BreakdownFunctions}[e] {
+			bench.ExpBurst: cfg.BurstFunctions, bench.ExpBreakdown: cfg.BreakdownFunctions, bench.ExpAblation: cfg.AblationFunctions}[e] {
 			fns = append(fns, fn)
 		}
 	}

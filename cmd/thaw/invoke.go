@@ -49,6 +49,7 @@ document instead (exit code 3 too if the function raised).`,
 	fl.StringVar(&f.vm, "vm", "", "invoke warm, on this running VM")
 	fl.StringVar(&f.snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
 	fl.StringVarP(&f.strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
+	fl.StringVar(&f.variant, "variant", "", "cold, --strategy faasnap: FaaSnap with techniques off (concurrent, no-loadingset, no-hostrec, no-freed, no-merge)")
 	fl.IntVar(&f.timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
 	fl.BoolVar(&f.evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
@@ -59,14 +60,15 @@ document instead (exit code 3 too if the function raised).`,
 type invokeFlags struct {
 	ev                     eventFlags
 	vm, snapshot, strategy string
+	variant                string
 	timeoutMS              int
 	evict                  bool
 }
 
 // invoke runs thaw invoke FUNCTION.
 func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error {
-	if f.vm != "" && f.strategy != "" {
-		return usagef("--strategy is for cold invocations; it cannot be used with --vm (the VM is already running)")
+	if f.vm != "" && (f.strategy != "" || f.variant != "") {
+		return usagef("--strategy and --variant are for cold invocations; they cannot be used with --vm (the VM is already running)")
 	}
 	if f.vm != "" && f.snapshot != "" {
 		return usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
@@ -87,6 +89,7 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 	opts := client.InvokeOptions{
 		Timeout:    time.Duration(f.timeoutMS) * time.Millisecond,
 		Strategy:   f.strategy,
+		Variant:    f.variant,
 		Snapshot:   f.snapshot,
 		EvictCache: f.evict,
 	}

@@ -13,7 +13,7 @@ func (a *app) newPrepareCmd() *cobra.Command {
 	var (
 		ev                             eventFlags
 		groupSize, mergeGap, timeoutMS int
-		detach                         bool
+		detach, variants               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "prepare FUNCTION",
@@ -46,7 +46,7 @@ shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`
 			}
 			return a.runOperation(detach, func() (*client.Operation, error) {
 				return a.c.StartPrepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
-					MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond})
+					MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond, FaaSnapVariants: variants})
 			})
 		},
 	}
@@ -56,6 +56,7 @@ shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`
 	fl.IntVar(&groupSize, "group-size", 0, "FaaSnap working-set group size in pages (default 1024)")
 	fl.IntVar(&mergeGap, "merge-gap", 0, "FaaSnap region merge threshold in pages (default 32)")
 	fl.IntVar(&timeoutMS, "timeout-ms", 0, "timeout of each record invocation in milliseconds")
+	fl.BoolVar(&variants, "faasnap-variants", false, "also build FaaSnap's technique-off artifacts (invoke --variant no-hostrec, no-freed, no-merge)")
 	return cmd
 }
 

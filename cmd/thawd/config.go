@@ -13,6 +13,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
@@ -105,6 +106,7 @@ func newSettings() *settings {
 	fs.StringVar(&d.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
 	fs.StringVar(&d.StoreDeviceFile, "store-device-file", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
 	fs.StringVar(&d.SnapBPFObject, "snapbpf-object", defaultLibFile(snapbpf.ObjectFile), "eBPF capture program for the snapbpf strategy (prepare; default: beside thawd, else "+libDir+")")
+	fs.StringVar(&d.FaultTraceObject, "fault-trace-object", "", "eBPF tracepoint program (bin/"+faulttrace.ObjectFile+") counting each invocation's VMM page faults, read requests and time blocked, and the daemon's reads (the invocation's trace); empty: off")
 	fs.UintVar(&s.uidBase, "vm-uid-base", daemon.DefaultVMUIDBase, "first of the user ids QEMU runs as, one per live VM (a range no other user or service uses)")
 	fs.UintVar(&s.uidCount, "vm-uid-count", daemon.DefaultVMUIDCount, "how many user ids from --vm-uid-base")
 	fs.IntVar(&d.VMMemoryOverheadMiB, "vm-memory-overhead", daemon.DefaultVMMemoryOverheadMiB, "memory in MiB a VM's cgroup may use beyond guest RAM (QEMU, TCG's code cache, page cache)")

@@ -538,7 +538,8 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	if err := daemon.ValidName(name); err != nil {
 		return daemon.ColdRequest{}, err
 	}
-	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy}, nil
+	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy,
+		Variant: req.Variant}, nil
 }
 
 func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
@@ -560,7 +561,8 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	if req.Snapshot != "" {
 		return daemon.ColdRequest{}, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid)
 	}
-	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Snapshot: r.PathValue("id"), Strategy: req.Strategy}, nil
+	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Snapshot: r.PathValue("id"), Strategy: req.Strategy,
+		Variant: req.Variant}, nil
 }
 
 func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -583,8 +585,8 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 	if err != nil {
 		return daemon.InvokeRequest{}, err
 	}
-	if req.Strategy != "" || req.Snapshot != "" || req.EvictCache {
-		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid)
+	if req.Strategy != "" || req.Variant != "" || req.Snapshot != "" || req.EvictCache {
+		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, variant, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid)
 	}
 	return invokeOf(req), nil
 }
@@ -621,7 +623,7 @@ func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest,
 		return daemon.PrepareRequest{}, err
 	}
 	return daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent, GroupSize: req.GroupSize,
-		MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond}, nil
+		MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, FaaSnapVariants: req.FaaSnapVariants}, nil
 }
 
 func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {

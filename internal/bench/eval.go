@@ -23,7 +23,11 @@ const (
 )
 
 // Experiments lists every experiment, in the order a run does them.
-var Experiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown}
+var Experiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown, ExpAblation}
+
+// DefaultExperiments are those a run does unless told: the paper's
+// comparison of strategies (the ablation is asked for by name).
+var DefaultExperiments = []string{ExpExec, ExpSize, ExpBurst, ExpBreakdown}
 
 // Warm is the pseudo-strategy of the execution-time experiment: the same
 // invocation on a VM that is already running and has run the function.
@@ -42,17 +46,21 @@ type EvalConfig struct {
 	Experiments []string `json:"experiments"`
 	// Functions filters every experiment's default function list; the
 	// per-experiment lists below, when set, are used as they are.
-	Functions          []string  `json:"functions,omitempty"`
-	ExecFunctions      []string  `json:"exec_functions"`
-	SizeFunctions      []string  `json:"size_functions"`
-	BurstFunctions     []string  `json:"burst_functions"`
-	BreakdownFunctions []string  `json:"breakdown_functions"`
-	Strategies         []string  `json:"strategies"` // cold strategies; empty: the daemon's /v1/info list
-	NoWarm             bool      `json:"no_warm,omitempty"`
-	Reps               int       `json:"reps"`
-	Ratios             []float64 `json:"input_ratios"`
-	BurstSizes         []int     `json:"burst_sizes"`
-	BurstModes         []string  `json:"burst_modes"`
+	Functions          []string `json:"functions,omitempty"`
+	ExecFunctions      []string `json:"exec_functions"`
+	SizeFunctions      []string `json:"size_functions"`
+	BurstFunctions     []string `json:"burst_functions"`
+	BreakdownFunctions []string `json:"breakdown_functions"`
+	AblationFunctions  []string `json:"ablation_functions,omitempty"`
+	// Figure9Function is the ablation function whose Figure 9 steps
+	// (vanilla, concurrent paging, per-region mapping) are measured too.
+	Figure9Function string    `json:"figure9_function,omitempty"`
+	Strategies      []string  `json:"strategies"` // cold strategies; empty: the daemon's /v1/info list
+	NoWarm          bool      `json:"no_warm,omitempty"`
+	Reps            int       `json:"reps"`
+	Ratios          []float64 `json:"input_ratios"`
+	BurstSizes      []int     `json:"burst_sizes"`
+	BurstModes      []string  `json:"burst_modes"`
 	// Timeout bounds one invocation (a burst of 16 under TCG is slow).
 	Timeout time.Duration `json:"-"`
 	// Storage describes the data directory's storage when it is not the
@@ -65,7 +73,8 @@ type EvalConfig struct {
 
 // DefaultEvalConfig is the full evaluation.
 func DefaultEvalConfig(root string) EvalConfig {
-	return EvalConfig{Root: root, Experiments: Experiments,
+	return EvalConfig{Root: root, Experiments: DefaultExperiments,
+		AblationFunctions: []string{"hello", "json", "image", "matmul"}, Figure9Function: "image",
 		ExecFunctions:      inputs.Functions(),
 		SizeFunctions:      []string{"image", "json", "matmul", "pagerank"},
 		BurstFunctions:     []string{"hello", "json"},
@@ -93,6 +102,15 @@ func (c *EvalConfig) Resolve(daemonStrategies []string) error {
 			return fmt.Errorf("strategy %q is not one of the daemon's (%s)", s, strings.Join(daemonStrategies, ", "))
 		}
 	}
+	if c.has(ExpAblation) {
+		// faasnap and its variants; no-hostrec needs reap's recording;
+		// Figure 9 starts from vanilla.
+		for _, s := range []string{"vanilla", "reap", "faasnap"} {
+			if !slices.Contains(daemonStrategies, s) {
+				return fmt.Errorf("the ablation needs strategy %s, which the daemon does not offer (%s)", s, strings.Join(daemonStrategies, ", "))
+			}
+		}
+	}
 	for _, m := range c.BurstModes {
 		if m != BurstSame && m != BurstDifferent {
 			return fmt.Errorf("burst mode %q: want %s or %s", m, BurstSame, BurstDifferent)
@@ -109,6 +127,7 @@ func (c *EvalConfig) Resolve(daemonStrategies []string) error {
 		}
 		c.ExecFunctions, c.SizeFunctions = keep(c.ExecFunctions), keep(c.SizeFunctions)
 		c.BurstFunctions, c.BreakdownFunctions = keep(c.BurstFunctions), keep(c.BreakdownFunctions)
+		c.AblationFunctions = keep(c.AblationFunctions)
 	}
 	for _, r := range c.Ratios {
 		if r < inputs.MinScale || r > inputs.MaxScale {
@@ -136,6 +155,8 @@ func (c *EvalConfig) functionsOf(exp string) []string {
 		return c.BurstFunctions
 	case ExpBreakdown:
 		return c.BreakdownFunctions
+	case ExpAblation:
+		return c.AblationFunctions
 	}
 	return nil
 }
@@ -152,11 +173,14 @@ type EvalSample struct {
 	BurstMode  string  `json:"burst_mode,omitempty"`  // same or different snapshots
 	Slot       int     `json:"slot,omitempty"`        // index within the burst
 	Snapshot   string  `json:"snapshot,omitempty"`
+	Variant    string  `json:"variant,omitempty"` // the strategy's variant (ablation)
 	// WallMS is the client's time from the start of the burst (or of the
 	// request) to this invocation's answer.
 	WallMS     float64 `json:"wall_ms"`
 	FetchMS    float64 `json:"fetch_ms,omitempty"`    // the strategy's prefetch, loader or cache-fill time
 	FetchBytes uint64  `json:"fetch_bytes,omitempty"` // and what it read
+	// Trace is the daemon's tracepoint counters (thawd --fault-trace-object).
+	Trace *client.FaultTrace `json:"trace,omitempty"`
 	StrategySample
 }
 
@@ -216,7 +240,7 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	steps := []struct {
 		exp string
 		run func(context.Context) error
-	}{{ExpExec, run.exec}, {ExpSize, run.size}, {ExpBurst, run.burst}, {ExpBreakdown, run.breakdown}}
+	}{{ExpExec, run.exec}, {ExpSize, run.size}, {ExpBurst, run.burst}, {ExpBreakdown, run.breakdown}, {ExpAblation, run.ablation}}
 	for _, st := range steps {
 		if !cfg.has(st.exp) {
 			continue
@@ -295,7 +319,9 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	}
 	r.prog.Say("%s: prepare with input %s (boot, clean snapshot, record, warm snapshot, artifacts)", fn, variant)
 	t0 := time.Now()
-	pr, err := r.c.Prepare(ctx, fn, ev, client.PrepareOptions{Timeout: r.cfg.Timeout})
+	// The ablation's functions also get FaaSnap's technique-off artifacts.
+	variants := r.cfg.has(ExpAblation) && slices.Contains(r.cfg.AblationFunctions, fn)
+	pr, err := r.c.Prepare(ctx, fn, ev, client.PrepareOptions{Timeout: r.cfg.Timeout, FaaSnapVariants: variants})
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s with %s: %w", fn, variant, err)
 	}
@@ -307,6 +333,16 @@ func (r *evalRun) prepare(ctx context.Context, fn, variant string) (*client.Prep
 	r.prepared[k] = pr
 	r.res.Prepared[fn+"/"+variant] = b
 	return pr, nil
+}
+
+// recordATestB is fn prepared with input A and the event of input B.
+func (r *evalRun) recordATestB(ctx context.Context, fn string) (*client.PrepareResult, json.RawMessage, error) {
+	pr, err := r.prepare(ctx, fn, "A")
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := r.event(fn, "B", 0)
+	return pr, ev, err
 }
 
 // stage does what strategies need beyond prepare: premap maps the snapshot
@@ -330,11 +366,11 @@ func memoryOf(fn string) int {
 	return 512
 }
 
-// cold runs one cold invocation of snap under strategy with the snapshot's
-// files evicted from the page cache first.
-func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy string, ev json.RawMessage, evict bool) (EvalSample, error) {
+// cold runs one cold invocation of snap under strategy (and its variant,
+// if any) with the snapshot's files evicted from the page cache first.
+func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy, variant string, ev json.RawMessage, evict bool) (EvalSample, error) {
 	t0 := time.Now()
-	inv, err := r.c.InvokeSnapshot(ctx, snap, ev, client.InvokeOptions{Strategy: strategy, EvictCache: evict, Timeout: r.cfg.Timeout})
+	inv, err := r.c.InvokeSnapshot(ctx, snap, ev, client.InvokeOptions{Strategy: strategy, Variant: variant, EvictCache: evict, Timeout: r.cfg.Timeout})
 	wall := time.Since(t0)
 	if err != nil {
 		return EvalSample{}, fmt.Errorf("%s/%s: %w", base.Function, strategy, err)
@@ -349,6 +385,9 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy stri
 		}
 		return EvalSample{}, fmt.Errorf("%s/%s ran as %s: %s", base.Function, strategy, inv.Strategy, fb)
 	}
+	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.Variant != variant) {
+		return EvalSample{}, fmt.Errorf("%s/%s: variant %q did not run", base.Function, strategy, variant)
+	}
 	return fill(base, strategy, snap, wall, inv), nil
 }
 
@@ -356,7 +395,7 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy stri
 func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *client.Invocation) EvalSample {
 	s := base
 	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
-	s.Snapshot, s.WallMS = snap, float64(wall.Microseconds())/1000
+	s.Snapshot, s.WallMS, s.Trace = snap, float64(wall.Microseconds())/1000, inv.Trace
 	if st := inv.StrategyStats; st != nil {
 		// REAP's prefetch, FaaSnap's loader, cached's fill of the page
 		// cache (before the request's timer starts), premap's pre-faulting
@@ -379,7 +418,7 @@ func (r *evalRun) add(s EvalSample, est float64) {
 		extra = fmt.Sprintf(" burst %d/%s slot %d", s.Burst, s.BurstMode, s.Slot)
 	}
 	r.prog.Done(est, "%-9s %-11s %s→%-7s %-8s rep %d%s: total %7.1f ms (setup %6.1f, resume %7.1f, invoke %7.1f), %d major faults",
-		s.Experiment, s.Function, s.Record, s.Test, s.Strategy, s.Rep, extra, s.TotalMS, s.SetupMS, s.ResumeMS, s.InvokeMS, s.MajorFaults)
+		s.Experiment, s.Function, s.Record, s.Test, Arm{s.Strategy, s.Variant}.Label(), s.Rep, extra, s.TotalMS, s.SetupMS, s.ResumeMS, s.InvokeMS, s.MajorFaults)
 }
 
 // exec is Figures 6 and 7: every function in both directions, every
@@ -414,7 +453,7 @@ func (r *evalRun) execOne(ctx context.Context, exp, fn, rec, tst string, warm bo
 		for i := range ss {
 			s := ss[(i+rep)%len(ss)]
 			base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: StrategySample{Function: fn, Rep: rep}}
-			smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
+			smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 			if err != nil {
 				return err
 			}
@@ -484,7 +523,7 @@ func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
 				s := ss[(i+rep)%len(ss)]
 				base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + fmtRatio(ratio), InputRatio: ratio,
 					StrategySample: StrategySample{Function: fn, Rep: rep}}
-				smp, err := r.cold(ctx, base, pr.Warm.ID, s, ev, true)
+				smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 				if err != nil {
 					return err
 				}

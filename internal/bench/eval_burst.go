@@ -34,11 +34,7 @@ func (r *evalRun) burst(ctx context.Context) error {
 
 // burstFn runs every burst of one function.
 func (r *evalRun) burstFn(ctx context.Context, fn string, maxN int) error {
-	pr, err := r.prepare(ctx, fn, "A")
-	if err != nil {
-		return err
-	}
-	ev, err := r.event(fn, "B", 0)
+	pr, ev, err := r.recordATestB(ctx, fn)
 	if err != nil {
 		return err
 	}

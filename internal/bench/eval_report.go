@@ -36,6 +36,7 @@ type EvalResult struct {
 	Size           []SizeRow      `json:"size"`
 	Burst          []BurstRow     `json:"burst"`
 	Breakdown      []BreakdownRow `json:"breakdown"`
+	Ablation       []AblationRow  `json:"ablation,omitempty"`
 }
 
 // ExecRow is one function under one strategy in one direction.
@@ -193,6 +194,7 @@ func (r *EvalResult) Summarize() {
 		return a.Size < b.Size
 	})
 	r.Breakdown = r.breakdownRows(o)
+	r.Ablation = r.ablationRows()
 }
 
 // group collects the samples keep accepts by key, keys in first-seen order.
@@ -536,6 +538,7 @@ func (r *EvalResult) Markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	r.ablationMarkdown(&b)
 	return b.String()
 }
 
@@ -624,6 +627,9 @@ func (r *EvalResult) Figures() []Figure {
 			func(i int) bool { return r.Burst[i].Function == k.fn && r.Burst[i].Mode == k.mode },
 			func(i int) float64 { return float64(r.Burst[i].Size) }, func(i int) float64 { return r.Burst[i].Mean.Median },
 			func(i int) string { return r.Burst[i].Strategy }, len(r.Burst))
+	}
+	if f, ok := r.ablationFigure(); ok {
+		figs = append(figs, f)
 	}
 	return figs
 }

@@ -113,6 +113,15 @@ func EstimateEval(cfg EvalConfig) Estimate {
 			}
 		}
 	}
+	if cfg.has(ExpAblation) {
+		for _, fn := range cfg.AblationFunctions {
+			prep(fn, "A")
+			n := len(cfg.ablationArms(fn))
+			e.Cold += n * cfg.Reps
+			e.Seconds += float64(n*cfg.Reps)*estCold(fn, 1) + estWarmVM + float64(cfg.Reps)*estWarm(fn)
+			e.Warm += cfg.Reps
+		}
+	}
 	if cfg.has(ExpBreakdown) {
 		for _, fn := range cfg.BreakdownFunctions {
 			if cfg.has(ExpExec) && contains(cfg.ExecFunctions, fn) {

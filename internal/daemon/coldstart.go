@@ -10,6 +10,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -196,11 +197,13 @@ type coldStart struct {
 	sess  restore.Session
 	start time.Time // when set-up began (after a cached fill)
 	t     *RestoreTiming
+	// daemonTrace: the daemon's tracepoint counters when the restore began.
+	daemonTrace faulttrace.Counters
 }
 
 // planRestore verifies the snapshot and begins the strategy's session.
 func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts) (*coldStart, error) {
-	c := &coldStart{start: o.start}
+	c := &coldStart{start: o.start, daemonTrace: s.traceOf(os.Getpid())}
 	v, err := s.verified(ctx, snapID, false)
 	if err != nil {
 		return nil, err
@@ -279,6 +282,8 @@ func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) err
 	}
 	t.LoadStateMS = ms(time.Since(t2))
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	lv.traceAtResume = s.traceOf(lv.m.PID())
+	lv.daemonTraceStart = c.daemonTrace
 	rctx, sp := s.span(ctx, SpanResume, attrs...)
 	err = s.resumeGuest(rctx, lv, c)
 	endSpan(sp, err)

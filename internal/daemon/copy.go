@@ -150,6 +150,19 @@ func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
 	return m, nil
 }
 
+// artifactFiles are the regular files under a snapshot's strategies/
+// (every strategy's artifacts, faasnap's variants included).
+func artifactFiles(snapDir string) []string {
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(snapDir, "strategies"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
 func copyFileSync(dst, src string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -177,8 +190,7 @@ func (s *Service) enterSnapshot(ctx context.Context, rec *catalog.Snapshot, prep
 		}
 		rec.Prepared = prepared
 	}
-	arts, _ := filepath.Glob(filepath.Join(rec.Dir, "strategies", "*", "*"))
-	for _, p := range arts {
+	for _, p := range artifactFiles(rec.Dir) {
 		if err := snapshot.Trust(p); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -71,7 +72,10 @@ type Config struct {
 	// memory (tests, measurements): the devdax tier on a file.
 	StoreDeviceFile string
 	SnapBPFObject   string // snapbpf_capture.bpf.o (prepare's snapbpf capture)
-	TrustedGroup    string // group whose members may create functions from host directories, besides root
+	// FaultTraceObject, if set, is faulttrace.bpf.o: invocations then
+	// report tracepoint counters of the VMM and the daemon (Trace).
+	FaultTraceObject string
+	TrustedGroup     string // group whose members may create functions from host directories, besides root
 	// AllowFullEgress lets functions declare full egress (their guests
 	// reach beyond the host, never the host itself).
 	AllowFullEgress bool
@@ -351,9 +355,10 @@ type Service struct {
 	net                  *vmnet.Host // builds each VM's network
 	lock                 *os.File    // the data directory's lock, held while the daemon lives
 	creating             map[string]bool
-	ops                  *operations     // asynchronous operations (?wait=false)
-	registry             *registry.Store // snapshot registry; nil: none configured
-	chunks               *registry.Cache // its local chunk cache
+	ops                  *operations        // asynchronous operations (?wait=false)
+	registry             *registry.Store    // snapshot registry; nil: none configured
+	chunks               *registry.Cache    // its local chunk cache
+	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
 }
 
 // Directory layout under DataDir.
@@ -462,6 +467,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.openStore(ctx)
+	if s.cfg.FaultTraceObject != "" {
+		if s.faults, err = faulttrace.Open(s.cfg.FaultTraceObject); err != nil {
+			return err
+		}
+	}
 	s.accel, err = s.chooseAccel(ctx)
 	if err != nil {
 		return err
@@ -598,6 +608,9 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := s.store.Close(); err != nil {
 			s.log.Warn("close memory store", "err", err)
 		}
+	}
+	if s.faults != nil {
+		_ = s.faults.Close()
 	}
 	err := s.db.Close()
 	if s.lock != nil {

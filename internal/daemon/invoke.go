@@ -6,14 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/attribute"
@@ -78,6 +81,7 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err
 	}
@@ -129,6 +133,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	if after, err := procstat.Read(lv.m.PID()); err == nil {
 		d := procstat.Since(after, lv.countersAtResume)
 		inv.Process = &d
+	}
+	if s.faults != nil {
+		inv.Trace = s.faultTrace(lv)
 	}
 	if lv.sess != nil {
 		lv.sess.InvocationDone()
@@ -209,6 +216,8 @@ type ColdRequest struct {
 	Snapshot string // snapshot id; if empty, the function's newest snapshot
 	Function string
 	Strategy string
+	// Variant is a variant of the strategy (faasnap with techniques off).
+	Variant string
 }
 
 // InvokeCold restores a fresh VM from a snapshot, invokes it once and tears
@@ -249,6 +258,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	if err := strategy.CheckVariant(req.Variant); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	// The function's next invocation, naming no snapshot or strategy: a
 	// VM kept idle from an earlier one serves it (the keep-alive pool).
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
@@ -266,7 +278,13 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		start = time.Now() // eviction is preparation, not part of the cold start
 	}
 	o := restoreOpts{begin: strategy.Start, start: start}
-	if !req.EvictCache {
+	if req.Variant != "" {
+		o.begin = func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+			env.Variant = req.Variant
+			return strategy.Start(ctx, snap, env)
+		}
+	}
+	if !req.EvictCache && req.Variant == "" {
 		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
 	}
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
@@ -363,8 +381,7 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 	// read ahead): a cold start after an eviction must not find them.
 	s.dropSnapshotStandby(id, nil, whyStandbyEvict)
 	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
-	arts, _ := filepath.Glob(filepath.Join(sn.Dir, "strategies", "*", "*"))
-	paths = append(paths, arts...)
+	paths = append(paths, artifactFiles(sn.Dir)...)
 	if err := pagecache.EvictAll(paths...); err != nil {
 		return fmt.Errorf("evict snapshot %s: %w", id, err)
 	}
@@ -392,4 +409,24 @@ func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage
 	s.log.Info("pooled invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"invoke_ms", inv.Timing.InvokeMS, "total_ms", inv.Timing.TotalMS)
 	return inv, nil
+}
+
+// traceOf is process pid's tracepoint counters (zero when tracing is off).
+func (s *Service) traceOf(pid int) faulttrace.Counters {
+	if s.faults == nil {
+		return faulttrace.Counters{}
+	}
+	c, _ := s.faults.Read(pid)
+	return c
+}
+
+// faultTrace is what the tracepoints counted for the VMM from the vCPUs
+// resuming (cold) or the request (warm) to the answer, and for the daemon
+// from the restore (or request) to the answer.
+func (s *Service) faultTrace(lv *liveVM) *wire.FaultTrace {
+	vmm := s.traceOf(lv.m.PID()).Sub(lv.traceAtResume)
+	d := s.traceOf(os.Getpid()).Sub(lv.daemonTraceStart)
+	return &wire.FaultTrace{VMMFaults: vmm.Faults, VMMReadRequests: vmm.ReadBios, VMMReadBytes: vmm.ReadBytes,
+		VMMBlockedMS: vmm.BlockedMS(), VMMBlockedWaits: vmm.Blocked,
+		DaemonReadRequests: d.ReadBios, DaemonReadBytes: d.ReadBytes}
 }

@@ -19,6 +19,8 @@ type PrepareRequest struct {
 	GroupSize   int             // FaaSnap working-set group size in pages (default 1024)
 	MergeGap    int             // FaaSnap region merge threshold in pages (default 32)
 	Timeout     time.Duration   // per record invocation
+	// FaaSnapVariants also builds FaaSnap's technique-off artifacts.
+	FaaSnapVariants bool
 }
 
 // PrepareResult describes what prepare built.
@@ -56,7 +58,8 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *Prepare
 	res.Timing.CleanSnapshotMS = ms(time.Since(t))
 
 	p := &restore.Prepare{Log: s.log.With("function", req.Function), Result: res,
-		Options: restore.RecordOptions{GroupSize: req.GroupSize, MergeGap: req.MergeGap, SnapBPFObject: s.cfg.SnapBPFObject}}
+		Options: restore.RecordOptions{GroupSize: req.GroupSize, MergeGap: req.MergeGap, SnapBPFObject: s.cfg.SnapBPFObject,
+			Variants: req.FaaSnapVariants}}
 	if p.Clean, err = s.strategySnapshot(clean); err != nil {
 		return nil, err
 	}
@@ -69,6 +72,13 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *Prepare
 	}
 	if p.Warm.Manifest == nil {
 		return nil, fmt.Errorf("the %s record step took no warm snapshot", steps[0].Kind)
+	}
+	for _, st := range steps {
+		if st.Finish != nil {
+			if err := st.Finish(p); err != nil {
+				return nil, fmt.Errorf("%s record: %w", st.Kind, err)
+			}
+		}
 	}
 	report(ctx, wire.OperationProgress{Phase: "publishing", Done: int64(len(steps)), Total: int64(len(steps)), Unit: "strategies"})
 	warm, err := s.GetSnapshot(ctx, p.Warm.Manifest.ID)

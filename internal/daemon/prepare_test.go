@@ -475,3 +475,47 @@ func promText(t *testing.T, s *Service) string {
 	}
 	return b.String()
 }
+
+// Prepare with faasnap_variants builds the technique-off artifacts (the
+// one without host page recording from the faulted pages another step
+// recorded); cold invocations restore them by name; a variant of a
+// strategy without variants, or on a warm invocation, is refused.
+func TestPrepareVariants(t *testing.T) {
+	_, strategies := testStrategies(func(_ context.Context, _ restore.RecordHost, p *restore.Prepare) error {
+		p.Touched = []uint64{3, 1, 2}
+		return nil
+	})
+	s, _ := fakeService(t, func(c *Config) { c.Strategies = strategies })
+	ctx := context.Background()
+	createFn(t, s, "echo")
+	res, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`{"x":1}`), FaaSnapVariants: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var built []string
+	for _, v := range res.FaaSnap.Variants {
+		built = append(built, v.Variant)
+		if v.Variant == restore.VariantNoHostRecording && v.WorkingSetPages != 3 {
+			t.Errorf("no-hostrec built from %d pages, want the 3 faulted", v.WorkingSetPages)
+		}
+	}
+	if strings.Join(built, ",") != "no-freed,no-merge,no-hostrec" {
+		t.Errorf("variants built %v", built)
+	}
+	for _, v := range restore.FaaSnapVariants {
+		inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: res.Warm.ID, Strategy: "faasnap", Variant: v, InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
+		if err != nil || !inv.OK || inv.Strategy != "faasnap" || inv.StrategyStats.Variant != v {
+			t.Fatalf("variant %s: %v %+v", v, err, inv)
+		}
+	}
+	if _, err := s.InvokeCold(ctx, ColdRequest{Snapshot: res.Warm.ID, Strategy: "vanilla", Variant: "no-merge"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("vanilla with a variant: %v", err)
+	}
+	// Without a recording of the guest's faults, the variant cannot be built.
+	_, strategies = testStrategies(func(context.Context, restore.RecordHost, *restore.Prepare) error { return nil })
+	s.strategies = strategies
+	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", FaaSnapVariants: true}); err == nil || !strings.Contains(err.Error(), "faulted pages") {
+		t.Errorf("no faulted pages: %v", err)
+	}
+	noLiveVMs(t, s)
+}

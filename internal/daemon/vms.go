@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -35,6 +36,8 @@ type liveVM struct {
 	sess             restore.Session        // restored VMs: the strategy serving their memory
 	untimed          time.Duration          // the strategy's time before the restore proper, reported apart (cached's fill)
 	countersAtResume procstat.Counters      // VMM counters just before the vCPUs resumed
+	traceAtResume    faulttrace.Counters    // the VMM's tracepoint counters then (Config.FaultTraceObject)
+	daemonTraceStart faulttrace.Counters    // the daemon's when the restore or warm request began
 	spec             vmm.Spec               // what the VMM was started with
 	unconfine        func()                 // frees the VM's user id and cgroup once the VMM is gone
 	oom              string                 // why the memory limit killed the VMM; guarded by Service.mu

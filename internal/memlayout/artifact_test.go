@@ -226,6 +226,10 @@ func TestWriteRejects(t *testing.T) {
 			_, err := WriteREAP(out, mem, other, []uint64{0})
 			return err
 		}, ErrMismatch},
+		{"faasnap freed page beyond memory", func(out string) error {
+			_, err := WriteFaaSnap(out, mem, "", []uint64{0}, FaaSnapOptions{Freed: []uint64{9}})
+			return err
+		}, nil},
 		{"faasnap bad digest", func(out string) error {
 			_, err := WriteFaaSnap(out, mem, "xyz", nil, FaaSnapOptions{})
 			return err
@@ -524,5 +528,43 @@ func TestDecodeREAPStructure(t *testing.T) {
 				t.Fatalf("err = %v\n%s", err, b)
 			}
 		})
+	}
+}
+
+// TestWriteFaaSnapTechniquesOff builds the ablation's artifacts: freed-page
+// filtering off keeps freed (zero) working-set pages in the loading set and
+// maps them from the memory file; merging off keeps every run its own region.
+func TestWriteFaaSnapTechniquesOff(t *testing.T) {
+	const spec = "DDZZDDDHHHDDZD" // pages 2,3 zero (freed), 7-9 holes
+	order := []uint64{0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13}
+	full, content, _ := buildFaaSnap(t, t.TempDir(), spec, 0, order, FaaSnapOptions{})
+	if got := full.Stats.LoadingSetPages; got != 8 {
+		t.Fatalf("full: %d loading-set pages, want 8", got)
+	}
+	if len(full.LoadingRegions) != 1 || full.LoadingRegions[0] != (LSRegion{Start: 0, Pages: 14}) {
+		t.Fatalf("full: regions %+v, want one merged region over all 14 pages", full.LoadingRegions)
+	}
+
+	dir := t.TempDir()
+	freed, _, _ := buildFaaSnap(t, dir, spec, 0, order, FaaSnapOptions{Freed: []uint64{3, 2, 3}, MergeGap: -1})
+	checkLoadingSetFile(t, freed, content, order)
+	if got := freed.Stats.LoadingSetPages; got != 10 {
+		t.Fatalf("freed off: %d loading-set pages, want 10 (the freed pages kept)", got)
+	}
+	want := []PageRun{{0, 7}, {10, 2}, {13, 1}}
+	if !reflect.DeepEqual(freed.NonzeroRegions, want) {
+		t.Fatalf("freed off: non-zero regions %+v", freed.NonzeroRegions)
+	}
+	var got []PageRun
+	for _, l := range freed.LoadingRegions {
+		got = append(got, l.PageRun())
+	}
+	if !reflect.DeepEqual(got, want) || freed.Stats.GapPages != 0 {
+		t.Fatalf("merge off: regions %+v (gap pages %d), want %+v unmerged", got, freed.Stats.GapPages, want)
+	}
+	readBack(t, freed)
+	r, err := ReadFaaSnap(freed.Dir)
+	if err != nil || r.Verify(int64(len(content)), sha(content), true) != nil {
+		t.Fatalf("freed-off artifact does not verify: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"slices"
 )
 
 // FaaSnapOptions tunes WriteFaaSnap.
@@ -13,6 +14,11 @@ type FaaSnapOptions struct {
 	// MergeGap is the §4.6 merge threshold in pages (see LoadingSet); 0
 	// means DefaultMergeGap (32) and a negative value disables merging.
 	MergeGap int
+	// Freed are pages the guest freed during the recording (zero in the
+	// memory file only because free page reporting dropped them); they are
+	// counted as non-zero, which switches §4.5's freed-page filtering off
+	// (the ablation). Pages outside the memory are an error.
+	Freed []uint64
 }
 
 func (o FaaSnapOptions) effective() (groupSize int, mergeGap uint64) {
@@ -173,6 +179,12 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 	}
 	if err := mem.hashed(zs.Size, hexSum(h)); err != nil {
 		return nil, err
+	}
+	if err := mem.checkPages(opts.Freed); err != nil {
+		return nil, err
+	}
+	if len(opts.Freed) > 0 {
+		nonzero = Normalize(append(nonzero, Runs(slices.Sorted(slices.Values(opts.Freed)))...))
 	}
 	groupSize, mergeGap := opts.effective()
 	ls, st := planLoadingSet(order, groupSize, nonzero, mergeGap)

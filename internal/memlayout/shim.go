@@ -157,6 +157,18 @@ func (a *FaaSnapArtifact) ShimTable() (*ShimTable, error) {
 	return t, nil
 }
 
+// MemoryFileLayout is the encoded layout without the loading-set entries:
+// per-region mapping (§4.5) with the loading set left in the memory file,
+// no loading-set file (§4.7 off, Figure 9's step "per-region mapping").
+func (a *FaaSnapArtifact) MemoryFileLayout() ([]byte, error) {
+	t, err := a.ShimTable()
+	if err != nil {
+		return nil, err
+	}
+	t.Entries = t.Entries[:len(a.NonzeroRegions)]
+	return t.Encode()
+}
+
 // ShimLayout is the binary encoding of ShimTable, the file THAW_SHIM_LAYOUT
 // names (FaaSnap §4.5/Figure 4, see ShimTable for where thaw differs).
 func (a *FaaSnapArtifact) ShimLayout() ([]byte, error) {

@@ -48,6 +48,14 @@ func TestShimLayoutEncoding(t *testing.T) {
 	if !reflect.DeepEqual(tab, wantTab) {
 		t.Fatalf("decoded %+v", tab)
 	}
+	// Without the loading-set file: the memory-file entries alone.
+	mf, err := a.MemoryFileLayout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab, err := DecodeShimLayout(mf); err != nil || !reflect.DeepEqual(tab.Entries, wantTab.Entries[:2]) {
+		t.Fatalf("memory-file layout %+v, %v", tab, err)
+	}
 	// No regions: a header only, the whole memory anonymous.
 	empty, err := (&FaaSnapArtifact{ArtifactHeader: ArtifactHeader{Memory: FileRef{Size: 8192}}}).ShimLayout()
 	if err != nil || len(empty) != ShimHeaderSize {

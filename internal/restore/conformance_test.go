@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,7 @@ func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
 	if _, err := memlayout.WriteREAP(s.snap.ArtifactDir(REAP), mem, fi.SHA256, s.order); err != nil {
 		t.Fatal(err)
 	}
+	writeVariants(t, s, mem, fi.SHA256, pages)
 	// The capture itself needs a kernel (internal/snapbpf tests it); the
 	// prefetch plan is built from the same synthetic working set.
 	if _, err := memlayout.WriteSnapBPF(s.snap.ArtifactDir(SnapBPF), mem, fi.SHA256, s.order, uint64(len(s.order)), 0); err != nil {
@@ -480,5 +482,111 @@ func TestPremapDevice(t *testing.T) {
 	}
 	if got := st2.Clones(); len(got) != 0 {
 		t.Fatalf("a refused restore kept a range: %v", got)
+	}
+}
+
+// writeVariants builds faasnap's technique-off artifacts of s: another
+// working set (the guest's faults), some pages counted as freed, no merging.
+func writeVariants(t *testing.T, s synthSnapshot, mem, sum string, pages int) {
+	t.Helper()
+	faulted := slices.Clone(s.order[:len(s.order)/2])
+	slices.Reverse(faulted)
+	freed := []uint64{0, uint64(pages / 2), uint64(pages - 1)}
+	for v, o := range map[string]struct {
+		order []uint64
+		opts  memlayout.FaaSnapOptions
+	}{
+		VariantNoHostRecording: {faulted, memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: 8}},
+		VariantNoFreedFilter:   {s.order, memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: 8, Freed: freed}},
+		VariantNoMerge:         {s.order, memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: -1}},
+	} {
+		if _, err := memlayout.WriteFaaSnap(faasnapArtifactDir(s.snap, v), mem, sum, o.order, o.opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Every faasnap variant restores guest memory byte-exact through the
+// interposer, and its loader reads what the variant says.
+func TestConformanceVariants(t *testing.T) {
+	shim := shimDir(t)
+	const pages = 1000
+	s := newSynth(t, pages, 77)
+	full, err := memlayout.ReadFaaSnap(s.snap.ArtifactDir(FaaSnap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsBytes := uint64(full.LoadingSetFile.Size)
+	for _, v := range FaaSnapVariants {
+		t.Run(v, func(t *testing.T) {
+			env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Variant: v}
+			sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			if st := sess.Stats(); sess.Kind() != FaaSnap || st.Fallback != "" || st.Variant != v {
+				t.Fatalf("ran as %s variant %q: %s", sess.Kind(), st.Variant, st.Fallback)
+			}
+			res := runCheck(t, shim, sess)
+			if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
+				t.Fatalf("%s: %+v", v, res)
+			}
+			f := sess.(*faasnap)
+			<-f.load.Done()
+			if err := f.load.Err(); err != nil {
+				t.Fatal(err)
+			}
+			switch v {
+			case VariantConcurrent: // the memory file mapped whole: no layout
+				if m := sess.Memory(); m.Interposer.Layout != "" || sess.Stats().LayoutEntries != 0 {
+					t.Errorf("concurrent paging maps a layout: %+v", m.Interposer)
+				}
+				if f.load.Bytes() != lsBytes {
+					t.Errorf("loader read %d bytes of the memory file, want the loading set's %d", f.load.Bytes(), lsBytes)
+				}
+			case VariantNoLoadingSet: // memory-file entries only, same bytes read
+				if m := sess.Memory(); m.Interposer.LSFile != "" || sess.Stats().LayoutEntries != len(full.NonzeroRegions) {
+					t.Errorf("per-region mapping uses the loading-set file: %+v, %d entries", m.Interposer, sess.Stats().LayoutEntries)
+				}
+				if f.load.Bytes() != lsBytes {
+					t.Errorf("loader read %d bytes, want %d", f.load.Bytes(), lsBytes)
+				}
+			default: // its own artifact's loading-set file
+				if f.lsPath != filepath.Join(s.snap.ArtifactDir(FaaSnap), "variants", v, FaaSnapLoadingSet) {
+					t.Errorf("loading set %s", f.lsPath)
+				}
+			}
+		})
+	}
+}
+
+// A variant the strategy lacks is refused; a variant without artifacts
+// falls back to vanilla and says why.
+func TestVariantRefusedOrFallsBack(t *testing.T) {
+	shim := shimDir(t)
+	s := newSynth(t, 257, 3)
+	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	for _, c := range []struct {
+		k Kind
+		v string
+	}{{FaaSnap, "no-such"}, {REAP, VariantNoMerge}, {Vanilla, VariantConcurrent}} {
+		env.Variant = c.v
+		if sess, err := Begin(context.Background(), c.k, s.snap, env); err == nil {
+			sess.Close()
+			t.Errorf("%s variant %s accepted", c.k, c.v)
+		}
+	}
+	if err := os.RemoveAll(faasnapArtifactDir(s.snap, VariantNoMerge)); err != nil {
+		t.Fatal(err)
+	}
+	env.Variant = VariantNoMerge
+	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "faasnap artifacts unusable") {
+		t.Errorf("missing variant artifact: ran as %s (%q)", sess.Kind(), sess.Stats().Fallback)
 	}
 }

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,38 +40,58 @@ type faasnap struct {
 	entries int
 	load    *Load
 	joined  bool
+	variant string
 
 	mu            sync.Mutex
 	finishedFirst *bool
 }
 
 func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
-	art, lsPath, err := verifiedArtifact(snap, FaaSnap, memlayout.ReadFaaSnap, FaaSnapLoadingSet)
+	art, lsPath, err := verifiedArtifactIn(snap, faasnapArtifactDir(snap, env.Variant), memlayout.ReadFaaSnap, FaaSnapLoadingSet)
 	if err != nil {
 		return nil, err
 	}
 	if snap.Source != nil {
+		if env.Variant != "" {
+			return nil, fmt.Errorf("faasnap variant %s restores local memory files only", env.Variant)
+		}
 		return beginLazyFaaSnap(snap, env, art, lsPath)
 	}
-	layout, err := art.ShimLayout()
-	if err != nil {
-		return nil, err
+	f := &faasnap{sessionBase: base(env), snap: snap, art: art, lsPath: lsPath, variant: env.Variant}
+	if env.Variant != VariantConcurrent { // concurrent paging alone maps the memory file whole
+		layout, err := art.ShimLayout()
+		if env.Variant == VariantNoLoadingSet {
+			layout, err = art.MemoryFileLayout()
+		}
+		if err != nil {
+			return nil, err
+		}
+		f.layout = filepath.Join(env.RunDir, "layout.bin")
+		if err := os.WriteFile(f.layout, layout, 0o600); err != nil {
+			return nil, err
+		}
+		f.entries = (len(layout) - memlayout.ShimHeaderSize) / memlayout.ShimEntrySize
 	}
-	layoutPath := filepath.Join(env.RunDir, "layout.bin")
-	if err := os.WriteFile(layoutPath, layout, 0o600); err != nil {
-		return nil, err
+	if ext := loaderExtents(art, env.Variant); ext != nil {
+		mem := snap.MemoryPath()
+		f.load, f.joined = env.Loaders.StartExtents(mem+"#"+env.Variant, mem, ext)
+	} else {
+		f.load, f.joined = env.Loaders.Start(lsPath)
 	}
-	f := &faasnap{sessionBase: base(env), snap: snap, art: art, lsPath: lsPath, layout: layoutPath,
-		entries: (len(layout) - 32) / 32}
-	f.load, f.joined = env.Loaders.Start(lsPath)
 	return f, nil
 }
 
 func (f *faasnap) Kind() Kind { return FaaSnap }
 
 func (f *faasnap) Memory() vmm.Memory {
-	return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
-		Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}})
+	if f.layout == "" {
+		return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false})
+	}
+	ip := vmm.Interposer{Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}
+	if f.variant == VariantNoLoadingSet {
+		ip.LSFile = ""
+	}
+	return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: ip})
 }
 
 func (f *faasnap) InvocationDone() {
@@ -86,7 +107,7 @@ func (f *faasnap) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return Stats{LayoutEntries: f.entries, FaaSnapStats: FaaSnapStats{LoaderBytes: f.load.Bytes(),
-		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst}}
+		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst, Variant: f.variant}}
 }
 
 // beginLazyFaaSnap restores from a memory source: guest memory is anonymous

@@ -55,9 +55,13 @@ func beginFaaSnapRecord(snap Snapshot, env Env, groupSize int) (*faasnapRecord, 
 
 func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 
-// Memory is the shared copy: guest writes land in it.
+// Memory is the shared copy: guest writes land in it, and QEMU's punches
+// of pages the guest reported free reach it (it is this VM's own copy), so
+// freed pages are holes in the warm memory (§4.5's freed-page filtering).
 func (r *faasnapRecord) Memory() vmm.Memory {
-	return r.protected(vmm.Memory{Path: r.memPath, Shared: true})
+	m := r.protected(vmm.Memory{Path: r.memPath, Shared: true})
+	m.Interposer.PassPunches = true
+	return m
 }
 
 // Started maps the memory file in the daemon and starts polling.
@@ -185,7 +189,7 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	if err != nil {
 		return err
 	}
-	order, freed, warm, snapMS, err := recordWarm(ctx, vm, rec)
+	order, freed, freedPages, warm, snapMS, err := recordWarm(ctx, vm, rec)
 	vm.Close()
 	if err != nil {
 		return err
@@ -195,31 +199,110 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	p.Result.Timing.WarmSnapshotMS = snapMS
 
 	t = time.Now()
-	dir := warm.ArtifactDir(FaaSnap)
-	art, err := memlayout.WriteFaaSnap(dir, warm.MemoryPath(), memSHA(warm), order,
-		memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap})
+	opts := memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap}
+	art, lsBytes, err := buildFaaSnap(warm.ArtifactDir(FaaSnap), warm, order, opts)
 	if err != nil {
-		return fmt.Errorf("build artifacts: %w", err)
+		return err
 	}
-	if err := art.Verify(memSize(warm), memSHA(warm), true); err != nil {
-		return fmt.Errorf("verify artifacts: %w", err)
-	}
-	ls := filepath.Join(dir, FaaSnapLoadingSet)
-	_ = snapshot.Trust(ls)
 	b := &wire.FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
-		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed}
-	if st, err := os.Stat(ls); err == nil {
-		b.LoadingSetBytes = st.Size()
-	}
+		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed, LoadingSetBytes: lsBytes}
 	p.Result.FaaSnap = b
+	if p.Options.Variants {
+		if freedPages, err = freedSinceClean(p.Clean, warm, order, freedPages); err != nil {
+			return err
+		}
+		noFreed, noMerge := opts, opts
+		noFreed.Freed, noMerge.MergeGap = freedPages, -1
+		for _, v := range []struct {
+			name string
+			opts memlayout.FaaSnapOptions
+		}{{VariantNoFreedFilter, noFreed}, {VariantNoMerge, noMerge}} {
+			if err := buildFaaSnapVariant(p, v.name, order, v.opts); err != nil {
+				return err
+			}
+		}
+	}
 	p.Result.Timing.FaaSnapBuildMS = msOf(time.Since(t))
 	return nil
 }
 
+// freedSinceClean adds to freed the working-set pages that are zero in the
+// warm memory file but not in the clean one: pages the guest freed and free
+// page reporting dropped during the record invocation (freed holds those
+// dropped during the wait after it). Without FaaSnap's freed-page handling
+// (the paper's guest sanitizes them to zero) they would keep stale data and
+// be in the loading set.
+func freedSinceClean(clean, warm Snapshot, order, freed []uint64) ([]uint64, error) {
+	was, err := nonzeroPages(clean.MemoryPath(), order)
+	if err != nil {
+		return nil, err
+	}
+	is, err := nonzeroPages(warm.MemoryPath(), order)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range order {
+		if was[i] && !is[i] {
+			freed = append(freed, p)
+		}
+	}
+	return freed, nil
+}
+
+// finishFaaSnap builds the variant without host page recording once REAP
+// recorded the pages the guest itself faulted (in fault order), if the
+// prepare asked for variants. thaw cannot see guest faults of the mincore
+// record VM (a shared file mapping), so this working set comes from REAP's
+// record invocation on the warm snapshot.
+func finishFaaSnap(p *Prepare) error {
+	if !p.Options.Variants || p.Result.FaaSnap == nil {
+		return nil
+	}
+	if p.Touched == nil {
+		return fmt.Errorf("variant %s needs the guest's faulted pages (the reap strategy's recording)", VariantNoHostRecording)
+	}
+	t := time.Now()
+	err := buildFaaSnapVariant(p, VariantNoHostRecording, p.Touched,
+		memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap})
+	p.Result.Timing.FaaSnapBuildMS += msOf(time.Since(t))
+	return err
+}
+
+// buildFaaSnapVariant builds variant's artifact and reports it.
+func buildFaaSnapVariant(p *Prepare, variant string, order []uint64, opts memlayout.FaaSnapOptions) error {
+	art, lsBytes, err := buildFaaSnap(faasnapArtifactDir(p.Warm, variant), p.Warm, order, opts)
+	if err != nil {
+		return fmt.Errorf("variant %s: %w", variant, err)
+	}
+	p.Result.FaaSnap.Variants = append(p.Result.FaaSnap.Variants, wire.FaaSnapVariantBuild{Variant: variant,
+		WorkingSetPages: len(order), Stats: art.Stats, LoadingSetBytes: lsBytes})
+	return nil
+}
+
+// buildFaaSnap writes and verifies a FaaSnap artifact of warm in dir and
+// returns it with its loading-set file's size.
+func buildFaaSnap(dir string, warm Snapshot, order []uint64, opts memlayout.FaaSnapOptions) (*memlayout.FaaSnapArtifact, int64, error) {
+	art, err := memlayout.WriteFaaSnap(dir, warm.MemoryPath(), memSHA(warm), order, opts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("build artifacts: %w", err)
+	}
+	if err := art.Verify(memSize(warm), memSHA(warm), true); err != nil {
+		return nil, 0, fmt.Errorf("verify artifacts: %w", err)
+	}
+	ls := filepath.Join(dir, FaaSnapLoadingSet)
+	_ = snapshot.Trust(ls)
+	st, err := os.Stat(ls)
+	if err != nil {
+		return nil, 0, err
+	}
+	return art, st.Size(), nil
+}
+
 // recordWarm runs the record invocation, ends the recording, waits for free
 // page reporting to settle and takes the warm snapshot of the record VM's
-// (shared) memory; snapMS is the snapshot's own time.
-func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed wire.FreePageReporting, warm Snapshot, snapMS float64, err error) {
+// (shared) memory; freedPages are the working-set pages reporting zeroed,
+// snapMS is the snapshot's own time.
+func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed wire.FreePageReporting, freedPages []uint64, warm Snapshot, snapMS float64, err error) {
 	if err = vm.Invoke(ctx); err != nil {
 		return
 	}
@@ -239,6 +322,9 @@ func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []u
 		freed.NonzeroBefore += b2i(before[i])
 		freed.NonzeroAfter += b2i(after[i])
 		freed.PagesRemoved += b2i(before[i] && !after[i])
+		if before[i] && !after[i] {
+			freedPages = append(freedPages, order[i])
+		}
 		freed.WrittenDuringWait += b2i(!before[i] && after[i])
 	}
 	t = time.Now()

@@ -22,9 +22,13 @@ type Loaders struct {
 // NewLoaders returns an empty registry.
 func NewLoaders() *Loaders { return &Loaders{running: map[string]*Load{}} }
 
-// Load is one pass over a loading-set file.
+// Extent is a byte range of a file a loader reads.
+type Extent struct{ Off, Len int64 }
+
+// Load is one pass over a loading-set file, or over extents of a file.
 type Load struct {
 	path  string
+	ext   []Extent
 	done  chan struct{}
 	bytes atomic.Uint64
 	start time.Time
@@ -33,19 +37,23 @@ type Load struct {
 }
 
 // Start begins loading path, or joins the load of path already running.
-func (l *Loaders) Start(path string) (ld *Load, joined bool) {
+func (l *Loaders) Start(path string) (ld *Load, joined bool) { return l.StartExtents(path, path, nil) }
+
+// StartExtents begins reading ext of path in order (nil: all of path,
+// sequentially), or joins the load under key already running.
+func (l *Loaders) StartExtents(key, path string, ext []Extent) (ld *Load, joined bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ld, ok := l.running[path]; ok {
+	if ld, ok := l.running[key]; ok {
 		return ld, true
 	}
-	ld = &Load{path: path, done: make(chan struct{}), start: time.Now()}
-	l.running[path] = ld
+	ld = &Load{path: path, ext: ext, done: make(chan struct{}), start: time.Now()}
+	l.running[key] = ld
 	go func() {
 		ld.err = ld.run()
 		ld.end = time.Now()
 		l.mu.Lock()
-		delete(l.running, path)
+		delete(l.running, key)
 		l.mu.Unlock()
 		close(ld.done)
 	}()
@@ -60,8 +68,11 @@ func (ld *Load) run() error {
 		return err
 	}
 	defer f.Close()
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	buf := make([]byte, loaderChunk)
+	if ld.ext != nil {
+		return ld.readExtents(f, buf)
+	}
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	for off := int64(0); ; {
 		n, err := f.ReadAt(buf, off)
 		ld.bytes.Add(uint64(n))
@@ -73,6 +84,25 @@ func (ld *Load) run() error {
 			return err
 		}
 	}
+}
+
+// readExtents reads each extent in chunks; the kernel's readahead applies
+// as to any read (the memory file is read where the pages lie).
+func (ld *Load) readExtents(f *os.File, buf []byte) error {
+	for _, e := range ld.ext {
+		for off, end := e.Off, e.Off+e.Len; off < end; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+			ld.bytes.Add(uint64(n))
+			off += int64(n)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Done is closed when the load has finished.

@@ -31,6 +31,8 @@ type RecordOptions struct {
 	GroupSize     int    // FaaSnap working-set group size in pages
 	MergeGap      int    // FaaSnap region merge threshold in pages
 	SnapBPFObject string // SnapBPF's eBPF capture program
+	// Variants: also build FaaSnap's technique-off artifacts (ablation).
+	Variants bool
 }
 
 // Prepare is a prepare in progress, handed from one strategy's step to the

@@ -93,6 +93,9 @@ type Env struct {
 	// mapping (each major fault then reads about 4 MiB); false drops it,
 	// as Firecracker maps snapshots. The same for every strategy.
 	HugePages bool
+	// Variant is a variant of the strategy (Strategy.Variants; FaaSnap's
+	// techniques switched off), "" for the strategy itself.
+	Variant string
 }
 
 // Stats are a restore's strategy-specific measurements: the fields every
@@ -197,13 +200,19 @@ func (sessionBase) Close() error                       { return nil }
 func verifiedArtifact[A interface {
 	Verify(memSize int64, memSHA256 string, full bool) error
 }](snap Snapshot, k Kind, read func(dir string) (A, error), dataFile string) (A, string, error) {
-	dir := snap.ArtifactDir(k)
+	return verifiedArtifactIn(snap, snap.ArtifactDir(k), read, dataFile)
+}
+
+// verifiedArtifactIn is verifiedArtifact of the artifact in dir.
+func verifiedArtifactIn[A interface {
+	Verify(memSize int64, memSHA256 string, full bool) error
+}](snap Snapshot, dir string, read func(dir string) (A, error), dataFile string) (A, string, error) {
 	art, err := read(dir)
 	if err != nil {
 		return art, "", err
 	}
 	path := filepath.Join(dir, dataFile)
-	if k == FaaSnap && snap.LoadingSet != nil { // a placeholder: its bytes are verified per chunk
+	if dir == snap.ArtifactDir(FaaSnap) && snap.LoadingSet != nil { // a placeholder: its bytes are verified per chunk
 		return art, path, art.Verify(memSize(snap), memSHA(snap), false)
 	}
 	err = snapshot.VerifyOnce(path, func(full bool) error { return art.Verify(memSize(snap), memSHA(snap), full) })

@@ -31,12 +31,20 @@ type Strategy struct {
 	// MemorySource (Snapshot.Source); the others refuse one with a
 	// NeedsLocalError.
 	Lazy bool
+	// Variants the strategy restores besides itself (Env.Variant).
+	Variants []string
+	// Finish runs after every strategy's Record, with what they left in
+	// the Prepare (faasnap builds its variant from REAP's recording).
+	Finish func(p *Prepare) error
 }
 
 // Start begins a restore with the strategy, falling back to vanilla where
 // the strategy allows it.
 func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, error) {
 	if err := needShim(env); err != nil {
+		return nil, err
+	}
+	if err := st.CheckVariant(env.Variant); err != nil {
 		return nil, err
 	}
 	if snap.Source != nil {
@@ -62,7 +70,8 @@ var registry = []Strategy{
 	}, Lazy: true},
 	{Kind: Cached, Begin: beginCached},
 	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true},
-	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true},
+	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true,
+		Variants: FaaSnapVariants, Finish: finishFaaSnap},
 	{Kind: Premap, Begin: beginPremap, Fallback: true},
 	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF},
 }

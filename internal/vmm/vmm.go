@@ -116,6 +116,10 @@ type Interposer struct {
 	Stats    string // layout mode with Populate: where the interposer reports
 	UffdSock string // uffd mode: the daemon's socket for the userfaultfd
 	Protect  bool   // QEMU's hole punches into MemFile become no-ops
+	// PassPunches lets QEMU's hole punches into MemFile through while
+	// Protect still handles the huge-page hint: a record VM's own copy,
+	// where pages the guest reports free must become holes.
+	PassPunches bool
 	// HugePages keeps QEMU's MADV_HUGEPAGE on MemFile's mapping; false
 	// (with Protect) drops it.
 	HugePages bool
@@ -146,6 +150,9 @@ func (c Interposer) Env() []string {
 	}
 	add("STATS", c.Stats)
 	add("UFFD_SOCK", c.UffdSock)
+	if c.PassPunches {
+		add("PUNCH", "pass")
+	}
 	if c.Protect {
 		add("PROTECT", "1")
 	}
