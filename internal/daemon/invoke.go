@@ -272,12 +272,14 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		s.metrics.KeepAlive(false)
 	}
 	if req.EvictCache {
+		t := time.Now()
 		if err := s.evictSnapshot(ctx, snapID); err != nil {
 			return nil, err
 		}
-		start = time.Now() // eviction is preparation, not part of the cold start
+		start = start.Add(time.Since(t)) // eviction is preparation, not part of the cold start
 	}
-	o := restoreOpts{begin: strategy.Start, start: start}
+	// The import is part of the total but reported apart, not as set-up.
+	o := restoreOpts{begin: strategy.Start, start: start.Add(imported)}
 	if req.Variant != "" {
 		o.begin = func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
 			env.Variant = req.Variant

@@ -195,6 +195,20 @@ func TestLazyPull(t *testing.T) {
 	if r := inv.Timing.Restore; inv.Timing.ImportMS <= 0 || r.Source != "registry" || r.PullMS <= 0 {
 		t.Fatalf("import timing %+v restore %+v", inv.Timing, r)
 	}
+	// The import is part of the total, not of the set-up; so with the cache evicted.
+	checkImportTiming := func(inv *Invocation) {
+		t.Helper()
+		if tm := inv.Timing; tm.TotalMS < tm.ImportMS+tm.Restore.SetupMS {
+			t.Fatalf("total %.1f ms, import %.1f ms, set-up %.1f ms", tm.TotalMS, tm.ImportMS, tm.Restore.SetupMS)
+		}
+	}
+	checkImportTiming(inv)
+	ev, _ := fakeService(t, withRegistry)
+	inv, err = ev.InvokeCold(ctx, ColdRequest{Function: "fn", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{"x":1}`), EvictCache: true}})
+	if err != nil || !inv.OK || inv.Timing.ImportMS <= 0 {
+		t.Fatalf("evicted invocation that imports: %v %+v", err, inv)
+	}
+	checkImportTiming(inv)
 	if got, _ := d.GetSnapshot(ctx, sn.ID); got == nil || got.RemoteMemory {
 		t.Fatalf("after cached: %+v", got)
 	}
