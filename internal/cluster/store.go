@@ -13,12 +13,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -26,7 +24,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/thaw-dev/thaw/internal/registry"
-	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/internal/registry/minioserver"
 )
 
 // StorePort is the object store's S3 port, on its own address.
@@ -95,7 +93,7 @@ func DefaultMinIO() string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "thaw")
 	}
-	return filepath.Join(cache, "minio", miniotest.Version, "minio")
+	return filepath.Join(cache, "minio", minioserver.Version, "minio")
 }
 
 // ObjectStore is a MinIO in its own namespace on the cluster's bridge,
@@ -111,8 +109,7 @@ type ObjectStore struct {
 	dataDir    string
 	logPath    string
 	mu         sync.Mutex
-	cmd        *exec.Cmd
-	exited     chan struct{}
+	proc       *minioserver.Process
 }
 
 // validate reports every problem of the config at once.
@@ -190,50 +187,22 @@ func (s *ObjectStore) writeConfig() error {
 	return os.Rename(tmp, s.ConfigFile)
 }
 
-// Start runs MinIO in the store's namespace and waits until it is ready.
-// MinIO dies with the process that runs the cluster.
+// Start runs MinIO in the store's namespace and waits until it answers
+// through the link. MinIO dies with the process that runs the cluster.
 func (s *ObjectStore) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.proc != nil {
 		return nil
 	}
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := minioserver.Start(ctx, minioserver.Spec{Bin: s.bin, DataDir: s.dataDir, Addr: s.minioAddr(),
+		AccessKey: s.Config.AccessKey, SecretKey: s.Config.SecretKey, LogPath: s.logPath,
+		Wrap: []string{"nsenter", "--net=/run/netns/" + s.NS, "--"}, ReadyAddr: s.Config.Endpoint})
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+s.NS, "--", s.bin, "server", "--quiet", "--address", s.minioAddr(), s.dataDir)
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.Config.AccessKey, "MINIO_ROOT_PASSWORD="+s.Config.SecretKey,
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start minio: %w", err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(cmd, s.exited)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := hc.Get("http://" + s.Config.Endpoint + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.exited:
-			b, _ := os.ReadFile(s.logPath)
-			s.cmd = nil
-			return fmt.Errorf("minio exited at start: %s", bytes.TrimSpace(b))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("minio did not become ready on %s in 60 s (log: %s)", s.Config.Endpoint, s.logPath)
+	s.proc = p
+	return nil
 }
 
 // minioAddr is where MinIO listens: the store namespace's loopback, behind
@@ -260,22 +229,22 @@ func (s *ObjectStore) Stop() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	terminate(s.cmd.Process, s.exited, 10*time.Second)
-	s.cmd = nil
+	s.proc.Stop(10 * time.Second)
+	s.proc = nil
 }
 
 // Running reports whether MinIO is up.
 func (s *ObjectStore) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return false
 	}
 	select {
-	case <-s.exited:
+	case <-s.proc.Exited():
 		return false
 	default:
 		return true

@@ -13,29 +13,25 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/minioserver"
 )
 
 // Version is the MinIO module version the tests run.
-const Version = "v0.0.0-20260212201848-7aac2a2c5b7c"
+const Version = minioserver.Version
 
 // Server is one running MinIO.
 type Server struct {
@@ -43,8 +39,7 @@ type Server struct {
 	certsDir string // with TLS: public.crt, private.key
 	dataDir  string
 	bin      string
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	proc     *minioserver.Process
 	mu       sync.Mutex
 	logPath  string
 }
@@ -124,65 +119,23 @@ func (s *Server) start() error {
 		}
 		s.Config.Endpoint = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := minioserver.Start(context.Background(), minioserver.Spec{Bin: s.bin, DataDir: s.dataDir, Addr: s.Config.Endpoint,
+		AccessKey: s.Config.AccessKey, SecretKey: s.Config.SecretKey, CertsDir: s.certsDir, LogPath: s.logPath})
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	args := []string{"server", "--quiet", "--address", s.Config.Endpoint}
-	if s.certsDir != "" {
-		args = append(args, "--certs-dir", s.certsDir)
-	}
-	cmd := exec.Command(s.bin, append(args, s.dataDir)...)
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.Config.AccessKey, "MINIO_ROOT_PASSWORD="+s.Config.SecretKey,
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start minio: %w", err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(cmd, s.exited)
-	hc, scheme := &http.Client{Timeout: 5 * time.Second}, "http://"
-	if s.certsDir != "" {
-		// Readiness only: the registry client verifies the certificate.
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
-		scheme = "https://"
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := hc.Get(scheme + s.Config.Endpoint + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.exited:
-			b, _ := os.ReadFile(s.logPath)
-			return fmt.Errorf("minio exited at start: %s", b)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("minio did not become ready on %s in 60s", s.Config.Endpoint)
+	s.proc = p
+	return nil
 }
 
 // Stop stops the server (its data stays until the test ends).
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
+	if s.proc != nil {
+		s.proc.Stop(10 * time.Second)
+		s.proc = nil
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
 }
 
 // Restart starts a stopped server again on the same address and data.
