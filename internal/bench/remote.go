@@ -242,12 +242,9 @@ func (s *RemoteSample) fill(inv *client.Invocation, err error) {
 	if r := t.Restore; r != nil {
 		s.SetupMS, s.ResumeMS, s.Source = r.SetupMS, r.ResumeMS, r.Source
 	}
-	// TotalMS is the restore alone here: the daemon counts an evicted cold
-	// start from after the eviction, which follows the import. Should it
-	// ever include the import, take it out.
-	if s.ImportMS > 0 && s.TotalMS >= s.ImportMS+s.SetupMS+s.ResumeMS {
-		s.TotalMS -= s.ImportMS
-	}
+	// TotalMS is the restore alone here: the daemon's total includes the
+	// import, which is reported apart.
+	s.TotalMS -= s.ImportMS
 	if st := inv.StrategyStats; st != nil {
 		s.SourceFetchedBytes, s.SourceBytes = st.SourceFetchedBytes, st.SourceBytes
 	}
@@ -341,7 +338,7 @@ func (r *RemoteResult) Markdown() string {
 		"and the snapshot without its memory from the registry, then restores with the strategy, memory pages fetched on demand "+
 		"(cached, premap and snapbpf pull the memory first). **pull**: a fresh node pulls the snapshot in full, then restores it cold with vanilla. "+
 		"First answer: what the client waited, request (the pull's, for pull) to answer. Import: `timing.import_ms`; restore: the invocation's "+
-		"`timing.total_ms` (set-up, resume, invoke; the import is not part of it); cold: import + restore. "+
+		"`timing.total_ms` less its `import_ms` (set-up, resume, invoke); cold: import + restore. "+
 		"Fetched: compressed bytes the node's chunk cache fetched from the store for it, all told (the import: the function, the manifest, "+
 		"the device state and the strategies' small files; the restore: memory pages, and FaaSnap's loading set, which faasnap streams); "+
 		"on demand: the part fetched for page faults (`strategy_stats.source_fetched_bytes`). "+
