@@ -79,7 +79,7 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.StringArrayVar(&cfg.Node.Args, "thawd-arg", nil, "more thawd flags for every node, repeatable (--thawd-arg=--memory=256)")
 	f.BoolVar(&withStore, "store", true, "run an object store (MinIO) in the cluster as every node's snapshot registry")
 	f.StringVar(&store.MinIO, "minio", cluster.DefaultMinIO(), "the minio binary")
-	f.DurationVar(&store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip netem adds between the nodes and the store")
+	f.DurationVar(&store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip added between the nodes and the store (a delay line in the store's namespace)")
 	f.IntVar(&store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")
 	f.IntVar(&store.ChunkSize, "chunk-size", 0, "chunk size of pushed snapshots, bytes (0: the registry's default)")
 	f.BoolVar(&store.PushOnPrepare, "push-on-prepare", true, "nodes push every prepared snapshot to the store")

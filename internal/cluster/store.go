@@ -32,14 +32,14 @@ const StorePort = 9000
 
 // Link is the emulated link between the nodes and the object store.
 type Link struct {
-	RTT      time.Duration // round trip added by netem (half each way); 0: none
+	RTT      time.Duration // round trip the delay line adds (half each way); 0: none
 	RateMbit int           // each direction, Mbit/s; 0: unlimited
 }
 
 // DefaultLink is a rack-local object store: 1 ms round trip, 1 Gbit/s.
 var DefaultLink = Link{RTT: time.Millisecond, RateMbit: 1000}
 
-// Validate refuses a link netem cannot emulate.
+// Validate refuses a link the cluster cannot emulate.
 func (l Link) Validate() error {
 	var errs []error
 	if l.RTT < 0 || l.RTT > 10*time.Second {
