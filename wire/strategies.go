@@ -38,6 +38,7 @@ type LazyStats struct {
 	SourceFetchedBytes  uint64  `json:"source_fetched_bytes,omitempty"`  // bytes the source fetched from its store meanwhile
 	SourceFetchedChunks uint64  `json:"source_fetched_chunks,omitempty"` // chunks it fetched
 	SourceCacheHits     uint64  `json:"source_cache_hits,omitempty"`     // reads it answered from its cache
+	ParkedFaults        uint64  `json:"parked_faults,omitempty"`         // faults that waited for a fetch off the fault loop
 	LoadingSetFaults    uint64  `json:"loading_set_faults,omitempty"`    // faasnap: faults served from the local loading-set file
 	ZeroFaults          uint64  `json:"zero_faults,omitempty"`           // faasnap: faults on pages known to be zero, not read
 	LoaderPages         uint64  `json:"loader_pages,omitempty"`          // faasnap: loading-set pages the loader installed

@@ -89,6 +89,10 @@ type RemoteSample struct {
 	// reads returned (uncompressed).
 	SourceFetchedBytes uint64 `json:"source_fetched_bytes,omitempty"`
 	SourceBytes        uint64 `json:"source_bytes,omitempty"`
+	// Restore and Stats are the invocation's timing.restore and
+	// strategy_stats as answered: where the time and the fetches went.
+	Restore *client.RestoreTiming `json:"restore,omitempty"`
+	Stats   *client.StrategyStats `json:"strategy_stats,omitempty"`
 }
 
 // RemotePrepared is one function's prepare and push.
@@ -248,6 +252,7 @@ func (s *RemoteSample) fill(inv *client.Invocation, err error) {
 	if st := inv.StrategyStats; st != nil {
 		s.SourceFetchedBytes, s.SourceBytes = st.SourceFetchedBytes, st.SourceBytes
 	}
+	s.Restore, s.Stats = t.Restore, inv.StrategyStats
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -73,6 +73,19 @@ func (f *LazyFile) Local(off int64) bool {
 	return f.sums[idx] == "" || f.fds[idx].Load() != nil
 }
 
+// Fetch makes the chunk holding off local (a later read of it fetches
+// nothing), fetching it if needed.
+func (f *LazyFile) Fetch(off int64) error {
+	if f.Local(off) {
+		return nil
+	}
+	if f.closed.Load() {
+		return os.ErrClosed
+	}
+	_, err := f.chunkFile(f.ctx, off/f.cs)
+	return err
+}
+
 // Size is the file's size in bytes.
 func (f *LazyFile) Size() int64 { return f.size }
 

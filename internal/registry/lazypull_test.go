@@ -57,7 +57,19 @@ func TestPullExceptAndPullFile(t *testing.T) {
 	if st := lf.Stats(); st.FetchedChunks != 1 || st.FetchedBytes == 0 || !lf.Local(off) {
 		t.Fatalf("after one read: %+v, local %v", st, lf.Local(off))
 	}
+	// Fetch makes a chunk local without reading it; a local one fetches nothing.
+	chunks := rm.File(snapshot.MemoryFile).Chunks
+	off2 := chunks[len(chunks)-1].Index * rm.ChunkSize
+	if lf.Local(off2) || lf.Fetch(off2) != nil || !lf.Local(off2) || lf.Fetch(off2) != nil {
+		t.Fatal("Fetch did not make its chunk local")
+	}
+	if st := lf.Stats(); st.FetchedChunks != 2 {
+		t.Fatalf("after a Fetch and a Fetch of a local chunk: %+v, want 2 chunks fetched", st)
+	}
 	lf.Close()
+	if err := lf.Fetch(0); !errors.Is(err, os.ErrClosed) && !lf.Local(0) {
+		t.Fatalf("Fetch after Close: %v", err)
+	}
 
 	// The memory completed later, whole and verified.
 	mem := filepath.Join(dst, snapshot.MemoryFile)
