@@ -239,7 +239,8 @@ func (m *lazyFile) Prefetch(ctx context.Context, off, n int64) {
 
 func (m *lazyFile) SourceStats() restore.SourceStats {
 	st := m.lf.Stats()
-	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits)}
+	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits),
+		FetchTime: st.FetchTime}
 }
 
 // lazyMemory is what a lazy restore reads from the registry: the memory

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // prefetchWorkers is how many chunks a Prefetch fetches at once.
@@ -34,18 +35,22 @@ type LazyFile struct {
 	writesMu sync.Mutex
 	writes   []*flight // fetched chunks being written to the cache
 
-	fetchedBytes, fetchedChunks, hits atomic.Int64
+	fetchedBytes, fetchedChunks, hits, fetchNS atomic.Int64
 }
 
 // LazyStats are one LazyFile's counters: what its reads and prefetches
-// fetched from the store (compressed bytes, chunks) and found in the cache.
+// fetched from the store (compressed bytes, chunks), the time those
+// fetches took (summed: parallel fetches overlap), and what they found in
+// the cache.
 type LazyStats struct {
 	FetchedBytes, FetchedChunks, Hits int64
+	FetchTime                         time.Duration
 }
 
 // Stats returns the file's counters so far.
 func (f *LazyFile) Stats() LazyStats {
-	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load()}
+	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load(),
+		FetchTime: time.Duration(f.fetchNS.Load())}
 }
 
 // Open returns the file named file (a path relative to the snapshot, e.g.
@@ -144,6 +149,7 @@ func (f *LazyFile) chunk(ctx context.Context, idx int64) (*os.File, []byte, erro
 		return nil, *m, nil
 	}
 	sum := f.sums[idx]
+	t := time.Now()
 	n, hit, fl, err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs)))
 	f.fetchedBytes.Add(n)
 	switch {
@@ -151,6 +157,7 @@ func (f *LazyFile) chunk(ctx context.Context, idx int64) (*os.File, []byte, erro
 		f.hits.Add(1)
 	case err == nil && n > 0:
 		f.fetchedChunks.Add(1)
+		f.fetchNS.Add(int64(time.Since(t)))
 	}
 	if err != nil {
 		return nil, nil, err

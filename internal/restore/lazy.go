@@ -43,6 +43,7 @@ type SourceStats struct {
 	FetchedBytes  uint64
 	FetchedChunks uint64
 	CacheHits     uint64
+	FetchTime     time.Duration // summed over the fetches (parallel ones overlap)
 }
 
 // ErrNeedsLocalMemory is wrapped by the error of a strategy that cannot
@@ -214,7 +215,8 @@ func (p *pageSource) stats(st *LazyStats) {
 	*st = LazyStats{Lazy: true, SourceFaults: p.srcReads.Load(), SourceBytes: p.srcBytes.Load(),
 		SourceReadMS:       msOf(time.Duration(p.srcNS.Load())),
 		SourceFetchedBytes: now.FetchedBytes - p.start.FetchedBytes, SourceFetchedChunks: now.FetchedChunks - p.start.FetchedChunks,
-		SourceCacheHits: now.CacheHits - p.start.CacheHits, LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
+		SourceCacheHits: now.CacheHits - p.start.CacheHits, SourceFetchMS: msOf(now.FetchTime - p.start.FetchTime),
+		LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
 		LoaderPages: st.LoaderPages, LoaderExisting: st.LoaderExisting}
 	if p.lsSrc != nil {
 		ls := p.lsSrc.SourceStats()

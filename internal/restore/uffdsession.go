@@ -221,7 +221,7 @@ func (r *uffdSession) Stats() Stats {
 	}
 	if r.plan.source != nil {
 		r.plan.source.stats(&st.LazyStats)
-		st.ParkedFaults = srv.Parked
+		st.ParkedFaults, st.ParkedMS = srv.Parked, msOf(srv.ParkTime)
 	}
 	st.Fallback = r.plan.fallback
 	return st

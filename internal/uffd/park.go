@@ -2,7 +2,11 @@
 
 package uffd
 
-import "golang.org/x/sys/unix"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // maxParked bounds the faults waiting on their fetch at once; beyond it a
 // fault's read blocks the fault loop, as without an AsyncSource.
@@ -30,7 +34,9 @@ func (s *Server) park(f fault, off int64) bool {
 	s.c.parked.Add(1)
 	f.fetched = true
 	go func() {
+		t := time.Now()
 		_ = s.async.Fetch(off)
+		s.c.parkNS.Add(int64(time.Since(t)))
 		s.unparked <- f // never blocks: at most maxParked are out
 		s.kick()
 	}()

@@ -56,6 +56,7 @@ type Stats struct {
 	SourceBytes    uint64        // bytes they returned
 	SourceReadTime time.Duration // total time in them (a slow source shows here)
 	Parked         uint64        // faults parked while their bytes were fetched (AsyncSource)
+	ParkTime       time.Duration // total time those fetches took (they overlap)
 
 	// Load (a loading set installed while the process runs).
 	LoadPages    uint64        // pages installed by Load
@@ -91,7 +92,7 @@ type counters struct {
 	pfFallback                                                 atomic.Pointer[string]
 
 	srcReads, srcBytes, parked     atomic.Uint64
-	srcNS                          atomic.Int64
+	srcNS, parkNS                  atomic.Int64
 	ldPages, ldExisting, ldSkipped atomic.Uint64
 	ldCopies, ldBytes              atomic.Uint64
 	ldNS                           atomic.Int64
@@ -344,6 +345,7 @@ func (s *Server) Stats() Stats {
 		SourceBytes:         c.srcBytes.Load(),
 		SourceReadTime:      time.Duration(c.srcNS.Load()),
 		Parked:              c.parked.Load(),
+		ParkTime:            time.Duration(c.parkNS.Load()),
 		LoadPages:           c.ldPages.Load(),
 		LoadExisting:        c.ldExisting.Load(),
 		LoadBytes:           c.ldBytes.Load(),
