@@ -34,6 +34,9 @@ var (
 	lazyFiles      = []string{snapshot.MemoryFile, loadingSetFile, workingSetFile}
 )
 
+// streamedFiles are the lazy files a strategy's restore streams first.
+var streamedFiles = map[restore.Kind][]string{restore.REAP: {workingSetFile}, restore.FaaSnap: {loadingSetFile}}
+
 // remoteFiles are the lazy files rm has.
 func remoteFiles(rm *registry.RemoteManifest) []string {
 	var out []string
@@ -380,13 +383,16 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 // importOnInvoke imports a function an invocation found missing (notHere:
 // unknown here, or without a snapshot) lazily from the registry and
 // returns the snapshot to restore; concurrent invocations share one
-// import. Without a registry, or with import turned off, notHere stands.
-func (s *Service) importOnInvoke(ctx context.Context, function string, notHere error) (string, error) {
+// import. The file the strategy kind streams first (REAP's working set,
+// FaaSnap's loading set) starts coming into the chunk cache while the
+// import runs. Without a registry, or with import turned off, notHere
+// stands.
+func (s *Service) importOnInvoke(ctx context.Context, function string, kind restore.Kind, notHere error) (string, error) {
 	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
 		return "", notHere
 	}
 	v, err, _ := s.imports.Do(function, func() (any, error) {
-		res, err := s.PullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true})
+		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
 			return s.newestSnapshot(ctx, function)
 		}

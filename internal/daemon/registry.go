@@ -185,6 +185,13 @@ func packCode(dir string) ([]byte, error) {
 // whole against its manifest and its inputs, and only then renamed into
 // place and entered in the catalog, as a local snapshot is.
 func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
+	return s.pullSnapshot(ctx, req, nil)
+}
+
+// pullSnapshot is PullSnapshot that also starts fetching the remote files
+// named in warm (a lazy pull's streamed files a restore will read next)
+// into the chunk cache as soon as the manifest is known.
+func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []string) (*wire.PullResult, error) {
 	if err := s.checkPull(req); err != nil {
 		return nil, err
 	}
@@ -225,6 +232,11 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 		return nil, registryErr(err)
 	}
 	steps.mark("manifest")
+	for _, f := range warm {
+		if req.Lazy && rm.File(f) != nil {
+			s.chunks.Warm(rm, f)
+		}
+	}
 	local, err := rm.LocalManifest()
 	if err != nil {
 		return nil, registryErr(err)

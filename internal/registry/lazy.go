@@ -275,6 +275,28 @@ feed:
 	return first
 }
 
+// warmTimeout bounds a Warm.
+const warmTimeout = time.Minute
+
+// Warm fetches the chunks of rm's file path into the cache in the
+// background, pinned until they are all here: a restore about to stream
+// the file finds them here or in flight. Errors are left to the reads that
+// need the chunks.
+func (c *Cache) Warm(rm *RemoteManifest, path string) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	lf, err := c.Open(ctx, rm, path)
+	if err != nil {
+		cancel()
+		return
+	}
+	done := lf.Prefetch(ctx, 0, lf.Size())
+	go func() {
+		<-done
+		lf.Close()
+		cancel()
+	}()
+}
+
 // Close unpins the file's chunks and closes its descriptors; running
 // prefetches are cancelled and waited for.
 func (f *LazyFile) Close() error {
