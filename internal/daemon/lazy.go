@@ -34,8 +34,11 @@ var (
 	lazyFiles      = []string{snapshot.MemoryFile, loadingSetFile, workingSetFile}
 )
 
-// streamedFiles are the lazy files a strategy's restore streams first.
-var streamedFiles = map[restore.Kind][]string{restore.REAP: {workingSetFile}, restore.FaaSnap: {loadingSetFile}}
+// streamedFiles are the lazy files an import on invoke starts fetching for
+// a strategy's restore: REAP's working set, which the restore installs
+// before the vCPU runs. FaaSnap's loading set is not (at 80-100 MiB it
+// slowed the import as much as it sped the restore; docs/cluster.md).
+var streamedFiles = map[restore.Kind][]string{restore.REAP: {workingSetFile}}
 
 // remoteFiles are the lazy files rm has.
 func remoteFiles(rm *registry.RemoteManifest) []string {
@@ -383,9 +386,8 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 // importOnInvoke imports a function an invocation found missing (notHere:
 // unknown here, or without a snapshot) lazily from the registry and
 // returns the snapshot to restore; concurrent invocations share one
-// import. The file the strategy kind streams first (REAP's working set,
-// FaaSnap's loading set) starts coming into the chunk cache while the
-// import runs. Without a registry, or with import turned off, notHere
+// import. REAP's working set (streamedFiles) starts coming into the chunk
+// cache while the import finishes. Without a registry, or with import turned off, notHere
 // stands.
 func (s *Service) importOnInvoke(ctx context.Context, function string, kind restore.Kind, notHere error) (string, error) {
 	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {

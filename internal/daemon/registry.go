@@ -190,7 +190,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 
 // pullSnapshot is PullSnapshot that also starts fetching the remote files
 // named in warm (a lazy pull's streamed files a restore will read next)
-// into the chunk cache as soon as the manifest is known.
+// into the chunk cache once the pull's own files are here.
 func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []string) (*wire.PullResult, error) {
 	if err := s.checkPull(req); err != nil {
 		return nil, err
@@ -232,10 +232,8 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		return nil, registryErr(err)
 	}
 	steps.mark("manifest")
-	for _, f := range warm {
-		if req.Lazy && rm.File(f) != nil {
-			s.chunks.Warm(rm, f)
-		}
+	if !req.Lazy {
+		warm = nil
 	}
 	local, err := rm.LocalManifest()
 	if err != nil {
@@ -265,7 +263,7 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
 	before := s.chunks.Stats()
-	sn, err := s.materialize(ctx, rm, local, req.Lazy, steps)
+	sn, err := s.materialize(ctx, rm, local, req.Lazy, steps, warm)
 	if err != nil {
 		undo()
 		return nil, err
@@ -294,8 +292,9 @@ func (s *Service) checkPull(req wire.PullRequest) error {
 }
 
 // materialize writes rm into the snapshots directory and the catalog;
-// lazy leaves the memory in the registry (a placeholder here).
-func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes) (*catalog.Snapshot, error) {
+// lazy leaves the memory in the registry (a placeholder here); the remote
+// files in warm start coming into the chunk cache once the others are here.
+func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes, warm []string) (*catalog.Snapshot, error) {
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+rm.ID)
 	final := filepath.Join(s.snapshotsDir(), rm.ID)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -312,6 +311,11 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
 	}, skip...)
 	steps.mark("files")
+	for _, f := range warm { // after the files the import waits for
+		if err == nil && rm.File(f) != nil {
+			s.chunks.Warm(rm, f)
+		}
+	}
 	var stamp []byte
 	switch {
 	case err == nil && lazy:

@@ -1,9 +1,7 @@
 package uffd
 
 import (
-	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -92,25 +90,10 @@ func TestParkedFaultFetchFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(context.Background()) }()
-	if prev := runtime.GOMAXPROCS(0); prev < 4 { // see touchPages
-		runtime.GOMAXPROCS(4)
-		defer runtime.GOMAXPROCS(prev)
-	}
-	touched := make(chan struct{})
-	go func() {
-		defer close(touched)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		sourceSink += r.mem[5*PageSize]
-	}()
-	err = within(t, errc, "Serve did not end on the source's failure")
+	err = serveUntilFailure(t, s, r, 5, 6)
 	if !errors.Is(err, errSourceDown) || !strings.Contains(err.Error(), "read memory source at 0x5000") {
 		t.Fatalf("Serve: %v, want the source's error", err)
 	}
-	r.unblock()
-	<-touched
 	if st := s.Stats(); st.Parked != 1 || g.fetches != 1 {
 		t.Errorf("parked %d, fetches %d, want 1 each", st.Parked, g.fetches)
 	}
