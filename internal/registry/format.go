@@ -42,6 +42,9 @@ var (
 	ErrCorrupt = errors.New("registry object corrupt")
 	// ErrInvalid: a remote manifest or record that fails its checks.
 	ErrInvalid = errors.New("registry manifest invalid")
+	// ErrBusy: a garbage collection could not start because pushes kept
+	// running past its wait.
+	ErrBusy = errors.New("registry busy")
 )
 
 // ChunkRef is one stored chunk of a file: its index (offset = Index *
