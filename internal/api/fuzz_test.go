@@ -24,6 +24,7 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"POST /v1/vms":                      decodes(readCreateVM),
 	"POST /v1/snapshots":                decodes(readCreateSnapshot),
 	"POST /v1/snapshots/pull":           decodes(readPull),
+	"POST /v1/registry/gc":              decodes(readGC),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

@@ -108,6 +108,37 @@ func (h *Handler) pullSnapshot(w http.ResponseWriter, r *http.Request) {
 	reply(h, w, r, http.StatusCreated, res, err)
 }
 
+// collectRegistry serves POST /v1/registry/gc (?wait=false: an operation).
+func (h *Handler) collectRegistry(w http.ResponseWriter, r *http.Request) {
+	req, err := readGC(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !req.wait {
+		op, err := h.svc.StartGC(h.opContext(w, r), req.GCRequest)
+		h.accepted(w, r, op, err)
+		return
+	}
+	res, err := h.svc.CollectRegistry(r.Context(), req.GCRequest)
+	reply(h, w, r, http.StatusOK, res, err)
+}
+
+type gcRequest struct {
+	wire.GCRequest
+	wait bool
+}
+
+// readGC decodes a collection request: ?wait and the body (at most 4 KiB).
+func readGC(w http.ResponseWriter, r *http.Request) (gcRequest, error) {
+	var req gcRequest
+	var err error
+	if req.wait, err = waitParam(r); err != nil {
+		return req, err
+	}
+	return req, decode(w, r, 4096, &req.GCRequest)
+}
+
 type pullRequest struct {
 	wire.PullRequest
 	wait bool

@@ -147,17 +147,17 @@ type GCOptions struct {
 
 // GCStats says what a collection found and did.
 type GCStats struct {
-	Snapshots      int   `json:"snapshots"`      // remote manifests read
-	Functions      int   `json:"functions"`      // function records read
-	Chunks         int   `json:"chunks"`         // chunk objects listed
-	ChunksDeleted  int   `json:"chunks_deleted"` // unreferenced and older than the grace
-	BytesDeleted   int64 `json:"bytes_deleted"`  // their stored bytes (code archives included)
-	ChunksYoung    int   `json:"chunks_young"`   // unreferenced but within the grace: kept
-	CodeDeleted    int   `json:"code_deleted"`   // unreferenced code archives deleted
-	StaleLeases    int   `json:"stale_leases"`   // leases of dead holders removed
-	BytesKept      int64 `json:"bytes_kept"`     // stored bytes of the chunks and code archives kept
-	DryRun         bool  `json:"dry_run"`        // nothing was deleted
-	WaitedForPushM int64 `json:"waited_for_push_ms"`
+	Snapshots     int           `json:"snapshots"`      // remote manifests read
+	Functions     int           `json:"functions"`      // function records read
+	Chunks        int           `json:"chunks"`         // chunk objects listed
+	ChunksDeleted int           `json:"chunks_deleted"` // unreferenced and older than the grace
+	BytesDeleted  int64         `json:"bytes_deleted"`  // their stored bytes (code archives included)
+	ChunksYoung   int           `json:"chunks_young"`   // unreferenced but within the grace: kept
+	CodeDeleted   int           `json:"code_deleted"`   // unreferenced code archives deleted
+	StaleLeases   int           `json:"stale_leases"`   // leases of dead holders removed
+	BytesKept     int64         `json:"bytes_kept"`     // stored bytes of the chunks and code archives kept
+	DryRun        bool          `json:"dry_run"`        // nothing was deleted
+	Waited        time.Duration `json:"-"`              // waiting for running pushes
 }
 
 // GC deletes the chunks and code archives that no remote manifest or
@@ -200,7 +200,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 		case <-time.After(leasePoll):
 		}
 	}
-	st.WaitedForPushM = time.Since(t0).Milliseconds()
+	st.Waited = time.Since(t0)
 
 	keep, err := s.referenced(ctx, &st)
 	if err != nil {
