@@ -24,8 +24,9 @@ func (s *Service) ListRegistrySnapshots(ctx context.Context) ([]wire.RegistrySna
 	}
 	out := make([]wire.RegistrySnapshot, len(rs))
 	for i, r := range rs {
+		stored, data := r.Bytes()
 		out[i] = wire.RegistrySnapshot{ID: r.ID, Function: r.Function, CreatedAt: r.CreatedAt, PushedAt: r.PushedAt,
-			Chunks: r.Chunks, StoredBytes: r.StoredBytes, DataBytes: r.DataBytes, Latest: r.Latest}
+			Chunks: len(r.ChunkSums()), StoredBytes: stored, DataBytes: data, Latest: r.Latest}
 	}
 	return out, nil
 }

@@ -22,14 +22,7 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	srv := miniotest.Start(t)
 	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
 	_, one := bootAndSnapshot(t, a, "fn")
-	vm, err := a.BootVM(ctx, "fn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	two, err := a.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, two := snapshotOf(t, a, "fn")
 	for _, id := range []string{one.ID, two.ID} {
 		if _, err := a.PushSnapshot(ctx, id); err != nil {
 			t.Fatal(err)

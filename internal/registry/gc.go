@@ -245,24 +245,14 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 // the object keys they name.
 func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, error) {
 	keep := map[string]bool{}
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
-		if o.Err != nil {
-			return nil, s.classify("list snapshots/", o.Err)
-		}
-		id, ok := manifestID(o.Key)
-		if !ok {
-			continue
-		}
-		m, err := s.GetManifest(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("gc: nothing deleted: snapshot %s: %w", id, err)
-		}
+	err := s.eachManifest(ctx, func(m *RemoteManifest) {
 		st.Snapshots++
-		for _, f := range m.Files {
-			for _, c := range f.Chunks {
-				keep[chunkKey(c.SHA256)] = true
-			}
+		for _, sum := range m.ChunkSums() {
+			keep[chunkKey(sum)] = true
 		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gc: nothing deleted: %w", err)
 	}
 	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "functions/", Recursive: true}) {
 		if o.Err != nil {
@@ -280,6 +270,26 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 		keep[r.Code] = true
 	}
 	return keep, nil
+}
+
+// eachManifest reads and checks every remote manifest in the bucket; one
+// that fails stops the walk with its error.
+func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest)) error {
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
+		if o.Err != nil {
+			return s.classify("list snapshots/", o.Err)
+		}
+		id, ok := manifestID(o.Key)
+		if !ok {
+			continue
+		}
+		m, err := s.GetManifest(ctx, id)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		fn(m)
+	}
+	return nil
 }
 
 func manifestID(key string) (string, bool) {
@@ -315,56 +325,40 @@ func (s *Store) remove(ctx context.Context, keys []string) error {
 	return ctx.Err()
 }
 
-// RemoteSnapshot is one pushed snapshot as ListSnapshots reports it.
-type RemoteSnapshot struct {
-	ID          string    `json:"id"`
-	Function    string    `json:"function"`
-	CreatedAt   time.Time `json:"created_at"`
-	PushedAt    time.Time `json:"pushed_at"`
-	Chunks      int       `json:"chunks"`
-	StoredBytes int64     `json:"stored_bytes"`
-	DataBytes   int64     `json:"data_bytes"`
-	Latest      bool      `json:"latest"` // its function record names it
+// Listed is a snapshot in the registry: its manifest, when it was taken,
+// and whether its function's record names it as the newest.
+type Listed struct {
+	*RemoteManifest
+	CreatedAt time.Time
+	Latest    bool
 }
 
 // ListSnapshots reads every remote manifest, newest first. A manifest that
 // cannot be read fails the listing: the registry is damaged and says so.
-func (s *Store) ListSnapshots(ctx context.Context) ([]RemoteSnapshot, error) {
-	var out []RemoteSnapshot
+func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
+	var out []Listed
+	err := s.eachManifest(ctx, func(m *RemoteManifest) {
+		l := Listed{RemoteManifest: m}
+		if local, err := m.LocalManifest(); err == nil { // checked by GetManifest
+			l.CreatedAt = local.CreatedAt
+		}
+		out = append(out, l)
+	})
+	if err != nil {
+		return nil, err
+	}
 	latest := map[string]string{}
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
-		if o.Err != nil {
-			return nil, s.classify("list snapshots/", o.Err)
-		}
-		id, ok := manifestID(o.Key)
-		if !ok {
-			continue
-		}
-		m, err := s.GetManifest(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", id, err)
-		}
-		local, err := m.LocalManifest()
-		if err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", id, err)
-		}
-		if _, ok := latest[m.Function]; !ok {
-			latest[m.Function] = ""
-			if r, err := s.GetFunction(ctx, m.Function); err == nil {
-				latest[m.Function] = r.Latest
+	for i := range out {
+		fn := out[i].Function
+		if _, ok := latest[fn]; !ok {
+			latest[fn] = ""
+			if r, err := s.GetFunction(ctx, fn); err == nil {
+				latest[fn] = r.Latest
 			} else if !errors.Is(err, ErrNotFound) {
 				return nil, err
 			}
 		}
-		distinct := map[string]bool{}
-		for _, f := range m.Files {
-			for _, c := range f.Chunks {
-				distinct[c.SHA256] = true
-			}
-		}
-		stored, data := m.Bytes()
-		out = append(out, RemoteSnapshot{ID: id, Function: m.Function, CreatedAt: local.CreatedAt, PushedAt: m.PushedAt,
-			Chunks: len(distinct), StoredBytes: stored, DataBytes: data, Latest: latest[m.Function] == id})
+		out[i].Latest = latest[fn] == out[i].ID
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {

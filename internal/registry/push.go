@@ -134,14 +134,12 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 		return nil, st, fmt.Errorf("push %s: %w", local.ID, err)
 	}
 	// Stored sizes are known once every upload has finished.
-	distinct := map[string]bool{}
 	for i := range rm.Files {
 		for j := range rm.Files[i].Chunks {
-			distinct[rm.Files[i].Chunks[j].SHA256] = true
 			rm.Files[i].Chunks[j].Stored = up.storedSize(rm.Files[i].Chunks[j].SHA256)
 		}
 	}
-	st.Chunks = len(distinct)
+	st.Chunks = len(rm.ChunkSums())
 	st.StoredBytes, st.DataBytes = rm.Bytes()
 	b, err := rm.Encode()
 	if err != nil {
