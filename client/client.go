@@ -782,6 +782,25 @@ func (c *Client) PushSnapshot(ctx context.Context, id string) (*PushResult, erro
 	return &r, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", nil, &r)
 }
 
+// ListRegistrySnapshots lists the snapshots in the daemon's registry,
+// oldest first.
+func (c *Client) ListRegistrySnapshots(ctx context.Context) ([]RegistrySnapshot, error) {
+	return all[RegistrySnapshot](ctx, c, "/v1/registry/snapshots", url.Values{}, 0)
+}
+
+// DeleteRegistrySnapshot removes a snapshot from the registry; its chunks
+// go at the next collection (CollectRegistry).
+func (c *Client) DeleteRegistrySnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/registry/snapshots/"+url.PathEscape(id), nil, nil)
+}
+
+// CollectRegistry deletes the registry's objects no snapshot or function
+// names (older than the grace).
+func (c *Client) CollectRegistry(ctx context.Context, req GCRequest) (*GCResult, error) {
+	var r GCResult
+	return &r, c.doJSON(ctx, "POST", "/v1/registry/gc", req, &r)
+}
+
 // PullSnapshot fetches a snapshot (req.Snapshot, or the newest of
 // req.Function) from the daemon's snapshot registry.
 func (c *Client) PullSnapshot(ctx context.Context, req PullRequest) (*PullResult, error) {

@@ -105,6 +105,13 @@ func (c *Client) StartPushSnapshot(ctx context.Context, id string) (*Operation, 
 	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push?wait=false", nil, &op)
 }
 
+// StartCollectRegistry starts a registry garbage collection (operation
+// kind gc).
+func (c *Client) StartCollectRegistry(ctx context.Context, req GCRequest) (*Operation, error) {
+	var op Operation
+	return &op, c.doJSON(ctx, "POST", "/v1/registry/gc?wait=false", req, &op)
+}
+
 // StartPullSnapshot starts pulling a snapshot from the registry (operation
 // kind pull): req names a snapshot or a function.
 func (c *Client) StartPullSnapshot(ctx context.Context, req PullRequest) (*Operation, error) {

@@ -93,6 +93,31 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	}
 	invoke(e2.c, "faasnap")
 
+	// The registry itself: list, delete the clean snapshot, collect its
+	// own chunks; the warm one still pulls whole on a third node.
+	list, err := c.ListRegistrySnapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("registry list = %+v, %v", list, err)
+	}
+	for _, s := range list {
+		if s.Latest != (s.ID == warm) {
+			t.Fatalf("registry list marks %s latest=%v; the function's newest is %s", s.ID, s.Latest, warm)
+		}
+	}
+	if err := c.DeleteRegistrySnapshot(ctx, res.Clean.ID); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	gcr, err := c.CollectRegistry(ctx, client.GCRequest{GraceS: &zero})
+	if err != nil || gcr.Snapshots != 1 || gcr.ChunksDeleted == 0 || gcr.ChunksDeleted > pc.Uploaded {
+		t.Fatalf("registry gc = %+v, %v (the clean snapshot uploaded %d chunks of its own)", gcr, err, pc.Uploaded)
+	}
+	t.Logf("registry gc: %d of %d chunks deleted, %d KiB", gcr.ChunksDeleted, gcr.Chunks, gcr.BytesDeleted>>10)
+	e3 := startEnvWith(t, t.TempDir(), withRegistry)
+	if pr3, err := e3.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"}); err != nil || pr3.Snapshot.ID != warm {
+		t.Fatalf("pull after gc = %+v, %v", pr3, err)
+	}
+
 	// The store down: a clear 503, nothing lost here.
 	srv.Stop()
 	_, err = c.PushSnapshot(ctx, res.Clean.ID)

@@ -137,6 +137,8 @@ func (a *app) printResult(op *client.Operation) error {
 		return a.printPush(r.Push)
 	case r.Pull != nil:
 		return a.printPull(r.Pull)
+	case r.GC != nil:
+		return a.printGC(r.GC)
 	}
 	return a.printOperation(op)
 }

@@ -122,6 +122,11 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
 		{"POST", "/v1/snapshots/{id}/push", h.pushSnapshot},
 		{"POST", "/v1/snapshots/pull", h.pullSnapshot},
+		{"GET", "/v1/registry/snapshots", list(h, func(ctx context.Context, _ *http.Request) ([]wire.RegistrySnapshot, error) {
+			return h.svc.ListRegistrySnapshots(ctx)
+		}, func(s wire.RegistrySnapshot) string { return createdKey(s.CreatedAt, s.ID) }, same)},
+		{"DELETE", "/v1/registry/snapshots/{id}", done(h, "id", h.svc.DeleteRegistrySnapshot)},
+		{"POST", "/v1/registry/gc", h.collectRegistry},
 		{"GET", "/v1/invocations", h.listInvocations},
 		{"GET", "/v1/operations", list(h, func(ctx context.Context, _ *http.Request) ([]*daemon.Operation, error) {
 			return h.svc.ListOperations(ctx)

@@ -57,6 +57,8 @@ func registryErr(err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
+	case errors.Is(err, registry.ErrBusy):
+		return fmt.Errorf("%w: %v", ErrConflict, err)
 	case errors.Is(err, registry.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
 	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid),

@@ -52,6 +52,12 @@ func createFn(t *testing.T, s *Service, name string) {
 func bootAndSnapshot(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Snapshot) {
 	t.Helper()
 	createFn(t, s, name)
+	return snapshotOf(t, s, name)
+}
+
+// snapshotOf boots an existing function and snapshots the VM.
+func snapshotOf(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Snapshot) {
+	t.Helper()
 	vm, err := s.BootVM(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -103,8 +104,16 @@ func start(t testing.TB, withTLS bool) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.EnsureBucket(context.Background()); err != nil {
-		t.Fatalf("create bucket: %v", err)
+	// MinIO can answer its readiness probe a moment before its object
+	// layer takes requests ("Server not initialized yet"): retry that.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := st.EnsureBucket(context.Background())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, registry.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("create bucket: %v", err)
+		}
 	}
 	return s
 }

@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// List, delete and collect through the service, on the fake VMM and a real
+// MinIO: a deleted snapshot leaves the listing and its own chunks go at
+// the collection, a pull of it then fails cleanly, bad requests are 400
+// and a node without a registry says so.
+func TestRegistryListDeleteGC(t *testing.T) {
+	ctx := context.Background()
+	none, _ := fakeService(t, nil)
+	if _, err := none.ListRegistrySnapshots(ctx); !errors.Is(err, ErrConflict) {
+		t.Fatalf("list without a registry: %v", err)
+	}
+	srv := miniotest.Start(t)
+	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
+	_, one := bootAndSnapshot(t, a, "fn")
+	_, two := snapshotOf(t, a, "fn")
+	for _, id := range []string{one.ID, two.ID} {
+		if _, err := a.PushSnapshot(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := a.ListRegistrySnapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	latest := 0
+	for _, s := range list {
+		if s.Latest {
+			latest++
+		}
+		if s.Function != "fn" || s.Chunks == 0 || s.StoredBytes == 0 {
+			t.Fatalf("listed %+v", s)
+		}
+	}
+	if latest != 1 {
+		t.Fatalf("%d snapshots marked latest", latest)
+	}
+
+	if err := a.DeleteRegistrySnapshot(ctx, "../x"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("delete of a malformed id: %v", err)
+	}
+	if err := a.DeleteRegistrySnapshot(ctx, "snap-0123456789ab"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of an unknown snapshot: %v", err)
+	}
+	neg := -1
+	if _, err := a.CollectRegistry(ctx, wire.GCRequest{GraceS: &neg}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative grace: %v", err)
+	}
+	if err := a.DeleteRegistrySnapshot(ctx, one.ID); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := a.ListRegistrySnapshots(ctx); len(list) != 1 || list[0].ID != two.ID || !list[0].Latest {
+		t.Fatalf("after delete: %+v", list)
+	}
+	// Within the default grace nothing goes.
+	res, err := a.CollectRegistry(ctx, wire.GCRequest{})
+	if err != nil || res.ChunksDeleted != 0 || res.ChunksYoung == 0 || res.Snapshots != 1 {
+		t.Fatalf("gc within the grace: %+v, %v", res, err)
+	}
+	zero := 0
+	res, err = a.CollectRegistry(ctx, wire.GCRequest{GraceS: &zero})
+	if err != nil || res.ChunksDeleted == 0 || res.BytesDeleted == 0 {
+		t.Fatalf("gc: %+v, %v", res, err)
+	}
+	b, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: one.ID}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("pull of a deleted snapshot: %v", err)
+	}
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); err != nil {
+		t.Fatalf("pull of the kept snapshot after gc: %v", err)
+	}
+	if _, err := b.CheckSnapshot(ctx, two.ID); err != nil {
+		t.Fatalf("kept snapshot does not verify after gc: %v", err)
+	}
+	// The operation form.
+	op, err := a.StartGC(ctx, wire.GCRequest{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.WaitOperation(ctx, op.ID); err != nil || got.State != wire.OpSucceeded || got.Result == nil || got.Result.GC == nil || !got.Result.GC.DryRun {
+		t.Fatalf("gc operation: %+v, %v", got, err)
+	}
+	srv.Stop()
+	if _, err := a.CollectRegistry(ctx, wire.GCRequest{}); !errors.Is(err, ErrRegistryUnavailable) {
+		t.Fatalf("gc with the store down: %v", err)
+	}
+}
