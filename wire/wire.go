@@ -309,6 +309,24 @@ type Info struct {
 	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's
 	// memory mapping (thawd --hugepage-hint); false, the default, drops it.
 	HugePageHint bool `json:"hugepage_hint"`
+	// Registry is the snapshot registry the daemon uses; absent without
+	// one. Credentials are never shown.
+	Registry *RegistryInfo `json:"registry,omitempty"`
+}
+
+// RegistryInfo is the snapshot registry as GET /v1/info shows it.
+type RegistryInfo struct {
+	Endpoint      string `json:"endpoint"`
+	Bucket        string `json:"bucket"`
+	Secure        bool   `json:"secure"`
+	ChunkSize     int64  `json:"chunk_size"`      // of pushes from this node
+	PushOnPrepare bool   `json:"push_on_prepare"` // thawd --registry-push-on-prepare
+	Import        bool   `json:"import"`          // thawd --registry-import
+	// The node's chunk cache: its directory, bytes held and budget
+	// (0: unbounded).
+	CacheDir         string `json:"cache_dir"`
+	CacheUsedBytes   int64  `json:"cache_used_bytes"`
+	CacheBudgetBytes int64  `json:"cache_budget_bytes"`
 }
 
 // Health is GET /v1/health's body: whether the daemon serves.

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
@@ -21,6 +23,16 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	}
 	srv := miniotest.Start(t)
 	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
+	if none.Info().Registry != nil {
+		t.Fatal("info shows a registry on a node without one")
+	}
+	info := a.Info()
+	if r := info.Registry; r == nil || r.Bucket != srv.Config.Bucket || r.Endpoint != srv.Config.Endpoint || !r.Import || r.CacheDir == "" {
+		t.Fatalf("info.registry = %+v", info.Registry)
+	}
+	if b, _ := json.Marshal(info); strings.Contains(string(b), srv.Config.SecretKey) || strings.Contains(string(b), srv.Config.AccessKey) {
+		t.Fatalf("info shows credentials: %s", b)
+	}
 	_, one := bootAndSnapshot(t, a, "fn")
 	_, two := snapshotOf(t, a, "fn")
 	for _, id := range []string{one.ID, two.ID} {
