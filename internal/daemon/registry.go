@@ -259,6 +259,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 	res.PullMS = ms(time.Since(t0))
 	s.log.Info("snapshot pulled", "snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS)
+	s.collectSnapshots(ctx, fn.Name, sn.ID)
 	return res, nil
 }
 

@@ -106,3 +106,50 @@ func TestRegistryListDeleteGC(t *testing.T) {
 		t.Fatalf("gc with the store down: %v", err)
 	}
 }
+
+// A pull runs the node's snapshot collection (SnapshotKeep), sparing the
+// snapshot it just pulled even when that one is older than those kept.
+func TestPullCollectsSnapshots(t *testing.T) {
+	ctx := context.Background()
+	srv := miniotest.Start(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	a, _ := fakeService(t, withRegistry)
+	_, older := bootAndSnapshot(t, a, "fn")
+	_, newer := snapshotOf(t, a, "fn")
+	for _, id := range []string{older.ID, newer.ID} {
+		if _, err := a.PushSnapshot(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := fakeService(t, func(c *Config) { withRegistry(c); c.SnapshotKeep = 1 })
+	ids := func() []string {
+		snaps, err := b.ListSnapshots(ctx, "fn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, sn := range snaps {
+			out = append(out, sn.ID)
+		}
+		return out
+	}
+	pull := func(id string) {
+		t.Helper()
+		if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull(newer.ID)
+	pull(older.ID) // older than the one kept, but just pulled: spared
+	if got := ids(); len(got) != 2 {
+		t.Fatalf("after pulling an older snapshot: %v, want both", got)
+	}
+	// The next pull collects the older one.
+	if err := b.DeleteSnapshot(ctx, newer.ID); err != nil {
+		t.Fatal(err)
+	}
+	pull(newer.ID)
+	if got := ids(); len(got) != 1 || got[0] != newer.ID {
+		t.Fatalf("after pulling the newer snapshot again: %v, want [%s]", got, newer.ID)
+	}
+}
