@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -468,6 +469,15 @@ func (r *EvalResult) MachineLine() string {
 
 func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
 
+// writeSpeedups renders speedup rows as a table whose first column is
+// headed ratioHeader.
+func writeSpeedups(b *strings.Builder, ratioHeader string, rows []SpeedupRow) {
+	fmt.Fprintf(b, "| %s | record→test | value | functions |\n|---|---|---:|---:|\n", ratioHeader)
+	for _, s := range rows {
+		fmt.Fprintf(b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
+	}
+}
+
 // Markdown renders every table of the run.
 func (r *EvalResult) Markdown() string {
 	var b strings.Builder
@@ -486,10 +496,7 @@ func (r *EvalResult) Markdown() string {
 		}
 		if len(r.Speedups) > 0 {
 			b.WriteString("\nGeometric means over functions of ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's):\n\n")
-			b.WriteString("| ratio | record→test | value | functions |\n|---|---|---:|---:|\n")
-			for _, s := range r.Speedups {
-				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
-			}
+			writeSpeedups(&b, "ratio", r.Speedups)
 		}
 		b.WriteString("\n")
 	}
@@ -506,10 +513,7 @@ func (r *EvalResult) Markdown() string {
 		}
 		if len(r.PagingSpeedups) > 0 {
 			b.WriteString("\nGeometric means over functions of ratios of median paging times:\n\n")
-			b.WriteString("| ratio (paging view) | record→test | value | functions |\n|---|---|---:|---:|\n")
-			for _, s := range r.PagingSpeedups {
-				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
-			}
+			writeSpeedups(&b, "ratio (paging view)", r.PagingSpeedups)
 		}
 		b.WriteString("\n")
 	}
@@ -709,15 +713,18 @@ func writeRun[S any](dir, name string, samples []S, result any) (*runWriter, err
 
 // ReadSamples reads an eval.jsonl file back (to re-summarize or re-plot a
 // run).
-func ReadSamples(path string) ([]EvalSample, error) {
+func ReadSamples(path string) ([]EvalSample, error) { return readSamples[EvalSample](path) }
+
+// readSamples reads a JSON lines file of samples (as writeRun writes them).
+func readSamples[S any](path string) ([]S, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var out []EvalSample
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	var out []S
+	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
-		var s EvalSample
+		var s S
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
 		}
@@ -726,22 +733,31 @@ func ReadSamples(path string) ([]EvalSample, error) {
 	return out, nil
 }
 
+// readRun reads a run's directory as writeRun wrote it: NAME.json into
+// result, and the samples of NAME.jsonl.
+func readRun[S any](dir, name string, result any) ([]S, error) {
+	path := filepath.Join(dir, name+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, result); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return readSamples[S](filepath.Join(dir, name+".jsonl"))
+}
+
 // ReadEval reads a run written by WriteEval back from dir (eval.json and
 // eval.jsonl) and recomputes its summaries from the samples, so tables and
 // figures can be redrawn, or samples of several runs concatenated, without
 // measuring again.
 func ReadEval(dir string) (*EvalResult, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "eval.json"))
+	var r EvalResult
+	samples, err := readRun[EvalSample](dir, "eval", &r)
 	if err != nil {
 		return nil, err
 	}
-	var r EvalResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "eval.json"), err)
-	}
-	if r.Samples, err = ReadSamples(filepath.Join(dir, "eval.jsonl")); err != nil {
-		return nil, err
-	}
+	r.Samples = samples
 	r.Summarize()
 	return &r, nil
 }
