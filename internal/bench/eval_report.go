@@ -469,9 +469,13 @@ func (r *EvalResult) MachineLine() string {
 
 func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
 
-// writeSpeedups renders speedup rows as a table whose first column is
-// headed ratioHeader.
-func writeSpeedups(b *strings.Builder, ratioHeader string, rows []SpeedupRow) {
+// writeSpeedups renders speedup rows, if any, as a table of geometric
+// means over functions of what, its first column headed ratioHeader.
+func writeSpeedups(b *strings.Builder, what, ratioHeader string, rows []SpeedupRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nGeometric means over functions of %s:\n\n", what)
 	fmt.Fprintf(b, "| %s | record→test | value | functions |\n|---|---|---:|---:|\n", ratioHeader)
 	for _, s := range rows {
 		fmt.Fprintf(b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
@@ -494,10 +498,7 @@ func (r *EvalResult) Markdown() string {
 			fmt.Fprintf(&b, "| %s→%s | %s | %s | **%.1f** | %s | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f |\n", e.Record, e.Test, e.Function, e.Strategy,
 				e.Total.Median, spread(e.Total), e.Setup.Median, e.Resume.Median, e.Invoke.Median, e.MajorFaults, e.ReadMiB, e.DaemonMiB)
 		}
-		if len(r.Speedups) > 0 {
-			b.WriteString("\nGeometric means over functions of ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's):\n\n")
-			writeSpeedups(&b, "ratio", r.Speedups)
-		}
+		writeSpeedups(&b, "ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's)", "ratio", r.Speedups)
 		b.WriteString("\n")
 	}
 	if len(r.Paging) > 0 {
@@ -511,10 +512,7 @@ func (r *EvalResult) Markdown() string {
 			fmt.Fprintf(&b, "| %s→%s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | **%.1f** | %.1f |\n", p.Record, p.Test, p.Function, p.Strategy,
 				p.ComputeMS, p.SetupMS, p.ResumeMS, p.InHandler, td, p.PagingMS, p.TotalMS)
 		}
-		if len(r.PagingSpeedups) > 0 {
-			b.WriteString("\nGeometric means over functions of ratios of median paging times:\n\n")
-			writeSpeedups(&b, "ratio (paging view)", r.PagingSpeedups)
-		}
+		writeSpeedups(&b, "ratios of median paging times", "ratio (paging view)", r.PagingSpeedups)
 		b.WriteString("\n")
 	}
 	if len(r.Size) > 0 {
@@ -733,18 +731,22 @@ func readSamples[S any](path string) ([]S, error) {
 	return out, nil
 }
 
-// readRun reads a run's directory as writeRun wrote it: NAME.json into
-// result, and the samples of NAME.jsonl.
-func readRun[S any](dir, name string, result any) ([]S, error) {
+// readRun reads a run's directory as writeRun wrote it, NAME.json into
+// result and NAME.jsonl into samples, and summarizes the samples again.
+func readRun[S any](dir, name string, result interface{ Summarize() }, samples *[]S) error {
 	path := filepath.Join(dir, name+".json")
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := json.Unmarshal(b, result); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return readSamples[S](filepath.Join(dir, name+".jsonl"))
+	if *samples, err = readSamples[S](filepath.Join(dir, name+".jsonl")); err != nil {
+		return err
+	}
+	result.Summarize()
+	return nil
 }
 
 // ReadEval reads a run written by WriteEval back from dir (eval.json and
@@ -753,11 +755,8 @@ func readRun[S any](dir, name string, result any) ([]S, error) {
 // measuring again.
 func ReadEval(dir string) (*EvalResult, error) {
 	var r EvalResult
-	samples, err := readRun[EvalSample](dir, "eval", &r)
-	if err != nil {
+	if err := readRun(dir, "eval", &r, &r.Samples); err != nil {
 		return nil, err
 	}
-	r.Samples = samples
-	r.Summarize()
 	return &r, nil
 }

@@ -222,11 +222,8 @@ func WriteRestore(dir string, r *RestoreResult) ([]string, error) {
 // samples again.
 func ReadRestore(dir string) (*RestoreResult, error) {
 	var r RestoreResult
-	samples, err := readRun[RestoreSample](dir, "restore", &r)
-	if err != nil {
+	if err := readRun(dir, "restore", &r, &r.Samples); err != nil {
 		return nil, err
 	}
-	r.Samples = samples
-	r.Summarize()
 	return &r, nil
 }
