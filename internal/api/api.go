@@ -88,7 +88,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
 		{"DELETE", "/v1/functions/{name}", done(h, "name", h.svc.DeleteFunction)},
-		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
+		{"POST", "/v1/functions/{name}/invoke", readThen(h, readInvokeFunction, h.invokeFunction)},
 		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
 		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
 			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
@@ -97,16 +97,16 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/vms/{id}", done(h, "id", h.svc.DeleteVM)},
 		{"POST", "/v1/vms/{id}/pause", one(h, "id", http.StatusOK, h.svc.PauseVM, vmBody)},
 		{"POST", "/v1/vms/{id}/resume", one(h, "id", http.StatusOK, h.svc.ResumeVM, vmBody)},
-		{"POST", "/v1/vms/{id}/invoke", h.invokeVM},
+		{"POST", "/v1/vms/{id}/invoke", readThen(h, readInvokeVM, h.invokeVM)},
 		{"GET", "/v1/snapshots", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Snapshot, error) {
 			return h.svc.ListSnapshots(ctx, r.URL.Query().Get("function"))
 		}, func(s *catalog.Snapshot) string { return createdKey(s.CreatedAt, s.ID) }, daemon.SnapshotBody)},
-		{"POST", "/v1/snapshots", h.createSnapshot},
+		{"POST", "/v1/snapshots", readThen(h, readCreateSnapshot, h.createSnapshot)},
 		{"GET", "/v1/snapshots/{id}", one(h, "id", http.StatusOK, h.svc.GetSnapshot, daemon.SnapshotBody)},
 		{"DELETE", "/v1/snapshots/{id}", done(h, "id", h.svc.DeleteSnapshot)},
 		{"POST", "/v1/snapshots/{id}/verify", one(h, "id", http.StatusOK, h.svc.CheckSnapshot, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
-		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
+		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
 		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/pin", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*catalog.Snapshot, error) {
@@ -515,6 +515,19 @@ func intParam(s string) (int, error) {
 	return n, nil
 }
 
+// readThen serves a route whose request read decodes and checks: what read
+// refuses is answered as an error, the rest is serve's.
+func readThen[R any](h *Handler, read func(http.ResponseWriter, *http.Request) (R, error), serve func(http.ResponseWriter, *http.Request, R)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := read(w, r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		serve(w, r, req)
+	}
+}
+
 func decodeInvoke(w http.ResponseWriter, r *http.Request) (*wire.InvokeRequest, error) {
 	var req wire.InvokeRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
@@ -542,12 +555,7 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		Variant: req.Variant}, nil
 }
 
-func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
-	cr, err := readInvokeFunction(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	inv, err := h.svc.InvokeCold(r.Context(), cr)
 	h.answerInvocation(w, r, inv, err)
 }
@@ -565,12 +573,7 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		Variant: req.Variant}, nil
 }
 
-func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
-	cr, err := readInvokeSnapshot(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	if _, err := h.svc.GetSnapshot(r.Context(), cr.Snapshot); err != nil {
 		h.fail(w, r, err)
 		return
@@ -591,12 +594,7 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 	return invokeOf(req), nil
 }
 
-func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
-	ir, err := readInvokeVM(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request, ir daemon.InvokeRequest) {
 	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), ir)
 	h.answerInvocation(w, r, inv, err)
 }
@@ -732,12 +730,7 @@ func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (wire.CreateSnap
 	return req, err
 }
 
-func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	req, err := readCreateSnapshot(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, req wire.CreateSnapshotRequest) {
 	s, err := h.svc.CreateSnapshot(r.Context(), req.VM)
 	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
 }
