@@ -88,11 +88,11 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
 		{"DELETE", "/v1/functions/{name}", done(h, "name", h.svc.DeleteFunction)},
-		{"POST", "/v1/functions/{name}/invoke", readThen(h, readInvokeFunction, h.invokeFunction)},
-		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
+		{"POST", "/v1/functions/{name}/invoke", readThen(h, readInvokeFunction, h.invokeCold)},
+		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), h.prepareFunction)},
 		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
 			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
-		{"POST", "/v1/vms", h.createVM},
+		{"POST", "/v1/vms", readThen(h, readWaiting(readCreateVM), h.createVM)},
 		{"GET", "/v1/vms/{id}", one(h, "id", http.StatusOK, h.svc.GetVM, vmBody)},
 		{"DELETE", "/v1/vms/{id}", done(h, "id", h.svc.DeleteVM)},
 		{"POST", "/v1/vms/{id}/pause", one(h, "id", http.StatusOK, h.svc.PauseVM, vmBody)},
@@ -528,6 +528,25 @@ func readThen[R any](h *Handler, read func(http.ResponseWriter, *http.Request) (
 	}
 }
 
+// waiting is a request of a route that can also start an operation
+// (wait=false) and return at once.
+type waiting[R any] struct {
+	wait bool
+	req  R
+}
+
+// readWaiting reads the wait parameter, then the request with read.
+func readWaiting[R any](read func(http.ResponseWriter, *http.Request) (R, error)) func(http.ResponseWriter, *http.Request) (waiting[R], error) {
+	return func(w http.ResponseWriter, r *http.Request) (waiting[R], error) {
+		wait, err := waitParam(r)
+		if err != nil {
+			return waiting[R]{}, err
+		}
+		req, err := read(w, r)
+		return waiting[R]{wait, req}, err
+	}
+}
+
 func decodeInvoke(w http.ResponseWriter, r *http.Request) (*wire.InvokeRequest, error) {
 	var req wire.InvokeRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
@@ -555,7 +574,8 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		Variant: req.Variant}, nil
 }
 
-func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
+// invokeCold serves a cold invocation.
+func (h *Handler) invokeCold(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	inv, err := h.svc.InvokeCold(r.Context(), cr)
 	h.answerInvocation(w, r, inv, err)
 }
@@ -578,8 +598,7 @@ func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request, cr daem
 		h.fail(w, r, err)
 		return
 	}
-	inv, err := h.svc.InvokeCold(r.Context(), cr)
-	h.answerInvocation(w, r, inv, err)
+	h.invokeCold(w, r, cr)
 }
 
 // readInvokeVM decodes POST /v1/vms/{id}/invoke (warm: no cold options).
@@ -624,18 +643,9 @@ func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest,
 		MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, FaaSnapVariants: req.FaaSnapVariants}, nil
 }
 
-func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	pr, err := readPrepare(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if !wait {
+func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request, wr waiting[daemon.PrepareRequest]) {
+	pr := wr.req
+	if !wr.wait {
 		op, err := h.svc.StartPrepare(h.opContext(w, r), pr)
 		h.accepted(w, r, op, err)
 		return
@@ -693,18 +703,9 @@ func readCreateVM(w http.ResponseWriter, r *http.Request) (wire.CreateVMRequest,
 	return req, nil
 }
 
-func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	req, err := readCreateVM(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if !wait {
+func (h *Handler) createVM(w http.ResponseWriter, r *http.Request, wr waiting[wire.CreateVMRequest]) {
+	req := wr.req
+	if !wr.wait {
 		if req.Function == "" {
 			h.fail(w, r, fmt.Errorf("%w: wait=false applies to boots (function); a restore is quick, send it without", daemon.ErrInvalid))
 			return
@@ -715,6 +716,7 @@ func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
 	}
 	var v *catalog.VM
 	var t *daemon.RestoreTiming
+	var err error
 	if req.Function != "" {
 		v, err = h.svc.BootVM(r.Context(), req.Function)
 	} else {
