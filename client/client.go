@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -475,44 +474,39 @@ func WithEgress(egress string) FunctionOption {
 	return func(o *functionOptions) { o.network.Egress = egress }
 }
 
-// TarGz packs a directory's regular files and directories.
+// TarGz packs a directory's regular files and directories (not Python's
+// __pycache__ nor .git); anything else in it is an error.
 func TarGz(dir string) ([]byte, error) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+	fsys := os.DirFS(dir)
+	err := fs.WalkDir(fsys, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || rel == "." {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, path)
-		if rel == "." {
-			return nil
-		}
 		if d.IsDir() && (d.Name() == "__pycache__" || d.Name() == ".git") {
-			return filepath.SkipDir
+			return fs.SkipDir
 		}
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
 		if !d.IsDir() && !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file or directory", path)
+			return fmt.Errorf("%s is not a regular file or directory", rel)
 		}
 		h, err := tar.FileInfoHeader(info, "")
 		if err != nil {
 			return err
 		}
-		h.Name = filepath.ToSlash(rel)
+		h.Name = rel
 		if d.IsDir() {
 			h.Name += "/"
 		}
-		if err := tw.WriteHeader(h); err != nil {
+		if err := tw.WriteHeader(h); err != nil || d.IsDir() {
 			return err
 		}
-		if d.IsDir() {
-			return nil
-		}
-		f, err := os.Open(path)
+		f, err := fsys.Open(rel)
 		if err != nil {
 			return err
 		}
