@@ -23,11 +23,7 @@ func untar(t *testing.T, b []byte) map[string]string {
 	}
 	tr := tar.NewReader(gz)
 	out := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
+	for h, err := tr.Next(); !errors.Is(err, io.EOF); h, err = tr.Next() {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,6 +33,7 @@ func untar(t *testing.T, b []byte) map[string]string {
 		}
 		out[h.Name] = string(body)
 	}
+	return out
 }
 
 func write(t *testing.T, path, body string) {
