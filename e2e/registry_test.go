@@ -22,11 +22,7 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { withRegistry(c); c.RegistryPushOnPrepare = true })
 	c := e.c
 	ctx := ctxT(t)
-	createFunction(t, c, "probe", "e2e/testdata/probe")
-	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
+	res := prepareProbe(t, c)
 	warm := res.Warm.ID
 	push, err := c.PushSnapshot(ctx, warm)
 	if err != nil {

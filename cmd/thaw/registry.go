@@ -11,8 +11,7 @@ import (
 )
 
 func (a *app) newSnapshotPushCmd() *cobra.Command {
-	var detach bool
-	cmd := &cobra.Command{
+	return a.operationCmd(&cobra.Command{
 		Use:   "push SNAPSHOT",
 		Short: "Upload a snapshot to the snapshot registry",
 		Long: `Upload a snapshot to the registry thawd is configured with (S3-compatible
@@ -25,12 +24,7 @@ pull it. Runs as an operation in thawd, its bytes shown on stderr; --detach
 (or Ctrl-C) leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot push snap-0123abcd`,
 		Args:    exactArgs("SNAPSHOT"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPushSnapshot(a.ctx, args[0]) })
-		},
-	}
-	addDetach(cmd, &detach)
-	return cmd
+	}, (*client.Client).StartPushSnapshot)
 }
 
 func (a *app) newSnapshotPullCmd() *cobra.Command {

@@ -92,46 +92,23 @@ func (h *Handler) pushSnapshot(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// pullSnapshot serves POST /v1/snapshots/pull (?wait=false: an operation).
-func (h *Handler) pullSnapshot(w http.ResponseWriter, r *http.Request) {
-	bodyOperation(h, w, r, h.svc.StartPull, h.svc.PullSnapshot, http.StatusCreated)
-}
-
-// collectRegistry serves POST /v1/registry/gc (?wait=false: an operation).
-func (h *Handler) collectRegistry(w http.ResponseWriter, r *http.Request) {
-	bodyOperation(h, w, r, h.svc.StartGC, h.svc.CollectRegistry, http.StatusOK)
-}
-
-// bodyOperation serves a long request with a JSON body (at most 4 KiB):
-// with ?wait=false start runs it as an operation (202), else do answers
-// status.
-func bodyOperation[T, R any](h *Handler, w http.ResponseWriter, r *http.Request,
-	start func(context.Context, T) (*daemon.Operation, error), do func(context.Context, T) (R, error), status int) {
-	req, err := readWaitBody[T](w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+// startOrServe serves a long request read as waiting[T]: with wait=false
+// start runs it as an operation (202), else do answers status.
+func startOrServe[T, R any](h *Handler, start func(context.Context, T) (*daemon.Operation, error),
+	do func(context.Context, T) (R, error), status int) func(http.ResponseWriter, *http.Request, waiting[T]) {
+	return func(w http.ResponseWriter, r *http.Request, wr waiting[T]) {
+		if !wr.wait {
+			op, err := start(h.opContext(w, r), wr.req)
+			h.accepted(w, r, op, err)
+			return
+		}
+		res, err := do(r.Context(), wr.req)
+		reply(h, w, r, status, res, err)
 	}
-	if !req.wait {
-		op, err := start(h.opContext(w, r), req.body)
-		h.accepted(w, r, op, err)
-		return
-	}
-	res, err := do(r.Context(), req.body)
-	reply(h, w, r, status, res, err)
 }
 
-type waitBody[T any] struct {
-	body T
-	wait bool
-}
-
-// readWaitBody decodes ?wait and a JSON body of at most 4 KiB.
-func readWaitBody[T any](w http.ResponseWriter, r *http.Request) (waitBody[T], error) {
-	var req waitBody[T]
-	var err error
-	if req.wait, err = waitParam(r); err != nil {
-		return req, err
-	}
-	return req, decode(w, r, 4096, &req.body)
+// readSmallBody decodes a JSON body of at most 4 KiB.
+func readSmallBody[T any](w http.ResponseWriter, r *http.Request) (T, error) {
+	var v T
+	return v, decode(w, r, 4096, &v)
 }
