@@ -336,17 +336,7 @@ func TestSnapshotGarbageCollection(t *testing.T) {
 	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
-	ids := func() []string {
-		snaps, err := s.ListSnapshots(ctx, "echo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, sn := range snaps {
-			out = append(out, sn.ID)
-		}
-		return out
-	}
+	ids := func() []string { return snapshotIDs(t, s, "echo") }
 	got := ids()
 	// first (pinned), made[1] (in use), the newest two.
 	if len(got) != 4 || got[0] != first.ID || got[1] != made[1] || got[2] != made[2] {

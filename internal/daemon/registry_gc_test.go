@@ -122,17 +122,7 @@ func TestPullCollectsSnapshots(t *testing.T) {
 		}
 	}
 	b, _ := fakeService(t, func(c *Config) { withRegistry(c); c.SnapshotKeep = 1 })
-	ids := func() []string {
-		snaps, err := b.ListSnapshots(ctx, "fn")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, sn := range snaps {
-			out = append(out, sn.ID)
-		}
-		return out
-	}
+	ids := func() []string { return snapshotIDs(t, b, "fn") }
 	pull := func(id string) {
 		t.Helper()
 		if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: id}); err != nil {

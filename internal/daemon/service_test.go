@@ -78,6 +78,20 @@ func snapshotOf(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Sn
 	return vm, sn
 }
 
+// snapshotIDs lists the function's snapshots, oldest first.
+func snapshotIDs(t *testing.T, s *Service, function string) []string {
+	t.Helper()
+	snaps, err := s.ListSnapshots(context.Background(), function)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, sn := range snaps {
+		out = append(out, sn.ID)
+	}
+	return out
+}
+
 // The cold path on the fake VMM: boot, snapshot, restore, renew, invoke,
 // tear down, record; and what the VMM was asked to start.
 func TestColdPath(t *testing.T) {

@@ -22,13 +22,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/minioserver"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // Version is the MinIO module version the tests run.
@@ -96,6 +96,7 @@ func start(t testing.TB, withTLS bool) *Server {
 	s.Config.Bucket, s.Config.Region = "thaw-test", "us-east-1"
 	s.Config.AccessKey, s.Config.SecretKey = "thaw"+hex.EncodeToString(key[:4]), hex.EncodeToString(key)
 	s.logPath = filepath.Join(t.TempDir(), "minio.log")
+	s.Config.Endpoint = tcptest.FreeAddr(t)
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,13 +122,6 @@ func start(t testing.TB, withTLS bool) *Server {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.Config.Endpoint == "" {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		s.Config.Endpoint = "127.0.0.1:" + strconv.Itoa(port)
-	}
 	p, err := minioserver.Start(context.Background(), minioserver.Spec{Bin: s.bin, DataDir: s.dataDir, Addr: s.Config.Endpoint,
 		AccessKey: s.Config.AccessKey, SecretKey: s.Config.SecretKey, CertsDir: s.certsDir, LogPath: s.logPath})
 	if err != nil {
@@ -153,15 +147,6 @@ func (s *Server) Restart(t testing.TB) {
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key into dir as
