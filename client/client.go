@@ -6,9 +6,7 @@
 package client
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/codearchive"
 )
 
 // Errors by HTTP status.
@@ -475,56 +474,9 @@ func WithEgress(egress string) FunctionOption {
 }
 
 // TarGz packs a directory's regular files and directories (not Python's
-// __pycache__ nor .git); anything else in it is an error.
-func TarGz(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	fsys := os.DirFS(dir)
-	err := fs.WalkDir(fsys, ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil || rel == "." {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "__pycache__" || d.Name() == ".git") {
-			return fs.SkipDir
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file or directory", rel)
-		}
-		h, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		h.Name = rel
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil || d.IsDir() {
-			return err
-		}
-		f, err := fsys.Open(rel)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", dir, err)
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := gz.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+// __pycache__ nor .git) as CreateFunction sends them; anything else in it
+// is an error. The same code packs to the same bytes.
+func TarGz(dir string) ([]byte, error) { return codearchive.Pack(dir) }
 
 // ListFunctions lists functions.
 func (c *Client) ListFunctions(ctx context.Context) ([]Function, error) {

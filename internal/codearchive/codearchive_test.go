@@ -1,4 +1,4 @@
-package client
+package codearchive
 
 import (
 	"archive/tar"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // untar lists a TarGz archive as name -> content ("" for directories).
@@ -46,10 +47,10 @@ func write(t *testing.T, path, body string) {
 	}
 }
 
-// TarGz packs files and directories by their paths in dir, leaves out
+// Pack packs files and directories by their paths in dir, leaves out
 // __pycache__ and .git, packs a directory named through a symlink, and
 // refuses what is neither a file nor a directory.
-func TestTarGz(t *testing.T) {
+func TestPack(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "handler.py"), "def handle(e): return e\n")
 	write(t, filepath.Join(dir, "lib", "util.py"), "X = 1\n")
@@ -61,7 +62,7 @@ func TestTarGz(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []string{dir, link} {
-		b, err := TarGz(d)
+		b, err := Pack(d)
 		if err != nil {
 			t.Fatalf("%s: %v", d, err)
 		}
@@ -83,13 +84,25 @@ func TestTarGz(t *testing.T) {
 			}
 		}
 	}
+	// The same code packs to the same bytes, whatever its files' times.
+	first, err := Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "handler.py"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Pack(dir); err != nil || !bytes.Equal(first, again) {
+		t.Fatalf("packing the same code again gave other bytes (%v)", err)
+	}
 	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := TarGz(dir); err == nil || !strings.Contains(err.Error(), "pipe is not a regular file or directory") {
-		t.Fatalf("TarGz with a fifo: %v", err)
+	if _, err := Pack(dir); err == nil || !strings.Contains(err.Error(), "pipe is not a regular file or directory") {
+		t.Fatalf("Pack with a fifo: %v", err)
 	}
-	if _, err := TarGz(filepath.Join(dir, "missing")); err == nil {
-		t.Fatal("TarGz of a missing directory succeeded")
+	if _, err := Pack(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("Pack of a missing directory succeeded")
 	}
 }
