@@ -170,6 +170,8 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 	type snap struct {
 		v             machineVariant
 		mem, state, i string
+		name          string
+		early         bool // the ping written before cont
 	}
 	var snaps []snap
 	for _, name := range []string{"pc", "pc,no-vmgenid", "pc,lean", "microvm,acpi=on"} {
@@ -206,7 +208,10 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 			t.Fatalf("%s snapshot: %v", name, err)
 		}
 		_ = m.Kill()
-		snaps = append(snaps, snap{v, mem, state, initrd})
+		snaps = append(snaps, snap{v, mem, state, initrd, name, false})
+		if name == "pc" {
+			snaps = append(snaps, snap{v, mem, state, initrd, "pc,ping-before-cont", true})
+		}
 	}
 	for i := range n {
 		for _, s := range snaps {
@@ -221,27 +226,40 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 				t.Fatalf("%s device state: %v", s.v.name, err)
 			}
 			t2 := time.Now()
+			if s.early {
+				if _, err := m.Agent().Write([]byte(`{"id":"early","op":"ping"}` + "\n")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := m.Resume(ctx); err != nil {
 				t.Fatal(err)
 			}
 			t3 := time.Now()
-			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err = agent.NewConn(m.Agent()).Ping(pctx)
-			cancel()
-			if err != nil {
-				t.Fatalf("%s: ping after restore: %v", s.v.name, err)
+			if s.early {
+				_ = m.Agent().SetReadDeadline(time.Now().Add(30 * time.Second))
+				line, err := bufio.NewReader(m.Agent()).ReadString('\n')
+				if err != nil || !strings.Contains(line, `"early"`) {
+					t.Fatalf("%s: early ping: %q %v", s.name, line, err)
+				}
+			} else {
+				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err = agent.NewConn(m.Agent()).Ping(pctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: ping after restore: %v", s.name, err)
+				}
 			}
 			t4 := time.Now()
-			record(s.v.name, "restore_start_ms", ms(t1.Sub(t0)))
-			record(s.v.name, "restore_load_ms", ms(t2.Sub(t1)))
-			record(s.v.name, "restore_setup_ms", ms(t3.Sub(t0)))
-			record(s.v.name, "resume_to_pong_ms", ms(t4.Sub(t3)))
+			record(s.name, "restore_start_ms", ms(t1.Sub(t0)))
+			record(s.name, "restore_load_ms", ms(t2.Sub(t1)))
+			record(s.name, "restore_setup_ms", ms(t3.Sub(t0)))
+			record(s.name, "resume_to_pong_ms", ms(t4.Sub(t3)))
 			time.Sleep(50 * time.Millisecond) // let anything the guest prints reach the log
 			_ = m.Kill()
 			if b, _ := os.ReadFile(filepath.Join(spec.RunDir, "console.log")); len(b) > 0 {
-				t.Logf("%s: restored guest printed on its console: %q", s.v.name, b)
+				t.Logf("%s: restored guest printed on its console: %q", s.name, b)
 			}
-			record(s.v.name, "console_bytes_after_restore", float64(fileSize(filepath.Join(spec.RunDir, "console.log"))))
+			record(s.name, "console_bytes_after_restore", float64(fileSize(filepath.Join(spec.RunDir, "console.log"))))
 			_ = os.RemoveAll(spec.RunDir)
 		}
 	}
