@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -319,36 +320,20 @@ func benchOut(t *testing.T) func(any) {
 }
 
 // summarize logs (and writes next to the samples) median, p10 and p90 per
-// variant and metric.
+// variant and metric, in the order the keys sort.
 func summarize(t *testing.T, cols map[string][]float64) {
-	keys := make([]string, 0, len(cols))
-	for k := range cols {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		v := append([]float64(nil), cols[k]...)
-		sort.Float64s(v)
+	var lines []string
+	for k, v := range cols {
 		variant, metric, _ := strings.Cut(k, "\t")
-		fmt.Fprintf(&b, "%-20s %-28s median %7.2f  p10 %7.2f  p90 %7.2f  (n=%d)\n", variant, metric,
-			quantile(v, .5), quantile(v, .1), quantile(v, .9), len(v))
+		s := bench.Summarize(v)
+		lines = append(lines, fmt.Sprintf("%-20s %-28s median %7.2f  p10 %7.2f  p90 %7.2f  (n=%d)", variant, metric, s.Median, s.P10, s.P90, s.N))
 	}
-	t.Logf("machine variants, 512 MiB, TCG:\n%s", b.String())
+	sort.Strings(lines)
+	text := strings.Join(lines, "\n") + "\n"
+	t.Logf("machine variants, 512 MiB, TCG:\n%s", text)
 	if d := os.Getenv("THAW_MACHINE_BENCH_OUT"); d != "" {
-		if err := os.WriteFile(filepath.Join(d, "summary.txt"), []byte(b.String()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "summary.txt"), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// quantile is the p-quantile of sorted v, interpolated.
-func quantile(v []float64, p float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	i := float64(len(v)-1) * p
-	lo := int(i)
-	hi := min(lo+1, len(v)-1)
-	return v[lo] + (v[hi]-v[lo])*(i-float64(lo))
 }
