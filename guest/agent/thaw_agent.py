@@ -414,7 +414,7 @@ class Agent:
         hook = r["hook"]
         return RESTORE_REPLY % (
             rid, r["clock_step_ms"], RESEEDED_JSON[len(r["reseeded"])],
-            HOOK_NOT_RUN if hook is HOOK_NONE else json.dumps(hook), r["duration_ms"],
+            hook_json(hook), r["duration_ms"],
             st["read"], st["decode"], st["clock"], st["kernel_rng"], st["random"], st["numpy"],
             st["hook"], st["total"])
 
@@ -543,11 +543,21 @@ class Agent:
 
 HOOK_NONE = {"ran": False}
 HOOK_NOT_RUN = '{"ran":false}'
+HOOK_RAN = '{"ran":true,"ms":%.3f}'
 RESEEDED_JSON = {2: '["kernel","random"]', 3: '["kernel","random","numpy.random"]'}
 # The plain-line restore's answer, the same JSON the JSON request gets.
 RESTORE_REPLY = ('{"id":"%s","ok":true,"clock_step_ms":%.3f,"reseeded":%s,"hook":%s,"duration_ms":%.3f,'
                  '"steps":{"read":%.3f,"decode":%.3f,"clock":%.3f,"kernel_rng":%.3f,"random":%.3f,'
                  '"numpy":%.3f,"hook":%.3f,"total":%.3f}}')
+
+
+def hook_json(hook):
+    """The hook's result as JSON, preformatted unless the hook failed."""
+    if hook is HOOK_NONE:
+        return HOOK_NOT_RUN
+    if "error" not in hook:
+        return HOOK_RAN % hook["ms"]
+    return json.dumps(hook)
 
 
 def set_clock(time_ns):

@@ -93,6 +93,7 @@ class RestoreOpTest(unittest.TestCase):
         for k in ("id", "ok", "reseeded"):
             self.assertEqual(line[k], full[k], k)
         self.assertTrue(line["hook"]["ran"])
+        self.assertGreaterEqual(line["hook"]["ms"], 0)
 
     def test_restore_line_without_hook_and_with_failing_hook(self):
         self.stand_in([])
