@@ -60,6 +60,20 @@ func mmio(edit func([]string) []string) func([]string) []string {
 	}
 }
 
+// withCPU replaces the -cpu model (an experiment: a different guest CPU is
+// a different machine to the guest's code, which picks its code paths by CPUID).
+func withCPU(model string) func([]string) []string {
+	return func(args []string) []string {
+		out := append([]string(nil), args...)
+		for i := range out {
+			if out[i] == "-cpu" {
+				out[i+1] = model
+			}
+		}
+		return out
+	}
+}
+
 // withoutVMGenID drops the vmgenid device: an experiment only (thaw never
 // runs without it), to measure what its notification costs on resume.
 func withoutVMGenID(args []string) []string {
@@ -86,6 +100,8 @@ var machineVariants = []machineVariant{
 	{"microvm,acpi=off", mmio(withMachine("microvm", "acpi=off"))},
 	{"microvm,lean", mmio(withMachine("microvm", "acpi=on,x-option-roms=off,pit=off,pic=off,rtc=off"))},
 	{"pc,no-vmgenid", withoutVMGenID},
+	{"pc,cpu=max,avx=off", withCPU("max,avx2=off,avx=off")},
+	{"pc,cpu=qemu64", withCPU("qemu64")},
 }
 
 // TestMachineVariants measures QEMU start to QMP ready (Start returning, as
@@ -95,7 +111,8 @@ var machineVariants = []machineVariant{
 // snapshots it and restores it N times: set-up (start, device state, cont)
 // and resume (cont to the agent's answer to a ping), and whether the
 // restored guest prints anything on its console. microvm needs an initrd
-// that loads virtio_mmio (THAW_MMIO_INITRD). THAW_MACHINE_BENCH_OUT: a
+// that loads virtio_mmio (THAW_MMIO_INITRD); THAW_MACHINE_BENCH_RESTORE_VARIANTS
+// (";"-separated names) picks the variants restored. THAW_MACHINE_BENCH_OUT: a
 // directory for the samples (JSON lines) and a summary.
 func TestMachineVariants(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("THAW_MACHINE_BENCH_N"))
@@ -175,7 +192,11 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 		early         bool // the ping written before cont
 	}
 	var snaps []snap
-	for _, name := range []string{"pc", "pc,no-vmgenid", "pc,lean", "microvm,acpi=on"} {
+	names := []string{"pc", "pc,no-vmgenid", "pc,lean", "microvm,acpi=on"}
+	if v := os.Getenv("THAW_MACHINE_BENCH_RESTORE_VARIANTS"); v != "" {
+		names = strings.Split(v, ";")
+	}
+	for _, name := range names {
 		v := variantNamed(t, name)
 		initrd := filepath.Join(img, "initrd.img")
 		if strings.HasPrefix(name, "microvm") {
