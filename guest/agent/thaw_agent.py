@@ -7,9 +7,9 @@ on the virtio-serial port "org.thaw.agent", one at a time, in order.
 Standard library only: the agent must not depend on anything a function might
 shadow or break, and the rootfs ships only Debian's python3.
 
-Protocol (one JSON object per line, UTF-8, both directions):
+Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/1","function":"hello","uptime_ms":...}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/2","function":"hello","uptime_ms":...}
   restore 3 <host CLOCK_REALTIME ns> <entropy, hex>
     -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
        sent by the host after every restore, before the first invocation: the clock,
