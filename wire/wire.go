@@ -155,7 +155,8 @@ type RestoreTiming struct {
 	// AgentSteps is the guest's own account of the restore request, in ms
 	// of its CLOCK_MONOTONIC: the steps it reports (decode, clock,
 	// kernel_rng, random, numpy, hook, total) and read, from the request's
-	// bytes being read to the restore handler starting. Absent from an agent
+	// bytes being read to the restore handler starting (decode: parsing the
+	// request). Absent from an agent
 	// that does not report them.
 	AgentSteps map[string]float64 `json:"agent_steps,omitempty"`
 }
