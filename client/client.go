@@ -6,9 +6,7 @@
 package client
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,15 +14,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/codearchive"
 )
 
 // Errors by HTTP status.
@@ -301,6 +299,12 @@ func (c *Client) doJSON(ctx context.Context, method, path string, in, out any) e
 	return c.do(ctx, method, path, body, ct, out)
 }
 
+// call sends in (nil: no body) as JSON and decodes the answer as a T.
+func call[T any](ctx context.Context, c *Client, method, path string, in any) (*T, error) {
+	var out T
+	return &out, c.doJSON(ctx, method, path, in, &out)
+}
+
 type items[T any] struct {
 	Items []T    `json:"items"`
 	Next  string `json:"next"`
@@ -332,8 +336,7 @@ func all[T any](ctx context.Context, c *Client, path string, q url.Values, max i
 
 // Info describes the daemon.
 func (c *Client) Info(ctx context.Context) (*Info, error) {
-	var i Info
-	return &i, c.doJSON(ctx, "GET", "/v1/info", nil, &i)
+	return call[Info](ctx, c, "GET", "/v1/info", nil)
 }
 
 // Health asks whether the daemon serves (no token needed). A daemon that
@@ -410,7 +413,6 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var f Function
 	in := map[string]any{"name": name, "directory": dir, "memory_mib": memoryMiB, "vcpus": vcpus}
 	if o.network.Egress != "" || len(o.network.Services) > 0 {
 		in["network"] = o.network
@@ -427,7 +429,7 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if o.vmmPoolTTLS != 0 {
 		in["vmm_pool_ttl_s"] = o.vmmPoolTTLS
 	}
-	return &f, c.doJSON(ctx, "POST", "/v1/functions", in, &f)
+	return call[Function](ctx, c, "POST", "/v1/functions", in)
 }
 
 // FunctionOption sets an optional property of a new function.
@@ -471,62 +473,10 @@ func WithEgress(egress string) FunctionOption {
 	return func(o *functionOptions) { o.network.Egress = egress }
 }
 
-// TarGz packs a directory's regular files and directories.
-func TarGz(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		if rel == "." {
-			return nil
-		}
-		if d.IsDir() && (d.Name() == "__pycache__" || d.Name() == ".git") {
-			return filepath.SkipDir
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && !d.Type().IsRegular() {
-			return fmt.Errorf("%s is not a regular file or directory", path)
-		}
-		h, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			h.Name += "/"
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", dir, err)
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := gz.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+// TarGz packs a directory's regular files and directories (not Python's
+// __pycache__ nor .git) as CreateFunction sends them; anything else in it
+// is an error. The same code packs to the same bytes.
+func TarGz(dir string) ([]byte, error) { return codearchive.Pack(dir) }
 
 // ListFunctions lists functions.
 func (c *Client) ListFunctions(ctx context.Context) ([]Function, error) {
@@ -535,8 +485,7 @@ func (c *Client) ListFunctions(ctx context.Context) ([]Function, error) {
 
 // GetFunction gets one function.
 func (c *Client) GetFunction(ctx context.Context, name string) (*Function, error) {
-	var f Function
-	return &f, c.doJSON(ctx, "GET", "/v1/functions/"+url.PathEscape(name), nil, &f)
+	return call[Function](ctx, c, "GET", "/v1/functions/"+url.PathEscape(name), nil)
 }
 
 // DeleteFunction deletes a function.
@@ -546,18 +495,16 @@ func (c *Client) DeleteFunction(ctx context.Context, name string) error {
 
 // BootVM boots a function's VM and waits until it is ready.
 func (c *Client) BootVM(ctx context.Context, function string) (*VM, error) {
-	var v VM
-	return &v, c.doJSON(ctx, "POST", "/v1/vms", map[string]string{"function": function}, &v)
+	return call[VM](ctx, c, "POST", "/v1/vms", map[string]string{"function": function})
 }
 
 // RestoreVM restores a VM from a snapshot and keeps it running.
 func (c *Client) RestoreVM(ctx context.Context, snapshot, strategy string) (*VM, error) {
-	var v VM
 	in := map[string]string{"snapshot": snapshot}
 	if strategy != "" {
 		in["strategy"] = strategy
 	}
-	return &v, c.doJSON(ctx, "POST", "/v1/vms", in, &v)
+	return call[VM](ctx, c, "POST", "/v1/vms", in)
 }
 
 // ListVMs lists VMs.
@@ -567,8 +514,7 @@ func (c *Client) ListVMs(ctx context.Context) ([]VM, error) {
 
 // GetVM gets one VM.
 func (c *Client) GetVM(ctx context.Context, id string) (*VM, error) {
-	var v VM
-	return &v, c.doJSON(ctx, "GET", "/v1/vms/"+url.PathEscape(id), nil, &v)
+	return call[VM](ctx, c, "GET", "/v1/vms/"+url.PathEscape(id), nil)
 }
 
 // DeleteVM stops and forgets a VM.
@@ -578,14 +524,12 @@ func (c *Client) DeleteVM(ctx context.Context, id string) error {
 
 // PauseVM pauses a running VM.
 func (c *Client) PauseVM(ctx context.Context, id string) (*VM, error) {
-	var v VM
-	return &v, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/pause", nil, &v)
+	return call[VM](ctx, c, "POST", "/v1/vms/"+url.PathEscape(id)+"/pause", nil)
 }
 
 // ResumeVM resumes a paused VM.
 func (c *Client) ResumeVM(ctx context.Context, id string) (*VM, error) {
-	var v VM
-	return &v, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/resume", nil, &v)
+	return call[VM](ctx, c, "POST", "/v1/vms/"+url.PathEscape(id)+"/resume", nil)
 }
 
 // InvokeOptions are the optional parts of an invocation.
@@ -624,21 +568,18 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 
 // InvokeVM invokes the function on a running VM (warm).
 func (c *Client) InvokeVM(ctx context.Context, id string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
-	var inv Invocation
-	return &inv, c.doJSON(ctx, "POST", "/v1/vms/"+url.PathEscape(id)+"/invoke", invokeBody(event, o), &inv)
+	return call[Invocation](ctx, c, "POST", "/v1/vms/"+url.PathEscape(id)+"/invoke", invokeBody(event, o))
 }
 
 // InvokeSnapshot restores a VM from a snapshot, invokes and tears it down.
 func (c *Client) InvokeSnapshot(ctx context.Context, id string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
-	var inv Invocation
-	return &inv, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/invoke", invokeBody(event, o), &inv)
+	return call[Invocation](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/invoke", invokeBody(event, o))
 }
 
 // InvokeFunction is a cold invocation from the function's newest snapshot
 // (or o.Snapshot).
 func (c *Client) InvokeFunction(ctx context.Context, name string, event json.RawMessage, o InvokeOptions) (*Invocation, error) {
-	var inv Invocation
-	return &inv, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(name)+"/invoke", invokeBody(event, o), &inv)
+	return call[Invocation](ctx, c, "POST", "/v1/functions/"+url.PathEscape(name)+"/invoke", invokeBody(event, o))
 }
 
 // ListInvocations lists recent invocations, newest first.
@@ -655,8 +596,7 @@ func (c *Client) ListInvocations(ctx context.Context, function string, limit int
 
 // CreateSnapshot snapshots a booted VM.
 func (c *Client) CreateSnapshot(ctx context.Context, vm string) (*Snapshot, error) {
-	var s Snapshot
-	return &s, c.doJSON(ctx, "POST", "/v1/snapshots", map[string]string{"vm": vm}, &s)
+	return call[Snapshot](ctx, c, "POST", "/v1/snapshots", map[string]string{"vm": vm})
 }
 
 // ListSnapshots lists snapshots, of one function if function is set.
@@ -670,8 +610,7 @@ func (c *Client) ListSnapshots(ctx context.Context, function string) ([]Snapshot
 
 // PinSnapshot pins a snapshot: garbage collection keeps it.
 func (c *Client) PinSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var s Snapshot
-	return &s, c.doJSON(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/pin", nil, &s)
+	return call[Snapshot](ctx, c, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/pin", nil)
 }
 
 // UnpinSnapshot unpins a snapshot.
@@ -681,27 +620,23 @@ func (c *Client) UnpinSnapshot(ctx context.Context, id string) error {
 
 // GetSnapshot gets one snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var s Snapshot
-	return &s, c.doJSON(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, &s)
+	return call[Snapshot](ctx, c, "GET", "/v1/snapshots/"+url.PathEscape(id), nil)
 }
 
 // EvictSnapshot drops a snapshot's files and artifacts from the daemon
 // host's page cache.
 func (c *Client) EvictSnapshot(ctx context.Context, id string) (*SnapshotMemory, error) {
-	var m SnapshotMemory
-	return &m, c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/evict", nil, "", &m)
+	return call[SnapshotMemory](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/evict", nil)
 }
 
 // VerifySnapshot fully re-checks a snapshot's files and inputs.
 func (c *Client) VerifySnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var s Snapshot
-	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/verify", nil, &s)
+	return call[Snapshot](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/verify", nil)
 }
 
 // StoreSnapshot places a snapshot's memory in the memory store (premap).
 func (c *Client) StoreSnapshot(ctx context.Context, id string) (*StoreEntry, error) {
-	var e StoreEntry
-	return &e, c.doJSON(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/store", nil, &e)
+	return call[StoreEntry](ctx, c, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/store", nil)
 }
 
 // UnstoreSnapshot removes a snapshot's copy from the memory store.
@@ -711,27 +646,23 @@ func (c *Client) UnstoreSnapshot(ctx context.Context, id string) error {
 
 // Store describes the memory store.
 func (c *Client) Store(ctx context.Context) (*StoreInfo, error) {
-	var in StoreInfo
-	return &in, c.doJSON(ctx, "GET", "/v1/store", nil, &in)
+	return call[StoreInfo](ctx, c, "GET", "/v1/store", nil)
 }
 
 // SnapshotMemory measures the host memory a snapshot's files hold.
 func (c *Client) SnapshotMemory(ctx context.Context, id string) (*SnapshotMemory, error) {
-	var m SnapshotMemory
-	return &m, c.doJSON(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id)+"/memory", nil, &m)
+	return call[SnapshotMemory](ctx, c, "GET", "/v1/snapshots/"+url.PathEscape(id)+"/memory", nil)
 }
 
 // VMMemory measures a running VM's process memory.
 func (c *Client) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
-	var m VMMemory
-	return &m, c.doJSON(ctx, "GET", "/v1/vms/"+url.PathEscape(id)+"/memory", nil, &m)
+	return call[VMMemory](ctx, c, "GET", "/v1/vms/"+url.PathEscape(id)+"/memory", nil)
 }
 
 // CopySnapshot duplicates a snapshot (files and strategy artifacts) under
 // a new id that shares no file with the original.
 func (c *Client) CopySnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	var s Snapshot
-	return &s, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy", nil, &s)
+	return call[Snapshot](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy", nil)
 }
 
 // DeleteSnapshot deletes a snapshot.
@@ -752,8 +683,7 @@ type PrepareOptions struct {
 // set with recordEvent, takes the warm snapshot and builds every strategy's
 // artifacts. Later cold invocations restore the warm snapshot.
 func (c *Client) Prepare(ctx context.Context, function string, recordEvent json.RawMessage, o PrepareOptions) (*PrepareResult, error) {
-	var res PrepareResult
-	return &res, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", prepareBody(recordEvent, o), &res)
+	return call[PrepareResult](ctx, c, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", prepareBody(recordEvent, o))
 }
 
 func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
@@ -778,13 +708,29 @@ func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
 
 // PushSnapshot uploads a snapshot to the daemon's snapshot registry.
 func (c *Client) PushSnapshot(ctx context.Context, id string) (*PushResult, error) {
-	var r PushResult
-	return &r, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", nil, &r)
+	return call[PushResult](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", nil)
+}
+
+// ListRegistrySnapshots lists the snapshots in the daemon's registry,
+// oldest first.
+func (c *Client) ListRegistrySnapshots(ctx context.Context) ([]RegistrySnapshot, error) {
+	return all[RegistrySnapshot](ctx, c, "/v1/registry/snapshots", url.Values{}, 0)
+}
+
+// DeleteRegistrySnapshot removes a snapshot from the registry; its chunks
+// go at the next collection (CollectRegistry).
+func (c *Client) DeleteRegistrySnapshot(ctx context.Context, id string) error {
+	return c.doJSON(ctx, "DELETE", "/v1/registry/snapshots/"+url.PathEscape(id), nil, nil)
+}
+
+// CollectRegistry deletes the registry's objects no snapshot or function
+// names (older than the grace).
+func (c *Client) CollectRegistry(ctx context.Context, req GCRequest) (*GCResult, error) {
+	return call[GCResult](ctx, c, "POST", "/v1/registry/gc", req)
 }
 
 // PullSnapshot fetches a snapshot (req.Snapshot, or the newest of
 // req.Function) from the daemon's snapshot registry.
 func (c *Client) PullSnapshot(ctx context.Context, req PullRequest) (*PullResult, error) {
-	var r PullResult
-	return &r, c.doJSON(ctx, "POST", "/v1/snapshots/pull", req, &r)
+	return call[PullResult](ctx, c, "POST", "/v1/snapshots/pull", req)
 }

@@ -20,33 +20,28 @@ func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.poll 
 
 // StartBootVM starts booting a function's VM (operation kind boot).
 func (c *Client) StartBootVM(ctx context.Context, function string) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "POST", "/v1/vms?wait=false", map[string]string{"function": function}, &op)
+	return call[Operation](ctx, c, "POST", "/v1/vms?wait=false", map[string]string{"function": function})
 }
 
 // StartPrepare starts preparing a function (operation kind prepare).
 func (c *Client) StartPrepare(ctx context.Context, function string, recordEvent json.RawMessage, o PrepareOptions) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare?wait=false", prepareBody(recordEvent, o), &op)
+	return call[Operation](ctx, c, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare?wait=false", prepareBody(recordEvent, o))
 }
 
 // StartStoreSnapshot starts placing a snapshot in the memory store
 // (operation kind store).
 func (c *Client) StartStoreSnapshot(ctx context.Context, id string) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/store?wait=false", nil, &op)
+	return call[Operation](ctx, c, "PUT", "/v1/snapshots/"+url.PathEscape(id)+"/store?wait=false", nil)
 }
 
 // StartCopySnapshot starts copying a snapshot (operation kind copy).
 func (c *Client) StartCopySnapshot(ctx context.Context, id string) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy?wait=false", nil, &op)
+	return call[Operation](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/copy?wait=false", nil)
 }
 
 // Operation gets an operation.
 func (c *Client) Operation(ctx context.Context, id string) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "GET", "/v1/operations/"+url.PathEscape(id), nil, &op)
+	return call[Operation](ctx, c, "GET", "/v1/operations/"+url.PathEscape(id), nil)
 }
 
 // ListOperations lists the operations the daemon keeps, oldest first.
@@ -101,13 +96,17 @@ func OperationErr(op *Operation) error {
 // StartPushSnapshot starts pushing a snapshot to the registry (operation
 // kind push).
 func (c *Client) StartPushSnapshot(ctx context.Context, id string) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push?wait=false", nil, &op)
+	return call[Operation](ctx, c, "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push?wait=false", nil)
+}
+
+// StartCollectRegistry starts a registry garbage collection (operation
+// kind gc).
+func (c *Client) StartCollectRegistry(ctx context.Context, req GCRequest) (*Operation, error) {
+	return call[Operation](ctx, c, "POST", "/v1/registry/gc?wait=false", req)
 }
 
 // StartPullSnapshot starts pulling a snapshot from the registry (operation
 // kind pull): req names a snapshot or a function.
 func (c *Client) StartPullSnapshot(ctx context.Context, req PullRequest) (*Operation, error) {
-	var op Operation
-	return &op, c.doJSON(ctx, "POST", "/v1/snapshots/pull?wait=false", req, &op)
+	return call[Operation](ctx, c, "POST", "/v1/snapshots/pull?wait=false", req)
 }

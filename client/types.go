@@ -36,6 +36,9 @@ type (
 	PushResult       = wire.PushResult
 	PullResult       = wire.PullResult
 	PullRequest      = wire.PullRequest
+	RegistrySnapshot = wire.RegistrySnapshot
+	GCRequest        = wire.GCRequest
+	GCResult         = wire.GCResult
 )
 
 // Where a snapshot's memory is (Snapshot.Memory).

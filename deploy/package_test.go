@@ -13,10 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/logtest"
 )
 
 // Where the package puts what thawd needs.
@@ -265,14 +266,14 @@ func execStart(t *testing.T, unit string) (argv, env []string) {
 // daemon is the installed thawd running as the test's child.
 type daemon struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *logtest.Buffer
 	done   chan error
 	exited bool
 }
 
 func startDaemon(t *testing.T, argv, env []string) *daemon {
 	t.Helper()
-	d := &daemon{out: &lockedBuffer{}, done: make(chan error, 1)}
+	d := &daemon{out: &logtest.Buffer{}, done: make(chan error, 1)}
 	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
@@ -314,23 +315,4 @@ func waitFor(limit time.Duration, ok func() bool) bool {
 		}
 	}
 	return false
-}
-
-// lockedBuffer is a bytes.Buffer the daemon's output goroutines and the
-// test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -265,6 +265,16 @@ func TestClusterPartition(t *testing.T) {
 	ctr := newCounter(t, c.Net.HostIP.String())
 	ctx := ctxT(t)
 	fn, victim, survivor := deployCounting(t, ctx, c, ctr)
+	// In flight when the link goes: it must fail within seconds (HAProxy's
+	// TCP keepalive towards the node), not after timeout server, and not
+	// run twice.
+	inflight := make(chan served, 1)
+	go func() { inflight <- invokeLB(ctx, c, fn.Name, "in-flight", ctr.addr, 15) }()
+	for deadline := time.Now().Add(30 * time.Second); ctr.count("in-flight") == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the in-flight invocation never started")
+		}
+	}
 	cut := time.Now()
 	if err := c.Net.SetLink(victim.Index, false); err != nil {
 		t.Fatal(err)
@@ -278,6 +288,19 @@ func TestClusterPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("HAProxy marked %s DOWN %s after the cut", victim.Name, time.Since(cut).Round(time.Millisecond))
+	select {
+	case s := <-inflight:
+		var ae *client.APIError
+		if !errors.As(s.err, &ae) || ae.Status < 500 {
+			t.Fatalf("the in-flight invocation returned %v (%+v), want a 5xx error", s.err, s.inv)
+		}
+		t.Logf("in-flight invocation: %d %s after the cut", ae.Status, time.Since(cut).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the in-flight invocation still waits %s after the cut (its function sleeps 15 s)", time.Since(cut).Round(time.Second))
+	}
+	if n := ctr.count("in-flight"); n != 1 {
+		t.Fatalf("the in-flight invocation ran %d times, want exactly once", n)
+	}
 	healed := time.Now()
 	if err := c.Net.SetLink(victim.Index, true); err != nil {
 		t.Fatal(err)
@@ -288,6 +311,11 @@ func TestClusterPartition(t *testing.T) {
 	t.Logf("HAProxy marked %s UP %s after the link returned", victim.Name, time.Since(healed).Round(time.Millisecond))
 	if s := invokeLB(ctx, c, fn.Name, "healed", ctr.addr, 0); s.err != nil || s.node != victim.Name {
 		t.Errorf("after healing the function went to %q (%v), want back to %s", s.node, s.err, victim.Name)
+	}
+	// A node that is alive keeps a long, silent request: the keepalive
+	// probes are answered.
+	if s := invokeLB(ctx, c, fn.Name, "long", ctr.addr, 9); s.err != nil || !s.inv.OK || s.took < 9*time.Second {
+		t.Errorf("a 9 s invocation on a healthy node: %v %+v after %s", s.err, s.inv, s.took)
 	}
 }
 

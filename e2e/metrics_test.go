@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // A real Prometheus (Debian's), started here, scrapes a real thawd over
@@ -43,7 +43,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackAddr(t)
+	addr := tcptest.FreeAddr(t)
 	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
 	log, _ := os.Create(filepath.Join(dir, "prometheus.log"))
@@ -159,14 +159,4 @@ func checkDashboard(t *testing.T, prom string) {
 			}
 		}
 	}
-}
-
-// freeLoopbackAddr is a loopback address nothing listens on now.
-func freeLoopbackAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -22,11 +22,7 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { withRegistry(c); c.RegistryPushOnPrepare = true })
 	c := e.c
 	ctx := ctxT(t)
-	createFunction(t, c, "probe", "e2e/testdata/probe")
-	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
+	res := prepareProbe(t, c)
 	warm := res.Warm.ID
 	push, err := c.PushSnapshot(ctx, warm)
 	if err != nil {
@@ -43,9 +39,13 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("push clean: %v", err)
 	}
-	if pc.Uploaded*2 >= pc.Chunks {
+	// The warm snapshot was taken after the function ran (page cache,
+	// heap): about half of the clean one's chunks are shared (49-51%
+	// measured); a third at least, or deduplication is broken.
+	if pc.Uploaded*3 > pc.Chunks*2 {
 		t.Fatalf("clean snapshot push uploaded %d of %d chunks: little shared with the warm one", pc.Uploaded, pc.Chunks)
 	}
+	t.Logf("clean snapshot push: %d of %d chunks uploaded, the rest shared with the warm one", pc.Uploaded, pc.Chunks)
 
 	invoke := func(c *client.Client, strategy string) {
 		t.Helper()
@@ -92,6 +92,31 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		t.Fatalf("pull on a new node = %+v (the clean snapshot was pushed after the warm one but is older)", pr2)
 	}
 	invoke(e2.c, "faasnap")
+
+	// The registry itself: list, delete the clean snapshot, collect its
+	// own chunks; the warm one still pulls whole on a third node.
+	list, err := c.ListRegistrySnapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("registry list = %+v, %v", list, err)
+	}
+	for _, s := range list {
+		if s.Latest != (s.ID == warm) {
+			t.Fatalf("registry list marks %s latest=%v; the function's newest is %s", s.ID, s.Latest, warm)
+		}
+	}
+	if err := c.DeleteRegistrySnapshot(ctx, res.Clean.ID); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	gcr, err := c.CollectRegistry(ctx, client.GCRequest{GraceS: &zero})
+	if err != nil || gcr.Snapshots != 1 || gcr.ChunksDeleted == 0 || gcr.ChunksDeleted > pc.Uploaded {
+		t.Fatalf("registry gc = %+v, %v (the clean snapshot uploaded %d chunks of its own)", gcr, err, pc.Uploaded)
+	}
+	t.Logf("registry gc: %d of %d chunks deleted, %d KiB", gcr.ChunksDeleted, gcr.Chunks, gcr.BytesDeleted>>10)
+	e3 := startEnvWith(t, t.TempDir(), withRegistry)
+	if pr3, err := e3.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"}); err != nil || pr3.Snapshot.ID != warm {
+		t.Fatalf("pull after gc = %+v, %v", pr3, err)
+	}
 
 	// The store down: a clear 503, nothing lost here.
 	srv.Stop()

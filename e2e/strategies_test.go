@@ -14,6 +14,18 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
+// prepareProbe creates the probe function (e2e/testdata/probe) and
+// prepares it, recorded with its hello event.
+func prepareProbe(t *testing.T, c *client.Client) *client.PrepareResult {
+	t.Helper()
+	createFunction(t, c, "probe", "e2e/testdata/probe")
+	res, err := c.Prepare(ctxT(t), "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	return res
+}
+
 // TestStrategies prepares a function (clean snapshot, FaaSnap record, warm
 // snapshot, REAP record, SnapBPF capture) on real VMs, then checks that every strategy gives
 // the same answer from the warm snapshot, that reap, faasnap and snapbpf really use
@@ -25,12 +37,8 @@ func TestStrategies(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VMMPoolMemoryMiB = 8 << 10 })
 	c := e.c
 	ctx := ctxT(t)
-	createFunction(t, c, "probe", "e2e/testdata/probe")
 	t.Log("preparing (boot + two record invocations)")
-	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
+	res := prepareProbe(t, c)
 	fs, rp, sb := res.FaaSnap, res.REAP, res.SnapBPF
 	if fs == nil || rp == nil || sb == nil {
 		t.Fatalf("prepare built no artifacts: faasnap %+v reap %+v snapbpf %+v (%s)", fs, rp, sb, res.SnapBPFUnavailable)
@@ -303,12 +311,7 @@ func invokeWith(t *testing.T, c *client.Client, o client.InvokeOptions) *client.
 func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.SnapBPFObject = "/nonexistent/snapbpf_capture.bpf.o" })
 	c := e.c
-	ctx := ctxT(t)
-	createFunction(t, c, "probe", "e2e/testdata/probe")
-	res, err := c.Prepare(ctx, "probe", ev(`{"op":"hello","name":"record"}`), client.PrepareOptions{})
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
+	res := prepareProbe(t, c)
 	if res.SnapBPF != nil || !strings.Contains(res.SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
 		t.Fatalf("snapbpf %+v, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
 	}

@@ -10,6 +10,7 @@ const (
 	OpCopy    = "copy"    // POST /v1/snapshots/{id}/copy
 	OpPush    = "push"    // POST /v1/snapshots/{id}/push
 	OpPull    = "pull"    // POST /v1/snapshots/pull
+	OpGC      = "gc"      // POST /v1/registry/gc
 )
 
 // Operation states.
@@ -23,8 +24,8 @@ const (
 // what ?wait=false answers (202) and GET /v1/operations/{id} shows.
 type Operation struct {
 	ID       string            `json:"id"`
-	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push or pull
-	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy, push, pull; a pull by function: the function)
+	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push, pull or gc
+	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy, push, pull; a pull by function: the function; gc: the bucket)
 	State    string            `json:"state"`  // running, succeeded or failed
 	Progress OperationProgress `json:"progress"`
 	// Result is, once succeeded, the body the synchronous request answers.
@@ -53,6 +54,7 @@ type OperationResult struct {
 	Snapshot *Snapshot      `json:"snapshot,omitempty"` // copy
 	Push     *PushResult    `json:"push,omitempty"`     // push
 	Pull     *PullResult    `json:"pull,omitempty"`     // pull
+	GC       *GCResult      `json:"gc,omitempty"`       // gc
 }
 
 // OperationError is a failed operation's error: the HTTP status and error

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // PullRequest is POST /v1/snapshots/pull: exactly one of Snapshot (an id
 // pushed to the registry) and Function (its newest pushed snapshot).
 type PullRequest struct {
@@ -45,4 +47,48 @@ type PullResult struct {
 	FetchedBytes  int64   `json:"fetched_bytes"`
 	CachedChunks  int64   `json:"cached_chunks"`
 	PullMS        float64 `json:"pull_ms"`
+}
+
+// RegistrySnapshot is a snapshot in the registry, as GET
+// /v1/registry/snapshots lists it.
+type RegistrySnapshot struct {
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	CreatedAt time.Time `json:"created_at"`
+	PushedAt  time.Time `json:"pushed_at"`
+	// Chunks are its distinct non-zero chunks; StoredBytes and DataBytes
+	// their compressed and uncompressed bytes (shared chunks count in
+	// every snapshot that has them).
+	Chunks      int   `json:"chunks"`
+	StoredBytes int64 `json:"stored_bytes"`
+	DataBytes   int64 `json:"data_bytes"`
+	// Latest: the function's record names it, so a pull or import by
+	// function gets it.
+	Latest bool `json:"latest"`
+}
+
+// GCRequest is POST /v1/registry/gc.
+type GCRequest struct {
+	// GraceS keeps unreferenced objects younger than this many seconds
+	// (default 3600; 0 deletes every unreferenced object).
+	GraceS *int `json:"grace_s,omitempty"`
+	// DryRun counts what would be deleted and deletes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// GCResult is what a registry garbage collection found and did.
+type GCResult struct {
+	Snapshots     int   `json:"snapshots"`      // manifests read
+	Functions     int   `json:"functions"`      // function records read
+	Chunks        int   `json:"chunks"`         // chunk objects listed
+	ChunksDeleted int   `json:"chunks_deleted"` // unreferenced and older than the grace
+	ChunksYoung   int   `json:"chunks_young"`   // unreferenced, within the grace: kept
+	CodeDeleted   int   `json:"code_deleted"`   // unreferenced code archives deleted
+	StaleLeases   int   `json:"stale_leases"`   // leases of dead writers removed
+	BytesDeleted  int64 `json:"bytes_deleted"`  // stored bytes deleted
+	BytesKept     int64 `json:"bytes_kept"`     // stored bytes of what stays
+	DryRun        bool  `json:"dry_run"`
+	// WaitedMS is how long the collection waited for running pushes.
+	WaitedMS float64 `json:"waited_ms"`
+	GCMS     float64 `json:"gc_ms"`
 }

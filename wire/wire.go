@@ -155,7 +155,8 @@ type RestoreTiming struct {
 	// AgentSteps is the guest's own account of the restore request, in ms
 	// of its CLOCK_MONOTONIC: the steps it reports (decode, clock,
 	// kernel_rng, random, numpy, hook, total) and read, from the request's
-	// bytes being read to the restore handler starting. Absent from an agent
+	// bytes being read to the restore handler starting (decode: parsing the
+	// request). Absent from an agent
 	// that does not report them.
 	AgentSteps map[string]float64 `json:"agent_steps,omitempty"`
 }
@@ -309,6 +310,24 @@ type Info struct {
 	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's
 	// memory mapping (thawd --hugepage-hint); false, the default, drops it.
 	HugePageHint bool `json:"hugepage_hint"`
+	// Registry is the snapshot registry the daemon uses; absent without
+	// one. Credentials are never shown.
+	Registry *RegistryInfo `json:"registry,omitempty"`
+}
+
+// RegistryInfo is the snapshot registry as GET /v1/info shows it.
+type RegistryInfo struct {
+	Endpoint      string `json:"endpoint"`
+	Bucket        string `json:"bucket"`
+	Secure        bool   `json:"secure"`
+	ChunkSize     int64  `json:"chunk_size"`      // of pushes from this node
+	PushOnPrepare bool   `json:"push_on_prepare"` // thawd --registry-push-on-prepare
+	Import        bool   `json:"import"`          // thawd --registry-import
+	// The node's chunk cache: its directory, bytes held and budget
+	// (0: unbounded).
+	CacheDir         string `json:"cache_dir"`
+	CacheUsedBytes   int64  `json:"cache_used_bytes"`
+	CacheBudgetBytes int64  `json:"cache_budget_bytes"`
 }
 
 // Health is GET /v1/health's body: whether the daemon serves.

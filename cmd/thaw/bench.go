@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
@@ -25,6 +26,20 @@ only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`
 		a.newBenchExperimentCmd(bench.ExpBreakdown, "Fetch time and size, page faults and bytes read per strategy (Table 3)"),
 		a.newBenchExperimentCmd(bench.ExpAblation, "FaaSnap's optimization steps (Figure 9) and FaaSnap with one technique off at a time"))
 	return cmd
+}
+
+// checkStrategies checks a benchmark's configuration against the daemon's
+// strategies (what check refuses is a usage error) and returns the
+// daemon's description.
+func (a *app) checkStrategies(check func(daemonStrategies []string) error) (*client.Info, error) {
+	info, err := a.c.Info(a.ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(info.Strategies); err != nil {
+		return nil, usagef("%v", err)
+	}
+	return info, nil
 }
 
 func (a *app) newBenchStrategiesCmd() *cobra.Command {

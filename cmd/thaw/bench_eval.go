@@ -123,12 +123,9 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 		}
 		cfg.Storage = st
 	}
-	info, err := a.c.Info(a.ctx)
+	info, err := a.checkStrategies(cfg.Resolve)
 	if err != nil {
 		return err
-	}
-	if err := cfg.Resolve(info.Strategies); err != nil {
-		return usagef("%v", err)
 	}
 	est := bench.EstimateEval(cfg)
 	if f.estimate {

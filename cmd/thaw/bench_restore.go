@@ -45,12 +45,8 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 					cfg.DaemonPID = pid
 				}
 			}
-			info, err := a.c.Info(a.ctx)
-			if err != nil {
+			if _, err := a.checkStrategies(cfg.Check); err != nil {
 				return err
-			}
-			if err := cfg.Check(info.Strategies); err != nil {
-				return usagef("%v", err)
 			}
 			if out != "" {
 				if err := os.MkdirAll(out, 0o755); err != nil {

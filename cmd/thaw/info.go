@@ -14,7 +14,8 @@ func (a *app) newInfoCmd() *cobra.Command {
 		Short: "Show the daemon's version, accelerator, QEMU, guest image and strategies",
 		Long: `Show what the daemon runs on: its version, the accelerator it uses (KVM
 or TCG) and why, the QEMU version, the guest image (hash and kernel), its
-data directory and the restore strategies it offers.`,
+data directory, the restore strategies it offers and its snapshot registry
+(endpoint, bucket and chunk cache; never credentials).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			info, err := a.c.Info(a.ctx)
@@ -46,6 +47,20 @@ data directory and the restore strategies it offers.`,
 				}
 				row(w, "Data dir:", orDash(info.DataDir))
 				row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
+				if r := info.Registry; r != nil {
+					scheme := "http"
+					if r.Secure {
+						scheme = "https"
+					}
+					row(w, "Registry:", fmt.Sprintf("%s://%s/%s, %s chunks", scheme, r.Endpoint, r.Bucket, fmtBytes(r.ChunkSize)))
+					budget := "unbounded"
+					if r.CacheBudgetBytes > 0 {
+						budget = fmtBytes(r.CacheBudgetBytes)
+					}
+					row(w, "  cache:", fmt.Sprintf("%s of %s in %s", fmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
+					row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
+					row(w, "  import:", fmt.Sprint(r.Import))
+				}
 			})
 		},
 	}

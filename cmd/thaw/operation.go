@@ -76,6 +76,17 @@ func addDetach(cmd *cobra.Command, detach *bool) {
 	cmd.Flags().BoolVarP(detach, "detach", "d", false, "start the operation, print its id and return (follow it with 'thaw operation wait ID')")
 }
 
+// operationCmd completes cmd, which takes one argument, as a command that
+// starts an operation with start and follows it (runOperation; --detach).
+func (a *app) operationCmd(cmd *cobra.Command, start func(*client.Client, context.Context, string) (*client.Operation, error)) *cobra.Command {
+	var detach bool
+	cmd.RunE = func(_ *cobra.Command, args []string) error {
+		return a.runOperation(detach, func() (*client.Operation, error) { return start(a.c, a.ctx, args[0]) })
+	}
+	addDetach(cmd, &detach)
+	return cmd
+}
+
 // runOperation starts an operation and, unless detach, follows it to its
 // end and prints its result as the command that started it prints it.
 // Detached, it prints the operation's id (with --json, the operation).
@@ -137,6 +148,8 @@ func (a *app) printResult(op *client.Operation) error {
 		return a.printPush(r.Push)
 	case r.Pull != nil:
 		return a.printPull(r.Pull)
+	case r.GC != nil:
+		return a.printGC(r.GC)
 	}
 	return a.printOperation(op)
 }

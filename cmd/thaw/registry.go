@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -10,8 +11,7 @@ import (
 )
 
 func (a *app) newSnapshotPushCmd() *cobra.Command {
-	var detach bool
-	cmd := &cobra.Command{
+	return a.operationCmd(&cobra.Command{
 		Use:   "push SNAPSHOT",
 		Short: "Upload a snapshot to the snapshot registry",
 		Long: `Upload a snapshot to the registry thawd is configured with (S3-compatible
@@ -24,12 +24,7 @@ pull it. Runs as an operation in thawd, its bytes shown on stderr; --detach
 (or Ctrl-C) leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot push snap-0123abcd`,
 		Args:    exactArgs("SNAPSHOT"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPushSnapshot(a.ctx, args[0]) })
-		},
-	}
-	addDetach(cmd, &detach)
-	return cmd
+	}, (*client.Client).StartPushSnapshot)
 }
 
 func (a *app) newSnapshotPullCmd() *cobra.Command {
@@ -102,4 +97,98 @@ func (a *app) printPull(r *client.PullResult) error {
 	row(w, "From cache:", fmt.Sprintf("%d chunks", r.CachedChunks))
 	row(w, "Took:", fmtMS(r.PullMS))
 	return w.Flush()
+}
+
+func (a *app) newRegistryCmd() *cobra.Command {
+	cmd := newGroupCmd("registry", "List, delete and garbage-collect the snapshots in the registry",
+		`The snapshot registry is the S3-compatible object store thawd is configured
+with (thawd --registry-config); 'thaw snapshot push' and 'pull' move snapshots
+to and from it. These commands look after the registry itself.`)
+	cmd.AddCommand(a.newRegistryListCmd(), a.newRegistryDeleteCmd(), a.newRegistryGCCmd())
+	return cmd
+}
+
+func (a *app) newRegistryListCmd() *cobra.Command {
+	cmd := newListCmd("the snapshots in the registry", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.RegistrySnapshot, error) {
+		return c.ListRegistrySnapshots(ctx)
+	}, []string{"ID", "FUNCTION", "LATEST", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED"},
+		func(s *client.RegistrySnapshot) []string {
+			latest := "-"
+			if s.Latest {
+				latest = "yes"
+			}
+			return []string{s.ID, s.Function, latest, fmt.Sprint(s.Chunks), fmtBytes(s.StoredBytes), fmtBytes(s.DataBytes),
+				fmtAge(s.CreatedAt), fmtAge(s.PushedAt)}
+		}))
+	cmd.Long = `List the snapshots pushed to the registry, oldest first. LATEST marks the one
+its function's record names: what 'thaw snapshot pull --function' and nodes
+importing the function get. STORED and DATA are the compressed and
+uncompressed bytes of its distinct chunks; chunks shared between snapshots
+count in each.`
+	return cmd
+}
+
+func (a *app) newRegistryDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete ID...",
+		Aliases: []string{"rm"},
+		Short:   "Delete snapshots from the registry",
+		Long: `Delete snapshots from the registry: their manifests go at once, their chunks
+at the next 'thaw registry gc' unless another snapshot shares them. When a
+function's newest snapshot is deleted, its record moves to the next newest,
+or goes with the last one. Copies that nodes pulled stay on those nodes.
+All are tried; thaw exits with code 1 if any could not be deleted.`,
+		Args: minArgs("snapshot ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.deleteAll("registry snapshot", args, a.c.DeleteRegistrySnapshot)
+		},
+	}
+}
+
+func (a *app) newRegistryGCCmd() *cobra.Command {
+	var (
+		detach bool
+		dryRun bool
+		grace  int
+	)
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Delete the registry's chunks that no snapshot uses",
+		Long: `Delete the chunks and code archives that no snapshot or function in the
+registry names and that are older than --grace. It reads every manifest first
+and deletes nothing if one cannot be read. Pushes and collections keep apart
+through lease objects in the bucket: a collection waits for running pushes,
+and a push waits while a collection runs. Runs as an operation in thawd;
+--detach (or Ctrl-C) leaves it running.`,
+		Example: `  thaw registry gc --dry-run
+  thaw registry delete snap-0123abcd && thaw registry gc --grace 0`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if grace < 0 {
+				return usagef("--grace takes 0 or more seconds")
+			}
+			req := client.GCRequest{DryRun: dryRun, GraceS: &grace}
+			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCollectRegistry(a.ctx, req) })
+		},
+	}
+	addDetach(cmd, &detach)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	cmd.Flags().IntVar(&grace, "grace", 3600, "keep unreferenced objects younger than this many seconds")
+	return cmd
+}
+
+func (a *app) printGC(r *client.GCResult) error {
+	what := "collected"
+	if r.DryRun {
+		what = "dry run, nothing deleted"
+	}
+	return a.printObject(r, "registry", what, func(w io.Writer) {
+		row(w, "Read:", fmt.Sprintf("%d snapshots, %d functions, %d chunks", r.Snapshots, r.Functions, r.Chunks))
+		row(w, "Deleted:", fmt.Sprintf("%d chunks, %d code archives, %s", r.ChunksDeleted, r.CodeDeleted, fmtBytes(r.BytesDeleted)))
+		row(w, "Kept:", fmt.Sprintf("%s (%d unused chunks within the grace)", fmtBytes(r.BytesKept), r.ChunksYoung))
+		if r.StaleLeases > 0 {
+			row(w, "Stale leases:", fmt.Sprintf("%d removed (writers that died)", r.StaleLeases))
+		}
+		row(w, "Took:", fmtMS(r.GCMS))
+	})
 }

@@ -87,6 +87,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newFunctionCmd(),
 		a.newVMCmd(),
 		a.newSnapshotCmd(),
+		a.newRegistryCmd(),
 		a.newInvokeCmd(),
 		a.newPrepareCmd(),
 		a.newInvocationsCmd(),

@@ -108,8 +108,7 @@ with code 1 and the daemon's reason if the snapshot is unusable.`,
 }
 
 func (a *app) newSnapshotCopyCmd() *cobra.Command {
-	var detach bool
-	cmd := &cobra.Command{
+	return a.operationCmd(&cobra.Command{
 		Use:   "copy ID",
 		Short: "Duplicate a snapshot under a new id",
 		Long: `Duplicate a snapshot under a new id: device state, memory file and every
@@ -121,12 +120,7 @@ as an operation in thawd, its bytes shown on stderr; --detach (or Ctrl-C)
 leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot copy snap-0123abcd`,
 		Args:    exactArgs("ID"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCopySnapshot(a.ctx, args[0]) })
-		},
-	}
-	addDetach(cmd, &detach)
-	return cmd
+	}, (*client.Client).StartCopySnapshot)
 }
 
 func (a *app) newSnapshotDeleteCmd() *cobra.Command {

@@ -23,8 +23,7 @@ restore one from a snapshot and keep it running for warm invocations
 }
 
 func (a *app) newVMBootCmd() *cobra.Command {
-	var detach bool
-	cmd := &cobra.Command{
+	return a.operationCmd(&cobra.Command{
 		Use:   "boot FUNCTION",
 		Short: "Boot a VM for a function and wait until it is ready",
 		Long: `Boot a fresh VM for a function and wait until its guest agent answers,
@@ -36,12 +35,7 @@ delete it with 'thaw vm delete'. The boot runs as an operation in thawd:
   VM=$(thaw --json vm boot hello | jq -r .id) && thaw snapshot create "$VM"
   OP=$(thaw vm boot hello --detach) && thaw operation wait "$OP"`,
 		Args: exactArgs("FUNCTION"),
-		RunE: func(_ *cobra.Command, args []string) error {
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartBootVM(a.ctx, args[0]) })
-		},
-	}
-	addDetach(cmd, &detach)
-	return cmd
+	}, (*client.Client).StartBootVM)
 }
 
 func (a *app) newVMRestoreCmd() *cobra.Command {

@@ -23,6 +23,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // TestRefusedAtStart: a command line that would serve insecurely, or that
@@ -224,7 +225,7 @@ func TestServe(t *testing.T) {
 	sock, d := socketDaemon(t, "thawd-serve-")
 	img, data := d.ImageDir, d.DataDir
 	caFile, cert, key := testCerts(t)
-	metricsAddr := freeAddr(t)
+	metricsAddr := tcptest.FreeAddr(t)
 	cfg := serveConfig{Listen: []string{sock, "127.0.0.1:0"}, TLSCert: cert, TLSKey: key, MetricsListen: metricsAddr, Daemon: d,
 		NodeName: "serve-node"}
 	r := startServe(t, cfg)
@@ -319,16 +320,6 @@ func TestServe(t *testing.T) {
 	if now, err := api.ReadTokenFile(tokenPath); err != nil || now != token {
 		t.Errorf("restart changed the token file: %v", err)
 	}
-}
-
-// freeAddr is a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func TestLogFormat(t *testing.T) {

@@ -7,14 +7,19 @@ on the virtio-serial port "org.thaw.agent", one at a time, in order.
 Standard library only: the agent must not depend on anything a function might
 shadow or break, and the rootfs ships only Debian's python3.
 
-Protocol (one JSON object per line, UTF-8, both directions):
+Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/1","function":"hello","uptime_ms":...}
-  {"id":"3","op":"restore","time_ns":<host CLOCK_REALTIME>,"entropy":"<base64>"}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/2","function":"hello","uptime_ms":...}
+  restore 3 <host CLOCK_REALTIME ns> <entropy, hex>
     -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
        sent by the host after every restore, before the first invocation: the clock,
        the kernel's RNG, Python's (and numpy's) global generators, then the function's
-       on_restore() hook
+       on_restore() hook. A plain line, not JSON: a clone's first request runs on code
+       the VMM has not translated yet (TCG), so it takes the fewest code paths (no
+       json.loads, no base64, a preformatted answer). Agents before protocol 2 answer
+       it as malformed JSON (id null) and the host resends it as
+  {"id":"3","op":"restore","time_ns":<host CLOCK_REALTIME>,"entropy":"<base64>"}
+       which this agent still accepts.
   {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
     -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
   {"id":"2","op":"invoke","function":"hello","event":{...}}
@@ -40,7 +45,7 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/1"
+AGENT = "thaw-agent/2"  # /2: the plain-line restore request
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
@@ -55,6 +60,7 @@ DISCONNECTED_WAIT_S = 0.02
 IDLE_POLL_MS = 1000          # connected but idle: wake up to reap zombies
 
 MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+RESTORE_PREFIX = b"restore "
 RNDADDENTROPY = 0x40085203   # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207       # _IO('R', 0x07)
 MAX_ENTROPY = 512
@@ -174,6 +180,7 @@ class Function:
         self.name = name
         self.module = None
         self.handle = None
+        self.on_restore = None  # the module's on_restore(), looked up once at import
         self.error = None  # {"type", "message", "traceback"} when not invocable
 
     def load(self, fn_dev):
@@ -202,9 +209,16 @@ class Function:
             self.error = _exc_error(e)
             log(f"function {self.name}: import failed: {self.error['type']}: {self.error['message']}")
             return
+        self.attach(module, handle)
+        log(f"function {self.name} imported in {(time.perf_counter() - t0) * 1000:.0f} ms")
+
+    def attach(self, module, handle):
+        """Binds the imported handler module; whether it has an on_restore() hook
+        is decided here, before the snapshot, not on every restore."""
         self.module = module
         self.handle = handle
-        log(f"function {self.name} imported in {(time.perf_counter() - t0) * 1000:.0f} ms")
+        hook = getattr(module, "on_restore", None)
+        self.on_restore = hook if callable(hook) else None
 
     def _mount_disk(self, fn_dev):
         if FN_ROOT in mounted_paths():
@@ -333,7 +347,11 @@ class Channel:
     def send(self, obj, wait=True):
         """Writes one JSON line. Returns False if it was dropped because the host is
         not connected (or, with wait=False, not reading right now)."""
-        data = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        return self.send_line(json.dumps(obj, separators=(",", ":")), wait)
+
+    def send_line(self, text, wait=True):
+        """Writes text (one line of JSON, without its newline); see send."""
+        data = memoryview((text + "\n").encode())
         while data:
             try:
                 n = os.write(self.fd, data)
@@ -368,10 +386,37 @@ class Agent:
 
     def serve(self):
         for line in self.channel.lines():
+            if line is not None and line[:8] == RESTORE_PREFIX:
+                self.channel.send_line(self.restore_line(line))
+                continue
             if line is not None and not line.strip():
                 continue  # blank lines are harmless keep-alives
             self.channel.send(self.dispatch(line))
             reap_zombies()
+
+    def restore_line(self, line):
+        """The plain-line restore request, "restore <id> <time_ns> <hex>", answered
+        with a preformatted JSON line."""
+        t0 = time.monotonic()
+        parts = line.split(b" ")
+        if len(parts) != 4 or not parts[1].isdigit() or len(parts[1]) > 20:
+            return json.dumps(self._bad_request(None, "restore: want 'restore <id> <time_ns> <hex entropy>'"))
+        rid = parts[1].decode()
+        try:
+            time_ns = int(parts[2])
+            entropy = check_entropy(bytes.fromhex(parts[3].decode("ascii")))
+        except (ValueError, UnicodeDecodeError) as e:
+            return json.dumps(self._bad_request(rid, f"restore: time_ns must be an integer, entropy hex: {e}"))
+        r = self.renew(rid, time_ns, entropy, t0)
+        if not r["ok"]:
+            return json.dumps(r)
+        st = r["steps"]
+        hook = r["hook"]
+        return RESTORE_REPLY % (
+            rid, r["clock_step_ms"], RESEEDED_JSON[len(r["reseeded"])],
+            hook_json(hook), r["duration_ms"],
+            st["read"], st["decode"], st["clock"], st["kernel_rng"], st["random"], st["numpy"],
+            st["hook"], st["total"])
 
     def dispatch(self, line):
         if line is None:
@@ -427,19 +472,26 @@ class Agent:
         return resp
 
     def restore(self, rid, req):
+        """The JSON restore request (agents before protocol 2 only had this)."""
+        t0 = time.monotonic()
+        try:
+            entropy = decode_entropy(req.get("entropy"))
+        except ValueError as e:
+            return self._bad_request(rid, f"restore: {e}")
+        return self.renew(rid, req.get("time_ns"), entropy, t0)
+
+    def renew(self, rid, time_ns, entropy, t0):
         """A clone's first moments: correct the clock, make its random numbers its
         own, and let the function renew what it made before the snapshot.
         steps says where the guest's time went (ms of CLOCK_MONOTONIC): "read"
-        from the request's bytes read to this method, then each step."""
+        from the request's bytes read to t0 (the request parsed from there on),
+        "decode" to here, then each step."""
         mono = time.monotonic
-        t0 = mono()
+        t1 = mono()
         read_at = getattr(self.channel, "read_at", 0.0)
-        steps = {"read": (t0 - read_at) * 1000 if read_at else 0.0}
+        steps = {"read": (t0 - read_at) * 1000 if read_at else 0.0, "decode": (t1 - t0) * 1000}
         try:
-            entropy = decode_entropy(req.get("entropy"))
-            t1 = mono()
-            steps["decode"] = (t1 - t0) * 1000
-            step = set_clock(req.get("time_ns"))
+            step = set_clock(time_ns)
             t2 = mono()
             steps["clock"] = (t2 - t1) * 1000
             reseed_kernel(entropy)
@@ -470,9 +522,9 @@ class Agent:
         after-restore hook). If it raises, the VM stays up and every invocation
         reports the error, as a failed import does."""
         fn = self.function
-        hook = getattr(fn.module, "on_restore", None) if fn.module is not None else None
-        if fn.error is not None or not callable(hook):
-            return {"ran": False}
+        hook = fn.on_restore
+        if fn.error is not None or hook is None:
+            return HOOK_NONE
         t0 = time.perf_counter()
         try:
             hook()
@@ -487,6 +539,25 @@ class Agent:
     @staticmethod
     def _bad_request(rid, message):
         return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error("BadRequest", message)}
+
+
+HOOK_NONE = {"ran": False}
+HOOK_NOT_RUN = '{"ran":false}'
+HOOK_RAN = '{"ran":true,"ms":%.3f}'
+RESEEDED_JSON = {2: '["kernel","random"]', 3: '["kernel","random","numpy.random"]'}
+# The plain-line restore's answer, the same JSON the JSON request gets.
+RESTORE_REPLY = ('{"id":"%s","ok":true,"clock_step_ms":%.3f,"reseeded":%s,"hook":%s,"duration_ms":%.3f,'
+                 '"steps":{"read":%.3f,"decode":%.3f,"clock":%.3f,"kernel_rng":%.3f,"random":%.3f,'
+                 '"numpy":%.3f,"hook":%.3f,"total":%.3f}}')
+
+
+def hook_json(hook):
+    """The hook's result as JSON, preformatted unless the hook failed."""
+    if hook is HOOK_NONE:
+        return HOOK_NOT_RUN
+    if "error" not in hook:
+        return HOOK_RAN % hook["ms"]
+    return json.dumps(hook)
 
 
 def set_clock(time_ns):
@@ -507,6 +578,10 @@ def decode_entropy(entropy_b64):
         data = base64.b64decode(entropy_b64, validate=True)
     except ValueError as e:
         raise ValueError(f"entropy is not base64: {e}") from None
+    return check_entropy(data)
+
+
+def check_entropy(data):
     if not 32 <= len(data) <= MAX_ENTROPY:
         raise ValueError(f"entropy must be 32 to {MAX_ENTROPY} bytes, got {len(data)}")
     return data

@@ -88,25 +88,25 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
 		{"DELETE", "/v1/functions/{name}", done(h, "name", h.svc.DeleteFunction)},
-		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction},
-		{"POST", "/v1/functions/{name}/prepare", h.prepareFunction},
+		{"POST", "/v1/functions/{name}/invoke", readThen(h, readInvokeFunction, h.invokeCold)},
+		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), startOrServe(h, h.svc.StartPrepare, h.svc.Prepare, http.StatusCreated))},
 		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
 			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
-		{"POST", "/v1/vms", h.createVM},
+		{"POST", "/v1/vms", readThen(h, readWaiting(readCreateVM), h.createVM)},
 		{"GET", "/v1/vms/{id}", one(h, "id", http.StatusOK, h.svc.GetVM, vmBody)},
 		{"DELETE", "/v1/vms/{id}", done(h, "id", h.svc.DeleteVM)},
 		{"POST", "/v1/vms/{id}/pause", one(h, "id", http.StatusOK, h.svc.PauseVM, vmBody)},
 		{"POST", "/v1/vms/{id}/resume", one(h, "id", http.StatusOK, h.svc.ResumeVM, vmBody)},
-		{"POST", "/v1/vms/{id}/invoke", h.invokeVM},
+		{"POST", "/v1/vms/{id}/invoke", readThen(h, readInvokeVM, h.invokeVM)},
 		{"GET", "/v1/snapshots", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Snapshot, error) {
 			return h.svc.ListSnapshots(ctx, r.URL.Query().Get("function"))
 		}, func(s *catalog.Snapshot) string { return createdKey(s.CreatedAt, s.ID) }, daemon.SnapshotBody)},
-		{"POST", "/v1/snapshots", h.createSnapshot},
+		{"POST", "/v1/snapshots", readThen(h, readCreateSnapshot, h.createSnapshot)},
 		{"GET", "/v1/snapshots/{id}", one(h, "id", http.StatusOK, h.svc.GetSnapshot, daemon.SnapshotBody)},
 		{"DELETE", "/v1/snapshots/{id}", done(h, "id", h.svc.DeleteSnapshot)},
 		{"POST", "/v1/snapshots/{id}/verify", one(h, "id", http.StatusOK, h.svc.CheckSnapshot, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
-		{"POST", "/v1/snapshots/{id}/invoke", h.invokeSnapshot},
+		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
 		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/pin", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*catalog.Snapshot, error) {
@@ -121,7 +121,12 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
 		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
 		{"POST", "/v1/snapshots/{id}/push", h.pushSnapshot},
-		{"POST", "/v1/snapshots/pull", h.pullSnapshot},
+		{"POST", "/v1/snapshots/pull", readThen(h, readWaiting(readSmallBody[wire.PullRequest]), startOrServe(h, h.svc.StartPull, h.svc.PullSnapshot, http.StatusCreated))},
+		{"GET", "/v1/registry/snapshots", list(h, func(ctx context.Context, _ *http.Request) ([]wire.RegistrySnapshot, error) {
+			return h.svc.ListRegistrySnapshots(ctx)
+		}, func(s wire.RegistrySnapshot) string { return createdKey(s.CreatedAt, s.ID) }, same)},
+		{"DELETE", "/v1/registry/snapshots/{id}", done(h, "id", h.svc.DeleteRegistrySnapshot)},
+		{"POST", "/v1/registry/gc", readThen(h, readWaiting(readSmallBody[wire.GCRequest]), startOrServe(h, h.svc.StartGC, h.svc.CollectRegistry, http.StatusOK))},
 		{"GET", "/v1/invocations", h.listInvocations},
 		{"GET", "/v1/operations", list(h, func(ctx context.Context, _ *http.Request) ([]*daemon.Operation, error) {
 			return h.svc.ListOperations(ctx)
@@ -515,6 +520,38 @@ func intParam(s string) (int, error) {
 	return n, nil
 }
 
+// readThen serves a route whose request read decodes and checks: what read
+// refuses is answered as an error, the rest is serve's.
+func readThen[R any](h *Handler, read func(http.ResponseWriter, *http.Request) (R, error), serve func(http.ResponseWriter, *http.Request, R)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := read(w, r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		serve(w, r, req)
+	}
+}
+
+// waiting is a request of a route that can also start an operation
+// (wait=false) and return at once.
+type waiting[R any] struct {
+	wait bool
+	req  R
+}
+
+// readWaiting reads the wait parameter, then the request with read.
+func readWaiting[R any](read func(http.ResponseWriter, *http.Request) (R, error)) func(http.ResponseWriter, *http.Request) (waiting[R], error) {
+	return func(w http.ResponseWriter, r *http.Request) (waiting[R], error) {
+		wait, err := waitParam(r)
+		if err != nil {
+			return waiting[R]{}, err
+		}
+		req, err := read(w, r)
+		return waiting[R]{wait, req}, err
+	}
+}
+
 func decodeInvoke(w http.ResponseWriter, r *http.Request) (*wire.InvokeRequest, error) {
 	var req wire.InvokeRequest
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
@@ -542,12 +579,8 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		Variant: req.Variant}, nil
 }
 
-func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
-	cr, err := readInvokeFunction(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+// invokeCold serves a cold invocation.
+func (h *Handler) invokeCold(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	inv, err := h.svc.InvokeCold(r.Context(), cr)
 	h.answerInvocation(w, r, inv, err)
 }
@@ -565,18 +598,12 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		Variant: req.Variant}, nil
 }
 
-func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request) {
-	cr, err := readInvokeSnapshot(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	if _, err := h.svc.GetSnapshot(r.Context(), cr.Snapshot); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	inv, err := h.svc.InvokeCold(r.Context(), cr)
-	h.answerInvocation(w, r, inv, err)
+	h.invokeCold(w, r, cr)
 }
 
 // readInvokeVM decodes POST /v1/vms/{id}/invoke (warm: no cold options).
@@ -591,12 +618,7 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 	return invokeOf(req), nil
 }
 
-func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request) {
-	ir, err := readInvokeVM(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request, ir daemon.InvokeRequest) {
 	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), ir)
 	h.answerInvocation(w, r, inv, err)
 }
@@ -624,26 +646,6 @@ func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest,
 	}
 	return daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent, GroupSize: req.GroupSize,
 		MergeGap: req.MergeGap, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond, FaaSnapVariants: req.FaaSnapVariants}, nil
-}
-
-func (h *Handler) prepareFunction(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	pr, err := readPrepare(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if !wait {
-		op, err := h.svc.StartPrepare(h.opContext(w, r), pr)
-		h.accepted(w, r, op, err)
-		return
-	}
-	res, err := h.svc.Prepare(r.Context(), pr)
-	reply(h, w, r, http.StatusCreated, res, err)
 }
 
 // readListInvocations reads GET /v1/invocations' query: function, limit
@@ -695,18 +697,9 @@ func readCreateVM(w http.ResponseWriter, r *http.Request) (wire.CreateVMRequest,
 	return req, nil
 }
 
-func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	req, err := readCreateVM(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if !wait {
+func (h *Handler) createVM(w http.ResponseWriter, r *http.Request, wr waiting[wire.CreateVMRequest]) {
+	req := wr.req
+	if !wr.wait {
 		if req.Function == "" {
 			h.fail(w, r, fmt.Errorf("%w: wait=false applies to boots (function); a restore is quick, send it without", daemon.ErrInvalid))
 			return
@@ -717,6 +710,7 @@ func (h *Handler) createVM(w http.ResponseWriter, r *http.Request) {
 	}
 	var v *catalog.VM
 	var t *daemon.RestoreTiming
+	var err error
 	if req.Function != "" {
 		v, err = h.svc.BootVM(r.Context(), req.Function)
 	} else {
@@ -732,12 +726,7 @@ func readCreateSnapshot(w http.ResponseWriter, r *http.Request) (wire.CreateSnap
 	return req, err
 }
 
-func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	req, err := readCreateSnapshot(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, req wire.CreateSnapshotRequest) {
 	s, err := h.svc.CreateSnapshot(r.Context(), req.VM)
 	replyAs(h, w, r, http.StatusCreated, s, err, daemon.SnapshotBody)
 }

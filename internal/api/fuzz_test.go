@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // requestDecoders are the handlers' decoding steps (everything a handler
@@ -23,7 +25,8 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"POST /v1/functions/{name}/prepare": decodes(readPrepare),
 	"POST /v1/vms":                      decodes(readCreateVM),
 	"POST /v1/snapshots":                decodes(readCreateSnapshot),
-	"POST /v1/snapshots/pull":           decodes(readPull),
+	"POST /v1/snapshots/pull":           decodes(readWaiting(readSmallBody[wire.PullRequest])),
+	"POST /v1/registry/gc":              decodes(readWaiting(readSmallBody[wire.GCRequest])),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

@@ -296,44 +296,47 @@ var handlerIO = map[string]struct {
 	response string // schema of the success body; "" for none
 	request  string // schema of the JSON request body; "" for none
 }{
-	"GET /v1/openapi.json":              {"200", "", ""},
-	"GET /metrics":                      {"200", "", ""},
-	"GET /v1/info":                      {"200", "Info", ""},
-	"GET /v1/health":                    {"200", "Health", ""},
-	"GET /v1/functions":                 {"200", "FunctionList", ""},
-	"POST /v1/functions":                {"201", "Function", "CreateFunctionRequest"},
-	"GET /v1/functions/{name}":          {"200", "Function", ""},
-	"DELETE /v1/functions/{name}":       {"204", "", ""},
-	"POST /v1/functions/{name}/invoke":  {"200", "Invocation", "InvokeRequest"},
-	"POST /v1/functions/{name}/prepare": {"201", "PrepareResult", "PrepareRequest"},
-	"GET /v1/vms":                       {"200", "VMList", ""},
-	"POST /v1/vms":                      {"201", "CreatedVM", "CreateVMRequest"},
-	"GET /v1/vms/{id}":                  {"200", "VM", ""},
-	"DELETE /v1/vms/{id}":               {"204", "", ""},
-	"POST /v1/vms/{id}/pause":           {"200", "VM", ""},
-	"POST /v1/vms/{id}/resume":          {"200", "VM", ""},
-	"POST /v1/vms/{id}/invoke":          {"200", "Invocation", "InvokeRequest"},
-	"GET /v1/snapshots":                 {"200", "SnapshotList", ""},
-	"POST /v1/snapshots":                {"201", "Snapshot", "CreateSnapshotRequest"},
-	"GET /v1/snapshots/{id}":            {"200", "Snapshot", ""},
-	"DELETE /v1/snapshots/{id}":         {"204", "", ""},
-	"POST /v1/snapshots/{id}/verify":    {"200", "Snapshot", ""},
-	"POST /v1/snapshots/{id}/invoke":    {"200", "Invocation", "InvokeRequest"},
-	"POST /v1/snapshots/{id}/copy":      {"201", "Snapshot", ""},
-	"POST /v1/snapshots/{id}/push":      {"200", "PushResult", ""},
-	"POST /v1/snapshots/pull":           {"201", "PullResult", "PullRequest"},
-	"GET /v1/invocations":               {"200", "InvocationList", ""},
-	"PUT /v1/snapshots/{id}/store":      {"200", "StoreEntry", ""},
-	"DELETE /v1/snapshots/{id}/store":   {"204", "", ""},
-	"PUT /v1/snapshots/{id}/pin":        {"200", "Snapshot", ""},
-	"DELETE /v1/snapshots/{id}/pin":     {"204", "", ""},
-	"POST /v1/snapshots/{id}/evict":     {"200", "SnapshotMemory", ""},
-	"GET /v1/snapshots/{id}/memory":     {"200", "SnapshotMemory", ""},
-	"GET /v1/store":                     {"200", "StoreInfo", ""},
-	"GET /v1/vms/{id}/memory":           {"200", "VMMemory", ""},
-	"GET /v1/operations":                {"200", "OperationList", ""},
-	"GET /v1/operations/{id}":           {"200", "Operation", ""},
-	"DELETE /v1/operations/{id}":        {"204", "", ""},
+	"GET /v1/openapi.json":               {"200", "", ""},
+	"GET /metrics":                       {"200", "", ""},
+	"GET /v1/info":                       {"200", "Info", ""},
+	"GET /v1/health":                     {"200", "Health", ""},
+	"GET /v1/functions":                  {"200", "FunctionList", ""},
+	"POST /v1/functions":                 {"201", "Function", "CreateFunctionRequest"},
+	"GET /v1/functions/{name}":           {"200", "Function", ""},
+	"DELETE /v1/functions/{name}":        {"204", "", ""},
+	"POST /v1/functions/{name}/invoke":   {"200", "Invocation", "InvokeRequest"},
+	"POST /v1/functions/{name}/prepare":  {"201", "PrepareResult", "PrepareRequest"},
+	"GET /v1/vms":                        {"200", "VMList", ""},
+	"POST /v1/vms":                       {"201", "CreatedVM", "CreateVMRequest"},
+	"GET /v1/vms/{id}":                   {"200", "VM", ""},
+	"DELETE /v1/vms/{id}":                {"204", "", ""},
+	"POST /v1/vms/{id}/pause":            {"200", "VM", ""},
+	"POST /v1/vms/{id}/resume":           {"200", "VM", ""},
+	"POST /v1/vms/{id}/invoke":           {"200", "Invocation", "InvokeRequest"},
+	"GET /v1/snapshots":                  {"200", "SnapshotList", ""},
+	"POST /v1/snapshots":                 {"201", "Snapshot", "CreateSnapshotRequest"},
+	"GET /v1/snapshots/{id}":             {"200", "Snapshot", ""},
+	"DELETE /v1/snapshots/{id}":          {"204", "", ""},
+	"POST /v1/snapshots/{id}/verify":     {"200", "Snapshot", ""},
+	"POST /v1/snapshots/{id}/invoke":     {"200", "Invocation", "InvokeRequest"},
+	"POST /v1/snapshots/{id}/copy":       {"201", "Snapshot", ""},
+	"POST /v1/snapshots/{id}/push":       {"200", "PushResult", ""},
+	"POST /v1/snapshots/pull":            {"201", "PullResult", "PullRequest"},
+	"GET /v1/registry/snapshots":         {"200", "RegistrySnapshotList", ""},
+	"DELETE /v1/registry/snapshots/{id}": {"204", "", ""},
+	"POST /v1/registry/gc":               {"200", "GCResult", "GCRequest"},
+	"GET /v1/invocations":                {"200", "InvocationList", ""},
+	"PUT /v1/snapshots/{id}/store":       {"200", "StoreEntry", ""},
+	"DELETE /v1/snapshots/{id}/store":    {"204", "", ""},
+	"PUT /v1/snapshots/{id}/pin":         {"200", "Snapshot", ""},
+	"DELETE /v1/snapshots/{id}/pin":      {"204", "", ""},
+	"POST /v1/snapshots/{id}/evict":      {"200", "SnapshotMemory", ""},
+	"GET /v1/snapshots/{id}/memory":      {"200", "SnapshotMemory", ""},
+	"GET /v1/store":                      {"200", "StoreInfo", ""},
+	"GET /v1/vms/{id}/memory":            {"200", "VMMemory", ""},
+	"GET /v1/operations":                 {"200", "OperationList", ""},
+	"GET /v1/operations/{id}":            {"200", "Operation", ""},
+	"DELETE /v1/operations/{id}":         {"204", "", ""},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -369,6 +372,13 @@ var startsOperations = map[string]bool{
 	"POST /v1/snapshots/{id}/copy":      true,
 	"POST /v1/snapshots/{id}/push":      true,
 	"POST /v1/snapshots/pull":           true,
+	"POST /v1/registry/gc":              true,
+}
+
+// actions are POST operations on a fixed path that act on what is there
+// rather than create something: they answer 200.
+var actions = map[string]bool{
+	"POST /v1/registry/gc": true,
 }
 
 // createsUnderPath are POST operations on a parameterized path that
@@ -591,7 +601,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		}
 		// Creates are 201 and deletes 204, by convention.
 		wantStatus := "200"
-		if o.method == "post" && (!strings.Contains(o.path, "{") || createsUnderPath[o.key()]) {
+		if o.method == "post" && (!strings.Contains(o.path, "{") && !actions[o.key()] || createsUnderPath[o.key()]) {
 			wantStatus = "201"
 		} else if o.method == "delete" {
 			wantStatus = "204"
@@ -700,7 +710,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
-		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull}},
+		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 	}
 	for _, c := range checks {

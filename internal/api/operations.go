@@ -92,33 +92,23 @@ func (h *Handler) pushSnapshot(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// pullSnapshot serves POST /v1/snapshots/pull (?wait=false: an operation).
-func (h *Handler) pullSnapshot(w http.ResponseWriter, r *http.Request) {
-	req, err := readPull(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+// startOrServe serves a long request read as waiting[T]: with wait=false
+// start runs it as an operation (202), else do answers status.
+func startOrServe[T, R any](h *Handler, start func(context.Context, T) (*daemon.Operation, error),
+	do func(context.Context, T) (R, error), status int) func(http.ResponseWriter, *http.Request, waiting[T]) {
+	return func(w http.ResponseWriter, r *http.Request, wr waiting[T]) {
+		if !wr.wait {
+			op, err := start(h.opContext(w, r), wr.req)
+			h.accepted(w, r, op, err)
+			return
+		}
+		res, err := do(r.Context(), wr.req)
+		reply(h, w, r, status, res, err)
 	}
-	if !req.wait {
-		op, err := h.svc.StartPull(h.opContext(w, r), req.PullRequest)
-		h.accepted(w, r, op, err)
-		return
-	}
-	res, err := h.svc.PullSnapshot(r.Context(), req.PullRequest)
-	reply(h, w, r, http.StatusCreated, res, err)
 }
 
-type pullRequest struct {
-	wire.PullRequest
-	wait bool
-}
-
-// readPull decodes a pull request: ?wait and the body (at most 4 KiB).
-func readPull(w http.ResponseWriter, r *http.Request) (pullRequest, error) {
-	var req pullRequest
-	var err error
-	if req.wait, err = waitParam(r); err != nil {
-		return req, err
-	}
-	return req, decode(w, r, 4096, &req.PullRequest)
+// readSmallBody decodes a JSON body of at most 4 KiB.
+func readSmallBody[T any](w http.ResponseWriter, r *http.Request) (T, error) {
+	var v T
+	return v, decode(w, r, 4096, &v)
 }

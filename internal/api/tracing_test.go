@@ -1,13 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/logtest"
 	"github.com/thaw-dev/thaw/internal/telemetry/spantest"
 )
 
@@ -27,24 +26,13 @@ const (
 )
 
 // syncBuffer is a log sink for one handler's concurrent requests.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer struct{ logtest.Buffer }
 
 // lines are the JSON log lines written so far whose msg is msg.
 func (s *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)

@@ -497,14 +497,7 @@ func (r *evalRun) warm(ctx context.Context, exp, fn, rec, tst, snap string, ev j
 // size is Figure 8: record with A, test with B's content at each ratio of
 // A's size.
 func (r *evalRun) size(ctx context.Context) error {
-	for _, fn := range r.cfg.SizeFunctions {
-		if err := r.sizeOf(ctx, fn); err != nil {
-			if err := r.failed(ctx, ExpSize, fn, err); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.perFunction(ctx, ExpSize, r.cfg.SizeFunctions, r.sizeOf)
 }
 
 func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
@@ -534,6 +527,19 @@ func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
 	return nil
 }
 
+// perFunction runs one experiment's measure for each of fns; a function
+// that fails is noted (failed) and the next one runs.
+func (r *evalRun) perFunction(ctx context.Context, exp string, fns []string, measure func(context.Context, string) error) error {
+	for _, fn := range fns {
+		if err := measure(ctx, fn); err != nil {
+			if err := r.failed(ctx, exp, fn, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // failed records that an experiment could not finish a function and lets
 // the run go on with the next one (a long unattended run should not lose
 // everything to one function); a cancelled run stops.
@@ -554,16 +560,11 @@ func fmtRatio(x float64) string {
 // samples of a function when that ran in this run; otherwise it measures
 // them (cold, every strategy, reps rounds).
 func (r *evalRun) breakdown(ctx context.Context) error {
-	for _, fn := range r.cfg.BreakdownFunctions {
+	return r.perFunction(ctx, ExpBreakdown, r.cfg.BreakdownFunctions, func(ctx context.Context, fn string) error {
 		if r.cfg.has(ExpExec) && slices.Contains(r.cfg.ExecFunctions, fn) {
 			r.prog.Say("breakdown %s: from the exec experiment's record A / test B samples", fn)
-			continue
+			return nil
 		}
-		if err := r.execOne(ctx, ExpBreakdown, fn, "A", "B", false); err != nil {
-			if err := r.failed(ctx, ExpBreakdown, fn, err); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return r.execOne(ctx, ExpBreakdown, fn, "A", "B", false)
+	})
 }

@@ -17,15 +17,6 @@ import (
 // over several functions (docs/benchmarks.md, ablation).
 const ExpAblation = "ablation"
 
-// FaaSnap variants (the faasnap strategy's).
-const (
-	VariantConcurrent   = wire.VariantConcurrent
-	VariantNoLoadingSet = wire.VariantNoLoadingSet
-	VariantNoHostRec    = wire.VariantNoHostRec
-	VariantNoFreed      = wire.VariantNoFreed
-	VariantNoMerge      = wire.VariantNoMerge
-)
-
 // Arm is one restore of the ablation: a strategy and a variant of it.
 type Arm struct {
 	Strategy string `json:"strategy"`
@@ -42,12 +33,12 @@ func (a Arm) Label() string {
 
 // Figure 9's steps, in the paper's order: Firecracker-like vanilla,
 // concurrent paging alone, per-region mapping (§4.2-4.5), all of FaaSnap.
-var figure9Arms = []Arm{{"vanilla", ""}, {"faasnap", VariantConcurrent}, {"faasnap", VariantNoLoadingSet}, {"faasnap", ""}}
+var figure9Arms = []Arm{{"vanilla", ""}, {"faasnap", wire.VariantConcurrent}, {"faasnap", wire.VariantNoLoadingSet}, {"faasnap", ""}}
 
 // techniqueOffArms: all of FaaSnap, then each technique off in turn
 // (loading-set file, host page recording, freed-page filtering, merging).
-var techniqueOffArms = []Arm{{"faasnap", ""}, {"faasnap", VariantNoLoadingSet}, {"faasnap", VariantNoHostRec},
-	{"faasnap", VariantNoFreed}, {"faasnap", VariantNoMerge}}
+var techniqueOffArms = []Arm{{"faasnap", ""}, {"faasnap", wire.VariantNoLoadingSet}, {"faasnap", wire.VariantNoHostRec},
+	{"faasnap", wire.VariantNoFreed}, {"faasnap", wire.VariantNoMerge}}
 
 // ablationArms are the arms measured on fn, interleaved in every round.
 func (c *EvalConfig) ablationArms(fn string) []Arm {
@@ -66,14 +57,7 @@ func (c *EvalConfig) ablationArms(fn string) []Arm {
 // cold invocations over its arms (order rotated every round, so drift
 // spreads over all of them), then warm invocations for the paging view.
 func (r *evalRun) ablation(ctx context.Context) error {
-	for _, fn := range r.cfg.AblationFunctions {
-		if err := r.ablationOf(ctx, fn); err != nil {
-			if err := r.failed(ctx, ExpAblation, fn, err); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.perFunction(ctx, ExpAblation, r.cfg.AblationFunctions, r.ablationOf)
 }
 
 func (r *evalRun) ablationOf(ctx context.Context, fn string) error {

@@ -61,12 +61,8 @@ func TestAblationRows(t *testing.T) {
 		t.Errorf("image vanilla row %+v", v)
 	}
 	md := r.Markdown()
-	for _, want := range []string{"## Optimization steps (Figure 9, `image`)", "| faasnap/concurrent | 3 | **700.0** |",
-		"## Techniques off", "| hello | faasnap/no-merge | 3 | **440.0** | 432–448 | 1.10 |", "blocked ms"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md)
-		}
-	}
+	wantAll(t, "markdown", md, "## Optimization steps (Figure 9, `image`)", "| faasnap/concurrent | 3 | **700.0** |",
+		"## Techniques off", "| hello | faasnap/no-merge | 3 | **440.0** | 432–448 | 1.10 |", "blocked ms")
 	if strings.Contains(md, "| image | vanilla |") {
 		t.Errorf("the technique-off table lists Figure 9's steps:\n%s", md)
 	}

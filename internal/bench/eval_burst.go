@@ -22,14 +22,9 @@ import (
 // when the function's bursts are done.
 func (r *evalRun) burst(ctx context.Context) error {
 	maxN := slices.Max(r.cfg.BurstSizes)
-	for _, fn := range r.cfg.BurstFunctions {
-		if err := r.burstFn(ctx, fn, maxN); err != nil {
-			if err := r.failed(ctx, ExpBurst, fn, err); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.perFunction(ctx, ExpBurst, r.cfg.BurstFunctions, func(ctx context.Context, fn string) error {
+		return r.burstFn(ctx, fn, maxN)
+	})
 }
 
 // burstFn runs every burst of one function.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -468,6 +469,36 @@ func (r *EvalResult) MachineLine() string {
 
 func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
 
+// writeSection writes a section of a report: its heading and text (intro),
+// a table of rows (header, then a line per row), more (if any), a blank
+// line; nothing without rows.
+func writeSection[T any](b *strings.Builder, intro, header string, rows []T, line func(T) string, more func()) {
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString(intro + header)
+	for _, row := range rows {
+		b.WriteString(line(row))
+	}
+	if more != nil {
+		more()
+	}
+	b.WriteString("\n")
+}
+
+// writeSpeedups renders speedup rows, if any, as a table of geometric
+// means over functions of what, its first column headed ratioHeader.
+func writeSpeedups(b *strings.Builder, what, ratioHeader string, rows []SpeedupRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nGeometric means over functions of %s:\n\n", what)
+	fmt.Fprintf(b, "| %s | record→test | value | functions |\n|---|---|---:|---:|\n", ratioHeader)
+	for _, s := range rows {
+		fmt.Fprintf(b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
+	}
+}
+
 // Markdown renders every table of the run.
 func (r *EvalResult) Markdown() string {
 	var b strings.Builder
@@ -476,68 +507,41 @@ func (r *EvalResult) Markdown() string {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "> %s\n\n", n)
 	}
-	if len(r.Exec) > 0 {
-		b.WriteString("## Execution time (Figures 6 and 7)\n\n")
-		b.WriteString("| record→test | function | strategy | total ms | p10–p90 | setup ms | resume ms | invoke ms | major faults | QEMU read MiB | daemon read MiB |\n")
-		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, e := range r.Exec {
-			fmt.Fprintf(&b, "| %s→%s | %s | %s | **%.1f** | %s | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f |\n", e.Record, e.Test, e.Function, e.Strategy,
+	writeSection(&b, "## Execution time (Figures 6 and 7)\n\n",
+		"| record→test | function | strategy | total ms | p10–p90 | setup ms | resume ms | invoke ms | major faults | QEMU read MiB | daemon read MiB |\n"+
+			"|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		r.Exec, func(e ExecRow) string {
+			return fmt.Sprintf("| %s→%s | %s | %s | **%.1f** | %s | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f |\n", e.Record, e.Test, e.Function, e.Strategy,
 				e.Total.Median, spread(e.Total), e.Setup.Median, e.Resume.Median, e.Invoke.Median, e.MajorFaults, e.ReadMiB, e.DaemonMiB)
-		}
-		if len(r.Speedups) > 0 {
-			b.WriteString("\nGeometric means over functions of ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's):\n\n")
-			b.WriteString("| ratio | record→test | value | functions |\n|---|---|---:|---:|\n")
-			for _, s := range r.Speedups {
-				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
-			}
-		}
-		b.WriteString("\n")
-	}
-	if len(r.Paging) > 0 {
-		b.WriteString("## Paging view\n\nEach cold cell with the handler's own compute taken out: compute is the warm invocation's guest time (the handler with everything resident and translated); in-handler is the cold invocation's round trip less compute (the handler's page faults, TCG's first translation of the code it runs and the agent round trip, which this view cannot tell apart); paging is the cold total less compute (set-up + resume + in-handler). Teardown comes after the answer (– where the run did not record it). Medians, ms.\n\n")
-		b.WriteString("| record→test | function | strategy | compute | set-up | resume | in-handler | teardown | **paging** | total |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, p := range r.Paging {
+		}, func() {
+			writeSpeedups(&b, "ratios of median totals (\"X over Y\": how many times faster X is; \"X to Y\": X's time relative to Y's)", "ratio", r.Speedups)
+		})
+	writeSection(&b, "## Paging view\n\nEach cold cell with the handler's own compute taken out: compute is the warm invocation's guest time (the handler with everything resident and translated); in-handler is the cold invocation's round trip less compute (the handler's page faults, TCG's first translation of the code it runs and the agent round trip, which this view cannot tell apart); paging is the cold total less compute (set-up + resume + in-handler). Teardown comes after the answer (– where the run did not record it). Medians, ms.\n\n",
+		"| record→test | function | strategy | compute | set-up | resume | in-handler | teardown | **paging** | total |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+		r.Paging, func(p PagingRow) string {
 			td := "–"
 			if p.Teardown > 0 {
 				td = fmt.Sprintf("%.1f", p.Teardown)
 			}
-			fmt.Fprintf(&b, "| %s→%s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | **%.1f** | %.1f |\n", p.Record, p.Test, p.Function, p.Strategy,
+			return fmt.Sprintf("| %s→%s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s | **%.1f** | %.1f |\n", p.Record, p.Test, p.Function, p.Strategy,
 				p.ComputeMS, p.SetupMS, p.ResumeMS, p.InHandler, td, p.PagingMS, p.TotalMS)
-		}
-		if len(r.PagingSpeedups) > 0 {
-			b.WriteString("\nGeometric means over functions of ratios of median paging times:\n\n")
-			b.WriteString("| ratio (paging view) | record→test | value | functions |\n|---|---|---:|---:|\n")
-			for _, s := range r.PagingSpeedups {
-				fmt.Fprintf(&b, "| %s | %s | **%.2f** | %d |\n", s.Name, s.Direction, s.Value, s.Functions)
-			}
-		}
-		b.WriteString("\n")
-	}
-	if len(r.Size) > 0 {
-		b.WriteString("## Input size (Figure 8)\n\nRecorded with input A; tested with input B's content at the given ratio of A's size.\n\n")
-		b.WriteString("| function | strategy | input ratio | total ms | p10–p90 | invoke ms |\n|---|---|---:|---:|---:|---:|\n")
-		for _, s := range r.Size {
-			fmt.Fprintf(&b, "| %s | %s | %s | **%.1f** | %s | %.1f |\n", s.Function, s.Strategy, fmtRatio(s.Ratio), s.Total.Median, spread(s.Total), s.Invoke.Median)
-		}
-		b.WriteString("\n")
-	}
-	if len(r.Burst) > 0 {
-		b.WriteString("## Bursts (Figure 10)\n\nN concurrent cold invocations (record A, test B), from one snapshot (same) or from N copies of it (different: no shared page cache). Per burst: the mean and the maximum of the invocations' total times, and the wall time until the last answer; medians over repetitions.\n\n")
-		b.WriteString("| function | snapshots | N | strategy | mean total ms | p10–p90 | max total ms | wall ms |\n|---|---|---:|---|---:|---:|---:|---:|\n")
-		for _, s := range r.Burst {
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | **%.1f** | %s | %.1f | %.1f |\n", s.Function, s.Mode, s.Size, s.Strategy, s.Mean.Median, spread(s.Mean), s.Max.Median, s.Wall.Median)
-		}
-		b.WriteString("\n")
-	}
-	if len(r.Breakdown) > 0 {
-		b.WriteString("## Breakdown (Table 3)\n\nRecord A, test B, cold; medians. Fetch: the strategy's prefetch (REAP's working set), loader (FaaSnap's loading set), page-cache fill (cached, before the timer starts; bytes not reported), pre-faulting of the store copy (premap: bytes mapped, none read; on a device-DAX store also filling the VM's range of the device first) or in-kernel readahead until the captured set was resident (snapbpf): time and bytes. Faults: QEMU's during the invocation.\n\n")
-		b.WriteString("| function | strategy | n | total ms | fetch ms | fetch MiB | major faults | minor faults | QEMU read MiB | daemon read MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, s := range r.Breakdown {
-			fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", s.Function, s.Strategy, s.N, s.TotalMS,
+		}, func() { writeSpeedups(&b, "ratios of median paging times", "ratio (paging view)", r.PagingSpeedups) })
+	writeSection(&b, "## Input size (Figure 8)\n\nRecorded with input A; tested with input B's content at the given ratio of A's size.\n\n",
+		"| function | strategy | input ratio | total ms | p10–p90 | invoke ms |\n|---|---|---:|---:|---:|---:|\n",
+		r.Size, func(s SizeRow) string {
+			return fmt.Sprintf("| %s | %s | %s | **%.1f** | %s | %.1f |\n", s.Function, s.Strategy, fmtRatio(s.Ratio), s.Total.Median, spread(s.Total), s.Invoke.Median)
+		}, nil)
+	writeSection(&b, "## Bursts (Figure 10)\n\nN concurrent cold invocations (record A, test B), from one snapshot (same) or from N copies of it (different: no shared page cache). Per burst: the mean and the maximum of the invocations' total times, and the wall time until the last answer; medians over repetitions.\n\n",
+		"| function | snapshots | N | strategy | mean total ms | p10–p90 | max total ms | wall ms |\n|---|---|---:|---|---:|---:|---:|---:|\n",
+		r.Burst, func(s BurstRow) string {
+			return fmt.Sprintf("| %s | %s | %d | %s | **%.1f** | %s | %.1f | %.1f |\n", s.Function, s.Mode, s.Size, s.Strategy, s.Mean.Median, spread(s.Mean), s.Max.Median, s.Wall.Median)
+		}, nil)
+	writeSection(&b, "## Breakdown (Table 3)\n\nRecord A, test B, cold; medians. Fetch: the strategy's prefetch (REAP's working set), loader (FaaSnap's loading set), page-cache fill (cached, before the timer starts; bytes not reported), pre-faulting of the store copy (premap: bytes mapped, none read; on a device-DAX store also filling the VM's range of the device first) or in-kernel readahead until the captured set was resident (snapbpf): time and bytes. Faults: QEMU's during the invocation.\n\n",
+		"| function | strategy | n | total ms | fetch ms | fetch MiB | major faults | minor faults | QEMU read MiB | daemon read MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		r.Breakdown, func(s BreakdownRow) string {
+			return fmt.Sprintf("| %s | %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", s.Function, s.Strategy, s.N, s.TotalMS,
 				s.FetchMS, s.FetchMiB, s.MajorFaults, s.MinorFaults, s.QEMUMiB, s.DaemonMiB)
-		}
-		b.WriteString("\n")
-	}
+		}, nil)
 	r.ablationMarkdown(&b)
 	return b.String()
 }
@@ -709,15 +713,18 @@ func writeRun[S any](dir, name string, samples []S, result any) (*runWriter, err
 
 // ReadSamples reads an eval.jsonl file back (to re-summarize or re-plot a
 // run).
-func ReadSamples(path string) ([]EvalSample, error) {
+func ReadSamples(path string) ([]EvalSample, error) { return readSamples[EvalSample](path) }
+
+// readSamples reads a JSON lines file of samples (as writeRun writes them).
+func readSamples[S any](path string) ([]S, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var out []EvalSample
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	var out []S
+	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
-		var s EvalSample
+		var s S
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
 		}
@@ -726,22 +733,32 @@ func ReadSamples(path string) ([]EvalSample, error) {
 	return out, nil
 }
 
+// readRun reads a run's directory as writeRun wrote it, NAME.json into
+// result and NAME.jsonl into samples, and summarizes the samples again.
+func readRun[S any](dir, name string, result interface{ Summarize() }, samples *[]S) error {
+	path := filepath.Join(dir, name+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, result); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if *samples, err = readSamples[S](filepath.Join(dir, name+".jsonl")); err != nil {
+		return err
+	}
+	result.Summarize()
+	return nil
+}
+
 // ReadEval reads a run written by WriteEval back from dir (eval.json and
 // eval.jsonl) and recomputes its summaries from the samples, so tables and
 // figures can be redrawn, or samples of several runs concatenated, without
 // measuring again.
 func ReadEval(dir string) (*EvalResult, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "eval.json"))
-	if err != nil {
-		return nil, err
-	}
 	var r EvalResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "eval.json"), err)
-	}
-	if r.Samples, err = ReadSamples(filepath.Join(dir, "eval.jsonl")); err != nil {
+	if err := readRun(dir, "eval", &r, &r.Samples); err != nil {
 		return nil, err
 	}
-	r.Summarize()
 	return &r, nil
 }

@@ -14,15 +14,11 @@ func TestMemoryMarkdown(t *testing.T) {
 				TotalBytes: 184 << 20, PerCloneBytes: 46 << 20},
 		}}
 	md := r.Markdown()
-	for _, want := range []string{
+	wantAll(t, "markdown", md,
 		"| reap | 30.0 (30) | 30.0 (120) | 30.0 | 0.0 |",
 		"| premap | – | 46.0 (184) | 25.0 | 84.0 |",
 		"**hello**",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }
 
 func TestMemoryFigures(t *testing.T) {

@@ -41,12 +41,9 @@ type RemoteConfig struct {
 // evaluation's guests), recorded with one input and tested with another.
 func DefaultRemoteCases(root string) []FunctionCase {
 	return []FunctionCase{
-		{Name: "hello", Dir: root + "/functions/hello", MemoryMiB: 512,
-			RecordEvent: json.RawMessage(`{"name":"record"}`), TestEvent: json.RawMessage(`{"name":"test"}`)},
-		{Name: "json", Dir: root + "/functions/json", MemoryMiB: 512,
-			RecordEvent: json.RawMessage(`{"records":3000,"seed":1}`), TestEvent: json.RawMessage(`{"records":3000,"seed":2}`)},
-		{Name: "image", Dir: root + "/functions/image", MemoryMiB: 512,
-			RecordEvent: json.RawMessage(`{"size":512,"seed":1}`), TestEvent: json.RawMessage(`{"size":640,"seed":2}`)},
+		functionCase(root, "hello", 512, `{"name":"record"}`, `{"name":"test"}`),
+		functionCase(root, "json", 512, `{"records":3000,"seed":1}`, `{"records":3000,"seed":2}`),
+		functionCase(root, "image", 512, `{"size":512,"seed":1}`, `{"size":640,"seed":2}`),
 	}
 }
 

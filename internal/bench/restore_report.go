@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -225,31 +221,9 @@ func WriteRestore(dir string, r *RestoreResult) ([]string, error) {
 // ReadRestore reads a run written by WriteRestore and summarizes its
 // samples again.
 func ReadRestore(dir string) (*RestoreResult, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "restore.json"))
-	if err != nil {
-		return nil, err
-	}
 	var r RestoreResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "restore.json"), err)
-	}
-	f, err := os.Open(filepath.Join(dir, "restore.jsonl"))
-	if err != nil {
+	if err := readRun(dir, "restore", &r, &r.Samples); err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		var s RestoreSample
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("restore.jsonl line %d: %w", line, err)
-		}
-		r.Samples = append(r.Samples, s)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	r.Summarize()
 	return &r, nil
 }

@@ -69,11 +69,7 @@ func TestLoadStorage(t *testing.T) {
 		t.Fatalf("loaded %+v", st)
 	}
 	text := st.Text() + " " + st.FioText()
-	for _, want := range []string{"remote", "500µs", "16000 IOPS", "1000 MB/s", "randread 4k QD1 1282 IOPS", "768 µs"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("%q does not say %q", text, want)
-		}
-	}
+	wantAll(t, "text", text, "remote", "500µs", "16000 IOPS", "1000 MB/s", "randread 4k QD1 1282 IOPS", "768 µs")
 	// A damaged report fails the load and names the file.
 	if err := os.WriteFile(filepath.Join(dir, "fio-2.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)

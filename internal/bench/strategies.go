@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -59,13 +60,18 @@ func prepareCase(ctx context.Context, c *client.Client, fc FunctionCase, say fun
 // MB (numpy's matmul and PIL's image rotation), sized for TCG.
 func DefaultCases(root string) []FunctionCase {
 	return []FunctionCase{
-		{Name: "hello", Dir: root + "/functions/hello", MemoryMiB: 256,
-			RecordEvent: json.RawMessage(`{"name":"record"}`), TestEvent: json.RawMessage(`{"name":"test"}`)},
-		{Name: "matmul", Dir: root + "/functions/matmul", MemoryMiB: 512,
-			RecordEvent: json.RawMessage(`{"n":200,"seed":1}`), TestEvent: json.RawMessage(`{"n":256,"seed":2}`)},
-		{Name: "image", Dir: root + "/functions/image", MemoryMiB: 512,
-			RecordEvent: json.RawMessage(`{"size":512,"seed":1}`), TestEvent: json.RawMessage(`{"size":640,"seed":2}`)},
+		functionCase(root, "hello", 256, `{"name":"record"}`, `{"name":"test"}`),
+		functionCase(root, "matmul", 512, `{"n":200,"seed":1}`, `{"n":256,"seed":2}`),
+		functionCase(root, "image", 512, `{"size":512,"seed":1}`, `{"size":640,"seed":2}`),
 	}
+}
+
+// functionCase is the case of the function of the repository at root
+// named fn, with a guest of memoryMiB, recorded with the event record
+// and tested with test.
+func functionCase(root, fn string, memoryMiB int, record, test string) FunctionCase {
+	return FunctionCase{Name: fn, Dir: filepath.Join(root, "functions", fn), MemoryMiB: memoryMiB,
+		RecordEvent: json.RawMessage(record), TestEvent: json.RawMessage(test)}
 }
 
 // StrategySample is one cold invocation (one JSON line).

@@ -44,11 +44,7 @@ func TestBarChartSVG(t *testing.T) {
 	if n["rect"] != 8+3+1 {
 		t.Errorf("rects = %d, want 12", n["rect"])
 	}
-	for _, want := range []string{"Execution &lt;time&gt; &amp; more", "total time (ms, log scale)", ">pagerank<", ">faasnap<", ">1000<", ">100<"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("SVG lacks %q", want)
-		}
-	}
+	wantAll(t, "SVG", s, "Execution &lt;time&gt; &amp; more", "total time (ms, log scale)", ">pagerank<", ">faasnap<", ">1000<", ">100<")
 	if strings.Contains(s, "NaN") || strings.Contains(s, "Inf") {
 		t.Error("SVG contains NaN or Inf coordinates")
 	}
@@ -65,11 +61,7 @@ func TestLineChartSVG(t *testing.T) {
 	if n["polyline"] != 2 || n["circle"] != 9+2 { // 9 points + 2 legend markers
 		t.Errorf("polylines %d circles %d, want 2 and 11", n["polyline"], n["circle"])
 	}
-	for _, want := range []string{">0.25<", ">4<", "test input size / record input size", "total time (ms)", ">vanilla<"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("SVG lacks %q", want)
-		}
-	}
+	wantAll(t, "SVG", s, ">0.25<", ">4<", "test input size / record input size", "total time (ms)", ">vanilla<")
 	// Log x: 0.25, 1 and 4 are equally spaced.
 	x := func(v float64) float64 { return axis{lo: 0.25, hi: 4, log: true, px: plotW}.pos(v) }
 	if d1, d2 := x(1)-x(0.25), x(4)-x(1); math.Abs(d1-d2) > 1e-9 {

@@ -60,6 +60,15 @@ defaults
     timeout client 10m
     timeout server 10m
     timeout check 1s
+    # A node cut off mid-request (a partition, a host that lost power: no
+    # reset ever comes) would hold its in-flight requests for timeout
+    # server. TCP keepalive towards the nodes ends them after about 5 s of
+    # silence instead (2 s idle, then 3 unanswered probes 1 s apart); a
+    # node that is alive answers the probes however long it works.
+    option srvtcpka
+    srvtcpka-idle 2s
+    srvtcpka-intvl 1s
+    srvtcpka-cnt 3
     # Retry only requests that never reached a node (conn-failure is the
     # only retry-on condition: never a response timeout, an empty or a
     # failed response), each on another node.

@@ -77,13 +77,10 @@ func tarGz(t *testing.T, entries ...tarEntry) []byte {
 func tree(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+	fsys := os.DirFS(root)
+	err := fs.WalkDir(fsys, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || rel == "." {
 			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if rel == "." {
-			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -93,7 +90,7 @@ func tree(t *testing.T, root string) map[string]string {
 		case d.IsDir():
 			out[rel+"/"] = ""
 		case d.Type().IsRegular():
-			b, err := os.ReadFile(path)
+			b, err := fs.ReadFile(fsys, rel)
 			if err != nil {
 				return err
 			}

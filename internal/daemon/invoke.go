@@ -359,8 +359,15 @@ func (s *Service) Info() Info {
 	for i, st := range s.strategies {
 		strategies[i] = string(st.Kind)
 	}
-	return Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
+	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
 		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint}
+	if s.registry != nil {
+		cfg, st := s.registry.Config(), s.chunks.Stats()
+		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
+			PushOnPrepare: s.cfg.RegistryPushOnPrepare, Import: !s.cfg.NoRegistryImport,
+			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes}
+	}
+	return i
 }
 
 // EvictSnapshot drops a snapshot's files and its strategies' artifacts from

@@ -321,7 +321,7 @@ func (m *lazyMemory) failure(vmID string) error {
 	}
 	for _, f := range m.files() {
 		if p := f.err.Load(); p != nil {
-			return fmt.Errorf("%w: vm %s: its memory could not be fetched from the registry: %v", registryErr(*p), vmID, *p)
+			return fmt.Errorf("vm %s: its memory could not be fetched from the registry: %w", vmID, registryErr(*p))
 		}
 	}
 	return nil

@@ -1,40 +1,55 @@
 package daemon
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Both pools (keep-alive and VMM) keep their VMs in lists by key, oldest
-// first; these read such lists under the pool's lock.
+// first, under the pool's lock. These read the lists under that lock and
+// act on what they found after releasing it (stopping a VM takes time).
 
-// where is every element of lists that match selects.
-func where[K comparable, T any](lists map[K][]T, match func(T) bool) []T {
-	var out []T
-	for _, list := range lists {
+// eachWhere calls do with every element of lists that match selects.
+func eachWhere[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, match func(T) bool, do func(T)) {
+	var found []T
+	mu.Lock()
+	for _, list := range *lists {
 		for _, x := range list {
 			if match(x) {
-				out = append(out, x)
+				found = append(found, x)
 			}
 		}
 	}
-	return out
+	mu.Unlock()
+	for _, x := range found {
+		do(x)
+	}
 }
 
-// oldest is the first element of the list whose first element is oldest;
-// false if every list is empty.
-func oldest[K comparable, T any](lists map[K][]T, since func(T) time.Time) (T, bool) {
+// withOldest calls do with the first element of the list whose first
+// element is oldest; false if every list is empty.
+func withOldest[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, since func(T) time.Time, do func(T)) bool {
 	var o T
 	found := false
-	for _, list := range lists {
+	mu.Lock()
+	for _, list := range *lists {
 		if len(list) > 0 && (!found || since(list[0]).Before(since(o))) {
 			o, found = list[0], true
 		}
 	}
-	return o, found
+	mu.Unlock()
+	if found {
+		do(o)
+	}
+	return found
 }
 
 // count is how many elements the lists hold.
-func count[K comparable, T any](lists map[K][]T) int {
+func count[K comparable, T any](mu *sync.Mutex, lists *map[K][]T) int {
+	mu.Lock()
+	defer mu.Unlock()
 	n := 0
-	for _, list := range lists {
+	for _, list := range *lists {
 		n += len(list)
 	}
 	return n

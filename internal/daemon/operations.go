@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -250,17 +252,25 @@ func (s *Service) WaitOperation(ctx context.Context, id string) (*Operation, err
 // once (the target exists, the request is valid), then runs the same work
 // as its synchronous form in the background.
 
+// startCall starts an operation on target whose work is call(ctx, arg),
+// the synchronous form; result makes its answer the operation's result.
+func startCall[A, T any](s *Service, ctx context.Context, kind, target string, call func(context.Context, A) (T, error), arg A, result func(T) *wire.OperationResult) (*Operation, error) {
+	return s.startOperation(ctx, kind, target, func(ctx context.Context) (*wire.OperationResult, error) {
+		v, err := call(ctx, arg)
+		if err != nil {
+			return nil, err
+		}
+		return result(v), nil
+	})
+}
+
 // StartBoot boots a function's VM as an operation (BootVM).
 func (s *Service) StartBoot(ctx context.Context, function string) (*Operation, error) {
 	if _, err := s.GetFunction(ctx, function); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpBoot, function, func(ctx context.Context) (*wire.OperationResult, error) {
-		v, err := s.BootVM(ctx, function)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{VM: VMBody(v, nil)}, nil
+	return startCall(s, ctx, wire.OpBoot, function, s.BootVM, function, func(v *catalog.VM) *wire.OperationResult {
+		return &wire.OperationResult{VM: VMBody(v, nil)}
 	})
 }
 
@@ -269,12 +279,8 @@ func (s *Service) StartPrepare(ctx context.Context, req PrepareRequest) (*Operat
 	if _, err := s.checkPrepare(ctx, &req); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpPrepare, req.Function, func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.Prepare(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Prepare: res}, nil
+	return startCall(s, ctx, wire.OpPrepare, req.Function, s.Prepare, req, func(res *PrepareResult) *wire.OperationResult {
+		return &wire.OperationResult{Prepare: res}
 	})
 }
 
@@ -287,12 +293,8 @@ func (s *Service) StartStore(ctx context.Context, id string) (*Operation, error)
 	if s.store == nil {
 		return nil, fmt.Errorf("%w: %v", ErrConflict, s.storeErr)
 	}
-	return s.startOperation(ctx, wire.OpStore, id, func(ctx context.Context) (*wire.OperationResult, error) {
-		e, err := s.StoreSnapshot(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Store: e}, nil
+	return startCall(s, ctx, wire.OpStore, id, s.StoreSnapshot, id, func(e *store.Entry) *wire.OperationResult {
+		return &wire.OperationResult{Store: e}
 	})
 }
 
@@ -301,12 +303,8 @@ func (s *Service) StartCopy(ctx context.Context, id string) (*Operation, error) 
 	if _, err := s.GetSnapshot(ctx, id); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpCopy, id, func(ctx context.Context) (*wire.OperationResult, error) {
-		sn, err := s.CopySnapshot(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Snapshot: SnapshotBody(sn)}, nil
+	return startCall(s, ctx, wire.OpCopy, id, s.CopySnapshot, id, func(sn *catalog.Snapshot) *wire.OperationResult {
+		return &wire.OperationResult{Snapshot: SnapshotBody(sn)}
 	})
 }
 

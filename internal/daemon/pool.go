@@ -139,12 +139,7 @@ func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why s
 
 // evictKeptWhere stops every idle VM match selects.
 func (s *Service) evictKeptWhere(match func(*kept) bool, why string) {
-	s.pool.mu.Lock()
-	out := where(s.pool.idle, match)
-	s.pool.mu.Unlock()
-	for _, k := range out {
-		s.evictKept(k, why)
-	}
+	eachWhere(&s.pool.mu, &s.pool.idle, match, func(k *kept) { s.evictKept(k, why) })
 }
 
 // reclaimIdle stops the longest-idle VM of the pool to make room for a
@@ -153,21 +148,11 @@ func (s *Service) reclaimIdle() bool { return s.stopLongestIdle(whyRoom) }
 
 // stopLongestIdle stops the VM idle longest; false if none is idle.
 func (s *Service) stopLongestIdle(why string) bool {
-	s.pool.mu.Lock()
-	k, ok := oldest(s.pool.idle, func(k *kept) time.Time { return k.since })
-	s.pool.mu.Unlock()
-	if ok {
-		s.evictKept(k, why)
-	}
-	return ok
+	return withOldest(&s.pool.mu, &s.pool.idle, func(k *kept) time.Time { return k.since }, func(k *kept) { s.evictKept(k, why) })
 }
 
 // idleVMs counts the pool's idle VMs.
-func (s *Service) idleVMs() int {
-	s.pool.mu.Lock()
-	defer s.pool.mu.Unlock()
-	return count(s.pool.idle)
-}
+func (s *Service) idleVMs() int { return count(&s.pool.mu, &s.pool.idle) }
 
 // pressureInterval is how often watchPressure reads the host's memory,
 // and hostAvailable how (tests replace both before a daemon opens).

@@ -278,17 +278,7 @@ func TestKeepAlivePool(t *testing.T) {
 	s.DeleteVM(ctx, other.ID)
 	s.DeleteVM(ctx, third.ID)
 	// A function that opts out starts every invocation from its snapshot.
-	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
-	if _, err := s.CreateFunction(ctx, FunctionSpec{Name: "fresh", Archive: bytes.NewReader(archive), KeepAliveS: -1}); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := s.BootVM(ctx, "fresh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	vm, _ := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "fresh", KeepAliveS: -1})
 	s.DeleteVM(ctx, vm.ID)
 	if a, b := invoke("fresh"), invoke("fresh"); a.Mode != "cold" || b.Mode != "cold" || a.VM == b.VM {
 		t.Fatalf("opted out: %s %s, %s %s", a.Mode, a.VM, b.Mode, b.VM)
@@ -346,17 +336,7 @@ func TestSnapshotGarbageCollection(t *testing.T) {
 	if _, err := s.CreateSnapshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
-	ids := func() []string {
-		snaps, err := s.ListSnapshots(ctx, "echo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, sn := range snaps {
-			out = append(out, sn.ID)
-		}
-		return out
-	}
+	ids := func() []string { return snapshotIDs(t, s, "echo") }
 	got := ids()
 	// first (pinned), made[1] (in use), the newest two.
 	if len(got) != 4 || got[0] != first.ID || got[1] != made[1] || got[2] != made[2] {

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -57,6 +55,8 @@ func registryErr(err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
+	case errors.Is(err, registry.ErrBusy):
+		return fmt.Errorf("%w: %v", ErrConflict, err)
 	case errors.Is(err, registry.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
 	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid),
@@ -120,7 +120,7 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 	} else if err != nil && !errors.Is(err, registry.ErrNotFound) && !errors.Is(err, registry.ErrInvalid) {
 		return err
 	}
-	code, err := packCode(filepath.Join(fn.CodeDir, fn.Name))
+	code, err := codearchive.Pack(filepath.Join(fn.CodeDir, fn.Name))
 	if err != nil {
 		return err
 	}
@@ -128,54 +128,6 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
 		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS,
 		Latest: latest, LatestCreatedAt: latestAt}, code)
-}
-
-// packCode is a tar.gz of a function directory as CreateFunction unpacks
-// it: sorted entries, no owners or times, so the same code packs the same.
-func packCode(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(info.Mode().Perm()), Typeflag: tar.TypeReg, Size: info.Size()}
-		switch {
-		case d.IsDir():
-			h.Name, h.Typeflag, h.Size = h.Name+"/", tar.TypeDir, 0
-		case !d.Type().IsRegular():
-			return nil
-		}
-		if err := tw.WriteHeader(h); err != nil || d.IsDir() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = gz.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pack function code: %w", err)
-	}
-	return buf.Bytes(), nil
 }
 
 // PullSnapshot fetches a snapshot from the registry (req.Snapshot, or the
@@ -275,6 +227,7 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	res.PullMS = ms(time.Since(t0))
 	s.log.Info("snapshot pulled", append([]any{"snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS}, steps.attrs...)...)
+	s.collectSnapshots(ctx, fn.Name, sn.ID)
 	return res, nil
 }
 

@@ -40,10 +40,13 @@ func fakeService(t *testing.T, edit func(*Config)) (*Service, *vmmtest.Fake) {
 	return s, b
 }
 
-func createFn(t *testing.T, s *Service, name string) {
+func createFn(t *testing.T, s *Service, name string) { createSpec(t, s, FunctionSpec{Name: name}) }
+
+// createSpec creates a function of spec whose handler echoes its event.
+func createSpec(t *testing.T, s *Service, spec FunctionSpec) {
 	t.Helper()
-	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
-	if _, err := s.CreateFunction(context.Background(), FunctionSpec{Name: name, Archive: bytes.NewReader(archive)}); err != nil {
+	spec.Archive = bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
+	if _, err := s.CreateFunction(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -51,7 +54,19 @@ func createFn(t *testing.T, s *Service, name string) {
 // bootAndSnapshot creates function name, boots it and snapshots the VM.
 func bootAndSnapshot(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Snapshot) {
 	t.Helper()
-	createFn(t, s, name)
+	return bootAndSnapshotSpec(t, s, FunctionSpec{Name: name})
+}
+
+// bootAndSnapshotSpec is bootAndSnapshot of a function of spec.
+func bootAndSnapshotSpec(t *testing.T, s *Service, spec FunctionSpec) (*catalog.VM, *catalog.Snapshot) {
+	t.Helper()
+	createSpec(t, s, spec)
+	return snapshotOf(t, s, spec.Name)
+}
+
+// snapshotOf boots an existing function and snapshots the VM.
+func snapshotOf(t *testing.T, s *Service, name string) (*catalog.VM, *catalog.Snapshot) {
+	t.Helper()
 	vm, err := s.BootVM(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +76,20 @@ func bootAndSnapshot(t *testing.T, s *Service, name string) (*catalog.VM, *catal
 		t.Fatal(err)
 	}
 	return vm, sn
+}
+
+// snapshotIDs lists the function's snapshots, oldest first.
+func snapshotIDs(t *testing.T, s *Service, function string) []string {
+	t.Helper()
+	snaps, err := s.ListSnapshots(context.Background(), function)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, sn := range snaps {
+		out = append(out, sn.ID)
+	}
+	return out
 }
 
 // The cold path on the fake VMM: boot, snapshot, restore, renew, invoke,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -347,9 +348,10 @@ func (s *Service) PinSnapshot(ctx context.Context, id string, pinned bool) (*cat
 }
 
 // collectSnapshots keeps the function's newest SnapshotKeep snapshots and
-// deletes the older ones that are not pinned and not in use (a live VM
-// restored from it, or kept idle); nothing with SnapshotKeep 0.
-func (s *Service) collectSnapshots(ctx context.Context, function string) {
+// deletes the older ones that are not pinned, not in use (a live VM
+// restored from it, or kept idle) and not in spare (a snapshot just
+// pulled, however old); nothing with SnapshotKeep 0.
+func (s *Service) collectSnapshots(ctx context.Context, function string, spare ...string) {
 	if s.cfg.SnapshotKeep <= 0 {
 		return
 	}
@@ -358,7 +360,7 @@ func (s *Service) collectSnapshots(ctx context.Context, function string) {
 		return
 	}
 	for _, sn := range snaps[:len(snaps)-s.cfg.SnapshotKeep] {
-		if sn.Pinned {
+		if sn.Pinned || slices.Contains(spare, sn.ID) {
 			continue
 		}
 		if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == sn.ID }); err != nil || v != nil {

@@ -263,12 +263,7 @@ func (s *Service) forgetPooled(id string) {
 		}
 	}
 	s.vmmPool.mu.Unlock()
-	s.pool.mu.Lock()
-	ks := where(s.pool.idle, func(k *kept) bool { return k.lv.id == id })
-	s.pool.mu.Unlock()
-	for _, k := range ks {
-		s.unpark(k)
-	}
+	eachWhere(&s.pool.mu, &s.pool.idle, func(k *kept) bool { return k.lv.id == id }, func(k *kept) { s.unpark(k) })
 }
 
 // holdPool stops (or allows again) fills for snapshot id.
@@ -308,32 +303,18 @@ func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why 
 
 // dropStandbyWhere stops every standby VM match selects.
 func (s *Service) dropStandbyWhere(match func(*standby) bool, why string) {
-	s.vmmPool.mu.Lock()
-	out := where(s.vmmPool.ready, match)
-	s.vmmPool.mu.Unlock()
-	for _, sb := range out {
-		s.dropStandby(sb, why)
-	}
+	eachWhere(&s.vmmPool.mu, &s.vmmPool.ready, match, func(sb *standby) { s.dropStandby(sb, why) })
 }
 
 // reclaimStandby stops the oldest standby VM to make room for a start;
 // false if there is none.
 func (s *Service) reclaimStandby() bool {
-	s.vmmPool.mu.Lock()
-	sb, ok := oldest(s.vmmPool.ready, func(sb *standby) time.Time { return sb.since })
-	s.vmmPool.mu.Unlock()
-	if ok {
-		s.dropStandby(sb, whyStandbyRoom)
-	}
-	return ok
+	return withOldest(&s.vmmPool.mu, &s.vmmPool.ready, func(sb *standby) time.Time { return sb.since },
+		func(sb *standby) { s.dropStandby(sb, whyStandbyRoom) })
 }
 
 // standbyVMs counts the pool's standby VMs.
-func (s *Service) standbyVMs() int {
-	s.vmmPool.mu.Lock()
-	defer s.vmmPool.mu.Unlock()
-	return count(s.vmmPool.ready)
-}
+func (s *Service) standbyVMs() int { return count(&s.vmmPool.mu, &s.vmmPool.ready) }
 
 // closeVMMPool stops the pool's timers; Close stops the VMs themselves.
 func (s *Service) closeVMMPool() {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,18 +162,7 @@ func TestVMMPool(t *testing.T) {
 	}
 
 	// A function that opts out gets no standby VMs.
-	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
-	if _, err := s.CreateFunction(ctx, FunctionSpec{Name: "nopool", Archive: bytes.NewReader(archive), VMMPool: -1}); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := s.BootVM(ctx, "nopool")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn, err := s.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm, sn := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "nopool", VMMPool: -1})
 	s.DeleteVM(ctx, vm.ID)
 	for range 2 {
 		v, tm, err := s.RestoreVM(ctx, sn.ID, "vanilla")

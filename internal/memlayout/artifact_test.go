@@ -471,26 +471,30 @@ func TestDecodeFaaSnapStructure(t *testing.T) {
 		{"stats regions after merge", func(a *FaaSnapArtifact) { a.Stats.RegionsAfterMerge++ }},
 		{"stats regions before merge", func(a *FaaSnapArtifact) { a.Stats.RegionsBeforeMerge = 1000 }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := orig.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := DecodeFaaSnap(b) // a deep copy
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.mut(a)
-			b, err = a.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = DecodeFaaSnap(b)
-			t.Log(err)
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("err = %v\n%s", err, b)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { rejectsMutated(t, orig, DecodeFaaSnap, tc.mut) })
+	}
+}
+
+// rejectsMutated fails t unless decode refuses as corrupt orig changed by
+// mut (on a deep copy: orig decoded from its encoding).
+func rejectsMutated[A interface{ Encode() ([]byte, error) }](t *testing.T, orig A, decode func([]byte) (A, error), mut func(A)) {
+	t.Helper()
+	b, err := orig.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mut(a)
+	if b, err = a.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = decode(b)
+	t.Log(err)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("err = %v\n%s", err, b)
 	}
 }
 
@@ -509,25 +513,7 @@ func TestDecodeREAPStructure(t *testing.T) {
 		{"ws file size", func(a *REAPArtifact) { a.WSFile.Size -= PageSizeInt }},
 		{"ws digest", func(a *REAPArtifact) { a.WSFile.SHA256 = "00" }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := orig.Encode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := DecodeREAP(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.mut(a)
-			if b, err = a.Encode(); err != nil {
-				t.Fatal(err)
-			}
-			_, err = DecodeREAP(b)
-			t.Log(err)
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("err = %v\n%s", err, b)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { rejectsMutated(t, orig, DecodeREAP, tc.mut) })
 	}
 }
 

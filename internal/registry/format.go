@@ -42,6 +42,9 @@ var (
 	ErrCorrupt = errors.New("registry object corrupt")
 	// ErrInvalid: a remote manifest or record that fails its checks.
 	ErrInvalid = errors.New("registry manifest invalid")
+	// ErrBusy: a garbage collection could not start because pushes kept
+	// running past its wait.
+	ErrBusy = errors.New("registry busy")
 )
 
 // ChunkRef is one stored chunk of a file: its index (offset = Index *
@@ -234,17 +237,31 @@ func (m *RemoteManifest) LocalManifest() (*snapshot.Manifest, error) {
 // Bytes sums the stored (compressed) sizes and the uncompressed non-zero
 // bytes of the manifest's chunks, each distinct chunk once.
 func (m *RemoteManifest) Bytes() (stored, data int64) {
+	m.eachDistinct(func(f *RemoteFile, c ChunkRef) {
+		stored += c.Stored
+		data += int64(f.chunkLen(c.Index, m.ChunkSize))
+	})
+	return stored, data
+}
+
+// ChunkSums lists the manifest's distinct chunk digests.
+func (m *RemoteManifest) ChunkSums() []string {
+	var out []string
+	m.eachDistinct(func(_ *RemoteFile, c ChunkRef) { out = append(out, c.SHA256) })
+	return out
+}
+
+// eachDistinct calls fn for the first reference to every distinct chunk.
+func (m *RemoteManifest) eachDistinct(fn func(*RemoteFile, ChunkRef)) {
 	seen := map[string]bool{}
-	for _, f := range m.Files {
-		for _, c := range f.Chunks {
+	for i := range m.Files {
+		for _, c := range m.Files[i].Chunks {
 			if !seen[c.SHA256] {
 				seen[c.SHA256] = true
-				stored += c.Stored
-				data += int64(f.chunkLen(c.Index, m.ChunkSize))
+				fn(&m.Files[i], c)
 			}
 		}
 	}
-	return stored, data
 }
 
 // decodeFunctionRecord checks a function record.

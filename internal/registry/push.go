@@ -95,6 +95,11 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 			total += fi.Size()
 		}
 	}
+	l, err := s.pushLease(ctx, local.ID)
+	if err != nil {
+		return nil, st, err
+	}
+	defer l.release()
 	cs := s.ChunkSize()
 	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: cs, PushedAt: time.Now().UTC(),
 		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared}
@@ -129,14 +134,12 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 		return nil, st, fmt.Errorf("push %s: %w", local.ID, err)
 	}
 	// Stored sizes are known once every upload has finished.
-	distinct := map[string]bool{}
 	for i := range rm.Files {
 		for j := range rm.Files[i].Chunks {
-			distinct[rm.Files[i].Chunks[j].SHA256] = true
 			rm.Files[i].Chunks[j].Stored = up.storedSize(rm.Files[i].Chunks[j].SHA256)
 		}
 	}
-	st.Chunks = len(distinct)
+	st.Chunks = len(rm.ChunkSums())
 	st.StoredBytes, st.DataBytes = rm.Bytes()
 	b, err := rm.Encode()
 	if err != nil {
@@ -261,6 +264,11 @@ func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byt
 	rec.CodeSHA256 = sumHex(code)
 	rec.Code = codeKey(rec.CodeSHA256)
 	rec.PushedAt = time.Now().UTC()
+	l, err := s.pushLease(ctx, "function "+rec.Name)
+	if err != nil {
+		return err
+	}
+	defer l.release()
 	ok, err := s.exists(ctx, rec.Code)
 	if err != nil {
 		return err

@@ -294,13 +294,7 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 	}
 	for _, k := range []Kind{REAP, FaaSnap, Premap, SnapBPF} {
 		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
-		sess, err := Begin(context.Background(), k, s.snap, env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, string(k)) {
-			t.Fatalf("%s: kind %s, fallback %q", k, sess.Kind(), sess.Stats().Fallback)
-		}
+		sess := beginFallback(t, k, s.snap, env, string(k))
 		if res := runCheck(t, shim, sess); res.Mismatches != 0 {
 			t.Fatalf("fallback restore differs: %+v", res)
 		}
@@ -326,14 +320,22 @@ func TestPremapDamagedStoreCopy(t *testing.T) {
 	}
 	f.Close()
 	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
-	sess, err := Begin(context.Background(), Premap, s.snap, env)
+	beginFallback(t, Premap, s.snap, env, "damaged").Close()
+}
+
+// beginFallback begins a restore of kind k that must run as vanilla and
+// say why: its fallback reason contains why.
+func beginFallback(t *testing.T, k Kind, snap Snapshot, env Env, why string) Session {
+	t.Helper()
+	sess, err := Begin(context.Background(), k, snap, env)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", k, err)
 	}
-	defer sess.Close()
-	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "damaged") {
-		t.Fatalf("kind %s, fallback %q", sess.Kind(), sess.Stats().Fallback)
+	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, why) {
+		sess.Close()
+		t.Fatalf("%s: ran as %s, fallback %q; want vanilla, %q", k, sess.Kind(), sess.Stats().Fallback, why)
 	}
+	return sess
 }
 
 // checkSnapBPFResident waits for the snapbpf prefetcher's mincore check and
@@ -476,10 +478,7 @@ func TestPremapDevice(t *testing.T) {
 	t.Cleanup(func() { st2.Close() })
 	e4 := env("vm-000000000004")
 	e4.Store = st2
-	sess, err := Begin(context.Background(), Premap, s.snap, e4)
-	if err != nil || sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "damaged") {
-		t.Fatalf("damaged device copy: %v %s %q", err, sess.Kind(), sess.Stats().Fallback)
-	}
+	defer beginFallback(t, Premap, s.snap, e4, "damaged").Close()
 	if got := st2.Clones(); len(got) != 0 {
 		t.Fatalf("a refused restore kept a range: %v", got)
 	}
@@ -580,13 +579,6 @@ func TestVariantRefusedOrFallsBack(t *testing.T) {
 	if err := os.RemoveAll(faasnapArtifactDir(s.snap, VariantNoMerge)); err != nil {
 		t.Fatal(err)
 	}
-	env.Variant = VariantNoMerge
-	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	if sess.Kind() != Vanilla || !strings.Contains(sess.Stats().Fallback, "faasnap artifacts unusable") {
-		t.Errorf("missing variant artifact: ran as %s (%q)", sess.Kind(), sess.Stats().Fallback)
-	}
+	env.Variant = VariantNoMerge // its artifact is missing
+	beginFallback(t, FaaSnap, s.snap, env, "faasnap artifacts unusable").Close()
 }

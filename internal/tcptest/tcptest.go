@@ -7,6 +7,18 @@ import (
 	"testing"
 )
 
+// FreeAddr is an address of 127.0.0.1 that nothing listens on now (another
+// process may take it before the test binds it).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // Serve listens on a free port of 127.0.0.1 until the test ends and hands
 // each connection to handle, in a goroutine of its own, with its number (1
 // for the first); it returns the address it listens on.

@@ -45,3 +45,16 @@ func TestServe(t *testing.T) {
 		t.Fatalf("%v still accepts after its test ended", addr)
 	}
 }
+
+// FreeAddr names a port of 127.0.0.1 that can be listened on at once.
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	defer ln.Close()
+	if a := ln.Addr().(*net.TCPAddr); !a.IP.IsLoopback() || a.Port == 0 {
+		t.Fatalf("address %v, want a port on loopback", a)
+	}
+}

@@ -14,8 +14,7 @@ import thaw_agent  # noqa: E402
 
 def agent_with(module):
     fn = thaw_agent.Function("probe")
-    fn.module = module
-    fn.handle = getattr(module, "handle", None)
+    fn.attach(module, getattr(module, "handle", None))
     return thaw_agent.Agent(fn, channel=None)
 
 
@@ -72,6 +71,56 @@ class RestoreOpTest(unittest.TestCase):
         self.assertEqual(calls[1], 1)  # the hook ran after the reseed
         self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "hook", "total"})
         self.assertEqual(r["steps"]["total"], r["duration_ms"])
+
+    def stand_in(self, calls):
+        """The clock and the kernel RNG are the host's own here: stand them in."""
+        settime, reseed = thaw_agent.time.clock_settime_ns, thaw_agent.reseed_kernel
+        thaw_agent.time.clock_settime_ns = lambda clock, t: calls.append(t)
+        thaw_agent.reseed_kernel = calls.append
+        self.addCleanup(setattr, thaw_agent.time, "clock_settime_ns", settime)
+        self.addCleanup(setattr, thaw_agent, "reseed_kernel", reseed)
+
+    def test_restore_line_answers_as_the_json_request(self):
+        calls = []
+        self.stand_in(calls)
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=lambda: calls.append("hook")))
+        raw = os.urandom(64)
+        line = json.loads(a.restore_line(b"restore 17 1795566459000000000 " + raw.hex().encode()))
+        self.assertEqual(calls, [1795566459000000000, raw, "hook"])
+        full = a.restore("17", {"time_ns": 1795566459000000000, "entropy": __import__("base64").b64encode(raw).decode()})
+        self.assertEqual(set(line), set(full))
+        self.assertEqual(set(line["steps"]), set(full["steps"]))
+        for k in ("id", "ok", "reseeded"):
+            self.assertEqual(line[k], full[k], k)
+        self.assertTrue(line["hook"]["ran"])
+        self.assertGreaterEqual(line["hook"]["ms"], 0)
+
+    def test_restore_line_without_hook_and_with_failing_hook(self):
+        self.stand_in([])
+        r = json.loads(agent_with(types.SimpleNamespace(handle=lambda e: 0)).restore_line(
+            b"restore 3 5 " + bytes(32).hex().encode()))
+        self.assertEqual((r["id"], r["ok"], r["hook"], r["reseeded"]), ("3", True, {"ran": False}, ["kernel", "random"]))
+
+        def boom():
+            raise RuntimeError("db gone")
+        r = json.loads(agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=boom)).restore_line(
+            b"restore 4 5 " + bytes(32).hex().encode()))
+        self.assertTrue(r["ok"])
+        self.assertEqual(r["hook"]["error"]["type"], "RuntimeError")
+
+    def test_bad_restore_lines_are_refused_before_the_clock(self):
+        calls = []
+        self.stand_in(calls)
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
+        good = bytes(64).hex().encode()
+        for line in (b"restore ", b"restore 1 5", b"restore 1 5 " + good + b" x", b"restore x 5 " + good,
+                     b"restore 1 now " + good, b"restore 1 5 zz" + good, b"restore 1 5 " + good[:-1],
+                     b"restore 1 5 " + bytes(8).hex().encode(), b"restore 1 5 " + bytes(600).hex().encode(),
+                     b"restore 1 -5 " + good, b"restore 1 5 \xff\xfe", b"restore " + b"9" * 30 + b" 5 " + good):
+            r = json.loads(a.restore_line(line))
+            self.assertFalse(r["ok"], line)
+            self.assertEqual(r["error"]["type"], "BadRequest", line)
+        self.assertEqual(calls, [])  # neither the clock nor the RNG was touched
 
     def test_on_restore_failure_is_reported_by_every_invocation(self):
         def boom():

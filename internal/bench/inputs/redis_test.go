@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 func needRedis(t *testing.T) {
@@ -191,12 +193,7 @@ func TestStartRedisCancelled(t *testing.T) {
 
 func TestStartRedisPortTaken(t *testing.T) {
 	needRedis(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	taken := l.Addr().(*net.TCPAddr).Port
+	taken := tcptest.Serve(t, func(c net.Conn, _ int) { c.Close() }).Port // held until the test ends
 	calls := 0
 	swap(t, &pickPort, func() (int, error) {
 		calls++

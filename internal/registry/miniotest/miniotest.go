@@ -17,17 +17,18 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/minioserver"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // Version is the MinIO module version the tests run.
@@ -95,6 +96,7 @@ func start(t testing.TB, withTLS bool) *Server {
 	s.Config.Bucket, s.Config.Region = "thaw-test", "us-east-1"
 	s.Config.AccessKey, s.Config.SecretKey = "thaw"+hex.EncodeToString(key[:4]), hex.EncodeToString(key)
 	s.logPath = filepath.Join(t.TempDir(), "minio.log")
+	s.Config.Endpoint = tcptest.FreeAddr(t)
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +105,16 @@ func start(t testing.TB, withTLS bool) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.EnsureBucket(context.Background()); err != nil {
-		t.Fatalf("create bucket: %v", err)
+	// MinIO can answer its readiness probe a moment before its object
+	// layer takes requests ("Server not initialized yet"): retry that.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := st.EnsureBucket(context.Background())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, registry.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("create bucket: %v", err)
+		}
 	}
 	return s
 }
@@ -112,13 +122,6 @@ func start(t testing.TB, withTLS bool) *Server {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.Config.Endpoint == "" {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		s.Config.Endpoint = "127.0.0.1:" + strconv.Itoa(port)
-	}
 	p, err := minioserver.Start(context.Background(), minioserver.Spec{Bin: s.bin, DataDir: s.dataDir, Addr: s.Config.Endpoint,
 		AccessKey: s.Config.AccessKey, SecretKey: s.Config.SecretKey, CertsDir: s.certsDir, LogPath: s.logPath})
 	if err != nil {
@@ -144,15 +147,6 @@ func (s *Server) Restart(t testing.TB) {
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key into dir as

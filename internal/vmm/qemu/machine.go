@@ -180,6 +180,12 @@ var _ vmm.Machine = (*Machine)(nil)
 // descriptor. The process is supervised: when it exits for any reason Done
 // is closed and Exit says why.
 func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
+	return start(ctx, spec, Args)
+}
+
+// start is Start with the command line built by argv (the machine-options
+// benchmark varies it).
+func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors) []string) (*Machine, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("vm spec: %w", err)
 	}
@@ -192,7 +198,7 @@ func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
 		return nil, err
 	}
 	m := &Machine{spec: spec, done: make(chan struct{})}
-	cmd := exec.Command(Binary, Args(&spec, l.fds)...)
+	cmd := exec.Command(Binary, argv(&spec, l.fds)...)
 	cmd.Env = l.env
 	cmd.ExtraFiles = l.files
 	qemuLog, err := newCappedLog(filepath.Join(spec.RunDir, "qemu.log"), 256<<10)

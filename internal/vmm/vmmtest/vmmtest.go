@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -201,7 +202,9 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			Op    string          `json:"op"`
 			Event json.RawMessage `json:"event"`
 		}
-		if json.Unmarshal(line, &req) != nil {
+		if f := strings.Fields(string(line)); len(f) == 4 && f[0] == "restore" {
+			req.ID, req.Op = f[1], "restore" // the plain-line restore request
+		} else if json.Unmarshal(line, &req) != nil {
 			continue
 		}
 		reply := map[string]any{"id": req.ID, "ok": true}

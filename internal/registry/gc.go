@@ -1,0 +1,407 @@
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// Leases keep garbage collection and writers apart. Chunks and code
+// archives are shared, so a push that finds a chunk already stored skips
+// it; were a collection to delete that (unreferenced) chunk before the
+// push wrote its manifest, the manifest would name a missing chunk. A
+// writer (Push, PushFunction) first writes locks/push/<token>.json, then
+// looks for locks/gc.json; a collection first writes locks/gc.json, then
+// looks for push leases. With the store's read-after-write consistency at
+// least one of two racing sides sees the other: the writer backs off and
+// waits, the collection waits for running writers. A lease is renewed
+// every LeaseTTL/4 while its holder runs; one not renewed for LeaseTTL
+// (its holder died) is ignored and removed by the next collection.
+var LeaseTTL = 2 * time.Minute
+
+const (
+	gcLeaseKey    = "locks/gc.json"
+	pushLeasePfx  = "locks/push/"
+	leasePoll     = 500 * time.Millisecond
+	DefaultGCWait = 10 * time.Minute
+)
+
+type leaseBody struct {
+	Kind    string    `json:"kind"` // "push" or "gc"
+	What    string    `json:"what"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`
+}
+
+// lease is a held lease object, renewed in the background until released.
+type lease struct {
+	s      *Store
+	key    string
+	body   []byte
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *Store) writeLease(ctx context.Context, key, kind, what string) (*lease, error) {
+	host, _ := os.Hostname()
+	b, _ := json.Marshal(leaseBody{Kind: kind, What: what, Host: host, PID: os.Getpid(), Started: time.Now().UTC()})
+	if err := s.put(ctx, key, b, "application/json"); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &lease{s: s, key: key, body: b, cancel: cancel, done: make(chan struct{})}
+	go l.renew(rctx)
+	return l, nil
+}
+
+func (l *lease) renew(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(LeaseTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			// A failed renewal is retried at the next tick; a holder
+			// that cannot reach the store cannot write through it either.
+			_ = l.s.put(ctx, l.key, l.body, "application/json")
+		}
+	}
+}
+
+// release stops the renewal and removes the lease object.
+func (l *lease) release() {
+	l.cancel()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = l.s.client.RemoveObject(ctx, l.s.cfg.Bucket, l.key, minio.RemoveObjectOptions{})
+}
+
+// liveLeases lists the lease objects under prefix renewed within LeaseTTL,
+// and those that are stale.
+func (s *Store) liveLeases(ctx context.Context, prefix string) (live, stale []string, err error) {
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, nil, s.classify("list "+prefix, o.Err)
+		}
+		if time.Since(o.LastModified) < LeaseTTL {
+			live = append(live, o.Key)
+		} else {
+			stale = append(stale, o.Key)
+		}
+	}
+	return live, stale, nil
+}
+
+// pushLease takes a writer's lease, waiting while a collection runs.
+func (s *Store) pushLease(ctx context.Context, what string) (*lease, error) {
+	tok := make([]byte, 8)
+	_, _ = rand.Read(tok)
+	key := pushLeasePfx + hex.EncodeToString(tok) + ".json"
+	for {
+		l, err := s.writeLease(ctx, key, "push", what)
+		if err != nil {
+			return nil, err
+		}
+		gc, _, err := s.liveLeases(ctx, gcLeaseKey)
+		if err != nil || len(gc) == 0 {
+			if err != nil {
+				l.release()
+				return nil, err
+			}
+			return l, nil
+		}
+		l.release()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("push %s: waiting for the registry's garbage collection to finish: %w", what, ctx.Err())
+		case <-time.After(leasePoll):
+		}
+	}
+}
+
+// GCOptions tunes a collection.
+type GCOptions struct {
+	// Grace keeps unreferenced objects younger than this: chunks of a
+	// push whose writer died before its lease says so, and a margin for
+	// nodes still restoring lazily from a snapshot deleted moments ago.
+	Grace time.Duration
+	// DryRun counts what would be deleted and deletes nothing.
+	DryRun bool
+	// Wait bounds how long the collection waits for running pushes
+	// (0: DefaultGCWait).
+	Wait time.Duration
+}
+
+// GCStats says what a collection found and did.
+type GCStats struct {
+	Snapshots     int           `json:"snapshots"`      // remote manifests read
+	Functions     int           `json:"functions"`      // function records read
+	Chunks        int           `json:"chunks"`         // chunk objects listed
+	ChunksDeleted int           `json:"chunks_deleted"` // unreferenced and older than the grace
+	BytesDeleted  int64         `json:"bytes_deleted"`  // their stored bytes (code archives included)
+	ChunksYoung   int           `json:"chunks_young"`   // unreferenced but within the grace: kept
+	CodeDeleted   int           `json:"code_deleted"`   // unreferenced code archives deleted
+	StaleLeases   int           `json:"stale_leases"`   // leases of dead holders removed
+	BytesKept     int64         `json:"bytes_kept"`     // stored bytes of the chunks and code archives kept
+	DryRun        bool          `json:"dry_run"`        // nothing was deleted
+	Waited        time.Duration `json:"-"`              // waiting for running pushes
+}
+
+// GC deletes the chunks and code archives that no remote manifest or
+// function record names and that are older than opts.Grace. It reads every
+// manifest and record first and deletes nothing if one of them cannot be
+// read or fails its checks: an object it cannot account for might hold
+// the only reference to a chunk.
+func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
+	st := GCStats{DryRun: opts.DryRun}
+	wait := opts.Wait
+	if wait <= 0 {
+		wait = DefaultGCWait
+	}
+	l, err := s.writeLease(ctx, gcLeaseKey, "gc", "")
+	if err != nil {
+		return st, err
+	}
+	defer l.release()
+	t0 := time.Now()
+	for {
+		live, stale, err := s.liveLeases(ctx, pushLeasePfx)
+		if err != nil {
+			return st, err
+		}
+		if len(live) == 0 {
+			if !opts.DryRun {
+				st.StaleLeases = len(stale)
+				if err := s.remove(ctx, stale); err != nil {
+					return st, err
+				}
+			}
+			break
+		}
+		if time.Since(t0) > wait {
+			return st, fmt.Errorf("%w: %d push(es) still running after %s (%s)", ErrBusy, len(live), wait, strings.Join(live, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(leasePoll):
+		}
+	}
+	st.Waited = time.Since(t0)
+
+	keep, err := s.referenced(ctx, &st)
+	if err != nil {
+		return st, err
+	}
+	var doomed []string
+	for _, prefix := range []string{"chunks/", "code/"} {
+		for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+			if o.Err != nil {
+				return st, s.classify("list "+prefix, o.Err)
+			}
+			isChunk := prefix == "chunks/"
+			if isChunk {
+				st.Chunks++
+			}
+			switch {
+			case keep[o.Key]:
+				st.BytesKept += o.Size
+			case time.Since(o.LastModified) < opts.Grace:
+				st.BytesKept += o.Size
+				if isChunk {
+					st.ChunksYoung++
+				}
+			default:
+				doomed = append(doomed, o.Key)
+				st.BytesDeleted += o.Size
+				if isChunk {
+					st.ChunksDeleted++
+				} else {
+					st.CodeDeleted++
+				}
+			}
+		}
+	}
+	if opts.DryRun {
+		return st, nil
+	}
+	return st, s.remove(ctx, doomed)
+}
+
+// referenced reads every remote manifest and function record and returns
+// the object keys they name.
+func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, error) {
+	keep := map[string]bool{}
+	err := s.eachManifest(ctx, func(m *RemoteManifest) {
+		st.Snapshots++
+		for _, sum := range m.ChunkSums() {
+			keep[chunkKey(sum)] = true
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gc: nothing deleted: %w", err)
+	}
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "functions/", Recursive: true}) {
+		if o.Err != nil {
+			return nil, s.classify("list functions/", o.Err)
+		}
+		name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, "functions/"), ".json")
+		if !ok || !nameRE.MatchString(name) {
+			continue
+		}
+		r, err := s.GetFunction(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("gc: nothing deleted: function %s: %w", name, err)
+		}
+		st.Functions++
+		keep[r.Code] = true
+	}
+	return keep, nil
+}
+
+// eachManifest reads and checks every remote manifest in the bucket; one
+// that fails stops the walk with its error.
+func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest)) error {
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
+		if o.Err != nil {
+			return s.classify("list snapshots/", o.Err)
+		}
+		id, ok := manifestID(o.Key)
+		if !ok {
+			continue
+		}
+		m, err := s.GetManifest(ctx, id)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		fn(m)
+	}
+	return nil
+}
+
+func manifestID(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "snapshots/")
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, "/manifest.json")
+	return id, ok && idRE.MatchString(id)
+}
+
+// remove deletes keys in batches.
+func (s *Store) remove(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ch := make(chan minio.ObjectInfo)
+	go func() {
+		defer close(ch)
+		for _, k := range keys {
+			select {
+			case ch <- minio.ObjectInfo{Key: k}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for e := range s.client.RemoveObjects(ctx, s.cfg.Bucket, ch, minio.RemoveObjectsOptions{}) {
+		if e.Err != nil {
+			return s.classify("delete "+e.ObjectName, e.Err)
+		}
+	}
+	return ctx.Err()
+}
+
+// Listed is a snapshot in the registry: its manifest, when it was taken,
+// and whether its function's record names it as the newest.
+type Listed struct {
+	*RemoteManifest
+	CreatedAt time.Time
+	Latest    bool
+}
+
+// ListSnapshots reads every remote manifest, newest first. A manifest that
+// cannot be read fails the listing: the registry is damaged and says so.
+func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
+	var out []Listed
+	err := s.eachManifest(ctx, func(m *RemoteManifest) {
+		l := Listed{RemoteManifest: m}
+		if local, err := m.LocalManifest(); err == nil { // checked by GetManifest
+			l.CreatedAt = local.CreatedAt
+		}
+		out = append(out, l)
+	})
+	if err != nil {
+		return nil, err
+	}
+	latest := map[string]string{}
+	for i := range out {
+		fn := out[i].Function
+		if _, ok := latest[fn]; !ok {
+			latest[fn] = ""
+			if r, err := s.GetFunction(ctx, fn); err == nil {
+				latest[fn] = r.Latest
+			} else if !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
+		}
+		out[i].Latest = latest[fn] == out[i].ID
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// DeleteSnapshot removes a pushed snapshot's manifest; its chunks go at
+// the next GC unless another manifest names them. When the function record
+// names it as the newest snapshot, the record moves to the function's
+// newest remaining snapshot, or is removed with the function's last one.
+// Nodes that already pulled or imported it keep their copies.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	m, err := s.GetManifest(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.remove(ctx, []string{manifestKey(id)}); err != nil {
+		return err
+	}
+	r, err := s.GetFunction(ctx, m.Function)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil || r.Latest != id {
+		return err
+	}
+	all, err := s.ListSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range all { // newest first
+		if o.Function == m.Function {
+			r.Latest, r.LatestCreatedAt = o.ID, o.CreatedAt
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			return s.put(ctx, functionKey(r.Name), b, "application/json")
+		}
+	}
+	return s.remove(ctx, []string{functionKey(r.Name)})
+}
