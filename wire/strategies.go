@@ -38,6 +38,9 @@ type LazyStats struct {
 	SourceFetchedBytes  uint64  `json:"source_fetched_bytes,omitempty"`  // bytes the source fetched from its store meanwhile
 	SourceFetchedChunks uint64  `json:"source_fetched_chunks,omitempty"` // chunks it fetched
 	SourceCacheHits     uint64  `json:"source_cache_hits,omitempty"`     // reads it answered from its cache
+	SourceFetchMS       float64 `json:"source_fetch_ms,omitempty"`       // time its fetches took, summed (parallel ones overlap)
+	ParkedFaults        uint64  `json:"parked_faults,omitempty"`         // faults that waited for a fetch off the fault loop
+	ParkedMS            float64 `json:"parked_ms,omitempty"`             // time those faults waited, summed
 	LoadingSetFaults    uint64  `json:"loading_set_faults,omitempty"`    // faasnap: faults served from the local loading-set file
 	ZeroFaults          uint64  `json:"zero_faults,omitempty"`           // faasnap: faults on pages known to be zero, not read
 	LoaderPages         uint64  `json:"loader_pages,omitempty"`          // faasnap: loading-set pages the loader installed

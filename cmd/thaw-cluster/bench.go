@@ -28,6 +28,7 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 		lazy      []string
 		reps      int
 		rerender  bool
+		keep      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --out DIR",
@@ -65,7 +66,11 @@ measured), DIR/remote.json, DIR/remote.md and DIR/link.json.`,
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(dir)
+			if keep {
+				fmt.Fprintf(stderr, "keeping the cluster's directory (each node's log: NODE/run/thawd.log): %s\n", dir)
+			} else {
+				defer os.RemoveAll(dir)
+			}
 			cfg.Nodes, cfg.Dir, cfg.Store = 2, dir, &store
 			ctx := cmd.Context()
 			c, err := cluster.Start(ctx, cfg, slog.New(slog.NewTextHandler(stderr, nil)))
@@ -87,10 +92,12 @@ measured), DIR/remote.json, DIR/remote.md and DIR/link.json.`,
 	f.StringSliceVar(&functions, "functions", []string{"hello", "json", "image"}, "functions to measure (of hello, json, image)")
 	f.StringSliceVar(&lazy, "lazy", []string{"vanilla", "reap", "faasnap"}, "strategies restored lazily")
 	f.IntVar(&reps, "reps", 3, "repetitions")
+	f.BoolVar(&keep, "keep", false, "keep the cluster's directory (the nodes' logs) after the run")
 	f.BoolVar(&rerender, "report", false, "only write DIR/remote.md again from DIR/remote.json")
 	f.StringVar(&cfg.Node.Thawd, "thawd", "", "the thawd binary (default: beside thaw-cluster)")
 	f.StringVar(&cfg.Node.Image, "image", os.Getenv("THAW_IMAGE"), "guest image directory (default $THAW_IMAGE)")
 	f.StringVar(&cfg.Node.Accel, "accel", "tcg", "accelerator of every node")
+	f.StringArrayVar(&cfg.Node.Args, "thawd-arg", nil, "a further thawd flag for every node (repeatable), e.g. --thawd-arg=--lazy-readahead=2")
 	f.StringVar(&store.MinIO, "minio", cluster.DefaultMinIO(), "the minio binary")
 	f.DurationVar(&store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip added between the nodes and the store")
 	f.IntVar(&store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")

@@ -86,6 +86,10 @@ type RemoteSample struct {
 	// reads returned (uncompressed).
 	SourceFetchedBytes uint64 `json:"source_fetched_bytes,omitempty"`
 	SourceBytes        uint64 `json:"source_bytes,omitempty"`
+	// Restore and Stats are the invocation's timing.restore and
+	// strategy_stats as answered: where the time and the fetches went.
+	Restore *client.RestoreTiming `json:"restore,omitempty"`
+	Stats   *client.StrategyStats `json:"strategy_stats,omitempty"`
 }
 
 // RemotePrepared is one function's prepare and push.
@@ -245,6 +249,7 @@ func (s *RemoteSample) fill(inv *client.Invocation, err error) {
 	if st := inv.StrategyStats; st != nil {
 		s.SourceFetchedBytes, s.SourceBytes = st.SourceFetchedBytes, st.SourceBytes
 	}
+	s.Restore, s.Stats = t.Restore, inv.StrategyStats
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
@@ -369,7 +374,55 @@ func (r *RemoteResult) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.function, g.kind, g.strategy, g.ok, g.n,
 			sumCell(g.first), sumCell(g.imp), sumCell(g.total), sumCell(g.cold), fetched, onDemand, ratio, nchunks, chunkRatio)
 	}
+	b.WriteString("\n" + r.timeTable())
 	b.WriteString("\n" + r.targets())
+	return b.String()
+}
+
+// timeTable is where the restore's time went, per function, kind and
+// strategy (medians of the samples that carry the invocation's details).
+func (r *RemoteResult) timeTable() string {
+	type cols struct{ vmm, load, setup, resume, chunks, fetchMS, parked, parkedMS []float64 }
+	var keys []string
+	rows := map[string]*cols{}
+	for _, s := range r.Samples {
+		if !s.OK || s.Restore == nil || s.Kind == RemotePull {
+			continue
+		}
+		k := s.Function + " | " + s.Kind + " | " + s.Strategy
+		c := rows[k]
+		if c == nil {
+			c = &cols{}
+			rows[k] = c
+			keys = append(keys, k)
+		}
+		c.vmm, c.load = append(c.vmm, s.Restore.VMMStartMS), append(c.load, s.Restore.LoadStateMS)
+		c.setup, c.resume = append(c.setup, s.Restore.SetupMS), append(c.resume, s.Restore.ResumeMS)
+		if st := s.Stats; st != nil {
+			c.chunks = append(c.chunks, float64(st.SourceFetchedChunks+st.LoadingSetFetchedChunks))
+			c.fetchMS, c.parked, c.parkedMS = append(c.fetchMS, st.SourceFetchMS), append(c.parked, float64(st.ParkedFaults)), append(c.parkedMS, st.ParkedMS)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("Where the restore's time went (medians): set-up is VMM start (QEMU to QMP ready, REAP's working set installed) and device state; " +
+		"chunks: fetched during the restore (memory on demand and FaaSnap's loading set); fetch: the time the memory's on-demand fetches took, summed; " +
+		"parked: faults that waited for a fetch off the fault loop, and their waits summed.\n\n" +
+		"| function | kind | strategy | set-up, ms | VMM start | device state | resume, ms | chunks | fetch, ms | parked faults | parked, ms |\n" +
+		"|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	med := func(v []float64) string {
+		if len(v) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f", Summarize(v).Median)
+	}
+	for _, k := range keys {
+		c := rows[k]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, med(c.setup), med(c.vmm), med(c.load), med(c.resume),
+			med(c.chunks), med(c.fetchMS), med(c.parked), med(c.parkedMS))
+	}
 	return b.String()
 }
 

@@ -231,12 +231,16 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	strategy, err := s.strategy(req.Strategy)
+	if err != nil {
+		return nil, err
+	}
 	snapID := req.Snapshot
 	var imported time.Duration
 	if snapID == "" {
 		if snapID, err = s.newestSnapshot(ctx, req.Function); err != nil {
 			t := time.Now()
-			if snapID, err = s.importOnInvoke(ctx, req.Function, err); err != nil {
+			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, err); err != nil {
 				return nil, err
 			}
 			imported = time.Since(t)
@@ -253,10 +257,6 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
-	}
-	strategy, err := s.strategy(req.Strategy)
-	if err != nil {
-		return nil, err
 	}
 	if err := strategy.CheckVariant(req.Variant); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)

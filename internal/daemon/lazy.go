@@ -26,8 +26,19 @@ import (
 // against chunk by chunk as pages are fetched.
 
 // lazyFiles are the files a lazy pull leaves in the registry, placeholders
-// here: the memory, and FaaSnap's loading set (streamed by its restores).
-var lazyFiles = []string{snapshot.MemoryFile, path.Join("strategies", string(restore.FaaSnap), restore.FaaSnapLoadingSet)}
+// here: the memory, FaaSnap's loading set and REAP's working set (streamed
+// by their restores).
+var (
+	loadingSetFile = path.Join("strategies", string(restore.FaaSnap), restore.FaaSnapLoadingSet)
+	workingSetFile = path.Join("strategies", string(restore.REAP), restore.REAPWorkingSetFile)
+	lazyFiles      = []string{snapshot.MemoryFile, loadingSetFile, workingSetFile}
+)
+
+// streamedFiles are the lazy files an import on invoke starts fetching for
+// a strategy's restore: REAP's working set, which the restore installs
+// before the vCPU runs. FaaSnap's loading set is not (at 80-100 MiB it
+// slowed the import as much as it sped the restore; docs/cluster.md).
+var streamedFiles = map[restore.Kind][]string{restore.REAP: {workingSetFile}}
 
 // remoteFiles are the lazy files rm has.
 func remoteFiles(rm *registry.RemoteManifest) []string {
@@ -192,10 +203,7 @@ func (m *lazyFile) Size() int64 { return m.lf.Size() }
 
 // ReadAt reads through the LazyFile; bytes beyond the file read as zeros.
 func (m *lazyFile) ReadAt(p []byte, off int64) (int, error) {
-	if m.readahead > 0 && !m.lf.Local(off) {
-		cs := m.lf.ChunkSize()
-		m.Prefetch(context.Background(), (off/cs+1)*cs, m.readahead*cs)
-	}
+	m.readAhead(off)
 	n, err := m.lf.ReadAt(p, off)
 	if errors.Is(err, io.EOF) {
 		clear(p[n:])
@@ -207,6 +215,27 @@ func (m *lazyFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Local reports whether a read at off fetches nothing.
+func (m *lazyFile) Local(off int64) bool { return m.lf.Local(off) }
+
+// Fetch fetches the chunk holding off (a fault's, ahead of its read).
+func (m *lazyFile) Fetch(off int64) error {
+	m.readAhead(off)
+	err := m.lf.Fetch(off)
+	if err != nil {
+		m.err.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// readAhead starts fetching the chunks after off's when off's is missing.
+func (m *lazyFile) readAhead(off int64) {
+	if m.readahead > 0 && !m.lf.Local(off) {
+		cs := m.lf.ChunkSize()
+		m.Prefetch(context.Background(), (off/cs+1)*cs, m.readahead*cs)
+	}
+}
+
 // Prefetch fetches a range in the background; a failure shows in a later
 // read of it.
 func (m *lazyFile) Prefetch(ctx context.Context, off, n int64) {
@@ -216,13 +245,15 @@ func (m *lazyFile) Prefetch(ctx context.Context, off, n int64) {
 
 func (m *lazyFile) SourceStats() restore.SourceStats {
 	st := m.lf.Stats()
-	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits)}
+	return restore.SourceStats{FetchedBytes: uint64(st.FetchedBytes), FetchedChunks: uint64(st.FetchedChunks), CacheHits: uint64(st.Hits),
+		FetchTime: st.FetchTime}
 }
 
 // lazyMemory is what a lazy restore reads from the registry: the memory
-// and, if the snapshot has one, FaaSnap's loading set.
+// and, if the snapshot has them, FaaSnap's loading set and REAP's working
+// set.
 type lazyMemory struct {
-	mem, ls *lazyFile // ls: nil without a loading set
+	mem, ls, ws *lazyFile // ls, ws: nil without
 }
 
 // openLazyMemory opens a lazy snapshot's remote files; their fetches live
@@ -242,10 +273,13 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 			m.Close()
 			return nil, registryErr(err)
 		}
-		if name == snapshot.MemoryFile {
+		switch name {
+		case snapshot.MemoryFile:
 			m.mem = &lazyFile{lf: lf, readahead: int64(s.cfg.LazyReadahead)}
-		} else {
+		case loadingSetFile:
 			m.ls = &lazyFile{lf: lf}
+		case workingSetFile:
+			m.ws = &lazyFile{lf: lf}
 		}
 	}
 	return m, nil
@@ -253,17 +287,29 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 
 // sources fills a restore's memory and loading-set sources.
 func (m *lazyMemory) sources(snap *restore.Snapshot) {
-	snap.Source, snap.MemFile, snap.LoadingSet = m.mem, "", nil
+	snap.Source, snap.MemFile, snap.LoadingSet, snap.WorkingSet = m.mem, "", nil, nil
 	if m.ls != nil {
 		snap.LoadingSet = m.ls
 	}
+	if m.ws != nil {
+		snap.WorkingSet = m.ws
+	}
+}
+
+// files are the open remote files.
+func (m *lazyMemory) files() []*lazyFile {
+	var out []*lazyFile
+	for _, f := range []*lazyFile{m.mem, m.ls, m.ws} {
+		if f != nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (m *lazyMemory) Close() {
-	for _, f := range []*lazyFile{m.mem, m.ls} {
-		if f != nil {
-			f.lf.Close()
-		}
+	for _, f := range m.files() {
+		f.lf.Close()
 	}
 }
 
@@ -273,10 +319,7 @@ func (m *lazyMemory) failure(vmID string) error {
 	if m == nil {
 		return nil
 	}
-	for _, f := range []*lazyFile{m.mem, m.ls} {
-		if f == nil {
-			continue
-		}
+	for _, f := range m.files() {
 		if p := f.err.Load(); p != nil {
 			return fmt.Errorf("vm %s: its memory could not be fetched from the registry: %w", vmID, registryErr(*p))
 		}
@@ -343,13 +386,15 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 // importOnInvoke imports a function an invocation found missing (notHere:
 // unknown here, or without a snapshot) lazily from the registry and
 // returns the snapshot to restore; concurrent invocations share one
-// import. Without a registry, or with import turned off, notHere stands.
-func (s *Service) importOnInvoke(ctx context.Context, function string, notHere error) (string, error) {
+// import. REAP's working set (streamedFiles) starts coming into the chunk
+// cache while the import finishes. Without a registry, or with import turned off, notHere
+// stands.
+func (s *Service) importOnInvoke(ctx context.Context, function string, kind restore.Kind, notHere error) (string, error) {
 	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
 		return "", notHere
 	}
 	v, err, _ := s.imports.Do(function, func() (any, error) {
-		res, err := s.PullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true})
+		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
 			return s.newestSnapshot(ctx, function)
 		}

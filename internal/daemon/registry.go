@@ -137,15 +137,27 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 // whole against its manifest and its inputs, and only then renamed into
 // place and entered in the catalog, as a local snapshot is.
 func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
+	return s.pullSnapshot(ctx, req, nil)
+}
+
+// pullSnapshot is PullSnapshot that also starts fetching the remote files
+// named in warm (a lazy pull's streamed files a restore will read next)
+// into the chunk cache once the pull's own files are here.
+func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []string) (*wire.PullResult, error) {
 	if err := s.checkPull(req); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
+	steps := &stepTimes{at: t0}
 	id := req.Snapshot
+	var code <-chan codeFetch // the function's code, fetched beside the manifest
 	if id == "" {
 		rec, err := s.registry.GetFunction(ctx, req.Function)
 		if err != nil {
 			return nil, registryErr(err)
+		}
+		if _, err := s.db.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
+			code = s.fetchCode(ctx, rec)
 		}
 		id = rec.Latest
 		if err := validID("snapshot", id); err != nil {
@@ -165,10 +177,15 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 		return &wire.PullResult{Snapshot: SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
 			FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
 	}
+	steps.mark("record")
 	phase(ctx, "manifest")
 	rm, err := s.registry.GetManifest(ctx, id)
 	if err != nil {
 		return nil, registryErr(err)
+	}
+	steps.mark("manifest")
+	if !req.Lazy {
+		warm = nil
 	}
 	local, err := rm.LocalManifest()
 	if err != nil {
@@ -178,10 +195,11 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 	fn, err := s.db.GetFunction(ctx, rm.Function)
 	if errors.Is(err, catalog.ErrNotFound) {
 		phase(ctx, "function")
-		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256); err != nil {
+		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256, code); err != nil {
 			return nil, err
 		}
 		res.FunctionCreated = true
+		steps.mark("function")
 	} else if err != nil {
 		return nil, err
 	}
@@ -197,7 +215,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
 	before := s.chunks.Stats()
-	sn, err := s.materialize(ctx, rm, local, req.Lazy)
+	sn, err := s.materialize(ctx, rm, local, req.Lazy, steps, warm)
 	if err != nil {
 		undo()
 		return nil, err
@@ -207,8 +225,8 @@ func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire
 	res.FetchedChunks, res.FetchedBytes = after.FetchedChunks-before.FetchedChunks, after.FetchedBytes-before.FetchedBytes
 	res.CachedChunks = after.Hits - before.Hits
 	res.PullMS = ms(time.Since(t0))
-	s.log.Info("snapshot pulled", "snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
-		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS)
+	s.log.Info("snapshot pulled", append([]any{"snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
+		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS}, steps.attrs...)...)
 	s.collectSnapshots(ctx, fn.Name, sn.ID)
 	return res, nil
 }
@@ -227,8 +245,9 @@ func (s *Service) checkPull(req wire.PullRequest) error {
 }
 
 // materialize writes rm into the snapshots directory and the catalog;
-// lazy leaves the memory in the registry (a placeholder here).
-func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool) (*catalog.Snapshot, error) {
+// lazy leaves the memory in the registry (a placeholder here); the remote
+// files in warm start coming into the chunk cache once the others are here.
+func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes, warm []string) (*catalog.Snapshot, error) {
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+rm.ID)
 	final := filepath.Join(s.snapshotsDir(), rm.ID)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
@@ -244,6 +263,12 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	err := s.chunks.PullExcept(ctx, rm, tmp, func(done, total int64) {
 		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
 	}, skip...)
+	steps.mark("files")
+	for _, f := range warm { // after the files the import waits for
+		if err == nil && rm.File(f) != nil {
+			s.chunks.Warm(rm, f)
+		}
+	}
 	var stamp []byte
 	switch {
 	case err == nil && lazy:
@@ -258,6 +283,7 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 			stamp, _ = json.Marshal(st)
 		}
 	}
+	steps.mark("verify")
 	if err == nil {
 		err = snapshot.SyncDir(tmp)
 	}
@@ -280,23 +306,67 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
 		return nil, err
 	}
+	steps.mark("enter")
 	return rec, nil
 }
 
+// stepTimes times the steps of a pull for its log line.
+type stepTimes struct {
+	at    time.Time
+	attrs []any
+}
+
+// mark ends the step name, begun at the previous mark.
+func (t *stepTimes) mark(name string) {
+	now := time.Now()
+	t.attrs = append(t.attrs, name+"_ms", ms(now.Sub(t.at)))
+	t.at = now
+}
+
+// codeFetch is a function record and its code archive, or why they could
+// not be fetched.
+type codeFetch struct {
+	rec  *registry.FunctionRecord
+	code []byte
+	err  error
+}
+
+// fetchCode fetches rec's code archive in the background.
+func (s *Service) fetchCode(ctx context.Context, rec *registry.FunctionRecord) <-chan codeFetch {
+	out := make(chan codeFetch, 1)
+	go func() {
+		code, err := s.registry.GetCode(ctx, rec)
+		out <- codeFetch{rec, code, err}
+	}()
+	return out
+}
+
 // pullFunction registers a function from the registry's record and code
-// archive; its code must digest to what the snapshot was taken with.
-func (s *Service) pullFunction(ctx context.Context, name, digest string) (*catalog.Function, error) {
-	rec, err := s.registry.GetFunction(ctx, name)
-	if err != nil {
-		return nil, registryErr(err)
+// archive (fetched now, or by fetched if it is for this function); its
+// code must digest to what the snapshot was taken with.
+func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched <-chan codeFetch) (*catalog.Function, error) {
+	var f codeFetch
+	if fetched != nil {
+		f = <-fetched
 	}
+	if f.rec == nil || f.rec.Name != name {
+		rec, err := s.registry.GetFunction(ctx, name)
+		if err != nil {
+			return nil, registryErr(err)
+		}
+		f = codeFetch{rec: rec}
+		if rec.Digest == digest {
+			f.code, f.err = s.registry.GetCode(ctx, rec)
+		}
+	}
+	rec := f.rec
 	if rec.Digest != digest {
 		return nil, fmt.Errorf("%w: the registry's function %s has other code than the snapshot was taken with", ErrSnapshotUnusable, name)
 	}
-	code, err := s.registry.GetCode(ctx, rec)
-	if err != nil {
-		return nil, registryErr(err)
+	if f.err != nil {
+		return nil, registryErr(f.err)
 	}
+	code := f.code
 	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
 		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS})

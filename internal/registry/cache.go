@@ -45,9 +45,16 @@ type entry struct {
 	verified bool // hashed in this process
 }
 
+// flight is one fetch (or check on disk) of a chunk that callers share.
 type flight struct {
-	done chan struct{}
+	done chan struct{} // closed when data (or err) is set
 	err  error
+	// data: the chunk's bytes, fetched and verified, while they are written
+	// to disk in the background (nil when the chunk was verified on disk);
+	// written is closed when that write ended (werr: it failed).
+	data    []byte
+	written chan struct{}
+	werr    error
 }
 
 // CacheStats are the cache's counters since it was opened.
@@ -173,43 +180,61 @@ func (c *Cache) Has(sum string) bool {
 	return c.entries[sum] != nil
 }
 
-// ensure makes the chunk sum of size bytes present and verified on disk,
+// ensure makes the chunk sum of size bytes present and verified,
 // fetching it from the store if needed; concurrent callers for one chunk
 // share one fetch. It says what this call did: the compressed bytes it
-// fetched, or hit when the chunk was on disk.
-func (c *Cache) ensure(ctx context.Context, sum string, size int) (fetched int64, hit bool, err error) {
+// fetched, or hit when the chunk was on disk. A fetched chunk is answered
+// before it is on disk: fl holds its bytes while they are written (a read
+// need not wait for the write); fl is nil when the chunk is on disk.
+func (c *Cache) ensure(ctx context.Context, sum string, size int) (fetched int64, hit bool, fl *flight, err error) {
 	c.mu.Lock()
 	if e := c.entries[sum]; e != nil && e.verified {
 		c.lru.MoveToFront(e.elem)
 		c.mu.Unlock()
 		c.hits.Add(1)
-		return 0, true, nil
+		return 0, true, nil, nil
 	}
 	if f := c.flights[sum]; f != nil {
 		c.mu.Unlock()
 		select {
 		case <-f.done:
-			return 0, false, f.err
+			if f.err != nil || f.data == nil {
+				return 0, false, nil, f.err
+			}
+			return 0, false, f, nil
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return 0, false, nil, ctx.Err()
 		}
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), written: make(chan struct{})}
 	c.flights[sum] = f
 	e := c.entries[sum]
 	c.mu.Unlock()
 
-	fetched, hit, f.err = c.load(ctx, sum, size, e != nil)
+	fetched, hit, f.err = c.load(ctx, sum, size, e != nil, f)
+	if f.err != nil || f.data == nil {
+		c.endFlight(sum, f)
+		close(f.done)
+		return fetched, hit, nil, f.err
+	}
+	close(f.done)
+	go func() { // the write, off the reader's path
+		f.werr = c.insert(sum, f.data)
+		c.endFlight(sum, f)
+	}()
+	return fetched, false, f, nil
+}
+
+// endFlight forgets a flight and marks its write ended.
+func (c *Cache) endFlight(sum string, f *flight) {
 	c.mu.Lock()
 	delete(c.flights, sum)
 	c.mu.Unlock()
-	close(f.done)
-	return fetched, hit, f.err
+	close(f.written)
 }
 
-// load verifies a chunk found on disk (onDisk) or fetches it.
-func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool) (int64, bool, error) {
-	buf := make([]byte, size)
+// load verifies a chunk found on disk (onDisk) or fetches it into f.data.
+func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool, f *flight) (int64, bool, error) {
 	if onDisk {
 		b, err := os.ReadFile(c.path(sum))
 		if err == nil && len(b) == size && sumHex(b) == sum {
@@ -227,13 +252,15 @@ func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool) (in
 	if c.store == nil {
 		return 0, false, fmt.Errorf("%w: chunk %s is not cached and no registry is configured", ErrNotFound, sum[:12])
 	}
+	buf := make([]byte, size)
 	n, err := c.store.fetchChunk(ctx, sum, buf, nil)
 	c.fetchedBytes.Add(n)
 	if err != nil {
 		return n, false, err
 	}
 	c.fetchedChunks.Add(1)
-	return n, false, c.insert(sum, buf)
+	f.data = buf
+	return n, false, nil
 }
 
 // insert writes a verified chunk: temporary file, then rename.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // prefetchWorkers is how many chunks a Prefetch fetches at once.
@@ -27,21 +28,29 @@ type LazyFile struct {
 	sums   []string // per chunk index; "" for a hole
 	pinned []string
 	fds    []atomic.Pointer[os.File]
+	mem    []atomic.Pointer[[]byte] // a fetched chunk's bytes until its cache file is open
 	closed atomic.Bool
 	wg     sync.WaitGroup // running prefetches
 
-	fetchedBytes, fetchedChunks, hits atomic.Int64
+	writesMu sync.Mutex
+	writes   []*flight // fetched chunks being written to the cache
+
+	fetchedBytes, fetchedChunks, hits, fetchNS atomic.Int64
 }
 
 // LazyStats are one LazyFile's counters: what its reads and prefetches
-// fetched from the store (compressed bytes, chunks) and found in the cache.
+// fetched from the store (compressed bytes, chunks), the time those
+// fetches took (summed: parallel fetches overlap), and what they found in
+// the cache.
 type LazyStats struct {
 	FetchedBytes, FetchedChunks, Hits int64
+	FetchTime                         time.Duration
 }
 
 // Stats returns the file's counters so far.
 func (f *LazyFile) Stats() LazyStats {
-	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load()}
+	return LazyStats{FetchedBytes: f.fetchedBytes.Load(), FetchedChunks: f.fetchedChunks.Load(), Hits: f.hits.Load(),
+		FetchTime: time.Duration(f.fetchNS.Load())}
 }
 
 // Open returns the file named file (a path relative to the snapshot, e.g.
@@ -53,7 +62,8 @@ func (c *Cache) Open(ctx context.Context, rm *RemoteManifest, file string) (*Laz
 		return nil, fmt.Errorf("%w: snapshot %s has no file %s", ErrNotFound, rm.ID, file)
 	}
 	n := (rf.Size + rm.ChunkSize - 1) / rm.ChunkSize
-	lf := &LazyFile{c: c, cs: rm.ChunkSize, size: rf.Size, sums: make([]string, n), fds: make([]atomic.Pointer[os.File], n)}
+	lf := &LazyFile{c: c, cs: rm.ChunkSize, size: rf.Size, sums: make([]string, n), fds: make([]atomic.Pointer[os.File], n),
+		mem: make([]atomic.Pointer[[]byte], n)}
 	for _, ch := range rf.Chunks {
 		lf.sums[ch.Index] = ch.SHA256
 		lf.pinned = append(lf.pinned, ch.SHA256)
@@ -70,7 +80,20 @@ func (f *LazyFile) Local(off int64) bool {
 		return true
 	}
 	idx := off / f.cs
-	return f.sums[idx] == "" || f.fds[idx].Load() != nil
+	return f.sums[idx] == "" || f.fds[idx].Load() != nil || f.mem[idx].Load() != nil
+}
+
+// Fetch makes the chunk holding off local (a later read of it fetches
+// nothing), fetching it if needed.
+func (f *LazyFile) Fetch(off int64) error {
+	if f.Local(off) {
+		return nil
+	}
+	if f.closed.Load() {
+		return os.ErrClosed
+	}
+	_, _, err := f.chunk(f.ctx, off/f.cs)
+	return err
 }
 
 // Size is the file's size in bytes.
@@ -100,11 +123,13 @@ func (f *LazyFile) ReadAt(p []byte, off int64) (int, error) {
 		if f.sums[idx] == "" {
 			clear(dst)
 		} else {
-			fd, err := f.chunkFile(f.ctx, idx)
+			fd, data, err := f.chunk(f.ctx, idx)
 			if err != nil {
 				return n, err
 			}
-			if _, err := fd.ReadAt(dst, within); err != nil {
+			if fd == nil {
+				copy(dst, data[within:])
+			} else if _, err := fd.ReadAt(dst, within); err != nil {
 				return n, fmt.Errorf("lazy file: chunk %d: %w", idx, err)
 			}
 		}
@@ -114,24 +139,66 @@ func (f *LazyFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// chunkFile returns the open cache file of chunk idx, fetching it first.
-func (f *LazyFile) chunkFile(ctx context.Context, idx int64) (*os.File, error) {
+// chunk returns the open cache file of chunk idx, or its bytes while a
+// fetch of it is being written to the cache, fetching it first.
+func (f *LazyFile) chunk(ctx context.Context, idx int64) (*os.File, []byte, error) {
 	if fd := f.fds[idx].Load(); fd != nil {
-		return fd, nil
+		return fd, nil, nil
+	}
+	if m := f.mem[idx].Load(); m != nil {
+		return nil, *m, nil
 	}
 	sum := f.sums[idx]
-	n, hit, err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs)))
+	t := time.Now()
+	n, hit, fl, err := f.c.ensure(ctx, sum, int(min(f.cs, f.size-idx*f.cs)))
 	f.fetchedBytes.Add(n)
 	switch {
 	case hit:
 		f.hits.Add(1)
 	case err == nil && n > 0:
 		f.fetchedChunks.Add(1)
+		f.fetchNS.Add(int64(time.Since(t)))
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fd, err := os.Open(f.c.path(sum))
+	if fl != nil {
+		data := fl.data
+		if f.mem[idx].CompareAndSwap(nil, &data) && f.track(fl) {
+			go f.adopt(idx, fl)
+		}
+		return nil, data, nil
+	}
+	fd, err := f.open(idx)
+	return fd, nil, err
+}
+
+// track notes a chunk write Close must wait for; false once closed.
+func (f *LazyFile) track(fl *flight) bool {
+	f.writesMu.Lock()
+	defer f.writesMu.Unlock()
+	if f.closed.Load() {
+		return false
+	}
+	f.writes = append(f.writes, fl)
+	return true
+}
+
+// adopt switches chunk idx from its bytes in memory to its cache file once
+// written (a failed write keeps the bytes in memory).
+func (f *LazyFile) adopt(idx int64, fl *flight) {
+	<-fl.written
+	if fl.werr != nil {
+		return
+	}
+	if _, err := f.open(idx); err == nil {
+		f.mem[idx].Store(nil)
+	}
+}
+
+// open opens the cache file of chunk idx (on disk) once.
+func (f *LazyFile) open(idx int64) (*os.File, error) {
+	fd, err := os.Open(f.c.path(f.sums[idx]))
 	if err != nil {
 		return nil, fmt.Errorf("lazy file: %w", err)
 	}
@@ -186,7 +253,7 @@ func (f *LazyFile) fetchAll(ctx context.Context, todo []int64) error {
 		go func() {
 			defer wg.Done()
 			for idx := range work {
-				if _, err := f.chunkFile(ctx, idx); err != nil {
+				if _, _, err := f.chunk(ctx, idx); err != nil {
 					once.Do(func() { first = err; cancel() })
 				}
 			}
@@ -208,6 +275,28 @@ feed:
 	return first
 }
 
+// warmTimeout bounds a Warm.
+const warmTimeout = time.Minute
+
+// Warm fetches the chunks of rm's file path into the cache in the
+// background, pinned until they are all here: a restore about to stream
+// the file finds them here or in flight. Errors are left to the reads that
+// need the chunks.
+func (c *Cache) Warm(rm *RemoteManifest, path string) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	lf, err := c.Open(ctx, rm, path)
+	if err != nil {
+		cancel()
+		return
+	}
+	done := lf.Prefetch(ctx, 0, lf.Size())
+	go func() {
+		<-done
+		lf.Close()
+		cancel()
+	}()
+}
+
 // Close unpins the file's chunks and closes its descriptors; running
 // prefetches are cancelled and waited for.
 func (f *LazyFile) Close() error {
@@ -216,6 +305,12 @@ func (f *LazyFile) Close() error {
 	}
 	f.cancel()
 	f.wg.Wait()
+	f.writesMu.Lock()
+	writes := f.writes
+	f.writesMu.Unlock()
+	for _, fl := range writes {
+		<-fl.written
+	}
 	for i := range f.fds {
 		if fd := f.fds[i].Swap(nil); fd != nil {
 			fd.Close()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -57,7 +58,19 @@ func TestPullExceptAndPullFile(t *testing.T) {
 	if st := lf.Stats(); st.FetchedChunks != 1 || st.FetchedBytes == 0 || !lf.Local(off) {
 		t.Fatalf("after one read: %+v, local %v", st, lf.Local(off))
 	}
+	// Fetch makes a chunk local without reading it; a local one fetches nothing.
+	chunks := rm.File(snapshot.MemoryFile).Chunks
+	off2 := chunks[len(chunks)-1].Index * rm.ChunkSize
+	if lf.Local(off2) || lf.Fetch(off2) != nil || !lf.Local(off2) || lf.Fetch(off2) != nil {
+		t.Fatal("Fetch did not make its chunk local")
+	}
+	if st := lf.Stats(); st.FetchedChunks != 2 {
+		t.Fatalf("after a Fetch and a Fetch of a local chunk: %+v, want 2 chunks fetched", st)
+	}
 	lf.Close()
+	if err := lf.Fetch(0); !errors.Is(err, os.ErrClosed) && !lf.Local(0) {
+		t.Fatalf("Fetch after Close: %v", err)
+	}
 
 	// The memory completed later, whole and verified.
 	mem := filepath.Join(dst, snapshot.MemoryFile)
@@ -73,5 +86,41 @@ func TestPullExceptAndPullFile(t *testing.T) {
 	}
 	if err := e.cache.PullFile(ctx, rm, "strategies/x/none.bin", filepath.Join(dst, "x"), nil); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("PullFile of a file the snapshot lacks: %v", err)
+	}
+}
+
+// Warm brings a file's chunks into the cache in the background and
+// unpins them when done; a file the snapshot lacks is ignored.
+func TestWarm(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 0)
+	fx := makeSnapshot(t, e.root, "snap-w1", baseRegions())
+	rm, _, err := e.store.Push(ctx, fx.dir, registry.PushInfo{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), 0, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Warm(rm, "strategies/x/none.bin")
+	c.Warm(rm, snapshot.MemoryFile)
+	chunks := rm.File(snapshot.MemoryFile).Chunks
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		all := true
+		for _, ch := range chunks {
+			all = all && c.Has(ch.SHA256)
+		}
+		if st := c.Stats(); all && st.PinnedChunks == 0 {
+			if st.FetchedChunks == 0 {
+				t.Fatalf("stats %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm did not bring the chunks in and unpin them: %+v", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // PullInto writes every file of the remote snapshot rm into dir (which
@@ -21,7 +23,9 @@ func (c *Cache) PullInto(ctx context.Context, rm *RemoteManifest, dir string, pr
 }
 
 // PullExcept is PullInto without the files named in skip (a lazy pull
-// leaves "memory" in the registry).
+// leaves "memory" in the registry). Every file's chunks are fetched at
+// once (each file's prefetch runs beside the others'), the prefetch files'
+// first; the files are then written in that order and synced together.
 func (c *Cache) PullExcept(ctx context.Context, rm *RemoteManifest, dir string, progress Progress, skip ...string) error {
 	var total, done int64
 	var files []RemoteFile
@@ -42,18 +46,54 @@ func (c *Cache) PullExcept(ctx context.Context, rm *RemoteManifest, dir string, 
 			order = append(order, f)
 		}
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lfs := make([]*LazyFile, 0, len(order))
+	defer func() {
+		for _, lf := range lfs {
+			lf.Close()
+		}
+	}()
+	fetched := make([]<-chan error, 0, len(order))
 	for _, rf := range order {
+		lf, err := c.Open(ctx, rm, rf.Path)
+		if err != nil {
+			return fmt.Errorf("pull %s: %s: %w", rm.ID, rf.Path, err)
+		}
+		lfs = append(lfs, lf)
+		fetched = append(fetched, lf.Prefetch(ctx, 0, rf.Size))
+	}
+	outs := make([]*os.File, 0, len(order))
+	defer func() {
+		for _, f := range outs {
+			f.Close()
+		}
+	}()
+	for i, rf := range order {
 		dst := filepath.Join(dir, filepath.FromSlash(rf.Path))
-		if err := c.pullFile(ctx, rm, rf, dst, func(n int64) {
+		out, err := writeFile(rm, rf, lfs[i], fetched[i], dst, func(n int64) {
 			if progress != nil {
 				progress(done+n, total)
 			}
-		}); err != nil {
+		})
+		if out != nil {
+			outs = append(outs, out)
+		}
+		if err != nil {
 			return fmt.Errorf("pull %s: %s: %w", rm.ID, rf.Path, err)
 		}
 		done += rf.Size
 	}
-	return nil
+	return syncAll(outs)
+}
+
+// syncAll syncs the files concurrently (one journal commit serves many).
+func syncAll(files []*os.File) error {
+	var g errgroup.Group
+	for _, f := range files {
+		g.Go(func() error { return f.Sync() })
+	}
+	return g.Wait()
 }
 
 // PullFile writes the file path of rm to dst (which must not exist),
@@ -80,17 +120,32 @@ func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile,
 		return err
 	}
 	defer lf.Close()
-	fetched := lf.Prefetch(ctx, 0, rf.Size)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+	out, err := writeFile(rm, rf, lf, lf.Prefetch(ctx, 0, rf.Size), dst, progress)
+	if out == nil {
 		return err
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeFile writes rf from lf (whose prefetch reports to fetched) to dst
+// (which must not exist), hashing it whole against the manifest's digest.
+// It returns the file, open and not yet synced, when it was created.
+func writeFile(rm *RemoteManifest, rf RemoteFile, lf *LazyFile, fetched <-chan error, dst string, progress func(int64)) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return nil, err
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer out.Close()
 	if err := out.Truncate(rf.Size); err != nil {
-		return err
+		return out, err
 	}
 	h := sha256.New()
 	buf := make([]byte, rm.ChunkSize)
@@ -99,10 +154,10 @@ func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile,
 		off := ch.Index * rm.ChunkSize
 		b := buf[:rf.chunkLen(ch.Index, rm.ChunkSize)]
 		if _, err := lf.ReadAt(b, off); err != nil {
-			return err
+			return out, err
 		}
 		if _, err := out.WriteAt(b, off); err != nil {
-			return err
+			return out, err
 		}
 		hashZeros(h, off-hashed)
 		h.Write(b)
@@ -111,14 +166,11 @@ func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile,
 	}
 	hashZeros(h, rf.Size-hashed)
 	if err := <-fetched; err != nil {
-		return err
+		return out, err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != rf.SHA256 {
-		return fmt.Errorf("%w: written file's digest %s differs from the manifest's", ErrCorrupt, got[:12])
-	}
-	if err := out.Sync(); err != nil {
-		return err
+		return out, fmt.Errorf("%w: written file's digest %s differs from the manifest's", ErrCorrupt, got[:12])
 	}
 	progress(rf.Size)
-	return out.Close()
+	return out, nil
 }

@@ -20,6 +20,10 @@ import (
 // digest is fetched again before the fetch fails with ErrCorrupt.
 const FetchAttempts = 3
 
+// maxIdleConns is how many connections to the store stay open between
+// requests: more than the parallel fetches of a restore and an import.
+const maxIdleConns = 64
+
 // maxObject bounds what is read of a manifest or record object.
 const maxObject = 64 << 20
 
@@ -37,6 +41,11 @@ func Open(cfg Config) (*Store, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ResponseHeaderTimeout = 30 * time.Second
+	// Keep a connection per parallel fetch open between fetches (the
+	// default keeps 2 per host: the others would be set up again, a round
+	// trip each over a slow link).
+	tr.MaxIdleConnsPerHost = maxIdleConns
+	tr.MaxIdleConns = maxIdleConns
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {

@@ -43,6 +43,7 @@ type SourceStats struct {
 	FetchedBytes  uint64
 	FetchedChunks uint64
 	CacheHits     uint64
+	FetchTime     time.Duration // summed over the fetches (parallel ones overlap)
 }
 
 // ErrNeedsLocalMemory is wrapped by the error of a strategy that cannot
@@ -160,6 +161,46 @@ func (p *pageSource) ReadAt(b []byte, off int64) (int, error) {
 	return n, err
 }
 
+// fetcher is a MemorySource that can tell whether a read would fetch, and
+// fetch ahead of the read; faults on such a source are served
+// concurrently (uffd.AsyncSource).
+type fetcher interface {
+	Local(off int64) bool
+	Fetch(off int64) error
+}
+
+// route says which source a page read at off goes to and where in it;
+// nil: a local file or a zero page (never waits).
+func (p *pageSource) route(off int64) (fetcher, int64) {
+	if off%snapshot.PageSize != 0 || off >= p.src.Size() {
+		return nil, 0
+	}
+	page := uint64(off) / snapshot.PageSize
+	if l, ok := p.inLoadingSet(page); ok {
+		f, _ := p.lsSrc.(fetcher)
+		return f, int64(l.fileOff + (page-l.start)*snapshot.PageSize)
+	}
+	if p.nonzero != nil && memlayout.FindRegion(p.nonzero, page) < 0 {
+		return nil, 0
+	}
+	f, _ := p.src.(fetcher)
+	return f, off
+}
+
+// Local reports whether the page at off is read without a fetch.
+func (p *pageSource) Local(off int64) bool {
+	f, at := p.route(off)
+	return f == nil || f.Local(at)
+}
+
+// Fetch fetches the page at off ahead of its read.
+func (p *pageSource) Fetch(off int64) error {
+	if f, at := p.route(off); f != nil {
+		return f.Fetch(at)
+	}
+	return nil
+}
+
 func (p *pageSource) inLoadingSet(page uint64) (lsPage, bool) {
 	i := sort.Search(len(p.lsIndex), func(i int) bool { return p.lsIndex[i].start+p.lsIndex[i].pages > page })
 	if i < len(p.lsIndex) && p.lsIndex[i].start <= page {
@@ -174,7 +215,8 @@ func (p *pageSource) stats(st *LazyStats) {
 	*st = LazyStats{Lazy: true, SourceFaults: p.srcReads.Load(), SourceBytes: p.srcBytes.Load(),
 		SourceReadMS:       msOf(time.Duration(p.srcNS.Load())),
 		SourceFetchedBytes: now.FetchedBytes - p.start.FetchedBytes, SourceFetchedChunks: now.FetchedChunks - p.start.FetchedChunks,
-		SourceCacheHits: now.CacheHits - p.start.CacheHits, LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
+		SourceCacheHits: now.CacheHits - p.start.CacheHits, SourceFetchMS: msOf(now.FetchTime - p.start.FetchTime),
+		LoadingSetFaults: p.lsReads.Load(), ZeroFaults: p.zeroReads.Load(),
 		LoaderPages: st.LoaderPages, LoaderExisting: st.LoaderExisting}
 	if p.lsSrc != nil {
 		ls := p.lsSrc.SourceStats()
@@ -189,4 +231,4 @@ func (p *pageSource) close() {
 	}
 }
 
-var _ uffd.PageSource = (*pageSource)(nil)
+var _ uffd.AsyncSource = (*pageSource)(nil)

@@ -119,6 +119,71 @@ func TestLazyConformance(t *testing.T) {
 	}
 }
 
+// A lazy REAP restore streams its working set from a source too: every
+// page still matches, the working set came from that source, and a source
+// of the wrong size or one that fails is refused with an error naming it.
+func TestLazyREAPRemoteWorkingSet(t *testing.T) {
+	build := shimBuild(t)
+	const pages = 2051
+	base := restore.NewSynthSnapshot(t, pages, 19)
+	wsPath := filepath.Join(base.Snap.ArtifactDir(restore.REAP), restore.REAPWorkingSetFile)
+	for _, tc := range []struct{ name, wantErr string }{{"ok", ""}, {"wrong size", "working-set source holds"}, {"failing", "prefetch working set"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, _ := lazySnap(t, base.Snap, time.Millisecond)
+			path := wsPath
+			if tc.name == "wrong size" {
+				path = filepath.Join(t.TempDir(), "short")
+				if err := os.WriteFile(path, make([]byte, 3*4096), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ws, err := lazytest.Open(path, time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.Close()
+			if tc.name == "failing" {
+				ws.Fail()
+			}
+			snap.WorkingSet = ws
+			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+			sess, err := restore.Begin(context.Background(), restore.REAP, snap, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			if tc.name == "wrong size" { // REAP falls back to vanilla, saying why
+				if fb := sess.Stats().Fallback; sess.Kind() != restore.Vanilla || !strings.Contains(fb, tc.wantErr) {
+					t.Fatalf("ran as %s, fallback %q, want vanilla because %q", sess.Kind(), fb, tc.wantErr)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := checkCmd(ctx, build, sess, base.Snap.MemoryPath())
+			if tc.name == "failing" {
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer func() { cmd.Process.Kill(); cmd.Wait() }()
+				if err := sess.Started(ctx, cmd.Process.Pid); err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, lazytest.ErrFetch) {
+					t.Fatalf("started: %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			out, err := cmd.Output()
+			var res lazyCheck
+			if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Pages != pages || res.Mismatches != 0 {
+				t.Fatalf("check: %v %v %s", err, jerr, out)
+			}
+			st := sess.Stats()
+			if st.PrefetchPages != uint64(len(base.Order)) || ws.ReadCalls() == 0 || ws.SourceStats().FetchedChunks == 0 {
+				t.Errorf("prefetched %d of %d pages, working-set source read %d times (%d chunks)", st.PrefetchPages, len(base.Order), ws.ReadCalls(), ws.SourceStats().FetchedChunks)
+			}
+		})
+	}
+}
+
 // A source that fails while the guest runs ends the session with an error
 // that says so (the daemon then kills the VM) instead of a hung guest.
 func TestLazySourceFailure(t *testing.T) {

@@ -33,7 +33,17 @@ func beginREAP(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startUffd(snap, env, uffdPlan{kind: REAP, wsFile: ws, wsPages: art.PageOrder(), source: newPageSource(snap.Source)})
+	plan := uffdPlan{kind: REAP, wsFile: ws, wsPages: art.PageOrder(), source: newPageSource(snap.Source)}
+	if w := snap.WorkingSet; w != nil {
+		if want := int64(len(plan.wsPages)) * snapshot.PageSize; w.Size() != want {
+			return nil, fmt.Errorf("working-set source holds %d bytes, the artifact names %d", w.Size(), want)
+		}
+		// Remote: fetched from now on with parallel GETs while QEMU
+		// starts; installed once QEMU has registered guest memory.
+		w.Prefetch(context.Background(), 0, w.Size())
+		plan.wsSource = w
+	}
+	return startUffd(snap, env, plan)
 }
 
 // recordREAP is REAP's record phase on the warm snapshot: every page fault

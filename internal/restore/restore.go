@@ -65,6 +65,10 @@ type Snapshot struct {
 	// restore streams it (prefetched in file order) instead of reading it
 	// from disk, and its chunks are verified as they are fetched.
 	LoadingSet MemorySource
+	// WorkingSet, when set with Source, serves REAP's working-set file
+	// (remote too): a lazy reap restore streams it from the start of the
+	// restore, with parallel fetches, while QEMU starts.
+	WorkingSet MemorySource
 }
 
 // MemoryPath is the snapshot's guest memory file (or its placeholder).
@@ -212,7 +216,8 @@ func verifiedArtifactIn[A interface {
 		return art, "", err
 	}
 	path := filepath.Join(dir, dataFile)
-	if dir == snap.ArtifactDir(FaaSnap) && snap.LoadingSet != nil { // a placeholder: its bytes are verified per chunk
+	if dir == snap.ArtifactDir(FaaSnap) && snap.LoadingSet != nil || dir == snap.ArtifactDir(REAP) && snap.WorkingSet != nil {
+		// A placeholder: its bytes are verified per chunk as they are fetched.
 		return art, path, art.Verify(memSize(snap), memSHA(snap), false)
 	}
 	err = snapshot.VerifyOnce(path, func(full bool) error { return art.Verify(memSize(snap), memSHA(snap), full) })

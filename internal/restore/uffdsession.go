@@ -23,6 +23,7 @@ type uffdPlan struct {
 	record   bool           // record every faulted page (REAP's record phase)
 	wsFile   string         // REAP: working-set file installed before the ack
 	wsPages  []uint64       // its pages, in file order
+	wsSource MemorySource   // lazy REAP: the working set streamed from remote instead of wsFile
 	lsFile   string         // lazy FaaSnap: loading-set file installed after the ack
 	lsRuns   []uffd.FileRun // its runs, in file (group) order
 	lsSource MemorySource   // lazy FaaSnap: the loading set streamed from remote instead of lsFile
@@ -103,7 +104,12 @@ func (r *uffdSession) run(ctx context.Context, env Env) {
 	r.region, r.srv = region, srv
 	r.mu.Unlock()
 	if r.plan.wsFile != "" {
-		st, err := srv.Prefetch(r.plan.wsFile, r.plan.wsPages)
+		var st uffd.Stats
+		if r.plan.wsSource != nil {
+			st, err = srv.PrefetchFrom(r.plan.wsSource, r.plan.wsFile, r.plan.wsPages)
+		} else {
+			st, err = srv.Prefetch(r.plan.wsFile, r.plan.wsPages)
+		}
 		if err != nil {
 			region.Close() // QEMU's interposer sees the socket close and fails at once
 			r.ready <- fmt.Errorf("prefetch working set: %w", err)
@@ -215,6 +221,7 @@ func (r *uffdSession) Stats() Stats {
 	}
 	if r.plan.source != nil {
 		r.plan.source.stats(&st.LazyStats)
+		st.ParkedFaults, st.ParkedMS = srv.Parked, msOf(srv.ParkTime)
 	}
 	st.Fallback = r.plan.fallback
 	return st

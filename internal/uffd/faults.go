@@ -20,9 +20,10 @@ import (
 const readBatch = 64 // uffd_msg structs per read(2)
 
 type fault struct {
-	addr  uint64
-	flags uint64
-	at    time.Time // when it was read
+	addr    uint64
+	flags   uint64
+	at      time.Time // when it was read
+	fetched bool      // parked once: its bytes were fetched (or failed to be)
 }
 
 type outcome int
@@ -57,6 +58,7 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 	pfds := []unix.PollFd{
 		{Fd: int32(s.uffd), Events: unix.POLLIN},
 		{Fd: int32(s.stopFD), Events: unix.POLLIN},
+		{Fd: int32(s.parkFD), Events: unix.POLLIN},
 	}
 	if s.pidFD >= 0 {
 		pfds = append(pfds, unix.PollFd{Fd: int32(s.pidFD), Events: unix.POLLIN})
@@ -69,6 +71,9 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 		}
 		batch = append(batch[:0], pending...)
 		pending = pending[:0]
+		if pfds[2].Revents != 0 {
+			batch = s.unpark(batch)
+		}
 		if batch, reason, err = s.drain(msgs, batch); reason != "" || err != nil {
 			return err
 		}
@@ -136,7 +141,7 @@ func (s *Server) wait(ctx context.Context, pfds []unix.PollFd, retries bool) (st
 		return "context done", ctx.Err()
 	case pfds[1].Revents != 0:
 		return "closed", nil
-	case len(pfds) > 2 && pfds[2].Revents != 0:
+	case len(pfds) > 3 && pfds[3].Revents != 0:
 		return "process exited", nil
 	case pfds[0].Revents&unix.POLLNVAL != 0:
 		return "uffd closed", nil
@@ -235,6 +240,9 @@ func (s *Server) serveFault(f fault) (outcome, error) {
 		}
 		s.faultDone(f)
 		return done, nil
+	}
+	if !f.fetched && s.async != nil && !s.async.Local(off) && s.park(f, off) {
+		return done, nil // served when its bytes are here
 	}
 	n, err := s.readPage(off)
 	if err != nil {

@@ -31,6 +31,35 @@ const prefetchAgainBudget = 2 * time.Second
 // both in the guest and in the file with one call. Pages already present are
 // skipped (EEXIST). It returns the server's Stats after the prefetch.
 func (s *Server) Prefetch(wsFile string, pages []uint64) (Stats, error) {
+	return s.prefetch(pages, func() ([]byte, bool, string, int, error) { return s.readWorkingSet(wsFile, len(pages)) })
+}
+
+// PrefetchFrom is Prefetch reading the working set from r (named name in
+// errors): a working-set file streamed from a registry, say, whose reads
+// block until their chunk has arrived.
+func (s *Server) PrefetchFrom(r io.ReaderAt, name string, pages []uint64) (Stats, error) {
+	return s.prefetch(pages, func() ([]byte, bool, string, int, error) {
+		if len(pages) == 0 {
+			return nil, false, "", 0, nil
+		}
+		buf, err := unix.Mmap(-1, 0, len(pages)*PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, false, "", 0, fmt.Errorf("uffd: prefetch: mmap %d bytes: %w", len(pages)*PageSize, err)
+		}
+		if _, err := r.ReadAt(buf, 0); err != nil {
+			unix.Munmap(buf)
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, false, "", 0, fmt.Errorf("uffd: prefetch: read %s: %w", name, err)
+		}
+		return buf, false, "", 1, nil
+	})
+}
+
+// prefetch installs the working set read returns (a page-aligned mapping,
+// unmapped here).
+func (s *Server) prefetch(pages []uint64, read func() (buf []byte, direct bool, fallback string, reads int, err error)) (Stats, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -43,11 +72,13 @@ func (s *Server) Prefetch(wsFile string, pages []uint64) (Stats, error) {
 			return s.Stats(), fmt.Errorf("uffd: prefetch: page %d (entry %d) beyond the region's %d pages", p, i, s.pages)
 		}
 	}
-	buf, direct, fallback, reads, err := s.readWorkingSet(wsFile, len(pages))
+	buf, direct, fallback, reads, err := read()
 	if err != nil {
 		return s.Stats(), err
 	}
-	defer unix.Munmap(buf)
+	if buf != nil {
+		defer unix.Munmap(buf)
+	}
 	readDone := time.Now()
 	s.c.pfReadNS.Add(int64(readDone.Sub(start)))
 	s.c.pfBytes.Add(uint64(len(buf)))

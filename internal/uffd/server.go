@@ -55,6 +55,8 @@ type Stats struct {
 	SourceReads    uint64        // ReadAt calls on the source
 	SourceBytes    uint64        // bytes they returned
 	SourceReadTime time.Duration // total time in them (a slow source shows here)
+	Parked         uint64        // faults parked while their bytes were fetched (AsyncSource)
+	ParkTime       time.Duration // total time those fetches took (they overlap)
 
 	// Load (a loading set installed while the process runs).
 	LoadPages    uint64        // pages installed by Load
@@ -89,8 +91,8 @@ type counters struct {
 	pfReadNS, pfInstallNS, pfNS                                atomic.Int64
 	pfFallback                                                 atomic.Pointer[string]
 
-	srcReads, srcBytes             atomic.Uint64
-	srcNS                          atomic.Int64
+	srcReads, srcBytes, parked     atomic.Uint64
+	srcNS, parkNS                  atomic.Int64
 	ldPages, ldExisting, ldSkipped atomic.Uint64
 	ldCopies, ldBytes              atomic.Uint64
 	ldNS                           atomic.Int64
@@ -111,15 +113,17 @@ type Server struct {
 	r        *Mapping
 	uffd     int
 	pages    uint64
-	mem      *os.File   // the memory file; nil with a source
-	memFD    int        // its descriptor (pread, the fast path); -1 with a source
-	src      PageSource // nil with a memory file
+	mem      *os.File    // the memory file; nil with a source
+	memFD    int         // its descriptor (pread, the fast path); -1 with a source
+	src      PageSource  // nil with a memory file
+	async    AsyncSource // src, if it is one: faults that must fetch are parked
 	memSize  int64
 	opts     Options
 	log      *slog.Logger
 	stopFD   int // eventfd: Close and ctx cancellation write it
+	parkFD   int // eventfd: a parked fault's fetch ended
 	stopMu   sync.Mutex
-	stopShut bool   // stopFD closed
+	stopShut bool   // stopFD and parkFD closed
 	pidFD    int    // pidfd of the faulting process, -1 if unavailable
 	page     []byte // off-heap page buffer for Serve's UFFDIO_COPY source
 	zeroOK   atomic.Bool
@@ -132,6 +136,9 @@ type Server struct {
 	seen     []uint64 // bitmap of recorded pages, Serve goroutine only
 
 	loaded []atomic.Uint64 // bitmap of pages Load installed, not yet seen by Serve
+
+	unparked chan fault // parked faults whose fetch ended
+	nparked  atomic.Int32
 
 	mu      sync.Mutex
 	serving bool
@@ -178,6 +185,7 @@ func NewSourceServer(r *Mapping, src PageSource, opts Options) (*Server, error) 
 		return nil, err
 	}
 	s.src = src
+	s.async, _ = src.(AsyncSource)
 	return s, nil
 }
 
@@ -208,9 +216,15 @@ func buildServer(r *Mapping, opts Options, memSize int64) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uffd: eventfd: %w", err)
 	}
+	parkFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(stopFD)
+		return nil, fmt.Errorf("uffd: eventfd: %w", err)
+	}
 	page, err := unix.Mmap(-1, 0, PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		unix.Close(stopFD)
+		unix.Close(parkFD)
 		return nil, fmt.Errorf("uffd: mmap page buffer: %w", err)
 	}
 	log := opts.Log
@@ -226,6 +240,8 @@ func buildServer(r *Mapping, opts Options, memSize int64) (*Server, error) {
 		opts:     opts,
 		log:      log,
 		stopFD:   stopFD,
+		parkFD:   parkFD,
+		unparked: make(chan fault, maxParked),
 		pidFD:    -1,
 		page:     page,
 		openFile: unix.Open,
@@ -265,6 +281,7 @@ func (s *Server) Close() error {
 	s.stopMu.Lock()
 	s.stopShut = true
 	unix.Close(s.stopFD)
+	unix.Close(s.parkFD)
 	s.stopMu.Unlock()
 	if s.pidFD >= 0 {
 		unix.Close(s.pidFD)
@@ -282,10 +299,14 @@ func (s *Server) signalStop() {
 	if s.stopShut {
 		return
 	}
-	var one [8]byte
-	*(*uint64)(unsafe.Pointer(&one[0])) = 1
 	unix.Write(s.stopFD, one[:])
 }
+
+// one is an eventfd increment of 1.
+var one = func() (b [8]byte) {
+	*(*uint64)(unsafe.Pointer(&b[0])) = 1
+	return b
+}()
 
 // Stats returns a snapshot of the counters; it may be called at any time,
 // concurrently with Serve and Prefetch.
@@ -323,6 +344,8 @@ func (s *Server) Stats() Stats {
 		SourceReads:         c.srcReads.Load(),
 		SourceBytes:         c.srcBytes.Load(),
 		SourceReadTime:      time.Duration(c.srcNS.Load()),
+		Parked:              c.parked.Load(),
+		ParkTime:            time.Duration(c.parkNS.Load()),
 		LoadPages:           c.ldPages.Load(),
 		LoadExisting:        c.ldExisting.Load(),
 		LoadBytes:           c.ldBytes.Load(),

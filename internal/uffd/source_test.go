@@ -127,6 +127,20 @@ func TestSourceError(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	err = serveUntilFailure(t, s, r, 0, 64)
+	if !errors.Is(err, errSourceDown) || !strings.Contains(err.Error(), "read memory source at 0x20000") {
+		t.Fatalf("Serve: %v", err)
+	}
+	if st := s.Stats(); st.Served != 32 {
+		t.Errorf("served %d pages before the failure, want 32", st.Served)
+	}
+}
+
+// serveUntilFailure serves s while a thread reads pages [from, to) of r in
+// order, and returns Serve's error once it ends (the thread left waiting
+// is released).
+func serveUntilFailure(t *testing.T, s *Server, r *testRegion, from, to int) error {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(context.Background()) }()
 	if prev := runtime.GOMAXPROCS(0); prev < 4 { // see touchPages
@@ -139,20 +153,15 @@ func TestSourceError(t *testing.T) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		var sink byte
-		for p := 0; p < 64; p++ {
+		for p := from; p < to; p++ {
 			sink += r.mem[p*PageSize]
 		}
 		sourceSink = sink
 	}()
-	err = within(t, errc, "Serve did not return after the source failed")
-	if !errors.Is(err, errSourceDown) || !strings.Contains(err.Error(), "read memory source at 0x20000") {
-		t.Fatalf("Serve: %v", err)
-	}
+	err := within(t, errc, "Serve did not return after the source failed")
 	r.unblock() // the faulting thread waits for a page nobody will serve
 	<-touched
-	if st := s.Stats(); st.Served != 32 {
-		t.Errorf("served %d pages before the failure, want 32", st.Served)
-	}
+	return err
 }
 
 func TestNewSourceServerValidation(t *testing.T) {

@@ -87,6 +87,33 @@ func (s *Source) ReadAt(p []byte, off int64) (int, error) {
 	return s.f.ReadAt(p, off)
 }
 
+// Local reports whether the chunk holding off was fetched.
+func (s *Source) Local(off int64) bool {
+	s.mu.Lock()
+	here, ok := s.fetched[off/ChunkSize*ChunkSize]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-here:
+		return true
+	default:
+		return false
+	}
+}
+
+// Fetch fetches the chunk holding off, or fails as the next ReadAt would.
+func (s *Source) Fetch(off int64) error {
+	if s.fail.Load() && s.readCalls.Load() >= s.failAfter.Load() {
+		return fmt.Errorf("fetch at %d: %w", off, ErrFetch)
+	}
+	if off >= 0 && off < s.size {
+		s.fetch(off / ChunkSize * ChunkSize)
+	}
+	return nil
+}
+
 // fetch waits Delay the first time chunk c is asked for; a read of a chunk
 // being fetched waits for it (single flight).
 func (s *Source) fetch(c int64) {
