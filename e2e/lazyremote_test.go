@@ -105,8 +105,16 @@ func TestLazyRemoteRestore(t *testing.T) {
 		t.Run(name+"/lazy", func(t *testing.T) {
 			for _, k := range []string{"vanilla", "reap", "faasnap"} {
 				b := nodes[k]
-				inv, err := b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k})
+				// reap is the remote strategy: a request that names none gets it.
+				named := k
+				if k == "reap" {
+					named = ""
+				}
+				inv, err := b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: named})
 				check(t, inv, err, k)
+				if inv.Strategy != k {
+					t.Fatalf("an import asking for strategy %q restored with %q", named, inv.Strategy)
+				}
 				snaps, err := b.c.ListSnapshots(ctx, name)
 				if err != nil || len(snaps) != 1 || snaps[0].Memory != client.MemoryRemote {
 					t.Fatalf("snapshots after an import: %v %+v", err, snaps)
@@ -127,8 +135,11 @@ func TestLazyRemoteRestore(t *testing.T) {
 					t.Errorf("reap's node fetched %d bytes in all, non-zero memory is %d", tot, nonzeroBytes)
 				}
 				// Again on the same node: every chunk in the cache.
-				inv, err = b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k, Snapshot: warm})
+				inv, err = b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: named, Snapshot: warm})
 				check(t, inv, err, k)
+				if inv.Strategy != k {
+					t.Fatalf("a lazy snapshot asking for strategy %q restored with %q", named, inv.Strategy)
+				}
 				t.Logf("%s/%-7s lazy, chunks cached: fetched %.2f MiB, set-up %.1f ms, total %.1f ms", name, k,
 					mib(inv.StrategyStats.SourceFetchedBytes), inv.Timing.Restore.SetupMS, inv.Timing.TotalMS)
 			}

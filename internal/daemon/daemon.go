@@ -164,6 +164,11 @@ type Config struct {
 	// LazyReadahead is how many chunks after a missed one a lazy restore's
 	// memory fault also fetches (in the background; 0: none).
 	LazyReadahead int
+	// RemoteStrategy is the strategy of a cold start that names none when
+	// the snapshot's memory is in the registry (an import, a lazy pull):
+	// reap unless set (it fetches the least: its working set, then what
+	// faults outside it). It must restore lazily (vanilla, reap, faasnap).
+	RemoteStrategy string
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -201,6 +206,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AdmissionQueue == 0 {
 		c.AdmissionQueue = 64
+	}
+	if c.RemoteStrategy == "" {
+		c.RemoteStrategy = string(restore.REAP)
 	}
 	if c.AdmissionTimeout == 0 {
 		c.AdmissionTimeout = 30 * time.Second
@@ -301,6 +309,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LazyReadahead < 0 || c.LazyReadahead > 64 {
 		errs = append(errs, fmt.Errorf("lazy readahead %d chunks: must be between 0 and 64", c.LazyReadahead))
+	}
+	if st, ok := restore.Lookup(restore.Kind(c.RemoteStrategy)); !ok || !st.Lazy {
+		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (vanilla, reap or faasnap)", c.RemoteStrategy))
 	}
 	if c.Registry != nil {
 		if err := c.Registry.Validate(); err != nil {

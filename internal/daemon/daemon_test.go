@@ -140,6 +140,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "confinement out of range", edit: func(c *Config) {
 			c.VMUIDBase, c.VMUIDCount, c.VMMemoryOverheadMiB, c.VMCPUWeight, c.ConsoleLogLimit, c.CgroupRoot = 500, 10, 32, 20000, 100, "sys/fs/cgroup"
 		}, want: []string{"overlaps system users", "overhead 32 MiB", "cpu weight 20000", "console log limit 100", "cgroup root must be an absolute path"}},
+		{name: "remote strategy that cannot restore lazily", edit: func(c *Config) { c.RemoteStrategy = "premap" },
+			want: []string{`remote strategy "premap": give a strategy that restores lazily`}},
+		{name: "unknown remote strategy", edit: func(c *Config) { c.RemoteStrategy = "fast" },
+			want: []string{`remote strategy "fast"`}},
 		{name: "user id range past the top", edit: func(c *Config) { c.VMUIDBase, c.VMUIDCount = 4294967000, 1000 },
 			want: []string{"do not fit below 4294967294"}},
 		{name: "several problems", edit: func(c *Config) { c.ImageDir, c.Accel, c.DefaultVCPUs = "", "KVM", 0 }, want: []string{

@@ -237,15 +237,32 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	snapID := req.Snapshot
 	var imported time.Duration
+	// Unless the request names one, a snapshot whose memory is in the
+	// registry (imported now, or pulled lazily before) restores with the
+	// remote strategy.
+	remote, err := s.strategy(s.cfg.RemoteStrategy)
+	if err != nil {
+		return nil, err
+	}
 	if snapID == "" {
-		if snapID, err = s.newestSnapshot(ctx, req.Function); err != nil {
+		var notHere error
+		if snapID, notHere = s.newestSnapshot(ctx, req.Function); notHere != nil {
 			t := time.Now()
-			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, err); err != nil {
+			if req.Strategy == "" {
+				strategy = remote
+			}
+			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, notHere); err != nil {
 				return nil, err
 			}
 			imported = time.Since(t)
 		}
-	} else if req.Function != "" {
+	}
+	if req.Strategy == "" && strategy.Kind != remote.Kind {
+		if sn, err := s.GetSnapshot(ctx, snapID); err == nil && sn.RemoteMemory {
+			strategy = remote
+		}
+	}
+	if req.Snapshot != "" && req.Function != "" {
 		sn, err := s.GetSnapshot(ctx, snapID)
 		if err != nil {
 			return nil, err
