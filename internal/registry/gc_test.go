@@ -13,15 +13,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 )
 
-func push(t *testing.T, e *env, fx *fixture) *registry.RemoteManifest {
-	t.Helper()
-	rm, _, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rm
-}
-
 func pushRecord(t *testing.T, e *env, latest string, code string) {
 	t.Helper()
 	rec := registry.FunctionRecord{Name: "hello", Digest: strings.Repeat("d", 64), MemoryMiB: 4, VCPUs: 1, Latest: latest, LatestCreatedAt: time.Now().UTC()}

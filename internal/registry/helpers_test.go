@@ -167,3 +167,21 @@ func newEnv(t testing.TB, budget int64) *env {
 	}
 	return &env{srv: srv, store: st, cache: c, root: t.TempDir()}
 }
+
+// pushNew writes a snapshot of the base layout and pushes it.
+func pushNew(t testing.TB, e *env, id string) (*fixture, *registry.RemoteManifest, registry.PushStats) {
+	t.Helper()
+	fx := makeSnapshot(t, e.root, id, baseRegions())
+	rm, st := push(t, e, fx)
+	return fx, rm, st
+}
+
+// push pushes a snapshot written by makeSnapshot.
+func push(t testing.TB, e *env, fx *fixture) (*registry.RemoteManifest, registry.PushStats) {
+	t.Helper()
+	rm, st, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rm, st
+}

@@ -54,11 +54,7 @@ func TestMeasureChunks(t *testing.T) {
 // one 4 KiB page of a chunk already read.
 func BenchmarkLazyFileReadAtHit(b *testing.B) {
 	e := newEnv(b, 0)
-	fx := makeSnapshot(b, e.root, "snap-bench", baseRegions())
-	rm, _, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, rm, _ := pushNew(b, e, "snap-bench")
 	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)
 	if err != nil {
 		b.Fatal(err)

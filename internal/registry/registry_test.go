@@ -86,14 +86,8 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 	a := makeSnapshot(t, e.root, "snap-a", baseRegions())
 	// b: the same memory but one chunk changed and one added.
 	b := makeSnapshot(t, e.root, "snap-b", append(baseRegions(), region{1 * cs, cs, 7}, region{30 * cs, cs, 8}))
-	_, sa, err := e.store.Push(context.Background(), a.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sb, err := e.store.Push(context.Background(), b.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sa := push(t, e, a)
+	_, sb := push(t, e, b)
 	// b uploads its changed and new memory chunk, its vmstate (other
 	// seed) and its manifest.json; memory and ws.bin chunks are shared.
 	if sb.Uploaded >= sa.Uploaded/2 || sb.Uploaded == 0 {
@@ -112,27 +106,20 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 
 func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-c", baseRegions())
-	rm, _, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, rm, _ := pushNew(t, e, "snap-c")
 	c := s3(t, e.srv.Config)
 	ref := rm.File(snapshot.MemoryFile).Chunks[1]
 	key := "chunks/" + ref.SHA256[:2] + "/" + ref.SHA256
 	orig := getObject(t, c, e.srv.Config.Bucket, key)
 	// A valid zstd frame of other bytes: decompresses fine, wrong digest.
 	other := makeSnapshot(t, e.root, "snap-other", []region{{0, cs, 42}})
-	orm, _, err := e.store.Push(context.Background(), other.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orm, _ := push(t, e, other)
 	oref := orm.File(snapshot.MemoryFile).Chunks[0]
 	wrong := getObject(t, c, e.srv.Config.Bucket, "chunks/"+oref.SHA256[:2]+"/"+oref.SHA256)
 	for _, bad := range [][]byte{[]byte("not zstd at all"), wrong} {
 		putObject(t, c, e.srv.Config.Bucket, key, bad)
 		before := e.cache.Stats().FetchedBytes
-		_, err = pullTo(t, e, fx.id)
+		_, err := pullTo(t, e, fx.id)
 		if !errors.Is(err, registry.ErrCorrupt) {
 			t.Fatalf("pull with a corrupt chunk: %v, want ErrCorrupt", err)
 		}
@@ -179,11 +166,7 @@ func putObject(t *testing.T, c *minio.Client, bucket, key string, b []byte) {
 
 func TestStoreDownIsUnavailableAndCacheStillServes(t *testing.T) {
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-d", baseRegions())
-	rm, _, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, rm, _ := pushNew(t, e, "snap-d")
 	if _, err := pullTo(t, e, fx.id); err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +220,7 @@ func TestInterruptedPushResumes(t *testing.T) {
 	if sent == 0 {
 		t.Fatal("the interrupted push stored nothing: nothing to resume")
 	}
-	_, st, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := push(t, e, fx)
 	if st.Uploaded != st.Chunks-sent {
 		t.Fatalf("resumed push uploaded %d of %d chunks; %d were there", st.Uploaded, st.Chunks, sent)
 	}
@@ -251,15 +231,11 @@ func TestInterruptedPushResumes(t *testing.T) {
 
 func TestInterruptedPullResumes(t *testing.T) {
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-j", baseRegions())
-	rm, st, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, rm, st := pushNew(t, e, "snap-j")
 	ctx, cancel := context.WithCancel(context.Background())
 	dst := filepath.Join(t.TempDir(), "x")
 	os.Mkdir(dst, 0o700)
-	err = e.cache.PullInto(ctx, rm, dst, func(done, total int64) {
+	err := e.cache.PullInto(ctx, rm, dst, func(done, total int64) {
 		if done > 0 && e.cache.Stats().FetchedChunks >= 2 {
 			cancel()
 		}
@@ -281,11 +257,7 @@ func TestInterruptedPullResumes(t *testing.T) {
 
 func TestLazyFileReads(t *testing.T) {
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-l", baseRegions())
-	rm, _, err := e.store.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, rm, _ := pushNew(t, e, "snap-l")
 	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)
 	if err != nil {
 		t.Fatal(err)
@@ -337,14 +309,8 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 	e := newEnv(t, 3*cs)
 	a := makeSnapshot(t, e.root, "snap-e1", []region{{0, 4 * cs, 11}})
 	b := makeSnapshot(t, e.root, "snap-e2", []region{{0, 4 * cs, 12}})
-	ra, _, err := e.store.Push(context.Background(), a.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, _, err := e.store.Push(context.Background(), b.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ra, _ := push(t, e, a)
+	rb, _ := push(t, e, b)
 	la, err := e.cache.Open(context.Background(), ra, snapshot.MemoryFile)
 	if err != nil {
 		t.Fatal(err)
