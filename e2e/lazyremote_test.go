@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/memlayout"
@@ -240,11 +236,10 @@ func TestLazyRemoteRestore(t *testing.T) {
 			if len(bad) == 0 {
 				t.Fatal("no chunk to corrupt: the lazy pull holds every chunk vanilla needs")
 			}
-			s3c := s3Client(t, srv.Config)
 			orig := map[string][]byte{}
 			for _, sum := range bad {
-				orig[sum] = getObj(t, s3c, srv.Config.Bucket, chunkKey(sum))
-				putObj(t, s3c, srv.Config.Bucket, chunkKey(sum), []byte("not zstd at all"))
+				orig[sum] = srv.Get(t, chunkKey(sum))
+				srv.Put(t, chunkKey(sum), []byte("not zstd at all"))
 			}
 			_, err := e.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: "vanilla", Snapshot: warm})
 			var apiErr *client.APIError
@@ -257,7 +252,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 				if e.svc.ChunkCache().Has(sum) {
 					t.Fatalf("corrupt chunk %s entered the cache", sum[:12])
 				}
-				putObj(t, s3c, srv.Config.Bucket, chunkKey(sum), orig[sum])
+				srv.Put(t, chunkKey(sum), orig[sum])
 			}
 			inv, err := e.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: "vanilla", Snapshot: warm})
 			check(t, inv, err, "vanilla")
@@ -357,33 +352,3 @@ func noLiveVM(t *testing.T, e *env) {
 }
 
 func chunkKey(sum string) string { return "chunks/" + sum[:2] + "/" + sum }
-
-func s3Client(t *testing.T, cfg registry.Config) *minio.Client {
-	t.Helper()
-	c, err := minio.New(cfg.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func getObj(t *testing.T, c *minio.Client, bucket, key string) []byte {
-	t.Helper()
-	o, err := c.GetObject(context.Background(), bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(o); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func putObj(t *testing.T, c *minio.Client, bucket, key string, b []byte) {
-	t.Helper()
-	if _, err := c.PutObject(context.Background(), bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -40,8 +40,7 @@ func TestGCDeletesOnlyUnreferencedChunks(t *testing.T) {
 	push(t, e, a)
 	push(t, e, b)
 	pushRecord(t, e, b.id, "code")
-	c := s3(t, e.srv.Config)
-	before := countObjects(t, c, e.srv.Config.Bucket, "chunks/")
+	before := e.srv.Count(t, "chunks/")
 
 	if st := gc(t, e, registry.GCOptions{}); st.ChunksDeleted != 0 || st.Snapshots != 2 || st.Functions != 1 || st.Chunks != before {
 		t.Fatalf("gc with both snapshots: %+v (chunks %d)", st, before)
@@ -56,15 +55,15 @@ func TestGCDeletesOnlyUnreferencedChunks(t *testing.T) {
 		t.Fatalf("gc within the grace deleted: %+v", st)
 	}
 	dry := gc(t, e, registry.GCOptions{DryRun: true})
-	if dry.ChunksDeleted == 0 || countObjects(t, c, e.srv.Config.Bucket, "chunks/") != before {
-		t.Fatalf("dry run: %+v; objects %d of %d", dry, countObjects(t, c, e.srv.Config.Bucket, "chunks/"), before)
+	if dry.ChunksDeleted == 0 || e.srv.Count(t, "chunks/") != before {
+		t.Fatalf("dry run: %+v; objects %d of %d", dry, e.srv.Count(t, "chunks/"), before)
 	}
 	st := gc(t, e, registry.GCOptions{})
 	// a's manifest.json is its own; everything else b shares.
 	if st.ChunksDeleted != dry.ChunksDeleted || st.ChunksDeleted < 1 || st.BytesDeleted <= 0 {
 		t.Fatalf("gc: %+v (dry run %+v)", st, dry)
 	}
-	if n := countObjects(t, c, e.srv.Config.Bucket, "chunks/"); n != before-st.ChunksDeleted {
+	if n := e.srv.Count(t, "chunks/"); n != before-st.ChunksDeleted {
 		t.Fatalf("%d chunks left, want %d", n, before-st.ChunksDeleted)
 	}
 	dst, err := pullTo(t, e, b.id)
@@ -109,8 +108,7 @@ func TestDeleteSnapshotMovesFunctionRecord(t *testing.T) {
 		t.Fatalf("deleting twice: %v", err)
 	}
 	st := gc(t, e, registry.GCOptions{})
-	c := s3(t, e.srv.Config)
-	if st.CodeDeleted != 1 || countObjects(t, c, e.srv.Config.Bucket, "chunks/") != 0 || countObjects(t, c, e.srv.Config.Bucket, "code/") != 0 {
+	if st.CodeDeleted != 1 || e.srv.Count(t, "chunks/") != 0 || e.srv.Count(t, "code/") != 0 {
 		t.Fatalf("gc of an empty registry: %+v", st)
 	}
 }
@@ -124,16 +122,16 @@ func TestGCRefusesWhatItCannotRead(t *testing.T) {
 	if err := e.store.DeleteSnapshot(context.Background(), a.id); err != nil {
 		t.Fatal(err)
 	}
-	c := s3(t, e.srv.Config)
+	c := e.srv.Client(t)
 	bad := []byte(`{"magic":"thaw-remote-snapshot"`)
 	if _, err := c.PutObject(context.Background(), e.srv.Config.Bucket, "snapshots/snap-bad/manifest.json", bytes.NewReader(bad), int64(len(bad)), minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	before := countObjects(t, c, e.srv.Config.Bucket, "chunks/")
+	before := e.srv.Count(t, "chunks/")
 	if _, err := e.store.GC(context.Background(), registry.GCOptions{}); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("gc with a damaged manifest: %v", err)
 	}
-	if n := countObjects(t, c, e.srv.Config.Bucket, "chunks/"); n != before {
+	if n := e.srv.Count(t, "chunks/"); n != before {
 		t.Fatalf("gc deleted %d chunks though it refused", before-n)
 	}
 }
@@ -146,7 +144,7 @@ func TestGCAndPushLeases(t *testing.T) {
 	registry.LeaseTTL = 3 * time.Second
 	t.Cleanup(func() { registry.LeaseTTL = old })
 	e := newEnv(t, 0)
-	c := s3(t, e.srv.Config)
+	c := e.srv.Client(t)
 	ctx := context.Background()
 	put := func(key string) {
 		if _, err := c.PutObject(ctx, e.srv.Config.Bucket, key, bytes.NewReader([]byte("{}")), 2, minio.PutObjectOptions{}); err != nil {
@@ -164,7 +162,7 @@ func TestGCAndPushLeases(t *testing.T) {
 	if st := gc(t, e, registry.GCOptions{}); st.StaleLeases != 1 {
 		t.Fatalf("stale leases removed: %+v", st)
 	}
-	if n := countObjects(t, c, e.srv.Config.Bucket, "locks/"); n != 0 {
+	if n := e.srv.Count(t, "locks/"); n != 0 {
 		t.Fatalf("%d lease objects left after gc", n)
 	}
 
@@ -189,7 +187,7 @@ func TestGCAndPushLeases(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("push still waiting after the collection's lease was removed")
 	}
-	if n := countObjects(t, c, e.srv.Config.Bucket, "locks/"); n != 0 {
+	if n := e.srv.Count(t, "locks/"); n != 0 {
 		t.Fatalf("push left %d lease objects", n)
 	}
 	// A push canceled while it waits says why.

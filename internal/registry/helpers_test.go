@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -120,28 +117,6 @@ func sameTree(t *testing.T, want, got string) {
 			t.Fatalf("%s differs after the round trip (%v)", rel, err)
 		}
 	}
-}
-
-// s3 is a plain client on the test's MinIO, to look at and damage objects.
-func s3(t *testing.T, cfg registry.Config) *minio.Client {
-	t.Helper()
-	c, err := minio.New(cfg.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func countObjects(t *testing.T, c *minio.Client, bucket, prefix string) int {
-	t.Helper()
-	n := 0
-	for o := range c.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-		n++
-	}
-	return n
 }
 
 // env is one MinIO, a store on it and a chunk cache.

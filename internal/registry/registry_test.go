@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -56,8 +54,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if last == 0 || st.Uploaded != st.Chunks {
 		t.Fatalf("progress %d, stats %+v", last, st)
 	}
-	c := s3(t, e.srv.Config)
-	if n := countObjects(t, c, e.srv.Config.Bucket, "chunks/"); n != st.Chunks {
+	if n := e.srv.Count(t, "chunks/"); n != st.Chunks {
 		t.Fatalf("%d chunk objects, want %d distinct non-zero chunks", n, st.Chunks)
 	}
 	dst, err := pullTo(t, e, fx.id)
@@ -93,8 +90,7 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 	if sb.Uploaded >= sa.Uploaded/2 || sb.Uploaded == 0 {
 		t.Fatalf("second push uploaded %d of %d chunks (first: %d): no sharing", sb.Uploaded, sb.Chunks, sa.Uploaded)
 	}
-	c := s3(t, e.srv.Config)
-	if n := countObjects(t, c, e.srv.Config.Bucket, "chunks/"); n != sa.Uploaded+sb.Uploaded {
+	if n := e.srv.Count(t, "chunks/"); n != sa.Uploaded+sb.Uploaded {
 		t.Fatalf("%d chunk objects, want %d", n, sa.Uploaded+sb.Uploaded)
 	}
 	dst, err := pullTo(t, e, b.id)
@@ -107,17 +103,16 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 	e := newEnv(t, 0)
 	fx, rm, _ := pushNew(t, e, "snap-c")
-	c := s3(t, e.srv.Config)
 	ref := rm.File(snapshot.MemoryFile).Chunks[1]
 	key := "chunks/" + ref.SHA256[:2] + "/" + ref.SHA256
-	orig := getObject(t, c, e.srv.Config.Bucket, key)
+	orig := e.srv.Get(t, key)
 	// A valid zstd frame of other bytes: decompresses fine, wrong digest.
 	other := makeSnapshot(t, e.root, "snap-other", []region{{0, cs, 42}})
 	orm, _ := push(t, e, other)
 	oref := orm.File(snapshot.MemoryFile).Chunks[0]
-	wrong := getObject(t, c, e.srv.Config.Bucket, "chunks/"+oref.SHA256[:2]+"/"+oref.SHA256)
+	wrong := e.srv.Get(t, "chunks/"+oref.SHA256[:2]+"/"+oref.SHA256)
 	for _, bad := range [][]byte{[]byte("not zstd at all"), wrong} {
-		putObject(t, c, e.srv.Config.Bucket, key, bad)
+		e.srv.Put(t, key, bad)
 		before := e.cache.Stats().FetchedBytes
 		_, err := pullTo(t, e, fx.id)
 		if !errors.Is(err, registry.ErrCorrupt) {
@@ -130,9 +125,9 @@ func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 			t.Fatal("the corrupt chunk entered the cache")
 		}
 	}
-	putObject(t, c, e.srv.Config.Bucket, key, orig)
+	e.srv.Put(t, key, orig)
 	// Another snapshot's manifest under this id is refused.
-	putObject(t, c, e.srv.Config.Bucket, "snapshots/snap-c2/manifest.json", getObject(t, c, e.srv.Config.Bucket, "snapshots/snap-c/manifest.json"))
+	e.srv.Put(t, "snapshots/snap-c2/manifest.json", e.srv.Get(t, "snapshots/snap-c/manifest.json"))
 	if _, err := e.store.GetManifest(context.Background(), "snap-c2"); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("a manifest under another id: %v", err)
 	}
@@ -141,27 +136,6 @@ func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 		t.Fatalf("pull after the object was repaired: %v", err)
 	}
 	sameTree(t, fx.dir, dst)
-}
-
-func getObject(t *testing.T, c *minio.Client, bucket, key string) []byte {
-	t.Helper()
-	o, err := c.GetObject(context.Background(), bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	b, err := io.ReadAll(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func putObject(t *testing.T, c *minio.Client, bucket, key string, b []byte) {
-	t.Helper()
-	if _, err := c.PutObject(context.Background(), bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestStoreDownIsUnavailableAndCacheStillServes(t *testing.T) {
@@ -215,8 +189,7 @@ func TestInterruptedPushResumes(t *testing.T) {
 	if ok, err := e.store.HasManifest(context.Background(), fx.id); ok || err != nil {
 		t.Fatalf("manifest published by an interrupted push (%v)", err)
 	}
-	c := s3(t, e.srv.Config)
-	sent := countObjects(t, c, e.srv.Config.Bucket, "chunks/")
+	sent := e.srv.Count(t, "chunks/")
 	if sent == 0 {
 		t.Fatal("the interrupted push stored nothing: nothing to resume")
 	}
