@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/tcptest"
+	"github.com/thaw-dev/thaw/internal/tsc"
 )
 
 func ev(s string) json.RawMessage { return json.RawMessage(s) }
@@ -459,4 +462,50 @@ func checkHostService(t *testing.T, c *client.Client, vmID string, port int) {
 	if !inv.OK || !strings.Contains(string(inv.Result), "pong") || !strings.Contains(string(inv.Result), "ping") {
 		t.Fatalf("guest could not reach the host service: %s %+v", inv.Result, inv.Error)
 	}
+}
+
+// The guest keeps time at the host's rate, booted and restored: its kernel
+// takes the host's TSC frequency from the command line instead of
+// calibrating it (a guest that calibrated on a busy host once ran its
+// clock 3.7 times too fast in every clone of its snapshot).
+func TestGuestClockRate(t *testing.T) {
+	f, c := bootedFixture(t)
+	ctx := ctxT(t)
+	khz, err := tsc.MeasureKHz(20 * time.Millisecond)
+	if err != nil {
+		t.Skipf("host TSC: %v", err)
+	}
+	type clock struct {
+		Cmdline string  `json:"cmdline"`
+		MHz     float64 `json:"mhz"`
+		Slept   float64 `json:"slept_s"`
+	}
+	check := func(what string, inv *client.Invocation, err error, host time.Duration) {
+		t.Helper()
+		var got clock
+		if err != nil || !inv.OK || json.Unmarshal(inv.Result, &got) != nil {
+			t.Fatalf("%s: %v %+v", what, err, inv)
+		}
+		var given int
+		for _, w := range strings.Fields(got.Cmdline) {
+			if v, ok := strings.CutPrefix(w, "tsc_early_khz="); ok {
+				given, _ = strconv.Atoi(v)
+			}
+		}
+		if math.Abs(float64(given-khz)) > float64(khz)/1000 || math.Abs(got.MHz*1000-float64(khz)) > float64(khz)/100 {
+			t.Errorf("%s: guest told %d kHz, shows %.3f MHz; host TSC %d kHz", what, given, got.MHz, khz)
+		}
+		// 2 s of guest time took about 2 s of the host's (the invocation
+		// adds its own round trip, never subtracts).
+		if host < 1950*time.Millisecond || got.Slept < 1.99 || got.Slept > 2.2 {
+			t.Errorf("%s: the guest slept %.3f s by its clock in %s of the host's", what, got.Slept, host)
+		}
+		t.Logf("%s: %.3f MHz, slept %.3f s in %s", what, got.MHz, got.Slept, host.Round(time.Millisecond))
+	}
+	t0 := time.Now()
+	inv, err := c.InvokeVM(ctx, f.vm.ID, ev(`{"op":"clock","seconds":2}`), client.InvokeOptions{})
+	check("booted", inv, err, time.Since(t0))
+	t0 = time.Now()
+	inv, err = c.InvokeSnapshot(ctx, f.snap.ID, ev(`{"op":"clock","seconds":2}`), client.InvokeOptions{})
+	check("restored", inv, err, time.Since(t0))
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -337,6 +338,9 @@ type Service struct {
 	image       *guestimage.Image
 	accel       AccelInfo
 	qemuVersion string
+	// tscKHz is the host's TSC frequency, given to every boot so the guest
+	// never calibrates it (0: not measured; guests calibrate).
+	tscKHz int
 
 	mu      sync.Mutex
 	vms     map[string]*liveVM // VMs with a process
@@ -487,11 +491,14 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.tscKHz, err = tsc.MeasureKHz(20 * time.Millisecond); err != nil {
+		s.log.Warn("host TSC not measured: guests calibrate their own, which a busy host can get wrong", "err", err)
+	}
 	if s.cfg.KeepAliveMinAvailableMiB > 0 && s.cfg.KeepAlive > 0 {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
-	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion,
+	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil
 }

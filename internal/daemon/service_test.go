@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
 )
@@ -124,6 +127,14 @@ func TestColdPath(t *testing.T) {
 	boot, clone := b.Spec(0), b.Spec(1)
 	if !boot.Memory.Shared || boot.Incoming || clone.Memory.Shared || !clone.Incoming {
 		t.Errorf("boot %+v / clone %+v memory", boot.Memory, clone.Memory)
+	}
+	// The boot is told the host's TSC frequency (a clone inherits what
+	// its snapshot's kernel took).
+	if khz, err := tsc.MeasureKHz(5 * time.Millisecond); err == nil {
+		got := strings.TrimPrefix(boot.Cmdline[strings.LastIndex(boot.Cmdline, " tsc_early_khz="):], " tsc_early_khz=")
+		if n, err := strconv.Atoi(got); err != nil || math.Abs(float64(n-khz)) > float64(khz)/1000 {
+			t.Errorf("boot cmdline %q: want tsc_early_khz near %d", boot.Cmdline, khz)
+		}
 	}
 	if clone.Memory.Path != filepath.Join(sn.Dir, snapshot.MemoryFile) || !clone.Memory.Interposer.Protect {
 		t.Errorf("clone memory %+v", clone.Memory)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,12 @@ func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string
 }
 
 func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
+	cmdline := s.image.Cmdline + " thaw.page_reporting_order=0 thaw.function=" + fn.Name
+	if s.tscKHz > 0 {
+		// The host's TSC frequency: the guest takes it instead of
+		// calibrating, which a busy host can get wrong (internal/tsc).
+		cmdline += " tsc_early_khz=" + strconv.Itoa(s.tscKHz)
+	}
 	return vmm.Spec{
 		ID: id, RunDir: filepath.Join(s.runDir(), id), GenID: vmm.NewGenID(),
 		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: vmm.Accel(s.accel.Accel),
@@ -78,7 +85,7 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 		Initrd: s.image.Path(guestimage.Initrd),
 		// thaw.page_reporting_order=0: the agent makes free page reporting
 		// report freed pages of every order, not only 2 MiB blocks.
-		Cmdline: s.image.Cmdline + " thaw.page_reporting_order=0 thaw.function=" + fn.Name,
+		Cmdline: cmdline,
 		Disks: []vmm.Disk{
 			{Path: s.image.Path(guestimage.Rootfs), ReadOnly: true},
 			{Path: fn.Disk, ReadOnly: true},

@@ -17,6 +17,13 @@ def handle(event):
     if op == "sleep":
         time.sleep(float(event["seconds"]))
         return {"slept": event["seconds"]}
+    if op == "clock":
+        # The guest's view of time: its kernel command line, its TSC
+        # frequency as /proc/cpuinfo says, and a sleep timed by its clock.
+        mhz = [float(l.split(":")[1]) for l in open("/proc/cpuinfo") if l.startswith("cpu MHz")]
+        t0 = time.monotonic()
+        time.sleep(float(event.get("seconds", 1)))
+        return {"cmdline": open("/proc/cmdline").read().strip(), "mhz": mhz[0], "slept_s": time.monotonic() - t0}
     if op == "count":
         return {"calls": calls, "pid": os.getpid()}
     if op == "write":

@@ -1,0 +1,5 @@
+package tsc
+
+const supported = true
+
+func rdtsc() uint64
