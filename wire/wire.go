@@ -310,6 +310,10 @@ type Info struct {
 	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's
 	// memory mapping (thawd --hugepage-hint); false, the default, drops it.
 	HugePageHint bool `json:"hugepage_hint"`
+	// TSCKHz is the host's TSC frequency that every boot's kernel takes
+	// (tsc_early_khz=) instead of calibrating its own; 0: not measured
+	// (no invariant TSC), guests calibrate.
+	TSCKHz int `json:"tsc_khz"`
 	// Registry is the snapshot registry the daemon uses; absent without
 	// one. Credentials are never shown.
 	Registry *RegistryInfo `json:"registry,omitempty"`

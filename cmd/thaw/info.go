@@ -47,6 +47,11 @@ data directory, the restore strategies it offers and its snapshot registry
 				}
 				row(w, "Data dir:", orDash(info.DataDir))
 				row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
+				if info.TSCKHz > 0 {
+					row(w, "Guest TSC:", fmt.Sprintf("%.3f MHz, the host's, given to every boot", float64(info.TSCKHz)/1000))
+				} else {
+					row(w, "Guest TSC:", "not measured: guests calibrate their own")
+				}
 				if r := info.Registry; r != nil {
 					scheme := "http"
 					if r.Secure {

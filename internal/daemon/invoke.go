@@ -377,7 +377,7 @@ func (s *Service) Info() Info {
 		strategies[i] = string(st.Kind)
 	}
 	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
-		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint}
+		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
 	if s.registry != nil {
 		cfg, st := s.registry.Config(), s.chunks.Stats()
 		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
