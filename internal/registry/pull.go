@@ -71,7 +71,7 @@ func (c *Cache) PullExcept(ctx context.Context, rm *RemoteManifest, dir string, 
 	}()
 	for i, rf := range order {
 		dst := filepath.Join(dir, filepath.FromSlash(rf.Path))
-		out, err := writeFile(rm, rf, lfs[i], fetched[i], dst, func(n int64) {
+		out, err := writeFile(ctx, rm, rf, lfs[i], fetched[i], dst, func(n int64) {
 			if progress != nil {
 				progress(done+n, total)
 			}
@@ -120,7 +120,7 @@ func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile,
 		return err
 	}
 	defer lf.Close()
-	out, err := writeFile(rm, rf, lf, lf.Prefetch(ctx, 0, rf.Size), dst, progress)
+	out, err := writeFile(ctx, rm, rf, lf, lf.Prefetch(ctx, 0, rf.Size), dst, progress)
 	if out == nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (c *Cache) pullFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile,
 // writeFile writes rf from lf (whose prefetch reports to fetched) to dst
 // (which must not exist), hashing it whole against the manifest's digest.
 // It returns the file, open and not yet synced, when it was created.
-func writeFile(rm *RemoteManifest, rf RemoteFile, lf *LazyFile, fetched <-chan error, dst string, progress func(int64)) (*os.File, error) {
+func writeFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile, lf *LazyFile, fetched <-chan error, dst string, progress func(int64)) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return nil, err
 	}
@@ -151,6 +151,11 @@ func writeFile(rm *RemoteManifest, rf RemoteFile, lf *LazyFile, fetched <-chan e
 	buf := make([]byte, rm.ChunkSize)
 	var hashed int64
 	for _, ch := range rf.Chunks {
+		// A cancelled pull stops here even when every chunk is already
+		// fetched: the caller asked for it to end, not to finish.
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
 		off := ch.Index * rm.ChunkSize
 		b := buf[:rf.chunkLen(ch.Index, rm.ChunkSize)]
 		if _, err := lf.ReadAt(b, off); err != nil {

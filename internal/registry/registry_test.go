@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
@@ -203,22 +206,40 @@ func TestInterruptedPushResumes(t *testing.T) {
 }
 
 func TestInterruptedPullResumes(t *testing.T) {
-	e := newEnv(t, 0)
-	fx, rm, st := pushNew(t, e, "snap-j")
+	// The third chunk GET waits for the first two chunks to be in the
+	// cache, then cancels the pull; it and every later GET fail with the
+	// cancellation, so exactly two chunks are fetched however fast the
+	// server is.
 	ctx, cancel := context.WithCancel(context.Background())
+	var gets atomic.Int64
+	var interrupting atomic.Bool
+	var e *env
+	registry.WrapTransport(t, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if interrupting.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/chunks/") && gets.Add(1) > 2 {
+				for deadline := time.Now().Add(10 * time.Second); e.cache.Stats().FetchedChunks < 2 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	e = newEnv(t, 0)
+	fx, rm, st := pushNew(t, e, "snap-j")
 	dst := filepath.Join(t.TempDir(), "x")
 	os.Mkdir(dst, 0o700)
-	err := e.cache.PullInto(ctx, rm, dst, func(done, total int64) {
-		if done > 0 && e.cache.Stats().FetchedChunks >= 2 {
-			cancel()
-		}
-	})
-	if err == nil {
-		t.Fatal("cancelled pull succeeded")
+	interrupting.Store(true)
+	err := e.cache.PullInto(ctx, rm, dst, nil)
+	interrupting.Store(false)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled pull: %v, want context.Canceled", err)
 	}
 	first := e.cache.Stats().FetchedChunks
-	if first == 0 || first >= int64(st.Chunks) {
-		t.Fatalf("interrupted pull fetched %d of %d chunks", first, st.Chunks)
+	if first != 2 || first >= int64(st.Chunks) {
+		t.Fatalf("interrupted pull fetched %d of %d chunks, want 2", first, st.Chunks)
 	}
 	if _, err := pullTo(t, e, fx.id); err != nil {
 		t.Fatal(err)
@@ -227,6 +248,31 @@ func TestInterruptedPullResumes(t *testing.T) {
 		t.Fatalf("resumed pull fetched %d chunks, want the %d missing", again, int64(st.Chunks)-first)
 	}
 }
+
+// TestCancelledPullStops: a pull cancelled after its chunks are all fetched
+// still ends with the cancellation rather than writing on.
+func TestCancelledPullStops(t *testing.T) {
+	e := newEnv(t, 0)
+	fx, rm, _ := pushNew(t, e, "snap-k")
+	if _, err := pullTo(t, e, fx.id); err != nil { // every chunk now cached
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dst := filepath.Join(t.TempDir(), "x")
+	os.Mkdir(dst, 0o700)
+	err := e.cache.PullInto(ctx, rm, dst, func(done, total int64) {
+		if done > 0 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("pull cancelled while writing: %v, want context.Canceled", err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestLazyFileReads(t *testing.T) {
 	e := newEnv(t, 0)

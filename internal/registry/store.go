@@ -27,6 +27,10 @@ const maxIdleConns = 64
 // maxObject bounds what is read of a manifest or record object.
 const maxObject = 64 << 20
 
+// wrapTransport wraps the HTTP transport of every Store opened (tests
+// interpose on the requests to the real server with it).
+var wrapTransport = func(rt http.RoundTripper) http.RoundTripper { return rt }
+
 // Store is the bucket holding chunks, remote manifests, function records
 // and code archives.
 type Store struct {
@@ -67,7 +71,7 @@ func Open(cfg Config) (*Store, error) {
 		creds = credentials.NewStatic("", "", "", credentials.SignatureAnonymous)
 	}
 	c, err := minio.New(cfg.Endpoint, &minio.Options{Creds: creds, Secure: cfg.Secure, Region: cfg.Region,
-		Transport: tr, MaxRetries: 2})
+		Transport: wrapTransport(tr), MaxRetries: 2})
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
