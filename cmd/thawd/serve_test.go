@@ -32,7 +32,8 @@ import (
 func TestRefusedAtStart(t *testing.T) {
 	_, cert, key := testCerts(t)
 	loose := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(loose, []byte(strings.Repeat("a", 64)), 0o644)
+	os.WriteFile(loose, []byte(strings.Repeat("a", 64)), 0o600)
+	os.Chmod(loose, 0o644) // whatever the umask (an opened daemon sets 077)
 	for _, c := range []struct {
 		name     string
 		cfg      serveConfig

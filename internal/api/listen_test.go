@@ -131,7 +131,10 @@ func TestUnixSocketPeerCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := os.WriteFile(bin, data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
 
