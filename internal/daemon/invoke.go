@@ -231,45 +231,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
-	strategy, err := s.strategy(req.Strategy)
+	snapID, strategy, imported, err := s.coldTarget(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	snapID := req.Snapshot
-	var imported time.Duration
-	// Unless the request names one, a snapshot whose memory is in the
-	// registry (imported now, or pulled lazily before) restores with the
-	// remote strategy.
-	remote, err := s.strategy(s.cfg.RemoteStrategy)
-	if err != nil {
-		return nil, err
-	}
-	if snapID == "" {
-		var notHere error
-		if snapID, notHere = s.newestSnapshot(ctx, req.Function); notHere != nil {
-			t := time.Now()
-			if req.Strategy == "" {
-				strategy = remote
-			}
-			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, notHere); err != nil {
-				return nil, err
-			}
-			imported = time.Since(t)
-		}
-	}
-	if req.Strategy == "" && strategy.Kind != remote.Kind {
-		if sn, err := s.GetSnapshot(ctx, snapID); err == nil && sn.RemoteMemory {
-			strategy = remote
-		}
-	}
-	if req.Snapshot != "" && req.Function != "" {
-		sn, err := s.GetSnapshot(ctx, snapID)
-		if err != nil {
-			return nil, err
-		}
-		if sn.Function != req.Function {
-			return nil, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
-		}
 	}
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
@@ -339,6 +303,52 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
 	return inv, nil
+}
+
+// coldTarget resolves the snapshot and strategy of a cold start: the
+// function's newest snapshot unless the request names one (imported from
+// the registry when the node has none; imported is how long that took).
+func (s *Service) coldTarget(ctx context.Context, req ColdRequest) (snapID string, strategy restore.Strategy, imported time.Duration, err error) {
+	strategy, err = s.strategy(req.Strategy)
+	if err != nil {
+		return "", restore.Strategy{}, 0, err
+	}
+	snapID = req.Snapshot
+	// Unless the request names one, a snapshot whose memory is in the
+	// registry (imported now, or pulled lazily before) restores with the
+	// remote strategy.
+	remote, err := s.strategy(s.cfg.RemoteStrategy)
+	if err != nil {
+		return "", restore.Strategy{}, 0, err
+	}
+	if snapID == "" {
+		var notHere error
+		if snapID, notHere = s.newestSnapshot(ctx, req.Function); notHere != nil {
+			t := time.Now()
+			if req.Strategy == "" {
+				strategy = remote
+			}
+			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, notHere); err != nil {
+				return "", restore.Strategy{}, 0, err
+			}
+			imported = time.Since(t)
+		}
+	}
+	if req.Strategy == "" && strategy.Kind != remote.Kind {
+		if sn, err := s.GetSnapshot(ctx, snapID); err == nil && sn.RemoteMemory {
+			strategy = remote
+		}
+	}
+	if req.Snapshot != "" && req.Function != "" {
+		sn, err := s.GetSnapshot(ctx, snapID)
+		if err != nil {
+			return "", restore.Strategy{}, 0, err
+		}
+		if sn.Function != req.Function {
+			return "", restore.Strategy{}, 0, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
+		}
+	}
+	return snapID, strategy, imported, nil
 }
 
 func (s *Service) newestSnapshot(ctx context.Context, function string) (string, error) {
