@@ -131,6 +131,8 @@ func newSettings() *settings {
 	fs.StringVar(&d.RemoteStrategy, "remote-strategy", "reap", "the strategy of a cold start that names none when the snapshot's memory is in the registry (an import, a lazy pull): vanilla, reap or faasnap")
 	fs.IntVar(&d.LazyReadahead, "lazy-readahead", 0, "chunks after a missed one that a lazy restore's memory fault also fetches in the background (sequential readahead; 0: none)")
 	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")
+	fs.DurationVar(&d.RegistryGCInterval, "registry-gc-every", 0, "run a registry collection this often (deletes chunks and code archives no snapshot or function names, older than --registry-gc-grace; several nodes may run it); 0: only when asked (thaw registry gc)")
+	fs.DurationVar(&d.RegistryGCGrace, "registry-gc-grace", daemon.DefaultGCGrace, "how old an unreferenced registry object must be before a scheduled collection deletes it")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")

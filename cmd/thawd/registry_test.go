@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRegistrySettings: the registry comes from its config file, or from
@@ -15,13 +16,14 @@ func TestRegistrySettings(t *testing.T) {
 	if err := os.WriteFile(reg, []byte("endpoint: 127.0.0.1:9000\nbucket: snaps\nsecret_key: topsecretvalue\naccess_key: akid\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--chunk-cache-budget", "100", "--registry-push-on-prepare")...)
+	r := runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--chunk-cache-budget", "100", "--registry-push-on-prepare",
+		"--registry-gc-every", "6h", "--registry-gc-grace", "2h")...)
 	if r.code != 0 || r.served == nil {
 		t.Fatalf("exit %d", r.code)
 	}
 	d := r.served.Daemon
 	if d.Registry == nil || d.Registry.Endpoint != "127.0.0.1:9000" || d.Registry.SecretKey != "topsecretvalue" ||
-		d.ChunkCacheBudget != 100<<20 || !d.RegistryPushOnPrepare {
+		d.ChunkCacheBudget != 100<<20 || !d.RegistryPushOnPrepare || d.RegistryGCInterval != 6*time.Hour || d.RegistryGCGrace != 2*time.Hour {
 		t.Fatalf("daemon config: registry %v budget %d push %v", d.Registry, d.ChunkCacheBudget, d.RegistryPushOnPrepare)
 	}
 

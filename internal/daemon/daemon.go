@@ -170,6 +170,12 @@ type Config struct {
 	// reap unless set (it fetches the least: its working set, then what
 	// faults outside it). It must restore lazily (vanilla, reap, faasnap).
 	RemoteStrategy string
+	// RegistryGCInterval, if positive, runs a registry collection (chunks
+	// and code archives no snapshot or function names, older than
+	// RegistryGCGrace, DefaultGCGrace when 0) that often, the first a
+	// tenth of it after start at the latest; 0: only when asked.
+	RegistryGCInterval time.Duration
+	RegistryGCGrace    time.Duration
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -320,6 +326,14 @@ func (c *Config) Validate() error {
 		}
 	} else if c.RegistryPushOnPrepare {
 		errs = append(errs, errors.New("registry push on prepare needs a registry config"))
+	} else if c.RegistryGCInterval > 0 {
+		errs = append(errs, errors.New("a scheduled registry collection needs a registry config"))
+	}
+	if c.RegistryGCInterval < 0 || (c.RegistryGCInterval > 0 && c.RegistryGCInterval < time.Second) {
+		errs = append(errs, fmt.Errorf("registry collection interval %s: give 0 (off) or 1s or more", c.RegistryGCInterval))
+	}
+	if c.RegistryGCGrace < 0 {
+		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))
 	}
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
@@ -497,6 +511,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.KeepAliveMinAvailableMiB > 0 && s.cfg.KeepAlive > 0 {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
+	}
+	if s.registry != nil && s.cfg.RegistryGCInterval > 0 {
+		s.wg.Add(1)
+		go s.collectEvery(s.cfg.RegistryGCInterval)
 	}
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
@@ -68,9 +70,24 @@ func (s *Service) CollectRegistry(ctx context.Context, req wire.GCRequest) (*wir
 	if err != nil {
 		return nil, err
 	}
+	return s.collect(ctx, opts)
+}
+
+// collect runs one registry collection and counts it.
+func (s *Service) collect(ctx context.Context, opts registry.GCOptions) (*wire.GCResult, error) {
 	phase(ctx, "collecting")
 	t0 := time.Now()
 	st, err := s.registry.GC(ctx, opts)
+	switch {
+	case errors.Is(err, registry.ErrBusy):
+		s.metrics.RegistryGC("busy", 0)
+	case err != nil:
+		s.metrics.RegistryGC("failed", 0)
+	case st.DryRun:
+		s.metrics.RegistryGC("dry_run", 0)
+	default:
+		s.metrics.RegistryGC("ok", st.BytesDeleted)
+	}
 	if err != nil {
 		return nil, registryErr(err)
 	}
@@ -98,4 +115,47 @@ func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, 
 		}
 		return &wire.OperationResult{GC: res}, nil
 	})
+}
+
+// collectEvery runs a registry collection every interval until Close. The
+// first comes after a random tenth of the interval, so nodes started
+// together spread theirs; collections from several nodes are safe (each
+// deletes only what no manifest names), just redundant. A collection that
+// a running push holds off (ErrBusy) is simply tried at the next tick.
+func (s *Service) collectEvery(interval time.Duration) {
+	defer s.wg.Done()
+	wait := time.Duration(rand.Int64N(int64(interval)/10 + 1))
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = interval
+		s.collectScheduled()
+	}
+}
+
+func (s *Service) collectScheduled() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // Close ends a running collection
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	grace := s.cfg.RegistryGCGrace
+	if grace == 0 {
+		grace = DefaultGCGrace
+	}
+	_, err := s.collect(ctx, registry.GCOptions{Grace: grace}) // logs what it did
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrConflict) || errors.Is(err, context.Canceled):
+		s.log.Info("scheduled registry collection skipped", "err", err)
+	default:
+		s.log.Warn("scheduled registry collection failed", "err", err)
+	}
 }

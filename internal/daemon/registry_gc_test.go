@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/wire"
@@ -141,5 +142,64 @@ func TestPullCollectsSnapshots(t *testing.T) {
 	pull(newer.ID)
 	if got := ids(); len(got) != 1 || got[0] != newer.ID {
 		t.Fatalf("after pulling the newer snapshot again: %v, want [%s]", got, newer.ID)
+	}
+}
+
+// A node with a collection interval collects by itself: the chunks of a
+// deleted snapshot go without anyone asking, the metrics count it, and
+// Close ends the loop. A bad interval or grace is refused at start.
+func TestScheduledRegistryGC(t *testing.T) {
+	ctx := context.Background()
+	srv := miniotest.Start(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	a, _ := fakeService(t, withRegistry)
+	_, old := bootAndSnapshot(t, a, "fn")
+	_, kept := snapshotOf(t, a, "fn")
+	for _, id := range []string{old.ID, kept.ID} {
+		if _, err := a.PushSnapshot(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteRegistrySnapshot(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := srv.Count(t, "chunks/")
+	b, _ := fakeService(t, func(c *Config) {
+		withRegistry(c)
+		c.RegistryGCInterval = time.Second
+		c.RegistryGCGrace = time.Millisecond
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for srv.Count(t, "chunks/") == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled collection within 20 s (%d chunks)", before)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(promText(t, b), `thaw_registry_gc_total{outcome="ok"}`) {
+		t.Fatal("the scheduled collection is not counted")
+	}
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); err != nil {
+		t.Fatalf("pull of the kept snapshot after the scheduled collection: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the collection loop")
+	}
+
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.RegistryGCInterval = time.Minute }, // no registry
+		func(c *Config) { withRegistry(c); c.RegistryGCInterval = time.Millisecond },
+		func(c *Config) { withRegistry(c); c.RegistryGCInterval = -time.Second },
+		func(c *Config) { withRegistry(c); c.RegistryGCGrace = -time.Second },
+	} {
+		var cfg Config
+		edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "registry collection") {
+			t.Errorf("config %+v: %v", cfg, err)
+		}
 	}
 }

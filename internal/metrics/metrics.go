@@ -46,6 +46,8 @@ type Set struct {
 	queueDepth                   prometheus.Gauge
 	keepAlive, evictions         *prometheus.CounterVec
 	vmmPool, vmmPoolDrops        *prometheus.CounterVec
+	registryGC                   *prometheus.CounterVec
+	registryGCBytes              prometheus.Counter
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -78,6 +80,10 @@ func New(state func() State) *Set {
 	s.evictions = counter("keepalive_evictions_total", "Idle VMs stopped, by reason: expired, room (a start needed it), memory_pressure (host memory low), deleted (function or snapshot).", "reason")
 	s.vmmPool = counter("vmm_pool_total", "Restores by whether the VMM pool had a VMM started for their snapshot and strategy: hit or miss (a VMM was started for the restore).", "strategy", "outcome")
 	s.vmmPoolDrops = counter("vmm_pool_drops_total", "Standby VMMs stopped unused, by reason: expired, room (a start needed it), evicted (their snapshot evicted from the page cache), deleted (snapshot or function).", "reason")
+	s.registryGC = counter("registry_gc_total", "Snapshot registry collections this node ran (asked for or scheduled), by outcome: ok, dry_run, busy (held off by running pushes) or failed.", "outcome")
+	s.registryGCBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "thaw", Name: "registry_gc_deleted_bytes_total",
+		Help: "Stored bytes of registry chunks and code archives this node's collections deleted."})
+	s.Registry.MustRegister(s.registryGC, s.registryGCBytes)
 	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions, s.vmmPool, s.vmmPoolDrops)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -177,6 +183,12 @@ func (s *Set) VMMPoolDrop(why string) {
 
 // KeepAliveEviction records an idle VM stopped for reason.
 func (s *Set) KeepAliveEviction(reason string) { s.evictions.WithLabelValues(reason).Inc() }
+
+// RegistryGC records one registry collection and the bytes it deleted.
+func (s *Set) RegistryGC(outcome string, deleted int64) {
+	s.registryGC.WithLabelValues(outcome).Inc()
+	s.registryGCBytes.Add(float64(deleted))
+}
 
 // Request records one API request; route is its pattern ("" when none
 // matched).
