@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -112,16 +113,7 @@ func TestRegistryListDeleteGC(t *testing.T) {
 // snapshot it just pulled even when that one is older than those kept.
 func TestPullCollectsSnapshots(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
-	a, _ := fakeService(t, withRegistry)
-	_, older := bootAndSnapshot(t, a, "fn")
-	_, newer := snapshotOf(t, a, "fn")
-	for _, id := range []string{older.ID, newer.ID} {
-		if _, err := a.PushSnapshot(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, withRegistry, _, older, newer := pushedTwo(t)
 	b, _ := fakeService(t, func(c *Config) { withRegistry(c); c.SnapshotKeep = 1 })
 	ids := func() []string { return snapshotIDs(t, b, "fn") }
 	pull := func(id string) {
@@ -150,16 +142,7 @@ func TestPullCollectsSnapshots(t *testing.T) {
 // Close ends the loop. A bad interval or grace is refused at start.
 func TestScheduledRegistryGC(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
-	a, _ := fakeService(t, withRegistry)
-	_, old := bootAndSnapshot(t, a, "fn")
-	_, kept := snapshotOf(t, a, "fn")
-	for _, id := range []string{old.ID, kept.ID} {
-		if _, err := a.PushSnapshot(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srv, withRegistry, a, old, _ := pushedTwo(t)
 	if err := a.DeleteRegistrySnapshot(ctx, old.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -202,4 +185,21 @@ func TestScheduledRegistryGC(t *testing.T) {
 			t.Errorf("config %+v: %v", cfg, err)
 		}
 	}
+}
+
+// pushedTwo starts a MinIO and a node using it, which pushes two snapshots
+// of function fn, the older first.
+func pushedTwo(t *testing.T) (*miniotest.Server, func(*Config), *Service, *catalog.Snapshot, *catalog.Snapshot) {
+	t.Helper()
+	srv := miniotest.Start(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	a, _ := fakeService(t, withRegistry)
+	_, older := bootAndSnapshot(t, a, "fn")
+	_, newer := snapshotOf(t, a, "fn")
+	for _, id := range []string{older.ID, newer.ID} {
+		if _, err := a.PushSnapshot(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, withRegistry, a, older, newer
 }
