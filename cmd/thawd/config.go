@@ -133,6 +133,7 @@ func newSettings() *settings {
 	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")
 	fs.DurationVar(&d.RegistryGCInterval, "registry-gc-every", 0, "run a registry collection this often (deletes chunks and code archives no snapshot or function names, older than --registry-gc-grace; several nodes may run it); 0: only when asked (thaw registry gc)")
 	fs.DurationVar(&d.RegistryGCGrace, "registry-gc-grace", daemon.DefaultGCGrace, "how old an unreferenced registry object must be before a scheduled collection deletes it")
+	fs.DurationVar(&d.RegistryRefresh, "registry-refresh", daemon.DefaultRegistryRefresh, "how often the functions here are compared with the registry's records: a function published again elsewhere (other code, a newer snapshot) is removed here once nothing uses it, and its next invocation imports the new version; 0: never (needs --registry-import)")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")

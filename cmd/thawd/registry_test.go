@@ -17,13 +17,14 @@ func TestRegistrySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--chunk-cache-budget", "100", "--registry-push-on-prepare",
-		"--registry-gc-every", "6h", "--registry-gc-grace", "2h")...)
+		"--registry-gc-every", "6h", "--registry-gc-grace", "2h", "--registry-refresh", "30s")...)
 	if r.code != 0 || r.served == nil {
 		t.Fatalf("exit %d", r.code)
 	}
 	d := r.served.Daemon
 	if d.Registry == nil || d.Registry.Endpoint != "127.0.0.1:9000" || d.Registry.SecretKey != "topsecretvalue" ||
-		d.ChunkCacheBudget != 100<<20 || !d.RegistryPushOnPrepare || d.RegistryGCInterval != 6*time.Hour || d.RegistryGCGrace != 2*time.Hour {
+		d.ChunkCacheBudget != 100<<20 || !d.RegistryPushOnPrepare || d.RegistryGCInterval != 6*time.Hour || d.RegistryGCGrace != 2*time.Hour ||
+		d.RegistryRefresh != 30*time.Second {
 		t.Fatalf("daemon config: registry %v budget %d push %v", d.Registry, d.ChunkCacheBudget, d.RegistryPushOnPrepare)
 	}
 

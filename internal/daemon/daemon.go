@@ -176,6 +176,10 @@ type Config struct {
 	// tenth of it after start at the latest; 0: only when asked.
 	RegistryGCInterval time.Duration
 	RegistryGCGrace    time.Duration
+	// RegistryRefresh is how often the functions here are compared with
+	// the registry's records, an outdated copy replaced
+	// (RefreshFunctions); 0: never. Only with a registry and import on.
+	RegistryRefresh time.Duration
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -332,6 +336,9 @@ func (c *Config) Validate() error {
 	if c.RegistryGCInterval < 0 || (c.RegistryGCInterval > 0 && c.RegistryGCInterval < time.Second) {
 		errs = append(errs, fmt.Errorf("registry collection interval %s: give 0 (off) or 1s or more", c.RegistryGCInterval))
 	}
+	if c.RegistryRefresh < 0 || (c.RegistryRefresh > 0 && c.RegistryRefresh < time.Second) {
+		errs = append(errs, fmt.Errorf("registry refresh interval %s: give 0 (off) or 1s or more", c.RegistryRefresh))
+	}
 	if c.RegistryGCGrace < 0 {
 		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))
 	}
@@ -375,6 +382,9 @@ type Service struct {
 	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
+	// fnGates keep cold starts and the replacement of an outdated
+	// function apart (refresh.go).
+	fnGates map[string]*sync.RWMutex
 	// completions share the pull of a lazy snapshot's memory; imports the
 	// lazy import of a function an invocation found missing.
 	completions, imports singleflight.Group
@@ -443,7 +453,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{},
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{},
 		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -514,7 +524,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.registry != nil && s.cfg.RegistryGCInterval > 0 {
 		s.wg.Add(1)
-		go s.collectEvery(s.cfg.RegistryGCInterval)
+		go s.every(s.cfg.RegistryGCInterval, s.collectScheduled)
+	}
+	if s.registry != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
+		s.wg.Add(1)
+		go s.every(s.cfg.RegistryRefresh, s.refreshScheduled)
 	}
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)

@@ -231,6 +231,11 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	if req.Snapshot == "" { // the function's snapshot stays while this runs
+		g := s.fnGate(req.Function)
+		g.RLock()
+		defer g.RUnlock()
+	}
 	snapID, strategy, imported, err := s.coldTarget(ctx, req)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/registry"
@@ -117,35 +116,11 @@ func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, 
 	})
 }
 
-// collectEvery runs a registry collection every interval until Close. The
-// first comes after a random tenth of the interval, so nodes started
-// together spread theirs; collections from several nodes are safe (each
-// deletes only what no manifest names), just redundant. A collection that
-// a running push holds off (ErrBusy) is simply tried at the next tick.
-func (s *Service) collectEvery(interval time.Duration) {
-	defer s.wg.Done()
-	wait := time.Duration(rand.Int64N(int64(interval)/10 + 1))
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(wait):
-		}
-		wait = interval
-		s.collectScheduled()
-	}
-}
-
-func (s *Service) collectScheduled() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // Close ends a running collection
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// collectScheduled is one scheduled registry collection (every
+// --registry-gc-every). Collections from several nodes are safe (each
+// deletes only what no manifest names), just redundant; one that a
+// running push holds off (ErrBusy) is tried at the next tick.
+func (s *Service) collectScheduled(ctx context.Context) {
 	grace := s.cfg.RegistryGCGrace
 	if grace == 0 {
 		grace = DefaultGCGrace

@@ -45,10 +45,13 @@ func fakeService(t *testing.T, edit func(*Config)) (*Service, *vmmtest.Fake) {
 
 func createFn(t *testing.T, s *Service, name string) { createSpec(t, s, FunctionSpec{Name: name}) }
 
-// createSpec creates a function of spec whose handler echoes its event.
+// createSpec creates a function of spec, whose handler echoes its event
+// unless spec has code of its own.
 func createSpec(t *testing.T, s *Service, spec FunctionSpec) {
 	t.Helper()
-	spec.Archive = bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
+	if spec.Archive == nil {
+		spec.Archive = bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
+	}
 	if _, err := s.CreateFunction(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}

@@ -181,13 +181,16 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	return os.RemoveAll(sn.Dir)
 }
 
-func (s *Service) snapLock(id string) *sync.Mutex {
+func (s *Service) snapLock(id string) *sync.Mutex { return keyedLock(s, s.snapLocks, id) }
+
+// keyedLock is m's lock for key, made on first use (under s.mu).
+func keyedLock[L any](s *Service, m map[string]*L, key string) *L {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.snapLocks[id]
+	l, ok := m[key]
 	if !ok {
-		l = &sync.Mutex{}
-		s.snapLocks[id] = l
+		l = new(L)
+		m[key] = l
 	}
 	return l
 }
