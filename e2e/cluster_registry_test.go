@@ -214,3 +214,81 @@ func TestClusterStoreDown(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRepublish: new code for a function, published from its owner,
+// reaches a node that imported the old version: that node's refresh
+// removes its outdated copy, and its next invocation imports and runs the
+// new code.
+func TestClusterRepublish(t *testing.T) {
+	c := startCluster(t, 2, withStore(t), func(cfg *cluster.Config) {
+		cfg.Node.Args = append(cfg.Node.Args, "--registry-refresh", "2s")
+	})
+	ctr := newCounter(t, c.Net.HostIP.String())
+	ctx := ctxT(t)
+	owner := ownerOf(t, c, "count")
+	fn := publishCounting(t, ctx, c, ctr, owner)
+	var other *cluster.Node
+	for _, n := range c.Nodes {
+		if n != owner {
+			other = n
+		}
+	}
+	oc := c.NodeClient(other)
+	ev, _ := json.Marshal(map[string]any{"id": "v1", "counter": ctr.addr, "seconds": 0})
+	inv, err := oc.InvokeFunction(ctx, fn.Name, ev, client.InvokeOptions{})
+	if err != nil || !inv.OK || inv.Timing.ImportMS <= 0 {
+		t.Fatalf("first invocation on %s: %+v, %v; want an import of the first version", other.Name, inv, err)
+	}
+	old, err := oc.GetFunction(ctx, fn.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// New code under the same name, from the owner.
+	own := c.NodeClient(owner)
+	snaps, err := own.ListSnapshots(ctx, fn.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range snaps {
+		if err := own.DeleteSnapshot(ctx, sn.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := own.DeleteFunction(ctx, fn.Name); err != nil {
+		t.Fatal(err)
+	}
+	v2 := fn
+	v2.Dir = repoPath("e2e/testdata/cluster-v2")
+	if _, err := c.Publish(ctx, v2, owner, json.RawMessage(`{"id":"record"}`)); err != nil {
+		t.Fatal(err)
+	}
+	published := time.Now()
+	for {
+		if _, err := oc.GetFunction(ctx, fn.Name); errors.Is(err, client.ErrNotFound) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(published) > 30*time.Second {
+			t.Fatalf("%s still holds the old %s 30 s after new code was published", other.Name, fn.Name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%s removed its outdated copy %s after publication", other.Name, time.Since(published).Round(time.Millisecond))
+	ev, _ = json.Marshal(map[string]any{"id": "v2", "counter": ctr.addr})
+	inv, err = oc.InvokeFunction(ctx, fn.Name, ev, client.InvokeOptions{})
+	if err != nil || !inv.OK || inv.Timing.ImportMS <= 0 {
+		t.Fatalf("invocation after the new code on %s: %+v, %v; want a new import", other.Name, inv, err)
+	}
+	var got struct {
+		ID      string `json:"id"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(inv.Result, &got); err != nil || got.Version != 2 {
+		t.Fatalf("%s answered %s (%v); want the new code's version 2", other.Name, inv.Result, err)
+	}
+	if fn, err := oc.GetFunction(ctx, fn.Name); err != nil || fn.Digest == old.Digest {
+		t.Fatalf("%s holds %+v (%v); want other code than %s", other.Name, fn, err, old.Digest)
+	}
+}
