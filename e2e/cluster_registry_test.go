@@ -74,23 +74,32 @@ func publishCounting(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr 
 	return fn
 }
 
+// countingPair starts two nodes with opts and publishes the counting
+// function from its owner; other is the node that holds nothing of it.
+func countingPair(t *testing.T, opts ...func(*cluster.Config)) (c *cluster.Cluster, ctr *counter, ctx context.Context, owner, other *cluster.Node, fn cluster.Function) {
+	t.Helper()
+	c = startCluster(t, 2, opts...)
+	ctr = newCounter(t, c.Net.HostIP.String())
+	ctx = ctxT(t)
+	owner = ownerOf(t, c, "count")
+	fn = publishCounting(t, ctx, c, ctr, owner)
+	for _, n := range c.Nodes {
+		if n != owner {
+			other = n
+		}
+	}
+	return c, ctr, ctx, owner, other, fn
+}
+
 // TestClusterRegistry: a function prepared on one node and pushed to the
 // object store is served by another node that never saw it once the
 // first one is killed: the survivor imports it from the registry on that
 // first invocation and restores it lazily, and the first success after
 // the kill comes within 5 s.
 func TestClusterRegistry(t *testing.T) {
-	c := startCluster(t, 2, withStore(t))
+	c, ctr, ctx, owner, survivor, fn := countingPair(t, withStore(t))
 	checkLink(t, c)
-	ctr := newCounter(t, c.Net.HostIP.String())
-	ctx := ctxT(t)
-	owner := ownerOf(t, c, "count")
-	fn := publishCounting(t, ctx, c, ctr, owner)
-	var survivor *cluster.Node
 	for _, n := range c.Nodes {
-		if n != owner {
-			survivor = n
-		}
 		if fns, err := c.NodeClient(n).ListFunctions(ctx); err != nil || (n != owner && len(fns) != 0) {
 			t.Fatalf("%s holds %v (%v) before any invocation; want nothing but on %s", n.Name, fns, err, owner.Name)
 		}
@@ -220,19 +229,9 @@ func TestClusterStoreDown(t *testing.T) {
 // removes its outdated copy, and its next invocation imports and runs the
 // new code.
 func TestClusterRepublish(t *testing.T) {
-	c := startCluster(t, 2, withStore(t), func(cfg *cluster.Config) {
+	c, ctr, ctx, owner, other, fn := countingPair(t, withStore(t), func(cfg *cluster.Config) {
 		cfg.Node.Args = append(cfg.Node.Args, "--registry-refresh", "2s")
 	})
-	ctr := newCounter(t, c.Net.HostIP.String())
-	ctx := ctxT(t)
-	owner := ownerOf(t, c, "count")
-	fn := publishCounting(t, ctx, c, ctr, owner)
-	var other *cluster.Node
-	for _, n := range c.Nodes {
-		if n != owner {
-			other = n
-		}
-	}
 	oc := c.NodeClient(other)
 	ev, _ := json.Marshal(map[string]any{"id": "v1", "counter": ctr.addr, "seconds": 0})
 	inv, err := oc.InvokeFunction(ctx, fn.Name, ev, client.InvokeOptions{})
