@@ -142,8 +142,9 @@ func (a *app) newSnapshotStoreCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store [ID...]",
 		Short: "Place snapshots in the memory store (premap), or show the store",
-		Long: `Place snapshots' memory in the snapshot memory store (tmpfs, or persistent
-memory behind a DAX filesystem), where the premap strategy maps it from:
+		Long: `Place snapshots' memory in the snapshot memory store (tmpfs, hugetlbfs, or
+persistent memory: a DAX filesystem or a device-DAX device), where the
+premap strategy maps it from:
 the copy is verified against the snapshot and shared by every VM restored
 from it. With --remove, take them out again. Without an ID, show the
 store's tier, capacity, use and entries. Each copy runs as an operation in

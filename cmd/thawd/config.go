@@ -143,6 +143,11 @@ func newSettings() *settings {
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.VisitAll(func(f *pflag.Flag) {
 		f.Value = &lenientValue{Value: f.Value, name: f.Name, s: s}
+		// Behind the wrapper pflag no longer sees that an empty list is
+		// the zero value, and the usage would say "(default [])".
+		if isList(f) && f.DefValue == "[]" {
+			f.DefValue = ""
+		}
 	})
 	return s
 }

@@ -275,3 +275,20 @@ func TestFlagSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageDefaults: the flag list states each default once, and an empty
+// list as none (the lenient wrapper hides list types from pflag).
+func TestUsageDefaults(t *testing.T) {
+	usage := newSettings().fs.FlagUsages()
+	if strings.Contains(usage, "(default [])") {
+		t.Errorf("usage shows an empty list as a default:\n%s", usage)
+	}
+	for _, line := range strings.Split(usage, "\n") {
+		if strings.Count(line, "(default ") > 1 {
+			t.Errorf("default stated twice: %s", line)
+		}
+	}
+	if !strings.Contains(usage, "(default /run/thaw/thawd.sock)") {
+		t.Error("--listen's default socket is missing from the usage")
+	}
+}
