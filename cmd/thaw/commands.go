@@ -23,7 +23,7 @@ func newListCmd(what string, run runE) *cobra.Command {
 
 // newGetCmd is the "get ARG" (show) command of a kind of object.
 func newGetCmd(what, arg string, run runE) *cobra.Command {
-	return &cobra.Command{Use: "get " + arg, Aliases: []string{"show"}, Short: "Show a " + what, Args: exactArgs(arg), RunE: run}
+	return &cobra.Command{Use: "get " + arg, Aliases: []string{"show"}, Short: "Show one " + what, Args: exactArgs(arg), RunE: run}
 }
 
 // oneRunE returns a RunE that calls do with the command's argument and

@@ -14,10 +14,11 @@ import (
 
 func (a *app) newOperationCmd() *cobra.Command {
 	cmd := newGroupCmd("operation", "Show, list and wait for long operations",
-		`Booting, preparing, placing a snapshot in the memory store and copying a
-snapshot run as operations in thawd: 'thaw vm boot', 'thaw prepare',
-'thaw snapshot store' and 'thaw snapshot copy' start one and follow it,
-showing its progress on stderr. With --detach they print the operation's id
+		`Booting, preparing, placing a snapshot in the memory store, copying,
+pushing and pulling a snapshot and collecting the registry's garbage run as
+operations in thawd: 'thaw vm boot', 'thaw prepare', 'thaw snapshot store',
+'thaw snapshot copy', 'thaw snapshot push', 'thaw snapshot pull' and
+'thaw registry gc' start one and follow it, showing its progress on stderr. With --detach they print the operation's id
 and return at once; Ctrl-C while following detaches too. The work goes on
 in the daemon either way; follow it again with 'thaw operation wait ID'.
 
