@@ -19,7 +19,7 @@ all: build
 help:
 	@echo "make demo    set up what is missing, boot a VM, snapshot it, cold-start it"
 	@echo "make test    set up what is missing and run every test (unit + real VMs)"
-	@echo "make build   build bin/thaw and bin/thawd"
+	@echo "make build   build bin/: thaw, thawd, the QEMU interposer and the eBPF objects"
 	@echo "make deb     the Debian package build/thaw_<version>_<arch>.deb (binaries, unit, config, completions)"
 	@echo "make cluster-demo  two thawd nodes in network namespaces behind HAProxy: routing and failover (docs/cluster.md)"
 	@echo "make image   build (or reuse) the guest kernel, initramfs and root filesystem"
@@ -45,8 +45,9 @@ build: shim bpf
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/thawd ./cmd/thawd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/thaw ./cmd/thaw
 
-# The C interposer loaded into QEMU by the reap and faasnap strategies;
-# thawd looks for it beside its own binary.
+# The C interposer preloaded into every QEMU thawd starts (it maps guest
+# memory for reap, faasnap and premap); thawd looks for it beside its own
+# binary.
 shim:
 	$(MAKE) -C shim
 	@mkdir -p $(BIN) && cp shim/build/libthaw_shim.so $(BIN)/libthaw_shim.so

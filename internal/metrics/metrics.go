@@ -212,7 +212,7 @@ func statusText(code int) string {
 type stateCollector struct{ state func() State }
 
 var (
-	vmsDesc      = prometheus.NewDesc("thaw_vms", "VMs by state (the catalog's records; live ones are booting, running or paused).", []string{"state"}, nil)
+	vmsDesc      = prometheus.NewDesc("thaw_vms", "VMs by state (the catalog's records; live ones are booting, standby, running or paused).", []string{"state"}, nil)
 	storeCapDesc = prometheus.NewDesc("thaw_store_capacity_bytes", "Memory store capacity (premap).", []string{"tier"}, nil)
 	storeUseDesc = prometheus.NewDesc("thaw_store_used_bytes", "Memory store bytes used by stored snapshot copies.", []string{"tier"}, nil)
 	storeFree    = prometheus.NewDesc("thaw_store_free_bytes", "Memory store bytes free.", []string{"tier"}, nil)

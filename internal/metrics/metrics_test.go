@@ -49,7 +49,7 @@ func TestInvocationsRequestsAndState(t *testing.T) {
 		t.Errorf("%d set-up series, want 2", n)
 	}
 	exposition := `
-# HELP thaw_vms VMs by state (the catalog's records; live ones are booting, running or paused).
+# HELP thaw_vms VMs by state (the catalog's records; live ones are booting, standby, running or paused).
 # TYPE thaw_vms gauge
 thaw_vms{state="running"} 2
 thaw_vms{state="stopped"} 5
