@@ -333,11 +333,13 @@ func (c *Config) Validate() error {
 	} else if c.RegistryGCInterval > 0 {
 		errs = append(errs, errors.New("a scheduled registry collection needs a registry config"))
 	}
-	if c.RegistryGCInterval < 0 || (c.RegistryGCInterval > 0 && c.RegistryGCInterval < time.Second) {
-		errs = append(errs, fmt.Errorf("registry collection interval %s: give 0 (off) or 1s or more", c.RegistryGCInterval))
-	}
-	if c.RegistryRefresh < 0 || (c.RegistryRefresh > 0 && c.RegistryRefresh < time.Second) {
-		errs = append(errs, fmt.Errorf("registry refresh interval %s: give 0 (off) or 1s or more", c.RegistryRefresh))
+	for _, iv := range []struct {
+		what string
+		d    time.Duration
+	}{{"registry collection interval", c.RegistryGCInterval}, {"registry refresh interval", c.RegistryRefresh}} {
+		if iv.d < 0 || (iv.d > 0 && iv.d < time.Second) {
+			errs = append(errs, fmt.Errorf("%s %s: give 0 (off) or 1s or more", iv.what, iv.d))
+		}
 	}
 	if c.RegistryGCGrace < 0 {
 		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))

@@ -178,10 +178,11 @@ func TestScheduledRegistryGC(t *testing.T) {
 		func(c *Config) { withRegistry(c); c.RegistryGCInterval = time.Millisecond },
 		func(c *Config) { withRegistry(c); c.RegistryGCInterval = -time.Second },
 		func(c *Config) { withRegistry(c); c.RegistryGCGrace = -time.Second },
+		func(c *Config) { withRegistry(c); c.RegistryRefresh = time.Millisecond },
 	} {
 		var cfg Config
 		edit(&cfg)
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "registry collection") {
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "registry collection") && !strings.Contains(err.Error(), "registry refresh interval") {
 			t.Errorf("config %+v: %v", cfg, err)
 		}
 	}
