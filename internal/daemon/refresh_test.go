@@ -50,6 +50,19 @@ func TestRefreshOutdatedFunction(t *testing.T) {
 	}
 	newCode, _ := c.GetFunction(ctx, "fn")
 
+	// A pull of the new snapshot onto the old copy is refused before any
+	// chunk is fetched.
+	before := b.ChunkCache().Stats()
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: v2.ID}); !errors.Is(err, ErrSnapshotUnusable) {
+		t.Fatalf("pull of new code onto the old copy: %v, want ErrSnapshotUnusable", err)
+	}
+	if after := b.ChunkCache().Stats(); after.FetchedChunks != before.FetchedChunks {
+		t.Fatalf("the refused pull fetched %d chunks", after.FetchedChunks-before.FetchedChunks)
+	}
+	if _, err := b.GetSnapshot(ctx, v2.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused pull entered the catalog: %v", err)
+	}
+
 	// Kept while something uses it.
 	old := snapshotIDs(t, b, "fn")[0]
 	if _, err := b.PinSnapshot(ctx, old, true); err != nil {
