@@ -20,6 +20,7 @@ have nft                || need+=(nftables)       # full egress: the host's forw
 have ip                 || need+=(iproute2)       # tests: network namespaces standing in for the outside
 have nsenter            || need+=(util-linux)     # cluster: thawd nodes run in network namespaces
 have haproxy            || need+=(haproxy)        # cluster: the load balancer in front of the nodes
+have python3            || need+=(python3)        # tests: the guest agent's own tests run on the host
 have fio                || need+=(fio)            # checks the emulated remote storage (make bench STORAGE=remote)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 

@@ -130,10 +130,7 @@ thaw_agent.Agent(fn, Chan()).serve()
 // code: the plain line is parsed and answered, the clock gets the host's
 // time, the RNG the entropy, the hook runs.
 func TestRestoreWithTheGuestAgent(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
+	py := python3(t)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
