@@ -16,14 +16,19 @@ type cloneValues struct {
 	Random    float64 `json:"random"`
 	TokenHex  string  `json:"token_hex"`
 	OnRestore *string `json:"on_restore"`
+	SSLRand   string  `json:"ssl_rand"`
+	TempName  string  `json:"tempname"`
 	Time      float64 `json:"time"`
 	BootID    string  `json:"boot_id"`
 }
 
-// The attack found on the old code: clones of one snapshot drew the same
-// random numbers (os.urandom, uuid4, random, secrets) and kept the clock of
-// the snapshot. Now 16 clones draw 16 different values of each, the
-// function's own on_restore runs in each, and the clock is the host's.
+// The attacks found on older code: clones of one snapshot drew the same
+// random numbers (os.urandom, uuid4, random, secrets, then OpenSSL's
+// RAND_bytes, which lives in process memory) and kept the clock of the
+// snapshot. Now 16 clones draw 16 different values of each (OpenSSL used
+// before the snapshot here, only imported in TestClonesOpenSSLImported),
+// tempfile names differ, the function's own on_restore runs in each, and
+// the clock is the host's.
 func TestClonesAreDistinct(t *testing.T) {
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
@@ -37,7 +42,7 @@ func TestClonesAreDistinct(t *testing.T) {
 		seen[what][v] = true
 	}
 	const clones = 16
-	var restoreMS []float64
+	var restoreMS, opensslMS []float64
 	for i := range clones {
 		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
 		if err != nil || !inv.OK {
@@ -55,21 +60,14 @@ func TestClonesAreDistinct(t *testing.T) {
 		note("random.random", fmt.Sprint(v.Random))
 		note("secrets.token_hex", v.TokenHex)
 		note("on_restore", *v.OnRestore)
+		note("ssl.RAND_bytes", v.SSLRand)
+		note("tempfile names", v.TempName)
 		note("boot_id", v.BootID)
 		restoreMS = append(restoreMS, inv.Timing.Restore.AgentRestoreMS)
+		opensslMS = append(opensslMS, inv.Timing.Restore.AgentSteps["openssl"])
 	}
-	for what, vals := range seen {
-		want := clones
-		if what == "boot_id" {
-			// The kernel makes boot_id at its first read and never again; it was
-			// read before the snapshot, so clones share it (docs/security.md).
-			want = 1
-		}
-		if len(vals) != want {
-			t.Errorf("%s: %d distinct values over %d clones, want %d", what, len(vals), clones, want)
-		}
-	}
-	t.Logf("agent restore op: %v ms", restoreMS)
+	checkDistinct(t, seen, clones)
+	t.Logf("agent restore op: %v ms; of which OpenSSL's reseed: %v ms", restoreMS, opensslMS)
 
 	t.Run("the kernel's vmgenid driver reseeded its RNG", func(t *testing.T) {
 		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"vmgenid"}`), client.InvokeOptions{})
@@ -108,6 +106,46 @@ func TestClonesAreDistinct(t *testing.T) {
 			return e.c.InvokeVM(ctx, boot.ID, ev(`{}`), client.InvokeOptions{})
 		})
 	})
+}
+
+// checkDistinct wants each value seen in every clone (boot_id excepted).
+func checkDistinct(t *testing.T, seen map[string]map[string]bool, clones int) {
+	t.Helper()
+	for what, vals := range seen {
+		want := clones
+		if what == "boot_id" {
+			// The kernel makes boot_id at its first read and never again; it was
+			// read before the snapshot, so clones share it (docs/security.md).
+			want = 1
+		}
+		if len(vals) != want {
+			t.Errorf("%s: %d distinct values over %d clones, want %d", what, len(vals), clones, want)
+		}
+	}
+}
+
+// A function that imports ssl before the snapshot but first draws from
+// OpenSSL in a clone: 16 clones, 16 values.
+func TestClonesOpenSSLImported(t *testing.T) {
+	e := startEnv(t, t.TempDir())
+	ctx := ctxT(t)
+	_, snap := bootSnapshot(t, e.c, "sslimported", "e2e/testdata/clones-ssl-imported")
+	const clones = 16
+	seen := map[string]map[string]bool{"ssl.RAND_bytes": {}}
+	for i := range clones {
+		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
+		if err != nil || !inv.OK {
+			t.Fatalf("clone %d: %v %+v", i, err, inv)
+		}
+		var v struct {
+			SSLRand string `json:"ssl_rand"`
+		}
+		if err := json.Unmarshal(inv.Result, &v); err != nil || v.SSLRand == "" {
+			t.Fatalf("clone %d: %s: %v", i, inv.Result, err)
+		}
+		seen["ssl.RAND_bytes"][v.SSLRand] = true
+	}
+	checkDistinct(t, seen, clones)
 }
 
 // checkGuestTime invokes and checks that the guest's time.time() falls

@@ -154,7 +154,7 @@ type RestoreTiming struct {
 	AgentWaitMS float64 `json:"agent_wait_ms,omitempty"`
 	// AgentSteps is the guest's own account of the restore request, in ms
 	// of its CLOCK_MONOTONIC: the steps it reports (decode, clock,
-	// kernel_rng, random, numpy, hook, total) and read, from the request's
+	// kernel_rng, random, numpy, openssl, hook, total) and read, from the request's
 	// bytes being read to the restore handler starting (decode: parsing the
 	// request). Absent from an agent
 	// that does not report them.

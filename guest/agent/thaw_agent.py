@@ -13,7 +13,8 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
   restore 3 <host CLOCK_REALTIME ns> <entropy, hex>
     -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
        sent by the host after every restore, before the first invocation: the clock,
-       the kernel's RNG, Python's (and numpy's) global generators, then the function's
+       the kernel's RNG, Python's generators (random, tempfile's names, numpy's global
+       generator, multiprocessing's key), OpenSSL's DRBGs, then the function's
        on_restore() hook. A plain line, not JSON: a clone's first request runs on code
        the VMM has not translated yet (TCG), so it takes the fewest code paths (no
        json.loads, no base64, a preformatted answer). Agents before protocol 2 answer
@@ -393,6 +394,7 @@ class Agent:
                 continue  # blank lines are harmless keep-alives
             self.channel.send(self.dispatch(line))
             reap_zombies()
+            _openssl.refresh()  # a no-op unless the request imported modules
 
     def restore_line(self, line):
         """The plain-line restore request, "restore <id> <time_ns> <hex>", answered
@@ -413,10 +415,10 @@ class Agent:
         st = r["steps"]
         hook = r["hook"]
         return RESTORE_REPLY % (
-            rid, r["clock_step_ms"], RESEEDED_JSON[len(r["reseeded"])],
+            rid, r["clock_step_ms"], '["' + '","'.join(r["reseeded"]) + '"]',
             hook_json(hook), r["duration_ms"],
             st["read"], st["decode"], st["clock"], st["kernel_rng"], st["random"], st["numpy"],
-            st["hook"], st["total"])
+            st["openssl"], st["hook"], st["total"])
 
     def dispatch(self, line):
         if line is None:
@@ -504,12 +506,17 @@ class Agent:
         reseeded.append("random")
         t2 = mono()
         steps["random"] = (t2 - t1) * 1000
+        renew_python_generators(reseeded)
         np = sys.modules.get("numpy")
         if np is not None and hasattr(np, "random"):
             np.random.seed()
             reseeded.append("numpy.random")
         t1 = mono()
         steps["numpy"] = (t1 - t2) * 1000
+        reseeded += _openssl.reseed(entropy)
+        t2 = mono()
+        steps["openssl"] = (t2 - t1) * 1000
+        t1 = t2
         hook = self.on_restore()
         t2 = mono()
         steps["hook"] = (t2 - t1) * 1000
@@ -544,11 +551,11 @@ class Agent:
 HOOK_NONE = {"ran": False}
 HOOK_NOT_RUN = '{"ran":false}'
 HOOK_RAN = '{"ran":true,"ms":%.3f}'
-RESEEDED_JSON = {2: '["kernel","random"]', 3: '["kernel","random","numpy.random"]'}
-# The plain-line restore's answer, the same JSON the JSON request gets.
+# The plain-line restore's answer, the same JSON the JSON request gets (the
+# names in "reseeded" are plain ASCII, so they need no escaping).
 RESTORE_REPLY = ('{"id":"%s","ok":true,"clock_step_ms":%.3f,"reseeded":%s,"hook":%s,"duration_ms":%.3f,'
                  '"steps":{"read":%.3f,"decode":%.3f,"clock":%.3f,"kernel_rng":%.3f,"random":%.3f,'
-                 '"numpy":%.3f,"hook":%.3f,"total":%.3f}}')
+                 '"numpy":%.3f,"openssl":%.3f,"hook":%.3f,"total":%.3f}}')
 
 
 def hook_json(hook):
@@ -608,6 +615,92 @@ def reseed_kernel(data):
     fcntl.ioctl(fd, RNDRESEEDCRNG)
 
 
+def renew_python_generators(reseeded):
+    """Python-level generators that keep state a clone would share, besides
+    the global random (reseeded by the caller): tempfile's name sequence
+    (its own random.Random, renewed only when the pid changes, and every
+    clone is pid 1) and multiprocessing's authentication key (os.urandom at
+    import). Only those already imported; importing them here would cost
+    every clone."""
+    tf = sys.modules.get("tempfile")
+    if tf is not None and getattr(tf, "_name_sequence", None) is not None:
+        tf._name_sequence = None  # made anew, from os.urandom, at its next use
+        reseeded.append("tempfile")
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None:
+        try:
+            mp.current_process().authkey = os.urandom(32)
+            reseeded.append("multiprocessing.authkey")
+        except (AttributeError, ValueError, TypeError):
+            pass
+
+
+class OpenSSLGenerators:
+    """OpenSSL's DRBGs live in process memory and reseed on fork detection
+    (a pid change); the agent is pid 1 in every clone, so without help every
+    clone of a snapshot draws the same ssl.RAND_bytes, TLS randoms and key
+    nonces. After the kernel's RNG is reseeded, RAND_add on the primary DRBG
+    reseeds it from the kernel (the host's entropy as additional input), and
+    every public and private DRBG reseeds from it at its next use.
+
+    Reached: every libcrypto mapped into this process that exports RAND_add
+    (Debian's, which ssl and hashlib load, and copies bundled in wheels).
+    Not reached: OpenSSL linked statically into an extension module, whose
+    symbols are hidden (docs/security.md says so).
+
+    The libraries are found before the snapshot (after the handler's import,
+    and after an invocation that imported modules), so a clone's restore
+    only makes the calls."""
+
+    def __init__(self):
+        self.rand_add = []  # (name, RAND_add)
+        self.seen_modules = -1
+
+    def refresh(self):
+        """Looks for libcrypto mappings again if modules were imported since."""
+        n = len(sys.modules)
+        if n == self.seen_modules:
+            return
+        self.seen_modules = n
+        paths = []
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    i = line.find("/")
+                    if i < 0 or "libcrypto" not in line:
+                        continue
+                    path = line[i:].rstrip("\n")
+                    if "libcrypto" in os.path.basename(path) and path not in paths:
+                        paths.append(path)
+        except OSError as e:
+            log(f"cannot read /proc/self/maps: {e}")
+            return
+        found = []
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+                fn = lib.RAND_add
+            except (OSError, AttributeError):
+                continue  # gone, or no such export
+            fn.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.c_double)
+            fn.restype = None
+            found.append(("openssl:" + os.path.basename(path), fn))
+        if [name for name, _ in found] != [name for name, _ in self.rand_add]:
+            log("OpenSSL generators renewed at restore: " + (", ".join(name for name, _ in found) or "none"))
+        self.rand_add = found
+
+    def reseed(self, entropy):
+        """Reseeds every OpenSSL found; returns their names."""
+        names = []
+        for name, rand_add in self.rand_add:
+            rand_add(entropy, len(entropy), float(len(entropy)))
+            names.append(name)
+        return names
+
+
+_openssl = OpenSSLGenerators()
+
+
 def set_page_reporting_order(params):
     """Free page reporting (virtio-balloon) tells the host which guest pages
     are free, so the host can drop them; thaw uses it to turn pages the guest
@@ -637,6 +730,7 @@ def main():
 
     function = Function(params.get("thaw.function"))
     function.load(params.get("thaw.fndev", DEFAULT_FN_DEV))
+    _openssl.refresh()
 
     try:
         urandom_fd()

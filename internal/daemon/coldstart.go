@@ -322,7 +322,7 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 
 // renewClone makes a restored guest a clone of its own before anyone uses
 // it: the host's time for its clock, fresh entropy for its kernel RNG
-// (reseeded at once), Python's generators reseeded, the function's
+// (reseeded at once), Python's and OpenSSL's generators reseeded, the function's
 // on_restore hook run. Every clone of a snapshot starts with the same
 // memory, so without this they would share random numbers and a stale
 // clock.

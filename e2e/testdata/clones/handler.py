@@ -2,10 +2,17 @@
 import os
 import random
 import secrets
+import ssl
+import tempfile
 import time
 import uuid
 
 token = None  # drawn in on_restore from a generator this function owns
+
+# OpenSSL's generator and tempfile's name sequence, used before the snapshot:
+# both keep state in the process that every clone would otherwise share.
+ssl.RAND_bytes(8)
+next(tempfile._get_candidate_names())
 
 # Read before the snapshot, as anything in the guest may have: the kernel
 # makes boot_id once, at its first read, and clones then share it.
@@ -46,5 +53,6 @@ def handle(event):
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot_id = f.read().strip()
     return {"urandom": os.urandom(8).hex(), "uuid4": str(uuid.uuid4()), "random": random.random(),
-            "token_hex": secrets.token_hex(8), "on_restore": token, "time": time.time(), "boot_id": boot_id,
+            "token_hex": secrets.token_hex(8), "on_restore": token,
+            "ssl_rand": ssl.RAND_bytes(8).hex(), "tempname": next(tempfile._get_candidate_names()), "time": time.time(), "boot_id": boot_id,
             "boot_id_at_import": BOOT_ID_AT_IMPORT}

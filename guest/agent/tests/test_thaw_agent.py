@@ -69,7 +69,7 @@ class RestoreOpTest(unittest.TestCase):
         self.assertTrue(r["ok"], r)
         self.assertEqual(calls[0], __import__("base64").b64decode(entropy))
         self.assertEqual(calls[1], 1)  # the hook ran after the reseed
-        self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "hook", "total"})
+        self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "openssl", "hook", "total"})
         self.assertEqual(r["steps"]["total"], r["duration_ms"])
 
     def stand_in(self, calls):
@@ -99,7 +99,8 @@ class RestoreOpTest(unittest.TestCase):
         self.stand_in([])
         r = json.loads(agent_with(types.SimpleNamespace(handle=lambda e: 0)).restore_line(
             b"restore 3 5 " + bytes(32).hex().encode()))
-        self.assertEqual((r["id"], r["ok"], r["hook"], r["reseeded"]), ("3", True, {"ran": False}, ["kernel", "random"]))
+        self.assertEqual((r["id"], r["ok"], r["hook"]), ("3", True, {"ran": False}))
+        self.assertEqual(r["reseeded"][:2], ["kernel", "random"])
 
         def boom():
             raise RuntimeError("db gone")
@@ -149,3 +150,53 @@ class RestoreOpTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class GeneratorRenewalTest(unittest.TestCase):
+    """What a clone renews besides the kernel's RNG and random's global
+    generator. Run on the host, these check the bookkeeping and that the
+    calls reach real libraries; that clones really differ is checked on
+    real VMs (e2e/clones_test.go)."""
+
+    def test_openssl_libraries_are_found_and_reseeded(self):
+        import ssl
+        ssl.RAND_bytes(8)  # the DRBG exists, as in a function that used ssl
+        gens = thaw_agent.OpenSSLGenerators()
+        gens.refresh()
+        names = [n for n, _ in gens.rand_add]
+        self.assertTrue(any(n.startswith("openssl:libcrypto") for n in names), names)
+        self.assertEqual(gens.reseed(os.urandom(48)), names)
+        before = len(gens.rand_add)
+        gens.refresh()  # no module imported since: nothing looked up again
+        self.assertEqual(len(gens.rand_add), before)
+
+    def test_python_generators_renewed(self):
+        import multiprocessing
+        import tempfile
+        next(tempfile._get_candidate_names())
+        key = multiprocessing.current_process().authkey
+        reseeded = []
+        thaw_agent.renew_python_generators(reseeded)
+        self.assertIn("tempfile", reseeded)
+        self.assertIn("multiprocessing.authkey", reseeded)
+        self.assertIsNone(tempfile._name_sequence)
+        self.assertNotEqual(multiprocessing.current_process().authkey, key)
+        next(tempfile._get_candidate_names())  # made anew on use
+
+    def test_restore_line_lists_what_it_reseeded(self):
+        calls = []
+        settime, reseed = thaw_agent.time.clock_settime_ns, thaw_agent.reseed_kernel
+        thaw_agent.time.clock_settime_ns = lambda clock, t: calls.append(t)
+        thaw_agent.reseed_kernel = calls.append
+        self.addCleanup(setattr, thaw_agent.time, "clock_settime_ns", settime)
+        self.addCleanup(setattr, thaw_agent, "reseed_kernel", reseed)
+        import ssl  # noqa: F401
+        gens = thaw_agent.OpenSSLGenerators()
+        gens.refresh()
+        self.addCleanup(setattr, thaw_agent, "_openssl", thaw_agent._openssl)
+        thaw_agent._openssl = gens
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
+        r = json.loads(a.restore_line(b"restore 8 5 " + os.urandom(40).hex().encode()))
+        self.assertTrue(r["ok"], r)
+        self.assertTrue(any(n.startswith("openssl:libcrypto") for n in r["reseeded"]), r["reseeded"])
+        self.assertGreaterEqual(r["steps"]["openssl"], 0)
