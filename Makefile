@@ -93,7 +93,7 @@ test: deps build image lint deb
 	FUZZTIME=3s scripts/fuzz.sh
 
 # Every fuzz target (request decoding, archives, the agent protocol, QMP,
-# on-disk formats) for FUZZTIME each.
+# on-disk formats, text escaped for the terminal) for FUZZTIME each.
 FUZZTIME ?= 60s
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh

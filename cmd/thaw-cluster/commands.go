@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/cluster"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // envFile is what `up` writes for scripts once the cluster serves.
@@ -28,7 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(upCmd(stdout, stderr), killCmd(), statusCmd(stdout), sweepCmd(stdout), benchCmd(stdout, stderr))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "thaw-cluster: %v\n", err)
+		fmt.Fprintf(stderr, "thaw-cluster: %s\n", termtext.Inline(err.Error()))
 		return 1
 	}
 	return 0

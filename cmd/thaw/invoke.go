@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 func (a *app) newInvokeCmd() *cobra.Command {
@@ -174,13 +174,15 @@ func (a *app) printInvocation(inv *client.Invocation) error {
 			return err
 		}
 		if !inv.OK {
-			fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", inv.Function, funcErrorLine(inv.Error))
+			fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", termtext.Line(inv.Function), funcErrorLine(inv.Error))
 			return &exitCodeError{code: exitFunction}
 		}
 		return nil
 	}
 	if inv.OK {
-		fmt.Fprintln(a.stdout, prettyJSON(inv.Result))
+		// JSON leaves DEL and C1 controls (and a guest's stray bytes) raw
+		// in strings; escaped here, as nowhere else is the result shown.
+		fmt.Fprintln(a.stdout, termtext.Escape(prettyJSON(inv.Result)))
 		fmt.Fprintln(a.stdout)
 	}
 	if err := a.printTiming(inv); err != nil {
@@ -189,26 +191,27 @@ func (a *app) printInvocation(inv *client.Invocation) error {
 	if inv.OK {
 		return nil
 	}
-	fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", inv.Function, funcErrorLine(inv.Error))
-	if inv.Error != nil && inv.Error.Traceback != "" {
-		tb := strings.TrimRight(inv.Error.Traceback, "\n")
-		fmt.Fprintln(a.stderr, tb)
+	fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", termtext.Line(inv.Function), funcErrorLine(inv.Error))
+	if inv.Error != nil {
+		fmt.Fprint(a.stderr, termtext.Indent(inv.Error.Traceback))
 	}
 	return &exitCodeError{code: exitFunction}
 }
 
+// funcErrorLine is a function error's type and message, escaped: the
+// guest wrote both (a message's further lines are marked, termtext.Inline).
 func funcErrorLine(e *client.FunctionError) string {
 	if e == nil {
 		return "an error (no details)"
 	}
-	typ := e.Type
+	typ := termtext.Line(e.Type)
 	if typ == "" {
 		typ = "an error"
 	}
 	if e.Message == "" {
 		return typ
 	}
-	return typ + ": " + e.Message
+	return typ + ": " + termtext.Inline(e.Message)
 }
 
 // prettyJSON indents a JSON document; an empty one is null.

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // Exit codes.
@@ -57,7 +58,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if errors.As(err, &ue) || !a.inRun {
 		// Errors cobra finds before a command runs (unknown commands and
 		// flags, wrong number of arguments, ...) are usage errors too.
-		fmt.Fprintf(stderr, "thaw: %v\n", err)
+		fmt.Fprintf(stderr, "thaw: %s\n", termtext.Inline(err.Error()))
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitUsage
 	}
@@ -76,7 +77,9 @@ func (a *app) printError(err error) {
 		fmt.Fprintln(a.stderr, "thaw: interrupted; the operation may still finish on the daemon")
 		return
 	}
-	fmt.Fprintf(a.stderr, "thaw: %v\n", err)
+	// The daemon's messages may quote a guest (its console, an agent's
+	// reply, QEMU's log): escaped, continuation lines marked.
+	fmt.Fprintf(a.stderr, "thaw: %s\n", termtext.Inline(err.Error()))
 	switch {
 	case errors.Is(err, client.ErrUnreachable) && errors.Is(err, os.ErrPermission):
 		fmt.Fprintln(a.stderr, "thaw: this user may not use thawd's socket: run as root or as a member of thawd's --socket-group, or use http with the API token (THAW_URL, THAW_TOKEN)")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 func (a *app) newOperationCmd() *cobra.Command {
@@ -206,6 +207,7 @@ func (p *progressLine) show(op *client.Operation) {
 	if op.State != "running" {
 		text = fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, op.State)
 	}
+	text = termtext.Line(text)
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", text)
 		p.drawn = true

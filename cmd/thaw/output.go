@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // printJSON prints v as indented JSON on stdout.
@@ -60,9 +61,14 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// row writes one tab-separated table row.
+// row writes one tab-separated table row. Cells are escaped to one line
+// each: some carry text a guest controls (a failed VM's reason, an error).
 func row(w io.Writer, cells ...string) {
-	fmt.Fprintln(w, strings.Join(cells, "\t"))
+	line := make([]string, len(cells))
+	for i, c := range cells {
+		line[i] = termtext.Line(c)
+	}
+	fmt.Fprintln(w, strings.Join(line, "\t"))
 }
 
 // fmtMS formats milliseconds with one decimal; 0 is "-".

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 func (a *app) newSnapshotCmd() *cobra.Command {
@@ -199,7 +200,7 @@ func (a *app) printStore(in *client.StoreInfo) error {
 		return a.printJSON(in)
 	}
 	if !in.Available {
-		fmt.Fprintf(a.stdout, "no memory store: %s\n", in.Error)
+		fmt.Fprintf(a.stdout, "no memory store: %s\n", termtext.Line(in.Error))
 		return nil
 	}
 	w := newTable(a.stdout)

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/buildinfo"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 func (a *app) newVersionCmd() *cobra.Command {
@@ -20,7 +21,7 @@ serves. An unreachable daemon is reported, not an error.`,
 			fmt.Fprintln(a.stdout, "thaw ", buildinfo.String())
 			info, err := a.c.Info(a.ctx)
 			if err != nil {
-				fmt.Fprintf(a.stdout, "thawd at %s: not reachable (%v)\n", a.url, err)
+				fmt.Fprintf(a.stdout, "thawd at %s: not reachable (%s)\n", a.url, termtext.Line(err.Error()))
 				return nil
 			}
 			fmt.Fprintf(a.stdout, "thawd %s at %s, API %s\n", info.Version, a.url, info.APIVersion)

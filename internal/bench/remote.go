@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // The remote-restore experiment: a function prepared on one node and
@@ -136,7 +137,7 @@ func RunRemote(ctx context.Context, nodes RemoteNodes, cfg RemoteConfig) (*Remot
 			fmt.Fprintf(cfg.Sink, "%s\n", b)
 		}
 		say("%s %s %s rep %d: first answer %.0f ms (total %.0f ms), fetched %.1f MiB %s", s.Function, s.Kind, s.Strategy, s.Rep,
-			s.FirstAnswerMS, s.TotalMS, float64(s.FetchedBytes)/(1<<20), s.Error)
+			s.FirstAnswerMS, s.TotalMS, float64(s.FetchedBytes)/(1<<20), termtext.Line(s.Error))
 	}
 	for _, fc := range cfg.Cases {
 		p, err := prepareAndPush(ctx, nodes.Owner, fc, say)

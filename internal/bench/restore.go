@@ -15,6 +15,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // The restore experiment: N concurrent cold starts of one function per
@@ -443,7 +444,7 @@ func (r *restoreRun) add(s RestoreSample) {
 		_, _ = r.cfg.Sink.Write(append(b, '\n'))
 	}
 	if s.Error != "" {
-		r.say("%-4s %-8s N=%-2d rep %d slot %-2d: FAILED: %s", s.Pool, s.Strategy, s.Concurrency, s.Rep, s.Slot, s.Error)
+		r.say("%-4s %-8s N=%-2d rep %d slot %-2d: FAILED: %s", s.Pool, s.Strategy, s.Concurrency, s.Rep, s.Slot, termtext.Line(s.Error))
 		return
 	}
 	r.say("%-4s %-8s N=%-2d rep %d slot %-2d: vmm %-7s setup %6.1f ms, resume %7.1f, total %7.1f; QEMU CPU %s, daemon CPU %s",
