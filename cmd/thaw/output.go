@@ -13,13 +13,14 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// printJSON prints v as indented JSON on stdout.
+// printJSON prints v as indented JSON on stdout, DEL and C1 controls in
+// strings escaped (termtext.JSON).
 func (a *app) printJSON(v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	_, err = fmt.Fprintf(a.stdout, "%s\n", termtext.JSON(b))
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/thaw-dev/thaw/internal/termtext"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -210,9 +211,10 @@ func TestFunctionErrorLayout(t *testing.T) {
 	}
 }
 
-// TestJSONOutputUnchanged: --json prints the daemon's documents byte for
-// byte as the JSON encoder writes them, hostile text included: its
-// escapes (\u001b) once, nothing of the terminal escaping.
+// TestJSONOutputUnchanged: --json prints the daemon's documents as the
+// JSON encoder writes them, hostile text included: its escapes (\u001b)
+// once, nothing of the terminal escaping, and DEL and C1 controls (which
+// JSON leaves raw) as \u escapes too, so the document decodes the same.
 func TestJSONOutputUnchanged(t *testing.T) {
 	d := newHostileDaemon(t)
 	for _, c := range []struct {
@@ -241,6 +243,7 @@ func TestJSONOutputUnchanged(t *testing.T) {
 			t.Errorf("--json %v: the guest's text is not in the JSON encoder's escapes exactly once:\n%s", c.args, r.stdout)
 		}
 		wantTerminalSafe(t, "--json "+strings.Join(c.args, " ")+": stderr", r.stderr)
+		wantTerminalSafe(t, "--json "+strings.Join(c.args, " ")+": stdout", r.stdout)
 	}
 }
 
@@ -251,5 +254,6 @@ func reencode[T any](body []byte) ([]byte, error) {
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&v); err != nil {
 		return nil, err
 	}
-	return json.MarshalIndent(v, "", "  ")
+	b, err := json.MarshalIndent(v, "", "  ")
+	return termtext.JSON(b), err
 }

@@ -12,6 +12,7 @@
 package termtext
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -123,4 +124,38 @@ func writeHex(b *strings.Builder, lead string, v uint32, n int) {
 	for shift := 4 * (n - 1); shift >= 0; shift -= 4 {
 		b.WriteByte(hexDigits[(v>>shift)&0xf])
 	}
+}
+
+// JSON returns a JSON document with the controls that JSON leaves raw in
+// its strings, DEL and the C1 controls U+0080-U+009F, written as \u
+// escapes: the document decodes to the same values, and a terminal it is
+// printed on cannot act on them (JSON encoders escape the C0 controls
+// already). Outside strings valid JSON has none of these characters.
+func JSON(b []byte) []byte {
+	var out []byte
+	start := 0
+	for i := 0; i < len(b); i++ {
+		var r int
+		switch {
+		case b[i] == 0x7f:
+			r = 0x7f
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f:
+			r = int(b[i+1])
+		default:
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(b)+16)
+		}
+		out = append(out, b[start:i]...)
+		out = append(out, fmt.Sprintf(`\u%04x`, r)...)
+		if r != 0x7f {
+			i++
+		}
+		start = i + 1
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[start:]...)
 }

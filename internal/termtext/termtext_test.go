@@ -1,6 +1,7 @@
 package termtext
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -137,4 +138,21 @@ func FuzzEscape(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestJSON(t *testing.T) {
+	doc := map[string]string{"a": "x\x7fy\u0080z\u009b\u00a0é\x1b"}
+	b, _ := json.Marshal(doc)
+	got := JSON(b)
+	if want := `{"a":"x\u007fy\u0080z\u009b` + "\u00a0é" + `\u001b"}`; string(got) != want {
+		t.Fatalf("JSON(%q) = %q, want %q", b, got, want)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(got, &back); err != nil || back["a"] != doc["a"] {
+		t.Fatalf("does not decode to the same: %v %q", err, back)
+	}
+	plain := []byte(`{"a":"b"}`)
+	if out := JSON(plain); &out[0] != &plain[0] {
+		t.Fatal("plain JSON was copied")
+	}
 }
