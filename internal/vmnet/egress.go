@@ -55,14 +55,6 @@ const nsRules = `table ip thaw {
 }
 `
 
-// setupHostEgress turns forwarding on and installs the host's table.
-func setupHostEgress() error {
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		return fmt.Errorf("enable ip forwarding: %w", err)
-	}
-	return nft(hostRules)
-}
-
 func nft(rules string) error {
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
