@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/hoststate"
@@ -128,4 +129,26 @@ func (h *Host) Close() error {
 		return fmt.Errorf("full egress: %w", err)
 	}
 	return nil
+}
+
+// RemoveLink removes VM vm's full-egress link from the daemon's namespace
+// if it is there (the namespace end goes with it): what a daemon that
+// died left, if something kept the VM's namespace alive. It reports
+// whether there was one.
+func RemoveLink(vm string) (bool, error) {
+	l, err := netlink.LinkByName(linkName(vm))
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return false, nil
+		}
+		return false, fmt.Errorf("link %s: %w", linkName(vm), err)
+	}
+	if l.Type() != "veth" {
+		return false, fmt.Errorf("link %s is a %s, not thaw's veth", linkName(vm), l.Type())
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return false, fmt.Errorf("remove link %s: %w", linkName(vm), err)
+	}
+	return true, nil
 }
