@@ -26,9 +26,11 @@ import (
 	"time"
 )
 
-// DefaultDir is where thawd keeps the host state it shares: /run, so a
-// reboot, which undoes every change, clears the records too.
-const DefaultDir = "/run/thaw/hoststate"
+// DefaultDir is where thawd keeps the host state it shares: in /run, so a
+// reboot, which undoes every change, clears the records too; not in
+// /run/thaw, which a service manager may remove when one daemon's unit
+// stops (systemd's RuntimeDirectory) while others still hold a change.
+const DefaultDir = "/run/thaw-hoststate"
 
 // Errors.
 var (
