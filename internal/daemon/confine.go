@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -54,8 +52,7 @@ func (s *Service) openConfinement() error {
 		s.log.Warn("cgroups disabled by configuration: VMs have no memory or CPU limits")
 		return nil
 	}
-	sum := sha256.Sum256([]byte(s.cfg.DataDir))
-	m, err := cgroup.Open(s.cfg.CgroupRoot, "thaw-"+hex.EncodeToString(sum[:4]))
+	m, err := cgroup.Open(s.cfg.CgroupRoot, cgroupParentName(s.cfg.DataDir))
 	if err != nil {
 		return fmt.Errorf("cgroups for VMs: %w", err)
 	}

@@ -504,6 +504,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.openConfinement(); err != nil {
 		return err
 	}
+	s.adoptHostLeftovers()
 	if s.net, err = vmnet.NewHost(vmnet.HostConfig{AllowFullEgress: s.cfg.AllowFullEgress}, s.log); err != nil {
 		return err
 	}
@@ -557,6 +558,7 @@ func (s *Service) reconcile(ctx context.Context) error {
 		if v.PID > 0 {
 			waitGone(v.PID, 5*time.Second) // it may map a range of a device store
 		}
+		s.removeVMLink(v.ID)
 		v.State, v.Reason, v.PID = catalog.StateFailed, reason, 0
 		_ = os.RemoveAll(v.RunDir)
 		if err := s.db.PutVM(ctx, v); err != nil {
@@ -628,8 +630,8 @@ type Info = wire.Info
 // the daemon's own is its build's (buildinfo.Version).
 const APIVersion = "0.1.0"
 
-// Close fails running operations, stops every VM (marking them stopped)
-// and closes the catalog.
+// Close fails running operations, stops every VM (marking them stopped),
+// undoes what the daemon changed on the host and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
 	s.closeVMMPool()
 	s.pool.mu.Lock()
@@ -664,6 +666,7 @@ func (s *Service) Close(ctx context.Context) error {
 	if s.faults != nil {
 		_ = s.faults.Close()
 	}
+	s.releaseHost()
 	err := s.db.Close()
 	if s.lock != nil {
 		s.lock.Close() // releases the data directory

@@ -128,6 +128,7 @@ type Store struct {
 	t        tier
 	metaDir  string // where entry descriptions live (file tiers)
 	notice   string // something Open did that the operator should hear of
+	created  bool   // Open made the directory (RemoveIfEmpty)
 }
 
 var idRe = regexp.MustCompile(`^[a-z]+-[0-9a-z]+$`)
@@ -144,6 +145,7 @@ func Open(dir string) (*Store, error) {
 	if strings.HasPrefix(filepath.Clean(dir), "/dev/dax") {
 		return nil, fmt.Errorf("%w: %s is not a device-DAX character device (no such device, or not bound to device_dax)", ErrUnsupported, dir)
 	}
+	_, statErr := os.Lstat(dir)
 	if err := ownDir(dir, filepath.Dir(filepath.Clean(dir)) == DefaultDir); err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
@@ -187,7 +189,8 @@ func Open(dir string) (*Store, error) {
 		t = &hugeTier{files}
 	}
 	files.removeTemps()
-	return &Store{dir: abs, kind: kind, pageSize: pageSize, t: t, metaDir: files.metaDir}, nil
+	return &Store{dir: abs, kind: kind, pageSize: pageSize, t: t, metaDir: files.metaDir,
+		created: errors.Is(statErr, os.ErrNotExist)}, nil
 }
 
 // ErrNotPrivate: a store directory (or the shared parent the daemon keeps

@@ -55,14 +55,6 @@ const nsRules = `table ip thaw {
 }
 `
 
-// setupHostEgress turns forwarding on and installs the host's table.
-func setupHostEgress() error {
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		return fmt.Errorf("enable ip forwarding: %w", err)
-	}
-	return nft(hostRules)
-}
-
 func nft(rules string) error {
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
@@ -83,10 +75,7 @@ func egressAddr(idx int) (netip.Addr, error) {
 // attachEgress links the namespace ns to the host and returns the host
 // end's name.
 func attachEgress(ns *os.File, vm string) (string, error) {
-	name := vethPrefix + strings.TrimPrefix(vm, "vm-")
-	if len(name) > 15 {
-		name = name[:15]
-	}
+	name := linkName(vm)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: nsLink, PeerNamespace: netlink.NsFd(int(ns.Fd()))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return "", fmt.Errorf("veth %s: %w", name, err)
@@ -138,6 +127,16 @@ func attachEgress(ns *os.File, vm string) (string, error) {
 		return fail(fmt.Errorf("namespace link: %w", err))
 	}
 	return name, nil
+}
+
+// linkName is the host end of VM vm's link (at most 15 bytes, the
+// kernel's limit).
+func linkName(vm string) string {
+	name := vethPrefix + strings.TrimPrefix(vm, "vm-")
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
 }
 
 // detachEgress removes the host end (the namespace end goes with it).

@@ -111,6 +111,13 @@ func (p *proxy) join(guest net.Conn, target netip.AddrPort) {
 		return
 	}
 	p.mu.Lock()
+	select {
+	case <-p.done: // closed while dialing: close has cut the others already
+		p.mu.Unlock()
+		svc.Close()
+		return
+	default:
+	}
 	p.conns[svc] = true
 	p.mu.Unlock()
 	defer p.untrack(svc, false)

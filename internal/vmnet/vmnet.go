@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/hoststate"
 )
 
 // ErrFullEgressOff: a function asks for full egress and the operator has
@@ -28,19 +30,21 @@ type Host struct {
 	cfg       HostConfig
 	log       *slog.Logger
 	resolvers []netip.AddrPort
+	egress    *hoststate.Lease // full egress's change to the host, while allowed
 }
 
 // NewHost checks that this process can build namespaces and, if full
-// egress is allowed, prepares the host for it.
+// egress is allowed, prepares the host for it (Close undoes that);
+// otherwise it undoes what a daemon that died left for full egress.
 func NewHost(cfg HostConfig, log *slog.Logger) (*Host, error) {
 	if err := canCreate(); err != nil {
 		return nil, fmt.Errorf("guest networks: %w", err)
 	}
 	h := &Host{cfg: cfg, log: log}
+	if err := h.holdEgress(); err != nil {
+		return nil, fmt.Errorf("full egress: %w", err)
+	}
 	if cfg.AllowFullEgress {
-		if err := setupHostEgress(); err != nil {
-			return nil, fmt.Errorf("full egress: %w", err)
-		}
 		h.resolvers = readResolvers("/etc/resolv.conf")
 		log.Warn("full egress allowed: functions that declare it reach beyond this host (ip forwarding on, nftables table inet thaw)",
 			"resolvers", h.resolvers)
