@@ -77,6 +77,7 @@ type VM struct {
 	RunDir    string         `json:"run_dir"`
 	Snapshot  string         `json:"snapshot,omitempty"` // restored from
 	Strategy  string         `json:"strategy,omitempty"`
+	Version   int            `json:"version,omitempty"` // the function version it runs
 	Accel     string         `json:"accel"`
 	MemoryMiB int            `json:"memory_mib"`
 	BootMS    float64        `json:"boot_ms,omitempty"` // start to agent ready
@@ -101,6 +102,9 @@ type Snapshot struct {
 	Parent string `json:"parent,omitempty"`
 	// Pinned snapshots are never garbage collected (thawd --snapshot-keep).
 	Pinned bool `json:"pinned,omitempty"`
+	// Version is the function version the snapshot belongs to (absent: made
+	// by hand from an unversioned VM).
+	Version int `json:"version,omitempty"`
 	// Prepared is the prepare result when the snapshot carries strategy
 	// artifacts.
 	Prepared *PrepareResult `json:"prepared,omitempty"`
@@ -188,15 +192,20 @@ func (e *FunctionError) Error() string { return e.Type + ": " + e.Message }
 
 // Invocation is the outcome of one invocation.
 type Invocation struct {
-	ID       string          `json:"id"`
-	Function string          `json:"function"`
-	VM       string          `json:"vm"`
-	Mode     string          `json:"mode"` // "warm" (a running VM), "cold" (restored for it), "pooled" (a VM kept from an earlier cold invocation) or "record" (prepare)
-	Snapshot string          `json:"snapshot,omitempty"`
-	Strategy string          `json:"strategy,omitempty"`
-	OK       bool            `json:"ok"`
-	Result   json.RawMessage `json:"result,omitempty"`
-	Error    *FunctionError  `json:"error,omitempty"`
+	ID       string `json:"id"`
+	Function string `json:"function"`
+	VM       string `json:"vm"`
+	Mode     string `json:"mode"` // "warm" (a running VM), "cold" (restored for it), "pooled" (a VM kept from an earlier cold invocation) or "record" (prepare)
+	Snapshot string `json:"snapshot,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+	// Version is the function version that ran (absent: a snapshot made
+	// by hand, or a VM booted without one); Alias the alias the request
+	// followed to it, if any.
+	Version int             `json:"version,omitempty"`
+	Alias   string          `json:"alias,omitempty"`
+	OK      bool            `json:"ok"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *FunctionError  `json:"error,omitempty"`
 	// In the invocation history only: a result over the stored limit is
 	// kept as its first bytes; the caller got all of it.
 	ResultTruncated bool   `json:"result_truncated,omitempty"`

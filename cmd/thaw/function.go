@@ -17,7 +17,8 @@ func (a *app) newFunctionCmd() *cobra.Command {
 		`A function is a directory of code (a handler the guest agent calls) plus
 its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
 the VM, then invoke the function from the snapshot.`, "fn")
-	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd())
+	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd(),
+		a.newFunctionVersionsCmd())
 	return cmd
 }
 

@@ -231,6 +231,12 @@ func (a *app) printTiming(inv *client.Invocation) error {
 	if how == "" {
 		how = "?"
 	}
+	if inv.Version > 0 {
+		how += fmt.Sprintf(", version %d", inv.Version)
+		if inv.Alias != "" {
+			how += " (alias " + inv.Alias + ")"
+		}
+	}
 	if inv.Snapshot != "" {
 		how += ", snapshot " + inv.Snapshot
 	}

@@ -89,6 +89,8 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newSnapshotCmd(),
 		a.newRegistryCmd(),
 		a.newInvokeCmd(),
+		a.newAliasCmd(),
+		a.newRollbackCmd(),
 		a.newPrepareCmd(),
 		a.newInvocationsCmd(),
 		a.newOperationCmd(),
@@ -173,6 +175,16 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		}
 		if len(args) != len(names) {
 			return fmt.Errorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// rangeArgs takes min to max arguments, named by usage in the message.
+func rangeArgs(min, max int, usage string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return fmt.Errorf("%s takes %d to %d arguments (%s), got %d", cmd.CommandPath(), min, max, usage, len(args))
 		}
 		return nil
 	}

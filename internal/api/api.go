@@ -77,7 +77,7 @@ type route struct {
 }
 
 func (h *Handler) routes() []route {
-	return []route{
+	return append([]route{
 		{"GET", "/v1/openapi.json", h.openapi},
 		{"GET", "/metrics", h.metrics},
 		{"GET", "/v1/info", h.info},
@@ -134,7 +134,7 @@ func (h *Handler) routes() []route {
 			func(o *daemon.Operation) string { return createdKey(o.CreatedAt, o.ID) }, operationBody)},
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
-	}
+	}, h.versionRoutes()...)
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -571,8 +571,8 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	if err != nil {
 		return daemon.ColdRequest{}, err
 	}
-	name := r.PathValue("name")
-	if err := daemon.ValidName(name); err != nil {
+	name := r.PathValue("name") // NAME, NAME:VERSION or NAME:ALIAS
+	if _, err := daemon.ParseRef(name); err != nil {
 		return daemon.ColdRequest{}, err
 	}
 	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy,

@@ -78,6 +78,9 @@ type VM struct {
 	BootMS    float64   `json:"boot_ms,omitempty"` // start to agent ready
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Version is the function version the VM runs (0: unversioned, -1: a
+	// deploy's, not yet published).
+	Version int `json:"version,omitempty"`
 }
 
 // Live reports whether the VM's process is supposed to be running.
@@ -108,6 +111,10 @@ type Snapshot struct {
 	// RemoteMemory: a lazy snapshot, its memory file a placeholder and
 	// its pages in the registry (fetched on demand).
 	RemoteMemory bool `json:"remote_memory,omitempty"`
+	// Version is the function version the snapshot belongs to: 0 for a
+	// snapshot made by hand (unversioned), -1 while a deploy that made it
+	// has not published its version yet.
+	Version int `json:"version,omitempty"`
 }
 
 // Invocation is a record of one invocation and its measurements.
@@ -156,6 +163,8 @@ var migrations = []string{
 	`ALTER TABLE functions ADD COLUMN vmm_pool INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN vmm_pool_ttl_s INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE snapshots ADD COLUMN remote_memory INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE snapshots ADD COLUMN version INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE vms ADD COLUMN version INTEGER NOT NULL DEFAULT 0`,
 }
 
 func migrate(db *sql.DB) error {
@@ -189,7 +198,7 @@ func Open(path string) (*DB, error) {
 		return nil, fmt.Errorf("open catalog %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // SQLite serializes writers; one connection avoids SQLITE_BUSY
-	if _, err := db.Exec(schema); err != nil {
+	if _, err := db.Exec(schema + versionsSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("catalog schema %s: %w", path, err)
 	}
@@ -264,11 +273,20 @@ func (c *DB) execOne(ctx context.Context, what, key, query string, args ...any) 
 
 // PutFunction inserts a function; ErrExists if the name is taken.
 func (c *DB) PutFunction(ctx context.Context, f *Function) error {
+	return putFunction(ctx, c.db, f, false)
+}
+
+// putFunction inserts a function, or replaces the one of its name.
+func putFunction(ctx context.Context, q execer, f *Function, replace bool) error {
 	netw, err := json.Marshal(f.Network)
 	if err != nil {
 		return err
 	}
-	_, err = c.db.ExecContext(ctx, `INSERT INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+	verb := "INSERT"
+	if replace {
+		verb = "INSERT OR REPLACE"
+	}
+	_, err = q.ExecContext(ctx, verb+` INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS,
 		f.VMMPool, f.VMMPoolTTLS)
 	if isUnique(err) {
@@ -315,19 +333,19 @@ func (c *DB) deleteRow(ctx context.Context, table, key, val, what string) error 
 // PutVM inserts or replaces a VM record.
 func (c *DB) PutVM(ctx context.Context, v *VM) error {
 	v.UpdatedAt = time.Now()
-	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO vms VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO vms (`+vmCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		v.ID, v.Function, v.State, v.Reason, v.PID, v.RunDir, v.Snapshot, v.Strategy, v.Accel,
-		v.MemoryMiB, v.BootMS, ts(v.CreatedAt), ts(v.UpdatedAt))
+		v.MemoryMiB, v.BootMS, ts(v.CreatedAt), ts(v.UpdatedAt), v.Version)
 	return err
 }
 
-const vmCols = `id, function, state, reason, pid, run_dir, snapshot, strategy, accel, memory_mib, boot_ms, created_at, updated_at`
+const vmCols = `id, function, state, reason, pid, run_dir, snapshot, strategy, accel, memory_mib, boot_ms, created_at, updated_at, version`
 
 func scanVM(s scanner) (*VM, error) {
 	var v VM
 	var created, updated string
 	if err := s.Scan(&v.ID, &v.Function, &v.State, &v.Reason, &v.PID, &v.RunDir, &v.Snapshot, &v.Strategy,
-		&v.Accel, &v.MemoryMiB, &v.BootMS, &created, &updated); err != nil {
+		&v.Accel, &v.MemoryMiB, &v.BootMS, &created, &updated, &v.Version); err != nil {
 		return nil, err
 	}
 	v.CreatedAt, v.UpdatedAt = parseTS(created), parseTS(updated)
@@ -351,19 +369,19 @@ func (c *DB) DeleteVM(ctx context.Context, id string) error {
 
 // PutSnapshot inserts or replaces a snapshot record.
 func (c *DB) PutSnapshot(ctx context.Context, s *Snapshot) error {
-	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		s.ID, s.Function, s.SourceVM, s.Dir, s.MemoryMiB, s.SizeBytes, s.DiskBytes, s.Stamp,
-		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared), s.Pinned, s.RemoteMemory)
+		s.CreateMS, s.PauseMS, ts(s.CreatedAt), s.Parent, string(s.Prepared), s.Pinned, s.RemoteMemory, s.Version)
 	return err
 }
 
-const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared, pinned, remote_memory`
+const snapCols = `id, function, source_vm, dir, memory_mib, size_bytes, disk_bytes, stamp, create_ms, pause_ms, created_at, parent, prepared, pinned, remote_memory, version`
 
 func scanSnapshot(s scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, prepared string
 	if err := s.Scan(&sn.ID, &sn.Function, &sn.SourceVM, &sn.Dir, &sn.MemoryMiB, &sn.SizeBytes,
-		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared, &sn.Pinned, &sn.RemoteMemory); err != nil {
+		&sn.DiskBytes, &sn.Stamp, &sn.CreateMS, &sn.PauseMS, &created, &sn.Parent, &prepared, &sn.Pinned, &sn.RemoteMemory, &sn.Version); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt = parseTS(created)

@@ -74,7 +74,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fn, err := s.db.GetFunction(ctx, sn.Function)
+	fn, err := s.snapshotFunction(ctx, sn)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
 	}
@@ -102,7 +102,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 		return nil, nil, nil, err
 	}
 	c.t.AdmissionWaitMS, c.t.VMM = ms(waited), "started"
-	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
+	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()), Version: c.sn.Version}
 	t1 := time.Now()
 	vctx, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(rec.ID), AttrFunction.String(rec.Function),
 		AttrSnapshot.String(rec.Snapshot), AttrStrategy.String(rec.Strategy))

@@ -60,7 +60,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	stamp, _ := json.Marshal(st)
 	rec := &catalog.Snapshot{ID: newID, Function: src.Function, SourceVM: src.SourceVM, Dir: final,
 		MemoryMiB: src.MemoryMiB, SizeBytes: src.SizeBytes, DiskBytes: src.DiskBytes, Stamp: string(stamp),
-		CreateMS: ms(time.Since(start)), CreatedAt: m.CreatedAt, Parent: src.Parent}
+		CreateMS: ms(time.Since(start)), CreatedAt: m.CreatedAt, Parent: src.Parent, Version: src.Version}
 	// The artifacts are exact copies of files verified above or at their
 	// build.
 	if err := s.enterSnapshot(ctx, rec, src.Prepared); err != nil {

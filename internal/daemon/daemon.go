@@ -184,6 +184,10 @@ type Config struct {
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
 	SnapshotKeep int
+	// VersionKeep is how many of each function's newest versions keep
+	// their snapshots, besides every version an alias routes to; older
+	// versions' snapshots are collected (0: DefaultVersionKeep).
+	VersionKeep int
 }
 
 // setDefaults fills the zero confinement settings.
@@ -344,6 +348,9 @@ func (c *Config) Validate() error {
 	if c.RegistryGCGrace < 0 {
 		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))
 	}
+	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
+		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
+	}
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -400,6 +407,7 @@ type Service struct {
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	chunks               *registry.Cache    // its local chunk cache
 	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
+	vers                 *versionState      // deploys under way and alias routing (versions.go)
 }
 
 // Directory layout under DataDir.
@@ -455,7 +463,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{},
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{}, vers: newVersionState(),
 		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()

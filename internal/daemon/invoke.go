@@ -18,6 +18,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/attribute"
 )
@@ -78,7 +79,7 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 	if req.EvictCache {
 		return nil, fmt.Errorf("%w: evict_cache applies to cold invocations only", ErrInvalid)
 	}
-	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm"}
+	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm", Version: max(lv.version, 0)}
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
@@ -213,7 +214,9 @@ func (s *Service) pruneHistory(ctx context.Context) {
 // invoke, tear the VM down.
 type ColdRequest struct {
 	InvokeRequest
-	Snapshot string // snapshot id; if empty, the function's newest snapshot
+	Snapshot string // snapshot id; if empty, the newest snapshot of the version Function resolves to
+	// Function is NAME (its live alias's version if it has one, else its
+	// unversioned snapshots), NAME:VERSION or NAME:ALIAS.
 	Function string
 	Strategy string
 	// Variant is a variant of the strategy (faasnap with techniques off).
@@ -231,12 +234,19 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	var ref versions.Ref
+	if req.Function != "" {
+		if ref, err = ParseRef(req.Function); err != nil {
+			return nil, err
+		}
+		req.Function = ref.Function
+	}
 	if req.Snapshot == "" { // the function's snapshot stays while this runs
 		g := s.fnGate(req.Function)
 		g.RLock()
 		defer g.RUnlock()
 	}
-	snapID, strategy, imported, err := s.coldTarget(ctx, req)
+	snapID, strategy, imported, target, err := s.coldTarget(ctx, req, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +263,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if pooled {
 		if k := s.takeKept(req.Function, snapID); k != nil {
 			s.metrics.KeepAlive(true)
-			return s.invokeKept(ctx, k, req.Event, timeout, start)
+			return s.invokeKept(ctx, k, req.Event, timeout, start, target)
 		}
 		s.metrics.KeepAlive(false)
 	}
@@ -281,7 +291,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
-		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache}
+		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias}
 	inv.Timing.Restore, inv.Timing.ImportMS = rt, ms(imported)
 	annotate(ctx, invocationAttrs(inv)...)
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
@@ -311,12 +321,18 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 }
 
 // coldTarget resolves the snapshot and strategy of a cold start: the
-// function's newest snapshot unless the request names one (imported from
-// the registry when the node has none; imported is how long that took).
-func (s *Service) coldTarget(ctx context.Context, req ColdRequest) (snapID string, strategy restore.Strategy, imported time.Duration, err error) {
-	strategy, err = s.strategy(req.Strategy)
-	if err != nil {
-		return "", restore.Strategy{}, 0, err
+// newest snapshot of the version ref resolves to unless the request names
+// one (imported from the registry when the node has none; imported is how
+// long that took).
+func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.Ref) (snapID string, strategy restore.Strategy, imported time.Duration, target Target, err error) {
+	fail := func(err error) (string, restore.Strategy, time.Duration, Target, error) {
+		return "", restore.Strategy{}, 0, Target{}, err
+	}
+	if strategy, err = s.strategy(req.Strategy); err != nil {
+		return fail(err)
+	}
+	if req.Snapshot != "" && ref.Qualified() {
+		return fail(fmt.Errorf("%w: name a snapshot or a version or alias, not both", ErrInvalid))
 	}
 	snapID = req.Snapshot
 	// Unless the request names one, a snapshot whose memory is in the
@@ -324,50 +340,38 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest) (snapID strin
 	// remote strategy.
 	remote, err := s.strategy(s.cfg.RemoteStrategy)
 	if err != nil {
-		return "", restore.Strategy{}, 0, err
+		return fail(err)
 	}
 	if snapID == "" {
+		if target, err = s.resolve(ctx, ref); err != nil {
+			return fail(err)
+		}
 		var notHere error
-		if snapID, notHere = s.newestSnapshot(ctx, req.Function); notHere != nil {
+		if snapID, notHere = s.newestSnapshotOf(ctx, req.Function, target.Version); notHere != nil {
+			if vs, _ := s.db.ListVersions(ctx, req.Function); target.Version > 0 || len(vs) > 0 {
+				return fail(notHere) // versions are this node's own: nothing to import
+			}
 			t := time.Now()
 			if req.Strategy == "" {
 				strategy = remote
 			}
 			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, notHere); err != nil {
-				return "", restore.Strategy{}, 0, err
+				return fail(err)
 			}
 			imported = time.Since(t)
 		}
 	}
-	if req.Strategy == "" && strategy.Kind != remote.Kind {
-		if sn, err := s.GetSnapshot(ctx, snapID); err == nil && sn.RemoteMemory {
-			strategy = remote
-		}
-	}
-	if req.Snapshot != "" && req.Function != "" {
-		sn, err := s.GetSnapshot(ctx, snapID)
-		if err != nil {
-			return "", restore.Strategy{}, 0, err
-		}
-		if sn.Function != req.Function {
-			return "", restore.Strategy{}, 0, fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function)
-		}
-	}
-	return snapID, strategy, imported, nil
-}
-
-func (s *Service) newestSnapshot(ctx context.Context, function string) (string, error) {
-	if _, err := s.GetFunction(ctx, function); err != nil {
-		return "", err
-	}
-	snaps, err := s.db.ListSnapshots(ctx, function)
+	sn, err := s.GetSnapshot(ctx, snapID)
 	if err != nil {
-		return "", err
+		return fail(err)
 	}
-	if len(snaps) == 0 {
-		return "", fmt.Errorf("%w: function %q has no snapshot; boot a VM and snapshot it first", ErrConflict, function)
+	if req.Strategy == "" && strategy.Kind != remote.Kind && sn.RemoteMemory {
+		strategy = remote
 	}
-	return snaps[len(snaps)-1].ID, nil
+	if req.Snapshot != "" && req.Function != "" && sn.Function != req.Function {
+		return fail(fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function))
+	}
+	return snapID, strategy, imported, target, nil
 }
 
 // ListInvocations returns recent invocations, newest first.
@@ -431,10 +435,10 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 
 // invokeKept runs an invocation on an idle VM of the pool and keeps the VM
 // again (or stops it if the pool is full or the function opted out).
-func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time) (*Invocation, error) {
+func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, error) {
 	k.lv.mu.Lock()
 	inv := &Invocation{ID: newID("inv-"), Function: k.rec.Function, VM: k.rec.ID, Mode: "pooled",
-		Snapshot: k.snapshot, Strategy: k.rec.Strategy}
+		Snapshot: k.snapshot, Strategy: k.rec.Strategy, Version: k.rec.Version, Alias: target.Alias}
 	annotate(ctx, invocationAttrs(inv)...)
 	err := s.invokeLocked(ctx, k.lv, inv, event, timeout)
 	kept := err == nil && s.park(k.lv, k.rec, k.snapshot)

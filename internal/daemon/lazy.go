@@ -396,7 +396,7 @@ func (s *Service) importOnInvoke(ctx context.Context, function string, kind rest
 	v, err, _ := s.imports.Do(function, func() (any, error) {
 		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
-			return s.newestSnapshot(ctx, function)
+			return s.newestSnapshotOf(ctx, function, 0)
 		}
 		if err != nil {
 			return nil, err

@@ -77,7 +77,14 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	stamp, _ := json.Marshal(st)
 	rec = &catalog.Snapshot{ID: id, Function: lv.fn.Name, SourceVM: vmID, Dir: final,
 		MemoryMiB: m.Guest.MemoryMiB, Stamp: string(stamp), CreateMS: ms(time.Since(start)),
-		PauseMS: ms(pause), CreatedAt: m.CreatedAt}
+		PauseMS: ms(pause), CreatedAt: m.CreatedAt, Version: lv.version}
+	if lv.version < 0 {
+		// A deploy's snapshot restores with the deploy's configuration
+		// until its version is published (or the deploy fails).
+		s.vers.mu.Lock()
+		s.vers.pending[id] = lv.fn
+		s.vers.mu.Unlock()
+	}
 	for _, f := range m.Files {
 		rec.SizeBytes += f.Size
 		rec.DiskBytes += f.Allocated
@@ -325,7 +332,7 @@ func (s *Service) verify(ctx context.Context, id string, full bool) (*verifiedSn
 	if err != nil {
 		return nil, err
 	}
-	fn, err := s.db.GetFunction(ctx, sn.Function)
+	fn, err := s.snapshotFunction(ctx, sn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}

@@ -208,7 +208,7 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 		release()
 		return nil, err
 	}
-	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind())}
+	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()), Version: c.sn.Version}
 	started := time.Now()
 	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
 	if err != nil {

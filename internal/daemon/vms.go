@@ -27,6 +27,7 @@ type liveVM struct {
 	mu      sync.Mutex
 	id      string
 	fn      *catalog.Function
+	version int // the function version it runs (0: unversioned, -1: a deploy's, unpublished)
 	m       vmm.Machine
 	agent   *agent.Conn
 	runDir  string
@@ -140,7 +141,7 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		return nil, fmt.Errorf("%w: %v", ErrVMFailed, err)
 	}
 	rec.PID = m.PID()
-	lv := &liveVM{id: rec.ID, fn: fn, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
+	lv := &liveVM{id: rec.ID, fn: fn, version: rec.Version, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
 		spec: spec, unconfine: unconfine, net: vnet, release: release}
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
@@ -294,19 +295,44 @@ func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Durati
 
 // BootVM boots a function's VM from the guest image and waits until its
 // agent answers (or fails). Guest RAM lives in a shared memory file in the
-// VM's run directory, so the VM can be snapshotted.
+// VM's run directory, so the VM can be snapshotted. function is NAME (the
+// function's own configuration: an unversioned VM), NAME:VERSION or
+// NAME:ALIAS (that version's, or the alias's main version's: its
+// snapshots belong to the version).
 func (s *Service) BootVM(ctx context.Context, function string) (vm *catalog.VM, err error) {
-	ctx, sp := s.span(ctx, SpanBoot, AttrFunction.String(function))
+	ref, err := ParseRef(function)
+	if err != nil {
+		return nil, err
+	}
+	fn, version := (*catalog.Function)(nil), 0
+	switch {
+	case ref.Qualified():
+		t, err := s.resolvePrimary(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		v, err := s.GetVersion(ctx, ref.Function, t)
+		if err != nil {
+			return nil, err
+		}
+		fn, version = &v.Config, v.Number
+	default:
+		if fn, err = s.GetFunction(ctx, ref.Function); err != nil {
+			return nil, err
+		}
+	}
+	return s.bootFunction(ctx, fn, version)
+}
+
+// bootFunction boots a VM of configuration fn for version (BootVM).
+func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, version int) (vm *catalog.VM, err error) {
+	ctx, sp := s.span(ctx, SpanBoot, AttrFunction.String(fn.Name))
 	defer func() {
 		if vm != nil {
 			sp.SetAttributes(AttrVM.String(vm.ID))
 		}
 		endSpan(sp, err)
 	}()
-	fn, err := s.GetFunction(ctx, function)
-	if err != nil {
-		return nil, err
-	}
 	phase(ctx, "admission")
 	release, err := s.admit(ctx, fn)
 	if err != nil {
@@ -315,7 +341,7 @@ func (s *Service) BootVM(ctx context.Context, function string) (vm *catalog.VM, 
 	id := newID("vm-")
 	spec := s.baseSpec(id, fn)
 	spec.Memory = vmm.Memory{Path: filepath.Join(spec.RunDir, "memory"), Shared: true}
-	rec := &catalog.VM{ID: id, Function: fn.Name}
+	rec := &catalog.VM{ID: id, Function: fn.Name, Version: version}
 	start := time.Now()
 	phase(ctx, "starting vmm")
 	vctx, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(id), AttrFunction.String(fn.Name))

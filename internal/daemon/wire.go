@@ -19,19 +19,32 @@ func FunctionBody(f *catalog.Function) *wire.Function {
 		VMMPool: f.VMMPool, VMMPoolTTLS: f.VMMPoolTTLS, CreatedAt: f.CreatedAt}
 }
 
+// VersionBody is a function version as the API answers it.
+func VersionBody(v *VersionInfo) *wire.Version {
+	return &wire.Version{Function: v.Function, Version: v.Number, Digest: v.Digest, Config: *FunctionBody(&v.Config),
+		Snapshot: v.Snapshot, Aliases: v.Aliases, Collected: v.Collected, Build: v.Inputs, CreatedAt: v.CreatedAt}
+}
+
+// AliasBody is an alias as the API answers it.
+func AliasBody(a *catalog.Alias) *wire.Alias {
+	out := &wire.Alias{Function: a.Function, Name: a.Name, History: a.History, UpdatedAt: a.UpdatedAt}
+	_ = json.Unmarshal(a.Routing, &out.Routing) // the daemon wrote it
+	return out
+}
+
 // VMBody is a VM as the API answers it; restore is the breakdown of the
 // restore that started it, if it was just restored.
 func VMBody(v *catalog.VM, restore *RestoreTiming) *wire.VM {
 	return &wire.VM{ID: v.ID, Function: v.Function, State: v.State, Reason: v.Reason, PID: v.PID, RunDir: v.RunDir,
 		Snapshot: v.Snapshot, Strategy: v.Strategy, Accel: v.Accel, MemoryMiB: v.MemoryMiB, BootMS: v.BootMS,
-		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Restore: restore}
+		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Restore: restore, Version: max(v.Version, 0)}
 }
 
 // SnapshotBody is a snapshot as the API answers it, with its prepare result.
 func SnapshotBody(sn *catalog.Snapshot) *wire.Snapshot {
 	out := &wire.Snapshot{ID: sn.ID, Function: sn.Function, SourceVM: sn.SourceVM, Dir: sn.Dir, MemoryMiB: sn.MemoryMiB,
 		SizeBytes: sn.SizeBytes, DiskBytes: sn.DiskBytes, CreateMS: sn.CreateMS, PauseMS: sn.PauseMS,
-		CreatedAt: sn.CreatedAt, Parent: sn.Parent, Pinned: sn.Pinned, Memory: wire.MemoryLocal}
+		CreatedAt: sn.CreatedAt, Parent: sn.Parent, Pinned: sn.Pinned, Memory: wire.MemoryLocal, Version: max(sn.Version, 0)}
 	if sn.RemoteMemory {
 		out.Memory = wire.MemoryRemote
 	}
