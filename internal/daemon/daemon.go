@@ -500,6 +500,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err = s.reconcile(ctx); err != nil {
 		return err
 	}
+	if err := s.removePendingSnapshots(ctx); err != nil {
+		return fmt.Errorf("clean unfinished deploys: %w", err)
+	}
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
@@ -507,6 +510,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if fns, err := s.db.ListFunctions(ctx); err == nil {
 		for _, f := range fns {
 			s.collectSnapshots(ctx, f.Name)
+			s.collectVersions(ctx, f.Name)
 		}
 	}
 	if err := s.openConfinement(); err != nil {

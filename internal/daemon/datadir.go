@@ -50,13 +50,9 @@ func lockDataDir(dir string) (*os.File, error) {
 // snapshots the catalog does not know (a crash between publishing one and
 // recording it).
 func (s *Service) removeLeftovers(ctx context.Context) error {
-	fns, err := s.db.ListFunctions(ctx)
+	known, err := s.codeDirsInUse(ctx)
 	if err != nil {
 		return err
-	}
-	known := map[string]bool{}
-	for _, f := range fns {
-		known[filepath.Dir(f.CodeDir)] = true
 	}
 	snaps, err := s.db.ListSnapshots(ctx, "")
 	if err != nil {

@@ -357,10 +357,12 @@ func (s *Service) PinSnapshot(ctx context.Context, id string, pinned bool) (*cat
 	return s.GetSnapshot(ctx, id)
 }
 
-// collectSnapshots keeps the function's newest SnapshotKeep snapshots and
-// deletes the older ones that are not pinned, not in use (a live VM
-// restored from it, or kept idle) and not in spare (a snapshot just
-// pulled, however old); nothing with SnapshotKeep 0.
+// collectSnapshots keeps the newest SnapshotKeep snapshots of each of the
+// function's versions (and of its unversioned ones) and deletes the older
+// ones that are not pinned, not in use (a live VM restored from it, or
+// kept idle) and not in spare (a snapshot just pulled, however old);
+// nothing with SnapshotKeep 0. Whole versions go by version retention
+// (collectVersions), never here.
 func (s *Service) collectSnapshots(ctx context.Context, function string, spare ...string) {
 	if s.cfg.SnapshotKeep <= 0 {
 		return
@@ -369,17 +371,28 @@ func (s *Service) collectSnapshots(ctx context.Context, function string, spare .
 	if err != nil || len(snaps) <= s.cfg.SnapshotKeep {
 		return
 	}
-	for _, sn := range snaps[:len(snaps)-s.cfg.SnapshotKeep] {
-		if sn.Pinned || slices.Contains(spare, sn.ID) {
+	byVersion := map[int][]*catalog.Snapshot{}
+	for _, sn := range snaps {
+		if sn.Version >= 0 { // a deploy's pending snapshots are its own
+			byVersion[sn.Version] = append(byVersion[sn.Version], sn)
+		}
+	}
+	for _, group := range byVersion {
+		if len(group) <= s.cfg.SnapshotKeep {
 			continue
 		}
-		if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == sn.ID }); err != nil || v != nil {
-			continue
+		for _, sn := range group[:len(group)-s.cfg.SnapshotKeep] {
+			if sn.Pinned || slices.Contains(spare, sn.ID) {
+				continue
+			}
+			if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == sn.ID }); err != nil || v != nil {
+				continue
+			}
+			if err := s.DeleteSnapshot(ctx, sn.ID); err != nil {
+				s.log.Warn("snapshot garbage collection", "snapshot", sn.ID, "err", err)
+				continue
+			}
+			s.log.Info("snapshot collected", "snapshot", sn.ID, "function", function, "version", sn.Version, "keep", s.cfg.SnapshotKeep)
 		}
-		if err := s.DeleteSnapshot(ctx, sn.ID); err != nil {
-			s.log.Warn("snapshot garbage collection", "snapshot", sn.ID, "err", err)
-			continue
-		}
-		s.log.Info("snapshot collected", "snapshot", sn.ID, "function", function, "keep", s.cfg.SnapshotKeep)
 	}
 }

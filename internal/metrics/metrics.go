@@ -48,6 +48,8 @@ type Set struct {
 	vmmPool, vmmPoolDrops        *prometheus.CounterVec
 	registryGC                   *prometheus.CounterVec
 	registryGCBytes              prometheus.Counter
+	deploys, rebuilds            *prometheus.CounterVec
+	versionsCollected            prometheus.Counter
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -83,6 +85,11 @@ func New(state func() State) *Set {
 	s.registryGC = counter("registry_gc_total", "Snapshot registry collections this node ran (asked for or scheduled), by outcome: ok, dry_run, busy (held off by running pushes) or failed.", "outcome")
 	s.registryGCBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "thaw", Name: "registry_gc_deleted_bytes_total",
 		Help: "Stored bytes of registry chunks and code archives this node's collections deleted."})
+	s.deploys = counter("deploys_total", "Deploys by outcome: published (a new version), unchanged (the content of an existing version: nothing done) or failed.", "outcome")
+	s.rebuilds = counter("version_rebuilds_total", "Versions snapshotted again because what their snapshot was made from changed, by what changed (image, kernel, machine, layer, config) and outcome (ok, failed).", "reason", "outcome")
+	s.versionsCollected = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "thaw", Name: "versions_collected_total",
+		Help: "Function versions whose snapshots retention deleted (neither among the newest --version-keep nor an alias's target)."})
+	s.Registry.MustRegister(s.deploys, s.rebuilds, s.versionsCollected)
 	s.Registry.MustRegister(s.registryGC, s.registryGCBytes)
 	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions, s.vmmPool, s.vmmPoolDrops)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
@@ -180,6 +187,15 @@ func (s *Set) VMMPoolDrop(why string) {
 	}
 	s.vmmPoolDrops.WithLabelValues(reason).Inc()
 }
+
+// Deploy records a deploy's outcome.
+func (s *Set) Deploy(outcome string) { s.deploys.WithLabelValues(outcome).Inc() }
+
+// VersionRebuild records a version snapshotted again because reason changed.
+func (s *Set) VersionRebuild(reason, outcome string) { s.rebuilds.WithLabelValues(reason, outcome).Inc() }
+
+// VersionCollected records a version whose snapshots retention deleted.
+func (s *Set) VersionCollected() { s.versionsCollected.Inc() }
 
 // KeepAliveEviction records an idle VM stopped for reason.
 func (s *Set) KeepAliveEviction(reason string) { s.evictions.WithLabelValues(reason).Inc() }
