@@ -640,8 +640,8 @@ func readPrepare(w http.ResponseWriter, r *http.Request) (daemon.PrepareRequest,
 	if err := decode(w, r, maxInvokeBody, &req); err != nil {
 		return daemon.PrepareRequest{}, err
 	}
-	name := r.PathValue("name")
-	if err := daemon.ValidName(name); err != nil {
+	name := r.PathValue("name") // NAME, NAME:VERSION or NAME:ALIAS
+	if _, err := daemon.ParseRef(name); err != nil {
 		return daemon.PrepareRequest{}, err
 	}
 	return daemon.PrepareRequest{Function: name, RecordEvent: req.RecordEvent, GroupSize: req.GroupSize,

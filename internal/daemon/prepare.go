@@ -32,17 +32,35 @@ type PrepareResult = wire.PrepareResult
 // one invocation with the record input and takes the warm snapshot that
 // the others record on and every later cold invocation restores
 // (FaaSnap's flow, section 4.8, Figure 5).
+//
+// req.Function is NAME (the version its live alias mainly routes to, or,
+// without versions, the function's own configuration), NAME:VERSION or
+// NAME:ALIAS; the snapshots belong to that version.
 func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *PrepareResult, err error) {
-	ctx, sp := s.span(ctx, SpanPrepare, AttrFunction.String(req.Function))
-	defer func() { endSpan(sp, err) }()
-	t0 := time.Now()
 	timeout, err := s.checkPrepare(ctx, &req)
 	if err != nil {
 		return nil, err
 	}
+	ref, err := ParseRef(req.Function)
+	if err != nil {
+		return nil, err
+	}
+	fn, version, err := s.configOf(ctx, ref, true)
+	if err != nil {
+		return nil, err
+	}
+	req.Function = ref.Function
+	return s.prepareWith(ctx, req, timeout, fn, version)
+}
+
+// prepareWith prepares configuration fn of version (Prepare).
+func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout time.Duration, fn *catalog.Function, version int) (res *PrepareResult, err error) {
+	ctx, sp := s.span(ctx, SpanPrepare, AttrFunction.String(req.Function))
+	defer func() { endSpan(sp, err) }()
+	t0 := time.Now()
 	res = &PrepareResult{Function: req.Function}
 	steps := recordOrder(s.strategies)
-	vm, err := s.BootVM(subProgress(ctx, "boot: "), req.Function)
+	vm, err := s.bootFunction(subProgress(ctx, "boot: "), fn, version)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +141,11 @@ func (s *Service) checkPrepare(ctx context.Context, req *PrepareRequest) (time.D
 	if err != nil {
 		return 0, err
 	}
-	_, err = s.GetFunction(ctx, req.Function)
+	ref, err := ParseRef(req.Function)
+	if err != nil {
+		return 0, err
+	}
+	_, _, err = s.configOf(ctx, ref, true)
 	return timeout, err
 }
 

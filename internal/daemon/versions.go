@@ -134,6 +134,33 @@ func (s *Service) resolve(ctx context.Context, ref versions.Ref) (Target, error)
 	return Target{Version: routing.Pick(s.vers.uniform()), Alias: name}, nil
 }
 
+// configOf is the configuration and version a reference boots: a named
+// version's; an alias's main version's; unqualified, the function's own
+// (version 0) unless followLive and the function has a live alias.
+func (s *Service) configOf(ctx context.Context, ref versions.Ref, followLive bool) (*catalog.Function, int, error) {
+	if !ref.Qualified() && followLive {
+		if _, err := s.db.GetAlias(ctx, ref.Function, versions.Live); err == nil {
+			ref.Alias = versions.Live
+		}
+	}
+	if !ref.Qualified() {
+		fn, err := s.GetFunction(ctx, ref.Function)
+		return fn, 0, err
+	}
+	n, err := s.resolvePrimary(ctx, ref)
+	if err != nil {
+		return nil, 0, err
+	}
+	v, err := s.GetVersion(ctx, ref.Function, n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if v.Collected {
+		return nil, 0, fmt.Errorf("%w: version %s:%d was collected; deploy it again", ErrConflict, ref.Function, n)
+	}
+	return &v.Config, v.Number, nil
+}
+
 // resolvePrimary is the version a qualified reference names: the version,
 // or its alias's main one (the most traffic).
 func (s *Service) resolvePrimary(ctx context.Context, ref versions.Ref) (int, error) {

@@ -304,22 +304,9 @@ func (s *Service) BootVM(ctx context.Context, function string) (vm *catalog.VM, 
 	if err != nil {
 		return nil, err
 	}
-	fn, version := (*catalog.Function)(nil), 0
-	switch {
-	case ref.Qualified():
-		t, err := s.resolvePrimary(ctx, ref)
-		if err != nil {
-			return nil, err
-		}
-		v, err := s.GetVersion(ctx, ref.Function, t)
-		if err != nil {
-			return nil, err
-		}
-		fn, version = &v.Config, v.Number
-	default:
-		if fn, err = s.GetFunction(ctx, ref.Function); err != nil {
-			return nil, err
-		}
+	fn, version, err := s.configOf(ctx, ref, false)
+	if err != nil {
+		return nil, err
 	}
 	return s.bootFunction(ctx, fn, version)
 }
