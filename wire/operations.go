@@ -11,6 +11,8 @@ const (
 	OpPush    = "push"    // POST /v1/snapshots/{id}/push
 	OpPull    = "pull"    // POST /v1/snapshots/pull
 	OpGC      = "gc"      // POST /v1/registry/gc
+	OpDeploy  = "deploy"  // POST /v1/functions/{name}/deploy
+	OpRebuild = "rebuild" // a version snapshotted again after what it was made from changed
 )
 
 // Operation states.
@@ -24,8 +26,8 @@ const (
 // what ?wait=false answers (202) and GET /v1/operations/{id} shows.
 type Operation struct {
 	ID       string            `json:"id"`
-	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push, pull or gc
-	Target   string            `json:"target"` // the function (boot, prepare) or snapshot (store, copy, push, pull; a pull by function: the function; gc: the bucket)
+	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push, pull, gc, deploy or rebuild
+	Target   string            `json:"target"` // the function (boot, prepare, deploy; rebuild: NAME:VERSION) or snapshot (store, copy, push, pull; a pull by function: the function; gc: the bucket)
 	State    string            `json:"state"`  // running, succeeded or failed
 	Progress OperationProgress `json:"progress"`
 	// Result is, once succeeded, the body the synchronous request answers.
@@ -55,6 +57,7 @@ type OperationResult struct {
 	Push     *PushResult    `json:"push,omitempty"`     // push
 	Pull     *PullResult    `json:"pull,omitempty"`     // pull
 	GC       *GCResult      `json:"gc,omitempty"`       // gc
+	Deploy   *Deploy        `json:"deploy,omitempty"`   // deploy, rebuild
 }
 
 // OperationError is a failed operation's error: the HTTP status and error

@@ -69,3 +69,50 @@ type Rollback struct {
 	To       int     `json:"to"`
 	MS       float64 `json:"ms"`
 }
+
+// DeployRequest is POST /v1/functions/{name}/deploy naming a directory on
+// the daemon's host (an upload of the code as a tar.gz takes the same
+// settings as query parameters). A setting left out keeps the function's
+// current one (a new function: the daemon's default).
+type DeployRequest struct {
+	Directory      string   `json:"directory"`
+	MemoryMiB      int      `json:"memory_mib,omitempty"`
+	VCPUs          int      `json:"vcpus,omitempty"`
+	Network        *Network `json:"network,omitempty"`
+	MaxConcurrency int      `json:"max_concurrency,omitempty"`
+	KeepAliveS     int      `json:"keep_alive_s,omitempty"`
+	VMMPool        int      `json:"vmm_pool,omitempty"`
+	VMMPoolTTLS    int      `json:"vmm_pool_ttl_s,omitempty"`
+	// NoPromote leaves the live alias where it is (a version to test, or
+	// to shift traffic to by weight).
+	NoPromote bool `json:"no_promote,omitempty"`
+	// Prepare also builds the restore strategies' artifacts (reap, faasnap,
+	// snapbpf) on a warm snapshot recorded with RecordEvent, as POST
+	// /v1/functions/{name}/prepare does.
+	Prepare     bool            `json:"prepare,omitempty"`
+	RecordEvent json.RawMessage `json:"record_event,omitempty"`
+}
+
+// Deploy is what a deploy published: a new version, or the existing one
+// that has the same content (Unchanged: nothing was built or moved).
+type Deploy struct {
+	Function  string `json:"function"`
+	Version   int    `json:"version"`
+	Digest    string `json:"digest"`
+	Unchanged bool   `json:"unchanged,omitempty"`
+	// Promoted: the live alias now routes to this version.
+	Promoted bool `json:"promoted,omitempty"`
+	// Snapshots are the version's snapshots made by this deploy (the
+	// clean one, and the warm one of a prepare).
+	Snapshots []string     `json:"snapshots,omitempty"`
+	Timing    DeployTiming `json:"timing"`
+}
+
+// DeployTiming breaks a deploy down, in milliseconds.
+type DeployTiming struct {
+	BuildMS    float64 `json:"build_ms"`              // code disk and dependency layer
+	BootMS     float64 `json:"boot_ms,omitempty"`     // VMM start to the handler imported
+	SnapshotMS float64 `json:"snapshot_ms,omitempty"` // the clean snapshot
+	PrepareMS  float64 `json:"prepare_ms,omitempty"`  // the strategies' artifacts (with prepare)
+	TotalMS    float64 `json:"total_ms"`
+}

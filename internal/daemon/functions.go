@@ -59,14 +59,39 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	defer release()
-	staging, err := os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
+	staging, err := s.stageCode(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(staging)
+	f, err := s.buildFunction(ctx, spec, netw, staging)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.db.PutFunction(ctx, f); err != nil {
+		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
+		return nil, err
+	}
+	s.log.Info("function created", "function", f.Name, "digest", f.Digest[:12])
+	return f, nil
+}
+
+// stageCode unpacks spec's code into a new staging directory under the
+// functions directory (<staging>/code/<name>/handler.py and friends),
+// which the caller removes.
+func (s *Service) stageCode(ctx context.Context, spec FunctionSpec) (staging string, err error) {
+	staging, err = os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(staging)
+		}
+	}()
 	code := filepath.Join(staging, "code", spec.Name)
 	if err := os.MkdirAll(code, 0o755); err != nil {
-		return nil, err
+		return "", err
 	}
 	if spec.Directory != "" {
 		err = s.copySource(ctx, code, spec.Directory)
@@ -74,11 +99,20 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		err = extractArchive(code, spec.Archive)
 	}
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if st, err := os.Stat(filepath.Join(code, "handler.py")); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: function %q has no handler.py at its top level", ErrInvalid, spec.Name)
+		return "", fmt.Errorf("%w: function %q has no handler.py at its top level", ErrInvalid, spec.Name)
 	}
+	return staging, nil
+}
+
+// buildFunction digests staged code and builds its disk, then moves the
+// staging directory to a directory of its own (functions/<name>-<id>: code/
+// and code.ext4) and returns the function's configuration, not yet
+// recorded: the caller records it, or removes the directory.
+func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmnet.Policy, staging string) (*catalog.Function, error) {
+	code := filepath.Join(staging, "code", spec.Name)
 	digest, size, err := digestTree(code)
 	if err != nil {
 		return nil, err
@@ -92,16 +126,11 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	if err := os.Rename(staging, final); err != nil {
 		return nil, err
 	}
-	f := &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
+	s.log.Debug("function code built", "function", spec.Name, "digest", digest[:12], "bytes", size)
+	return &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
 		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS,
-		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS}
-	if err := s.db.PutFunction(ctx, f); err != nil {
-		_ = os.RemoveAll(final)
-		return nil, err
-	}
-	s.log.Info("function created", "function", f.Name, "digest", digest[:12], "bytes", size)
-	return f, nil
+		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS}, nil
 }
 
 // reserveName claims name for one create at a time; release gives it back.
@@ -305,10 +334,25 @@ func (s *Service) DeleteFunction(ctx context.Context, name string) error {
 	if len(snaps) > 0 {
 		return fmt.Errorf("%w: function %q has %d snapshot(s), e.g. %s; delete them first", ErrConflict, name, len(snaps), snaps[0].ID)
 	}
+	vs, err := s.db.ListVersions(ctx, name)
+	if err != nil {
+		return err
+	}
+	dirs := []string{filepath.Dir(f.CodeDir)}
+	for _, v := range vs {
+		dirs = append(dirs, filepath.Dir(v.Config.CodeDir))
+	}
+	if err := s.db.DeleteFunctionVersions(ctx, name); err != nil {
+		return err
+	}
 	if err := s.db.DeleteFunction(ctx, name); err != nil {
 		return err
 	}
-	return os.RemoveAll(filepath.Dir(f.CodeDir))
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	return errors.Join(errs...)
 }
 
 // checkFunctionSpec validates a new function (filling the defaults) and

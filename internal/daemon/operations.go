@@ -266,7 +266,11 @@ func startCall[A, T any](s *Service, ctx context.Context, kind, target string, c
 
 // StartBoot boots a function's VM as an operation (BootVM).
 func (s *Service) StartBoot(ctx context.Context, function string) (*Operation, error) {
-	if _, err := s.GetFunction(ctx, function); err != nil {
+	ref, err := ParseRef(function)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.configOf(ctx, ref, false); err != nil {
 		return nil, err
 	}
 	return startCall(s, ctx, wire.OpBoot, function, s.BootVM, function, func(v *catalog.VM) *wire.OperationResult {

@@ -115,13 +115,30 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 	}
 	s.log.Info("prepared", "function", req.Function, "warm", res.Warm.ID, "total_ms", res.Timing.TotalMS)
 	s.collectSnapshots(ctx, req.Function)
-	s.autoPush(ctx, res.Warm.ID)
+	if version >= 0 { // a deploy's pushes once its version is published
+		s.autoPush(ctx, res.Warm.ID)
+	}
 	return res, nil
 }
 
 // checkPrepare validates a prepare request (filling defaults) before
 // anything boots and returns its per-invocation timeout.
 func (s *Service) checkPrepare(ctx context.Context, req *PrepareRequest) (time.Duration, error) {
+	timeout, err := s.checkPrepareOptions(req)
+	if err != nil {
+		return 0, err
+	}
+	ref, err := ParseRef(req.Function)
+	if err != nil {
+		return 0, err
+	}
+	_, _, err = s.configOf(ctx, ref, true)
+	return timeout, err
+}
+
+// checkPrepareOptions validates a prepare request's options (filling
+// defaults) and returns its per-invocation timeout.
+func (s *Service) checkPrepareOptions(req *PrepareRequest) (time.Duration, error) {
 	if req.GroupSize == 0 {
 		req.GroupSize = 1024
 	}
@@ -137,16 +154,7 @@ func (s *Service) checkPrepare(ctx context.Context, req *PrepareRequest) (time.D
 	if steps := recordOrder(s.strategies); len(steps) == 0 || !steps[0].Warm {
 		return 0, fmt.Errorf("%w: none of this daemon's strategies takes a warm snapshot; there is nothing to prepare", ErrConflict)
 	}
-	timeout, err := s.timeout(req.Timeout)
-	if err != nil {
-		return 0, err
-	}
-	ref, err := ParseRef(req.Function)
-	if err != nil {
-		return 0, err
-	}
-	_, _, err = s.configOf(ctx, ref, true)
-	return timeout, err
+	return s.timeout(req.Timeout)
 }
 
 // recordOrder is the strategies with a prepare step, the Warm one first.

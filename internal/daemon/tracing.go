@@ -29,6 +29,7 @@ const (
 	SpanBoot      = "boot"           // a VM booted from the guest image
 	SpanSnapshot  = "snapshot"       // a VM snapshotted
 	SpanPrepare   = "prepare"        // a function prepared (clean and warm snapshots, artifacts)
+	SpanDeploy    = "deploy"         // a function version built, booted, snapshotted and published
 )
 
 // Span attributes.
