@@ -152,6 +152,8 @@ func (a *app) printResult(op *client.Operation) error {
 		return a.printPull(r.Pull)
 	case r.GC != nil:
 		return a.printGC(r.GC)
+	case r.Deploy != nil:
+		return a.printDeploy(r.Deploy)
 	}
 	return a.printOperation(op)
 }

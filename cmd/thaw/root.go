@@ -88,6 +88,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newVMCmd(),
 		a.newSnapshotCmd(),
 		a.newRegistryCmd(),
+		a.newDeployCmd(),
 		a.newInvokeCmd(),
 		a.newAliasCmd(),
 		a.newRollbackCmd(),

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -467,28 +468,9 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 // a directory on the daemon's host.
 func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.FunctionSpec, error) {
 	var spec daemon.FunctionSpec
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt = strings.ToLower(mt); mt == "application/gzip" || mt == "application/x-gzip" {
-		q := r.URL.Query()
-		var err error
-		spec.Name = q.Get("name")
-		spec.Network = vmnet.Policy{Egress: vmnet.Egress(q.Get("egress")), Services: q["allow"]}
-		if spec.MemoryMiB, err = intParam(q.Get("memory_mib")); err == nil {
-			spec.VCPUs, err = intParam(q.Get("vcpus"))
-		}
-		if err == nil {
-			spec.MaxConcurrency, err = intParam(q.Get("max_concurrency"))
-		}
-		if err == nil {
-			spec.KeepAliveS, err = intParam(q.Get("keep_alive_s"))
-		}
-		if err == nil {
-			spec.VMMPool, err = intParam(q.Get("vmm_pool"))
-		}
-		if err == nil {
-			spec.VMMPoolTTLS, err = intParam(q.Get("vmm_pool_ttl_s"))
-		}
-		if err != nil {
+	if isArchive(r) {
+		spec.Name = r.URL.Query().Get("name")
+		if err := archiveSettings(r.URL.Query(), &spec); err != nil {
 			return spec, err
 		}
 		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
@@ -507,6 +489,31 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}
 	return spec, nil
+}
+
+// isArchive says whether a request's body is a tar.gz of a function's code.
+func isArchive(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt = strings.ToLower(mt)
+	return mt == "application/gzip" || mt == "application/x-gzip"
+}
+
+// archiveSettings reads a function's settings from the query parameters
+// of an upload of its code.
+func archiveSettings(q url.Values, spec *daemon.FunctionSpec) error {
+	spec.Network = vmnet.Policy{Egress: vmnet.Egress(q.Get("egress")), Services: q["allow"]}
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"memory_mib", &spec.MemoryMiB}, {"vcpus", &spec.VCPUs}, {"max_concurrency", &spec.MaxConcurrency},
+		{"keep_alive_s", &spec.KeepAliveS}, {"vmm_pool", &spec.VMMPool}, {"vmm_pool_ttl_s", &spec.VMMPoolTTLS}} {
+		n, err := intParam(q.Get(p.name))
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		*p.dst = n
+	}
+	return nil
 }
 
 func intParam(s string) (int, error) {

@@ -18,15 +18,18 @@ import (
 // does before it calls the service), by route. Routes not listed read
 // nothing from the request but their path.
 var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
-	"POST /v1/functions":                decodes(readCreateFunction),
-	"POST /v1/functions/{name}/invoke":  decodes(readInvokeFunction),
-	"POST /v1/snapshots/{id}/invoke":    decodes(readInvokeSnapshot),
-	"POST /v1/vms/{id}/invoke":          decodes(readInvokeVM),
-	"POST /v1/functions/{name}/prepare": decodes(readPrepare),
-	"POST /v1/vms":                      decodes(readCreateVM),
-	"POST /v1/snapshots":                decodes(readCreateSnapshot),
-	"POST /v1/snapshots/pull":           decodes(readWaiting(readSmallBody[wire.PullRequest])),
-	"POST /v1/registry/gc":              decodes(readWaiting(readSmallBody[wire.GCRequest])),
+	"POST /v1/functions":                       decodes(readCreateFunction),
+	"POST /v1/functions/{name}/invoke":         decodes(readInvokeFunction),
+	"POST /v1/snapshots/{id}/invoke":           decodes(readInvokeSnapshot),
+	"POST /v1/vms/{id}/invoke":                 decodes(readInvokeVM),
+	"POST /v1/functions/{name}/prepare":        decodes(readPrepare),
+	"POST /v1/vms":                             decodes(readCreateVM),
+	"POST /v1/snapshots":                       decodes(readCreateSnapshot),
+	"POST /v1/snapshots/pull":                  decodes(readWaiting(readSmallBody[wire.PullRequest])),
+	"POST /v1/registry/gc":                     decodes(readWaiting(readSmallBody[wire.GCRequest])),
+	"POST /v1/functions/{name}/deploy":         decodes(readWaiting(readDeploy)),
+	"POST /v1/functions/{name}/rollback":       decodes(readRollback),
+	"PUT /v1/functions/{name}/aliases/{alias}": decodes(readSetAlias),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

@@ -193,8 +193,9 @@ func tokenMatches(got, want string) bool {
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
-// createFunctionPattern is the one route that also takes a tar.gz body.
-const createFunctionPattern = "POST /v1/functions"
+// archiveRoutes are the routes that also take a tar.gz body (a function's
+// code).
+var archiveRoutes = map[string]bool{"POST /v1/functions": true, "POST /v1/functions/{name}/deploy": true}
 
 // bodyTypeRefused: a request with a body must send application/json
 // (application/gzip or application/x-gzip for a function's archive).
@@ -208,12 +209,12 @@ func bodyTypeRefused(r *http.Request, pattern string) string {
 		switch mt = strings.ToLower(mt); {
 		case mt == "application/json":
 			return ""
-		case pattern == createFunctionPattern && (mt == "application/gzip" || mt == "application/x-gzip"):
+		case archiveRoutes[pattern] && (mt == "application/gzip" || mt == "application/x-gzip"):
 			return ""
 		}
 	}
 	want := "application/json"
-	if pattern == createFunctionPattern {
+	if archiveRoutes[pattern] {
 		want += " (or application/gzip for an archive)"
 	}
 	if ct == "" {

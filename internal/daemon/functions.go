@@ -79,8 +79,8 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 // stageCode unpacks spec's code into a new staging directory under the
 // functions directory (<staging>/code/<name>/handler.py and friends),
 // which the caller removes.
-func (s *Service) stageCode(ctx context.Context, spec FunctionSpec) (staging string, err error) {
-	staging, err = os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
+func (s *Service) stageCode(ctx context.Context, spec FunctionSpec) (_ string, err error) {
+	staging, err := os.MkdirTemp(s.functionsDir(), ".tmp-"+spec.Name+"-")
 	if err != nil {
 		return "", err
 	}

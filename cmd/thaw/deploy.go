@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newDeployCmd() *cobra.Command {
+	f := &createFlags{}
+	var (
+		ev                          eventFlags
+		detach, noPromote, prepared bool
+	)
+	cmd := &cobra.Command{
+		Use:   "deploy NAME --dir DIR",
+		Short: "Create or update a function and publish a new version of it",
+		Long: `Deploy a function in one step: thawd builds its code's disk and its
+dependency layer (from requirements.txt), boots a VM of it (a handler that
+cannot be imported fails the deploy, with its traceback), snapshots it and
+publishes an immutable version (1, 2, 3, ...), with the live alias moved to
+it unless --no-promote. 'thaw invoke NAME' then runs it; NAME:VERSION and
+NAME:ALIAS run others, and 'thaw rollback NAME' moves live back.
+
+Deploying the same code, dependencies and settings again returns the
+version that has them and changes nothing. Settings left out keep the
+function's current ones (a new function: the daemon's defaults); the
+settings are those of 'thaw function create'. --prepare also builds the
+restore strategies' artifacts (reap, faasnap, snapbpf), as 'thaw prepare'
+does, with --event as the record input.
+
+A deploy runs as an operation in thawd and its steps are shown on stderr;
+--detach (or Ctrl-C) leaves it running (see 'thaw operation').`,
+		Example: `  thaw deploy hello --dir ./functions/hello
+  thaw deploy hello --dir ./functions/hello --memory 512 --no-promote
+  thaw deploy pagerank --dir ./functions/pagerank --prepare --event '{"size":1000}'`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := a.deployRequest(cmd, f, &ev)
+			if err != nil {
+				return err
+			}
+			req.NoPromote, req.Prepare = noPromote, prepared
+			if f.serverDir {
+				if detach {
+					return usagef("--detach uploads the code; with --server-dir run it without --detach")
+				}
+				abs, err := filepath.Abs(f.dir)
+				if err != nil {
+					return err
+				}
+				req.Directory = abs
+				d, err := a.c.DeployFromServerDir(a.ctx, args[0], req)
+				if err != nil {
+					return err
+				}
+				return a.printDeploy(d)
+			}
+			if st, err := os.Stat(f.dir); err != nil {
+				return fmt.Errorf("function directory: %w", err)
+			} else if !st.IsDir() {
+				return fmt.Errorf("function directory %s is not a directory", f.dir)
+			}
+			return a.runOperation(detach, func() (*client.Operation, error) {
+				return a.c.StartDeployFromDir(a.ctx, args[0], f.dir, req)
+			})
+		},
+	}
+	addDetach(cmd, &detach)
+	fl := cmd.Flags()
+	fl.StringVar(&f.dir, "dir", "", "directory with the function's code (required)")
+	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the function's, or the daemon's)")
+	fl.IntVar(&f.vcpus, "vcpus", 0, "number of vCPUs (default: the function's, or the daemon's)")
+	fl.BoolVar(&f.serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	fl.StringArrayVar(&f.allow, "allow", nil, "a host:port service the guests may reach (repeatable)")
+	fl.StringVar(&f.egress, "egress", "", "what the guests may reach: none, services (the --allow list) or full")
+	fl.IntVar(&f.maxConc, "max-concurrency", 0, "live VMs of this function at most")
+	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation (-1: never)")
+	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (-1: none)")
+	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore")
+	fl.BoolVar(&noPromote, "no-promote", false, "publish the version without moving the live alias to it")
+	fl.BoolVar(&prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
+	ev.add(cmd, "the record input of --prepare")
+	_ = cmd.MarkFlagRequired("dir")
+	_ = cmd.MarkFlagDirname("dir")
+	return cmd
+}
+
+// deployRequest checks deploy's flags and builds its request.
+func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) (client.DeployRequest, error) {
+	var req client.DeployRequest
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--memory", f.memory}, {"--vcpus", f.vcpus}, {"--max-concurrency", f.maxConc}} {
+		if n.v < 0 {
+			return req, usagef("%s must be positive, got %d", n.flag, n.v)
+		}
+	}
+	if cmd.Flags().Changed("event") || cmd.Flags().Changed("event-file") {
+		if !cmd.Flags().Changed("prepare") {
+			return req, usagef("--event is the record input of --prepare: give --prepare too")
+		}
+		event, err := ev.read(a, cmd)
+		if err != nil {
+			return req, err
+		}
+		req.RecordEvent = event
+	}
+	req.MemoryMiB, req.VCPUs, req.MaxConcurrency = f.memory, f.vcpus, f.maxConc
+	req.KeepAliveS, req.VMMPool, req.VMMPoolTTLS = f.keepAlive, f.vmmPool, f.vmmPoolTTL
+	if f.egress != "" || len(f.allow) > 0 {
+		req.Network = &client.Network{Egress: f.egress, Services: f.allow}
+	}
+	return req, nil
+}
+
+func (a *app) printDeploy(d *client.Deploy) error {
+	headline := fmt.Sprintf("deployed %s version %d", d.Function, d.Version)
+	switch {
+	case d.Unchanged:
+		headline = fmt.Sprintf("%s version %d has this content already: nothing changed", d.Function, d.Version)
+	case d.Promoted:
+		headline += " (live)"
+	default:
+		headline += " (not promoted: invoke it as " + d.Function + ":" + fmt.Sprint(d.Version) + ")"
+	}
+	return a.printObject(d, headline, "", func(w io.Writer) {
+		row(w, "Version:", fmt.Sprint(d.Version))
+		row(w, "Digest:", shortDigest(d.Digest))
+		if len(d.Snapshots) > 0 {
+			row(w, "Snapshots:", strings.Join(d.Snapshots, ", "))
+		}
+		if !d.Unchanged {
+			t := d.Timing
+			row(w, "Took:", fmt.Sprintf("%s (build %s, boot %s, snapshot %s%s)", fmtMS(t.TotalMS), fmtMS(t.BuildMS),
+				fmtMS(t.BootMS), fmtMS(t.SnapshotMS), map[bool]string{true: ", prepare " + fmtMS(t.PrepareMS)}[t.PrepareMS > 0]))
+		}
+	})
+}
