@@ -402,7 +402,7 @@ type Service struct {
 	confine              confinement // per-VM users and cgroups
 	net                  *vmnet.Host // builds each VM's network
 	lock                 *os.File    // the data directory's lock, held while the daemon lives
-	creating             map[string]bool
+	creating             map[string]int // functions being created (-1) or deployed (how many deploys)
 	ops                  *operations        // asynchronous operations (?wait=false)
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	chunks               *registry.Cache    // its local chunk cache
@@ -463,7 +463,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]bool{}, vers: newVersionState(),
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{}, vers: newVersionState(),
 		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()

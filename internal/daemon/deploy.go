@@ -135,18 +135,20 @@ func inheritSettings(spec *FunctionSpec, prev *catalog.Function) {
 	}
 }
 
-// claimName keeps creates of name out while a deploy of it runs (deploys
+// claimName keeps creates of name out while deploys of it run (deploys
 // of one name queue on their own lock instead).
 func (s *Service) claimName(name string) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.creating[name] {
+	if s.creating[name] < 0 {
 		return nil, fmt.Errorf("function %q is being created: %w", name, ErrExists)
 	}
-	s.creating[name] = true
+	s.creating[name]++
 	return func() {
 		s.mu.Lock()
-		delete(s.creating, name)
+		if s.creating[name]--; s.creating[name] == 0 {
+			delete(s.creating, name)
+		}
 		s.mu.Unlock()
 	}, nil
 }

@@ -136,13 +136,13 @@ func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmn
 // reserveName claims name for one create at a time; release gives it back.
 func (s *Service) reserveName(ctx context.Context, name string) (release func(), err error) {
 	s.mu.Lock()
-	busy := s.creating[name]
+	busy := s.creating[name] != 0
 	if !busy {
-		s.creating[name] = true
+		s.creating[name] = -1
 	}
 	s.mu.Unlock()
 	if busy {
-		return nil, fmt.Errorf("function %q is being created: %w", name, ErrExists)
+		return nil, fmt.Errorf("function %q is being created or deployed: %w", name, ErrExists)
 	}
 	release = func() {
 		s.mu.Lock()

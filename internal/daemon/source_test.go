@@ -34,7 +34,7 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]bool{}, vers: newVersionState()}
+	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}, vers: newVersionState()}
 	if err := os.MkdirAll(s.functionsDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
