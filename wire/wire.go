@@ -179,6 +179,23 @@ type Timing struct {
 	// was imported lazily from the registry first, in this time (part of
 	// TotalMS, not of the restore's set-up).
 	ImportMS float64 `json:"import_ms,omitempty"`
+	// Build is set when the version that ran is stale: its snapshot was
+	// made from a guest image, kernel or machine that has changed since.
+	// Until its snapshot is made again (an operation of kind rebuild),
+	// each cold start says so here.
+	Build *BuildNote `json:"build,omitempty"`
+}
+
+// BuildNote says that an invocation ran an older build of its version,
+// why, and how it was served.
+type BuildNote struct {
+	// Stale says what changed since the version's snapshot was made.
+	Stale string `json:"stale"`
+	// Served is "snapshot" (the older snapshot could still be restored) or
+	// "boot" (it could not: the version booted for this request).
+	Served string `json:"served"`
+	// BootMS is the boot's time when Served is "boot" (part of TotalMS).
+	BootMS float64 `json:"boot_ms,omitempty"`
 }
 
 // FunctionError is an exception raised by a handler in the guest.

@@ -923,6 +923,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"Rollback", reflect.TypeFor[wire.Rollback]()},
 		{"Deploy", reflect.TypeFor[wire.Deploy]()},
 		{"DeployTiming", reflect.TypeFor[wire.DeployTiming]()},
+		{"BuildNote", reflect.TypeFor[wire.BuildNote]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},

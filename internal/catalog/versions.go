@@ -26,8 +26,11 @@ type Version struct {
 	Inputs json.RawMessage `json:"inputs,omitempty"`
 	// Collected: its snapshots were deleted by retention; the record stays
 	// as history and cannot be invoked until deployed again.
-	Collected bool      `json:"collected,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Collected bool `json:"collected,omitempty"`
+	// RecordEvent is the record input of a version deployed with prepare
+	// (its snapshots are made again the same way); nil: not prepared.
+	RecordEvent json.RawMessage `json:"record_event,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
 }
 
 // Alias names versions of a function, with a weight each (package
@@ -49,7 +52,7 @@ const MaxAliasHistory = 32
 const versionsSchema = `
 CREATE TABLE IF NOT EXISTS versions (
 	function TEXT NOT NULL, number INTEGER NOT NULL, digest TEXT NOT NULL, config TEXT NOT NULL,
-	inputs TEXT NOT NULL, collected INTEGER NOT NULL, created_at TEXT NOT NULL,
+	inputs TEXT NOT NULL, collected INTEGER NOT NULL, created_at TEXT NOT NULL, record_event TEXT NOT NULL DEFAULT '',
 	PRIMARY KEY (function, number));
 CREATE INDEX IF NOT EXISTS versions_digest ON versions(function, digest);
 CREATE TABLE IF NOT EXISTS aliases (
@@ -57,13 +60,16 @@ CREATE TABLE IF NOT EXISTS aliases (
 	updated_at TEXT NOT NULL, PRIMARY KEY (function, name));
 `
 
-const versionCols = `function, number, digest, config, inputs, collected, created_at`
+const versionCols = `function, number, digest, config, inputs, collected, created_at, record_event`
 
 func scanVersion(s scanner) (*Version, error) {
 	var v Version
-	var config, inputs, created string
-	if err := s.Scan(&v.Function, &v.Number, &v.Digest, &config, &inputs, &v.Collected, &created); err != nil {
+	var config, inputs, created, record string
+	if err := s.Scan(&v.Function, &v.Number, &v.Digest, &config, &inputs, &v.Collected, &created, &record); err != nil {
 		return nil, err
+	}
+	if record != "" {
+		v.RecordEvent = json.RawMessage(record)
 	}
 	if err := json.Unmarshal([]byte(config), &v.Config); err != nil {
 		return nil, fmt.Errorf("version %s:%d: config: %w", v.Function, v.Number, err)
@@ -137,8 +143,8 @@ func (c *DB) PublishVersion(ctx context.Context, p Publish) (*Version, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO versions (`+versionCols+`) VALUES (?,?,?,?,?,?,?)`,
-		v.Function, v.Number, v.Digest, string(config), string(v.Inputs), v.Collected, ts(v.CreatedAt)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO versions (`+versionCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+		v.Function, v.Number, v.Digest, string(config), string(v.Inputs), v.Collected, ts(v.CreatedAt), string(v.RecordEvent)); err != nil {
 		return nil, err
 	}
 	if err := putFunction(ctx, tx, p.Function, true); err != nil {

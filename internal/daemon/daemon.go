@@ -399,10 +399,10 @@ type Service struct {
 	completions, imports singleflight.Group
 	wg                   sync.WaitGroup
 	closed               bool
-	confine              confinement // per-VM users and cgroups
-	net                  *vmnet.Host // builds each VM's network
-	lock                 *os.File    // the data directory's lock, held while the daemon lives
-	creating             map[string]int // functions being created (-1) or deployed (how many deploys)
+	confine              confinement        // per-VM users and cgroups
+	net                  *vmnet.Host        // builds each VM's network
+	lock                 *os.File           // the data directory's lock, held while the daemon lives
+	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
 	ops                  *operations        // asynchronous operations (?wait=false)
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	chunks               *registry.Cache    // its local chunk cache
@@ -532,6 +532,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.tscKHz, err = tsc.MeasureKHz(20 * time.Millisecond); err != nil {
 		s.log.Warn("host TSC not measured: guests calibrate their own, which a busy host can get wrong", "err", err)
+	}
+	if err := s.checkVersions(ctx); err != nil {
+		return fmt.Errorf("check versions: %w", err)
 	}
 	if s.cfg.KeepAliveMinAvailableMiB > 0 && s.cfg.KeepAlive > 0 {
 		s.wg.Add(1)

@@ -264,6 +264,12 @@ func (s *Service) publish(ctx context.Context, d *deployment, cfg *catalog.Funct
 	inputs, _ := json.Marshal(s.buildInputs(cfg))
 	p := catalog.Publish{Function: &row, Snapshots: snaps,
 		Version: &catalog.Version{Function: cfg.Name, Digest: digest, Config: *cfg, Inputs: inputs, CreatedAt: time.Now()}}
+	if d.spec.Prepare {
+		p.Version.RecordEvent = d.spec.RecordEvent
+		if len(p.Version.RecordEvent) == 0 {
+			p.Version.RecordEvent = json.RawMessage("null")
+		}
+	}
 	if !d.spec.NoPromote {
 		p.Promote = []string{versions.Live}
 	}

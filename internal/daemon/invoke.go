@@ -285,7 +285,11 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if !req.EvictCache && req.Variant == "" {
 		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
 	}
+	stale := s.staleNote(req.Function, target.Version)
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
+	if err != nil && stale != "" && errors.Is(err, ErrSnapshotUnusable) {
+		return s.invokeBooted(ctx, req.Function, target, req.Event, timeout, start, stale)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +297,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
 		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias}
 	inv.Timing.Restore, inv.Timing.ImportMS = rt, ms(imported)
+	if stale != "" {
+		inv.Timing.Build = &wire.BuildNote{Stale: stale, Served: "snapshot"}
+	}
 	annotate(ctx, invocationAttrs(inv)...)
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, err

@@ -35,11 +35,16 @@ type versionState struct {
 	// in the order they were asked for.
 	deploying map[string]*sync.Mutex
 	rng       *rand.Rand // weighted routing; guarded by mu
+	// stale says why a version's snapshot is out of date, by NAME:VERSION,
+	// until its rebuild replaces it (stale.go).
+	stale map[string]string
+	// rebuildSlot lets one rebuild run at a time.
+	rebuildSlot chan struct{}
 }
 
 func newVersionState() *versionState {
 	return &versionState{pending: map[string]*catalog.Function{}, deploying: map[string]*sync.Mutex{},
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), stale: map[string]string{}, rebuildSlot: make(chan struct{}, 1)}
 }
 
 func (v *versionState) uniform() float64 {
