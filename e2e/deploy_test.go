@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,4 +194,91 @@ func TestConcurrentDeploys(t *testing.T) {
 	if mark, _ := markOf(t, e, "pair"); mark != "b" {
 		t.Fatalf("live runs %q, want the later deploy's", mark)
 	}
+}
+
+// kill -9 of thawd in the middle of a deploy (its VM booting, or its
+// snapshot being written or written but the version not published): on restart no
+// version, no snapshot and no code of that deploy is there, and the same
+// deploy then publishes version 1.
+func TestDeployKilledMidway(t *testing.T) {
+	for _, phase := range []string{"boot", "snapshot"} {
+		t.Run("during "+phase, func(t *testing.T) {
+			dataDir := t.TempDir()
+			d, err := startThawd(t, dataDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := client.New("unix:" + d.sock)
+			ctx := ctxT(t)
+			dir := versionedFunction(t, "crash")
+			op, err := c.StartDeployFromDir(ctx, "crashy", dir, client.DeployRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPhase(t, c, op.ID, phase)
+			d.kill()
+
+			d, err = startThawd(t, dataDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = client.New("unix:" + d.sock)
+			for _, line := range strings.Split(d.out.String(), "\n") {
+				if strings.Contains(line, "removed") {
+					t.Logf("restart: %s", line)
+				}
+			}
+			if fns, err := c.ListFunctions(ctx); err != nil || len(fns) != 0 {
+				t.Fatalf("functions after the restart: %v %+v", err, fns)
+			}
+			if snaps, err := c.ListSnapshots(ctx, ""); err != nil || len(snaps) != 0 {
+				t.Fatalf("snapshots after the restart: %v %+v", err, snaps)
+			}
+			for _, sub := range []string{"functions", "snapshots"} {
+				if left := entries(t, filepath.Join(dataDir, sub)); len(left) != 0 {
+					t.Errorf("%s left in %s after the restart", left, sub)
+				}
+			}
+			res, err := c.DeployFromDir(ctx, "crashy", dir, client.DeployRequest{})
+			if err != nil || res.Version != 1 {
+				t.Fatalf("deploy after the restart: %v %+v", err, res)
+			}
+			d.kill()
+		})
+	}
+}
+
+// waitPhase follows an operation until its phase starts with prefix (or
+// it ends, which fails the test).
+func waitPhase(t *testing.T, c *client.Client, id, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	for time.Now().Before(deadline) {
+		op, err := c.Operation(ctxT(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op.State != "running" {
+			t.Fatalf("the operation ended before %q: %+v", prefix, op)
+		}
+		if strings.HasPrefix(op.Progress.Phase, prefix) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("operation %s never reached %q", id, prefix)
+}
+
+// entries lists a directory's entries' names.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, de := range des {
+		out = append(out, de.Name())
+	}
+	return out
 }
