@@ -249,7 +249,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 // could delete the chunks of a snapshot another node's keys accept.
 func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, error) {
 	keep := map[string]bool{}
-	err := s.eachManifest(ctx, func(m *RemoteManifest, _ *signing.Refusal) {
+	err := s.eachManifest(ctx, func(m *RemoteManifest, _ string, _ *signing.Refusal) {
 		st.Snapshots++
 		for _, sum := range m.ChunkSums() {
 			keep[chunkKey(sum)] = true
@@ -279,7 +279,7 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 // readFunction reads a function record, trusted or not (readRecord): the
 // refusal, if any, says it is not to be acted on.
 func (s *Store) readFunction(ctx context.Context, name string) (*FunctionRecord, *signing.Refusal, error) {
-	b, refused, err := s.readRecord(ctx, KindFunction, functionKey(name))
+	b, _, refused, err := s.readRecord(ctx, KindFunction, functionKey(name))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -288,9 +288,9 @@ func (s *Store) readFunction(ctx context.Context, name string) (*FunctionRecord,
 }
 
 // eachManifest reads and checks every remote manifest in the bucket,
-// trusted or not (refused says why not); one that cannot be read or
-// decoded stops the walk with its error.
-func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest, *signing.Refusal)) error {
+// trusted or not (fn gets the key id it names and, if refused, why); one
+// that cannot be read or decoded stops the walk with its error.
+func (s *Store) eachManifest(ctx context.Context, fn func(m *RemoteManifest, keyID string, refused *signing.Refusal)) error {
 	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
 		if o.Err != nil {
 			return s.classify("list snapshots/", o.Err)
@@ -299,11 +299,11 @@ func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest, *sign
 		if !ok {
 			continue
 		}
-		b, refused, err := s.readRecord(ctx, KindManifest, o.Key)
+		b, keyID, refused, err := s.readRecord(ctx, KindManifest, o.Key)
 		if err == nil {
 			var m *RemoteManifest
 			if m, err = decodeManifestAt(b, id); err == nil {
-				fn(m, refused)
+				fn(m, keyID, refused)
 				continue
 			}
 		}
@@ -352,6 +352,8 @@ type Listed struct {
 	*RemoteManifest
 	CreatedAt time.Time
 	Latest    bool
+	// SignedBy is the key id the manifest names ("" when unsigned).
+	SignedBy string
 	// Refused is why this node does not trust the manifest (then the
 	// fields above are what it claims, unverified); nil when trusted.
 	Refused *signing.Refusal
@@ -362,8 +364,8 @@ type Listed struct {
 // registry is damaged and says so. Latest follows trusted records only.
 func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
 	var out []Listed
-	err := s.eachManifest(ctx, func(m *RemoteManifest, refused *signing.Refusal) {
-		l := Listed{RemoteManifest: m, Refused: refused}
+	err := s.eachManifest(ctx, func(m *RemoteManifest, keyID string, refused *signing.Refusal) {
+		l := Listed{RemoteManifest: m, SignedBy: keyID, Refused: refused}
 		if local, err := m.LocalManifest(); err == nil { // checked by decodeManifestAt
 			l.CreatedAt = local.CreatedAt
 		}
@@ -407,7 +409,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	if !idRE.MatchString(id) {
 		return fmt.Errorf("%w: snapshot id %q", ErrInvalid, id)
 	}
-	b, _, err := s.readRecord(ctx, KindManifest, manifestKey(id))
+	b, _, _, err := s.readRecord(ctx, KindManifest, manifestKey(id))
 	var m *RemoteManifest
 	if err == nil {
 		m, err = decodeManifestAt(b, id) // what it claims: only its function's name is used

@@ -87,21 +87,21 @@ func (s *Store) GetRecord(ctx context.Context, kind, key string) ([]byte, error)
 
 // readRecord fetches the record of kind at key and checks it as
 // GetRecord does, without reporting a refusal: its payload (unverified
-// when refused) and the refusal, if any. For listings and garbage
-// collection, which account for every record, trusted or not, and never
-// act on one that is refused.
-func (s *Store) readRecord(ctx context.Context, kind, key string) ([]byte, *signing.Refusal, error) {
+// when refused), the key id it names and the refusal, if any. For
+// listings and garbage collection, which account for every record,
+// trusted or not, and never act on one that is refused.
+func (s *Store) readRecord(ctx context.Context, kind, key string) (payload []byte, keyID string, refused *signing.Refusal, err error) {
 	b, err := s.get(ctx, key, nil, maxObject)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	payload, _, err := signing.Open(s.trust.Keys, kind, key, b)
-	var r *signing.Refusal
-	if !errors.As(err, &r) {
-		return payload, nil, err
+	keyID = signing.Signer(b)
+	payload, _, err = signing.Open(s.trust.Keys, kind, key, b)
+	if !errors.As(err, &refused) {
+		return payload, keyID, nil, err
 	}
 	if payload, err = signing.Payload(b); err != nil {
-		return nil, r, fmt.Errorf("%w: %s: %v", ErrInvalid, key, err)
+		return nil, keyID, refused, fmt.Errorf("%w: %s: %v", ErrInvalid, key, err)
 	}
-	return payload, r, nil
+	return payload, keyID, refused, nil
 }
