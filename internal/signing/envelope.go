@@ -123,20 +123,24 @@ func Open(ring *Keyring, kind, object string, b []byte) ([]byte, PublicKey, erro
 // envelope that does not parse Malformed (Kind and Object left for the
 // caller).
 func decode(b []byte) (*Envelope, error) {
-	var head struct {
-		Magic string `json:"magic"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, &Refusal{Reason: Malformed, Detail: fmt.Sprintf("not a JSON object: %v", err)}
-	}
-	if head.Magic != Magic {
-		return nil, &Refusal{Reason: Unsigned, Detail: fmt.Sprintf("not signed (magic %q, not a %q envelope): pushed by a node that does not sign, or written by something else", head.Magic, Magic)}
-	}
 	var env Envelope
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
+	if err := dec.Decode(&env); err != nil || env.Magic != Magic {
+		// Not an envelope, or a damaged one: which, by its magic.
+		var head struct {
+			Magic string `json:"magic"`
+		}
+		if herr := json.Unmarshal(b, &head); herr != nil {
+			return nil, &Refusal{Reason: Malformed, Detail: fmt.Sprintf("not a JSON object: %v", herr)}
+		}
+		if head.Magic != Magic {
+			return nil, &Refusal{Reason: Unsigned, Detail: fmt.Sprintf("not signed (magic %q, not a %q envelope): pushed by a node that does not sign, or written by something else", head.Magic, Magic)}
+		}
 		return nil, &Refusal{Reason: Malformed, Detail: fmt.Sprintf("signature envelope: %v", err)}
+	}
+	if len(bytes.TrimSpace(b[dec.InputOffset():])) != 0 {
+		return nil, &Refusal{Reason: Malformed, Detail: "signature envelope: data after its end"}
 	}
 	if env.Version != Version {
 		return nil, &Refusal{Reason: Malformed, KeyID: env.KeyID, Detail: fmt.Sprintf("signature envelope version %d, this thaw reads %d", env.Version, Version)}
