@@ -42,6 +42,9 @@ type Cluster struct {
 	Nodes     []*Node
 	LB        *HAProxy
 	Store     *ObjectStore // nil without Config.Store
+	// KeysFile lists every node's registry signing key, which every node
+	// trusts (TrustedKeysFile; "" without a store).
+	KeysFile string
 	// LinkCheck is the store's link as measured at the start.
 	LinkCheck *LinkCheck
 	token     string
@@ -98,11 +101,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 		}
 		log.Info("object store up", "endpoint", c.Store.Config.Endpoint, "link", cfg.Store.Link.String(),
 			"request_ms", c.LinkCheck.RTTMedianMS, "added_ms", c.LinkCheck.AddedMS, "get_mbit_s", int(c.LinkCheck.GetMbit), "put_mbit_s", int(c.LinkCheck.PutMbit))
-		keys, err := c.provisionKeys(cfg.Nodes)
-		if err != nil {
+		if c.KeysFile, err = c.provisionKeys(cfg.Nodes); err != nil {
 			return c, err
 		}
-		node.Args = append([]string{"--registry-config", c.Store.ConfigFile, "--registry-trusted-keys", keys}, node.Args...)
+		node.Args = append([]string{"--registry-config", c.Store.ConfigFile, "--registry-trusted-keys", c.KeysFile}, node.Args...)
 		if cfg.Store.PushOnPrepare {
 			node.Args = append(node.Args, "--registry-push-on-prepare")
 		}
