@@ -46,7 +46,10 @@ func message(kind, object, keyID string, payload []byte) []byte {
 	return b
 }
 
-var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+var (
+	kindRE  = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	keyIDRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+)
 
 // Seal signs payload as the record of kind stored at object and returns
 // the envelope's JSON.
@@ -107,7 +110,7 @@ func Open(ring *Keyring, kind, object string, b []byte) ([]byte, PublicKey, erro
 		return nil, PublicKey{}, err
 	}
 	if env.Kind != kind || env.Object != object {
-		return refuse(WrongObject, env.KeyID, "its signature is for %s %s: a signed record moved or copied to another object", env.Kind, env.Object)
+		return refuse(WrongObject, env.KeyID, "its signature is for %s %.200q: a signed record moved or copied to another object", env.Kind, env.Object)
 	}
 	k, ok := ring.Lookup(env.KeyID)
 	if !ok {
@@ -143,7 +146,10 @@ func decode(b []byte) (*Envelope, error) {
 		return nil, &Refusal{Reason: Malformed, Detail: "signature envelope: data after its end"}
 	}
 	if env.Version != Version {
-		return nil, &Refusal{Reason: Malformed, KeyID: env.KeyID, Detail: fmt.Sprintf("signature envelope version %d, this thaw reads %d", env.Version, Version)}
+		return nil, &Refusal{Reason: Malformed, Detail: fmt.Sprintf("signature envelope version %d, this thaw reads %d", env.Version, Version)}
+	}
+	if !keyIDRE.MatchString(env.KeyID) || !kindRE.MatchString(env.Kind) {
+		return nil, &Refusal{Reason: Malformed, Detail: "signature envelope: its key id or kind is not one this thaw writes"}
 	}
 	return &env, nil
 }

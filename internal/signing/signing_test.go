@@ -73,6 +73,8 @@ func TestSealOpen(t *testing.T) {
 		{"unknown field", bytes.Replace(env, []byte(`"magic"`), []byte(`"extra":1,"magic"`), 1), Malformed},
 		{"data after the envelope", append(append([]byte(nil), env...), '}'), Malformed},
 		{"future version", edit(func(e *Envelope) { e.Version = 2 }), Malformed},
+		{"key id not hex", edit(func(e *Envelope) { e.KeyID = "\x1b[2J" + e.KeyID[5:] }), Malformed},
+		{"kind with controls", edit(func(e *Envelope) { e.Kind = "function\x1b" }), Malformed},
 		{"unknown key", byStranger, UnknownKey},
 		{"payload changed", edit(func(e *Envelope) { e.Payload = bytes.Replace(e.Payload, []byte("hello"), []byte("hellp"), 1) }), BadSignature},
 		{"payload grown", edit(func(e *Envelope) { e.Payload = append(e.Payload, ' ') }), BadSignature},
