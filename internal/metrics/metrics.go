@@ -194,7 +194,9 @@ func (s *Set) VMMPoolDrop(why string) {
 func (s *Set) Deploy(outcome string) { s.deploys.WithLabelValues(outcome).Inc() }
 
 // VersionRebuild records a version snapshotted again because reason changed.
-func (s *Set) VersionRebuild(reason, outcome string) { s.rebuilds.WithLabelValues(reason, outcome).Inc() }
+func (s *Set) VersionRebuild(reason, outcome string) {
+	s.rebuilds.WithLabelValues(reason, outcome).Inc()
+}
 
 // VersionCollected records a version whose snapshots retention deleted.
 func (s *Set) VersionCollected() { s.versionsCollected.Inc() }
