@@ -15,6 +15,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -39,6 +40,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 		}
 	}
 	a := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { cfg(c); c.RegistryPushOnPrepare = true })
+	cfg = trustingNode(t, a, cfg) // every other node imports what a publishes
 	ctx := ctxT(t)
 	for _, name := range lazyNames(t) {
 		fn := lazyFunctions[name]
@@ -63,6 +65,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		st = st.WithTrust(registry.Trust{Keys: signing.NewKeyring(a.svc.RegistryKey())})
 		rm, err := st.GetManifest(ctx, warm)
 		if err != nil {
 			t.Fatal(err)

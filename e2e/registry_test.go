@@ -82,7 +82,21 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		invoke(c, s)
 	}
 
-	// A node that never saw the function.
+	// A node that does not trust e's key refuses what e published, over
+	// the API, before anything is fetched or entered.
+	stranger := startEnvWith(t, t.TempDir(), withRegistry)
+	_, err = stranger.c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{})
+	var refused *client.APIError
+	if !errors.As(err, &refused) || refused.Code != "snapshot_unusable" || !strings.Contains(err.Error(), "does not trust") {
+		t.Fatalf("import from an untrusted node: %v", err)
+	}
+	if fns, err := stranger.c.ListFunctions(ctx); err != nil || len(fns) != 0 {
+		t.Fatalf("a refused import left functions %+v, %v", fns, err)
+	}
+	noLiveVM(t, stranger)
+
+	// A node that never saw the function, trusting e.
+	withRegistry = trustingNode(t, e, withRegistry)
 	e2 := startEnvWith(t, t.TempDir(), withRegistry)
 	pr2, err := e2.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"})
 	if err != nil {
@@ -99,9 +113,16 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Fatalf("registry list = %+v, %v", list, err)
 	}
+	info, err := c.Info(ctx)
+	if err != nil || info.RegistryKey == nil {
+		t.Fatalf("info: %+v %v", info, err)
+	}
 	for _, s := range list {
 		if s.Latest != (s.ID == warm) {
 			t.Fatalf("registry list marks %s latest=%v; the function's newest is %s", s.ID, s.Latest, warm)
+		}
+		if s.SignedBy != info.RegistryKey.ID || s.Refused != "" {
+			t.Fatalf("registry list: %s signed by %q (this node is %s), refused %q", s.ID, s.SignedBy, info.RegistryKey.ID, s.Refused)
 		}
 	}
 	if err := c.DeleteRegistrySnapshot(ctx, res.Clean.ID); err != nil {
@@ -126,4 +147,18 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		t.Fatalf("push with the registry down: %v", err)
 	}
 	invoke(c, "vanilla")
+}
+
+// trustingNode is edit, then trust of the key publisher's daemon shows in
+// GET /v1/info (as an operator copies it into --registry-trusted-keys).
+func trustingNode(t *testing.T, publisher *env, edit func(*daemon.Config)) func(*daemon.Config) {
+	t.Helper()
+	info, err := publisher.c.Info(ctxT(t))
+	if err != nil || info.RegistryKey == nil {
+		t.Fatalf("publisher's registry key: %+v %v", info, err)
+	}
+	return func(c *daemon.Config) {
+		edit(c)
+		c.RegistryTrustedKeys = append(c.RegistryTrustedKeys, info.RegistryKey.PublicKey)
+	}
 }

@@ -65,6 +65,20 @@ type RegistrySnapshot struct {
 	// Latest: the function's record names it, so a pull or import by
 	// function gets it.
 	Latest bool `json:"latest"`
+	// SignedBy is the id of the key its manifest names as its signer
+	// ("" when unsigned); Refused, if set, is why this node does not
+	// trust it (then the fields above are what it claims, unverified,
+	// and it is never imported here).
+	SignedBy string `json:"signed_by,omitempty"`
+	Refused  string `json:"refused,omitempty"`
+}
+
+// RegistryKey is a node's registry signing key as GET /v1/info shows it.
+type RegistryKey struct {
+	ID string `json:"id"` // what envelopes name it by
+	// PublicKey is its line for other nodes' trusted keys
+	// (thawd --registry-trusted-keys): "thaw-ed25519 BASE64".
+	PublicKey string `json:"public_key"`
 }
 
 // GCRequest is POST /v1/registry/gc.

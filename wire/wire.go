@@ -343,6 +343,9 @@ type Info struct {
 	// Registry is the snapshot registry the daemon uses; absent without
 	// one. Credentials are never shown.
 	Registry *RegistryInfo `json:"registry,omitempty"`
+	// RegistryKey is the node's public signing key: what it pushes to a
+	// registry is signed with it.
+	RegistryKey *RegistryKey `json:"registry_key,omitempty"`
 }
 
 // RegistryInfo is the snapshot registry as GET /v1/info shows it.
@@ -358,6 +361,9 @@ type RegistryInfo struct {
 	CacheDir         string `json:"cache_dir"`
 	CacheUsedBytes   int64  `json:"cache_used_bytes"`
 	CacheBudgetBytes int64  `json:"cache_budget_bytes"`
+	// TrustedKeys are the ids of the keys whose records the node imports
+	// (its own and thawd --registry-trusted-keys).
+	TrustedKeys []string `json:"trusted_keys"`
 }
 
 // Health is GET /v1/health's body: whether the daemon serves.

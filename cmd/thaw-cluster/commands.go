@@ -118,6 +118,7 @@ func writeEnv(c *cluster.Cluster) error {
 	if c.Store != nil {
 		put("STORE_ENDPOINT", c.Store.Config.Endpoint)
 		put("REGISTRY_CONFIG", c.Store.ConfigFile)
+		put("REGISTRY_TRUSTED_KEYS", c.KeysFile)
 		put("STORE_LINK", c.Store.Link.String())
 		put("STORE_RTT_MS", strconv.FormatFloat(c.LinkCheck.AddedMS, 'f', 2, 64))
 		put("STORE_GET_MBIT", strconv.FormatFloat(c.LinkCheck.GetMbit, 'f', 0, 64))

@@ -14,8 +14,10 @@ func (a *app) newInfoCmd() *cobra.Command {
 		Short: "Show the daemon's version, accelerator, QEMU, guest image and strategies",
 		Long: `Show what the daemon runs on: its version, the accelerator it uses (KVM
 or TCG) and why, the QEMU version, the guest image (hash and kernel), its
-data directory, the restore strategies it offers and its snapshot registry
-(endpoint, bucket and chunk cache; never credentials).`,
+data directory, the restore strategies it offers, its snapshot registry
+(endpoint, bucket, chunk cache and the keys whose records it imports; never
+credentials) and its registry signing key: the line other nodes add to their
+thawd --registry-trusted-keys to import what this node pushes.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			info, err := a.c.Info(a.ctx)
@@ -65,6 +67,11 @@ data directory, the restore strategies it offers and its snapshot registry
 					row(w, "  cache:", fmt.Sprintf("%s of %s in %s", fmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
 					row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
 					row(w, "  import:", fmt.Sprint(r.Import))
+					row(w, "  trusted keys:", orDash(strings.Join(r.TrustedKeys, ", ")))
+				}
+				if k := info.RegistryKey; k != nil {
+					row(w, "Signing key:", k.ID)
+					row(w, "", k.PublicKey)
 				}
 			})
 		},

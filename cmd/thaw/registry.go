@@ -111,20 +111,27 @@ to and from it. These commands look after the registry itself.`)
 func (a *app) newRegistryListCmd() *cobra.Command {
 	cmd := newListCmd("the snapshots in the registry", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.RegistrySnapshot, error) {
 		return c.ListRegistrySnapshots(ctx)
-	}, []string{"ID", "FUNCTION", "LATEST", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED"},
+	}, []string{"ID", "FUNCTION", "LATEST", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED", "SIGNER", "TRUSTED"},
 		func(s *client.RegistrySnapshot) []string {
 			latest := "-"
 			if s.Latest {
 				latest = "yes"
 			}
+			signer, trusted := orDash(s.SignedBy), "yes"
+			if s.Refused != "" {
+				trusted = "no"
+			}
 			return []string{s.ID, s.Function, latest, fmt.Sprint(s.Chunks), fmtBytes(s.StoredBytes), fmtBytes(s.DataBytes),
-				fmtAge(s.CreatedAt), fmtAge(s.PushedAt)}
+				fmtAge(s.CreatedAt), fmtAge(s.PushedAt), signer, trusted}
 		}))
 	cmd.Long = `List the snapshots pushed to the registry, oldest first. LATEST marks the one
 its function's record names: what 'thaw snapshot pull --function' and nodes
 importing the function get. STORED and DATA are the compressed and
 uncompressed bytes of its distinct chunks; chunks shared between snapshots
-count in each.`
+count in each. SIGNER is the id of the key its manifest is signed with;
+TRUSTED no marks one this node refuses to pull or import (not signed, signed
+by a key it does not trust, changed after signing, or moved from another
+object: --json says which); 'thaw registry delete' removes it.`
 	return cmd
 }
 

@@ -37,7 +37,8 @@ it does not know is an error.
 At start thawd checks the whole configuration and lists every problem before
 it opens anything. 'thawd config check' does only that and prints the settings
 in force, each with where it came from; 'thawd config default' prints a
-config file with every setting at its default.`
+config file with every setting at its default. 'thawd registry key' prints
+the node's registry signing key, for other nodes' --registry-trusted-keys.`
 
 // command is one run of thawd: its settings and its streams.
 type command struct {
@@ -124,7 +125,7 @@ default).`,
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return writeDefault(c.stdout) },
 	})
-	root.AddCommand(cfg)
+	root.AddCommand(cfg, c.registryCmd())
 	return root
 }
 

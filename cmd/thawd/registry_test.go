@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/signing"
 )
 
 // TestRegistrySettings: the registry comes from its config file, or from
@@ -40,5 +43,66 @@ func TestRegistrySettings(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, want) {
 			t.Errorf("bad registry config: exit %d, stderr lacks %q", r.code, want)
 		}
+	}
+}
+
+// TestRegistryKeyAndTrustedKeys: 'thawd registry key' creates the node's
+// key once (0600) and prints its line, with the node name; the trusted
+// keys come from flags, the environment (a list) and the config file, as
+// files or key lines; a bad one is a problem listed at start, with its
+// file and line.
+func TestRegistryKeyAndTrustedKeys(t *testing.T) {
+	base := validBase(t)
+	data := base[1]
+	r := runThawd(t, nil, append(base, "--node-name", "node-7", "registry", "key")...)
+	line := strings.TrimSpace(r.stdout)
+	k, err := signing.ParsePublicKey(line)
+	if r.code != 0 || err != nil || k.Comment != "node-7" || !strings.Contains(r.stderr, "created") {
+		t.Fatalf("registry key: exit %d, %q: %v", r.code, line, err)
+	}
+	if fi, err := os.Stat(filepath.Join(data, signing.KeyFileName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	if again := runThawd(t, nil, append(base, "--node-name", "node-7", "registry", "key")...); again.code != 0 || strings.TrimSpace(again.stdout) != line || again.stderr != "" {
+		t.Fatalf("second run: exit %d, %q", again.code, again.stdout)
+	}
+
+	reg := filepath.Join(t.TempDir(), "registry.yaml")
+	if err := os.WriteFile(reg, []byte("endpoint: 127.0.0.1:9000\nbucket: snaps\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := signing.GenerateKey(nil)
+	keysFile := filepath.Join(t.TempDir(), "trusted")
+	if err := os.WriteFile(keysFile, []byte("# nodes\n"+line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inline := other.Public().String()
+	r = runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--registry-trusted-keys", keysFile, "--registry-trusted-keys", inline)...)
+	if r.code != 0 || !slices.Equal(r.served.Daemon.RegistryTrustedKeys, []string{keysFile, inline}) {
+		t.Fatalf("flags: exit %d, %v", r.code, r.served)
+	}
+	r = runThawd(t, map[string]string{"THAWD_REGISTRY_TRUSTED_KEYS": keysFile + "," + inline}, append(validBase(t), "--registry-config", reg)...)
+	if r.code != 0 || !slices.Equal(r.served.Daemon.RegistryTrustedKeys, []string{keysFile, inline}) {
+		t.Fatalf("environment: exit %d, %v", r.code, r.served)
+	}
+	conf := writeConfig(t, "registry-trusted-keys:\n  - "+keysFile+"\n  - "+inline+"\n")
+	r = runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--config", conf)...)
+	if r.code != 0 || !slices.Equal(r.served.Daemon.RegistryTrustedKeys, []string{keysFile, inline}) {
+		t.Fatalf("config file: exit %d, %v", r.code, r.served)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := os.WriteFile(bad, []byte(line+"\nthaw-ed25519 AAAA\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runThawd(t, nil, append(validBase(t), "--registry-config", reg, "--registry-trusted-keys", bad, "--memory", "1", "config", "check")...)
+	for _, want := range []string{bad + ":2:", "default memory 1 MiB"} {
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("bad trusted keys: exit %d, stderr lacks %q", r.code, want)
+		}
+	}
+	r = runThawd(t, nil, append(validBase(t), "--registry-trusted-keys", keysFile)...)
+	if r.code != 1 || !strings.Contains(r.stderr, "need a registry config") {
+		t.Errorf("trusted keys without a registry: exit %d", r.code)
 	}
 }

@@ -42,6 +42,9 @@ type Cluster struct {
 	Nodes     []*Node
 	LB        *HAProxy
 	Store     *ObjectStore // nil without Config.Store
+	// KeysFile lists every node's registry signing key, which every node
+	// trusts (TrustedKeysFile; "" without a store).
+	KeysFile string
 	// LinkCheck is the store's link as measured at the start.
 	LinkCheck *LinkCheck
 	token     string
@@ -98,7 +101,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 		}
 		log.Info("object store up", "endpoint", c.Store.Config.Endpoint, "link", cfg.Store.Link.String(),
 			"request_ms", c.LinkCheck.RTTMedianMS, "added_ms", c.LinkCheck.AddedMS, "get_mbit_s", int(c.LinkCheck.GetMbit), "put_mbit_s", int(c.LinkCheck.PutMbit))
-		node.Args = append([]string{"--registry-config", c.Store.ConfigFile}, node.Args...)
+		if c.KeysFile, err = c.provisionKeys(cfg.Nodes); err != nil {
+			return c, err
+		}
+		node.Args = append([]string{"--registry-config", c.Store.ConfigFile, "--registry-trusted-keys", c.KeysFile}, node.Args...)
 		if cfg.Store.PushOnPrepare {
 			node.Args = append(node.Args, "--registry-push-on-prepare")
 		}
@@ -139,9 +145,8 @@ func (c *Cluster) addNode(i int, cfg NodeConfig) error {
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("node-%d", i)
-	dir := filepath.Join(c.Dir, name)
-	n := &Node{Name: name, Index: i, NS: ns, IP: c.Net.NodeIP(i), DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run")}
+	name := nodeName(i)
+	n := &Node{Name: name, Index: i, NS: ns, IP: c.Net.NodeIP(i), DataDir: nodeDataDir(c.Dir, i), RunDir: filepath.Join(nodeDir(c.Dir, i), "run")}
 	n.URL = fmt.Sprintf("https://%s:%d", n.IP, NodePort)
 	for _, d := range []string{n.DataDir, n.RunDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -272,16 +277,24 @@ func (c *Cluster) Close() error {
 
 // RestartNode stops node n (SIGTERM) and starts it again, with an empty
 // data directory if wipe is set (no function, snapshot or chunk: a node
-// that has never seen anything), and waits until it is healthy.
+// that has never seen anything; it keeps its registry signing key, which
+// the other nodes trust), and waits until it is healthy.
 func (c *Cluster) RestartNode(ctx context.Context, n *Node, wipe bool) error {
 	if err := n.Stop(30 * time.Second); err != nil {
 		return err
 	}
 	if wipe {
+		restoreKey, err := keepKey(n.DataDir)
+		if err != nil {
+			return err
+		}
 		if err := os.RemoveAll(n.DataDir); err != nil {
 			return err
 		}
 		if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
+			return err
+		}
+		if err := restoreKey(); err != nil {
 			return err
 		}
 	}

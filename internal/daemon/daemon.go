@@ -27,6 +27,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -180,6 +181,10 @@ type Config struct {
 	// the registry's records, an outdated copy replaced
 	// (RefreshFunctions); 0: never. Only with a registry and import on.
 	RegistryRefresh time.Duration
+	// RegistryTrustedKeys are the keys besides the node's own whose
+	// signed registry records it accepts: key lines ("thaw-ed25519 BASE64
+	// [comment]") or files of them, one a line.
+	RegistryTrustedKeys []string
 	// SnapshotKeep, if positive, is how many of each function's newest
 	// snapshots garbage collection keeps; older ones go unless pinned or
 	// in use. 0 (the default): snapshots are deleted only when asked.
@@ -345,6 +350,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: give 0 (off) or 1s or more", iv.what, iv.d))
 		}
 	}
+	if err := checkTrustedKeys(c); err != nil {
+		errs = append(errs, err)
+	}
 	if c.RegistryGCGrace < 0 {
 		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))
 	}
@@ -405,6 +413,7 @@ type Service struct {
 	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
 	ops                  *operations        // asynchronous operations (?wait=false)
 	registry             *registry.Store    // snapshot registry; nil: none configured
+	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
 	chunks               *registry.Cache    // its local chunk cache
 	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
 	vers                 *versionState      // deploys under way and alias routing (versions.go)
@@ -484,6 +493,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
 	if err != nil {
+		return nil, err
+	}
+	if err := s.openSigningKey(); err != nil {
+		_ = s.db.Close()
 		return nil, err
 	}
 	if err := s.openRegistry(); err != nil {

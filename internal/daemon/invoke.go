@@ -408,8 +408,9 @@ func (s *Service) Info() Info {
 		cfg, st := s.registry.Config(), s.chunks.Stats()
 		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
 			PushOnPrepare: s.cfg.RegistryPushOnPrepare, Import: !s.cfg.NoRegistryImport,
-			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes}
+			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes, TrustedKeys: s.trustedKeyIDs()}
 	}
+	i.RegistryKey = s.registryKeyInfo()
 	return i
 }
 

@@ -79,6 +79,9 @@ func (s *Service) RefreshFunctions(ctx context.Context) ([]string, error) {
 		if errors.Is(err, registry.ErrNotFound) {
 			continue // never published: this node's own
 		}
+		if errors.Is(err, registry.ErrUntrusted) {
+			continue // refused and reported (recordRefused): the copy here stays
+		}
 		if err != nil {
 			return replaced, registryErr(err)
 		}

@@ -20,7 +20,8 @@ import (
 func TestRefreshOutdatedFunction(t *testing.T) {
 	ctx := context.Background()
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	ring := keyRing(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
 	a, _ := fakeService(t, withRegistry)
 	_, v1 := bootAndSnapshot(t, a, "fn")
 	if _, err := a.PushSnapshot(ctx, v1.ID); err != nil {

@@ -37,12 +37,18 @@ func (s *Service) openRegistry() error {
 	if err != nil {
 		return err
 	}
+	trust, err := s.registryTrust()
+	if err != nil {
+		return err
+	}
+	st = st.WithTrust(trust)
 	c, err := registry.OpenCache(filepath.Join(s.cfg.DataDir, "chunks"), s.cfg.ChunkCacheBudget, st)
 	if err != nil {
 		return err
 	}
 	s.registry, s.chunks = st, c
-	s.log.Info("snapshot registry", "registry", *s.cfg.Registry, "chunk_cache", c.Dir(), "budget_bytes", s.cfg.ChunkCacheBudget)
+	s.log.Info("snapshot registry", "registry", *s.cfg.Registry, "chunk_cache", c.Dir(), "budget_bytes", s.cfg.ChunkCacheBudget,
+		"key", s.signKey.Public().ID(), "trusted_keys", trust.Keys.IDs())
 	return nil
 }
 
@@ -59,7 +65,7 @@ func registryErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrConflict, err)
 	case errors.Is(err, registry.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
-	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid),
+	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid), errors.Is(err, registry.ErrUntrusted),
 		errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissing):
 		return fmt.Errorf("%w: %v", ErrSnapshotUnusable, err)
 	}
@@ -117,7 +123,7 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 	latest, latestAt := rm.ID, local.CreatedAt
 	if old, err := s.registry.GetFunction(ctx, fn.Name); err == nil && old.Latest != rm.ID && old.LatestCreatedAt.After(latestAt) {
 		latest, latestAt = old.Latest, old.LatestCreatedAt
-	} else if err != nil && !errors.Is(err, registry.ErrNotFound) && !errors.Is(err, registry.ErrInvalid) {
+	} else if err != nil && !errors.Is(err, registry.ErrNotFound) && !errors.Is(err, registry.ErrInvalid) && !errors.Is(err, registry.ErrUntrusted) {
 		return err
 	}
 	code, err := codearchive.Pack(filepath.Join(fn.CodeDir, fn.Name))

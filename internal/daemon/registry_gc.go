@@ -27,7 +27,10 @@ func (s *Service) ListRegistrySnapshots(ctx context.Context) ([]wire.RegistrySna
 	for i, r := range rs {
 		stored, data := r.Bytes()
 		out[i] = wire.RegistrySnapshot{ID: r.ID, Function: r.Function, CreatedAt: r.CreatedAt, PushedAt: r.PushedAt,
-			Chunks: len(r.ChunkSums()), StoredBytes: stored, DataBytes: data, Latest: r.Latest}
+			Chunks: len(r.ChunkSums()), StoredBytes: stored, DataBytes: data, Latest: r.Latest, SignedBy: r.SignedBy}
+		if r.Refused != nil {
+			out[i].Refused = r.Refused.Detail
+		}
 	}
 	return out, nil
 }

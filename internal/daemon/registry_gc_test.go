@@ -24,7 +24,8 @@ func TestRegistryListDeleteGC(t *testing.T) {
 		t.Fatalf("list without a registry: %v", err)
 	}
 	srv := miniotest.Start(t)
-	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
+	ring := keyRing(t)
+	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) })
 	if none.Info().Registry != nil {
 		t.Fatal("info shows a registry on a node without one")
 	}
@@ -85,7 +86,7 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	if err != nil || res.ChunksDeleted == 0 || res.BytesDeleted == 0 {
 		t.Fatalf("gc: %+v, %v", res, err)
 	}
-	b, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg })
+	b, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) })
 	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: one.ID}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("pull of a deleted snapshot: %v", err)
 	}
@@ -193,7 +194,8 @@ func TestScheduledRegistryGC(t *testing.T) {
 func pushedTwo(t *testing.T) (*miniotest.Server, func(*Config), *Service, *catalog.Snapshot, *catalog.Snapshot) {
 	t.Helper()
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	ring := keyRing(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
 	a, _ := fakeService(t, withRegistry)
 	_, older := bootAndSnapshot(t, a, "fn")
 	_, newer := snapshotOf(t, a, "fn")

@@ -25,7 +25,8 @@ func TestPushPull(t *testing.T) {
 		}
 	}
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	ring := keyRing(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
 	a, _ := fakeService(t, withRegistry)
 	_, sn := bootAndSnapshot(t, a, "fn")
 	res, err := a.PushSnapshot(ctx, sn.ID)
@@ -98,7 +99,8 @@ func TestPushPull(t *testing.T) {
 func TestLazyPull(t *testing.T) {
 	ctx := context.Background()
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1 }
+	ring := keyRing(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1; ring(c) }
 	a, _ := fakeService(t, withRegistry)
 	_, sn := bootAndSnapshot(t, a, "fn")
 	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {

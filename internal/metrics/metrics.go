@@ -50,6 +50,7 @@ type Set struct {
 	registryGCBytes              prometheus.Counter
 	deploys, rebuilds            *prometheus.CounterVec
 	versionsCollected            prometheus.Counter
+	registryRefused              *prometheus.CounterVec
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -90,7 +91,8 @@ func New(state func() State) *Set {
 	s.versionsCollected = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "thaw", Name: "versions_collected_total",
 		Help: "Function versions whose snapshots retention deleted (neither among the newest --version-keep nor an alias's target)."})
 	s.Registry.MustRegister(s.deploys, s.rebuilds, s.versionsCollected)
-	s.Registry.MustRegister(s.registryGC, s.registryGCBytes)
+	s.registryRefused = counter("registry_refused_total", "Registry records (remote manifests, function records) this node refused to use because no trusted key signed them for their object, by kind and reason: unsigned, unknown_key, bad_signature (changed after signing), wrong_object (moved or copied from another object), malformed.", "kind", "reason")
+	s.Registry.MustRegister(s.registryGC, s.registryGCBytes, s.registryRefused)
 	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions, s.vmmPool, s.vmmPoolDrops)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -192,7 +194,9 @@ func (s *Set) VMMPoolDrop(why string) {
 func (s *Set) Deploy(outcome string) { s.deploys.WithLabelValues(outcome).Inc() }
 
 // VersionRebuild records a version snapshotted again because reason changed.
-func (s *Set) VersionRebuild(reason, outcome string) { s.rebuilds.WithLabelValues(reason, outcome).Inc() }
+func (s *Set) VersionRebuild(reason, outcome string) {
+	s.rebuilds.WithLabelValues(reason, outcome).Inc()
+}
 
 // VersionCollected records a version whose snapshots retention deleted.
 func (s *Set) VersionCollected() { s.versionsCollected.Inc() }
@@ -204,6 +208,11 @@ func (s *Set) KeepAliveEviction(reason string) { s.evictions.WithLabelValues(rea
 func (s *Set) RegistryGC(outcome string, deleted int64) {
 	s.registryGC.WithLabelValues(outcome).Inc()
 	s.registryGCBytes.Add(float64(deleted))
+}
+
+// RegistryRefused records a registry record refused for its signature.
+func (s *Set) RegistryRefused(kind, reason string) {
+	s.registryRefused.WithLabelValues(kind, reason).Inc()
 }
 
 // Request records one API request; route is its pattern ("" when none

@@ -165,7 +165,7 @@ func DecodeRemoteManifest(b []byte) (*RemoteManifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded manifest: %v", ErrInvalid, err)
 	}
-	if local.ID != m.ID || local.Function != m.Function || !idRE.MatchString(m.ID) {
+	if local.ID != m.ID || local.Function != m.Function || !idRE.MatchString(m.ID) || !nameRE.MatchString(m.Function) {
 		return nil, fmt.Errorf("%w: id %q / function %q do not match the embedded manifest", ErrInvalid, m.ID, m.Function)
 	}
 	seen := map[string]bool{}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/thaw-dev/thaw/internal/signing"
 )
 
 // Leases keep garbage collection and writers apart. Chunks and code
@@ -242,10 +244,12 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 }
 
 // referenced reads every remote manifest and function record and returns
-// the object keys they name.
+// the object keys they name. Signatures do not matter here: a reference
+// from a record no node trusts can only keep an object, and skipping one
+// could delete the chunks of a snapshot another node's keys accept.
 func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, error) {
 	keep := map[string]bool{}
-	err := s.eachManifest(ctx, func(m *RemoteManifest) {
+	err := s.eachManifest(ctx, func(m *RemoteManifest, _ string, _ *signing.Refusal) {
 		st.Snapshots++
 		for _, sum := range m.ChunkSums() {
 			keep[chunkKey(sum)] = true
@@ -262,7 +266,7 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 		if !ok || !nameRE.MatchString(name) {
 			continue
 		}
-		r, err := s.GetFunction(ctx, name)
+		r, _, err := s.readFunction(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("gc: nothing deleted: function %s: %w", name, err)
 		}
@@ -272,9 +276,21 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 	return keep, nil
 }
 
-// eachManifest reads and checks every remote manifest in the bucket; one
-// that fails stops the walk with its error.
-func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest)) error {
+// readFunction reads a function record, trusted or not (readRecord): the
+// refusal, if any, says it is not to be acted on.
+func (s *Store) readFunction(ctx context.Context, name string) (*FunctionRecord, *signing.Refusal, error) {
+	b, _, refused, err := s.readRecord(ctx, KindFunction, functionKey(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := decodeFunctionRecordOf(b, name)
+	return r, refused, err
+}
+
+// eachManifest reads and checks every remote manifest in the bucket,
+// trusted or not (fn gets the key id it names and, if refused, why); one
+// that cannot be read or decoded stops the walk with its error.
+func (s *Store) eachManifest(ctx context.Context, fn func(m *RemoteManifest, keyID string, refused *signing.Refusal)) error {
 	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
 		if o.Err != nil {
 			return s.classify("list snapshots/", o.Err)
@@ -283,11 +299,15 @@ func (s *Store) eachManifest(ctx context.Context, fn func(*RemoteManifest)) erro
 		if !ok {
 			continue
 		}
-		m, err := s.GetManifest(ctx, id)
-		if err != nil {
-			return fmt.Errorf("snapshot %s: %w", id, err)
+		b, keyID, refused, err := s.readRecord(ctx, KindManifest, o.Key)
+		if err == nil {
+			var m *RemoteManifest
+			if m, err = decodeManifestAt(b, id); err == nil {
+				fn(m, keyID, refused)
+				continue
+			}
 		}
-		fn(m)
+		return fmt.Errorf("snapshot %s: %w", id, err)
 	}
 	return nil
 }
@@ -326,20 +346,27 @@ func (s *Store) remove(ctx context.Context, keys []string) error {
 }
 
 // Listed is a snapshot in the registry: its manifest, when it was taken,
-// and whether its function's record names it as the newest.
+// whether its function's record names it as the newest, and, when this
+// node would refuse it, why.
 type Listed struct {
 	*RemoteManifest
 	CreatedAt time.Time
 	Latest    bool
+	// SignedBy is the key id the manifest names ("" when unsigned).
+	SignedBy string
+	// Refused is why this node does not trust the manifest (then the
+	// fields above are what it claims, unverified); nil when trusted.
+	Refused *signing.Refusal
 }
 
-// ListSnapshots reads every remote manifest, newest first. A manifest that
-// cannot be read fails the listing: the registry is damaged and says so.
+// ListSnapshots reads every remote manifest, newest first, trusted or not
+// (Listed.Refused). A manifest that cannot be read fails the listing: the
+// registry is damaged and says so. Latest follows trusted records only.
 func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
 	var out []Listed
-	err := s.eachManifest(ctx, func(m *RemoteManifest) {
-		l := Listed{RemoteManifest: m}
-		if local, err := m.LocalManifest(); err == nil { // checked by GetManifest
+	err := s.eachManifest(ctx, func(m *RemoteManifest, keyID string, refused *signing.Refusal) {
+		l := Listed{RemoteManifest: m, SignedBy: keyID, Refused: refused}
+		if local, err := m.LocalManifest(); err == nil { // checked by decodeManifestAt
 			l.CreatedAt = local.CreatedAt
 		}
 		out = append(out, l)
@@ -352,13 +379,15 @@ func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
 		fn := out[i].Function
 		if _, ok := latest[fn]; !ok {
 			latest[fn] = ""
-			if r, err := s.GetFunction(ctx, fn); err == nil {
+			r, refused, err := s.readFunction(ctx, fn)
+			switch {
+			case err == nil && refused == nil:
 				latest[fn] = r.Latest
-			} else if !errors.Is(err, ErrNotFound) {
+			case err != nil && !errors.Is(err, ErrNotFound):
 				return nil, err
 			}
 		}
-		out[i].Latest = latest[fn] == out[i].ID
+		out[i].Latest = out[i].Refused == nil && latest[fn] == out[i].ID
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
@@ -369,22 +398,34 @@ func (s *Store) ListSnapshots(ctx context.Context) ([]Listed, error) {
 	return out, nil
 }
 
-// DeleteSnapshot removes a pushed snapshot's manifest; its chunks go at
-// the next GC unless another manifest names them. When the function record
-// names it as the newest snapshot, the record moves to the function's
-// newest remaining snapshot, or is removed with the function's last one.
-// Nodes that already pulled or imported it keep their copies.
+// DeleteSnapshot removes a pushed snapshot's manifest, trusted or not (or
+// a damaged object under its name);
+// its chunks go at the next GC unless another manifest names them. When
+// the (trusted) function record names it as the newest snapshot, the
+// record moves to the function's newest remaining trusted snapshot,
+// signed by this node, or is removed with the function's last one. Nodes
+// that already pulled or imported it keep their copies.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	m, err := s.GetManifest(ctx, id)
-	if err != nil {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%w: snapshot id %q", ErrInvalid, id)
+	}
+	b, _, _, err := s.readRecord(ctx, KindManifest, manifestKey(id))
+	var m *RemoteManifest
+	if err == nil {
+		m, err = decodeManifestAt(b, id) // what it claims: only its function's name is used
+	}
+	if err != nil && !errors.Is(err, ErrInvalid) {
 		return err
 	}
 	if err := s.remove(ctx, []string{manifestKey(id)}); err != nil {
 		return err
 	}
-	r, err := s.GetFunction(ctx, m.Function)
-	if errors.Is(err, ErrNotFound) {
-		return nil
+	if m == nil {
+		return nil // a damaged object under a manifest's name: no record to update
+	}
+	r, refused, err := s.readFunction(ctx, m.Function)
+	if errors.Is(err, ErrNotFound) || refused != nil {
+		return nil // no record, or one no node here acts on: left as it is
 	}
 	if err != nil || r.Latest != id {
 		return err
@@ -394,13 +435,13 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 		return err
 	}
 	for _, o := range all { // newest first
-		if o.Function == m.Function {
+		if o.Function == m.Function && o.Refused == nil {
 			r.Latest, r.LatestCreatedAt = o.ID, o.CreatedAt
 			b, err := json.Marshal(r)
 			if err != nil {
 				return err
 			}
-			return s.put(ctx, functionKey(r.Name), b, "application/json")
+			return s.PutRecord(ctx, KindFunction, functionKey(r.Name), b)
 		}
 	}
 	return s.remove(ctx, []string{functionKey(r.Name)})

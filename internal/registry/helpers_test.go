@@ -11,6 +11,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -119,12 +120,29 @@ func sameTree(t *testing.T, want, got string) {
 	}
 }
 
-// env is one MinIO, a store on it and a chunk cache.
+// env is one MinIO, a store on it (signing with key, trusting it) and a
+// chunk cache.
 type env struct {
 	srv   *miniotest.Server
 	store *registry.Store
 	cache *registry.Cache
 	root  string
+	key   *signing.Key
+}
+
+// trusting is a store trust that signs with key and accepts keys (and
+// key's own).
+func trusting(key *signing.Key, keys ...signing.PublicKey) registry.Trust {
+	return registry.Trust{Signer: key, Keys: signing.NewKeyring(append(keys, key.Public())...)}
+}
+
+func newKey(t testing.TB) *signing.Key {
+	t.Helper()
+	k, err := signing.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 func newEnv(t testing.TB, budget int64) *env {
@@ -136,11 +154,13 @@ func newEnv(t testing.TB, budget int64) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := newKey(t)
+	st = st.WithTrust(trusting(key))
 	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), budget, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{srv: srv, store: st, cache: c, root: t.TempDir()}
+	return &env{srv: srv, store: st, cache: c, root: t.TempDir(), key: key}
 }
 
 // pushNew writes a snapshot of the base layout and pushes it.

@@ -77,6 +77,9 @@ func isPrefetch(rel string) bool {
 // must match the snapshot's manifest.
 func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Progress) (*RemoteManifest, PushStats, error) {
 	var st PushStats
+	if err := s.canSign(); err != nil {
+		return nil, st, err
+	}
 	local, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return nil, st, err
@@ -145,7 +148,7 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 	if err != nil {
 		return nil, st, err
 	}
-	if err := s.put(ctx, manifestKey(rm.ID), b, "application/json"); err != nil {
+	if err := s.PutRecord(ctx, KindManifest, manifestKey(rm.ID), b); err != nil {
 		return nil, st, fmt.Errorf("push %s: manifest: %w", rm.ID, err)
 	}
 	if progress != nil {
@@ -260,6 +263,9 @@ func (u *uploader) storedSize(sum string) int64 {
 // PushFunction stores a function's code archive (unless present) and its
 // record, naming latest as its newest snapshot.
 func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byte) error {
+	if err := s.canSign(); err != nil {
+		return err
+	}
 	rec.Magic = FunctionMagic
 	rec.CodeSHA256 = sumHex(code)
 	rec.Code = codeKey(rec.CodeSHA256)
@@ -285,5 +291,5 @@ func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byt
 	if _, err := decodeFunctionRecord(b); err != nil {
 		return err
 	}
-	return s.put(ctx, functionKey(rec.Name), b, "application/json")
+	return s.PutRecord(ctx, KindFunction, functionKey(rec.Name), b)
 }

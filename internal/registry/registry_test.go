@@ -131,7 +131,7 @@ func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 	e.srv.Put(t, key, orig)
 	// Another snapshot's manifest under this id is refused.
 	e.srv.Put(t, "snapshots/snap-c2/manifest.json", e.srv.Get(t, "snapshots/snap-c/manifest.json"))
-	if _, err := e.store.GetManifest(context.Background(), "snap-c2"); !errors.Is(err, registry.ErrInvalid) {
+	if _, err := e.store.GetManifest(context.Background(), "snap-c2"); !errors.Is(err, registry.ErrUntrusted) {
 		t.Fatalf("a manifest under another id: %v", err)
 	}
 	dst, err := pullTo(t, e, fx.id)
@@ -394,6 +394,7 @@ func TestTLSWithCAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st = st.WithTrust(trusting(newKey(t)))
 	fx := makeSnapshot(t, t.TempDir(), "snap-tls", baseRegions())
 	rm, _, err := st.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
 	if err != nil {

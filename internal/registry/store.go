@@ -36,6 +36,7 @@ var wrapTransport = func(rt http.RoundTripper) http.RoundTripper { return rt }
 type Store struct {
 	cfg    Config
 	client *minio.Client
+	trust  Trust // WithTrust; the zero value signs nothing and trusts nothing
 }
 
 // Open makes a client for cfg. It does not contact the store (Ping does).
@@ -200,15 +201,21 @@ func (s *Store) fetchChunk(ctx context.Context, sum string, dst, tmp []byte) (in
 	return read, fmt.Errorf("%w (refused after %d fetches)", lastErr, FetchAttempts)
 }
 
-// GetManifest fetches and checks the remote manifest of snapshot id.
+// GetManifest fetches the remote manifest of snapshot id, verifies its
+// signature (GetRecord) and only then checks its content.
 func (s *Store) GetManifest(ctx context.Context, id string) (*RemoteManifest, error) {
 	if !idRE.MatchString(id) {
 		return nil, fmt.Errorf("%w: snapshot id %q", ErrInvalid, id)
 	}
-	b, err := s.get(ctx, manifestKey(id), nil, maxObject)
+	b, err := s.GetRecord(ctx, KindManifest, manifestKey(id))
 	if err != nil {
 		return nil, err
 	}
+	return decodeManifestAt(b, id)
+}
+
+// decodeManifestAt decodes the manifest stored under snapshot id's key.
+func decodeManifestAt(b []byte, id string) (*RemoteManifest, error) {
 	m, err := DecodeRemoteManifest(b)
 	if err == nil && m.ID != id {
 		return nil, fmt.Errorf("%w: %s holds the manifest of %s", ErrInvalid, manifestKey(id), m.ID)
@@ -221,16 +228,26 @@ func (s *Store) HasManifest(ctx context.Context, id string) (bool, error) {
 	return s.exists(ctx, manifestKey(id))
 }
 
-// GetFunction fetches a function record.
+// GetFunction fetches a function record and verifies its signature
+// (GetRecord) before it checks its content.
 func (s *Store) GetFunction(ctx context.Context, name string) (*FunctionRecord, error) {
 	if !nameRE.MatchString(name) {
 		return nil, fmt.Errorf("%w: function name %q", ErrInvalid, name)
 	}
-	b, err := s.get(ctx, functionKey(name), nil, maxObject)
+	b, err := s.GetRecord(ctx, KindFunction, functionKey(name))
 	if err != nil {
 		return nil, err
 	}
-	return decodeFunctionRecord(b)
+	return decodeFunctionRecordOf(b, name)
+}
+
+// decodeFunctionRecordOf decodes the record stored under name's key.
+func decodeFunctionRecordOf(b []byte, name string) (*FunctionRecord, error) {
+	r, err := decodeFunctionRecord(b)
+	if err == nil && r.Name != name {
+		return nil, fmt.Errorf("%w: %s holds the record of %s", ErrInvalid, functionKey(name), r.Name)
+	}
+	return r, err
 }
 
 // GetCode fetches a function record's code archive and checks its digest.
