@@ -136,6 +136,7 @@ func newSettings() *settings {
 	fs.DurationVar(&d.RegistryRefresh, "registry-refresh", daemon.DefaultRegistryRefresh, "how often the functions here are compared with the registry's records: a function published again elsewhere (other code, a newer snapshot) is removed here once nothing uses it, and its next invocation imports the new version; 0: never (needs --registry-import)")
 	fs.StringArrayVar(&d.RegistryTrustedKeys, "registry-trusted-keys", nil, "public keys whose signed registry records (snapshot manifests, function records) this node pulls and imports besides its own, repeatable: a key line 'thaw-ed25519 BASE64 [comment]' (what 'thawd registry key' and 'thaw info' print on each node) or a file of them, one a line, # for comments, writable only by its owner; anything else in the registry is refused")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
+	fs.IntVar(&d.VersionKeep, "version-keep", daemon.DefaultVersionKeep, "keep the snapshots of each function's newest N versions and of every version an alias routes to; older versions' snapshots are collected, here and in the registry")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")
 	fs.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
@@ -315,7 +316,7 @@ func (s *settings) validate() error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"keep-alive-max-idle", d.KeepAliveMaxIdle}, {"snapshot-keep", d.SnapshotKeep}} {
+	}{{"keep-alive-max-idle", d.KeepAliveMaxIdle}, {"snapshot-keep", d.SnapshotKeep}, {"version-keep", d.VersionKeep}} {
 		if c.v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d: must not be negative", c.name, c.v))
 		}
