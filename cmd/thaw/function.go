@@ -80,8 +80,30 @@ func (a *app) newFunctionListCmd() *cobra.Command {
 
 func (a *app) newFunctionGetCmd() *cobra.Command {
 	return newGetCmd("function", "NAME", oneRunE(a, (*client.Client).GetFunction, func(f *client.Function) error {
-		return a.printFunction(f, "")
+		if err := a.printFunction(f, ""); err != nil || a.json {
+			return err
+		}
+		return a.printVersionsSummary(f.Name)
 	}))
+}
+
+// printVersionsSummary adds a function's versions and aliases to thaw
+// function get's table.
+func (a *app) printVersionsSummary(name string) error {
+	vs, err := a.c.ListVersions(a.ctx, name)
+	if err != nil || len(vs) == 0 {
+		return err
+	}
+	as, err := a.c.ListAliases(a.ctx, name)
+	if err != nil {
+		return err
+	}
+	w := newTable(a.stdout)
+	row(w, "Versions:", fmt.Sprintf("%d (newest %d; thaw function versions %s)", len(vs), vs[len(vs)-1].Version, name))
+	for _, al := range as {
+		row(w, "Alias "+al.Name+":", fmtRouting(al.Routing))
+	}
+	return w.Flush()
 }
 
 func (a *app) newFunctionDeleteCmd() *cobra.Command {
