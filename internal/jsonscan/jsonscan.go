@@ -20,26 +20,26 @@ var ErrSyntax = errors.New("invalid JSON")
 type state uint8
 
 const (
-	stValue        state = iota // a value starts (after optional space)
-	stArrayFirst                // after '[': a value or ']'
-	stObjectFirst               // after '{': a key or '}'
-	stKey                       // after ',' in an object: a key
-	stColon                     // after a key
-	stAfter                     // after a value inside an array or object: ',' or its end
-	stString                    // inside a string
-	stEscape                    // after '\' in a string
-	stHex                       // in the 4 hex digits of \u
-	stUTF8                      // in a multi-byte UTF-8 sequence
-	stMinus                     // after '-'
-	stZero                      // after a leading 0
-	stInt                       // in the integer part's digits
-	stDot                       // after '.'
-	stFrac                      // in the fraction's digits
-	stExp                       // after 'e' or 'E'
-	stExpSign                   // after the exponent's sign
-	stExpDigits                 // in the exponent's digits
-	stLiteral                   // in true, false or null
-	stDone                      // the value is complete
+	stValue       state = iota // a value starts (after optional space)
+	stArrayFirst               // after '[': a value or ']'
+	stObjectFirst              // after '{': a key or '}'
+	stKey                      // after ',' in an object: a key
+	stColon                    // after a key
+	stAfter                    // after a value inside an array or object: ',' or its end
+	stString                   // inside a string
+	stEscape                   // after '\' in a string
+	stHex                      // in the 4 hex digits of \u
+	stUTF8                     // in a multi-byte UTF-8 sequence
+	stMinus                    // after '-'
+	stZero                     // after a leading 0
+	stInt                      // in the integer part's digits
+	stDot                      // after '.'
+	stFrac                     // in the fraction's digits
+	stExp                      // after 'e' or 'E'
+	stExpSign                  // after the exponent's sign
+	stExpDigits                // in the exponent's digits
+	stLiteral                  // in true, false or null
+	stDone                     // the value is complete
 )
 
 // Value scans one JSON value. The zero Value is ready for the value's first
