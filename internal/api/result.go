@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -17,6 +18,12 @@ const defaultResultWriteIdle = 30 * time.Second
 // resultChunk is how much of a result is written under one write deadline.
 const resultChunk = 1 << 20
 
+// releaseAbove: once a result this large is written, its buffer goes back
+// to the operating system at once (a forced collection, a few ms), rather
+// than when the heap next grows, so that successive large results do not
+// stack up in the daemon's memory.
+const releaseAbove = 8 << 20
+
 // writeInvocation answers 200 with an invocation. Its result, up to tens of
 // MiB, is written as the guest sent it, after the rest of the document
 // (encoded as every answer is): the daemon checked that it is JSON as it
@@ -28,6 +35,12 @@ func (h *Handler) writeInvocation(w http.ResponseWriter, inv *daemon.Invocation)
 	if len(result) == 0 {
 		writeJSON(w, http.StatusOK, inv)
 		return
+	}
+	if len(result) >= releaseAbove {
+		defer func() {
+			inv.Result, result = nil, nil // the daemon recorded it already
+			debug.FreeOSMemory()
+		}()
 	}
 	doc := *inv
 	doc.Result = nil
