@@ -130,7 +130,7 @@ func (p *replyParser) feed(b []byte) error {
 			return err
 		}
 		if p.st != envInKey && p.st != envInValue {
-			b = b[1:] // a key or value starts at c: the scanner takes it
+			b = b[1:] // punctuation; a key or value that starts at c is the scanner's
 		}
 	}
 	return nil

@@ -67,12 +67,12 @@ func (v *Value) Feed(p []byte) (n int, done bool, err error) {
 	}
 	for n < len(p) && v.st != stDone {
 		used, err := v.step(p[n:])
-		n += used
 		if err != nil {
 			v.off += int64(n)
-			v.err = fmt.Errorf("%w: %v at byte %d", ErrSyntax, err, v.off)
+			v.err = fmt.Errorf("%w: %v at byte %d", ErrSyntax, err, v.off+1)
 			return n, false, v.err
 		}
+		n += used
 	}
 	v.off += int64(n)
 	return n, v.st == stDone, nil
@@ -133,8 +133,9 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// step consumes the bytes of p that the current state takes (at least one)
-// and moves on.
+// step consumes the bytes of p that the current state takes and moves on.
+// It takes none only where a number ends at p[0], which is then the next
+// state's.
 func (v *Value) step(p []byte) (int, error) {
 	c := p[0]
 	switch v.st {
