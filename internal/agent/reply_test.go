@@ -18,7 +18,21 @@ import (
 func bigResult(n int, seed uint64) []byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	parts := []string{`"caf\u00e9"`, "\"\u00e9t\u00e9 \U0001F600\"", `-12.5e-3`, `true`, `null`, `{"k":[1,2,{}]}`, `"a\"b\\c\n"`}
-	b := []byte{'['}
+	var block []byte // 16 KiB of values, repeated
+	for len(block) < 16<<10 {
+		if len(block) > 0 {
+			block = append(block, ',')
+		}
+		block = append(block, parts[rng.IntN(len(parts))]...)
+	}
+	b := make([]byte, 1, n)
+	b[0] = '['
+	for len(b)+len(block) < n-40 {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, block...)
+	}
 	for len(b) < n-40 {
 		if len(b) > 1 {
 			b = append(b, ',')
@@ -80,7 +94,9 @@ func TestResultsByteExact(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err, req := invokeWith(t, testCtx(t), func(g *guest, id string) { g.send(tt.line(id, tt.result)) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // 32 MiB under the race detector
+			defer cancel()
+			r, err, req := invokeWith(t, ctx, func(g *guest, id string) { g.send(tt.line(id, tt.result)) })
 			if err != nil || !r.OK || r.DurationMS != 1.5 {
 				t.Fatalf("Invoke = %+v, %v", r, err)
 			}
@@ -96,17 +112,20 @@ func TestResultsByteExact(t *testing.T) {
 
 // A result or a reply over its limit is a handler error that says the
 // limit, the rest of its line is skipped, and the channel stays usable.
+// (With limits of 1 MiB and 64 KiB; TestLongReplies goes beyond the real
+// MaxResult.)
 func TestRepliesOverTheirLimits(t *testing.T) {
-	over := `"` + strings.Repeat("y", MaxResult) + `"`
+	const maxResult, maxEnvelope = 1 << 20, 64 << 10
+	over := `"` + strings.Repeat("y", maxResult) + `"`
 	for _, tt := range []struct {
 		name, wantType, wantMsg string
 		line                    func(id string) string
 	}{
-		{"result", "ResultTooLarge", "more than 33554432 bytes of JSON", func(id string) string {
+		{"result", "ResultTooLarge", "more than 1048576 bytes of JSON", func(id string) string {
 			return `{"id":"` + id + `","ok":true,"result":` + over + `,"duration_ms":1}`
 		}},
-		{"error message", "ReplyTooLarge", "without its result is more than 4194304 bytes", func(id string) string {
-			return `{"id":"` + id + `","ok":false,"error":{"type":"E","message":"` + strings.Repeat("m", MaxEnvelope) + `"}}`
+		{"error message", "ReplyTooLarge", "without its result is more than 65536 bytes", func(id string) string {
+			return `{"id":"` + id + `","ok":false,"error":{"type":"E","message":"` + strings.Repeat("m", maxEnvelope) + `"}}`
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,9 +137,13 @@ func TestRepliesOverTheirLimits(t *testing.T) {
 			})
 			c := dial(t, path)
 			c.SpillTo(t.TempDir())
+			c.maxResult, c.maxEnvelope = maxResult, maxEnvelope
 			r, err := c.Invoke(testCtx(t), "hello", nil)
-			if err != nil || r.OK || r.Error == nil || r.Error.Type != tt.wantType || !strings.Contains(r.Error.Message, tt.wantMsg) {
-				t.Fatalf("Invoke = %+v (%+v), %v; want error %s saying %q", r, r.Error, err, tt.wantType, tt.wantMsg)
+			if err != nil {
+				t.Fatalf("Invoke: %v", err)
+			}
+			if r.OK || r.Error == nil || r.Error.Type != tt.wantType || !strings.Contains(r.Error.Message, tt.wantMsg) {
+				t.Fatalf("Invoke = %+v (%+v); want error %s saying %q", r, r.Error, tt.wantType, tt.wantMsg)
 			}
 			if r, err := c.Invoke(testCtx(t), "hello", nil); err != nil || string(r.Result) != `"after"` {
 				t.Fatalf("the next Invoke = %+v, %v; want the next reply", r, err)
