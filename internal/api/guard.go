@@ -40,9 +40,9 @@ type Options struct {
 	// parent of the service's spans; nil: none. It is the daemon's
 	// (daemon.Config.TracerProvider).
 	TracerProvider trace.TracerProvider
-	// ResultWriteIdle is how long writing an invocation's result may make
-	// no progress (a caller that stopped reading) before the answer is cut
-	// off; 0: 30 s.
+	// ResultWriteIdle is how long writing each MiB of an invocation's
+	// result may take (a caller that stopped reading) before the answer is
+	// cut off; 0: 30 s.
 	ResultWriteIdle time.Duration
 }
 

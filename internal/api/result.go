@@ -11,8 +11,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
-// defaultResultWriteIdle is how long writing a result may make no progress
-// before the answer is cut off (Options.ResultWriteIdle).
+// defaultResultWriteIdle is how long writing each resultChunk of a result
+// may take before the answer is cut off (Options.ResultWriteIdle).
 const defaultResultWriteIdle = 30 * time.Second
 
 // resultChunk is how much of a result is written under one write deadline.
@@ -28,8 +28,9 @@ const releaseAbove = 8 << 20
 // MiB, is written as the guest sent it, after the rest of the document
 // (encoded as every answer is): the daemon checked that it is JSON as it
 // arrived, and encoding it again would copy it twice (compacted, then
-// indented). A caller that stops reading for ResultWriteIdle is cut off;
-// Content-Length lets it see that its answer is incomplete.
+// indented). A caller that takes longer than ResultWriteIdle to read a MiB
+// of it is cut off; Content-Length lets it see that its answer is
+// incomplete.
 func (h *Handler) writeInvocation(w http.ResponseWriter, inv *daemon.Invocation) {
 	result := inv.Result
 	if len(result) == 0 {

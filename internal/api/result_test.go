@@ -88,7 +88,7 @@ func TestResultOverTheLimit(t *testing.T) {
 }
 
 // A caller that reads slowly gets the whole result; one that stops reading
-// is cut off once no write made progress for ResultWriteIdle, and sees an
+// is cut off once a MiB of it has waited ResultWriteIdle, and sees an
 // answer shorter than its Content-Length.
 func TestSlowCallers(t *testing.T) {
 	svc, _, _, c := fakeDaemon(t)
