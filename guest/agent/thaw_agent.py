@@ -9,7 +9,7 @@ shadow or break, and the rootfs ships only Debian's python3.
 
 Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/2","function":"hello","uptime_ms":...}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/3","function":"hello","uptime_ms":...}
   restore 3 <host CLOCK_REALTIME ns> <entropy, hex>
     -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
        sent by the host after every restore, before the first invocation: the clock,
@@ -23,9 +23,13 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
        which this agent still accepts.
   {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
     -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
-  {"id":"2","op":"invoke","function":"hello","event":{...}}
-    -> {"id":"2","ok":true,"result":...,"duration_ms":...}
+  {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>}
+    -> {"id":"2","ok":true,"duration_ms":...,"result":...}
     -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...}
+       The result is serialized once and comes last, written a piece at a time (the
+       host streams it to a spill). A result whose JSON is longer than max_result
+       (default MAX_RESULT) is not sent: the error ResultTooLarge says its size and
+       the limit. Agents before protocol 3 put the result before duration_ms.
   Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
 """
 
@@ -46,14 +50,17 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/2"  # /2: the plain-line restore request
+AGENT = "thaw-agent/3"  # /2: the plain-line restore request; /3: results last, bounded
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
 DEFAULT_IP = "10.0.2.15/24"  # QEMU user-mode networking: guest address,
 DEFAULT_GW = "10.0.2.2"      # and the host as seen from the guest.
 MAX_LINE = 64 << 20          # longest request accepted; guards guest memory
+MAX_RESULT = 32 << 20        # longest result (JSON bytes) unless the host says otherwise
+MAX_ERROR_TEXT = 128 << 10   # characters of an error's message or traceback sent
 READ_CHUNK = 1 << 16
+SEND_CHUNK = 1 << 20         # bytes of a result encoded and written at a time
 # While the host is disconnected the port polls as POLLHUP, so the agent sleeps
 # in sigtimedwait instead. The kernel raises SIGIO when the host (re)connects, so
 # this timeout is only a safety net and does not bound reconnect latency.
@@ -239,7 +246,16 @@ class Function:
 
 
 def _error(type_, message, tb=""):
-    return {"type": type_, "message": message, "traceback": tb}
+    """An error for the host. Its texts are cut so that the reply stays well under
+    the host's bound on everything but a result (4 MiB even if every character
+    were escaped)."""
+    return {"type": _cut(type_, 256), "message": _cut(message), "traceback": _cut(tb)}
+
+
+def _cut(text, limit=MAX_ERROR_TEXT):
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
 
 
 def _exc_error(e):
@@ -352,7 +368,17 @@ class Channel:
 
     def send_line(self, text, wait=True):
         """Writes text (one line of JSON, without its newline); see send."""
-        data = memoryview((text + "\n").encode())
+        return self.write((text + "\n").encode(), wait)
+
+    def send_chunks(self, chunks):
+        """Writes the pieces of one line (bytes; the last ends with the newline) as
+        they come, so that a long line is never held whole. Returns False if the host
+        went away."""
+        return all(self.write(c) for c in chunks)
+
+    def write(self, data, wait=True):
+        """Writes all of data; see send."""
+        data = memoryview(data)
         while data:
             try:
                 n = os.write(self.fd, data)
@@ -392,7 +418,12 @@ class Agent:
                 continue
             if line is not None and not line.strip():
                 continue  # blank lines are harmless keep-alives
-            self.channel.send(self.dispatch(line))
+            reply = self.dispatch(line)
+            if isinstance(reply, ResultReply):
+                self.channel.send_chunks(reply.chunks())
+            else:
+                self.channel.send(reply)
+            del reply  # a large result's text goes now, not at the next request
             reap_zombies()
             _openssl.refresh()  # a no-op unless the request imported modules
 
@@ -462,16 +493,24 @@ class Agent:
             duration = (time.perf_counter() - t0) * 1000.0
             return {"id": rid, "ok": False, "error": _exc_error(e), "duration_ms": duration}
         duration = (time.perf_counter() - t0) * 1000.0
-        resp = {"id": rid, "ok": True, "result": result, "duration_ms": duration}
         try:
-            # Checked here rather than in send() so the host gets a proper error.
-            # allow_nan=False: NaN/Infinity are not JSON and Go's decoder rejects them.
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError, RecursionError) as e:
+            # Serialized once, here, so that the host gets a proper error. allow_nan=False:
+            # NaN/Infinity are not JSON and Go's decoder rejects them. ASCII (ensure_ascii):
+            # its length in characters is its length in bytes.
+            text = json.dumps(result, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError, MemoryError) as e:
             return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
                 "TypeError", f"result of handle() is not JSON serializable: {e}",
                 "".join(traceback.format_exception(type(e), e, e.__traceback__)))}
-        return resp
+        del result
+        limit = req.get("max_result")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            limit = MAX_RESULT
+        if len(text) > limit:
+            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+                "ResultTooLarge", f"the result of handle() is {len(text)} bytes of JSON, "
+                f"more than the limit of {limit} bytes")}
+        return ResultReply({"id": rid, "ok": True, "duration_ms": duration}, text)
 
     def restore(self, rid, req):
         """The JSON restore request (agents before protocol 2 only had this)."""
@@ -546,6 +585,27 @@ class Agent:
     @staticmethod
     def _bad_request(rid, message):
         return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error("BadRequest", message)}
+
+
+class ResultReply:
+    """A successful invocation's reply, its result already JSON text: written as the
+    rest of the reply with the result last, a piece at a time, so a large result is
+    serialized once and never copied whole again."""
+
+    def __init__(self, head, text):
+        self.head = head
+        self.text = text
+
+    def chunks(self):
+        yield (json.dumps(self.head, separators=(",", ":"))[:-1] + ',"result":').encode()
+        text = self.text
+        for i in range(0, len(text), SEND_CHUNK):
+            yield text[i:i + SEND_CHUNK].encode()
+        yield b"}\n"
+
+    def decoded(self):
+        """The reply as the host reads it (tests)."""
+        return json.loads(b"".join(self.chunks()))
 
 
 HOOK_NONE = {"ran": False}

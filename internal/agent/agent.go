@@ -9,7 +9,10 @@
 //
 // Requests are answered in order, one at a time. Lines whose id is not the
 // one awaited (late answers to earlier pings, the agent's "ready" event) are
-// skipped. The restore request alone is a plain line, so that a clone's
+// skipped. A reply's result streams to a spill as it arrives (reply.go),
+// bounded by MaxResult, which the invoke request tells the agent
+// ("max_result"); agents that send the result last (protocol 3) let the
+// host decode everything else first, but any order is accepted. The restore request alone is a plain line, so that a clone's
 // first request takes the fewest code paths in the guest:
 //
 //	host -> guest  restore 9 <CLOCK_REALTIME ns> <entropy, hex>
@@ -29,12 +32,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/thaw-dev/thaw/internal/lineio"
 )
-
-// MaxLine bounds one reply from the guest (results are JSON documents).
-const MaxLine = 32 << 20
 
 // ErrTimeout is returned when the guest does not answer in time.
 var ErrTimeout = errors.New("guest agent did not answer in time")
@@ -74,10 +72,14 @@ type HookResult struct {
 
 // Conn is a connection to one guest agent.
 type Conn struct {
-	conn net.Conn
-	rd   *bufio.Reader
-	mu   sync.Mutex
-	next int
+	conn     net.Conn
+	rd       *bufio.Reader
+	mu       sync.Mutex
+	next     int
+	spillDir string
+	// maxResult and maxEnvelope bound each reply (MaxResult and
+	// MaxEnvelope but in tests).
+	maxResult, maxEnvelope int
 }
 
 // Dial connects to the agent socket of a VM, retrying until ctx ends.
@@ -86,7 +88,7 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "unix", path)
 		if err == nil {
-			return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10)}, nil
+			return NewConn(c), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -99,8 +101,13 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 // NewConn speaks the protocol over an already connected channel (the VMM
 // hands the daemon its end at start).
 func NewConn(c net.Conn) *Conn {
-	return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10)}
+	return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10), maxResult: MaxResult, maxEnvelope: MaxEnvelope}
 }
+
+// SpillTo sets where results too large to read into memory as they arrive
+// are held until they are whole (by default the system's temporary
+// directory). Files there have no name: nothing is left behind.
+func (c *Conn) SpillTo(dir string) { c.spillDir = dir }
 
 // Close closes the connection.
 func (c *Conn) Close() error { return c.conn.Close() }
@@ -140,17 +147,17 @@ func (c *Conn) exchange(ctx context.Context, encode func(id string) ([]byte, err
 	}
 	written := time.Now()
 	for {
-		line, err := lineio.Read(c.rd, MaxLine, "reply")
-		if err != nil {
-			return nil, c.ioErr("read", err)
+		r, err := c.readReply()
+		var tl *TooLargeError
+		if errors.As(err, &tl) && tl.ID != "" && tl.ID != id {
+			continue // an earlier request's
 		}
-		var r Reply
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, fmt.Errorf("agent sent malformed reply %.200q: %w", line, err)
+		if err != nil {
+			return nil, err
 		}
 		if r.ID == id {
 			r.Written, r.Read = written, time.Now()
-			return &r, nil
+			return r, nil
 		}
 		if plain && r.ID == "" && !r.OK && r.Error != nil && r.Error.Type == "BadRequest" {
 			return nil, errPlainRefused
@@ -240,10 +247,20 @@ func checkReply(op string, r *Reply, err error) (*Reply, error) {
 }
 
 // Invoke runs the function's handler on event. A handler error is returned
-// in Reply.Error with ok=false and a nil error: the guest is healthy.
+// in Reply.Error with ok=false and a nil error: the guest is healthy. So is
+// a result over MaxResult (error type ResultTooLarge), whether the agent
+// refused to send it or the host stopped reading it.
 func (c *Conn) Invoke(ctx context.Context, function string, event json.RawMessage) (*Reply, error) {
 	if len(event) == 0 {
 		event = json.RawMessage("null")
 	}
-	return c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event})
+	r, err := c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event, "max_result": c.maxResult})
+	var tl *TooLargeError
+	if errors.As(err, &tl) {
+		return &Reply{ID: tl.ID, Error: &Error{Type: tooLargeType[tl.Part], Message: tl.Error()}}, nil
+	}
+	return r, err
 }
+
+// tooLargeType is the error type a reply over its limit is reported as.
+var tooLargeType = map[string]string{"result": "ResultTooLarge", "reply": "ReplyTooLarge"}

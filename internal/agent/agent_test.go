@@ -268,7 +268,7 @@ func TestLongReplies(t *testing.T) {
 	}{
 		{name: "1 MiB, beyond the 64 KiB read buffer", size: 1 << 20},
 		{name: "5 MiB, many buffer refills", size: 5 << 20},
-		{name: "beyond MaxLine", size: MaxLine + 1, wantErr: "reply longer than"},
+		{name: "beyond MaxResult", size: MaxResult + 100, wantErr: "ResultTooLarge"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -281,8 +281,8 @@ func TestLongReplies(t *testing.T) {
 			c := dial(t, path)
 			r, err := c.Invoke(testCtx(t), "hello", nil)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Invoke = %v, want error %q", err, tt.wantErr)
+				if err != nil || r.OK || r.Error == nil || r.Error.Type != tt.wantErr {
+					t.Fatalf("Invoke = %+v, %v; want a reply with error %q", r, err, tt.wantErr)
 				}
 				return
 			}

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/jsonscan"
 )
 
 // FuzzAgentReply feeds what a hostile guest could write on its agent
@@ -51,6 +55,64 @@ func FuzzAgentReply(f *testing.F) {
 			if _, err := json.Marshal(r); err != nil {
 				t.Fatalf("accepted reply does not encode: %v", err)
 			}
+		}
+	})
+}
+
+// FuzzInvokeReply feeds a hostile guest's answer to an invocation, with
+// the limits made small so that they are reached: every call ends within
+// its deadline, and a reply it accepts was one JSON object whose "result"
+// member is the Result, byte for byte.
+func FuzzInvokeReply(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"1","ok":true,"result":{"a":[1,2,{"b":null}]},"duration_ms":1.5}`,
+		`{"id":"1","ok":true,"duration_ms":1.5,"result":"` + strings.Repeat("x", 40) + `"}`,
+		`{"id":"2","ok":true,"result":1}` + "\n" + `{"id":"1","ok":true,"result":[true]}`,
+		`{"id":"1","ok":false,"error":{"type":"E","message":"m"}}`,
+		`{"id":"1","result":1,"result":2}`,
+		"{\"id\":\"1\",\"ok\":true,\"result\":\"\xe9\"}",
+		` {"\u0069d" : "1" , "ok":true, "result" : -0.5e3 } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		host, guest := net.Pipe()
+		defer host.Close()
+		go func() {
+			defer guest.Close()
+			guest.SetDeadline(time.Now().Add(time.Second))
+			buf := make([]byte, 4096)
+			guest.Read(buf) // the request
+			guest.Write(append(data, '\n'))
+		}()
+		c := NewConn(host)
+		c.maxResult, c.maxEnvelope = 64, 128
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := c.call(ctx, map[string]any{"op": "invoke"})
+		if ctx.Err() != nil {
+			t.Fatalf("hung on %q", data)
+		}
+		if err != nil {
+			return
+		}
+		if r.ID != "1" {
+			t.Fatalf("accepted %+v from %q", r, data)
+		}
+		var line []byte // the first with id 1, as the Reply decodes ids
+		for _, l := range bytes.Split(data, []byte("\n")) {
+			var r struct{ ID string }
+			if json.Unmarshal(l, &r) == nil && r.ID == "1" {
+				line = l
+				break
+			}
+		}
+		var members map[string]json.RawMessage
+		if !jsonscan.Valid(line) || json.Unmarshal(line, &members) != nil {
+			t.Fatalf("accepted %q, which is not one JSON object", line)
+		}
+		if raw, ok := members["result"]; !bytes.Equal(r.Result, raw) || ok != (r.Result != nil) {
+			t.Fatalf("result %q, the object's result member %q", r.Result, raw)
 		}
 	})
 }

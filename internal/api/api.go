@@ -638,7 +638,7 @@ func (h *Handler) answerInvocation(w http.ResponseWriter, r *http.Request, inv *
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, inv)
+	h.writeInvocation(w, inv)
 }
 
 // readPrepare decodes POST /v1/functions/{name}/prepare.

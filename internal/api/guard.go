@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
@@ -39,6 +40,10 @@ type Options struct {
 	// parent of the service's spans; nil: none. It is the daemon's
 	// (daemon.Config.TracerProvider).
 	TracerProvider trace.TracerProvider
+	// ResultWriteIdle is how long writing each MiB of an invocation's
+	// result may take (a caller that stopped reading) before the answer is
+	// cut off; 0: 30 s.
+	ResultWriteIdle time.Duration
 }
 
 // Error codes of the requests the guard refuses.

@@ -63,7 +63,7 @@ func forHistory(inv *Invocation, limit int) *Invocation {
 	if len(c.Result) > limit {
 		c.ResultBytes = len(c.Result)
 		c.ResultTruncated = true
-		c.ResultPrefix = truncUTF8(string(c.Result), limit)
+		c.ResultPrefix = truncUTF8(string(c.Result[:min(len(c.Result), limit+utf8.UTFMax)]), limit) // never a copy of the whole
 		c.Result = nil
 	}
 	if e := c.Error; e != nil && (len(e.Message) > maxStoredText || len(e.Traceback) > maxStoredText) {

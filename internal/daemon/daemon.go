@@ -486,7 +486,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
 	s.vmmPool.held = map[string]bool{}
 	s.available, s.stop = hostAvailable, make(chan struct{})
-	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir()} {
+	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir(), s.resultsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
@@ -519,6 +519,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
+	s.removeSpills()
 	s.pruneHistory(ctx)
 	if fns, err := s.db.ListFunctions(ctx); err == nil {
 		for _, f := range fns {

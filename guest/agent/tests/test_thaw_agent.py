@@ -138,7 +138,7 @@ class RestoreOpTest(unittest.TestCase):
         calls = []
         a = agent_with(types.SimpleNamespace(handle=lambda e: len(calls), on_restore=lambda: calls.append(1)))
         self.assertTrue(a.on_restore()["ran"])
-        self.assertEqual(a.invoke("3", {"event": None})["result"], 1)
+        self.assertEqual(a.invoke("3", {"event": None}).decoded()["result"], 1)
         self.assertEqual(agent_with(types.SimpleNamespace(handle=lambda e: 0)).on_restore(), {"ran": False})
 
     def test_system_exit_in_the_hook_does_not_escape(self):
@@ -146,6 +146,80 @@ class RestoreOpTest(unittest.TestCase):
             raise SystemExit(3)
         a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=leave))
         self.assertEqual(a.on_restore()["error"]["type"], "SystemExit")
+
+
+class ResultTest(unittest.TestCase):
+    """Results are serialized once, bounded, and sent last, a piece at a time."""
+
+    def invoke(self, result, **req):
+        return agent_with(types.SimpleNamespace(handle=lambda e: result)).invoke("7", dict(req, event=None))
+
+    def test_result_comes_last_and_exact(self):
+        result = {"b": [1, 2.5, None, True], "a": "caf\u00e9 \U0001F600 <&>", "n": 10 ** 30}
+        r = self.invoke(result)
+        line = b"".join(r.chunks())
+        self.assertTrue(line.endswith(b"}\n") and line.count(b"\n") == 1)
+        want = json.dumps(result, separators=(",", ":")).encode()
+        self.assertTrue(line.startswith(b'{"id":"7","ok":true,"duration_ms":'), line[:60])
+        self.assertTrue(line.endswith(b',"result":' + want + b"}\n"), line[-80:])
+        self.assertEqual(r.decoded()["result"], result)
+
+    def test_large_result_in_pieces(self):
+        big = ["x" * 1000] * 5000  # 5 MB of JSON: several pieces
+        r = self.invoke(big)
+        pieces = list(r.chunks())
+        self.assertGreater(len(pieces), 5)
+        self.assertTrue(all(len(p) <= thaw_agent.SEND_CHUNK for p in pieces))
+        self.assertEqual(r.decoded()["result"], big)
+
+    def test_result_over_the_limit(self):
+        text_len = len(json.dumps("y" * 100))
+        self.assertEqual(self.invoke("y" * 100, max_result=text_len).decoded()["result"], "y" * 100)
+        r = self.invoke("y" * 100, max_result=text_len - 1)
+        self.assertFalse(r["ok"])
+        self.assertEqual(r["error"]["type"], "ResultTooLarge")
+        self.assertIn(f"is {text_len} bytes of JSON, more than the limit of {text_len - 1} bytes", r["error"]["message"])
+        # No usable limit from the host: the agent's own.
+        for bad in (None, True, "5", -1, 0, 1.5):
+            orig = thaw_agent.MAX_RESULT
+            thaw_agent.MAX_RESULT = 50
+            try:
+                r = self.invoke("y" * 100, max_result=bad)
+            finally:
+                thaw_agent.MAX_RESULT = orig
+            self.assertEqual(r["error"]["type"], "ResultTooLarge", bad)
+            self.assertIn("limit of 50 bytes", r["error"]["message"])
+
+    def test_results_that_are_not_json(self):
+        for result in (float("nan"), {1j}, object()):
+            r = self.invoke(result)
+            self.assertFalse(r["ok"])
+            self.assertEqual(r["error"]["type"], "TypeError")
+            self.assertIn("not JSON serializable", r["error"]["message"])
+
+    def test_error_texts_are_cut(self):
+        def boom(e):
+            raise ValueError("m" * (thaw_agent.MAX_ERROR_TEXT + 10))
+        r = agent_with(types.SimpleNamespace(handle=boom)).invoke("8", {"event": None})
+        msg = r["error"]["message"]
+        self.assertEqual(msg, "m" * thaw_agent.MAX_ERROR_TEXT + "... [10 more characters cut]")
+        self.assertLessEqual(len(r["error"]["traceback"]), thaw_agent.MAX_ERROR_TEXT + 40)
+
+    def test_channel_writes_every_piece(self):
+        import threading
+        rd, wr = os.pipe()
+        os.set_blocking(wr, False)  # as the port: a full pipe makes the channel wait
+        ch = thaw_agent.Channel.__new__(thaw_agent.Channel)
+        ch.path, ch.fd = "pipe", wr
+        got = []
+        reader = threading.Thread(target=lambda: got.append(b"".join(iter(lambda: os.read(rd, 1 << 16), b""))))
+        reader.start()
+        r = self.invoke(["z" * 999] * 3000)
+        self.assertTrue(ch.send_chunks(r.chunks()))
+        os.close(wr)
+        reader.join()
+        os.close(rd)
+        self.assertEqual(got[0], b"".join(r.chunks()))
 
 
 if __name__ == "__main__":

@@ -187,7 +187,8 @@ func (m *fakeMachine) Kill() error {
 
 // fakeAgent answers the agent protocol. Events steer it: {"op":"crash"}
 // kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
-// the handler; anything else is echoed. Pings go unanswered while b holds
+// the handler, {"op":"big","bytes":N} returns a JSON string of N bytes
+// (xyz... repeated); anything else is echoed. Pings go unanswered while b holds
 // guests back (HoldReady).
 func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 	rd := bufio.NewReader(c)
@@ -220,7 +221,10 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			reply["hook"] = map[string]any{"ran": false}
 		case "clock":
 		case "invoke":
-			var ev struct{ Op string }
+			var ev struct {
+				Op    string
+				Bytes int
+			}
 			_ = json.Unmarshal(req.Event, &ev)
 			switch ev.Op {
 			case "crash":
@@ -231,6 +235,8 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			case "raise":
 				reply["ok"] = false
 				reply["error"] = map[string]any{"type": "ValueError", "message": "asked to"}
+			case "big":
+				reply["result"] = BigResult(ev.Bytes)
 			default:
 				reply["result"] = req.Event
 			}
@@ -291,4 +297,14 @@ func NewHost(t testing.TB, storePrefix string) Host {
 	store := filepath.Join("/dev/shm", storePrefix+filepath.Base(filepath.Dir(data))+filepath.Base(data))
 	t.Cleanup(func() { os.RemoveAll(store) })
 	return Host{Shim: shim, ImageDir: img, DataDir: data, StoreDir: store}
+}
+
+// BigResult is what the fake agent returns for {"op":"big","bytes":n}.
+func BigResult(n int) json.RawMessage {
+	b := make([]byte, max(n, 2))
+	for i := range b {
+		b[i] = "xyz"[i%3]
+	}
+	b[0], b[len(b)-1] = '"', '"'
+	return b
 }
