@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/vmend"
 )
 
 // Version is the cgroup interface in use.
@@ -306,21 +308,55 @@ func (g *Group) Add(pid int) error {
 
 // OOMKills reports how many processes the memory limit killed.
 func (g *Group) OOMKills() int {
-	file, key := "memory.oom_control", "oom_kill"
+	c, _ := g.MemoryCounters()
+	return c.OOMKills
+}
+
+// MemoryCounters reads the group's memory limit and what it did: OOM kills
+// (v1 memory.oom_control, v2 memory.events oom_kill) and how often usage
+// reached the limit (v1 memory.failcnt, v2 memory.events max).
+func (g *Group) MemoryCounters() (vmend.MemoryCounters, error) {
+	var c vmend.MemoryCounters
+	dir := g.dir("memory")
+	read := func(file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return "", fmt.Errorf("cgroup %s: %w", g.name, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	events, limit, hits := "memory.oom_control", "memory.limit_in_bytes", "memory.failcnt"
 	if g.m.version == V2 {
-		file = "memory.events"
+		events, limit, hits = "memory.events", "memory.max", ""
 	}
-	b, err := os.ReadFile(filepath.Join(g.dir("memory"), file))
+	ev, err := read(events)
 	if err != nil {
-		return 0
+		return c, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+	for _, line := range strings.Split(ev, "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		n, _ := strconv.Atoi(strings.TrimSpace(v))
+		switch {
+		case k == "oom_kill":
+			c.OOMKills = n
+		case k == "max" && hits == "":
+			c.LimitHits = n
 		}
 	}
-	return 0
+	if hits != "" {
+		// v1 counts a charge refused by the memory+swap limit (set equal
+		// to the memory limit) in memsw's own counter.
+		for _, f := range []string{hits, "memory.memsw.failcnt"} {
+			if v, err := read(f); err == nil {
+				n, _ := strconv.Atoi(v)
+				c.LimitHits += n
+			}
+		}
+	}
+	if v, err := read(limit); err == nil {
+		c.LimitBytes, _ = strconv.ParseInt(v, 10, 64) // v2 "max": 0, unknown
+	}
+	return c, nil
 }
 
 // Remove deletes the group once its processes are gone (the kernel frees

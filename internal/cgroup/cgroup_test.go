@@ -117,6 +117,11 @@ func TestMemoryLimitKills(t *testing.T) {
 	if g.OOMKills() == 0 {
 		t.Errorf("oom kill not counted")
 	}
+	c, err := g.MemoryCounters()
+	// LimitHits is not checked: some v1 kernels leave memory.failcnt at 0.
+	if err != nil || c.OOMKills != 1 || c.LimitBytes != 64<<20 {
+		t.Errorf("memory counters %+v, %v: want 1 kill and a 64 MiB limit", c, err)
+	}
 }
 
 // TestTaskLimit: forks beyond the group's task limit fail.

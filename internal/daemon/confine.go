@@ -71,8 +71,8 @@ func (c *confinement) needsRoot(m vmm.Memory) bool {
 	return !c.uffdDevice && m.Interposer.Mode == vmm.ModeUffd
 }
 
-// confineSpec gives a VM its own user and cgroup. release undoes it after
-// the VMM has exited.
+// confineSpec gives a VM its own user and cgroup.
+// release undoes it after the VMM has exited.
 func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &s.confine
 	spec.Shim = s.cfg.ShimPath
@@ -125,15 +125,6 @@ func (s *Service) freeUID(uid uint32) {
 	s.mu.Lock()
 	delete(s.confine.uidsInUse, uid)
 	s.mu.Unlock()
-}
-
-// oomReason explains a VMM killed by its cgroup's memory limit.
-func oomReason(spec *vmm.Spec, overheadMiB int) string {
-	g, ok := spec.Cgroup.(*cgroup.Group)
-	if !ok || g.OOMKills() == 0 {
-		return ""
-	}
-	return fmt.Sprintf("killed by the VM's memory limit (%d MiB: guest memory plus %d MiB)", spec.MemoryMiB+overheadMiB, overheadMiB)
 }
 
 // validateConfinement checks the confinement settings of c.

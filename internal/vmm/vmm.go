@@ -15,6 +15,8 @@ import (
 	"os"
 	"regexp"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/vmend"
 )
 
 // Accel is the CPU accelerator a VM runs on.
@@ -171,6 +173,8 @@ type Cgroup interface {
 	FD() int
 	// Add moves a started process in (cgroup v1).
 	Add(pid int) error
+	// MemoryCounters reads the group's memory limit and its OOM kills.
+	MemoryCounters() (vmend.MemoryCounters, error)
 }
 
 // Validate reports every problem with a spec at once.
@@ -211,11 +215,17 @@ func (s *Spec) Validate() error {
 
 // Exit describes how a VM process ended.
 type Exit struct {
-	At     time.Time
-	Code   int    // process exit code, -1 if killed by a signal
-	Reason string // human-readable: exit status plus the tail of the VMM's log
+	At   time.Time
+	Code int // process exit code, -1 if killed by a signal
+	// Reason is End in words: the cause first, then the evidence (a guest
+	// console line, the exit status, the end of the VMM's log).
+	Reason string
 	// Requested is true when thaw itself stopped the process.
 	Requested bool
+	// End is why the VM ended, read from Facts (package vmend); a caller
+	// that knows more, such as why thaw stopped it, classifies Facts again.
+	End   vmend.End
+	Facts vmend.Facts
 }
 
 // Backend is a virtual machine monitor: what the daemon needs to start

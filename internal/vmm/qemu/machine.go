@@ -11,7 +11,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -168,6 +168,7 @@ type Machine struct {
 
 	mu        sync.Mutex
 	requested bool
+	started   bool // QMP answered: start-up is over
 	exit      vmm.Exit
 	done      chan struct{}
 }
@@ -255,7 +256,7 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 			return nil, fmt.Errorf("qemu %s: %w (%s)", spec.ID, r.err, m.Exit().Reason)
 		}
 		m.mu.Lock()
-		m.qmp = r.q
+		m.qmp, m.started = r.q, true
 		m.mu.Unlock()
 	case <-m.done:
 		cancel()
@@ -267,23 +268,14 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 func (m *Machine) supervise(qemuLog *cappedLog) {
 	err := m.cmd.Wait() // also drains QEMU's output into qemuLog
 	qemuLog.Close()
-	code := 0
-	status := "exited with status 0"
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-		status = ee.String()
-	} else if err != nil {
-		code = -1
-		status = err.Error()
-	}
 	m.logs.Wait() // the console reaches EOF once QEMU is gone
 	m.mu.Lock()
-	m.exit = vmm.Exit{At: time.Now(), Code: code, Requested: m.requested}
-	m.exit.Reason = "qemu " + status
-	if tail := logTail(filepath.Join(m.spec.RunDir, "qemu.log"), 400); tail != "" {
-		m.exit.Reason += ": " + tail
-	}
+	requested, started := m.requested, m.started
+	m.mu.Unlock()
+	f := m.exitFacts(err, requested, started)
+	end := vmend.Classify(f)
+	m.mu.Lock()
+	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: f.Requested, Reason: end.String(), End: end, Facts: f}
 	q := m.qmp
 	m.mu.Unlock()
 	if q != nil {
