@@ -21,7 +21,7 @@ const exitTail = 16 << 10
 // Wait), the ends of the console and of its log, and its cgroup's memory
 // counters (the cgroup is still there: the daemon removes it after Done).
 func (m *Machine) exitFacts(waitErr error, requested, started bool) vmend.Facts {
-	f := vmend.Facts{Requested: requested, Started: started, MemoryMiB: m.spec.MemoryMiB,
+	f := vmend.Facts{Started: started, MemoryMiB: m.spec.MemoryMiB,
 		Console: readTail(filepath.Join(m.spec.RunDir, "console.log"), exitTail),
 		VMMLog:  readTail(filepath.Join(m.spec.RunDir, "qemu.log"), exitTail)}
 	var ee *exec.ExitError
@@ -35,6 +35,9 @@ func (m *Machine) exitFacts(waitErr error, requested, started bool) vmend.Facts 
 		f.ExitCode = -1
 		f.VMMLog += "\nwait: " + waitErr.Error()
 	}
+	// thaw stops QEMU with SIGKILL only: a QEMU that ended otherwise while
+	// thaw was about to kill it ended on its own.
+	f.Requested = requested && f.Signal == syscall.SIGKILL
 	if m.spec.Cgroup != nil {
 		f.Memory = memoryCounters(m.spec.Cgroup, f.Signal == syscall.SIGKILL && !requested)
 	}

@@ -252,6 +252,12 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 	select {
 	case r := <-ch:
 		if r.err != nil {
+			// QMP fails at once when QEMU exits during start-up: let it.
+			select {
+			case <-m.done:
+				return nil, fmt.Errorf("qemu %s exited during start-up: %s", spec.ID, m.Exit().Reason)
+			case <-time.After(time.Second):
+			}
 			_ = m.Kill()
 			return nil, fmt.Errorf("qemu %s: %w (%s)", spec.ID, r.err, m.Exit().Reason)
 		}
