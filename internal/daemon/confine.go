@@ -45,7 +45,7 @@ func (s *Service) openConfinement() error {
 		c.uffdDevice = true
 	}
 	if !c.root {
-		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups")
+		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups, in the daemon's network namespace")
 		return nil
 	}
 	if s.cfg.CgroupRoot == "" {
@@ -71,7 +71,7 @@ func (c *confinement) needsRoot(m vmm.Memory) bool {
 	return !c.uffdDevice && m.Interposer.Mode == vmm.ModeUffd
 }
 
-// confineSpec gives a VM its own user and cgroup.
+// confineSpec gives a VM its own user, cgroup and empty network namespace.
 // release undoes it after the VMM has exited.
 func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &s.confine
@@ -83,6 +83,10 @@ func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 			undo[i]()
 		}
 	}
+	// QEMU gets a network namespace of its own with nothing in it: its
+	// tap comes as a descriptor, so it needs none, and a guest that takes
+	// QEMU over cannot reach the host's loopback services or the API.
+	spec.EmptyNetNS = c.root
 	if c.root && !c.needsRoot(spec.Memory) {
 		uid, err := s.allocUID(spec.ID)
 		if err != nil {

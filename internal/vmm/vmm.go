@@ -85,6 +85,11 @@ type Spec struct {
 	User   *User    // run the VMM as this user; nil: as the daemon's user
 	Cgroup Cgroup   // the VMM's control group; nil: none
 	Tap    *os.File // the guest NIC's tap device; nil: no network backend reaches anything
+	// EmptyNetNS starts the VMM in a new network namespace of its own,
+	// with no interface but a loopback that is down: it reaches no
+	// network, not even the host's loopback services (the tap comes as a
+	// descriptor). Needs CAP_SYS_ADMIN.
+	EmptyNetNS bool
 	// GenID is the VM generation ID (a UUID) of its vmgenid device: a new
 	// one on every start, so a guest restored from a snapshot learns it is
 	// a new clone and its kernel reseeds its random number generator.

@@ -212,6 +212,11 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 	// behind its back; the daemon stops them itself. Pdeathsig covers the
 	// daemon dying without cleaning up (Go sets it after the user change).
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.EmptyNetNS {
+		// A fresh namespace for QEMU alone: a guest that takes QEMU over
+		// finds no interface to reach anything through.
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+	}
 	if spec.User != nil {
 		attr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID, Groups: []uint32{}}
 	}
