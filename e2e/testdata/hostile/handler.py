@@ -33,6 +33,10 @@ def handle(event):
                 blobs.append(bytearray(os.urandom(1 << 20)))
         _, status = os.waitpid(pid, 0)
         return {"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0}
+    if op == "sleep":
+        import time
+        time.sleep(float(event["s"]))
+        return {"slept": event["s"]}
     if op == "exit":
         # The agent (PID 1) exits: the guest kernel panics.
         os._exit(int(event.get("code", 3)))
