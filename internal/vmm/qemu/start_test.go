@@ -119,6 +119,30 @@ func TestExitReasons(t *testing.T) {
 			t.Fatalf("start: %v", err)
 		}
 	})
+	t.Run("the device state does not load", func(t *testing.T) {
+		spec := realSpec(t, "badstate")
+		spec.Incoming = true
+		m, err := Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Kill()
+		state := filepath.Join(spec.RunDir, "not-a-stream")
+		if err := os.WriteFile(state, []byte("not a migration stream"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LoadState(ctx, state); err == nil {
+			t.Fatal("a garbage device state loaded")
+		}
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("qemu lives on after a failed load")
+		}
+		if ex := m.Exit(); ex.End.Cause != vmend.VMMError || !strings.HasPrefix(ex.Reason, "qemu failed: qemu-system-x86_64: load of migration failed") {
+			t.Errorf("exit: %s (%s)", ex.Reason, ex.End.Cause)
+		}
+	})
 	t.Run("qemu crashes", func(t *testing.T) {
 		spec := realSpec(t, "crash")
 		spec.Incoming = true // waits for a device state: no guest runs
