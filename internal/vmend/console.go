@@ -3,6 +3,7 @@ package vmend
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // guest is what the end of a guest console says about the guest's end.
@@ -57,23 +58,33 @@ func readConsole(console string) guest {
 			g.restart = true
 		}
 	}
-	const max = 300
 	for _, s := range []*string{&g.panicLine, &g.fatalLine, &g.oomKill, &g.last, &g.panic, &g.fatal} {
-		if len(*s) > max {
-			*s = strings.ToValidUTF8((*s)[:max], "") + "..."
-		}
+		*s = clip(*s, 300)
 	}
 	return g
 }
 
-// printable drops control characters (a console carries escape sequences).
+// printable drops control characters, C0 and C1 (a console carries escape
+// sequences), and invalid UTF-8.
 func printable(s string) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r >= 0x7f && r < 0xa0 || r == utf8.RuneError {
 			return -1
 		}
 		return r
 	}, s)
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
 }
 
 // lastBytes is the end of s, at most n bytes.
@@ -84,9 +95,9 @@ func lastBytes(s string, n int) string {
 	return strings.ToValidUTF8(s, "")
 }
 
-// oneLine joins s's words with single spaces, without control characters.
+// oneLine joins s's words with single spaces.
 func oneLine(s string) string {
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }), " ")
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r <= ' ' || r >= 0x7f && r < 0xa0 }), " ")
 }
 
 // lastLine is s's last non-empty line, printable.

@@ -92,9 +92,17 @@ func Classify(f Facts) End {
 	if tail := oneLine(lastBytes(f.VMMLog, vmmLogDetail)); tail != "" {
 		d = append(d, "qemu log: "+tail)
 	}
-	e.Detail = strings.Join(d, "; ")
+	// Guest and QEMU text in one printable line of bounded length: the
+	// reason is stored, logged and shown.
+	e.Summary, e.Detail = clip(printable(e.Summary), maxSummary), clip(printable(strings.Join(d, "; ")), maxDetail)
 	return e
 }
+
+// Bounds of a reason's parts, in bytes.
+const (
+	maxSummary = 600
+	maxDetail  = 1200
+)
 
 func classify(f Facts, g guest) End {
 	if f.Memory != nil && f.Memory.OOMKills > 0 && f.Signal == syscall.SIGKILL {
@@ -270,7 +278,7 @@ var (
 // vmmError is the VMM log's last error line, else its last line, else none.
 func vmmError(log, none string) string {
 	if all := vmmErrorRE.FindAllString(log, -1); len(all) > 0 {
-		return strings.TrimSpace(all[len(all)-1])
+		return strings.TrimSpace(printable(all[len(all)-1]))
 	}
 	if l := lastLine(log); l != "" {
 		return l

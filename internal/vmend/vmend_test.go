@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 )
 
 // The consoles and QEMU logs in testdata are real: captured from thaw's VMs
@@ -241,11 +242,18 @@ func TestClassifyBoundsEvidence(t *testing.T) {
 func FuzzClassify(f *testing.F) {
 	f.Add(0, 0, true, "[ 1.0] Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b\n", "qemu: x\n")
 	f.Add(-1, 9, false, "thaw-agent: FATAL: x; powering off\n", "qemu-system-x86_64: terminating on signal 15\n")
+	f.Add(0, 0, true, "[ 2.0] Kernel panic - not syncing: \x1b[31m\u009bred\xff\n", "qemu: \x1b]0;title\a\r\n")
 	f.Fuzz(func(t *testing.T, code, sig int, started bool, console, log string) {
 		e := Classify(Facts{ExitCode: code, Signal: syscall.Signal(sig & 0x7f), Started: started, Console: console, VMMLog: log,
 			Memory: &MemoryCounters{OOMKills: code & 1, LimitBytes: int64(sig) << 20}})
-		if e.Cause == "" || e.Summary == "" || !strings.HasPrefix(e.String(), e.Summary) {
+		msg := e.String()
+		if e.Cause == "" || e.Summary == "" || !strings.HasPrefix(msg, e.Summary) || len(msg) > maxSummary+maxDetail+8 || !utf8.ValidString(msg) {
 			t.Fatalf("%+v", e)
+		}
+		for _, r := range msg {
+			if r < 0x20 || r >= 0x7f && r < 0xa0 {
+				t.Fatalf("control character %U in %q", r, msg)
+			}
 		}
 	})
 }
