@@ -312,9 +312,10 @@ func (g *Group) OOMKills() int {
 	return c.OOMKills
 }
 
-// MemoryCounters reads the group's memory limit and what it did: OOM kills
-// (v1 memory.oom_control, v2 memory.events oom_kill) and how often usage
-// reached the limit (v1 memory.failcnt, v2 memory.events max).
+// MemoryCounters reads the group's memory limit and how many processes it
+// killed (v1 memory.oom_control, v2 memory.events oom_kill). The counts of
+// charges refused at the limit (memory.failcnt) are left out: they count
+// every retry of reclaim, millions for one kill.
 func (g *Group) MemoryCounters() (vmend.MemoryCounters, error) {
 	var c vmend.MemoryCounters
 	dir := g.dir("memory")
@@ -325,32 +326,17 @@ func (g *Group) MemoryCounters() (vmend.MemoryCounters, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	events, limit, hits := "memory.oom_control", "memory.limit_in_bytes", "memory.failcnt"
+	events, limit := "memory.oom_control", "memory.limit_in_bytes"
 	if g.m.version == V2 {
-		events, limit, hits = "memory.events", "memory.max", ""
+		events, limit = "memory.events", "memory.max"
 	}
 	ev, err := read(events)
 	if err != nil {
 		return c, err
 	}
 	for _, line := range strings.Split(ev, "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		n, _ := strconv.Atoi(strings.TrimSpace(v))
-		switch {
-		case k == "oom_kill":
-			c.OOMKills = n
-		case k == "max" && hits == "":
-			c.LimitHits = n
-		}
-	}
-	if hits != "" {
-		// v1 counts a charge refused by the memory+swap limit (set equal
-		// to the memory limit) in memsw's own counter.
-		for _, f := range []string{hits, "memory.memsw.failcnt"} {
-			if v, err := read(f); err == nil {
-				n, _ := strconv.Atoi(v)
-				c.LimitHits += n
-			}
+		if k, v, _ := strings.Cut(line, " "); k == "oom_kill" {
+			c.OOMKills, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
 	if v, err := read(limit); err == nil {

@@ -118,7 +118,6 @@ func TestMemoryLimitKills(t *testing.T) {
 		t.Errorf("oom kill not counted")
 	}
 	c, err := g.MemoryCounters()
-	// LimitHits is not checked: some v1 kernels leave memory.failcnt at 0.
 	if err != nil || c.OOMKills != 1 || c.LimitBytes != 64<<20 {
 		t.Errorf("memory counters %+v, %v: want 1 kill and a 64 MiB limit", c, err)
 	}

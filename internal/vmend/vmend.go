@@ -43,7 +43,6 @@ const (
 // MemoryCounters are a VM cgroup's memory counters, read after its VMM exited.
 type MemoryCounters struct {
 	OOMKills   int   // processes the limit killed (v1 memory.oom_control, v2 memory.events oom_kill)
-	LimitHits  int   // times usage reached the limit (v1 memory.failcnt, v2 memory.events max)
 	LimitBytes int64 // the limit (0: unknown)
 }
 
@@ -140,11 +139,8 @@ func memoryLimit(f Facts) End {
 	if m.LimitBytes <= 0 {
 		limit = "size unknown"
 	}
-	detail := fmt.Sprintf("the VM's cgroup counted %d OOM kill(s)", m.OOMKills)
-	if m.LimitHits > 0 {
-		detail += fmt.Sprintf(" and reached its limit %d time(s)", m.LimitHits)
-	}
-	return End{Cause: MemoryLimit, Summary: fmt.Sprintf("killed by the VM's memory limit (%s)", limit), Detail: detail}
+	return End{Cause: MemoryLimit, Summary: fmt.Sprintf("killed by the VM's memory limit (%s)", limit),
+		Detail: fmt.Sprintf("the VM's cgroup counted %d OOM kill(s)", m.OOMKills)}
 }
 
 func stopped(f Facts, g guest) End {
