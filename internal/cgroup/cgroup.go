@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/vmend"
 )
 
 // Version is the cgroup interface in use.
@@ -306,21 +308,41 @@ func (g *Group) Add(pid int) error {
 
 // OOMKills reports how many processes the memory limit killed.
 func (g *Group) OOMKills() int {
-	file, key := "memory.oom_control", "oom_kill"
+	c, _ := g.MemoryCounters()
+	return c.OOMKills
+}
+
+// MemoryCounters reads the group's memory limit and how many processes it
+// killed (v1 memory.oom_control, v2 memory.events oom_kill). The counts of
+// charges refused at the limit (memory.failcnt) are left out: they count
+// every retry of reclaim, millions for one kill.
+func (g *Group) MemoryCounters() (vmend.MemoryCounters, error) {
+	var c vmend.MemoryCounters
+	dir := g.dir("memory")
+	read := func(file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return "", fmt.Errorf("cgroup %s: %w", g.name, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	events, limit := "memory.oom_control", "memory.limit_in_bytes"
 	if g.m.version == V2 {
-		file = "memory.events"
+		events, limit = "memory.events", "memory.max"
 	}
-	b, err := os.ReadFile(filepath.Join(g.dir("memory"), file))
+	ev, err := read(events)
 	if err != nil {
-		return 0
+		return c, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+	for _, line := range strings.Split(ev, "\n") {
+		if k, v, _ := strings.Cut(line, " "); k == "oom_kill" {
+			c.OOMKills, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	return 0
+	if v, err := read(limit); err == nil {
+		c.LimitBytes, _ = strconv.ParseInt(v, 10, 64) // v2 "max": 0, unknown
+	}
+	return c, nil
 }
 
 // Remove deletes the group once its processes are gone (the kernel frees

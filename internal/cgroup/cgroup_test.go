@@ -117,6 +117,10 @@ func TestMemoryLimitKills(t *testing.T) {
 	if g.OOMKills() == 0 {
 		t.Errorf("oom kill not counted")
 	}
+	c, err := g.MemoryCounters()
+	if err != nil || c.OOMKills != 1 || c.LimitBytes != 64<<20 {
+		t.Errorf("memory counters %+v, %v: want 1 kill and a 64 MiB limit", c, err)
+	}
 }
 
 // TestTaskLimit: forks beyond the group's task limit fail.

@@ -162,6 +162,8 @@ func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, er
 	reason := fmt.Sprintf("restore from %s: %v", snapID, err)
 	if why := lv.strategyFailed.Load(); why != nil { // the cause: the step then failed with the VMM gone
 		reason = fmt.Sprintf("restore from %s: %s strategy: %s (then: %v)", snapID, lv.sess.Kind(), *why, err)
+	} else if exitsWithin(lv, 200*time.Millisecond) { // the step failed because QEMU went: say why it did
+		reason += "; vm process exited: " + lv.m.Exit().Reason
 	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 	lv.mu.Unlock()

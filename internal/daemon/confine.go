@@ -45,7 +45,7 @@ func (s *Service) openConfinement() error {
 		c.uffdDevice = true
 	}
 	if !c.root {
-		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups")
+		s.log.Warn("thawd is not running as root: VMMs run as the daemon's user, without cgroups, in the daemon's network namespace")
 		return nil
 	}
 	if s.cfg.CgroupRoot == "" {
@@ -71,8 +71,8 @@ func (c *confinement) needsRoot(m vmm.Memory) bool {
 	return !c.uffdDevice && m.Interposer.Mode == vmm.ModeUffd
 }
 
-// confineSpec gives a VM its own user and cgroup. release undoes it after
-// the VMM has exited.
+// confineSpec gives a VM its own user, cgroup and empty network namespace.
+// release undoes it after the VMM has exited.
 func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &s.confine
 	spec.Shim = s.cfg.ShimPath
@@ -83,6 +83,10 @@ func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 			undo[i]()
 		}
 	}
+	// QEMU gets a network namespace of its own with nothing in it: its
+	// tap comes as a descriptor, so it needs none, and a guest that takes
+	// QEMU over cannot reach the host's loopback services or the API.
+	spec.EmptyNetNS = c.root
 	if c.root && !c.needsRoot(spec.Memory) {
 		uid, err := s.allocUID(spec.ID)
 		if err != nil {
@@ -125,15 +129,6 @@ func (s *Service) freeUID(uid uint32) {
 	s.mu.Lock()
 	delete(s.confine.uidsInUse, uid)
 	s.mu.Unlock()
-}
-
-// oomReason explains a VMM killed by its cgroup's memory limit.
-func oomReason(spec *vmm.Spec, overheadMiB int) string {
-	g, ok := spec.Cgroup.(*cgroup.Group)
-	if !ok || g.OOMKills() == 0 {
-		return ""
-	}
-	return fmt.Sprintf("killed by the VM's memory limit (%d MiB: guest memory plus %d MiB)", spec.MemoryMiB+overheadMiB, overheadMiB)
 }
 
 // validateConfinement checks the confinement settings of c.

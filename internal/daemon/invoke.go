@@ -114,15 +114,15 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 			reason = fmt.Sprintf("%s strategy failed during the invocation: %s", lv.sess.Kind(), *why)
 			kind = ErrVMFailed
 		case errors.Is(err, agent.ErrTimeout) && ctx.Err() == nil:
-			reason = fmt.Sprintf("invocation timed out after %s; guest killed", timeout)
+			reason = s.stopReason(lv, fmt.Sprintf("invocation timed out after %s; guest killed", timeout))
 			kind = ErrTimeout
 		case isDone(lv) || errors.Is(err, io.EOF) && exitsWithin(lv, time.Second):
 			// An agent channel closing at EOF is QEMU going away: wait for
-			// it, so the reason says why (the memory limit, a crash).
-			reason = "vm process exited during the invocation: " + s.exitReason(lv)
+			// it, so the reason says why (the guest's memory, a crash).
+			reason = "vm process exited during the invocation: " + lv.m.Exit().Reason
 			kind = ErrVMFailed
 		default:
-			reason = fmt.Sprintf("guest agent failed during the invocation: %v; guest killed", err)
+			reason = s.stopReason(lv, fmt.Sprintf("guest agent failed during the invocation: %v; guest killed", err))
 			kind = ErrVMFailed
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)

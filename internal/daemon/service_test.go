@@ -171,13 +171,13 @@ func TestColdPathFailures(t *testing.T) {
 	})
 	t.Run("the VMM dies during the invocation", func(t *testing.T) {
 		_, err := cold(`{"op":"crash"}`, 0)
-		if !errors.Is(err, ErrVMFailed) || !strings.Contains(err.Error(), "vm process exited") {
+		if !errors.Is(err, ErrVMFailed) || !strings.Contains(err.Error(), "vm process exited during the invocation: qemu was killed by SIGKILL, not by thaw") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("the guest never answers", func(t *testing.T) {
 		_, err := cold(`{"op":"hang"}`, 300*time.Millisecond)
-		if !errors.Is(err, ErrTimeout) {
+		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "invocation timed out after 300ms; guest killed; qemu killed by signal 9 (SIGKILL)") {
 			t.Fatalf("%v", err)
 		}
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
@@ -42,7 +43,6 @@ type liveVM struct {
 	daemonTraceStart faulttrace.Counters    // the daemon's when the restore or warm request began
 	spec             vmm.Spec               // what the VMM was started with
 	unconfine        func()                 // frees the VM's user id and cgroup once the VMM is gone
-	oom              string                 // why the memory limit killed the VMM; guarded by Service.mu
 	net              *vmnet.Net             // the VM's network namespace and service proxies
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
 	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
@@ -180,44 +180,25 @@ func (s *Service) supervise(lv *liveVM) {
 	if ex.Requested {
 		return
 	}
-	reason := s.exitReason(lv)
-	if tail := consoleTail(lv.runDir); tail != "" {
-		reason += "; guest console: " + tail
-	}
+	reason := lv.m.Exit().Reason
 	s.log.Warn("vm process exited", "vm", lv.id, "reason", reason)
 	s.stopVM(context.Background(), lv, catalog.StateFailed, reason)
 }
 
-// exitReason says why a VMM exited, naming the memory limit when the
-// kernel enforced it.
-func (s *Service) exitReason(lv *liveVM) string {
-	reason := lv.m.Exit().Reason
-	if oom := s.oomNote(lv); oom != "" {
-		reason = oom + "; " + reason
+// stopReason stops lv's VMM because of why (a timeout) and says why the
+// VM ended: why, and what the guest's console showed before. A VMM that
+// ended on its own first has its own reason.
+func (s *Service) stopReason(lv *liveVM, why string) string {
+	if err := lv.m.Kill(); err != nil {
+		return why + "; " + err.Error()
 	}
-	return reason
-}
-
-// oomNote reads, once the VMM is gone, whether its cgroup's memory limit
-// killed it, and keeps the answer: the cgroup goes with the VM.
-func (s *Service) oomNote(lv *liveVM) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if lv.oom == "" {
-		lv.oom = oomReason(&lv.spec, s.cfg.VMMemoryOverheadMiB)
+	ex := lv.m.Exit()
+	if !ex.Requested {
+		return ex.Reason
 	}
-	return lv.oom
-}
-
-func consoleTail(runDir string) string {
-	b, err := os.ReadFile(filepath.Join(runDir, "console.log"))
-	if err != nil {
-		return ""
-	}
-	if len(b) > 300 {
-		b = b[len(b)-300:]
-	}
-	return strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "")), " ")
+	f := ex.Facts
+	f.Requested, f.Stop = true, why
+	return vmend.Classify(f).String()
 }
 
 // stopVM kills the process, frees the run directory and records the final
@@ -248,7 +229,6 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 		lv.net.Close()
 	}
 	if lv.unconfine != nil {
-		s.oomNote(lv)
 		lv.unconfine()
 	}
 	if err := os.RemoveAll(lv.runDir); err != nil {
@@ -343,8 +323,8 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 	phase(ctx, "booting")
 	if err := s.connectAgent(ctx, lv, s.cfg.BootTimeout); err != nil {
 		reason := fmt.Sprintf("boot: guest agent not ready after %s: %v", time.Since(start).Round(time.Millisecond), err)
-		if tail := consoleTail(lv.runDir); tail != "" {
-			reason += "; guest console: " + tail
+		if !isDone(lv) { // else err says why the VMM ended
+			reason = s.stopReason(lv, reason)
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)

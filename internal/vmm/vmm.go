@@ -15,6 +15,8 @@ import (
 	"os"
 	"regexp"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/vmend"
 )
 
 // Accel is the CPU accelerator a VM runs on.
@@ -83,6 +85,11 @@ type Spec struct {
 	User   *User    // run the VMM as this user; nil: as the daemon's user
 	Cgroup Cgroup   // the VMM's control group; nil: none
 	Tap    *os.File // the guest NIC's tap device; nil: no network backend reaches anything
+	// EmptyNetNS starts the VMM in a new network namespace of its own,
+	// with no interface but a loopback that is down: it reaches no
+	// network, not even the host's loopback services (the tap comes as a
+	// descriptor). Needs CAP_SYS_ADMIN.
+	EmptyNetNS bool
 	// GenID is the VM generation ID (a UUID) of its vmgenid device: a new
 	// one on every start, so a guest restored from a snapshot learns it is
 	// a new clone and its kernel reseeds its random number generator.
@@ -171,6 +178,8 @@ type Cgroup interface {
 	FD() int
 	// Add moves a started process in (cgroup v1).
 	Add(pid int) error
+	// MemoryCounters reads the group's memory limit and its OOM kills.
+	MemoryCounters() (vmend.MemoryCounters, error)
 }
 
 // Validate reports every problem with a spec at once.
@@ -211,11 +220,17 @@ func (s *Spec) Validate() error {
 
 // Exit describes how a VM process ended.
 type Exit struct {
-	At     time.Time
-	Code   int    // process exit code, -1 if killed by a signal
-	Reason string // human-readable: exit status plus the tail of the VMM's log
+	At   time.Time
+	Code int // process exit code, -1 if killed by a signal
+	// Reason is End in words: the cause first, then the evidence (a guest
+	// console line, the exit status, the end of the VMM's log).
+	Reason string
 	// Requested is true when thaw itself stopped the process.
 	Requested bool
+	// End is why the VM ended, read from Facts (package vmend); a caller
+	// that knows more, such as why thaw stopped it, classifies Facts again.
+	End   vmend.End
+	Facts vmend.Facts
 }
 
 // Backend is a virtual machine monitor: what the daemon needs to start

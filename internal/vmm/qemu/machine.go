@@ -11,7 +11,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -168,6 +168,7 @@ type Machine struct {
 
 	mu        sync.Mutex
 	requested bool
+	started   bool // QMP answered: start-up is over
 	exit      vmm.Exit
 	done      chan struct{}
 }
@@ -211,6 +212,11 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 	// behind its back; the daemon stops them itself. Pdeathsig covers the
 	// daemon dying without cleaning up (Go sets it after the user change).
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.EmptyNetNS {
+		// A fresh namespace for QEMU alone: a guest that takes QEMU over
+		// finds no interface to reach anything through.
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+	}
 	if spec.User != nil {
 		attr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID, Groups: []uint32{}}
 	}
@@ -251,11 +257,17 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 	select {
 	case r := <-ch:
 		if r.err != nil {
+			// QMP fails at once when QEMU exits during start-up: let it.
+			select {
+			case <-m.done:
+				return nil, fmt.Errorf("qemu %s exited during start-up: %s", spec.ID, m.Exit().Reason)
+			case <-time.After(time.Second):
+			}
 			_ = m.Kill()
 			return nil, fmt.Errorf("qemu %s: %w (%s)", spec.ID, r.err, m.Exit().Reason)
 		}
 		m.mu.Lock()
-		m.qmp = r.q
+		m.qmp, m.started = r.q, true
 		m.mu.Unlock()
 	case <-m.done:
 		cancel()
@@ -267,23 +279,14 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 func (m *Machine) supervise(qemuLog *cappedLog) {
 	err := m.cmd.Wait() // also drains QEMU's output into qemuLog
 	qemuLog.Close()
-	code := 0
-	status := "exited with status 0"
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-		status = ee.String()
-	} else if err != nil {
-		code = -1
-		status = err.Error()
-	}
 	m.logs.Wait() // the console reaches EOF once QEMU is gone
 	m.mu.Lock()
-	m.exit = vmm.Exit{At: time.Now(), Code: code, Requested: m.requested}
-	m.exit.Reason = "qemu " + status
-	if tail := logTail(filepath.Join(m.spec.RunDir, "qemu.log"), 400); tail != "" {
-		m.exit.Reason += ": " + tail
-	}
+	requested, started := m.requested, m.started
+	m.mu.Unlock()
+	f := m.exitFacts(err, requested, started)
+	end := vmend.Classify(f)
+	m.mu.Lock()
+	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: f.Requested, Reason: end.String(), End: end, Facts: f}
 	q := m.qmp
 	m.mu.Unlock()
 	if q != nil {

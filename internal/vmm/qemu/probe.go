@@ -53,6 +53,9 @@ func ProbeAccel(ctx context.Context, accel vmm.Accel, kernel, initrd, workDir st
 		"-append", "console=ttyS0 quiet panic=-1 thaw.probe=1",
 		"-serial", "file:"+console)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if os.Geteuid() == 0 { // as every VMM of a root daemon: no network at all
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err = cmd.Run()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -137,7 +138,13 @@ type fakeMachine struct {
 func (m *fakeMachine) wait() {
 	err := m.cmd.Wait()
 	m.mu.Lock()
-	m.exit = vmm.Exit{At: time.Now(), Code: -1, Requested: m.requested, Reason: "fake vmm: " + fmt.Sprint(err)}
+	f := vmend.Facts{ExitCode: m.cmd.ProcessState.ExitCode(), Started: true, Requested: m.requested,
+		VMMLog: "fake vmm: " + fmt.Sprint(err)}
+	if ws, ok := m.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		f.Signal = ws.Signal()
+	}
+	end := vmend.Classify(f)
+	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: m.requested, Reason: end.String(), End: end, Facts: f}
 	m.mu.Unlock()
 	// As with QEMU, the process is gone before its agent channel closes:
 	// a read that fails on the channel finds the VMM done.
