@@ -68,7 +68,7 @@ func base64Core(e *base64.Encoding, value []byte, a int) []byte {
 	in := make([]byte, a+len(value))
 	copy(in[a:], value)
 	enc := e.EncodeToString(in)
-	start := (8*a + 5) / 6         // first character after the preceding bytes' bits
+	start := (8*a + 5) / 6          // first character after the preceding bytes' bits
 	end := 8 * (a + len(value)) / 6 // characters wholly inside value's bits
 	if end <= start {
 		return nil

@@ -51,7 +51,7 @@ type Scanner struct {
 	salt   uint32
 	table  *[tableSize]byte // 1 at hash(word) of every registered word
 	keys   []uint32         // open addressing: registered words (0: empty slot)
-	vals   []int32  // index into cands
+	vals   []int32          // index into cands
 	cands  [][]cand
 	// zeroIdx is the candidates of the word 0, which the open addressing
 	// cannot hold (-1: none).
