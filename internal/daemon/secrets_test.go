@@ -1,0 +1,229 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/fnconfig"
+	"github.com/thaw-dev/thaw/internal/secrets"
+)
+
+func setSecret(t *testing.T, s *Service, name, value string) SecretInfo {
+	t.Helper()
+	info, _, err := s.SetSecret(context.Background(), name, []byte(value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func coldInvoke(t *testing.T, s *Service, fn string) *Invocation {
+	t.Helper()
+	inv, err := s.InvokeCold(context.Background(), ColdRequest{Function: fn, InvokeRequest: InvokeRequest{Event: json.RawMessage(`"x"`)}})
+	if err != nil || !inv.OK {
+		t.Fatalf("invoke %s: %v %+v", fn, err, inv)
+	}
+	return inv
+}
+
+// Secrets go to restored VMs only, with their current value; the
+// environment is on the code disk and in the digest.
+func TestSecretsReachRestoredVMsOnly(t *testing.T) {
+	s, b := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	ctx := context.Background()
+	setSecret(t, s, "db", "first-value-0001")
+	spec := FunctionSpec{Name: "app", Env: map[string]string{"GREETING": "hello"}, Secrets: map[string]string{"DB_PASSWORD": "db"}}
+	vm, _ := bootAndSnapshotSpec(t, s, spec)
+	if got := b.Secrets(); len(got) != 0 {
+		t.Fatalf("a booted VM got secrets: %v", got)
+	}
+	fn, err := s.GetFunction(ctx, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(fn.CodeDir, fnconfig.DiskDir, fnconfig.DiskFile))
+	if err != nil || !strings.Contains(string(cfg), `"GREETING":"hello"`) || strings.Contains(string(cfg), "first-value") {
+		t.Fatalf("config on the code disk: %s %v", cfg, err)
+	}
+	code, _, err := digestTree(filepath.Join(fn.CodeDir, "app"))
+	if err != nil || fn.Digest != fnconfig.Digest(code, fn.Env) || fn.Digest == code {
+		t.Errorf("digest %s, code digest %s: the environment is not folded in", fn.Digest, code)
+	}
+	if _, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	coldInvoke(t, s, "app")
+	setSecret(t, s, "db", "second-value-002")
+	coldInvoke(t, s, "app")
+	got := b.Secrets()
+	if len(got) != 2 || got[0]["DB_PASSWORD"] != "first-value-0001" || got[1]["DB_PASSWORD"] != "second-value-002" || len(got[0]) != 1 {
+		t.Fatalf("restores set %v", got)
+	}
+	if snaps := snapshotIDs(t, s, "app"); len(snaps) != 1 {
+		t.Errorf("snapshots %v: a changed secret needs none", snaps)
+	}
+}
+
+// A changed secret stops the idle VMs holding the old value, and a VM that
+// got the old value is not kept idle after its invocation.
+func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
+	s, b := fakeService(t, func(c *Config) { c.KeepAlive = time.Minute })
+	ctx := context.Background()
+	setSecret(t, s, "db", "first-value-0001")
+	vm, _ := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "app", Secrets: map[string]string{"DB_PASSWORD": "db"}})
+	s.DeleteVM(ctx, vm.ID)
+	createFn(t, s, "other")
+	first := coldInvoke(t, s, "app")
+	if s.idleVMs() != 1 {
+		t.Fatalf("%d idle VMs after a cold invocation", s.idleVMs())
+	}
+	setSecret(t, s, "unrelated", "some-other-value")
+	if s.idleVMs() != 1 {
+		t.Fatal("an unrelated secret stopped the idle VM")
+	}
+	setSecret(t, s, "db", "second-value-002")
+	if s.idleVMs() != 0 {
+		t.Fatal("the idle VM holding the old value is still kept")
+	}
+	if _, err := s.GetVM(ctx, first.VM); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the recycled VM: %v", err)
+	}
+	second := coldInvoke(t, s, "app")
+	if second.Mode != "cold" || b.Secrets()[len(b.Secrets())-1]["DB_PASSWORD"] != "second-value-002" {
+		t.Fatalf("after the change: %s, %v", second.Mode, b.Secrets())
+	}
+	// A VM holding a value that changed meanwhile is not parked.
+	lv, ok := s.live(second.VM)
+	if !ok {
+		t.Fatal("the new VM is not kept")
+	}
+	k := s.takeKept("app", second.Snapshot)
+	setSecret(t, s, "db", "third-value-0003")
+	if !s.secretsStale(lv) || s.park(lv, k.rec, second.Snapshot) {
+		t.Error("a VM holding an old value was parked")
+	}
+	s.retire(ctx, lv, k.rec, "test")
+}
+
+// A snapshot whose files hold a secret value (here the function's
+// environment, raw or in base64) is refused and nothing is published.
+func TestSnapshotHoldingASecretIsRefused(t *testing.T) {
+	s, _ := fakeService(t, nil)
+	ctx := context.Background()
+	value := "hunter2-but-longer-and-rare"
+	setSecret(t, s, "db", value)
+	for _, env := range []string{value, "prefix" + base64.StdEncoding.EncodeToString([]byte("ab"+value))} {
+		name := "leaky-" + map[bool]string{true: "raw", false: "b64"}[env == value]
+		createSpec(t, s, FunctionSpec{Name: name, Env: map[string]string{"DATABASE_URL": env}})
+		vm, err := s.BootVM(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.CreateSnapshot(ctx, vm.ID)
+		if !errors.Is(err, ErrConflict) || !errors.Is(err, secrets.ErrFound) {
+			t.Fatalf("%s: snapshot %v, want a conflict naming the secret", name, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, `secret "db"`) || !strings.Contains(msg, "memory holds") || strings.Contains(msg, value) {
+			t.Errorf("%s: message %q: want the secret and the file named, never the value", name, msg)
+		}
+		if ids := snapshotIDs(t, s, name); len(ids) != 0 {
+			t.Errorf("%s: snapshots %v published", name, ids)
+		}
+	}
+	ents, _ := os.ReadDir(s.snapshotsDir())
+	if len(ents) != 0 {
+		t.Errorf("left in the snapshots directory: %v", ents)
+	}
+}
+
+// A copy (or a later push) is scanned for the secrets held at that time.
+func TestCopyIsScannedForSecretsSetLater(t *testing.T) {
+	s, _ := fakeService(t, nil)
+	ctx := context.Background()
+	value := "a-value-in-memory-first"
+	_, sn := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "app", Env: map[string]string{"TOKEN": value}})
+	if _, err := s.CopySnapshot(ctx, sn.ID); err != nil {
+		t.Fatalf("copy with no secret: %v", err)
+	}
+	setSecret(t, s, "token", value)
+	if _, err := s.CopySnapshot(ctx, sn.ID); !errors.Is(err, secrets.ErrFound) || !strings.Contains(err.Error(), `"token"`) {
+		t.Fatalf("copy holding a secret: %v", err)
+	}
+	if ids := snapshotIDs(t, s, "app"); len(ids) != 2 {
+		t.Errorf("snapshots %v: the refused copy was published", ids)
+	}
+}
+
+// Prepare's record VMs are restored without secrets: their memory becomes
+// the warm snapshot.
+func TestPrepareRecordsWithoutSecrets(t *testing.T) {
+	_, strategies := testStrategies(nil)
+	s, b := fakeService(t, func(c *Config) { c.Strategies = strategies })
+	setSecret(t, s, "db", "first-value-0001")
+	createSpec(t, s, FunctionSpec{Name: "app", Secrets: map[string]string{"DB_PASSWORD": "db"}})
+	if _, err := s.Prepare(context.Background(), PrepareRequest{Function: "app", RecordEvent: json.RawMessage(`1`), GroupSize: 64}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Secrets()
+	if len(got) == 0 {
+		t.Fatal("prepare restored nothing")
+	}
+	for i, m := range got {
+		if len(m) != 0 {
+			t.Errorf("record restore %d got secrets %v", i, m)
+		}
+	}
+	coldInvoke(t, s, "app") // the warm snapshot's clones do get them
+	if got := b.Secrets(); got[len(got)-1]["DB_PASSWORD"] != "first-value-0001" {
+		t.Errorf("cold start from the warm snapshot: %v", got[len(got)-1])
+	}
+}
+
+func TestSecretReferencesAreChecked(t *testing.T) {
+	s, _ := fakeService(t, nil)
+	ctx := context.Background()
+	arch := func() *bytes.Reader {
+		return bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
+	}
+	_, err := s.CreateFunction(ctx, FunctionSpec{Name: "app", Archive: arch(), Secrets: map[string]string{"DB_PASSWORD": "db", "API": "api-key"}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no secret api-key, db on this node") {
+		t.Fatalf("missing secrets: %v", err)
+	}
+	_, err = s.CreateFunction(ctx, FunctionSpec{Name: "app", Archive: arch(), Env: map[string]string{"THAW_X": "1", "A": "1"},
+		Secrets: map[string]string{"A": "db"}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), "A is both") {
+		t.Fatalf("bad config: %v", err)
+	}
+	if ents, _ := os.ReadDir(s.functionsDir()); len(ents) != 0 {
+		t.Errorf("refused creates left %v", ents)
+	}
+	setSecret(t, s, "db", "first-value-0001")
+	createSpec(t, s, FunctionSpec{Name: "app", Secrets: map[string]string{"DB_PASSWORD": "db"}})
+	createSpec(t, s, FunctionSpec{Name: "app2", Secrets: map[string]string{"PW": "db"}})
+	err = s.DeleteSecret(ctx, "db")
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "function(s) app, app2") {
+		t.Fatalf("delete a secret in use: %v", err)
+	}
+	for _, fn := range []string{"app", "app2"} {
+		if err := s.DeleteFunction(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteSecret(ctx, "db"); err != nil {
+		t.Fatalf("delete an unused secret: %v", err)
+	}
+	if err := s.DeleteSecret(ctx, "db"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("delete it again: %v", err)
+	}
+	if _, _, err := s.SetSecret(ctx, "db", []byte("short")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a short value: %v", err)
+	}
+}
