@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/fnconfig"
+	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/secrets"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 func setSecret(t *testing.T, s *Service, name, value string) SecretInfo {
@@ -225,5 +228,63 @@ func TestSecretReferencesAreChecked(t *testing.T) {
 	}
 	if _, _, err := s.SetSecret(ctx, "db", []byte("short")); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a short value: %v", err)
+	}
+}
+
+// Through the registry on the fake VMM and a real MinIO: a push is
+// scanned for the pushing node's secrets; the function record carries the
+// environment and the references, never a value; a pull needs the
+// referenced secrets on the pulling node and is scanned for its own.
+func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
+	ctx := context.Background()
+	srv := miniotest.Start(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	a, _ := fakeService(t, withRegistry)
+	greeting := "greeting-from-node-a"
+	setSecret(t, a, "db", "value-on-node-a-001")
+	_, sn := bootAndSnapshotSpec(t, a, FunctionSpec{Name: "fn", Env: map[string]string{"GREETING": greeting},
+		Secrets: map[string]string{"DB_PASSWORD": "db"}})
+	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := a.registry.GetFunction(ctx, "fn")
+	if err != nil || rec.Env["GREETING"] != greeting || rec.Secrets["DB_PASSWORD"] != "db" {
+		t.Fatalf("function record %+v %v", rec, err)
+	}
+	// A snapshot holding a value that became a secret after it was taken.
+	_, leaky := bootAndSnapshotSpec(t, a, FunctionSpec{Name: "leaky", Env: map[string]string{"TOKEN": "became-a-secret-later"}})
+	setSecret(t, a, "token", "became-a-secret-later")
+	if _, err := a.PushSnapshot(ctx, leaky.ID); !errors.Is(err, secrets.ErrFound) {
+		t.Fatalf("push of a snapshot holding a secret: %v", err)
+	}
+	if _, err := a.registry.GetFunction(ctx, "leaky"); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the refused push published its function: %v", err)
+	}
+
+	b, _ := fakeService(t, withRegistry)
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no secret db") {
+		t.Fatalf("pull without the secret: %v", err)
+	}
+	setSecret(t, b, "db", "value-on-node-b-002")
+	setSecret(t, b, "greet", greeting) // node b's own secret is in the snapshot's memory
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); !errors.Is(err, secrets.ErrFound) || !strings.Contains(err.Error(), `"greet"`) {
+		t.Fatalf("pull of a snapshot holding a secret of this node: %v", err)
+	}
+	if _, err := b.GetFunction(ctx, "fn"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the refused pull left its function: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(b.snapshotsDir(), "*")); len(left) != 0 {
+		t.Errorf("the refused pull left %v", left)
+	}
+	if err := b.DeleteSecret(ctx, "greet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); err != nil {
+		t.Fatal(err)
+	}
+	fa, _ := a.GetFunction(ctx, "fn")
+	fb, err := b.GetFunction(ctx, "fn")
+	if err != nil || fb.Digest != fa.Digest || fb.Env["GREETING"] != greeting || fb.Secrets["DB_PASSWORD"] != "db" {
+		t.Fatalf("pulled function %+v (a's digest %s): %v", fb, fa.Digest, err)
 	}
 }
