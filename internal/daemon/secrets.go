@@ -153,7 +153,7 @@ func (s *Service) scanForSecrets(ctx context.Context, dir, what string) error {
 	}
 	t := time.Now()
 	err := sc.Dir(ctx, dir)
-	s.log.Debug("secret scan", "what", what, "secrets", s.secrets.Len(), "scan_ms", ms(time.Since(t)), "found", errors.Is(err, secrets.ErrFound))
+	s.log.Info("secret scan", "what", what, "secrets", s.secrets.Len(), "scan_ms", ms(time.Since(t)), "found", errors.Is(err, secrets.ErrFound))
 	if errors.Is(err, secrets.ErrFound) {
 		return fmt.Errorf("%w: %s: %w; a snapshot must not hold a secret, so nothing was published", ErrConflict, what, err)
 	}

@@ -95,3 +95,65 @@ func BenchmarkScanBytes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScanSparseFile is the scan of a 512 MiB memory file as a
+// snapshot writes it: a fifth of its pages hold data, scattered one to a
+// few pages at a time (thousands of extents), the rest are holes.
+func BenchmarkScanSparseFile(b *testing.B) {
+	const size = 512 << 20
+	path := filepath.Join(b.TempDir(), "memory")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	page := make([]byte, 4096)
+	var data int64
+	for off := int64(0); off < size; off += 4096 * int64(1+rng.IntN(9)) {
+		for n := 1 + rng.IntN(3); n > 0 && off < size; n-- {
+			memoryLike(page)
+			page[0] = 1 // never a zero page
+			if _, err := f.WriteAt(page, off); err != nil {
+				b.Fatal(err)
+			}
+			data += 4096
+			off += 4096
+		}
+	}
+	f.Close()
+	sc := benchScanner(16)
+	b.ReportMetric(float64(data>>20), "data-MiB")
+	b.SetBytes(size)
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if err := sc.File(context.Background(), path, "memory"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkScanFileAt scans the file THAW_SCAN_FILE names (a real
+// snapshot's memory file) for 16 secrets; skipped without it.
+func BenchmarkScanFileAt(b *testing.B) {
+	path := os.Getenv("THAW_SCAN_FILE")
+	if path == "" {
+		b.Skip("THAW_SCAN_FILE is not set: give a snapshot's memory file")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := benchScanner(16)
+	b.SetBytes(fi.Size())
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if err := sc.File(context.Background(), path, "memory"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+}

@@ -217,13 +217,19 @@ func (sc *Scanner) verify(buf []byte, base int64, i int, w uint32) *Found {
 // Bytes looks for every pattern in b; the first occurrence, or nil.
 func (sc *Scanner) Bytes(b []byte) *Found { return sc.scan(b, 0, 0, len(b)) }
 
-// scanChunk is how much of a file one read covers.
-const scanChunk = 4 << 20
+// scanChunk is how much of a file one read covers at most; maxGap the
+// longest hole a read goes through to reach the next data extent (so a
+// file of many small extents takes few reads).
+const (
+	scanChunk = 4 << 20
+	maxGap    = 64 << 10
+)
 
 // File looks for every pattern in the file at path, reading only its data
-// extents (SEEK_DATA/SEEK_HOLE): holes are zeros, which no pattern's
-// aligned window can be (a value has no NUL). The first occurrence is
-// returned as a *Found naming the file as name.
+// extents (SEEK_DATA/SEEK_HOLE; holes are zeros, which no pattern's
+// aligned window can be, a value having no NUL), nearby extents in one
+// read. The first occurrence is returned as a *Found naming the file as
+// name.
 func (sc *Scanner) File(ctx context.Context, path, name string) error {
 	if len(sc.pats) == 0 {
 		return nil
@@ -237,33 +243,71 @@ func (sc *Scanner) File(ctx context.Context, path, name string) error {
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", name, err)
 	}
-	size := fi.Size()
-	buf := make([]byte, 4+scanChunk+sc.maxLen)
-	err = snapshot.DataExtents(f, size, func(data, hole int64) error {
+	r := &fileScan{sc: sc, f: f, size: fi.Size(), buf: make([]byte, 4+scanChunk+sc.maxLen)}
+	err = snapshot.DataExtents(f, r.size, func(data, hole int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		for c := data &^ 3; c < hole; c += scanChunk {
-			if err := ctx.Err(); err != nil {
+			if err := r.add(c, min(hole, c+scanChunk)); err != nil {
 				return err
-			}
-			lo, hi := max(0, c-4), min(size, c+scanChunk+int64(sc.maxLen))
-			n, err := f.ReadAt(buf[:hi-lo], lo)
-			if err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-			end := min(hole, c+scanChunk)
-			if found := sc.scan(buf[:n], lo, int(c-lo), int(end-lo)); found != nil {
-				found.File = name
-				return found
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		err = r.flush()
+	}
 	var found *Found
 	if errors.As(err, &found) {
+		found.File = name
 		return found
 	}
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", name, err)
 	}
+	return nil
+}
+
+// fileScan batches a file's data extents into reads of up to scanChunk.
+type fileScan struct {
+	sc    *Scanner
+	f     *os.File
+	size  int64
+	buf   []byte
+	batch [][2]int64 // extents [from, to) to scan, from 4-aligned
+}
+
+// add queues [from, to) for scanning, reading what is queued first if it
+// is too far away or the read would grow too long.
+func (r *fileScan) add(from, to int64) error {
+	if n := len(r.batch); n > 0 && (from-r.batch[n-1][1] > maxGap || to-r.batch[0][0] > scanChunk) {
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
+	r.batch = append(r.batch, [2]int64{from, to})
+	return nil
+}
+
+// flush reads the queued extents in one read (with the bytes around them
+// that candidates starting before or ending after them need) and scans
+// each; a find is returned as a *Found.
+func (r *fileScan) flush() error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	lo, hi := max(0, r.batch[0][0]-4), min(r.size, r.batch[len(r.batch)-1][1]+int64(r.sc.maxLen))
+	n, err := r.f.ReadAt(r.buf[:hi-lo], lo)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	for _, e := range r.batch {
+		if found := r.sc.scan(r.buf[:n], lo, int(e[0]-lo), int(e[1]-lo)); found != nil {
+			return found
+		}
+	}
+	r.batch = r.batch[:0]
 	return nil
 }
 
