@@ -218,3 +218,19 @@ func (s *Service) secretUsers(ctx context.Context, secret string) ([]string, err
 	}
 	return users, nil
 }
+
+// RotateSecretKey seals the secret store of dataDir under a new key
+// (secrets.Store.RotateKey) while no daemon uses the directory: it takes
+// the data directory's lock, so a running daemon makes it fail.
+func RotateSecretKey(dataDir string) error {
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	st, err := secrets.Open(dataDir)
+	if err != nil {
+		return err
+	}
+	return st.RotateKey()
+}

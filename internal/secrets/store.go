@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -144,11 +145,75 @@ func Open(dir string) (*Store, error) {
 	}
 	s.keys = deriveKeys(master)
 	if b != nil {
-		if s.secrets, err = open(s.keys, b); err != nil {
+		s.secrets, err = open(s.keys, b)
+		if errors.Is(err, ErrKeyFile) {
+			err = s.finishRotation(b)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("secret store %s: %w", storePath, err)
 		}
 	}
 	return s, nil
+}
+
+// newKeySuffix names the new key while a rotation is under way.
+const newKeySuffix = ".new"
+
+// RotateKey seals the store under a new random key and makes it the key
+// file's: the new key is written beside the old one, the store sealed
+// under it and renamed into place, then the new key renamed over the old.
+// A crash between the last two steps is finished by the next Open. The
+// digests change with the key; the values and versions do not.
+func (s *Store) RotateKey() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keyPath := filepath.Join(s.dir, KeyFileName)
+	if s.keys == nil {
+		return fmt.Errorf("%w: there is no key yet (it is made with the first secret)", ErrKeyFile)
+	}
+	_ = os.Remove(keyPath + newKeySuffix) // a rotation that failed before its store was written
+	master, err := createKey(keyPath + newKeySuffix)
+	if err != nil {
+		return err
+	}
+	k := deriveKeys(master)
+	next := make(map[string]*entry, len(s.secrets))
+	for n, e := range s.secrets {
+		next[n] = newEntry(k, n, e.value, e.version, e.createdAt, e.updatedAt)
+	}
+	old := s.keys
+	s.keys = k
+	if err := s.write(next); err != nil {
+		s.keys = old
+		_ = os.Remove(keyPath + newKeySuffix)
+		return err
+	}
+	s.secrets = next
+	s.gen++
+	if err := os.Rename(keyPath+newKeySuffix, keyPath); err != nil {
+		return fmt.Errorf("key file: %w (the store is sealed under %s%s; the next start finishes the rotation)", err, keyPath, newKeySuffix)
+	}
+	return syncDir(keyPath)
+}
+
+// finishRotation opens a store sealed under the new key of a rotation
+// that stopped before the key was renamed into place, and renames it.
+func (s *Store) finishRotation(b []byte) error {
+	keyPath := filepath.Join(s.dir, KeyFileName)
+	master, err := readKey(keyPath + newKeySuffix)
+	if err != nil {
+		return fmt.Errorf("%w: the store was sealed with another key than %s holds, and no rotation's new key is usable: %v", ErrKeyFile, KeyFileName, err)
+	}
+	k := deriveKeys(master)
+	secrets, err := open(k, b)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(keyPath+newKeySuffix, keyPath); err != nil {
+		return fmt.Errorf("finish a key rotation: %w", err)
+	}
+	s.keys, s.secrets = k, secrets
+	return syncDir(keyPath)
 }
 
 // Set stores value under name (a new secret, or a new version of one) and

@@ -289,3 +289,66 @@ func FuzzOpenStore(f *testing.F) {
 		}
 	})
 }
+
+func TestRotateKey(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	if err := s.RotateKey(); !errors.Is(err, ErrKeyFile) {
+		t.Fatalf("rotate without a key: %v", err)
+	}
+	before := setT(t, s, "db", "the value that stays")
+	oldKey, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
+	if err := s.RotateKey(); err != nil {
+		t.Fatal(err)
+	}
+	newKey, _ := os.ReadFile(filepath.Join(dir, KeyFileName))
+	after, _ := s.Get("db")
+	if bytes.Equal(oldKey, newKey) || after.Digest == before.Digest || after.Version != before.Version {
+		t.Fatalf("rotation: key changed %v, digest %s -> %s, version %d -> %d", !bytes.Equal(oldKey, newKey), before.Digest, after.Digest, before.Version, after.Version)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, KeyFileName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("new key file %v %v", fi, err)
+	}
+	r := openT(t, dir)
+	if v, err := r.Values([]string{"db"}); err != nil || string(v[0].Value) != "the value that stays" {
+		t.Fatalf("after rotation: %v %v", v, err)
+	}
+	// The old key no longer opens it.
+	if err := os.WriteFile(filepath.Join(dir, KeyFileName), oldKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrKeyFile) {
+		t.Fatalf("old key: %v", err)
+	}
+}
+
+// A rotation that stopped after the store was sealed under the new key,
+// before the key was renamed, is finished by the next Open.
+func TestInterruptedRotationIsFinished(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	setT(t, s, "db", "the value that stays")
+	keyPath := filepath.Join(dir, KeyFileName)
+	oldKey, _ := os.ReadFile(keyPath)
+	if err := s.RotateKey(); err != nil {
+		t.Fatal(err)
+	}
+	// Put the state back to "store sealed under the new key, new key not yet renamed".
+	if err := os.Rename(keyPath, keyPath+newKeySuffix); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, oldKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatalf("open after an interrupted rotation: %v", err)
+	}
+	if v, err := r.Values([]string{"db"}); err != nil || string(v[0].Value) != "the value that stays" {
+		t.Fatalf("values %v %v", v, err)
+	}
+	if _, err := os.Stat(keyPath + newKeySuffix); !os.IsNotExist(err) {
+		t.Errorf("the new key was not renamed into place: %v", err)
+	}
+	openT(t, dir)
+}
