@@ -10,8 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
@@ -227,9 +230,10 @@ const (
 
 // File looks for every pattern in the file at path, reading only its data
 // extents (SEEK_DATA/SEEK_HOLE; holes are zeros, which no pattern's
-// aligned window can be, a value having no NUL), nearby extents in one
-// read. The first occurrence is returned as a *Found naming the file as
-// name.
+// aligned window can be, a value having no NUL) in a read-only mapping of
+// the file (or, where it cannot be mapped, with reads that take nearby
+// extents together). The first occurrence is returned as a *Found naming
+// the file as name.
 func (sc *Scanner) File(ctx context.Context, path, name string) error {
 	if len(sc.pats) == 0 {
 		return nil
@@ -243,8 +247,60 @@ func (sc *Scanner) File(ctx context.Context, path, name string) error {
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", name, err)
 	}
-	r := &fileScan{sc: sc, f: f, size: fi.Size(), buf: make([]byte, 4+scanChunk+sc.maxLen)}
-	err = snapshot.DataExtents(f, r.size, func(data, hole int64) error {
+	err = sc.mapped(ctx, f, fi.Size())
+	if errors.Is(err, errNoMapping) {
+		err = sc.read(ctx, f, fi.Size())
+	}
+	var found *Found
+	if errors.As(err, &found) {
+		found.File = name
+		return found
+	}
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", name, err)
+	}
+	return nil
+}
+
+var errNoMapping = errors.New("file cannot be mapped")
+
+// mapped scans f's data extents in a read-only shared mapping of it. A
+// fault (the file cut short meanwhile, which thaw never does to a
+// snapshot) is an error, not a crash.
+func (sc *Scanner) mapped(ctx context.Context, f *os.File, size int64) (err error) {
+	if size == 0 || size != int64(int(size)) {
+		return errNoMapping
+	}
+	m, merr := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if merr != nil {
+		return errNoMapping
+	}
+	defer unix.Munmap(m)
+	_ = unix.Madvise(m, unix.MADV_SEQUENTIAL)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			err = fmt.Errorf("the file changed while it was read: %v", r)
+		}
+	}()
+	return snapshot.DataExtents(f, size, func(data, hole int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if found := sc.scan(m, 0, int(data&^3), int(hole)); found != nil {
+			return found
+		}
+		return nil
+	})
+}
+
+// read scans f's data extents with reads, nearby extents in one read.
+func (sc *Scanner) read(ctx context.Context, f *os.File, size int64) error {
+	r := &fileScan{sc: sc, f: f, size: size, buf: make([]byte, 4+scanChunk+sc.maxLen)}
+	err := snapshot.DataExtents(f, size, func(data, hole int64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -258,15 +314,7 @@ func (sc *Scanner) File(ctx context.Context, path, name string) error {
 	if err == nil {
 		err = r.flush()
 	}
-	var found *Found
-	if errors.As(err, &found) {
-		found.File = name
-		return found
-	}
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", name, err)
-	}
-	return nil
+	return err
 }
 
 // fileScan batches a file's data extents into reads of up to scanChunk.
