@@ -145,6 +145,12 @@ func TestFileScanAcrossChunksAndHoles(t *testing.T) {
 			if !errors.As(err, &found) || !errors.Is(err, ErrFound) || found.Offset != tc.at || found.File != "memory" {
 				t.Fatalf("want found at %d, got %v", tc.at, err)
 			}
+			// The same with reads, as for a file that cannot be mapped.
+			rf, _ := os.Open(path)
+			defer rf.Close()
+			if rerr := sc.read(context.Background(), rf, 5*scanChunk); !errors.As(rerr, &found) || found.Offset != tc.at {
+				t.Fatalf("with reads: want found at %d, got %v", tc.at, rerr)
+			}
 			if strings.Contains(err.Error(), string(value)) || !strings.Contains(err.Error(), `"pw"`) {
 				t.Errorf("message %q: should name the secret, never the value", err)
 			}
@@ -219,4 +225,40 @@ func FuzzScanner(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFileScanOfManyExtents: a file of many small extents (read together
+// in batches) is searched whole, mapped and with reads.
+func TestFileScanOfManyExtents(t *testing.T) {
+	value := []byte("many-extents-secret")
+	sc := NewScanner(Patterns("x", value))
+	path := filepath.Join(t.TempDir(), "memory")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pages = 4096
+	if err := f.Truncate(pages * 4096); err != nil {
+		t.Fatal(err)
+	}
+	page := bytes.Repeat([]byte{0x11}, 4096)
+	for p := int64(0); p < pages; p += 2 { // data, hole, data, hole...
+		if _, err := f.WriteAt(page, p*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := int64(3001*4096 - 7) // across a data page's end into the hole after it
+	if _, err := f.WriteAt(value, at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var found *Found
+	if err := sc.File(context.Background(), path, "memory"); !errors.As(err, &found) || found.Offset != at {
+		t.Fatalf("mapped: %v", err)
+	}
+	rf, _ := os.Open(path)
+	defer rf.Close()
+	if err := sc.read(context.Background(), rf, pages*4096); !errors.As(err, &found) || found.Offset != at {
+		t.Fatalf("with reads: %v", err)
+	}
 }
