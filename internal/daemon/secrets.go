@@ -85,6 +85,9 @@ func (s *Service) DeleteSecret(ctx context.Context, name string) error {
 
 // missingSecrets says which secrets refs name that the store lacks.
 func (s *Service) missingSecrets(refs map[string]string) error {
+	if len(refs) == 0 {
+		return nil
+	}
 	if missing := s.secrets.Missing(fnconfig.SecretNames(refs)); len(missing) > 0 {
 		return fmt.Errorf("no secret %s on this node; set it first (thaw secret set NAME)", strings.Join(missing, ", "))
 	}
