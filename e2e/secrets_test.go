@@ -262,6 +262,9 @@ func TestSecretsNeverInSnapshots(t *testing.T) {
 		*got.OnRestore != sha(first) || *got.ImportGreeting != greeting || *got.Greeting != greeting {
 		t.Fatalf("cold start (%s) saw %+v: want the secret in on_restore and the handler, the environment since import", cold.Mode, got)
 	}
+	if rt := cold.Timing.Restore; rt != nil {
+		t.Logf("cold start: the guest's restore took %.1f ms, %.2f ms of it setting the secret", rt.AgentRestoreMS, rt.AgentSteps["secrets"])
+	}
 	if pooled, err := c.InvokeFunction(ctx, "app", json.RawMessage(`{}`), client.InvokeOptions{}); err != nil || pooled.Mode != "pooled" ||
 		*seenBy(t, pooled).Digest != sha(first) {
 		t.Fatalf("second invocation: %v %+v", err, pooled)
