@@ -62,6 +62,11 @@ type Function struct {
 	// guests restored from a snapshot (never at boot, so never in a
 	// snapshot), from the secret's value at the restore.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Warnings, in the answer to a create only: what the function's
+	// module-level code does that its snapshots freeze (random numbers,
+	// the clock, connections taken at import), each with its file and
+	// line. Advice: the function is created.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Secret is what the API shows of a secret: never its value.

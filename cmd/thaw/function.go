@@ -169,6 +169,9 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 			row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
 		}
 		row(w, "Created:", fmtTime(f.CreatedAt))
+		for i, warning := range f.Warnings {
+			row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)
+		}
 	})
 }
 

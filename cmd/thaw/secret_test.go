@@ -31,7 +31,8 @@ func secretDaemon(t *testing.T) *fakeDaemon {
 		w.WriteHeader(201)
 		io.WriteString(w, `{"name": "app", "digest": "ab", "code_dir": "/c", "disk": "/d", "memory_mib": 256, "vcpus": 1,
 		  "network": {"egress": "none"}, "created_at": "2025-01-02T03:04:05Z",
-		  "env": {"LOG_LEVEL": "info"}, "secrets": {"DB_PASSWORD": "db"}}`)
+		  "env": {"LOG_LEVEL": "info"}, "secrets": {"DB_PASSWORD": "db"},
+		  "warnings": ["handler.py:3: random.random() runs at import: draw it in handle()"]}`)
 	})
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -98,7 +99,8 @@ func TestFunctionCreateConfig(t *testing.T) {
 	r := f.thaw(t, "function", "create", "app", "--dir", dir, "--env", "LOG_LEVEL=info", "--env", "URL=a=b",
 		"--secret", "DB_PASSWORD=db")
 	wantCode(t, r, 0)
-	wantContains(t, "stdout", r.stdout, "Env:", "LOG_LEVEL=info", "Secrets:", "DB_PASSWORD = secret db")
+	wantContains(t, "stdout", r.stdout, "Env:", "LOG_LEVEL=info", "Secrets:", "DB_PASSWORD = secret db",
+		"Warnings:", "handler.py:3: random.random() runs at import")
 	f.mu.Lock()
 	req := f.requests[len(f.requests)-1]
 	f.mu.Unlock()

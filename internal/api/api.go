@@ -460,7 +460,9 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, daemon.FunctionBody(f))
+	body := daemon.FunctionBody(f)
+	body.Warnings = h.svc.ImportWarnings(r.Context(), f)
+	writeJSON(w, http.StatusCreated, body)
 }
 
 // readCreateFunction decodes either form of POST /v1/functions: a tar.gz
