@@ -129,6 +129,11 @@ type Store struct {
 func Open(dir string) (*Store, error) {
 	s := &Store{dir: dir, secrets: map[string]*entry{}}
 	keyPath, storePath := filepath.Join(dir, KeyFileName), filepath.Join(dir, StoreFileName)
+	// What a write that did not finish left: never the store itself.
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "."+StoreFileName+".tmp-*"))
+	for _, p := range leftovers {
+		_ = os.Remove(p)
+	}
 	b, err := readStore(storePath)
 	if err != nil {
 		return nil, err
@@ -146,8 +151,11 @@ func Open(dir string) (*Store, error) {
 	s.keys = deriveKeys(master)
 	if b != nil {
 		s.secrets, err = open(s.keys, b)
-		if errors.Is(err, ErrKeyFile) {
+		switch {
+		case errors.Is(err, ErrKeyFile):
 			err = s.finishRotation(b)
+		case err == nil:
+			_ = os.Remove(keyPath + newKeySuffix) // a rotation that failed before its store was written
 		}
 		if err != nil {
 			return nil, fmt.Errorf("secret store %s: %w", storePath, err)

@@ -352,3 +352,26 @@ func TestInterruptedRotationIsFinished(t *testing.T) {
 	}
 	openT(t, dir)
 }
+
+// What a crash leaves (a half-written store, a rotation's unused key) is
+// removed at the next open, and the store is as it was.
+func TestCrashLeftoversAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	setT(t, openT(t, dir), "db", "the value that stays")
+	tmp := filepath.Join(dir, "."+StoreFileName+".tmp-123")
+	newKey := filepath.Join(dir, KeyFileName+newKeySuffix)
+	for _, p := range []string{tmp, newKey} {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openT(t, dir)
+	if v, err := s.Values([]string{"db"}); err != nil || string(v[0].Value) != "the value that stays" {
+		t.Fatalf("values %v %v", v, err)
+	}
+	for _, p := range []string{tmp, newKey} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left: %v", filepath.Base(p), err)
+		}
+	}
+}
