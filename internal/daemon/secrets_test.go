@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,7 +239,8 @@ func TestSecretReferencesAreChecked(t *testing.T) {
 func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
 	ctx := context.Background()
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg }
+	ring := keyRing(t) // the nodes trust each other's signatures
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
 	a, _ := fakeService(t, withRegistry)
 	greeting := "greeting-from-node-a"
 	setSecret(t, a, "db", "value-on-node-a-001")
@@ -286,5 +288,55 @@ func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
 	fb, err := b.GetFunction(ctx, "fn")
 	if err != nil || fb.Digest != fa.Digest || fb.Env["GREETING"] != greeting || fb.Secrets["DB_PASSWORD"] != "db" {
 		t.Fatalf("pulled function %+v (a's digest %s): %v", fb, fa.Digest, err)
+	}
+}
+
+// Versions carry the environment and the secret references: a deploy
+// that changes them publishes a new version, one that leaves them out
+// keeps them, a restore of a version delivers that version's secrets,
+// and a secret an invocable version references cannot be deleted.
+func TestVersionsCarryEnvAndSecrets(t *testing.T) {
+	s, b := fakeService(t, func(c *Config) { c.KeepAlive = -1 })
+	ctx := context.Background()
+	setSecret(t, s, "db", "value-of-db-0001")
+	setSecret(t, s, "other", "value-of-other-02")
+	deploy := func(env, refs map[string]string) *DeployResult {
+		t.Helper()
+		res, err := s.Deploy(ctx, DeploySpec{FunctionSpec: FunctionSpec{Name: "app", Env: env, Secrets: refs,
+			Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	v1 := deploy(map[string]string{"A": "1"}, map[string]string{"DB": "db"})
+	if again := deploy(map[string]string{"A": "1"}, map[string]string{"DB": "db"}); !again.Unchanged || again.Version != v1.Version {
+		t.Fatalf("the same deploy: %+v", again)
+	}
+	v2 := deploy(map[string]string{"A": "1"}, map[string]string{"PASSWORD": "db"})
+	if v2.Unchanged || v2.Version == v1.Version {
+		t.Fatalf("other secret references, same version: %+v", v2)
+	}
+	if v3 := deploy(map[string]string{"A": "2"}, map[string]string{"PASSWORD": "db"}); v3.Unchanged {
+		t.Fatalf("another environment, same version: %+v", v3)
+	}
+	if kept := deploy(nil, nil); !kept.Unchanged {
+		t.Fatalf("a deploy that leaves the configuration out changed it: %+v", kept)
+	}
+	coldInvoke(t, s, "app")
+	if got := b.Secrets(); got[len(got)-1]["PASSWORD"] != "value-of-db-0001" || len(got[len(got)-1]) != 1 {
+		t.Fatalf("the live version's restore set %v", got[len(got)-1])
+	}
+	inv, err := s.InvokeCold(ctx, ColdRequest{Function: "app:" + fmt.Sprint(v1.Version), InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
+	if err != nil || !inv.OK {
+		t.Fatalf("invoke version %d: %v %+v", v1.Version, err, inv)
+	}
+	if got := b.Secrets(); got[len(got)-1]["DB"] != "value-of-db-0001" {
+		t.Fatalf("version %d's restore set %v", v1.Version, got[len(got)-1])
+	}
+	deploy(map[string]string{"A": "2"}, map[string]string{"X": "other"})
+	err = s.DeleteSecret(ctx, "db")
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "app (version 1)") {
+		t.Fatalf("delete a secret older versions reference: %v", err)
 	}
 }
