@@ -402,6 +402,7 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 	if o.vmmPoolTTLS != 0 {
 		q.Set("vmm_pool_ttl_s", strconv.Itoa(o.vmmPoolTTLS))
 	}
+	o.configQuery(q)
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -429,6 +430,7 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if o.vmmPoolTTLS != 0 {
 		in["vmm_pool_ttl_s"] = o.vmmPoolTTLS
 	}
+	o.configJSON(in)
 	return call[Function](ctx, c, "POST", "/v1/functions", in)
 }
 
@@ -441,6 +443,7 @@ type functionOptions struct {
 	keepAliveS     int
 	vmmPool        int
 	vmmPoolTTLS    int
+	env, secrets   map[string]string
 }
 
 // WithVMMPool sets how many VMMs the VMM pool starts ahead of restores per

@@ -96,6 +96,7 @@ func (c *Client) uploadDeploy(ctx context.Context, name, dir string, req DeployR
 			q.Add("allow", s)
 		}
 	}
+	(&functionOptions{env: req.Env, secrets: req.Secrets}).configQuery(q)
 	if req.NoPromote {
 		q.Set("no_promote", "true")
 	}

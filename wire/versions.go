@@ -83,6 +83,11 @@ type DeployRequest struct {
 	KeepAliveS     int      `json:"keep_alive_s,omitempty"`
 	VMMPool        int      `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS    int      `json:"vmm_pool_ttl_s,omitempty"`
+	// Env and Secrets are the function's environment and secret
+	// references (as in CreateFunctionRequest); absent: the function's
+	// current ones.
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// NoPromote leaves the live alias where it is (a version to test, or
 	// to shift traffic to by weight).
 	NoPromote bool `json:"no_promote,omitempty"`

@@ -55,6 +55,36 @@ type Function struct {
 	VMMPool     int       `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS int       `json:"vmm_pool_ttl_s,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Env is the function's environment: set in its guests at boot, before
+	// the handler is imported, so it is part of its snapshots.
+	Env map[string]string `json:"env,omitempty"`
+	// Secrets maps environment variable names to secrets: set in the
+	// guests restored from a snapshot (never at boot, so never in a
+	// snapshot), from the secret's value at the restore.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// Warnings, in the answer to a create only: what the function's
+	// module-level code does that its snapshots freeze (random numbers,
+	// the clock, connections taken at import), each with its file and
+	// line. Advice: the function is created.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Secret is what the API shows of a secret: never its value.
+type Secret struct {
+	Name string `json:"name"`
+	// Version counts the secret's sets: 1 at the first.
+	Version int `json:"version"`
+	// Digest is HMAC-SHA256 of the value under a key derived from the
+	// daemon's secret key (hex): it changes with the value and says
+	// nothing about it without the key.
+	Digest    string    `json:"digest"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SetSecretRequest is the body of PUT /v1/secrets/{name}.
+type SetSecretRequest struct {
+	Value string `json:"value"`
 }
 
 // Network is what a function's guests may reach: egress "none" (the
@@ -475,6 +505,10 @@ type CreateFunctionRequest struct {
 	// one waits unused (0 or absent: the daemon's default).
 	VMMPool     int `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS int `json:"vmm_pool_ttl_s,omitempty"`
+	// Env is the function's environment; Secrets its secret references
+	// (environment variable name -> secret name), each secret set first.
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // InvokeRequest is the body of the invoke operations.

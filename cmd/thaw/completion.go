@@ -45,6 +45,9 @@ var argCompletions = map[string]struct {
 	"thaw snapshot copy":   {snapshotIDs, false},
 	"thaw snapshot delete": {snapshotIDs, true},
 	"thaw snapshot store":  {snapshotIDs, true},
+	"thaw secret get":      {secretNames, false},
+	"thaw secret set":      {secretNames, false},
+	"thaw secret delete":   {secretNames, true},
 }
 
 // flagCompletions: flags that name daemon objects, on whichever command

@@ -84,6 +84,8 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation (-1: never)")
 	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (-1: none)")
 	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore")
+	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; default: the function's)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; default: the function's)")
 	fl.BoolVar(&noPromote, "no-promote", false, "publish the version without moving the live alias to it")
 	fl.BoolVar(&prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
 	ev.add(cmd, "the record input of --prepare")
@@ -118,7 +120,12 @@ func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) 
 	if f.egress != "" || len(f.allow) > 0 {
 		req.Network = &client.Network{Egress: f.egress, Services: f.allow}
 	}
-	return req, nil
+	var err error
+	if req.Env, err = assignments("env", f.env); err != nil {
+		return req, err
+	}
+	req.Secrets, err = assignments("secret", f.secrets)
+	return req, err
 }
 
 func (a *app) printDeploy(d *client.Deploy) error {

@@ -42,6 +42,14 @@ how many VMMs the daemon starts ahead of restores for each snapshot and
 strategy of the function, so that a cold start skips the VMM's start (-1:
 none); --vmm-pool-ttl how long one waits unused.
 
+--env NAME=VALUE sets an environment variable in the function's guests at
+boot, before the handler is imported (module-level code sees it); it is
+part of the function's snapshots. --secret ENV=SECRET sets environment
+variable ENV to the value of secret SECRET (thaw secret set) in every VM
+restored from a snapshot, before on_restore() and the handler run; booted
+VMs never get it, so no snapshot holds it, and a new value takes effect at
+the next cold start.
+
 By default the function's guests reach nothing: not the daemon's host, not
 the network beyond it. --allow HOST:PORT lets them reach one service, which
 the daemon proxies (a service on the daemon's loopback, 127.0.0.1:PORT, is
@@ -50,7 +58,8 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 		Example: `  thaw function create hello --dir ./functions/hello
   thaw fn create big --dir ./functions/big --memory 1024 --vcpus 2
   thaw fn create hello --dir /srv/functions/hello --server-dir
-  thaw fn create image --dir ./functions/image --allow 127.0.0.1:6379`,
+  thaw fn create image --dir ./functions/image --allow 127.0.0.1:6379
+  thaw fn create app --dir ./app --env LOG_LEVEL=info --secret DB_PASSWORD=db-password`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.createFunction(args[0], f) },
 	}
@@ -65,6 +74,8 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
 	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (default: the daemon's; -1: none)")
 	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
+	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; part of the snapshots)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; never in a snapshot)")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -151,7 +162,16 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		row(w, "Code dir:", orDash(f.CodeDir))
 		row(w, "Disk:", orDash(f.Disk))
 		row(w, "Egress:", fmtNetwork(f.Network))
+		for i, k := range sortedKeys(f.Env) {
+			row(w, map[bool]string{true: "Env:"}[i == 0], k+"="+f.Env[k])
+		}
+		for i, k := range sortedKeys(f.Secrets) {
+			row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
+		}
 		row(w, "Created:", fmtTime(f.CreatedAt))
+		for i, warning := range f.Warnings {
+			row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)
+		}
 	})
 }
 
@@ -188,6 +208,8 @@ type createFlags struct {
 	keepAlive  int
 	vmmPool    int
 	vmmPoolTTL int
+	env        []string
+	secrets    []string
 }
 
 // createFunction runs thaw function create NAME.
@@ -211,10 +233,16 @@ func (a *app) createFunction(name string, f *createFlags) error {
 	if f.keepAlive != 0 {
 		opts = append(opts, client.WithKeepAlive(f.keepAlive))
 	}
-	var (
-		fn  *client.Function
-		err error
-	)
+	env, err := assignments("env", f.env)
+	if err != nil {
+		return err
+	}
+	refs, err := assignments("secret", f.secrets)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, client.WithEnv(env), client.WithSecrets(refs))
+	var fn *client.Function
 	if f.serverDir {
 		abs, aerr := filepath.Abs(f.dir)
 		if aerr != nil {

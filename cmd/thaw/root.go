@@ -89,6 +89,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newSnapshotCmd(),
 		a.newRegistryCmd(),
 		a.newDeployCmd(),
+		a.newSecretCmd(),
 		a.newInvokeCmd(),
 		a.newAliasCmd(),
 		a.newRollbackCmd(),

@@ -125,7 +125,7 @@ default).`,
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return writeDefault(c.stdout) },
 	})
-	root.AddCommand(cfg, c.registryCmd())
+	root.AddCommand(cfg, c.registryCmd(), c.secretsCmd())
 	return root
 }
 

@@ -9,13 +9,17 @@ shadow or break, and the rootfs ships only Debian's python3.
 
 Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/3","function":"hello","uptime_ms":...}
-  restore 3 <host CLOCK_REALTIME ns> <entropy, hex>
-    -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...}}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/4","function":"hello","uptime_ms":...,"env":N}
+       env: how many of the function's environment variables the agent set at boot
+       (from the code disk's .thaw/config.json, before the handler was imported).
+  restore 3 <host CLOCK_REALTIME ns> <entropy, hex> [<secrets, hex>]
+    -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...},"secrets":N}
        sent by the host after every restore, before the first invocation: the clock,
        the kernel's RNG, Python's generators (random, tempfile's names, numpy's global
-       generator, multiprocessing's key), OpenSSL's DRBGs, then the function's
-       on_restore() hook. A plain line, not JSON: a clone's first request runs on code
+       generator, multiprocessing's key), OpenSSL's DRBGs, the function's secrets into
+       os.environ, then the function's on_restore() hook. The secrets (protocol 4) are
+       NAME=VALUE entries joined by NUL bytes, in hex; absent: none. Only restored VMs get
+       them, so no snapshot holds them. A plain line, not JSON: a clone's first request runs on code
        the VMM has not translated yet (TCG), so it takes the fewest code paths (no
        json.loads, no base64, a preformatted answer). Agents before protocol 2 answer
        it as malformed JSON (id null) and the host resends it as
@@ -34,6 +38,7 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
 """
 
 import base64
+import binascii
 import ctypes
 import errno
 import fcntl
@@ -50,7 +55,7 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/3"  # /2: the plain-line restore request; /3: results last, bounded
+AGENT = "thaw-agent/4"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
@@ -72,6 +77,9 @@ RESTORE_PREFIX = b"restore "
 RNDADDENTROPY = 0x40085203   # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207       # _IO('R', 0x07)
 MAX_ENTROPY = 512
+MAX_SECRETS = 64             # variables in one restore request
+ENV_NAME_RE = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
+CONFIG_FILE = ".thaw/config.json"  # on the code disk, beside the function's directory
 RB_POWER_OFF = 0x4321FEDC
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -190,6 +198,7 @@ class Function:
         self.handle = None
         self.on_restore = None  # the module's on_restore(), looked up once at import
         self.error = None  # {"type", "message", "traceback"} when not invocable
+        self.env = 0  # environment variables set from the code disk's config
 
     def load(self, fn_dev):
         if self.name is None:
@@ -199,6 +208,12 @@ class Function:
             self.error = _error("FunctionNotFound", f"invalid function name {self.name!r}")
             return
         if not self._mount_disk(fn_dev):
+            return
+        try:
+            self.env = apply_config(os.path.join(FN_ROOT, CONFIG_FILE))
+        except (OSError, ValueError) as e:
+            self.error = _error("ConfigError", f"function configuration: {e}")
+            log(self.error["message"])
             return
         fn_dir = os.path.join(FN_ROOT, self.name)
         if not os.path.isfile(os.path.join(fn_dir, "handler.py")):
@@ -243,6 +258,46 @@ class Function:
             self.error = _error("FunctionNotFound", f"function disk unavailable: {e}")
             log(self.error["message"])
             return False
+
+
+def apply_config(path):
+    """Sets the function's environment from its configuration file, before its
+    module is imported, so module-level code sees it; returns how many variables
+    were set (0 without a file). Only plain variables are there: secrets never
+    are (they arrive with the restore request)."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except FileNotFoundError:
+        return 0
+    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("env"), dict):
+        raise ValueError(f"{path}: not a version 1 configuration")
+    env = doc["env"]
+    for k, v in env.items():
+        if not isinstance(v, str) or not ENV_NAME_RE.fullmatch(k.encode()) or "\0" in v:
+            raise ValueError(f"{path}: bad environment variable {k[:64]!r}")
+    os.environ.update(env)
+    return len(env)
+
+
+def decode_secrets(blob):
+    """The restore request's secrets: hex of NAME=VALUE entries joined by NUL
+    bytes, as [(name, value)] bytes pairs. Refused whole if any entry is bad;
+    the error never quotes a value."""
+    try:
+        raw = binascii.unhexlify(blob)
+    except (binascii.Error, ValueError):
+        raise ValueError("secrets are not hex") from None
+    entries = raw.split(b"\0")
+    if len(entries) > MAX_SECRETS:
+        raise ValueError(f"more than {MAX_SECRETS} secrets")
+    out = []
+    for i, e in enumerate(entries):
+        name, eq, value = e.partition(b"=")
+        if not eq or not ENV_NAME_RE.fullmatch(name):
+            raise ValueError(f"secret entry {i} is not NAME=VALUE")
+        out.append((name, value))
+    return out
 
 
 def _error(type_, message, tb=""):
@@ -428,28 +483,32 @@ class Agent:
             _openssl.refresh()  # a no-op unless the request imported modules
 
     def restore_line(self, line):
-        """The plain-line restore request, "restore <id> <time_ns> <hex>", answered
-        with a preformatted JSON line."""
+        """The plain-line restore request, "restore <id> <time_ns> <hex> [<hex>]",
+        answered with a preformatted JSON line."""
         t0 = time.monotonic()
         parts = line.split(b" ")
-        if len(parts) != 4 or not parts[1].isdigit() or len(parts[1]) > 20:
-            return json.dumps(self._bad_request(None, "restore: want 'restore <id> <time_ns> <hex entropy>'"))
+        if len(parts) not in (4, 5) or not parts[1].isdigit() or len(parts[1]) > 20:
+            return json.dumps(self._bad_request(None, "restore: want 'restore <id> <time_ns> <hex entropy> [<hex secrets>]'"))
         rid = parts[1].decode()
         try:
             time_ns = int(parts[2])
             entropy = check_entropy(bytes.fromhex(parts[3].decode("ascii")))
         except (ValueError, UnicodeDecodeError) as e:
             return json.dumps(self._bad_request(rid, f"restore: time_ns must be an integer, entropy hex: {e}"))
-        r = self.renew(rid, time_ns, entropy, t0)
+        try:
+            secrets = decode_secrets(parts[4]) if len(parts) == 5 else ()
+        except ValueError as e:
+            return json.dumps(self._bad_request(rid, f"restore: {e}"))
+        r = self.renew(rid, time_ns, entropy, t0, secrets)
         if not r["ok"]:
             return json.dumps(r)
         st = r["steps"]
         hook = r["hook"]
         return RESTORE_REPLY % (
             rid, r["clock_step_ms"], '["' + '","'.join(r["reseeded"]) + '"]',
-            hook_json(hook), r["duration_ms"],
+            hook_json(hook), r["secrets"], r["duration_ms"],
             st["read"], st["decode"], st["clock"], st["kernel_rng"], st["random"], st["numpy"],
-            st["openssl"], st["hook"], st["total"])
+            st["openssl"], st["secrets"], st["hook"], st["total"])
 
     def dispatch(self, line):
         if line is None:
@@ -466,7 +525,7 @@ class Agent:
         op = req.get("op")
         if op == "ping":
             return {"id": rid, "ok": True, "op": "pong", "agent": AGENT,
-                    "function": self.function.name, "uptime_ms": uptime_ms()}
+                    "function": self.function.name, "uptime_ms": uptime_ms(), "env": self.function.env}
         if op == "invoke":
             return self.invoke(rid, req)
         if op == "restore":
@@ -521,9 +580,10 @@ class Agent:
             return self._bad_request(rid, f"restore: {e}")
         return self.renew(rid, req.get("time_ns"), entropy, t0)
 
-    def renew(self, rid, time_ns, entropy, t0):
+    def renew(self, rid, time_ns, entropy, t0, secrets=()):
         """A clone's first moments: correct the clock, make its random numbers its
-        own, and let the function renew what it made before the snapshot.
+        own, set its secrets, and let the function renew what it made before the
+        snapshot.
         steps says where the guest's time went (ms of CLOCK_MONOTONIC): "read"
         from the request's bytes read to t0 (the request parsed from there on),
         "decode" to here, then each step."""
@@ -556,12 +616,17 @@ class Agent:
         t2 = mono()
         steps["openssl"] = (t2 - t1) * 1000
         t1 = t2
-        hook = self.on_restore()
+        environb = os.environb
+        for name, value in secrets:
+            environb[name] = value
         t2 = mono()
-        steps["hook"] = (t2 - t1) * 1000
-        steps["total"] = (t2 - t0) * 1000
+        steps["secrets"] = (t2 - t1) * 1000
+        hook = self.on_restore()
+        t1 = mono()
+        steps["hook"] = (t1 - t2) * 1000
+        steps["total"] = (t1 - t0) * 1000
         return {"id": rid, "ok": True, "clock_step_ms": step, "reseeded": reseeded, "hook": hook,
-                "duration_ms": (t2 - t0) * 1000, "steps": steps}
+                "secrets": len(secrets), "duration_ms": (t1 - t0) * 1000, "steps": steps}
 
     def on_restore(self):
         """Runs the function's optional on_restore() hook (Lambda SnapStart's
@@ -613,9 +678,9 @@ HOOK_NOT_RUN = '{"ran":false}'
 HOOK_RAN = '{"ran":true,"ms":%.3f}'
 # The plain-line restore's answer, the same JSON the JSON request gets (the
 # names in "reseeded" are plain ASCII, so they need no escaping).
-RESTORE_REPLY = ('{"id":"%s","ok":true,"clock_step_ms":%.3f,"reseeded":%s,"hook":%s,"duration_ms":%.3f,'
+RESTORE_REPLY = ('{"id":"%s","ok":true,"clock_step_ms":%.3f,"reseeded":%s,"hook":%s,"secrets":%d,"duration_ms":%.3f,'
                  '"steps":{"read":%.3f,"decode":%.3f,"clock":%.3f,"kernel_rng":%.3f,"random":%.3f,'
-                 '"numpy":%.3f,"openssl":%.3f,"hook":%.3f,"total":%.3f}}')
+                 '"numpy":%.3f,"openssl":%.3f,"secrets":%.3f,"hook":%.3f,"total":%.3f}}')
 
 
 def hook_json(hook):
@@ -803,7 +868,7 @@ def main():
     log(f"serving on {port} ({PORT_NAME}), ready at {uptime_ms():.0f} ms")
     # Best effort: a host that is not connected yet will ping instead.
     channel.send({"event": "ready", "agent": AGENT, "function": function.name,
-                  "uptime_ms": uptime_ms()}, wait=False)
+                  "uptime_ms": uptime_ms(), "env": function.env}, wait=False)
     Agent(function, channel).serve()
 
 

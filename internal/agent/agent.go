@@ -15,8 +15,12 @@
 // host decode everything else first, but any order is accepted. The restore request alone is a plain line, so that a clone's
 // first request takes the fewest code paths in the guest:
 //
-//	host -> guest  restore 9 <CLOCK_REALTIME ns> <entropy, hex>
-//	guest -> host  {"id":"9","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{...},...}
+//	host -> guest  restore 9 <CLOCK_REALTIME ns> <entropy, hex> [<secrets, hex>]
+//	guest -> host  {"id":"9","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{...},"secrets":N,...}
+//
+// The secrets (protocol 4, agent "thaw-agent/4") are NAME=VALUE entries
+// joined by NUL bytes, in hex; the guest sets them in its environment
+// before the function's on_restore hook runs.
 package agent
 
 import (
@@ -54,6 +58,12 @@ type Reply struct {
 	ClockStepMS float64     `json:"clock_step_ms,omitempty"`
 	Reseeded    []string    `json:"reseeded,omitempty"`
 	Hook        *HookResult `json:"hook,omitempty"`
+	// Secrets is how many secrets a restore set in the guest's
+	// environment; Env, in a ping's answer, how many environment
+	// variables the agent set at boot (absent: an agent before protocol
+	// 3, which sets none).
+	Secrets int  `json:"secrets,omitempty"`
+	Env     *int `json:"env,omitempty"`
 	// Steps is the guest's account of a restore, in ms (see
 	// wire.RestoreTiming.AgentSteps).
 	Steps map[string]float64 `json:"steps,omitempty"`
@@ -205,13 +215,53 @@ func (c *Conn) WaitReady(ctx context.Context, interval time.Duration) (*Reply, e
 // on_restore hook. A hook that raised is reported in Reply.Hook. An agent
 // that refuses the plain-line request is asked again in JSON.
 func (c *Conn) Restore(ctx context.Context, entropy []byte) (*Reply, error) {
+	return c.RestoreWithSecrets(ctx, entropy, nil)
+}
+
+// EnvVar is an environment variable a restore sets in the guest.
+type EnvVar struct {
+	Name  string
+	Value []byte
+}
+
+// ErrNoSecrets: the guest's agent predates secret delivery (protocol 4);
+// its snapshot was taken with an older guest image.
+var ErrNoSecrets = errors.New("the guest agent cannot take secrets (it predates protocol 4): take a new snapshot with the current guest image")
+
+// RestoreWithSecrets is Restore that also sets secrets in the guest's
+// environment before the on_restore hook runs. Names must be environment
+// variable names and values free of NUL bytes (the caller checked them);
+// a guest that does not take secrets, or sets fewer than it was sent, is
+// an error and nothing is retried without them.
+func (c *Conn) RestoreWithSecrets(ctx context.Context, entropy []byte, secrets []EnvVar) (*Reply, error) {
+	tail := ""
+	if len(secrets) > 0 {
+		var blob []byte
+		for i, s := range secrets {
+			if i > 0 {
+				blob = append(blob, 0)
+			}
+			blob = append(append(append(blob, s.Name...), '='), s.Value...)
+		}
+		tail = " " + hex.EncodeToString(blob)
+	}
 	r, err := c.exchange(ctx, func(id string) ([]byte, error) {
-		return fmt.Appendf(nil, "restore %s %d %s", id, time.Now().UnixNano(), hex.EncodeToString(entropy)), nil
+		return fmt.Appendf(nil, "restore %s %d %s%s", id, time.Now().UnixNano(), hex.EncodeToString(entropy), tail), nil
 	}, true)
-	if errors.Is(err, errPlainRefused) {
+	switch {
+	case errors.Is(err, errPlainRefused) && len(secrets) > 0:
+		return nil, ErrNoSecrets
+	case errors.Is(err, errPlainRefused):
 		r, err = c.call(ctx, map[string]any{"op": "restore", "entropy": entropy, "time_ns": timeNow{}})
 	}
-	return checkReply("restore", r, err)
+	r, err = checkReply("restore", r, err)
+	if err == nil && r.Secrets != len(secrets) {
+		if r.Secrets == 0 {
+			return nil, ErrNoSecrets
+		}
+		return nil, fmt.Errorf("restore: the guest set %d of %d secrets", r.Secrets, len(secrets))
+	}
+	return r, err
 }
 
 // Clock sets the guest's clock to the host's (after a pause).

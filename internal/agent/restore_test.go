@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -122,7 +123,9 @@ class Chan:
     def send(self, obj, wait=True):
         return self.send_line(json.dumps(obj, separators=(",", ":")), wait)
 fn = thaw_agent.Function("probe")
-fn.attach(types.SimpleNamespace(on_restore=lambda: print("hook", file=sys.stderr, flush=True)), lambda e: e)
+def hook():
+    print("hook", *[os.environb.get(n.encode(), b"-").hex() for n in sys.argv[2:]], file=sys.stderr, flush=True)
+fn.attach(types.SimpleNamespace(on_restore=hook), lambda e: e)
 thaw_agent.Agent(fn, Chan()).serve()
 `
 
@@ -130,25 +133,7 @@ thaw_agent.Agent(fn, Chan()).serve()
 // code: the plain line is parsed and answered, the clock gets the host's
 // time, the RNG the entropy, the hook runs.
 func TestRestoreWithTheGuestAgent(t *testing.T) {
-	py := python3(t)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
-	var stderr bytes.Buffer
-	cmd := exec.Command(py, "-c", agentScript, "../../guest/agent")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, theirs, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	nc, err := net.FileConn(mine)
-	mine.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := NewConn(nc)
+	c, stderr, wait := guestAgent(t)
 	entropy := bytes.Repeat([]byte{0x5a, 0xc3}, 32)
 	before := time.Now().UnixNano()
 	r, err := c.Restore(testCtx(t), entropy)
@@ -158,10 +143,7 @@ func TestRestoreWithTheGuestAgent(t *testing.T) {
 	if _, err := c.Ping(testCtx(t)); err != nil {
 		t.Fatalf("ping after restore: %v", err)
 	}
-	c.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("agent: %v\n%s", err, stderr.String())
-	}
+	wait()
 	if !r.OK || r.Hook == nil || !r.Hook.Ran || len(r.Reseeded) != 2 || r.Steps["total"] <= 0 || r.DurationMS != r.Steps["total"] {
 		t.Errorf("reply %+v", r)
 	}
@@ -171,5 +153,101 @@ func TestRestoreWithTheGuestAgent(t *testing.T) {
 	}
 	if ns, _ := strconv.ParseInt(f[1], 10, 64); ns < before || ns > time.Now().UnixNano() {
 		t.Errorf("clock set to %s", f[1])
+	}
+}
+
+// guestAgent starts the guest agent's request loop (agentScript) and
+// connects to it; the names in env are printed by its hook (hex of their
+// values in its environment). wait closes the connection and waits for
+// the agent to end.
+func guestAgent(t *testing.T, env ...string) (c *Conn, stderr *bytes.Buffer, wait func()) {
+	t.Helper()
+	py := python3(t)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
+	stderr = &bytes.Buffer{}
+	cmd := exec.Command(py, append([]string{"-c", agentScript, "../../guest/agent"}, env...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, theirs, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	nc, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = NewConn(nc)
+	return c, stderr, func() {
+		c.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("agent: %v\n%s", err, stderr.String())
+		}
+	}
+}
+
+// TestRestoreSecretsWithTheGuestAgent: the secrets a restore sends are in
+// the guest's environment when its on_restore hook runs, byte for byte.
+func TestRestoreSecretsWithTheGuestAgent(t *testing.T) {
+	c, stderr, wait := guestAgent(t, "DB_PASSWORD", "API_TOKEN", "UNSET_ONE")
+	secrets := []EnvVar{{"DB_PASSWORD", []byte("p4ss=word with spaces\nand a newline")}, {"API_TOKEN", []byte("tok-caf\u00e9-0123")}}
+	r, err := c.RestoreWithSecrets(testCtx(t), bytes.Repeat([]byte{1}, 32), secrets)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	wait()
+	if r.Secrets != 2 {
+		t.Errorf("reply says %d secrets set", r.Secrets)
+	}
+	f := strings.Fields(stderr.String())
+	want := []string{"hook", hex.EncodeToString(secrets[0].Value), hex.EncodeToString(secrets[1].Value), hex.EncodeToString([]byte("-"))}
+	if len(f) < 4 || strings.Join(f[len(f)-4:], " ") != strings.Join(want, " ") {
+		t.Fatalf("hook saw %q, want %q", stderr.String(), want)
+	}
+}
+
+// TestRestoreSecretsRefusedByOldAgents: an agent before protocol 4 refuses
+// the line with secrets (protocol 2) or answers without having set them;
+// either is ErrNoSecrets, and the request is not sent again without them.
+func TestRestoreSecretsRefusedByOldAgents(t *testing.T) {
+	for name, answer := range map[string]func(g *guest, id string){
+		"protocol 2": func(g *guest, id string) {
+			g.send(`{"id":null,"ok":false,"duration_ms":0.0,"error":{"type":"BadRequest","message":"restore: want 'restore <id> <time_ns> <hex entropy>'"}}`)
+		},
+		"set none": func(g *guest, id string) { g.send(reply(id, `{"ok":true,"hook":{"ran":false}}`)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			lines := make(chan int, 1)
+			path := startGuest(t, func(g *guest) {
+				l, err := g.rd.ReadString('\n')
+				if err != nil {
+					return
+				}
+				f := strings.Fields(l)
+				if len(f) != 5 {
+					t.Errorf("restore line with secrets has %d fields", len(f))
+				}
+				answer(g, f[1])
+				n := 0
+				_ = g.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+				for {
+					if _, err := g.rd.ReadString('\n'); err != nil {
+						break
+					}
+					n++
+				}
+				lines <- n
+			})
+			_, err := dial(t, path).RestoreWithSecrets(testCtx(t), bytes.Repeat([]byte{1}, 32), []EnvVar{{"A", []byte("value-1234")}})
+			if !errors.Is(err, ErrNoSecrets) {
+				t.Fatalf("err %v, want ErrNoSecrets", err)
+			}
+			if n := <-lines; n != 0 {
+				t.Errorf("%d more requests after the refusal", n)
+			}
+		})
 	}
 }

@@ -135,7 +135,7 @@ func (h *Handler) routes() []route {
 			func(o *daemon.Operation) string { return createdKey(o.CreatedAt, o.ID) }, operationBody)},
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
-	}, h.versionRoutes()...)
+	}, append(h.versionRoutes(), h.secretRoutes()...)...)
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -460,7 +460,9 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, daemon.FunctionBody(f))
+	body := daemon.FunctionBody(f)
+	body.Warnings = h.svc.ImportWarnings(r.Context(), f)
+	writeJSON(w, http.StatusCreated, body)
 }
 
 // readCreateFunction decodes either form of POST /v1/functions: a tar.gz
@@ -484,7 +486,8 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
-		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS, VMMPool: req.VMMPool, VMMPoolTTLS: req.VMMPoolTTLS}
+		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS, VMMPool: req.VMMPool, VMMPoolTTLS: req.VMMPoolTTLS,
+		Env: req.Env, Secrets: req.Secrets}
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}
@@ -513,7 +516,9 @@ func archiveSettings(q url.Values, spec *daemon.FunctionSpec) error {
 		}
 		*p.dst = n
 	}
-	return nil
+	var err error
+	spec.Env, spec.Secrets, err = readConfigParams(q)
+	return err
 }
 
 func intParam(s string) (int, error) {

@@ -345,6 +345,10 @@ var handlerIO = map[string]struct {
 	"DELETE /v1/functions/{name}/aliases/{alias}": {"204", "", ""},
 	"POST /v1/functions/{name}/rollback":          {"200", "Rollback", "RollbackRequest"},
 	"POST /v1/functions/{name}/deploy":            {"201", "Deploy", "DeployRequest"},
+	"GET /v1/secrets":                             {"200", "SecretList", ""},
+	"GET /v1/secrets/{name}":                      {"200", "Secret", ""},
+	"PUT /v1/secrets/{name}":                      {"200", "Secret", "SetSecretRequest"},
+	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -656,7 +660,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "keep_alive_s", "max_concurrency", "memory_mib", "name", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
+		if !slices.Equal(query, []string{"allow", "egress", "env", "keep_alive_s", "max_concurrency", "memory_mib", "name", "secret", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
@@ -924,6 +928,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"Deploy", reflect.TypeFor[wire.Deploy]()},
 		{"DeployTiming", reflect.TypeFor[wire.DeployTiming]()},
 		{"BuildNote", reflect.TypeFor[wire.BuildNote]()},
+		{"Secret", reflect.TypeFor[wire.Secret]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
@@ -934,6 +939,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"AliasRequest", reflect.TypeFor[wire.AliasRequest]()},
 		{"RollbackRequest", reflect.TypeFor[wire.RollbackRequest]()},
 		{"DeployRequest", reflect.TypeFor[wire.DeployRequest]()},
+		{"SetSecretRequest", reflect.TypeFor[wire.SetSecretRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
@@ -945,14 +951,14 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	}
 
 	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest"} {
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest"} {
 		if schemaByName(t, doc, name)["additionalProperties"] != false {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}
 	}
 	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
 	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
-		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation"} {
+		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation", "SecretList": "Secret"} {
 		f := flatten(t, doc, schemaByName(t, doc, name))
 		items := f.props["items"]
 		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
@@ -1086,6 +1092,17 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "Function", daemon.FunctionBody(fn))
 	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies([]*catalog.Function{fn}, daemon.FunctionBody)})
 	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies[*catalog.Function](nil, daemon.FunctionBody)})
+	configured := *fn
+	configured.Env, configured.Secrets = map[string]string{"GREETING": "hello", "EMPTY": ""}, map[string]string{"DB_PASSWORD": "db-password"}
+	validateGo(t, c, "Function", daemon.FunctionBody(&configured))
+	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", Env: configured.Env, Secrets: configured.Secrets})
+	secret := daemon.SecretInfo{Name: "db-password", Version: 3, Digest: hex64, CreatedAt: now, UpdatedAt: now}
+	validateGo(t, c, "Secret", daemon.SecretBody(secret))
+	validateGo(t, c, "SecretList", wire.List[wire.Secret]{Items: daemon.Bodies([]daemon.SecretInfo{secret}, daemon.SecretBody)})
+	validateGo(t, c, "SetSecretRequest", wire.SetSecretRequest{Value: "correct horse battery staple"})
+	if err := c.CheckValue("SetSecretRequest", wire.SetSecretRequest{Value: "short"}); err == nil {
+		t.Error("a value under 8 bytes passed")
+	}
 	for _, v := range []*catalog.VM{booted, restored, failed} {
 		validateGo(t, c, "VM", vmBody(v))
 	}

@@ -71,6 +71,7 @@ func readDeploy(w http.ResponseWriter, r *http.Request) (daemon.DeploySpec, erro
 	}
 	spec.Directory, spec.MemoryMiB, spec.VCPUs = req.Directory, req.MemoryMiB, req.VCPUs
 	spec.MaxConcurrency, spec.KeepAliveS, spec.VMMPool, spec.VMMPoolTTLS = req.MaxConcurrency, req.KeepAliveS, req.VMMPool, req.VMMPoolTTLS
+	spec.Env, spec.Secrets = req.Env, req.Secrets
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}

@@ -43,6 +43,11 @@ type Function struct {
 	VMMPool     int       `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS int       `json:"vmm_pool_ttl_s,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Env is the function's environment (in its snapshots); Secrets its
+	// secret references, environment variable name -> secret name (set
+	// only in restored VMs). Package fnconfig gives them meaning.
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // Network is a function's egress policy (package vmnet gives it meaning).
@@ -165,6 +170,8 @@ var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN remote_memory INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE snapshots ADD COLUMN version INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE vms ADD COLUMN version INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE functions ADD COLUMN env TEXT NOT NULL DEFAULT '{}'`,
+	`ALTER TABLE functions ADD COLUMN secrets TEXT NOT NULL DEFAULT '{}'`,
 }
 
 func migrate(db *sql.DB) error {
@@ -282,33 +289,62 @@ func putFunction(ctx context.Context, q execer, f *Function, replace bool) error
 	if err != nil {
 		return err
 	}
+	env, err := jsonMap(f.Env)
+	if err != nil {
+		return err
+	}
+	refs, err := jsonMap(f.Secrets)
+	if err != nil {
+		return err
+	}
 	verb := "INSERT"
 	if replace {
 		verb = "INSERT OR REPLACE"
 	}
-	_, err = q.ExecContext(ctx, verb+` INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = q.ExecContext(ctx, verb+` INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS,
-		f.VMMPool, f.VMMPoolTTLS)
+		f.VMMPool, f.VMMPoolTTLS, env, refs)
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s, vmm_pool, vmm_pool_ttl_s`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s, vmm_pool, vmm_pool_ttl_s, env, secrets`
 
 func scanFunction(s scanner) (*Function, error) {
 	var f Function
-	var created, netw string
+	var created, netw, env, refs string
 	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency, &f.KeepAliveS,
-		&f.VMMPool, &f.VMMPoolTTLS); err != nil {
+		&f.VMMPool, &f.VMMPoolTTLS, &env, &refs); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)
 	if err := json.Unmarshal([]byte(netw), &f.Network); err != nil {
 		return nil, fmt.Errorf("function %s: network policy: %w", f.Name, err)
 	}
+	if err := json.Unmarshal([]byte(env), &f.Env); err != nil {
+		return nil, fmt.Errorf("function %s: environment: %w", f.Name, err)
+	}
+	if err := json.Unmarshal([]byte(refs), &f.Secrets); err != nil {
+		return nil, fmt.Errorf("function %s: secret references: %w", f.Name, err)
+	}
+	if len(f.Env) == 0 {
+		f.Env = nil
+	}
+	if len(f.Secrets) == 0 {
+		f.Secrets = nil
+	}
 	return &f, nil
+}
+
+// jsonMap is m as the catalog stores it ({} for none).
+func jsonMap(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
 }
 
 // GetFunction returns a function by name.

@@ -504,3 +504,26 @@ func TestPruneInvocations(t *testing.T) {
 		t.Fatalf("left %v %v", left, err)
 	}
 }
+
+func TestFunctionConfigRoundTrip(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	f := &Function{Name: "cfg", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(),
+		Env: map[string]string{"GREETING": "héllo", "EMPTY": ""}, Secrets: map[string]string{"DB_PASSWORD": "db"}}
+	plain := &Function{Name: "plain", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now()}
+	for _, fn := range []*Function{f, plain} {
+		if err := db.PutFunction(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.GetFunction(ctx, "cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Env) != 2 || got.Env["GREETING"] != "héllo" || got.Env["EMPTY"] != "" || got.Secrets["DB_PASSWORD"] != "db" {
+		t.Fatalf("config %+v %+v", got.Env, got.Secrets)
+	}
+	if got, err = db.GetFunction(ctx, "plain"); err != nil || got.Env != nil || got.Secrets != nil {
+		t.Fatalf("a function without config reads back %+v %+v (%v)", got.Env, got.Secrets, err)
+	}
+}

@@ -62,6 +62,9 @@ type restoreOpts struct {
 	// pool, if set, is the strategy begin starts: a standby VM of the
 	// VMM pool for the snapshot and it may serve the restore.
 	pool restore.Kind
+	// noSecrets: the guest gets no secrets (a prepare's record VM, which
+	// is snapshotted afterwards).
+	noSecrets bool
 }
 
 // restore does RestoreVM's work and returns the VM locked, its strategy
@@ -101,6 +104,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 		release()
 		return nil, nil, nil, err
 	}
+	c.noSecrets = o.noSecrets
 	c.t.AdmissionWaitMS, c.t.VMM = ms(waited), "started"
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()), Version: c.sn.Version}
 	t1 := time.Now()
@@ -201,6 +205,7 @@ type coldStart struct {
 	t     *RestoreTiming
 	// daemonTrace: the daemon's tracepoint counters when the restore began.
 	daemonTrace faulttrace.Counters
+	noSecrets   bool // restoreOpts.noSecrets
 }
 
 // planRestore verifies the snapshot and begins the strategy's session.
@@ -309,7 +314,7 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 	// The restore request is the first the resumed guest gets: its answer
 	// also says the agent is up (no ping round trip before it).
 	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		r, err := s.renewClone(ctx, lv)
+		r, err := s.renewClone(ctx, lv, !c.noSecrets)
 		if err == nil {
 			t.AgentRestoreMS, t.AgentSteps = r.DurationMS, r.Steps
 			t.AgentWaitMS = ms(r.Read.Sub(r.Written))
@@ -328,13 +333,21 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 // on_restore hook run. Every clone of a snapshot starts with the same
 // memory, so without this they would share random numbers and a stale
 // clock.
+// withSecrets: the guest also gets its function's secrets (secrets.go).
 // It returns the agent's answer (its DurationMS is the guest's own time).
-func (s *Service) renewClone(ctx context.Context, lv *liveVM) (*agent.Reply, error) {
+func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) (*agent.Reply, error) {
 	entropy := make([]byte, 64)
 	if _, err := rand.Read(entropy); err != nil {
 		return nil, err
 	}
-	r, err := lv.agent.Restore(ctx, entropy)
+	var env []agent.EnvVar
+	if withSecrets {
+		var err error
+		if env, lv.secretDigests, err = s.secretEnv(lv.fn); err != nil {
+			return nil, err
+		}
+	}
+	r, err := lv.agent.RestoreWithSecrets(ctx, entropy, env)
 	if err != nil {
 		return nil, err
 	}

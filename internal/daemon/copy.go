@@ -42,6 +42,10 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	m, err := copySnapshotDir(src.Dir, tmp, newID)
 	stop()
 	if err == nil {
+		phase(ctx, "secret scan")
+		err = s.scanForSecrets(ctx, tmp, "copy "+newID+" of snapshot "+id)
+	}
+	if err == nil {
 		phase(ctx, "publishing")
 		err = snapshot.Commit(tmp, final, m)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/internal/secrets"
 	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
@@ -417,6 +418,8 @@ type Service struct {
 	chunks               *registry.Cache    // its local chunk cache
 	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
 	vers                 *versionState      // deploys under way and alias routing (versions.go)
+	secrets              *secrets.Store     // the secret store (secrets.go)
+	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
 }
 
 // Directory layout under DataDir.
@@ -490,6 +493,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
+	}
+	if s.secrets, err = secrets.Open(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
 	if err != nil {

@@ -133,6 +133,12 @@ func inheritSettings(spec *FunctionSpec, prev *catalog.Function) {
 		spec.Network.Egress = vmnet.Egress(prev.Network.Egress)
 		spec.Network.Services = prev.Network.Services
 	}
+	if spec.Env == nil {
+		spec.Env = prev.Env
+	}
+	if spec.Secrets == nil {
+		spec.Secrets = prev.Secrets
+	}
 }
 
 // claimName keeps creates of name out while deploys of it run (deploys
@@ -273,7 +279,7 @@ func (s *Service) publish(ctx context.Context, d *deployment, cfg *catalog.Funct
 	if !d.spec.NoPromote {
 		p.Promote = []string{versions.Live}
 	}
-	v, err := s.db.PublishVersion(context.WithoutCancel(ctx), p)
+	v, err := s.publishVersion(context.WithoutCancel(ctx), p)
 	if err != nil {
 		return nil, err
 	}
@@ -340,12 +346,13 @@ func (s *Service) dropPendingOf(ctx context.Context, function string) {
 // configuration, and the guest image, kernel and machine it runs on.
 func (s *Service) versionDigest(cfg *catalog.Function) string {
 	content := struct {
-		Code      string          `json:"code"`
-		MemoryMiB int             `json:"memory_mib"`
-		VCPUs     int             `json:"vcpus"`
-		Network   catalog.Network `json:"network"`
-		Build     buildInputs     `json:"build"`
-	}{cfg.Digest, cfg.MemoryMiB, cfg.VCPUs, cfg.Network, s.buildInputs(cfg)}
+		Code      string            `json:"code"` // the environment is in it (fnconfig.Digest)
+		MemoryMiB int               `json:"memory_mib"`
+		VCPUs     int               `json:"vcpus"`
+		Network   catalog.Network   `json:"network"`
+		Secrets   map[string]string `json:"secrets,omitempty"`
+		Build     buildInputs       `json:"build"`
+	}{cfg.Digest, cfg.MemoryMiB, cfg.VCPUs, cfg.Network, cfg.Secrets, s.buildInputs(cfg)}
 	b, _ := json.Marshal(content)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
@@ -44,6 +45,12 @@ type FunctionSpec struct {
 	// default, -1: none); VMMPoolTTLS: seconds one waits (0: default).
 	VMMPool     int
 	VMMPoolTTLS int
+	// Env is the function's environment, set at boot before its handler is
+	// imported (so it is in its snapshots); Secrets maps environment
+	// variable names to secrets, set only in VMs restored from a snapshot
+	// (package fnconfig).
+	Env     map[string]string
+	Secrets map[string]string
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -68,7 +75,7 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 	if err != nil {
 		return nil, err
 	}
-	if err := s.db.PutFunction(ctx, f); err != nil {
+	if err := s.putFunction(ctx, f); err != nil {
 		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
 		return nil, err
 	}
@@ -117,6 +124,10 @@ func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmn
 	if err != nil {
 		return nil, err
 	}
+	if err := fnconfig.WriteDisk(filepath.Join(staging, "code"), spec.Env); err != nil {
+		return nil, err
+	}
+	digest = fnconfig.Digest(digest, spec.Env)
 	disk := filepath.Join(staging, "code.ext4")
 	if err := makeExt4(ctx, disk, filepath.Join(staging, "code")); err != nil {
 		return nil, err
@@ -130,7 +141,7 @@ func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmn
 	return &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
 		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS,
-		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS}, nil
+		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS, Env: spec.Env, Secrets: spec.Secrets}, nil
 }
 
 // reserveName claims name for one create at a time; release gives it back.
@@ -391,6 +402,11 @@ func (s *Service) checkFunctionSpec(spec *FunctionSpec) (vmnet.Policy, error) {
 	}
 	netw, err := spec.Network.Normalize()
 	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := fnconfig.Check(spec.Env, spec.Secrets); err != nil {
+		errs = append(errs, err)
+	} else if err := s.missingSecrets(spec.Secrets); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -47,7 +47,7 @@ func (s *Service) keepAlive(fn *catalog.Function) time.Duration {
 // function's next invocation; false if the pool does not take it.
 func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 	ttl := s.keepAlive(lv.fn)
-	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 {
+	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 || s.secretsStale(lv) {
 		return false
 	}
 	s.mu.Lock()
@@ -111,7 +111,7 @@ const (
 )
 
 var evictionLabel = map[string]string{whyExpired: "expired", whyRoom: "room", whyPressure: "memory_pressure",
-	"function deleted": "deleted", "snapshot deleted": "deleted"}
+	"function deleted": "deleted", "snapshot deleted": "deleted", whySecretChanged: "secret_changed"}
 
 // evictKept stops an idle VM and forgets it.
 func (s *Service) evictKept(k *kept, why string) {

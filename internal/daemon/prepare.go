@@ -191,7 +191,8 @@ type recordHost struct {
 }
 
 func (h *recordHost) Restore(ctx context.Context, snap restore.Snapshot, begin restore.BeginFunc) (restore.RecordVM, error) {
-	lv, rec, _, err := h.s.restore(ctx, snap.Manifest.ID, restoreOpts{begin: begin, start: time.Now()})
+	// No secrets: the record VM's memory becomes the warm snapshot.
+	lv, rec, _, err := h.s.restore(ctx, snap.Manifest.ID, restoreOpts{begin: begin, start: time.Now(), noSecrets: true})
 	if err != nil {
 		return nil, err
 	}

@@ -93,6 +93,10 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 	if err := needLocalMemory(v.sn, "pushing it"); err != nil {
 		return nil, err
 	}
+	phase(ctx, "secret scan")
+	if err := s.scanForSecrets(ctx, v.sn.Dir, "snapshot "+id); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	rm, st, err := s.registry.Push(ctx, v.sn.Dir, registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared},
 		func(done, total int64) {
@@ -132,7 +136,7 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 	}
 	return s.registry.PushFunction(ctx, registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
 		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
-		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS,
+		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets,
 		Latest: latest, LatestCreatedAt: latestAt}, code)
 }
 
@@ -288,6 +292,9 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		if _, st, err = snapshot.Check(tmp, nil); err == nil {
 			stamp, _ = json.Marshal(st)
 		}
+		if err == nil {
+			err = s.scanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
+		}
 	}
 	steps.mark("verify")
 	if err == nil {
@@ -375,7 +382,8 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 	code := f.code
 	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
-		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS})
+		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
+		Env: rec.Env, Secrets: rec.Secrets})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,9 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	start := time.Now()
 	m, pause, err := s.writeSnapshot(ctx, lv, id, tmp, wasRunning)
 	if err == nil {
+		err = s.scanForSecrets(ctx, tmp, "snapshot "+id+" of vm "+vmID)
+	}
+	if err == nil {
 		err = snapshot.Commit(tmp, final, m)
 	}
 	if err != nil {

@@ -46,6 +46,7 @@ type liveVM struct {
 	net              *vmnet.Net             // the VM's network namespace and service proxies
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
 	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
+	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (secrets.go)
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -328,6 +329,10 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)
+	}
+	if err := s.checkBootEnv(ctx, lv); err != nil {
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "boot: "+err.Error())
+		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
 	}
 	rec.BootMS = ms(time.Since(start))
 	rec.State = catalog.StateRunning

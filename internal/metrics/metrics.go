@@ -80,7 +80,7 @@ func New(state func() State) *Set {
 		Help: "How long VM starts waited for room (host budget or function limit).", Buckets: buckets})
 	s.queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "thaw", Name: "admission_queue_depth", Help: "VM starts waiting for room."})
 	s.keepAlive = counter("keepalive_total", "Invocations that could run on a kept VM (naming no snapshot or strategy), by outcome: hit (a kept VM served it) or miss (a cold start).", "outcome")
-	s.evictions = counter("keepalive_evictions_total", "Idle VMs stopped, by reason: expired, room (a start needed it), memory_pressure (host memory low), deleted (function or snapshot).", "reason")
+	s.evictions = counter("keepalive_evictions_total", "Idle VMs stopped, by reason: expired, room (a start needed it), memory_pressure (host memory low), deleted (function or snapshot), secret_changed (a secret they hold was set anew).", "reason")
 	s.vmmPool = counter("vmm_pool_total", "Restores by whether the VMM pool had a VMM started for their snapshot and strategy: hit or miss (a VMM was started for the restore).", "strategy", "outcome")
 	s.vmmPoolDrops = counter("vmm_pool_drops_total", "Standby VMMs stopped unused, by reason: expired, room (a start needed it), evicted (their snapshot evicted from the page cache), deleted (snapshot or function).", "reason")
 	s.registryGC = counter("registry_gc_total", "Snapshot registry collections this node ran (asked for or scheduled), by outcome: ok, dry_run, busy (held off by running pushes) or failed.", "outcome")

@@ -103,6 +103,11 @@ type FunctionRecord struct {
 	KeepAliveS     int      `json:"keep_alive_s,omitempty"`
 	VMMPool        int      `json:"vmm_pool,omitempty"`
 	VMMPoolTTLS    int      `json:"vmm_pool_ttl_s,omitempty"`
+	// Env is the function's environment (its digest covers it); Secrets
+	// its secret references (env name -> secret name): the names only,
+	// a node that imports the function must hold the secrets itself.
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Latest is the id of the newest snapshot pushed for the function
 	// (by the time it was taken: LatestCreatedAt).
 	Latest          string    `json:"latest"`

@@ -69,7 +69,8 @@ class RestoreOpTest(unittest.TestCase):
         self.assertTrue(r["ok"], r)
         self.assertEqual(calls[0], __import__("base64").b64decode(entropy))
         self.assertEqual(calls[1], 1)  # the hook ran after the reseed
-        self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "openssl", "hook", "total"})
+        self.assertEqual(set(r["steps"]), {"read", "decode", "clock", "kernel_rng", "random", "numpy", "openssl", "secrets",
+                                             "hook", "total"})
         self.assertEqual(r["steps"]["total"], r["duration_ms"])
 
     def stand_in(self, calls):
@@ -122,6 +123,64 @@ class RestoreOpTest(unittest.TestCase):
             self.assertFalse(r["ok"], line)
             self.assertEqual(r["error"]["type"], "BadRequest", line)
         self.assertEqual(calls, [])  # neither the clock nor the RNG was touched
+
+    def test_restore_line_sets_secrets_before_the_hook(self):
+        calls = []
+        self.stand_in(calls)
+        seen = {}
+
+        def hook():
+            seen["A"], seen["B"] = os.environ.get("THAWTEST_A"), os.environ.get("THAWTEST_B")
+        self.addCleanup(lambda: [os.environ.pop(k, None) for k in ("THAWTEST_A", "THAWTEST_B")])
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=hook))
+        blob = b"\0".join([b"THAWTEST_A=s3cr=t value", "THAWTEST_B=caf\u00e9".encode()]).hex().encode()
+        r = json.loads(a.restore_line(b"restore 8 5 " + bytes(32).hex().encode() + b" " + blob))
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(r["secrets"], 2)
+        self.assertIn("secrets", r["steps"])
+        self.assertEqual(seen, {"A": "s3cr=t value", "B": "caf\u00e9"})
+        # Without the field: none, and the answer says so.
+        r = json.loads(a.restore_line(b"restore 9 5 " + bytes(32).hex().encode()))
+        self.assertEqual(r["secrets"], 0)
+
+    def test_bad_secrets_are_refused_before_the_clock_and_not_quoted(self):
+        calls = []
+        self.stand_in(calls)
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
+        good = bytes(32).hex().encode()
+        for blob in (b"zz", b"abc", b"NOEQUALS".hex().encode(), b"1BAD=v".hex().encode(),
+                     b"A=1\0B C=2".hex().encode(), b"\0".join([b"A=1"] * 65).hex().encode(),
+                     b"A=1\0hunter2 value".hex().encode()):
+            r = json.loads(a.restore_line(b"restore 1 5 " + good + b" " + blob))
+            self.assertFalse(r["ok"], blob)
+            self.assertEqual(r["error"]["type"], "BadRequest", blob)
+            self.assertNotIn("hunter2", r["error"]["message"])
+        self.assertEqual(calls, [])
+
+    def test_config_sets_the_environment(self):
+        # Not tempfile: its name sequence, once drawn, is what a restore renews.
+        d = os.path.join(os.environ.get("TMPDIR", "/tmp"), "thaw-agent-test-" + os.urandom(6).hex())
+        os.mkdir(d, 0o700)
+        self.addCleanup(__import__("shutil").rmtree, d)
+        path = os.path.join(d, "config.json")
+        self.assertEqual(thaw_agent.apply_config(path), 0)  # none: nothing set
+        self.addCleanup(lambda: os.environ.pop("THAWTEST_GREETING", None))
+        with open(path, "w") as f:
+            json.dump({"version": 1, "env": {"THAWTEST_GREETING": "h\u00e9llo"}}, f)
+        self.assertEqual(thaw_agent.apply_config(path), 1)
+        self.assertEqual(os.environ["THAWTEST_GREETING"], "h\u00e9llo")
+        for bad in ({"version": 2, "env": {}}, {"version": 1, "env": {"1X": "v"}}, {"version": 1, "env": {"X": 5}},
+                    {"version": 1, "env": {"X\n": "v"}}, [1]):
+            with open(path, "w") as f:
+                json.dump(bad, f)
+            with self.assertRaises(ValueError, msg=bad):
+                thaw_agent.apply_config(path)
+
+    def test_ping_reports_the_environment(self):
+        a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
+        a.function.env = 3
+        r = a.dispatch(b'{"id":"1","op":"ping"}')
+        self.assertEqual((r["agent"], r["env"]), ("thaw-agent/4", 3))
 
     def test_on_restore_failure_is_reported_by_every_invocation(self):
         def boom():

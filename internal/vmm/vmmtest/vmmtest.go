@@ -6,6 +6,7 @@ package vmmtest
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,34 @@ type Fake struct {
 	specs   []vmm.Spec
 	startFn func(spec vmm.Spec) error // fails a start when it returns an error
 	ready   chan struct{}             // while open, guests do not answer pings
+	secrets []map[string]string       // what each restore request set, in order
+}
+
+// Secrets are the secrets (environment name -> value) each restore request
+// so far set in its guest, in order; a restore without secrets is an
+// empty map.
+func (b *Fake) Secrets() []map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]map[string]string(nil), b.secrets...)
+}
+
+// bootEnv is the environment a booting guest's agent sets from its code
+// disk (.thaw/config.json), read from the tree the disk was built from
+// (<dir of the disk>/code), as the real agent reads it from the disk.
+func bootEnv(spec vmm.Spec) map[string]string {
+	if len(spec.Disks) < 2 {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.Disks[1].Path), "code", ".thaw", "config.json"))
+	if err != nil {
+		return nil
+	}
+	var doc struct {
+		Env map[string]string `json:"env"`
+	}
+	_ = json.Unmarshal(b, &doc)
+	return doc.Env
 }
 
 // SetStart makes every start call fn first, failing when it fails (nil:
@@ -101,6 +130,7 @@ func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 			return nil, err
 		}
 	}
+	env := 0
 	if spec.Memory.Shared { // a booting VM's RAM: some pages written
 		f, err := os.OpenFile(spec.Memory.Path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -108,6 +138,13 @@ func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 		}
 		f.Truncate(int64(spec.MemoryMiB) << 20)
 		f.WriteAt([]byte("guest kernel and the function, imported"), 4096)
+		// The environment the agent set at boot is in guest memory.
+		off := int64(8192)
+		for k, v := range bootEnv(spec) {
+			n, _ := f.WriteAt([]byte(k+"="+v+"\x00"), off)
+			off += int64(n)
+			env++
+		}
 		f.Close()
 	} else if _, err := os.Stat(spec.Memory.Path); err != nil {
 		return nil, fmt.Errorf("memory file: %w", err)
@@ -117,7 +154,7 @@ func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 		return nil, err
 	}
 	host, guest := net.Pipe()
-	m := &fakeMachine{cmd: cmd, agent: host, done: make(chan struct{})}
+	m := &fakeMachine{cmd: cmd, agent: host, done: make(chan struct{}), env: env}
 	go m.wait()
 	go fakeAgent(guest, m, b)
 	return m, nil
@@ -133,6 +170,7 @@ type fakeMachine struct {
 	exit      vmm.Exit
 	paused    bool
 	loaded    string // the device state it was restored from
+	env       int    // environment variables its agent set at boot
 }
 
 func (m *fakeMachine) wait() {
@@ -210,8 +248,16 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			Op    string          `json:"op"`
 			Event json.RawMessage `json:"event"`
 		}
-		if f := strings.Fields(string(line)); len(f) == 4 && f[0] == "restore" {
+		secrets := map[string]string{}
+		if f := strings.Fields(string(line)); (len(f) == 4 || len(f) == 5) && f[0] == "restore" {
 			req.ID, req.Op = f[1], "restore" // the plain-line restore request
+			if len(f) == 5 {
+				raw, _ := hex.DecodeString(f[4])
+				for _, e := range strings.Split(string(raw), "\x00") {
+					k, v, _ := strings.Cut(e, "=")
+					secrets[k] = v
+				}
+			}
 		} else if json.Unmarshal(line, &req) != nil {
 			continue
 		}
@@ -222,10 +268,15 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 				continue
 			}
 			reply["op"] = "pong"
+			reply["env"] = m.env
 		case "restore":
 			reply["duration_ms"] = 0.5
 			reply["reseeded"] = []string{"kernel", "random"}
 			reply["hook"] = map[string]any{"ran": false}
+			reply["secrets"] = len(secrets)
+			b.mu.Lock()
+			b.secrets = append(b.secrets, secrets)
+			b.mu.Unlock()
 		case "clock":
 		case "invoke":
 			var ev struct {

@@ -1,0 +1,111 @@
+package secrets
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// KeyFileName is the store key's file in the data directory: 32 random
+// bytes in hex and a newline, mode 0600, created at the first secret.
+const KeyFileName = "secrets.key"
+
+// keys are what the store key derives: the secretbox key of the store
+// file, the HMAC key of the digests the API shows, and the key's id (the
+// store file names the key it was sealed with).
+type keys struct {
+	seal   [32]byte
+	digest [32]byte
+	id     [8]byte
+}
+
+func deriveKeys(master []byte) *keys {
+	prf := func(label string) []byte {
+		m := hmac.New(sha256.New, master)
+		m.Write([]byte("thaw secrets v1: " + label))
+		return m.Sum(nil)
+	}
+	var k keys
+	copy(k.seal[:], prf("secretbox key"))
+	copy(k.digest[:], prf("digest key"))
+	copy(k.id[:], prf("key id"))
+	return &k
+}
+
+// readKey reads a key file: a regular file (not a link) owned by this
+// process's user, readable and writable by nobody else, holding 64 hex
+// digits. fs.ErrNotExist if there is none.
+func readKey(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%w: key file %s is a symbolic link; give the file itself", ErrKeyFile, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: key file %s is not a regular file", ErrKeyFile, path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w: key file %s has mode %04o: group or others may use it; chmod 600 it (and consider the secrets exposed)", ErrKeyFile, path, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%w: key file %s is owned by uid %d, not the daemon's user (%d)", ErrKeyFile, path, st.Uid, os.Geteuid())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 256))
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	key, err := hex.DecodeString(strings.TrimSuffix(string(b), "\n"))
+	if err != nil || len(key) != 32 {
+		return nil, fmt.Errorf("%w: key file %s does not hold 64 hex digits", ErrKeyFile, path)
+	}
+	return key, nil
+}
+
+// createKey writes a new random key to path (O_EXCL, 0600, synced).
+func createKey(path string) ([]byte, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	_, err = f.WriteString(hex.EncodeToString(key) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(path)
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	return key, nil
+}
+
+// keyExists says whether path names anything (a key file, or something
+// readKey will refuse).
+func keyExists(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
