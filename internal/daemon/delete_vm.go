@@ -48,8 +48,25 @@ func (s *Service) deleteVM(ctx context.Context, id, kill string) error {
 	if err != nil {
 		return err
 	}
-	// Once begun, the delete ends even if its caller went away.
-	return s.endVM(context.WithoutCancel(ctx), id, v.RunDir, kill)
+	ctx = context.WithoutCancel(ctx) // once begun, the delete ends even if its caller went away
+	if _, ok := s.live(id); !ok && v.Live() {
+		s.awaitStart(ctx, id)
+	}
+	return s.endVM(ctx, id, v.RunDir, kill)
+}
+
+// awaitStart waits, up to the boot timeout, while VM id is recorded live
+// without a VMM here yet (its start is under way): deleted before it is
+// live, the start would record it again.
+func (s *Service) awaitStart(ctx context.Context, id string) {
+	for deadline := time.Now().Add(s.cfg.BootTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, ok := s.live(id); ok {
+			return
+		}
+		if v, err := s.db.GetVM(ctx, id); err != nil || !v.Live() {
+			return
+		}
+	}
 }
 
 // endVM stops VM id if it has a VMM (kill: at once), removes its run

@@ -155,10 +155,12 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
+	// Recorded before it is live: a delete that finds it live writes last.
+	err = s.db.PutVM(ctx, rec)
 	s.mu.Lock()
 	s.vms[rec.ID] = lv
 	s.mu.Unlock()
-	if err := s.db.PutVM(ctx, rec); err != nil {
+	if err != nil {
 		s.stopVM(ctx, lv, catalog.StateFailed, "catalog: "+err.Error())
 		return nil, err
 	}
@@ -411,6 +413,9 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	lv, ok := s.live(id)
 	if !ok {
 		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
+	}
+	if lv.deleting.Load() { // before waiting for what the delete waits for
+		return nil, fmt.Errorf("%w: vm %s is being deleted", ErrConflict, id)
 	}
 	lv.mu.Lock()
 	s.mu.Lock()
