@@ -171,7 +171,9 @@ invocation history ('thaw invocations') keeps the function's records.`,
 
 // isTerminal says whether r is a terminal, the only place thaw asks
 // before a cascade (a variable: tests pretend).
-var isTerminal = func(r io.Reader) bool {
+var isTerminal = stdinTerminal
+
+func stdinTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
 	if !ok {
 		return false
@@ -237,7 +239,7 @@ func (a *app) confirmCascade(name string) (bool, error) {
 	if len(lines) == 0 {
 		fmt.Fprintf(a.stderr, "Delete function %s (nothing else uses it)? [y/N] ", name)
 	} else {
-		fmt.Fprintf(a.stderr, "Delete function %s and with it\n  %s\n? [y/N] ", name, strings.Join(lines, "\n  "))
+		fmt.Fprintf(a.stderr, "Function %s has\n  %s\nDelete it with all of that? [y/N] ", name, strings.Join(lines, "\n  "))
 	}
 	answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
 	answer = strings.ToLower(strings.TrimSpace(answer))
@@ -258,16 +260,16 @@ func (a *app) printDeletion(d *client.FunctionDeletion) error {
 		if len(d.VMs) > 0 {
 			var items []string
 			for _, v := range d.VMs {
-				item := v.ID + " " + v.State
+				note := v.State
 				switch {
 				case v.Invocation != "":
-					item += ", killed during invocation " + v.Invocation
+					note += ", killed during invocation " + v.Invocation
 				case v.Kept:
-					item += ", kept idle"
+					note = "kept idle"
 				}
-				items = append(items, item)
+				items = append(items, v.ID+" ("+note+")")
 			}
-			row(w, "VMs:", fmt.Sprintf("%d (%s)", len(d.VMs), strings.Join(items, "; ")))
+			row(w, "VMs:", fmt.Sprintf("%d: %s", len(d.VMs), strings.Join(items, ", ")))
 		}
 		if len(d.Snapshots) > 0 {
 			var items []string
@@ -280,21 +282,25 @@ func (a *app) printDeletion(d *client.FunctionDeletion) error {
 					notes = append(notes, "pinned")
 				}
 				if sn.Stored {
-					notes = append(notes, "and its memory store copy")
+					notes = append(notes, "with its memory store copy")
 				}
-				items = append(items, strings.TrimSpace(sn.ID+" "+strings.Join(notes, ", ")))
+				if len(notes) == 0 {
+					items = append(items, sn.ID)
+					continue
+				}
+				items = append(items, sn.ID+" ("+strings.Join(notes, ", ")+")")
 			}
-			row(w, "Snapshots:", fmt.Sprintf("%d (%s)", len(d.Snapshots), strings.Join(items, "; ")))
+			row(w, "Snapshots:", fmt.Sprintf("%d: %s", len(d.Snapshots), strings.Join(items, ", ")))
 		}
 		if len(d.Versions) > 0 {
 			var items []string
 			for _, v := range d.Versions {
 				items = append(items, strconv.Itoa(v))
 			}
-			row(w, "Versions:", fmt.Sprintf("%d (%s)", len(d.Versions), strings.Join(items, ", ")))
+			row(w, "Versions:", fmt.Sprintf("%d: %s", len(d.Versions), strings.Join(items, ", ")))
 		}
 		if len(d.Aliases) > 0 {
-			row(w, "Aliases:", fmt.Sprintf("%d (%s)", len(d.Aliases), strings.Join(d.Aliases, ", ")))
+			row(w, "Aliases:", fmt.Sprintf("%d: %s", len(d.Aliases), strings.Join(d.Aliases, ", ")))
 		}
 		row(w, "Code:", counted(d.CodeDirs, "copy removed", "copies removed"))
 	})
