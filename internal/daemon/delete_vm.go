@@ -106,7 +106,8 @@ func (s *Service) stopForDelete(ctx context.Context, lv *liveVM, kill string) {
 }
 
 // killedDuring is the error of an invocation whose VMM a delete killed,
-// nil if none did. The invocation is recorded, failed, with the reason.
+// nil if none did. The invocation is recorded in the history, failed,
+// with the reason.
 func (s *Service) killedDuring(ctx context.Context, lv *liveVM, inv *Invocation) error {
 	why := lv.killedBy.Load()
 	if why == nil {
@@ -117,7 +118,9 @@ func (s *Service) killedDuring(ctx context.Context, lv *liveVM, inv *Invocation)
 	inv.OK, inv.Result = false, nil
 	inv.Error = &wire.FunctionError{Type: VMDeletedError, Message: "vm " + lv.id + " " + reason}
 	inv.Timing.TotalMS = inv.Timing.InvokeMS
-	s.record(ctx, inv)
+	if inv.Mode != "record" { // a prepare's record runs are not the history's
+		s.record(ctx, inv)
+	}
 	s.log.Info("invocation ended by a delete", "invocation", inv.ID, "vm", lv.id, "function", inv.Function, "reason", reason)
 	return fmt.Errorf("%w: vm %s: %s", ErrConflict, lv.id, reason)
 }
