@@ -491,7 +491,8 @@ func (c *Client) GetFunction(ctx context.Context, name string) (*Function, error
 	return call[Function](ctx, c, "GET", "/v1/functions/"+url.PathEscape(name), nil)
 }
 
-// DeleteFunction deletes a function.
+// DeleteFunction deletes a function nothing uses (DeleteFunctionWith
+// without Cascade).
 func (c *Client) DeleteFunction(ctx context.Context, name string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/functions/"+url.PathEscape(name), nil, nil)
 }
@@ -520,7 +521,8 @@ func (c *Client) GetVM(ctx context.Context, id string) (*VM, error) {
 	return call[VM](ctx, c, "GET", "/v1/vms/"+url.PathEscape(id), nil)
 }
 
-// DeleteVM stops and forgets a VM.
+// DeleteVM stops and forgets a VM, once what runs on it has finished
+// (DeleteVMWith without Force).
 func (c *Client) DeleteVM(ctx context.Context, id string) error {
 	return c.doJSON(ctx, "DELETE", "/v1/vms/"+url.PathEscape(id), nil, nil)
 }

@@ -114,6 +114,8 @@ type VM struct {
 	CreatedAt time.Time      `json:"created_at"`
 	UpdatedAt time.Time      `json:"updated_at"`
 	Restore   *RestoreTiming `json:"restore,omitempty"`
+	// Invocation is the invocation the VM is serving (GET /v1/vms/{id}).
+	Invocation *RunningInvocation `json:"invocation,omitempty"`
 }
 
 // Snapshot is a published snapshot.

@@ -117,18 +117,6 @@ func (a *app) printVersionsSummary(name string) error {
 	return w.Flush()
 }
 
-func (a *app) newFunctionDeleteCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete NAME",
-		Aliases: []string{"rm"},
-		Short:   "Delete a function",
-		Args:    exactArgs("NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("function", args, a.c.DeleteFunction)
-		},
-	}
-}
-
 // printFunction prints a function, after a headline saying what happened
 // to it if there is one.
 func (a *app) printFunction(f *client.Function, headline string) error {

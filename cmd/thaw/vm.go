@@ -88,22 +88,6 @@ func (a *app) newVMGetCmd() *cobra.Command {
 	return newGetCmd("VM", "ID", oneRunE(a, (*client.Client).GetVM, a.printVM))
 }
 
-func (a *app) newVMDeleteCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete ID...",
-		Aliases: []string{"rm"},
-		Short:   "Stop and forget VMs",
-		Long: `Stop and forget one or more VMs. All are tried; thaw exits with code 1 if
-any of them could not be deleted.`,
-		Example: `  thaw vm delete vm-0123abcd
-  thaw vm delete $(thaw --json vm list | jq -r '.items[] | select(.state == "failed") | .id')`,
-		Args: minArgs("VM ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("vm", args, a.c.DeleteVM)
-		},
-	}
-}
-
 // newVMStateCmd is "pause ID" or "resume ID": do changes the VM's state.
 func (a *app) newVMStateCmd(verb, short string, do func(*client.Client, context.Context, string) (*client.VM, error)) *cobra.Command {
 	return &cobra.Command{

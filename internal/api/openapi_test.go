@@ -303,7 +303,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/functions":                           {"200", "FunctionList", ""},
 	"POST /v1/functions":                          {"201", "Function", "CreateFunctionRequest"},
 	"GET /v1/functions/{name}":                    {"200", "Function", ""},
-	"DELETE /v1/functions/{name}":                 {"204", "", ""},
+	"DELETE /v1/functions/{name}":                 {"200", "FunctionDeletion", ""},
 	"POST /v1/functions/{name}/invoke":            {"200", "Invocation", "InvokeRequest"},
 	"POST /v1/functions/{name}/prepare":           {"201", "PrepareResult", "PrepareRequest"},
 	"GET /v1/vms":                                 {"200", "VMList", ""},
@@ -401,6 +401,12 @@ var createsUnderPath = map[string]bool{
 	"POST /v1/functions/{name}/prepare": true,
 	"POST /v1/snapshots/{id}/copy":      true,
 	"POST /v1/functions/{name}/deploy":  true, // a version
+}
+
+// deletesWithBody are DELETE operations that answer 200 with what they
+// removed instead of 204.
+var deletesWithBody = map[string]bool{
+	"DELETE /v1/functions/{name}": true, // its VMs, snapshots, versions with cascade
 }
 
 // failSentinels are the errors fail() tells apart, by the expression
@@ -617,7 +623,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		wantStatus := "200"
 		if o.method == "post" && (!strings.Contains(o.path, "{") && !actions[o.key()] || createsUnderPath[o.key()]) {
 			wantStatus = "201"
-		} else if o.method == "delete" {
+		} else if o.method == "delete" && !deletesWithBody[o.key()] {
 			wantStatus = "204"
 		}
 		if want.status != wantStatus {
@@ -929,6 +935,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"DeployTiming", reflect.TypeFor[wire.DeployTiming]()},
 		{"BuildNote", reflect.TypeFor[wire.BuildNote]()},
 		{"Secret", reflect.TypeFor[wire.Secret]()},
+		{"RunningInvocation", reflect.TypeFor[wire.RunningInvocation]()},
+		{"FunctionDeletion", reflect.TypeFor[wire.FunctionDeletion]()},
+		{"DeletedVM", reflect.TypeFor[wire.DeletedVM]()},
+		{"DeletedSnapshot", reflect.TypeFor[wire.DeletedSnapshot]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
@@ -1106,6 +1116,19 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	for _, v := range []*catalog.VM{booted, restored, failed} {
 		validateGo(t, c, "VM", vmBody(v))
 	}
+	busy := vmBody(booted)
+	busy.Invocation = &wire.RunningInvocation{ID: warm.ID, StartedAt: now, RunningMS: 12034.5, TimeoutMS: 600000}
+	validateGo(t, c, "VM", busy)
+	validateGo(t, c, "FunctionDeletion", &wire.FunctionDeletion{Function: "hello", VMs: []wire.DeletedVM{
+		{ID: booted.ID, State: catalog.StateRunning, Invocation: warm.ID}, {ID: restored.ID, State: catalog.StateRunning, Kept: true},
+		{ID: "vm-0123456789cd", State: catalog.StateStandby}, {ID: failed.ID, State: catalog.StateFailed}},
+		Snapshots: []wire.DeletedSnapshot{{ID: snap.ID, Pinned: true, Stored: true}, {ID: warmSnap.ID, Version: 2}},
+		Versions:  []int{1, 2}, Aliases: []string{"live"}, CodeDirs: 2, MS: 812.5})
+	validateGo(t, c, "FunctionDeletion", &wire.FunctionDeletion{Function: "hello", VMs: []wire.DeletedVM{},
+		Snapshots: []wire.DeletedSnapshot{}, Versions: []int{}, Aliases: []string{}, CodeDirs: 1, MS: 3})
+	deleted := *raised
+	deleted.Error = &agent.Error{Type: daemon.VMDeletedError, Message: "vm vm-0123456789ab deleted with force"}
+	validateGo(t, c, "Invocation", &deleted)
 	validateGo(t, c, "VMList", wire.List[*wire.VM]{Items: daemon.Bodies([]*catalog.VM{booted, failed}, vmBody)})
 	validateGo(t, c, "CreatedVM", vmBody(booted))
 	validateGo(t, c, "CreatedVM", daemon.VMBody(restored, rt))

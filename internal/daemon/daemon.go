@@ -412,6 +412,7 @@ type Service struct {
 	net                  *vmnet.Host        // builds each VM's network
 	lock                 *os.File           // the data directory's lock, held while the daemon lives
 	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
+	deleting             map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
 	ops                  *operations        // asynchronous operations (?wait=false)
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)

@@ -324,48 +324,6 @@ func (s *Service) ListFunctions(ctx context.Context) ([]*catalog.Function, error
 	return s.db.ListFunctions(ctx)
 }
 
-// DeleteFunction removes a function that no live VM and no snapshot uses.
-func (s *Service) DeleteFunction(ctx context.Context, name string) error {
-	f, err := s.GetFunction(ctx, name)
-	if err != nil {
-		return err
-	}
-	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == name }, "function deleted")
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == name }, whyStandbyGone)
-	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == name }); err != nil || v != nil {
-		if err == nil {
-			err = fmt.Errorf("%w: function %q is used by vm %s (%s); delete the VM first", ErrConflict, name, v.ID, v.State)
-		}
-		return err
-	}
-	snaps, err := s.db.ListSnapshots(ctx, name)
-	if err != nil {
-		return err
-	}
-	if len(snaps) > 0 {
-		return fmt.Errorf("%w: function %q has %d snapshot(s), e.g. %s; delete them first", ErrConflict, name, len(snaps), snaps[0].ID)
-	}
-	vs, err := s.db.ListVersions(ctx, name)
-	if err != nil {
-		return err
-	}
-	dirs := []string{filepath.Dir(f.CodeDir)}
-	for _, v := range vs {
-		dirs = append(dirs, filepath.Dir(v.Config.CodeDir))
-	}
-	if err := s.db.DeleteFunctionVersions(ctx, name); err != nil {
-		return err
-	}
-	if err := s.db.DeleteFunction(ctx, name); err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range dirs {
-		errs = append(errs, os.RemoveAll(d))
-	}
-	return errors.Join(errs...)
-}
-
 // checkFunctionSpec validates a new function (filling the defaults) and
 // returns its network policy, normalized.
 func (s *Service) checkFunctionSpec(spec *FunctionSpec) (vmnet.Policy, error) {

@@ -104,9 +104,14 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	ictx, cancel := context.WithTimeout(sctx, timeout)
 	defer cancel()
 	t0 := time.Now()
+	lv.running.Store(&runningInvocation{id: inv.ID, started: t0, timeout: timeout})
 	reply, err := lv.agent.Invoke(ictx, lv.fn.Name, event)
+	lv.running.Store(nil)
 	inv.Timing.InvokeMS = ms(time.Since(t0))
 	if err != nil {
+		if err := s.killedDuring(ctx, lv, inv); err != nil { // a delete killed the VM
+			return err
+		}
 		var reason string
 		var kind error
 		switch why := lv.strategyFailed.Load(); {
@@ -315,7 +320,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	t := time.Now()
 	if !pooled || !s.park(lv, rec, snapID) {
 		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
-		if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
+		if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
 			s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
 		}
 		inv.Timing.TeardownMS = ms(time.Since(t))

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -47,7 +48,7 @@ func (s *Service) keepAlive(fn *catalog.Function) time.Duration {
 // function's next invocation; false if the pool does not take it.
 func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 	ttl := s.keepAlive(lv.fn)
-	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 || s.secretsStale(lv) {
+	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 || s.secretsStale(lv) || lv.deleting.Load() {
 		return false
 	}
 	s.mu.Lock()
@@ -132,7 +133,7 @@ func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why s
 	lv.mu.Lock()
 	s.stopVM(ctx, lv, catalog.StateStopped, why)
 	lv.mu.Unlock()
-	if err := s.db.DeleteVM(ctx, rec.ID); err != nil {
+	if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
 		s.log.Error("forget vm", "vm", rec.ID, "err", err)
 	}
 }

@@ -283,11 +283,16 @@ func TestKeepAlivePool(t *testing.T) {
 	if a, b := invoke("fresh"), invoke("fresh"); a.Mode != "cold" || b.Mode != "cold" || a.VM == b.VM {
 		t.Fatalf("opted out: %s %s, %s %s", a.Mode, a.VM, b.Mode, b.VM)
 	}
-	// A function with an idle VM can be deleted: the VM goes first.
+	// A refused delete names the idle VM and keeps it; a cascade stops it.
 	k := invoke("echo")
-	_ = k
-	if err := s.DeleteFunction(ctx, "echo"); err != nil && !strings.Contains(err.Error(), "snapshot") {
+	if err := s.DeleteFunction(ctx, "echo"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), k.VM+" kept idle") {
 		t.Fatalf("delete a function whose vm is idle: %v", err)
+	}
+	if v, err := s.GetVM(ctx, k.VM); err != nil || v.State != catalog.StateRunning {
+		t.Fatalf("a refused delete touched the idle vm: %+v %v", v, err)
+	}
+	if _, err := s.DeleteFunctionWith(ctx, "echo", true); err != nil {
+		t.Fatalf("cascade: %v", err)
 	}
 	if _, err := s.GetVM(ctx, k.VM); !errors.Is(err, ErrNotFound) {
 		t.Errorf("idle vm of a deleted function: %v", err)

@@ -129,7 +129,7 @@ func (s *Service) removeOutdated(ctx context.Context, fn *catalog.Function) erro
 			return err
 		}
 	}
-	return s.DeleteFunction(ctx, fn.Name)
+	return s.forgetFunction(ctx, fn.Name)
 }
 
 func short(digest string) string { return digest[:min(12, len(digest))] }

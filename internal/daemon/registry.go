@@ -216,7 +216,7 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	// A function this pull created goes again if the pull fails.
 	undo := func() {
 		if res.FunctionCreated {
-			_ = s.DeleteFunction(context.WithoutCancel(ctx), fn.Name)
+			_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
 		}
 	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
@@ -388,7 +388,7 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 		return nil, err
 	}
 	if fn.Digest != digest {
-		_ = s.DeleteFunction(context.WithoutCancel(ctx), name)
+		_ = s.forgetFunction(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("%w: function %s from the registry digests to %s, the snapshot wants %s", ErrSnapshotUnusable, name, fn.Digest[:12], digest[:12])
 	}
 	return fn, nil

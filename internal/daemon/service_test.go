@@ -28,6 +28,12 @@ import (
 // cgroups, network namespaces), so it needs root.
 func fakeService(t *testing.T, edit func(*Config)) (*Service, *vmmtest.Fake) {
 	t.Helper()
+	return fakeServiceLog(t, edit, io.Discard)
+}
+
+// fakeServiceLog is fakeService logging to logw.
+func fakeServiceLog(t *testing.T, edit func(*Config), logw io.Writer) (*Service, *vmmtest.Fake) {
+	t.Helper()
 	h := vmmtest.NewHost(t, "thaw-unit-")
 	b := &vmmtest.Fake{}
 	cfg := Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128, DefaultVCPUs: 1,
@@ -35,7 +41,7 @@ func fakeService(t *testing.T, edit func(*Config)) (*Service, *vmmtest.Fake) {
 	if edit != nil {
 		edit(&cfg)
 	}
-	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(logw, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,10 @@ type liveVM struct {
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
 	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
 	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (secrets.go)
+
+	deleting atomic.Bool                       // a delete waits for the VM: nothing new starts on it (delete_vm.go)
+	killedBy atomic.Pointer[string]            // why a delete killed the VMM while the VM was in use
+	running  atomic.Pointer[runningInvocation] // the invocation under way, if any
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -101,11 +105,15 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 // VM is gone; startVM calls it itself when it fails.
 func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function, release func()) (*liveVM, error) {
 	s.mu.Lock()
-	closed := s.closed
+	closed, deleting := s.closed, s.deleting[fn.Name]
 	s.mu.Unlock()
 	if closed {
 		release()
 		return nil, fmt.Errorf("%w: daemon is shutting down", ErrConflict)
+	}
+	if deleting {
+		release()
+		return nil, fmt.Errorf("%w: function %q is being deleted", ErrConflict, fn.Name)
 	}
 	rec.RunDir, rec.Accel, rec.MemoryMiB = spec.RunDir, string(spec.Accel), spec.MemoryMiB
 	if rec.State == "" {
@@ -147,10 +155,12 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 	if spec.Memory.Shared {
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
+	// Recorded before it is live: a delete that finds it live writes last.
+	err = s.db.PutVM(ctx, rec)
 	s.mu.Lock()
 	s.vms[rec.ID] = lv
 	s.mu.Unlock()
-	if err := s.db.PutVM(ctx, rec); err != nil {
+	if err != nil {
 		s.stopVM(ctx, lv, catalog.StateFailed, "catalog: "+err.Error())
 		return nil, err
 	}
@@ -360,22 +370,6 @@ func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
 // ListVMs returns every VM.
 func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) { return s.db.ListVMs(ctx) }
 
-// DeleteVM stops a VM if it runs, frees everything it held and forgets it.
-func (s *Service) DeleteVM(ctx context.Context, id string) error {
-	v, err := s.GetVM(ctx, id)
-	if err != nil {
-		return err
-	}
-	s.forgetPooled(id)
-	if lv, ok := s.live(id); ok {
-		lv.mu.Lock()
-		s.stopVM(ctx, lv, catalog.StateStopped, "deleted")
-		lv.mu.Unlock()
-	}
-	_ = os.RemoveAll(v.RunDir)
-	return s.db.DeleteVM(ctx, id)
-}
-
 // PauseVM stops a running VM's vCPUs.
 func (s *Service) PauseVM(ctx context.Context, id string) (*catalog.VM, error) {
 	return s.transition(ctx, id, catalog.StateRunning, catalog.StatePaused, vmm.Machine.Pause)
@@ -420,6 +414,9 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	if !ok {
 		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
 	}
+	if lv.deleting.Load() { // before waiting for what the delete waits for
+		return nil, fmt.Errorf("%w: vm %s is being deleted", ErrConflict, id)
+	}
 	lv.mu.Lock()
 	s.mu.Lock()
 	state := lv.state
@@ -427,8 +424,16 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	s.mu.Unlock()
 	if !still {
 		lv.mu.Unlock()
-		v, _ = s.db.GetVM(ctx, id)
+		if fresh, err := s.db.GetVM(ctx, id); err == nil {
+			v = fresh
+		} else {
+			return nil, err // deleted meanwhile
+		}
 		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
+	}
+	if lv.deleting.Load() {
+		lv.mu.Unlock()
+		return nil, fmt.Errorf("%w: vm %s is being deleted", ErrConflict, id)
 	}
 	for _, st := range states {
 		if state == st {

@@ -233,7 +233,8 @@ func (m *fakeMachine) Kill() error {
 // fakeAgent answers the agent protocol. Events steer it: {"op":"crash"}
 // kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
 // the handler, {"op":"big","bytes":N} returns a JSON string of N bytes
-// (xyz... repeated); anything else is echoed. Pings go unanswered while b holds
+// (xyz... repeated), {"op":"sleep","ms":N} answers after N ms; anything
+// else is echoed. Pings go unanswered while b holds
 // guests back (HoldReady).
 func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 	rd := bufio.NewReader(c)
@@ -282,9 +283,13 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			var ev struct {
 				Op    string
 				Bytes int
+				MS    int
 			}
 			_ = json.Unmarshal(req.Event, &ev)
 			switch ev.Op {
+			case "sleep":
+				time.Sleep(time.Duration(ev.MS) * time.Millisecond)
+				reply["result"] = req.Event
 			case "crash":
 				_ = m.cmd.Process.Signal(syscall.SIGKILL)
 				continue

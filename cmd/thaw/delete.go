@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+func (a *app) newVMDeleteCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "delete ID...",
+		Aliases: []string{"rm"},
+		Short:   "Stop and forget VMs",
+		Long: `Stop and forget one or more VMs. All are tried; thaw exits with code 1 if
+any of them could not be deleted.
+
+A VM that is busy (serving an invocation, being snapshotted, booting) is
+deleted when that ends, and no new invocation starts on it meanwhile; while
+it waits, thaw says on stderr what for. --force kills the VM at once: the
+invocation running on it fails, its error saying the VM was deleted, and it
+is recorded as failed ('thaw invocations').`,
+		Example: `  thaw vm delete vm-0123abcd
+  thaw vm delete --force vm-0123abcd
+  thaw vm delete $(thaw --json vm list | jq -r '.items[] | select(.state == "failed") | .id')`,
+		Args: minArgs("VM ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.deleteAll("vm", args, func(ctx context.Context, id string) error {
+				if force {
+					return a.forceDeleteVM(ctx, id)
+				}
+				return a.deleteVMWaiting(ctx, id)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "kill the VM at once, failing the invocation it runs, instead of waiting for it")
+	return cmd
+}
+
+// How long a VM's delete may take before thaw says what it waits for,
+// and how often it looks again (tests shorten them).
+var (
+	waitNotice = time.Second
+	waitPoll   = 2 * time.Second
+)
+
+// deleteVMWaiting deletes VM id and, while the daemon waits for what runs
+// on it, says what that is.
+func (a *app) deleteVMWaiting(ctx context.Context, id string) error {
+	done := make(chan error, 1)
+	go func() { done <- a.c.DeleteVM(ctx, id) }()
+	timer := time.NewTimer(waitNotice)
+	defer timer.Stop()
+	var n waitNotes
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-timer.C:
+		}
+		if v, err := a.c.GetVM(ctx, id); err == nil {
+			n.say(a.stderr, v)
+		}
+		timer.Reset(waitPoll)
+	}
+}
+
+// waitNotes says what a delete waits for when that changes, and again
+// every repeatNote.
+type waitNotes struct {
+	last string
+	at   time.Time
+}
+
+const repeatNote = 30 * time.Second
+
+func (n *waitNotes) say(w io.Writer, v *client.VM) {
+	key := v.State
+	msg := fmt.Sprintf("thaw: vm %s: waiting for it to finish what it is doing (it is %s); --force kills the VM now", v.ID, v.State)
+	if r := v.Invocation; r != nil {
+		key = r.ID
+		msg = fmt.Sprintf("thaw: vm %s: waiting for invocation %s (running %s, timeout %s); --force kills the VM now",
+			v.ID, r.ID, fmtSeconds(r.RunningMS), fmtSeconds(r.TimeoutMS))
+	}
+	if key == n.last && time.Since(n.at) < repeatNote {
+		return
+	}
+	n.last, n.at = key, time.Now()
+	fmt.Fprintln(w, msg)
+}
+
+// fmtSeconds formats milliseconds as seconds: "0.4 s", "12 s".
+func fmtSeconds(ms float64) string {
+	if ms < 10000 {
+		return fmt.Sprintf("%.1f s", ms/1000)
+	}
+	return fmt.Sprintf("%.0f s", ms/1000)
+}
+
+// forceDeleteVM kills and deletes VM id at once, and says which
+// invocation that ended.
+func (a *app) forceDeleteVM(ctx context.Context, id string) error {
+	v, _ := a.c.GetVM(ctx, id) // only to say what the kill ended; the delete reports errors
+	if err := a.c.DeleteVMWith(ctx, id, client.DeleteVMOptions{Force: true}); err != nil {
+		return err
+	}
+	if v != nil && v.Invocation != nil {
+		fmt.Fprintf(a.stderr, "thaw: vm %s was killed during invocation %s (running %s), which failed\n",
+			id, v.Invocation.ID, fmtSeconds(v.Invocation.RunningMS))
+	}
+	return nil
+}
+
+func (a *app) newFunctionDeleteCmd() *cobra.Command {
+	var cascade, yes bool
+	cmd := &cobra.Command{
+		Use:     "delete NAME",
+		Aliases: []string{"rm"},
+		Short:   "Delete a function (--cascade: with its VMs, snapshots and versions)",
+		Long: `Delete a function and its code. A function that anything uses (a VM, also
+one kept idle by keep-alive or standby in the VMM pool, a snapshot, a
+version) is refused, and the error lists everything that uses it.
+
+--cascade deletes all of that with it in one step: its VMs are stopped (one
+running an invocation is killed, and the invocation fails), its snapshots
+are deleted (pinned ones too, with their copies in the memory store), then
+its versions, aliases and code; thaw prints what went. On a terminal thaw
+asks first; --yes skips the question, and without a terminal --cascade
+needs it. The snapshot registry keeps what was pushed to it, and the
+invocation history ('thaw invocations') keeps the function's records.`,
+		Example: `  thaw function delete hello
+  thaw function delete hello --cascade
+  thaw function delete hello --cascade --yes`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if cascade && !yes {
+				if !isTerminal(a.stdin) {
+					return usagef("--cascade deletes function %s with all its VMs, snapshots and versions: confirm with --yes (stdin is not a terminal to ask on)", name)
+				}
+				ok, err := a.confirmCascade(name)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					fmt.Fprintf(a.stderr, "thaw: function %s not deleted\n", name)
+					return &exitCodeError{code: exitError}
+				}
+			}
+			res, err := a.c.DeleteFunctionWith(a.ctx, name, client.DeleteFunctionOptions{Cascade: cascade})
+			if err != nil {
+				return err
+			}
+			return a.printDeletion(res)
+		},
+	}
+	cmd.Flags().BoolVar(&cascade, "cascade", false, "also delete the function's VMs (stopping running ones), snapshots, versions and aliases")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask before --cascade deletes (needed without a terminal)")
+	return cmd
+}
+
+// isTerminal says whether r is a terminal, the only place thaw asks
+// before a cascade (a variable: tests pretend).
+var isTerminal = stdinTerminal
+
+func stdinTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// confirmCascade says on stderr what a cascade would delete and asks;
+// true if the answer is yes.
+func (a *app) confirmCascade(name string) (bool, error) {
+	if _, err := a.c.GetFunction(a.ctx, name); err != nil {
+		return false, err
+	}
+	vms, err := a.c.ListVMs(a.ctx)
+	if err != nil {
+		return false, err
+	}
+	snaps, err := a.c.ListSnapshots(a.ctx, name)
+	if err != nil {
+		return false, err
+	}
+	vs, err := a.c.ListVersions(a.ctx, name)
+	if err != nil {
+		return false, err
+	}
+	aliases, err := a.c.ListAliases(a.ctx, name)
+	if err != nil {
+		return false, err
+	}
+	var lines, items []string
+	for _, v := range vms {
+		if v.Function == name {
+			items = append(items, v.ID+" ("+v.State+")")
+		}
+	}
+	if len(items) > 0 {
+		lines = append(lines, counted(len(items), "VM", "VMs")+": "+strings.Join(items, ", ")+
+			"; running ones are stopped, and invocations on them fail")
+	}
+	items = nil
+	for _, sn := range snaps {
+		if sn.Pinned {
+			items = append(items, sn.ID+" (pinned)")
+		} else {
+			items = append(items, sn.ID)
+		}
+	}
+	if len(items) > 0 {
+		lines = append(lines, counted(len(items), "snapshot", "snapshots")+": "+strings.Join(items, ", "))
+	}
+	items = nil
+	for _, v := range vs {
+		items = append(items, strconv.Itoa(v.Version))
+	}
+	if len(items) > 0 {
+		line := counted(len(items), "version", "versions") + ": " + strings.Join(items, ", ")
+		if len(aliases) > 0 {
+			line += " and " + counted(len(aliases), "alias", "aliases")
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		fmt.Fprintf(a.stderr, "Delete function %s (nothing else uses it)? [y/N] ", name)
+	} else {
+		fmt.Fprintf(a.stderr, "Function %s has\n  %s\nDelete it with all of that? [y/N] ", name, strings.Join(lines, "\n  "))
+	}
+	answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	answer = strings.ToLower(strings.TrimSpace(answer))
+	return answer == "y" || answer == "yes", nil
+}
+
+// counted is "1 VM" or "3 VMs".
+func counted(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// printDeletion prints what a function's delete removed.
+func (a *app) printDeletion(d *client.FunctionDeletion) error {
+	return a.printObject(d, "deleted function", d.Function, func(w io.Writer) {
+		if len(d.VMs) > 0 {
+			var items []string
+			for _, v := range d.VMs {
+				note := v.State
+				switch {
+				case v.Invocation != "":
+					note += ", killed during invocation " + v.Invocation
+				case v.Kept:
+					note = "kept idle"
+				}
+				items = append(items, v.ID+" ("+note+")")
+			}
+			row(w, "VMs:", fmt.Sprintf("%d: %s", len(d.VMs), strings.Join(items, ", ")))
+		}
+		if len(d.Snapshots) > 0 {
+			var items []string
+			for _, sn := range d.Snapshots {
+				var notes []string
+				if sn.Version > 0 {
+					notes = append(notes, "version "+strconv.Itoa(sn.Version))
+				}
+				if sn.Pinned {
+					notes = append(notes, "pinned")
+				}
+				if sn.Stored {
+					notes = append(notes, "with its memory store copy")
+				}
+				if len(notes) == 0 {
+					items = append(items, sn.ID)
+					continue
+				}
+				items = append(items, sn.ID+" ("+strings.Join(notes, ", ")+")")
+			}
+			row(w, "Snapshots:", fmt.Sprintf("%d: %s", len(d.Snapshots), strings.Join(items, ", ")))
+		}
+		if len(d.Versions) > 0 {
+			var items []string
+			for _, v := range d.Versions {
+				items = append(items, strconv.Itoa(v))
+			}
+			row(w, "Versions:", fmt.Sprintf("%d: %s", len(d.Versions), strings.Join(items, ", ")))
+		}
+		if len(d.Aliases) > 0 {
+			row(w, "Aliases:", fmt.Sprintf("%d: %s", len(d.Aliases), strings.Join(d.Aliases, ", ")))
+		}
+		row(w, "Code:", counted(d.CodeDirs, "copy removed", "copies removed"))
+	})
+}
