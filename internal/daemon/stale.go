@@ -149,6 +149,14 @@ func (s *Service) rebuild(ctx context.Context, v *catalog.Version) (res *DeployR
 		s.metrics.VersionRebuild(staleReasonLabel(why), outcome)
 	}()
 	t0 := time.Now()
+	// The function may have been deleted, or the version collected, while
+	// the rebuild waited for its turn.
+	if cur, err := s.db.GetVersion(ctx, v.Function, v.Number); err != nil || cur.Collected {
+		if err == nil {
+			err = fmt.Errorf("%w: version %s:%d was collected", ErrConflict, v.Function, v.Number)
+		}
+		return nil, err
+	}
 	old, err := s.db.ListSnapshots(ctx, v.Function)
 	if err != nil {
 		return nil, err
@@ -186,6 +194,9 @@ func (s *Service) rebuild(ctx context.Context, v *catalog.Version) (res *DeployR
 	}
 	inputs, _ := json.Marshal(s.buildInputs(&cfg))
 	if err := s.db.SetVersionInputs(ctx, v.Function, v.Number, inputs); err != nil {
+		for _, id := range made { // the version went meanwhile: so do its new snapshots
+			_ = s.DeleteSnapshot(context.WithoutCancel(ctx), id)
+		}
 		return nil, err
 	}
 	s.vers.mu.Lock()
