@@ -546,6 +546,9 @@ type InvokeOptions struct {
 	// EvictCache evicts the snapshot's files from the host page cache
 	// before a cold invocation.
 	EvictCache bool
+	// Strict makes a cold invocation fail (409) instead of running as
+	// vanilla when its strategy cannot restore the snapshot.
+	Strict bool
 }
 
 func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
@@ -567,6 +570,9 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 	}
 	if o.EvictCache {
 		in["evict_cache"] = true
+	}
+	if o.Strict {
+		in["strict"] = true
 	}
 	return in
 }

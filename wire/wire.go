@@ -525,6 +525,10 @@ type InvokeRequest struct {
 	// EvictCache evicts the snapshot's files from the page cache before a
 	// cold invocation (honest cold measurements).
 	EvictCache bool `json:"evict_cache,omitempty"`
+	// Strict refuses a fallback: a cold invocation whose strategy cannot
+	// restore the snapshot (artifacts missing or unusable, not in the
+	// memory store) fails with 409 instead of running as vanilla.
+	Strict bool `json:"strict,omitempty"`
 }
 
 // PrepareRequest is the body of POST /v1/functions/{name}/prepare.
