@@ -135,6 +135,7 @@ func (h *Handler) routes() []route {
 			func(o *daemon.Operation) string { return createdKey(o.CreatedAt, o.ID) }, operationBody)},
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
+		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
 	}, append(h.versionRoutes(), h.secretRoutes()...)...)
 }
 

@@ -45,7 +45,7 @@ func (s *Service) timeout(d time.Duration) (time.Duration, error) {
 	if d == 0 {
 		return s.cfg.InvokeTimeout, nil
 	}
-	if d < 0 || d > time.Hour {
+	if d < 0 || d > MaxInvokeTimeout {
 		return 0, fmt.Errorf("%w: timeout must be between 1 ms and 1 h", ErrInvalid)
 	}
 	return d, nil
@@ -424,6 +424,7 @@ func (s *Service) Info() Info {
 			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes, TrustedKeys: s.trustedKeyIDs()}
 	}
 	i.RegistryKey = s.registryKeyInfo()
+	i.Limits = s.limits()
 	return i
 }
 

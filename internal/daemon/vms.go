@@ -364,11 +364,19 @@ func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
 	if err := validID("vm", id); err != nil {
 		return nil, err
 	}
-	return s.db.GetVM(ctx, id)
+	v, err := s.db.GetVM(ctx, id)
+	if err == nil {
+		s.markIdle(v)
+	}
+	return v, err
 }
 
 // ListVMs returns every VM.
-func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) { return s.db.ListVMs(ctx) }
+func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) {
+	vms, err := s.db.ListVMs(ctx)
+	s.markIdle(vms...)
+	return vms, err
+}
 
 // PauseVM stops a running VM's vCPUs.
 func (s *Service) PauseVM(ctx context.Context, id string) (*catalog.VM, error) {
