@@ -77,21 +77,27 @@ func (a *app) printDocument(b []byte) error {
 }
 
 // jsonToYAML converts a JSON document to block-style YAML, keys in their
-// order. Strings that would read as another type are quoted; controls are
-// escaped in double quotes (YAML allows them nowhere raw).
+// order. Strings that would read as another type are quoted; controls (C0,
+// DEL, C1, NEL) are escaped in double quotes: YAML allows them nowhere raw,
+// so nothing of a hostile string reaches a terminal raw either.
 func jsonToYAML(b []byte) ([]byte, error) {
 	var n yaml.Node
-	if err := yaml.Unmarshal(b, &n); err != nil {
+	// Raw C1 controls in a JSON string (which JSON allows) would be line
+	// breaks to YAML's parser, NEL folded to a space: escaped first.
+	if err := yaml.Unmarshal(termtext.JSON(b), &n); err != nil {
 		return nil, fmt.Errorf("yaml: %w", err)
 	}
 	blockStyle(&n)
 	var out bytes.Buffer
-	enc := yaml.NewEncoder(&out)
-	enc.SetIndent(2)
-	if err := enc.Encode(&n); err != nil {
-		return nil, fmt.Errorf("yaml: %w", err)
+	// No line width: a folded line would change the string it is part of.
+	d, err := yaml.NewDumper(&out, yaml.WithIndent(2), yaml.WithLineWidth(-1))
+	if err == nil {
+		err = d.Dump(&n)
 	}
-	if err := enc.Close(); err != nil {
+	if err == nil {
+		err = d.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("yaml: %w", err)
 	}
 	return out.Bytes(), nil
