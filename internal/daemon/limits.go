@@ -29,3 +29,14 @@ func (s *Service) limits() wire.Limits {
 		ConsoleLogBytes: c.ConsoleLogLimit,
 	}
 }
+
+// WithDefaults is c with its zero values replaced by what the daemon
+// would use, computed from this host (thawd config check shows them).
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// HostMemoryMiB is the host's memory, which the computed bounds are
+// fractions of.
+func HostMemoryMiB() int { return hostMemoryMiB() }
