@@ -89,7 +89,7 @@ func (a *app) deleteAll(kind string, ids []string, del func(ctx context.Context,
 		}
 	}
 	if failed > 0 {
-		fmt.Fprintf(a.stderr, "thaw: %d of %d %ss not deleted\n", failed, len(ids), kind)
+		a.report("error", fmt.Sprintf("%d of %d %ss not deleted", failed, len(ids), kind), "", "")
 		return &exitCodeError{code: exitError}
 	}
 	return nil

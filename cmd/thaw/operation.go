@@ -150,7 +150,12 @@ func (a *app) follow(id string) (*client.Operation, error) {
 		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
 			why = fmt.Sprintf("no end within %s (raise --timeout)", a.timeout)
 		}
-		fmt.Fprintf(a.stderr, "thaw: %s; operation %s goes on in thawd: follow it with 'thaw operation wait %s', stop it with 'thaw operation cancel %s'\n", why, id, id, id)
+		code := "interrupted"
+		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
+			code = "deadline"
+		}
+		a.report(code, fmt.Sprintf("%s; operation %s goes on in thawd: follow it with 'thaw operation wait %s', stop it with 'thaw operation cancel %s'",
+			why, id, id, id), "", "")
 		return nil, &exitCodeError{code: exitError}
 	}
 	return op, err

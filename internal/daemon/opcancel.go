@@ -60,5 +60,20 @@ func (o *operation) canceledErr(err error) error {
 	if err == nil || by == "" {
 		return err
 	}
-	return fmt.Errorf("%w: operation canceled (request %s); the work stopped at: %v", context.Canceled, by, err)
+	return &canceledError{by: by, cause: err}
 }
+
+// canceledError is a canceled operation's error: context.Canceled (499
+// canceled), saying who canceled it and where its work stopped.
+type canceledError struct {
+	by    string
+	cause error
+}
+
+func (e *canceledError) Error() string {
+	return fmt.Sprintf("operation canceled (request %s); the work stopped at: %v", e.by, e.cause)
+}
+
+// Is makes the error context.Canceled, and only that: the work's own
+// error (a VM failing as its boot was stopped) is not the operation's.
+func (e *canceledError) Is(target error) bool { return target == context.Canceled }
