@@ -573,8 +573,8 @@ type Limits struct {
 	// BootTimeoutMS is how long a guest may take to boot or resume
 	// (thawd --boot-timeout).
 	BootTimeoutMS int64 `json:"boot_timeout_ms"`
-	// MaxEventBytes bounds an invocation's event; MaxResultBytes the
-	// guest's answer (its result as JSON); MaxStoredResultBytes what the
+	// MaxEventBytes bounds an invocation's event; MaxResultBytes a
+	// handler's result as JSON text; MaxStoredResultBytes what the
 	// history keeps of a result (thawd --max-stored-result); MaxCodeBytes
 	// a function's uploaded code.
 	MaxEventBytes        int64 `json:"max_event_bytes"`

@@ -101,7 +101,7 @@ func TestTimeoutsVisible(t *testing.T) {
 
 	r = d.thaw(t, "invoke", "echo", "--vm", vm, "--event", `{"op": "hang"}`, "--timeout-ms", "300")
 	wantCode(t, r, exitError)
-	wantContains(t, "stderr", r.stderr, "invocation timed out after 300ms", "thaw invoke --timeout-ms", "thawd --invoke-timeout, 42s",
+	wantContains(t, "stderr", r.stderr, "invocation timed out after 300ms", "thaw invoke --timeout-ms", "thawd --invoke-timeout (42s on this daemon)",
 		"the VM was killed (a guest that does not answer cannot be trusted)")
 	if r.stdout != "" {
 		t.Errorf("a timeout printed %q on stdout", r.stdout)

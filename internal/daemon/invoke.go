@@ -135,7 +135,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 			return err
 		}
 		if kind == ErrTimeout {
-			return s.timedOut(lv.id, timeout)
+			return s.timedOut(lv.id, reason)
 		}
 		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
 	}

@@ -48,10 +48,10 @@ func (s *Service) invokeFailed(ctx context.Context, inv *Invocation, start time.
 	return err
 }
 
-// timedOut is an invocation timeout's error: what happened, where the
-// timeout is set, and why the VM is gone.
-func (s *Service) timedOut(vmID string, timeout time.Duration) error {
-	return fmt.Errorf("%w: vm %s: invocation timed out after %s (an invocation's timeout is thaw invoke --timeout-ms, timeout_ms in the API; "+
-		"the default is thawd --invoke-timeout, %s on this daemon); the VM was killed (a guest that does not answer cannot be trusted)",
-		ErrTimeout, vmID, timeout, s.cfg.InvokeTimeout)
+// timedOut is an invocation timeout's error: what happened (reason, as
+// the VM's end was recorded), where the timeout is set, and why the VM is
+// gone.
+func (s *Service) timedOut(vmID, reason string) error {
+	return fmt.Errorf("%w: vm %s: %s; the timeout is thaw invoke --timeout-ms (timeout_ms in the API), by default thawd --invoke-timeout "+
+		"(%s on this daemon); the VM was killed (a guest that does not answer cannot be trusted)", ErrTimeout, vmID, reason, s.cfg.InvokeTimeout)
 }

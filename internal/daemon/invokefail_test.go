@@ -42,7 +42,7 @@ func TestFailedInvocationsAreRecorded(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("warm hang: %v", err)
 	}
-	for _, want := range []string{"vm " + vm.ID, "timed out after 200ms", "thaw invoke --timeout-ms", "thawd --invoke-timeout, 7s on this daemon",
+	for _, want := range []string{"vm " + vm.ID, "timed out after 200ms", "thaw invoke --timeout-ms", "thawd --invoke-timeout (7s on this daemon)",
 		"the VM was killed (a guest that does not answer cannot be trusted)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("timeout error %q lacks %q", err, want)
