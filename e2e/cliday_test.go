@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -24,17 +23,8 @@ type cliResult struct {
 
 func (c cli) run(args ...string) cliResult {
 	c.t.Helper()
-	cmd := exec.Command(repoPath("bin/thaw"), args...)
-	cmd.Env = append(os.Environ(), "THAW_URL="+c.e.srv.URL, "THAW_TOKEN="+c.e.token)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil && cmd.ProcessState == nil {
-		c.t.Fatalf("run bin/thaw (make build first): %v", err)
-	}
-	r := cliResult{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
-	c.t.Logf("thaw %s -> %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	return r
+	code, out, errb := thawCLI(c.t, c.e, args...)
+	return cliResult{code, out, errb}
 }
 
 // must runs args, which must exit with code, and returns stdout trimmed.
