@@ -235,6 +235,8 @@ func cancelBoot(t *testing.T, d *realDaemon, op string) {
 // id; usage errors exit with 2 whatever is wrong.
 func TestErrorsAndExitCodes(t *testing.T) {
 	d := newRealDaemon(t, nil)
+	d.echoFunction(t, "echo")
+	d.bootSnapshot(t, "echo")
 	r := d.thaw(t, "-o", "json", "function", "get", "nope")
 	wantCode(t, r, exitError)
 	e := jsonValue(t, "stderr", r.stderr).(map[string]any)["error"].(map[string]any)
@@ -265,6 +267,8 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		{"vm", "list", "--state", "gone"},
 		{"invoke", "echo", "--vm", "vm-1", "--strict"},
 		{"invocations", "--limit", "ten"},
+		{"invoke", "echo", "--strategy", "nonesuch"},  // the daemon's 400
+		{"invoke", "echo", "--timeout-ms", "7200000"}, // over the daemon's hour
 	} {
 		r := d.thaw(t, args...)
 		wantCode(t, r, exitUsage)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v4"
@@ -131,8 +132,8 @@ type errorDoc struct {
 }
 
 // report prints an error on stderr: "thaw: MESSAGE" and its hint, or with
-// a document format, the error document. A usage error's hint is the
-// line that says where the usage is.
+// a document format, the error document. A hint that says where the usage
+// is (usageLine) is a line of its own.
 func (a *app) report(code, msg, requestID, hint string) {
 	if a.json {
 		var d errorDoc
@@ -152,7 +153,7 @@ func (a *app) report(code, msg, requestID, hint string) {
 	fmt.Fprintf(a.stderr, "thaw: %s\n", termtext.Inline(msg))
 	switch {
 	case hint == "":
-	case code == "usage":
+	case strings.HasPrefix(hint, "Run '"):
 		fmt.Fprintln(a.stderr, hint)
 	default:
 		fmt.Fprintf(a.stderr, "thaw: %s\n", hint)

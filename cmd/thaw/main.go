@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/thaw-dev/thaw/client"
 )
 
@@ -17,7 +19,7 @@ import (
 const (
 	exitOK       = 0   // success
 	exitError    = 1   // any error: daemon error, unreachable daemon, ...
-	exitUsage    = 2   // usage error: unknown command or flag, bad arguments or flag values, a missing input file
+	exitUsage    = 2   // usage error: unknown command or flag, bad arguments or flag values (the daemon's 400 too), a missing input file
 	exitFunction = 3   // the function ran but raised an exception
 	exitSignal   = 128 // plus the signal's number: interrupted (SIGINT: 130, SIGTERM: 143)
 )
@@ -64,11 +66,22 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if errors.As(err, &ue) || !a.inRun {
 		// Errors cobra finds before a command runs (unknown commands and
 		// flags, wrong number of arguments, ...) are usage errors too.
-		a.report("usage", err.Error(), "", fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath()))
+		a.report("usage", err.Error(), "", usageLine(cmd))
+		return exitUsage
+	}
+	var ae *client.APIError
+	if errors.As(err, &ae) && errors.Is(err, client.ErrInvalid) {
+		// The daemon refused the request as malformed (400): a bad value given.
+		a.report(ae.Code, err.Error(), ae.RequestID, usageLine(cmd))
 		return exitUsage
 	}
 	a.printError(err)
 	return exitError
+}
+
+// usageLine says where cmd's usage is.
+func usageLine(cmd *cobra.Command) string {
+	return fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath())
 }
 
 // printError reports a failed operation on stderr, with a hint where one

@@ -70,7 +70,8 @@ Exit codes:
   0    success
   1    error (the daemon refused or failed the request, it is unreachable, ...)
   2    usage error (unknown command or flag, bad arguments or flag values,
-       invalid --event, a missing input file)
+       invalid --event, a missing input file; a request the daemon refused
+       as malformed, 400)
   3    the function ran but raised an exception (thaw invoke)
   130  interrupted (Ctrl-C); 143 on SIGTERM`
 
