@@ -154,7 +154,15 @@ func writeRegistry(w io.Writer, info *client.Info) {
 }
 
 // fmtDuration formats milliseconds as a short duration: "1m0s", "500ms",
-// "720h0m0s".
+// "30 days".
 func fmtDuration(ms int64) string {
-	return (time.Duration(ms) * time.Millisecond).String()
+	d := time.Duration(ms) * time.Millisecond
+	const day = 24 * time.Hour
+	switch {
+	case d == day:
+		return "1 day"
+	case d > day && d%day == 0:
+		return fmt.Sprintf("%d days", d/day)
+	}
+	return d.String()
 }

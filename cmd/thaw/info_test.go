@@ -24,3 +24,11 @@ func TestAccelSummary(t *testing.T) {
 		t.Errorf("summary %q", got)
 	}
 }
+
+func TestFmtDuration(t *testing.T) {
+	for ms, want := range map[int64]string{500: "500ms", 60_000: "1m0s", 86_400_000: "1 day", 30 * 86_400_000: "30 days", 90_000_000: "25h0m0s"} {
+		if got := fmtDuration(ms); got != want {
+			t.Errorf("fmtDuration(%d) = %q, want %q", ms, got, want)
+		}
+	}
+}
