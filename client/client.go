@@ -47,7 +47,11 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
-	kind    error
+	// RequestID is the daemon's id of the request (the error body's
+	// request_id, else its X-Request-Id header; for an operation's error,
+	// the request that started it): its log lines about the request name it.
+	RequestID string
+	kind      error
 }
 
 func (e *APIError) Error() string { return e.Message }
@@ -251,18 +255,23 @@ func (c *Client) send(ctx context.Context, method, path string, body io.Reader, 
 }
 
 // apiError is the error of an answer with status >= 300.
-func apiError(status int, b []byte) *APIError {
+func apiError(resp *http.Response, b []byte) *APIError {
 	var eb struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			RequestID string `json:"request_id"`
 		} `json:"error"`
 	}
 	msg := strings.TrimSpace(string(b))
 	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
 		msg = eb.Error.Message
 	}
-	return &APIError{Status: status, Code: eb.Error.Code, Message: msg, kind: kindOf(status)}
+	rid := eb.Error.RequestID
+	if rid == "" {
+		rid = resp.Header.Get("X-Request-Id")
+	}
+	return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: msg, RequestID: rid, kind: kindOf(resp.StatusCode)}
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, out any) error {
@@ -271,7 +280,7 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, co
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		return apiError(resp.StatusCode, b)
+		return apiError(resp, b)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil
@@ -348,7 +357,7 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
-		return nil, apiError(resp.StatusCode, b)
+		return nil, apiError(resp, b)
 	}
 	var h Health
 	if err := json.Unmarshal(b, &h); err != nil {
@@ -546,6 +555,9 @@ type InvokeOptions struct {
 	// EvictCache evicts the snapshot's files from the host page cache
 	// before a cold invocation.
 	EvictCache bool
+	// Strict makes a cold invocation fail (409) instead of running as
+	// vanilla when its strategy cannot restore the snapshot.
+	Strict bool
 }
 
 func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
@@ -567,6 +579,9 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 	}
 	if o.EvictCache {
 		in["evict_cache"] = true
+	}
+	if o.Strict {
+		in["strict"] = true
 	}
 	return in
 }

@@ -90,7 +90,8 @@ func OperationErr(op *Operation) error {
 	if op.Error == nil {
 		return &APIError{Status: 500, Code: "internal", Message: "operation " + op.ID + " failed without an error", kind: ErrServer}
 	}
-	return &APIError{Status: op.Error.Status, Code: op.Error.Code, Message: op.Error.Message, kind: kindOf(op.Error.Status)}
+	return &APIError{Status: op.Error.Status, Code: op.Error.Code, Message: op.Error.Message, RequestID: op.Error.RequestID,
+		kind: kindOf(op.Error.Status)}
 }
 
 // StartPushSnapshot starts pushing a snapshot to the registry (operation
@@ -109,4 +110,12 @@ func (c *Client) StartCollectRegistry(ctx context.Context, req GCRequest) (*Oper
 // kind pull): req names a snapshot or a function.
 func (c *Client) StartPullSnapshot(ctx context.Context, req PullRequest) (*Operation, error) {
 	return call[Operation](ctx, c, "POST", "/v1/snapshots/pull?wait=false", req)
+}
+
+// CancelOperation cancels a running operation and returns it once its
+// work has stopped: failed with a cancellation (its Error's code
+// canceled), or succeeded if the work finished first. An operation that
+// has ended is ErrConflict.
+func (c *Client) CancelOperation(ctx context.Context, id string) (*Operation, error) {
+	return call[Operation](ctx, c, "POST", "/v1/operations/"+url.PathEscape(id)+"/cancel", nil)
 }

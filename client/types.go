@@ -23,6 +23,7 @@ type (
 	SnapBPFBuild     = wire.SnapBPFBuild
 	InvocationRecord = wire.InvocationRecord
 	AccelInfo        = wire.AccelInfo
+	Limits           = wire.Limits
 	ImageInfo        = wire.GuestImage
 	Info             = wire.Info
 	Health           = wire.Health

@@ -52,14 +52,14 @@ step "create the function 'hello' ($MEM MiB guest)"
 thaw function create hello --dir functions/hello --memory "$MEM"
 
 step "boot a VM for it (a real QEMU VM; ~10-20 s under TCG)"
-VM=$(thaw --json vm boot hello | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["id"])')
+VM=$(thaw vm boot hello -q)   # -q: only the id on stdout (progress goes to stderr)
 thaw vm get "$VM"
 
 step "warm invocation on the running VM"
 thaw invoke hello --vm "$VM" --event '{"name":"warm world"}'
 
 step "snapshot the VM (device state + sparse memory file)"
-SNAP=$(thaw --json snapshot create "$VM" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+SNAP=$(thaw snapshot create "$VM" -q)
 thaw snapshot get "$SNAP"
 thaw vm delete "$VM"
 
@@ -111,7 +111,7 @@ thaw vm list
 
 step "a handler error comes back structured (exit code 3)"
 thaw function create fail --dir functions/fail --memory 256 >/dev/null
-FVM=$(thaw --json vm boot fail | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+FVM=$(thaw vm boot fail -q)
 thaw invoke fail --vm "$FVM" --event '{"why":"demo"}' || echo "(exit code $?)"
 thaw vm delete "$FVM"
 

@@ -116,6 +116,11 @@ type VM struct {
 	Restore   *RestoreTiming `json:"restore,omitempty"`
 	// Invocation is the invocation the VM is serving (GET /v1/vms/{id}).
 	Invocation *RunningInvocation `json:"invocation,omitempty"`
+	// Idle marks a VM kept after a cold invocation for its function's
+	// next ones (the keep-alive pool; its state is running); IdleUntil is
+	// when it is stopped unless an invocation takes it first.
+	Idle      bool       `json:"idle,omitempty"`
+	IdleUntil *time.Time `json:"idle_until,omitempty"`
 }
 
 // Snapshot is a published snapshot.
@@ -378,6 +383,8 @@ type Info struct {
 	// RegistryKey is the node's public signing key: what it pushes to a
 	// registry is signed with it.
 	RegistryKey *RegistryKey `json:"registry_key,omitempty"`
+	// Limits are the defaults and bounds in force.
+	Limits Limits `json:"limits"`
 }
 
 // RegistryInfo is the snapshot registry as GET /v1/info shows it.
@@ -525,6 +532,10 @@ type InvokeRequest struct {
 	// EvictCache evicts the snapshot's files from the page cache before a
 	// cold invocation (honest cold measurements).
 	EvictCache bool `json:"evict_cache,omitempty"`
+	// Strict refuses a fallback: a cold invocation whose strategy cannot
+	// restore the snapshot (artifacts missing or unusable, not in the
+	// memory store) fails with 409 instead of running as vanilla.
+	Strict bool `json:"strict,omitempty"`
 }
 
 // PrepareRequest is the body of POST /v1/functions/{name}/prepare.
@@ -548,4 +559,65 @@ type CreateVMRequest struct {
 // CreateSnapshotRequest snapshots a booted VM.
 type CreateSnapshotRequest struct {
 	VM string `json:"vm"`
+}
+
+// Limits are the daemon's defaults and bounds in force, as its settings
+// and host made them (GET /v1/info). Durations are in milliseconds (_ms)
+// or seconds (_s); a 0 where a bound can be off means no bound.
+type Limits struct {
+	// InvokeTimeoutMS is an invocation's timeout when the request names
+	// none (thawd --invoke-timeout); MaxInvokeTimeoutMS the most a request
+	// may name (timeout_ms).
+	InvokeTimeoutMS    int64 `json:"invoke_timeout_ms"`
+	MaxInvokeTimeoutMS int64 `json:"max_invoke_timeout_ms"`
+	// BootTimeoutMS is how long a guest may take to boot or resume
+	// (thawd --boot-timeout).
+	BootTimeoutMS int64 `json:"boot_timeout_ms"`
+	// MaxEventBytes bounds an invocation's event; MaxResultBytes a
+	// handler's result as JSON text; MaxStoredResultBytes what the
+	// history keeps of a result (thawd --max-stored-result); MaxCodeBytes
+	// a function's uploaded code.
+	MaxEventBytes        int64 `json:"max_event_bytes"`
+	MaxResultBytes       int64 `json:"max_result_bytes"`
+	MaxStoredResultBytes int64 `json:"max_stored_result_bytes"`
+	MaxCodeBytes         int64 `json:"max_code_bytes"`
+	// DefaultMemoryMiB and DefaultVCPUs are a function's VM when it names
+	// none (thawd --memory, --vcpus).
+	DefaultMemoryMiB int `json:"default_memory_mib"`
+	DefaultVCPUs     int `json:"default_vcpus"`
+	// MaxVMs, VMMemoryBudgetMiB and VMMemoryOverheadMiB bound the live
+	// VMs (thawd --max-vms, --vm-memory-budget, --vm-memory-overhead: the
+	// computed values when not set).
+	MaxVMs              int `json:"max_vms"`
+	VMMemoryBudgetMiB   int `json:"vm_memory_budget_mib"`
+	VMMemoryOverheadMiB int `json:"vm_memory_overhead_mib"`
+	// AdmissionQueue is how many VM starts may wait for room,
+	// AdmissionTimeoutMS how long one waits before 429.
+	AdmissionQueue     int   `json:"admission_queue"`
+	AdmissionTimeoutMS int64 `json:"admission_timeout_ms"`
+	// KeepAliveS is how long a VM is kept idle after a cold invocation (0:
+	// not kept), KeepAliveMaxIdle how many per function,
+	// KeepAliveMinAvailableMiB the host memory below which idle VMs are
+	// stopped (0: never).
+	KeepAliveS               float64 `json:"keep_alive_s"`
+	KeepAliveMaxIdle         int     `json:"keep_alive_max_idle"`
+	KeepAliveMinAvailableMiB int     `json:"keep_alive_min_available_mib"`
+	// VMMPool is how many VMMs start ahead per snapshot and strategy (0:
+	// no VMM pool), VMMPoolTTLS how long one waits, VMMPoolMemoryMiB the
+	// memory they may hold together.
+	VMMPool          int     `json:"vmm_pool"`
+	VMMPoolTTLS      float64 `json:"vmm_pool_ttl_s"`
+	VMMPoolMemoryMiB int     `json:"vmm_pool_memory_mib"`
+	// HistoryMax and HistoryMaxAgeS bound the invocation history (0: no
+	// bound of that kind).
+	HistoryMax     int     `json:"history_max"`
+	HistoryMaxAgeS float64 `json:"history_max_age_s"`
+	// VersionKeep is how many of a function's newest versions keep their
+	// snapshots; SnapshotKeep how many of its newest snapshots garbage
+	// collection keeps (0: snapshots are deleted only when asked).
+	VersionKeep  int `json:"version_keep"`
+	SnapshotKeep int `json:"snapshot_keep"`
+	// ConsoleLogBytes is how much of a guest's console its console.log
+	// keeps.
+	ConsoleLogBytes int64 `json:"console_log_bytes"`
 }

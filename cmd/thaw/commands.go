@@ -50,11 +50,18 @@ func listRunE[T any](a *app, list func(*client.Client, context.Context) ([]T, er
 	}
 }
 
-// printTable prints items as {"items": [...]} with --json, else as a table:
-// head, then the cells of each item.
+// printTable prints items as {"items": [...]} with -o json or yaml, their
+// ids (each one's first cell) with -q, else as a table: head, then the
+// cells of each item.
 func printTable[T any](a *app, items []T, head []string, cells func(*T) []string) error {
-	if a.json {
+	switch {
+	case a.json:
 		return printList(a, items)
+	case a.quiet:
+		for i := range items {
+			a.quietID(cells(&items[i])[0])
+		}
+		return nil
 	}
 	w := newTable(a.stdout)
 	row(w, head...)
@@ -77,12 +84,12 @@ func (a *app) deleteAll(kind string, ids []string, del func(ctx context.Context,
 			failed++
 			continue
 		}
-		if !a.json {
+		if !a.json && !a.quiet {
 			fmt.Fprintf(a.stdout, "deleted %s %s\n", kind, id)
 		}
 	}
 	if failed > 0 {
-		fmt.Fprintf(a.stderr, "thaw: %d of %d %ss not deleted\n", failed, len(ids), kind)
+		a.report("error", fmt.Sprintf("%d of %d %ss not deleted", failed, len(ids), kind), "", "")
 		return &exitCodeError{code: exitError}
 	}
 	return nil

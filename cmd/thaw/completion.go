@@ -152,7 +152,7 @@ var (
 		return fmt.Sprintf("%s\t%d MiB, %d vCPU", f.Name, f.MemoryMiB, f.VCPUs)
 	})
 	vmIDs = listed((*client.Client).ListVMs, func(v client.VM) string {
-		return fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, v.State)
+		return fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, vmState(&v))
 	})
 	snapshotIDs = listed(allSnapshots, func(s client.Snapshot) string {
 		return fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime))

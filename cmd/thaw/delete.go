@@ -32,7 +32,7 @@ invocation running on it fails, its error saying the VM was deleted, and it
 is recorded as failed ('thaw invocations').`,
 		Example: `  thaw vm delete vm-0123abcd
   thaw vm delete --force vm-0123abcd
-  thaw vm delete $(thaw --json vm list | jq -r '.items[] | select(.state == "failed") | .id')`,
+  thaw vm delete $(thaw vm list --state failed -q)`,
 		Args: minArgs("VM ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.deleteAll("vm", args, func(ctx context.Context, id string) error {
@@ -207,7 +207,7 @@ func (a *app) confirmCascade(name string) (bool, error) {
 	var lines, items []string
 	for _, v := range vms {
 		if v.Function == name {
-			items = append(items, v.ID+" ("+v.State+")")
+			items = append(items, v.ID+" ("+vmState(&v)+")")
 		}
 	}
 	if len(items) > 0 {

@@ -63,9 +63,9 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 				return a.printDeploy(d)
 			}
 			if st, err := os.Stat(f.dir); err != nil {
-				return fmt.Errorf("function directory: %w", err)
+				return usagef("--dir: %v", err)
 			} else if !st.IsDir() {
-				return fmt.Errorf("function directory %s is not a directory", f.dir)
+				return usagef("--dir %s is not a directory", f.dir)
 			}
 			return a.runOperation(detach, func() (*client.Operation, error) {
 				return a.c.StartDeployFromDir(a.ctx, args[0], f.dir, req)
@@ -129,6 +129,10 @@ func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) 
 }
 
 func (a *app) printDeploy(d *client.Deploy) error {
+	if a.quiet {
+		a.quietID(fmt.Sprintf("%s:%d", d.Function, d.Version))
+		return nil
+	}
 	headline := fmt.Sprintf("deployed %s version %d", d.Function, d.Version)
 	switch {
 	case d.Unchanged:

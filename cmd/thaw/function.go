@@ -240,10 +240,10 @@ func (a *app) createFunction(name string, f *createFlags) error {
 	} else {
 		st, serr := os.Stat(f.dir)
 		if serr != nil {
-			return fmt.Errorf("function directory: %w", serr)
+			return usagef("--dir: %v", serr)
 		}
 		if !st.IsDir() {
-			return fmt.Errorf("function directory %s is not a directory", f.dir)
+			return usagef("--dir %s is not a directory", f.dir)
 		}
 		fn, err = a.c.CreateFunctionFromDir(a.ctx, name, f.dir, f.memory, f.vcpus, opts...)
 	}

@@ -4,20 +4,27 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/client"
 )
 
 func (a *app) newInfoCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "info",
-		Short: "Show the daemon's version, accelerator, QEMU, guest image and strategies",
+		Short: "Show the daemon's version, accelerator, QEMU, guest image, strategies and limits",
 		Long: `Show what the daemon runs on: its version, the accelerator it uses (KVM
-or TCG) and why, the QEMU version, the guest image (hash and kernel), its
-data directory, the restore strategies it offers, its snapshot registry
-(endpoint, bucket, chunk cache and the keys whose records it imports; never
-credentials) and its registry signing key: the line other nodes add to their
-thawd --registry-trusted-keys to import what this node pushes.`,
+or TCG) and why in one line (-o json has the probe's whole account), the
+QEMU version, the guest image (hash and kernel), its data directory, the
+restore strategies it offers, its defaults and limits in force (invocation
+and boot timeouts, event and result sizes, live VMs and memory budgets,
+the admission queue, keep-alive, the VMM pool, history and version
+retention), its snapshot registry (endpoint, bucket, chunk cache and the
+keys whose records it imports; never credentials) and its registry
+signing key: the line other nodes add to their thawd
+--registry-trusted-keys to import what this node pushes.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			info, err := a.c.Info(a.ctx)
@@ -29,14 +36,7 @@ thawd --registry-trusted-keys to import what this node pushes.`,
 				if info.Node != "" {
 					row(w, "Node:", info.Node)
 				}
-				accel := orDash(info.Accel.Accel)
-				if info.Accel.Source != "" {
-					accel += " (" + info.Accel.Source + ")"
-				}
-				row(w, "Accelerator:", accel)
-				if info.Accel.Detail != "" {
-					row(w, "", info.Accel.Detail)
-				}
+				row(w, "Accelerator:", accelSummary(info.Accel))
 				row(w, "QEMU:", orDash(info.QEMUVersion))
 				row(w, "Image:", orDash(info.Image.Dir))
 				row(w, "  hash:", orDash(info.Image.Hash))
@@ -54,26 +54,115 @@ thawd --registry-trusted-keys to import what this node pushes.`,
 				} else {
 					row(w, "Guest TSC:", "not measured: guests calibrate their own")
 				}
-				if r := info.Registry; r != nil {
-					scheme := "http"
-					if r.Secure {
-						scheme = "https"
-					}
-					row(w, "Registry:", fmt.Sprintf("%s://%s/%s, %s chunks", scheme, r.Endpoint, r.Bucket, fmtBytes(r.ChunkSize)))
-					budget := "unbounded"
-					if r.CacheBudgetBytes > 0 {
-						budget = fmtBytes(r.CacheBudgetBytes)
-					}
-					row(w, "  cache:", fmt.Sprintf("%s of %s in %s", fmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
-					row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
-					row(w, "  import:", fmt.Sprint(r.Import))
-					row(w, "  trusted keys:", orDash(strings.Join(r.TrustedKeys, ", ")))
-				}
-				if k := info.RegistryKey; k != nil {
-					row(w, "Signing key:", k.ID)
-					row(w, "", k.PublicKey)
-				}
+				writeLimits(w, info.Limits)
+				writeRegistry(w, info)
 			})
 		},
 	}
+}
+
+// accelSummary is the accelerator and why, on one line: the probe's
+// account cut to its first line (QEMU's own messages can run to many).
+func accelSummary(ai client.AccelInfo) string {
+	s := orDash(ai.Accel)
+	why := strings.TrimSpace(ai.Source)
+	if d := strings.TrimSpace(ai.Detail); d != "" {
+		first, _, more := strings.Cut(d, "\n")
+		first = truncate(first, 100)
+		if more || strings.HasSuffix(first, "…") {
+			first += " (thaw -o json info shows all)"
+		}
+		if why != "" {
+			why += ": "
+		}
+		why += first
+	}
+	if why != "" {
+		s += " (" + why + ")"
+	}
+	return s
+}
+
+// writeLimits writes the daemon's defaults and limits, each with the
+// setting that changes it.
+func writeLimits(w io.Writer, l client.Limits) {
+	row(w, "Limits:")
+	row(w, "  invoke timeout:", fmt.Sprintf("%s (thaw invoke --timeout-ms, up to %s; default thawd --invoke-timeout)",
+		fmtDuration(l.InvokeTimeoutMS), fmtDuration(l.MaxInvokeTimeoutMS)))
+	row(w, "  boot timeout:", fmtDuration(l.BootTimeoutMS)+" (thawd --boot-timeout)")
+	row(w, "  event:", fmtBytes(l.MaxEventBytes)+" at most")
+	row(w, "  result:", fmt.Sprintf("%s at most; the history keeps %s of it (thawd --max-stored-result)",
+		fmtBytes(l.MaxResultBytes), fmtBytes(l.MaxStoredResultBytes)))
+	row(w, "  code:", fmtBytes(l.MaxCodeBytes)+" at most, uploaded")
+	row(w, "  default VM:", fmt.Sprintf("%s, %d vCPU (thawd --memory, --vcpus)", fmtMiB(l.DefaultMemoryMiB), l.DefaultVCPUs))
+	row(w, "  live VMs:", fmt.Sprintf("%d at most, %s together, %s overhead each (thawd --max-vms, --vm-memory-budget, --vm-memory-overhead)",
+		l.MaxVMs, fmtMiB(l.VMMemoryBudgetMiB), fmtMiB(l.VMMemoryOverheadMiB)))
+	row(w, "  admission:", fmt.Sprintf("%d starts wait up to %s for room, then 429 (thawd --admission-queue, --admission-timeout)",
+		l.AdmissionQueue, fmtDuration(l.AdmissionTimeoutMS)))
+	keep := "off"
+	if l.KeepAliveS > 0 {
+		keep = fmt.Sprintf("%s, %d idle VMs per function, stopped below %s available", fmtDuration(int64(l.KeepAliveS*1000)), l.KeepAliveMaxIdle,
+			fmtMiB(l.KeepAliveMinAvailableMiB))
+	}
+	row(w, "  keep-alive:", keep+" (thawd --keep-alive; thaw function create --keep-alive)")
+	pool := "off"
+	if l.VMMPool > 0 {
+		pool = fmt.Sprintf("%d per snapshot and strategy, waiting %s, %s together", l.VMMPool, fmtDuration(int64(l.VMMPoolTTLS*1000)),
+			fmtMiB(l.VMMPoolMemoryMiB))
+	}
+	row(w, "  VMM pool:", pool+" (thawd --vmm-pool, --vmm-pool-ttl, --vmm-pool-memory)")
+	history := "unbounded"
+	switch {
+	case l.HistoryMax > 0 && l.HistoryMaxAgeS > 0:
+		history = fmt.Sprintf("newest %d invocations, none older than %s", l.HistoryMax, fmtDuration(int64(l.HistoryMaxAgeS*1000)))
+	case l.HistoryMax > 0:
+		history = fmt.Sprintf("newest %d invocations", l.HistoryMax)
+	case l.HistoryMaxAgeS > 0:
+		history = "none older than " + fmtDuration(int64(l.HistoryMaxAgeS*1000))
+	}
+	row(w, "  history:", history+" (thawd --history-max, --history-max-age)")
+	snaps := "deleted only when asked"
+	if l.SnapshotKeep > 0 {
+		snaps = fmt.Sprintf("newest %d per function", l.SnapshotKeep)
+	}
+	row(w, "  versions:", fmt.Sprintf("newest %d keep their snapshots, and every alias's (thawd --version-keep)", l.VersionKeep))
+	row(w, "  snapshots:", snaps+" (thawd --snapshot-keep)")
+	row(w, "  console log:", fmtBytes(l.ConsoleLogBytes)+" per VM (thawd --console-log-limit)")
+}
+
+// writeRegistry writes the registry and the signing key, if any.
+func writeRegistry(w io.Writer, info *client.Info) {
+	if r := info.Registry; r != nil {
+		scheme := "http"
+		if r.Secure {
+			scheme = "https"
+		}
+		row(w, "Registry:", fmt.Sprintf("%s://%s/%s, %s chunks", scheme, r.Endpoint, r.Bucket, fmtBytes(r.ChunkSize)))
+		budget := "unbounded"
+		if r.CacheBudgetBytes > 0 {
+			budget = fmtBytes(r.CacheBudgetBytes)
+		}
+		row(w, "  cache:", fmt.Sprintf("%s of %s in %s", fmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
+		row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
+		row(w, "  import:", fmt.Sprint(r.Import))
+		row(w, "  trusted keys:", orDash(strings.Join(r.TrustedKeys, ", ")))
+	}
+	if k := info.RegistryKey; k != nil {
+		row(w, "Signing key:", k.ID)
+		row(w, "", k.PublicKey)
+	}
+}
+
+// fmtDuration formats milliseconds as a short duration: "1m0s", "500ms",
+// "30 days".
+func fmtDuration(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	const day = 24 * time.Hour
+	switch {
+	case d == day:
+		return "1 day"
+	case d > day && d%day == 0:
+		return fmt.Sprintf("%d days", d/day)
+	}
+	return d.String()
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -17,29 +17,61 @@ func (a *app) newInvocationsCmd() *cobra.Command {
 		Use:     "invocations",
 		Aliases: []string{"invs"},
 		Short:   "List recent invocations, newest first",
+		Long: `List recent invocations, newest first: every invocation that reached a
+guest, those that timed out or whose VM failed included (OK no, ERROR
+Timeout or VMFailed). -o wide adds the VM, the snapshot, the version and
+why a strategy fell back to vanilla.`,
 		Example: `  thaw invocations
   thaw invocations --function hello --limit 10
-  thaw --json invocations --limit 1 | jq '.items[0].detail.timing'`,
+  thaw -o json invocations --limit 1 | jq '.items[0].detail.timing'`,
 		Args: exactArgs(),
-		RunE: listRunE(a, func(c *client.Client, ctx context.Context) ([]client.InvocationRecord, error) {
+		RunE: func(*cobra.Command, []string) error {
 			if limit < 0 {
-				return nil, usagef("--limit must be positive, got %d", limit)
+				return usagef("--limit must be positive, got %d", limit)
 			}
-			return c.ListInvocations(ctx, function, limit)
-		}, []string{"ID", "FUNCTION", "MODE", "STATUS", "TOTAL", "VM", "SNAPSHOT", "STRATEGY", "CREATED"},
-			func(r *client.InvocationRecord) []string {
-				status := "ok"
-				if !r.OK {
-					status = "error"
-					if e := r.Detail.Error; e != nil && e.Type != "" {
-						status += ": " + truncate(e.Type, 30)
-					}
-				}
-				return []string{r.ID, r.Function, orDash(r.Detail.Mode), status, fmtMS(r.Detail.Timing.TotalMS),
-					orDash(r.VM), orDash(r.Snapshot), orDash(r.Strategy), fmtAge(r.CreatedAt)}
-			}),
+			recs, err := a.c.ListInvocations(a.ctx, function, limit)
+			if err != nil {
+				return err
+			}
+			head := []string{"ID", "FUNCTION", "OK", "MODE", "TOTAL", "STRATEGY", "CREATED", "ERROR"}
+			if a.wide {
+				head = []string{"ID", "FUNCTION", "OK", "MODE", "TOTAL", "STRATEGY", "CREATED", "VM", "SNAPSHOT", "VERSION", "ERROR", "FALLBACK"}
+			}
+			return printTable(a, recs, head, a.invocationCells)
+		},
 	}
 	cmd.Flags().StringVarP(&function, "function", "f", "", "only the invocations of this function")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many (default: the daemon's, 100)")
 	return cmd
+}
+
+// invocationCells are an invocation's row: the short columns first, the
+// error last (in -o wide the VM, snapshot and version before it and the
+// fallback after it).
+func (a *app) invocationCells(r *client.InvocationRecord) []string {
+	ok, errText := "yes", "-"
+	if !r.OK {
+		ok, errText = "no", "error"
+		if e := r.Detail.Error; e != nil && e.Type != "" {
+			errText = e.Type
+			if a.wide && e.Message != "" {
+				errText += ": " + truncate(e.Message, 60)
+			}
+		}
+	}
+	strategy := orDash(r.Strategy)
+	fallback := "-"
+	if st := r.Detail.StrategyStats; st != nil && st.Fallback != "" {
+		strategy += " (fell back)"
+		fallback = truncate(st.Fallback, 120)
+	}
+	cells := []string{r.ID, r.Function, ok, orDash(r.Detail.Mode), fmtMS(r.Detail.Timing.TotalMS), strategy, fmtAge(r.CreatedAt)}
+	if !a.wide {
+		return append(cells, truncate(errText, 30))
+	}
+	version := "-"
+	if r.Detail.Version > 0 {
+		version = fmt.Sprint(r.Detail.Version)
+	}
+	return append(cells, orDash(r.VM), orDash(r.Snapshot), version, errText, fallback)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,32 +27,46 @@ Cold (the default): the daemon restores a fresh VM from the function's
 newest snapshot (or --snapshot) and invokes it. It then keeps the VM idle
 for the function's keep-alive time, and the next invocations that name no
 snapshot or strategy run on it (mode "pooled"), as fast as warm ones.
---strategy picks how memory is restored, and always restores.
+--strategy picks how memory is restored, and always restores. A strategy
+that cannot restore the snapshot (its artifacts missing or damaged; for
+premap, the snapshot not in the memory store) runs as vanilla: thaw warns
+on stderr, or with --strict the daemon refuses and thaw exits with code 1.
 
 Warm (--vm ID): the event goes to a VM that is already running the
-function; --snapshot and --strategy do not apply.
+function; --snapshot and --strategy do not apply. If the invocation times
+out, the daemon kills that VM (a guest that does not answer cannot be
+trusted): it is failed afterwards.
 
-thaw prints the function's result, pretty-printed, then where the time
-went. If the function raises, thaw prints its error and traceback on
-stderr and exits with code 3. With --json it prints the whole invocation
-document instead (exit code 3 too if the function raised).`,
+Timeout: --timeout-ms, else the daemon's default (thawd --invoke-timeout;
+'thaw info' shows it). A timed-out invocation is in 'thaw invocations' with
+its error.
+
+stdout carries only the function's result, as JSON: 'thaw invoke f > out.json'
+writes a document any JSON tool reads. Where the time went goes to stderr
+(to stdout after the result with --timing; not at all with -q). If the
+function raises, thaw prints its error and traceback on stderr, nothing on
+stdout, and exits with code 3. With -o json (or yaml) it prints the whole
+invocation document instead (exit code 3 too if the function raised).`,
 		Example: `  thaw invoke hello
-  thaw invoke hello --event '{"name": "thaw"}'
-  thaw invoke hello --event-file event.json --strategy STRATEGY
+  thaw invoke hello --event '{"name": "thaw"}' > out.json
+  thaw invoke hello --event-file event.json --strategy STRATEGY --strict
   echo '{"n": 3}' | thaw invoke hello --event-file -
   thaw invoke hello --vm vm-0123abcd --timeout-ms 5000
-  thaw --json invoke hello | jq .timing`,
+  thaw invoke hello --timing
+  thaw -o json invoke hello | jq .timing`,
 		Args: exactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.invoke(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()
 	f.ev.add(cmd, "the event")
-	fl.StringVar(&f.vm, "vm", "", "invoke warm, on this running VM")
+	fl.StringVar(&f.vm, "vm", "", "invoke warm, on this running VM (a timeout kills the VM)")
 	fl.StringVar(&f.snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
 	fl.StringVarP(&f.strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
 	fl.StringVar(&f.variant, "variant", "", "cold, --strategy faasnap: FaaSnap with techniques off (concurrent, no-loadingset, no-hostrec, no-freed, no-merge)")
-	fl.IntVar(&f.timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's)")
+	fl.IntVar(&f.timeoutMS, "timeout-ms", 0, "invocation timeout in milliseconds (default: the daemon's, thawd --invoke-timeout)")
 	fl.BoolVar(&f.evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
+	fl.BoolVar(&f.strict, "strict", false, "cold: fail instead of running as vanilla when the strategy cannot restore the snapshot")
+	fl.BoolVar(&f.timing, "timing", false, "print where the time went on stdout, after the result (default: on stderr)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
 }
@@ -62,7 +77,7 @@ type invokeFlags struct {
 	vm, snapshot, strategy string
 	variant                string
 	timeoutMS              int
-	evict                  bool
+	evict, strict, timing  bool
 }
 
 // invoke runs thaw invoke FUNCTION.
@@ -83,8 +98,8 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 	if err != nil {
 		return err
 	}
-	if f.vm != "" && f.evict {
-		return usagef("--evict-cache applies to cold invocations only (not with --vm)")
+	if f.vm != "" && (f.evict || f.strict) {
+		return usagef("--evict-cache and --strict apply to cold invocations only (not with --vm)")
 	}
 	opts := client.InvokeOptions{
 		Timeout:    time.Duration(f.timeoutMS) * time.Millisecond,
@@ -92,6 +107,7 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 		Variant:    f.variant,
 		Snapshot:   f.snapshot,
 		EvictCache: f.evict,
+		Strict:     f.strict,
 	}
 	var inv *client.Invocation
 	if f.vm != "" {
@@ -112,7 +128,7 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 			return err
 		}
 	}
-	return a.printInvocation(inv)
+	return a.printInvocation(inv, f.timing)
 }
 
 // eventFlags are --event and --event-file.
@@ -145,7 +161,7 @@ func (e *eventFlags) read(a *app, cmd *cobra.Command) (json.RawMessage, error) {
 	case file != "":
 		var err error
 		if b, err = os.ReadFile(file); err != nil {
-			return nil, fmt.Errorf("read the event: %w", err)
+			return nil, usagef("--event-file: %v", err)
 		}
 		what = "the event in " + file
 	default:
@@ -166,27 +182,33 @@ func (e *eventFlags) read(a *app, cmd *cobra.Command) (json.RawMessage, error) {
 	return json.RawMessage(b), nil
 }
 
-// printInvocation prints an invocation's result and timing, or its error;
-// a function error ends thaw with exit code 3.
-func (a *app) printInvocation(inv *client.Invocation) error {
+// printInvocation prints an invocation: warnings first (stderr), then
+// its result on stdout and where the time went (stderr, or stdout with
+// timing), or its error on stderr; a function error ends thaw with exit
+// code 3.
+func (a *app) printInvocation(inv *client.Invocation, timing bool) error {
+	a.warnInvocation(inv)
 	if a.json {
 		if err := a.printJSON(inv); err != nil {
 			return err
 		}
 		if !inv.OK {
-			fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", termtext.Line(inv.Function), funcErrorLine(inv.Error))
+			a.report("function_error", fmt.Sprintf("function %s raised %s", inv.Function, funcErrorText(inv.Error)), "", "")
 			return &exitCodeError{code: exitFunction}
 		}
 		return nil
 	}
 	if inv.OK {
-		// JSON leaves DEL and C1 controls (and a guest's stray bytes) raw
-		// in strings; escaped here, as nowhere else is the result shown.
-		fmt.Fprintln(a.stdout, termtext.Escape(prettyJSON(inv.Result)))
-		fmt.Fprintln(a.stdout)
+		fmt.Fprintf(a.stdout, "%s\n", resultJSON(inv.Result))
 	}
-	if err := a.printTiming(inv); err != nil {
-		return err
+	if timing || !a.quiet {
+		w := a.stream(timing)
+		if timing && inv.OK {
+			fmt.Fprintln(w)
+		}
+		if err := a.printTiming(w, inv); err != nil {
+			return err
+		}
 	}
 	if inv.OK {
 		return nil
@@ -196,6 +218,36 @@ func (a *app) printInvocation(inv *client.Invocation) error {
 		fmt.Fprint(a.stderr, termtext.Indent(inv.Error.Traceback))
 	}
 	return &exitCodeError{code: exitFunction}
+}
+
+// warnInvocation warns on stderr of what the invocation did that was not
+// asked for: a strategy that fell back to vanilla, an older build of the
+// version that was served.
+func (a *app) warnInvocation(inv *client.Invocation) {
+	if st := inv.StrategyStats; st != nil && st.Fallback != "" {
+		requested, _, _ := strings.Cut(st.Fallback, " ")
+		why := st.Fallback
+		if _, after, ok := strings.Cut(why, "restored with vanilla: "); ok {
+			why = after
+		}
+		a.warn("strategy %s fell back to vanilla: %s (--strict refuses a fallback)", requested, why)
+	}
+	if b := inv.Timing.Build; b != nil {
+		a.warn("version %d is stale (%s); served from %s until it is rebuilt", inv.Version, b.Stale, map[string]string{
+			"boot": "a boot", "snapshot": "its older snapshot"}[b.Served])
+	}
+}
+
+// funcErrorText is a function error's type and message as the guest
+// wrote them (for a document, which escapes them itself).
+func funcErrorText(e *client.FunctionError) string {
+	switch {
+	case e == nil:
+		return "an error (no details)"
+	case e.Message == "":
+		return e.Type
+	}
+	return e.Type + ": " + e.Message
 }
 
 // funcErrorLine is a function error's type and message, escaped: the
@@ -226,7 +278,8 @@ func prettyJSON(raw json.RawMessage) string {
 	return buf.String()
 }
 
-func (a *app) printTiming(inv *client.Invocation) error {
+// printTiming writes an invocation's headline and timing table to w.
+func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	how := inv.Mode
 	if how == "" {
 		how = "?"
@@ -243,8 +296,8 @@ func (a *app) printTiming(inv *client.Invocation) error {
 	if inv.Strategy != "" {
 		how += ", strategy " + inv.Strategy
 	}
-	fmt.Fprintf(a.stdout, "invocation %s (%s) on vm %s\n", inv.ID, how, orDash(inv.VM))
-	w := newTable(a.stdout)
+	fmt.Fprintf(w0, "invocation %s (%s) on vm %s\n", inv.ID, how, orDash(inv.VM))
+	w := newTable(w0)
 	t := inv.Timing
 	if t.ImportMS > 0 {
 		row(w, "import", fmtMSCol(t.ImportMS), "function imported lazily from the registry first")
@@ -263,9 +316,6 @@ func (a *app) printTiming(inv *client.Invocation) error {
 		row(w, "vmm reads", fmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
 	}
 	if st := inv.StrategyStats; st != nil {
-		if st.Fallback != "" {
-			row(w, "FALLBACK", st.Fallback, "")
-		}
 		if st.CacheFillMS > 0 {
 			row(w, "cache fill", fmtMSCol(st.CacheFillMS), "before the restore (cached)")
 		}

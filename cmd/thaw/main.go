@@ -9,23 +9,23 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/client"
-	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
 // Exit codes.
 const (
-	exitOK       = 0 // success
-	exitError    = 1 // any error: daemon error, unreachable daemon, bad input file, ...
-	exitUsage    = 2 // usage error: unknown command or flag, bad arguments
-	exitFunction = 3 // the function ran but raised an exception
+	exitOK       = 0   // success
+	exitError    = 1   // any error: daemon error, unreachable daemon, ...
+	exitUsage    = 2   // usage error: unknown command or flag, bad arguments or flag values (the daemon's 400 too), a missing input file
+	exitFunction = 3   // the function ran but raised an exception
+	exitSignal   = 128 // plus the signal's number: interrupted (SIGINT: 130, SIGTERM: 143)
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	code := execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -50,6 +50,14 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err == nil {
 		return exitOK
 	}
+	_ = a.resolveOutput() // errors are reported in the format asked for, whatever else is wrong
+	if sig, ok := interruptedBy(ctx); ok {
+		var ee *exitCodeError
+		if !errors.As(err, &ee) { // not reported yet
+			a.report("interrupted", "interrupted; the operation may still finish on the daemon", "", "")
+		}
+		return exitSignal + sig
+	}
 	var ee *exitCodeError
 	if errors.As(err, &ee) {
 		return ee.code // already reported
@@ -58,12 +66,22 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if errors.As(err, &ue) || !a.inRun {
 		// Errors cobra finds before a command runs (unknown commands and
 		// flags, wrong number of arguments, ...) are usage errors too.
-		fmt.Fprintf(stderr, "thaw: %s\n", termtext.Inline(err.Error()))
-		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		a.report("usage", err.Error(), "", usageLine(cmd))
+		return exitUsage
+	}
+	var ae *client.APIError
+	if errors.As(err, &ae) && errors.Is(err, client.ErrInvalid) {
+		// The daemon refused the request as malformed (400): a bad value given.
+		a.report(ae.Code, err.Error(), ae.RequestID, usageLine(cmd))
 		return exitUsage
 	}
 	a.printError(err)
 	return exitError
+}
+
+// usageLine says where cmd's usage is.
+func usageLine(cmd *cobra.Command) string {
+	return fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath())
 }
 
 // printError reports a failed operation on stderr, with a hint where one
@@ -71,26 +89,36 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 func (a *app) printError(err error) {
 	switch {
 	case a.ctx != nil && errors.Is(a.ctx.Err(), context.DeadlineExceeded):
-		fmt.Fprintf(a.stderr, "thaw: no answer from thawd within %s (raise --timeout); the operation may still finish on the daemon\n", a.timeout)
+		a.report("deadline", fmt.Sprintf("no answer from thawd within %s (raise --timeout); the operation may still finish on the daemon", a.timeout), "", "")
 		return
 	case a.ctx != nil && errors.Is(a.ctx.Err(), context.Canceled):
-		fmt.Fprintln(a.stderr, "thaw: interrupted; the operation may still finish on the daemon")
+		a.report("interrupted", "interrupted; the operation may still finish on the daemon", "", "")
 		return
 	}
-	// The daemon's messages may quote a guest (its console, an agent's
-	// reply, QEMU's log): escaped, continuation lines marked.
-	fmt.Fprintf(a.stderr, "thaw: %s\n", termtext.Inline(err.Error()))
+	code, rid := "error", ""
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		code, rid = ae.Code, ae.RequestID
+	} else if errors.Is(err, client.ErrUnreachable) {
+		code = "unreachable"
+	}
+	a.report(code, err.Error(), rid, errorHint(a, err))
+}
+
+// errorHint is what to do about err, if thaw knows.
+func errorHint(a *app, err error) string {
 	switch {
 	case errors.Is(err, client.ErrUnreachable) && errors.Is(err, os.ErrPermission):
-		fmt.Fprintln(a.stderr, "thaw: this user may not use thawd's socket: run as root or as a member of thawd's --socket-group, or use http with the API token (THAW_URL, THAW_TOKEN)")
+		return "this user may not use thawd's socket: run as root or as a member of thawd's --socket-group, or use http with the API token (THAW_URL, THAW_TOKEN)"
 	case errors.Is(err, client.ErrUnreachable):
-		fmt.Fprintln(a.stderr, "thaw: is thawd running? start it with 'thawd' or set THAW_URL")
+		return "is thawd running? start it with 'thawd' or set THAW_URL"
 	case errors.Is(err, client.ErrUnauthorized) && a.c != nil && a.c.HasToken():
-		fmt.Fprintln(a.stderr, "thaw: the daemon refused this API token: check THAW_TOKEN or THAW_TOKEN_FILE against thawd's token file (<data-dir>/token, or its --token-file)")
+		return "the daemon refused this API token: check THAW_TOKEN or THAW_TOKEN_FILE against thawd's token file (<data-dir>/token, or its --token-file)"
 	case errors.Is(err, client.ErrUnauthorized):
-		fmt.Fprintf(a.stderr, "thaw: thawd wants its API token over TCP: set THAW_TOKEN, or THAW_TOKEN_FILE to thawd's token file (<data-dir>/token, %s by default; readable by root only), or use the Unix socket (--url %s)\n",
+		return fmt.Sprintf("thawd wants its API token over TCP: set THAW_TOKEN, or THAW_TOKEN_FILE to thawd's token file (<data-dir>/token, %s by default; readable by root only), or use the Unix socket (--url %s)",
 			client.DefaultTokenFile, client.DefaultURL)
 	}
+	return ""
 }
 
 // usageError is a bad command line found by a command itself (exit code 2).

@@ -331,8 +331,11 @@ func TestInvokeFunctionRaised(t *testing.T) {
 		"thaw: function hello raised ValueError: bad input",
 		"Traceback (most recent call last):",
 		`File "handler.py", line 3, in handle`)
-	// The timing still goes to stdout.
-	wantContains(t, "stdout", r.stdout, "restore setup", "load state", "invoke", "total", "10.8 ms", "teardown")
+	// Nothing on stdout; the timing goes to stderr.
+	if r.stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+	wantContains(t, "stderr", r.stderr, "restore setup", "load state", "invoke", "total", "10.8 ms", "teardown")
 	if got := string(f.body("POST /v1/functions/hello/invoke")); !strings.Contains(got, `"event":{"x":1}`) {
 		t.Errorf("request body %s does not carry the event", got)
 	}
@@ -358,8 +361,11 @@ func TestInvokeOK(t *testing.T) {
 	f := newFakeDaemon(t)
 	r := f.thaw(t, "invoke", "ok", "--snapshot", "snap-2", "--strategy", "file", "--timeout-ms", "1500")
 	wantCode(t, r, 0)
-	wantContains(t, "stdout", r.stdout, "{\n  \"greeting\": \"hello\",\n  \"n\": [\n    1,\n    2\n  ]\n}\n",
-		"inv-2", "cold", "restore setup", "6.5 ms", "guest", "0.5 ms", "total", "10.8 ms")
+	// stdout is the result, exactly; the timing is on stderr.
+	if want := "{\n  \"greeting\": \"hello\",\n  \"n\": [\n    1,\n    2\n  ]\n}\n"; r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
+	}
+	wantContains(t, "stderr", r.stderr, "inv-2", "cold", "restore setup", "6.5 ms", "guest", "0.5 ms", "total", "10.8 ms")
 	var body map[string]any
 	if err := json.Unmarshal(f.body("POST /v1/functions/ok/invoke"), &body); err != nil {
 		t.Fatal(err)
@@ -376,9 +382,12 @@ func TestInvokeWarm(t *testing.T) {
 	f := newFakeDaemon(t)
 	r := f.thaw(t, "invoke", "hello", "--vm", "vm-run")
 	wantCode(t, r, 0)
-	wantContains(t, "stdout", r.stdout, "42\n", "warm", "invoke", "1.5 ms")
-	if strings.Contains(r.stdout, "restore") {
-		t.Errorf("a warm invocation shows restore timing:\n%s", r.stdout)
+	if r.stdout != "42\n" {
+		t.Errorf("stdout %q, want the result 42", r.stdout)
+	}
+	wantContains(t, "stderr", r.stderr, "warm", "invoke", "1.5 ms")
+	if strings.Contains(r.stderr, "restore") {
+		t.Errorf("a warm invocation shows restore timing:\n%s", r.stderr)
 	}
 
 	// The VM must run the named function.
@@ -468,14 +477,14 @@ func TestHelp(t *testing.T) {
 	f := newFakeDaemon(t)
 	r := f.thaw(t, "--help")
 	wantCode(t, r, 0)
-	wantContains(t, "help", r.stdout, "Exit codes:", "3  the function ran but raised", "function", "snapshot", "invoke")
+	wantContains(t, "help", r.stdout, "Exit codes:", "3    the function ran but raised", "130  interrupted", "function", "snapshot", "invoke")
 	r = f.thaw(t, "invoke", "--help")
 	wantCode(t, r, 0)
 	wantContains(t, "help", r.stdout, "--event-file", "Examples:")
 }
 
 func TestVMListShowsFailureReason(t *testing.T) {
-	lines := tableLines(t, newFakeDaemon(t), 2, "vm", "list")
+	lines := tableLines(t, newFakeDaemon(t), 2, "vm", "list", "--state", "all")
 	wantContains(t, "header", lines[0], "ID", "FUNCTION", "STATE", "MEMORY", "STARTUP", "REASON")
 	wantContains(t, "running row", lines[1], "vm-run", "running", "4242", "boot", "812.3 ms")
 	wantContains(t, "failed row", lines[2], "vm-bad", "failed", "snap-1", "30.0 ms", "guest agent did not answer", "…")
@@ -496,12 +505,12 @@ func TestInfoAndInvocations(t *testing.T) {
 	f := newFakeDaemon(t)
 	r := f.thaw(t, "info")
 	wantCode(t, r, 0)
-	wantContains(t, "info", r.stdout, "thawd 0.1.0", "kvm (probe)", "/dev/kvm is usable", "8.2.2", "abc123", "6.6.1",
+	wantContains(t, "info", r.stdout, "thawd 0.1.0", "kvm (probe: /dev/kvm is usable)", "8.2.2", "abc123", "6.6.1",
 		"/var/lib/thaw", "file, mmap")
 
 	r = f.thaw(t, "invocations", "--function", "hello", "--limit", "5")
 	wantCode(t, r, 0)
-	wantContains(t, "invocations", r.stdout, "ID", "STATUS", "TOTAL", "inv-1", "error: ValueError", "10.8 ms", "cold")
+	wantContains(t, "invocations", r.stdout, "ID", "OK", "TOTAL", "ERROR", "inv-1", "ValueError", "10.8 ms", "cold")
 	f.mu.Lock()
 	last := f.requests[len(f.requests)-1]
 	f.mu.Unlock()

@@ -13,8 +13,8 @@ func (a *app) newOpenAPICmd() *cobra.Command {
 		Use:   "openapi",
 		Short: "Print the daemon's OpenAPI document",
 		Long: `Print the daemon's OpenAPI document, which describes its REST API under
-/v1. It is indented for reading; with --json it is printed as the daemon
-sends it.`,
+/v1. It is indented for reading; with -o json (--json) it is printed as
+the daemon sends it, with -o yaml as YAML.`,
 		Example: `  thaw openapi > openapi.json`,
 		Args:    exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -23,6 +23,9 @@ sends it.`,
 				return err
 			}
 			doc = bytes.TrimSpace(doc)
+			if a.format == formatYAML {
+				return a.printDocument(doc)
+			}
 			if !a.json {
 				var buf bytes.Buffer
 				if err := json.Indent(&buf, doc, "", "  "); err == nil {

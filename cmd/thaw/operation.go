@@ -24,8 +24,10 @@ and return at once; Ctrl-C while following detaches too. The work goes on
 in the daemon either way; follow it again with 'thaw operation wait ID'.
 
 thawd keeps finished operations for an hour (the newest 1000); none
-survives a daemon restart, but what they made (VMs, snapshots) does.`, "op")
-	cmd.AddCommand(a.newOperationGetCmd(), a.newOperationListCmd(), a.newOperationWaitCmd(), a.newOperationDeleteCmd())
+survives a daemon restart, but what they made (VMs, snapshots) does.
+'thaw operation cancel ID' stops a running one.`, "op")
+	cmd.AddCommand(a.newOperationGetCmd(), a.newOperationListCmd(), a.newOperationWaitCmd(), a.newOperationCancelCmd(),
+		a.newOperationDeleteCmd())
 	return cmd
 }
 
@@ -35,9 +37,9 @@ func (a *app) newOperationGetCmd() *cobra.Command {
 
 func (a *app) newOperationListCmd() *cobra.Command {
 	return newListCmd("operations", listRunE(a, (*client.Client).ListOperations,
-		[]string{"ID", "KIND", "TARGET", "STATE", "PROGRESS", "CREATED"},
+		[]string{"ID", "KIND", "TARGET", "STATE", "CREATED", "PROGRESS"},
 		func(op *client.Operation) []string {
-			return []string{op.ID, op.Kind, op.Target, op.State, truncate(progressText(op), 50), fmtAge(op.CreatedAt)}
+			return []string{op.ID, op.Kind, op.Target, op.State, fmtAge(op.CreatedAt), truncate(progressText(op), 50)}
 		}))
 }
 
@@ -56,6 +58,31 @@ with its error). Ctrl-C stops following; the operation goes on.`,
 				return err
 			}
 			return a.printResult(op)
+		},
+	}
+}
+
+func (a *app) newOperationCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a running operation",
+		Long: `Cancel a running operation: the daemon stops its work, cleans up what the
+work had made as after any failure of it (a canceled boot leaves no VM), and
+answers once the work has stopped; thaw then prints the operation, failed
+with code canceled (or succeeded, if its work finished first). An operation
+that has ended cannot be canceled (exit code 1).`,
+		Example: `  OP=$(thaw prepare hello --detach) && thaw operation cancel "$OP"`,
+		Args:    exactArgs("ID"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			op, err := a.c.CancelOperation(a.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if a.quiet {
+				a.quietID(op.ID)
+				return nil
+			}
+			return a.printOperation(op)
 		},
 	}
 }
@@ -115,6 +142,7 @@ func (a *app) runOperation(detach bool, start func() (*client.Operation, error))
 // following; the operation continues in the daemon.
 func (a *app) follow(id string) (*client.Operation, error) {
 	p := newProgressLine(a.stderr)
+	p.quiet = a.quiet
 	op, err := a.c.WaitOperation(a.ctx, id, p.show)
 	p.end()
 	if err != nil && a.ctx.Err() != nil {
@@ -122,7 +150,12 @@ func (a *app) follow(id string) (*client.Operation, error) {
 		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
 			why = fmt.Sprintf("no end within %s (raise --timeout)", a.timeout)
 		}
-		fmt.Fprintf(a.stderr, "thaw: %s; operation %s goes on in thawd: follow it with 'thaw operation wait %s'\n", why, id, id)
+		code := "interrupted"
+		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
+			code = "deadline"
+		}
+		a.report(code, fmt.Sprintf("%s; operation %s goes on in thawd: follow it with 'thaw operation wait %s', stop it with 'thaw operation cancel %s'",
+			why, id, id, id), "", "")
 		return nil, &exitCodeError{code: exitError}
 	}
 	return op, err
@@ -138,8 +171,14 @@ func (a *app) printResult(op *client.Operation) error {
 	case r.VM != nil:
 		return a.printVM(r.VM)
 	case r.Prepare != nil:
-		if a.json {
+		switch {
+		case a.json:
 			return a.printJSON(r.Prepare)
+		case a.quiet:
+			if r.Prepare.Warm != nil {
+				a.quietID(r.Prepare.Warm.ID)
+			}
+			return nil
 		}
 		return a.printPrepare(r.Prepare)
 	case r.Store != nil:
@@ -190,6 +229,7 @@ func progressText(op *client.Operation) string {
 type progressLine struct {
 	w     io.Writer
 	tty   bool
+	quiet bool // -q: nothing
 	phase string
 	drawn bool
 }
@@ -205,6 +245,9 @@ func newProgressLine(w io.Writer) *progressLine {
 }
 
 func (p *progressLine) show(op *client.Operation) {
+	if p.quiet {
+		return
+	}
 	text := fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, progressText(op))
 	if op.State != "running" {
 		text = fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, op.State)

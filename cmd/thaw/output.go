@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -13,31 +12,31 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// printJSON prints v as indented JSON on stdout, DEL and C1 controls in
-// strings escaped (termtext.JSON).
-func (a *app) printJSON(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(a.stdout, "%s\n", termtext.JSON(b))
-	return err
-}
-
-// printOr prints v as JSON with --json, else the line format makes of args.
+// printOr prints v as a document with -o json or yaml, else the line
+// format makes of args (nothing with -q).
 func (a *app) printOr(v any, format string, args ...any) error {
-	if a.json {
+	switch {
+	case a.json:
 		return a.printJSON(v)
+	case a.quiet:
+		return nil
 	}
 	fmt.Fprintf(a.stdout, format, args...)
 	return nil
 }
 
-// printObject prints v as JSON with --json, else "headline id" (when there
-// is a headline) and the rows fill writes, aligned.
+// printObject prints v as a document with -o json or yaml, else "headline
+// id" (when there is a headline) and the rows fill writes, aligned. With
+// -q it prints the id of what a command did something to (a headline's).
 func (a *app) printObject(v any, headline, id string, fill func(w io.Writer)) error {
-	if a.json {
+	switch {
+	case a.json:
 		return a.printJSON(v)
+	case a.quiet:
+		if headline != "" {
+			a.quietID(id)
+		}
+		return nil
 	}
 	if headline != "" {
 		fmt.Fprintf(a.stdout, "%s %s\n", headline, id)
@@ -128,6 +127,18 @@ func fmtAge(t time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d/time.Hour))
 	case d < 7*24*time.Hour:
 		return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+	}
+	return t.Local().Format("2006-01-02 15:04")
+}
+
+// fmtUntil formats a time to come: "in 42s" when near, else its date.
+func fmtUntil(t time.Time) string {
+	d := t.Sub(now())
+	switch {
+	case d < 0:
+		return "now"
+	case d < time.Hour:
+		return fmt.Sprintf("in %ds", int(d.Round(time.Second)/time.Second))
 	}
 	return t.Local().Format("2006-01-02 15:04")
 }

@@ -80,8 +80,12 @@ func (a *app) printPush(r *client.PushResult) error {
 }
 
 func (a *app) printPull(r *client.PullResult) error {
-	if a.json {
+	switch {
+	case a.json:
 		return a.printJSON(r)
+	case a.quiet:
+		a.quietID(r.Snapshot.ID)
+		return nil
 	}
 	if err := a.snapshotPrinter("pulled snapshot")(r.Snapshot); err != nil {
 		return err
@@ -111,7 +115,7 @@ to and from it. These commands look after the registry itself.`)
 func (a *app) newRegistryListCmd() *cobra.Command {
 	cmd := newListCmd("the snapshots in the registry", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.RegistrySnapshot, error) {
 		return c.ListRegistrySnapshots(ctx)
-	}, []string{"ID", "FUNCTION", "LATEST", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED", "SIGNER", "TRUSTED"},
+	}, []string{"ID", "FUNCTION", "LATEST", "TRUSTED", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED", "SIGNER"},
 		func(s *client.RegistrySnapshot) []string {
 			latest := "-"
 			if s.Latest {
@@ -121,8 +125,8 @@ func (a *app) newRegistryListCmd() *cobra.Command {
 			if s.Refused != "" {
 				trusted = "no"
 			}
-			return []string{s.ID, s.Function, latest, fmt.Sprint(s.Chunks), fmtBytes(s.StoredBytes), fmtBytes(s.DataBytes),
-				fmtAge(s.CreatedAt), fmtAge(s.PushedAt), signer, trusted}
+			return []string{s.ID, s.Function, latest, trusted, fmt.Sprint(s.Chunks), fmtBytes(s.StoredBytes), fmtBytes(s.DataBytes),
+				fmtAge(s.CreatedAt), fmtAge(s.PushedAt), signer}
 		}))
 	cmd.Long = `List the snapshots pushed to the registry, oldest first. LATEST marks the one
 its function's record names: what 'thaw snapshot pull --function' and nodes
@@ -188,6 +192,9 @@ func (a *app) printGC(r *client.GCResult) error {
 	what := "collected"
 	if r.DryRun {
 		what = "dry run, nothing deleted"
+	}
+	if a.quiet {
+		return nil
 	}
 	return a.printObject(r, "registry", what, func(w io.Writer) {
 		row(w, "Read:", fmt.Sprintf("%d snapshots, %d functions, %d chunks", r.Snapshots, r.Functions, r.Chunks))

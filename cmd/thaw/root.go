@@ -19,8 +19,15 @@ type app struct {
 	stdout, stderr io.Writer
 
 	url     string
-	json    bool
 	timeout time.Duration
+	// Output (format.go): -o, --json, -q as given, and what they resolve
+	// to: json is true for a document format (JSON or YAML).
+	output   string
+	jsonFlag bool
+	quiet    bool
+	format   string
+	json     bool
+	wide     bool
 
 	c      *client.Client
 	ctx    context.Context // the request context, with --timeout
@@ -50,14 +57,23 @@ $THAW_CACERT to its PEM file.
 
   export THAW_URL=http://127.0.0.1:7380 THAW_TOKEN_FILE=/var/lib/thaw/token
 
-With --json every command prints the daemon's JSON documents instead of
-tables (lists as {"items": [...]}), for scripts.
+Output: stdout carries only the command's document, so it can be
+redirected and parsed: a table (-o table, the default; -o wide adds every
+column), the daemon's JSON or YAML documents (-o json, -o yaml; --json is
+-o json; lists as {"items": [...]}), or with -q only ids, one a line (lists,
+and commands that create or start something). 'thaw invoke' prints the
+function's result, as JSON. Progress, timing, warnings and errors go to
+stderr; with -o json or yaml errors are a document there too:
+{"error": {"code": ..., "message": ..., "request_id": ...}}.
 
 Exit codes:
-  0  success
-  1  error (the daemon refused or failed the request, it is unreachable, ...)
-  2  usage error (unknown command or flag, bad arguments, invalid --event)
-  3  the function ran but raised an exception (thaw invoke)`
+  0    success
+  1    error (the daemon refused or failed the request, it is unreachable, ...)
+  2    usage error (unknown command or flag, bad arguments or flag values,
+       invalid --event, a missing input file; a request the daemon refused
+       as malformed, 400)
+  3    the function ran but raised an exception (thaw invoke)
+  130  interrupted (Ctrl-C); 143 on SIGTERM`
 
 func (a *app) newRootCmd() *cobra.Command {
 	defURL := os.Getenv("THAW_URL")
@@ -79,7 +95,9 @@ func (a *app) newRootCmd() *cobra.Command {
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.url, "url", defURL, "thawd's address: unix:/path/to/socket, or http(s)://host:port with a token (env THAW_URL; token from THAW_TOKEN or THAW_TOKEN_FILE)")
-	pf.BoolVar(&a.json, "json", false, "print the daemon's JSON documents instead of tables")
+	pf.StringVarP(&a.output, "output", "o", "", "output format: table (the default), wide (every column), json or yaml (the daemon's documents)")
+	pf.BoolVar(&a.jsonFlag, "json", false, "print the daemon's JSON documents instead of tables (-o json)")
+	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only ids, one a line (lists, and commands that create or start something); invoke: only the result")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
 
 	root.AddCommand(
@@ -99,6 +117,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newOpenAPICmd(),
 		a.newBenchCmd(),
 		a.newVersionCmd(),
+		a.newCompletionCmd(),
 	)
 	a.registerCompletions(root)
 	a.wrapRunE(root)
@@ -135,6 +154,9 @@ func (a *app) setup(ctx context.Context) error {
 	}
 	if a.timeout <= 0 {
 		return usagef("--timeout must be positive, got %s", a.timeout)
+	}
+	if err := a.resolveOutput(); err != nil {
+		return err
 	}
 	c, err := client.NewFromEnv(a.url)
 	if err != nil {

@@ -41,8 +41,7 @@ func (a *app) newSnapshotUnpinCmd() *cobra.Command {
 			if err := a.c.UnpinSnapshot(a.ctx, args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "unpinned snapshot %s\n", args[0])
-			return nil
+			return a.printOr(nil, "unpinned snapshot %s\n", args[0])
 		},
 	}
 }
@@ -187,8 +186,12 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 
 // printStored prints a snapshot's entry in the memory store.
 func (a *app) printStored(e *client.StoreEntry) error {
-	if a.json {
+	switch {
+	case a.json:
 		return a.printJSON(e)
+	case a.quiet:
+		a.quietID(e.Snapshot)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
 		e.Snapshot, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
@@ -196,8 +199,14 @@ func (a *app) printStored(e *client.StoreEntry) error {
 }
 
 func (a *app) printStore(in *client.StoreInfo) error {
-	if a.json {
+	switch {
+	case a.json:
 		return a.printJSON(in)
+	case a.quiet:
+		for _, e := range in.Entries {
+			a.quietID(e.Snapshot)
+		}
+		return nil
 	}
 	if !in.Available {
 		fmt.Fprintf(a.stdout, "no memory store: %s\n", termtext.Line(in.Error))

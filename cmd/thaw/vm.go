@@ -61,27 +61,92 @@ daemon's strategies; default: the daemon's).`,
 }
 
 func (a *app) newVMListCmd() *cobra.Command {
-	return newListCmd("VMs", func(*cobra.Command, []string) error {
-		vms, err := a.c.ListVMs(a.ctx)
+	var state string
+	cmd := newListCmd("VMs", func(*cobra.Command, []string) error {
+		keep, err := vmStateFilter(state)
 		if err != nil {
 			return err
 		}
+		all, err := a.c.ListVMs(a.ctx)
+		if err != nil {
+			return err
+		}
+		vms := slices.DeleteFunc(all, func(v client.VM) bool { return !keep(vmState(&v)) })
 		head := []string{"ID", "FUNCTION", "STATE", "MEMORY", "PID", "FROM", "STARTUP", "CREATED"}
-		if slices.ContainsFunc(vms, func(v client.VM) bool { return v.State == "failed" }) {
+		if a.wide {
+			head = append(head, "STRATEGY", "VERSION", "IDLE UNTIL", "REASON")
+		} else if slices.ContainsFunc(vms, func(v client.VM) bool { return v.State == "failed" }) {
 			head = append(head, "REASON")
 		}
-		return printTable(a, vms, head, func(v *client.VM) []string {
-			pid := "-"
-			if v.PID > 0 {
-				pid = fmt.Sprint(v.PID)
-			}
-			cells := []string{v.ID, v.Function, v.State, fmtMiB(v.MemoryMiB), pid, vmSource(v), fmtMS(startupMS(v)), fmtAge(v.CreatedAt)}
-			if v.State == "failed" {
-				cells = append(cells, truncate(v.Reason, 60))
-			}
-			return cells
-		})
+		return printTable(a, vms, head, func(v *client.VM) []string { return a.vmCells(v, len(head)) })
 	})
+	cmd.Long = `List VMs: by default the live ones (booting, running, idle, paused,
+standby). --state picks others: failed and stopped VMs are history (a
+failed one says why in REASON; delete them with 'thaw vm delete').
+
+idle is a VM kept after a cold invocation for its function's next ones
+(the keep-alive pool: thawd --keep-alive, a function's --keep-alive); its
+API state is running, and it goes at IDLE UNTIL unless an invocation takes
+it. standby is a VMM started ahead of a restore (the VMM pool).`
+	cmd.Example = `  thaw vm list
+  thaw vm list --state failed
+  thaw vm delete $(thaw vm list --state failed -q)`
+	cmd.Flags().StringVar(&state, "state", "live", "which VMs: live, booting, running, idle, paused, standby, failed, stopped or all")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(vmStates, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// vmStates are the values of vm list --state.
+var vmStates = []cobra.Completion{"live", "booting", "running", "idle", "paused", "standby", "failed", "stopped", "all"}
+
+// vmState is a VM's state as thaw shows it: the API's, but idle for a
+// running VM the keep-alive pool keeps.
+func vmState(v *client.VM) string {
+	if v.Idle && v.State == "running" {
+		return "idle"
+	}
+	return v.State
+}
+
+// vmStateFilter says which states --state selects.
+func vmStateFilter(state string) (func(string) bool, error) {
+	switch state {
+	case "all":
+		return func(string) bool { return true }, nil
+	case "live":
+		return func(s string) bool { return s != "failed" && s != "stopped" }, nil
+	}
+	if !slices.Contains(vmStates, state) {
+		return nil, usagef("--state %q: use live, booting, running, idle, paused, standby, failed, stopped or all", state)
+	}
+	return func(s string) bool { return s == state }, nil
+}
+
+// vmCells is a VM's row of n columns (the table's head).
+func (a *app) vmCells(v *client.VM, n int) []string {
+	pid := "-"
+	if v.PID > 0 {
+		pid = fmt.Sprint(v.PID)
+	}
+	cells := []string{v.ID, v.Function, vmState(v), fmtMiB(v.MemoryMiB), pid, vmSource(v), fmtMS(startupMS(v)), fmtAge(v.CreatedAt)}
+	if a.wide {
+		version, until := "-", "-"
+		if v.Version > 0 {
+			version = fmt.Sprint(v.Version)
+		}
+		if v.IdleUntil != nil {
+			until = fmtUntil(*v.IdleUntil)
+		}
+		return append(cells, orDash(v.Strategy), version, until, orDash(truncate(v.Reason, 80)))
+	}
+	if len(cells) < n {
+		reason := "-"
+		if v.State == "failed" {
+			reason = truncate(v.Reason, 60)
+		}
+		cells = append(cells, reason)
+	}
+	return cells
 }
 
 func (a *app) newVMGetCmd() *cobra.Command {
@@ -95,7 +160,7 @@ func (a *app) newVMStateCmd(verb, short string, do func(*client.Client, context.
 		Short: short,
 		Args:  exactArgs("ID"),
 		RunE: oneRunE(a, do, func(v *client.VM) error {
-			return a.printOr(v, "vm %s is %s\n", v.ID, v.State)
+			return a.printOr(v, "vm %s is %s\n", v.ID, vmState(v))
 		}),
 	}
 }
@@ -118,10 +183,17 @@ func startupMS(v *client.VM) float64 {
 }
 
 func (a *app) printVM(v *client.VM) error {
+	if a.quiet {
+		a.quietID(v.ID)
+		return nil
+	}
 	err := a.printObject(v, "", "", func(w io.Writer) {
 		row(w, "ID:", v.ID)
 		row(w, "Function:", v.Function)
-		row(w, "State:", v.State)
+		row(w, "State:", vmState(v))
+		if v.IdleUntil != nil {
+			row(w, "Idle until:", fmtUntil(*v.IdleUntil)+" (kept for its function's next invocations; then stopped)")
+		}
 		if v.Reason != "" {
 			row(w, "Reason:", v.Reason)
 		}

@@ -193,6 +193,17 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
+// stripPaths drops the settings whose defaults depend on where thawd runs.
+func stripPaths(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if k, _, _ := strings.Cut(l, ":"); installedPaths[k] == "" {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // stripComments drops the "# source" comments and the header line.
 func stripComments(s string) string {
 	var out []string
@@ -224,11 +235,27 @@ func TestConfigDefault(t *testing.T) {
 	if withFile.code != 0 || without.code != 0 {
 		t.Fatalf("exit %d, %d", withFile.code, without.code)
 	}
-	if a, b := stripComments(withFile.stdout), stripComments(without.stdout); a != b {
+	// The same settings, but for the paths: the file names the installed
+	// ones, whatever the build tree or home directory this test runs in.
+	if a, b := stripPaths(stripComments(withFile.stdout)), stripPaths(stripComments(without.stdout)); a != b {
 		t.Errorf("the default file changes settings:\n%s\nwant\n%s", a, b)
+	}
+	for _, want := range []string{"\nimage: /var/cache/thaw/images/current\n", "\nshim: /usr/lib/thaw/libthaw_shim.so\n",
+		"\nsnapbpf-object: /usr/lib/thaw/snapbpf_capture.bpf.o\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("default config lacks the installed path %q", want)
+		}
+	}
+	exe, _ := os.Executable()
+	home, _ := os.UserHomeDir()
+	for _, local := range []string{filepath.Dir(exe), home, "/.cache/"} {
+		if local != "" && local != "/" && strings.Contains(r.stdout, local) {
+			t.Errorf("default config names %s, a path of this machine", local)
+		}
 	}
 	settings := 0
 	newSettings().fs.VisitAll(func(*pflag.Flag) { settings++ })
+	// base's settings are flags; the rest come from the file.
 	if n := strings.Count(withFile.stdout, "thawd.yaml:"); n != settings-len(base)/2 {
 		t.Errorf("%d settings came from the default file, want every one not given as a flag (%d)", n, settings-len(base)/2)
 	}
@@ -290,5 +317,44 @@ func TestUsageDefaults(t *testing.T) {
 	}
 	if !strings.Contains(usage, "(default /run/thaw/thawd.sock)") {
 		t.Error("--listen's default socket is missing from the usage")
+	}
+}
+
+// TestConfigCheckComputed: the settings thawd computes at start are
+// printed as it would use them (listener, socket group, node name, store
+// and token paths, memory bounds), never as their zero placeholders, and
+// the printed file gives the same settings again.
+func TestConfigCheckComputed(t *testing.T) {
+	dir := t.TempDir()
+	base := []string{"--data-dir", filepath.Join(dir, "data"), "--image", dir, "--shim", filepath.Join(dir, "libthaw_shim.so")}
+	r := runThawd(t, nil, append(base, "config", "check")...)
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	host, _ := os.Hostname()
+	for _, want := range []string{"listen: [" + defaultSocket + "] # default: the Unix socket", "node-name: " + host + " # default: the host name",
+		"socket-group: root # default: root's group", "store-dir: /dev/shm/thaw-store/", "token-file: \"\" # default: " + filepath.Join(dir, "data", "token"),
+		"max-vms: ", "# default: host memory", "vm-memory-budget: ", "# default: nine tenths of host memory", "vmm-pool-memory: "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("config check does not print %q", want)
+		}
+	}
+	for _, zero := range []string{"listen: []", "max-vms: 0", "vm-memory-budget: 0", "node-name: \"\"", "store-dir: \"\"", "vmm-pool-memory: 0",
+		"keep-alive-min-available: 0"} {
+		if strings.Contains(r.stdout, zero) {
+			t.Errorf("config check prints the placeholder %q", zero)
+		}
+	}
+	again := runThawd(t, nil, "--config", writeConfig(t, r.stdout), "config", "check")
+	if again.code != 0 {
+		t.Fatalf("the printed settings do not load: %s", again.stderr)
+	}
+	if got, want := stripComments(again.stdout), stripComments(r.stdout); got != want {
+		t.Errorf("settings differ after a round trip:\n%s\nwant\n%s", got, want)
+	}
+	// What is set is printed as set, not computed.
+	r = runThawd(t, nil, append(base, "--max-vms", "3", "--node-name", "n1", "config", "check")...)
+	if !strings.Contains(r.stdout, "max-vms: 3 # flag") || !strings.Contains(r.stdout, "node-name: n1 # flag") {
+		t.Errorf("set values are not printed as set:\n%s", r.stdout)
 	}
 }

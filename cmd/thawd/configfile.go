@@ -116,24 +116,66 @@ func settingNode(f *pflag.Flag) *yaml.Node {
 }
 
 // writeEffective prints the settings in force as a config file, each with
-// where its value came from.
+// where its value came from; a default thawd computes at start is printed
+// as it would compute it (computed).
 func (s *settings) writeEffective(w io.Writer) error {
 	m := &yaml.Node{Kind: yaml.MappingNode}
+	computed := s.computed()
 	s.fs.VisitAll(func(f *pflag.Flag) {
 		v := settingNode(f)
 		v.LineComment = s.source[f.Name]
+		if c, ok := computed[f.Name]; ok { // left at 0 or empty, wherever that came from
+			if c.vals != nil {
+				v = valuesNode(f, c.vals)
+			}
+			if src := s.source[f.Name]; src == "default" {
+				v.LineComment = "default: " + c.how
+			} else {
+				v.LineComment = src + "; computed: " + c.how
+			}
+		}
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: f.Name}, v)
 	})
 	return dumpYAML(w, m)
 }
 
+// valuesNode is a setting's node holding vals (a list for the repeatable
+// ones).
+func valuesNode(f *pflag.Flag, vals []string) *yaml.Node {
+	if isList(f) {
+		seq := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+		for _, v := range vals {
+			seq.Content = append(seq.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: v})
+		}
+		return seq
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Value: vals[0]}
+}
+
+// installedPaths are the settings whose default depends on where thawd
+// runs from (a build tree, a user's cache), as the Debian package installs
+// them: what a config file for /etc/thaw names.
+var installedPaths = map[string]string{
+	"image":          "/var/cache/thaw/images/current",
+	"shim":           libDir + "/libthaw_shim.so",
+	"snapbpf-object": libDir + "/snapbpf_capture.bpf.o",
+}
+
 // writeDefault prints a config file holding every setting at its default,
-// each under its description.
+// each under its description; paths are the installed ones.
 func writeDefault(w io.Writer) error {
 	s := newSettings()
+	for name, path := range installedPaths {
+		if err := inner(s.fs.Lookup(name)).Set(path); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, `# thawd's configuration: thawd --config FILE (default %s).
 # Each key is a thawd flag; THAWD_<KEY> in the environment (upper case, '_' for '-')
 # overrides the file and a flag overrides both. Leave a key out for its default.
+# Paths are where the Debian package installs thaw (the guest image where its unit
+# looks: THAW_CACHE=/var/cache/thaw); leave them out to use thawd's own defaults.
+# 'thawd config check' prints the settings in force, computed ones included.
 
 `, defaultConfigFile)
 	first := true

@@ -135,6 +135,7 @@ func (h *Handler) routes() []route {
 			func(o *daemon.Operation) string { return createdKey(o.CreatedAt, o.ID) }, operationBody)},
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
+		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
 	}, append(h.versionRoutes(), h.secretRoutes()...)...)
 }
 
@@ -588,7 +589,7 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		return daemon.ColdRequest{}, err
 	}
 	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Function: name, Snapshot: req.Snapshot, Strategy: req.Strategy,
-		Variant: req.Variant}, nil
+		Variant: req.Variant, Strict: req.Strict}, nil
 }
 
 // invokeCold serves a cold invocation.
@@ -607,7 +608,7 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 		return daemon.ColdRequest{}, fmt.Errorf("%w: snapshot is given by the path", daemon.ErrInvalid)
 	}
 	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Snapshot: r.PathValue("id"), Strategy: req.Strategy,
-		Variant: req.Variant}, nil
+		Variant: req.Variant, Strict: req.Strict}, nil
 }
 
 func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
@@ -624,8 +625,8 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 	if err != nil {
 		return daemon.InvokeRequest{}, err
 	}
-	if req.Strategy != "" || req.Variant != "" || req.Snapshot != "" || req.EvictCache {
-		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, variant, snapshot and evict_cache apply to cold invocations only", daemon.ErrInvalid)
+	if req.Strategy != "" || req.Variant != "" || req.Snapshot != "" || req.EvictCache || req.Strict {
+		return daemon.InvokeRequest{}, fmt.Errorf("%w: strategy, variant, snapshot, evict_cache and strict apply to cold invocations only", daemon.ErrInvalid)
 	}
 	return invokeOf(req), nil
 }

@@ -337,6 +337,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/operations":                          {"200", "OperationList", ""},
 	"GET /v1/operations/{id}":                     {"200", "Operation", ""},
 	"DELETE /v1/operations/{id}":                  {"204", "", ""},
+	"POST /v1/operations/{id}/cancel":             {"200", "Operation", ""},
 	"GET /v1/functions/{name}/versions":           {"200", "VersionList", ""},
 	"GET /v1/functions/{name}/versions/{version}": {"200", "Version", ""},
 	"GET /v1/functions/{name}/aliases":            {"200", "AliasList", ""},

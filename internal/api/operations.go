@@ -112,3 +112,10 @@ func readSmallBody[T any](w http.ResponseWriter, r *http.Request) (T, error) {
 	var v T
 	return v, decode(w, r, 4096, &v)
 }
+
+// cancelOperation cancels a running operation and answers it once its
+// work has stopped.
+func (h *Handler) cancelOperation(w http.ResponseWriter, r *http.Request) {
+	op, err := h.svc.CancelOperation(h.opContext(w, r), r.PathValue("id"))
+	replyAs(h, w, r, http.StatusOK, op, err, operationBody)
+}

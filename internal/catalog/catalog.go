@@ -86,6 +86,9 @@ type VM struct {
 	// Version is the function version the VM runs (0: unversioned, -1: a
 	// deploy's, not yet published).
 	Version int `json:"version,omitempty"`
+	// IdleUntil is set, in memory only, on a VM the keep-alive pool keeps
+	// idle: when it is stopped unless an invocation takes it first.
+	IdleUntil time.Time `json:"-"`
 }
 
 // Live reports whether the VM's process is supposed to be running.

@@ -65,6 +65,8 @@ type restoreOpts struct {
 	// noSecrets: the guest gets no secrets (a prepare's record VM, which
 	// is snapshotted afterwards).
 	noSecrets bool
+	// strict: the strategy may not fall back to vanilla (strictly).
+	strict bool
 }
 
 // restore does RestoreVM's work and returns the VM locked, its strategy
@@ -83,7 +85,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	}
 	if o.pool != "" && s.poolSize(fn) > 0 {
 		key := poolKey{snapID, o.pool}
-		if sb := s.takeStandby(key); sb != nil {
+		if sb := s.takeStandbyFor(key, o.strict); sb != nil {
 			lv, rec, t, err := s.restoreStandby(ctx, sb, o)
 			s.metrics.VMMPool(string(o.pool), true)
 			return lv, rec, t, err

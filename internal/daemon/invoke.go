@@ -45,7 +45,7 @@ func (s *Service) timeout(d time.Duration) (time.Duration, error) {
 	if d == 0 {
 		return s.cfg.InvokeTimeout, nil
 	}
-	if d < 0 || d > time.Hour {
+	if d < 0 || d > MaxInvokeTimeout {
 		return 0, fmt.Errorf("%w: timeout must be between 1 ms and 1 h", ErrInvalid)
 	}
 	return d, nil
@@ -84,7 +84,7 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
-		return nil, err
+		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
 	s.record(ctx, inv)
@@ -133,6 +133,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		if err := lazyOf(lv.sess).failure(lv.id); err != nil { // the registry, not the VM, failed
 			return err
+		}
+		if kind == ErrTimeout {
+			return s.timedOut(lv.id, reason)
 		}
 		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
 	}
@@ -226,6 +229,8 @@ type ColdRequest struct {
 	Strategy string
 	// Variant is a variant of the strategy (faasnap with techniques off).
 	Variant string
+	// Strict refuses a strategy's fallback to vanilla (strict.go).
+	Strict bool
 }
 
 // InvokeCold restores a fresh VM from a snapshot, invokes it once and tears
@@ -290,13 +295,16 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if !req.EvictCache && req.Variant == "" {
 		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
 	}
+	if req.Strict {
+		o = strictly(o)
+	}
 	stale := s.staleNote(req.Function, target.Version)
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
 	if err != nil && stale != "" && errors.Is(err, ErrSnapshotUnusable) {
 		return s.invokeBooted(ctx, req.Function, target, req.Event, timeout, start, stale)
 	}
 	if err != nil {
-		return nil, err
+		return nil, refusedFallback(err)
 	}
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
@@ -307,7 +315,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	annotate(ctx, invocationAttrs(inv)...)
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
-		return nil, err
+		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
 	st := lv.sess.Stats()
 	inv.StrategyStats = &st
@@ -416,6 +424,7 @@ func (s *Service) Info() Info {
 			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes, TrustedKeys: s.trustedKeyIDs()}
 	}
 	i.RegistryKey = s.registryKeyInfo()
+	i.Limits = s.limits()
 	return i
 }
 
@@ -460,7 +469,7 @@ func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage
 		s.retire(context.WithoutCancel(ctx), k.lv, k.rec, "pooled invocation finished")
 	}
 	if err != nil {
-		return nil, err
+		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
 	s.record(ctx, inv)

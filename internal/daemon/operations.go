@@ -36,6 +36,8 @@ type operation struct {
 	v      Operation
 	cancel context.CancelFunc
 	done   chan struct{}
+	// canceledBy is the request that canceled the operation ("": none).
+	canceledBy string
 }
 
 func (o *operation) snapshot() Operation {
@@ -121,7 +123,7 @@ func (s *Service) startOperation(ctx context.Context, kind, target string, work 
 		defer close(o.done)
 		defer cancel()
 		res, err := work(WithProgress(wctx, o.report))
-		if o.finish(res, err) {
+		if o.finish(res, o.canceledErr(err)) {
 			if err != nil {
 				log.Warn("operation failed", "err", err)
 			} else {

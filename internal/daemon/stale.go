@@ -242,7 +242,7 @@ func (s *Service) invokeBooted(ctx context.Context, function string, target Targ
 	inv := &Invocation{ID: newID("inv-"), Function: function, VM: vm.ID, Mode: "cold", Version: v.Number, Alias: target.Alias}
 	inv.Timing.Build = &wire.BuildNote{Stale: why, Served: "boot", BootMS: ms(time.Since(t))}
 	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
-		return nil, err
+		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
 	s.record(ctx, inv)

@@ -156,12 +156,14 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		lv.memPath, lv.shared = spec.Memory.Path, true
 	}
 	// Recorded before it is live: a delete that finds it live writes last.
-	err = s.db.PutVM(ctx, rec)
+	// The process runs: its record must say so even if the request is
+	// canceled now (an operation's cancel), and its stop must be recorded.
+	err = s.db.PutVM(context.WithoutCancel(ctx), rec)
 	s.mu.Lock()
 	s.vms[rec.ID] = lv
 	s.mu.Unlock()
 	if err != nil {
-		s.stopVM(ctx, lv, catalog.StateFailed, "catalog: "+err.Error())
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "catalog: "+err.Error())
 		return nil, err
 	}
 	s.wg.Add(1)
@@ -364,11 +366,19 @@ func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
 	if err := validID("vm", id); err != nil {
 		return nil, err
 	}
-	return s.db.GetVM(ctx, id)
+	v, err := s.db.GetVM(ctx, id)
+	if err == nil {
+		s.markIdle(v)
+	}
+	return v, err
 }
 
 // ListVMs returns every VM.
-func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) { return s.db.ListVMs(ctx) }
+func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) {
+	vms, err := s.db.ListVMs(ctx)
+	s.markIdle(vms...)
+	return vms, err
+}
 
 // PauseVM stops a running VM's vCPUs.
 func (s *Service) PauseVM(ctx context.Context, id string) (*catalog.VM, error) {

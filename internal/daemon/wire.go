@@ -40,9 +40,14 @@ func AliasBody(a *catalog.Alias) *wire.Alias {
 // VMBody is a VM as the API answers it; restore is the breakdown of the
 // restore that started it, if it was just restored.
 func VMBody(v *catalog.VM, restore *RestoreTiming) *wire.VM {
-	return &wire.VM{ID: v.ID, Function: v.Function, State: v.State, Reason: v.Reason, PID: v.PID, RunDir: v.RunDir,
+	b := &wire.VM{ID: v.ID, Function: v.Function, State: v.State, Reason: v.Reason, PID: v.PID, RunDir: v.RunDir,
 		Snapshot: v.Snapshot, Strategy: v.Strategy, Accel: v.Accel, MemoryMiB: v.MemoryMiB, BootMS: v.BootMS,
 		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Restore: restore, Version: max(v.Version, 0)}
+	if !v.IdleUntil.IsZero() {
+		until := v.IdleUntil
+		b.Idle, b.IdleUntil = true, &until
+	}
+	return b
 }
 
 // SnapshotBody is a snapshot as the API answers it, with its prepare result.

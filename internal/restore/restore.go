@@ -100,6 +100,9 @@ type Env struct {
 	// Variant is a variant of the strategy (Strategy.Variants; FaaSnap's
 	// techniques switched off), "" for the strategy itself.
 	Variant string
+	// Strict refuses a fallback: a strategy that cannot begin returns a
+	// *FallbackRefusedError instead of running as vanilla.
+	Strict bool
 }
 
 // Stats are a restore's strategy-specific measurements: the fields every

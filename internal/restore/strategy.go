@@ -56,6 +56,9 @@ func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, 
 		}
 	}
 	s, err := st.Begin(ctx, snap, env)
+	if err != nil && st.Fallback && env.Strict {
+		return nil, &FallbackRefusedError{Kind: st.Kind, Snapshot: snapID(snap), Cause: err}
+	}
 	if err != nil && st.Fallback {
 		return fallback(st.Kind, snap, env, err)
 	}

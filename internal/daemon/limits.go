@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// MaxInvokeTimeout is the longest timeout an invocation may ask for.
+const MaxInvokeTimeout = time.Hour
+
+// limits are the daemon's defaults and bounds in force (GET /v1/info's
+// limits): its configuration after the defaults were filled in.
+func (s *Service) limits() wire.Limits {
+	c := s.cfg
+	return wire.Limits{
+		InvokeTimeoutMS: c.InvokeTimeout.Milliseconds(), MaxInvokeTimeoutMS: MaxInvokeTimeout.Milliseconds(),
+		BootTimeoutMS: c.BootTimeout.Milliseconds(),
+		MaxEventBytes: MaxEventBytes, MaxResultBytes: agent.MaxResult, MaxStoredResultBytes: int64(c.MaxStoredResultBytes),
+		MaxCodeBytes:     MaxCodeBytes,
+		DefaultMemoryMiB: c.DefaultMemoryMiB, DefaultVCPUs: c.DefaultVCPUs,
+		MaxVMs: c.MaxVMs, VMMemoryBudgetMiB: c.VMMemoryBudgetMiB, VMMemoryOverheadMiB: c.VMMemoryOverheadMiB,
+		AdmissionQueue: c.AdmissionQueue, AdmissionTimeoutMS: c.AdmissionTimeout.Milliseconds(),
+		KeepAliveS: c.KeepAlive.Seconds(), KeepAliveMaxIdle: c.KeepAliveMaxIdle, KeepAliveMinAvailableMiB: max(c.KeepAliveMinAvailableMiB, 0),
+		VMMPool: c.VMMPool, VMMPoolTTLS: c.VMMPoolTTL.Seconds(), VMMPoolMemoryMiB: c.VMMPoolMemoryMiB,
+		HistoryMax: max(c.HistoryMax, 0), HistoryMaxAgeS: max(c.HistoryMaxAge, 0).Seconds(),
+		VersionKeep: s.versionKeep(), SnapshotKeep: c.SnapshotKeep,
+		ConsoleLogBytes: c.ConsoleLogLimit,
+	}
+}
+
+// WithDefaults is c with its zero values replaced by what the daemon
+// would use, computed from this host (thawd config check shows them).
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// HostMemoryMiB is the host's memory, which the computed bounds are
+// fractions of.
+func HostMemoryMiB() int { return hostMemoryMiB() }
