@@ -25,7 +25,7 @@ const (
 	DefaultTimeout = 15 * time.Second // pip --timeout: one connect or read
 	DefaultRetries = 1                // pip --retries
 	// pipDeadline bounds one pip run, whatever it does.
-	pipDeadline = 10 * time.Minute
+	pipDeadline  = 10 * time.Minute
 	maxPipOutput = 1 << 20
 )
 
