@@ -51,6 +51,9 @@ type Reply struct {
 	Op         string          `json:"op,omitempty"`
 	Event      string          `json:"event,omitempty"`
 	Function   *string         `json:"function,omitempty"`
+	// FunctionError (ping, ready) says why the function cannot be invoked:
+	// its import or its dependency layer failed.
+	FunctionError *Error `json:"function_error,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      *Error          `json:"error,omitempty"`
 	DurationMS float64         `json:"duration_ms,omitempty"`

@@ -279,6 +279,68 @@ class ResultTest(unittest.TestCase):
         reader.join()
         os.close(rd)
         self.assertEqual(got[0], b"".join(r.chunks()))
+class FunctionErrorTest(unittest.TestCase):
+    """A function that cannot be invoked says so in every ping, so the host
+    fails the boot with its traceback instead of snapshotting it."""
+
+    def test_ping_reports_the_import_error_and_only_then(self):
+        fn = thaw_agent.Function("probe")
+        try:
+            raise ModuleNotFoundError("No module named 'requests'")
+        except ModuleNotFoundError as e:
+            fn.error = thaw_agent._exc_error(e)
+        pong = thaw_agent.Agent(fn, channel=None).dispatch(b'{"id":"1","op":"ping"}')
+        self.assertTrue(pong["ok"])
+        self.assertEqual(pong["function_error"]["type"], "ModuleNotFoundError")
+        self.assertIn("Traceback", pong["function_error"]["traceback"])
+        healthy = agent_with(types.SimpleNamespace(handle=lambda e: e))
+        self.assertNotIn("function_error", healthy.dispatch(b'{"id":"2","op":"ping"}'))
+
+
+class DepsLayerTest(unittest.TestCase):
+    """The layer's site directory goes right after the function's directory,
+    ahead of everything else, and its .pth files are processed."""
+
+    def setUp(self):
+        import tempfile
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.site = os.path.join(self.tmp.name, "site")
+        os.makedirs(os.path.join(self.site, "extra"))
+        with open(os.path.join(self.site, "extra.pth"), "w") as f:
+            f.write("extra\n")
+        saved = (thaw_agent.DEPS_SITE, thaw_agent.mounted_paths, list(sys.path))
+        self.addCleanup(self.restore, saved)
+        thaw_agent.DEPS_SITE = self.site
+        thaw_agent.mounted_paths = lambda: {thaw_agent.DEPS_ROOT}  # already mounted
+
+    @staticmethod
+    def restore(saved):
+        thaw_agent.DEPS_SITE, thaw_agent.mounted_paths, path = saved
+        sys.path[:] = path
+
+    def test_layer_goes_after_the_function_and_before_the_rest(self):
+        fn = thaw_agent.Function("probe")
+        fn_dir = os.path.join(self.tmp.name, "fn")
+        rest = list(sys.path)
+        sys.path.insert(0, fn_dir)
+        self.assertTrue(fn._add_deps("/dev/null", "erofs", fn_dir))
+        self.assertEqual(sys.path[:3], [fn_dir, self.site, os.path.join(self.site, "extra")])
+        self.assertEqual(sys.path[3:], rest)
+        self.assertIsNone(fn.error)
+
+    def test_a_layer_that_does_not_mount_is_the_function_error(self):
+        thaw_agent.mounted_paths = lambda: set()
+        saved = thaw_agent.mount
+
+        def refuse(*args):
+            raise OSError(19, "mount /dev/vdc on /deps (erofs): No such device")
+        thaw_agent.mount = refuse
+        self.addCleanup(setattr, thaw_agent, "mount", saved)
+        fn = thaw_agent.Function("probe")
+        self.assertFalse(fn._add_deps("/dev/null", "erofs", "/fn/probe"))
+        self.assertIn("dependency layer unavailable", fn.error["message"])
+        self.assertIn("No such device", fn.error["message"])
 
 
 if __name__ == "__main__":
