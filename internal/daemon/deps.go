@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/deps"
+	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -104,14 +104,14 @@ func depsErr(err error) error {
 }
 
 // functionDeps resolves and builds the layer of the requirements.txt at
-// the top of code, if there is one (given: the deps a registry record
-// names, whose layer must be here already). The caller holds the
-// collection off (Manager.Begin) until the function is recorded.
+// the top of code, if there is one; given (the deps a registry record
+// names) are taken as they are: the pull that creates the function brings
+// their layer. The caller holds the collection off (Manager.Begin) until
+// the function is recorded.
 func (s *Service) functionDeps(ctx context.Context, code string, given *catalog.Deps) (*catalog.Deps, error) {
 	if given != nil {
-		l, err := s.deps.Layers.Get(given.Layer)
-		if err != nil || l.SHA256 != given.LayerSHA256 {
-			return nil, fmt.Errorf("%w: dependency layer %.12s is not on this node (%v)", ErrSnapshotUnusable, given.Layer, err)
+		if _, err := deps.ParseLock(given.Resolved); err != nil {
+			return nil, fmt.Errorf("%w: the recorded dependencies: %v", ErrSnapshotUnusable, err)
 		}
 		return given, nil
 	}
@@ -248,12 +248,11 @@ func (s *Service) collectDepsLoop() {
 // beyond the budget. A layer is in use while a function names it or a
 // snapshot was taken with it.
 func (s *Service) collectDeps(ctx context.Context) {
-	inUse, err := s.layersInUse(ctx)
-	if err != nil {
-		s.log.Warn("dependency cache collection skipped", "err", err)
+	st, err := s.deps.Collect(func() (map[string]bool, error) { return s.layersInUse(ctx) })
+	if errors.Is(err, deps.ErrBusy) {
+		s.log.Debug("dependency cache collection postponed: a create or pull is adding to it")
 		return
 	}
-	st, err := s.deps.Collect(func(digest string) bool { return slices.Contains(inUse, digest) })
 	if err != nil {
 		s.log.Warn("dependency cache collection", "err", err)
 		return
@@ -266,16 +265,16 @@ func (s *Service) collectDeps(ctx context.Context) {
 
 // layersInUse are the digests of the layers functions name, and of those
 // whose image a snapshot's manifest names.
-func (s *Service) layersInUse(ctx context.Context) ([]string, error) {
+func (s *Service) layersInUse(ctx context.Context) (map[string]bool, error) {
 	fns, err := s.db.ListFunctions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	out := map[string]bool{}
 	bySHA := map[string]string{}
 	for _, f := range fns {
 		if f.Deps != nil {
-			out = append(out, f.Deps.Layer)
+			out[f.Deps.Layer] = true
 			bySHA[f.Deps.LayerSHA256] = f.Deps.Layer
 		}
 	}
@@ -295,7 +294,68 @@ func (s *Service) layersInUse(ctx context.Context) ([]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("snapshot %s names a dependency layer no function has", sn.ID)
 		}
-		out = append(out, d)
+		out[d] = true
 	}
 	return out, nil
+}
+
+// pushedLayer is fn's layer as a push carries it: its description and
+// image file (nil without one).
+func (s *Service) pushedLayer(fn *catalog.Function) (*registry.Layer, string, error) {
+	l, err := s.layerOf(fn)
+	if err != nil || l == nil {
+		return nil, "", err
+	}
+	return &registry.Layer{Digest: l.Digest, Format: string(l.Format), Lines: l.Lines, SHA256: l.SHA256, Bytes: l.Bytes}, l.Path, nil
+}
+
+// pullLayer puts the dependency layer of a remote snapshot in the layer
+// store, unless it is here: fetched whole through the chunk cache, then
+// adopted (its size, SHA-256 and digest checked). Lazy pulls fetch it too:
+// the guest reads it as a disk.
+func (s *Service) pullLayer(ctx context.Context, rm *registry.RemoteManifest) error {
+	want := rm.Layer
+	if want == nil {
+		return nil
+	}
+	if have, err := s.deps.Layers.Get(want.Digest); err == nil {
+		if have.SHA256 != want.SHA256 {
+			return fmt.Errorf("%w: snapshot %s: its dependency layer %.12s is another image than this node's", ErrSnapshotUnusable, rm.ID, want.Digest)
+		}
+		return nil
+	}
+	phase(ctx, "dependency layer")
+	tmp, err := os.MkdirTemp(s.deps.Layers.Dir(), ".tmp-pull-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	img := filepath.Join(tmp, deps.ImageFile)
+	if err := s.chunks.PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
+		return registryErr(err)
+	}
+	if _, err := s.deps.Layers.Adopt(img, deps.Layer{Digest: want.Digest, Format: deps.Format(want.Format), Lines: want.Lines,
+		SHA256: want.SHA256, Bytes: want.Bytes, BuiltAt: time.Now().UTC()}); err != nil {
+		return fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, rm.ID, err)
+	}
+	s.log.Info("dependency layer pulled", "layer", want.Digest[:12], "snapshot", rm.ID, "bytes", want.Bytes)
+	return nil
+}
+
+// recordDeps and catalogDeps convert a function's deps for its registry
+// record and back.
+func recordDeps(d *catalog.Deps) *registry.FunctionDeps {
+	if d == nil {
+		return nil
+	}
+	return &registry.FunctionDeps{Requested: d.Requested, Layer: registry.Layer{Digest: d.Layer, Format: d.Format,
+		Lines: d.Resolved, SHA256: d.LayerSHA256, Bytes: d.LayerBytes}}
+}
+
+func catalogDeps(d *registry.FunctionDeps) *catalog.Deps {
+	if d == nil {
+		return nil
+	}
+	return &catalog.Deps{Requested: d.Requested, Resolved: d.Lines, Layer: d.Digest, LayerSHA256: d.SHA256,
+		LayerBytes: d.Bytes, Format: d.Format}
 }

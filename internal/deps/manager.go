@@ -2,6 +2,7 @@ package deps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -36,18 +37,38 @@ type Manager struct {
 	Wheels   *WheelCache
 	budget   int64
 	tmp      string
-	// busy: work that puts wheels or layers in place before anything
-	// records their use (Begin) holds it shared; Collect exclusively.
-	busy sync.RWMutex
+	// Work that puts wheels or layers in place before anything records
+	// their use (between Begin and its end) and a collection exclude each
+	// other: a collection does not start while such work runs (ErrBusy),
+	// and such work waits for a running collection.
+	mu         sync.Mutex
+	idle       *sync.Cond
+	working    int
+	collecting bool
 }
 
+// ErrBusy: a collection found work in progress and did nothing.
+var ErrBusy = errors.New("dependency cache busy")
+
 // Begin marks work that adds wheels or layers (a create, a pull) until
-// end is called: a collection waits for it, so nothing is removed between
-// its download or build and the record that uses it.
+// end is called: no collection runs meanwhile, so nothing is removed
+// between its download or build and the record that uses it. Begin may be
+// called again inside such work.
 func (m *Manager) Begin() (end func()) {
-	m.busy.RLock()
+	m.mu.Lock()
+	for m.collecting {
+		m.idle.Wait()
+	}
+	m.working++
+	m.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(m.busy.RUnlock) }
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			m.working--
+			m.mu.Unlock()
+		})
+	}
 }
 
 // Open opens the directory, removing what an interrupted build or
@@ -92,6 +113,7 @@ func Open(o Options) (*Manager, error) {
 			Retries: retries, Cache: wheels, TmpDir: tmp},
 		Layers: &Layers{dir: layersDir, wheels: wheels, python: o.Python, format: o.Format, limits: o.Limits,
 			building: map[string]*sync.Mutex{}}}
+	m.idle = sync.NewCond(&m.mu)
 	return m, nil
 }
 
@@ -146,13 +168,29 @@ type item struct {
 }
 
 // Collect keeps the wheels and the layers nothing uses within the budget,
-// removing the least recently used first; inUse says which layers a
-// function or a snapshot names, and those are never removed. It waits for
-// work between Begin and its end.
-func (m *Manager) Collect(inUse func(digest string) bool) (CollectStats, error) {
-	m.busy.Lock()
-	defer m.busy.Unlock()
+// removing the least recently used first; inUse lists the layers a
+// function or a snapshot names (asked once no work can add any), and those
+// are never removed. With work between Begin and its end in progress it
+// does nothing (ErrBusy).
+func (m *Manager) Collect(inUse func() (map[string]bool, error)) (CollectStats, error) {
+	m.mu.Lock()
+	if m.working > 0 {
+		m.mu.Unlock()
+		return CollectStats{}, ErrBusy
+	}
+	m.collecting = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.collecting = false
+		m.idle.Broadcast()
+		m.mu.Unlock()
+	}()
 	st := CollectStats{BudgetBytes: m.budget}
+	keep, err := inUse()
+	if err != nil {
+		return st, err
+	}
 	var items []item
 	layers, err := os.ReadDir(m.Layers.dir)
 	if err != nil {
@@ -164,7 +202,7 @@ func (m *Manager) Collect(inUse func(digest string) bool) (CollectStats, error) 
 		}
 		p := filepath.Join(m.Layers.dir, e.Name())
 		n, used := dirUsage(p)
-		if inUse(e.Name()) {
+		if keep[e.Name()] {
 			st.InUseLayers++
 			st.UsedBytes += n
 			continue
