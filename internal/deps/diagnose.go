@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -16,6 +17,8 @@ var (
 	networkRE = regexp.MustCompile(`(?m)(NewConnectionError|ConnectTimeoutError|ReadTimeoutError|Connection refused|Read timed out|Failed to establish a new connection|Max retries exceeded|Name or service not known|Temporary failure in name resolution|ProtocolError|RemoteDisconnected)[^\n]*`)
 	hashRE    = regexp.MustCompile(`(?m)^ERROR: THESE PACKAGES DO NOT MATCH THE HASHES`)
 	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*`)
+	// pip names a requirement of the file it was given by its line.
+	reqFileRE = regexp.MustCompile(`-r \S+ \(line (\d+)\)`)
 )
 
 // diagnose says why pip failed: the index did not answer, the
@@ -28,11 +31,18 @@ func (r *Resolver) diagnose(ctx context.Context, reqs Requirements, out string, 
 		return fmt.Errorf("%w: %s did not answer within %s (tried %d times): %s", ErrIndexUnavailable,
 			r.sources(), r.timeout(), r.Retries+1, truncate(m, 300))
 	}
+	out = reqFileRE.ReplaceAllStringFunc(out, func(ref string) string {
+		n, _ := strconv.Atoi(reqFileRE.FindStringSubmatch(ref)[1])
+		if n >= 1 && n <= len(reqs) {
+			return reqs[n-1].Spec
+		}
+		return ref
+	})
 	if m := conflictRE.FindStringSubmatch(out); m != nil {
 		return invalid(ErrConflict, "%s: %s", m[1], conflictCause(out))
 	}
 	if hashRE.MatchString(out) {
-		return invalid(ErrHashMismatch, "a downloaded file does not match the hash requirements.txt gives: %s", pipErrors(out))
+		return invalid(ErrHashMismatch, "a downloaded file does not have a hash requirements.txt gives: %s", hashMismatches(out))
 	}
 	if m := noVersionRE.FindStringSubmatch(out); m != nil {
 		return r.explainMissing(ctx, reqs, m[1], m[2])
@@ -72,18 +82,18 @@ func (r *Resolver) explainMissing(ctx context.Context, reqs Requirements, req, v
 		if _, ok := byVersion[version]; !ok {
 			return invalid(ErrNoVersion, "%s: %s has no release %s (releases: %s)", what, name, version, listVersions(byVersion))
 		}
-		return classifyFiles(what, name+" "+version, byVersion[version])
+		return classifyFiles(what, name+" "+version, r.sources(), byVersion[version])
 	}
 	if v := strings.TrimSpace(versions); v != "" && v != "none" {
 		return invalid(ErrNoVersion, "%s: no release of %s that matches has a wheel for CPython %s on manylinux %s (releases with such wheels: %s)",
 			what, name, PythonVersion, Arch, v)
 	}
-	return classifyFiles(what, name, files)
+	return classifyFiles(what, name, r.sources(), files)
 }
 
 // classifyFiles says why none of files (one project's, of one version or
 // all) serves the guest: only sdists, or wheels for others only.
-func classifyFiles(what, subject string, files []string) error {
+func classifyFiles(what, subject, where string, files []string) error {
 	var wheels, sdists []string
 	for _, f := range files {
 		if strings.HasSuffix(f, ".whl") {
@@ -95,11 +105,11 @@ func classifyFiles(what, subject string, files []string) error {
 	sort.Strings(wheels)
 	sort.Strings(sdists)
 	if len(wheels) == 0 {
-		return invalid(ErrSdistOnly, "%s: %s has only source distributions (%s); thaw installs wheels only, since building one runs the package's code",
-			what, subject, listFiles(sdists))
+		return invalid(ErrSdistOnly, "%s: %s has only source distributions on %s (%s); thaw installs wheels only, since building one runs the package's code",
+			what, subject, where, listFiles(sdists))
 	}
-	return invalid(ErrNoWheel, "%s: no wheel of %s is for CPython %s on manylinux (glibc <= 2.%d) %s; its wheels: %s",
-		what, subject, PythonVersion, GlibcMinor, Arch, listFiles(wheels))
+	return invalid(ErrNoWheel, "%s: no wheel of %s on %s is for CPython %s on manylinux (glibc <= 2.%d) %s; its wheels: %s",
+		what, subject, where, PythonVersion, GlibcMinor, Arch, listFiles(wheels))
 }
 
 // conflictCause is pip's "The conflict is caused by:" paragraph, in a line.
@@ -120,6 +130,28 @@ func conflictCause(out string) string {
 		causes = append(causes, line)
 	}
 	return strings.Join(causes, "; ")
+}
+
+// hashMismatches is pip's list of files whose hashes did not match, in a
+// line: "name==version from URL: Expected sha256 X Got Y".
+func hashMismatches(out string) string {
+	_, rest, _ := strings.Cut(out, "THESE PACKAGES DO NOT MATCH THE HASHES")
+	var parts []string
+	for _, line := range strings.Split(rest, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasSuffix(line, ":") && strings.Contains(line, "=="):
+			parts = append(parts, strings.TrimSuffix(line, ":"))
+		case strings.HasPrefix(line, "Expected") || strings.HasPrefix(line, "Got"):
+			if len(parts) > 0 {
+				parts[len(parts)-1] += "; " + strings.Join(strings.Fields(line), " ")
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return pipErrors(out)
+	}
+	return truncate(strings.Join(parts, "; "), 1000)
 }
 
 // pipErrors are pip's ERROR lines, or its last lines.

@@ -94,7 +94,7 @@ func (in *installer) install(file string) error {
 		return wheelErr(name, "", "%v", err)
 	}
 	zr, err := zip.OpenReader(file)
-	if err != nil {
+	if err != nil && !errors.Is(err, zip.ErrInsecurePath) { // insecure names are refused below, by name
 		return wheelErr(name, "", "not a zip archive: %v", err)
 	}
 	defer zr.Close()
@@ -164,10 +164,10 @@ func (in *installer) checkEntries(wheel string, files []*zip.File) (map[string]*
 			return nil, wheelErr(wheel, f.Name, "appears twice")
 		}
 		if f.UncompressedSize64 > uint64(in.limits.EntryBytes) {
-			return nil, wheelErr(wheel, f.Name, "%d bytes uncompressed, more than %d MiB", f.UncompressedSize64, in.limits.EntryBytes>>20)
+			return nil, wheelErr(wheel, f.Name, "%d bytes uncompressed, more than %s", f.UncompressedSize64, sizeText(in.limits.EntryBytes))
 		}
 		if total += f.UncompressedSize64; total > uint64(in.limits.WheelBytes) {
-			return nil, wheelErr(wheel, "", "more than %d MiB uncompressed", in.limits.WheelBytes>>20)
+			return nil, wheelErr(wheel, "", "more than %s uncompressed", sizeText(in.limits.WheelBytes))
 		}
 		entries[name] = f
 	}
@@ -388,7 +388,7 @@ func (in *installer) extract(wheel string, f *zip.File, target string, record ma
 	}
 	in.owner[target] = wheel
 	if in.total += int64(f.UncompressedSize64); in.total > in.limits.LayerBytes {
-		return invalid(ErrBadWheel, "the wheels together are more than %d MiB uncompressed (at %s in %s)", in.limits.LayerBytes>>20, f.Name, wheel)
+		return invalid(ErrBadWheel, "the wheels together are more than %s uncompressed (at %s in %s)", sizeText(in.limits.LayerBytes), f.Name, wheel)
 	}
 	dst := filepath.Join(in.root, filepath.FromSlash(target))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -421,13 +421,21 @@ func (in *installer) extract(wheel string, f *zip.File, target string, record ma
 	case err != nil:
 		return wheelErr(wheel, f.Name, "%v", err)
 	case n > in.limits.EntryBytes:
-		return wheelErr(wheel, f.Name, "more than %d MiB uncompressed", in.limits.EntryBytes>>20)
+		return wheelErr(wheel, f.Name, "more than %s uncompressed", sizeText(in.limits.EntryBytes))
 	case rec.hasSize && n != rec.size:
 		return wheelErr(wheel, f.Name, "%d bytes, RECORD says %d", n, rec.size)
 	case rec.algo != "" && base64.RawURLEncoding.EncodeToString(h.Sum(nil)) != strings.TrimRight(rec.digest, "="):
 		return wheelErr(wheel, f.Name, "content does not match its %s in RECORD", rec.algo)
 	}
 	return nil
+}
+
+// sizeText is a bound for messages: MiB when whole, else bytes.
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func newHash(algo string) hash.Hash {
