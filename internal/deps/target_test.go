@@ -24,26 +24,26 @@ func TestPlatforms(t *testing.T) {
 
 func TestWheelCompatible(t *testing.T) {
 	for file, want := range map[string]bool{
-		"igraph-1.0.0-cp39-abi3-manylinux_2_28_x86_64.whl":                                                     true,
+		"igraph-1.0.0-cp39-abi3-manylinux_2_28_x86_64.whl":                                                      true,
 		"charset_normalizer-3.5.3-cp311-cp311-manylinux1_x86_64.manylinux_2_28_x86_64.manylinux_2_5_x86_64.whl": true,
-		"Chameleon-4.6.0-py3-none-any.whl":                                                                     true,
-		"texttable-1.7.2-py2.py3-none-any.whl":                                                                 true,
-		"six-1.16.0-py2.py3-none-any.whl":                                                                      true,
-		"foo-1.0-cp311-none-any.whl":                                                                           true,
-		"foo-1.0-py310-none-any.whl":                                                                           true,
-		"foo-1.0-1-cp311-cp311-manylinux2014_x86_64.whl":                                                       true, // build tag
-		"foo-1.0-cp312-cp312-manylinux_2_17_x86_64.whl":                                                        false,
-		"foo-1.0-cp310-cp310-manylinux_2_17_x86_64.whl":                                                        false,
-		"foo-1.0-cp312-abi3-manylinux_2_17_x86_64.whl":                                                         false,
-		"foo-1.0-cp311-cp311-manylinux_2_38_x86_64.whl":                                                        false, // glibc too new
-		"foo-1.0-cp311-cp311-musllinux_1_1_x86_64.whl":                                                         false,
-		"foo-1.0-cp311-cp311-linux_x86_64.whl":                                                                 false,
-		"foo-1.0-cp311-cp311-manylinux_2_17_aarch64.whl":                                                       false,
-		"foo-1.0-cp311-cp311-macosx_11_0_arm64.whl":                                                            false,
-		"foo-1.0-cp311-cp311-win_amd64.whl":                                                                    false,
-		"foo-1.0-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl":                                                 false,
-		"foo-1.0-py2-none-any.whl":                                                                             false,
-		"foo-1.0-py312-none-any.whl":                                                                           false,
+		"Chameleon-4.6.0-py3-none-any.whl":                                                                      true,
+		"texttable-1.7.2-py2.py3-none-any.whl":                                                                  true,
+		"six-1.16.0-py2.py3-none-any.whl":                                                                       true,
+		"foo-1.0-cp311-none-any.whl":                                                                            true,
+		"foo-1.0-py310-none-any.whl":                                                                            true,
+		"foo-1.0-1-cp311-cp311-manylinux2014_x86_64.whl":                                                        true, // build tag
+		"foo-1.0-cp312-cp312-manylinux_2_17_x86_64.whl":                                                         false,
+		"foo-1.0-cp310-cp310-manylinux_2_17_x86_64.whl":                                                         false,
+		"foo-1.0-cp312-abi3-manylinux_2_17_x86_64.whl":                                                          false,
+		"foo-1.0-cp311-cp311-manylinux_2_38_x86_64.whl":                                                         false, // glibc too new
+		"foo-1.0-cp311-cp311-musllinux_1_1_x86_64.whl":                                                          false,
+		"foo-1.0-cp311-cp311-linux_x86_64.whl":                                                                  false,
+		"foo-1.0-cp311-cp311-manylinux_2_17_aarch64.whl":                                                        false,
+		"foo-1.0-cp311-cp311-macosx_11_0_arm64.whl":                                                             false,
+		"foo-1.0-cp311-cp311-win_amd64.whl":                                                                     false,
+		"foo-1.0-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl":                                                  false,
+		"foo-1.0-py2-none-any.whl":                                                                              false,
+		"foo-1.0-py312-none-any.whl":                                                                            false,
 	} {
 		wn, err := ParseWheelName(file)
 		if err != nil {
