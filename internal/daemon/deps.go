@@ -38,11 +38,14 @@ const DefaultDepsBudget = 10 << 30
 
 // DepsConfig configures function dependencies.
 type DepsConfig struct {
-	Python    string        // host interpreter that runs pip ("python3")
-	IndexURL  string        // "" PyPI; "none": only FindLinks
-	FindLinks []string      // directories or URLs of wheels
-	Format    string        // layer file system: erofs (default) or ext4
-	Timeout   time.Duration // one index connection or read (0: deps.DefaultTimeout)
+	Python    string   // host interpreter that runs pip ("python3")
+	IndexURL  string   // "" PyPI; "none": only FindLinks
+	FindLinks []string // directories or URLs of wheels
+	Format    string   // layer file system: erofs (default) or ext4
+	// Compression of erofs layers (lz4 by default; lz4hc, none): for
+	// measurements only (a node must not mix them).
+	Compression string
+	Timeout     time.Duration // one index connection or read (0: deps.DefaultTimeout)
 	// Budget bounds the bytes of cached wheels and of layers no function
 	// and no snapshot uses (0: DefaultDepsBudget; negative: no bound).
 	Budget int64
@@ -79,7 +82,7 @@ func (s *Service) depsDir() string { return filepath.Join(s.cfg.DataDir, "deps")
 // openDeps opens the dependency cache under the data directory.
 func (s *Service) openDeps() error {
 	m, err := deps.Open(deps.Options{Dir: s.depsDir(), Python: s.cfg.Deps.Python, IndexURL: s.cfg.Deps.IndexURL,
-		FindLinks: s.cfg.Deps.FindLinks, Format: deps.Format(s.cfg.Deps.Format), Timeout: s.cfg.Deps.Timeout,
+		FindLinks: s.cfg.Deps.FindLinks, Format: deps.Format(s.cfg.Deps.Format), Compression: s.cfg.Deps.Compression, Timeout: s.cfg.Deps.Timeout,
 		Retries: deps.DefaultRetries, Budget: s.cfg.Deps.Budget})
 	if err != nil {
 		return err

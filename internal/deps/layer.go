@@ -52,6 +52,10 @@ type Layer struct {
 	Files   int       `json:"files"`  // files in the tree
 	BuiltAt time.Time `json:"built_at"`
 	BuildMS float64   `json:"build_ms"`
+	// Steps are the build's steps in ms: install (unpack and check the
+	// wheels), compile (bytecode), image (mkfs), publish (hash, sync,
+	// rename).
+	Steps map[string]float64 `json:"steps,omitempty"`
 	// Path is the image file (not stored).
 	Path string `json:"-"`
 }
@@ -63,7 +67,10 @@ type Layers struct {
 	wheels *WheelCache
 	python string
 	format Format
-	limits Limits
+	// compression of erofs images: "lz4" (default), "lz4hc" or "none";
+	// a measurement knob (docs/benchmarks.md), not part of the digest.
+	compression string
+	limits      Limits
 
 	mu       sync.Mutex
 	building map[string]*sync.Mutex
@@ -115,17 +122,26 @@ func (ls *Layers) Build(ctx context.Context, lock *Lock) (l *Layer, built bool, 
 		return l, false, nil
 	}
 	t0 := time.Now()
+	step := stepClock(t0)
 	staging, err := os.MkdirTemp(ls.dir, ".tmp-"+digest[:12]+"-")
 	if err != nil {
 		return nil, false, fmt.Errorf("build layer: %w", err)
 	}
 	defer os.RemoveAll(staging)
 	tree := filepath.Join(staging, "tree")
-	files, err := ls.installTree(ctx, lock, tree)
+	if err := ls.installTree(ctx, lock, tree); err != nil {
+		return nil, false, err
+	}
+	steps := map[string]float64{"install": step()}
+	if err := precompile(ctx, ls.python, tree); err != nil {
+		return nil, false, err
+	}
+	steps["compile"] = step()
+	files, err := normalizeTree(tree)
 	if err != nil {
 		return nil, false, err
 	}
-	l = &Layer{Digest: digest, Format: ls.format, Lines: lock.Lines(), Files: files, BuiltAt: time.Now().UTC()}
+	l = &Layer{Digest: digest, Format: ls.format, Lines: lock.Lines(), Files: files, BuiltAt: time.Now().UTC(), Steps: steps}
 	info, _ := json.MarshalIndent(struct {
 		Digest string   `json:"digest"`
 		Lines  []string `json:"lines"`
@@ -134,9 +150,10 @@ func (ls *Layers) Build(ctx context.Context, lock *Lock) (l *Layer, built bool, 
 		return nil, false, err
 	}
 	image := filepath.Join(staging, ImageFile)
-	if err := makeImage(ctx, ls.format, image, tree, digest); err != nil {
+	if err := makeImage(ctx, ls.format, ls.compression, image, tree, digest); err != nil {
 		return nil, false, err
 	}
+	steps["image"] = step()
 	if err := os.RemoveAll(tree); err != nil {
 		return nil, false, err
 	}
@@ -151,8 +168,20 @@ func (ls *Layers) Build(ctx context.Context, lock *Lock) (l *Layer, built bool, 
 	if err := ls.publish(staging, l); err != nil {
 		return nil, false, err
 	}
+	steps["publish"] = step()
 	l.Path = filepath.Join(ls.dir, digest, ImageFile)
 	return l, true, nil
+}
+
+// stepClock returns a function giving the ms since its previous call.
+func stepClock(t0 time.Time) func() float64 {
+	last := t0
+	return func() float64 {
+		now := time.Now()
+		d := float64(now.Sub(last).Microseconds()) / 1000
+		last = now
+		return d
+	}
 }
 
 func (ls *Layers) lockFor(digest string) *sync.Mutex {
@@ -185,29 +214,25 @@ func (ls *Layers) publish(staging string, l *Layer) error {
 	return syncFile(ls.dir)
 }
 
-// installTree installs the lock's wheels into tree and precompiles them;
-// it returns how many files the tree holds.
-func (ls *Layers) installTree(ctx context.Context, lock *Lock, tree string) (int, error) {
+// installTree installs the lock's wheels into tree.
+func (ls *Layers) installTree(ctx context.Context, lock *Lock, tree string) error {
 	if err := os.MkdirAll(filepath.Join(tree, SiteDir), 0o755); err != nil {
-		return 0, err
+		return err
 	}
 	in := newInstaller(tree, ls.limits)
 	for _, p := range lock.Pins {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return err
 		}
 		path, ok := ls.wheels.Lookup(p.SHA256)
 		if !ok {
-			return 0, fmt.Errorf("%w: wheel %s %s (sha256 %s) is not in the wheel cache", ErrLayerMissing, p.Name, p.Version, p.SHA256[:12])
+			return fmt.Errorf("%w: wheel %s %s (sha256 %s) is not in the wheel cache", ErrLayerMissing, p.Name, p.Version, p.SHA256[:12])
 		}
 		if err := in.install(path); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	if err := precompile(ctx, ls.python, tree); err != nil {
-		return 0, err
-	}
-	return normalizeTree(tree)
+	return nil
 }
 
 // precompile writes bytecode for every module of site/ with the host's
@@ -222,7 +247,8 @@ func precompile(ctx context.Context, python, tree string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	site := filepath.Join(tree, SiteDir)
-	cmd := exec.CommandContext(ctx, python, "-I", "-m", "compileall", "-q", "-j", "0",
+	// One process: a worker pool (-j) costs more than it saves on a layer.
+	cmd := exec.CommandContext(ctx, python, "-I", "-m", "compileall", "-q",
 		"--invalidation-mode", "unchecked-hash", "-s", tree, "-p", GuestMount, site)
 	cmd.Dir = filepath.Dir(tree)
 	out, err := cmd.CombinedOutput()
@@ -273,12 +299,22 @@ func normalizeTree(tree string) (int, error) {
 }
 
 // makeImage builds the read-only image of tree.
-func makeImage(ctx context.Context, format Format, image, tree, digest string) error {
+func makeImage(ctx context.Context, format Format, compression, image, tree, digest string) error {
 	uuid := digest[0:8] + "-" + digest[8:12] + "-" + digest[12:16] + "-" + digest[16:20] + "-" + digest[20:32]
 	var cmd *exec.Cmd
 	switch format {
 	case FormatErofs:
-		cmd = exec.CommandContext(ctx, "mkfs.erofs", "--quiet", "-T0", "--all-root", "-U"+uuid, "-zlz4hc", image, tree)
+		args := []string{"--quiet", "-T0", "--all-root", "-U" + uuid}
+		switch compression {
+		case "", "lz4":
+			args = append(args, "-zlz4")
+		case "lz4hc":
+			args = append(args, "-zlz4hc")
+		case "none":
+		default:
+			return fmt.Errorf("erofs compression %q: want lz4, lz4hc or none", compression)
+		}
+		cmd = exec.CommandContext(ctx, "mkfs.erofs", append(args, image, tree)...)
 	case FormatExt4:
 		size, inodes, err := ext4Size(tree)
 		if err != nil {

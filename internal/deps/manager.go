@@ -20,8 +20,12 @@ type Options struct {
 	IndexURL  string   // "" PyPI; NoIndex: find-links only
 	FindLinks []string // directories or URLs of wheels
 	Format    Format   // "" FormatErofs
-	Timeout   time.Duration
-	Retries   int
+	// Compression of erofs layers: "" or "lz4" (the default), "lz4hc",
+	// "none": a knob for measurements, not part of a layer's digest, so one
+	// node must not mix them.
+	Compression string
+	Timeout     time.Duration
+	Retries     int
 	// Budget bounds the bytes of wheels and of layers nothing uses (0:
 	// keep none of those; negative: no bound). Layers in use are kept
 	// whatever it says.
@@ -111,7 +115,7 @@ func Open(o Options) (*Manager, error) {
 	m := &Manager{Wheels: wheels, budget: o.Budget, tmp: tmp,
 		Resolver: &Resolver{Python: o.Python, IndexURL: o.IndexURL, FindLinks: o.FindLinks, Timeout: o.Timeout,
 			Retries: retries, Cache: wheels, TmpDir: tmp},
-		Layers: &Layers{dir: layersDir, wheels: wheels, python: o.Python, format: o.Format, limits: o.Limits,
+		Layers: &Layers{dir: layersDir, wheels: wheels, python: o.Python, format: o.Format, compression: o.Compression, limits: o.Limits,
 			building: map[string]*sync.Mutex{}}}
 	m.idle = sync.NewCond(&m.mu)
 	return m, nil
