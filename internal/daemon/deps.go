@@ -99,9 +99,9 @@ func (s *Service) Deps() *deps.Manager { return s.deps }
 func depsErr(err error) error {
 	switch {
 	case errors.Is(err, deps.ErrInvalid):
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
+		return fmt.Errorf("%w: %w; nothing was kept", ErrNoSpace, err)
 	}
 	return err
 }
