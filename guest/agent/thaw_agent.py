@@ -238,7 +238,7 @@ class Function:
             if not callable(handle):
                 raise AttributeError(f"{fn_dir}/handler.py does not define a callable handle(event)")
         except BaseException as e:  # SystemExit etc. from module code must not kill PID 1
-            self.error = _exc_error(e)
+            self.error = _import_error(e, fn_dir)
             log(f"function {self.name}: import failed: {self.error['type']}: {self.error['message']}")
             return
         self.attach(module, handle)
@@ -350,6 +350,16 @@ def _cut(text, limit=MAX_ERROR_TEXT):
 def _exc_error(e):
     return _error(type(e).__name__, str(e),
                   "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+
+
+def _import_error(e, fn_dir):
+    """An exception from importing the handler, its traceback starting at the
+    function's own code (the agent's and importlib's frames say nothing to its
+    author); a SyntaxError in it shows the offending line without frames."""
+    tb = e.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(fn_dir + "/"):
+        tb = tb.tb_next
+    return _error(type(e).__name__, str(e), "".join(traceback.format_exception(type(e), e, tb)))
 
 
 # --- Control channel ---------------------------------------------------------------

@@ -29,6 +29,13 @@ var ErrIndexUnavailable = deps.ErrIndexUnavailable
 // dependency layer mounted); the boot fails with the guest's traceback.
 var ErrImport = errors.New("function cannot be imported")
 
+// importFailure is a boot's ErrVMFailed that is also ErrImport, without
+// saying so twice in its message.
+type importFailure struct{ error }
+
+func (f importFailure) Unwrap() error      { return f.error }
+func (importFailure) Is(target error) bool { return target == ErrImport }
+
 // RequirementsFile is the name of a function's requirements in its
 // directory.
 const RequirementsFile = "requirements.txt"

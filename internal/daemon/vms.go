@@ -356,7 +356,7 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		// snapshotted): the boot fails with the guest's traceback.
 		reason := fmt.Sprintf("function %s cannot be imported: %s: %s", fn.Name, fe.Type, fe.Message)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
-		return nil, fmt.Errorf("%w: %w: vm %s: %s\n%s", ErrVMFailed, ErrImport, id, reason, strings.TrimRight(fe.Traceback, "\n"))
+		return nil, importFailure{fmt.Errorf("%w: vm %s: %s\n%s", ErrVMFailed, id, reason, strings.TrimRight(fe.Traceback, "\n"))}
 	}
 	if err := s.checkBootEnv(ctx, lv); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "boot: "+err.Error())

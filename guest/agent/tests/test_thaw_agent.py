@@ -297,6 +297,53 @@ class FunctionErrorTest(unittest.TestCase):
         self.assertNotIn("function_error", healthy.dispatch(b'{"id":"2","op":"ping"}'))
 
 
+class ImportErrorTest(unittest.TestCase):
+    """An import failure's traceback starts at the function's own code."""
+
+    def load(self, source):
+        import tempfile
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        fn_dir = os.path.join(tmp.name, "probe")
+        os.makedirs(fn_dir)
+        with open(os.path.join(fn_dir, "handler.py"), "w") as f:
+            f.write(source)
+        saved = (thaw_agent.FN_ROOT, thaw_agent.log, list(sys.path), os.getcwd(), sys.modules.pop("handler", None))
+        self.addCleanup(self.restore, saved)
+        thaw_agent.FN_ROOT, thaw_agent.log = tmp.name, lambda msg: None  # not the host's console
+        fn = thaw_agent.Function("probe")
+        fn._mount_disk = lambda dev: True
+        fn.load("/dev/null")
+        return fn, fn_dir
+
+    @staticmethod
+    def restore(saved):
+        thaw_agent.FN_ROOT, thaw_agent.log, path, cwd, handler = saved
+        sys.path[:] = path
+        os.chdir(cwd)
+        sys.modules.pop("handler", None)
+        if handler is not None:
+            sys.modules["handler"] = handler
+
+    def test_missing_module(self):
+        fn, fn_dir = self.load("import thaw_no_such_module\n\ndef handle(e):\n    return e\n")
+        self.assertEqual(fn.error["type"], "ModuleNotFoundError")
+        tb = fn.error["traceback"]
+        self.assertTrue(tb.startswith("Traceback (most recent call last):\n  File \"" + fn_dir + "/handler.py\", line 1"), tb)
+        self.assertNotIn("thaw_agent.py", tb)
+        self.assertNotIn("importlib", tb)
+
+    def test_syntax_error_shows_the_line(self):
+        fn, fn_dir = self.load("def handle(e:\n    return e\n")
+        self.assertEqual(fn.error["type"], "SyntaxError")
+        self.assertIn(fn_dir + "/handler.py", fn.error["traceback"])
+        self.assertNotIn("importlib", fn.error["traceback"])
+
+    def test_exception_at_import(self):
+        fn, _ = self.load("raise RuntimeError('no config')\n")
+        self.assertEqual((fn.error["type"], fn.error["message"]), ("RuntimeError", "no config"))
+
+
 class DepsLayerTest(unittest.TestCase):
     """The layer's site directory goes right after the function's directory,
     ahead of everything else, and its .pth files are processed."""
@@ -313,6 +360,9 @@ class DepsLayerTest(unittest.TestCase):
         self.addCleanup(self.restore, saved)
         thaw_agent.DEPS_SITE = self.site
         thaw_agent.mounted_paths = lambda: {thaw_agent.DEPS_ROOT}  # already mounted
+        saved_log = thaw_agent.log
+        thaw_agent.log = lambda msg: None  # not the host's console
+        self.addCleanup(setattr, thaw_agent, "log", saved_log)
 
     @staticmethod
     def restore(saved):
