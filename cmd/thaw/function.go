@@ -156,6 +156,7 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		for i, k := range sortedKeys(f.Secrets) {
 			row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
 		}
+		writeDeps(w, f.Deps)
 		row(w, "Created:", fmtTime(f.CreatedAt))
 		for i, warning := range f.Warnings {
 			row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)
