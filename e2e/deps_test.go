@@ -24,8 +24,8 @@ func depsIndex(t *testing.T) *pypitest.Index {
 	pypitest.Wheel{Name: "pyaes", Version: "99.0", Files: map[string]string{
 		"pyaes/__init__.py": "VERSION = 'from the layer'\n"}}.Write(t, dir)
 	pypitest.Wheel{Name: "thaw_pth_probe", Version: "1.0", Files: map[string]string{
-		"thaw_pth_probe.pth":                  "thaw_pth_extra\n",
-		"thaw_pth_extra/thaw_pth_probe.py":    "import os\nWHERE = os.path.dirname(__file__)\n",
+		"thaw_pth_probe.pth":                   "thaw_pth_extra\n",
+		"thaw_pth_extra/thaw_pth_probe.py":     "import os\nWHERE = os.path.dirname(__file__)\n",
 		"thaw_pth_probe-1.0.dist-info/LICENSE": "public domain\n"}}.Write(t, dir)
 	return pypitest.Start(t, dir)
 }
