@@ -109,6 +109,7 @@ func TestFunctionDependencies(t *testing.T) {
 		PyAES   []string `json:"pyaes"`
 		PTH     string   `json:"pth"`
 		Path    []string `json:"path"`
+		Mount   []string `json:"mount"`
 	}
 	if err := json.Unmarshal(inv.Result, &got); err != nil {
 		t.Fatal(err)
@@ -125,6 +126,12 @@ func TestFunctionDependencies(t *testing.T) {
 	}
 	if len(got.Path) != 3 || got.Path[0] != "/fn/tables" || got.Path[1] != "/deps/site" || got.Path[2] != "/deps/site/thaw_pth_extra" {
 		t.Errorf("sys.path starts %v", got.Path)
+	}
+	mount := strings.Join(got.Mount, " ")
+	for _, want := range []string{"/dev/vdc erofs", " ro", " nosuid", " nodev"} {
+		if !strings.Contains(mount, want) {
+			t.Errorf("/deps is mounted %q, want %q in it", mount, want)
+		}
 	}
 
 	// The same set for another function: the same layer, not rebuilt.

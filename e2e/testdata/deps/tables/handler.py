@@ -11,6 +11,15 @@ import thaw_pth_probe
 TEMPLATE = chameleon.PageTemplate("<ul><li tal:repeat='v top'>${v}</li></ul>")
 
 
+def mount_of(path):
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, where, fstype, opts = line.split()[:4]
+            if where == path:
+                return [dev, fstype] + sorted(opts.split(","))
+    return []
+
+
 def handle(event):
     g = igraph.Graph.Ring(event.get("n", 10))
     ranks = g.pagerank()
@@ -22,4 +31,5 @@ def handle(event):
         "pyaes": [pyaes.VERSION, pyaes.__file__],
         "pth": thaw_pth_probe.WHERE,
         "path": sys.path[:3],
+        "mount": mount_of("/deps"),
     }
