@@ -5,6 +5,7 @@ import (
 
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,24 +20,41 @@ import (
 // with THAW_DEPS_MEASURE=1 and reports (docs/benchmarks.md, "Dependency
 // layers"); it fails only if something does not work. For two real sets
 // (igraph + Chameleon; requests and its four dependencies) and each layer
-// variant (ext4, erofs uncompressed, lz4, lz4hc) it reports the image size,
-// the build time and the first import in a real guest (median of
-// THAW_DEPS_MEASURE_REPS boots, default 3; the variants interleaved so load
-// from elsewhere spreads over all of them), the import without the
-// precompiled bytecode (erofs lz4), and the restore set-up of a function
-// with a layer against one without (median of THAW_DEPS_MEASURE_COLD cold
-// starts each, default 20, alternating).
+// variant (ext4, erofs uncompressed, lz4, lz4hc) it reports the image size
+// and build time, and per boot of a real guest (THAW_DEPS_MEASURE_REPS,
+// default 3, the variants interleaved so load from elsewhere spreads over
+// all of them): the first import ("import"), the import without the
+// precompiled bytecode (erofs lz4), and the time to read every file of the
+// igraph + Chameleon layer ("read": the file system's own cost); then
+// ("cold") the restore set-up of a function with a layer against one
+// without (THAW_DEPS_MEASURE_COLD cold starts each, default 40,
+// alternating). THAW_DEPS_MEASURE_PARTS picks parts (default
+// import,read,cold).
 func TestMeasureDependencyLayers(t *testing.T) {
 	if os.Getenv("THAW_DEPS_MEASURE") != "1" {
 		t.Skip("a measurement: set THAW_DEPS_MEASURE=1 (and THAW_IMAGE)")
 	}
-	reps, cold := envInt("THAW_DEPS_MEASURE_REPS", 3), envInt("THAW_DEPS_MEASURE_COLD", 20)
+	reps, cold := envInt("THAW_DEPS_MEASURE_REPS", 3), envInt("THAW_DEPS_MEASURE_COLD", 40)
+	parts := os.Getenv("THAW_DEPS_MEASURE_PARTS")
+	if parts == "" {
+		parts = "import,read,cold"
+	}
+	part := func(p string) bool { return strings.Contains(","+parts+",", ","+p+",") }
 	ix := pypitest.Serve(t, "Chameleon-4.6.0", "igraph-1.0.0", "texttable-1.7.2", "requests-2.32.3", "urllib3-2.8.0",
 		"idna-3.20", "certifi-2026.10.19", "charset_normalizer-3.5.3")
 	ctx := ctxT(t)
-	sets := []struct{ name, requirements, imports string }{
+	type probe struct{ name, requirements, imports, kind string }
+	var probes []probe
+	for _, s := range []struct{ name, requirements, imports string }{
 		{"igraph-chameleon", "chameleon==4.6.0\nigraph==1.0.0\n", "igraph, chameleon"},
 		{"requests", "requests==2.32.3\n", "requests"},
+	} {
+		if part("import") {
+			probes = append(probes, probe{s.name, s.requirements, s.imports, "import"}, probe{s.name + "-nopyc", s.requirements, s.imports, "nopyc"})
+		}
+		if part("read") && s.name == "igraph-chameleon" {
+			probes = append(probes, probe{s.name + "-read", s.requirements, "", "read"})
+		}
 	}
 	type variant struct {
 		name, format, compression string
@@ -44,69 +62,70 @@ func TestMeasureDependencyLayers(t *testing.T) {
 	}
 	variants := []*variant{{name: "ext4", format: "ext4"}, {name: "erofs", format: "erofs", compression: "none"},
 		{name: "erofs-lz4", format: "erofs", compression: "lz4"}, {name: "erofs-lz4hc", format: "erofs", compression: "lz4hc"}}
-	imports := map[string][]float64{} // variant/set[/nopyc] -> import ms per boot
+	runs := func(v *variant, p probe) bool { return p.kind != "nopyc" || v.name == "erofs-lz4" }
 	for _, v := range variants {
 		dataDir := t.TempDir()
 		v.e = startEnvWith(t, dataDir, func(c *daemon.Config) {
 			c.Deps = daemon.DepsConfig{IndexURL: ix.URL, Format: v.format, Compression: v.compression}
 		})
-		for _, s := range sets {
-			fns := []string{s.name}
-			if v.name == "erofs-lz4" {
-				fns = append(fns, s.name+"-nopyc")
+		for _, p := range probes {
+			if !runs(v, p) {
+				continue
 			}
-			for _, fn := range fns {
-				f, err := v.e.c.CreateFunctionFromDir(ctx, fn, importProbe(t, s.imports, s.requirements, strings.HasSuffix(fn, "-nopyc")), 512, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				info := layerInfo(t, dataDir, f.Deps.Layer)
-				t.Logf("%s %s: image %d bytes (%.1f MiB), %d files, build %.0f ms %v", v.name, fn, f.Deps.LayerBytes,
-					float64(f.Deps.LayerBytes)/(1<<20), info.Files, info.BuildMS, info.Steps)
+			f, err := v.e.c.CreateFunctionFromDir(ctx, p.name, layerProbe(t, p.kind, p.imports, p.requirements), 512, 1)
+			if err != nil {
+				t.Fatal(err)
 			}
+			info := layerInfo(t, dataDir, f.Deps.Layer)
+			t.Logf("%s %s: image %d bytes (%.1f MiB), %d files, build %.0f ms %v", v.name, p.name, f.Deps.LayerBytes,
+				float64(f.Deps.LayerBytes)/(1<<20), info.Files, info.BuildMS, info.Steps)
 		}
 	}
+	ms := map[string][]float64{} // variant/probe -> ms per boot
 	for rep := range reps {
 		for _, v := range variants {
-			for _, s := range sets {
-				fns := []string{s.name}
-				if v.name == "erofs-lz4" {
-					fns = append(fns, s.name+"-nopyc")
-				}
-				for _, fn := range fns {
-					ms := bootImport(t, v.e.c, fn)
-					key := v.name + "/" + fn
-					imports[key] = append(imports[key], ms)
-					t.Logf("rep %d %s: first import %.0f ms", rep+1, key, ms)
+			for _, p := range probes {
+				if runs(v, p) {
+					key := v.name + "/" + p.name
+					ms[key] = append(ms[key], bootProbe(t, v.e.c, p.name))
+					t.Logf("rep %d %s: %.0f ms", rep+1, key, ms[key][len(ms[key])-1])
 				}
 			}
 		}
 	}
-	keys := make([]string, 0, len(imports))
-	for k := range imports {
+	keys := make([]string, 0, len(ms))
+	for k := range ms {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		t.Logf("first import %-36s median %6.0f ms of %v", k, median(imports[k]), imports[k])
+		t.Logf("%-40s median %6.0f ms, min %6.0f ms of %.0f", k, median(ms[k]), slices.Min(ms[k]), ms[k])
 	}
-	measureColdSetup(t, variants[2].e.c, cold)
+	if part("cold") {
+		measureColdSetup(t, variants[2].e.c, cold)
+	}
 }
 
-// importProbe is a function that imports mods at load and reports how long
-// that took; nopyc makes Python ignore the layer's bytecode (its cache
-// prefix points elsewhere), as if the layer had none.
-func importProbe(t *testing.T, mods, requirements string, nopyc bool) string {
+// layerProbe is a function whose handler reports a time taken at load:
+// "import" imports mods; "nopyc" the same with Python ignoring the layer's
+// bytecode (its cache prefix points elsewhere), as if the layer had none;
+// "read" reads every file of the layer's site directory.
+func layerProbe(t *testing.T, kind, mods, requirements string) string {
 	dir := filepath.Join(t.TempDir(), "probe")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	prefix := ""
-	if nopyc {
-		prefix = "sys.pycache_prefix = '/tmp/no-layer-bytecode'\n"
+	var body string
+	switch kind {
+	case "read":
+		body = "import os\nt0 = time.perf_counter()\nfor root, _, files in os.walk('/deps/site'):\n" +
+			"    for f in files:\n        with open(os.path.join(root, f), 'rb') as fh:\n            fh.read()\n"
+	case "nopyc":
+		body = "sys.pycache_prefix = '/tmp/no-layer-bytecode'\nt0 = time.perf_counter()\nimport " + mods + "\n"
+	default:
+		body = "t0 = time.perf_counter()\nimport " + mods + "\n"
 	}
-	src := "import sys, time\n" + prefix + "t0 = time.perf_counter()\nimport " + mods +
-		"\nIMPORT_MS = (time.perf_counter() - t0) * 1000\n\ndef handle(event):\n    return IMPORT_MS\n"
+	src := "import sys, time\n" + body + "LOAD_MS = (time.perf_counter() - t0) * 1000\n\ndef handle(event):\n    return LOAD_MS\n"
 	if err := os.WriteFile(filepath.Join(dir, "handler.py"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +137,8 @@ func importProbe(t *testing.T, mods, requirements string, nopyc bool) string {
 	return dir
 }
 
-// bootImport boots fn, reads its import time and deletes the VM.
-func bootImport(t *testing.T, c *client.Client, fn string) float64 {
+// bootProbe boots fn, reads its time and deletes the VM.
+func bootProbe(t *testing.T, c *client.Client, fn string) float64 {
 	ctx := ctxT(t)
 	vm, err := c.BootVM(ctx, fn)
 	if err != nil {
@@ -165,7 +184,7 @@ func measureColdSetup(t *testing.T, c *client.Client, n int) {
 		if fn.requirements != "" {
 			mods = "texttable"
 		}
-		if _, err := c.CreateFunctionFromDir(ctx, fn.name, importProbe(t, mods, fn.requirements, false), 256, 1,
+		if _, err := c.CreateFunctionFromDir(ctx, fn.name, layerProbe(t, "import", mods, fn.requirements), 256, 1,
 			client.WithVMMPool(-1, 0), client.WithKeepAlive(-1)); err != nil {
 			t.Fatal(err)
 		}
@@ -180,20 +199,39 @@ func measureColdSetup(t *testing.T, c *client.Client, n int) {
 		_ = c.DeleteVM(ctx, vm.ID)
 		snaps[fn.name] = sn.ID
 	}
-	setup := map[string][]float64{}
+	type sample struct{ setup, vmm, state float64 }
+	got := map[string][]sample{}
 	for range n {
 		for _, fn := range []string{"plain", "layered"} {
 			inv, err := c.InvokeFunction(ctx, fn, nil, client.InvokeOptions{Snapshot: snaps[fn], Strategy: "vanilla"})
 			if err != nil || !inv.OK || inv.Timing.Restore == nil {
 				t.Fatalf("cold %s: %v %+v", fn, err, inv)
 			}
-			setup[fn] = append(setup[fn], inv.Timing.Restore.SetupMS)
+			r := inv.Timing.Restore
+			got[fn] = append(got[fn], sample{r.SetupMS, r.VMMStartMS, r.LoadStateMS})
 		}
 	}
-	p, l := median(setup["plain"]), median(setup["layered"])
-	t.Logf("cold restore set-up, median of %d each: without a layer %.1f ms, with one %.1f ms (difference %+.1f ms)", n, p, l, l-p)
-	t.Logf("set-up samples without: %v", setup["plain"])
-	t.Logf("set-up samples with:    %v", setup["layered"])
+	col := func(fn string, f func(sample) float64) []float64 {
+		var out []float64
+		for _, s := range got[fn] {
+			out = append(out, f(s))
+		}
+		return out
+	}
+	var diffs []float64
+	for i := range got["plain"] {
+		diffs = append(diffs, got["layered"][i].setup-got["plain"][i].setup)
+	}
+	for _, m := range []struct {
+		what string
+		f    func(sample) float64
+	}{{"set-up", func(s sample) float64 { return s.setup }}, {"vmm start", func(s sample) float64 { return s.vmm }},
+		{"device state load", func(s sample) float64 { return s.state }}} {
+		p, l := col("plain", m.f), col("layered", m.f)
+		t.Logf("cold restore %-17s (n=%d each): without a layer median %.1f ms (min %.1f), with one %.1f ms (min %.1f)",
+			m.what, n, median(p), slices.Min(p), median(l), slices.Min(l))
+	}
+	t.Logf("cold restore set-up, paired difference (with - without, alternating): median %+.1f ms", median(diffs))
 }
 
 func median(v []float64) float64 {

@@ -218,3 +218,32 @@ func TestCollect(t *testing.T) {
 		t.Errorf("budget 0 removed the layer in use: %v", err)
 	}
 }
+
+// BenchmarkLayerGet is what a boot or a restore of a function with a
+// layer adds on the daemon's side: finding the layer and its description
+// (the image's hash is checked once per process, then by stamp).
+func BenchmarkLayerGet(b *testing.B) {
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		b.Skip("mkfs.erofs is not installed")
+	}
+	m, err := Open(Options{Dir: filepath.Join(b.TempDir(), "deps"), Python: "python3", IndexURL: NoIndex, Budget: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	w := pypitest.Wheel{Name: "bench", Version: "1.0"}.Write(b, dir)
+	sum, _, err := m.Wheels.Add(w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, _, err := m.Layers.Build(context.Background(), &Lock{Pins: []Pin{{Name: "bench", Version: "1.0", SHA256: sum}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Layers.Get(l.Digest); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
