@@ -3,6 +3,7 @@ package deps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,5 +246,49 @@ func BenchmarkLayerGet(b *testing.B) {
 		if _, err := m.Layers.Get(l.Digest); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkBuildLayer builds the layer of two cached wheels, igraph (a C
+// extension) and texttable, into a fresh store each time: installing,
+// precompiling, packing and publishing (docs/benchmarks.md). Its steps are
+// reported as metrics.
+func BenchmarkBuildLayer(b *testing.B) {
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		b.Skip("mkfs.erofs is not installed")
+	}
+	wheels := []string{pypitest.Cached(b, "igraph-1.0.0"), pypitest.Cached(b, "texttable-1.7.2")}
+	steps := map[string]float64{}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		m, err := Open(Options{Dir: filepath.Join(b.TempDir(), fmt.Sprint("deps", i)), Python: "python3", IndexURL: NoIndex, Budget: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lock := &Lock{}
+		for _, w := range wheels {
+			tmp := filepath.Join(b.TempDir(), filepath.Base(w))
+			if err := copyTestFile(w, tmp); err != nil {
+				b.Fatal(err)
+			}
+			sum, _, err := m.Wheels.Add(tmp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			wn, _ := ParseWheelName(filepath.Base(w))
+			lock.Pins = append(lock.Pins, Pin{Name: wn.Name, Version: wn.Version, SHA256: sum})
+		}
+		b.StartTimer()
+		l, built, err := m.Layers.Build(context.Background(), lock)
+		if err != nil || !built {
+			b.Fatalf("build: %v", err)
+		}
+		for k, v := range l.Steps {
+			steps[k] += v
+		}
+	}
+	for k, v := range steps {
+		b.ReportMetric(v/float64(b.N), k+"-ms/op")
 	}
 }
