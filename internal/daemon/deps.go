@@ -273,12 +273,22 @@ func (s *Service) collectDeps(ctx context.Context) {
 	}
 }
 
-// layersInUse are the digests of the layers functions name, and of those
-// whose image a snapshot's manifest names.
+// layersInUse are the digests of the layers functions and their versions
+// that still have snapshots name, and of those whose image a snapshot's
+// manifest names.
 func (s *Service) layersInUse(ctx context.Context) (map[string]bool, error) {
 	fns, err := s.db.ListFunctions(ctx)
 	if err != nil {
 		return nil, err
+	}
+	vers, err := s.db.ListVersions(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vers {
+		if !v.Collected {
+			fns = append(fns, &v.Config)
+		}
 	}
 	out := map[string]bool{}
 	bySHA := map[string]string{}

@@ -297,13 +297,22 @@ class FunctionErrorTest(unittest.TestCase):
         self.assertNotIn("function_error", healthy.dispatch(b'{"id":"2","op":"ping"}'))
 
 
+def scratch_dir(test):
+    """A temporary directory, leaving tempfile's state as it was: the restore
+    tests count what the agent renews, tempfile's name sequence included."""
+    import tempfile
+    saved = tempfile._name_sequence
+    tmp = tempfile.TemporaryDirectory()
+    tempfile._name_sequence = saved
+    test.addCleanup(tmp.cleanup)
+    return tmp
+
+
 class ImportErrorTest(unittest.TestCase):
     """An import failure's traceback starts at the function's own code."""
 
     def load(self, source):
-        import tempfile
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
+        tmp = scratch_dir(self)
         fn_dir = os.path.join(tmp.name, "probe")
         os.makedirs(fn_dir)
         with open(os.path.join(fn_dir, "handler.py"), "w") as f:
@@ -349,9 +358,7 @@ class DepsLayerTest(unittest.TestCase):
     ahead of everything else, and its .pth files are processed."""
 
     def setUp(self):
-        import tempfile
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
+        self.tmp = scratch_dir(self)
         self.site = os.path.join(self.tmp.name, "site")
         os.makedirs(os.path.join(self.site, "extra"))
         with open(os.path.join(self.site, "extra.pth"), "w") as f:
