@@ -264,7 +264,8 @@ func TestDependencyLayerCollection(t *testing.T) {
 func TestPushPullDependencyLayer(t *testing.T) {
 	ix := pypitest.Serve(t, "texttable-1.7.2")
 	srv := miniotest.Start(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1 }
+	ring := keyRing(t)
+	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1; ring(c) }
 	ctx := context.Background()
 	a, _ := fakeService(t, withIndex(ix.URL, withRegistry))
 	_, sn := bootAndSnapshotSpec(t, a, depsSpec(t, "tables", "texttable\n"))
@@ -303,5 +304,43 @@ func TestPushPullDependencyLayer(t *testing.T) {
 		if _, err := b.CheckSnapshot(ctx, sn.ID); err != nil {
 			t.Fatalf("pulled snapshot does not verify: %v", err)
 		}
+	}
+}
+
+// A deploy builds the layer with the code: the version's frozen
+// configuration carries it, its snapshot records it, a deploy of the same
+// content changes nothing, and a deploy whose handler cannot be imported
+// fails with the traceback and publishes nothing.
+func TestDeployDependencies(t *testing.T) {
+	ix := pypitest.Serve(t, "texttable-1.7.2")
+	s, b := fakeService(t, withIndex(ix.URL))
+	ctx := context.Background()
+	res, err := s.Deploy(ctx, DeploySpec{FunctionSpec: depsSpec(t, "tables", "texttable\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.db.GetVersion(ctx, "tables", res.Version)
+	if err != nil || v.Config.Deps == nil || !strings.HasPrefix(v.Config.Deps.Resolved[0], "texttable==1.7.2") {
+		t.Fatalf("version %+v %v", v, err)
+	}
+	sn, err := s.GetSnapshot(ctx, res.Snapshots[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := snapshot.ReadManifest(sn.Dir); err != nil || m.Inputs.Deps == nil || m.Inputs.Deps.SHA256 != v.Config.Deps.LayerSHA256 {
+		t.Fatalf("the version's snapshot: %+v %v", m, err)
+	}
+	again, err := s.Deploy(ctx, DeploySpec{FunctionSpec: depsSpec(t, "tables", "texttable\n")})
+	if err != nil || !again.Unchanged || again.Version != res.Version {
+		t.Fatalf("the same deploy again: %+v %v", again, err)
+	}
+	b.SetFunctionError("ModuleNotFoundError", "No module named 'requests'", "Traceback (most recent call last):\nModuleNotFoundError: No module named 'requests'\n")
+	_, err = s.Deploy(ctx, DeploySpec{FunctionSpec: depsSpec(t, "tables", "texttable>=1.0\n")})
+	if !errors.Is(err, ErrImport) || !strings.Contains(err.Error(), "Traceback") {
+		t.Fatalf("deploy of a broken handler: %v", err)
+	}
+	vers, err := s.db.ListVersions(ctx, "tables")
+	if err != nil || len(vers) != 1 {
+		t.Fatalf("versions after the failed deploy: %d %v", len(vers), err)
 	}
 }
