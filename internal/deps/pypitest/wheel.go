@@ -58,6 +58,51 @@ func (w Wheel) Write(t testing.TB, dir string) string {
 }
 
 func (w Wheel) write(p string) error {
+	files, names, record := w.contents()
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zw := zip.NewWriter(f)
+	for _, n := range names {
+		if err := w.add(zw, n, files[n]); err != nil {
+			return err
+		}
+		if n == w.Duplicate {
+			if err := w.add(zw, n, files[n]); err != nil {
+				return err
+			}
+		}
+	}
+	for n, target := range w.Symlinks {
+		h := &zip.FileHeader{Name: n, Method: zip.Store}
+		h.SetMode(fs.ModeSymlink | 0o777)
+		fw, err := zw.CreateHeader(h)
+		if err != nil {
+			return err
+		}
+		if _, err := fw.Write([]byte(target)); err != nil {
+			return err
+		}
+	}
+	for n, body := range w.Unrecorded {
+		if err := w.add(zw, n, body); err != nil {
+			return err
+		}
+	}
+	if err := w.add(zw, w.distInfo()+"/RECORD", strings.Join(record, "\n")+"\n"); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// contents are the wheel's files (with METADATA and WHEEL), their names
+// sorted, and RECORD's lines (edited if EditRecord says so).
+func (w Wheel) contents() (map[string]string, []string, []string) {
 	files := map[string]string{}
 	for k, v := range w.Files {
 		files[k] = v
@@ -90,64 +135,28 @@ func (w Wheel) write(p string) error {
 	if w.EditRecord != nil {
 		record = w.EditRecord(record)
 	}
-	f, err := os.Create(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	zw := zip.NewWriter(f)
-	add := func(name, body string) error {
-		if size, ok := w.DeclaredSize[name]; ok {
-			h := &zip.FileHeader{Name: name, Method: zip.Store, CRC32: crc32.ChecksumIEEE([]byte(body)),
-				CompressedSize64: uint64(len(body)), UncompressedSize64: size}
-			h.SetMode(0o644)
-			fw, err := zw.CreateRaw(h)
-			if err != nil {
-				return err
-			}
-			_, err = fw.Write([]byte(body))
-			return err
-		}
-		fw, err := zw.Create(name)
+	return files, names, record
+}
+
+// add writes one entry, its header claiming DeclaredSize if set.
+func (w Wheel) add(zw *zip.Writer, name, body string) error {
+	if size, ok := w.DeclaredSize[name]; ok {
+		h := &zip.FileHeader{Name: name, Method: zip.Store, CRC32: crc32.ChecksumIEEE([]byte(body)),
+			CompressedSize64: uint64(len(body)), UncompressedSize64: size}
+		h.SetMode(0o644)
+		fw, err := zw.CreateRaw(h)
 		if err != nil {
 			return err
 		}
 		_, err = fw.Write([]byte(body))
 		return err
 	}
-	for _, n := range names {
-		if err := add(n, files[n]); err != nil {
-			return err
-		}
-		if n == w.Duplicate {
-			if err := add(n, files[n]); err != nil {
-				return err
-			}
-		}
-	}
-	for n, target := range w.Symlinks {
-		h := &zip.FileHeader{Name: n, Method: zip.Store}
-		h.SetMode(fs.ModeSymlink | 0o777)
-		fw, err := zw.CreateHeader(h)
-		if err != nil {
-			return err
-		}
-		if _, err := fw.Write([]byte(target)); err != nil {
-			return err
-		}
-	}
-	for n, body := range w.Unrecorded {
-		if err := add(n, body); err != nil {
-			return err
-		}
-	}
-	if err := add(di+"/RECORD", strings.Join(record, "\n")+"\n"); err != nil {
+	fw, err := zw.Create(name)
+	if err != nil {
 		return err
 	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	return f.Close()
+	_, err = fw.Write([]byte(body))
+	return err
 }
 
 // Sdist writes a source distribution name-version.tar.gz into dir: an
