@@ -28,8 +28,9 @@ import (
 // igraph + Chameleon layer ("read": the file system's own cost); then
 // ("cold") the restore set-up of a function with a layer against one
 // without (THAW_DEPS_MEASURE_COLD cold starts each, default 40,
-// alternating). THAW_DEPS_MEASURE_PARTS picks parts (default
-// import,read,cold).
+// alternating, on the default layers). THAW_DEPS_MEASURE_PARTS picks parts
+// (default import,read,cold), THAW_DEPS_MEASURE_VARIANTS variants (default
+// all).
 func TestMeasureDependencyLayers(t *testing.T) {
 	if os.Getenv("THAW_DEPS_MEASURE") != "1" {
 		t.Skip("a measurement: set THAW_DEPS_MEASURE=1 (and THAW_IMAGE)")
@@ -62,6 +63,9 @@ func TestMeasureDependencyLayers(t *testing.T) {
 	}
 	variants := []*variant{{name: "ext4", format: "ext4"}, {name: "erofs", format: "erofs", compression: "none"},
 		{name: "erofs-lz4", format: "erofs", compression: "lz4"}, {name: "erofs-lz4hc", format: "erofs", compression: "lz4hc"}}
+	if only := os.Getenv("THAW_DEPS_MEASURE_VARIANTS"); only != "" {
+		variants = slices.DeleteFunc(variants, func(v *variant) bool { return !slices.Contains(strings.Split(only, ","), v.name) })
+	}
 	runs := func(v *variant, p probe) bool { return p.kind != "nopyc" || v.name == "erofs-lz4" }
 	for _, v := range variants {
 		dataDir := t.TempDir()
@@ -102,7 +106,8 @@ func TestMeasureDependencyLayers(t *testing.T) {
 		t.Logf("%-40s median %6.0f ms, min %6.0f ms of %.0f", k, median(ms[k]), slices.Min(ms[k]), ms[k])
 	}
 	if part("cold") {
-		measureColdSetup(t, variants[2].e.c, cold)
+		i := slices.IndexFunc(variants, func(v *variant) bool { return v.name == "erofs-lz4" })
+		measureColdSetup(t, variants[max(i, 0)].e.c, cold)
 	}
 }
 
