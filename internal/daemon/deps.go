@@ -49,7 +49,7 @@ type DepsConfig struct {
 	IndexURL  string   // "" PyPI; "none": only FindLinks
 	FindLinks []string // directories or URLs of wheels
 	Format    string   // layer file system: erofs (default) or ext4
-	// Compression of erofs layers (lz4 by default; lz4hc, none): for
+	// Compression of erofs layers (none by default; lz4, lz4hc): for
 	// measurements only (a node must not mix them).
 	Compression string
 	Timeout     time.Duration // one index connection or read (0: deps.DefaultTimeout)

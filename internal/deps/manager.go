@@ -20,8 +20,8 @@ type Options struct {
 	IndexURL  string   // "" PyPI; NoIndex: find-links only
 	FindLinks []string // directories or URLs of wheels
 	Format    Format   // "" FormatErofs
-	// Compression of erofs layers: "" or "lz4" (the default), "lz4hc",
-	// "none": a knob for measurements, not part of a layer's digest, so one
+	// Compression of erofs layers: "" or "none" (the default), "lz4",
+	// "lz4hc": a knob for measurements, not part of a layer's digest, so one
 	// node must not mix them.
 	Compression string
 	Timeout     time.Duration
