@@ -240,10 +240,17 @@ func (s *Service) kickDepsGC() {
 	}
 }
 
-// collectDepsLoop runs a collection of the dependency cache whenever asked,
-// until the daemon stops.
+// collectDepsLoop checks the host's Python for pip (saying at start if
+// functions with a requirements.txt cannot be created), then runs a
+// collection of the dependency cache whenever asked, until the daemon
+// stops.
 func (s *Service) collectDepsLoop() {
 	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.stop; cancel() }()
+	if err := s.deps.Resolver.CheckPython(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("functions with a requirements.txt cannot be created until this is fixed", "err", err)
+	}
 	for {
 		select {
 		case <-s.stop:

@@ -40,8 +40,8 @@ type Resolver struct {
 	Cache     *WheelCache
 	TmpDir    string // pip's scratch space (removed after each run)
 
-	checkOnce sync.Once
-	checkErr  error
+	checkMu sync.Mutex
+	checked bool // the interpreter passed CheckPython
 }
 
 func (r *Resolver) indexURL() string {
@@ -58,12 +58,20 @@ func (r *Resolver) timeout() time.Duration {
 	return r.Timeout
 }
 
-// CheckPython checks, once, that the host interpreter is CPython 3.11
-// (pip evaluates environment markers with it, and it precompiles bytecode
-// for the guest) and has pip.
+// CheckPython checks that the host interpreter is CPython 3.11 (pip
+// evaluates environment markers with it, and it precompiles bytecode for
+// the guest) and has pip; once it passed it is not asked again.
 func (r *Resolver) CheckPython(ctx context.Context) error {
-	r.checkOnce.Do(func() { r.checkErr = checkPython(ctx, r.Python) })
-	return r.checkErr
+	r.checkMu.Lock()
+	defer r.checkMu.Unlock()
+	if r.checked {
+		return nil
+	}
+	if err := checkPython(ctx, r.Python); err != nil {
+		return err
+	}
+	r.checked = true
+	return nil
 }
 
 func checkPython(ctx context.Context, python string) error {

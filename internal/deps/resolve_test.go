@@ -184,3 +184,27 @@ func TestResolveIndexUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// The host interpreter must be the guest's CPython 3.11 with pip: anything
+// else is refused before pip runs, saying what it is.
+func TestCheckPython(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "python3.12")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\necho cpython 3 12 cb0d0d0a\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ python, want string }{
+		{filepath.Join(dir, "missing"), "missing"},
+		{other, "it must be CPython 3.11"},
+	} {
+		r := &Resolver{Python: tc.python}
+		err := r.CheckPython(context.Background())
+		if !errors.Is(err, ErrHostPython) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.python, err)
+		}
+		reqs, _ := ParseRequirements([]byte("texttable\n"))
+		if _, err := r.Resolve(context.Background(), reqs); !errors.Is(err, ErrHostPython) {
+			t.Errorf("%s: resolve: %v", tc.python, err)
+		}
+	}
+}
