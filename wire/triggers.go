@@ -66,6 +66,17 @@ type AsyncConfig struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
+// AsyncConfigRequest is PUT /v1/functions/{name}/async: the function's
+// settings as a whole (a field left out is the daemon's default).
+type AsyncConfigRequest struct {
+	MaxRetries   *int   `json:"max_retries,omitempty"`
+	MaxEventAgeS int64  `json:"max_event_age_s,omitempty"`
+	BackoffMS    int64  `json:"backoff_ms,omitempty"`
+	Concurrency  int    `json:"concurrency,omitempty"`
+	OnSuccess    string `json:"on_success,omitempty"`
+	OnFailure    string `json:"on_failure,omitempty"`
+}
+
 // AsyncAccepted answers an asynchronous invocation (202).
 type AsyncAccepted struct {
 	ID       string `json:"id"`
@@ -124,6 +135,22 @@ type DeadLetter struct {
 	Seq     uint64    `json:"seq"`
 	Stored  time.Time `json:"stored_at"`
 	Outcome Outcome   `json:"outcome"`
+}
+
+// PurgeResult says how many dead letters a purge removed.
+type PurgeResult struct {
+	Purged uint64 `json:"purged"`
+}
+
+// CreateScheduleRequest is POST /v1/schedules.
+type CreateScheduleRequest struct {
+	Name     string          `json:"name"`
+	Function string          `json:"function"`
+	Cron     string          `json:"cron"`
+	TimeZone string          `json:"time_zone,omitempty"`
+	Event    json.RawMessage `json:"event,omitempty"`
+	Missed   string          `json:"missed,omitempty"`
+	Paused   bool            `json:"paused,omitempty"`
 }
 
 // Schedule invokes a function asynchronously on a cron schedule.

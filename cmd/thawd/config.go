@@ -149,6 +149,7 @@ func newSettings() *settings {
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")
 	fs.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
 	fs.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
+	defineTriggerFlags(fs, &cfg.Triggers)
 	fs.BoolVarP(&s.verbose, "verbose", "v", false, "log every request")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.VisitAll(func(f *pflag.Flag) {

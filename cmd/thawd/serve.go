@@ -45,6 +45,9 @@ type serveConfig struct {
 	// DrainDelay is how long health answers draining before the
 	// listeners close.
 	DrainDelay time.Duration
+	// Triggers: the functions listener, asynchronous invocations and
+	// schedules (triggers.go).
+	Triggers triggerSettings
 }
 
 // plan is what the command line asks for, checked before anything is
@@ -128,6 +131,8 @@ func check(cfg serveConfig) (*plan, error) {
 	if cfg.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s: must not be negative", cfg.DrainDelay))
 	}
+	_, terrs := checkTriggers(cfg.Triggers)
+	errs = append(errs, terrs...)
 	return p, errors.Join(errs...)
 }
 
@@ -204,10 +209,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		}
 		return errors.Join(err, svc.Close(context.Background()))
 	}
+	trig, err := openTriggers(ctx, cfg, svc, p.token, log)
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return errors.Join(err, svc.Close(context.Background()))
+	}
 	// Requests are served from here on; until the daemon has started, only
 	// GET /v1/health (503 starting).
 	h := api.New(svc, log, api.Options{Token: p.token, AllowedHosts: cfg.AllowedHosts, AllowedOrigins: cfg.AllowedOrigins,
-		NodeName: nodeName(cfg), TracerProvider: tracing.Provider()})
+		NodeName: nodeName(cfg), TracerProvider: tracing.Provider(), Triggers: trig})
 	h.SetState(api.Starting)
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -219,7 +231,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	}
 	if err := svc.Start(ctx); err != nil {
 		_ = srv.Close()
+		trig.Close()
 		return errors.Join(err, svc.Close(context.Background()))
+	}
+	trig.Start(ctx)
+	fsrv, faddr, err := serveFunctions(ctx, cfg, trig, errc, log)
+	if err != nil {
+		_ = srv.Close()
+		trig.Close()
+		return errors.Join(err, svc.Close(context.Background()))
+	}
+	if fsrv != nil {
+		addrs = append(addrs, faddr)
 	}
 	h.SetState(api.Serving)
 	if ml != nil {
@@ -240,6 +263,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx) // closes every listener
+	if fsrv != nil {
+		_ = fsrv.Shutdown(sctx)
+	}
+	trig.Close() // running asynchronous invocations go back to the queue
 	if cerr := svc.Close(sctx); err == nil || errors.Is(err, http.ErrServerClosed) {
 		err = cerr
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/triggers"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/trace"
@@ -89,7 +90,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
 		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
-		{"POST", "/v1/functions/{name}/invoke", readThen(h, readInvokeFunction, h.invokeCold)},
+		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction}, // triggers.go: ?async=true queues
 		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), startOrServe(h, h.svc.StartPrepare, h.svc.Prepare, http.StatusCreated))},
 		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
 			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
@@ -136,7 +137,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
 		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
-	}, append(h.versionRoutes(), h.secretRoutes()...)...)
+	}, append(append(h.versionRoutes(), h.secretRoutes()...), h.triggerRoutes()...)...)
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -267,6 +268,7 @@ var failures = []struct {
 	{daemon.ErrNoSpace, http.StatusInsufficientStorage, "no_space"},
 	{daemon.ErrRegistryUnavailable, http.StatusServiceUnavailable, "registry_unavailable"},
 	{daemon.ErrIndexUnavailable, http.StatusServiceUnavailable, "index_unavailable"},
+	{triggers.ErrEngine, http.StatusServiceUnavailable, "engine_unavailable"},
 	{context.Canceled, 499, "canceled"},
 }
 

@@ -31,6 +31,9 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"POST /v1/functions/{name}/rollback":       decodes(readRollback),
 	"PUT /v1/functions/{name}/aliases/{alias}": decodes(readSetAlias),
 	"PUT /v1/secrets/{name}":                   decodes(readSetSecret),
+	"POST /v1/endpoints":                       decodes(readSmallBody[wire.CreateEndpointRequest]),
+	"PUT /v1/functions/{name}/async":           decodes(readSmallBody[wire.AsyncConfigRequest]),
+	"POST /v1/schedules":                       decodes(readSmallBody[wire.CreateScheduleRequest]),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

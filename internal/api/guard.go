@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/triggers"
 )
 
 // Options are the API's protections, and its tracing. The zero value
@@ -44,6 +45,9 @@ type Options struct {
 	// result may take (a caller that stopped reading) before the answer is
 	// cut off; 0: 30 s.
 	ResultWriteIdle time.Duration
+	// Triggers serve the endpoints', asynchronous invocations' and
+	// schedules' routes (triggers.go); nil: those answer 503.
+	Triggers *triggers.Triggers
 }
 
 // Error codes of the requests the guard refuses.

@@ -33,12 +33,13 @@ type Invoker interface {
 }
 
 // Errors are the daemon's sentinels, so the API maps them as it maps the
-// daemon's; ErrEngine is JetStream failing.
+// daemon's, and ErrEngine.
 var (
 	ErrInvalid  = daemon.ErrInvalid
 	ErrNotFound = daemon.ErrNotFound
 	ErrExists   = daemon.ErrExists
-	ErrEngine   = daemon.ErrRegistryUnavailable
+	// ErrEngine: JetStream did not answer (503); nothing was changed.
+	ErrEngine = errors.New("trigger engine unavailable")
 )
 
 // Config is the triggers' part of thawd's configuration.
