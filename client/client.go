@@ -242,6 +242,9 @@ func (c *Client) send(ctx context.Context, method, path string, body io.Reader, 
 	if c.token != "" && !c.unix {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	for k, v := range extraHeaders(ctx) { // triggers.go: Idempotency-Key
+		req.Header.Set(k, v)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base, err)

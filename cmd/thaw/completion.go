@@ -26,28 +26,42 @@ var argCompletions = map[string]struct {
 	kind completer
 	many bool
 }{
-	"thaw function get":    {functionNames, false},
-	"thaw function delete": {functionNames, false},
-	"thaw vm boot":         {functionNames, false},
-	"thaw invoke":          {functionNames, false},
-	"thaw prepare":         {functionNames, false},
-	"thaw vm restore":      {snapshotIDs, false},
-	"thaw vm get":          {vmIDs, false},
-	"thaw vm delete":       {vmIDs, true},
-	"thaw vm pause":        {vmIDs, false},
-	"thaw vm resume":       {vmIDs, false},
-	"thaw snapshot create": {vmIDs, false},
-	"thaw snapshot get":    {snapshotIDs, false},
-	"thaw snapshot pin":    {snapshotIDs, false},
-	"thaw snapshot unpin":  {snapshotIDs, false},
-	"thaw snapshot evict":  {snapshotIDs, false},
-	"thaw snapshot verify": {snapshotIDs, false},
-	"thaw snapshot copy":   {snapshotIDs, false},
-	"thaw snapshot delete": {snapshotIDs, true},
-	"thaw snapshot store":  {snapshotIDs, true},
-	"thaw secret get":      {secretNames, false},
-	"thaw secret set":      {secretNames, false},
-	"thaw secret delete":   {secretNames, true},
+	"thaw function get":        {functionNames, false},
+	"thaw function delete":     {functionNames, false},
+	"thaw vm boot":             {functionNames, false},
+	"thaw invoke":              {functionNames, false},
+	"thaw prepare":             {functionNames, false},
+	"thaw vm restore":          {snapshotIDs, false},
+	"thaw vm get":              {vmIDs, false},
+	"thaw vm delete":           {vmIDs, true},
+	"thaw vm pause":            {vmIDs, false},
+	"thaw vm resume":           {vmIDs, false},
+	"thaw snapshot create":     {vmIDs, false},
+	"thaw snapshot get":        {snapshotIDs, false},
+	"thaw snapshot pin":        {snapshotIDs, false},
+	"thaw snapshot unpin":      {snapshotIDs, false},
+	"thaw snapshot evict":      {snapshotIDs, false},
+	"thaw snapshot verify":     {snapshotIDs, false},
+	"thaw snapshot copy":       {snapshotIDs, false},
+	"thaw snapshot delete":     {snapshotIDs, true},
+	"thaw snapshot store":      {snapshotIDs, true},
+	"thaw secret get":          {secretNames, false},
+	"thaw secret set":          {secretNames, false},
+	"thaw secret delete":       {secretNames, true},
+	"thaw endpoint create":     {functionNames, false},
+	"thaw endpoint get":        {endpointNames, false},
+	"thaw endpoint rotate-key": {endpointNames, false},
+	"thaw endpoint delete":     {endpointNames, true},
+	"thaw schedule create":     {functionNames, false},
+	"thaw schedule get":        {scheduleNames, false},
+	"thaw schedule pause":      {scheduleNames, false},
+	"thaw schedule resume":     {scheduleNames, false},
+	"thaw schedule delete":     {scheduleNames, true},
+	"thaw async set":           {functionNames, false},
+	"thaw async get":           {functionNames, false},
+	"thaw async reset":         {functionNames, false},
+	"thaw dlq show":            {deadLetterIDs, false},
+	"thaw dlq replay":          {deadLetterIDs, false},
 }
 
 // flagCompletions: flags that name daemon objects, on whichever command
@@ -156,6 +170,20 @@ var (
 	})
 	snapshotIDs = listed(allSnapshots, func(s client.Snapshot) string {
 		return fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime))
+	})
+)
+
+var (
+	endpointNames = listed((*client.Client).ListEndpoints, func(e client.Endpoint) string {
+		return fmt.Sprintf("%s\t%s at %s", e.Name, e.Function, e.PathPrefix)
+	})
+	scheduleNames = listed((*client.Client).ListSchedules, func(s client.Schedule) string {
+		return fmt.Sprintf("%s\t%s, %s", s.Name, s.Function, s.Cron)
+	})
+	deadLetterIDs = listed(func(c *client.Client, ctx context.Context) ([]client.DeadLetter, error) {
+		return c.ListDeadLetters(ctx, "", 1000)
+	}, func(d client.DeadLetter) string {
+		return fmt.Sprintf("%s\t%s, %s", d.Outcome.ID, d.Outcome.Function, d.Outcome.Condition)
 	})
 )
 

@@ -67,6 +67,8 @@ invocation document instead (exit code 3 too if the function raised).`,
 	fl.BoolVar(&f.evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
 	fl.BoolVar(&f.strict, "strict", false, "cold: fail instead of running as vanilla when the strategy cannot restore the snapshot")
 	fl.BoolVar(&f.timing, "timing", false, "print where the time went on stdout, after the result (default: on stderr)")
+	fl.BoolVar(&f.async, "async", false, "queue the invocation durably and print its id at once ('thaw async status ID'); it runs with the function's retries and destinations")
+	fl.StringVar(&f.idem, "idempotency-key", "", "with --async: requests with the same key for the function are one invocation")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
 }
@@ -78,6 +80,8 @@ type invokeFlags struct {
 	variant                string
 	timeoutMS              int
 	evict, strict, timing  bool
+	async                  bool
+	idem                   string
 }
 
 // invoke runs thaw invoke FUNCTION.
@@ -100,6 +104,9 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 	}
 	if f.vm != "" && (f.evict || f.strict) {
 		return usagef("--evict-cache and --strict apply to cold invocations only (not with --vm)")
+	}
+	if f.async || f.idem != "" {
+		return a.invokeAsync(function, event, f)
 	}
 	opts := client.InvokeOptions{
 		Timeout:    time.Duration(f.timeoutMS) * time.Millisecond,
@@ -129,6 +136,21 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 		}
 	}
 	return a.printInvocation(inv, f.timing)
+}
+
+// invokeAsync queues the invocation (thaw invoke --async).
+func (a *app) invokeAsync(function string, event []byte, f *invokeFlags) error {
+	if !f.async {
+		return usagef("--idempotency-key goes with --async")
+	}
+	if f.vm != "" || f.snapshot != "" || f.strategy != "" || f.variant != "" || f.timeoutMS != 0 || f.evict || f.strict || f.timing {
+		return usagef("--async takes an event only: not --vm, --snapshot, --strategy, --variant, --timeout-ms, --evict-cache, --strict or --timing")
+	}
+	acc, err := a.c.InvokeFunctionAsync(a.ctx, function, event, f.idem)
+	if err != nil {
+		return err
+	}
+	return a.printAccepted(acc)
 }
 
 // eventFlags are --event and --event-file.
