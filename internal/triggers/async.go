@@ -203,7 +203,7 @@ func (t *Triggers) PutAsyncConfig(ctx context.Context, c wire.AsyncConfig) (*wir
 	if err := t.workers.ensure(ctx, c.Function); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return t.GetAsyncConfig(ctx, c.Function)
 }
 
 // GetAsyncConfig is a function's asynchronous settings (the defaults
