@@ -141,4 +141,3 @@ func (c *Client) PauseSchedule(ctx context.Context, name string, pause bool) (*S
 	act := map[bool]string{true: "pause", false: "resume"}[pause]
 	return call[Schedule](ctx, c, "POST", "/v1/schedules/"+url.PathEscape(name)+"/"+act, nil)
 }
-
