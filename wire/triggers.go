@@ -108,7 +108,9 @@ type AsyncInvocation struct {
 	Schedule       string    `json:"schedule,omitempty"`
 	Error          string    `json:"error,omitempty"`
 	EnqueuedAt     time.Time `json:"enqueued_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	// StartedAt is when its first attempt started.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Outcome is the document a destination receives when an asynchronous

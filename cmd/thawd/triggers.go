@@ -37,6 +37,7 @@ func defineTriggerFlags(fs *pflag.FlagSet, t *triggerSettings) {
 	fs.StringVar(&t.FunctionsTLSKey, "functions-tls-key", "", "TLS private key (PEM) of --functions-tls-cert")
 	fs.Int64Var(&c.MaxBodyBytes, "functions-max-body", triggers.DefaultMaxBodyBytes, "bytes an endpoint request's body may have (413 beyond)")
 	fs.IntVar(&c.MaxInFlight, "functions-max-inflight", triggers.DefaultMaxInFlight, "endpoint requests served at once (503 with Retry-After beyond)")
+	fs.DurationVar(&c.QueueTimeout, "functions-queue-timeout", triggers.DefaultQueueTimeout, "how long an endpoint request waits for a slot of its function's max_concurrency (503 with Retry-After after)")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS cluster (with JetStream) the nodes share for asynchronous invocations, schedules and endpoints, e.g. nats://h1:4222,nats://h2:4222 (default: JetStream embedded, stored in <data-dir>/"+triggers.StoreDirName+")")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "credentials file (.creds) for --nats-url")
 	fs.IntVar(&c.Replicas, "nats-replicas", 1, "replicas of thaw's streams and buckets on the --nats-url cluster (3 survives a server's loss)")
@@ -104,6 +105,14 @@ func (si serviceInvoker) CheckRef(ctx context.Context, ref string) error {
 		_, err = si.svc.GetVersion(ctx, r.Function, r.Version)
 	}
 	return err
+}
+
+func (si serviceInvoker) MaxConcurrency(ctx context.Context, function string) (int, error) {
+	f, err := si.svc.GetFunction(ctx, function)
+	if err != nil {
+		return 0, err
+	}
+	return f.MaxConcurrency, nil
 }
 
 // openTriggers opens the engine for svc (nothing runs yet). The admin

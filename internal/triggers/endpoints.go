@@ -135,12 +135,14 @@ func (t *Triggers) CreateEndpoint(ctx context.Context, req wire.CreateEndpointRe
 		rec.KeyHint = key[:len(keyPrefix)+4]
 	}
 	b, _ := json.Marshal(rec)
-	if _, err := t.e.endpoints.Create(ctx, rec.Name, b); err != nil {
+	rev, err := t.e.endpoints.Create(ctx, rec.Name, b)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, fmt.Errorf("%w: endpoint %s", ErrExists, rec.Name)
 		}
 		return nil, fmt.Errorf("%w: store endpoint: %v", ErrEngine, err)
 	}
+	t.awaitRoutes(rec.Name, rev)
 	out := rec.Endpoint
 	out.Key = key
 	t.log.Info("endpoint created", "endpoint", rec.Name, "function", rec.Function, "path_prefix", rec.PathPrefix, "auth", rec.Auth)
@@ -226,6 +228,7 @@ func (t *Triggers) DeleteEndpoint(ctx context.Context, name string) error {
 	if err := t.e.endpoints.Purge(ctx, name); err != nil {
 		return fmt.Errorf("%w: delete endpoint: %v", ErrEngine, err)
 	}
+	t.awaitRoutes(name, 0)
 	t.log.Info("endpoint deleted", "endpoint", name)
 	return nil
 }
@@ -243,9 +246,11 @@ func (t *Triggers) RotateEndpointKey(ctx context.Context, name string) (*wire.En
 	key, hash := newKey()
 	rec.KeyHash, rec.KeyHint, rec.KeyRotatedAt = hash, key[:len(keyPrefix)+4], time.Now().UTC()
 	b, _ := json.Marshal(rec)
-	if _, err := t.e.endpoints.Update(ctx, name, b, rev); err != nil {
+	rev, err = t.e.endpoints.Update(ctx, name, b, rev)
+	if err != nil {
 		return nil, fmt.Errorf("%w: endpoint %s changed meanwhile, try again: %v", daemon.ErrConflict, name, err)
 	}
+	t.awaitRoutes(name, rev)
 	t.log.Info("endpoint key rotated", "endpoint", name, "key_hint", rec.KeyHint)
 	out := rec.Endpoint
 	out.Key = key
@@ -258,7 +263,33 @@ func (t *Triggers) RotateEndpointKey(ctx context.Context, name string) (*wire.En
 type routes struct {
 	mu       sync.RWMutex
 	byName   map[string]*endpointRecord
+	revision map[string]uint64 // of each endpoint's record in force
 	prefixes []*endpointRecord // longest prefix first
+}
+
+// await waits (briefly) until the table has name's record at revision rev
+// or later (rev 0: until name is gone), so a change made on this node is
+// in force here when it is answered: a rotated key stops working at once.
+func (r *routes) await(name string, rev uint64) {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.RLock()
+		got, ok := r.revision[name]
+		r.mu.RUnlock()
+		if rev == 0 && !ok || rev > 0 && got >= rev {
+			return
+		}
+	}
+}
+
+// awaitRoutes waits until this node's functions listener (if it has one)
+// serves name at revision rev.
+func (t *Triggers) awaitRoutes(name string, rev uint64) {
+	t.mu.Lock()
+	r := t.routes
+	t.mu.Unlock()
+	if r != nil {
+		r.await(name, rev)
+	}
 }
 
 // watchEndpoints keeps r current until ctx ends; it returns once the
@@ -305,19 +336,22 @@ func (r *routes) apply(e jetstream.KeyValueEntry, t *Triggers) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byName == nil {
-		r.byName = map[string]*endpointRecord{}
+		r.byName, r.revision = map[string]*endpointRecord{}, map[string]uint64{}
 	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		delete(r.byName, e.Key())
+		delete(r.revision, e.Key())
 	default:
 		var rec endpointRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			t.log.Error("endpoint is malformed; not served", "endpoint", e.Key(), "err", err)
 			delete(r.byName, e.Key())
+			delete(r.revision, e.Key())
 			break
 		}
 		r.byName[e.Key()] = &rec
+		r.revision[e.Key()] = e.Revision()
 	}
 	r.prefixes = r.prefixes[:0]
 	for _, rec := range r.byName {

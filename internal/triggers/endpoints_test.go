@@ -301,3 +301,43 @@ func TestFunctionsListenerHTTP2AndSlowClients(t *testing.T) {
 		t.Fatalf("slowloris not cut off: %v after %s", err, time.Since(start))
 	}
 }
+
+func TestEndpointWaitsForItsFunctionsSlots(t *testing.T) {
+	inv := newTestInvoker()
+	release := make(chan struct{})
+	inv.set("one", func(json.RawMessage) (*wire.Invocation, error) {
+		<-release
+		return &wire.Invocation{OK: true, Result: json.RawMessage(`1`)}, nil
+	})
+	inv.maxConc["one"] = 1
+	tr := openTest(t, "", inv, func(c *Config) { c.QueueTimeout = 300 * time.Millisecond })
+	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	base := serveFunctions(t, tr)
+	first := make(chan int)
+	go func() {
+		resp, _ := httpDo(t, mustReq("GET", base+"/one", ""))
+		first <- resp.StatusCode
+	}()
+	waitFor(t, 5*time.Second, "the first request running", func() bool { return len(inv.callsOf("one")) == 1 })
+	start := time.Now()
+	resp, body := httpDo(t, mustReq("GET", base+"/one", ""))
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || time.Since(start) > 3*time.Second {
+		t.Fatalf("second request: %d %s after %s", resp.StatusCode, body, time.Since(start))
+	}
+	if n := len(inv.callsOf("one")); n != 1 {
+		t.Fatalf("the function ran %d times at once; its max_concurrency is 1", n)
+	}
+	// One that waits for the slot gets it when the first ends.
+	second := make(chan int)
+	go func() {
+		resp, _ := httpDo(t, mustReq("GET", base+"/one", ""))
+		second <- resp.StatusCode
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if a, b := <-first, <-second; a != 200 || b != 200 {
+		t.Fatalf("statuses %d, %d", a, b)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
@@ -79,15 +80,65 @@ type functionsHandler struct {
 	routes        *routes
 	inflight      chan struct{}
 	invokeTimeout time.Duration
+
+	mu     sync.Mutex
+	limits map[string]*limit // by function
+}
+
+// limit holds an endpoint's requests to its function's max_concurrency,
+// so they wait for a kept VM rather than each needing room for a new one.
+type limit struct {
+	slots   chan struct{} // nil: no bound
+	checked time.Time
+}
+
+// limitRecheck is how often a function's max_concurrency is read again.
+const limitRecheck = 5 * time.Second
+
+// acquire takes one of the function's slots, waiting up to the queue
+// timeout; ok is false when none came free (or the caller left).
+func (h *functionsHandler) acquire(ctx context.Context, ref string) (release func(), ok bool) {
+	fn, _, _ := strings.Cut(ref, ":")
+	h.mu.Lock()
+	l := h.limits[fn]
+	if l == nil || time.Since(l.checked) > limitRecheck {
+		n, err := h.t.inv.MaxConcurrency(ctx, fn)
+		if l == nil || err == nil && n != cap(l.slots) {
+			l = &limit{}
+			if err == nil && n > 0 {
+				l.slots = make(chan struct{}, n)
+			}
+			h.limits[fn] = l
+		}
+		l.checked = time.Now()
+	}
+	h.mu.Unlock()
+	if l.slots == nil {
+		return func() {}, true
+	}
+	wait := time.NewTimer(h.t.cfg.QueueTimeout)
+	defer wait.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, true
+	case <-wait.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // FunctionsHandler is the functions listener's handler; it follows the
 // endpoints' changes until ctx ends.
 func (t *Triggers) FunctionsHandler(ctx context.Context, invokeTimeout time.Duration) (http.Handler, error) {
-	h := &functionsHandler{t: t, routes: &routes{}, inflight: make(chan struct{}, t.cfg.MaxInFlight), invokeTimeout: invokeTimeout}
+	h := &functionsHandler{t: t, routes: &routes{}, inflight: make(chan struct{}, t.cfg.MaxInFlight), invokeTimeout: invokeTimeout,
+		limits: map[string]*limit{}}
 	if err := t.watchEndpoints(ctx, h.routes); err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	t.routes = h.routes
+	t.mu.Unlock()
 	return h, nil
 }
 
@@ -179,8 +230,15 @@ func (h *functionsHandler) serveEndpoint(w http.ResponseWriter, r *http.Request,
 		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s %q: use sync or async", InvocationTypeHeader, truncate(typ, 40)))
 		return
 	}
-	_ = rc.SetWriteDeadline(time.Now().Add(h.invokeTimeout + 30*time.Second))
+	_ = rc.SetWriteDeadline(time.Now().Add(h.t.cfg.QueueTimeout + h.invokeTimeout + 30*time.Second))
+	release, ok := h.acquire(r.Context(), ep.Function)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "busy", fmt.Sprintf("the function's %s did not come free in %s; retry later", "VMs", h.t.cfg.QueueTimeout))
+		return
+	}
 	inv, err := h.t.inv.Invoke(r.Context(), ep.Function, event, 0)
+	release()
 	if err != nil {
 		h.fail(w, r, ep, err)
 		return

@@ -20,10 +20,11 @@ import (
 // testInvoker stands in for the daemon (the seam the daemon's own tests
 // fake too): functions are Go funcs, every call is recorded.
 type testInvoker struct {
-	mu    sync.Mutex
-	fns   map[string]func(ev json.RawMessage) (*wire.Invocation, error)
-	calls []call
-	n     int
+	mu      sync.Mutex
+	fns     map[string]func(ev json.RawMessage) (*wire.Invocation, error)
+	calls   []call
+	n       int
+	maxConc map[string]int
 }
 
 type call struct {
@@ -33,7 +34,7 @@ type call struct {
 }
 
 func newTestInvoker() *testInvoker {
-	return &testInvoker{fns: map[string]func(json.RawMessage) (*wire.Invocation, error){}}
+	return &testInvoker{fns: map[string]func(json.RawMessage) (*wire.Invocation, error){}, maxConc: map[string]int{}}
 }
 
 func (ti *testInvoker) set(name string, f func(ev json.RawMessage) (*wire.Invocation, error)) {
@@ -68,6 +69,12 @@ func (ti *testInvoker) CheckRef(_ context.Context, ref string) error {
 		return fmt.Errorf("%w: function %s", daemon.ErrNotFound, name)
 	}
 	return nil
+}
+
+func (ti *testInvoker) MaxConcurrency(_ context.Context, name string) (int, error) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	return ti.maxConc[name], nil
 }
 
 func (ti *testInvoker) callsOf(name string) []call {

@@ -30,6 +30,8 @@ type Invoker interface {
 	// CheckRef says whether ref names a function (and alias or version)
 	// that exists.
 	CheckRef(ctx context.Context, ref string) error
+	// MaxConcurrency is a function's bound on its live VMs (0: none).
+	MaxConcurrency(ctx context.Context, function string) (int, error)
 }
 
 // Errors are the daemon's sentinels, so the API maps them as it maps the
@@ -79,6 +81,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxInFlight bounds endpoint requests being served at once (503 beyond).
 	MaxInFlight int
+	// QueueTimeout is how long an endpoint request waits for one of its
+	// function's max_concurrency slots before 503.
+	QueueTimeout time.Duration
 	// AdminToken is the operator's API token: a functions-listener request
 	// carrying it is refused.
 	AdminToken string
@@ -99,6 +104,7 @@ const (
 	DefaultLeaseTTL     = 6 * time.Second
 	DefaultMaxBodyBytes = 6 << 20
 	DefaultMaxInFlight  = 256
+	DefaultQueueTimeout = 10 * time.Second
 )
 
 func (c *Config) fill() {
@@ -116,6 +122,7 @@ func (c *Config) fill() {
 	def(&c.StateTTL, DefaultStateTTL)
 	def(&c.DeadLetterMaxAge, DefaultDLQMaxAge)
 	def(&c.LeaseTTL, DefaultLeaseTTL)
+	def(&c.QueueTimeout, DefaultQueueTimeout)
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -176,6 +183,7 @@ type Triggers struct {
 	sched   *scheduler
 
 	mu      sync.Mutex
+	routes  *routes // the functions listener's table, once it has one
 	cancel  context.CancelFunc
 	stopped sync.WaitGroup
 }

@@ -232,7 +232,8 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	if st.Attempts == 0 {
-		t.m.startDelay(time.Since(st.EnqueuedAt))
+		st.StartedAt = time.Now().UTC()
+		t.m.startDelay(st.StartedAt.Sub(st.EnqueuedAt))
 	}
 	st.State, st.Attempts = wire.AsyncRunning, st.Attempts+1
 	t.putState(ctx, st)
