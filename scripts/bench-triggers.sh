@@ -24,7 +24,7 @@ DURATION=${DURATION:-60s}
 CLIENTS=${CLIENTS:-50}
 ROUNDS=${ROUNDS:-4}
 PER_ROUND=${PER_ROUND:-250}
-ASYNC_BURST=${ASYNC_BURST:-1000}
+ASYNC_BURST=${ASYNC_BURST:-1000} # a multiple of 8 (hey's clients)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
@@ -99,6 +99,7 @@ before=$(curl -s --unix-socket "$SOCK" http://thawd/metrics | awk '/^thaw_async_
 before=${before:-0}
 start=$(date +%s.%N)
 "$HEY" -n "$ASYNC_BURST" -c 8 -m POST -T application/json -d '{"event":{}}' -H "Authorization: Bearer $TOKEN" "$INV?async=true" >"$OUT/async-enqueue.txt"
+ASYNC_BURST=$(awk '/\[202\]/ {print $2}' "$OUT/async-enqueue.txt") # hey sends a multiple of its clients
 while :; do
   done_n=$(curl -s --unix-socket "$SOCK" http://thawd/metrics | awk '/^thaw_async_outcomes_total\{condition="success",function="hello"\}/ {print $2}')
   [ "$(python3 -c "print(int(float('${done_n:-0}') - float('$before') >= $ASYNC_BURST))")" = 1 ] && break

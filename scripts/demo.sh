@@ -9,6 +9,8 @@ DATA=${THAW_DEMO_DIR:-$PWD/build/demo}
 SOCK=$DATA/thawd.sock # the CLI talks to the daemon over its Unix socket
 # A TCP listener too, to show the token (a free port unless THAW_DEMO_ADDR says).
 ADDR=${THAW_DEMO_ADDR:-127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+# The functions listener: endpoints' callers, apart from the API.
+FN_ADDR=${THAW_DEMO_FUNCTIONS_ADDR:-127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 MEM=${THAW_DEMO_MEMORY:-512}
 export THAW_URL="unix:$SOCK"
 thaw() { bin/thaw "$@"; }
@@ -19,7 +21,8 @@ mkdir -p "$DATA"
 chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
 STORE=/dev/shm/thaw-demo-store # premap's memory store (shared memory), removed at the end
 rm -rf "$STORE"
-bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$SOCK" --listen "$ADDR" >"$DATA/thawd.log" 2>&1 &
+bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$SOCK" --listen "$ADDR" \
+  --functions-listen "$FN_ADDR" >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
@@ -171,7 +174,34 @@ step "a handler error comes back structured (exit code 3)"
 thaw function create fail --dir functions/fail --memory 256 >/dev/null
 FVM=$(thaw vm boot fail -q)
 thaw invoke fail --vm "$FVM" --event '{"why":"demo"}' || echo "(exit code $?)"
+thaw snapshot create "$FVM" >/dev/null # for its asynchronous invocations below
 thaw vm delete "$FVM"
+
+step "an HTTP endpoint: callers reach 'hello' on the functions listener (http://$FN_ADDR) with its own key"
+KEY=$(thaw --json endpoint create hello --auth key | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+thaw endpoint get hello
+echo "-- curl with the endpoint's key (the request becomes an event; the result the response):"
+curl -sS -H "Authorization: Bearer $KEY" "http://$FN_ADDR/hello/greet" -w '  (HTTP %{http_code})\n'
+echo "-- without it, and with the API token (refused there):"
+curl -sS "http://$FN_ADDR/hello" -w '  (HTTP %{http_code})\n'
+curl -sS -H "Authorization: Bearer $(cat "$DATA/data/token")" "http://$FN_ADDR/hello" -w '  (HTTP %{http_code})\n'
+
+step "an asynchronous invocation: queued durably (202 at once), run with retries, its outcome kept"
+ID=$(thaw invoke hello --async --event '{"name":"async world"}')
+echo "queued $ID"
+for _ in $(seq 1 100); do
+  thaw --json async status "$ID" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["state"] in ("succeeded","failed") else 1)' && break
+  sleep 0.1
+done
+thaw async status "$ID"
+echo "-- a function that always raises, retried twice, then a dead letter:"
+thaw async set fail --retries 2 --backoff 200ms >/dev/null
+FID=$(thaw invoke fail --async --event '{"why":"async demo"}')
+for _ in $(seq 1 100); do
+  thaw --json async status "$FID" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["state"] == "failed" else 1)' && break
+  sleep 0.2
+done
+thaw dlq list
 
 step "history"
 thaw invocations --limit 10

@@ -47,6 +47,8 @@ func defineTriggerFlags(fs *pflag.FlagSet, t *triggerSettings) {
 	fs.IntVar(&c.Concurrency, "async-concurrency", triggers.DefaultConcurrency, "a function's asynchronous invocations running at once, across nodes (a function's async settings override it)")
 	fs.IntVar(&c.AsyncWorkers, "async-workers", 4, "asynchronous invocations this node runs at once, all functions together (synchronous callers keep the rest)")
 	fs.DurationVar(&c.AckWait, "async-ack-wait", triggers.DefaultAckWait, "how long after a node stops answering (a crash) its running asynchronous invocation is handed to another node, or to it after a restart")
+	fs.DurationVar(&c.StateTTL, "async-state-ttl", triggers.DefaultStateTTL, "how long asynchronous invocations' states are kept after their last change (and so how long an idempotency key makes repeats one invocation)")
+	fs.DurationVar(&c.DeadLetterMaxAge, "dead-letter-max-age", triggers.DefaultDLQMaxAge, "how long dead letters are kept")
 	fs.StringArrayVar(&c.DestinationAllow, "destination-allow", nil, "host:port that webhook destinations may reach, repeatable (loopback and private addresses need it)")
 	fs.BoolVar(&c.AllowPublicDestinations, "allow-public-destinations", false, "let webhook destinations reach public addresses (never loopback or private ones unless --destination-allow lists them)")
 }
