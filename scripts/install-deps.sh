@@ -93,3 +93,13 @@ if [ ! -f "$WHEELS/.complete" ] || [ "$(cat "$WHEELS/.complete")" != "$(cat "$SC
   done <"$SCRIPTS/test-sdists.txt"
   cat "$SCRIPTS/test-packages.txt" "$SCRIPTS/test-sdists.txt" | sha256sum >"$WHEELS/.complete"
 fi
+
+# nats-server, the NATS cluster of make cluster-demo (thawd embeds its own
+# JetStream otherwise), built from its Go module at a pinned version.
+NATS_VERSION=${NATS_VERSION:-v2.15.2}
+NATS_DIR=${THAW_CACHE:-$HOME/.cache/thaw}/nats/$NATS_VERSION
+if [ ! -x "$NATS_DIR/nats-server" ]; then
+  echo "[thaw deps] building nats-server $NATS_VERSION into $NATS_DIR" >&2
+  mkdir -p "$NATS_DIR"
+  GOBIN=$NATS_DIR go install "github.com/nats-io/nats-server/v2@$NATS_VERSION"
+fi

@@ -39,6 +39,7 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	var cfg cluster.Config
 	var quiet, withStore bool
 	store := cluster.StoreConfig{Link: cluster.DefaultLink}
+	nats := cluster.NATSConfig{}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start N nodes and HAProxy, write DIR/" + envFile + ", and run until SIGINT or SIGTERM, then remove everything",
@@ -55,6 +56,9 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			if withStore {
 				cfg.Store = &store
+			}
+			if nats.Servers > 0 {
+				cfg.NATS = &nats
 			}
 			log := slog.New(slog.NewTextHandler(stderr, nil))
 			c, err := cluster.Start(cmd.Context(), cfg, log)
@@ -84,6 +88,8 @@ func upCmd(stdout, stderr io.Writer) *cobra.Command {
 	f.IntVar(&store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")
 	f.IntVar(&store.ChunkSize, "chunk-size", 0, "chunk size of pushed snapshots, bytes (0: the registry's default)")
 	f.BoolVar(&store.PushOnPrepare, "push-on-prepare", true, "nodes push every prepared snapshot to the store")
+	f.IntVar(&nats.Servers, "nats", 3, "NATS servers (with JetStream) the nodes share for asynchronous invocations, schedules and endpoints (0: none; each node embeds its own)")
+	f.StringVar(&nats.Binary, "nats-server", cluster.DefaultNATS(), "the nats-server binary")
 	f.BoolVar(&quiet, "quiet", false, "do not copy the nodes' logs to stderr (they are in DIR/node-N/run/thawd.log)")
 	return cmd
 }
@@ -115,6 +121,9 @@ func writeEnv(c *cluster.Cluster) error {
 		put(key+"_SOCKET", n.Socket())
 	}
 	put("CLUSTER_NODES", strings.Join(names, " "))
+	if c.NATS != nil {
+		put("NATS_URL", c.NATS.URL())
+	}
 	if c.Store != nil {
 		put("STORE_ENDPOINT", c.Store.Config.Endpoint)
 		put("REGISTRY_CONFIG", c.Store.ConfigFile)

@@ -99,6 +99,9 @@ func (si serviceInvoker) CheckRef(ctx context.Context, ref string) error {
 		return err
 	}
 	if _, err := si.svc.GetFunction(ctx, r.Function); err != nil {
+		if reg := si.svc.Info().Registry; errors.Is(err, daemon.ErrNotFound) && r.Alias == "" && r.Version == 0 && reg != nil && reg.Import {
+			return nil // the invocation imports it from the registry, as the API's would
+		}
 		return err
 	}
 	if r.Alias != "" {
@@ -111,6 +114,9 @@ func (si serviceInvoker) CheckRef(ctx context.Context, ref string) error {
 
 func (si serviceInvoker) MaxConcurrency(ctx context.Context, function string) (int, error) {
 	f, err := si.svc.GetFunction(ctx, function)
+	if errors.Is(err, daemon.ErrNotFound) {
+		return 0, nil // not here (yet): the invocation says
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ type Config struct {
 	// Store, if set, runs an object store in the cluster that every node
 	// uses as its snapshot registry.
 	Store *StoreConfig
+	// NATS, if set, runs a NATS cluster with JetStream that every node
+	// shares for its triggers (asynchronous invocations, schedules,
+	// endpoints: thawd --nats-url).
+	NATS *NATSConfig
 	// ClientOptions are added to every client the cluster hands out
 	// (tests check answers against the API document this way).
 	ClientOptions []client.Option
@@ -42,6 +47,7 @@ type Cluster struct {
 	Nodes     []*Node
 	LB        *HAProxy
 	Store     *ObjectStore // nil without Config.Store
+	NATS      *NATSCluster // nil without Config.NATS
 	// KeysFile lists every node's registry signing key, which every node
 	// trusts (TrustedKeysFile; "" without a store).
 	KeysFile string
@@ -108,6 +114,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (c *Cluster, err e
 		if cfg.Store.PushOnPrepare {
 			node.Args = append(node.Args, "--registry-push-on-prepare")
 		}
+	}
+	if cfg.NATS != nil {
+		if c.NATS, err = startNATS(ctx, *cfg.NATS, c.Net.HostIP, filepath.Join(cfg.Dir, "nats")); err != nil {
+			return c, err
+		}
+		log.Info("nats cluster up", "servers", len(c.NATS.URLs), "url", c.NATS.URL())
+		node.Args = append([]string{"--nats-url", c.NATS.URL(), "--nats-replicas", strconv.Itoa(min(cfg.NATS.Servers, 3))}, node.Args...)
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		if err = c.addNode(i, node); err != nil {
@@ -266,6 +279,9 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
+	if c.NATS != nil {
+		c.NATS.Close()
+	}
 	if c.Store != nil {
 		errs = append(errs, c.Store.Close())
 	}
