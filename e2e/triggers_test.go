@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/api"
+	"github.com/thaw-dev/thaw/internal/api/apitest"
 )
 
 // The triggers on the real daemon binary: endpoints over HTTP (Go's
@@ -48,6 +50,19 @@ func tokenFile(t *testing.T) (path, token string) {
 		t.Fatal(err)
 	}
 	return path, token
+}
+
+// checkedClient is a client of the daemon on sock whose every answer is
+// checked against openapi.json.
+func checkedClient(t *testing.T, sock string) *client.Client {
+	t.Helper()
+	check, err := apitest.Load(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.New("unix:"+sock, client.WithRoundTripper(func(rt http.RoundTripper) http.RoundTripper {
+		return &apitest.Transport{Checker: check, Base: rt, Report: t.Errorf}
+	}))
 }
 
 // deployWeb deploys e2e/testdata/web as name.
@@ -85,7 +100,7 @@ func TestEndpointOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.New("unix:" + d.sock)
+	c := checkedClient(t, d.sock)
 	ctx := ctxT(t)
 	deployWeb(t, c, "web")
 	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key", PathPrefix: "/api/web"})
@@ -221,7 +236,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.New("unix:" + d.sock)
+	c := checkedClient(t, d.sock)
 	ctx := ctxT(t)
 	deployWeb(t, c, "web")
 	if _, err := c.SetAsyncConfig(ctx, "web", client.AsyncConfigRequest{OnSuccess: hook.URL + "/done"}); err != nil {
@@ -258,7 +273,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	if d, err = startThawd(t, dataDir, args...); err != nil {
 		t.Fatal(err)
 	}
-	c = client.New("unix:" + d.sock)
+	c = checkedClient(t, d.sock)
 	// The keyed ones again: every one a duplicate of its first.
 	for i := 100; i < 200; i++ {
 		acc, err := c.InvokeFunctionAsync(ctx, "web", json.RawMessage(`{}`), fmt.Sprintf("order-%d", i))
@@ -319,7 +334,7 @@ func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.New("unix:" + d.sock)
+	c := checkedClient(t, d.sock)
 	ctx := ctxT(t)
 	deployWeb(t, c, "flaky")
 	two := 2
@@ -372,7 +387,7 @@ func TestScheduleFiresEverySecond(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.New("unix:" + d.sock)
+	c := checkedClient(t, d.sock)
 	ctx := ctxT(t)
 	deployWeb(t, c, "tick")
 	for _, bad := range []client.CreateScheduleRequest{{Name: "bad", Function: "tick", Cron: "* * *"},

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 
@@ -98,7 +100,12 @@ func (a *app) printSchedule(s *client.Schedule) error {
 		}
 		row(w, "last", fmtTime(s.LastAt))
 		if len(s.Event) > 0 {
-			row(w, "event", string(s.Event))
+			var b bytes.Buffer
+			if json.Compact(&b, s.Event) != nil {
+				b.Reset()
+				b.Write(s.Event)
+			}
+			row(w, "event", b.String())
 		}
 		row(w, "created", fmtTime(s.CreatedAt))
 	})

@@ -75,12 +75,28 @@ func openEngine(ctx context.Context, cfg Config, log *slog.Logger) (*engine, err
 		e.close()
 		return nil, fmt.Errorf("%w: jetstream: %v", ErrEngine, err)
 	}
-	if err := e.setup(ctx, cfg); err != nil {
-		e.close()
-		return nil, err
+	// A cluster that has just started elects its JetStream leaders first:
+	// try again for a while.
+	for deadline := time.Now().Add(setupPatience); ; {
+		err := e.setup(ctx, cfg)
+		if err == nil {
+			return e, nil
+		}
+		if cfg.NATSURL == "" || time.Now().After(deadline) || ctx.Err() != nil {
+			e.close()
+			return nil, err
+		}
+		log.Info("waiting for the nats cluster's jetstream", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
-	return e, nil
 }
+
+// setupPatience is how long thawd waits for an external cluster's
+// JetStream to take its streams and buckets.
+const setupPatience = 90 * time.Second
 
 // startEmbedded runs a JetStream server inside thawd, reachable only in
 // process (it listens on no port).
