@@ -284,7 +284,10 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 // attempt invokes the function once, in a span joining the enqueuer's
 // trace, telling the engine it is still at work meanwhile.
 func (t *Triggers) attempt(ctx context.Context, msg jetstream.Msg, st *wire.AsyncInvocation, ref string) (*wire.Invocation, error) {
-	carrier := propagation.HeaderCarrier(msg.Headers())
+	carrier := propagation.MapCarrier{} // NATS headers keep their keys' case: look them up as sent
+	for _, k := range traceContext.Fields() {
+		carrier[k] = msg.Headers().Get(k)
+	}
 	sctx := traceContext.Extract(ctx, carrier)
 	sctx, sp := t.tracer.Start(sctx, "async "+ref, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("thaw.async_id", st.ID), attribute.String("thaw.function", ref),
