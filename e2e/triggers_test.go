@@ -231,7 +231,8 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	sink := &outcomeSink{got: map[string]int{}}
 	hook := httptest.NewServer(sink)
 	defer hook.Close()
-	args := []string{"--async-ack-wait", "3s", "--destination-allow", strings.TrimPrefix(hook.URL, "http://")}
+	fnAddr := freeAddr(t)
+	args := []string{"--async-ack-wait", "3s", "--destination-allow", strings.TrimPrefix(hook.URL, "http://"), "--functions-listen", fnAddr}
 	d, err := startThawd(t, dataDir, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +240,15 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	c := checkedClient(t, d.sock)
 	ctx := ctxT(t)
 	deployWeb(t, c, "web")
+	// An endpoint and a schedule (of a function of its own) live through the kill too.
+	deployWeb(t, c, "beat")
+	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSchedule(ctx, client.CreateScheduleRequest{Name: "beat", Function: "beat", Cron: "@every 1s"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.SetAsyncConfig(ctx, "web", client.AsyncConfigRequest{OnSuccess: hook.URL + "/done"}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +284,16 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = checkedClient(t, d.sock)
+	req := mustRequest(t, "GET", "http://"+fnAddr+"/web?name=again", "")
+	req.Header.Set("X-Thaw-Key", ep.Key)
+	if resp, body := get(t, req); resp.StatusCode != 200 || body != "hi again (GET 0)" {
+		t.Fatalf("the endpoint after the kill: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, time.Minute, "the schedule firing after the kill", func() bool {
+		fired := 0
+		_, _ = fmt.Sscanf(afterLine(curl(t, "--unix-socket", d.sock, "http://thawd/metrics"), `thaw_schedule_firings_total{result="fired",schedule="beat"} `), "%d", &fired)
+		return fired >= 3
+	})
 	// The keyed ones again: every one a duplicate of its first.
 	for i := 100; i < 200; i++ {
 		acc, err := c.InvokeFunctionAsync(ctx, "web", json.RawMessage(`{}`), fmt.Sprintf("order-%d", i))
@@ -295,6 +315,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	executions := len(recs) - 1 // one record is the endpoint request after the restart
 	waitFor(t, time.Minute, "every outcome at the webhook", func() bool {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
@@ -312,9 +333,9 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	}
 	sink.mu.Unlock()
 	t.Logf("200 of 200 completed after kill -9; recorded executions %d (%d beyond one each: at-least-once rate %.1f%%), %d invocations attempted more than once, %d repeated webhook deliveries; 100 repeated idempotency keys queued nothing",
-		len(recs), len(recs)-200, 100*float64(len(recs)-200)/200, retried, extra)
-	if len(recs) < 200 {
-		t.Errorf("%d executions recorded for 200 completed invocations", len(recs))
+		executions, executions-200, 100*float64(executions-200)/200, retried, extra)
+	if executions < 200 {
+		t.Errorf("%d executions recorded for 200 completed invocations", executions)
 	}
 }
 
