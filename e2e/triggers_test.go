@@ -73,7 +73,7 @@ func deployWeb(t *testing.T, c *client.Client, name string) {
 	}
 }
 
-func get(t *testing.T, req *http.Request) (*http.Response, string) {
+func httpGet(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -110,7 +110,7 @@ func TestEndpointOverHTTP(t *testing.T) {
 	base := "http://" + addr
 	req, _ := http.NewRequest("POST", base+"/api/web/items?name=go", strings.NewReader("12345"))
 	req.Header.Set("Authorization", "Bearer "+ep.Key)
-	resp, body := get(t, req)
+	resp, body := httpGet(t, req)
 	if resp.StatusCode != 200 || body != "hi go (POST 5)" || resp.Header.Get("X-Path") != "/api/web/items" || resp.Header.Get("X-Thaw-Invocation-Id") == "" {
 		t.Fatalf("go client: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
@@ -137,13 +137,13 @@ func TestEndpointOverHTTP(t *testing.T) {
 		if c.header != "" {
 			req.Header.Set(c.header, c.value)
 		}
-		resp, body := get(t, req)
+		resp, body := httpGet(t, req)
 		if resp.StatusCode != c.want || !strings.Contains(body, c.has) || strings.Contains(body, "Traceback") {
 			t.Errorf("%s: %d %s; want %d with %q", c.name, resp.StatusCode, body, c.want, c.has)
 		}
 	}
 	// The API's token is not for the functions listener, nor its routes.
-	resp, _ = get(t, mustRequest(t, "GET", base+"/v1/info", ""))
+	resp, _ = httpGet(t, mustRequest(t, "GET", base+"/v1/info", ""))
 	if resp.StatusCode != 404 {
 		t.Errorf("the API on the functions listener: %d", resp.StatusCode)
 	}
@@ -151,7 +151,7 @@ func TestEndpointOverHTTP(t *testing.T) {
 	req = mustRequest(t, "POST", base+"/api/web?name=later", "")
 	req.Header.Set("X-Thaw-Key", ep.Key)
 	req.Header.Set("X-Thaw-Invocation-Type", "async")
-	resp, body = get(t, req)
+	resp, body = httpGet(t, req)
 	var acc client.AsyncAccepted
 	if resp.StatusCode != 202 || json.Unmarshal([]byte(body), &acc) != nil || acc.ID == "" {
 		t.Fatalf("async endpoint request: %d %s", resp.StatusCode, body)
@@ -286,7 +286,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	c = checkedClient(t, d.sock)
 	req := mustRequest(t, "GET", "http://"+fnAddr+"/web?name=again", "")
 	req.Header.Set("X-Thaw-Key", ep.Key)
-	if resp, body := get(t, req); resp.StatusCode != 200 || body != "hi again (GET 0)" {
+	if resp, body := httpGet(t, req); resp.StatusCode != 200 || body != "hi again (GET 0)" {
 		t.Fatalf("the endpoint after the kill: %d %q", resp.StatusCode, body)
 	}
 	waitFor(t, time.Minute, "the schedule firing after the kill", func() bool {
