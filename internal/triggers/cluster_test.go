@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +69,7 @@ func openNode(t *testing.T, urls, name string, inv Invoker) *Triggers {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		tr, err := Open(ctx, cfg, inv, testLog(t))
+		tr, err := Open(ctx, cfg, inv, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name))
 		cancel()
 		if err == nil {
 			return tr
@@ -147,7 +149,7 @@ func TestClusterRedeliversAfterNodeDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "node a running it", func() bool { return len(invA.callsOf("work")) == 1 })
+	waitFor(t, 20*time.Second, "node a running it", func() bool { return len(invA.callsOf("work")) == 1 })
 	go crash(a) // its invocation never returns: as if the node died in it
 	b.Start(context.Background())
 	st := waitDone(t, b, acc.ID, 20*time.Second)

@@ -143,12 +143,16 @@ func (w *workers) discover(ctx context.Context) {
 			}
 		}
 	}
+	if err := names.Err(); err != nil && ctx.Err() == nil {
+		w.t.log.Debug("async: list consumers", "err", err)
+	}
 }
 
 // pull hands the function's messages to handlers, at most the node's
 // worker count at once (the consumer's MaxAckPending bounds the function
 // across nodes).
 func (w *workers) pull(ctx context.Context, function string, concurrency int) {
+	w.t.log.Debug("async: pulling", "function", function, "concurrency", concurrency)
 	var running sync.WaitGroup
 	defer running.Wait()
 	for ctx.Err() == nil {
@@ -160,8 +164,12 @@ func (w *workers) pull(ctx context.Context, function string, concurrency int) {
 			}
 			continue
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(max(concurrency, 1)))
+		// Short pulls with frequent heartbeats: a pull a consumer's new
+		// leader never saw (a cluster's election) is noticed in seconds.
+		it, err := cons.Messages(jetstream.PullMaxMessages(max(concurrency, 1)), jetstream.PullExpiry(5*time.Second),
+			jetstream.PullHeartbeat(time.Second))
 		if err != nil {
+			w.t.log.Debug("async: pull", "function", function, "err", err)
 			sleep(ctx, time.Second)
 			continue
 		}
@@ -169,6 +177,10 @@ func (w *workers) pull(ctx context.Context, function string, concurrency int) {
 		for {
 			msg, err := it.Next()
 			if err != nil {
+				if ctx.Err() == nil {
+					w.t.log.Debug("async: pull ended; pulling again", "function", function, "err", err)
+					sleep(ctx, 100*time.Millisecond)
+				}
 				break // stopped, or the consumer went away: start again
 			}
 			select {
