@@ -19,7 +19,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 rm -rf "$DATA"
 mkdir -p "$DATA"
 chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
-STORE=/dev/shm/thaw-demo-store # premap's memory store (shared memory), removed at the end
+STORE=${THAW_DEMO_STORE:-/dev/shm/thaw-demo-store} # premap's memory store (shared memory), removed at the end
 rm -rf "$STORE"
 bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$SOCK" --listen "$ADDR" \
   --functions-listen "$FN_ADDR" >"$DATA/thawd.log" 2>&1 &
@@ -46,7 +46,7 @@ ls -l "$SOCK" "$DATA/data/token"
 echo "-- TCP without the token:"
 env -u THAW_TOKEN -u THAW_TOKEN_FILE THAW_URL="http://$ADDR" bin/thaw info || echo "(exit code $?)"
 echo "-- TCP with THAW_TOKEN_FILE:"
-THAW_URL="http://$ADDR" THAW_TOKEN_FILE="$DATA/data/token" bin/thaw info | head -1
+THAW_URL="http://$ADDR" THAW_TOKEN_FILE="$DATA/data/token" bin/thaw info | sed -n 1p
 echo "-- a web page's cross-site text/plain POST (even with the token):"
 curl -sS -X POST "http://$ADDR/v1/functions" -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' \
   -H "Authorization: Bearer $(cat "$DATA/data/token")" --data '{"name":"pwned","directory":"/etc"}' -w ' (HTTP %{http_code})\n'
