@@ -24,6 +24,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/tcptest"
+	"github.com/thaw-dev/thaw/internal/triggers"
 )
 
 // TestRefusedAtStart: a command line that would serve insecurely, or that
@@ -57,6 +58,12 @@ func TestRefusedAtStart(t *testing.T) {
 		{"node name with a space", serveConfig{NodeName: "node 1"}, "--node-name"},
 		{"node name with a newline", serveConfig{NodeName: "n\r\nX-Evil: 1"}, "--node-name"},
 		{"negative drain delay", serveConfig{DrainDelay: -time.Second}, "--drain-delay"},
+		{"functions listener off loopback without TLS", serveConfig{Triggers: triggerSettings{FunctionsListen: "0.0.0.0:8080"}}, "--functions-tls-cert"},
+		{"functions listener on a socket", serveConfig{Triggers: triggerSettings{FunctionsListen: "/run/fn.sock"}}, "want host:port"},
+		{"functions certificate without key", serveConfig{Triggers: triggerSettings{FunctionsTLSCert: cert}}, "go together"},
+		{"replicas without a cluster", serveConfig{Triggers: triggerSettings{Triggers: triggers.Config{Replicas: 3}}}, "--nats-url"},
+		{"bad destination", serveConfig{Triggers: triggerSettings{Triggers: triggers.Config{DestinationAllow: []string{"hooks.example"}}}}, "--destination-allow"},
+		{"body limit too big", serveConfig{Triggers: triggerSettings{Triggers: triggers.Config{MaxBodyBytes: 1 << 30}}}, "--functions-max-body"},
 	} {
 		c.cfg.Daemon = daemon.Config{DataDir: filepath.Join(t.TempDir(), "data")}
 		err := serve(context.Background(), c.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
