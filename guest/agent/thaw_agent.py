@@ -27,13 +27,20 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
        which this agent still accepts.
   {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
     -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
-  {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>}
-    -> {"id":"2","ok":true,"duration_ms":...,"result":...}
-    -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...}
+  {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>,"max_logs":<bytes>}
+    -> {"id":"2","ok":true,"duration_ms":...,"logs":{...},"result":...}
+    -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...,"logs":{...}}
        The result is serialized once and comes last, written a piece at a time (the
        host streams it to a spill). A result whose JSON is longer than max_result
        (default MAX_RESULT) is not sent: the error ResultTooLarge says its size and
        the limit. Agents before protocol 3 put the result before duration_ms.
+       logs (protocol 5): {"output":...,"bytes":N,"cut":N,"kernel":...,"error":...}:
+       what the handler and the processes it started wrote to stdout and stderr (file
+       descriptors 1 and 2, in the order written) while it ran: bytes in all; over
+       max_logs bytes (default MAX_LOGS), its first and last parts with a line saying
+       how many bytes were cut between them. kernel: the guest kernel's messages
+       meanwhile (an OOM kill, a segfault), as dmesg prints them; error: why nothing
+       was captured. Every invoke reply of this agent has logs; older agents send none.
   Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
 """
 
@@ -55,7 +62,7 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/4"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets
+AGENT = "thaw-agent/5"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets; /5: logs
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
@@ -66,6 +73,8 @@ MAX_RESULT = 32 << 20        # longest result (JSON bytes) unless the host says 
 MAX_ERROR_TEXT = 128 << 10   # characters of an error's message or traceback sent
 READ_CHUNK = 1 << 16
 SEND_CHUNK = 1 << 20         # bytes of a result encoded and written at a time
+MAX_LOGS = 256 << 10         # bytes of an invocation's output sent unless the host says otherwise
+MAX_KERNEL_LOG = 16 << 10    # characters of kernel messages sent per invocation
 # While the host is disconnected the port polls as POLLHUP, so the agent sleeps
 # in sigtimedwait instead. The kernel raises SIGIO when the host (re)connects, so
 # this timeout is only a safety net and does not bound reconnect latency.
@@ -307,6 +316,13 @@ def _error(type_, message, tb=""):
     return {"type": _cut(type_, 256), "message": _cut(message), "traceback": _cut(tb)}
 
 
+def _positive(v, default):
+    """v if it is a positive integer, else default."""
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        return default
+    return v
+
+
 def _cut(text, limit=MAX_ERROR_TEXT):
     if len(text) <= limit:
         return text
@@ -459,12 +475,167 @@ class Channel:
         return True
 
 
+# --- Output capture ------------------------------------------------------------------
+
+NO_LOGS = {"output": "", "bytes": 0}  # the logs of an invocation whose handler did not run
+KMSG_SKIP_LEVEL = 7  # kernel messages at this level (debug) and above are left out
+
+
+class OutputCapture:
+    """Captures what an invocation writes to stdout and stderr: file descriptors
+    1 and 2 point at a new memory file (memfd) while the handler runs, so print(),
+    C code and subprocesses are caught alike, in the order written, and
+    otherwise at the console. The file is read once the handler returns; only
+    what is sent is bounded (the handler's memory pays for the rest while it
+    runs, as for any file it writes). A process the handler left running keeps
+    its own copy of the file and never writes into the next invocation's.
+    kernel_path: /dev/kmsg, whose messages written meanwhile are kept too."""
+
+    def __init__(self, kernel_path=None):
+        self.console = None  # the descriptors 1 and 2 had before, duplicated
+        self.fd = -1
+        self.error = None
+        self.kmsg = None
+        if kernel_path is not None:
+            try:
+                self.kmsg = os.open(kernel_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                log(f"kernel messages will not be in invocation logs: {e}")
+
+    def start(self):
+        """Points descriptors 1 and 2 at a new memory file; never raises."""
+        _flush_std()
+        self.error = None
+        try:
+            if self.console is None:
+                self.console = (os.dup(1), os.dup(2))
+            fd = os.memfd_create("thaw-output", os.MFD_CLOEXEC)
+        except OSError as e:
+            self.error = f"output not captured: {e}"
+            return
+        try:
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+        except OSError as e:
+            self.error = f"output not captured: {e}"
+            os.close(fd)
+            self._restore()
+            return
+        self.fd = fd
+        if self.kmsg is not None:
+            try:
+                os.lseek(self.kmsg, 0, os.SEEK_END)
+            except OSError:
+                pass
+
+    def stop(self, limit):
+        """Puts descriptors 1 and 2 back and returns the logs; never raises."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return {"output": "", "bytes": 0, "error": self.error or "output not captured"}
+        _flush_std()
+        try:
+            _libc.fflush(None)  # C stdio buffers (extension code's printf)
+        except (OSError, AttributeError):
+            pass
+        self._restore()
+        try:
+            size = os.fstat(fd).st_size
+            logs = read_output(fd, size, limit) if size else {"output": "", "bytes": 0}
+        except OSError as e:
+            logs = {"output": "", "bytes": 0, "error": f"output not read: {e}"}
+        finally:
+            os.close(fd)
+        kernel = self.kernel_messages()
+        if kernel:
+            logs["kernel"] = kernel
+        return logs
+
+    def _restore(self):
+        """Descriptors 1 and 2 back to the console (opened again if the handler
+        closed the copies)."""
+        for target in (1, 2):
+            try:
+                os.dup2(self.console[target - 1], target)
+            except (OSError, TypeError):
+                try:
+                    fd = os.open("/dev/console", os.O_WRONLY | os.O_NOCTTY)
+                    os.dup2(fd, target)
+                    os.close(fd)
+                except OSError as e:
+                    log(f"descriptor {target} not restored: {e}")
+
+    def kernel_messages(self):
+        """The kernel's messages since start, one "[seconds] text" line each,
+        at most MAX_KERNEL_LOG characters."""
+        if self.kmsg is None:
+            return ""
+        lines, size, dropped = [], 0, 0
+        for _ in range(100000):  # a kernel that never stops logging does not hold the reply
+            try:
+                rec = os.read(self.kmsg, 8192)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # overwritten before it was read: go on
+                continue
+            except OSError:
+                break
+            if not rec:
+                break
+            head, _, text = rec.decode("utf-8", "backslashreplace").partition(";")
+            fields = head.split(",")
+            if len(fields) < 3 or not fields[0].isdigit() or int(fields[0]) & 7 >= KMSG_SKIP_LEVEL:
+                continue
+            usec = int(fields[2]) if fields[2].isdigit() else 0
+            line = "[%5d.%06d] %s" % (usec // 1000000, usec % 1000000, text.split("\n", 1)[0])
+            if size + len(line) > MAX_KERNEL_LOG:
+                dropped += 1
+                continue
+            lines.append(line)
+            size += len(line) + 1
+        if dropped:
+            lines.append(f"[thaw: {dropped} more kernel messages cut]")
+        return "\n".join(lines) + "\n" if lines else ""
+
+
+def _flush_std():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a handler may have closed or replaced them
+            pass
+
+
+def read_output(fd, size, limit):
+    """An invocation's output, size bytes in file fd: all of it if it is at most
+    limit bytes, else its first three quarters and last quarter of limit, cut at
+    line ends near there, with a line saying how many bytes were cut."""
+    if size <= limit:
+        return {"output": os.pread(fd, size, 0).decode("utf-8", "backslashreplace"), "bytes": size}
+    tail_n = limit // 4
+    head = os.pread(fd, limit - tail_n, 0)
+    tail = os.pread(fd, tail_n, size - tail_n)
+    nl = head.rfind(b"\n", max(0, len(head) - 4096))
+    if nl >= 0:
+        head = head[:nl + 1]
+    nl = tail.find(b"\n", 0, 4096)
+    if nl >= 0:
+        tail = tail[nl + 1:]
+    cut = size - len(head) - len(tail)
+    mark = f"[thaw: {cut} bytes of output cut here]\n"
+    if head and not head.endswith(b"\n"):
+        mark = "\n" + mark
+    return {"output": head.decode("utf-8", "backslashreplace") + mark + tail.decode("utf-8", "backslashreplace"),
+            "bytes": size, "cut": cut}
+
+
 # --- Requests ------------------------------------------------------------------------
 
 class Agent:
-    def __init__(self, function, channel):
+    def __init__(self, function, channel, capture=None):
         self.function = function
         self.channel = channel
+        self.capture = capture or OutputCapture()
 
     def serve(self):
         for line in self.channel.lines():
@@ -541,35 +712,36 @@ class Agent:
         fn = self.function
         wanted = req.get("function")
         if wanted is not None and wanted != fn.name:
-            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": _error(
                 "FunctionNotFound", f"this VM serves {fn.name!r}, not {wanted!r}")}
         if fn.error is not None:
-            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": fn.error}
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": fn.error}
+        self.capture.start()
         t0 = time.perf_counter()
         try:
-            result = fn.handle(req.get("event"))
+            result, raised = fn.handle(req.get("event")), None
         except BaseException as e:  # incl. SystemExit: the agent must outlive its handler
-            duration = (time.perf_counter() - t0) * 1000.0
-            return {"id": rid, "ok": False, "error": _exc_error(e), "duration_ms": duration}
+            result, raised = None, e
         duration = (time.perf_counter() - t0) * 1000.0
+        logs = self.capture.stop(_positive(req.get("max_logs"), MAX_LOGS))
+        if raised is not None:
+            return {"id": rid, "ok": False, "error": _exc_error(raised), "duration_ms": duration, "logs": logs}
         try:
             # Serialized once, here, so that the host gets a proper error. allow_nan=False:
             # NaN/Infinity are not JSON and Go's decoder rejects them. ASCII (ensure_ascii):
             # its length in characters is its length in bytes.
             text = json.dumps(result, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError, MemoryError) as e:
-            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": duration, "logs": logs, "error": _error(
                 "TypeError", f"result of handle() is not JSON serializable: {e}",
                 "".join(traceback.format_exception(type(e), e, e.__traceback__)))}
         del result
-        limit = req.get("max_result")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            limit = MAX_RESULT
+        limit = _positive(req.get("max_result"), MAX_RESULT)
         if len(text) > limit:
-            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": duration, "logs": logs, "error": _error(
                 "ResultTooLarge", f"the result of handle() is {len(text)} bytes of JSON, "
                 f"more than the limit of {limit} bytes")}
-        return ResultReply({"id": rid, "ok": True, "duration_ms": duration}, text)
+        return ResultReply({"id": rid, "ok": True, "duration_ms": duration, "logs": logs}, text)
 
     def restore(self, rid, req):
         """The JSON restore request (agents before protocol 2 only had this)."""
@@ -869,7 +1041,7 @@ def main():
     # Best effort: a host that is not connected yet will ping instead.
     channel.send({"event": "ready", "agent": AGENT, "function": function.name,
                   "uptime_ms": uptime_ms(), "env": function.env}, wait=False)
-    Agent(function, channel).serve()
+    Agent(function, channel, OutputCapture("/dev/kmsg")).serve()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""An invocation's output capture (OutputCapture), run on the host: what a
+handler, C code and subprocesses write to stdout and stderr is in the reply's
+logs, in order, bounded, and descriptors 1 and 2 are back afterwards. The
+guest's /dev/kmsg is read through a stand-in that returns one record per
+read as it does; the real one is read on real VMs (e2e/logs_test.go)."""
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+import types
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import thaw_agent  # noqa: E402
+
+
+def invoke(handle, capture=None, **req):
+    fn = thaw_agent.Function("probe")
+    fn.attach(types.SimpleNamespace(handle=handle), handle)
+    r = thaw_agent.Agent(fn, None, capture).invoke("1", dict(req, event=None))
+    return r.decoded() if isinstance(r, thaw_agent.ResultReply) else r
+
+
+def same_file(a, b):
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+class CaptureTest(unittest.TestCase):
+    def setUp(self):
+        self.fds = (os.dup(1), os.dup(2))
+        self.addCleanup(lambda: [os.close(fd) for fd in self.fds])
+
+    def assertRestored(self):
+        self.assertTrue(same_file(1, self.fds[0]) and same_file(2, self.fds[1]),
+                        "descriptors 1 and 2 are not what they were")
+
+    def test_every_writer_in_order(self):
+        def handle(event):
+            print("print to stdout")
+            sys.stderr.write("sys.stderr\n")
+            os.write(1, b"fd 1\n")
+            os.write(2, b"fd 2\n")
+            subprocess.run(["sh", "-c", "echo subprocess stdout; echo subprocess stderr >&2"], check=True)
+            libc = ctypes.CDLL(None)
+            libc.printf(b"C printf, buffered\n")
+            return "done"
+        r = invoke(handle)
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(r["result"], "done")
+        want = ("print to stdout\nsys.stderr\nfd 1\nfd 2\nsubprocess stdout\nsubprocess stderr\n"
+                "C printf, buffered\n")
+        self.assertEqual(r["logs"]["output"], want)
+        self.assertEqual(r["logs"]["bytes"], len(want))
+        self.assertNotIn("cut", r["logs"])
+        self.assertRestored()
+
+    def test_a_handler_that_raises_has_its_logs(self):
+        def handle(event):
+            print("before the exception")
+            raise SystemExit(3)
+        r = invoke(handle)
+        self.assertFalse(r["ok"])
+        self.assertEqual(r["error"]["type"], "SystemExit")
+        self.assertEqual(r["logs"]["output"], "before the exception\n")
+        self.assertRestored()
+
+    def test_other_failures_have_logs_too(self):
+        r = invoke(lambda e: print("x") or float("nan"))
+        self.assertEqual((r["error"]["type"], r["logs"]["output"]), ("TypeError", "x\n"))
+        r = invoke(lambda e: print("y") or "z" * 100, max_result=10)
+        self.assertEqual((r["error"]["type"], r["logs"]["output"]), ("ResultTooLarge", "y\n"))
+        # Nothing ran: empty logs, still there (the host tells this agent from older ones by them).
+        fn = thaw_agent.Function("probe")
+        fn.error = thaw_agent._error("FunctionNotFound", "no handler")
+        r = thaw_agent.Agent(fn, None).invoke("2", {"event": None})
+        self.assertEqual(r["logs"], {"output": "", "bytes": 0})
+
+    def test_output_over_the_bound_keeps_its_ends(self):
+        lines = [f"line {i:06d} " + "x" * 80 for i in range(20000)]  # ~1.8 MB
+
+        def handle(event):
+            for line in lines:
+                print(line)
+        limit = 64 << 10
+        r = invoke(handle, max_logs=limit)
+        logs = r["logs"]
+        total = sum(len(l) + 1 for l in lines)
+        self.assertEqual(logs["bytes"], total)
+        out = logs["output"]
+        self.assertLessEqual(len(out), limit + 100)
+        self.assertGreater(len(out), limit - 2 * 4096)
+        kept = out.split("\n")[:-1]
+        self.assertEqual(kept[0], lines[0])
+        self.assertEqual(kept[-1], lines[-1])
+        marks = [l for l in kept if l.startswith("[thaw: ")]
+        self.assertEqual(marks, [f"[thaw: {logs['cut']} bytes of output cut here]"])
+        i = kept.index(marks[0])
+        # Whole lines on both sides, in order, and the cut is what is missing.
+        self.assertEqual(kept[:i], lines[:i])
+        self.assertEqual(kept[i + 1:], lines[len(lines) - (len(kept) - i - 1):])
+        self.assertEqual(logs["cut"], total - sum(len(l) + 1 for l in kept if l is not marks[0]))
+        self.assertRestored()
+
+    def test_the_default_bound(self):
+        r = invoke(lambda e: os.write(1, b"y" * (thaw_agent.MAX_LOGS + 1)) and None)
+        self.assertEqual(r["logs"]["bytes"], thaw_agent.MAX_LOGS + 1)
+        self.assertGreater(r["logs"]["cut"], 0)
+        for bad in (True, "5", -1, 0, 1.5):
+            r = invoke(lambda e: os.write(1, b"z" * 10) and None, max_logs=bad)
+            self.assertEqual(r["logs"], {"output": "z" * 10, "bytes": 10}, bad)
+
+    def test_bytes_that_are_not_utf8_are_shown_escaped(self):
+        r = invoke(lambda e: os.write(1, "caf\u00e9 \xff".encode("utf-8") + b" \xfe\x00\n") and None)
+        self.assertEqual(r["logs"]["output"], "caf\u00e9 \u00ff \\xfe\x00\n")
+        json.dumps(r)  # and the reply is JSON
+
+    def test_a_handler_that_closes_its_descriptors(self):
+        cap = thaw_agent.OutputCapture()
+
+        def handle(event):
+            print("then closed")
+            os.close(1)
+            os.close(2)
+            for fd in cap.console:
+                os.close(fd)  # the agent's copies too: the console is opened again
+        r = invoke(handle, cap)
+        self.assertEqual(r["logs"]["output"], "then closed\n")
+        # The console here is the host's /dev/console: put the test's back.
+        os.dup2(self.fds[0], 1)
+        os.dup2(self.fds[1], 2)
+        cap.console = None
+        self.assertEqual(invoke(lambda e: print("again"), cap)["logs"]["output"], "again\n")
+
+    def test_a_process_left_running_writes_into_no_later_invocation(self):
+        cap = thaw_agent.OutputCapture()
+        rd, wr = os.pipe()
+        procs = []
+
+        def handle(event):
+            # The child tells the handler it wrote its first line on its stdin's pipe.
+            procs.append(subprocess.Popen(["sh", "-c", "echo started; echo >&0; sleep 0.3; echo late"], stdin=wr))
+            os.read(rd, 1)
+        r = invoke(handle, cap)
+        os.close(rd)
+        os.close(wr)
+        self.assertEqual(r["logs"]["output"], "started\n")
+        r = invoke(lambda e: procs[0].wait() and None or print("second"), cap)
+        self.assertEqual(r["logs"]["output"], "second\n")
+
+    def test_no_capture_is_said_and_the_invocation_runs(self):
+        cap = thaw_agent.OutputCapture()
+        orig = os.memfd_create
+        os.memfd_create = lambda *a: (_ for _ in ()).throw(OSError(24, "Too many open files"))
+        self.addCleanup(setattr, os, "memfd_create", orig)
+        r = invoke(lambda e: "ran", cap)
+        self.assertTrue(r["ok"])
+        self.assertEqual(r["logs"]["bytes"], 0)
+        self.assertIn("Too many open files", r["logs"]["error"])
+        self.assertRestored()
+
+
+class KernelMessagesTest(unittest.TestCase):
+    """/dev/kmsg answers one record per read and EAGAIN when none is left."""
+
+    def capture_with(self, records):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        cap = thaw_agent.OutputCapture()
+        cap.kmsg = os.dup(b.fileno())
+        self.addCleanup(os.close, cap.kmsg)
+        os.set_blocking(cap.kmsg, False)
+        cap.start()  # seeking a socket fails: ignored
+        for rec in records:
+            a.send(rec)
+        return cap
+
+    def test_records_become_dmesg_lines(self):
+        cap = self.capture_with([
+            b"3,812,12345678,-;Out of memory: Killed process 231 (python3)\n SUBSYSTEM=mem\n",
+            b"7,813,12345679,-;a debug message\n",
+            b"6,814,22000001,-;python3[240]: segfault at 0 ip 00007f error 4\n",
+            b"garbage without fields",
+            b"4,815,notanumber,-;odd time\n",
+        ])
+        logs = cap.stop(1024)
+        self.assertEqual(logs["kernel"],
+                         "[   12.345678] Out of memory: Killed process 231 (python3)\n"
+                         "[   22.000001] python3[240]: segfault at 0 ip 00007f error 4\n"
+                         "[    0.000000] odd time\n")
+
+    def test_kernel_messages_are_bounded(self):
+        cap = self.capture_with([b"4,%d,1,-;%s\n" % (i, b"k" * 1000) for i in range(40)])
+        kernel = cap.stop(1024)["kernel"]
+        self.assertLessEqual(len(kernel), thaw_agent.MAX_KERNEL_LOG + 64)
+        self.assertTrue(kernel.endswith(" more kernel messages cut]\n"), kernel[-80:])
+
+    def test_none_is_no_field(self):
+        self.assertNotIn("kernel", self.capture_with([]).stop(1024))
+
+
+if __name__ == "__main__":
+    unittest.main()
