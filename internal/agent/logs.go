@@ -11,14 +11,15 @@ import (
 //
 //	{"output":"...","bytes":N,"cut":N,"kernel":"...","error":"..."}
 //
-// Output is what the handler and the processes it started wrote to stdout
-// and stderr while it ran, in the order written: all of it, or if it was
-// over the invoke request's max_logs bytes its first three quarters and
-// last quarter with a line "[thaw: N bytes of output cut here]" between
-// them. Bytes is how many were written in all, Cut how many are not in
-// Output. Bytes that are not UTF-8 are escaped (\xff). Kernel is the
-// guest kernel's messages meanwhile, as dmesg prints them; Error why no
-// output was captured.
+// Output is what the function and the processes it started wrote to
+// stdout and stderr since the previous invocation ended (the handler's
+// run, and what was left running wrote meanwhile), in the order written:
+// all of it, or if it was over the invoke request's max_logs bytes its
+// first three quarters and last quarter with a line "[thaw: N bytes of
+// output cut here]" between them. Bytes is how many were written in all,
+// Cut how many are not in Output. Bytes that are not UTF-8 are escaped
+// (\xff). Kernel is the guest kernel's messages since then, as dmesg
+// prints them; Error why no output was captured.
 type Logs struct {
 	Output string `json:"output"`
 	Bytes  int64  `json:"bytes"`

@@ -1,11 +1,13 @@
 """An invocation's output capture (OutputCapture), run on the host: what a
 handler, C code and subprocesses write to stdout and stderr is in the reply's
-logs, in order, bounded, and descriptors 1 and 2 are back afterwards. The
-guest's /dev/kmsg is read through a stand-in that returns one record per
-read as it does; the real one is read on real VMs (e2e/logs_test.go)."""
+logs, in order, bounded; what is left running writes into the next
+invocation's. The guest's /dev/kmsg is read through a stand-in that returns
+one record per read as it does; the real one is read on real VMs
+(e2e/logs_test.go)."""
 import ctypes
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -16,26 +18,32 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import thaw_agent  # noqa: E402
 
 
-def invoke(handle, capture=None, **req):
+def invoke(handle, capture, **req):
     fn = thaw_agent.Function("probe")
     fn.attach(types.SimpleNamespace(handle=handle), handle)
     r = thaw_agent.Agent(fn, None, capture).invoke("1", dict(req, event=None))
     return r.decoded() if isinstance(r, thaw_agent.ResultReply) else r
 
 
-def same_file(a, b):
-    sa, sb = os.fstat(a), os.fstat(b)
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
 class CaptureTest(unittest.TestCase):
     def setUp(self):
-        self.fds = (os.dup(1), os.dup(2))
-        self.addCleanup(lambda: [os.close(fd) for fd in self.fds])
+        # attach() points this process's descriptors 1 and 2 at its file for
+        # good, as in the guest: the test's own are put back afterwards.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fds = (os.dup(1), os.dup(2))
+        self.cap = thaw_agent.OutputCapture()
+        self.cap.attach()
 
-    def assertRestored(self):
-        self.assertTrue(same_file(1, self.fds[0]) and same_file(2, self.fds[1]),
-                        "descriptors 1 and 2 are not what they were")
+        def restore():
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            for fd in fds + (self.cap.fd,):
+                os.close(fd)
+        self.addCleanup(restore)
+
+    def invoke(self, handle, **req):
+        return invoke(handle, self.cap, **req)
 
     def test_every_writer_in_order(self):
         def handle(event):
@@ -45,37 +53,40 @@ class CaptureTest(unittest.TestCase):
             os.write(2, b"fd 2\n")
             subprocess.run(["sh", "-c", "echo subprocess stdout; echo subprocess stderr >&2"], check=True)
             libc = ctypes.CDLL(None)
-            libc.printf(b"C printf, buffered\n")
+            libc.printf(b"C printf, line buffered\n")
             return "done"
-        r = invoke(handle)
+        r = self.invoke(handle)
         self.assertTrue(r["ok"], r)
         self.assertEqual(r["result"], "done")
         want = ("print to stdout\nsys.stderr\nfd 1\nfd 2\nsubprocess stdout\nsubprocess stderr\n"
-                "C printf, buffered\n")
+                "C printf, line buffered\n")
         self.assertEqual(r["logs"]["output"], want)
         self.assertEqual(r["logs"]["bytes"], len(want))
         self.assertNotIn("cut", r["logs"])
-        self.assertRestored()
+        # The next invocation has only its own.
+        r = self.invoke(lambda e: print("second"))
+        self.assertEqual(r["logs"], {"output": "second\n", "bytes": 7})
+        r = self.invoke(lambda e: None)
+        self.assertEqual(r["logs"], {"output": "", "bytes": 0})
 
     def test_a_handler_that_raises_has_its_logs(self):
         def handle(event):
             print("before the exception")
             raise SystemExit(3)
-        r = invoke(handle)
+        r = self.invoke(handle)
         self.assertFalse(r["ok"])
         self.assertEqual(r["error"]["type"], "SystemExit")
         self.assertEqual(r["logs"]["output"], "before the exception\n")
-        self.assertRestored()
 
     def test_other_failures_have_logs_too(self):
-        r = invoke(lambda e: print("x") or float("nan"))
+        r = self.invoke(lambda e: print("x") or float("nan"))
         self.assertEqual((r["error"]["type"], r["logs"]["output"]), ("TypeError", "x\n"))
-        r = invoke(lambda e: print("y") or "z" * 100, max_result=10)
+        r = self.invoke(lambda e: print("y") or "z" * 100, max_result=10)
         self.assertEqual((r["error"]["type"], r["logs"]["output"]), ("ResultTooLarge", "y\n"))
         # Nothing ran: empty logs, still there (the host tells this agent from older ones by them).
         fn = thaw_agent.Function("probe")
         fn.error = thaw_agent._error("FunctionNotFound", "no handler")
-        r = thaw_agent.Agent(fn, None).invoke("2", {"event": None})
+        r = thaw_agent.Agent(fn, None, self.cap).invoke("2", {"event": None})
         self.assertEqual(r["logs"], {"output": "", "bytes": 0})
 
     def test_output_over_the_bound_keeps_its_ends(self):
@@ -85,8 +96,8 @@ class CaptureTest(unittest.TestCase):
             for line in lines:
                 print(line)
         limit = 64 << 10
-        r = invoke(handle, max_logs=limit)
-        logs = r["logs"]
+        self.invoke(lambda e: print("an earlier invocation"))
+        logs = self.invoke(handle, max_logs=limit)["logs"]
         total = sum(len(l) + 1 for l in lines)
         self.assertEqual(logs["bytes"], total)
         out = logs["output"]
@@ -102,64 +113,59 @@ class CaptureTest(unittest.TestCase):
         self.assertEqual(kept[:i], lines[:i])
         self.assertEqual(kept[i + 1:], lines[len(lines) - (len(kept) - i - 1):])
         self.assertEqual(logs["cut"], total - sum(len(l) + 1 for l in kept if l is not marks[0]))
-        self.assertRestored()
+        # Past OUTPUT_TRIM the file was emptied: the next invocation starts afresh.
+        self.assertEqual(os.fstat(self.cap.fd).st_size, 0)
+        self.assertEqual(self.invoke(lambda e: print("after"))["logs"], {"output": "after\n", "bytes": 6})
 
     def test_the_default_bound(self):
-        r = invoke(lambda e: os.write(1, b"y" * (thaw_agent.MAX_LOGS + 1)) and None)
+        r = self.invoke(lambda e: os.write(1, b"y" * (thaw_agent.MAX_LOGS + 1)) and None)
         self.assertEqual(r["logs"]["bytes"], thaw_agent.MAX_LOGS + 1)
         self.assertGreater(r["logs"]["cut"], 0)
         for bad in (True, "5", -1, 0, 1.5):
-            r = invoke(lambda e: os.write(1, b"z" * 10) and None, max_logs=bad)
+            r = self.invoke(lambda e: os.write(1, b"z" * 10) and None, max_logs=bad)
             self.assertEqual(r["logs"], {"output": "z" * 10, "bytes": 10}, bad)
 
     def test_bytes_that_are_not_utf8_are_shown_escaped(self):
-        r = invoke(lambda e: os.write(1, "caf\u00e9 \xff".encode("utf-8") + b" \xfe\x00\n") and None)
+        r = self.invoke(lambda e: os.write(1, "caf\u00e9 \xff".encode("utf-8") + b" \xfe\x00\n") and None)
         self.assertEqual(r["logs"]["output"], "caf\u00e9 \u00ff \\xfe\x00\n")
         json.dumps(r)  # and the reply is JSON
 
-    def test_a_handler_that_closes_its_descriptors(self):
-        cap = thaw_agent.OutputCapture()
-
-        def handle(event):
-            print("then closed")
-            os.close(1)
-            os.close(2)
-            for fd in cap.console:
-                os.close(fd)  # the agent's copies too: the console is opened again
-        r = invoke(handle, cap)
-        self.assertEqual(r["logs"]["output"], "then closed\n")
-        # The console here is the host's /dev/console: put the test's back.
-        os.dup2(self.fds[0], 1)
-        os.dup2(self.fds[1], 2)
-        cap.console = None
-        self.assertEqual(invoke(lambda e: print("again"), cap)["logs"]["output"], "again\n")
-
-    def test_a_process_left_running_writes_into_no_later_invocation(self):
-        cap = thaw_agent.OutputCapture()
+    def test_a_process_left_running_writes_into_the_next_invocation(self):
         rd, wr = os.pipe()
         procs = []
 
         def handle(event):
             # The child tells the handler it wrote its first line on its stdin's pipe.
-            procs.append(subprocess.Popen(["sh", "-c", "echo started; echo >&0; sleep 0.3; echo late"], stdin=wr))
+            procs.append(subprocess.Popen(["sh", "-c", "echo started; echo >&0; sleep 0.2; echo late"], stdin=wr))
             os.read(rd, 1)
-        r = invoke(handle, cap)
+        r = self.invoke(handle)
         os.close(rd)
         os.close(wr)
         self.assertEqual(r["logs"]["output"], "started\n")
-        r = invoke(lambda e: procs[0].wait() and None or print("second"), cap)
-        self.assertEqual(r["logs"]["output"], "second\n")
+        r = self.invoke(lambda e: procs[0].wait() and None or print("second"))
+        self.assertEqual(r["logs"]["output"], "late\nsecond\n")
+
+    def test_output_between_invocations_is_trimmed_when_idle(self):
+        self.invoke(lambda e: print("first"))
+        os.write(1, b"w" * (thaw_agent.OUTPUT_TRIM + 1))  # a thread of the function, while the agent is idle
+        self.cap.trim()
+        self.assertEqual(os.fstat(self.cap.fd).st_size, 0)
+        self.cap.trim()  # nothing more to drop
+        r = self.invoke(lambda e: print("next"))
+        n = thaw_agent.OUTPUT_TRIM + 1
+        self.assertEqual(r["logs"], {"output": f"[thaw: {n} bytes written before this invocation were cut]\nnext\n",
+                                     "bytes": n + 5, "cut": n})
 
     def test_no_capture_is_said_and_the_invocation_runs(self):
         cap = thaw_agent.OutputCapture()
         orig = os.memfd_create
         os.memfd_create = lambda *a: (_ for _ in ()).throw(OSError(24, "Too many open files"))
         self.addCleanup(setattr, os, "memfd_create", orig)
+        cap.attach()
         r = invoke(lambda e: "ran", cap)
         self.assertTrue(r["ok"])
         self.assertEqual(r["logs"]["bytes"], 0)
         self.assertIn("Too many open files", r["logs"]["error"])
-        self.assertRestored()
 
 
 class KernelMessagesTest(unittest.TestCase):
@@ -170,10 +176,12 @@ class KernelMessagesTest(unittest.TestCase):
         self.addCleanup(a.close)
         self.addCleanup(b.close)
         cap = thaw_agent.OutputCapture()
+        cap.fd = -1  # output is not what is tested here
         cap.kmsg = os.dup(b.fileno())
         self.addCleanup(os.close, cap.kmsg)
         os.set_blocking(cap.kmsg, False)
-        cap.start()  # seeking a socket fails: ignored
+        cap.kpoll.register(cap.kmsg, select.POLLIN)
+        cap.skip_kernel_messages()  # seeking a socket fails: ignored
         for rec in records:
             a.send(rec)
         return cap
@@ -187,6 +195,7 @@ class KernelMessagesTest(unittest.TestCase):
             b"4,815,notanumber,-;odd time\n",
         ])
         logs = cap.stop(1024)
+        self.assertEqual(logs["error"], "output not captured")
         self.assertEqual(logs["kernel"],
                          "[   12.345678] Out of memory: Killed process 231 (python3)\n"
                          "[   22.000001] python3[240]: segfault at 0 ip 00007f error 4\n"
