@@ -350,6 +350,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/secrets/{name}":                      {"200", "Secret", ""},
 	"PUT /v1/secrets/{name}":                      {"200", "Secret", "SetSecretRequest"},
 	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
+	"GET /v1/functions/{name}/logs":               {"200", "LogPage", ""},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -733,6 +734,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
 		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
+		{"LogLine", "stream", []string{wire.StreamOutput, wire.StreamKernel}},
 	}
 	for _, c := range checks {
 		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])
@@ -940,6 +942,9 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"FunctionDeletion", reflect.TypeFor[wire.FunctionDeletion]()},
 		{"DeletedVM", reflect.TypeFor[wire.DeletedVM]()},
 		{"DeletedSnapshot", reflect.TypeFor[wire.DeletedSnapshot]()},
+		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
+		{"LogLine", reflect.TypeFor[wire.LogLine]()},
+		{"LogPage", reflect.TypeFor[wire.LogPage]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},

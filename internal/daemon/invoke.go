@@ -39,6 +39,9 @@ type InvokeRequest struct {
 	// EvictCache evicts the snapshot's files (memory, device state and the
 	// strategies' artifacts) from the page cache first: cold invocations only.
 	EvictCache bool
+	// Logs: the caller wants the invocation's logs in its answer (the API
+	// leaves them out otherwise; the history keeps them either way).
+	Logs bool
 }
 
 func (s *Service) timeout(d time.Duration) (time.Duration, error) {

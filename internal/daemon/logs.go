@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ func validateLogs(c *Config) []error {
 	}
 	return nil
 }
+
+var invocationIDRE = regexp.MustCompile(`^inv-[0-9a-f]{12}$`)
 
 // logFeed wakes the requests that wait for new logs.
 type logFeed struct {
@@ -221,6 +224,9 @@ func (s *Service) checkLogsRequest(ctx context.Context, req *LogsRequest) error 
 		return fmt.Errorf("%w: a log position is never negative", ErrInvalid)
 	}
 	if req.Invocation != "" {
+		if !invocationIDRE.MatchString(req.Invocation) {
+			return fmt.Errorf("%w: invocation id %q is malformed", ErrInvalid, req.Invocation)
+		}
 		fn, err := s.db.InvocationFunction(ctx, req.Invocation)
 		if errors.Is(err, catalog.ErrNotFound) {
 			return fmt.Errorf("%w: invocation %s is not in the history (never recorded, or pruned)", ErrNotFound, req.Invocation)

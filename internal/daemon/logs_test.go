@@ -210,6 +210,7 @@ func TestLogsRequestsRefused(t *testing.T) {
 		{LogsRequest{Function: "ghost"}, ErrNotFound, `function "ghost"`},
 		{LogsRequest{Function: "other", Invocation: inv.ID}, ErrInvalid, `is of function "echo", not "other"`},
 		{LogsRequest{Function: "echo", Invocation: "inv-000000000000"}, ErrNotFound, "not in the history"},
+		{LogsRequest{Function: "echo", Invocation: "inv-x"}, ErrInvalid, "malformed"},
 		{LogsRequest{Function: "echo", Limit: MaxLogPage + 1}, ErrInvalid, "limit"},
 		{LogsRequest{Function: "echo", Wait: 2 * MaxLogWait}, ErrInvalid, "wait"},
 		{LogsRequest{Function: "echo", After: LogPosition{Seq: -1}}, ErrInvalid, "negative"},
