@@ -11,6 +11,10 @@ IMAGE_DIR := $(THAW_CACHE)/images/current
 # MinIO for the registry tests (scripts/install-deps.sh builds it there).
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_BIN := $(THAW_CACHE)/minio/$(MINIO_VERSION)/minio
+# The package index of the dependency tests (pypiserver) and the packages it
+# serves (scripts/install-deps.sh installs and downloads both).
+PYPISERVER_BIN := $(THAW_CACHE)/pypiserver/2.4.2/bin/pypi-server
+WHEELS_DIR := $(THAW_CACHE)/wheels
 
 .PHONY: all build deps image demo test unit lint fmt shim bpf clean help bench fuzz deb cluster-demo
 
@@ -86,10 +90,12 @@ unit: build
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /e2e)
 
 # The end-to-end tests boot real QEMU VMs; THAW_IMAGE makes them mandatory,
-# as THAW_MINIO makes the registry tests against a real MinIO
-# (without it, a plain `go test ./...` skips them and says why).
+# as THAW_MINIO makes the registry tests against a real MinIO and
+# THAW_PYPISERVER and THAW_WHEELS the dependency tests against a real index
+# (without them, a plain `go test ./...` skips those and says why).
 test: deps build image lint deb
-	THAW_IMAGE=$(IMAGE_DIR) THAW_MINIO=$(MINIO_BIN) $(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+	THAW_IMAGE=$(IMAGE_DIR) THAW_MINIO=$(MINIO_BIN) THAW_PYPISERVER=$(PYPISERVER_BIN) THAW_WHEELS=$(WHEELS_DIR) \
+	$(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
 	FUZZTIME=3s scripts/fuzz.sh
 
 # Every fuzz target (request decoding, archives, the agent protocol, QMP,

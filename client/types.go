@@ -6,6 +6,7 @@ import "github.com/thaw-dev/thaw/wire"
 // serves); the names here are the client's.
 type (
 	Function         = wire.Function
+	FunctionDeps     = wire.FunctionDeps
 	Network          = wire.Network
 	VM               = wire.VM
 	Snapshot         = wire.Snapshot

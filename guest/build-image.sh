@@ -37,8 +37,9 @@ NSTEPS=6
 # and are loaded first. crc32c is listed explicitly because ext4/jbd2 look it up
 # through the crypto API (request_module), which the initramfs cannot service.
 # crc32c-intel is just the faster implementation; loading it may fail harmlessly.
+# erofs: the file system of functions' dependency layers (mounted by the agent).
 MODULES=(virtio_pci virtio_blk virtio_net virtio_console virtio_balloon
-         crc32c_generic crc32c-intel ext4)
+         crc32c_generic crc32c-intel ext4 erofs)
 
 # Recommended kernel command line; the daemon appends its own thaw.* parameters.
 # panic=-1: a guest panic reboots at once, and with -no-reboot QEMU then exits.
@@ -273,7 +274,7 @@ printf '127.0.0.1\tlocalhost\n127.0.1.1\tthaw\n::1\tlocalhost ip6-localhost ip6-
 rm -f "$rootfs/etc/resolv.conf"
 echo "nameserver 10.0.2.3" >"$rootfs/etc/resolv.conf"
 : >"$rootfs/etc/machine-id"
-install -d -m 755 "$rootfs/usr/local/lib/thaw" "$rootfs/fn"
+install -d -m 755 "$rootfs/usr/local/lib/thaw" "$rootfs/fn" "$rootfs/deps"
 install -m 644 "$GUEST_DIR/agent/thaw_agent.py" "$rootfs/usr/local/lib/thaw/thaw_agent.py"
 install -m 755 "$GUEST_DIR/agent/thaw-init" "$rootfs/usr/sbin/thaw-init"
 # Helper modules for functions (guest/lib: thaw_redis, ...), importable from any

@@ -212,6 +212,12 @@ def main():
     for n in names:
         if not os.path.isfile(os.path.join(ROOT, "functions", n, "handler.py")):
             sys.exit(f"no such function: functions/{n}/handler.py")
+    # A function with a requirements.txt needs its dependency layer, which
+    # thawd builds: these boots attach none (thaw bench runs those functions).
+    skipped = [n for n in names if os.path.exists(os.path.join(ROOT, "functions", n, "requirements.txt"))]
+    if skipped:
+        log(f"skipped (their requirements.txt needs thawd's dependency layer): {' '.join(skipped)}")
+        names = [n for n in names if n not in skipped]
     with open(os.path.join(args.image, "image.json")) as f:
         meta = json.load(f)
 

@@ -32,6 +32,9 @@
 #                REMOTE_BANDWIDTH_MBPS set it), checked with fio first; its settings and the
 #                fio reports go to OUT/storage and into the results (`--storage`). premap's
 #                store copy stays in host memory (STORE_TIER).
+#   PIP_INDEX    package index of the functions' requirements.txt (chameleon, pagerank);
+#                default: a private pypiserver over the packages scripts/install-deps.sh
+#                downloaded (scripts/test-packages.txt), so the run needs no network
 #   KEEP=1       keep the data directory and the daemon log
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,13 +113,26 @@ store_flag=(--store-dir "$STORE")
 # their VMM, and background refills would compete with the runs for the CPUs.
 # The restore experiment's functions set their own vmm_pool (up to 16), so the
 # pool's memory budget fits 16 standby VMs of 512 MiB (+384 MiB overhead each).
+PYPI=
+if [[ -z ${PIP_INDEX:-} ]]; then
+  CACHE=${THAW_CACHE:-$HOME/.cache/thaw}
+  PYPI_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$CACHE/pypiserver/2.4.2/bin/pypi-server" run -p "$PYPI_PORT" -i 127.0.0.1 --hash-algo sha256 \
+    --backend simple-dir -a . -P . --disable-fallback "$CACHE/wheels" >"$DATA/pypiserver.log" 2>&1 &
+  PYPI=$!
+  PIP_INDEX=http://127.0.0.1:$PYPI_PORT/simple/
+fi
 bin/thawd --data-dir "$DATA/data" "${store_flag[@]}" --listen "$DATA/thawd.sock" --boot-timeout 5m --vmm-pool -1 \
-  --vmm-pool-memory "${VMM_POOL_MEMORY:-16384}" ${THAWD_ARGS:-} >"$DATA/thawd.log" 2>&1 &
+  --vmm-pool-memory "${VMM_POOL_MEMORY:-16384}" --pip-index-url "$PIP_INDEX" ${THAWD_ARGS:-} >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 export THAWD_PID=$THAWD # the restore experiment reads thawd's CPU time
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
   wait "$THAWD" 2>/dev/null || true
+  if [[ -n $PYPI ]]; then
+    kill "$PYPI" 2>/dev/null || true
+    wait "$PYPI" 2>/dev/null || true
+  fi
   if [[ ${STORE_TIER:-tmpfs} == hugetlbfs ]]; then
     umount "$STORE" 2>/dev/null || true
     rmdir "$STORE" 2>/dev/null || true

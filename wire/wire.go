@@ -67,6 +67,28 @@ type Function struct {
 	// the clock, connections taken at import), each with its file and
 	// line. Advice: the function is created.
 	Warnings []string `json:"warnings,omitempty"`
+	// Deps are the function's dependencies, from the requirements.txt in
+	// its directory; absent: it has none.
+	Deps *FunctionDeps `json:"deps,omitempty"`
+}
+
+// FunctionDeps is what a function's requirements.txt asked for and the
+// dependency layer it was resolved into (docs/functions.md).
+type FunctionDeps struct {
+	// Requested are requirements.txt's requirements, as given.
+	Requested []string `json:"requested"`
+	// Resolved is every wheel installed, "name==version
+	// --hash=sha256:HEX", sorted by name: a requirements.txt that installs
+	// exactly this set.
+	Resolved []string `json:"resolved"`
+	// Layer is the layer's digest (of Resolved and Format): functions with
+	// the same set share one layer.
+	Layer string `json:"layer"`
+	// LayerSHA256 and LayerBytes describe the layer's image file.
+	LayerSHA256 string `json:"layer_sha256"`
+	LayerBytes  int64  `json:"layer_bytes"`
+	// Format is the layer's file system: erofs or ext4.
+	Format string `json:"format"`
 }
 
 // Secret is what the API shows of a secret: never its value.

@@ -34,6 +34,12 @@ daemon on another host too. With --server-dir, DIR is a directory on the
 daemon's host and the daemon reads it itself (a relative DIR is made
 absolute against the current directory first).
 
+A requirements.txt beside handler.py names the packages the function
+needs: the daemon resolves it now (wheels for the guest's CPython 3.11,
+from its package index) into the function's dependency layer, and the
+create fails, naming the package and why, if it cannot. 'thaw function get'
+shows what was installed.
+
 --memory and --vcpus default to the daemon's settings. --max-concurrency
 bounds the function's live VMs: more starts wait for room, then get 429.
 --keep-alive sets how long a VM stays idle after a cold invocation so that
@@ -156,6 +162,7 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		for i, k := range sortedKeys(f.Secrets) {
 			row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
 		}
+		writeDeps(w, f.Deps)
 		row(w, "Created:", fmtTime(f.CreatedAt))
 		for i, warning := range f.Warnings {
 			row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)

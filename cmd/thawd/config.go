@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
@@ -74,7 +75,8 @@ type settings struct {
 	// the chunk cache's budget.
 	registryFile   string
 	chunkCacheMiB  int64
-	registryImport bool // --registry-import
+	registryImport bool  // --registry-import
+	depsCacheMiB   int64 // --deps-cache-budget
 
 	fs     *pflag.FlagSet // the settings' flags, in definition order
 	source map[string]string
@@ -136,6 +138,12 @@ func newSettings() *settings {
 	fs.DurationVar(&d.RegistryGCGrace, "registry-gc-grace", daemon.DefaultGCGrace, "how old an unreferenced registry object must be before a scheduled collection deletes it")
 	fs.DurationVar(&d.RegistryRefresh, "registry-refresh", daemon.DefaultRegistryRefresh, "how often the functions here are compared with the registry's records: a function published again elsewhere (other code, a newer snapshot) is removed here once nothing uses it, and its next invocation imports the new version; 0: never (needs --registry-import)")
 	fs.StringArrayVar(&d.RegistryTrustedKeys, "registry-trusted-keys", nil, "public keys whose signed registry records (snapshot manifests, function records) this node pulls and imports besides its own, repeatable: a key line 'thaw-ed25519 BASE64 [comment]' (what 'thawd registry key' and 'thaw info' print on each node) or a file of them, one a line, # for comments, writable only by its owner; anything else in the registry is refused")
+	fs.StringVar(&d.Deps.IndexURL, "pip-index-url", deps.DefaultIndexURL, "Python package index (a PEP 503/691 simple index: PyPI or a mirror) that functions' requirements.txt are resolved against, with the host's pip, wheels only; "+deps.NoIndex+": only --pip-find-links (offline)")
+	fs.StringArrayVar(&d.Deps.FindLinks, "pip-find-links", nil, "directory or URL of wheels pip also searches for functions' requirements.txt, repeatable")
+	fs.StringVar(&d.Deps.Python, "pip-python", "python3", "the host's CPython "+deps.PythonVersion+" (the guest's version) that runs pip and precompiles dependency layers; no package's code runs on the host")
+	fs.DurationVar(&d.Deps.Timeout, "pip-timeout", deps.DefaultTimeout, "how long pip (and thawd, when it reads the index to say why a requirement failed) waits for one connection or read of the package index")
+	fs.StringVar(&d.Deps.Format, "deps-layer-format", string(deps.FormatErofs), "file system of new dependency layers: erofs (smaller, faster first imports) or ext4")
+	fs.Int64Var(&s.depsCacheMiB, "deps-cache-budget", daemon.DefaultDepsBudget>>20, "MiB of disk cached wheels and dependency layers no function or snapshot uses may take (<data-dir>/deps), the least recently used removed first; layers in use are kept beyond it (negative: no bound)")
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.VersionKeep, "version-keep", daemon.DefaultVersionKeep, "keep the snapshots of each function's newest N versions and of every version an alias routes to; older versions' snapshots are collected, here and in the registry")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
@@ -235,6 +243,10 @@ func (s *settings) apply(env func(string) (string, bool), file *configFile) {
 	s.serve.Daemon.NoRegistryImport = !s.registryImport
 	if s.chunkCacheMiB < 0 {
 		s.serve.Daemon.ChunkCacheBudget = -1
+	}
+	s.serve.Daemon.Deps.Budget = s.depsCacheMiB << 20
+	if s.depsCacheMiB < 0 {
+		s.serve.Daemon.Deps.Budget = -1
 	}
 	getenv := func(k string) string { v, _ := env(k); return v }
 	switch {

@@ -1,8 +1,9 @@
 """chameleon (FaaSnap Table 2): render an HTML table with the Chameleon template engine.
 
-The page template (TAL/ZPT, Debian's python3-chameleon 3.8.1) is parsed and
-compiled to Python when the handler is imported, before the snapshot (a
-warm-up render forces Chameleon's lazy compilation); the invocation renders it.
+The page template (TAL/ZPT; Chameleon 4.6 from PyPI, which requirements.txt puts in
+the function's dependency layer) is parsed and compiled to Python when the handler
+is imported, before the snapshot (a warm-up render forces Chameleon's lazy
+compilation); the invocation renders it.
 
 Input (Redis): JSON {"title": str, "header": [str], "rows": [[cell, ...], ...]}.
 Event:

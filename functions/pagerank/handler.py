@@ -1,7 +1,8 @@
 """pagerank (FaaSnap Table 2): PageRank of a graph with igraph.
 
-python-igraph (Debian's python3-igraph 0.10) builds an undirected graph from
-the edge list and runs PageRank (PRPACK, damping 0.85).
+igraph (1.0 from PyPI, which requirements.txt puts in the function's dependency
+layer) builds an undirected graph from the edge list and runs PageRank (PRPACK,
+damping 0.85).
 
 Input (Redis): the edge list as little-endian uint32 pairs (source, target),
 8 bytes per edge; vertices are 0..max id.

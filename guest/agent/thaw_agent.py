@@ -9,9 +9,11 @@ shadow or break, and the rootfs ships only Debian's python3.
 
 Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/4","function":"hello","uptime_ms":...,"env":N}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/5","function":"hello","uptime_ms":...,"env":N}
        env: how many of the function's environment variables the agent set at boot
-       (from the code disk's .thaw/config.json, before the handler was imported).
+       (from the code disk's .thaw/config.json, before the handler was imported);
+       plus "function_error":{"type","message","traceback"} when the function cannot be
+       invoked (its dependency layer or its import failed): the host fails the boot.
   restore 3 <host CLOCK_REALTIME ns> <entropy, hex> [<secrets, hex>]
     -> {"id":"3","ok":true,"clock_step_ms":...,"reseeded":[...],"hook":{"ran":...,"ms":...,"error":...},"secrets":N}
        sent by the host after every restore, before the first invocation: the clock,
@@ -67,6 +69,9 @@ AGENT = "thaw-agent/5"  # /2: the plain-line restore request; /3: results last, 
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
+DEPS_ROOT = "/deps"            # the function's dependency layer (thaw.deps=<fstype>)
+DEFAULT_DEPS_DEV = "/dev/vdc"
+DEPS_SITE = DEPS_ROOT + "/site"
 DEFAULT_IP = "10.0.2.15/24"  # QEMU user-mode networking: guest address,
 DEFAULT_GW = "10.0.2.2"      # and the host as seen from the guest.
 MAX_LINE = 64 << 20          # longest request accepted; guards guest memory
@@ -210,7 +215,9 @@ class Function:
         self.error = None  # {"type", "message", "traceback"} when not invocable
         self.env = 0  # environment variables set from the code disk's config
 
-    def load(self, fn_dev):
+    def load(self, fn_dev, deps=None):
+        """Mounts the function's disk (and dependency layer: deps is (device,
+        fstype) or None) and imports its handler."""
         if self.name is None:
             self.error = _error("FunctionNotFound", "no thaw.function= on the kernel command line")
             return
@@ -231,6 +238,8 @@ class Function:
             log(self.error["message"])
             return
         sys.path.insert(0, fn_dir)
+        if deps is not None and not self._add_deps(*deps, fn_dir):
+            return
         os.chdir(fn_dir)  # lets handlers open their bundled files by relative path
         t0 = time.perf_counter()
         try:
@@ -239,7 +248,7 @@ class Function:
             if not callable(handle):
                 raise AttributeError(f"{fn_dir}/handler.py does not define a callable handle(event)")
         except BaseException as e:  # SystemExit etc. from module code must not kill PID 1
-            self.error = _exc_error(e)
+            self.error = _import_error(e, fn_dir)
             log(f"function {self.name}: import failed: {self.error['type']}: {self.error['message']}")
             return
         self.attach(module, handle)
@@ -253,14 +262,31 @@ class Function:
         hook = getattr(module, "on_restore", None)
         self.on_restore = hook if callable(hook) else None
 
+    def _add_deps(self, dev, fstype, fn_dir):
+        """Mounts the dependency layer read-only and puts its site directory on
+        sys.path right after the function's own directory, ahead of the image's
+        packages. site.addsitedir processes its .pth files as pip's installs
+        would have been."""
+        import site
+        try:
+            if DEPS_ROOT not in mounted_paths():
+                wait_for(dev)
+                mount(dev, DEPS_ROOT, fstype, MS_RDONLY | MS_NOSUID | MS_NODEV)
+            before = list(sys.path)
+            site.addsitedir(DEPS_SITE)
+        except BaseException as e:  # a broken .pth file raises from site
+            self.error = _exc_error(e)
+            self.error["message"] = f"dependency layer unavailable: {self.error['message']}"
+            log(self.error["message"])
+            return False
+        added = [p for p in sys.path if p not in before]
+        sys.path[:] = [fn_dir] + added + [p for p in before if p != fn_dir]
+        return True
+
     def _mount_disk(self, fn_dev):
         if FN_ROOT in mounted_paths():
             return True
-        # virtio-blk devices appear when the module loads in the initramfs, so
-        # this wait is normally zero; keep it short since the disk may be absent.
-        deadline = time.monotonic() + 0.5
-        while not os.path.exists(fn_dev) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(fn_dev)
         try:
             mount(fn_dev, FN_ROOT, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV)
             return True
@@ -268,6 +294,14 @@ class Function:
             self.error = _error("FunctionNotFound", f"function disk unavailable: {e}")
             log(self.error["message"])
             return False
+
+
+def wait_for(dev):
+    """virtio-blk devices appear when the module loads in the initramfs, so
+    this wait is normally zero; it is short since a disk may be absent."""
+    deadline = time.monotonic() + 0.5
+    while not os.path.exists(dev) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def apply_config(path):
@@ -333,6 +367,16 @@ def _cut(text, limit=MAX_ERROR_TEXT):
 def _exc_error(e):
     return _error(type(e).__name__, str(e),
                   "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+
+
+def _import_error(e, fn_dir):
+    """An exception from importing the handler, its traceback starting at the
+    function's own code (the agent's and importlib's frames say nothing to its
+    author); a SyntaxError in it shows the offending line without frames."""
+    tb = e.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(fn_dir + "/"):
+        tb = tb.tb_next
+    return _error(type(e).__name__, str(e), "".join(traceback.format_exception(type(e), e, tb)))
 
 
 # --- Control channel ---------------------------------------------------------------
@@ -742,8 +786,11 @@ class Agent:
             return self._bad_request(None, "id must be a string")
         op = req.get("op")
         if op == "ping":
-            return {"id": rid, "ok": True, "op": "pong", "agent": AGENT,
+            pong = {"id": rid, "ok": True, "op": "pong", "agent": AGENT,
                     "function": self.function.name, "uptime_ms": uptime_ms(), "env": self.function.env}
+            if self.function.error is not None:
+                pong["function_error"] = self.function.error
+            return pong
         if op == "invoke":
             return self.invoke(rid, req)
         if op == "restore":
@@ -1073,7 +1120,10 @@ def main():
     set_page_reporting_order(params)
 
     function = Function(params.get("thaw.function"))
-    function.load(params.get("thaw.fndev", DEFAULT_FN_DEV))
+    deps = None
+    if params.get("thaw.deps"):
+        deps = (params.get("thaw.depsdev", DEFAULT_DEPS_DEV), params["thaw.deps"])
+    function.load(params.get("thaw.fndev", DEFAULT_FN_DEV), deps)
     _openssl.refresh()
 
     try:
@@ -1086,8 +1136,11 @@ def main():
     channel = Channel(port)
     log(f"serving on {port} ({PORT_NAME}), ready at {uptime_ms():.0f} ms")
     # Best effort: a host that is not connected yet will ping instead.
-    channel.send({"event": "ready", "agent": AGENT, "function": function.name,
-                  "uptime_ms": uptime_ms(), "env": function.env}, wait=False)
+    ready = {"event": "ready", "agent": AGENT, "function": function.name, "uptime_ms": uptime_ms(),
+             "env": function.env}
+    if function.error is not None:
+        ready["function_error"] = function.error
+    channel.send(ready, wait=False)
     global _capture
     _capture = OutputCapture("/dev/kmsg")
     _capture.attach()  # from here on, what the function writes is in its invocations' logs

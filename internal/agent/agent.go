@@ -47,14 +47,17 @@ type Error = wire.FunctionError
 
 // Reply is one answer from the guest.
 type Reply struct {
-	ID         string          `json:"id"`
-	OK         bool            `json:"ok"`
-	Op         string          `json:"op,omitempty"`
-	Event      string          `json:"event,omitempty"`
-	Function   *string         `json:"function,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	Error      *Error          `json:"error,omitempty"`
-	DurationMS float64         `json:"duration_ms,omitempty"`
+	ID       string  `json:"id"`
+	OK       bool    `json:"ok"`
+	Op       string  `json:"op,omitempty"`
+	Event    string  `json:"event,omitempty"`
+	Function *string `json:"function,omitempty"`
+	// FunctionError (ping, ready) says why the function cannot be invoked:
+	// its import or its dependency layer failed.
+	FunctionError *Error          `json:"function_error,omitempty"`
+	Result        json.RawMessage `json:"result,omitempty"`
+	Error         *Error          `json:"error,omitempty"`
+	DurationMS    float64         `json:"duration_ms,omitempty"`
 	// restore and clock.
 	ClockStepMS float64     `json:"clock_step_ms,omitempty"`
 	Reseeded    []string    `json:"reseeded,omitempty"`

@@ -260,11 +260,13 @@ var failures = []struct {
 	{daemon.ErrConflict, http.StatusConflict, "conflict"},
 	{daemon.ErrSnapshotUnusable, http.StatusUnprocessableEntity, "snapshot_unusable"},
 	{daemon.ErrTimeout, http.StatusGatewayTimeout, "timeout"},
+	{daemon.ErrImport, http.StatusBadGateway, "import_failed"},
 	{daemon.ErrVMFailed, http.StatusBadGateway, "vm_failed"},
 	{daemon.ErrForbidden, http.StatusForbidden, "forbidden"},
 	{daemon.ErrTooMany, http.StatusTooManyRequests, "too_many"},
 	{daemon.ErrNoSpace, http.StatusInsufficientStorage, "no_space"},
 	{daemon.ErrRegistryUnavailable, http.StatusServiceUnavailable, "registry_unavailable"},
+	{daemon.ErrIndexUnavailable, http.StatusServiceUnavailable, "index_unavailable"},
 	{context.Canceled, 499, "canceled"},
 }
 

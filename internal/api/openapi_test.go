@@ -426,6 +426,8 @@ var failSentinels = map[string]error{
 	"daemon.ErrForbidden":           daemon.ErrForbidden,
 	"daemon.ErrTooMany":             daemon.ErrTooMany,
 	"daemon.ErrRegistryUnavailable": daemon.ErrRegistryUnavailable,
+	"daemon.ErrIndexUnavailable":    daemon.ErrIndexUnavailable,
+	"daemon.ErrImport":              daemon.ErrImport,
 	"context.Canceled":              context.Canceled,
 }
 

@@ -48,6 +48,20 @@ type Function struct {
 	// only in restored VMs). Package fnconfig gives them meaning.
 	Env     map[string]string `json:"env,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Deps is the function's dependency layer (from its requirements.txt);
+	// nil: none.
+	Deps *Deps `json:"deps,omitempty"`
+}
+
+// Deps is what a function's requirements.txt asked for and the layer it
+// was resolved into (package deps gives it meaning).
+type Deps struct {
+	Requested   []string `json:"requested"`    // requirements.txt's requirements, as given
+	Resolved    []string `json:"resolved"`     // name==version --hash=sha256:... of every wheel
+	Layer       string   `json:"layer"`        // the layer's digest (of Resolved and Format)
+	LayerSHA256 string   `json:"layer_sha256"` // of its image
+	LayerBytes  int64    `json:"layer_bytes"`
+	Format      string   `json:"format"` // erofs or ext4
 }
 
 // Network is a function's egress policy (package vmnet gives it meaning).
@@ -175,6 +189,7 @@ var migrations = []string{
 	`ALTER TABLE vms ADD COLUMN version INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE functions ADD COLUMN env TEXT NOT NULL DEFAULT '{}'`,
 	`ALTER TABLE functions ADD COLUMN secrets TEXT NOT NULL DEFAULT '{}'`,
+	`ALTER TABLE functions ADD COLUMN deps TEXT NOT NULL DEFAULT ''`,
 }
 
 func migrate(db *sql.DB) error {
@@ -304,22 +319,28 @@ func putFunction(ctx context.Context, q execer, f *Function, replace bool) error
 	if replace {
 		verb = "INSERT OR REPLACE"
 	}
-	_, err = q.ExecContext(ctx, verb+` INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	deps := []byte{}
+	if f.Deps != nil {
+		if deps, err = json.Marshal(f.Deps); err != nil {
+			return err
+		}
+	}
+	_, err = q.ExecContext(ctx, verb+` INTO functions (`+functionCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		f.Name, f.Digest, f.CodeDir, f.Disk, f.MemoryMiB, f.VCPUs, ts(f.CreatedAt), string(netw), f.MaxConcurrency, f.KeepAliveS,
-		f.VMMPool, f.VMMPoolTTLS, env, refs)
+		f.VMMPool, f.VMMPoolTTLS, env, refs, string(deps))
 	if isUnique(err) {
 		return fmt.Errorf("function %q: %w", f.Name, ErrExists)
 	}
 	return err
 }
 
-const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s, vmm_pool, vmm_pool_ttl_s, env, secrets`
+const functionCols = `name, digest, code_dir, disk, memory_mib, vcpus, created_at, network, max_concurrency, keep_alive_s, vmm_pool, vmm_pool_ttl_s, env, secrets, deps`
 
 func scanFunction(s scanner) (*Function, error) {
 	var f Function
-	var created, netw, env, refs string
+	var created, netw, env, refs, deps string
 	if err := s.Scan(&f.Name, &f.Digest, &f.CodeDir, &f.Disk, &f.MemoryMiB, &f.VCPUs, &created, &netw, &f.MaxConcurrency, &f.KeepAliveS,
-		&f.VMMPool, &f.VMMPoolTTLS, &env, &refs); err != nil {
+		&f.VMMPool, &f.VMMPoolTTLS, &env, &refs, &deps); err != nil {
 		return nil, err
 	}
 	f.CreatedAt = parseTS(created)
@@ -337,6 +358,12 @@ func scanFunction(s scanner) (*Function, error) {
 	}
 	if len(f.Secrets) == 0 {
 		f.Secrets = nil
+	}
+	if deps != "" {
+		f.Deps = &Deps{}
+		if err := json.Unmarshal([]byte(deps), f.Deps); err != nil {
+			return nil, fmt.Errorf("function %s: dependencies: %w", f.Name, err)
+		}
 	}
 	return &f, nil
 }

@@ -480,6 +480,32 @@ func TestFunctionNetworkRoundTrip(t *testing.T) {
 	}
 }
 
+// A function's dependencies are stored with it; one without has none.
+func TestFunctionDepsRoundTrip(t *testing.T) {
+	db := newDB(t)
+	ctx := context.Background()
+	d := &Deps{Requested: []string{"igraph>=0.10"}, Resolved: []string{"igraph==1.0.0 --hash=sha256:aa", "texttable==1.7.2 --hash=sha256:bb"},
+		Layer: "31df", LayerSHA256: "5c77", LayerBytes: 9359360, Format: "erofs"}
+	with := &Function{Name: "pagerank", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(), Deps: d}
+	without := &Function{Name: "hello", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now()}
+	for _, f := range []*Function{with, without} {
+		if err := db.PutFunction(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.GetFunction(ctx, "pagerank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Deps == nil || got.Deps.Layer != "31df" || got.Deps.LayerBytes != 9359360 || len(got.Deps.Resolved) != 2 ||
+		got.Deps.Requested[0] != "igraph>=0.10" || got.Deps.Format != "erofs" {
+		t.Fatalf("deps %+v", got.Deps)
+	}
+	if got, err := db.GetFunction(ctx, "hello"); err != nil || got.Deps != nil {
+		t.Fatalf("a function without requirements: %+v %v", got, err)
+	}
+}
+
 func TestPruneInvocations(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/metrics"
@@ -200,6 +201,8 @@ type Config struct {
 	// their snapshots, besides every version an alias routes to; older
 	// versions' snapshots are collected (0: DefaultVersionKeep).
 	VersionKeep int
+	// Deps configures functions' dependencies (requirements.txt).
+	Deps DepsConfig
 }
 
 // setDefaults fills the zero confinement settings.
@@ -283,6 +286,7 @@ func (c *Config) setDefaults() {
 	case "none":
 		c.CgroupRoot = ""
 	}
+	c.Deps.setDefaults()
 }
 
 // Check validates c as Open will, with its zero values taking their
@@ -371,6 +375,7 @@ func (c *Config) Validate() error {
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
+	errs = append(errs, c.Deps.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -430,6 +435,8 @@ type Service struct {
 	vers                 *versionState      // deploys under way and alias routing (versions.go)
 	secrets              *secrets.Store     // the secret store (secrets.go)
 	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
+	deps                 *deps.Manager      // functions' dependency layers (deps.go)
+	depsGC               chan struct{}      // asks collectDepsLoop for a run
 }
 
 // Directory layout under DataDir.
@@ -519,6 +526,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
+	if err := s.openDeps(); err != nil {
+		_ = s.db.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -578,6 +589,9 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.every(s.cfg.RegistryRefresh, s.refreshScheduled)
 	}
+	s.wg.Add(1)
+	go s.collectDepsLoop()
+	s.kickDepsGC()
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil

@@ -185,6 +185,8 @@ func (s *Service) deploy(ctx context.Context, d *deployment) (res *DeployResult,
 	if err != nil {
 		return nil, err
 	}
+	endDeps := s.deps.Begin() // its layer stays until the version is published
+	defer func() { endDeps(); s.kickDepsGC() }()
 	cfg, err := s.buildFunction(ctx, d.spec.FunctionSpec, netw, d.staging)
 	if err != nil {
 		return nil, err
@@ -345,14 +347,19 @@ func (s *Service) dropPendingOf(ctx context.Context, function string) {
 // versionDigest identifies a version's content: its code, dependencies and
 // configuration, and the guest image, kernel and machine it runs on.
 func (s *Service) versionDigest(cfg *catalog.Function) string {
+	var layer string // the resolved set: unpinned requirements may resolve anew
+	if cfg.Deps != nil {
+		layer = cfg.Deps.Layer
+	}
 	content := struct {
 		Code      string            `json:"code"` // the environment is in it (fnconfig.Digest)
 		MemoryMiB int               `json:"memory_mib"`
 		VCPUs     int               `json:"vcpus"`
 		Network   catalog.Network   `json:"network"`
 		Secrets   map[string]string `json:"secrets,omitempty"`
+		Deps      string            `json:"deps,omitempty"`
 		Build     buildInputs       `json:"build"`
-	}{cfg.Digest, cfg.MemoryMiB, cfg.VCPUs, cfg.Network, cfg.Secrets, s.buildInputs(cfg)}
+	}{cfg.Digest, cfg.MemoryMiB, cfg.VCPUs, cfg.Network, cfg.Secrets, layer, s.buildInputs(cfg)}
 	b, _ := json.Marshal(content)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

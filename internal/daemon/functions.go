@@ -51,11 +51,17 @@ type FunctionSpec struct {
 	// (package fnconfig).
 	Env     map[string]string
 	Secrets map[string]string
+	// Deps, if set, are the function's resolved dependencies as another
+	// node recorded them (a registry pull): its requirements.txt is not
+	// resolved again, and the layer must be here already.
+	Deps *catalog.Deps
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
 // image holding <name>/handler.py and friends, attached read-only to the
-// function's VMs beside the shared root filesystem.
+// function's VMs beside the shared root filesystem. A requirements.txt at
+// the top of the code is resolved and built into the function's dependency
+// layer (deps.go); a create that fails leaves no function behind.
 func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catalog.Function, error) {
 	netw, err := s.checkFunctionSpec(&spec)
 	if err != nil {
@@ -71,6 +77,9 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	defer os.RemoveAll(staging)
+	// No collection of the dependency cache until the function is recorded.
+	endDeps := s.deps.Begin()
+	defer func() { endDeps(); s.kickDepsGC() }()
 	f, err := s.buildFunction(ctx, spec, netw, staging)
 	if err != nil {
 		return nil, err
@@ -114,10 +123,12 @@ func (s *Service) stageCode(ctx context.Context, spec FunctionSpec) (_ string, e
 	return staging, nil
 }
 
-// buildFunction digests staged code and builds its disk, then moves the
-// staging directory to a directory of its own (functions/<name>-<id>: code/
-// and code.ext4) and returns the function's configuration, not yet
-// recorded: the caller records it, or removes the directory.
+// buildFunction digests staged code and builds its disk and dependency
+// layer (deps.go), then moves the staging directory to a directory of its
+// own (functions/<name>-<id>: code/ and code.ext4) and returns the
+// function's configuration, not yet recorded: the caller records it, or
+// removes the directory, holding the dependency cache's collection off
+// (Manager.Begin) until then.
 func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmnet.Policy, staging string) (*catalog.Function, error) {
 	code := filepath.Join(staging, "code", spec.Name)
 	digest, size, err := digestTree(code)
@@ -132,6 +143,10 @@ func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmn
 	if err := makeExt4(ctx, disk, filepath.Join(staging, "code")); err != nil {
 		return nil, err
 	}
+	fdeps, err := s.functionDeps(ctx, code, spec.Deps)
+	if err != nil {
+		return nil, err
+	}
 	// A directory of its own: a create never touches one it did not make.
 	final := filepath.Join(s.functionsDir(), newID(spec.Name+"-"))
 	if err := os.Rename(staging, final); err != nil {
@@ -141,7 +156,7 @@ func (s *Service) buildFunction(ctx context.Context, spec FunctionSpec, netw vmn
 	return &catalog.Function{Name: spec.Name, Digest: digest, CodeDir: filepath.Join(final, "code"),
 		Disk: filepath.Join(final, "code.ext4"), MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs, CreatedAt: time.Now(),
 		Network: catalog.Network{Egress: string(netw.Egress), Services: netw.Services}, MaxConcurrency: spec.MaxConcurrency, KeepAliveS: spec.KeepAliveS,
-		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS, Env: spec.Env, Secrets: spec.Secrets}, nil
+		VMMPool: spec.VMMPool, VMMPoolTTLS: spec.VMMPoolTTLS, Env: spec.Env, Secrets: spec.Secrets, Deps: fdeps}, nil
 }
 
 // reserveName claims name for one create at a time; release gives it back.

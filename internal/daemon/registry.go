@@ -98,7 +98,11 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 		return nil, err
 	}
 	t0 := time.Now()
-	rm, st, err := s.registry.Push(ctx, v.sn.Dir, registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared},
+	info := registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared}
+	if info.Layer, info.LayerFile, err = s.pushedLayer(v.fn); err != nil {
+		return nil, err
+	}
+	rm, st, err := s.registry.Push(ctx, v.sn.Dir, info,
 		func(done, total int64) {
 			report(ctx, wire.OperationProgress{Phase: "pushing", Done: done, Total: total, Unit: "bytes"})
 		})
@@ -136,7 +140,7 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 	}
 	return s.registry.PushFunction(ctx, registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
 		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
-		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets,
+		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets, Deps: recordDeps(fn.Deps),
 		Latest: latest, LatestCreatedAt: latestAt}, code)
 }
 
@@ -201,6 +205,9 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	if err != nil {
 		return nil, registryErr(err)
 	}
+	// No collection of the dependency cache until the snapshot is recorded.
+	endDeps := s.deps.Begin()
+	defer endDeps()
 	res := &wire.PullResult{}
 	fn, err := s.db.GetFunction(ctx, rm.Function)
 	if errors.Is(err, catalog.ErrNotFound) {
@@ -223,6 +230,10 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	if err := s.compatible(local, fn); err != nil {
 		undo()
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
+	}
+	if err := s.pullLayer(ctx, rm); err != nil {
+		undo()
+		return nil, err
 	}
 	before := s.chunks.Stats()
 	sn, err := s.materialize(ctx, rm, local, req.Lazy, steps, warm)
@@ -266,9 +277,9 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		}
 		return nil, err
 	}
-	var skip []string
+	skip := []string{registry.LayerPath} // in the layer store (pullLayer)
 	if lazy {
-		skip = remoteFiles(rm)
+		skip = append(skip, remoteFiles(rm)...)
 	}
 	err := s.chunks.PullExcept(ctx, rm, tmp, func(done, total int64) {
 		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
@@ -383,7 +394,7 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
 		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets})
+		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)})
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,7 @@ func (s *Service) inputs(fn *catalog.Function) snapshot.Inputs {
 		Initrd:   snapshot.Digest{SHA256: s.image.Files[guestimage.Initrd].SHA256},
 		Rootfs:   snapshot.Digest{SHA256: s.image.Files[guestimage.Rootfs].SHA256},
 		Function: snapshot.Digest{SHA256: fn.Digest},
+		Deps:     depsInput(fn),
 	}
 }
 
@@ -188,6 +189,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 			s.log.Error("remove snapshot from the memory store", "snapshot", id, "err", err)
 		}
 	}
+	defer s.kickDepsGC()
 	return os.RemoveAll(sn.Dir)
 }
 
@@ -239,6 +241,9 @@ func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *
 	if err := s.compatible(m, fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
+	if _, err := s.layerOf(fn); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
 	if trusted == nil || *trusted != stamp {
 		b, _ := json.Marshal(stamp)
 		sn.Stamp = string(b)
@@ -267,6 +272,9 @@ func (s *Service) verifyLazy(sn *catalog.Snapshot, fn *catalog.Function) (*snaps
 	if err := s.compatible(m, fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
+	if _, err := s.layerOf(fn); err != nil {
+		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+	}
 	return m, nil
 }
 
@@ -282,6 +290,9 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 	check("initrd", m.Inputs.Initrd, want.Initrd)
 	check("root filesystem", m.Inputs.Rootfs, want.Rootfs)
 	check("function code", m.Inputs.Function, want.Function)
+	if err := checkDepsInput(m, fn); err != nil {
+		errs = append(errs, err)
+	}
 	if m.VMM.Accel != s.accel.Accel {
 		errs = append(errs, fmt.Errorf("%w: taken on %s, this daemon runs %s", snapshot.ErrIncompatible, m.VMM.Accel, s.accel.Accel))
 	}

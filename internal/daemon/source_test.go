@@ -34,7 +34,11 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	cfg.Deps.setDefaults()
 	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}, vers: newVersionState()}
+	if err := s.openDeps(); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(s.functionsDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}

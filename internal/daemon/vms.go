@@ -84,7 +84,7 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 		// calibrating, which a busy host can get wrong (internal/tsc).
 		cmdline += " tsc_early_khz=" + strconv.Itoa(s.tscKHz)
 	}
-	return vmm.Spec{
+	spec := vmm.Spec{
 		ID: id, RunDir: filepath.Join(s.runDir(), id), GenID: vmm.NewGenID(),
 		MemoryMiB: fn.MemoryMiB, VCPUs: fn.VCPUs, Accel: vmm.Accel(s.accel.Accel),
 		Kernel: s.image.Path(s.image.KernelFile()),
@@ -97,6 +97,8 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 			{Path: fn.Disk, ReadOnly: true},
 		},
 	}
+	s.attachDeps(&spec, fn)
+	return spec
 }
 
 // startVM launches the VMM for spec, records the VM and starts supervising
@@ -254,12 +256,15 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 }
 
 // connectAgent dials the agent socket and waits for the guest to answer,
-// giving up early if the VMM process dies.
-func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Duration) error {
-	return s.withAgent(ctx, lv, timeout, func(ctx context.Context) error {
-		_, err := lv.agent.WaitReady(ctx, 250*time.Millisecond)
+// giving up early if the VMM process dies; it returns the agent's answer.
+func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Duration) (*agent.Reply, error) {
+	var r *agent.Reply
+	err := s.withAgent(ctx, lv, timeout, func(ctx context.Context) error {
+		var err error
+		r, err = lv.agent.WaitReady(ctx, 250*time.Millisecond)
 		return err
 	})
+	return r, err
 }
 
 // withAgent runs fn with lv's agent connection, within timeout, giving up
@@ -315,6 +320,9 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		}
 		endSpan(sp, err)
 	}()
+	if _, err := s.layerOf(fn); err != nil {
+		return nil, fmt.Errorf("%w: %v; create the function again", ErrConflict, err)
+	}
 	phase(ctx, "admission")
 	release, err := s.admit(ctx, fn)
 	if err != nil {
@@ -335,13 +343,21 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	phase(ctx, "booting")
-	if err := s.connectAgent(ctx, lv, s.cfg.BootTimeout); err != nil {
+	ready, err := s.connectAgent(ctx, lv, s.cfg.BootTimeout)
+	if err != nil {
 		reason := fmt.Sprintf("boot: guest agent not ready after %s: %v", time.Since(start).Round(time.Millisecond), err)
 		if !isDone(lv) { // else err says why the VMM ended
 			reason = s.stopReason(lv, reason)
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return nil, fmt.Errorf("%w: vm %s: %s", ErrVMFailed, id, reason)
+	}
+	if fe := ready.FunctionError; fe != nil {
+		// A function that cannot be invoked is never left running (nor
+		// snapshotted): the boot fails with the guest's traceback.
+		reason := fmt.Sprintf("function %s cannot be imported: %s: %s", fn.Name, fe.Type, fe.Message)
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
+		return nil, importFailure{fmt.Errorf("%w: vm %s: %s\n%s", ErrVMFailed, id, reason, strings.TrimRight(fe.Traceback, "\n"))}
 	}
 	if err := s.checkBootEnv(ctx, lv); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "boot: "+err.Error())

@@ -16,12 +16,20 @@ func FunctionBody(f *catalog.Function) *wire.Function {
 	return &wire.Function{Name: f.Name, Digest: f.Digest, CodeDir: f.CodeDir, Disk: f.Disk, MemoryMiB: f.MemoryMiB,
 		VCPUs: f.VCPUs, Network: wire.Network{Egress: f.Network.Egress, Services: f.Network.Services},
 		MaxConcurrency: f.MaxConcurrency, KeepAliveS: f.KeepAliveS,
-		VMMPool: f.VMMPool, VMMPoolTTLS: f.VMMPoolTTLS, CreatedAt: f.CreatedAt, Env: f.Env, Secrets: f.Secrets}
+		VMMPool: f.VMMPool, VMMPoolTTLS: f.VMMPoolTTLS, CreatedAt: f.CreatedAt, Env: f.Env, Secrets: f.Secrets, Deps: depsBody(f.Deps)}
 }
 
 // SecretBody is a secret as the API answers it.
 func SecretBody(i SecretInfo) wire.Secret {
 	return wire.Secret{Name: i.Name, Version: i.Version, Digest: i.Digest, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+}
+
+func depsBody(d *catalog.Deps) *wire.FunctionDeps {
+	if d == nil {
+		return nil
+	}
+	return &wire.FunctionDeps{Requested: d.Requested, Resolved: d.Resolved, Layer: d.Layer,
+		LayerSHA256: d.LayerSHA256, LayerBytes: d.LayerBytes, Format: d.Format}
 }
 
 // VersionBody is a function version as the API answers it.

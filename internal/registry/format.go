@@ -23,12 +23,20 @@ const (
 	DefaultChunkSize = 512 << 10
 )
 
-// Remote format identification.
+// Remote format identification. A remote manifest is written in the
+// oldest version that can say what it holds: 1, or 2 for a snapshot with
+// a dependency layer (its "layer" and the file LayerPath), so readers of
+// version 1 still read every snapshot without one.
 const (
 	RemoteMagic         = "thaw-remote-snapshot"
-	RemoteFormatVersion = 1
+	RemoteFormatVersion = 2
 	FunctionMagic       = "thaw-function"
 )
+
+// LayerPath is a snapshot's dependency layer among its remote files: the
+// image its function's VMs attach (not a file of the snapshot directory;
+// a pull puts it in the node's layer store).
+const LayerPath = "deps/layer.img"
 
 // Sentinel errors.
 var (
@@ -84,7 +92,39 @@ type RemoteManifest struct {
 	// Prefetch lists the paths of files a node fetches first: FaaSnap's
 	// loading set and REAP's working set.
 	Prefetch []string `json:"prefetch,omitempty"`
-	Checksum string   `json:"checksum"`
+	// Layer describes the dependency layer in LayerPath (version 2).
+	Layer    *Layer `json:"layer,omitempty"`
+	Checksum string `json:"checksum"`
+}
+
+// Layer is a dependency layer as the registry carries it: what a node
+// needs to put the image in its layer store (package deps checks that the
+// digest is the lines' in the format).
+type Layer struct {
+	Digest string   `json:"digest"`
+	Format string   `json:"format"`
+	Lines  []string `json:"lines"`
+	SHA256 string   `json:"sha256"` // of the image: the snapshot's inputs.deps
+	Bytes  int64    `json:"bytes"`
+}
+
+// FunctionDeps are a function's dependencies in its record: a node
+// creating the function from the registry uses them as they are (no
+// resolution) with the layer a pull brought.
+type FunctionDeps struct {
+	Requested []string `json:"requested"`
+	Layer
+}
+
+func (l *Layer) check() error {
+	if l == nil {
+		return nil
+	}
+	if !hexSum.MatchString(l.Digest) || !hexSum.MatchString(l.SHA256) || l.Bytes <= 0 || len(l.Lines) == 0 ||
+		(l.Format != "erofs" && l.Format != "ext4") {
+		return fmt.Errorf("%w: dependency layer %q", ErrInvalid, l.Digest)
+	}
+	return nil
 }
 
 // FunctionRecord is functions/<name>.json: what a node needs to register a
@@ -108,6 +148,8 @@ type FunctionRecord struct {
 	// a node that imports the function must hold the secrets itself.
 	Env     map[string]string `json:"env,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Deps are the function's dependencies, if it has a requirements.txt.
+	Deps *FunctionDeps `json:"deps,omitempty"`
 	// Latest is the id of the newest snapshot pushed for the function
 	// (by the time it was taken: LatestCreatedAt).
 	Latest          string    `json:"latest"`
@@ -136,9 +178,17 @@ func (m *RemoteManifest) computeChecksum() string {
 	return hex.EncodeToString(s[:])
 }
 
+// version is the format version m is written in.
+func (m *RemoteManifest) version() int {
+	if m.Layer != nil {
+		return 2
+	}
+	return 1
+}
+
 // Encode seals the manifest with its checksum.
 func (m *RemoteManifest) Encode() ([]byte, error) {
-	m.Magic, m.FormatVersion = RemoteMagic, RemoteFormatVersion
+	m.Magic, m.FormatVersion = RemoteMagic, m.version()
 	m.Checksum = m.computeChecksum()
 	return json.Marshal(m)
 }
@@ -157,11 +207,17 @@ func DecodeRemoteManifest(b []byte) (*RemoteManifest, error) {
 	if m.Magic != RemoteMagic {
 		return nil, fmt.Errorf("%w: magic %q, want %q", ErrInvalid, m.Magic, RemoteMagic)
 	}
-	if m.FormatVersion != RemoteFormatVersion {
-		return nil, fmt.Errorf("%w: format version %d, this thaw reads %d", ErrInvalid, m.FormatVersion, RemoteFormatVersion)
+	if m.FormatVersion < 1 || m.FormatVersion > RemoteFormatVersion {
+		return nil, fmt.Errorf("%w: format version %d, this thaw reads up to %d", ErrInvalid, m.FormatVersion, RemoteFormatVersion)
 	}
 	if m.Checksum != m.computeChecksum() {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrInvalid)
+	}
+	if m.FormatVersion != m.version() {
+		return nil, fmt.Errorf("%w: format version %d with a manifest of version %d", ErrInvalid, m.FormatVersion, m.version())
+	}
+	if err := m.Layer.check(); err != nil {
+		return nil, err
 	}
 	if m.ChunkSize < MinChunkSize || m.ChunkSize > MaxChunkSize {
 		return nil, fmt.Errorf("%w: chunk size %d", ErrInvalid, m.ChunkSize)
@@ -172,6 +228,9 @@ func DecodeRemoteManifest(b []byte) (*RemoteManifest, error) {
 	}
 	if local.ID != m.ID || local.Function != m.Function || !idRE.MatchString(m.ID) || !nameRE.MatchString(m.Function) {
 		return nil, fmt.Errorf("%w: id %q / function %q do not match the embedded manifest", ErrInvalid, m.ID, m.Function)
+	}
+	if err := m.checkLayer(local.Inputs.Deps); err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	for i := range m.Files {
@@ -205,7 +264,7 @@ func (f *RemoteFile) check(cs int64) error {
 	if p == "" || path.Clean(p) != p || path.IsAbs(p) || strings.HasPrefix(p, "..") || strings.HasPrefix(path.Base(p), ".") {
 		return fmt.Errorf("%w: file path %q", ErrInvalid, p)
 	}
-	if p != snapshot.ManifestFile && p != snapshot.StateFile && p != snapshot.MemoryFile {
+	if p != snapshot.ManifestFile && p != snapshot.StateFile && p != snapshot.MemoryFile && p != LayerPath {
 		if parts := strings.Split(p, "/"); len(parts) != 3 || parts[0] != "strategies" {
 			return fmt.Errorf("%w: file path %q is not a snapshot file", ErrInvalid, p)
 		}
@@ -220,6 +279,21 @@ func (f *RemoteFile) check(cs int64) error {
 			return fmt.Errorf("%w: file %s: chunk %d", ErrInvalid, p, c.Index)
 		}
 		last = c.Index
+	}
+	return nil
+}
+
+// checkLayer: a layer, its file and the snapshot's inputs.deps come
+// together and agree.
+func (m *RemoteManifest) checkLayer(input *snapshot.Digest) error {
+	f := m.File(LayerPath)
+	switch {
+	case m.Layer == nil && f == nil && input == nil:
+		return nil
+	case m.Layer == nil || f == nil || input == nil:
+		return fmt.Errorf("%w: the dependency layer, its file and the snapshot's inputs.deps must come together", ErrInvalid)
+	case f.Size != m.Layer.Bytes || f.SHA256 != m.Layer.SHA256 || input.SHA256 != m.Layer.SHA256:
+		return fmt.Errorf("%w: the dependency layer's file, description and the snapshot's inputs.deps differ", ErrInvalid)
 	}
 	return nil
 }
@@ -278,6 +352,11 @@ func decodeFunctionRecord(b []byte) (*FunctionRecord, error) {
 	if r.Magic != FunctionMagic || !nameRE.MatchString(r.Name) || !hexSum.MatchString(r.Digest) ||
 		!hexSum.MatchString(r.CodeSHA256) || r.Code != codeKey(r.CodeSHA256) || !idRE.MatchString(r.Latest) {
 		return nil, fmt.Errorf("%w: function record %q", ErrInvalid, r.Name)
+	}
+	if r.Deps != nil {
+		if err := r.Deps.Layer.check(); err != nil {
+			return nil, fmt.Errorf("function record %q: %w", r.Name, err)
+		}
 	}
 	return &r, nil
 }

@@ -70,6 +70,15 @@ func TestDecodeRemoteManifestRejects(t *testing.T) {
 		{"other id", seal(func(m *registry.RemoteManifest) { m.ID = "snap-other" }), "do not match"},
 		{"tiny chunks", seal(func(m *registry.RemoteManifest) { m.ChunkSize = 4096 }), "chunk size"},
 		{"prefetch unknown", seal(func(m *registry.RemoteManifest) { m.Prefetch = []string{"vmstate2"} }), "prefetch"},
+		{"layer without its file or input", seal(func(m *registry.RemoteManifest) {
+			m.Layer = &registry.Layer{Digest: strings.Repeat("d", 64), Format: "erofs", Lines: []string{"x"}, SHA256: strings.Repeat("e", 64), Bytes: 4096}
+		}), "must come together"},
+		{"layer in another format", seal(func(m *registry.RemoteManifest) {
+			m.Layer = &registry.Layer{Digest: strings.Repeat("d", 64), Format: "squashfs", Lines: []string{"x"}, SHA256: strings.Repeat("e", 64), Bytes: 4096}
+		}), "dependency layer"},
+		{"layer file without a layer", seal(func(m *registry.RemoteManifest) {
+			m.Files = append(m.Files, registry.RemoteFile{Path: registry.LayerPath, Size: 4096, SHA256: strings.Repeat("e", 64)})
+		}), "must come together"},
 	} {
 		_, err := registry.DecodeRemoteManifest(tc.b)
 		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -78,9 +87,9 @@ func TestDecodeRemoteManifestRejects(t *testing.T) {
 	}
 	var m map[string]any
 	_ = json.Unmarshal(good, &m)
-	m["format_version"] = 2
+	m["format_version"] = 3
 	b, _ := json.Marshal(m)
-	if _, err := registry.DecodeRemoteManifest(b); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "format version 2") {
+	if _, err := registry.DecodeRemoteManifest(b); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "format version 3") {
 		t.Errorf("newer version: %v", err)
 	}
 }

@@ -28,6 +28,10 @@ type PushInfo struct {
 	SourceVM string
 	Parent   string
 	Prepared json.RawMessage
+	// Layer is the snapshot's dependency layer, pushed as LayerPath from
+	// LayerFile (nil: none).
+	Layer     *Layer
+	LayerFile string
 }
 
 // PushStats says what a push did.
@@ -92,9 +96,20 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 	if err != nil {
 		return nil, st, err
 	}
+	src := map[string]string{}
+	for _, f := range files {
+		src[f] = filepath.Join(dir, f)
+	}
+	if info.Layer != nil {
+		if local.Inputs.Deps == nil || local.Inputs.Deps.SHA256 != info.Layer.SHA256 {
+			return nil, st, fmt.Errorf("push %s: %w: the dependency layer given is not the snapshot's", local.ID, snapshot.ErrCorrupt)
+		}
+		files = append(files, LayerPath)
+		src[LayerPath] = info.LayerFile
+	}
 	var total, done int64
 	for _, f := range files {
-		if fi, err := os.Stat(filepath.Join(dir, f)); err == nil {
+		if fi, err := os.Stat(src[f]); err == nil {
 			total += fi.Size()
 		}
 	}
@@ -105,12 +120,12 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 	defer l.release()
 	cs := s.ChunkSize()
 	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: cs, PushedAt: time.Now().UTC(),
-		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared}
+		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared, Layer: info.Layer}
 	up := newUploader(ctx, s, &st)
 	for _, rel := range files {
 		rf := RemoteFile{Path: rel}
 		var base = done
-		size, sum, err := scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+		size, sum, err := scanFile(src[rel], cs, func(idx int64, data []byte) error {
 			ref := ChunkRef{Index: idx, SHA256: sumHex(data)}
 			rf.Chunks = append(rf.Chunks, ref)
 			if progress != nil {
@@ -126,6 +141,10 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 		if want, ok := local.Files[rel]; ok && (want.Size != size || want.SHA256 != sum) {
 			up.wait()
 			return nil, st, fmt.Errorf("push %s: %w: %s changed or is damaged (its digest differs from the manifest)", local.ID, snapshot.ErrCorrupt, rel)
+		}
+		if rel == LayerPath && (size != info.Layer.Bytes || sum != info.Layer.SHA256) {
+			up.wait()
+			return nil, st, fmt.Errorf("push %s: %w: the dependency layer changed or is damaged", local.ID, snapshot.ErrCorrupt)
 		}
 		rm.Files = append(rm.Files, rf)
 		if isPrefetch(rel) {

@@ -22,10 +22,14 @@ import (
 // Magic identifies a thaw snapshot manifest.
 const Magic = "thaw-snapshot"
 
-// FormatVersion is the version of the layout described here. It changes
-// only when the format does, independently of thaw releases. Loading refuses
-// a newer version rather than guessing.
-const FormatVersion = 1
+// FormatVersion is the newest version of the layout described here. It
+// changes only when the format does, independently of thaw releases.
+// Loading refuses a newer version rather than guessing. A manifest is
+// written in the oldest version that can say what it holds: 1 unless the
+// snapshot has a dependency layer (inputs.deps, version 2), so readers
+// that know only version 1 still read every snapshot without one and
+// refuse the others by their version.
+const FormatVersion = 2
 
 // File names inside a snapshot directory.
 const (
@@ -82,6 +86,17 @@ type Inputs struct {
 	Initrd   Digest `json:"initrd"`
 	Rootfs   Digest `json:"rootfs"`
 	Function Digest `json:"function"`
+	// Deps is the function's dependency layer image, attached after the
+	// function's disk (format version 2); nil: none.
+	Deps *Digest `json:"deps,omitempty"`
+}
+
+// version is the format version m is written in.
+func (m *Manifest) version() int {
+	if m.Inputs.Deps != nil {
+		return 2
+	}
+	return 1
 }
 
 // Manifest is manifest.json.
@@ -113,7 +128,7 @@ func (m *Manifest) computeChecksum() (string, error) {
 // Encode seals the manifest with its checksum and returns its JSON.
 func (m *Manifest) Encode() ([]byte, error) {
 	m.Magic = Magic
-	m.FormatVersion = FormatVersion
+	m.FormatVersion = m.version()
 	sum, err := m.computeChecksum()
 	if err != nil {
 		return nil, err
@@ -141,6 +156,12 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	}
 	if sum != m.Checksum {
 		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
+	}
+	if m.FormatVersion != m.version() {
+		return nil, fmt.Errorf("%w: format version %d with inputs of version %d", ErrCorrupt, m.FormatVersion, m.version())
+	}
+	if m.Inputs.Deps != nil && len(m.Inputs.Deps.SHA256) != 64 {
+		return nil, fmt.Errorf("%w: the dependency layer's digest is invalid", ErrCorrupt)
 	}
 	for _, name := range []string{StateFile, MemoryFile} {
 		fi, ok := m.Files[name]

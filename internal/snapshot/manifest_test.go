@@ -86,7 +86,7 @@ func TestEncodeDecodeManifestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Encode: %v", err)
 	}
-	if m.Magic != Magic || m.FormatVersion != FormatVersion || len(m.Checksum) != 64 {
+	if m.Magic != Magic || m.FormatVersion != 1 || len(m.Checksum) != 64 {
 		t.Fatalf("Encode left magic=%q version=%d checksum=%q", m.Magic, m.FormatVersion, m.Checksum)
 	}
 	got, err := DecodeManifest(b)
@@ -104,6 +104,34 @@ func TestEncodeDecodeManifestRoundTrip(t *testing.T) {
 	}
 	if !bytes.Equal(b, b2) {
 		t.Fatalf("re-encoding changed the manifest:\n%s\n---\n%s", b, b2)
+	}
+}
+
+// A snapshot with a dependency layer is written in version 2 (a version 1
+// reader refuses it by its version), one without in version 1.
+func TestManifestVersionFollowsTheLayer(t *testing.T) {
+	m := testManifest()
+	m.Inputs.Deps = &Digest{SHA256: hexOf("layer")}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.FormatVersion != 2 {
+		t.Fatalf("a manifest with a layer is version %d, want 2", m.FormatVersion)
+	}
+	got, err := DecodeManifest(b)
+	if err != nil {
+		t.Fatalf("DecodeManifest: %v", err)
+	}
+	if got.Inputs.Deps == nil || got.Inputs.Deps.SHA256 != hexOf("layer") {
+		t.Fatalf("decoded deps input = %+v", got.Inputs.Deps)
+	}
+	plain, err := testManifest().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(plain, []byte(`"deps"`)) || !bytes.Contains(plain, []byte(`"format_version": 1`)) {
+		t.Fatalf("a manifest without a layer changed:\n%s", plain)
 	}
 }
 
@@ -136,7 +164,7 @@ func TestDecodeManifestRejects(t *testing.T) {
 	sealed := func(edit func(m *Manifest)) func(t *testing.T) []byte {
 		return func(t *testing.T) []byte {
 			m := testManifest()
-			m.Magic, m.FormatVersion = Magic, FormatVersion
+			m.Magic, m.FormatVersion = Magic, 1
 			edit(m)
 			return seal(t, m)
 		}
@@ -156,7 +184,10 @@ func TestDecodeManifestRejects(t *testing.T) {
 		{name: "JSON null", input: raw([]byte(`null`)), want: ErrCorrupt, wantMsg: "magic"},
 		{name: "empty object", input: raw([]byte(`{}`)), want: ErrCorrupt, wantMsg: "magic"},
 		{name: "wrong magic with valid checksum", input: sealed(func(m *Manifest) { m.Magic = "qemu-snapshot" }), want: ErrCorrupt, wantMsg: "magic"},
-		{name: "newer format version with valid checksum", input: sealed(func(m *Manifest) { m.FormatVersion = FormatVersion + 1 }), want: ErrIncompatible, wantMsg: "format version 2"},
+		{name: "newer format version with valid checksum", input: sealed(func(m *Manifest) { m.FormatVersion = FormatVersion + 1 }), want: ErrIncompatible, wantMsg: "format version 3"},
+		{name: "version 2 without a dependency layer", input: sealed(func(m *Manifest) { m.FormatVersion = 2 }), want: ErrCorrupt, wantMsg: "format version 2 with inputs of version 1"},
+		{name: "version 1 with a dependency layer", input: sealed(func(m *Manifest) { m.Inputs.Deps = &Digest{SHA256: hexOf("layer")} }), want: ErrCorrupt, wantMsg: "format version 1 with inputs of version 2"},
+		{name: "dependency layer digest too short", input: sealed(func(m *Manifest) { m.FormatVersion, m.Inputs.Deps = 2, &Digest{SHA256: "abc"} }), want: ErrCorrupt, wantMsg: "layer's digest is invalid"},
 		{name: "format version zero", input: sealed(func(m *Manifest) { m.FormatVersion = 0 }), want: ErrIncompatible},
 		{name: "negative format version", input: sealed(func(m *Manifest) { m.FormatVersion = -1 }), want: ErrIncompatible},
 		{name: "edited field without re-seal", input: raw(bytes.Replace(valid, []byte(`"vcpus": 1`), []byte(`"vcpus": 2`), 1)), want: ErrCorrupt, wantMsg: "checksum mismatch"},
@@ -204,7 +235,7 @@ func TestSealHelperMatchesEncode(t *testing.T) {
 	// Encode, "valid checksum" cases would fail on the checksum instead of
 	// the rule they target.
 	m := testManifest()
-	m.Magic, m.FormatVersion = Magic, FormatVersion
+	m.Magic, m.FormatVersion = Magic, 1
 	if _, err := DecodeManifest(seal(t, m)); err != nil {
 		t.Fatalf("DecodeManifest(seal(valid manifest)): %v", err)
 	}
@@ -280,7 +311,7 @@ func FuzzDecodeManifest(f *testing.F) {
 			return
 		}
 		// Whatever is accepted satisfies the documented invariants...
-		if m.Magic != Magic || m.FormatVersion != FormatVersion {
+		if m.Magic != Magic || m.FormatVersion != m.version() {
 			t.Fatalf("accepted magic %q version %d", m.Magic, m.FormatVersion)
 		}
 		for _, name := range []string{StateFile, MemoryFile} {

@@ -279,6 +279,125 @@ class ResultTest(unittest.TestCase):
         reader.join()
         os.close(rd)
         self.assertEqual(got[0], b"".join(r.chunks()))
+class FunctionErrorTest(unittest.TestCase):
+    """A function that cannot be invoked says so in every ping, so the host
+    fails the boot with its traceback instead of snapshotting it."""
+
+    def test_ping_reports_the_import_error_and_only_then(self):
+        fn = thaw_agent.Function("probe")
+        try:
+            raise ModuleNotFoundError("No module named 'requests'")
+        except ModuleNotFoundError as e:
+            fn.error = thaw_agent._exc_error(e)
+        pong = thaw_agent.Agent(fn, channel=None).dispatch(b'{"id":"1","op":"ping"}')
+        self.assertTrue(pong["ok"])
+        self.assertEqual(pong["function_error"]["type"], "ModuleNotFoundError")
+        self.assertIn("Traceback", pong["function_error"]["traceback"])
+        healthy = agent_with(types.SimpleNamespace(handle=lambda e: e))
+        self.assertNotIn("function_error", healthy.dispatch(b'{"id":"2","op":"ping"}'))
+
+
+def scratch_dir(test):
+    """A temporary directory, leaving tempfile's state as it was: the restore
+    tests count what the agent renews, tempfile's name sequence included."""
+    import tempfile
+    saved = tempfile._name_sequence
+    tmp = tempfile.TemporaryDirectory()
+    tempfile._name_sequence = saved
+    test.addCleanup(tmp.cleanup)
+    return tmp
+
+
+class ImportErrorTest(unittest.TestCase):
+    """An import failure's traceback starts at the function's own code."""
+
+    def load(self, source):
+        tmp = scratch_dir(self)
+        fn_dir = os.path.join(tmp.name, "probe")
+        os.makedirs(fn_dir)
+        with open(os.path.join(fn_dir, "handler.py"), "w") as f:
+            f.write(source)
+        saved = (thaw_agent.FN_ROOT, thaw_agent.log, list(sys.path), os.getcwd(), sys.modules.pop("handler", None))
+        self.addCleanup(self.restore, saved)
+        thaw_agent.FN_ROOT, thaw_agent.log = tmp.name, lambda msg: None  # not the host's console
+        fn = thaw_agent.Function("probe")
+        fn._mount_disk = lambda dev: True
+        fn.load("/dev/null")
+        return fn, fn_dir
+
+    @staticmethod
+    def restore(saved):
+        thaw_agent.FN_ROOT, thaw_agent.log, path, cwd, handler = saved
+        sys.path[:] = path
+        os.chdir(cwd)
+        sys.modules.pop("handler", None)
+        if handler is not None:
+            sys.modules["handler"] = handler
+
+    def test_missing_module(self):
+        fn, fn_dir = self.load("import thaw_no_such_module\n\ndef handle(e):\n    return e\n")
+        self.assertEqual(fn.error["type"], "ModuleNotFoundError")
+        tb = fn.error["traceback"]
+        self.assertTrue(tb.startswith("Traceback (most recent call last):\n  File \"" + fn_dir + "/handler.py\", line 1"), tb)
+        self.assertNotIn("thaw_agent.py", tb)
+        self.assertNotIn("importlib", tb)
+
+    def test_syntax_error_shows_the_line(self):
+        fn, fn_dir = self.load("def handle(e:\n    return e\n")
+        self.assertEqual(fn.error["type"], "SyntaxError")
+        self.assertIn(fn_dir + "/handler.py", fn.error["traceback"])
+        self.assertNotIn("importlib", fn.error["traceback"])
+
+    def test_exception_at_import(self):
+        fn, _ = self.load("raise RuntimeError('no config')\n")
+        self.assertEqual((fn.error["type"], fn.error["message"]), ("RuntimeError", "no config"))
+
+
+class DepsLayerTest(unittest.TestCase):
+    """The layer's site directory goes right after the function's directory,
+    ahead of everything else, and its .pth files are processed."""
+
+    def setUp(self):
+        self.tmp = scratch_dir(self)
+        self.site = os.path.join(self.tmp.name, "site")
+        os.makedirs(os.path.join(self.site, "extra"))
+        with open(os.path.join(self.site, "extra.pth"), "w") as f:
+            f.write("extra\n")
+        saved = (thaw_agent.DEPS_SITE, thaw_agent.mounted_paths, list(sys.path))
+        self.addCleanup(self.restore, saved)
+        thaw_agent.DEPS_SITE = self.site
+        thaw_agent.mounted_paths = lambda: {thaw_agent.DEPS_ROOT}  # already mounted
+        saved_log = thaw_agent.log
+        thaw_agent.log = lambda msg: None  # not the host's console
+        self.addCleanup(setattr, thaw_agent, "log", saved_log)
+
+    @staticmethod
+    def restore(saved):
+        thaw_agent.DEPS_SITE, thaw_agent.mounted_paths, path = saved
+        sys.path[:] = path
+
+    def test_layer_goes_after_the_function_and_before_the_rest(self):
+        fn = thaw_agent.Function("probe")
+        fn_dir = os.path.join(self.tmp.name, "fn")
+        rest = list(sys.path)
+        sys.path.insert(0, fn_dir)
+        self.assertTrue(fn._add_deps("/dev/null", "erofs", fn_dir))
+        self.assertEqual(sys.path[:3], [fn_dir, self.site, os.path.join(self.site, "extra")])
+        self.assertEqual(sys.path[3:], rest)
+        self.assertIsNone(fn.error)
+
+    def test_a_layer_that_does_not_mount_is_the_function_error(self):
+        thaw_agent.mounted_paths = lambda: set()
+        saved = thaw_agent.mount
+
+        def refuse(*args):
+            raise OSError(19, "mount /dev/vdc on /deps (erofs): No such device")
+        thaw_agent.mount = refuse
+        self.addCleanup(setattr, thaw_agent, "mount", saved)
+        fn = thaw_agent.Function("probe")
+        self.assertFalse(fn._add_deps("/dev/null", "erofs", "/fn/probe"))
+        self.assertIn("dependency layer unavailable", fn.error["message"])
+        self.assertIn("No such device", fn.error["message"])
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ type Fake struct {
 	startFn func(spec vmm.Spec) error // fails a start when it returns an error
 	ready   chan struct{}             // while open, guests do not answer pings
 	secrets []map[string]string       // what each restore request set, in order
+	fnErr   map[string]any            // a function error every pong reports (SetFunctionError)
 }
 
 // Secrets are the secrets (environment name -> value) each restore request
@@ -60,6 +61,18 @@ func bootEnv(spec vmm.Spec) map[string]string {
 	}
 	_ = json.Unmarshal(b, &doc)
 	return doc.Env
+}
+
+// SetFunctionError makes guests report that their function cannot be
+// invoked (the agent's function_error: type, message, traceback); nil:
+// they do not.
+func (b *Fake) SetFunctionError(typ, message, traceback string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fnErr = map[string]any{"type": typ, "message": message, "traceback": traceback}
+	if typ == "" {
+		b.fnErr = nil
+	}
 }
 
 // SetStart makes every start call fn first, failing when it fails (nil:
@@ -272,6 +285,11 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			}
 			reply["op"] = "pong"
 			reply["env"] = m.env
+			b.mu.Lock()
+			if b.fnErr != nil {
+				reply["function_error"] = b.fnErr
+			}
+			b.mu.Unlock()
 		case "restore":
 			reply["duration_ms"] = 0.5
 			reply["reseeded"] = []string{"kernel", "random"}

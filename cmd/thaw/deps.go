@@ -1,0 +1,44 @@
+package main
+
+import (
+	"io"
+	"strings"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// writeDeps writes a function's dependencies as rows: what its
+// requirements.txt asked for, every wheel installed, and the layer.
+func writeDeps(w io.Writer, d *client.FunctionDeps) {
+	if d == nil {
+		row(w, "Requirements:", "none (no requirements.txt)")
+		return
+	}
+	for i, r := range d.Requested {
+		label := ""
+		if i == 0 {
+			label = "Requirements:"
+		}
+		row(w, label, withShortHash(r))
+	}
+	for i, r := range d.Resolved {
+		label := ""
+		if i == 0 {
+			label = "Installed:"
+		}
+		row(w, label, withShortHash(r))
+	}
+	row(w, "Layer:", shortDigest(d.Layer)+" ("+d.Format+", "+fmtBytes(d.LayerBytes)+")")
+}
+
+// withShortHash shortens a line's --hash=sha256:HEX options for reading
+// (the JSON output has them whole).
+func withShortHash(line string) string {
+	fields := strings.Fields(line)
+	for i, f := range fields {
+		if sum, ok := strings.CutPrefix(f, "--hash=sha256:"); ok {
+			fields[i] = "sha256:" + shortDigest(sum)
+		}
+	}
+	return strings.Join(fields, " ")
+}
