@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -141,7 +142,8 @@ func (a *app) followLogs(ctx context.Context, function string, q client.LogsQuer
 // -o wide the trace id), then the line escaped; -q: the line alone.
 func (a *app) printLogLines(lines []client.LogLine) {
 	for _, l := range lines {
-		text := termtext.Escape(l.Text)
+		// One line each: a newline the text should not have is shown as \n.
+		text := strings.ReplaceAll(termtext.Escape(l.Text), "\n", `\n`)
 		if l.Stream == client.StreamKernel {
 			text = "kernel: " + text
 		}
