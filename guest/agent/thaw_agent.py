@@ -574,7 +574,7 @@ class OutputCapture:
             os.close(fd)
             return
         self.fd, self.end, self.error = fd, 0, None
-        _line_buffered_c_stdout()
+        _line_buffered_output()
 
     def skip_kernel_messages(self):
         """Kernel messages so far are no invocation's (a clone's restore)."""
@@ -675,7 +675,7 @@ def on_idle():
         _capture.trim()
 
 
-def _line_buffered_c_stdout():
+def _line_buffered_output():
     """C's stdout (extension code's printf) writes each line as it ends, as it
     did on the console, rather than when its buffer fills: an invocation's
     lines are in its own logs, without a flush after every invocation (a call
@@ -686,6 +686,13 @@ def _line_buffered_c_stdout():
         setvbuf(ctypes.c_void_p.in_dll(_libc, "stdout"), None, 1, 0)  # _IOLBF
     except (AttributeError, ValueError, OSError) as e:
         log(f"C stdout stays as it was: {e}")
+    # Python's too, whatever it was at start (line buffered on a terminal
+    # only): print() and a later write to stderr stay in the order written.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError, OSError):
+            pass
 
 
 def _flush_std():

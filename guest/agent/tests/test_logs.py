@@ -31,6 +31,11 @@ class CaptureTest(unittest.TestCase):
         # good, as in the guest: the test's own are put back afterwards.
         sys.stdout.flush()
         sys.stderr.flush()
+        # As the guest may start it (not on a terminal, PYTHONUNBUFFERED
+        # unset): attach() makes print() line buffered.
+        was = (sys.stdout.line_buffering, sys.stdout.write_through)
+        sys.stdout.reconfigure(line_buffering=False, write_through=False)
+        self.addCleanup(lambda: sys.stdout.reconfigure(line_buffering=was[0], write_through=was[1]))
         fds = (os.dup(1), os.dup(2))
         self.cap = thaw_agent.OutputCapture()
         self.cap.attach()
