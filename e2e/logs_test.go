@@ -76,8 +76,26 @@ func TestFunctionLogs(t *testing.T) {
 		t.Errorf("thaw logs shows no kernel line of %s:\n%s", first, r.stdout)
 	}
 
-	// The bound: 100 kB written, about 4 KiB kept, its first and last lines.
-	r = thaw.must(0, "-o", "json", "invoke", "logs", "--logs", "--event", `{"tag": "B", "bytes": 100000}`)
+	wantLongOutputCut(t, thaw)
+
+	// A prune: only the newest record is kept, and its logs.
+	e.stop()
+	e = startEnvWith(t, dataDir, func(c *daemon.Config) { c.KeepAlive, c.HistoryMax = -1, 1 })
+	thaw = cli{t, e}
+	if r := thaw.must(1, "logs", "logs", "--invocation", first); !strings.Contains(r.stderr, "not in the history") {
+		t.Errorf("the pruned invocation's logs: %s", r.stderr)
+	}
+	r = thaw.must(0, "logs", "logs", "-q")
+	if strings.Contains(r.stdout, " A\n") || !strings.HasSuffix(r.stdout, "last line B\n") {
+		t.Errorf("after the prune, thaw logs:\n%s", r.stdout)
+	}
+}
+
+// wantLongOutputCut: 100 kB written, about 4 KiB kept (thawd --max-logs
+// 4096), its first and last lines and a line saying how much was cut.
+func wantLongOutputCut(t *testing.T, thaw cli) {
+	t.Helper()
+	r := thaw.must(0, "-o", "json", "invoke", "logs", "--logs", "--event", `{"tag": "B", "bytes": 100000}`)
 	var inv wire.Invocation
 	if err := json.Unmarshal([]byte(r.stdout), &inv); err != nil || inv.Logs == nil {
 		t.Fatalf("invoke -o json --logs: %v %q", err, r.stdout)
@@ -91,17 +109,5 @@ func TestFunctionLogs(t *testing.T) {
 	r = thaw.must(0, "logs", "logs", "--invocation", inv.ID, "-q")
 	if !strings.Contains(r.stdout, "bytes of output cut here]\n") || !strings.HasSuffix(r.stdout, "last line B\n") {
 		t.Errorf("thaw logs --invocation of the long output:\n%s", r.stdout)
-	}
-
-	// A prune: only the newest record is kept, and its logs.
-	e.stop()
-	e = startEnvWith(t, dataDir, func(c *daemon.Config) { c.KeepAlive, c.HistoryMax = -1, 1 })
-	thaw = cli{t, e}
-	if r := thaw.must(1, "logs", "logs", "--invocation", first); !strings.Contains(r.stderr, "not in the history") {
-		t.Errorf("the pruned invocation's logs: %s", r.stderr)
-	}
-	r = thaw.must(0, "logs", "logs", "-q")
-	if strings.Contains(r.stdout, " A\n") || !strings.HasSuffix(r.stdout, "last line B\n") {
-		t.Errorf("after the prune, thaw logs:\n%s", r.stdout)
 	}
 }
