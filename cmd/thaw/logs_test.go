@@ -43,11 +43,14 @@ func invokeDoc(t *testing.T, d *realDaemon, args ...string) wire.Invocation {
 // result alone; -o json has them in the document only when asked; an
 // older agent's invocation says why there are none.
 func TestInvokeLogs(t *testing.T) {
-	d := newRealDaemon(t, func(c *daemon.Config) { c.KeepAlive = -1 })
+	d := newRealDaemon(t, func(c *daemon.Config) { c.KeepAlive, c.MaxLogBytes = -1, 8192 })
+	r := d.thaw(t, "info")
+	wantCode(t, r, 0)
+	wantContains(t, "thaw info", r.stdout, "8.0 KiB of output per invocation, 1.0 GiB in all")
 	d.echoFunction(t, "echo")
 	d.bootSnapshot(t, "echo")
 	ev := printEvent(t, "first line\nsecond\n", "[    1.000000] oom-kill\n")
-	r := d.thaw(t, "invoke", "echo", "--logs", "--event", ev)
+	r = d.thaw(t, "invoke", "echo", "--logs", "--event", ev)
 	wantCode(t, r, 0)
 	var result map[string]string
 	if err := json.Unmarshal([]byte(r.stdout), &result); err != nil || result["print"] != "first line\nsecond\n" {
