@@ -42,7 +42,9 @@ Timeout: --timeout-ms, else the daemon's default (thawd --invoke-timeout;
 its error.
 
 stdout carries only the function's result, as JSON: 'thaw invoke f > out.json'
-writes a document any JSON tool reads. Where the time went goes to stderr
+writes a document any JSON tool reads. --logs prints what the invocation
+wrote to stdout and stderr on stderr first (every invocation's are kept:
+'thaw logs FUNCTION'). Where the time went goes to stderr
 (to stdout after the result with --timing; not at all with -q). If the
 function raises, thaw prints its error and traceback on stderr, nothing on
 stdout, and exits with code 3. With -o json (or yaml) it prints the whole
@@ -53,6 +55,7 @@ invocation document instead (exit code 3 too if the function raised).`,
   echo '{"n": 3}' | thaw invoke hello --event-file -
   thaw invoke hello --vm vm-0123abcd --timeout-ms 5000
   thaw invoke hello --timing
+  thaw invoke hello --logs           # what it printed, on stderr
   thaw -o json invoke hello | jq .timing`,
 		Args: exactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.invoke(cmd, args[0], f) },
@@ -69,6 +72,7 @@ invocation document instead (exit code 3 too if the function raised).`,
 	fl.BoolVar(&f.timing, "timing", false, "print where the time went on stdout, after the result (default: on stderr)")
 	fl.BoolVar(&f.async, "async", false, "queue the invocation durably and print its id at once ('thaw async status ID'); it runs with the function's retries and destinations")
 	fl.StringVar(&f.idem, "idempotency-key", "", "with --async: requests with the same key for the function are one invocation")
+	fl.BoolVar(&f.logs, "logs", false, "print what the invocation wrote to stdout and stderr on stderr (with -o json or yaml: in the document)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
 }
@@ -82,6 +86,7 @@ type invokeFlags struct {
 	evict, strict, timing  bool
 	async                  bool
 	idem                   string
+	logs                   bool
 }
 
 // invoke runs thaw invoke FUNCTION.
@@ -115,6 +120,7 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 		Snapshot:   f.snapshot,
 		EvictCache: f.evict,
 		Strict:     f.strict,
+		Logs:       f.logs,
 	}
 	var inv *client.Invocation
 	if f.vm != "" {
@@ -135,6 +141,9 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 			return err
 		}
 	}
+	if f.logs && !a.json {
+		printInvocationLogs(a.stderr, inv)
+	}
 	return a.printInvocation(inv, f.timing)
 }
 
@@ -143,8 +152,8 @@ func (a *app) invokeAsync(function string, event []byte, f *invokeFlags) error {
 	if !f.async {
 		return usagef("--idempotency-key goes with --async")
 	}
-	if f.vm != "" || f.snapshot != "" || f.strategy != "" || f.variant != "" || f.timeoutMS != 0 || f.evict || f.strict || f.timing {
-		return usagef("--async takes an event only: not --vm, --snapshot, --strategy, --variant, --timeout-ms, --evict-cache, --strict or --timing")
+	if f.vm != "" || f.snapshot != "" || f.strategy != "" || f.variant != "" || f.timeoutMS != 0 || f.evict || f.strict || f.timing || f.logs {
+		return usagef("--async takes an event only: not --vm, --snapshot, --strategy, --variant, --timeout-ms, --evict-cache, --strict, --timing or --logs")
 	}
 	acc, err := a.c.InvokeFunctionAsync(a.ctx, function, event, f.idem)
 	if err != nil {

@@ -351,6 +351,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/secrets/{name}":                      {"200", "Secret", ""},
 	"PUT /v1/secrets/{name}":                      {"200", "Secret", "SetSecretRequest"},
 	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
+	"GET /v1/functions/{name}/logs":               {"200", "LogPage", ""},
 	"GET /v1/endpoints":                           {"200", "EndpointList", ""},
 	"POST /v1/endpoints":                          {"201", "Endpoint", "CreateEndpointRequest"},
 	"GET /v1/endpoints/{name}":                    {"200", "Endpoint", ""},
@@ -774,6 +775,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
 		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
+		{"LogLine", "stream", []string{wire.StreamOutput, wire.StreamKernel}},
 	}
 	for _, c := range checks {
 		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])
@@ -989,6 +991,9 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"DeadLetter", reflect.TypeFor[wire.DeadLetter]()},
 		{"PurgeResult", reflect.TypeFor[wire.PurgeResult]()},
 		{"Schedule", reflect.TypeFor[wire.Schedule]()},
+		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
+		{"LogLine", reflect.TypeFor[wire.LogLine]()},
+		{"LogPage", reflect.TypeFor[wire.LogPage]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},

@@ -125,8 +125,8 @@ func (h *Handler) invokeFunction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cr, err := readInvokeFunction(w, r)
-	if err == nil && (cr.Snapshot != "" || cr.Strategy != "" || cr.Variant != "" || cr.EvictCache) {
-		err = fmt.Errorf("%w: an asynchronous invocation takes an event only (its function's snapshot, strategy and timeout are the defaults)", daemon.ErrInvalid)
+	if err == nil && (cr.Snapshot != "" || cr.Strategy != "" || cr.Variant != "" || cr.EvictCache || cr.Strict || cr.Logs) {
+		err = fmt.Errorf("%w: an asynchronous invocation takes an event only (its function's snapshot, strategy and timeout are the defaults; its logs are in the history)", daemon.ErrInvalid)
 	}
 	if err == nil && cr.Timeout != 0 {
 		err = fmt.Errorf("%w: timeout_ms applies to synchronous invocations only", daemon.ErrInvalid)
