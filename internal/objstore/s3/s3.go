@@ -108,7 +108,7 @@ func (s *Store) classify(what string, err error) error {
 	case r.StatusCode == http.StatusNotFound || r.Code == "NoSuchKey" || r.Code == "NoSuchBucket":
 		return fmt.Errorf("%w: %s", objstore.ErrNotFound, what)
 	case r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed":
-		return fmt.Errorf("%w: %s", objstore.ErrPrecondition, what)
+		return fmt.Errorf("%w: %s (%d %s: %s)", objstore.ErrPrecondition, what, r.StatusCode, r.Code, r.Message)
 	case r.StatusCode == 0 || r.StatusCode >= 500:
 		return fmt.Errorf("%w: %s at %s: %v", objstore.ErrUnavailable, what, s.cfg.Endpoint, err)
 	}
@@ -186,7 +186,15 @@ func (s *Store) Get(ctx context.Context, key string, opts objstore.GetOptions) (
 		return nil, objstore.Info{}, s.classify(key, err)
 	}
 	defer obj.Close()
-	oi, err := obj.Stat()
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = 1<<63 - 2
+	}
+	// Read first: the object's info then comes from the GET's response
+	// (a Stat first would be a HEAD, and the GET after it would fail
+	// when a writer replaced the object in between).
+	w := bytes.NewBuffer(opts.Buf[:0])
+	n, err := io.Copy(w, io.LimitReader(obj, limit+1))
 	if err != nil {
 		if ranged && minio.ToErrorResponse(err).Code == "InvalidRange" {
 			// The range starts at or past the end: no bytes.
@@ -195,23 +203,18 @@ func (s *Store) Get(ctx context.Context, key string, opts objstore.GetOptions) (
 		}
 		return nil, objstore.Info{}, s.classify(key, err)
 	}
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = 1<<63 - 2
-	}
-	w := bytes.NewBuffer(opts.Buf[:0])
-	n, err := io.Copy(w, io.LimitReader(obj, limit+1))
-	if err != nil {
-		return nil, objstore.Info{}, s.classify(key, err)
-	}
 	if n > limit {
 		return nil, objstore.Info{}, fmt.Errorf("%w: %s is larger than %d bytes", objstore.ErrTooLarge, key, limit)
 	}
-	info := objstore.Info{Key: key, Size: oi.Size, ModTime: oi.LastModified, ETag: oi.ETag}
+	oi, err := obj.Stat()
+	if err != nil {
+		return nil, objstore.Info{}, s.classify(key, err)
+	}
+	// The whole object was read, or a range of it: then the object's
+	// size is in the response's Content-Range.
+	info := objstore.Info{Key: key, Size: n, ModTime: oi.LastModified, ETag: oi.ETag}
 	if ranged {
-		// A ranged response's length is the range's; the object's size
-		// is in its Content-Range.
-		info.Size = rangeTotal(oi.Metadata.Get("Content-Range"), oi.Size)
+		info.Size = rangeTotal(oi.Headers.Get("Content-Range"), n)
 	}
 	return w.Bytes(), info, nil
 }
