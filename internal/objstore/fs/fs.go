@@ -69,18 +69,18 @@ func Open(root string) (*Store, error) {
 // String is the root directory.
 func (s *Store) String() string { return s.root }
 
-// path is the file of key, refusing keys that would leave the root or
-// collide with the store's own files.
-func (s *Store) path(key string) (string, error) {
+// checkKey refuses keys that would leave the root or collide with the
+// store's own files.
+func checkKey(key string) error {
 	if err := objstore.CheckKey(key); err != nil {
-		return "", err
+		return err
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if strings.HasPrefix(seg, ".") {
-			return "", fmt.Errorf("%w: %q: segments starting with \".\" are the store's own", objstore.ErrInvalidKey, key)
+			return fmt.Errorf("%w: %q: segments starting with \".\" are the store's own", objstore.ErrInvalidKey, key)
 		}
 	}
-	return filepath.Join(s.root, filepath.FromSlash(key)), nil
+	return nil
 }
 
 // fsErr maps a filesystem error: a missing file is ErrNotFound, an I/O
@@ -130,43 +130,43 @@ func info(key string, st os.FileInfo) objstore.Info {
 	return objstore.Info{Key: key, Size: st.Size(), ModTime: st.ModTime(), ETag: etag(st)}
 }
 
+// open opens key's file for reading.
+func (s *Store) open(key string) (*os.File, os.FileInfo, error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	d, name, err := s.openParent(key, false)
+	if err != nil {
+		return nil, nil, s.fsErr(key, err)
+	}
+	defer d.Close()
+	f, st, err := openObject(d, name)
+	if err != nil {
+		return nil, nil, s.fsErr(key, err)
+	}
+	return f, st, nil
+}
+
 // Stat returns the object's Info.
 func (s *Store) Stat(ctx context.Context, key string) (objstore.Info, error) {
-	p, err := s.path(key)
+	f, st, err := s.open(key)
 	if err != nil {
 		return objstore.Info{}, err
 	}
-	st, err := os.Stat(p)
-	if err == nil && !st.Mode().IsRegular() {
-		err = os.ErrNotExist
-	}
-	if err != nil {
-		return objstore.Info{}, s.fsErr(key, err)
-	}
+	f.Close()
 	return info(key, st), nil
 }
 
 // Get reads the object or a range of it.
 func (s *Store) Get(ctx context.Context, key string, opts objstore.GetOptions) ([]byte, objstore.Info, error) {
-	p, err := s.path(key)
-	if err != nil {
-		return nil, objstore.Info{}, err
-	}
 	if err := objstore.CheckGet(opts); err != nil {
 		return nil, objstore.Info{}, err
 	}
-	f, err := os.Open(p)
+	f, st, err := s.open(key)
 	if err != nil {
-		return nil, objstore.Info{}, s.fsErr(key, err)
+		return nil, objstore.Info{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = os.ErrNotExist
-	}
-	if err != nil {
-		return nil, objstore.Info{}, s.fsErr(key, err)
-	}
 	n := max(0, st.Size()-opts.Offset)
 	if opts.Length > 0 {
 		n = min(n, opts.Length)

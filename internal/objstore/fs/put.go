@@ -6,14 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
-	"iter"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/thaw-dev/thaw/internal/objstore"
 )
@@ -25,8 +22,7 @@ const mkdirAttempts = 5
 // Put writes data under key atomically (see the package doc for the
 // conditional forms).
 func (s *Store) Put(ctx context.Context, key string, data []byte, opts objstore.PutOptions) error {
-	p, err := s.path(key)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	if err := objstore.CheckPut(opts); err != nil {
@@ -35,47 +31,59 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, opts objstore.
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tmp, err := s.writeTemp(key, p, data)
+	d, name, tmp, err := s.writeTemp(key, data)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp) // after a rename or a link: nothing, or the link's other name
+	defer d.Close()
+	// After a rename nothing is left to remove; after a link, the
+	// temporary name of the object.
+	defer unix.Unlinkat(int(d.Fd()), tmp, 0)
 	switch {
 	case opts.IfAbsent:
-		err = s.linkNew(key, tmp, p)
+		err = s.linkNew(key, d, tmp, name)
 	case opts.IfMatch != "":
-		err = s.replaceIf(ctx, key, tmp, p, opts.IfMatch)
+		err = s.replaceIf(ctx, key, d, tmp, name, opts.IfMatch)
 	default:
-		err = s.fsErr("put "+key, os.Rename(tmp, p))
+		err = s.fsErr("put "+key, unix.Renameat(int(d.Fd()), tmp, int(d.Fd()), name))
 	}
 	if err != nil {
 		return err
 	}
-	return s.fsErr("put "+key, syncDir(filepath.Dir(p)))
+	return s.fsErr("put "+key, d.Sync())
 }
 
-// writeTemp writes data to a new temporary file beside p and syncs it.
-func (s *Store) writeTemp(key, p string, data []byte) (string, error) {
-	dir := filepath.Dir(p)
+// writeTemp writes data to a new temporary file in key's directory
+// (created as needed) and syncs it. It returns the directory, open, the
+// object's name in it and the temporary file's.
+func (s *Store) writeTemp(key string, data []byte) (*os.File, string, string, error) {
 	tok := make([]byte, 8)
 	_, _ = rand.Read(tok)
-	tmp := filepath.Join(dir, ".tmp-"+hex.EncodeToString(tok))
-	var f *os.File
+	tmp := ".tmp-" + hex.EncodeToString(tok)
+	var d *os.File
+	var name string
+	var fd int
 	var err error
 	for range mkdirAttempts {
-		if err = os.MkdirAll(dir, DirMode); err != nil {
+		if d, name, err = s.openParent(key, true); err != nil {
 			break
 		}
-		if f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, FileMode); !errors.Is(err, os.ErrNotExist) {
+		fd, err = unix.Openat(int(d.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, FileMode)
+		if err == nil || !errors.Is(err, unix.ENOENT) {
 			break
 		}
+		d.Close() // pruned by a delete since it was opened: again
 	}
 	if err != nil {
-		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) {
-			return "", fmt.Errorf("put %s: a segment of the key is an object: %w", key, err)
+		if d != nil {
+			d.Close()
 		}
-		return "", s.fsErr("put "+key, err)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EEXIST) {
+			return nil, "", "", fmt.Errorf("put %s: a segment of the key is an object: %w", key, err)
+		}
+		return nil, "", "", s.fsErr("put "+key, err)
 	}
+	f := os.NewFile(uintptr(fd), tmp)
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
@@ -84,20 +92,22 @@ func (s *Store) writeTemp(key, p string, data []byte) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", s.fsErr("put "+key, err)
+		unix.Unlinkat(int(d.Fd()), tmp, 0)
+		d.Close()
+		return nil, "", "", s.fsErr("put "+key, err)
 	}
-	return tmp, nil
+	return d, name, tmp, nil
 }
 
 // linkNew gives the written temporary file the key's name unless the key
 // exists.
-func (s *Store) linkNew(key, tmp, p string) error {
-	err := os.Link(tmp, p)
-	if errors.Is(err, os.ErrExist) {
+func (s *Store) linkNew(key string, d *os.File, tmp, name string) error {
+	err := unix.Linkat(int(d.Fd()), tmp, int(d.Fd()), name, 0)
+	if errors.Is(err, unix.EEXIST) {
 		// Over NFS a retransmitted link that succeeded the first time
 		// answers EEXIST: the file then has two names.
-		if st, serr := os.Stat(tmp); serr == nil && linkCount(st) == 2 {
+		var st unix.Stat_t
+		if unix.Fstatat(int(d.Fd()), tmp, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 2 {
 			return nil
 		}
 		return fmt.Errorf("%w: %s exists", objstore.ErrPrecondition, key)
@@ -105,48 +115,45 @@ func (s *Store) linkNew(key, tmp, p string) error {
 	return s.fsErr("put "+key, err)
 }
 
-func linkCount(st os.FileInfo) uint64 {
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return uint64(sys.Nlink)
-	}
-	return 0
-}
-
 // replaceIf renames the temporary file over the key if the key's ETag is
 // still want, holding the key's lock.
-func (s *Store) replaceIf(ctx context.Context, key, tmp, p, want string) error {
-	unlock, err := s.lock(ctx, key, p)
+func (s *Store) replaceIf(ctx context.Context, key string, d *os.File, tmp, name, want string) error {
+	unlock, err := s.lock(ctx, key, d, name)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	st, err := os.Stat(p)
+	f, st, err := openObject(d, name)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("%w: %s is gone", objstore.ErrPrecondition, key)
 	case err != nil:
 		return s.fsErr("put "+key, err)
-	case etag(st) != want:
+	}
+	f.Close()
+	if etag(st) != want {
 		return fmt.Errorf("%w: %s changed", objstore.ErrPrecondition, key)
 	}
-	return s.fsErr("put "+key, os.Rename(tmp, p))
+	return s.fsErr("put "+key, unix.Renameat(int(d.Fd()), tmp, int(d.Fd()), name))
 }
 
-// lock takes the key's lock file, waiting while another holder has it and
-// breaking one older than LockStale.
-func (s *Store) lock(ctx context.Context, key, p string) (func(), error) {
-	lp := filepath.Join(filepath.Dir(p), ".lock-"+filepath.Base(p))
+// lock takes the key's lock file in d, waiting while another holder has
+// it and breaking one older than LockStale.
+func (s *Store) lock(ctx context.Context, key string, d *os.File, name string) (func(), error) {
+	lk := ".lock-" + name
 	for {
-		f, err := os.OpenFile(lp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, FileMode)
+		fd, err := unix.Openat(int(d.Fd()), lk, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, FileMode)
 		if err == nil {
-			f.Close()
-			return func() { os.Remove(lp) }, nil
+			unix.Close(fd)
+			return func() { unix.Unlinkat(int(d.Fd()), lk, 0) }, nil
 		}
-		if !errors.Is(err, os.ErrExist) {
+		if !errors.Is(err, unix.EEXIST) {
 			return nil, s.fsErr("lock "+key, err)
 		}
-		if st, err := os.Stat(lp); err == nil && time.Since(st.ModTime()) > LockStale {
-			os.Remove(lp)
+		var st unix.Stat_t
+		if unix.Fstatat(int(d.Fd()), lk, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+			time.Since(time.Unix(st.Mtim.Unix())) > LockStale {
+			unix.Unlinkat(int(d.Fd()), lk, 0)
 			continue
 		}
 		select {
@@ -157,101 +164,58 @@ func (s *Store) lock(ctx context.Context, key, p string) (func(), error) {
 	}
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // Delete removes the objects' files and then their directories left
 // empty (up to the root).
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
-	paths := make([]string, len(keys))
-	for i, k := range keys {
-		p, err := s.path(k)
-		if err != nil {
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
 			return err
 		}
-		paths[i] = p
 	}
 	dirs := map[string]bool{}
-	for i, p := range paths {
+	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return s.fsErr("delete "+keys[i], err)
+		d, name, err := s.openParent(k, false)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			continue
 		}
-		dirs[filepath.Dir(p)] = true
+		if err != nil {
+			return s.fsErr("delete "+k, err)
+		}
+		err = unix.Unlinkat(int(d.Fd()), name, 0)
+		d.Close()
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return s.fsErr("delete "+k, err)
+		}
+		if i := strings.LastIndex(k, "/"); i > 0 {
+			dirs[k[:i]] = true
+		}
 	}
-	for d := range dirs {
-		// Fails (and stops) at the first directory that is not empty.
-		for d != s.root && strings.HasPrefix(d, s.root+string(filepath.Separator)) && os.Remove(d) == nil {
-			d = filepath.Dir(d)
-		}
+	for dir := range dirs {
+		s.prune(dir)
 	}
 	return nil
 }
 
-// List yields the objects under prefix in key order. It walks the
-// deepest directory the prefix names and sorts what it finds.
-func (s *Store) List(ctx context.Context, prefix string) iter.Seq2[objstore.Info, error] {
-	return func(yield func(objstore.Info, error) bool) {
-		var found []objstore.Info
-		dir := s.root
-		if i := strings.LastIndex(prefix, "/"); i >= 0 {
-			dir = filepath.Join(s.root, filepath.FromSlash(prefix[:i]))
-			if !strings.HasPrefix(dir, s.root+string(filepath.Separator)) {
-				yield(objstore.Info{}, fmt.Errorf("%w: list prefix %q leaves the store", objstore.ErrInvalidKey, prefix))
-				return
-			}
-		}
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, os.ErrNotExist) {
-					return nil // gone while walking, or no such prefix
-				}
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if strings.HasPrefix(d.Name(), ".") && p != dir {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !d.Type().IsRegular() {
-				return nil
-			}
-			rel, _ := filepath.Rel(s.root, p)
-			key := filepath.ToSlash(rel)
-			if !strings.HasPrefix(key, prefix) {
-				return nil
-			}
-			st, err := d.Info()
-			if errors.Is(err, os.ErrNotExist) {
-				return nil // deleted since it was read
-			}
-			if err != nil {
-				return err
-			}
-			found = append(found, info(key, st))
-			return nil
-		})
+// prune removes the directory dir (a key prefix) and its parents while
+// they are empty.
+func (s *Store) prune(dir string) {
+	for dir != "" {
+		d, name, err := s.openParent(dir, false)
 		if err != nil {
-			yield(objstore.Info{}, s.fsErr("list "+prefix, err))
 			return
 		}
-		sort.Slice(found, func(i, j int) bool { return found[i].Key < found[j].Key })
-		for _, o := range found {
-			if !yield(o, nil) {
-				return
-			}
+		err = unix.Unlinkat(int(d.Fd()), name, unix.AT_REMOVEDIR)
+		d.Close()
+		if err != nil {
+			return // not empty (or gone): its parents are not either
 		}
+		i := strings.LastIndex(dir, "/")
+		if i < 0 {
+			return
+		}
+		dir = dir[:i]
 	}
 }
