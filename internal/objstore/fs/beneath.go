@@ -15,6 +15,9 @@ import (
 // refused, so no key reads, writes or deletes outside the root. The root
 // itself may be a link (the operator's choice).
 
+// errNoRoot: the store's directory does not exist.
+var errNoRoot = errors.New("the store's directory does not exist")
+
 // errSymlink: a key's path in the store crosses a symbolic link.
 var errSymlink = errors.New("a symbolic link in the store (it follows none)")
 
@@ -24,6 +27,9 @@ var errSymlink = errors.New("a symbolic link in the store (it follows none)")
 func (s *Store) openParent(key string, create bool) (*os.File, string, error) {
 	segs := strings.Split(key, "/")
 	d, err := os.Open(s.root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", errNoRoot
+	}
 	if err != nil {
 		return nil, "", err
 	}

@@ -90,6 +90,8 @@ func (s *Store) fsErr(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errNoRoot):
+		return fmt.Errorf("%w: %s: directory %s does not exist (create it, or mount the shared filesystem there)", objstore.ErrNotFound, what, s.root)
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w: %s", objstore.ErrNotFound, what)
 	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.ETIMEDOUT),
