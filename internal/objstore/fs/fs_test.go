@@ -221,3 +221,15 @@ func smallTmpfs(t *testing.T, size int) string {
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	return dir
 }
+
+// BenchmarkChunk: puts and gets of 512 KiB objects (the default chunk).
+func BenchmarkChunk(b *testing.B) {
+	s, err := fsstore.Open(filepath.Join(b.TempDir(), "registry"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Init(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	objstoretest.Bench(b, s, 512<<10)
+}

@@ -57,3 +57,14 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("stat with the server stopped: %v, want ErrUnavailable", err)
 	}
 }
+
+// BenchmarkChunk: puts and gets of 512 KiB objects (the default chunk).
+func BenchmarkChunk(b *testing.B) {
+	srv := miniotest.Start(b)
+	c := srv.Config
+	st, err := s3.Open(s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, Region: c.Region, AccessKey: c.AccessKey, SecretKey: c.SecretKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	objstoretest.Bench(b, st, 512<<10)
+}
