@@ -40,6 +40,10 @@ type Config struct {
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
+// ErrNoConditional: the server refused a conditional put as not
+// implemented (an S3-compatible store without conditional writes).
+var ErrNoConditional = errors.New("s3: no conditional writes")
+
 // Store is a bucket.
 type Store struct {
 	cfg    Config
@@ -155,6 +159,11 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, opts objstore.
 		po.SetMatchETag(opts.IfMatch)
 	}
 	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, bytes.NewReader(data), int64(len(data)), po)
+	if r := minio.ToErrorResponse(err); (opts.IfAbsent || opts.IfMatch != "") &&
+		(r.StatusCode == http.StatusNotImplemented || r.Code == "NotImplemented") {
+		return fmt.Errorf("%w: put %s: the S3 server at %s does not implement conditional writes (If-Match, If-None-Match), which the registry needs: %v",
+			ErrNoConditional, key, s.cfg.Endpoint, err)
+	}
 	err = s.classify(key, err)
 	if opts.IfMatch != "" && errors.Is(err, objstore.ErrNotFound) {
 		return fmt.Errorf("%w: %s is gone", objstore.ErrPrecondition, key)

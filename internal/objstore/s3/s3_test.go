@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -67,4 +70,43 @@ func BenchmarkChunk(b *testing.B) {
 		b.Fatal(err)
 	}
 	objstoretest.Bench(b, st, 512<<10)
+}
+
+// notImplemented answers conditional PUTs as an S3-compatible server
+// without conditional writes does (501 NotImplemented) and passes the rest
+// to the real server.
+type notImplemented struct{ rt http.RoundTripper }
+
+func (n notImplemented) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPut && (req.Header.Get("If-Match") != "" || req.Header.Get("If-None-Match") != "") {
+		body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>`
+		return &http.Response{StatusCode: http.StatusNotImplemented, Status: "501 Not Implemented", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body)),
+			ContentLength: int64(len(body)), Request: req}, nil
+	}
+	return n.rt.RoundTrip(req)
+}
+
+// A server without conditional writes: a conditional put says so (not
+// "unavailable": trying again will not help) and writes nothing; plain
+// puts work.
+func TestNoConditionalWrites(t *testing.T) {
+	srv := miniotest.Start(t)
+	c := srv.Config
+	st, err := s3.Open(s3.Config{Endpoint: c.Endpoint, Bucket: c.Bucket, AccessKey: c.AccessKey, SecretKey: c.SecretKey,
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return notImplemented{rt} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = st.Put(ctx, "k", []byte("x"), objstore.PutOptions{IfAbsent: true})
+	if !errors.Is(err, s3.ErrNoConditional) || errors.Is(err, objstore.ErrUnavailable) || !strings.Contains(err.Error(), "conditional writes") {
+		t.Fatalf("conditional put on a server without them: %v", err)
+	}
+	if _, err := st.Stat(ctx, "k"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("refused put left an object: %v", err)
+	}
+	if err := st.Put(ctx, "k", []byte("x"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("plain put: %v", err)
+	}
 }
