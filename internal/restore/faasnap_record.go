@@ -58,9 +58,13 @@ func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 // Memory is the shared copy: guest writes land in it, and QEMU's punches
 // of pages the guest reported free reach it (it is this VM's own copy), so
 // freed pages are holes in the warm memory (§4.5's freed-page filtering).
+// Readahead is held off on it: each fault brings in its own page only, so
+// the recording is what the guest touched, not what the host's readahead
+// happened to bring around it (steady recordings, docs/design.md).
 func (r *faasnapRecord) Memory() vmm.Memory {
 	m := r.protected(vmm.Memory{Path: r.memPath, Shared: true})
 	m.Interposer.PassPunches = true
+	m.Interposer.NoReadahead = true
 	return m
 }
 

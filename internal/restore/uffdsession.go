@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/pagemap"
 	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -55,6 +56,7 @@ type uffdSession struct {
 	loading       bool          // the loader was started
 	loadMS        float64
 	finishedFirst *bool
+	cleared       bool // Started cleared the VMM's referenced bits (measureSet)
 }
 
 func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
@@ -164,10 +166,18 @@ func (r *uffdSession) Memory() vmm.Memory {
 
 // Started waits until the working set is installed (the interposer holds
 // QEMU until then, so by the time QEMU answers QMP this is already done).
-func (r *uffdSession) Started(ctx context.Context, _ int) error {
+func (r *uffdSession) Started(ctx context.Context, pid int) error {
 	select {
 	case err := <-r.ready:
 		r.ready <- err // later callers see the same answer
+		if err == nil && r.measures() {
+			// The working set is installed, the vCPU has not run: from
+			// now on, a referenced page is one the guest touched.
+			cerr := pagemap.ClearReferenced(pid)
+			r.mu.Lock()
+			r.cleared = cerr == nil
+			r.mu.Unlock()
+		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
