@@ -53,7 +53,9 @@ func Present(pid int, start uintptr, pages int) ([]uint64, error) {
 }
 
 // Has says whether bit i of a Present result is set.
-func Has(bits []uint64, i uint64) bool { return i/64 < uint64(len(bits)) && bits[i/64]&(1<<(i%64)) != 0 }
+func Has(bits []uint64, i uint64) bool {
+	return i/64 < uint64(len(bits)) && bits[i/64]&(1<<(i%64)) != 0
+}
 
 // FileBase is the address at which the process would see byte 0 of path
 // mapped: start minus file offset of any of its mappings of path (every
