@@ -15,19 +15,18 @@ type RestoreSettings struct {
 	// FunctionCreated is the function's CreatedAt: settings of an earlier
 	// function of the same name do not apply.
 	FunctionCreated time.Time `json:"function_created"`
-	// Strategy is "auto" or a strategy's name.
+	// Strategy is "auto" or a strategy's name; "": the daemon's default.
 	Strategy string `json:"strategy"`
-	// NoRefresh: working sets are never recorded again by themselves.
-	NoRefresh bool `json:"no_refresh,omitempty"`
-	// RefreshFromTraffic: a refresh may record with the invocation that
-	// showed the drift (used once, never stored).
-	RefreshFromTraffic bool `json:"refresh_from_traffic,omitempty"`
+	// Refresh is when working sets are recorded again: "prepare" (with
+	// the prepare's input), "traffic" (with the invocation that showed the
+	// drift, used once and never stored) or "off"; "": the daemon's
+	// default.
+	Refresh string `json:"refresh"`
 }
 
 const adaptiveSchema = `
 CREATE TABLE IF NOT EXISTS restore_settings (
-	function TEXT PRIMARY KEY, function_created TEXT NOT NULL, strategy TEXT NOT NULL,
-	no_refresh INTEGER NOT NULL, refresh_from_traffic INTEGER NOT NULL);
+	function TEXT PRIMARY KEY, function_created TEXT NOT NULL, strategy TEXT NOT NULL, refresh TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS restore_state (
 	function TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL, updated_at TEXT NOT NULL,
 	PRIMARY KEY (function, version));
@@ -38,8 +37,8 @@ CREATE TABLE IF NOT EXISTS prepare_events (snapshot TEXT PRIMARY KEY, event TEXT
 func (c *DB) RestoreSettings(ctx context.Context, function string) (*RestoreSettings, error) {
 	var r RestoreSettings
 	var created string
-	err := c.db.QueryRowContext(ctx, `SELECT function, function_created, strategy, no_refresh, refresh_from_traffic
-		FROM restore_settings WHERE function = ?`, function).Scan(&r.Function, &created, &r.Strategy, &r.NoRefresh, &r.RefreshFromTraffic)
+	err := c.db.QueryRowContext(ctx, `SELECT function, function_created, strategy, refresh
+		FROM restore_settings WHERE function = ?`, function).Scan(&r.Function, &created, &r.Strategy, &r.Refresh)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("restore settings of %q: %w", function, ErrNotFound)
 	}
@@ -53,8 +52,8 @@ func (c *DB) RestoreSettings(ctx context.Context, function string) (*RestoreSett
 // PutRestoreSettings sets a function's settings.
 func (c *DB) PutRestoreSettings(ctx context.Context, r *RestoreSettings) error {
 	_, err := c.db.ExecContext(ctx, `INSERT OR REPLACE INTO restore_settings
-		(function, function_created, strategy, no_refresh, refresh_from_traffic) VALUES (?, ?, ?, ?, ?)`,
-		r.Function, ts(r.FunctionCreated), r.Strategy, r.NoRefresh, r.RefreshFromTraffic)
+		(function, function_created, strategy, refresh) VALUES (?, ?, ?, ?)`,
+		r.Function, ts(r.FunctionCreated), r.Strategy, r.Refresh)
 	return err
 }
 

@@ -27,12 +27,12 @@ func TestRestoreTables(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := &RestoreSettings{Function: "hello", FunctionCreated: base, Strategy: "auto", RefreshFromTraffic: true}
+	want := &RestoreSettings{Function: "hello", FunctionCreated: base, Strategy: "auto", Refresh: "traffic"}
 	if err := db.PutRestoreSettings(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	want.Strategy = "reap" // replaced
-	want.NoRefresh = true
+	want.Refresh = "off"
 	if err := db.PutRestoreSettings(ctx, want); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestRestoreTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.FunctionCreated.Equal(base) || got.Strategy != "reap" || !got.NoRefresh || !got.RefreshFromTraffic {
+	if !got.FunctionCreated.Equal(base) || got.Strategy != "reap" || got.Refresh != "off" {
 		t.Fatalf("settings %+v", got)
 	}
 	states, err := db.RestoreStates(ctx, "hello")

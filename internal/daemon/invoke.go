@@ -260,6 +260,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	strategy, choice := s.adaptive.choose(ctx, req, snapID, target, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
@@ -292,7 +293,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 			return strategy.Start(ctx, snap, env)
 		}
 	}
-	if !req.EvictCache && req.Variant == "" {
+	if !req.EvictCache && req.Variant == "" && choice.How != "explore" {
 		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
 	}
 	if req.Strict {
@@ -308,7 +309,8 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
-		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias}
+		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias,
+		StrategyChoice: choice}
 	inv.Timing.Restore, inv.Timing.ImportMS = rt, ms(imported)
 	if stale != "" {
 		inv.Timing.Build = &wire.BuildNote{Stale: stale, Served: "snapshot"}
@@ -319,6 +321,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	st := lv.sess.Stats()
 	inv.StrategyStats = &st
+	s.adaptive.measureSet(lv, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.untimed)
@@ -334,6 +337,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		inv.Timing.TeardownMS = ms(time.Since(t))
 	}
 	s.record(ctx, inv)
+	s.adaptive.observe(ctx, coldObservation{inv: inv, event: req.Event, variant: req.Variant != "", snapshot: snapID, version: inv.Version})
 	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)

@@ -129,3 +129,30 @@ func buildOf(pages uint64, path string) (RefreshBuild, error) {
 	}
 	return RefreshBuild{Pages: pages, Bytes: st.Size()}, nil
 }
+
+// ReadSet reads strategy k's artifact in dir: the size of its recorded set
+// and its manifest's checksum (equal checksums: the same set, from the
+// same memory file).
+func ReadSet(dir string, k Kind) (RefreshBuild, string, error) {
+	switch k {
+	case REAP:
+		a, err := memlayout.ReadREAP(dir)
+		if err != nil {
+			return RefreshBuild{}, "", err
+		}
+		return RefreshBuild{Pages: memlayout.CountPages(a.Pages), Bytes: a.WSFile.Size}, a.Checksum, nil
+	case FaaSnap:
+		a, err := memlayout.ReadFaaSnap(dir)
+		if err != nil {
+			return RefreshBuild{}, "", err
+		}
+		return RefreshBuild{Pages: a.Stats.LoadingSetPages, Bytes: a.LoadingSetFile.Size}, a.Checksum, nil
+	case SnapBPF:
+		a, err := memlayout.ReadSnapBPF(dir)
+		if err != nil {
+			return RefreshBuild{}, "", err
+		}
+		return RefreshBuild{Pages: a.PrefetchPages()}, a.Checksum, nil
+	}
+	return RefreshBuild{}, "", fmt.Errorf("strategy %s records no set", k)
+}
