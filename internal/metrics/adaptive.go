@@ -8,7 +8,6 @@ type adaptiveSet struct {
 	setOutside                   *prometheus.HistogramVec
 }
 
-
 func newAdaptiveSet(reg *prometheus.Registry) *adaptiveSet {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "thaw", Name: name, Help: help}, labels)
