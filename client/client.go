@@ -412,6 +412,7 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 		q.Set("vmm_pool_ttl_s", strconv.Itoa(o.vmmPoolTTLS))
 	}
 	o.configQuery(q)
+	o.restoreQuery(q)
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -440,6 +441,7 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 		in["vmm_pool_ttl_s"] = o.vmmPoolTTLS
 	}
 	o.configJSON(in)
+	o.restoreJSON(in)
 	return call[Function](ctx, c, "POST", "/v1/functions", in)
 }
 
@@ -453,6 +455,7 @@ type functionOptions struct {
 	vmmPool        int
 	vmmPoolTTLS    int
 	env, secrets   map[string]string
+	restore        RestoreSettings // strategy and refresh settings (adaptive.go)
 }
 
 // WithVMMPool sets how many VMMs the VMM pool starts ahead of restores per

@@ -23,7 +23,8 @@ const (
 )
 
 // RestoreSettings is the body of PUT /v1/functions/{name}/restore; a field
-// left out keeps its setting, "" returns it to the daemon's default.
+// left out keeps its setting, "default" returns it to the daemon's
+// default.
 type RestoreSettings struct {
 	// Strategy is "auto" or a strategy's name.
 	Strategy *string `json:"strategy,omitempty"`

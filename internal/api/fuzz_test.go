@@ -31,6 +31,7 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"POST /v1/functions/{name}/rollback":       decodes(readRollback),
 	"PUT /v1/functions/{name}/aliases/{alias}": decodes(readSetAlias),
 	"PUT /v1/secrets/{name}":                   decodes(readSetSecret),
+	"PUT /v1/functions/{name}/restore":         decodes(readSmallBody[wire.RestoreSettings]),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

@@ -350,6 +350,8 @@ var handlerIO = map[string]struct {
 	"GET /v1/secrets/{name}":                      {"200", "Secret", ""},
 	"PUT /v1/secrets/{name}":                      {"200", "Secret", "SetSecretRequest"},
 	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
+	"GET /v1/functions/{name}/restore":            {"200", "FunctionRestore", ""},
+	"PUT /v1/functions/{name}/restore":            {"200", "FunctionRestore", "RestoreSettings"},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -669,7 +671,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "env", "keep_alive_s", "max_concurrency", "memory_mib", "name", "secret", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
+		if !slices.Equal(query, []string{"allow", "egress", "env", "keep_alive_s", "max_concurrency", "memory_mib", "name", "refresh", "secret", "strategy", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
@@ -707,12 +709,17 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		t.Errorf("Strategy enum %v, restore.Kinds is %v", got, kinds)
 	}
 	// Every strategy field in every schema is a Strategy.
+	// A function's strategy setting is its own closed set: default, auto
+	// or a strategy.
+	if got := enumOf(schemaByName(t, doc, "StrategySetting")); !slices.Equal(got, append([]string{"default", wire.StrategyAuto}, kinds...)) {
+		t.Errorf("StrategySetting enum %v, want default, auto and %v", got, kinds)
+	}
 	isStrategy := func(s jsonObject) bool {
-		if s["$ref"] == schemaRef("Strategy") {
+		if s["$ref"] == schemaRef("Strategy") || s["$ref"] == schemaRef("StrategySetting") {
 			return true
 		}
 		all := asSlice(s["allOf"])
-		return len(all) == 1 && asObject(all[0])["$ref"] == schemaRef("Strategy")
+		return len(all) == 1 && (asObject(all[0])["$ref"] == schemaRef("Strategy") || asObject(all[0])["$ref"] == schemaRef("StrategySetting"))
 	}
 	for name, s := range asObject(asObject(doc["components"])["schemas"]) {
 		for pname, p := range flatten(t, doc, s.(jsonObject)).props {
@@ -733,7 +740,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
-		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild}},
+		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild, wire.OpRefresh}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 	}
 	for _, c := range checks {
@@ -942,6 +949,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"FunctionDeletion", reflect.TypeFor[wire.FunctionDeletion]()},
 		{"DeletedVM", reflect.TypeFor[wire.DeletedVM]()},
 		{"DeletedSnapshot", reflect.TypeFor[wire.DeletedSnapshot]()},
+		{"FunctionRestore", reflect.TypeFor[wire.FunctionRestore]()},
+		{"RestoreVersion", reflect.TypeFor[wire.RestoreVersion]()},
+		{"RestoreLocation", reflect.TypeFor[wire.RestoreLocation]()},
+		{"StrategyEvidence", reflect.TypeFor[wire.StrategyEvidence]()},
+		{"DriftState", reflect.TypeFor[wire.DriftState]()},
+		{"WorkingSetRefresh", reflect.TypeFor[wire.WorkingSetRefresh]()},
+		{"RefreshedSet", reflect.TypeFor[wire.RefreshedSet]()},
+		{"BackgroundPrepare", reflect.TypeFor[wire.BackgroundPrepare]()},
+		{"StrategyChoice", reflect.TypeFor[wire.StrategyChoice]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
@@ -953,6 +969,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"RollbackRequest", reflect.TypeFor[wire.RollbackRequest]()},
 		{"DeployRequest", reflect.TypeFor[wire.DeployRequest]()},
 		{"SetSecretRequest", reflect.TypeFor[wire.SetSecretRequest]()},
+		{"RestoreSettings", reflect.TypeFor[wire.RestoreSettings]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
@@ -964,7 +981,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	}
 
 	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest"} {
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings"} {
 		if schemaByName(t, doc, name)["additionalProperties"] != false {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}

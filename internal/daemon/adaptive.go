@@ -213,9 +213,18 @@ func (a *adaptive) settingsOf(ctx context.Context, fn *catalog.Function) setting
 	return out
 }
 
-// CheckRestoreSettings validates a function's restore settings ("" is the
-// daemon's default) before anything is created.
+// SettingDefault in a request returns a setting to the daemon's default.
+const SettingDefault = "default"
+
+// CheckRestoreSettings validates a function's restore settings ("" or
+// "default": the daemon's default) before anything is created.
 func CheckRestoreSettings(strategy, refresh string) error {
+	if strategy == SettingDefault {
+		strategy = ""
+	}
+	if refresh == SettingDefault {
+		refresh = ""
+	}
 	if strategy != "" {
 		if err := checkStrategySetting(strategy); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -243,6 +252,7 @@ func (s *Service) SetRestoreSettings(ctx context.Context, name string, req wire.
 	if err := CheckRestoreSettings(strategy, refresh); err != nil {
 		return nil, err
 	}
+	strategy, refresh = orDefault(strategy), orDefault(refresh)
 	fn, err := s.GetFunction(ctx, name)
 	if err != nil {
 		return nil, err
@@ -330,12 +340,31 @@ func versionBody(v int, st *restoreState) wire.RestoreVersion {
 	return out
 }
 
-// restoreDoc is FunctionRestore for a function body (nil when it cannot
+// RestoreDoc is FunctionRestore for a function body (nil when it cannot
 // be read: the function is shown without it).
-func (s *Service) restoreDoc(ctx context.Context, name string) *wire.FunctionRestore {
+func (s *Service) RestoreDoc(ctx context.Context, name string) *wire.FunctionRestore {
 	doc, err := s.FunctionRestore(ctx, name)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		s.log.Warn("function restore document", "function", name, "err", err)
 	}
 	return doc
+}
+
+// created records a new function's restore settings ("" keeps the
+// daemon's default), checked by CreateFunction before anything was made.
+func (a *adaptive) created(ctx context.Context, fn *catalog.Function, strategy, refresh string) error {
+	strategy, refresh = orDefault(strategy), orDefault(refresh)
+	if strategy == "" && refresh == "" {
+		return nil
+	}
+	return a.s.db.PutRestoreSettings(ctx, &catalog.RestoreSettings{Function: fn.Name, FunctionCreated: fn.CreatedAt,
+		Strategy: strategy, Refresh: refresh})
+}
+
+// orDefault is a setting as kept: "" for the daemon's default.
+func orDefault(v string) string {
+	if v == SettingDefault {
+		return ""
+	}
+	return v
 }

@@ -43,7 +43,9 @@ func (a *adaptive) choose(ctx context.Context, req ColdRequest, snapID string, _
 	}
 	set := a.settingsOf(ctx, fn)
 	switch {
-	case set.strategy == "":
+	case set.strategy == "", set.strategyFrom == "daemon" && set.strategy != wire.StrategyAuto && sn.RemoteMemory:
+		// The daemon's fixed default; snapshots in the registry restore
+		// with its remote strategy, as coldTarget chose.
 		return st, &wire.StrategyChoice{How: "daemon"}
 	case set.strategy != wire.StrategyAuto:
 		fixed, err := a.s.strategy(set.strategy)
