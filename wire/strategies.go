@@ -148,6 +148,10 @@ type FaaSnapBuild struct {
 	GroupSize       int               `json:"group_size"`
 	MergeGap        int               `json:"merge_gap"`
 	FreedPages      FreePageReporting `json:"free_page_reporting"`
+	// WarmPagesAdded are pages the guest touched restoring the warm
+	// snapshot (REAP's recording) that the recording on the clean one had
+	// not seen, appended to the working set as its last groups.
+	WarmPagesAdded int `json:"warm_pages_added,omitempty"`
 	// Variants are the artifacts built with one technique off, when the
 	// prepare asked for them (faasnap_variants).
 	Variants []FaaSnapVariantBuild `json:"variants,omitempty"`
