@@ -107,9 +107,14 @@ func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version in
 // traffic would help).
 func (a *adaptive) rerecord(ctx context.Context, fn *catalog.Function, p refreshPlan, op string) (wire.RefreshedSet, string, error) {
 	out := wire.RefreshedSet{Strategy: string(p.kind)}
-	st, ok := restore.Lookup(p.kind)
-	if !ok || st.Refresh == nil {
-		return out, "", fmt.Errorf("%w: strategy %s records no set", ErrInvalid, p.kind)
+	var st restore.Strategy
+	for _, o := range a.s.strategies {
+		if o.Kind == p.kind {
+			st = o
+		}
+	}
+	if st.Refresh == nil {
+		return out, "", fmt.Errorf("%w: strategy %s records no set here", ErrInvalid, p.kind)
 	}
 	sn, err := a.s.GetSnapshot(ctx, p.snapshot)
 	if err != nil {

@@ -16,11 +16,11 @@ type SetUse = wire.SetUseStats
 // variant, a lazy or record restore).
 var ErrNoSet = errors.New("the restore has no recorded set to compare with")
 
-// setMeasurer is a session that can say how the guest used its recorded
+// SetMeasurer is a session that can say how the guest used its recorded
 // set: the pages it holds, those the guest touched, and the non-zero pages
-// the guest touched outside it (served on demand).
-type setMeasurer interface {
-	measureSet(pid int) (SetUse, error)
+// the guest touched outside it (served on demand). ErrNoSet if it has none.
+type SetMeasurer interface {
+	MeasureSet(pid int) (SetUse, error)
 }
 
 // Unwrapper is a session wrapping another (the daemon's wrappers), so the
@@ -35,8 +35,8 @@ type Unwrapper interface {
 // before the VM is torn down. ErrNoSet if the session has no set.
 func MeasureSet(sess Session, pid int) (SetUse, error) {
 	for {
-		if m, ok := sess.(setMeasurer); ok {
-			u, err := m.measureSet(pid)
+		if m, ok := sess.(SetMeasurer); ok {
+			u, err := m.MeasureSet(pid)
 			if err != nil {
 				return SetUse{}, err
 			}
@@ -98,9 +98,9 @@ func presentUse(pid int, base uintptr, pages uint64, set []memlayout.PageRun, no
 	return u, nil
 }
 
-// measureSet: the loading set's pages the guest mapped, and the non-zero
+// MeasureSet: the loading set's pages the guest mapped, and the non-zero
 // regions' pages outside it (faulted from the memory file).
-func (f *faasnap) measureSet(pid int) (SetUse, error) {
+func (f *faasnap) MeasureSet(pid int) (SetUse, error) {
 	if f.variant != "" {
 		return SetUse{}, ErrNoSet
 	}
@@ -137,9 +137,9 @@ func (f *faasnap) guestBase(pid int) (uintptr, error) {
 	return 0, fmt.Errorf("guest memory of process %d: %w", pid, pagemap.ErrNotMapped)
 }
 
-// measureSet: the prefetch ranges' pages the guest mapped, and the data
+// MeasureSet: the prefetch ranges' pages the guest mapped, and the data
 // pages of the memory file outside them.
-func (s *snapbpf) measureSet(pid int) (SetUse, error) {
+func (s *snapbpf) MeasureSet(pid int) (SetUse, error) {
 	base, err := pagemap.FileBase(pid, s.snap.MemoryPath())
 	if err != nil {
 		return SetUse{}, err
@@ -151,11 +151,11 @@ func (s *snapbpf) measureSet(pid int) (SetUse, error) {
 	return presentUse(pid, base, uint64(memSize(s.snap))/memlayout.PageSize, s.art.Ranges, data)
 }
 
-// measureSet: every page REAP installed is mapped before the guest runs,
+// MeasureSet: every page REAP installed is mapped before the guest runs,
 // so what the guest touched is what it referenced since Started cleared
 // the referenced bits; the pages outside the set are those the fault
 // server read from the memory file.
-func (r *uffdSession) measureSet(pid int) (SetUse, error) {
+func (r *uffdSession) MeasureSet(pid int) (SetUse, error) {
 	if !r.measures() {
 		return SetUse{}, ErrNoSet
 	}

@@ -56,7 +56,7 @@ type uffdSession struct {
 	loading       bool          // the loader was started
 	loadMS        float64
 	finishedFirst *bool
-	cleared       bool // Started cleared the VMM's referenced bits (measureSet)
+	cleared       bool // Started cleared the VMM's referenced bits (MeasureSet)
 }
 
 func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
