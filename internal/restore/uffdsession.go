@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
@@ -57,6 +58,7 @@ type uffdSession struct {
 	loadMS        float64
 	finishedFirst *bool
 	cleared       bool // Started cleared the VMM's referenced bits (MeasureSet)
+	log           *slog.Logger
 }
 
 func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
@@ -68,7 +70,7 @@ func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
 	// The server outlives the request that started the restore: it serves
 	// faults until the VM is torn down (Close).
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &uffdSession{sessionBase: base(env), snap: snap, sock: sock, plan: plan, ln: ln, cancel: cancel,
+	r := &uffdSession{sessionBase: base(env), snap: snap, sock: sock, plan: plan, ln: ln, cancel: cancel, log: env.Log,
 		ready: make(chan error, 1), failed: make(chan error, 1), served: make(chan struct{})}
 	if plan.lsFile != "" {
 		r.loadDone = make(chan struct{})
@@ -173,10 +175,14 @@ func (r *uffdSession) Started(ctx context.Context, pid int) error {
 		if err == nil && r.measures() {
 			// The working set is installed, the vCPU has not run: from
 			// now on, a referenced page is one the guest touched.
+			t := time.Now()
 			cerr := pagemap.ClearReferenced(pid)
 			r.mu.Lock()
 			r.cleared = cerr == nil
 			r.mu.Unlock()
+			if r.log != nil {
+				r.log.Debug("referenced bits cleared for the set's use", "pid", pid, "ms", msOf(time.Since(t)), "err", cerr)
+			}
 		}
 		return err
 	case <-ctx.Done():
