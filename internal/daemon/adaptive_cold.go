@@ -175,7 +175,7 @@ func sampleOf(inv *Invocation, at time.Time) policy.Sample {
 	}
 	if st := inv.StrategyStats; st != nil {
 		s.Faults += st.FaultsServed + st.SourceFaults
-		s.BytesRead += st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes + st.SourceFetchedBytes
+		s.BytesRead += st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes + st.SourceFetchedBytes + st.SnapBPFResidentPages*4096
 	}
 	return s
 }
