@@ -51,7 +51,7 @@ func TestPresentUse(t *testing.T) {
 	if err != nil || base != uintptr(unsafe.Pointer(&m[0])) {
 		t.Fatalf("base %#x %v", base, err)
 	}
-	set := []memlayout.PageRun{{Start: 0, Pages: 4}, {Start: 8, Pages: 4}}     // pages 0-3, 8-11: touched 1, 2, 10
+	set := []memlayout.PageRun{{Start: 0, Pages: 4}, {Start: 8, Pages: 4}}       // pages 0-3, 8-11: touched 1, 2, 10
 	nonzero := []memlayout.PageRun{{Start: 0, Pages: 32}, {Start: 60, Pages: 4}} // 20, 21 outside and non-zero; 50 zero
 	u, err := presentUse(os.Getpid(), base, pages, set, nonzero)
 	if err != nil {
