@@ -75,6 +75,7 @@ type AdaptiveSample struct {
 type ArmSummary struct {
 	TotalMS      float64            `json:"total_ms"`          // sum of cold-start totals
 	PhaseMS      map[string]float64 `json:"phase_ms"`          // sum per phase
+	PhaseMedian  map[string]float64 `json:"phase_median_ms"`   // median cold start per phase
 	FetchedBytes map[string]uint64  `json:"phase_fetched"`     // bytes fetched per phase
 	Strategies   map[string]int     `json:"strategies"`        // cold starts per strategy that ran
 	Explorations int                `json:"explorations"`      // auto: cold starts that explored
@@ -246,6 +247,16 @@ func (r *AdaptiveResult) finish(ctx context.Context, c *client.Client, base stri
 	}
 	for arm, a := range r.Arms {
 		a.OutsideDrift, a.OutsideAfter = r.outside(arm, a.RefreshAt)
+		a.PhaseMedian = map[string]float64{}
+		for _, ph := range r.phases() {
+			var xs []float64
+			for _, s := range r.Samples {
+				if s.Arm == arm && s.Phase == ph {
+					xs = append(xs, s.TotalMS)
+				}
+			}
+			a.PhaseMedian[ph] = Summarize(xs).Median
+		}
 		if arm == ArmAuto && base != "" {
 			if doc, err := c.FunctionRestore(ctx, armFunction(base, arm)); err == nil {
 				a.Restore, _ = json.Marshal(doc)

@@ -51,9 +51,9 @@ func (r *AdaptiveResult) phases() []string {
 // armTable writes one row per arm.
 func (r *AdaptiveResult) armTable(b *strings.Builder) {
 	ph := r.phases()
-	fmt.Fprintf(b, "| arm | total s | %s s | %s s | fetched %s MiB | fetched %s MiB | ran | explored | refresh at | outside before → after |\n",
-		ph[0], ph[1], ph[0], ph[1])
-	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
+	fmt.Fprintf(b, "| arm | total s | %s s | %s s | median %s ms | median %s ms | fetched %s MiB | fetched %s MiB | ran | explored | refresh at | outside before → after |\n",
+		ph[0], ph[1], ph[0], ph[1], ph[0], ph[1])
+	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
 	for _, arm := range r.armOrder() {
 		a := r.Arms[arm]
 		var ran []string
@@ -67,8 +67,8 @@ func (r *AdaptiveResult) armTable(b *strings.Builder) {
 		if a.OutsideDrift > 0 || a.OutsideAfter > 0 {
 			outside = fmt.Sprintf("%.0f%% → %.0f%%", a.OutsideDrift*100, a.OutsideAfter*100)
 		}
-		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.1f | %.1f | %s | %d | %s | %s |\n", arm, a.TotalMS/1000,
-			a.PhaseMS[ph[0]]/1000, a.PhaseMS[ph[1]]/1000, float64(a.FetchedBytes[ph[0]])/(1<<20),
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.1f | %.1f | %s | %d | %s | %s |\n", arm, a.TotalMS/1000,
+			a.PhaseMS[ph[0]]/1000, a.PhaseMS[ph[1]]/1000, a.PhaseMedian[ph[0]], a.PhaseMedian[ph[1]], float64(a.FetchedBytes[ph[0]])/(1<<20),
 			float64(a.FetchedBytes[ph[1]])/(1<<20), strings.Join(ran, ", "), a.Explorations, refresh, outside)
 	}
 }

@@ -41,7 +41,7 @@ func TestAdaptiveSummary(t *testing.T) {
 		t.Fatalf("best %s, auto over best %.3f, vanilla over auto %.3f", r.Best, r.AutoOverBest, r.DefaultOverAuto)
 	}
 	md := r.Markdown()
-	for _, want := range []string{"## Drift: image", "| auto | 2.60 | 1.30 | 1.30 |", "| reap+refresh | 2.00 |", "34% → 1%",
+	for _, want := range []string{"## Drift: image", "| auto | 2.60 | 1.30 | 1.30 | 650 | 650 |", "| reap+refresh | 2.00 |", "34% → 1%",
 		"Best fixed strategy in hindsight: **reap**. Auto over it: **0.929**", "vanilla) over auto: **1.538**"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
