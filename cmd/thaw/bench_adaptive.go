@@ -32,7 +32,7 @@ func (a *app) newBenchAdaptiveCmd() *cobra.Command {
 		arms, functions                 []string
 		coldStarts, rounds              int
 		seed                            uint64
-		mixed                           bool
+		mixed, report                   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "adaptive",
@@ -61,6 +61,9 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
   thaw bench adaptive --mixed --inputs redis --rounds 3 --out docs/results/adaptive`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if report {
+				return a.rerenderAdaptive(out, mixed)
+			}
 			say := func(format string, x ...any) {
 				fmt.Fprintf(a.stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
 			}
@@ -118,7 +121,30 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 	fl.StringVar(&inputsFrom, "inputs", "redis", "mixed: inline (hello, matmul, image) or redis (Table 2's 12 functions, inputs A/B from a private Redis)")
 	fl.IntVar(&rounds, "rounds", 3, "mixed: rounds of the shuffled mix")
 	fl.Uint64Var(&seed, "seed", 1, "mixed: the shuffle's seed")
+	fl.BoolVar(&report, "report", false, "only write the report and plots again from DIR/adaptive-EXPERIMENT.json (--out)")
 	return cmd
+}
+
+// rerenderAdaptive writes an experiment's report and plots again from its
+// results in out.
+func (a *app) rerenderAdaptive(out string, mixed bool) error {
+	if out == "" {
+		return usagef("--report needs --out DIR")
+	}
+	name := "adaptive-drift"
+	if mixed {
+		name = "adaptive-mixed"
+	}
+	b, err := os.ReadFile(filepath.Join(out, name+".json"))
+	if err != nil {
+		return err
+	}
+	var res bench.AdaptiveResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", name+".json", err)
+	}
+	res.Resummarize()
+	return printResults(a, out, name, res.Samples, &res, res.Markdown(), res.Figures())
 }
 
 // runMixed runs the mixed experiment on the cases of --inputs.

@@ -303,3 +303,16 @@ func (r *AdaptiveResult) outside(arm string, refreshAt int) (drift, after float6
 }
 
 func fmtMiBytes(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// Resummarize computes the summaries again from the samples (a report of
+// an earlier run), keeping what only the daemon knew (auto's document).
+func (r *AdaptiveResult) Resummarize() {
+	kept := r.Arms
+	_ = r.finish(context.Background(), nil, "")
+	for arm, a := range r.Arms {
+		if k, ok := kept[arm]; ok {
+			a.Restore, a.Choice = k.Restore, k.Choice
+			r.Arms[arm] = a
+		}
+	}
+}
