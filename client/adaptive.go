@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 
 	"github.com/thaw-dev/thaw/wire"
@@ -60,4 +61,20 @@ func (c *Client) FunctionRestore(ctx context.Context, name string) (*FunctionRes
 // keep theirs) and returns its restore document.
 func (c *Client) SetFunctionRestore(ctx context.Context, name string, s RestoreSettings) (*FunctionRestore, error) {
 	return call[FunctionRestore](ctx, c, "PUT", "/v1/functions/"+url.PathEscape(name)+"/restore", s)
+}
+
+// RefreshWorkingSets records the working sets of the newest snapshot of
+// function (NAME, NAME:VERSION or NAME:ALIAS) again now and swaps them in:
+// with event (used once; nil: the prepare's input), for strategies (none:
+// every one with a recorded set).
+func (c *Client) RefreshWorkingSets(ctx context.Context, function string, event json.RawMessage, strategies ...string) (*WorkingSetRefresh, error) {
+	return call[WorkingSetRefresh](ctx, c, "POST", "/v1/functions/"+url.PathEscape(function)+"/refresh",
+		wire.RefreshRequest{Event: event, Strategies: strategies})
+}
+
+// StartRefreshWorkingSets is RefreshWorkingSets as an operation (kind
+// refresh).
+func (c *Client) StartRefreshWorkingSets(ctx context.Context, function string, event json.RawMessage, strategies ...string) (*Operation, error) {
+	return call[Operation](ctx, c, "POST", "/v1/functions/"+url.PathEscape(function)+"/refresh?wait=false",
+		wire.RefreshRequest{Event: event, Strategies: strategies})
 }

@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The adaptive restore: how a function's cold starts choose their restore
 // strategy, the evidence behind the choice, and the refreshes of its
@@ -149,4 +152,14 @@ type StrategyChoice struct {
 	// auto, "rule", "measure", "exploit" or "explore".
 	How    string `json:"how"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// RefreshRequest is the body of POST /v1/functions/{name}/refresh: record
+// the working sets of the version's newest snapshot again now.
+type RefreshRequest struct {
+	// Event is the record input (used once, never stored); absent: the
+	// input its prepare recorded with.
+	Event json.RawMessage `json:"event,omitempty"`
+	// Strategies to refresh; absent: every one with a recorded set.
+	Strategies []string `json:"strategies,omitempty"`
 }

@@ -18,7 +18,7 @@ func (a *app) newFunctionCmd() *cobra.Command {
 its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
 the VM, then invoke the function from the snapshot.`, "fn")
 	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd(),
-		a.newFunctionVersionsCmd(), a.newFunctionRestoreCmd())
+		a.newFunctionVersionsCmd(), a.newFunctionRestoreCmd(), a.newFunctionRefreshCmd())
 	return cmd
 }
 

@@ -187,3 +187,53 @@ func writeAdaptive(w io.Writer, inv *client.Invocation) {
 			st.SetOutsidePages, st.SetOutsideRatio*100, st.SetUnusedPages), "the strategy's recorded set against what the guest touched")
 	}
 }
+
+func (a *app) newFunctionRefreshCmd() *cobra.Command {
+	var (
+		ev         eventFlags
+		strategies []string
+		detach     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "refresh FUNCTION",
+		Short: "Record a function's working sets again now",
+		Long: `Record the working sets (REAP's, FaaSnap's loading set, SnapBPF's prefetch
+set) of the newest snapshot of FUNCTION (NAME, NAME:VERSION or NAME:ALIAS)
+again, with --event (used once, never stored) or, without it, the input its
+prepare recorded with, and swap each in whole: what thaw does by itself when
+the cold starts drift from a set (thaw function restore --help). Cold starts
+under way keep the sets they began with. It runs as an operation; --detach
+leaves it running.`,
+		Example: `  thaw function refresh image --event '{"size":1024}'
+  thaw function refresh image --strategies reap`,
+		Args: exactArgs("FUNCTION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			event, err := ev.read(a, cmd)
+			if err != nil {
+				return err
+			}
+			return a.runOperation(detach, func() (*client.Operation, error) {
+				return a.c.StartRefreshWorkingSets(a.ctx, args[0], event, strategies...)
+			})
+		},
+	}
+	addDetach(cmd, &detach)
+	ev.add(cmd, "the record input (default: the prepare's)")
+	cmd.Flags().StringSliceVar(&strategies, "strategies", nil, "only these strategies' sets (default: every one the snapshot has)")
+	return cmd
+}
+
+// printRefresh prints a working-set refresh.
+func (a *app) printRefresh(r *client.WorkingSetRefresh) error {
+	return a.printObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
+		row(w, "Operation:", r.Operation)
+		row(w, "State:", r.State)
+		row(w, "Input:", r.Source)
+		for _, s := range r.Sets {
+			row(w, s.Strategy+":", fmt.Sprintf("%d -> %d pages (%s -> %s)", s.PagesBefore, s.PagesAfter, fmtBytes(s.BytesBefore), fmtBytes(s.BytesAfter)))
+		}
+		if r.Error != "" {
+			row(w, "Error:", r.Error)
+		}
+	})
+}

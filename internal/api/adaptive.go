@@ -13,7 +13,18 @@ func (h *Handler) adaptiveRoutes() []route {
 	return []route{
 		{"GET", "/v1/functions/{name}/restore", one(h, "name", http.StatusOK, h.svc.FunctionRestore, same)},
 		{"PUT", "/v1/functions/{name}/restore", readThen(h, readSmallBody[wire.RestoreSettings], h.setRestore)},
+		{"POST", "/v1/functions/{name}/refresh", readThen(h, readWaiting(readRefresh), startOrServe(h, h.svc.StartRefresh, h.svc.RefreshWorkingSets, http.StatusOK))},
 	}
+}
+
+// readRefresh decodes POST /v1/functions/{name}/refresh (an event is at
+// most an invocation's).
+func readRefresh(w http.ResponseWriter, r *http.Request) (daemon.RefreshRequest, error) {
+	var req wire.RefreshRequest
+	if err := decode(w, r, maxInvokeBody, &req); err != nil {
+		return daemon.RefreshRequest{}, err
+	}
+	return daemon.RefreshRequest{Function: r.PathValue("name"), Event: req.Event, Strategies: req.Strategies}, nil
 }
 
 // getFunction answers a function with its restore document.

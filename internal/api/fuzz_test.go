@@ -32,6 +32,7 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"PUT /v1/functions/{name}/aliases/{alias}": decodes(readSetAlias),
 	"PUT /v1/secrets/{name}":                   decodes(readSetSecret),
 	"PUT /v1/functions/{name}/restore":         decodes(readSmallBody[wire.RestoreSettings]),
+	"POST /v1/functions/{name}/refresh":        decodes(readWaiting(readRefresh)),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

@@ -352,6 +352,7 @@ var handlerIO = map[string]struct {
 	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
 	"GET /v1/functions/{name}/restore":            {"200", "FunctionRestore", ""},
 	"PUT /v1/functions/{name}/restore":            {"200", "FunctionRestore", "RestoreSettings"},
+	"POST /v1/functions/{name}/refresh":           {"200", "WorkingSetRefresh", "RefreshRequest"},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -389,6 +390,7 @@ var startsOperations = map[string]bool{
 	"POST /v1/snapshots/pull":           true,
 	"POST /v1/registry/gc":              true,
 	"POST /v1/functions/{name}/deploy":  true,
+	"POST /v1/functions/{name}/refresh": true,
 }
 
 // actions are POST operations on a fixed path that act on what is there
@@ -970,6 +972,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"DeployRequest", reflect.TypeFor[wire.DeployRequest]()},
 		{"SetSecretRequest", reflect.TypeFor[wire.SetSecretRequest]()},
 		{"RestoreSettings", reflect.TypeFor[wire.RestoreSettings]()},
+		{"RefreshRequest", reflect.TypeFor[wire.RefreshRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
@@ -981,7 +984,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	}
 
 	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings"} {
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
 		if schemaByName(t, doc, name)["additionalProperties"] != false {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}

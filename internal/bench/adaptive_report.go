@@ -51,7 +51,7 @@ func (r *AdaptiveResult) phases() []string {
 // armTable writes one row per arm.
 func (r *AdaptiveResult) armTable(b *strings.Builder) {
 	ph := r.phases()
-	fmt.Fprintf(b, "| arm | total s | %s s | %s s | median %s ms | median %s ms | fetched %s MiB | fetched %s MiB | ran | explored | refresh at | outside before → after |\n",
+	fmt.Fprintf(b, "| arm | total s | %s s | %s s | median %s ms | median %s ms | fetched %s MiB | fetched %s MiB | ran | explored | refresh at | outside (B; before → after a refresh) |\n",
 		ph[0], ph[1], ph[0], ph[1], ph[0], ph[1])
 	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
 	for _, arm := range r.armOrder() {
@@ -64,8 +64,11 @@ func (r *AdaptiveResult) armTable(b *strings.Builder) {
 		if a.RefreshAt >= 0 {
 			refresh = fmt.Sprint(a.RefreshAt)
 		}
-		if a.OutsideDrift > 0 || a.OutsideAfter > 0 {
+		switch {
+		case a.RefreshAt >= 0:
 			outside = fmt.Sprintf("%.0f%% → %.0f%%", a.OutsideDrift*100, a.OutsideAfter*100)
+		case a.OutsideDrift > 0:
+			outside = fmt.Sprintf("%.0f%%", a.OutsideDrift*100)
 		}
 		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.1f | %.1f | %s | %d | %s | %s |\n", arm, a.TotalMS/1000,
 			a.PhaseMS[ph[0]]/1000, a.PhaseMS[ph[1]]/1000, a.PhaseMedian[ph[0]], a.PhaseMedian[ph[1]], float64(a.FetchedBytes[ph[0]])/(1<<20),
