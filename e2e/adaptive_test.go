@@ -98,4 +98,21 @@ func TestAdaptiveRestore(t *testing.T) {
 	}
 	t.Logf("after the refresh: %.3f of touched pages outside the set, total %.0f ms (%s)", inv.StrategyStats.SetOutsideRatio,
 		inv.Timing.TotalMS, time.Since(start).Round(time.Millisecond))
+
+	// Asked for: FaaSnap's loading set and SnapBPF's prefetch set recorded
+	// again with the larger input, swapped in, and restored whole.
+	asked, err := c.RefreshWorkingSets(ctx, "image", large, "faasnap", "snapbpf")
+	if err != nil || asked.State != wire.OpSucceeded || asked.Source != "request" || len(asked.Sets) != 2 {
+		t.Fatalf("asked refresh: %v %+v", err, asked)
+	}
+	for _, set := range asked.Sets {
+		t.Logf("%s: %d -> %d pages", set.Strategy, set.PagesBefore, set.PagesAfter)
+		inv, err := c.InvokeFunction(ctx, "image", large, client.InvokeOptions{Strategy: set.Strategy, EvictCache: true})
+		if err != nil || !inv.OK || inv.Strategy != set.Strategy || inv.StrategyStats.Fallback != "" || inv.StrategyStats.SetPages == 0 {
+			t.Fatalf("%s after its refresh: %v %+v", set.Strategy, err, inv)
+		}
+		if set.PagesAfter == 0 || set.PagesAfter == set.PagesBefore && set.BytesAfter == set.BytesBefore && set.Strategy == "faasnap" {
+			t.Errorf("%s: the set did not change with the larger input: %+v", set.Strategy, set)
+		}
+	}
 }

@@ -557,3 +557,55 @@ func TestBackgroundPrepare(t *testing.T) {
 		t.Error("background prepare not counted")
 	}
 }
+
+// A refresh asked for records the named sets again now with the given
+// input, or refuses at once what it cannot do.
+func TestRefreshAskedFor(t *testing.T) {
+	w := &genWorld{}
+	s, res := preparedGen(t, w, nil)
+	ctx := context.Background()
+	if _, err := s.RefreshWorkingSets(ctx, RefreshRequest{Function: "echo", Strategies: []string{"snapbpf"}}); !errors.Is(err, ErrInvalid) ||
+		!strings.Contains(err.Error(), `no recorded set of strategy "snapbpf" (it has: reap, faasnap)`) {
+		t.Fatalf("unknown strategy: %v", err)
+	}
+	if _, err := s.RefreshWorkingSets(ctx, RefreshRequest{Function: "echo", Event: json.RawMessage(`{`)}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad event: %v", err)
+	}
+	if _, err := s.RefreshWorkingSets(ctx, RefreshRequest{Function: "none"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown function: %v", err)
+	}
+	r, err := s.RefreshWorkingSets(ctx, RefreshRequest{Function: "echo", Event: json.RawMessage(`{"x":9}`), Strategies: []string{"reap"}})
+	if err != nil || r.State != wire.OpSucceeded || r.Source != "request" || len(r.Sets) != 1 || r.Sets[0].PagesAfter != 102 {
+		t.Fatalf("refresh: %v %+v", err, r)
+	}
+	if g := readGen(filepath.Join(res.Warm.Dir, "strategies", "reap", "gen.json")); g != 2 {
+		t.Fatalf("generation %d", g)
+	}
+	op, err := s.StartRefresh(ctx, RefreshRequest{Function: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the refresh operation", func() bool {
+		o, _ := s.Operation(ctx, op.ID)
+		return o.State != wire.OpRunning
+	})
+	// Every recorded set: the gen strategy's and FaaSnap's real one (its
+	// record on the fake VMM, a new loading set of the warm memory).
+	if o, _ := s.Operation(ctx, op.ID); o.State != wire.OpSucceeded || o.Result.Refresh == nil || o.Result.Refresh.Operation != op.ID ||
+		len(o.Result.Refresh.Sets) != 2 || o.Result.Refresh.Sets[1].Strategy != "faasnap" || o.Result.Refresh.Sets[1].BytesAfter == 0 {
+		t.Fatalf("operation %+v %+v", o, o.Result.Refresh)
+	}
+	if inv := coldOf(t, s, "echo", "faasnap"); inv.Strategy != "faasnap" || inv.StrategyStats.Fallback != "" {
+		t.Fatalf("faasnap after its refresh: %+v", inv.StrategyStats)
+	}
+	doc, _ := s.FunctionRestore(ctx, "echo")
+	if rs := doc.Versions[0].Refreshes; len(rs) != 2 || rs[0].Operation != op.ID || rs[0].Reason != "asked for" {
+		t.Fatalf("refreshes %+v", rs)
+	}
+	// A snapshot without recorded sets has nothing to refresh.
+	_, _ = bootAndSnapshot(t, s, "plain")
+	if _, err := s.RefreshWorkingSets(ctx, RefreshRequest{Function: "plain"}); !errors.Is(err, ErrConflict) ||
+		!strings.Contains(err.Error(), "no recorded working set to refresh: prepare plain first") {
+		t.Fatalf("plain: %v", err)
+	}
+}
