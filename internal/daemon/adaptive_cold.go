@@ -208,7 +208,8 @@ func (a *adaptive) drift(vs *restoreState, o coldObservation, set settings, fn s
 	}
 	ratio := st.SetOutsideRatio
 	a.s.metrics.SetUse(kind, ratio)
-	if !w.Observe(ratio) || set.refresh == wire.RefreshOff || vs.Held[kind] != "" || a.busy[verKey{fn, o.version}] ||
+	held := set.refresh == wire.RefreshPrepare && vs.Held[kind] != "" // traffic may still help
+	if !w.Observe(ratio) || set.refresh == wire.RefreshOff || held || a.busy[verKey{fn, o.version}] ||
 		a.backingOff(vs, time.Now()) {
 		return nil
 	}

@@ -83,12 +83,12 @@ func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version in
 			if l := vs.Locations[locLocal]; l != nil && l.Snapshot == p.snapshot {
 				l.Forget(string(p.kind)) // measured anew on the new set
 			}
-			if held != "" {
-				if vs.Held == nil {
-					vs.Held = map[string]string{}
-				}
-				vs.Held[string(p.kind)] = held
+		}
+		if held != "" {
+			if vs.Held == nil {
+				vs.Held = map[string]string{}
 			}
+			vs.Held[string(p.kind)] = held
 		}
 	})
 	if err != nil {
@@ -126,7 +126,7 @@ func (a *adaptive) rerecord(ctx context.Context, fn *catalog.Function, p refresh
 	event := p.event
 	if event == nil {
 		if event, err = a.prepareEvent(ctx, sn); err != nil {
-			return out, "", err
+			return out, err.Error(), err // held: no refresh with the prepare's input can run
 		}
 	}
 	snap, err := a.s.strategySnapshot(sn)
