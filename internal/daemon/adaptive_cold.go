@@ -29,7 +29,7 @@ const localRule = "locally, faasnap where the snapshot has its artifacts, then r
 // choose picks the strategy of a cold start: the request's, else the
 // function's fixed one, else, under auto and for requests that name no
 // snapshot, the policy's for the snapshot's version and location.
-func (a *adaptive) choose(ctx context.Context, req ColdRequest, snapID string, _ Target, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
+func (a *adaptive) choose(ctx context.Context, req ColdRequest, snapID string, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
 	if req.Strategy != "" {
 		return st, &wire.StrategyChoice{How: "request"}
 	}

@@ -260,7 +260,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
-	strategy, choice := s.adaptive.choose(ctx, req, snapID, target, strategy)
+	strategy, choice := s.adaptive.choose(ctx, req, snapID, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
