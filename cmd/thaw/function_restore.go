@@ -115,7 +115,7 @@ strategy over the daemon's default.`,
 // printRestore prints a function's restore document as thaw function get
 // and thaw function restore show it.
 func (a *app) printRestore(doc *client.FunctionRestore) error {
-	if doc == nil {
+	if doc == nil || a.quiet {
 		return nil
 	}
 	w := newTable(a.stdout)
