@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -17,7 +19,7 @@ func (r *AdaptiveResult) Markdown() string {
 		p("## Drift: %s, input A then B\n\n", c.Case.Name)
 		p("%d cold starts per arm, the first %d with input A (the prepare's, `%s`), the rest with B (`%s`); "+
 			"every cold start evicts its snapshot's files from the page cache first; the arms take turns at every step.\n\n",
-			c.ColdStarts, c.ColdStarts/2, c.Case.RecordEvent, c.Case.TestEvent)
+			c.ColdStarts, c.ColdStarts/2, compact(c.Case.RecordEvent), compact(c.Case.TestEvent))
 	case "mixed":
 		c := r.Mixed
 		names := make([]string, len(c.Cases))
@@ -166,4 +168,13 @@ func (r *AdaptiveResult) locationBars() string {
 	}
 	return BarChart{Title: "mixed: total per location and arm", YLabel: "total (s)", Groups: []string{mixedLocal, mixedRemote},
 		Series: arms, Values: vals}.SVG()
+}
+
+// compact is an event on one line.
+func compact(ev json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, ev) != nil {
+		return string(ev)
+	}
+	return b.String()
 }
