@@ -180,7 +180,13 @@ func RunDrift(ctx context.Context, c *client.Client, cfg DriftConfig) (*Adaptive
 // coldSample runs one cold start of arm's function (its snapshot's files
 // evicted from the page cache first) and measures it.
 func coldSample(ctx context.Context, c *client.Client, exp, arm, fn string, step int, phase string, event json.RawMessage) (AdaptiveSample, error) {
-	inv, err := c.InvokeFunction(ctx, fn, event, client.InvokeOptions{EvictCache: true})
+	return coldSampleWith(ctx, c, exp, arm, fn, "", step, phase, event)
+}
+
+// coldSampleWith is coldSample with the request naming strategy ("":
+// none, the function's setting decides).
+func coldSampleWith(ctx context.Context, c *client.Client, exp, arm, fn, strategy string, step int, phase string, event json.RawMessage) (AdaptiveSample, error) {
+	inv, err := c.InvokeFunction(ctx, fn, event, client.InvokeOptions{EvictCache: true, Strategy: strategy})
 	if err != nil {
 		return AdaptiveSample{}, fmt.Errorf("%s step %d: %w", fn, step, err)
 	}

@@ -41,19 +41,24 @@ type MixedConfig struct {
 	Say              func(format string, a ...any) `json:"-"`
 }
 
-// mixedJob is one function at one location under one arm.
+// mixedJob is one function at one location: its copy under auto, and
+// the copy every fixed arm invokes naming its strategy (a fixed arm needs
+// no function of its own: only auto learns from a function's cold starts,
+// and auto's copy sees none of the fixed arms').
 type mixedJob struct {
 	fc       FunctionCase
 	location string
-	arm      string
 }
 
-func (j mixedJob) name() string {
+func (j mixedJob) name(arm string) string {
 	loc := "l"
 	if j.location == mixedRemote {
 		loc = "r"
 	}
-	return armFunction(j.fc.Name+"-"+loc, j.arm)
+	if arm != ArmAuto {
+		arm = "fixed"
+	}
+	return j.fc.Name + "-" + loc + "-" + arm
 }
 
 // RunMixed runs the mixed experiment against the daemon c, which needs a
@@ -74,37 +79,46 @@ func RunMixed(ctx context.Context, c *client.Client, cfg MixedConfig) (*Adaptive
 	var jobs []mixedJob
 	for _, fc := range cfg.Cases {
 		for _, loc := range []string{mixedLocal, mixedRemote} {
-			for _, arm := range cfg.Arms {
-				j := mixedJob{fc: fc, location: loc, arm: arm}
-				if err := setUpMixed(ctx, c, j, cfg.Say); err != nil {
+			j := mixedJob{fc: fc, location: loc}
+			for _, arm := range []string{ArmAuto, "fixed"} {
+				if err := setUpMixed(ctx, c, j, arm, cfg.Say); err != nil {
 					return nil, err
 				}
-				jobs = append(jobs, j)
 			}
+			jobs = append(jobs, j)
 		}
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
+	n := len(jobs) * len(cfg.Arms)
 	for round := 0; round < cfg.Rounds; round++ {
-		order := rng.Perm(len(jobs))
-		for k, i := range order {
-			j := jobs[i]
-			s, err := coldSample(ctx, c, "mixed", j.arm, j.name(), round, j.location, j.fc.TestEvent)
+		for k, i := range rng.Perm(n) {
+			j, arm := jobs[i/len(cfg.Arms)], cfg.Arms[i%len(cfg.Arms)]
+			strategy := ""
+			if arm != ArmAuto {
+				strategy = arm
+			}
+			s, err := coldSampleWith(ctx, c, "mixed", arm, j.name(arm), strategy, round, j.location, j.fc.TestEvent)
 			if err != nil {
 				return nil, err
 			}
 			res.add(cfg.Sink, s)
-			cfg.Say("round %d %3d/%d %-22s %-8s %-8s total %7.1f ms, fetched %s", round+1, k+1, len(jobs), j.name(), s.Strategy, s.How,
+			cfg.Say("round %d %3d/%d %-22s %-8s %-8s %-8s total %7.1f ms, fetched %s", round+1, k+1, n, j.name(arm), arm, s.Strategy, s.How,
 				s.TotalMS, fmtMiBytes(s.FetchedBytes))
 		}
 	}
 	return res, res.finish(ctx, c, "")
 }
 
-// setUpMixed creates and prepares a job's function; a remote one is then
-// pushed and its local snapshots deleted.
-func setUpMixed(ctx context.Context, c *client.Client, j mixedJob, say func(string, ...any)) error {
-	name := j.name()
-	if err := freshFunction(ctx, c, j.fc, name, armOptions(j.arm)...); err != nil {
+// setUpMixed creates and prepares a job's function for arm (auto, or the
+// fixed arms' copy); a remote one is then pushed and its local snapshots
+// deleted.
+func setUpMixed(ctx context.Context, c *client.Client, j mixedJob, arm string, say func(string, ...any)) error {
+	name := j.name(arm)
+	opts := armOptions(ArmAuto)
+	if arm != ArmAuto {
+		opts = armOptions("vanilla") // requests name their strategy
+	}
+	if err := freshFunction(ctx, c, j.fc, name, opts...); err != nil {
 		return err
 	}
 	say("%s: prepare", name)
