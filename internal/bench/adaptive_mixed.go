@@ -141,5 +141,14 @@ func setUpMixed(ctx context.Context, c *client.Client, j mixedJob, arm string, s
 			return fmt.Errorf("delete %s's local snapshot %s: %w", name, sn.ID, err)
 		}
 	}
+	// Its first invocation imports it (lazily): done here, not measured,
+	// so every arm's samples are lazy restores alike.
+	inv, err := c.InvokeFunction(ctx, name, j.fc.TestEvent, client.InvokeOptions{Strategy: "reap"})
+	if err != nil {
+		return fmt.Errorf("import %s: %w", name, err)
+	}
+	if inv.Timing.Restore == nil || inv.Timing.Restore.Source != "registry" {
+		return fmt.Errorf("import %s: the restore did not come from the registry", name)
+	}
 	return nil
 }
