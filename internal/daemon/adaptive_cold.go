@@ -162,13 +162,15 @@ func (a *adaptive) observe(ctx context.Context, o coldObservation) {
 	}
 }
 
-// sampleOf is an invocation's sample: its total, set-up and resume, the
+// sampleOf is an invocation's sample: its total (without an import), set-up and resume, the
 // faults it took (the VMM's major faults, those the strategy served) and
 // the bytes read for it (by the VMM from storage, by the daemon for the
 // strategy, by the memory source from the registry).
 func sampleOf(inv *Invocation, at time.Time) policy.Sample {
 	rt := inv.Timing.Restore
-	s := policy.Sample{At: at, TotalMS: inv.Timing.TotalMS, SetupMS: rt.SetupMS, ResumeMS: rt.ResumeMS}
+	// An import (the function fetched from the registry first) is part of
+	// the total but not of the restore the strategy made.
+	s := policy.Sample{At: at, TotalMS: inv.Timing.TotalMS - inv.Timing.ImportMS, SetupMS: rt.SetupMS, ResumeMS: rt.ResumeMS}
 	if p := inv.Process; p != nil {
 		s.Faults += p.MajorFaults
 		s.BytesRead += p.ReadBytes
