@@ -40,12 +40,17 @@ type AdaptiveConfig struct {
 	// Backoff is how long after a failed background prepare or refresh of
 	// a version another may start (0: DefaultAdaptiveBackoff).
 	Backoff time.Duration
+	// MaxBackground bounds the background prepares and refreshes running
+	// at once, daemon-wide (0: DefaultMaxBackground); one that would pass
+	// it waits for a later cold start to ask again.
+	MaxBackground int
 }
 
 // Defaults of AdaptiveConfig.
 const (
 	DefaultPrepareAfter    = 5
 	DefaultAdaptiveBackoff = 10 * time.Minute
+	DefaultMaxBackground   = 1
 	// maxRefreshes is how many refreshes a version's document keeps.
 	maxRefreshes = 10
 )
@@ -65,6 +70,9 @@ func (c AdaptiveConfig) validate() []error {
 	}
 	if c.Backoff < 0 {
 		errs = append(errs, fmt.Errorf("adaptive backoff %s must not be negative", c.Backoff))
+	}
+	if c.MaxBackground < 0 || c.MaxBackground > 64 {
+		errs = append(errs, fmt.Errorf("background operations %d: give 0 (the default, %d) or 1-64", c.MaxBackground, DefaultMaxBackground))
 	}
 	return errs
 }
@@ -140,8 +148,10 @@ type adaptive struct {
 	mu     sync.Mutex
 	states map[verKey]*restoreState // loaded from the catalog on first use
 	rng    *rand.Rand
-	// busy: versions with a background prepare or refresh running.
-	busy map[verKey]bool
+	// busy: versions with a background prepare or refresh running;
+	// background counts those the daemon started by itself.
+	busy       map[verKey]bool
+	background int
 }
 
 func newAdaptive(s *Service, cfg AdaptiveConfig) *adaptive {
@@ -150,6 +160,9 @@ func newAdaptive(s *Service, cfg AdaptiveConfig) *adaptive {
 	}
 	if cfg.Backoff == 0 {
 		cfg.Backoff = DefaultAdaptiveBackoff
+	}
+	if cfg.MaxBackground == 0 {
+		cfg.MaxBackground = DefaultMaxBackground
 	}
 	return &adaptive{s: s, cfg: cfg, states: map[verKey]*restoreState{}, busy: map[verKey]bool{},
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}

@@ -224,7 +224,6 @@ func (a *adaptive) drift(vs *restoreState, o coldObservation, set settings, fn s
 			p.event = json.RawMessage("null")
 		}
 	}
-	vs.Drift[kind] = &policy.DriftWindow{} // counted afresh from here
 	return p
 }
 

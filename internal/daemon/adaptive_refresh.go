@@ -25,13 +25,11 @@ import (
 // startRefresh starts the refresh p of fn's version as an operation.
 func (a *adaptive) startRefresh(fn *catalog.Function, version int, p refreshPlan) {
 	k := verKey{fn.Name, version}
-	a.mu.Lock()
-	if a.busy[k] {
-		a.mu.Unlock()
-		return
+	if !a.claim(k) {
+		return // a later drifted cold start asks again
 	}
-	a.busy[k] = true
-	a.mu.Unlock()
+	// The window is counted afresh from here.
+	a.record(context.Background(), fn, version, func(vs *restoreState) { delete(vs.Drift, string(p.kind)) })
 	src := wire.RefreshPrepare
 	if p.event != nil {
 		src = wire.RefreshTraffic
@@ -40,7 +38,7 @@ func (a *adaptive) startRefresh(fn *catalog.Function, version int, p refreshPlan
 		State: wire.OpRunning, StartedAt: time.Now()}
 	op, err := a.startBackground(wire.OpRefresh, fn.Name+":"+strconv.Itoa(version)+" "+p.snapshot,
 		func(ctx context.Context, op string) (*wire.OperationResult, error) {
-			defer a.idle(k)
+			defer a.release(k)
 			rec.Operation = op
 			done, err := a.refresh(ctx, fn, version, p, rec)
 			if err != nil {
@@ -49,7 +47,7 @@ func (a *adaptive) startRefresh(fn *catalog.Function, version int, p refreshPlan
 			return &wire.OperationResult{Refresh: &done}, nil
 		})
 	if err != nil {
-		a.idle(k)
+		a.release(k)
 		a.s.log.Warn("working-set refresh not started", "function", fn.Name, "version", version, "err", err)
 		return
 	}
@@ -60,6 +58,26 @@ func (a *adaptive) startRefresh(fn *catalog.Function, version int, p refreshPlan
 func (a *adaptive) idle(k verKey) {
 	a.mu.Lock()
 	delete(a.busy, k)
+	a.mu.Unlock()
+}
+
+// claim marks background work of k as running, if none is for k and the
+// daemon-wide budget (MaxBackground) has room; release ends it.
+func (a *adaptive) claim(k verKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.busy[k] || a.background >= a.cfg.MaxBackground {
+		return false
+	}
+	a.busy[k] = true
+	a.background++
+	return true
+}
+
+func (a *adaptive) release(k verKey) {
+	a.mu.Lock()
+	delete(a.busy, k)
+	a.background--
 	a.mu.Unlock()
 }
 
@@ -225,13 +243,9 @@ func (a *adaptive) record(ctx context.Context, fn *catalog.Function, version int
 // invocation's, used once and not kept, else none (null).
 func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot string, set settings, event json.RawMessage) {
 	k := verKey{fn.Name, version}
-	a.mu.Lock()
-	if a.busy[k] {
-		a.mu.Unlock()
-		return
+	if !a.claim(k) {
+		return // a later cold start asks again
 	}
-	a.busy[k] = true
-	a.mu.Unlock()
 	ref, ev, fromTraffic := fn.Name, json.RawMessage("null"), false
 	if version > 0 {
 		ref = fn.Name + ":" + strconv.Itoa(version)
@@ -246,7 +260,7 @@ func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot stri
 		Reason: fmt.Sprintf("%d cold starts under auto restored %s, which has no strategy artifacts", a.cfg.PrepareAfter, snapshot)}
 	req := PrepareRequest{Function: ref, RecordEvent: ev, fromTraffic: fromTraffic}
 	op, err := a.startBackground(wire.OpPrepare, ref, func(ctx context.Context, op string) (*wire.OperationResult, error) {
-		defer a.idle(k)
+		defer a.release(k)
 		rec.Operation = op
 		a.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare = rec })
 		res, err := a.s.Prepare(ctx, req)
@@ -265,7 +279,7 @@ func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot stri
 		return &wire.OperationResult{Prepare: res}, nil
 	})
 	if err != nil {
-		a.idle(k)
+		a.release(k)
 		a.s.log.Warn("background prepare not started", "function", ref, "err", err)
 		return
 	}

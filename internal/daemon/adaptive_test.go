@@ -609,3 +609,30 @@ func TestRefreshAskedFor(t *testing.T) {
 		t.Fatalf("plain: %v", err)
 	}
 }
+
+// Background prepares and refreshes hold a daemon-wide budget besides the
+// one per version: one that would pass it is not started, and the budget
+// is free again when one ends; a budget out of range is refused.
+func TestBackgroundBudget(t *testing.T) {
+	a := newAdaptive(nil, AdaptiveConfig{MaxBackground: 2})
+	one, two, three := verKey{"a", 1}, verKey{"b", 1}, verKey{"c", 2}
+	if !a.claim(one) || a.claim(one) {
+		t.Fatal("a version runs one background work at a time")
+	}
+	if !a.claim(two) || a.claim(three) {
+		t.Fatal("a third claim passed a budget of 2")
+	}
+	a.release(one)
+	if !a.claim(three) || a.claim(one) {
+		t.Fatal("a released claim did not free its room")
+	}
+	if d := newAdaptive(nil, AdaptiveConfig{}); d.cfg.MaxBackground != DefaultMaxBackground {
+		t.Fatalf("default budget %d", d.cfg.MaxBackground)
+	}
+	for _, n := range []int{-1, 65} {
+		errs := AdaptiveConfig{DefaultStrategy: wire.StrategyAuto, DefaultRefresh: wire.RefreshPrepare, MaxBackground: n}.validate()
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "give 0 (the default, 1) or 1-64") {
+			t.Fatalf("budget %d: %v", n, errs)
+		}
+	}
+}
