@@ -48,6 +48,64 @@ echo "-- a web page's cross-site text/plain POST (even with the token):"
 curl -sS -X POST "http://$ADDR/v1/functions" -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' \
   -H "Authorization: Bearer $(cat "$DATA/data/token")" --data '{"name":"pwned","directory":"/etc"}' -w ' (HTTP %{http_code})\n'
 
+# A function of the demo's own, in two versions: it greets with its
+# environment's GREETING and proves it holds the secret API_KEY (delivered
+# at restore, never in a snapshot) by a digest of it.
+greet() { # greet DIR MARK
+  mkdir -p "$1"
+  cat >"$1/handler.py" <<PY
+import hashlib
+import os
+
+MARK = "$2"
+key_seen_at_restore = None
+
+
+def on_restore():
+    global key_seen_at_restore
+    key_seen_at_restore = "API_KEY" in os.environ
+
+
+def handle(event):
+    key = os.environ.get("API_KEY", "")
+    return {"version": MARK, "greeting": os.environ["GREETING"] + ", " + (event or {}).get("name", "world"),
+            "api_key_sha256": hashlib.sha256(key.encode()).hexdigest()[:12], "key_at_restore": key_seen_at_restore}
+PY
+}
+greet "$DATA/greet-v1" v1
+greet "$DATA/greet-v2" v2
+KEY1="demo-key-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+
+step "a secret: sealed on the daemon, shown only as a version and a digest"
+printf %s "$KEY1" | thaw secret set api-key
+thaw secret list
+
+step "deploy: one command from code to a published version (build, boot, snapshot, publish; live -> 1)"
+thaw deploy greet --dir "$DATA/greet-v1" --memory 256 --env GREETING=Hello --secret API_KEY=api-key
+thaw invoke greet --event '{"name":"deploy"}'
+echo "(the key's digest: $(printf %s "$KEY1" | sha256sum | cut -c1-12))"
+
+step "deploy version 2: live moves to it; version 1 stays invocable as greet:1"
+thaw deploy greet --dir "$DATA/greet-v2"
+thaw invoke greet
+thaw invoke greet:1
+thaw function versions greet
+
+step "rollback: live back to version 1 in about a millisecond, nothing boots"
+thaw rollback greet
+thaw invoke greet
+
+step "a new secret value reaches the next cold start, with no new snapshot"
+KEY2="demo-key-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+printf %s "$KEY2" | thaw secret set api-key
+thaw invoke greet
+echo "(the new key's digest: $(printf %s "$KEY2" | sha256sum | cut -c1-12))"
+echo "-- the key's plaintext in any file under the data directory (snapshots, logs, catalog):"
+if grep -rlaF -e "$KEY1" -e "$KEY2" "$DATA/data" "$STORE" 2>/dev/null; then echo "FOUND (a bug)"; exit 1; else echo "none"; fi
+
+step "delete greet in one step: its VMs (kept idle, standby), snapshots, versions and aliases"
+thaw function delete greet --cascade --yes
+
 step "create the function 'hello' ($MEM MiB guest)"
 thaw function create hello --dir functions/hello --memory "$MEM"
 

@@ -73,6 +73,13 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 		},
 	}
 	addDetach(cmd, &detach)
+	addDeployFlags(cmd, f, &noPromote, &prepared, &ev)
+	return cmd
+}
+
+// addDeployFlags adds deploy's settings flags (those of function create,
+// and what to do with the version).
+func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *bool, ev *eventFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.dir, "dir", "", "directory with the function's code (required)")
 	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the function's, or the daemon's)")
@@ -86,12 +93,11 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; default: the function's)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; default: the function's)")
-	fl.BoolVar(&noPromote, "no-promote", false, "publish the version without moving the live alias to it")
-	fl.BoolVar(&prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
+	fl.BoolVar(noPromote, "no-promote", false, "publish the version without moving the live alias to it")
+	fl.BoolVar(prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
 	ev.add(cmd, "the record input of --prepare")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
-	return cmd
 }
 
 // deployRequest checks deploy's flags and builds its request.

@@ -286,18 +286,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		start = start.Add(time.Since(t)) // eviction is preparation, not part of the cold start
 	}
 	// The import is part of the total but reported apart, not as set-up.
-	o := restoreOpts{begin: strategy.Start, start: start.Add(imported)}
-	if req.Variant != "" {
-		o.begin = func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
-			env.Variant = req.Variant
-			return strategy.Start(ctx, snap, env)
-		}
-	}
-	if !req.EvictCache && req.Variant == "" && choice.How != "explore" {
-		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
-	}
-	if req.Strict {
-		o = strictly(o)
+	o := coldOptions(req, strategy, start.Add(imported))
+	if choice.How == "explore" {
+		o.pool = "" // an exploration neither uses nor refills a standby VM of the strategy it tries
 	}
 	stale := s.staleNote(req.Function, target.Version)
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
@@ -328,13 +319,8 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if o.pool != "" {
 		s.refillLater(poolKey{snapID, o.pool}, lv.fn)
 	}
-	t := time.Now()
 	if !pooled || !s.park(lv, rec, snapID) {
-		s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
-		if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
-			s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
-		}
-		inv.Timing.TeardownMS = ms(time.Since(t))
+		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
 	}
 	s.record(ctx, inv)
 	s.adaptive.observe(ctx, coldObservation{inv: inv, event: req.Event, variant: req.Variant != "", snapshot: snapID, version: inv.Version})
@@ -342,6 +328,37 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
 	return inv, nil
+}
+
+// coldOptions says how a cold start restores: with strategy (and the
+// request's variant), from a standby VM of the VMM pool unless the cache is
+// evicted first or a variant is asked for, strictly if asked to.
+func coldOptions(req ColdRequest, strategy restore.Strategy, start time.Time) restoreOpts {
+	o := restoreOpts{begin: strategy.Start, start: start}
+	if req.Variant != "" {
+		o.begin = func(ctx context.Context, snap restore.Snapshot, env restore.Env) (restore.Session, error) {
+			env.Variant = req.Variant
+			return strategy.Start(ctx, snap, env)
+		}
+	}
+	if !req.EvictCache && req.Variant == "" {
+		o.pool = strategy.Kind // an evicted cold start is measured from storage, so never from a standby VM
+	}
+	if req.Strict {
+		o = strictly(o)
+	}
+	return o
+}
+
+// tearDownCold stops a cold invocation's VM (the pool did not keep it) and
+// forgets it; it returns how long that took, in ms.
+func (s *Service) tearDownCold(ctx context.Context, lv *liveVM, rec *catalog.VM) float64 {
+	t := time.Now()
+	s.stopVM(ctx, lv, catalog.StateStopped, "cold invocation finished")
+	if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
+		s.log.Error("forget cold vm", "vm", rec.ID, "err", err)
+	}
+	return ms(time.Since(t))
 }
 
 // coldTarget resolves the snapshot and strategy of a cold start: the
