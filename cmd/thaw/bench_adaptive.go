@@ -64,50 +64,25 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 			if report {
 				return a.rerenderAdaptive(out, mixed)
 			}
-			say := func(format string, x ...any) {
-				fmt.Fprintf(a.stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
-			}
-			var sink *os.File
-			name := "adaptive-drift"
 			if mixed {
-				name = "adaptive-mixed"
+				return a.benchAdaptive(out, "adaptive-mixed", func(sink *os.File, say func(string, ...any)) (*bench.AdaptiveResult, error) {
+					return a.runMixed(root, inputsFrom, functions, arms, rounds, seed, sink, say)
+				})
 			}
-			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				f, err := os.Create(filepath.Join(out, name+".partial.jsonl"))
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				sink = f
+			fc, ok := driftCases(root)[function]
+			if !ok {
+				return usagef("--function %q: one of image, json, matmul", function)
 			}
-			var res *bench.AdaptiveResult
-			var err error
-			if mixed {
-				res, err = a.runMixed(root, inputsFrom, functions, arms, rounds, seed, sink, say)
-			} else {
-				fc, ok := driftCases(root)[function]
-				if !ok {
-					return usagef("--function %q: one of image, json, matmul", function)
-				}
-				if len(arms) == 0 {
-					arms = bench.DefaultDriftArms
-				}
+			if len(arms) == 0 {
+				arms = bench.DefaultDriftArms
+			}
+			return a.benchAdaptive(out, "adaptive-drift", func(sink *os.File, say func(string, ...any)) (*bench.AdaptiveResult, error) {
 				cfg := bench.DriftConfig{Case: fc, Arms: arms, ColdStarts: coldStarts, Say: say}
 				if sink != nil {
 					cfg.Sink = sink
 				}
-				res, err = bench.RunDrift(a.ctx, a.c, cfg)
-			}
-			if err != nil {
-				return err
-			}
-			if sink != nil {
-				_ = os.Remove(sink.Name())
-			}
-			return printResults(a, out, name, res.Samples, res, res.Markdown(), res.Figures())
+				return bench.RunDrift(a.ctx, a.c, cfg)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -123,6 +98,34 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 	fl.Uint64Var(&seed, "seed", 1, "mixed: the shuffle's seed")
 	fl.BoolVar(&report, "report", false, "only write the report and plots again from DIR/adaptive-EXPERIMENT.json (--out)")
 	return cmd
+}
+
+// benchAdaptive runs one adaptive experiment, its samples written as they
+// come to out/NAME.partial.jsonl, and writes its results to out.
+func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ...any)) (*bench.AdaptiveResult, error)) error {
+	say := func(format string, x ...any) {
+		fmt.Fprintf(a.stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
+	}
+	var sink *os.File
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(out, name+".partial.jsonl"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sink = f
+	}
+	res, err := run(sink, say)
+	if err != nil {
+		return err
+	}
+	if sink != nil {
+		_ = os.Remove(sink.Name())
+	}
+	return printResults(a, out, name, res.Samples, res, res.Markdown(), res.Figures())
 }
 
 // rerenderAdaptive writes an experiment's report and plots again from its
