@@ -7,6 +7,11 @@ import "time"
 type PullRequest struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	Function string `json:"function,omitempty"`
+	// Version, with Function, pulls that version of the function (its
+	// signed version record), entered here under the same number; without
+	// it, the function's newest pushed snapshot (and its version, if it
+	// has one).
+	Version int `json:"version,omitempty"`
 	// Lazy pulls everything but the memory file, whose pages come from
 	// the registry on demand (a lazy snapshot, Snapshot.Memory "remote").
 	Lazy bool `json:"lazy,omitempty"`

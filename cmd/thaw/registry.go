@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,11 +36,13 @@ func (a *app) newSnapshotPullCmd() *cobra.Command {
 		lazy     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "pull [SNAPSHOT] [--function FUNCTION]",
+		Use:   "pull [SNAPSHOT] [--function FUNCTION[:VERSION]]",
 		Short: "Fetch a snapshot from the snapshot registry",
 		Long: `Fetch a snapshot from the registry: by id, or with --function the newest
-snapshot pushed for that function. A function this node does not have is
-created from the registry's record of it. Every chunk is verified before it
+snapshot pushed for that function (with :VERSION, that version's). A
+function this node does not have is created from the registry's record of
+it; a version is entered under the number it was deployed with, so
+NAME:VERSION runs the same code on every node. Every chunk is verified before it
 is used, and the whole snapshot against its manifest before it enters the
 catalog; an interrupted pull keeps the chunks it verified (in the node's
 chunk cache) and a second one resumes. With --lazy everything but the memory
@@ -48,14 +52,23 @@ later pull of the same snapshot completes it in place. Runs as an operation
 in thawd, its bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
 		Example: `  thaw snapshot pull snap-0123abcd
   thaw snapshot pull --function hello && thaw invoke hello --strategy faasnap
-  thaw snapshot pull --lazy --function hello   # memory stays in the registry`,
+  thaw snapshot pull --lazy --function hello   # memory stays in the registry
+  thaw snapshot pull --function hello:3`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req client.PullRequest
 			switch {
 			case len(args) == 1 && function == "":
 				req.Snapshot = args[0]
 			case len(args) == 0 && function != "":
-				req.Function = function
+				name, version, versioned := strings.Cut(function, ":")
+				req.Function = name
+				if versioned {
+					n, err := strconv.Atoi(version)
+					if err != nil || n <= 0 {
+						return usagef("--function takes NAME or NAME:VERSION (a version number; aliases are each node's own)")
+					}
+					req.Version = n
+				}
 			default:
 				return usagef("give a snapshot id or --function, one of them")
 			}
@@ -64,7 +77,7 @@ in thawd, its bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
 		},
 	}
 	addDetach(cmd, &detach)
-	cmd.Flags().StringVar(&function, "function", "", "pull the newest snapshot pushed for this function")
+	cmd.Flags().StringVar(&function, "function", "", "pull the newest snapshot pushed for this function (NAME:VERSION: of that version)")
 	cmd.Flags().BoolVar(&lazy, "lazy", false, "leave the memory in the registry: restores fetch its pages on demand")
 	return cmd
 }

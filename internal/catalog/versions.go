@@ -307,3 +307,52 @@ func (c *DB) DeleteFunctionVersions(ctx context.Context, function string) error 
 	}
 	return nil
 }
+
+// ImportVersion enters a version another node published, under its
+// number, with the snapshots pulled for it, in one transaction; the live
+// alias routes to it if the function has no live alias yet. The version
+// already here with the same digest just gains the snapshots; with
+// another digest it is ErrExists and nothing changes.
+func (c *DB) ImportVersion(ctx context.Context, v *Version, snapshots []string, live string) error {
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	old, err := scanVersion(tx.QueryRowContext(ctx, `SELECT `+versionCols+` FROM versions WHERE function=? AND number=?`, v.Function, v.Number))
+	switch {
+	case err == nil && old.Digest != v.Digest:
+		return fmt.Errorf("%w: version %s:%d here has other content", ErrExists, v.Function, v.Number)
+	case errors.Is(err, sql.ErrNoRows) || errors.Is(err, ErrNotFound):
+		config, err := json.Marshal(v.Config)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO versions (`+versionCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+			v.Function, v.Number, v.Digest, string(config), string(v.Inputs), false, ts(v.CreatedAt), string(v.RecordEvent)); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case old.Collected:
+		if _, err := tx.ExecContext(ctx, `UPDATE versions SET collected=0 WHERE function=? AND number=?`, v.Function, v.Number); err != nil {
+			return err
+		}
+	}
+	for _, id := range snapshots {
+		if _, err := tx.ExecContext(ctx, `UPDATE snapshots SET version=? WHERE id=?`, v.Number, id); err != nil {
+			return err
+		}
+	}
+	if live != "" {
+		if _, err := getAlias(ctx, tx, v.Function, live); errors.Is(err, ErrNotFound) {
+			routing, _ := json.Marshal([]map[string]int{{"version": v.Number, "weight": 100}})
+			if err := putAlias(ctx, tx, &Alias{Function: v.Function, Name: live, Routing: routing, UpdatedAt: time.Now()}); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

@@ -384,19 +384,24 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 		return fail(err)
 	}
 	if snapID == "" {
-		if target, err = s.resolve(ctx, ref); err != nil {
-			return fail(err)
-		}
 		var notHere error
-		if snapID, notHere = s.newestSnapshotOf(ctx, req.Function, target.Version); notHere != nil {
-			if vs, _ := s.db.ListVersions(ctx, req.Function); target.Version > 0 || len(vs) > 0 {
-				return fail(notHere) // versions are this node's own: nothing to import
+		if target, notHere = s.resolve(ctx, ref); notHere != nil {
+			if ref.Version == 0 || !errors.Is(notHere, ErrNotFound) {
+				return fail(notHere)
+			}
+			target = Target{Version: ref.Version} // a version not here: perhaps in the registry
+		} else {
+			snapID, notHere = s.newestSnapshotOf(ctx, req.Function, target.Version)
+		}
+		if notHere != nil {
+			if vs, _ := s.db.ListVersions(ctx, req.Function); target.Version == 0 && len(vs) > 0 {
+				return fail(notHere) // no live alias here: which version is meant is this node's call
 			}
 			t := time.Now()
 			if req.Strategy == "" {
 				strategy = remote
 			}
-			if snapID, err = s.importOnInvoke(ctx, req.Function, strategy.Kind, notHere); err != nil {
+			if snapID, err = s.importOnInvoke(ctx, req.Function, target.Version, strategy.Kind, notHere); err != nil {
 				return fail(err)
 			}
 			imported = time.Since(t)

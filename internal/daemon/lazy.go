@@ -389,14 +389,18 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 // import. REAP's working set (streamedFiles) starts coming into the chunk
 // cache while the import finishes. Without a registry, or with import turned off, notHere
 // stands.
-func (s *Service) importOnInvoke(ctx context.Context, function string, kind restore.Kind, notHere error) (string, error) {
+func (s *Service) importOnInvoke(ctx context.Context, function string, version int, kind restore.Kind, notHere error) (string, error) {
 	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
 		return "", notHere
 	}
-	v, err, _ := s.imports.Do(function, func() (any, error) {
-		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Lazy: true}, streamedFiles[kind])
+	key := function
+	if version > 0 {
+		key = fmt.Sprintf("%s:%d", function, version)
+	}
+	v, err, _ := s.imports.Do(key, func() (any, error) {
+		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Version: version, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
-			return s.newestSnapshotOf(ctx, function, 0)
+			return s.newestSnapshotOf(ctx, function, version)
 		}
 		if err != nil {
 			return nil, err
@@ -404,11 +408,11 @@ func (s *Service) importOnInvoke(ctx context.Context, function string, kind rest
 		return res.Snapshot.ID, nil
 	})
 	if errors.Is(err, ErrNotFound) {
-		return "", fmt.Errorf("%w: function %q is not on this node and not in the registry: %v", ErrNotFound, function, err)
+		return "", fmt.Errorf("%w: %s is not on this node and not in the registry: %v", ErrNotFound, key, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("import function %s from the registry: %w", function, err)
+		return "", fmt.Errorf("import %s from the registry: %w", key, err)
 	}
-	s.log.Info("function imported for an invocation", "function", function, "snapshot", v)
+	s.log.Info("function imported for an invocation", "function", key, "snapshot", v)
 	return v.(string), nil
 }

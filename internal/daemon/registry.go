@@ -61,7 +61,7 @@ func registryErr(err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
-	case errors.Is(err, registry.ErrBusy):
+	case errors.Is(err, registry.ErrBusy), errors.Is(err, registry.ErrVersionConflict):
 		return fmt.Errorf("%w: %v", ErrConflict, err)
 	case errors.Is(err, registry.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
@@ -110,8 +110,13 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 		return nil, registryErr(err)
 	}
 	phase(ctx, "function record")
-	if err := s.pushFunction(ctx, v.fn, rm); err != nil {
+	if err := s.pushFunction(ctx, v.fn, rm, v.sn.Version); err != nil {
 		return nil, registryErr(err)
+	}
+	if v.sn.Version > 0 {
+		if err := s.pushVersion(ctx, v.fn, v.sn, rm); err != nil {
+			return nil, registryErr(err)
+		}
 	}
 	res := &wire.PushResult{Snapshot: id, Function: v.fn.Name, Chunks: st.Chunks, Uploaded: st.Uploaded,
 		UploadedBytes: st.UploadedBytes, StoredBytes: st.StoredBytes, DataBytes: st.DataBytes,
@@ -123,14 +128,14 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 
 // pushFunction writes the function's record, naming rm as its latest
 // snapshot unless the registry's latest is newer.
-func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *registry.RemoteManifest) error {
+func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *registry.RemoteManifest, version int) error {
 	local, err := rm.LocalManifest()
 	if err != nil {
 		return err
 	}
 	latest, latestAt := rm.ID, local.CreatedAt
 	if old, err := s.registry.GetFunction(ctx, fn.Name); err == nil && old.Latest != rm.ID && old.LatestCreatedAt.After(latestAt) {
-		latest, latestAt = old.Latest, old.LatestCreatedAt
+		latest, latestAt, version = old.Latest, old.LatestCreatedAt, old.Version
 	} else if err != nil && !errors.Is(err, registry.ErrNotFound) && !errors.Is(err, registry.ErrInvalid) && !errors.Is(err, registry.ErrUntrusted) {
 		return err
 	}
@@ -138,10 +143,16 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 	if err != nil {
 		return err
 	}
-	return s.registry.PushFunction(ctx, registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
+	rec := functionRecord(fn)
+	rec.Latest, rec.LatestCreatedAt, rec.Version = latest, latestAt, version
+	return s.registry.PushFunction(ctx, rec, code)
+}
+
+// functionRecord is fn's configuration as the registry carries it.
+func functionRecord(fn *catalog.Function) registry.FunctionRecord {
+	return registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
 		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
-		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets, Deps: recordDeps(fn.Deps),
-		Latest: latest, LatestCreatedAt: latestAt}, code)
+		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets, Deps: recordDeps(fn.Deps)}
 }
 
 // PullSnapshot fetches a snapshot from the registry (req.Snapshot, or the
@@ -165,11 +176,13 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	steps := &stepTimes{at: t0}
 	id := req.Snapshot
 	var code <-chan codeFetch // the function's code, fetched beside the manifest
+	var as *versionImport     // the version the pulled snapshot belongs to
 	if id == "" {
-		rec, err := s.registry.GetFunction(ctx, req.Function)
+		rec, vi, err := s.remoteRecord(ctx, req)
 		if err != nil {
-			return nil, registryErr(err)
+			return nil, err
 		}
+		as = vi
 		if _, err := s.db.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
 			code = s.fetchCode(ctx, rec)
 		}
@@ -220,14 +233,26 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	} else if err != nil {
 		return nil, err
 	}
-	// A function this pull created goes again if the pull fails.
+	cfg := fn // what the snapshot restores with
+	if as != nil {
+		if cfg, err = s.versionConfig(ctx, as, fn, res.FunctionCreated); err != nil {
+			if res.FunctionCreated {
+				_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
+			}
+			return nil, err
+		}
+	}
+	// A function (or a version's code) this pull created goes again if
+	// the pull fails.
 	undo := func() {
 		if res.FunctionCreated {
 			_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
+		} else if as != nil && as.builtCode {
+			_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
 		}
 	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
-	if err := s.compatible(local, fn); err != nil {
+	if err := s.compatible(local, cfg); err != nil {
 		undo()
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
@@ -240,6 +265,13 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	if err != nil {
 		undo()
 		return nil, err
+	}
+	if as != nil {
+		if sn, err = s.enterVersion(ctx, as, cfg, sn); err != nil {
+			_ = s.DeleteSnapshot(context.WithoutCancel(ctx), id)
+			undo()
+			return nil, err
+		}
 	}
 	after := s.chunks.Stats()
 	res.Snapshot = SnapshotBody(sn)

@@ -72,6 +72,11 @@ func (s *Service) collectVersion(ctx context.Context, function string, n int, sn
 			}
 		}
 	}
+	if s.registry != nil {
+		if err := s.registry.DeleteVersion(ctx, function, n); err != nil {
+			s.log.Warn("version retention: registry record stays", "function", function, "version", n, "err", err)
+		}
+	}
 	if err := s.db.SetVersionCollected(ctx, function, n, true); err != nil {
 		s.log.Error("version retention", "function", function, "version", n, "err", err)
 		return false

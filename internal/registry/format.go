@@ -152,7 +152,10 @@ type FunctionRecord struct {
 	Deps *FunctionDeps `json:"deps,omitempty"`
 	// Latest is the id of the newest snapshot pushed for the function
 	// (by the time it was taken: LatestCreatedAt).
-	Latest          string    `json:"latest"`
+	Latest string `json:"latest"`
+	// Version is the version Latest belongs to (versions/<name>/<n>.json
+	// holds it whole); 0: a snapshot made by hand.
+	Version         int       `json:"version,omitempty"`
 	LatestCreatedAt time.Time `json:"latest_created_at"`
 	PushedAt        time.Time `json:"pushed_at"`
 }

@@ -273,6 +273,9 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 		st.Functions++
 		keep[r.Code] = true
 	}
+	if err := s.versionCode(ctx, keep); err != nil {
+		return nil, fmt.Errorf("gc: nothing deleted: %w", err)
+	}
 	return keep, nil
 }
 

@@ -1,0 +1,174 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// KindVersion is a version record's kind: versions/<name>/<number>.json,
+// one immutable version of a function as its publishing node deployed it.
+// Every node that imports the version gives it the same number, so
+// NAME:3 runs the same code and configuration on every node.
+const (
+	KindVersion  = "version"
+	VersionMagic = "thaw-version"
+)
+
+// ErrVersionConflict: the registry holds another content under a
+// version's number (two nodes deployed the function on their own).
+var ErrVersionConflict = errors.New("registry: a version of that number with other content")
+
+// VersionRecord is one version of a function: its number and content
+// digest, the function record a node registers it from (configuration,
+// code archive, dependencies; its Latest is the version's newest snapshot)
+// and every snapshot of the version pushed, oldest first.
+type VersionRecord struct {
+	Magic     string         `json:"magic"`
+	Number    int            `json:"number"`
+	Digest    string         `json:"digest"`
+	Function  FunctionRecord `json:"function"`
+	Snapshots []string       `json:"snapshots"`
+	PushedAt  time.Time      `json:"pushed_at"`
+}
+
+func versionKey(name string, n int) string {
+	return "versions/" + name + "/" + strconv.Itoa(n) + ".json"
+}
+
+// PushVersion writes version vr.Number of vr.Function.Name with its code
+// (stored once, by digest), adding vr's snapshots to those the registry
+// already lists for it. The same number with another digest is
+// ErrVersionConflict and changes nothing.
+func (s *Store) PushVersion(ctx context.Context, vr VersionRecord, code []byte) error {
+	if err := s.canSign(); err != nil {
+		return err
+	}
+	vr.Magic, vr.Function.Magic = VersionMagic, FunctionMagic
+	vr.Function.CodeSHA256 = sumHex(code)
+	vr.Function.Code = codeKey(vr.Function.CodeSHA256)
+	vr.PushedAt = time.Now().UTC()
+	vr.Function.PushedAt = vr.PushedAt
+	l, err := s.pushLease(ctx, "function "+vr.Function.Name)
+	if err != nil {
+		return err
+	}
+	defer l.release()
+	old, err := s.GetVersion(ctx, vr.Function.Name, vr.Number)
+	switch {
+	case err == nil && old.Digest != vr.Digest:
+		return fmt.Errorf("%w: %s:%d is %s there, %s here", ErrVersionConflict, vr.Function.Name, vr.Number, short(old.Digest), short(vr.Digest))
+	case err == nil:
+		for _, id := range vr.Snapshots {
+			if !slices.Contains(old.Snapshots, id) {
+				old.Snapshots = append(old.Snapshots, id)
+			}
+		}
+		vr.Snapshots = old.Snapshots
+	case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUntrusted):
+		return err
+	}
+	vr.Function.Latest = vr.Snapshots[len(vr.Snapshots)-1]
+	if ok, err := s.exists(ctx, vr.Function.Code); err != nil {
+		return err
+	} else if !ok {
+		if err := s.put(ctx, vr.Function.Code, code, "application/gzip"); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(vr)
+	if err != nil {
+		return err
+	}
+	if _, err := decodeVersionRecord(b); err != nil {
+		return err
+	}
+	return s.PutRecord(ctx, KindVersion, versionKey(vr.Function.Name, vr.Number), b)
+}
+
+// GetVersion fetches version n of function name and verifies its
+// signature before it checks its content.
+func (s *Store) GetVersion(ctx context.Context, name string, n int) (*VersionRecord, error) {
+	if !nameRE.MatchString(name) || n <= 0 {
+		return nil, fmt.Errorf("%w: version %s:%d", ErrInvalid, name, n)
+	}
+	b, err := s.GetRecord(ctx, KindVersion, versionKey(name, n))
+	if err != nil {
+		return nil, err
+	}
+	vr, err := decodeVersionRecord(b)
+	if err == nil && (vr.Function.Name != name || vr.Number != n) {
+		return nil, fmt.Errorf("%w: %s holds version %s:%d", ErrInvalid, versionKey(name, n), vr.Function.Name, vr.Number)
+	}
+	return vr, err
+}
+
+// DeleteVersion deletes version n of function name's record (its
+// snapshots are deleted on their own; garbage collection then frees its
+// code archive if nothing else names it). A missing record is no error.
+func (s *Store) DeleteVersion(ctx context.Context, name string, n int) error {
+	if !nameRE.MatchString(name) || n <= 0 {
+		return fmt.Errorf("%w: version %s:%d", ErrInvalid, name, n)
+	}
+	return s.remove(ctx, []string{versionKey(name, n)})
+}
+
+// versionCode lists the code archives version records name (trusted or
+// not: garbage collection keeps what any record names).
+func (s *Store) versionCode(ctx context.Context, keep map[string]bool) error {
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "versions/", Recursive: true}) {
+		if o.Err != nil {
+			return s.classify("list versions/", o.Err)
+		}
+		if !strings.HasSuffix(o.Key, ".json") {
+			continue
+		}
+		b, _, _, err := s.readRecord(ctx, KindVersion, o.Key)
+		if err != nil {
+			return fmt.Errorf("version record %s: %w", o.Key, err)
+		}
+		vr, err := decodeVersionRecord(b)
+		if err != nil {
+			return fmt.Errorf("version record %s: %w", o.Key, err)
+		}
+		keep[vr.Function.Code] = true
+	}
+	return nil
+}
+
+func decodeVersionRecord(b []byte) (*VersionRecord, error) {
+	var vr VersionRecord
+	if err := json.Unmarshal(b, &vr); err != nil {
+		return nil, fmt.Errorf("%w: version record: %v", ErrInvalid, err)
+	}
+	if vr.Magic != VersionMagic || vr.Number <= 0 || !hexSum.MatchString(vr.Digest) || len(vr.Snapshots) == 0 {
+		return nil, fmt.Errorf("%w: version record %s:%d", ErrInvalid, vr.Function.Name, vr.Number)
+	}
+	for _, id := range vr.Snapshots {
+		if !idRE.MatchString(id) {
+			return nil, fmt.Errorf("%w: version record %s:%d names snapshot %q", ErrInvalid, vr.Function.Name, vr.Number, id)
+		}
+	}
+	fb, err := json.Marshal(vr.Function)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := decodeFunctionRecord(fb); err != nil {
+		return nil, fmt.Errorf("version record %s:%d: %w", vr.Function.Name, vr.Number, err)
+	}
+	return &vr, nil
+}
+
+func short(d string) string {
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}
