@@ -128,6 +128,17 @@ func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ..
 	return printResults(a, out, name, res.Samples, res, res.Markdown(), res.Figures())
 }
 
+// benchCommand is the command that writes the results named name.
+func benchCommand(name string) string {
+	switch name {
+	case "adaptive-drift":
+		return "adaptive"
+	case "adaptive-mixed":
+		return "adaptive --mixed"
+	}
+	return name
+}
+
 // rerenderAdaptive writes an experiment's report and plots again from its
 // results in out.
 func (a *app) rerenderAdaptive(out string, mixed bool) error {
