@@ -561,6 +561,9 @@ type InvokeOptions struct {
 	// Strict makes a cold invocation fail (409) instead of running as
 	// vanilla when its strategy cannot restore the snapshot.
 	Strict bool
+	// Logs asks for what the invocation wrote in its answer
+	// (Invocation.Logs).
+	Logs bool
 }
 
 func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
@@ -585,6 +588,9 @@ func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
 	}
 	if o.Strict {
 		in["strict"] = true
+	}
+	if o.Logs {
+		in["logs"] = true
 	}
 	return in
 }

@@ -305,6 +305,8 @@ type Invocation struct {
 	// Trace is what tracepoints counted (thawd --trace-faults); absent
 	// when tracing is off.
 	Trace *FaultTrace `json:"trace,omitempty"`
+	// Logs is what the invocation wrote, when the request asked (logs).
+	Logs *InvocationLogs `json:"logs,omitempty"`
 }
 
 // InvocationRecord is a stored invocation.
@@ -568,6 +570,9 @@ type InvokeRequest struct {
 	// restore the snapshot (artifacts missing or unusable, not in the
 	// memory store) fails with 409 instead of running as vanilla.
 	Strict bool `json:"strict,omitempty"`
+	// Logs asks for what the invocation wrote in the answer (logs); the
+	// history keeps it either way.
+	Logs bool `json:"logs,omitempty"`
 }
 
 // PrepareRequest is the body of POST /v1/functions/{name}/prepare.
@@ -652,4 +657,10 @@ type Limits struct {
 	// ConsoleLogBytes is how much of a guest's console its console.log
 	// keeps.
 	ConsoleLogBytes int64 `json:"console_log_bytes"`
+	// MaxLogBytes is how much of an invocation's output its logs keep
+	// (thawd --max-logs); HistoryMaxLogBytes how much the history keeps
+	// of all invocations' logs, the oldest dropped first (thawd
+	// --history-max-log-bytes; 0: no bound).
+	MaxLogBytes        int64 `json:"max_log_bytes"`
+	HistoryMaxLogBytes int64 `json:"history_max_log_bytes"`
 }

@@ -30,6 +30,7 @@ var argCompletions = map[string]struct {
 	"thaw function delete": {functionNames, false},
 	"thaw vm boot":         {functionNames, false},
 	"thaw invoke":          {functionNames, false},
+	"thaw logs":            {functionNames, false},
 	"thaw prepare":         {functionNames, false},
 	"thaw vm restore":      {snapshotIDs, false},
 	"thaw vm get":          {vmIDs, false},

@@ -121,6 +121,12 @@ func writeLimits(w io.Writer, l client.Limits) {
 		history = "none older than " + fmtDuration(int64(l.HistoryMaxAgeS*1000))
 	}
 	row(w, "  history:", history+" (thawd --history-max, --history-max-age)")
+	logs := "unbounded"
+	if l.HistoryMaxLogBytes > 0 {
+		logs = fmtBytes(l.HistoryMaxLogBytes)
+	}
+	row(w, "  logs:", fmt.Sprintf("%s of output per invocation, %s in all, kept with the history (thawd --max-logs, --history-max-log-bytes)",
+		fmtBytes(l.MaxLogBytes), logs))
 	snaps := "deleted only when asked"
 	if l.SnapshotKeep > 0 {
 		snaps = fmt.Sprintf("newest %d per function", l.SnapshotKeep)

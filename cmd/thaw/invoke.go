@@ -42,7 +42,9 @@ Timeout: --timeout-ms, else the daemon's default (thawd --invoke-timeout;
 its error.
 
 stdout carries only the function's result, as JSON: 'thaw invoke f > out.json'
-writes a document any JSON tool reads. Where the time went goes to stderr
+writes a document any JSON tool reads. --logs prints what the invocation
+wrote to stdout and stderr on stderr first (every invocation's are kept:
+'thaw logs FUNCTION'). Where the time went goes to stderr
 (to stdout after the result with --timing; not at all with -q). If the
 function raises, thaw prints its error and traceback on stderr, nothing on
 stdout, and exits with code 3. With -o json (or yaml) it prints the whole
@@ -53,6 +55,7 @@ invocation document instead (exit code 3 too if the function raised).`,
   echo '{"n": 3}' | thaw invoke hello --event-file -
   thaw invoke hello --vm vm-0123abcd --timeout-ms 5000
   thaw invoke hello --timing
+  thaw invoke hello --logs           # what it printed, on stderr
   thaw -o json invoke hello | jq .timing`,
 		Args: exactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.invoke(cmd, args[0], f) },
@@ -67,6 +70,7 @@ invocation document instead (exit code 3 too if the function raised).`,
 	fl.BoolVar(&f.evict, "evict-cache", false, "cold: evict the snapshot's files from the host page cache first (honest cold start)")
 	fl.BoolVar(&f.strict, "strict", false, "cold: fail instead of running as vanilla when the strategy cannot restore the snapshot")
 	fl.BoolVar(&f.timing, "timing", false, "print where the time went on stdout, after the result (default: on stderr)")
+	fl.BoolVar(&f.logs, "logs", false, "print what the invocation wrote to stdout and stderr on stderr (with -o json or yaml: in the document)")
 	_ = cmd.MarkFlagFilename("event-file", "json")
 	return cmd
 }
@@ -78,6 +82,7 @@ type invokeFlags struct {
 	variant                string
 	timeoutMS              int
 	evict, strict, timing  bool
+	logs                   bool
 }
 
 // invoke runs thaw invoke FUNCTION.
@@ -108,6 +113,7 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 		Snapshot:   f.snapshot,
 		EvictCache: f.evict,
 		Strict:     f.strict,
+		Logs:       f.logs,
 	}
 	var inv *client.Invocation
 	if f.vm != "" {
@@ -127,6 +133,9 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 		if err != nil {
 			return err
 		}
+	}
+	if f.logs && !a.json {
+		printInvocationLogs(a.stderr, inv)
 	}
 	return a.printInvocation(inv, f.timing)
 }

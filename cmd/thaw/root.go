@@ -113,6 +113,7 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newRollbackCmd(),
 		a.newPrepareCmd(),
 		a.newInvocationsCmd(),
+		a.newLogsCmd(),
 		a.newOperationCmd(),
 		a.newOpenAPICmd(),
 		a.newBenchCmd(),

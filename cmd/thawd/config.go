@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/deps"
@@ -150,6 +151,8 @@ func newSettings() *settings {
 	fs.DurationVar(&d.HistoryMaxAge, "history-max-age", 30*24*time.Hour, "invocation records older than this are pruned (negative: no bound)")
 	fs.DurationVar(&d.AdmissionTimeout, "admission-timeout", 30*time.Second, "how long a VM start waits for room before 429")
 	fs.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
+	fs.IntVar(&d.MaxLogBytes, "max-logs", agent.DefaultMaxLogs, "bytes of each invocation's stdout and stderr its logs keep, 4096 to 1048576 (beyond it, the first and last parts)")
+	fs.Int64Var(&d.HistoryMaxLogBytes, "history-max-log-bytes", daemon.DefaultHistoryMaxLogBytes, "bytes of logs the invocation history keeps in all, the oldest dropped first (logs also go with their invocation records: --history-max, --history-max-age; negative: no bound)")
 	fs.BoolVarP(&s.verbose, "verbose", "v", false, "log every request")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.VisitAll(func(f *pflag.Flag) {

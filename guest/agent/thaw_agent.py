@@ -9,7 +9,7 @@ shadow or break, and the rootfs ships only Debian's python3.
 
 Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/4","function":"hello","uptime_ms":...,"env":N}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/5","function":"hello","uptime_ms":...,"env":N}
        env: how many of the function's environment variables the agent set at boot
        (from the code disk's .thaw/config.json, before the handler was imported);
        plus "function_error":{"type","message","traceback"} when the function cannot be
@@ -29,13 +29,21 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
        which this agent still accepts.
   {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
     -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
-  {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>}
-    -> {"id":"2","ok":true,"duration_ms":...,"result":...}
-    -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...}
+  {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>,"max_logs":<bytes>}
+    -> {"id":"2","ok":true,"duration_ms":...,"logs":{...},"result":...}
+    -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...,"logs":{...}}
        The result is serialized once and comes last, written a piece at a time (the
        host streams it to a spill). A result whose JSON is longer than max_result
        (default MAX_RESULT) is not sent: the error ResultTooLarge says its size and
        the limit. Agents before protocol 3 put the result before duration_ms.
+       logs (protocol 5): {"output":...,"bytes":N,"cut":N,"kernel":...,"error":...}:
+       what the function and the processes it started wrote to stdout and stderr (file
+       descriptors 1 and 2, in the order written) since the previous invocation ended:
+       bytes in all; over max_logs bytes (default MAX_LOGS), its first and last parts
+       with a line saying how many bytes were cut between them. kernel: the guest
+       kernel's messages since then (an OOM kill, a segfault), as dmesg prints them;
+       error: why nothing was captured. Every invoke reply of this agent has logs;
+       older agents send none.
   Unsolicited, once after start-up if the host is connected: {"event":"ready",...}
 """
 
@@ -57,7 +65,7 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/4"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets
+AGENT = "thaw-agent/5"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets; /5: logs
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
@@ -71,6 +79,8 @@ MAX_RESULT = 32 << 20        # longest result (JSON bytes) unless the host says 
 MAX_ERROR_TEXT = 128 << 10   # characters of an error's message or traceback sent
 READ_CHUNK = 1 << 16
 SEND_CHUNK = 1 << 20         # bytes of a result encoded and written at a time
+MAX_LOGS = 256 << 10         # bytes of an invocation's output sent unless the host says otherwise
+MAX_KERNEL_LOG = 16 << 10    # characters of kernel messages sent per invocation
 # While the host is disconnected the port polls as POLLHUP, so the agent sleeps
 # in sigtimedwait instead. The kernel raises SIGIO when the host (re)connects, so
 # this timeout is only a safety net and does not bound reconnect latency.
@@ -341,6 +351,13 @@ def _error(type_, message, tb=""):
     return {"type": _cut(type_, 256), "message": _cut(message), "traceback": _cut(tb)}
 
 
+def _positive(v, default):
+    """v if it is a positive integer, else default."""
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        return default
+    return v
+
+
 def _cut(text, limit=MAX_ERROR_TEXT):
     if len(text) <= limit:
         return text
@@ -451,7 +468,7 @@ class Channel:
     def _read(self):
         """Bytes read, b"" if the host is disconnected, None if nothing arrived."""
         if not self.poller.poll(IDLE_POLL_MS):
-            reap_zombies()
+            on_idle()
             return None
         try:
             data = os.read(self.fd, READ_CHUNK)
@@ -503,12 +520,220 @@ class Channel:
         return True
 
 
+# --- Output capture ------------------------------------------------------------------
+
+NO_LOGS = {"output": "", "bytes": 0}  # the logs of an invocation whose handler did not run
+KMSG_SKIP_LEVEL = 7  # kernel messages at this level (debug) and above are left out
+OUTPUT_TRIM = 1 << 20  # the output file is emptied once this much was read from it
+
+
+class OutputCapture:
+    """Captures what the function writes to stdout and stderr. Once attached,
+    file descriptors 1 and 2 point at a memory file (memfd) for good, so
+    print(), C code and subprocesses are caught alike, in the order written.
+    Each invocation's logs are what was written since the previous one ended
+    (output of threads or processes the function left running included, as
+    Lambda does), read when its handler returns: two system calls per
+    invocation when nothing was written (under TCG each costs the guest about
+    0.1 ms), none per line. The file is emptied now and then; what is written
+    between invocations past OUTPUT_TRIM while the agent is idle is dropped
+    (trim) and counted. kernel_path: /dev/kmsg, whose messages since the
+    previous invocation (or the restore) are kept too."""
+
+    def __init__(self, kernel_path=None):
+        self.fd = -1
+        self.end = 0       # offset in the file where the next invocation's output starts
+        self.dropped = 0   # bytes written since then that were dropped
+        self.error = "output not captured"
+        self.kmsg = None
+        self.kpoll = select.poll()
+        if kernel_path is not None:
+            try:
+                self.kmsg = os.open(kernel_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                os.lseek(self.kmsg, 0, os.SEEK_END)
+                self.kpoll.register(self.kmsg, select.POLLIN)
+            except OSError as e:
+                log(f"kernel messages will not be in invocation logs: {e}")
+
+    def attach(self):
+        """Points descriptors 1 and 2 at a new memory file; what was written
+        before goes to the console still. Never raises."""
+        _flush_std()
+        try:
+            fd = os.memfd_create("thaw-output", os.MFD_CLOEXEC)
+        except OSError as e:
+            self.error = f"output not captured: {e}"
+            log(self.error)
+            return
+        try:
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+        except OSError as e:
+            self.error = f"output not captured: {e}"
+            log(self.error)
+            os.close(fd)
+            return
+        self.fd, self.end, self.error = fd, 0, None
+        _line_buffered_output()
+
+    def skip_kernel_messages(self):
+        """Kernel messages so far are no invocation's (a clone's restore)."""
+        if self.kmsg is not None:
+            try:
+                os.lseek(self.kmsg, 0, os.SEEK_END)
+            except OSError:
+                pass
+
+    def stop(self, limit):
+        """An invocation's handler returned: its logs (never raises)."""
+        if self.fd < 0:
+            logs = {"output": "", "bytes": 0, "error": self.error}
+        else:
+            _flush_std()
+            try:
+                logs = self._read(limit)
+            except OSError as e:
+                logs = {"output": "", "bytes": 0, "error": f"output not read: {e}"}
+        kernel = self.kernel_messages()
+        if kernel:
+            logs["kernel"] = kernel
+        return logs
+
+    def _read(self, limit):
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)  # shared by every writer: where the next byte goes
+        start, dropped = self.end, self.dropped
+        n = max(end - start, 0)
+        logs = read_output(self.fd, start, n, limit) if n else {"output": "", "bytes": 0}
+        if dropped:
+            logs["output"] = f"[thaw: {dropped} bytes written before this invocation were cut]\n" + logs["output"]
+            logs["bytes"] += dropped
+            logs["cut"] = logs.get("cut", 0) + dropped
+        self.end, self.dropped = end, 0
+        if end > OUTPUT_TRIM:
+            self._empty()
+        return logs
+
+    def trim(self):
+        """While the agent is idle: output written since the last invocation
+        beyond OUTPUT_TRIM is dropped, so a function that writes between
+        invocations does not fill the guest's memory."""
+        if self.fd < 0:
+            return
+        try:
+            end = os.lseek(self.fd, 0, os.SEEK_CUR)
+            if end - self.end > OUTPUT_TRIM:
+                self.dropped += end - self.end
+                self._empty()
+        except OSError as e:
+            log(f"output file not trimmed: {e}")
+
+    def _empty(self):
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        self.end = 0
+
+    def kernel_messages(self):
+        """The kernel's messages not read yet, one "[seconds] text" line each,
+        at most MAX_KERNEL_LOG characters."""
+        if self.kmsg is None or not self.kpoll.poll(0):  # poll: no exception to raise when there are none
+            return ""
+        lines, size, dropped = [], 0, 0
+        for _ in range(100000):  # a kernel that never stops logging does not hold the reply
+            try:
+                rec = os.read(self.kmsg, 8192)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # overwritten before it was read: go on
+                continue
+            except OSError:
+                break
+            if not rec:
+                break
+            head, _, text = rec.decode("utf-8", "backslashreplace").partition(";")
+            fields = head.split(",")
+            if len(fields) < 3 or not fields[0].isdigit() or int(fields[0]) & 7 >= KMSG_SKIP_LEVEL:
+                continue
+            usec = int(fields[2]) if fields[2].isdigit() else 0
+            line = "[%5d.%06d] %s" % (usec // 1000000, usec % 1000000, text.split("\n", 1)[0])
+            if size + len(line) > MAX_KERNEL_LOG:
+                dropped += 1
+                continue
+            lines.append(line)
+            size += len(line) + 1
+        if dropped:
+            lines.append(f"[thaw: {dropped} more kernel messages cut]")
+        return "\n".join(lines) + "\n" if lines else ""
+
+
+_capture = None  # the agent's OutputCapture, trimmed while idle (on_idle)
+
+
+def on_idle():
+    """The agent is connected but idle (every IDLE_POLL_MS)."""
+    reap_zombies()
+    if _capture is not None:
+        _capture.trim()
+
+
+def _line_buffered_output():
+    """C's stdout (extension code's printf) writes each line as it ends, as it
+    did on the console, rather than when its buffer fills: an invocation's
+    lines are in its own logs, without a flush after every invocation (a call
+    through ctypes costs the guest about 0.2 ms under TCG)."""
+    try:
+        setvbuf = _libc.setvbuf
+        setvbuf.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t)
+        setvbuf(ctypes.c_void_p.in_dll(_libc, "stdout"), None, 1, 0)  # _IOLBF
+    except (AttributeError, ValueError, OSError) as e:
+        log(f"C stdout stays as it was: {e}")
+    # Python's too, whatever it was at start (line buffered on a terminal
+    # only): print() and a later write to stderr stay in the order written.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _flush_std():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a handler may have closed or replaced them
+            pass
+
+
+def read_output(fd, start, size, limit):
+    """The size bytes of output at start in file fd: all of them if they are
+    at most limit bytes, else their first three quarters and last quarter of
+    limit, cut at line ends near there, with a line saying how many bytes were
+    cut."""
+    if size <= limit:
+        return {"output": os.pread(fd, size, start).decode("utf-8", "backslashreplace"), "bytes": size}
+    tail_n = limit // 4
+    head = os.pread(fd, limit - tail_n, start)
+    tail = os.pread(fd, tail_n, start + size - tail_n)
+    nl = head.rfind(b"\n", max(0, len(head) - 4096))
+    if nl >= 0:
+        head = head[:nl + 1]
+    nl = tail.find(b"\n", 0, 4096)
+    if nl >= 0:
+        tail = tail[nl + 1:]
+    cut = size - len(head) - len(tail)
+    mark = f"[thaw: {cut} bytes of output cut here]\n"
+    if head and not head.endswith(b"\n"):
+        mark = "\n" + mark
+    return {"output": head.decode("utf-8", "backslashreplace") + mark + tail.decode("utf-8", "backslashreplace"),
+            "bytes": size, "cut": cut}
+
+
 # --- Requests ------------------------------------------------------------------------
 
 class Agent:
-    def __init__(self, function, channel):
+    def __init__(self, function, channel, capture=None):
         self.function = function
         self.channel = channel
+        self.capture = capture or OutputCapture()
 
     def serve(self):
         for line in self.channel.lines():
@@ -588,35 +813,35 @@ class Agent:
         fn = self.function
         wanted = req.get("function")
         if wanted is not None and wanted != fn.name:
-            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": _error(
                 "FunctionNotFound", f"this VM serves {fn.name!r}, not {wanted!r}")}
         if fn.error is not None:
-            return {"id": rid, "ok": False, "duration_ms": 0.0, "error": fn.error}
+            return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": fn.error}
         t0 = time.perf_counter()
         try:
-            result = fn.handle(req.get("event"))
+            result, raised = fn.handle(req.get("event")), None
         except BaseException as e:  # incl. SystemExit: the agent must outlive its handler
-            duration = (time.perf_counter() - t0) * 1000.0
-            return {"id": rid, "ok": False, "error": _exc_error(e), "duration_ms": duration}
+            result, raised = None, e
         duration = (time.perf_counter() - t0) * 1000.0
+        logs = self.capture.stop(_positive(req.get("max_logs"), MAX_LOGS))
+        if raised is not None:
+            return {"id": rid, "ok": False, "error": _exc_error(raised), "duration_ms": duration, "logs": logs}
         try:
             # Serialized once, here, so that the host gets a proper error. allow_nan=False:
             # NaN/Infinity are not JSON and Go's decoder rejects them. ASCII (ensure_ascii):
             # its length in characters is its length in bytes.
             text = json.dumps(result, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError, MemoryError) as e:
-            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": duration, "logs": logs, "error": _error(
                 "TypeError", f"result of handle() is not JSON serializable: {e}",
                 "".join(traceback.format_exception(type(e), e, e.__traceback__)))}
         del result
-        limit = req.get("max_result")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            limit = MAX_RESULT
+        limit = _positive(req.get("max_result"), MAX_RESULT)
         if len(text) > limit:
-            return {"id": rid, "ok": False, "duration_ms": duration, "error": _error(
+            return {"id": rid, "ok": False, "duration_ms": duration, "logs": logs, "error": _error(
                 "ResultTooLarge", f"the result of handle() is {len(text)} bytes of JSON, "
                 f"more than the limit of {limit} bytes")}
-        return ResultReply({"id": rid, "ok": True, "duration_ms": duration}, text)
+        return ResultReply({"id": rid, "ok": True, "duration_ms": duration, "logs": logs}, text)
 
     def restore(self, rid, req):
         """The JSON restore request (agents before protocol 2 only had this)."""
@@ -668,6 +893,7 @@ class Agent:
             environb[name] = value
         t2 = mono()
         steps["secrets"] = (t2 - t1) * 1000
+        self.capture.skip_kernel_messages()  # the restore's are no invocation's
         hook = self.on_restore()
         t1 = mono()
         steps["hook"] = (t1 - t2) * 1000
@@ -922,7 +1148,10 @@ def main():
     if function.error is not None:
         ready["function_error"] = function.error
     channel.send(ready, wait=False)
-    Agent(function, channel).serve()
+    global _capture
+    _capture = OutputCapture("/dev/kmsg")
+    _capture.attach()  # from here on, what the function writes is in its invocations' logs
+    Agent(function, channel, _capture).serve()
 
 
 if __name__ == "__main__":

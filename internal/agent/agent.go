@@ -20,7 +20,8 @@
 //
 // The secrets (protocol 4, agent "thaw-agent/4") are NAME=VALUE entries
 // joined by NUL bytes, in hex; the guest sets them in its environment
-// before the function's on_restore hook runs.
+// before the function's on_restore hook runs. Invoke replies carry what
+// the invocation wrote (protocol 5, logs.go).
 package agent
 
 import (
@@ -70,6 +71,9 @@ type Reply struct {
 	// Steps is the guest's account of a restore, in ms (see
 	// wire.RestoreTiming.AgentSteps).
 	Steps map[string]float64 `json:"steps,omitempty"`
+	// Logs is what an invocation wrote (logs.go); nil from agents before
+	// protocol 5.
+	Logs *Logs `json:"logs,omitempty"`
 	// Written is when the request was written to the channel, Read when
 	// this answer's line had been read (host clock).
 	Written time.Time `json:"-"`
@@ -91,8 +95,9 @@ type Conn struct {
 	next     int
 	spillDir string
 	// maxResult and maxEnvelope bound each reply (MaxResult and
-	// MaxEnvelope but in tests).
+	// MaxEnvelope but in tests); maxLogs an invocation's output (SetMaxLogs).
 	maxResult, maxEnvelope int
+	maxLogs                int
 }
 
 // Dial connects to the agent socket of a VM, retrying until ctx ends.
@@ -114,7 +119,8 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 // NewConn speaks the protocol over an already connected channel (the VMM
 // hands the daemon its end at start).
 func NewConn(c net.Conn) *Conn {
-	return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10), maxResult: MaxResult, maxEnvelope: MaxEnvelope}
+	return &Conn{conn: c, rd: bufio.NewReaderSize(c, 64<<10), maxResult: MaxResult,
+		maxEnvelope: MaxEnvelope + 6*(DefaultMaxLogs+maxKernelLog), maxLogs: DefaultMaxLogs}
 }
 
 // SpillTo sets where results too large to read into memory as they arrive
@@ -307,10 +313,14 @@ func (c *Conn) Invoke(ctx context.Context, function string, event json.RawMessag
 	if len(event) == 0 {
 		event = json.RawMessage("null")
 	}
-	r, err := c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event, "max_result": c.maxResult})
+	r, err := c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event, "max_result": c.maxResult,
+		"max_logs": c.maxLogs})
 	var tl *TooLargeError
 	if errors.As(err, &tl) {
 		return &Reply{ID: tl.ID, Error: &Error{Type: tooLargeType[tl.Part], Message: tl.Error()}}, nil
+	}
+	if err == nil && r.Logs != nil {
+		r.Logs.bound(c.maxLogs)
 	}
 	return r, err
 }

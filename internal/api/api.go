@@ -136,7 +136,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
 		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
-	}, append(h.versionRoutes(), append(h.secretRoutes(), h.adaptiveRoutes()...)...)...)
+	}, append(append(append(h.versionRoutes(), h.secretRoutes()...), h.logRoutes()...), h.adaptiveRoutes()...)...)
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -578,7 +578,7 @@ func decodeInvoke(w http.ResponseWriter, r *http.Request) (*wire.InvokeRequest, 
 
 func invokeOf(req *wire.InvokeRequest) daemon.InvokeRequest {
 	return daemon.InvokeRequest{Event: req.Event, Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
-		EvictCache: req.EvictCache}
+		EvictCache: req.EvictCache, Logs: req.Logs}
 }
 
 // readInvokeFunction decodes POST /v1/functions/{name}/invoke.
@@ -598,7 +598,7 @@ func readInvokeFunction(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 // invokeCold serves a cold invocation.
 func (h *Handler) invokeCold(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
 	inv, err := h.svc.InvokeCold(r.Context(), cr)
-	h.answerInvocation(w, r, inv, err)
+	h.answerInvocation(w, r, withLogs(inv, cr.Logs), err)
 }
 
 // readInvokeSnapshot decodes POST /v1/snapshots/{id}/invoke.
@@ -636,7 +636,7 @@ func readInvokeVM(w http.ResponseWriter, r *http.Request) (daemon.InvokeRequest,
 
 func (h *Handler) invokeVM(w http.ResponseWriter, r *http.Request, ir daemon.InvokeRequest) {
 	inv, err := h.svc.InvokeVM(r.Context(), r.PathValue("id"), ir)
-	h.answerInvocation(w, r, inv, err)
+	h.answerInvocation(w, r, withLogs(inv, ir.Logs), err)
 }
 
 // answerInvocation: a handler that raised is still a completed invocation

@@ -353,6 +353,7 @@ var handlerIO = map[string]struct {
 	"GET /v1/functions/{name}/restore":            {"200", "FunctionRestore", ""},
 	"PUT /v1/functions/{name}/restore":            {"200", "FunctionRestore", "RestoreSettings"},
 	"POST /v1/functions/{name}/refresh":           {"200", "WorkingSetRefresh", "RefreshRequest"},
+	"GET /v1/functions/{name}/logs":               {"200", "LogPage", ""},
 }
 
 // unguarded are the routes the guard lets through without a token, a
@@ -744,6 +745,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
 		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild, wire.OpRefresh}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
+		{"LogLine", "stream", []string{wire.StreamOutput, wire.StreamKernel}},
 	}
 	for _, c := range checks {
 		got := enumOf(flatten(t, doc, schemaByName(t, doc, c.schema)).props[c.prop])
@@ -960,6 +962,9 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"RefreshedSet", reflect.TypeFor[wire.RefreshedSet]()},
 		{"BackgroundPrepare", reflect.TypeFor[wire.BackgroundPrepare]()},
 		{"StrategyChoice", reflect.TypeFor[wire.StrategyChoice]()},
+		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
+		{"LogLine", reflect.TypeFor[wire.LogLine]()},
+		{"LogPage", reflect.TypeFor[wire.LogPage]()},
 		// Requests.
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},

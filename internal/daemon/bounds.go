@@ -60,6 +60,7 @@ func meminfoMiB(field string) (int, bool) {
 // bounded whatever handlers return.
 func forHistory(inv *Invocation, limit int) *Invocation {
 	c := *inv
+	c.Logs = nil // kept apart (logs.go)
 	if len(c.Result) > limit {
 		c.ResultBytes = len(c.Result)
 		c.ResultTruncated = true

@@ -154,6 +154,12 @@ type Config struct {
 	// HistoryMaxAge (default 30 days); negative: no bound of that kind.
 	HistoryMax    int
 	HistoryMaxAge time.Duration
+	// MaxLogBytes is how much of an invocation's output its logs keep
+	// (default 256 KiB, at most 1 MiB); HistoryMaxLogBytes how much the
+	// history keeps of all logs, the oldest dropped first (default 1 GiB;
+	// negative: no bound). Logs go with their invocation records (logs.go).
+	MaxLogBytes        int
+	HistoryMaxLogBytes int64
 	// Registry, if set, is the snapshot registry (push and pull);
 	// ChunkCacheBudget bounds the local chunk cache in bytes (0: the
 	// default, negative: no bound); RegistryPushOnPrepare pushes every
@@ -227,6 +233,7 @@ func (c *Config) setDefaults() {
 	if c.MaxStoredResultBytes == 0 {
 		c.MaxStoredResultBytes = DefaultMaxStoredResult
 	}
+	c.setLogDefaults()
 	if c.VMMemoryBudgetMiB == 0 {
 		c.VMMemoryBudgetMiB = hostMemoryMiB() * 9 / 10
 	}
@@ -318,6 +325,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
 	errs = append(errs, validateConfinement(c)...)
+	errs = append(errs, validateLogs(c)...)
 	if c.VMMPoolTTL < 0 {
 		errs = append(errs, fmt.Errorf("vmm pool ttl %s: must be positive", c.VMMPoolTTL))
 	}
@@ -404,6 +412,7 @@ type Service struct {
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
 	recorded  atomic.Int64  // invocations recorded since start (history pruning)
+	logs      logFeed       // wakes the requests waiting for logs (logs.go)
 	store     *store.Store  // snapshot memory store; nil if unavailable
 	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.

@@ -39,6 +39,9 @@ type InvokeRequest struct {
 	// EvictCache evicts the snapshot's files (memory, device state and the
 	// strategies' artifacts) from the page cache first: cold invocations only.
 	EvictCache bool
+	// Logs: the caller wants the invocation's logs in its answer (the API
+	// leaves them out otherwise; the history keeps them either way).
+	Logs bool
 }
 
 func (s *Service) timeout(d time.Duration) (time.Duration, error) {
@@ -152,6 +155,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	inv.OK = reply.OK
 	inv.Result = reply.Result
 	inv.Error = reply.Error
+	inv.Logs = invocationLogs(sctx, reply)
 	inv.Timing.GuestMS = reply.DurationMS
 	if !reply.OK && reply.Error == nil {
 		inv.Error = &agent.Error{Type: "AgentError", Message: "guest reported failure without details"}
@@ -194,6 +198,8 @@ func (s *Service) record(ctx context.Context, inv *Invocation) {
 		Strategy: inv.Strategy, OK: inv.OK, Detail: detail, CreatedAt: time.Now()}
 	if err := s.db.PutInvocation(context.WithoutCancel(ctx), rec); err != nil {
 		s.log.Error("record invocation", "invocation", inv.ID, "err", err)
+	} else {
+		s.keepLogs(ctx, inv, rec.CreatedAt)
 	}
 	s.metrics.Invocation(inv)
 	if s.recorded.Add(1)%pruneEvery == 0 {
@@ -216,6 +222,7 @@ func (s *Service) pruneHistory(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("invocation history pruned", "records", n)
 	}
+	s.pruneLogs(ctx)
 }
 
 // ColdRequest asks for the cold-start path: restore a VM from a snapshot,

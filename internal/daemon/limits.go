@@ -27,6 +27,7 @@ func (s *Service) limits() wire.Limits {
 		HistoryMax: max(c.HistoryMax, 0), HistoryMaxAgeS: max(c.HistoryMaxAge, 0).Seconds(),
 		VersionKeep: s.versionKeep(), SnapshotKeep: c.SnapshotKeep,
 		ConsoleLogBytes: c.ConsoleLogLimit,
+		MaxLogBytes:     int64(c.MaxLogBytes), HistoryMaxLogBytes: max(c.HistoryMaxLogBytes, 0),
 	}
 }
 

@@ -33,6 +33,8 @@ func TestInfoLimits(t *testing.T) {
 		{"vmm_pool", int64(l.VMMPool), 1},
 		{"vmm_pool_ttl_s", int64(l.VMMPoolTTLS), 300},
 		{"default_memory_mib", int64(l.DefaultMemoryMiB), 128},
+		{"max_log_bytes", l.MaxLogBytes, agent.DefaultMaxLogs},
+		{"history_max_log_bytes", l.HistoryMaxLogBytes, DefaultHistoryMaxLogBytes},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)

@@ -174,35 +174,12 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	}
 	t0 := time.Now()
 	steps := &stepTimes{at: t0}
-	id := req.Snapshot
-	var code <-chan codeFetch // the function's code, fetched beside the manifest
-	var as *versionImport     // the version the pulled snapshot belongs to
-	if id == "" {
-		rec, vi, err := s.remoteRecord(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		as = vi
-		if _, err := s.db.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
-			code = s.fetchCode(ctx, rec)
-		}
-		id = rec.Latest
-		if err := validID("snapshot", id); err != nil {
-			return nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, id)
-		}
+	id, code, as, err := s.pullSource(ctx, req)
+	if err != nil {
+		return nil, err
 	}
 	if sn, err := s.db.GetSnapshot(ctx, id); err == nil {
-		if !sn.RemoteMemory || req.Lazy {
-			return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, id)
-		}
-		// A lazy snapshot here: a full pull completes it in place.
-		before := s.chunks.Stats()
-		if sn, err = s.completeSnapshot(ctx, id); err != nil {
-			return nil, err
-		}
-		after := s.chunks.Stats()
-		return &wire.PullResult{Snapshot: SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
-			FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
+		return s.completePull(ctx, sn, req.Lazy, t0)
 	}
 	steps.mark("record")
 	phase(ctx, "manifest")
@@ -222,34 +199,9 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	endDeps := s.deps.Begin()
 	defer endDeps()
 	res := &wire.PullResult{}
-	fn, err := s.db.GetFunction(ctx, rm.Function)
-	if errors.Is(err, catalog.ErrNotFound) {
-		phase(ctx, "function")
-		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256, code); err != nil {
-			return nil, err
-		}
-		res.FunctionCreated = true
-		steps.mark("function")
-	} else if err != nil {
+	fn, cfg, undo, err := s.pullTarget(ctx, rm, local, code, as, res, steps)
+	if err != nil {
 		return nil, err
-	}
-	cfg := fn // what the snapshot restores with
-	if as != nil {
-		if cfg, err = s.versionConfig(ctx, as, fn, res.FunctionCreated); err != nil {
-			if res.FunctionCreated {
-				_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
-			}
-			return nil, err
-		}
-	}
-	// A function (or a version's code) this pull created goes again if
-	// the pull fails.
-	undo := func() {
-		if res.FunctionCreated {
-			_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
-		} else if as != nil && as.builtCode {
-			_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
-		}
 	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
 	if err := s.compatible(local, cfg); err != nil {
@@ -282,6 +234,78 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS}, steps.attrs...)...)
 	s.collectSnapshots(ctx, fn.Name, sn.ID)
 	return res, nil
+}
+
+// pullTarget is the function a pulled snapshot belongs to (created from
+// the registry's record if this node does not have it: res says so) and
+// the configuration the snapshot restores with (its version's, for a
+// version); undo removes what it created, if the pull fails later.
+func (s *Service) pullTarget(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, code <-chan codeFetch,
+	as *versionImport, res *wire.PullResult, steps *stepTimes) (fn, cfg *catalog.Function, undo func(), err error) {
+	fn, err = s.db.GetFunction(ctx, rm.Function)
+	if errors.Is(err, catalog.ErrNotFound) {
+		phase(ctx, "function")
+		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256, code); err != nil {
+			return nil, nil, nil, err
+		}
+		res.FunctionCreated = true
+		steps.mark("function")
+	} else if err != nil {
+		return nil, nil, nil, err
+	}
+	undo = func() {
+		if res.FunctionCreated {
+			_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
+		} else if as != nil && as.builtCode {
+			_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
+		}
+	}
+	cfg = fn
+	if as != nil {
+		if cfg, err = s.versionConfig(ctx, as, fn, res.FunctionCreated); err != nil {
+			cfg = fn
+			undo()
+			return nil, nil, nil, err
+		}
+	}
+	return fn, cfg, undo, nil
+}
+
+// pullSource is the snapshot a pull fetches: the one asked for, or the
+// newest of the function (or version) asked for, whose code then starts
+// coming (code) if this node does not have the function; as is the
+// version the snapshot is entered under, if it has one.
+func (s *Service) pullSource(ctx context.Context, req wire.PullRequest) (id string, code <-chan codeFetch, as *versionImport, err error) {
+	if req.Snapshot != "" {
+		return req.Snapshot, nil, nil, nil
+	}
+	rec, as, err := s.remoteRecord(ctx, req)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if _, err := s.db.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
+		code = s.fetchCode(ctx, rec)
+	}
+	if err := validID("snapshot", rec.Latest); err != nil {
+		return "", nil, nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, rec.Latest)
+	}
+	return rec.Latest, code, as, nil
+}
+
+// completePull is a pull of snapshot sn, already here: a lazy one
+// completes in place with a full pull; anything else exists.
+func (s *Service) completePull(ctx context.Context, sn *catalog.Snapshot, lazy bool, t0 time.Time) (*wire.PullResult, error) {
+	if !sn.RemoteMemory || lazy {
+		return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, sn.ID)
+	}
+	before := s.chunks.Stats()
+	sn, err := s.completeSnapshot(ctx, sn.ID)
+	if err != nil {
+		return nil, err
+	}
+	after := s.chunks.Stats()
+	return &wire.PullResult{Snapshot: SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
+		FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
 }
 
 func (s *Service) checkPull(req wire.PullRequest) error {

@@ -282,6 +282,7 @@ func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Durati
 	if lv.agent == nil {
 		lv.agent = agent.NewConn(lv.m.Agent())
 		lv.agent.SpillTo(s.resultsDir())
+		lv.agent.SetMaxLogs(s.cfg.MaxLogBytes)
 	}
 	err := fn(ctx)
 	select {

@@ -180,7 +180,7 @@ class RestoreOpTest(unittest.TestCase):
         a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
         a.function.env = 3
         r = a.dispatch(b'{"id":"1","op":"ping"}')
-        self.assertEqual((r["agent"], r["env"]), ("thaw-agent/4", 3))
+        self.assertEqual((r["agent"], r["env"]), ("thaw-agent/5", 3))
 
     def test_on_restore_failure_is_reported_by_every_invocation(self):
         def boom():

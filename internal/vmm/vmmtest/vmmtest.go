@@ -247,8 +247,10 @@ func (m *fakeMachine) Kill() error {
 // kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
 // the handler, {"op":"big","bytes":N} returns a JSON string of N bytes
 // (xyz... repeated), {"op":"sleep","ms":N} answers after N ms; anything
-// else is echoed. Pings go unanswered while b holds
-// guests back (HoldReady).
+// else is echoed. Its replies carry logs as a protocol 5 agent's do: the
+// event's "print" as output and "kernel" as kernel messages (none if
+// absent), or no logs at all with {"op":"nologs"} (an older agent).
+// Pings go unanswered while b holds guests back (HoldReady).
 func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 	rd := bufio.NewReader(c)
 	enc := json.NewEncoder(c)
@@ -299,11 +301,15 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 		case "clock":
 		case "invoke":
 			var ev struct {
-				Op    string
-				Bytes int
-				MS    int
+				Op            string
+				Bytes         int
+				MS            int
+				Print, Kernel string
 			}
 			_ = json.Unmarshal(req.Event, &ev)
+			if ev.Op != "nologs" {
+				reply["logs"] = map[string]any{"output": ev.Print, "bytes": len(ev.Print), "kernel": ev.Kernel}
+			}
 			switch ev.Op {
 			case "sleep":
 				time.Sleep(time.Duration(ev.MS) * time.Millisecond)
