@@ -417,8 +417,9 @@ type Info struct {
 
 // RegistryInfo is the snapshot registry as GET /v1/info shows it.
 type RegistryInfo struct {
-	Endpoint      string `json:"endpoint"`
-	Bucket        string `json:"bucket"`
+	Endpoint      string `json:"endpoint"`       // empty for a directory registry
+	Bucket        string `json:"bucket"`         // empty for a directory registry
+	Path          string `json:"path,omitempty"` // the directory of a directory registry (type fs)
 	Secure        bool   `json:"secure"`
 	ChunkSize     int64  `json:"chunk_size"`      // of pushes from this node
 	PushOnPrepare bool   `json:"push_on_prepare"` // thawd --registry-push-on-prepare

@@ -143,7 +143,11 @@ func writeRegistry(w io.Writer, info *client.Info) {
 		if r.Secure {
 			scheme = "https"
 		}
-		row(w, "Registry:", fmt.Sprintf("%s://%s/%s, %s chunks", scheme, r.Endpoint, r.Bucket, fmtBytes(r.ChunkSize)))
+		where := fmt.Sprintf("%s://%s/%s", scheme, r.Endpoint, r.Bucket)
+		if r.Path != "" {
+			where = "directory " + r.Path
+		}
+		row(w, "Registry:", fmt.Sprintf("%s, %s chunks", where, fmtBytes(r.ChunkSize)))
 		budget := "unbounded"
 		if r.CacheBudgetBytes > 0 {
 			budget = fmtBytes(r.CacheBudgetBytes)

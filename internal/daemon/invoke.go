@@ -452,7 +452,7 @@ func (s *Service) Info() Info {
 		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
 	if s.registry != nil {
 		cfg, st := s.registry.Config(), s.chunks.Stats()
-		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
+		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Path: cfg.Path, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
 			PushOnPrepare: s.cfg.RegistryPushOnPrepare, Import: !s.cfg.NoRegistryImport,
 			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes, TrustedKeys: s.trustedKeyIDs()}
 	}

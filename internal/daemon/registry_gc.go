@@ -110,7 +110,7 @@ func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, 
 	if _, err := checkGC(req); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpGC, s.registry.Config().Bucket, func(ctx context.Context) (*wire.OperationResult, error) {
+	return s.startOperation(ctx, wire.OpGC, s.registry.Config().Location(), func(ctx context.Context) (*wire.OperationResult, error) {
 		res, err := s.CollectRegistry(ctx, req)
 		if err != nil {
 			return nil, err

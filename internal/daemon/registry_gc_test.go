@@ -160,8 +160,12 @@ func TestScheduledRegistryGC(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !strings.Contains(promText(t, b), `thaw_registry_gc_total{outcome="ok"}`) {
-		t.Fatal("the scheduled collection is not counted")
+	// Counted once the collection returns, after its deletions.
+	for !strings.Contains(promText(t, b), `thaw_registry_gc_total{outcome="ok"}`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduled collection is not counted")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"}); err != nil {
 		t.Fatalf("pull of the kept snapshot after the scheduled collection: %v", err)

@@ -14,10 +14,21 @@ import (
 	"go.yaml.in/yaml/v4"
 )
 
+// Store types: Config.Type.
+const (
+	TypeS3 = "s3" // an S3-compatible bucket (the default)
+	TypeFS = "fs" // a directory, local or shared by the nodes (NFS)
+)
+
 // Config says where the registry is: an S3-compatible endpoint and bucket
-// and the credentials for it. The secrets never appear in String, LogValue
-// or JSON output of the config.
+// and the credentials for it, or (Type "fs") a directory. The secrets
+// never appear in String, LogValue or JSON output of the config.
 type Config struct {
+	// Type is the kind of object store: TypeS3 ("" too) or TypeFS.
+	Type string `json:"type,omitempty" yaml:"type"`
+	// Path is the registry's directory (TypeFS): absolute, on a
+	// filesystem every node mounts at the same place.
+	Path      string `json:"path,omitempty" yaml:"path"`
 	Endpoint  string `json:"endpoint" yaml:"endpoint"` // host:port, no scheme
 	Bucket    string `json:"bucket" yaml:"bucket"`
 	Region    string `json:"region,omitempty" yaml:"region"`
@@ -45,12 +56,18 @@ const redacted = "[redacted]"
 
 // String describes the config with the secrets redacted.
 func (c Config) String() string {
+	if c.Type == TypeFS {
+		return fmt.Sprintf("registry{type=fs path=%s chunk_size=%d}", c.Path, c.ChunkSize)
+	}
 	return fmt.Sprintf("registry{endpoint=%s bucket=%s region=%s secure=%t ca_file=%s chunk_size=%d access_key=%s secret_key=%s}",
 		c.Endpoint, c.Bucket, c.Region, c.Secure, c.CAFile, c.ChunkSize, hide(c.AccessKey), hide(c.SecretKey))
 }
 
 // LogValue logs the config with the secrets redacted.
 func (c Config) LogValue() slog.Value {
+	if c.Type == TypeFS {
+		return slog.GroupValue(slog.String("type", c.Type), slog.String("path", c.Path), slog.Int("chunk_size", c.ChunkSize))
+	}
 	return slog.GroupValue(slog.String("endpoint", c.Endpoint), slog.String("bucket", c.Bucket),
 		slog.String("region", c.Region), slog.Bool("secure", c.Secure), slog.String("ca_file", c.CAFile),
 		slog.Int("chunk_size", c.ChunkSize), slog.String("access_key", hide(c.AccessKey)), slog.String("secret_key", hide(c.SecretKey)))
@@ -75,9 +92,53 @@ func hide(s string) string {
 	return redacted
 }
 
+// Location names the bucket or directory in messages.
+func (c Config) Location() string {
+	if c.Type == TypeFS {
+		return c.Path
+	}
+	return c.Bucket
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
+	switch c.Type {
+	case TypeFS:
+		errs = c.validateFS()
+	case "", TypeS3:
+		errs = c.validateS3()
+	default:
+		errs = append(errs, fmt.Errorf("registry type %q: want %s or %s", c.Type, TypeS3, TypeFS))
+	}
+	if c.ChunkSize != 0 && (c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize || c.ChunkSize&(c.ChunkSize-1) != 0) {
+		errs = append(errs, fmt.Errorf("registry chunk_size %d: a power of two from %d to %d", c.ChunkSize, MinChunkSize, MaxChunkSize))
+	}
+	return errors.Join(errs...)
+}
+
+// validateFS checks a directory registry's config: a path, absolute and
+// clean, and none of the S3 fields.
+func (c Config) validateFS() []error {
+	var errs []error
+	switch {
+	case c.Path == "":
+		errs = append(errs, errors.New("registry path is empty (type fs names a directory)"))
+	case !filepath.IsAbs(c.Path) || filepath.Clean(c.Path) != c.Path:
+		errs = append(errs, fmt.Errorf("registry path %q: give an absolute, clean path", c.Path))
+	}
+	if c.Endpoint != "" || c.Bucket != "" || c.Region != "" || c.AccessKey != "" || c.SecretKey != "" || c.Secure || c.CAFile != "" {
+		errs = append(errs, errors.New("registry type fs takes a path, not endpoint, bucket, region, keys, secure or ca_file"))
+	}
+	return errs
+}
+
+// validateS3 checks a bucket registry's config.
+func (c Config) validateS3() []error {
+	var errs []error
+	if c.Path != "" {
+		errs = append(errs, errors.New("registry path is for type fs; an S3 registry takes endpoint and bucket"))
+	}
 	if c.Endpoint == "" {
 		errs = append(errs, errors.New("registry endpoint is empty"))
 	} else if strings.Contains(c.Endpoint, "://") || strings.Contains(c.Endpoint, "/") {
@@ -92,10 +153,7 @@ func (c Config) Validate() error {
 	if c.CAFile != "" && !c.Secure {
 		errs = append(errs, errors.New("registry ca_file needs secure: true"))
 	}
-	if c.ChunkSize != 0 && (c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize || c.ChunkSize&(c.ChunkSize-1) != 0) {
-		errs = append(errs, fmt.Errorf("registry chunk_size %d: a power of two from %d to %d", c.ChunkSize, MinChunkSize, MaxChunkSize))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // LoadConfig reads a config file, YAML or JSON (JSON is YAML), refusing
@@ -122,6 +180,11 @@ func LoadConfig(path string, getenv func(string) string) (Config, error) {
 	env, err := ConfigFromEnv(getenv)
 	if err != nil {
 		return Config{}, err
+	}
+	if c.Type == TypeFS {
+		// A directory needs no credentials: the S3 variables are not
+		// for it (and would make it invalid).
+		env = Config{ChunkSize: env.ChunkSize}
 	}
 	c.fill(env)
 	return c, c.Validate()

@@ -2,7 +2,9 @@ package registry_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -75,5 +77,57 @@ func TestLoadConfig(t *testing.T) {
 		return map[string]string{registry.EnvSecure: "maybe"}[k]
 	}); err == nil || !strings.Contains(err.Error(), registry.EnvSecure) {
 		t.Errorf("bad %s: %v", registry.EnvSecure, err)
+	}
+}
+
+// A directory registry: type fs and an absolute path; the S3 fields and
+// variables are not for it.
+func TestLoadConfigFS(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	env := map[string]string{registry.EnvAccessKey: "ak", registry.EnvSecretKey: "sk", registry.EnvEndpoint: "a:1", registry.EnvChunkSize: "1048576"}
+	getenv := func(k string) string { return env[k] }
+	c, err := registry.LoadConfig(write("fs.json", `{"type":"fs","path":"/srv/thaw-registry"}`), getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Type != registry.TypeFS || c.Path != "/srv/thaw-registry" || c.Endpoint != "" || c.AccessKey != "" || c.ChunkSize != 1<<20 {
+		t.Fatalf("loaded %s", c)
+	}
+	if c.Location() != "/srv/thaw-registry" || !strings.Contains(c.String(), "path=/srv/thaw-registry") {
+		t.Fatalf("location %q, string %s", c.Location(), c)
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"nopath.yaml", "type: fs\n", "path is empty"},
+		{"relative.yaml", "type: fs\npath: srv/registry\n", "absolute, clean path"},
+		{"unclean.yaml", "type: fs\npath: /srv/../etc\n", "absolute, clean path"},
+		{"mixed.yaml", "type: fs\npath: /srv/r\nbucket: b\n", "takes a path, not endpoint"},
+		{"s3path.yaml", "endpoint: a:1\nbucket: b\npath: /srv/r\n", "path is for type fs"},
+		{"type.yaml", "type: nfs\npath: /srv/r\n", `type "nfs"`},
+	} {
+		_, err := registry.LoadConfig(write(tc.name, tc.body), getenv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Open makes the directory store; it does not create the directory.
+	st, err := registry.Open(registry.Config{Type: registry.TypeFS, Path: filepath.Join(dir, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Ping(context.Background()); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("ping of a missing directory: %v, want ErrNotFound", err)
+	}
+	if err := st.EnsureBucket(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Ping(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,5 +1,6 @@
-// Package registry keeps thaw snapshots in S3-compatible object storage
-// and fetches them back through a verified local chunk cache.
+// Package registry keeps thaw snapshots in an object store (objstore.Store:
+// an S3-compatible bucket, or a directory the nodes share) and fetches
+// them back through a verified local chunk cache.
 //
 // A snapshot directory's files are cut into fixed-size chunks (Config's
 // ChunkSize, DefaultChunkSize), named by the SHA-256 of their bytes and

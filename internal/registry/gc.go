@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/thaw-dev/thaw/internal/signing"
 )
 
@@ -88,17 +86,17 @@ func (l *lease) release() {
 	<-l.done
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = l.s.client.RemoveObject(ctx, l.s.cfg.Bucket, l.key, minio.RemoveObjectOptions{})
+	_ = l.s.remove(ctx, []string{l.key})
 }
 
 // liveLeases lists the lease objects under prefix renewed within LeaseTTL,
 // and those that are stale.
 func (s *Store) liveLeases(ctx context.Context, prefix string) (live, stale []string, err error) {
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if o.Err != nil {
-			return nil, nil, s.classify("list "+prefix, o.Err)
+	for o, err := range s.list(ctx, prefix) {
+		if err != nil {
+			return nil, nil, err
 		}
-		if time.Since(o.LastModified) < LeaseTTL {
+		if time.Since(o.ModTime) < LeaseTTL {
 			live = append(live, o.Key)
 		} else {
 			stale = append(stale, o.Key)
@@ -210,9 +208,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 	}
 	var doomed []string
 	for _, prefix := range []string{"chunks/", "code/"} {
-		for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-			if o.Err != nil {
-				return st, s.classify("list "+prefix, o.Err)
+		for o, err := range s.list(ctx, prefix) {
+			if err != nil {
+				return st, err
 			}
 			isChunk := prefix == "chunks/"
 			if isChunk {
@@ -221,7 +219,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 			switch {
 			case keep[o.Key]:
 				st.BytesKept += o.Size
-			case time.Since(o.LastModified) < opts.Grace:
+			case time.Since(o.ModTime) < opts.Grace:
 				st.BytesKept += o.Size
 				if isChunk {
 					st.ChunksYoung++
@@ -258,9 +256,9 @@ func (s *Store) referenced(ctx context.Context, st *GCStats) (map[string]bool, e
 	if err != nil {
 		return nil, fmt.Errorf("gc: nothing deleted: %w", err)
 	}
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "functions/", Recursive: true}) {
-		if o.Err != nil {
-			return nil, s.classify("list functions/", o.Err)
+	for o, err := range s.list(ctx, "functions/") {
+		if err != nil {
+			return nil, err
 		}
 		name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, "functions/"), ".json")
 		if !ok || !nameRE.MatchString(name) {
@@ -294,9 +292,9 @@ func (s *Store) readFunction(ctx context.Context, name string) (*FunctionRecord,
 // trusted or not (fn gets the key id it names and, if refused, why); one
 // that cannot be read or decoded stops the walk with its error.
 func (s *Store) eachManifest(ctx context.Context, fn func(m *RemoteManifest, keyID string, refused *signing.Refusal)) error {
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "snapshots/", Recursive: true}) {
-		if o.Err != nil {
-			return s.classify("list snapshots/", o.Err)
+	for o, err := range s.list(ctx, "snapshots/") {
+		if err != nil {
+			return err
 		}
 		id, ok := manifestID(o.Key)
 		if !ok {
@@ -322,30 +320,6 @@ func manifestID(key string) (string, bool) {
 	}
 	id, ok := strings.CutSuffix(rest, "/manifest.json")
 	return id, ok && idRE.MatchString(id)
-}
-
-// remove deletes keys in batches.
-func (s *Store) remove(ctx context.Context, keys []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	ch := make(chan minio.ObjectInfo)
-	go func() {
-		defer close(ch)
-		for _, k := range keys {
-			select {
-			case ch <- minio.ObjectInfo{Key: k}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for e := range s.client.RemoveObjects(ctx, s.cfg.Bucket, ch, minio.RemoveObjectsOptions{}) {
-		if e.Err != nil {
-			return s.classify("delete "+e.ObjectName, e.Err)
-		}
-	}
-	return ctx.Err()
 }
 
 // Listed is a snapshot in the registry: its manifest, when it was taken,

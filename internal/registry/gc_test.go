@@ -1,14 +1,11 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/minio/minio-go/v7"
 
 	"github.com/thaw-dev/thaw/internal/registry"
 )
@@ -34,13 +31,17 @@ func gc(t *testing.T, e *env, opts registry.GCOptions) registry.GCStats {
 // and that snapshot still pulls whole. Nothing younger than the grace goes,
 // and a dry run deletes nothing.
 func TestGCDeletesOnlyUnreferencedChunks(t *testing.T) {
+	eachStore(t, testGCDeletesOnlyUnreferencedChunks)
+}
+
+func testGCDeletesOnlyUnreferencedChunks(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	a := makeSnapshot(t, e.root, "snap-a", baseRegions())
 	b := makeSnapshot(t, e.root, "snap-b", append(baseRegions(), region{30 * cs, cs, 8}))
 	push(t, e, a)
 	push(t, e, b)
 	pushRecord(t, e, b.id, "code")
-	before := e.srv.Count(t, "chunks/")
+	before := e.count(t, "chunks/")
 
 	if st := gc(t, e, registry.GCOptions{}); st.ChunksDeleted != 0 || st.Snapshots != 2 || st.Functions != 1 || st.Chunks != before {
 		t.Fatalf("gc with both snapshots: %+v (chunks %d)", st, before)
@@ -55,15 +56,15 @@ func TestGCDeletesOnlyUnreferencedChunks(t *testing.T) {
 		t.Fatalf("gc within the grace deleted: %+v", st)
 	}
 	dry := gc(t, e, registry.GCOptions{DryRun: true})
-	if dry.ChunksDeleted == 0 || e.srv.Count(t, "chunks/") != before {
-		t.Fatalf("dry run: %+v; objects %d of %d", dry, e.srv.Count(t, "chunks/"), before)
+	if dry.ChunksDeleted == 0 || e.count(t, "chunks/") != before {
+		t.Fatalf("dry run: %+v; objects %d of %d", dry, e.count(t, "chunks/"), before)
 	}
 	st := gc(t, e, registry.GCOptions{})
 	// a's manifest.json is its own; everything else b shares.
 	if st.ChunksDeleted != dry.ChunksDeleted || st.ChunksDeleted < 1 || st.BytesDeleted <= 0 {
 		t.Fatalf("gc: %+v (dry run %+v)", st, dry)
 	}
-	if n := e.srv.Count(t, "chunks/"); n != before-st.ChunksDeleted {
+	if n := e.count(t, "chunks/"); n != before-st.ChunksDeleted {
 		t.Fatalf("%d chunks left, want %d", n, before-st.ChunksDeleted)
 	}
 	dst, err := pullTo(t, e, b.id)
@@ -80,6 +81,10 @@ func TestGCDeletesOnlyUnreferencedChunks(t *testing.T) {
 // newest; deleting the last removes the record, and gc then removes the
 // code archive no record names.
 func TestDeleteSnapshotMovesFunctionRecord(t *testing.T) {
+	eachStore(t, testDeleteSnapshotMovesFunctionRecord)
+}
+
+func testDeleteSnapshotMovesFunctionRecord(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	a := makeSnapshot(t, e.root, "snap-old", baseRegions())
 	time.Sleep(10 * time.Millisecond)
@@ -108,30 +113,28 @@ func TestDeleteSnapshotMovesFunctionRecord(t *testing.T) {
 		t.Fatalf("deleting twice: %v", err)
 	}
 	st := gc(t, e, registry.GCOptions{})
-	if st.CodeDeleted != 1 || e.srv.Count(t, "chunks/") != 0 || e.srv.Count(t, "code/") != 0 {
+	if st.CodeDeleted != 1 || e.count(t, "chunks/") != 0 || e.count(t, "code/") != 0 {
 		t.Fatalf("gc of an empty registry: %+v", st)
 	}
 }
 
 // A manifest gc cannot read might hold the only reference to chunks: gc
 // refuses and deletes nothing.
-func TestGCRefusesWhatItCannotRead(t *testing.T) {
+func TestGCRefusesWhatItCannotRead(t *testing.T) { eachStore(t, testGCRefusesWhatItCannotRead) }
+
+func testGCRefusesWhatItCannotRead(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	a := makeSnapshot(t, e.root, "snap-a", baseRegions())
 	push(t, e, a)
 	if err := e.store.DeleteSnapshot(context.Background(), a.id); err != nil {
 		t.Fatal(err)
 	}
-	c := e.srv.Client(t)
-	bad := []byte(`{"magic":"thaw-remote-snapshot"`)
-	if _, err := c.PutObject(context.Background(), e.srv.Config.Bucket, "snapshots/snap-bad/manifest.json", bytes.NewReader(bad), int64(len(bad)), minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	before := e.srv.Count(t, "chunks/")
+	e.put(t, "snapshots/snap-bad/manifest.json", []byte(`{"magic":"thaw-remote-snapshot"`))
+	before := e.count(t, "chunks/")
 	if _, err := e.store.GC(context.Background(), registry.GCOptions{}); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("gc with a damaged manifest: %v", err)
 	}
-	if n := e.srv.Count(t, "chunks/"); n != before {
+	if n := e.count(t, "chunks/"); n != before {
 		t.Fatalf("gc deleted %d chunks though it refused", before-n)
 	}
 }
@@ -139,18 +142,15 @@ func TestGCRefusesWhatItCannotRead(t *testing.T) {
 // A push waits while a collection holds its lease; a collection waits for
 // running pushes and gives up with ErrBusy after its wait; a lease not
 // renewed within LeaseTTL (its holder died) is ignored.
-func TestGCAndPushLeases(t *testing.T) {
+func TestGCAndPushLeases(t *testing.T) { eachStore(t, testGCAndPushLeases) }
+
+func testGCAndPushLeases(t *testing.T, newEnv envMaker) {
 	old := registry.LeaseTTL
 	registry.LeaseTTL = 3 * time.Second
 	t.Cleanup(func() { registry.LeaseTTL = old })
 	e := newEnv(t, 0)
-	c := e.srv.Client(t)
 	ctx := context.Background()
-	put := func(key string) {
-		if _, err := c.PutObject(ctx, e.srv.Config.Bucket, key, bytes.NewReader([]byte("{}")), 2, minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(key string) { e.put(t, key, []byte("{}")) }
 
 	// A push lease of a live writer: gc waits, then refuses.
 	put("locks/push/other.json")
@@ -162,7 +162,7 @@ func TestGCAndPushLeases(t *testing.T) {
 	if st := gc(t, e, registry.GCOptions{}); st.StaleLeases != 1 {
 		t.Fatalf("stale leases removed: %+v", st)
 	}
-	if n := e.srv.Count(t, "locks/"); n != 0 {
+	if n := e.count(t, "locks/"); n != 0 {
 		t.Fatalf("%d lease objects left after gc", n)
 	}
 
@@ -176,7 +176,7 @@ func TestGCAndPushLeases(t *testing.T) {
 		t.Fatalf("push ran beside a collection: %v", err)
 	case <-time.After(1500 * time.Millisecond):
 	}
-	if err := c.RemoveObject(ctx, e.srv.Config.Bucket, "locks/gc.json", minio.RemoveObjectOptions{}); err != nil {
+	if err := e.store.Objects().Delete(ctx, "locks/gc.json"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -187,7 +187,7 @@ func TestGCAndPushLeases(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("push still waiting after the collection's lease was removed")
 	}
-	if n := e.srv.Count(t, "locks/"); n != 0 {
+	if n := e.count(t, "locks/"); n != 0 {
 		t.Fatalf("push left %d lease objects", n)
 	}
 	// A push canceled while it waits says why.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/objstore"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/signing"
@@ -123,7 +124,7 @@ func sameTree(t *testing.T, want, got string) {
 // env is one MinIO, a store on it (signing with key, trusting it) and a
 // chunk cache.
 type env struct {
-	srv   *miniotest.Server
+	srv   *miniotest.Server // nil on a directory store
 	store *registry.Store
 	cache *registry.Cache
 	root  string
@@ -154,13 +155,74 @@ func newEnv(t testing.TB, budget int64) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e := withStore(t, st, budget)
+	e.srv = srv
+	return e
+}
+
+// newEnvFS is newEnv on a directory store.
+func newEnvFS(t testing.TB, budget int64) *env {
+	t.Helper()
+	st, err := registry.Open(registry.Config{Type: registry.TypeFS, Path: filepath.Join(t.TempDir(), "registry"), ChunkSize: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return withStore(t, st, budget)
+}
+
+// withStore signs with a new key on st, trusting it, and opens a cache.
+func withStore(t testing.TB, st *registry.Store, budget int64) *env {
+	t.Helper()
 	key := newKey(t)
 	st = st.WithTrust(trusting(key))
 	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), budget, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{srv: srv, store: st, cache: c, root: t.TempDir(), key: key}
+	return &env{store: st, cache: c, root: t.TempDir(), key: key}
+}
+
+// envMaker makes a test's env: newEnv (MinIO) or newEnvFS.
+type envMaker func(testing.TB, int64) *env
+
+// eachStore runs fn on MinIO and on a directory store.
+func eachStore(t *testing.T, fn func(*testing.T, envMaker)) {
+	t.Run("minio", func(t *testing.T) { fn(t, newEnv) })
+	t.Run("fs", func(t *testing.T) { fn(t, newEnvFS) })
+}
+
+// count is how many objects start with prefix.
+func (e *env) count(t testing.TB, prefix string) int {
+	t.Helper()
+	n := 0
+	for _, err := range e.store.Objects().List(context.Background(), prefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
+}
+
+// get reads an object whole, behind the registry's back.
+func (e *env) get(t testing.TB, key string) []byte {
+	t.Helper()
+	b, _, err := e.store.Objects().Get(context.Background(), key, objstore.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// put writes an object behind the registry's back.
+func (e *env) put(t testing.TB, key string, b []byte) {
+	t.Helper()
+	if err := e.store.Objects().Put(context.Background(), key, b, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // pushNew writes a snapshot of the base layout and pushes it.

@@ -16,7 +16,9 @@ import (
 // A lazy pull leaves files out (PullExcept); PullFile completes one later,
 // verified; a LazyFile counts what it fetched and says which chunks are
 // local.
-func TestPullExceptAndPullFile(t *testing.T) {
+func TestPullExceptAndPullFile(t *testing.T) { eachStore(t, testPullExceptAndPullFile) }
+
+func testPullExceptAndPullFile(t *testing.T, newEnv envMaker) {
 	ctx := context.Background()
 	e := newEnv(t, 0)
 	fx := makeSnapshot(t, e.root, "snap-l1", baseRegions())

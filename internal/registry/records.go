@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/thaw-dev/thaw/internal/objstore"
 	"github.com/thaw-dev/thaw/internal/signing"
 )
 
@@ -47,6 +48,13 @@ func (s *Store) Keys() *signing.Keyring { return s.trust.Keys }
 // PutRecord signs payload as the record of kind at key and stores it (one
 // object: the record and its signature are never seen apart).
 func (s *Store) PutRecord(ctx context.Context, kind, key string, payload []byte) error {
+	return s.putRecordIf(ctx, kind, key, payload, objstore.PutOptions{})
+}
+
+// putRecordIf is PutRecord under cond's conditions (a read-modify-write
+// that must not overwrite another writer's record): objstore's
+// ErrPrecondition when they do not hold.
+func (s *Store) putRecordIf(ctx context.Context, kind, key string, payload []byte, cond objstore.PutOptions) error {
 	if err := s.canSign(); err != nil {
 		return err
 	}
@@ -54,7 +62,8 @@ func (s *Store) PutRecord(ctx context.Context, kind, key string, payload []byte)
 	if err != nil {
 		return err
 	}
-	return s.put(ctx, key, b, "application/json")
+	cond.ContentType = "application/json"
+	return storeErr(s.obj.Put(ctx, key, b, cond))
 }
 
 // ErrNoKey: the store has no signing key, so it writes no record.
@@ -73,16 +82,23 @@ func (s *Store) canSign() error {
 // a trusted key's signature over them, kind and key verifies; a refusal
 // is ErrUntrusted and reported to Trust.Refused.
 func (s *Store) GetRecord(ctx context.Context, kind, key string) ([]byte, error) {
-	b, err := s.get(ctx, key, nil, maxObject)
+	payload, _, err := s.getRecordTag(ctx, kind, key)
+	return payload, err
+}
+
+// getRecordTag is GetRecord with the object's ETag ("" when there is no
+// object), for a write conditional on it.
+func (s *Store) getRecordTag(ctx context.Context, kind, key string) ([]byte, string, error) {
+	b, tag, err := s.getInfo(ctx, key, nil, maxObject)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	payload, _, err := signing.Open(s.trust.Keys, kind, key, b)
 	var r *signing.Refusal
 	if errors.As(err, &r) && s.trust.Refused != nil {
 		s.trust.Refused(kind, key, r)
 	}
-	return payload, err
+	return payload, tag, err
 }
 
 // readRecord fetches the record of kind at key and checks it as

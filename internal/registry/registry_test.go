@@ -34,7 +34,9 @@ func pullTo(t *testing.T, e *env, id string) (string, error) {
 	return dst, e.cache.PullInto(context.Background(), rm, dst, nil)
 }
 
-func TestPushPullRoundTrip(t *testing.T) {
+func TestPushPullRoundTrip(t *testing.T) { eachStore(t, testPushPullRoundTrip) }
+
+func testPushPullRoundTrip(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	fx := makeSnapshot(t, e.root, "snap-a1", baseRegions())
 	var last int64
@@ -57,7 +59,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	if last == 0 || st.Uploaded != st.Chunks {
 		t.Fatalf("progress %d, stats %+v", last, st)
 	}
-	if n := e.srv.Count(t, "chunks/"); n != st.Chunks {
+	if n := e.count(t, "chunks/"); n != st.Chunks {
 		t.Fatalf("%d chunk objects, want %d distinct non-zero chunks", n, st.Chunks)
 	}
 	dst, err := pullTo(t, e, fx.id)
@@ -81,7 +83,9 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDedupAcrossSnapshots(t *testing.T) {
+func TestDedupAcrossSnapshots(t *testing.T) { eachStore(t, testDedupAcrossSnapshots) }
+
+func testDedupAcrossSnapshots(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	a := makeSnapshot(t, e.root, "snap-a", baseRegions())
 	// b: the same memory but one chunk changed and one added.
@@ -93,7 +97,7 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 	if sb.Uploaded >= sa.Uploaded/2 || sb.Uploaded == 0 {
 		t.Fatalf("second push uploaded %d of %d chunks (first: %d): no sharing", sb.Uploaded, sb.Chunks, sa.Uploaded)
 	}
-	if n := e.srv.Count(t, "chunks/"); n != sa.Uploaded+sb.Uploaded {
+	if n := e.count(t, "chunks/"); n != sa.Uploaded+sb.Uploaded {
 		t.Fatalf("%d chunk objects, want %d", n, sa.Uploaded+sb.Uploaded)
 	}
 	dst, err := pullTo(t, e, b.id)
@@ -104,18 +108,22 @@ func TestDedupAcrossSnapshots(t *testing.T) {
 }
 
 func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
+	eachStore(t, testCorruptChunkRefusedAndRefetched)
+}
+
+func testCorruptChunkRefusedAndRefetched(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	fx, rm, _ := pushNew(t, e, "snap-c")
 	ref := rm.File(snapshot.MemoryFile).Chunks[1]
 	key := "chunks/" + ref.SHA256[:2] + "/" + ref.SHA256
-	orig := e.srv.Get(t, key)
+	orig := e.get(t, key)
 	// A valid zstd frame of other bytes: decompresses fine, wrong digest.
 	other := makeSnapshot(t, e.root, "snap-other", []region{{0, cs, 42}})
 	orm, _ := push(t, e, other)
 	oref := orm.File(snapshot.MemoryFile).Chunks[0]
-	wrong := e.srv.Get(t, "chunks/"+oref.SHA256[:2]+"/"+oref.SHA256)
+	wrong := e.get(t, "chunks/"+oref.SHA256[:2]+"/"+oref.SHA256)
 	for _, bad := range [][]byte{[]byte("not zstd at all"), wrong} {
-		e.srv.Put(t, key, bad)
+		e.put(t, key, bad)
 		before := e.cache.Stats().FetchedBytes
 		_, err := pullTo(t, e, fx.id)
 		if !errors.Is(err, registry.ErrCorrupt) {
@@ -128,9 +136,9 @@ func TestCorruptChunkRefusedAndRefetched(t *testing.T) {
 			t.Fatal("the corrupt chunk entered the cache")
 		}
 	}
-	e.srv.Put(t, key, orig)
+	e.put(t, key, orig)
 	// Another snapshot's manifest under this id is refused.
-	e.srv.Put(t, "snapshots/snap-c2/manifest.json", e.srv.Get(t, "snapshots/snap-c/manifest.json"))
+	e.put(t, "snapshots/snap-c2/manifest.json", e.get(t, "snapshots/snap-c/manifest.json"))
 	if _, err := e.store.GetManifest(context.Background(), "snap-c2"); !errors.Is(err, registry.ErrUntrusted) {
 		t.Fatalf("a manifest under another id: %v", err)
 	}
@@ -177,7 +185,9 @@ func TestStoreDownIsUnavailableAndCacheStillServes(t *testing.T) {
 	}
 }
 
-func TestInterruptedPushResumes(t *testing.T) {
+func TestInterruptedPushResumes(t *testing.T) { eachStore(t, testInterruptedPushResumes) }
+
+func testInterruptedPushResumes(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	fx := makeSnapshot(t, e.root, "snap-i", baseRegions())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -192,7 +202,7 @@ func TestInterruptedPushResumes(t *testing.T) {
 	if ok, err := e.store.HasManifest(context.Background(), fx.id); ok || err != nil {
 		t.Fatalf("manifest published by an interrupted push (%v)", err)
 	}
-	sent := e.srv.Count(t, "chunks/")
+	sent := e.count(t, "chunks/")
 	if sent == 0 {
 		t.Fatal("the interrupted push stored nothing: nothing to resume")
 	}
@@ -274,7 +284,9 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func TestLazyFileReads(t *testing.T) {
+func TestLazyFileReads(t *testing.T) { eachStore(t, testLazyFileReads) }
+
+func testLazyFileReads(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	fx, rm, _ := pushNew(t, e, "snap-l")
 	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)

@@ -33,7 +33,7 @@ func reopen(t *testing.T, e *env, tr registry.Trust) (*registry.Store, *registry
 func envelopeOf(t *testing.T, e *env, key string) signing.Envelope {
 	t.Helper()
 	var env signing.Envelope
-	if err := json.Unmarshal(e.srv.Get(t, key), &env); err != nil {
+	if err := json.Unmarshal(e.get(t, key), &env); err != nil {
 		t.Fatal(err)
 	}
 	return env
@@ -45,7 +45,7 @@ func putEnvelope(t *testing.T, e *env, key string, env signing.Envelope) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.Put(t, key, b)
+	e.put(t, key, b)
 }
 
 // refusals records what a store's Trust.Refused is told.
@@ -65,7 +65,9 @@ func (r *refusals) note(kind, object string, ref *signing.Refusal) {
 // moved records are each refused with their reason, before any chunk or
 // code archive is fetched, and reported; the same records from a trusted
 // node read fine.
-func TestRecordsRefusedUnlessTrusted(t *testing.T) {
+func TestRecordsRefusedUnlessTrusted(t *testing.T) { eachStore(t, testRecordsRefusedUnlessTrusted) }
+
+func testRecordsRefusedUnlessTrusted(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0) // node A: pushes, signed with e.key
 	fx, _, _ := pushNew(t, e, "snap-a")
 	pushRecord(t, e, fx.id, "code")
@@ -93,7 +95,7 @@ func TestRecordsRefusedUnlessTrusted(t *testing.T) {
 		t.Fatalf("record by an unknown key: %v", err)
 	}
 
-	origM, origF := e.srv.Get(t, mkey), e.srv.Get(t, fkey)
+	origM, origF := e.get(t, mkey), e.get(t, fkey)
 	envM, envF := envelopeOf(t, e, mkey), envelopeOf(t, e, fkey)
 	// Modified after signing: one chunk digest of the manifest, the code
 	// digest of the record (what an attacker would change).
@@ -108,14 +110,14 @@ func TestRecordsRefusedUnlessTrusted(t *testing.T) {
 		setM, setF func()
 		want       signing.Reason
 	}{
-		{"unsigned", func() { e.srv.Put(t, mkey, envM.Payload) }, func() { e.srv.Put(t, fkey, envF.Payload) }, signing.Unsigned},
+		{"unsigned", func() { e.put(t, mkey, envM.Payload) }, func() { e.put(t, fkey, envF.Payload) }, signing.Unsigned},
 		{"modified", func() { putEnvelope(t, e, mkey, modM) }, func() { putEnvelope(t, e, fkey, modF) }, signing.BadSignature},
 		{"modified, signature of another key", func() {
 			forged, _ := signing.Seal(newKey(t), registry.KindManifest, mkey, modM.Payload)
-			e.srv.Put(t, mkey, forged)
+			e.put(t, mkey, forged)
 		}, func() {
 			forged, _ := signing.Seal(newKey(t), registry.KindFunction, fkey, modF.Payload)
-			e.srv.Put(t, fkey, forged)
+			e.put(t, fkey, forged)
 		}, signing.UnknownKey},
 	} {
 		c.setM()
@@ -130,14 +132,14 @@ func TestRecordsRefusedUnlessTrusted(t *testing.T) {
 				t.Errorf("%s: %v, want a refusal for %s", c.name, err, c.want)
 			}
 		}
-		e.srv.Put(t, mkey, origM)
-		e.srv.Put(t, fkey, origF)
+		e.put(t, mkey, origM)
+		e.put(t, fkey, origF)
 	}
 
 	// Replay: a valid manifest and record copied to other objects.
 	fx2, _, _ := pushNew(t, e, "snap-b")
-	e.srv.Put(t, "snapshots/snap-b/manifest.json", origM)
-	e.srv.Put(t, "functions/other.json", origF)
+	e.put(t, "snapshots/snap-b/manifest.json", origM)
+	e.put(t, "functions/other.json", origF)
 	var ref *signing.Refusal
 	if _, err := b.GetManifest(ctx, fx2.id); !errors.As(err, &ref) || ref.Reason != signing.WrongObject || !strings.Contains(err.Error(), mkey) {
 		t.Errorf("manifest replayed onto another snapshot: %v", err)
@@ -170,7 +172,7 @@ func TestPushNeedsASigningKey(t *testing.T) {
 	if err := st.PushFunction(context.Background(), rec, []byte("code")); !errors.Is(err, registry.ErrNoKey) {
 		t.Fatalf("record without a key: %v", err)
 	}
-	if n := e.srv.Count(t, ""); n != 0 {
+	if n := e.count(t, ""); n != 0 {
 		t.Fatalf("%d objects written", n)
 	}
 }
@@ -180,6 +182,10 @@ func TestPushNeedsASigningKey(t *testing.T) {
 // refused manifest with its reason and never as a function's latest, and
 // delete removes it.
 func TestUntrustedManifestsListedKeptAndDeletable(t *testing.T) {
+	eachStore(t, testUntrustedManifestsListedKeptAndDeletable)
+}
+
+func testUntrustedManifestsListedKeptAndDeletable(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	pushNew(t, e, "snap-a")
 	pushRecord(t, e, "snap-a", "code")
@@ -188,9 +194,9 @@ func TestUntrustedManifestsListedKeptAndDeletable(t *testing.T) {
 	if _, _, err := other.Push(context.Background(), fx.dir, registry.PushInfo{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	chunks := e.srv.Count(t, "chunks/")
+	chunks := e.count(t, "chunks/")
 	st := gc(t, e, registry.GCOptions{})
-	if st.Snapshots != 2 || st.ChunksDeleted != 0 || e.srv.Count(t, "chunks/") != chunks {
+	if st.Snapshots != 2 || st.ChunksDeleted != 0 || e.count(t, "chunks/") != chunks {
 		t.Fatalf("gc beside an untrusted manifest: %+v", st)
 	}
 	list, err := e.store.ListSnapshots(context.Background())

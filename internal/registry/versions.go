@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minio/minio-go/v7"
+	"github.com/thaw-dev/thaw/internal/objstore"
 )
 
 // KindVersion is a version record's kind: versions/<name>/<number>.json,
@@ -61,7 +61,29 @@ func (s *Store) PushVersion(ctx context.Context, vr VersionRecord, code []byte) 
 		return err
 	}
 	defer l.release()
-	old, err := s.GetVersion(ctx, vr.Function.Name, vr.Number)
+	// Nodes pushing the same version at once each add their snapshots:
+	// the record is written only over the one read, else read again.
+	for attempt := 1; ; attempt++ {
+		err := s.mergeVersion(ctx, vr, code)
+		if !errors.Is(err, objstore.ErrPrecondition) {
+			return err
+		}
+		if attempt == versionAttempts {
+			return fmt.Errorf("%w: version %s:%d changed %d times while this node wrote it: %w", ErrBusy, vr.Function.Name, vr.Number, attempt, err)
+		}
+	}
+}
+
+// versionAttempts bounds how often PushVersion reads and writes a version
+// record that other nodes keep changing.
+const versionAttempts = 8
+
+// mergeVersion adds vr's snapshots to the stored version record, stores
+// the code archive unless present, and writes the record if nobody wrote
+// it since it was read (objstore's ErrPrecondition if someone did).
+func (s *Store) mergeVersion(ctx context.Context, vr VersionRecord, code []byte) error {
+	key := versionKey(vr.Function.Name, vr.Number)
+	old, tag, err := s.getVersionTag(ctx, vr.Function.Name, vr.Number)
 	switch {
 	case err == nil && old.Digest != vr.Digest:
 		return fmt.Errorf("%w: %s:%d is %s there, %s here", ErrVersionConflict, vr.Function.Name, vr.Number, short(old.Digest), short(vr.Digest))
@@ -90,7 +112,10 @@ func (s *Store) PushVersion(ctx context.Context, vr VersionRecord, code []byte) 
 	if _, err := decodeVersionRecord(b); err != nil {
 		return err
 	}
-	return s.PutRecord(ctx, KindVersion, versionKey(vr.Function.Name, vr.Number), b)
+	// An invalid or untrusted record is replaced, as long as it is the
+	// one read.
+	cond := objstore.PutOptions{IfMatch: tag, IfAbsent: tag == ""}
+	return s.putRecordIf(ctx, KindVersion, key, b, cond)
 }
 
 // GetVersion fetches version n of function name and verifies its
@@ -99,15 +124,22 @@ func (s *Store) GetVersion(ctx context.Context, name string, n int) (*VersionRec
 	if !nameRE.MatchString(name) || n <= 0 {
 		return nil, fmt.Errorf("%w: version %s:%d", ErrInvalid, name, n)
 	}
-	b, err := s.GetRecord(ctx, KindVersion, versionKey(name, n))
+	vr, _, err := s.getVersionTag(ctx, name, n)
+	return vr, err
+}
+
+// getVersionTag is GetVersion with the record object's ETag ("" when
+// there is none), also when the record is refused.
+func (s *Store) getVersionTag(ctx context.Context, name string, n int) (*VersionRecord, string, error) {
+	b, tag, err := s.getRecordTag(ctx, KindVersion, versionKey(name, n))
 	if err != nil {
-		return nil, err
+		return nil, tag, err
 	}
 	vr, err := decodeVersionRecord(b)
 	if err == nil && (vr.Function.Name != name || vr.Number != n) {
-		return nil, fmt.Errorf("%w: %s holds version %s:%d", ErrInvalid, versionKey(name, n), vr.Function.Name, vr.Number)
+		return nil, tag, fmt.Errorf("%w: %s holds version %s:%d", ErrInvalid, versionKey(name, n), vr.Function.Name, vr.Number)
 	}
-	return vr, err
+	return vr, tag, err
 }
 
 // DeleteVersion deletes version n of function name's record (its
@@ -123,9 +155,9 @@ func (s *Store) DeleteVersion(ctx context.Context, name string, n int) error {
 // versionCode lists the code archives version records name (trusted or
 // not: garbage collection keeps what any record names).
 func (s *Store) versionCode(ctx context.Context, keep map[string]bool) error {
-	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: "versions/", Recursive: true}) {
-		if o.Err != nil {
-			return s.classify("list versions/", o.Err)
+	for o, err := range s.list(ctx, "versions/") {
+		if err != nil {
+			return err
 		}
 		if !strings.HasSuffix(o.Key, ".json") {
 			continue
