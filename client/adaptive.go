@@ -42,12 +42,12 @@ func (o *functionOptions) restoreQuery(q url.Values) {
 	}
 }
 
-func (o *functionOptions) restoreJSON(in map[string]any) {
+func (o *functionOptions) restoreRequest(in *wire.CreateFunctionRequest) {
 	if o.restore.Strategy != nil {
-		in["strategy"] = *o.restore.Strategy
+		in.Strategy = *o.restore.Strategy
 	}
 	if o.restore.Refresh != nil {
-		in["refresh"] = *o.restore.Refresh
+		in.Refresh = *o.restore.Refresh
 	}
 }
 

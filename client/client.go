@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/codearchive"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Errors by HTTP status.
@@ -424,24 +425,18 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	for _, opt := range opts {
 		opt(&o)
 	}
-	in := map[string]any{"name": name, "directory": dir, "memory_mib": memoryMiB, "vcpus": vcpus}
+	in := wire.CreateFunctionRequest{Name: name, Directory: dir, MemoryMiB: memoryMiB, VCPUs: vcpus,
+		MaxConcurrency: o.maxConcurrency, KeepAliveS: o.keepAliveS, VMMPool: o.vmmPool, VMMPoolTTLS: o.vmmPoolTTLS}
 	if o.network.Egress != "" || len(o.network.Services) > 0 {
-		in["network"] = o.network
+		in.Network = &o.network
 	}
-	if o.maxConcurrency > 0 {
-		in["max_concurrency"] = o.maxConcurrency
+	if len(o.env) > 0 {
+		in.Env = o.env
 	}
-	if o.keepAliveS != 0 {
-		in["keep_alive_s"] = o.keepAliveS
+	if len(o.secrets) > 0 {
+		in.Secrets = o.secrets
 	}
-	if o.vmmPool != 0 {
-		in["vmm_pool"] = o.vmmPool
-	}
-	if o.vmmPoolTTLS != 0 {
-		in["vmm_pool_ttl_s"] = o.vmmPoolTTLS
-	}
-	o.configJSON(in)
-	o.restoreJSON(in)
+	o.restoreRequest(&in)
 	return call[Function](ctx, c, "POST", "/v1/functions", in)
 }
 
@@ -566,33 +561,9 @@ type InvokeOptions struct {
 	Logs bool
 }
 
-func invokeBody(event json.RawMessage, o InvokeOptions) map[string]any {
-	in := map[string]any{}
-	if len(event) > 0 {
-		in["event"] = event
-	}
-	if o.Timeout > 0 {
-		in["timeout_ms"] = o.Timeout.Milliseconds()
-	}
-	if o.Strategy != "" {
-		in["strategy"] = o.Strategy
-	}
-	if o.Variant != "" {
-		in["variant"] = o.Variant
-	}
-	if o.Snapshot != "" {
-		in["snapshot"] = o.Snapshot
-	}
-	if o.EvictCache {
-		in["evict_cache"] = true
-	}
-	if o.Strict {
-		in["strict"] = true
-	}
-	if o.Logs {
-		in["logs"] = true
-	}
-	return in
+func invokeBody(event json.RawMessage, o InvokeOptions) wire.InvokeRequest {
+	return wire.InvokeRequest{Event: event, TimeoutMS: o.Timeout.Milliseconds(), Strategy: o.Strategy, Variant: o.Variant,
+		Snapshot: o.Snapshot, EvictCache: o.EvictCache, Strict: o.Strict, Logs: o.Logs}
 }
 
 // InvokeVM invokes the function on a running VM (warm).
@@ -715,24 +686,9 @@ func (c *Client) Prepare(ctx context.Context, function string, recordEvent json.
 	return call[PrepareResult](ctx, c, "POST", "/v1/functions/"+url.PathEscape(function)+"/prepare", prepareBody(recordEvent, o))
 }
 
-func prepareBody(recordEvent json.RawMessage, o PrepareOptions) map[string]any {
-	in := map[string]any{}
-	if len(recordEvent) > 0 {
-		in["record_event"] = recordEvent
-	}
-	if o.GroupSize > 0 {
-		in["group_size"] = o.GroupSize
-	}
-	if o.MergeGap > 0 {
-		in["merge_gap"] = o.MergeGap
-	}
-	if o.Timeout > 0 {
-		in["timeout_ms"] = o.Timeout.Milliseconds()
-	}
-	if o.FaaSnapVariants {
-		in["faasnap_variants"] = true
-	}
-	return in
+func prepareBody(recordEvent json.RawMessage, o PrepareOptions) wire.PrepareRequest {
+	return wire.PrepareRequest{RecordEvent: recordEvent, GroupSize: o.GroupSize, MergeGap: o.MergeGap,
+		TimeoutMS: o.Timeout.Milliseconds(), FaaSnapVariants: o.FaaSnapVariants}
 }
 
 // PushSnapshot uploads a snapshot to the daemon's snapshot registry.

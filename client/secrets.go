@@ -53,13 +53,3 @@ func (o *functionOptions) configQuery(q url.Values) {
 		q.Add("secret", k+"="+v)
 	}
 }
-
-// configJSON adds them to a directory create's body.
-func (o *functionOptions) configJSON(in map[string]any) {
-	if len(o.env) > 0 {
-		in["env"] = o.env
-	}
-	if len(o.secrets) > 0 {
-		in["secrets"] = o.secrets
-	}
-}
