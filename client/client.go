@@ -416,6 +416,7 @@ func (c *Client) CreateFunctionFromDir(ctx context.Context, name, dir string, me
 		q.Set("vmm_pool_ttl_s", strconv.Itoa(o.vmmPoolTTLS))
 	}
 	o.configQuery(q)
+	o.restoreQuery(q)
 	var f Function
 	return &f, c.do(ctx, "POST", "/v1/functions?"+q.Encode(), bytes.NewReader(archive), "application/gzip", &f)
 }
@@ -438,6 +439,7 @@ func (c *Client) CreateFunctionFromServerDir(ctx context.Context, name, dir stri
 	if len(o.secrets) > 0 {
 		in.Secrets = o.secrets
 	}
+	o.restoreRequest(&in)
 	return call[Function](ctx, c, "POST", "/v1/functions", in)
 }
 
@@ -451,6 +453,7 @@ type functionOptions struct {
 	vmmPool        int
 	vmmPoolTTLS    int
 	env, secrets   map[string]string
+	restore        RestoreSettings // strategy and refresh settings (adaptive.go)
 }
 
 // WithVMMPool sets how many VMMs the VMM pool starts ahead of restores per

@@ -31,7 +31,7 @@ run() {
 	while [ "$1" != "--" ]; do envs+=("$1"); shift; done
 	shift
 	env -u THAW_SHIM_MODE -u THAW_SHIM_MEMFILE -u THAW_SHIM_LAYOUT -u THAW_SHIM_LSFILE \
-		-u THAW_SHIM_UFFD_SOCK LD_PRELOAD="$SHIM" "${envs[@]}" "$@" >"$T/out" 2>"$T/err"
+		-u THAW_SHIM_UFFD_SOCK -u THAW_SHIM_READAHEAD LD_PRELOAD="$SHIM" "${envs[@]}" "$@" >"$T/out" 2>"$T/err"
 	RC=$?
 }
 json_has() { grep -q "\"$1\":$2[,}]" "$T/out"; }
@@ -324,6 +324,13 @@ touch "$T/other.bin"
 run THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE="$T/other.bin" THAW_SHIM_LAYOUT=/nonexistent -- \
 	"$CHECK" --write-check "$T/sparse.bin"
 NO_SHIM_LINE=1 expect_ok "pass-through, mode set but a different memory file"
+
+run THAW_SHIM_PROTECT=1 THAW_SHIM_READAHEAD=off THAW_SHIM_MEMFILE="$T/sparse.bin" -- "$CHECK" --write-check "$T/sparse.bin"
+if json_has random_read true; then expect_ok "pass-through, THAW_SHIM_READAHEAD=off: guest RAM mapped MADV_RANDOM"; else
+	fail "pass-through, THAW_SHIM_READAHEAD=off: guest RAM not MADV_RANDOM"; show; fi
+run THAW_SHIM_PROTECT=1 THAW_SHIM_MEMFILE="$T/sparse.bin" -- "$CHECK" "$T/sparse.bin"
+if json_has random_read false; then expect_ok "pass-through: readahead as the host has it without THAW_SHIM_READAHEAD"; else
+	fail "pass-through: MADV_RANDOM without THAW_SHIM_READAHEAD"; show; fi
 
 echo "== (b) layout mode"
 python3 "$T/gen.py" layout "$T" 42 | sed 's/^/      generated: /'

@@ -123,6 +123,7 @@ static struct {
 	int protect;	    /* THAW_SHIM_PROTECT=1 */
 	int punch_pass;	    /* THAW_SHIM_PUNCH=pass: punches into the memory file go through */
 	int hugepage;	    /* THAW_SHIM_HUGEPAGE=keep: QEMU's MADV_HUGEPAGE on guest RAM stays */
+	int no_readahead;   /* THAW_SHIM_READAHEAD=off: guest RAM mapped MADV_RANDOM (record VMs) */
 	int memfile_ok;	    /* mem_dev/mem_ino identify the memory file */
 	const char *stats; /* THAW_SHIM_STATS: where populate reports */
 	char bad[PATH_MAX + 128]; /* why MODE_BAD, reported on every candidate */
@@ -232,6 +233,7 @@ static void load_config(void)
 	cfg.protect = protect && !strcmp(protect, "1");
 	cfg.punch_pass = getenv("THAW_SHIM_PUNCH") && !strcmp(getenv("THAW_SHIM_PUNCH"), "pass");
 	cfg.hugepage = huge && !strcmp(huge, "keep");
+	cfg.no_readahead = getenv("THAW_SHIM_READAHEAD") && !strcmp(getenv("THAW_SHIM_READAHEAD"), "off");
 	cfg.memfile_ok = mem && *mem && identify_memfile(mem) == 0;
 	if (!mode || !*mode) {
 		cfg.mode = MODE_OFF;
@@ -867,10 +869,17 @@ static void *intercept(mmap_fn real, void *addr, size_t len, int prot, int flags
 		return note_ram(map_layout(addr, len, prot, flags, fd), len);
 	return note_ram(map_uffd(addr, len, prot), len);
 pass:
-	if (!real)
-		return ram ? note_ram(sys_mmap(addr, len, prot, flags, fd, off), len)
-			   : sys_mmap(addr, len, prot, flags, fd, off);
-	return ram ? note_ram(real(addr, len, prot, flags, fd, off), len) : real(addr, len, prot, flags, fd, off);
+	if (!ram)
+		return real ? real(addr, len, prot, flags, fd, off) : sys_mmap(addr, len, prot, flags, fd, off);
+	void *p = real ? real(addr, len, prot, flags, fd, off) : sys_mmap(addr, len, prot, flags, fd, off);
+	/*
+	 * A record VM (THAW_SHIM_READAHEAD=off): its page faults read only the
+	 * page faulted, so the page cache holds what the guest touched, not
+	 * what readahead brought around it (thaw's steady recordings).
+	 */
+	if (p != MAP_FAILED && cfg.no_readahead && syscall(SYS_madvise, p, len, MADV_RANDOM) != 0)
+		return fail(errno, "madvise(MADV_RANDOM) on %s's mapping", cfg.memfile);
+	return note_ram(p, len);
 }
 
 typedef int (*madvise_fn)(void *, size_t, int);

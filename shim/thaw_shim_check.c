@@ -202,8 +202,8 @@ static int map_like_qemu(const struct options *o, size_t *size)
 	return 0;
 }
 
-/* hugepage_hint says whether the VMA at addr has MADV_HUGEPAGE ("hg"). */
-static int hugepage_hint(const void *addr)
+/* vma_flag says whether the VMA at addr has the smaps VmFlags flag (" hg"). */
+static int vma_flag(const void *addr, const char *flag)
 {
 	FILE *f = fopen("/proc/self/smaps", "r");
 	char line[512];
@@ -219,7 +219,7 @@ static int hugepage_hint(const void *addr)
 			continue;
 		}
 		if (in && !strncmp(line, "VmFlags:", 8)) {
-			hg = strstr(line, " hg") != NULL;
+			hg = strstr(line, flag) != NULL;
 			break;
 		}
 	}
@@ -325,9 +325,9 @@ int main(int argc, char **argv)
 	if (o.write_check && check_writes(&write_bad, &file_modified) < 0)
 		return 1;
 	printf("{\"pages\":%zu,\"mismatches\":%llu,\"first_mismatch\":%lld,\"file_modified\":%s,\"read_ms\":%.3f,"
-	       "\"hugepage_hint\":%s}\n",
+	       "\"hugepage_hint\":%s,\"random_read\":%s}\n",
 	       npages, (unsigned long long)mismatches, (long long)first, file_modified ? "true" : "false",
-	       read_ms, hugepage_hint(map) ? "true" : "false");
+	       read_ms, vma_flag(map, " hg") ? "true" : "false", vma_flag(map, " rr") ? "true" : "false");
 	fflush(stdout);
 	return (mismatches == 0 && !file_modified && !write_bad) ? 0 : 1;
 }

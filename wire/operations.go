@@ -13,6 +13,7 @@ const (
 	OpGC      = "gc"      // POST /v1/registry/gc
 	OpDeploy  = "deploy"  // POST /v1/functions/{name}/deploy
 	OpRebuild = "rebuild" // a version snapshotted again after what it was made from changed
+	OpRefresh = "refresh" // a snapshot's recorded working sets recorded again after its inputs drifted
 )
 
 // Operation states.
@@ -26,7 +27,7 @@ const (
 // what ?wait=false answers (202) and GET /v1/operations/{id} shows.
 type Operation struct {
 	ID       string            `json:"id"`
-	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push, pull, gc, deploy or rebuild
+	Kind     string            `json:"kind"`   // boot, prepare, store, copy, push, pull, gc, deploy, rebuild or refresh
 	Target   string            `json:"target"` // the function (boot, prepare, deploy; rebuild: NAME:VERSION) or snapshot (store, copy, push, pull; a pull by function: the function; gc: the bucket)
 	State    string            `json:"state"`  // running, succeeded or failed
 	Progress OperationProgress `json:"progress"`
@@ -58,6 +59,8 @@ type OperationResult struct {
 	Pull     *PullResult    `json:"pull,omitempty"`     // pull
 	GC       *GCResult      `json:"gc,omitempty"`       // gc
 	Deploy   *Deploy        `json:"deploy,omitempty"`   // deploy, rebuild
+	// Refresh: a working-set refresh the daemon started by itself.
+	Refresh *WorkingSetRefresh `json:"refresh,omitempty"` // refresh
 }
 
 // OperationError is a failed operation's error: the HTTP status and error

@@ -21,6 +21,21 @@ type StrategyStats struct {
 	FaaSnapStats
 	PremapStats
 	SnapBPFStats
+	SetUseStats
+}
+
+// SetUseStats: how the guest used the set the strategy recorded (REAP's
+// working set, FaaSnap's loading set, SnapBPF's prefetch set), measured
+// after the invocation answered; absent for strategies without one.
+type SetUseStats struct {
+	SetPages        uint64 `json:"set_pages,omitempty"`         // pages the set holds
+	SetTouchedPages uint64 `json:"set_touched_pages,omitempty"` // of those, touched by the guest
+	// SetOutsidePages: non-zero pages the guest touched that the set did
+	// not hold (served on demand).
+	SetOutsidePages uint64 `json:"set_outside_pages,omitempty"`
+	SetUnusedPages  uint64 `json:"set_unused_pages,omitempty"` // set pages never touched
+	// SetOutsideRatio is SetOutsidePages over all pages touched.
+	SetOutsideRatio float64 `json:"set_outside_ratio,omitempty"`
 }
 
 // CachedStats: the page-cache fill, reported apart from set-up.
@@ -133,6 +148,10 @@ type FaaSnapBuild struct {
 	GroupSize       int               `json:"group_size"`
 	MergeGap        int               `json:"merge_gap"`
 	FreedPages      FreePageReporting `json:"free_page_reporting"`
+	// WarmPagesAdded are pages the guest touched restoring the warm
+	// snapshot (REAP's recording) that the recording on the clean one had
+	// not seen, appended to the working set as its last groups.
+	WarmPagesAdded int `json:"warm_pages_added,omitempty"`
 	// Variants are the artifacts built with one technique off, when the
 	// prepare asked for them (faasnap_variants).
 	Variants []FaaSnapVariantBuild `json:"variants,omitempty"`

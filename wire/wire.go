@@ -70,6 +70,8 @@ type Function struct {
 	// Deps are the function's dependencies, from the requirements.txt in
 	// its directory; absent: it has none.
 	Deps *FunctionDeps `json:"deps,omitempty"`
+	// Restore is how its cold starts restore (GET of one function only).
+	Restore *FunctionRestore `json:"restore,omitempty"`
 }
 
 // FunctionDeps is what a function's requirements.txt asked for and the
@@ -294,6 +296,8 @@ type Invocation struct {
 	EvictedCache bool `json:"evicted_cache,omitempty"`
 	// StrategyStats is what the restore strategy did (cold invocations).
 	StrategyStats *StrategyStats `json:"strategy_stats,omitempty"`
+	// StrategyChoice says how the strategy was chosen (cold invocations).
+	StrategyChoice *StrategyChoice `json:"strategy_choice,omitempty"`
 	// Process is the VMM process's page faults and storage reads from the
 	// vCPUs resuming (cold) or the request (warm) to the answer; RSS at the
 	// answer.
@@ -543,6 +547,12 @@ type CreateFunctionRequest struct {
 	// (environment variable name -> secret name), each secret set first.
 	Env     map[string]string `json:"env,omitempty"`
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Strategy is how its cold starts restore: "auto" or a strategy
+	// (absent: the daemon's default); Refresh whether its working sets
+	// are recorded again when they drift: "prepare", "traffic" or "off"
+	// (absent: the daemon's default).
+	Strategy string `json:"strategy,omitempty"`
+	Refresh  string `json:"refresh,omitempty"`
 }
 
 // InvokeRequest is the body of the invoke operations.

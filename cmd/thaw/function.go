@@ -18,7 +18,7 @@ func (a *app) newFunctionCmd() *cobra.Command {
 its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
 the VM, then invoke the function from the snapshot.`, "fn")
 	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd(),
-		a.newFunctionVersionsCmd())
+		a.newFunctionVersionsCmd(), a.newFunctionRestoreCmd(), a.newFunctionRefreshCmd())
 	return cmd
 }
 
@@ -56,6 +56,10 @@ restored from a snapshot, before on_restore() and the handler run; booted
 VMs never get it, so no snapshot holds it, and a new value takes effect at
 the next cold start.
 
+--strategy auto lets thaw choose each cold start's restore strategy from the
+function's own measurements; --refresh says when its recorded working sets
+are recorded again after the inputs drifted (thaw function restore --help).
+
 By default the function's guests reach nothing: not the daemon's host, not
 the network beyond it. --allow HOST:PORT lets them reach one service, which
 the daemon proxies (a service on the daemon's loopback, 127.0.0.1:PORT, is
@@ -82,6 +86,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; part of the snapshots)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; never in a snapshot)")
+	f.restore.add(fl)
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -98,6 +103,9 @@ func (a *app) newFunctionListCmd() *cobra.Command {
 func (a *app) newFunctionGetCmd() *cobra.Command {
 	return newGetCmd("function", "NAME", oneRunE(a, (*client.Client).GetFunction, func(f *client.Function) error {
 		if err := a.printFunction(f, ""); err != nil || a.json {
+			return err
+		}
+		if err := a.printRestore(f.Restore); err != nil {
 			return err
 		}
 		return a.printVersionsSummary(f.Name)
@@ -205,6 +213,7 @@ type createFlags struct {
 	vmmPoolTTL int
 	env        []string
 	secrets    []string
+	restore    restoreFlags
 }
 
 // createFunction runs thaw function create NAME.
@@ -237,6 +246,11 @@ func (a *app) createFunction(name string, f *createFlags) error {
 		return err
 	}
 	opts = append(opts, client.WithEnv(env), client.WithSecrets(refs))
+	ropts, err := f.restore.options()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, ropts...)
 	var fn *client.Function
 	if f.serverDir {
 		abs, aerr := filepath.Abs(f.dir)

@@ -383,5 +383,6 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	if inv.EvictedCache {
 		row(w, "cache", "evicted", "snapshot files dropped from the page cache first")
 	}
+	writeAdaptive(w, inv)
 	return w.Flush()
 }

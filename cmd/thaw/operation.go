@@ -193,6 +193,8 @@ func (a *app) printResult(op *client.Operation) error {
 		return a.printGC(r.GC)
 	case r.Deploy != nil:
 		return a.printDeploy(r.Deploy)
+	case r.Refresh != nil:
+		return a.printRefresh(r.Refresh)
 	}
 	return a.printOperation(op)
 }

@@ -132,6 +132,7 @@ func newSettings() *settings {
 	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")
 	fs.BoolVar(&s.registryImport, "registry-import", true, "an invocation of a function this node does not have, or has no snapshot of, imports it lazily from the registry (memory fetched on demand) and restores")
 	fs.StringVar(&d.RemoteStrategy, "remote-strategy", "reap", "the strategy of a cold start that names none when the snapshot's memory is in the registry (an import, a lazy pull): vanilla, reap or faasnap")
+	adaptiveFlags(fs, &d.Adaptive)
 	fs.IntVar(&d.LazyReadahead, "lazy-readahead", 0, "chunks after a missed one that a lazy restore's memory fault also fetches in the background (sequential readahead; 0: none)")
 	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")
 	fs.DurationVar(&d.RegistryGCInterval, "registry-gc-every", 0, "run a registry collection this often (deletes chunks and code archives no snapshot or function names, older than --registry-gc-grace; several nodes may run it); 0: only when asked (thaw registry gc)")

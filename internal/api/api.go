@@ -88,7 +88,7 @@ func (h *Handler) routes() []route {
 			return h.svc.ListFunctions(ctx)
 		}, func(f *catalog.Function) string { return f.Name }, daemon.FunctionBody)},
 		{"POST", "/v1/functions", h.createFunction},
-		{"GET", "/v1/functions/{name}", one(h, "name", http.StatusOK, h.svc.GetFunction, daemon.FunctionBody)},
+		{"GET", "/v1/functions/{name}", h.getFunction},
 		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction}, // triggers.go: ?async=true queues
 		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), startOrServe(h, h.svc.StartPrepare, h.svc.Prepare, http.StatusCreated))},
@@ -137,7 +137,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
 		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
-	}, append(append(append(h.versionRoutes(), h.secretRoutes()...), h.logRoutes()...), h.triggerRoutes()...)...)
+	}, append(append(append(append(h.versionRoutes(), h.secretRoutes()...), h.logRoutes()...), h.adaptiveRoutes()...), h.triggerRoutes()...)...)
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -492,7 +492,7 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
 		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS, VMMPool: req.VMMPool, VMMPoolTTLS: req.VMMPoolTTLS,
-		Env: req.Env, Secrets: req.Secrets}
+		Env: req.Env, Secrets: req.Secrets, Strategy: req.Strategy, Refresh: req.Refresh}
 	if req.Network != nil {
 		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
 	}
@@ -521,6 +521,7 @@ func archiveSettings(q url.Values, spec *daemon.FunctionSpec) error {
 		}
 		*p.dst = n
 	}
+	spec.Strategy, spec.Refresh = q.Get("strategy"), q.Get("refresh")
 	var err error
 	spec.Env, spec.Secrets, err = readConfigParams(q)
 	return err

@@ -34,6 +34,8 @@ var requestDecoders = map[string]func(http.ResponseWriter, *http.Request) error{
 	"POST /v1/endpoints":                       decodes(readSmallBody[wire.CreateEndpointRequest]),
 	"PUT /v1/functions/{name}/async":           decodes(readSmallBody[wire.AsyncConfigRequest]),
 	"POST /v1/schedules":                       decodes(readSmallBody[wire.CreateScheduleRequest]),
+	"PUT /v1/functions/{name}/restore":         decodes(readSmallBody[wire.RestoreSettings]),
+	"POST /v1/functions/{name}/refresh":        decodes(readWaiting(readRefresh)),
 	"GET /v1/invocations": func(w http.ResponseWriter, r *http.Request) error {
 		_, _, _, err := readListInvocations(r)
 		return err

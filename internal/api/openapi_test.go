@@ -351,6 +351,9 @@ var handlerIO = map[string]struct {
 	"GET /v1/secrets/{name}":                      {"200", "Secret", ""},
 	"PUT /v1/secrets/{name}":                      {"200", "Secret", "SetSecretRequest"},
 	"DELETE /v1/secrets/{name}":                   {"204", "", ""},
+	"GET /v1/functions/{name}/restore":            {"200", "FunctionRestore", ""},
+	"PUT /v1/functions/{name}/restore":            {"200", "FunctionRestore", "RestoreSettings"},
+	"POST /v1/functions/{name}/refresh":           {"200", "WorkingSetRefresh", "RefreshRequest"},
 	"GET /v1/functions/{name}/logs":               {"200", "LogPage", ""},
 	"GET /v1/endpoints":                           {"200", "EndpointList", ""},
 	"POST /v1/endpoints":                          {"201", "Endpoint", "CreateEndpointRequest"},
@@ -416,6 +419,7 @@ var startsOperations = map[string]bool{
 	"POST /v1/snapshots/pull":           true,
 	"POST /v1/registry/gc":              true,
 	"POST /v1/functions/{name}/deploy":  true,
+	"POST /v1/functions/{name}/refresh": true,
 }
 
 // actions are POST operations on a fixed path that act on what is there
@@ -709,7 +713,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			}
 		}
 		sort.Strings(query)
-		if !slices.Equal(query, []string{"allow", "egress", "env", "keep_alive_s", "max_concurrency", "memory_mib", "name", "secret", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
+		if !slices.Equal(query, []string{"allow", "egress", "env", "keep_alive_s", "max_concurrency", "memory_mib", "name", "refresh", "secret", "strategy", "vcpus", "vmm_pool", "vmm_pool_ttl_s"}) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
@@ -747,12 +751,17 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		t.Errorf("Strategy enum %v, restore.Kinds is %v", got, kinds)
 	}
 	// Every strategy field in every schema is a Strategy.
+	// A function's strategy setting is its own closed set: default, auto
+	// or a strategy.
+	if got := enumOf(schemaByName(t, doc, "StrategySetting")); !slices.Equal(got, append([]string{"default", wire.StrategyAuto}, kinds...)) {
+		t.Errorf("StrategySetting enum %v, want default, auto and %v", got, kinds)
+	}
 	isStrategy := func(s jsonObject) bool {
-		if s["$ref"] == schemaRef("Strategy") {
+		if s["$ref"] == schemaRef("Strategy") || s["$ref"] == schemaRef("StrategySetting") {
 			return true
 		}
 		all := asSlice(s["allOf"])
-		return len(all) == 1 && asObject(all[0])["$ref"] == schemaRef("Strategy")
+		return len(all) == 1 && (asObject(all[0])["$ref"] == schemaRef("Strategy") || asObject(all[0])["$ref"] == schemaRef("StrategySetting"))
 	}
 	for name, s := range asObject(asObject(doc["components"])["schemas"]) {
 		for pname, p := range flatten(t, doc, s.(jsonObject)).props {
@@ -773,7 +782,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
-		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild}},
+		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild, wire.OpRefresh}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 		{"LogLine", "stream", []string{wire.StreamOutput, wire.StreamKernel}},
 	}
@@ -991,6 +1000,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"DeadLetter", reflect.TypeFor[wire.DeadLetter]()},
 		{"PurgeResult", reflect.TypeFor[wire.PurgeResult]()},
 		{"Schedule", reflect.TypeFor[wire.Schedule]()},
+		{"FunctionRestore", reflect.TypeFor[wire.FunctionRestore]()},
+		{"RestoreVersion", reflect.TypeFor[wire.RestoreVersion]()},
+		{"RestoreLocation", reflect.TypeFor[wire.RestoreLocation]()},
+		{"StrategyEvidence", reflect.TypeFor[wire.StrategyEvidence]()},
+		{"DriftState", reflect.TypeFor[wire.DriftState]()},
+		{"WorkingSetRefresh", reflect.TypeFor[wire.WorkingSetRefresh]()},
+		{"RefreshedSet", reflect.TypeFor[wire.RefreshedSet]()},
+		{"BackgroundPrepare", reflect.TypeFor[wire.BackgroundPrepare]()},
+		{"StrategyChoice", reflect.TypeFor[wire.StrategyChoice]()},
 		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
 		{"LogLine", reflect.TypeFor[wire.LogLine]()},
 		{"LogPage", reflect.TypeFor[wire.LogPage]()},
@@ -1008,6 +1026,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"CreateEndpointRequest", reflect.TypeFor[wire.CreateEndpointRequest]()},
 		{"AsyncConfigRequest", reflect.TypeFor[wire.AsyncConfigRequest]()},
 		{"CreateScheduleRequest", reflect.TypeFor[wire.CreateScheduleRequest]()},
+		{"RestoreSettings", reflect.TypeFor[wire.RestoreSettings]()},
+		{"RefreshRequest", reflect.TypeFor[wire.RefreshRequest]()},
 	} {
 		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
 	}
@@ -1019,7 +1039,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	}
 
 	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest"} {
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
 		if schemaByName(t, doc, name)["additionalProperties"] != false {
 			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
 		}

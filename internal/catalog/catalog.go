@@ -223,7 +223,7 @@ func Open(path string) (*DB, error) {
 		return nil, fmt.Errorf("open catalog %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // SQLite serializes writers; one connection avoids SQLITE_BUSY
-	if _, err := db.Exec(schema + versionsSchema + logsSchema); err != nil {
+	if _, err := db.Exec(schema + versionsSchema + adaptiveSchema + logsSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("catalog schema %s: %w", path, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -139,6 +140,11 @@ func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
 		rel, _ := filepath.Rel(src, p)
 		switch {
 		case rel == "." || rel == snapshot.MemoryFile || rel == snapshot.ManifestFile:
+			return nil
+		case strings.HasPrefix(d.Name(), "."): // a refresh's staging directory
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
 			return nil
 		case d.IsDir():
 			return os.Mkdir(filepath.Join(dst, rel), 0o700)

@@ -203,6 +203,8 @@ type Config struct {
 	VersionKeep int
 	// Deps configures functions' dependencies (requirements.txt).
 	Deps DepsConfig
+	// Adaptive configures the adaptive restore (adaptive.go).
+	Adaptive AdaptiveConfig
 }
 
 // setDefaults fills the zero confinement settings.
@@ -372,6 +374,7 @@ func (c *Config) Validate() error {
 	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
 		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
 	}
+	errs = append(errs, c.Adaptive.validate()...)
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -437,6 +440,7 @@ type Service struct {
 	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
 	deps                 *deps.Manager      // functions' dependency layers (deps.go)
 	depsGC               chan struct{}      // asks collectDepsLoop for a run
+	adaptive             *adaptive          // the adaptive restore (adaptive.go)
 }
 
 // Directory layout under DataDir.
@@ -498,6 +502,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		s.strategies = restore.Strategies()
 	}
 	s.metrics = metrics.New(s.metricState)
+	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
@@ -545,6 +550,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
+	}
+	if err := s.adaptive.recover(ctx); err != nil {
+		return fmt.Errorf("adaptive restore: %w", err)
 	}
 	s.removeSpills()
 	s.pruneHistory(ctx)

@@ -55,6 +55,9 @@ type FunctionSpec struct {
 	// node recorded them (a registry pull): its requirements.txt is not
 	// resolved again, and the layer must be here already.
 	Deps *catalog.Deps
+	// Strategy ("auto" or a strategy) and Refresh ("prepare", "traffic"
+	// or "off") are its restore settings; "": the daemon's defaults.
+	Strategy, Refresh string
 }
 
 // CreateFunction unpacks the code, digests it and builds its disk: an ext4
@@ -65,6 +68,9 @@ type FunctionSpec struct {
 func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catalog.Function, error) {
 	netw, err := s.checkFunctionSpec(&spec)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckRestoreSettings(spec.Strategy, spec.Refresh); err != nil {
 		return nil, err
 	}
 	release, err := s.reserveName(ctx, spec.Name)
@@ -85,6 +91,11 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		return nil, err
 	}
 	if err := s.putFunction(ctx, f); err != nil {
+		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
+		return nil, err
+	}
+	if err := s.adaptive.created(ctx, f, spec.Strategy, spec.Refresh); err != nil {
+		_ = s.db.DeleteFunction(context.WithoutCancel(ctx), f.Name)
 		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
 		return nil, err
 	}

@@ -267,6 +267,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
+	strategy, choice := s.adaptive.choose(ctx, req, snapID, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
@@ -293,6 +294,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	// The import is part of the total but reported apart, not as set-up.
 	o := coldOptions(req, strategy, start.Add(imported))
+	if choice.How == "explore" {
+		o.pool = "" // an exploration neither uses nor refills a standby VM of the strategy it tries
+	}
 	stale := s.staleNote(req.Function, target.Version)
 	lv, rec, rt, err := s.restore(ctx, snapID, o)
 	if err != nil && stale != "" && errors.Is(err, ErrSnapshotUnusable) {
@@ -303,7 +307,8 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	defer lv.mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
-		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias}
+		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias,
+		StrategyChoice: choice}
 	inv.Timing.Restore, inv.Timing.ImportMS = rt, ms(imported)
 	if stale != "" {
 		inv.Timing.Build = &wire.BuildNote{Stale: stale, Served: "snapshot"}
@@ -314,6 +319,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	st := lv.sess.Stats()
 	inv.StrategyStats = &st
+	s.adaptive.measureSet(lv, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.untimed)
@@ -324,6 +330,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
 	}
 	s.record(ctx, inv)
+	s.adaptive.observe(ctx, coldObservation{inv: inv, event: req.Event, variant: req.Variant != "", snapshot: snapID, version: inv.Version})
 	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)

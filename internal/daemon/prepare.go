@@ -21,6 +21,9 @@ type PrepareRequest struct {
 	Timeout     time.Duration   // per record invocation
 	// FaaSnapVariants also builds FaaSnap's technique-off artifacts.
 	FaaSnapVariants bool
+	// fromTraffic: RecordEvent is an invocation's (a background prepare):
+	// used once, never kept.
+	fromTraffic bool
 }
 
 // PrepareResult describes what prepare built.
@@ -113,6 +116,7 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 	if err := s.db.SetSnapshotPrepared(ctx, res.Warm.ID, string(b)); err != nil {
 		return nil, err
 	}
+	s.adaptive.keepEvent(ctx, res.Warm.ID, req)
 	s.log.Info("prepared", "function", req.Function, "warm", res.Warm.ID, "total_ms", res.Timing.TotalMS)
 	s.collectSnapshots(ctx, req.Function)
 	if version >= 0 { // a deploy's pushes once its version is published

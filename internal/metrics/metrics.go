@@ -51,6 +51,7 @@ type Set struct {
 	deploys, rebuilds            *prometheus.CounterVec
 	versionsCollected            prometheus.Counter
 	registryRefused              *prometheus.CounterVec
+	adaptive                     *adaptiveSet
 }
 
 // Latency buckets (seconds): restores and invocations run from a few
@@ -93,6 +94,7 @@ func New(state func() State) *Set {
 	s.Registry.MustRegister(s.deploys, s.rebuilds, s.versionsCollected)
 	s.registryRefused = counter("registry_refused_total", "Registry records (remote manifests, function records) this node refused to use because no trusted key signed them for their object, by kind and reason: unsigned, unknown_key, bad_signature (changed after signing), wrong_object (moved or copied from another object), malformed.", "kind", "reason")
 	s.Registry.MustRegister(s.registryGC, s.registryGCBytes, s.registryRefused)
+	s.adaptive = newAdaptiveSet(s.Registry)
 	s.Registry.MustRegister(s.admissions, s.admissionWait, s.queueDepth, s.keepAlive, s.evictions, s.vmmPool, s.vmmPoolDrops)
 	s.Registry.MustRegister(s.setup, s.resume, s.invoke, s.total, s.faults, s.reads, s.fallbacks, s.requests, s.requestSeconds,
 		&stateCollector{state: state}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -76,7 +76,9 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		mem := snap.MemoryPath()
 		f.load, f.joined = env.Loaders.StartExtents(mem+"#"+env.Variant, mem, ext)
 	} else {
-		f.load, f.joined = env.Loaders.Start(lsPath)
+		// Keyed by the file's digest too: a restore after a refresh swapped
+		// the loading set never joins a load of the one it replaced.
+		f.load, f.joined = env.Loaders.StartExtents(lsPath+"@"+art.LoadingSetFile.SHA256, lsPath, nil)
 	}
 	return f, nil
 }

@@ -58,9 +58,13 @@ func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 // Memory is the shared copy: guest writes land in it, and QEMU's punches
 // of pages the guest reported free reach it (it is this VM's own copy), so
 // freed pages are holes in the warm memory (§4.5's freed-page filtering).
+// Readahead is held off on it: each fault brings in its own page only, so
+// the recording is what the guest touched, not what the host's readahead
+// happened to bring around it (steady recordings, docs/design.md).
 func (r *faasnapRecord) Memory() vmm.Memory {
 	m := r.protected(vmm.Memory{Path: r.memPath, Shared: true})
 	m.Interposer.PassPunches = true
+	m.Interposer.NoReadahead = true
 	return m
 }
 
@@ -194,7 +198,7 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	if err != nil {
 		return err
 	}
-	p.Warm = warm
+	p.Warm, p.Loading = warm, order
 	p.Result.Timing.FaaSnapRecordMS = msOf(time.Since(t)) - snapMS
 	p.Result.Timing.WarmSnapshotMS = snapMS
 
@@ -255,6 +259,9 @@ func freedSinceClean(clean, warm Snapshot, order, freed []uint64) ([]uint64, err
 // record VM (a shared file mapping), so this working set comes from REAP's
 // record invocation on the warm snapshot.
 func finishFaaSnap(p *Prepare) error {
+	if err := completeLoadingSet(p); err != nil {
+		return err
+	}
 	if !p.Options.Variants || p.Result.FaaSnap == nil {
 		return nil
 	}
@@ -266,6 +273,45 @@ func finishFaaSnap(p *Prepare) error {
 		memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap})
 	p.Result.Timing.FaaSnapBuildMS += msOf(time.Since(t))
 	return err
+}
+
+// completeLoadingSet appends to the loading set the pages the guest touched
+// restoring the warm snapshot (REAP's recording of the record input on it)
+// that the recording on the clean snapshot did not see, as its last groups,
+// and builds the artifact again. With readahead held off during the
+// recording, the loading set is what the guest touched; the restore of the
+// warm snapshot, which every cold start takes, touches some pages the
+// record invocation on the clean one did not (steady recordings,
+// docs/design.md).
+func completeLoadingSet(p *Prepare) error {
+	b := p.Result.FaaSnap
+	if b == nil || p.Touched == nil || p.Loading == nil {
+		return nil
+	}
+	seen := make(map[uint64]bool, len(p.Loading))
+	for _, pg := range p.Loading {
+		seen[pg] = true
+	}
+	order := append([]uint64(nil), p.Loading...)
+	for _, pg := range p.Touched {
+		if !seen[pg] {
+			seen[pg] = true
+			order = append(order, pg)
+		}
+	}
+	if len(order) == len(p.Loading) {
+		return nil
+	}
+	t := time.Now()
+	opts := memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap}
+	art, lsBytes, err := buildFaaSnap(p.Warm.ArtifactDir(FaaSnap), p.Warm, order, opts)
+	if err != nil {
+		return err
+	}
+	b.WorkingSetPages, b.Stats, b.LoadingSetBytes = len(order), art.Stats, lsBytes
+	b.WarmPagesAdded = len(order) - len(p.Loading)
+	p.Result.Timing.FaaSnapBuildMS += msOf(time.Since(t))
+	return nil
 }
 
 // buildFaaSnapVariant builds variant's artifact and reports it.

@@ -69,17 +69,18 @@ func TestLoaderExtents(t *testing.T) {
 }
 
 // The record VM's own copy lets QEMU's punches of reported free pages
-// through (they make freed pages holes in the warm memory) and still drops
-// the huge-page hint unless asked; restores never let punches through.
+// through (they make freed pages holes in the warm memory), holds readahead
+// off (steady recordings) and still drops the huge-page hint unless asked;
+// restores never let punches through nor hold readahead off.
 func TestRecordMemoryPassesPunches(t *testing.T) {
 	r := &faasnapRecord{memPath: "/run/vm/memory"}
 	m := r.Memory()
 	if !m.Shared || !m.Interposer.Protect || !m.Interposer.PassPunches || m.Interposer.HugePages ||
-		!slices.Contains(m.Interposer.Env(), "THAW_SHIM_PUNCH=pass") {
+		!slices.Contains(m.Interposer.Env(), "THAW_SHIM_PUNCH=pass") || !slices.Contains(m.Interposer.Env(), "THAW_SHIM_READAHEAD=off") {
 		t.Errorf("record memory %+v", m)
 	}
 	v, _ := beginVanilla(Snapshot{Dir: t.TempDir()}, Env{}, "")
-	if v.Memory().Interposer.PassPunches {
-		t.Error("a restore lets punches into the snapshot's memory through")
+	if v.Memory().Interposer.PassPunches || v.Memory().Interposer.NoReadahead {
+		t.Error("a restore lets punches into the snapshot's memory through, or holds its readahead off")
 	}
 }

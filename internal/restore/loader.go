@@ -49,8 +49,15 @@ func (l *Loaders) StartExtents(key, path string, ext []Extent) (ld *Load, joined
 	}
 	ld = &Load{path: path, ext: ext, done: make(chan struct{}), start: time.Now()}
 	l.running[key] = ld
+	// Opened now, before the caller goes on: the file the load reads is
+	// the one in place when the restore began (a refresh may replace it).
+	f, err := os.Open(path)
 	go func() {
-		ld.err = ld.run()
+		if err != nil {
+			ld.err = err
+		} else {
+			ld.err = ld.run(f)
+		}
 		ld.end = time.Now()
 		l.mu.Lock()
 		delete(l.running, key)
@@ -62,11 +69,7 @@ func (l *Loaders) StartExtents(key, path string, ext []Extent) (ld *Load, joined
 
 const loaderChunk = 1 << 20
 
-func (ld *Load) run() error {
-	f, err := os.Open(ld.path)
-	if err != nil {
-		return err
-	}
+func (ld *Load) run(f *os.File) error {
 	defer f.Close()
 	buf := make([]byte, loaderChunk)
 	if ld.ext != nil {

@@ -47,6 +47,9 @@ type Prepare struct {
 	// invocation (REAP's recording), for steps that compare with them;
 	// nil until recorded.
 	Touched []uint64
+	// Loading is FaaSnap's recorded working set, in order (its Record
+	// step's), for its Finish step.
+	Loading []uint64
 	Result  *wire.PrepareResult
 }
 

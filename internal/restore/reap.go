@@ -51,21 +51,7 @@ func beginREAP(_ context.Context, snap Snapshot, env Env) (Session, error) {
 // order; the pages go to the working-set file.
 func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 	t := time.Now()
-	var rec *uffdSession
-	vm, err := h.Restore(ctx, p.Warm, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
-		var err error
-		rec, err = startUffd(snap, env, uffdPlan{kind: REAP, record: true})
-		return rec, err
-	}))
-	if err != nil {
-		return err
-	}
-	err = vm.Invoke(ctx)
-	var faulted []uint64
-	if err == nil {
-		faulted = rec.recordedPages()
-	}
-	vm.Close()
+	faulted, err := recordFaults(ctx, h, p.Warm)
 	if err != nil {
 		return err
 	}

@@ -31,32 +31,9 @@ func recordSnapBPF(ctx context.Context, h RecordHost, p *Prepare) error {
 	}
 	t := time.Now()
 	mem := p.Warm.MemoryPath()
-	if err := pagecache.Evict(mem); err != nil {
-		return err
-	}
-	capt, err := capture.Start(p.Options.SnapBPFObject, mem)
+	res, err := captureSnapBPF(ctx, h, p.Warm, p.Options.SnapBPFObject)
 	if err != nil {
 		return err
-	}
-	vm, err := h.Restore(ctx, p.Warm, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
-		return beginVanilla(snap, env, "")
-	}))
-	if err != nil {
-		capt.Close()
-		return err
-	}
-	err = vm.Invoke(ctx)
-	res, serr := capt.Stop()
-	vm.Close()
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	if res.Seen == 0 {
-		return fmt.Errorf("the capture saw no page-cache insertion of %s during the record invocation "+
-			"(does its file system report %s:%s?)", mem, capture.TracepointGroup, capture.TracepointName)
 	}
 	p.Result.Timing.SnapBPFRecordMS = msOf(time.Since(t))
 	t = time.Now()
@@ -82,4 +59,39 @@ func recordSnapBPF(ctx context.Context, h RecordHost, p *Prepare) error {
 	p.Result.SnapBPF = b
 	p.Result.Timing.SnapBPFBuildMS = msOf(time.Since(t))
 	return nil
+}
+
+// captureSnapBPF evicts snap's memory file, attaches the capture program
+// for it, restores snap exactly as vanilla does and runs the record
+// invocation: what entered the page cache meanwhile, in order.
+func captureSnapBPF(ctx context.Context, h RecordHost, snap Snapshot, object string) (capture.Result, error) {
+	mem := snap.MemoryPath()
+	if err := pagecache.Evict(mem); err != nil {
+		return capture.Result{}, err
+	}
+	capt, err := capture.Start(object, mem)
+	if err != nil {
+		return capture.Result{}, err
+	}
+	vm, err := h.Restore(ctx, snap, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+		return beginVanilla(snap, env, "")
+	}))
+	if err != nil {
+		capt.Close()
+		return capture.Result{}, err
+	}
+	err = vm.Invoke(ctx)
+	res, serr := capt.Stop()
+	vm.Close()
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return capture.Result{}, err
+	}
+	if res.Seen == 0 {
+		return capture.Result{}, fmt.Errorf("the capture saw no page-cache insertion of %s during the record invocation "+
+			"(does its file system report %s:%s?)", mem, capture.TracepointGroup, capture.TracepointName)
+	}
+	return res, nil
 }

@@ -36,6 +36,24 @@ type Strategy struct {
 	// Finish runs after every strategy's Record, with what they left in
 	// the Prepare (faasnap builds its variant from REAP's recording).
 	Finish func(p *Prepare) error
+	// Auto: the adaptive policy may choose the strategy (cached may not:
+	// its page-cache fill is not counted in a cold start, an upper bound
+	// for measurements, not a way to restore).
+	Auto bool
+	// Ready says whether the strategy restores snap as itself (its
+	// artifacts exist, premap's store copy does); nil: always.
+	Ready func(snap Snapshot, env Env) bool
+	// Refresh records the strategy's artifacts again on snap, a warm
+	// snapshot it has artifacts of, into dir (not its artifact
+	// directory: the daemon swaps them in), with the host's record input;
+	// nil for strategies without a recorded set.
+	Refresh func(ctx context.Context, h RecordHost, snap Snapshot, dir string, o RecordOptions) (RefreshBuild, error)
+}
+
+// RefreshBuild is what a Refresh recorded.
+type RefreshBuild struct {
+	Pages uint64 // pages of the recorded set
+	Bytes int64  // its data file's size (0 without one)
 }
 
 // Start begins a restore with the strategy, falling back to vanilla where
@@ -70,13 +88,16 @@ func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, 
 var registry = []Strategy{
 	{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return beginVanilla(snap, env, "")
-	}, Lazy: true},
+	}, Lazy: true, Auto: true},
 	{Kind: Cached, Begin: beginCached},
-	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true},
+	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true, Auto: true,
+		Ready: hasArtifact(REAP, REAPManifest), Refresh: refreshREAP},
 	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true,
-		Variants: FaaSnapVariants, Finish: finishFaaSnap},
-	{Kind: Premap, Begin: beginPremap, Fallback: true},
-	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF},
+		Variants: FaaSnapVariants, Finish: finishFaaSnap, Auto: true, Ready: hasArtifact(FaaSnap, FaaSnapManifest),
+		Refresh: refreshFaaSnap},
+	{Kind: Premap, Begin: beginPremap, Fallback: true, Auto: true, Ready: storedCopy},
+	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true,
+		Ready: hasArtifact(SnapBPF, SnapBPFManifest), Refresh: refreshSnapBPF},
 }
 
 // Kinds lists every strategy, in registry order.

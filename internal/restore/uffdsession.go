@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/pagemap"
 	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -55,6 +57,8 @@ type uffdSession struct {
 	loading       bool          // the loader was started
 	loadMS        float64
 	finishedFirst *bool
+	cleared       bool // Started cleared the VMM's referenced bits (MeasureSet)
+	log           *slog.Logger
 }
 
 func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
@@ -66,7 +70,7 @@ func startUffd(snap Snapshot, env Env, plan uffdPlan) (*uffdSession, error) {
 	// The server outlives the request that started the restore: it serves
 	// faults until the VM is torn down (Close).
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &uffdSession{sessionBase: base(env), snap: snap, sock: sock, plan: plan, ln: ln, cancel: cancel,
+	r := &uffdSession{sessionBase: base(env), snap: snap, sock: sock, plan: plan, ln: ln, cancel: cancel, log: env.Log,
 		ready: make(chan error, 1), failed: make(chan error, 1), served: make(chan struct{})}
 	if plan.lsFile != "" {
 		r.loadDone = make(chan struct{})
@@ -164,10 +168,22 @@ func (r *uffdSession) Memory() vmm.Memory {
 
 // Started waits until the working set is installed (the interposer holds
 // QEMU until then, so by the time QEMU answers QMP this is already done).
-func (r *uffdSession) Started(ctx context.Context, _ int) error {
+func (r *uffdSession) Started(ctx context.Context, pid int) error {
 	select {
 	case err := <-r.ready:
 		r.ready <- err // later callers see the same answer
+		if err == nil && r.measures() {
+			// The working set is installed, the vCPU has not run: from
+			// now on, a referenced page is one the guest touched.
+			t := time.Now()
+			cerr := pagemap.ClearReferenced(pid)
+			r.mu.Lock()
+			r.cleared = cerr == nil
+			r.mu.Unlock()
+			if r.log != nil {
+				r.log.Debug("referenced bits cleared for the set's use", "pid", pid, "ms", msOf(time.Since(t)), "err", cerr)
+			}
+		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err()

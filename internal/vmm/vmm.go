@@ -130,6 +130,10 @@ type Interposer struct {
 	// HugePages keeps QEMU's MADV_HUGEPAGE on MemFile's mapping; false
 	// (with Protect) drops it.
 	HugePages bool
+	// NoReadahead maps MemFile MADV_RANDOM (pass-through with Protect): a
+	// fault reads only its own page, so a record VM's page cache holds
+	// what its guest touched.
+	NoReadahead bool
 }
 
 // Interposer modes.
@@ -165,6 +169,9 @@ func (c Interposer) Env() []string {
 	}
 	if c.HugePages {
 		add("HUGEPAGE", "keep")
+	}
+	if c.NoReadahead {
+		add("READAHEAD", "off")
 	}
 	return env
 }

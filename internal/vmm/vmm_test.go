@@ -90,6 +90,9 @@ func TestInterposerEnv(t *testing.T) {
 	if got := strings.Join(Interposer{Mode: ModeUffd, MemFile: "/m", UffdSock: "/r/uffd.sock"}.Env(), " "); got != "THAW_SHIM_MODE=uffd THAW_SHIM_MEMFILE=/m THAW_SHIM_UFFD_SOCK=/r/uffd.sock" {
 		t.Errorf("uffd env: %s", got)
 	}
+	if got := strings.Join(Interposer{MemFile: "/m", Protect: true, PassPunches: true, NoReadahead: true}.Env(), " "); got != "THAW_SHIM_MEMFILE=/m THAW_SHIM_PUNCH=pass THAW_SHIM_PROTECT=1 THAW_SHIM_READAHEAD=off" {
+		t.Errorf("record env: %s", got)
+	}
 	if env := (Interposer{}).Env(); len(env) != 0 {
 		t.Errorf("pass-through env: %v", env)
 	}

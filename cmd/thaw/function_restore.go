@@ -1,0 +1,239 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/thaw-dev/thaw/client"
+)
+
+// restoreFlags are a function's restore settings on the command line.
+type restoreFlags struct {
+	strategy, refresh  string
+	refreshFromTraffic bool
+}
+
+func (r *restoreFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&r.strategy, "strategy", "", "how cold starts that name no strategy restore: auto (thaw chooses from the function's own measurements) or a strategy; default: the daemon's")
+	fl.StringVar(&r.refresh, "refresh", "", "when recorded working sets that drifted from the inputs are recorded again: prepare (with the prepare's input), traffic or off; default: the daemon's")
+	fl.BoolVar(&r.refreshFromTraffic, "refresh-from-traffic", false, "record drifted working sets again with the invocation that showed the drift (used once, never stored): --refresh traffic")
+}
+
+// settings are the flags as the API's settings (nil: not given).
+func (r *restoreFlags) settings() (client.RestoreSettings, error) {
+	var s client.RestoreSettings
+	if r.refreshFromTraffic {
+		if r.refresh != "" && r.refresh != "traffic" {
+			return s, usagef("--refresh-from-traffic is --refresh traffic, not --refresh %s", r.refresh)
+		}
+		r.refresh = "traffic"
+	}
+	if r.strategy != "" {
+		s.Strategy = &r.strategy
+	}
+	if r.refresh != "" {
+		s.Refresh = &r.refresh
+	}
+	return s, nil
+}
+
+// options are the flags as function options.
+func (r *restoreFlags) options() ([]client.FunctionOption, error) {
+	s, err := r.settings()
+	if err != nil {
+		return nil, err
+	}
+	var o []client.FunctionOption
+	if s.Strategy != nil {
+		o = append(o, client.WithStrategy(*s.Strategy))
+	}
+	if s.Refresh != nil {
+		o = append(o, client.WithRefresh(*s.Refresh))
+	}
+	return o, nil
+}
+
+func (a *app) newFunctionRestoreCmd() *cobra.Command {
+	f := &restoreFlags{}
+	cmd := &cobra.Command{
+		Use:   "restore NAME [--strategy auto|STRATEGY|default] [--refresh prepare|traffic|off|default]",
+		Short: "Show or set how a function's cold starts restore",
+		Long: `Show how a function's cold starts restore, or set it.
+
+Under --strategy auto thaw chooses the restore strategy of every cold start
+that names none, per version of the function and per location of its
+snapshot (local, or lazily from the registry), from the cold starts it has
+served: the strategy with the lowest recent median total, exploring the
+others in at most a tenth of the cold starts (never while VM starts wait for
+room). A version whose snapshot has no artifacts is prepared in the
+background. The document shows the current choice, its evidence (samples
+and medians per strategy) and when it last changed.
+
+After each reap, faasnap or snapbpf restore thaw compares what the guest
+touched with the set the strategy recorded. When 5 of the last 10 cold
+starts touched more than 20% of their pages outside it, the set is recorded
+again in the background and swapped in whole: --refresh prepare records
+with the input of the prepare that made it, --refresh traffic (or
+--refresh-from-traffic) with the invocation that showed the drift, used once
+and never stored; --refresh off never. "default" returns a setting to the
+daemon's (thawd --default-strategy, --default-refresh).
+
+An invocation's --strategy still wins, and so does a function's fixed
+strategy over the daemon's default.`,
+		Example: `  thaw function restore hello
+  thaw function restore hello --strategy auto --refresh-from-traffic
+  thaw function restore hello --strategy reap --refresh off
+  thaw function restore hello --strategy default`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.settings()
+			if err != nil {
+				return err
+			}
+			var doc *client.FunctionRestore
+			if s.Strategy == nil && s.Refresh == nil {
+				doc, err = a.c.FunctionRestore(a.ctx, args[0])
+			} else {
+				doc, err = a.c.SetFunctionRestore(a.ctx, args[0], s)
+			}
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(doc)
+			}
+			return a.printRestore(doc)
+		},
+	}
+	f.add(cmd.Flags())
+	return cmd
+}
+
+// printRestore prints a function's restore document as thaw function get
+// and thaw function restore show it.
+func (a *app) printRestore(doc *client.FunctionRestore) error {
+	if doc == nil || a.quiet {
+		return nil
+	}
+	w := newTable(a.stdout)
+	row(w, "Strategy:", fmt.Sprintf("%s (%s)", doc.Strategy, settingFrom(doc.StrategyFrom)))
+	row(w, "Refresh:", fmt.Sprintf("%s (%s)", doc.Refresh, settingFrom(doc.RefreshFrom)))
+	for _, v := range doc.Versions {
+		printRestoreVersion(w, v)
+	}
+	return w.Flush()
+}
+
+func settingFrom(from string) string {
+	if from == "function" {
+		return "the function's"
+	}
+	return "the daemon's default"
+}
+
+func printRestoreVersion(w io.Writer, v client.RestoreVersion) {
+	name := "unversioned"
+	if v.Version > 0 {
+		name = fmt.Sprintf("version %d", v.Version)
+	}
+	for _, l := range v.Locations {
+		row(w, fmt.Sprintf("Restore, %s, %s:", name, l.Location),
+			fmt.Sprintf("%s since %s, %d cold starts, %d explored; %s", orDash(l.Choice), fmtAge(l.ChangedAt), l.ColdStarts, l.Explorations, l.Reason))
+		for _, e := range l.Evidence {
+			row(w, "", fmt.Sprintf("  %-8s %2d samples: total %s, set-up %s, resume %s, %.0f faults, %s read", e.Strategy, e.Samples,
+				fmtMS(e.MedianTotalMS), fmtMS(e.MedianSetupMS), fmtMS(e.MedianResumeMS), e.MedianFaults, fmtBytes(int64(e.MedianBytesRead))))
+		}
+	}
+	for _, d := range v.Drift {
+		text := fmt.Sprintf("%s: %d of the last %d cold starts over 20%% outside the set (last %.0f%%)", d.Strategy, d.Drifted, d.ColdStarts, d.LastOutsideRatio*100)
+		if d.Held != "" {
+			text += "; held: " + d.Held
+		}
+		row(w, "Drift, "+name+":", text)
+	}
+	for _, r := range v.Refreshes {
+		text := fmt.Sprintf("%s %s (%s, %s input): %s", r.Operation, r.State, fmtAge(r.StartedAt), r.Source, r.Reason)
+		for _, s := range r.Sets {
+			text += fmt.Sprintf("; %s %d -> %d pages", s.Strategy, s.PagesBefore, s.PagesAfter)
+		}
+		if r.Error != "" {
+			text += "; " + r.Error
+		}
+		row(w, "Refresh, "+name+":", text)
+	}
+	if p := v.Prepare; p != nil {
+		text := fmt.Sprintf("%s %s (%s): %s", p.Operation, p.State, fmtAge(p.StartedAt), p.Reason)
+		if p.Snapshot != "" {
+			text += "; made " + p.Snapshot
+		}
+		if p.Error != "" {
+			text += "; " + p.Error
+		}
+		row(w, "Background prepare, "+name+":", text)
+	}
+}
+
+// writeAdaptive adds how an invocation's strategy was chosen and how its
+// guest used the recorded set to thaw invoke's table.
+func writeAdaptive(w io.Writer, inv *client.Invocation) {
+	if c := inv.StrategyChoice; c != nil && c.How != "request" {
+		row(w, "choice", c.How, c.Reason)
+	}
+	if st := inv.StrategyStats; st != nil && st.SetPages > 0 {
+		row(w, "set use", fmt.Sprintf("%d of %d pages touched, %d outside (%.0f%%), %d unused", st.SetTouchedPages, st.SetPages,
+			st.SetOutsidePages, st.SetOutsideRatio*100, st.SetUnusedPages), "the strategy's recorded set against what the guest touched")
+	}
+}
+
+func (a *app) newFunctionRefreshCmd() *cobra.Command {
+	var (
+		ev         eventFlags
+		strategies []string
+		detach     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "refresh FUNCTION",
+		Short: "Record a function's working sets again now",
+		Long: `Record the working sets (REAP's, FaaSnap's loading set, SnapBPF's prefetch
+set) of the newest snapshot of FUNCTION (NAME, NAME:VERSION or NAME:ALIAS)
+again, with --event (used once, never stored) or, without it, the input its
+prepare recorded with, and swap each in whole: what thaw does by itself when
+the cold starts drift from a set (thaw function restore --help). Cold starts
+under way keep the sets they began with. It runs as an operation; --detach
+leaves it running.`,
+		Example: `  thaw function refresh image --event '{"size":1024}'
+  thaw function refresh image --strategies reap`,
+		Args: exactArgs("FUNCTION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			event, err := ev.read(a, cmd)
+			if err != nil {
+				return err
+			}
+			return a.runOperation(detach, func() (*client.Operation, error) {
+				return a.c.StartRefreshWorkingSets(a.ctx, args[0], event, strategies...)
+			})
+		},
+	}
+	addDetach(cmd, &detach)
+	ev.add(cmd, "the record input (default: the prepare's)")
+	cmd.Flags().StringSliceVar(&strategies, "strategies", nil, "only these strategies' sets (default: every one the snapshot has)")
+	return cmd
+}
+
+// printRefresh prints a working-set refresh.
+func (a *app) printRefresh(r *client.WorkingSetRefresh) error {
+	return a.printObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
+		row(w, "Operation:", r.Operation)
+		row(w, "State:", r.State)
+		row(w, "Input:", r.Source)
+		for _, s := range r.Sets {
+			row(w, s.Strategy+":", fmt.Sprintf("%d -> %d pages (%s -> %s)", s.PagesBefore, s.PagesAfter, fmtBytes(s.BytesBefore), fmtBytes(s.BytesAfter)))
+		}
+		if r.Error != "" {
+			row(w, "Error:", r.Error)
+		}
+	})
+}
