@@ -57,68 +57,14 @@ func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
 		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinChunkSize, MaxChunkSize)
 	}
 	m := &ChunkMeasure{ChunkSize: cs, Snapshots: len(dirs)}
-	seen := map[string]bool{}
-	type job struct{ data []byte }
-	jobs := make(chan job, 8)
-	var stored int64
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range runtime.NumCPU() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var buf []byte
-			for j := range jobs {
-				buf = compress(buf, j.data)
-				mu.Lock()
-				stored += int64(len(buf))
-				mu.Unlock()
-			}
-		}()
-	}
+	c := newChunkCounter(m)
 	var err error
-	var pageBytes int64
 	for _, dir := range dirs {
-		if _, err = snapshot.ReadManifest(dir); err != nil {
-			break
-		}
-		var files []string
-		if files, err = snapshotFiles(dir); err != nil {
-			break
-		}
-		memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
-		for _, rel := range files {
-			var size int64
-			size, _, err = scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
-				if rel == snapshot.MemoryFile {
-					memChunks[idx] = int64(len(data))
-				}
-				m.Chunks++
-				pageBytes += nonZeroPageBytes(data)
-				m.ChunkBytes += int64(len(data))
-				sum := sumHex(data)
-				if !seen[sum] {
-					seen[sum] = true
-					m.UniqueChunks++
-					m.UniqueBytes += int64(len(data))
-					jobs <- job{append([]byte(nil), data...)}
-				}
-				return nil
-			})
-			if err != nil {
-				break
-			}
-			m.FileBytes += size
-		}
-		if err != nil {
-			break
-		}
-		if err = m.addWorkingSet(dir, cs, memChunks); err != nil {
+		if err = c.snapshot(dir, cs); err != nil {
 			break
 		}
 	}
-	close(jobs)
-	wg.Wait()
+	stored := c.close()
 	if err != nil {
 		return nil, err
 	}
@@ -128,12 +74,84 @@ func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
 		m.DedupRatio = float64(m.ChunkBytes) / float64(m.UniqueBytes)
 	}
 	if len(dirs) > 0 {
-		m.MeanSnapshotBytes = pageBytes / int64(len(dirs))
+		m.MeanSnapshotBytes = c.pageBytes / int64(len(dirs))
 	}
 	if m.MeanSnapshotBytes > 0 {
 		m.StoredPerSnapshot = float64(m.StoredBytes) / float64(m.MeanSnapshotBytes)
 	}
 	return m, nil
+}
+
+// chunkCounter counts the chunks of snapshots into m, compressing each
+// distinct one with a worker per CPU to learn what it would store.
+type chunkCounter struct {
+	m         *ChunkMeasure
+	seen      map[string]bool
+	jobs      chan []byte
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	stored    int64
+	pageBytes int64
+}
+
+func newChunkCounter(m *ChunkMeasure) *chunkCounter {
+	c := &chunkCounter{m: m, seen: map[string]bool{}, jobs: make(chan []byte, 8)}
+	for range runtime.NumCPU() {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			var buf []byte
+			for data := range c.jobs {
+				buf = compress(buf, data)
+				c.mu.Lock()
+				c.stored += int64(len(buf))
+				c.mu.Unlock()
+			}
+		}()
+	}
+	return c
+}
+
+// close waits for the compressions and returns the bytes they stored.
+func (c *chunkCounter) close() int64 {
+	close(c.jobs)
+	c.wg.Wait()
+	return c.stored
+}
+
+// snapshot counts the files of the snapshot in dir, then its working set.
+func (c *chunkCounter) snapshot(dir string, cs int64) error {
+	if _, err := snapshot.ReadManifest(dir); err != nil {
+		return err
+	}
+	files, err := snapshotFiles(dir)
+	if err != nil {
+		return err
+	}
+	m := c.m
+	memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
+	for _, rel := range files {
+		size, _, err := scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+			if rel == snapshot.MemoryFile {
+				memChunks[idx] = int64(len(data))
+			}
+			m.Chunks++
+			c.pageBytes += nonZeroPageBytes(data)
+			m.ChunkBytes += int64(len(data))
+			if sum := sumHex(data); !c.seen[sum] {
+				c.seen[sum] = true
+				m.UniqueChunks++
+				m.UniqueBytes += int64(len(data))
+				c.jobs <- append([]byte(nil), data...)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		m.FileBytes += size
+	}
+	return m.addWorkingSet(dir, cs, memChunks)
 }
 
 // nonZeroPageBytes is the bytes of the 4 KiB pages of data that hold a

@@ -84,73 +84,35 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 	if err := s.canSign(); err != nil {
 		return nil, st, err
 	}
-	local, err := snapshot.ReadManifest(dir)
+	src, err := pushSources(dir, info)
 	if err != nil {
 		return nil, st, err
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestFile))
-	if err != nil {
-		return nil, st, err
-	}
-	files, err := snapshotFiles(dir)
-	if err != nil {
-		return nil, st, err
-	}
-	src := map[string]string{}
-	for _, f := range files {
-		src[f] = filepath.Join(dir, f)
-	}
-	if info.Layer != nil {
-		if local.Inputs.Deps == nil || local.Inputs.Deps.SHA256 != info.Layer.SHA256 {
-			return nil, st, fmt.Errorf("push %s: %w: the dependency layer given is not the snapshot's", local.ID, snapshot.ErrCorrupt)
-		}
-		files = append(files, LayerPath)
-		src[LayerPath] = info.LayerFile
-	}
-	var total, done int64
-	for _, f := range files {
-		if fi, err := os.Stat(src[f]); err == nil {
-			total += fi.Size()
-		}
-	}
-	l, err := s.pushLease(ctx, local.ID)
+	l, err := s.pushLease(ctx, src.local.ID)
 	if err != nil {
 		return nil, st, err
 	}
 	defer l.release()
-	cs := s.ChunkSize()
-	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: cs, PushedAt: time.Now().UTC(),
-		Manifest: raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared, Layer: info.Layer}
+	local := src.local
+	rm := &RemoteManifest{ID: local.ID, Function: local.Function, ChunkSize: s.ChunkSize(), PushedAt: time.Now().UTC(),
+		Manifest: src.raw, SourceVM: info.SourceVM, Parent: info.Parent, Prepared: info.Prepared, Layer: info.Layer}
 	up := newUploader(ctx, s, &st)
-	for _, rel := range files {
-		rf := RemoteFile{Path: rel}
-		var base = done
-		size, sum, err := scanFile(src[rel], cs, func(idx int64, data []byte) error {
-			ref := ChunkRef{Index: idx, SHA256: sumHex(data)}
-			rf.Chunks = append(rf.Chunks, ref)
+	var done int64
+	for _, rel := range src.files {
+		rf, err := src.push(rel, rm.ChunkSize, up, info.Layer, func(at int64) {
 			if progress != nil {
-				progress(base+idx*cs, total)
+				progress(done+at, src.total)
 			}
-			return up.add(ref.SHA256, data)
 		})
 		if err != nil {
 			up.wait()
-			return nil, st, fmt.Errorf("push %s: %w", rel, err)
-		}
-		rf.Size, rf.SHA256 = size, sum
-		if want, ok := local.Files[rel]; ok && (want.Size != size || want.SHA256 != sum) {
-			up.wait()
-			return nil, st, fmt.Errorf("push %s: %w: %s changed or is damaged (its digest differs from the manifest)", local.ID, snapshot.ErrCorrupt, rel)
-		}
-		if rel == LayerPath && (size != info.Layer.Bytes || sum != info.Layer.SHA256) {
-			up.wait()
-			return nil, st, fmt.Errorf("push %s: %w: the dependency layer changed or is damaged", local.ID, snapshot.ErrCorrupt)
+			return nil, st, err
 		}
 		rm.Files = append(rm.Files, rf)
 		if isPrefetch(rel) {
 			rm.Prefetch = append(rm.Prefetch, rel)
 		}
-		done = base + size
+		done += rf.Size
 	}
 	if err := up.wait(); err != nil {
 		return nil, st, fmt.Errorf("push %s: %w", local.ID, err)
@@ -171,9 +133,75 @@ func (s *Store) Push(ctx context.Context, dir string, info PushInfo, progress Pr
 		return nil, st, fmt.Errorf("push %s: manifest: %w", rm.ID, err)
 	}
 	if progress != nil {
-		progress(total, total)
+		progress(src.total, src.total)
 	}
 	return rm, st, nil
+}
+
+// pushSource is what a push sends: the snapshot's manifest, its files
+// (and its dependency layer's image) by remote path, and their bytes.
+type pushSource struct {
+	local *snapshot.Manifest
+	raw   []byte
+	files []string
+	src   map[string]string // remote path -> file here
+	total int64
+}
+
+func pushSources(dir string, info PushInfo) (*pushSource, error) {
+	local, err := snapshot.ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, snapshot.ManifestFile))
+	if err != nil {
+		return nil, err
+	}
+	files, err := snapshotFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	p := &pushSource{local: local, raw: raw, files: files, src: map[string]string{}}
+	for _, f := range files {
+		p.src[f] = filepath.Join(dir, f)
+	}
+	if info.Layer != nil {
+		if local.Inputs.Deps == nil || local.Inputs.Deps.SHA256 != info.Layer.SHA256 {
+			return nil, fmt.Errorf("push %s: %w: the dependency layer given is not the snapshot's", local.ID, snapshot.ErrCorrupt)
+		}
+		p.files = append(p.files, LayerPath)
+		p.src[LayerPath] = info.LayerFile
+	}
+	for _, f := range p.files {
+		if fi, err := os.Stat(p.src[f]); err == nil {
+			p.total += fi.Size()
+		}
+	}
+	return p, nil
+}
+
+// push cuts file rel into chunks for up and returns its remote entry once
+// its bytes are checked against what the manifest (or the layer) says;
+// at tells how far into the file the push is.
+func (p *pushSource) push(rel string, cs int64, up *uploader, layer *Layer, at func(int64)) (RemoteFile, error) {
+	rf := RemoteFile{Path: rel}
+	size, sum, err := scanFile(p.src[rel], cs, func(idx int64, data []byte) error {
+		ref := ChunkRef{Index: idx, SHA256: sumHex(data)}
+		rf.Chunks = append(rf.Chunks, ref)
+		at(idx * cs)
+		return up.add(ref.SHA256, data)
+	})
+	if err != nil {
+		return rf, fmt.Errorf("push %s: %w", rel, err)
+	}
+	rf.Size, rf.SHA256 = size, sum
+	if want, ok := p.local.Files[rel]; ok && (want.Size != size || want.SHA256 != sum) {
+		return rf, fmt.Errorf("push %s: %w: %s changed or is damaged (its digest differs from the manifest)", p.local.ID, snapshot.ErrCorrupt, rel)
+	}
+	if rel == LayerPath && (size != layer.Bytes || sum != layer.SHA256) {
+		return rf, fmt.Errorf("push %s: %w: the dependency layer changed or is damaged", p.local.ID, snapshot.ErrCorrupt)
+	}
+	return rf, nil
 }
 
 // uploader compresses and uploads chunks with a few workers, each
