@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * faulttrace.bpf.c - per-process page-fault and I/O counters for the
- * FaaSnap ablation (docs/benchmarks.md, ablation), on tracepoints only.
+ * FaaSnap ablation (docs/bench/ablation.md), on tracepoints only.
  *
  * For every process (keyed by tgid, LRU) it counts:
  *   - user page faults (exceptions:page_fault_user, at fault entry);

@@ -15,7 +15,7 @@ import (
 )
 
 // TestMeasureDeploy is a measurement, not a test: it only runs with
-// THAW_DEPLOY_MEASURE=1 and reports (docs/benchmarks.md, "Deploy"); it fails
+// THAW_DEPLOY_MEASURE=1 and reports (docs/bench/deploy.md); it fails
 // only if something does not work. A function with two wheels (igraph, a C
 // extension, and texttable, pure Python) from a real index, its wheels and
 // layer cached by a first deploy, is then brought up THAW_DEPLOY_MEASURE_REPS

@@ -17,7 +17,7 @@ import (
 )
 
 // TestMeasureDependencyLayers is a measurement, not a test: it only runs
-// with THAW_DEPS_MEASURE=1 and reports (docs/benchmarks.md, "Dependency
+// with THAW_DEPS_MEASURE=1 and reports (docs/bench/deps.md, "Dependency
 // layers"); it fails only if something does not work. For two real sets
 // (igraph + Chameleon; requests and its four dependencies) and each layer
 // variant (ext4, erofs uncompressed, lz4, lz4hc) it reports the image size

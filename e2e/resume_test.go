@@ -16,7 +16,7 @@ import (
 )
 
 // TestResumeBreakdown measures where a cold start's resume goes (docs/
-// benchmarks.md, "Where resume goes"): hello at 512 MiB restored
+// bench/resume.md, "Where resume goes"): hello at 512 MiB restored
 // THAW_RESUME_N times (default 10) under the cached strategy, the VMM pool
 // off so no background start competes for the CPUs. Per restore it keeps
 // the host's split (cont answered, restore request written to its answer

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The triggers' benchmarks on real VMs (docs/benchmarks.md, "Triggers"):
+# The triggers' benchmarks on real VMs (docs/bench/triggers.md):
 #   1. endpoint overhead: the same kept-alive function called through its
 #      endpoint and through the API (POST /v1/functions/NAME/invoke), one
 #      request at a time, alternating rounds, in one run;

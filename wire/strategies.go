@@ -83,7 +83,7 @@ type FaaSnapStats struct {
 	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
 	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
 	// Variant is the FaaSnap variant restored (techniques switched off,
-	// docs/benchmarks.md, ablation); empty for all of FaaSnap.
+	// docs/bench/ablation.md); empty for all of FaaSnap.
 	Variant string `json:"variant,omitempty"`
 }
 

@@ -14,7 +14,7 @@ import (
 
 // ExpAblation is FaaSnap's Figure 9 (§6.5: the optimization steps on one
 // function) and a table of all of FaaSnap with one technique off in turn,
-// over several functions (docs/benchmarks.md, ablation).
+// over several functions (docs/bench/ablation.md).
 const ExpAblation = "ablation"
 
 // Arm is one restore of the ablation: a strategy and a variant of it.

@@ -13,7 +13,7 @@ import (
 // start of hello or json 0.3-0.5 s from request to the next request
 // (eviction, restore, invocation, teardown); a burst of 4 about 2 single
 // cold starts. The guest times
-// of the larger functions are guesses from docs/benchmarks.md (image,
+// of the larger functions are guesses from docs/bench/evaluation.md (image,
 // matmul ~0.5 s invoke at A's size) scaled by input size. It only feeds the
 // estimate printed at the start and the progress display's ETA.
 const (

@@ -19,7 +19,7 @@ import (
 // start that names none (choose), and what its measurements teach (observe).
 
 // Rules: where a location without evidence starts, measured
-// (docs/benchmarks.md, "Adaptive restore"). Locally FaaSnap's loading set,
+// (docs/bench/adaptive.md). Locally FaaSnap's loading set,
 // then REAP; from the registry the remote strategy (REAP unless set), which
 // fetches the least before the guest runs.
 var localOrder = []restore.Kind{restore.FaaSnap, restore.REAP, restore.SnapBPF, restore.Premap, restore.Vanilla}

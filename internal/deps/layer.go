@@ -19,7 +19,7 @@ import (
 type Format string
 
 // Layer formats. erofs is the default: smaller images and faster first
-// imports in the guest (docs/benchmarks.md); ext4 needs no erofs module.
+// imports in the guest (docs/bench/deps.md); ext4 needs no erofs module.
 const (
 	FormatErofs Format = "erofs"
 	FormatExt4  Format = "ext4"
@@ -68,7 +68,7 @@ type Layers struct {
 	python string
 	format Format
 	// compression of erofs images: "none" (default), "lz4" or "lz4hc"; a
-	// measurement knob (docs/benchmarks.md), not part of the digest.
+	// measurement knob (docs/bench/deps.md), not part of the digest.
 	compression string
 	limits      Limits
 

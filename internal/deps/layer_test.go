@@ -251,7 +251,7 @@ func BenchmarkLayerGet(b *testing.B) {
 
 // BenchmarkBuildLayer builds the layer of two cached wheels, igraph (a C
 // extension) and texttable, into a fresh store each time: installing,
-// precompiling, packing and publishing (docs/benchmarks.md). Its steps are
+// precompiling, packing and publishing (docs/bench/deps.md). Its steps are
 // reported as metrics.
 func BenchmarkBuildLayer(b *testing.B) {
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {

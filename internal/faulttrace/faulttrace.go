@@ -2,7 +2,7 @@
 // a process submits and the time its threads are blocked in uninterruptible
 // sleep, with an eBPF program on tracepoints (bpf/faulttrace.bpf.c): what
 // FaaSnap's §6.5 measures with bpftrace, as far as a kernel without kprobes
-// allows (docs/benchmarks.md, ablation).
+// allows (docs/bench/ablation.md).
 package faulttrace
 
 import (

@@ -10,8 +10,8 @@ import (
 )
 
 // FaaSnap variants: all of FaaSnap with techniques switched off, for the
-// paper's Figure 9 (§6.5) and the technique-off table (docs/benchmarks.md,
-// ablation). Each is a restore of the faasnap strategy chosen per
+// paper's Figure 9 (§6.5) and the technique-off table (docs/bench/ablation.md).
+// Each is a restore of the faasnap strategy chosen per
 // invocation (Env.Variant).
 const (
 	// VariantConcurrent is Figure 9's "concurrent paging" (§4.2 alone):

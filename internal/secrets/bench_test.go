@@ -56,7 +56,7 @@ func memoryLike(b []byte) {
 
 // BenchmarkScanFile is the snapshot scan's speed on a 512 MiB memory file
 // with no hole (the worst case: a guest that touched all its memory), in
-// the page cache, for 16 secrets (144 patterns); docs/benchmarks.md.
+// the page cache, for 16 secrets (144 patterns); docs/bench/secrets.md.
 func BenchmarkScanFile(b *testing.B) {
 	const size = 512 << 20
 	path := filepath.Join(b.TempDir(), "memory")

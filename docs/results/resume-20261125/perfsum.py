@@ -1,5 +1,5 @@
 """Where a restored QEMU's CPU goes, from `perf script -F pid,tid,time,ip,sym,dso`
-of a system-wide `perf record` during TestResumeBreakdown (see ../../benchmarks.md):
+of a system-wide `perf record` during TestResumeBreakdown (see ../../bench/resume.md):
 python3 perfsum.py PERF_SCRIPT_TXT SAMPLE_HZ. VMs with over 20000 samples (booted
 VMs) are left out; a VM's vCPU thread is its busiest thread other than the main one."""
 import collections, re, sys
