@@ -245,6 +245,9 @@ type Timing struct {
 	// Until its snapshot is made again (an operation of kind rebuild),
 	// each cold start says so here.
 	Build *BuildNote `json:"build,omitempty"`
+	// Ready is set when the daemon keeps ready clones: whether one served
+	// the invocation, and how long it waited (ready.go).
+	Ready *ReadyNote `json:"ready,omitempty"`
 }
 
 // BuildNote says that an invocation ran an older build of its version,
@@ -273,7 +276,7 @@ type Invocation struct {
 	ID       string `json:"id"`
 	Function string `json:"function"`
 	VM       string `json:"vm"`
-	Mode     string `json:"mode"` // "warm" (a running VM), "cold" (restored for it), "pooled" (a VM kept from an earlier cold invocation) or "record" (prepare)
+	Mode     string `json:"mode"` // "warm" (a running VM), "cold" (restored for it), "pooled" (a VM kept from an earlier cold invocation), "ready" (a ready clone, restored ahead and never used) or "record" (prepare)
 	Snapshot string `json:"snapshot,omitempty"`
 	Strategy string `json:"strategy,omitempty"`
 	// Version is the function version that ran (absent: a snapshot made

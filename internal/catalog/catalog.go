@@ -76,6 +76,10 @@ const (
 	// StateStandby: a VMM started ahead of a restore, in the VMM pool; its
 	// guest has not run.
 	StateStandby = "standby"
+	// StateReady: a ready clone, restored, resumed and warmed ahead of a
+	// request; it has served none, and only a dispatch of its function
+	// takes it.
+	StateReady   = "ready"
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateFailed  = "failed"
@@ -107,7 +111,7 @@ type VM struct {
 
 // Live reports whether the VM's process is supposed to be running.
 func (v *VM) Live() bool {
-	return v.State == StateBooting || v.State == StateStandby || v.State == StateRunning || v.State == StatePaused
+	return v.State == StateBooting || v.State == StateStandby || v.State == StateReady || v.State == StateRunning || v.State == StatePaused
 }
 
 // Snapshot is a published snapshot directory.

@@ -67,6 +67,9 @@ type restoreOpts struct {
 	noSecrets bool
 	// strict: the strategy may not fall back to vanilla (strictly).
 	strict bool
+	// admitted, if set, is room admission granted already (a ready
+	// clone's fill): the restore does not wait for room.
+	admitted func()
 }
 
 // restore does RestoreVM's work and returns the VM locked, its strategy
@@ -86,6 +89,9 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if o.pool != "" && s.poolSize(fn) > 0 {
 		key := poolKey{snapID, o.pool}
 		if sb := s.takeStandbyFor(key, o.strict); sb != nil {
+			if o.admitted != nil {
+				o.admitted() // the standby VM holds room of its own
+			}
 			lv, rec, t, err := s.restoreStandby(ctx, sb, o)
 			s.metrics.VMMPool(string(o.pool), true)
 			return lv, rec, t, err
@@ -95,7 +101,10 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	// Room first, so nothing is held while waiting for it; the wait is
 	// not set-up (it is reported apart).
 	waitStart := time.Now()
-	release, err := s.admit(ctx, fn)
+	release, err := o.admitted, error(nil)
+	if release == nil {
+		release, err = s.admit(ctx, fn)
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -205,6 +205,8 @@ type Config struct {
 	Deps DepsConfig
 	// Adaptive configures the adaptive restore (adaptive.go).
 	Adaptive AdaptiveConfig
+	// Ready configures ready clones (readyclones.go).
+	Ready ReadyConfig
 }
 
 // setDefaults fills the zero confinement settings.
@@ -289,6 +291,7 @@ func (c *Config) setDefaults() {
 		c.CgroupRoot = ""
 	}
 	c.Deps.setDefaults()
+	c.Ready.setDefaults()
 }
 
 // Check validates c as Open will, with its zero values taking their
@@ -379,6 +382,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
 	errs = append(errs, c.Deps.validate()...)
+	errs = append(errs, c.Ready.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -407,6 +411,7 @@ type Service struct {
 	adm        *admission   // which VM starts may proceed
 	pool       pool         // idle VMs kept for their function's next invocations
 	vmmPool    vmmPool      // VMMs started ahead of restores
+	ready      readyPool    // clones restored ahead of requests (readyclones.go)
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -506,7 +511,8 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
-	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimIdle() }
+	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimReady(whyReadyRoom) || s.reclaimIdle() }
+	s.openReady()
 	s.pool.idle = map[string][]*kept{}
 	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
 	s.vmmPool.held = map[string]bool{}
@@ -585,7 +591,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.checkVersions(ctx); err != nil {
 		return fmt.Errorf("check versions: %w", err)
 	}
-	if s.cfg.KeepAliveMinAvailableMiB > 0 && s.cfg.KeepAlive > 0 {
+	if s.cfg.KeepAliveMinAvailableMiB > 0 && (s.cfg.KeepAlive > 0 || s.readyOn()) {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
@@ -599,6 +605,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.wg.Add(1)
 	go s.collectDepsLoop()
+	s.startReady()
 	s.kickDepsGC()
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
@@ -701,6 +708,7 @@ const APIVersion = "0.1.0"
 // undoes what the daemon changed on the host and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
 	s.closeVMMPool()
+	s.closeReady()
 	s.pool.mu.Lock()
 	for _, list := range s.pool.idle {
 		for _, k := range list {

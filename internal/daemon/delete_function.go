@@ -240,6 +240,7 @@ func (s *Service) stopFunctionVMs(ctx context.Context, name string, out *Functio
 		}
 	}
 	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == name }, whyStandbyGone)
+	s.dropReadyWhere(func(rc *readyClone) bool { return rc.lv.fn.Name == name }, whyReadyGone)
 	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == name }, "function deleted")
 	g := s.fnGate(name)
 	for deadline := time.Now().Add(s.cfg.BootTimeout); ; time.Sleep(20 * time.Millisecond) {

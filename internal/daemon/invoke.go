@@ -193,6 +193,9 @@ func isDone(lv *liveVM) bool {
 }
 
 func (s *Service) record(ctx context.Context, inv *Invocation) {
+	if n := readyNoteOf(ctx); n != nil && inv.Timing.Ready == nil {
+		inv.Timing.Ready = n // no ready clone served it: why
+	}
 	detail := s.historyDetail(inv)
 	rec := &catalog.Invocation{ID: inv.ID, Function: inv.Function, VM: inv.VM, Snapshot: inv.Snapshot,
 		Strategy: inv.Strategy, OK: inv.OK, Detail: detail, CreatedAt: time.Now()}
@@ -279,6 +282,12 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	// VM kept idle from an earlier one serves it (the keep-alive pool).
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
+		key := poolKey{snapID, strategy.Kind}
+		defer s.readyBegin(key)()
+		var inv *Invocation
+		if inv, ctx, err = s.invokeReady(ctx, key, req.Event, timeout, start, target); inv != nil || err != nil {
+			return inv, err
+		}
 		if k := s.takeKept(req.Function, snapID); k != nil {
 			s.metrics.KeepAlive(true)
 			return s.invokeKept(ctx, k, req.Event, timeout, start, target)

@@ -180,7 +180,10 @@ func (s *Service) watchPressure(every time.Duration) {
 		if !ok || avail >= s.cfg.KeepAliveMinAvailableMiB {
 			continue
 		}
-		if s.stopLongestIdle(whyPressure) {
+		if s.reclaimReady(whyPressure) { // ready clones go before kept VMs
+			s.log.Warn("host memory low: stopped the oldest ready clone", "available_mib", avail,
+				"min_available_mib", s.cfg.KeepAliveMinAvailableMiB)
+		} else if s.stopLongestIdle(whyPressure) {
 			s.log.Warn("host memory low: stopped the longest idle vm", "available_mib", avail,
 				"min_available_mib", s.cfg.KeepAliveMinAvailableMiB)
 		}

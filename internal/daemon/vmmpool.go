@@ -263,11 +263,13 @@ func (s *Service) forgetPooled(id string) {
 		}
 	}
 	s.vmmPool.mu.Unlock()
+	s.forgetReady(id)
 	eachWhere(&s.pool.mu, &s.pool.idle, func(k *kept) bool { return k.lv.id == id }, func(k *kept) { s.unpark(k) })
 }
 
 // holdPool stops (or allows again) fills for snapshot id.
 func (s *Service) holdPool(id string, hold bool) {
+	s.holdReady(id, hold)
 	s.vmmPool.mu.Lock()
 	defer s.vmmPool.mu.Unlock()
 	if hold {
@@ -282,6 +284,11 @@ func (s *Service) holdPool(id string, hold bool) {
 // it waits for them (up to the boot timeout): the caller is about to
 // delete, evict or replace what they map.
 func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why string) {
+	if why == whyStandbyGone { // its ready clones go too
+		s.dropSnapshotReady(id, whyReadyGone)
+	} else {
+		s.dropSnapshotReady(id, whyReadyEvicted)
+	}
 	s.vmmPool.mu.Lock()
 	s.vmmPool.epoch[id]++
 	s.vmmPool.mu.Unlock()

@@ -62,6 +62,7 @@ type Demand struct {
 	peaks   []int   // per bucket slot: the peak concurrency in it
 	arrived []int   // per bucket slot: requests that began in it
 	index   []int64 // per bucket slot: which bucket it holds
+	last    int64   // the newest bucket recorded
 }
 
 // NewDemand starts an empty record under policy p (valid).
@@ -70,15 +71,18 @@ func NewDemand(p Policy) *Demand {
 	return &Demand{p: p, peaks: make([]int, n), arrived: make([]int, n), index: make([]int64, n)}
 }
 
-// slot is the slot of the bucket holding now, cleared if it held an
-// older bucket.
+// slot is the slot of the bucket holding now. Buckets since the last
+// one recorded are recorded first: the requests in flight then were in
+// flight throughout them.
 func (d *Demand) slot(now time.Time) int {
 	b := now.UnixNano() / int64(d.p.Bucket)
-	i := int(b % int64(len(d.peaks)))
-	if d.index[i] != b {
-		d.index[i], d.peaks[i], d.arrived[i] = b, d.current, 0
+	n := int64(len(d.peaks))
+	for g := max(d.last+1, b-n+1); g <= b; g++ {
+		i := int(g % n)
+		d.index[i], d.peaks[i], d.arrived[i] = g, d.current, 0
 	}
-	return i
+	d.last = max(d.last, b)
+	return int(b % n)
 }
 
 // Begin records a request arriving at now.

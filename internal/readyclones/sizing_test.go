@@ -103,7 +103,7 @@ func TestWantP95(t *testing.T) {
 	for range 8 {
 		c.Begin(at(1))
 	}
-	if k := c.Want(at(1.5)); k != 3 {
+	if k := c.Want(at(6)); k != 3 { // 8 in flight for 5 s of the 20
 		t.Fatalf("capped at 3: want %d", k)
 	}
 }
@@ -126,6 +126,10 @@ func TestWantLongRequests(t *testing.T) {
 	}
 	if d.InFlight() != 0 {
 		t.Fatalf("in flight %d after they ended", d.InFlight())
+	}
+	// Once they ended, the buckets they spanned still count: 15 s of 20.
+	if k := d.Want(at(16)); k != 3 {
+		t.Fatalf("after 3 requests of 15 s ended: want %d, expected 3", k)
 	}
 	// An end without a begin (a record lost) does not go negative.
 	d.End(at(16))

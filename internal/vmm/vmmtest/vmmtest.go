@@ -184,6 +184,7 @@ type fakeMachine struct {
 	paused    bool
 	loaded    string // the device state it was restored from
 	env       int    // environment variables its agent set at boot
+	served    int    // invocations its agent answered (its agent goroutine's alone)
 }
 
 func (m *fakeMachine) wait() {
@@ -246,7 +247,9 @@ func (m *fakeMachine) Kill() error {
 // fakeAgent answers the agent protocol. Events steer it: {"op":"crash"}
 // kills the "VMM", {"op":"hang"} never answers, {"op":"raise"} fails in
 // the handler, {"op":"big","bytes":N} returns a JSON string of N bytes
-// (xyz... repeated), {"op":"sleep","ms":N} answers after N ms; anything
+// (xyz... repeated), {"op":"sleep","ms":N} answers after N ms,
+// {"op":"served"} returns how many invocations this guest answered before
+// (a clone's state: its own count, from 0 after a restore); anything
 // else is echoed. Its replies carry logs as a protocol 5 agent's do: the
 // event's "print" as output and "kernel" as kernel messages (none if
 // absent), or no logs at all with {"op":"nologs"} (an older agent).
@@ -310,7 +313,10 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			if ev.Op != "nologs" {
 				reply["logs"] = map[string]any{"output": ev.Print, "bytes": len(ev.Print), "kernel": ev.Kernel}
 			}
+			m.served++
 			switch ev.Op {
+			case "served":
+				reply["result"] = m.served - 1
 			case "sleep":
 				time.Sleep(time.Duration(ev.MS) * time.Millisecond)
 				reply["result"] = req.Event

@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/procstat"
+	"github.com/thaw-dev/thaw/wire"
+)
+
+// A dispatch on a ready clone (readyclones.go): renewal, then the event.
+
+// readyNoteKey carries, in a request's context, why no ready clone served
+// it, so the invocation that does serve it says so (record).
+type readyNoteKey struct{}
+
+func readyNoteOf(ctx context.Context) *wire.ReadyNote {
+	n, _ := ctx.Value(readyNoteKey{}).(*wire.ReadyNote)
+	return n
+}
+
+// invokeReady serves a pooled invocation on a ready clone of key if one is
+// ready. If none serves it, inv and err are nil and the context returned
+// carries why, for the path that serves it instead (and says so). A clone
+// found dead or failing its renewal is stopped, never used: the request
+// falls back.
+func (s *Service) invokeReady(ctx context.Context, key poolKey, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
+	if !s.readyOn() {
+		return nil, ctx, nil
+	}
+	miss := func(outcome, why string) (*Invocation, context.Context, error) {
+		s.ready.m.Outcome(outcome, 0)
+		return nil, context.WithValue(ctx, readyNoteKey{}, &wire.ReadyNote{Fallback: why}), nil
+	}
+	rc, dead := s.takeReady(key)
+	if rc == nil {
+		if dead != "" {
+			return miss("failed", dead)
+		}
+		return miss("miss", "none ready")
+	}
+	s.kickReady() // its replacement
+	lv := rc.lv
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	waited := time.Since(rc.since)
+	t0 := time.Now()
+	s.mu.Lock()
+	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
+	s.mu.Unlock()
+	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
+		_, err := s.renewClone(ctx, lv, true)
+		return err
+	})
+	if err != nil {
+		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.id, err)
+		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, why)
+		return miss("failed", why)
+	}
+	renewed := time.Since(t0)
+	s.ready.m.Outcome("hit", waited.Seconds())
+	inv := &Invocation{ID: newID("inv-"), Function: rc.rec.Function, VM: lv.id, Mode: "ready",
+		Snapshot: key.snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
+	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed)}
+	annotate(ctx, invocationAttrs(inv)...)
+	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
+	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
+	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
+		return nil, ctx, s.invokeFailed(ctx, inv, start, err)
+	}
+	inv.Timing.TotalMS = ms(time.Since(start))
+	rc.rec.State = catalog.StateRunning
+	if s.park(lv, rc.rec, key.snapshot) { // the function reuses VMs (keep-alive)
+		s.setState(ctx, lv, catalog.StateRunning, "")
+	} else {
+		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rc.rec)
+	}
+	s.record(ctx, inv)
+	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
+		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
+		"total_ms", inv.Timing.TotalMS)
+	return inv, ctx, nil
+}
