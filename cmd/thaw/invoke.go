@@ -336,6 +336,7 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	if t.Restore != nil {
 		writeRestoreTiming(w, "", t.Restore)
 	}
+	writeReadyNote(w, t.Ready)
 	row(w, "invoke", fmtMSCol(t.InvokeMS), "request sent to reply received")
 	row(w, "  guest", fmtMSCol(t.GuestMS), "inside the handler")
 	row(w, "total", fmtMSCol(t.TotalMS), "request to answer")

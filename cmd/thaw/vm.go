@@ -91,13 +91,13 @@ it. standby is a VMM started ahead of a restore (the VMM pool).`
 	cmd.Example = `  thaw vm list
   thaw vm list --state failed
   thaw vm delete $(thaw vm list --state failed -q)`
-	cmd.Flags().StringVar(&state, "state", "live", "which VMs: live, booting, running, idle, paused, standby, failed, stopped or all")
+	cmd.Flags().StringVar(&state, "state", "live", "which VMs: live, booting, running, idle, paused, standby, ready, failed, stopped or all")
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(vmStates, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 // vmStates are the values of vm list --state.
-var vmStates = []cobra.Completion{"live", "booting", "running", "idle", "paused", "standby", "failed", "stopped", "all"}
+var vmStates = []cobra.Completion{"live", "booting", "running", "idle", "paused", "standby", "ready", "failed", "stopped", "all"}
 
 // vmState is a VM's state as thaw shows it: the API's, but idle for a
 // running VM the keep-alive pool keeps.
@@ -117,7 +117,7 @@ func vmStateFilter(state string) (func(string) bool, error) {
 		return func(s string) bool { return s != "failed" && s != "stopped" }, nil
 	}
 	if !slices.Contains(vmStates, state) {
-		return nil, usagef("--state %q: use live, booting, running, idle, paused, standby, failed, stopped or all", state)
+		return nil, usagef("--state %q: use live, booting, running, idle, paused, standby, ready, failed, stopped or all", state)
 	}
 	return func(s string) bool { return s == state }, nil
 }

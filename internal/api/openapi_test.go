@@ -778,10 +778,10 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 		schema, prop string
 		want         []string
 	}{
-		{"VM", "state", []string{catalog.StateBooting, catalog.StateStandby, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
+		{"VM", "state", []string{catalog.StateBooting, catalog.StateStandby, catalog.StateReady, catalog.StateRunning, catalog.StatePaused, catalog.StateFailed, catalog.StateStopped}},
 		{"VM", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
 		{"AccelInfo", "accel", []string{string(vmm.AccelKVM), string(vmm.AccelTCG)}},
-		{"Invocation", "mode", []string{"warm", "cold", "pooled"}},
+		{"Invocation", "mode", []string{"warm", "cold", "pooled", "ready"}},
 		{"Operation", "kind", []string{wire.OpBoot, wire.OpPrepare, wire.OpStore, wire.OpCopy, wire.OpPush, wire.OpPull, wire.OpGC, wire.OpDeploy, wire.OpRebuild, wire.OpRefresh}},
 		{"Operation", "state", []string{wire.OpRunning, wire.OpSucceeded, wire.OpFailed}},
 		{"LogLine", "stream", []string{wire.StreamOutput, wire.StreamKernel}},

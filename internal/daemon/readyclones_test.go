@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
 )
 
 // readyService is a daemon on the fake VMM with ready clones on (and the
@@ -392,5 +396,37 @@ func TestReadyCloneSlowFillNeverBlocks(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a request waited for a slow fill")
+	}
+}
+
+// A daemon killed with ready clones running leaves them recorded live: the
+// next start reconciles them like any VM (their process is killed if it is
+// still there, the record marked failed), so none stays ready.
+func TestReadyClonesReconciledAtStart(t *testing.T) {
+	h := vmmtest.NewHost(t, "thaw-unit-")
+	db, err := catalog.Open(filepath.Join(h.DataDir, "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := &catalog.VM{ID: "vm-0000000ead1e", Function: "echo", State: catalog.StateReady, PID: 1 << 22, Accel: "tcg",
+		MemoryMiB: 128, RunDir: filepath.Join(h.DataDir, "run", "vm-0000000ead1e"), CreatedAt: time.Now()}
+	if err := db.PutVM(context.Background(), ghost); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	cfg := Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128, DefaultVCPUs: 1,
+		BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: h.Shim, StoreDir: h.StoreDir,
+		VMM: &vmmtest.Fake{}, Ready: ReadyConfig{MemoryMiB: 1024}}
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	v, err := s.GetVM(context.Background(), ghost.ID)
+	if err != nil || v.State != catalog.StateFailed || v.Live() {
+		t.Fatalf("a ready clone left by a killed daemon: %+v %v", v, err)
+	}
+	if s.readyClones() != 0 {
+		t.Fatal("a ready clone from the last run was adopted")
 	}
 }
