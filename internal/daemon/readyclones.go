@@ -14,7 +14,8 @@ import (
 )
 
 // Ready clones: VMs restored from a function version's snapshot, resumed,
-// renewed and their agent's request path warmed with a no-op (a ping) ahead
+// renewed and their agent's request paths warmed with no-ops (a ping, an
+// invocation the agent refuses before any handler) ahead
 // of a request, that have served none. An invocation that names no
 // snapshot or strategy takes one, renews it (clock, entropy, secrets,
 // on_restore) and runs its event on it: a clone no earlier request has
@@ -389,10 +390,7 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 	}
 	defer lv.mu.Unlock()
 	s.refillLater(key, lv.fn)
-	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		_, err := lv.agent.Ping(ctx)
-		return err
-	})
+	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return warmAgent(ctx, lv) })
 	if err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
 		return nil, fmt.Errorf("%w: ready clone %s: warm-up: %v", ErrVMFailed, lv.id, err)
@@ -400,6 +398,29 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 	s.setState(ctx, lv, catalog.StateReady, "")
 	rec.State = catalog.StateReady
 	return &readyClone{key: key, lv: lv, rec: rec}, nil
+}
+
+// readyWarmFunction is the function a ready clone's warm-up invocation
+// names: no function can be called so (a colon separates a version), so
+// the agent refuses it before any handler runs, having taken the invoke
+// request's path up to there.
+const readyWarmFunction = "thaw:warm-up"
+
+// warmAgent runs no-op requests through a clone's agent so that TCG has
+// translated its request paths before a request comes: a ping, and an
+// invocation the agent refuses before the handler. No handler runs.
+func warmAgent(ctx context.Context, lv *liveVM) error {
+	if _, err := lv.agent.Ping(ctx); err != nil {
+		return err
+	}
+	r, err := lv.agent.Invoke(ctx, readyWarmFunction, nil)
+	switch {
+	case err != nil:
+		return err
+	case r.OK || r.Error == nil || r.Error.Type != "FunctionNotFound":
+		return fmt.Errorf("the agent did not refuse the warm-up invocation: %+v", r.Error)
+	}
+	return nil
 }
 
 // takeReady hands out the oldest live ready clone of key, or nil; dead

@@ -263,9 +263,10 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			return
 		}
 		var req struct {
-			ID    string          `json:"id"`
-			Op    string          `json:"op"`
-			Event json.RawMessage `json:"event"`
+			ID       string          `json:"id"`
+			Op       string          `json:"op"`
+			Function string          `json:"function"`
+			Event    json.RawMessage `json:"event"`
 		}
 		secrets := map[string]string{}
 		if f := strings.Fields(string(line)); (len(f) == 4 || len(f) == 5) && f[0] == "restore" {
@@ -310,6 +311,11 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 				Print, Kernel string
 			}
 			_ = json.Unmarshal(req.Event, &ev)
+			if strings.Contains(req.Function, ":") { // no function has such a name: the agent refuses it first
+				reply["ok"] = false
+				reply["error"] = map[string]any{"type": "FunctionNotFound", "message": "this VM serves another function"}
+				break
+			}
 			if ev.Op != "nologs" {
 				reply["logs"] = map[string]any{"output": ev.Print, "bytes": len(ev.Print), "kernel": ev.Kernel}
 			}
