@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -117,11 +118,14 @@ type readyPool struct {
 	fns     map[poolKey]*catalog.Function // the function each key's snapshot belongs to
 	// epoch counts, per snapshot, the times its clones were dropped: a
 	// fill begun before is discarded. held: snapshots being deleted.
-	epoch  map[string]uint64
-	held   map[string]bool
-	kick   chan struct{}
-	policy readyclones.Policy
-	m      *metrics.ReadyClones
+	epoch map[string]uint64
+	held  map[string]bool
+	kick  chan struct{}
+	// dispatching counts requests running on ready clones: no fill
+	// starts meanwhile, so a refill never takes the CPU from a hit.
+	dispatching atomic.Int64
+	policy      readyclones.Policy
+	m           *metrics.ReadyClones
 }
 
 // Why ready clones are stopped unused, and the metric label of each.
@@ -299,9 +303,9 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	have := len(s.ready.clones[w.Key]) + s.ready.filling[w.Key]
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
-		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) {
+		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 {
 		s.ready.mu.Unlock()
-		return false // requests restoring come first (each fill restores too)
+		return false // requests restoring or on ready clones come first (each fill restores too)
 	}
 	release, ok := s.adm.tryAcquire(fn.Name, w.MemMiB, fn.MaxConcurrency) // never while a start waits
 	if !ok {

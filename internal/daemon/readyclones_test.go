@@ -117,14 +117,15 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 	// Each clone was renewed at its restore and again at dispatch, with
 	// the secret both times.
 	got := c.b.Secrets()[renewals:]
-	if len(got) < 8 {
-		t.Fatalf("%d renewals for 4 ready invocations and their refills, want at least 8", len(got))
+	if len(got) < 7 { // 4 at dispatch, 3 fills of the clones hits 2-4 took (the last refill may still run)
+		t.Fatalf("%d renewals for 4 ready invocations and their refills, want at least 7", len(got))
 	}
 	for _, sec := range got {
 		if sec["TOKEN"] != "s3cret-value" {
 			t.Fatalf("a renewal without the secret: %v", sec)
 		}
 	}
+	waitFor(t, 5*time.Second, "the last refill", func() bool { return s.readyClones() == 1 })
 	text := promText(t, s)
 	for _, want := range []string{`thaw_ready_clones_total{outcome="hit"} 4`, `thaw_ready_clones_total{outcome="miss"} 1`,
 		`thaw_ready_clone_wait_seconds_count 4`, `thaw_vms{state="ready"} 1`} {

@@ -43,7 +43,11 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, event json.RawMe
 		}
 		return miss("miss", "none ready")
 	}
-	s.kickReady() // its replacement
+	s.ready.dispatching.Add(1) // its replacement starts once the request is done
+	defer func() {
+		s.ready.dispatching.Add(-1)
+		s.kickReady()
+	}()
 	lv := rc.lv
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
