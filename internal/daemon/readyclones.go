@@ -86,6 +86,8 @@ func (c *ReadyConfig) validate() []error {
 	var errs []error
 	if c.MemoryMiB < 0 {
 		errs = append(errs, fmt.Errorf("standby memory %d MiB: must not be negative (0: no ready clones)", c.MemoryMiB))
+	} else if c.MemoryMiB == 0 && c.MinReady > 0 {
+		errs = append(errs, fmt.Errorf("min ready %d needs ready clones: give them memory (thawd --standby-memory)", c.MinReady))
 	}
 	if c.MaxAge < 0 || c.Fills < 0 || c.Interval < 0 {
 		errs = append(errs, errors.New("ready clones' max age, fills and interval must not be negative"))

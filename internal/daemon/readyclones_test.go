@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/problemtest"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
 )
@@ -429,5 +430,29 @@ func TestReadyClonesReconciledAtStart(t *testing.T) {
 	}
 	if s.readyClones() != 0 {
 		t.Fatal("a ready clone from the last run was adopted")
+	}
+}
+
+// Bad ready-clone settings are refused at start, every problem at once.
+func TestReadyConfigValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*ReadyConfig)
+		want []string
+	}{
+		{"valid", func(r *ReadyConfig) { r.MemoryMiB, r.MinReady = 2048, 2 }, nil},
+		{"negative memory", func(r *ReadyConfig) { r.MemoryMiB = -1 }, []string{"standby memory -1 MiB: must not be negative"}},
+		{"window too short", func(r *ReadyConfig) { r.Window = 10 * time.Millisecond }, []string{"ready window 10ms: give 60ms or more"}},
+		{"min above the cap", func(r *ReadyConfig) { r.MemoryMiB, r.MinReady = 1024, 20 }, []string{"min ready 20, max 16"}},
+		{"min without memory", func(r *ReadyConfig) { r.MinReady = 1 }, []string{"min ready 1 needs ready clones"}},
+		{"several", func(r *ReadyConfig) { r.MemoryMiB, r.MinReady, r.MaxAge = -5, -1, -time.Second }, []string{
+			"standby memory -5 MiB", "max age, fills and interval must not be negative", "min ready -1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.edit(&c.Ready)
+			c.setDefaults()
+			problemtest.Check(t, c.Validate(), tt.want)
+		})
 	}
 }
