@@ -21,8 +21,9 @@ mkdir -p "$DATA"
 chmod go-w "$DATA" # the socket's directory: thawd refuses one others may write to
 STORE=${THAW_DEMO_STORE:-/dev/shm/thaw-demo-store} # premap's memory store (shared memory), removed at the end
 rm -rf "$STORE"
+# --standby-memory: ready clones (a fresh clone, restored ahead, for each request).
 bin/thawd --data-dir "$DATA/data" --store-dir "$STORE" --listen "$SOCK" --listen "$ADDR" \
-  --functions-listen "$FN_ADDR" >"$DATA/thawd.log" 2>&1 &
+  --functions-listen "$FN_ADDR" --standby-memory 2048 >"$DATA/thawd.log" 2>&1 &
 THAWD=$!
 cleanup() {
   kill "$THAWD" 2>/dev/null || true
@@ -124,12 +125,17 @@ SNAP=$(thaw snapshot create "$VM" -q)
 thaw snapshot get "$SNAP"
 thaw vm delete "$VM"
 
-step "cold invocation: restore a fresh VM from $SNAP and invoke it; thawd keeps the VM idle for a while"
+step "cold invocation: restore a fresh VM from $SNAP and invoke it (no ready clone yet, and it says so); thawd keeps the VM idle, and restores a ready clone in the background"
 thaw invoke hello --event '{"name":"cold world"}'
+ready_clones() { thaw vm list --state ready -q; }
 for i in 1 2; do
-  step "next invocation $i: it runs on the kept VM (mode pooled), as fast as a warm one"
-  thaw invoke hello --event "{\"name\":\"pooled world $i\"}"
+  for _ in $(seq 1 300); do [ -n "$(ready_clones)" ] && break; sleep 0.2; done
+  step "next invocation $i: a ready clone serves it (mode ready): restored, resumed and warmed ahead, never used, renewed at dispatch"
+  thaw invoke hello --event "{\"name\":\"fresh world $i\"}"
 done
+step "with no ready clone waiting, the kept VM serves it (mode pooled): as fast as warm, but it served a request before"
+for id in $(ready_clones); do thaw vm delete "$id"; done
+thaw invoke hello --event '{"name":"pooled world"}'
 
 step "prepare: record the working set, take the warm snapshot, build REAP, FaaSnap and SnapBPF artifacts"
 thaw prepare hello --event '{"name":"record"}'
