@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,4 +89,122 @@ func TestReadyClonesMeasure(t *testing.T) {
 	t.Logf("cold %v", cold)
 	t.Logf("keep-alive %v", kept)
 	t.Logf("warm %v", warm)
+}
+
+// countReady is how many ready clones c has.
+func countReady(t *testing.T, ctx context.Context, c *client.Client) int {
+	t.Helper()
+	vms, err := c.ListVMs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vms {
+		if v.State == "ready" {
+			n++
+		}
+	}
+	return n
+}
+
+// burst runs c calls at once and returns each one's request-to-answer
+// time and mode.
+func burst(t *testing.T, c int, call func() (*client.Invocation, error)) (ms []float64, modes map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	modes = map[string]int{}
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inv, err := call()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || !inv.OK {
+				t.Errorf("burst: %v %+v", err, inv)
+				return
+			}
+			ms = append(ms, inv.Timing.TotalMS)
+			modes[inv.Mode]++
+		}()
+	}
+	wg.Wait()
+	return ms, modes
+}
+
+// Bursts of THAW_READY_C (default 4) concurrent requests of hello, in one
+// daemon that keeps that many ready clones (--min-ready): ready hits,
+// cold restores and warm calls on as many running VMs, THAW_READY_N
+// bursts (default 5) of each. A measurement: it prints.
+func TestReadyClonesMeasureConcurrent(t *testing.T) {
+	c, rounds := 4, 5
+	if v := os.Getenv("THAW_READY_C"); v != "" {
+		fmt.Sscan(v, &c)
+	}
+	if v := os.Getenv("THAW_READY_N"); v != "" {
+		fmt.Sscan(v, &rounds)
+	}
+	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
+		cfg.KeepAlive = -1
+		cfg.Ready = daemon.ReadyConfig{MemoryMiB: c * (256 + daemon.DefaultVMMemoryOverheadMiB), MinReady: c, Fills: 2}
+	})
+	ctx := ctxT(t)
+	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	vm, snap := snapshotBoot(t, e.c, "hello")
+	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	byName := func() (*client.Invocation, error) {
+		return e.c.InvokeFunction(ctx, "hello", ev(`{"name":"bench"}`), client.InvokeOptions{})
+	}
+	if _, err := byName(); err != nil { // its traffic makes the daemon keep clones
+		t.Fatal(err)
+	}
+	var hit, cold, warm []float64
+	hits := 0
+	var refill []float64
+	for range rounds {
+		t0 := time.Now()
+		for countReady(t, ctx, e.c) < c {
+			if time.Since(t0) > 5*time.Minute {
+				t.Fatalf("%d ready clones after 5 minutes, want %d", countReady(t, ctx, e.c), c)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		refill = append(refill, float64(time.Since(t0).Milliseconds()))
+		time.Sleep(300 * time.Millisecond)
+		ms, modes := burst(t, c, byName)
+		hit = append(hit, ms...)
+		hits += modes["ready"]
+	}
+	for range rounds {
+		ms, _ := burst(t, c, func() (*client.Invocation, error) {
+			return e.c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"bench"}`), client.InvokeOptions{})
+		})
+		cold = append(cold, ms...)
+	}
+	var running []string
+	for range c {
+		v, err := e.c.RestoreVM(ctx, snap.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, v.ID)
+	}
+	for range rounds {
+		var i atomic.Int32
+		ms, _ := burst(t, c, func() (*client.Invocation, error) {
+			return e.c.InvokeVM(ctx, running[int(i.Add(1)-1)%len(running)], ev(`{"name":"bench"}`), client.InvokeOptions{})
+		})
+		warm = append(warm, ms...)
+	}
+	t.Logf("hello, concurrency %d, request to answer, p50 ms: ready %.2f (%d of %d requests hit), cold restore %.2f, warm %.2f; %d clones refilled in p50 %.0f ms (from a burst's end to all ready)",
+		c, median(hit), hits, len(hit), median(cold), median(warm), c, median(refill[1:]))
+	t.Logf("ready %v", hit)
+	t.Logf("cold %v", cold)
+	t.Logf("warm %v", warm)
+	t.Logf("refill ms %v", refill)
 }
