@@ -180,6 +180,26 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 		hit = append(hit, ms...)
 		hits += modes["ready"]
 	}
+	// What each ready clone holds: its VMM process's memory.
+	for countReady(t, ctx, e.c) < c {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var rss, pss, anon []float64
+	vms, err := e.c.ListVMs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vms {
+		if v.State != "ready" {
+			continue
+		}
+		m, err := e.c.VMMemory(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rss, pss, anon = append(rss, float64(m.RSSBytes>>20)), append(pss, float64(m.PSSBytes>>20)), append(anon, float64(m.AnonBytes>>20))
+	}
+	t.Logf("ready clones' VMM memory, MiB: rss %v, pss %v, anon %v", rss, pss, anon)
 	for range rounds {
 		ms, _ := burst(t, c, func() (*client.Invocation, error) {
 			return e.c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"bench"}`), client.InvokeOptions{})

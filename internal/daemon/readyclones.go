@@ -74,6 +74,9 @@ func (c *ReadyConfig) setDefaults() {
 	}
 }
 
+// readyRetry is how long a key waits for its next fill after one failed.
+var readyRetry = 5 * time.Second
+
 // policy is the sizing policy c sets.
 func (c *ReadyConfig) policy() readyclones.Policy {
 	p := readyclones.DefaultPolicy()
@@ -122,7 +125,9 @@ type readyPool struct {
 	// fill begun before is discarded. held: snapshots being deleted.
 	epoch map[string]uint64
 	held  map[string]bool
-	kick  chan struct{}
+	// retryAt: after a failed fill, no fill of that key starts before it.
+	retryAt map[poolKey]time.Time
+	kick    chan struct{}
 	// dispatching counts requests running on ready clones: no fill
 	// starts meanwhile, so a refill never takes the CPU from a hit.
 	dispatching atomic.Int64
@@ -148,6 +153,7 @@ func (s *Service) openReady() {
 	r := &s.ready
 	r.clones, r.filling, r.demand = map[poolKey][]*readyClone{}, map[poolKey]int{}, map[poolKey]*readyclones.Demand{}
 	r.fns, r.epoch, r.held = map[poolKey]*catalog.Function{}, map[string]uint64{}, map[string]bool{}
+	r.retryAt = map[poolKey]time.Time{}
 	r.kick = make(chan struct{}, 1)
 	r.policy = s.cfg.Ready.policy()
 	r.m = s.metrics.NewReadyClones(s.readyState)
@@ -264,6 +270,7 @@ func (s *Service) sizeReady(now time.Time) {
 		if w == 0 && d.Idle(now) && len(s.ready.clones[key]) == 0 && s.ready.filling[key] == 0 {
 			delete(s.ready.demand, key) // idle for the whole window: forgotten
 			delete(s.ready.fns, key)
+			delete(s.ready.retryAt, key)
 			continue
 		}
 		wants = append(wants, readyclones.Want[poolKey]{Key: key, Clones: w, Min: min(s.cfg.Ready.MinReady, w), MemMiB: s.readyMem(fn)})
@@ -305,7 +312,8 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	have := len(s.ready.clones[w.Key]) + s.ready.filling[w.Key]
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
-		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 {
+		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 ||
+		time.Now().Before(s.ready.retryAt[w.Key]) {
 		s.ready.mu.Unlock()
 		return false // requests restoring or on ready clones come first (each fill restores too)
 	}
@@ -361,6 +369,9 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 		if errors.Is(err, ErrNotFound) {
 			delete(s.ready.demand, key)
 			delete(s.ready.fns, key)
+		}
+		if err != nil {
+			s.ready.retryAt[key] = time.Now().Add(readyRetry) // a snapshot that fails to restore is not tried in a loop
 		}
 		s.ready.mu.Unlock()
 		if err != nil {
@@ -530,6 +541,7 @@ func (s *Service) dropSnapshotReady(id, why string) {
 		if key.snapshot == id {
 			delete(s.ready.demand, key)
 			delete(s.ready.fns, key)
+			delete(s.ready.retryAt, key)
 		}
 	}
 	s.ready.mu.Unlock()

@@ -456,3 +456,27 @@ func TestReadyConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// A fill that fails is not retried in a loop: the key waits readyRetry
+// before its next fill, and the failure is counted.
+func TestReadyCloneFailedFillBacksOff(t *testing.T) {
+	s, c := readyService(t, nil)
+	ctx := context.Background()
+	booted, _ := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(ctx, booted.ID)
+	var starts atomic.Int32
+	c.b.SetStart(func(vmm.Spec) error {
+		if starts.Add(1) > 1 { // the request's own restore starts; every fill fails
+			return errors.New("no vmm today")
+		}
+		return nil
+	})
+	invokeFn(t, s, "echo", `1`)
+	time.Sleep(1500 * time.Millisecond) // six sizing intervals
+	if n := starts.Load() - 1; n != 1 {
+		t.Fatalf("%d fills started within 1.5 s of a failure, want 1", n)
+	}
+	if !strings.Contains(promText(t, s), `thaw_ready_clone_refills_total{outcome="failed"} 1`) {
+		t.Error("the failed fill was not counted")
+	}
+}
