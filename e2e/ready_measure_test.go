@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,4 +229,100 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 	t.Logf("cold %v", cold)
 	t.Logf("warm %v", warm)
 	t.Logf("refill ms %v", refill)
+}
+
+// A synthetic trace: Poisson arrivals of hello (THAW_READY_RATE a second,
+// default 2) for THAW_READY_TRACE_S seconds (default 60), with a burst of
+// 4 requests at once every 20 s, each request sent when it arrives. It
+// prints the share of requests a ready clone served against the ready
+// clones kept (sampled every 200 ms) and the mean concurrent demand (the
+// sum of request times over the run's length). A measurement: it prints.
+func TestReadyClonesMeasureTrace(t *testing.T) {
+	rate, secs := 2.0, 60
+	if v := os.Getenv("THAW_READY_RATE"); v != "" {
+		fmt.Sscan(v, &rate)
+	}
+	if v := os.Getenv("THAW_READY_TRACE_S"); v != "" {
+		fmt.Sscan(v, &secs)
+	}
+	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
+		cfg.KeepAlive = -1
+		cfg.Ready = daemon.ReadyConfig{MemoryMiB: 8 * (256 + daemon.DefaultVMMemoryOverheadMiB), Fills: 2}
+	})
+	ctx := ctxT(t)
+	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	vm, _ := snapshotBoot(t, e.c, "hello")
+	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // the same arrivals in every run
+	var arrivals []time.Duration
+	for at := time.Duration(0); at < time.Duration(secs)*time.Second; {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		arrivals = append(arrivals, at)
+	}
+	for b := 10 * time.Second; b < time.Duration(secs)*time.Second; b += 20 * time.Second {
+		for range 4 {
+			arrivals = append(arrivals, b)
+		}
+	}
+	slices.Sort(arrivals)
+	stop := make(chan struct{})
+	var samples, readySum int
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			readySum += countReady(t, ctx, e.c)
+			samples++
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var busyMS, hitMS, missMS []float64
+	modes := map[string]int{}
+	start := time.Now()
+	for _, at := range arrivals {
+		time.Sleep(time.Until(start.Add(at)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inv, err := e.c.InvokeFunction(ctx, "hello", ev(`{"name":"trace"}`), client.InvokeOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || !inv.OK {
+				t.Errorf("trace request: %v %+v", err, inv)
+				return
+			}
+			modes[inv.Mode]++
+			busyMS = append(busyMS, inv.Timing.TotalMS)
+			if inv.Mode == "ready" {
+				hitMS = append(hitMS, inv.Timing.TotalMS)
+			} else {
+				missMS = append(missMS, inv.Timing.TotalMS)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stop)
+	<-sampled
+	sum := 0.0
+	for _, v := range busyMS {
+		sum += v
+	}
+	demand := sum / float64(elapsed.Milliseconds())
+	kept := float64(readySum) / float64(max(samples, 1))
+	t.Logf("trace: %d requests in %.0f s (Poisson %.1f/s, bursts of 4 every 20 s): %d hits (%.1f%%), modes %v; hit p50 %.1f ms, miss p50 %.1f ms",
+		len(arrivals), elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
+	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.1f clones per concurrent request", kept, demand, kept/demand)
 }
