@@ -283,9 +283,10 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
 		key := poolKey{snapID, strategy.Kind}
-		defer s.readyBegin(key)()
+		tk := s.readyBegin(key)
+		defer tk.end()
 		var inv *Invocation
-		if inv, ctx, err = s.invokeReady(ctx, key, req.Event, timeout, start, target); inv != nil || err != nil {
+		if inv, ctx, err = s.invokeReady(ctx, key, tk, req.Event, timeout, start, target); inv != nil || err != nil {
 			return inv, err
 		}
 		if k := s.takeKept(req.Function, snapID); k != nil {

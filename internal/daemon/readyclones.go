@@ -131,8 +131,11 @@ type readyPool struct {
 	// dispatching counts requests running on ready clones: no fill
 	// starts meanwhile, so a refill never takes the CPU from a hit.
 	dispatching atomic.Int64
-	policy      readyclones.Policy
-	m           *metrics.ReadyClones
+	// unserved counts requests that could take a ready clone and have
+	// not got one yet (then they restore): no fill starts meanwhile.
+	unserved atomic.Int64
+	policy   readyclones.Policy
+	m        *metrics.ReadyClones
 }
 
 // Why ready clones are stopped unused, and the metric label of each.
@@ -192,27 +195,51 @@ func (s *Service) readyLoop() {
 	}
 }
 
-// readyBegin records a request that could take a ready clone of key; the
-// returned func records its end.
-func (s *Service) readyBegin(key poolKey) (end func()) {
+// readyTicket is a request that could take a ready clone.
+type readyTicket struct {
+	s       *Service
+	d       *readyclones.Demand
+	pending atomic.Bool // not served by a ready clone (yet)
+}
+
+// readyBegin records a request that could take a ready clone of key; its
+// end records its end. Until it takes a clone (served) or ends, no fill
+// starts: a request that will restore comes first.
+func (s *Service) readyBegin(key poolKey) *readyTicket {
+	tk := &readyTicket{s: s}
 	if !s.readyOn() {
-		return func() {}
+		return tk
 	}
 	s.ready.mu.Lock()
-	d := s.ready.demand[key]
-	if d == nil {
-		d = readyclones.NewDemand(s.ready.policy)
-		s.ready.demand[key] = d
+	tk.d = s.ready.demand[key]
+	if tk.d == nil {
+		tk.d = readyclones.NewDemand(s.ready.policy)
+		s.ready.demand[key] = tk.d
 	}
-	d.Begin(time.Now())
+	tk.d.Begin(time.Now())
 	s.ready.mu.Unlock()
-	s.kickReady()
-	return func() {
-		s.ready.mu.Lock()
-		d.End(time.Now())
-		s.ready.mu.Unlock()
-		s.kickReady()
+	tk.pending.Store(true)
+	s.ready.unserved.Add(1)
+	return tk
+}
+
+// served says the request took a ready clone.
+func (tk *readyTicket) served() {
+	if tk.pending.CompareAndSwap(true, false) {
+		tk.s.ready.unserved.Add(-1)
 	}
+}
+
+// end records the request's end.
+func (tk *readyTicket) end() {
+	if tk.d == nil {
+		return
+	}
+	tk.served()
+	tk.s.ready.mu.Lock()
+	tk.d.End(time.Now())
+	tk.s.ready.mu.Unlock()
+	tk.s.kickReady()
 }
 
 // readyFunctions finds the function of each key that has none yet; keys
@@ -313,6 +340,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
 		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 ||
+		s.ready.unserved.Load() > 0 ||
 		time.Now().Before(s.ready.retryAt[w.Key]) {
 		s.ready.mu.Unlock()
 		return false // requests restoring or on ready clones come first (each fill restores too)

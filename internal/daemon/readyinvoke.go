@@ -28,7 +28,7 @@ func readyNoteOf(ctx context.Context) *wire.ReadyNote {
 // carries why, for the path that serves it instead (and says so). A clone
 // found dead or failing its renewal is stopped, never used: the request
 // falls back.
-func (s *Service) invokeReady(ctx context.Context, key poolKey, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
+func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
 	if !s.readyOn() {
 		return nil, ctx, nil
 	}
@@ -44,6 +44,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, event json.RawMe
 		return miss("miss", "none ready")
 	}
 	s.ready.dispatching.Add(1) // its replacement starts once the request is done
+	tk.served()
 	defer func() {
 		s.ready.dispatching.Add(-1)
 		s.kickReady()
