@@ -164,6 +164,14 @@ type LogsPage struct {
 // and none there yet, it waits for new ones until Wait passes, ctx ends or
 // the daemon stops, and then answers what there is (maybe nothing).
 func (s *Service) FunctionLogs(ctx context.Context, req LogsRequest) (*LogsPage, error) {
+	page, err := s.functionLogs(ctx, req)
+	if err != nil && ctx.Err() != nil {
+		return &LogsPage{}, nil // a follower that went away mid-read: nobody reads an error
+	}
+	return page, err
+}
+
+func (s *Service) functionLogs(ctx context.Context, req LogsRequest) (*LogsPage, error) {
 	if err := s.checkLogsRequest(ctx, &req); err != nil {
 		return nil, err
 	}
