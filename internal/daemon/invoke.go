@@ -247,19 +247,9 @@ type ColdRequest struct {
 // it down, returning the restore and invocation breakdown.
 func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation, error) {
 	start := time.Now()
-	if err := checkEvent(req.Event); err != nil {
-		return nil, err
-	}
-	timeout, err := s.timeout(req.Timeout)
+	ref, timeout, err := s.checkCold(&req)
 	if err != nil {
 		return nil, err
-	}
-	var ref versions.Ref
-	if req.Function != "" {
-		if ref, err = ParseRef(req.Function); err != nil {
-			return nil, err
-		}
-		req.Function = ref.Function
 	}
 	if req.Snapshot == "" { // the function's snapshot stays while this runs
 		g := s.fnGate(req.Function)
@@ -327,24 +317,61 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
+	s.finishCold(ctx, lv, rec, inv, coldEnd{start: start, pool: o.pool, pooled: pooled, event: req.Event, variant: req.Variant != ""})
+	return inv, nil
+}
+
+// checkCold checks a cold request's event and timeout, and reads its
+// function reference (req.Function becomes the function's name).
+func (s *Service) checkCold(req *ColdRequest) (versions.Ref, time.Duration, error) {
+	var ref versions.Ref
+	if err := checkEvent(req.Event); err != nil {
+		return ref, 0, err
+	}
+	timeout, err := s.timeout(req.Timeout)
+	if err != nil {
+		return ref, 0, err
+	}
+	if req.Function != "" {
+		if ref, err = ParseRef(req.Function); err != nil {
+			return ref, 0, err
+		}
+		req.Function = ref.Function
+	}
+	return ref, timeout, nil
+}
+
+// coldEnd is what finishing a cold invocation needs besides its VM.
+type coldEnd struct {
+	start   time.Time
+	pool    restore.Kind // the strategy whose VMM pool the restore took from, if any
+	pooled  bool         // the VM may be kept for the function's next invocation
+	event   json.RawMessage
+	variant bool
+}
+
+// finishCold completes a cold invocation that ran: its strategy's stats
+// and set use, its total, the VMM pool's refill, keeping or tearing down
+// the VM, the record and the adaptive policy's observation.
+func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, inv *Invocation, e coldEnd) {
 	st := lv.sess.Stats()
 	inv.StrategyStats = &st
 	s.adaptive.measureSet(lv, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
-	inv.Timing.TotalMS = ms(time.Since(start)) - ms(lv.untimed)
-	if o.pool != "" {
-		s.refillLater(poolKey{snapID, o.pool}, lv.fn)
+	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.untimed)
+	if e.pool != "" {
+		s.refillLater(poolKey{inv.Snapshot, e.pool}, lv.fn)
 	}
-	if !pooled || !s.park(lv, rec, snapID) {
+	if !e.pooled || !s.park(lv, rec, inv.Snapshot) {
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
 	}
 	s.record(ctx, inv)
-	s.adaptive.observe(ctx, coldObservation{inv: inv, event: req.Event, variant: req.Variant != "", snapshot: snapID, version: inv.Version})
-	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", snapID, "strategy", inv.Strategy,
+	s.adaptive.observe(ctx, coldObservation{inv: inv, event: e.event, variant: e.variant, snapshot: inv.Snapshot, version: inv.Version})
+	rt := inv.Timing.Restore
+	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", inv.Snapshot, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
-	return inv, nil
 }
 
 // coldOptions says how a cold start restores: with strategy (and the
