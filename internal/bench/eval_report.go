@@ -557,6 +557,18 @@ type Figure struct {
 // log scale), time against input ratio per function and against burst
 // size per function and mode (lines).
 func (r *EvalResult) Figures() []Figure {
+	figs := r.execFigures()
+	figs = append(figs, r.sizeFigures()...)
+	figs = append(figs, r.burstFigures()...)
+	if f, ok := r.ablationFigure(); ok {
+		figs = append(figs, f)
+	}
+	return figs
+}
+
+// execFigures renders execution time per direction (record A / test B and
+// the reverse): bars per function and strategy, log scale.
+func (r *EvalResult) execFigures() []Figure {
 	var figs []Figure
 	o := r.order()
 	for _, dir := range [][2]string{{"A", "B"}, {"B", "A"}} {
@@ -589,24 +601,13 @@ func (r *EvalResult) Figures() []Figure {
 		}
 		figs = append(figs, Figure{Name: "exec-" + dir[0] + dir[1] + ".svg", Title: c.Title, SVG: c.SVG()})
 	}
-	lines := func(name, title, xl string, keep func(i int) bool, x func(i int) float64, y func(i int) float64, s func(i int) string, n int) {
-		var ls []Line
-		for i := 0; i < n; i++ {
-			if !keep(i) {
-				continue
-			}
-			k := slices.IndexFunc(ls, func(l Line) bool { return l.Name == s(i) })
-			if k < 0 {
-				ls = append(ls, Line{Name: s(i)})
-				k = len(ls) - 1
-			}
-			ls[k].X, ls[k].Y = append(ls[k].X, x(i)), append(ls[k].Y, y(i))
-		}
-		if len(ls) > 0 {
-			c := LineChart{Title: title, XLabel: xl, YLabel: "total time (ms)", Series: ls, LogX: true}
-			figs = append(figs, Figure{Name: name, Title: title, SVG: c.SVG()})
-		}
-	}
+	return figs
+}
+
+// sizeFigures renders, per function, time against the test input's size
+// relative to the recorded one, a line per strategy.
+func (r *EvalResult) sizeFigures() []Figure {
+	var figs []Figure
 	var sizeFns []string
 	for _, s := range r.Size {
 		if !slices.Contains(sizeFns, s.Function) {
@@ -614,10 +615,20 @@ func (r *EvalResult) Figures() []Figure {
 		}
 	}
 	for _, fn := range sizeFns {
-		lines("size-"+fn+".svg", "Input size: "+fn+" (record A, median)", "test input size / record input size",
+		f, ok := lineFigure("size-"+fn+".svg", "Input size: "+fn+" (record A, median)", "test input size / record input size",
 			func(i int) bool { return r.Size[i].Function == fn }, func(i int) float64 { return r.Size[i].Ratio },
 			func(i int) float64 { return r.Size[i].Total.Median }, func(i int) string { return r.Size[i].Strategy }, len(r.Size))
+		if ok {
+			figs = append(figs, f)
+		}
 	}
+	return figs
+}
+
+// burstFigures renders, per function and snapshot mode, time against the
+// burst's size, a line per strategy.
+func (r *EvalResult) burstFigures() []Figure {
+	var figs []Figure
 	type fm struct{ fn, mode string }
 	var bms []fm
 	for _, s := range r.Burst {
@@ -626,16 +637,38 @@ func (r *EvalResult) Figures() []Figure {
 		}
 	}
 	for _, k := range bms {
-		lines("burst-"+k.fn+"-"+k.mode+".svg", fmt.Sprintf("Bursts: %s, %s snapshot(s) (mean per invocation, median over reps)", k.fn, k.mode),
+		f, ok := lineFigure("burst-"+k.fn+"-"+k.mode+".svg", fmt.Sprintf("Bursts: %s, %s snapshot(s) (mean per invocation, median over reps)", k.fn, k.mode),
 			"concurrent cold invocations (burst size)",
 			func(i int) bool { return r.Burst[i].Function == k.fn && r.Burst[i].Mode == k.mode },
 			func(i int) float64 { return float64(r.Burst[i].Size) }, func(i int) float64 { return r.Burst[i].Mean.Median },
 			func(i int) string { return r.Burst[i].Strategy }, len(r.Burst))
-	}
-	if f, ok := r.ablationFigure(); ok {
-		figs = append(figs, f)
+		if ok {
+			figs = append(figs, f)
+		}
 	}
 	return figs
+}
+
+// lineFigure plots the rows 0..n-1 that keep selects as lines of total time
+// (log x axis), one per series name s(i); ok is false if none is kept.
+func lineFigure(name, title, xl string, keep func(i int) bool, x func(i int) float64, y func(i int) float64, s func(i int) string, n int) (Figure, bool) {
+	var ls []Line
+	for i := 0; i < n; i++ {
+		if !keep(i) {
+			continue
+		}
+		k := slices.IndexFunc(ls, func(l Line) bool { return l.Name == s(i) })
+		if k < 0 {
+			ls = append(ls, Line{Name: s(i)})
+			k = len(ls) - 1
+		}
+		ls[k].X, ls[k].Y = append(ls[k].X, x(i)), append(ls[k].Y, y(i))
+	}
+	if len(ls) == 0 {
+		return Figure{}, false
+	}
+	c := LineChart{Title: title, XLabel: xl, YLabel: "total time (ms)", Series: ls, LogX: true}
+	return Figure{Name: name, Title: title, SVG: c.SVG()}, true
 }
 
 func nanRow(n int) []float64 {
