@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -89,7 +90,7 @@ func (a *app) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
 	}
 	for _, n := range sizes {
 		fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
-		m, err := registry.MeasureChunks(dirs, n)
+		m, err := chunk.MeasureSnapshots(dirs, n)
 		if err != nil {
 			return res, err
 		}
@@ -117,8 +118,8 @@ type chunkSnapshot struct {
 }
 
 type chunkReport struct {
-	Snapshots []chunkSnapshot         `json:"snapshots"`
-	Sizes     []registry.ChunkMeasure `json:"sizes"`
+	Snapshots []chunkSnapshot `json:"snapshots"`
+	Sizes     []chunk.Measure `json:"sizes"`
 }
 
 func (r chunkReport) markdown() string {

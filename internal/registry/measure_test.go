@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -23,7 +23,7 @@ func TestMeasureChunks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a.dir, "strategies", "reap", "reap.json"), []byte(ws), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := registry.MeasureChunks([]string{a.dir, b.dir}, cs)
+	m, err := chunk.MeasureSnapshots([]string{a.dir, b.dir}, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestMeasureChunks(t *testing.T) {
 	if m.Objects != m.UniqueChunks+2 || m.StoredBytes <= 0 || m.StoredBytes >= m.UniqueBytes {
 		t.Fatalf("measure = %+v", m)
 	}
-	if _, err := registry.MeasureChunks([]string{a.dir}, 1000); err == nil {
+	if _, err := chunk.MeasureSnapshots([]string{a.dir}, 1000); err == nil {
 		t.Fatal("chunk size 1000 accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package registry
+package chunk
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
-// ChunkMeasure is what storing a set of snapshots at one chunk size costs.
-type ChunkMeasure struct {
+// Measure is what storing a set of snapshots at one chunk size costs.
+type Measure struct {
 	ChunkSize int64 `json:"chunk_size"`
 	Snapshots int   `json:"snapshots"`
 	// FileBytes is the apparent size of every file of every snapshot.
@@ -49,14 +49,14 @@ type ChunkMeasure struct {
 	WorkingSetFetchBytes int64 `json:"working_set_fetch_bytes"`
 }
 
-// MeasureChunks chunks every file of the snapshots in dirs at chunk size
+// MeasureSnapshots chunks every file of the snapshots in dirs at chunk size
 // cs as a push would (zero chunks left out, SHA-256 names, zstd) and
 // counts what the store would hold.
-func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
-	if cs < MinChunkSize || cs > MaxChunkSize || cs&(cs-1) != 0 {
-		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinChunkSize, MaxChunkSize)
+func MeasureSnapshots(dirs []string, cs int64) (*Measure, error) {
+	if cs < MinSize || cs > MaxSize || cs&(cs-1) != 0 {
+		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinSize, MaxSize)
 	}
-	m := &ChunkMeasure{ChunkSize: cs, Snapshots: len(dirs)}
+	m := &Measure{ChunkSize: cs, Snapshots: len(dirs)}
 	c := newChunkCounter(m)
 	var err error
 	for _, dir := range dirs {
@@ -85,7 +85,7 @@ func MeasureChunks(dirs []string, cs int64) (*ChunkMeasure, error) {
 // chunkCounter counts the chunks of snapshots into m, compressing each
 // distinct one with a worker per CPU to learn what it would store.
 type chunkCounter struct {
-	m         *ChunkMeasure
+	m         *Measure
 	seen      map[string]bool
 	jobs      chan []byte
 	wg        sync.WaitGroup
@@ -94,7 +94,7 @@ type chunkCounter struct {
 	pageBytes int64
 }
 
-func newChunkCounter(m *ChunkMeasure) *chunkCounter {
+func newChunkCounter(m *Measure) *chunkCounter {
 	c := &chunkCounter{m: m, seen: map[string]bool{}, jobs: make(chan []byte, 8)}
 	for range runtime.NumCPU() {
 		c.wg.Add(1)
@@ -102,7 +102,7 @@ func newChunkCounter(m *ChunkMeasure) *chunkCounter {
 			defer c.wg.Done()
 			var buf []byte
 			for data := range c.jobs {
-				buf = compress(buf, data)
+				buf = Compress(buf, data)
 				c.mu.Lock()
 				c.stored += int64(len(buf))
 				c.mu.Unlock()
@@ -124,21 +124,21 @@ func (c *chunkCounter) snapshot(dir string, cs int64) error {
 	if _, err := snapshot.ReadManifest(dir); err != nil {
 		return err
 	}
-	files, err := snapshotFiles(dir)
+	files, err := SnapshotFiles(dir)
 	if err != nil {
 		return err
 	}
 	m := c.m
 	memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
 	for _, rel := range files {
-		size, _, err := scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+		size, _, err := Scan(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
 			if rel == snapshot.MemoryFile {
 				memChunks[idx] = int64(len(data))
 			}
 			m.Chunks++
 			c.pageBytes += nonZeroPageBytes(data)
 			m.ChunkBytes += int64(len(data))
-			if sum := sumHex(data); !c.seen[sum] {
+			if sum := SumHex(data); !c.seen[sum] {
 				c.seen[sum] = true
 				m.UniqueChunks++
 				m.UniqueBytes += int64(len(data))
@@ -159,7 +159,7 @@ func (c *chunkCounter) snapshot(dir string, cs int64) error {
 func nonZeroPageBytes(data []byte) int64 {
 	var n int64
 	for off := 0; off < len(data); off += 4096 {
-		if p := data[off:min(off+4096, len(data))]; !isZero(p) {
+		if p := data[off:min(off+4096, len(data))]; !IsZero(p) {
 			n += int64(len(p))
 		}
 	}
@@ -168,7 +168,7 @@ func nonZeroPageBytes(data []byte) int64 {
 
 // addWorkingSet counts what fetching the REAP working set of the snapshot
 // in dir lazily costs at chunk size cs (nothing without one).
-func (m *ChunkMeasure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64) error {
+func (m *Measure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64) error {
 	b, err := os.ReadFile(filepath.Join(dir, "strategies", "reap", "reap.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
