@@ -3,6 +3,8 @@ package bench
 import (
 	"math"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 func TestSummarize(t *testing.T) {
@@ -75,5 +77,5 @@ func TestStrategiesSummaryAndMarkdown(t *testing.T) {
 		t.Errorf("faasnap over vanilla = %v, want %v", got, math.Sqrt2)
 	}
 	md := r.Markdown()
-	wantAll(t, "markdown", md, "| a | vanilla | **210.0** |", "| b | faasnap | **400.0** |", "faasnap over vanilla: 1.41×")
+	benchtest.WantAll(t, "markdown", md, "| a | vanilla | **210.0** |", "| b | faasnap | **400.0** |", "faasnap over vanilla: 1.41×")
 }

@@ -165,7 +165,7 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 				if inv.Strategy != s {
 					return nil, fmt.Errorf("%s/%s ran as %s: %s", fc.Name, s, inv.Strategy, inv.StrategyStats.Fallback)
 				}
-				smp := sampleOf(fc.Name, s, rep, inv)
+				smp := SampleOf(fc.Name, s, rep, inv)
 				res.Samples = append(res.Samples, smp)
 				done++
 				say("%3d/%d %-8s %-8s total %7.1f ms (setup %6.1f, resume %7.1f, invoke %7.1f), %d major faults",
@@ -177,7 +177,8 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 	return res, nil
 }
 
-func sampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
+// SampleOf is the sample of one invocation of function fn with strategy s.
+func SampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 	smp := StrategySample{Function: fn, Strategy: s, Rep: rep, TotalMS: inv.Timing.TotalMS,
 		InvokeMS: inv.Timing.InvokeMS, GuestMS: inv.Timing.GuestMS, TeardownMS: inv.Timing.TeardownMS}
 	if r := inv.Timing.Restore; r != nil {
