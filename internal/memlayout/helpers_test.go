@@ -3,8 +3,11 @@ package memlayout
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -133,4 +136,117 @@ func mustRead(t testing.TB, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical encoding and structure
+// (see validate). It does not look at any file. It enforces the invariants
+// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
+// contiguous loading-set file); the checking itself is thaw's, since the
+// paper trusts its daemon's in-memory copy.
+func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) { return decodeManifest[FaaSnapArtifact](b) }
+
+// DecodeREAP parses and checks a reap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum and structure (validate). It does
+// not look at any file. (REAP trusts its own files; the checking is
+// thaw's.)
+func DecodeREAP(b []byte) (*REAPArtifact, error) { return decodeManifest[REAPArtifact](b) }
+
+// DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical form, and structure
+// (validate). It looks at no file. (SnapBPF keeps its map in the kernel;
+// the checking is thaw's.)
+func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) { return decodeManifest[SnapBPFArtifact](b) }
+
+// Resolve (FaaSnap Figure 4's semantics: "upper layers override the pages
+// of lower layers") computes in pure Go the guest memory a layout table yields when
+// the memory file holds memFile and the loading-set file lsFile: zeros, then
+// each entry's bytes on top, in order, as the shim's MAP_FIXED mappings
+// stack. A file-backed page at or past the end of its file (rounded up to a
+// page) is an error: touching it would raise SIGBUS; the tail of a file's
+// partial last page reads as zeros, as mmap does. It allocates the whole
+// memory: it is the model half of the shim conformance tests, for small
+// layouts.
+func Resolve(layout, memFile, lsFile []byte) ([]byte, error) {
+	return ResolveDevice(layout, memFile, lsFile, nil)
+}
+
+// ResolveDevice is Resolve with device entries reading device.
+func ResolveDevice(layout, memFile, lsFile, device []byte) ([]byte, error) {
+	t, err := DecodeShimLayout(layout)
+	if err != nil {
+		return nil, err
+	}
+	if t.MemSize > math.MaxInt {
+		return nil, fmt.Errorf("memory of %d bytes is too large to resolve", t.MemSize)
+	}
+	out := make([]byte, t.MemSize)
+	for i, e := range t.Entries {
+		dst := out[e.GuestOff : e.GuestOff+e.Length]
+		var src []byte
+		switch e.Kind {
+		case ShimAnonymous:
+			clear(dst)
+			continue
+		case ShimMemoryFile:
+			src = memFile
+		case ShimLoadingSet:
+			src = lsFile
+		case ShimDevice:
+			src = device
+		}
+		mapped := (uint64(len(src)) + PageSize - 1) / PageSize * PageSize
+		if e.FileOff+e.Length > mapped {
+			return nil, fmt.Errorf("layout entry %d maps file bytes [%d,%d) of a %d-byte file: SIGBUS", i, e.FileOff, e.FileOff+e.Length, len(src))
+		}
+		n := 0
+		if e.FileOff < uint64(len(src)) {
+			n = copy(dst, src[e.FileOff:])
+		}
+		clear(dst[n:])
+	}
+	return out, nil
+}
+
+// DecodeShimLayout parses and checks a binary layout table (thaw's format
+// for FaaSnap §4.5/Figure 4 layouts, docs/shim-layout.md) the way the shim
+// must: magic, version 1, reserved fields zero, exact length for count
+// entries, and every entry valid (see ShimTable.check). Errors wrap
+// ErrCorrupt.
+func DecodeShimLayout(b []byte) (*ShimTable, error) {
+	if len(b) < ShimHeaderSize {
+		return nil, fmt.Errorf("%w: layout of %d bytes is shorter than its header", ErrCorrupt, len(b))
+	}
+	le := binary.LittleEndian
+	if string(b[:8]) != ShimMagic {
+		return nil, fmt.Errorf("%w: layout magic %q", ErrCorrupt, b[:8])
+	}
+	if v := le.Uint32(b[8:]); v != ShimVersion {
+		return nil, fmt.Errorf("%w: layout version %d, want %d", ErrCorrupt, v, ShimVersion)
+	}
+	count := uint64(le.Uint32(b[12:]))
+	if le.Uint64(b[24:]) != 0 {
+		return nil, fmt.Errorf("%w: layout header reserved field is not zero", ErrCorrupt)
+	}
+	if uint64(len(b)) != ShimHeaderSize+count*ShimEntrySize {
+		return nil, fmt.Errorf("%w: layout is %d bytes, %d entries need %d", ErrCorrupt, len(b), count, ShimHeaderSize+count*ShimEntrySize)
+	}
+	t := &ShimTable{MemSize: le.Uint64(b[16:]), Entries: make([]ShimEntry, count)}
+	for i := range t.Entries {
+		e := b[ShimHeaderSize+i*ShimEntrySize:][:ShimEntrySize]
+		if le.Uint32(e[28:]) != 0 {
+			return nil, fmt.Errorf("%w: layout entry %d reserved field is not zero", ErrCorrupt, i)
+		}
+		t.Entries[i] = ShimEntry{GuestOff: le.Uint64(e), Length: le.Uint64(e[8:]), FileOff: le.Uint64(e[16:]), Kind: ShimKind(le.Uint32(e[24:]))}
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// LoadingSet is the regions planLoadingSet plans, without its stats.
+func LoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) []LSRegion {
+	rs, _ := planLoadingSet(order, groupSize, nonzero, mergeGap)
+	return rs
 }
