@@ -10,7 +10,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
-// MeasureChunks counts what a push stores: two snapshots sharing their
+// chunk.MeasureSnapshots counts what a push stores: two snapshots sharing their
 // memory dedup, zero chunks count nowhere, and the working set's chunks
 // are the memory chunks it touches.
 func TestMeasureChunks(t *testing.T) {
