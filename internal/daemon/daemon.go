@@ -398,11 +398,11 @@ type AccelInfo = wire.AccelInfo
 
 // Service is the daemon.
 type Service struct {
-	cfg         Config
-	log         *slog.Logger
-	db          *catalog.DB
-	image       *guestimage.Image
-	accel       AccelInfo
+	cfg        Config
+	log        *slog.Logger
+	db         *catalog.DB
+	image      *guestimage.Image
+	accel      AccelInfo
 	vmmVersion string
 	// tscKHz is the host's TSC frequency, given to every boot so the guest
 	// never calibrates it (0: not measured; guests calibrate).
