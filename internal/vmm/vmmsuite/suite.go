@@ -201,8 +201,8 @@ func memoryForms(size uint64) map[string]vmm.Backing {
 	half := size / 2
 	two := []vmm.Range{{Length: half, Source: vmm.SourceMemoryFile}, {GuestOff: half, Length: half, FileOff: half, Source: vmm.SourceMemoryFile}}
 	return map[string]vmm.Backing{
-		"whole file": {},
-		"layout":     {Kind: vmm.BackedByLayout, Layout: &vmm.Layout{Size: size, Ranges: two}},
+		"whole file":       {},
+		"layout":           {Kind: vmm.BackedByLayout, Layout: &vmm.Layout{Size: size, Ranges: two}},
 		"populated layout": {Kind: vmm.BackedByLayout, Layout: &vmm.Layout{Size: size, Ranges: two, Populate: true}},
 	}
 }
