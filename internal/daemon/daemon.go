@@ -329,11 +329,7 @@ func (c *Config) Validate() error {
 	if c.ShimPath == "" {
 		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
-	if c.VMM == nil {
-		if _, err := vmm.Lookup(c.VMMName); err != nil {
-			errs = append(errs, fmt.Errorf("vmm: %w", err))
-		}
-	}
+	errs = append(errs, c.vmmProblems()...)
 	errs = append(errs, validateConfinement(c)...)
 	errs = append(errs, validateLogs(c)...)
 	if c.VMMPoolTTL < 0 {
@@ -503,10 +499,8 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.VMM == nil {
-		if cfg.VMM, err = vmm.New(cfg.VMMName); err != nil {
-			return nil, err
-		}
+	if cfg.VMM, err = cfg.backend(); err != nil {
+		return nil, err
 	}
 	qv, err := cfg.VMM.Version(ctx)
 	if err != nil {
