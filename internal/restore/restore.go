@@ -7,8 +7,8 @@
 //
 // A strategy sees a narrow handle: the snapshot directory and manifest, the
 // VM's run directory and, once QEMU runs, its pid. It never sees QEMU's
-// argv; it describes guest memory with vmm.Memory (file, sharing, and the
-// interposer's configuration).
+// argv; it describes guest memory with vmm.Memory (file, sharing, backing
+// and what the VM may do to the file), which the VMM backend carries out.
 package restore
 
 import (
