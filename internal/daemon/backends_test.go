@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"go/build"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,3 +38,36 @@ func TestConfigVMMName(t *testing.T) {
 }
 
 type fakeNamed struct{ vmm.Backend }
+
+// TestNoBackendImported: the daemon reaches monitors only through package
+// vmm; no backend is among the packages it is built from (cmd/thawd links
+// them in).
+func TestNoBackendImported(t *testing.T) {
+	const mod = "github.com/thaw-dev/thaw/"
+	seen := map[string]bool{}
+	var visit func(dir, path string)
+	visit = func(dir, path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		pkg, err := build.ImportDir(dir, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, imp := range pkg.Imports {
+			if rel, ok := strings.CutPrefix(imp, mod); ok {
+				visit(filepath.Join("..", "..", rel), imp)
+			}
+		}
+	}
+	visit(".", mod+"internal/daemon")
+	if len(seen) < 10 || !seen[mod+"internal/vmm"] {
+		t.Fatalf("walked %d packages, without internal/vmm: the walk is broken", len(seen))
+	}
+	for path := range seen {
+		if strings.HasPrefix(path, mod+"internal/vmm/") {
+			t.Errorf("the daemon is built from %s", path)
+		}
+	}
+}
