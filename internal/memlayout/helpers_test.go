@@ -3,7 +3,6 @@ package memlayout
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -206,43 +205,6 @@ func ResolveDevice(layout, memFile, lsFile, device []byte) ([]byte, error) {
 		clear(dst[n:])
 	}
 	return out, nil
-}
-
-// DecodeShimLayout parses and checks a binary layout table (thaw's format
-// for FaaSnap §4.5/Figure 4 layouts, docs/shim-layout.md) the way the shim
-// must: magic, version 1, reserved fields zero, exact length for count
-// entries, and every entry valid (see ShimTable.check). Errors wrap
-// ErrCorrupt.
-func DecodeShimLayout(b []byte) (*ShimTable, error) {
-	if len(b) < ShimHeaderSize {
-		return nil, fmt.Errorf("%w: layout of %d bytes is shorter than its header", ErrCorrupt, len(b))
-	}
-	le := binary.LittleEndian
-	if string(b[:8]) != ShimMagic {
-		return nil, fmt.Errorf("%w: layout magic %q", ErrCorrupt, b[:8])
-	}
-	if v := le.Uint32(b[8:]); v != ShimVersion {
-		return nil, fmt.Errorf("%w: layout version %d, want %d", ErrCorrupt, v, ShimVersion)
-	}
-	count := uint64(le.Uint32(b[12:]))
-	if le.Uint64(b[24:]) != 0 {
-		return nil, fmt.Errorf("%w: layout header reserved field is not zero", ErrCorrupt)
-	}
-	if uint64(len(b)) != ShimHeaderSize+count*ShimEntrySize {
-		return nil, fmt.Errorf("%w: layout is %d bytes, %d entries need %d", ErrCorrupt, len(b), count, ShimHeaderSize+count*ShimEntrySize)
-	}
-	t := &ShimTable{MemSize: le.Uint64(b[16:]), Entries: make([]ShimEntry, count)}
-	for i := range t.Entries {
-		e := b[ShimHeaderSize+i*ShimEntrySize:][:ShimEntrySize]
-		if le.Uint32(e[28:]) != 0 {
-			return nil, fmt.Errorf("%w: layout entry %d reserved field is not zero", ErrCorrupt, i)
-		}
-		t.Entries[i] = ShimEntry{GuestOff: le.Uint64(e), Length: le.Uint64(e[8:]), FileOff: le.Uint64(e[16:]), Kind: ShimKind(le.Uint32(e[24:]))}
-	}
-	if err := t.check(); err != nil {
-		return nil, err
-	}
-	return t, nil
 }
 
 // LoadingSet is the regions planLoadingSet plans, without its stats.
