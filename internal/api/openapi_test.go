@@ -945,11 +945,56 @@ func compareType(t *testing.T, doc jsonObject, at string, p jsonObject, typ refl
 
 func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	doc := loadDoc(t)
-	for _, c := range []struct {
-		schema string
-		typ    reflect.Type
-	}{
-		// Answers.
+	for _, c := range schemaGoTypes() {
+		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
+	}
+
+	// Snapshot.prepared is raw JSON that always holds a prepare result.
+	prepared, _ := asObject(schemaByName(t, doc, "Snapshot")["properties"])["prepared"].(jsonObject)
+	if all := asSlice(prepared["allOf"]); len(all) != 1 || asObject(all[0])["$ref"] != schemaRef("PrepareResult") {
+		t.Error("Snapshot.prepared must reference PrepareResult")
+	}
+
+	// Request bodies are decoded with DisallowUnknownFields.
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
+		if schemaByName(t, doc, name)["additionalProperties"] != false {
+			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
+		}
+	}
+	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
+	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
+		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation", "SecretList": "Secret"} {
+		f := flatten(t, doc, schemaByName(t, doc, name))
+		items := f.props["items"]
+		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
+			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) || f.props["next"]["type"] != "string" {
+			t.Errorf("%s must be {items: [%s], next}, items required", name, item)
+		}
+	}
+	// The raw JSON fields are any JSON, without a type.
+	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}, {"PrepareRequest", "record_event"}} {
+		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
+		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
+			if _, ok := p[k]; ok {
+				t.Errorf("%s.%s is any JSON and must not have %q", at[0], at[1], k)
+			}
+		}
+	}
+}
+
+// schemaGoType is a schema of the document and the Go type it describes.
+type schemaGoType struct {
+	schema string
+	typ    reflect.Type
+}
+
+// schemaGoTypes are the answers' and the requests' schemas with their Go
+// types.
+func schemaGoTypes() []schemaGoType { return append(answerSchemas(), requestSchemas()...) }
+
+// answerSchemas are the schemas of answers with their Go types.
+func answerSchemas() []schemaGoType {
+	return []schemaGoType{
 		{"Function", reflect.TypeFor[wire.Function]()},
 		{"VM", reflect.TypeFor[wire.VM]()},
 		{"CreatedVM", reflect.TypeFor[wire.VM]()},
@@ -1012,7 +1057,12 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
 		{"LogLine", reflect.TypeFor[wire.LogLine]()},
 		{"LogPage", reflect.TypeFor[wire.LogPage]()},
-		// Requests.
+	}
+}
+
+// requestSchemas are the schemas of request bodies with their Go types.
+func requestSchemas() []schemaGoType {
+	return []schemaGoType{
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
 		{"CreateVMRequest", reflect.TypeFor[wire.CreateVMRequest]()},
@@ -1028,40 +1078,6 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"CreateScheduleRequest", reflect.TypeFor[wire.CreateScheduleRequest]()},
 		{"RestoreSettings", reflect.TypeFor[wire.RestoreSettings]()},
 		{"RefreshRequest", reflect.TypeFor[wire.RefreshRequest]()},
-	} {
-		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
-	}
-
-	// Snapshot.prepared is raw JSON that always holds a prepare result.
-	prepared, _ := asObject(schemaByName(t, doc, "Snapshot")["properties"])["prepared"].(jsonObject)
-	if all := asSlice(prepared["allOf"]); len(all) != 1 || asObject(all[0])["$ref"] != schemaRef("PrepareResult") {
-		t.Error("Snapshot.prepared must reference PrepareResult")
-	}
-
-	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
-		if schemaByName(t, doc, name)["additionalProperties"] != false {
-			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
-		}
-	}
-	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
-	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
-		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation", "SecretList": "Secret"} {
-		f := flatten(t, doc, schemaByName(t, doc, name))
-		items := f.props["items"]
-		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
-			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) || f.props["next"]["type"] != "string" {
-			t.Errorf("%s must be {items: [%s], next}, items required", name, item)
-		}
-	}
-	// The raw JSON fields are any JSON, without a type.
-	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}, {"PrepareRequest", "record_event"}} {
-		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
-		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
-			if _, ok := p[k]; ok {
-				t.Errorf("%s.%s is any JSON and must not have %q", at[0], at[1], k)
-			}
-		}
 	}
 }
 
