@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/wire"
@@ -57,8 +58,9 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.mu.Lock()
 	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
 	s.mu.Unlock()
-	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		_, err := s.renewClone(ctx, lv, true)
+	var renewal *agent.Reply
+	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
+		renewal, err = s.renewClone(ctx, lv, true)
 		return err
 	})
 	if err != nil {
@@ -70,7 +72,8 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.ready.m.Outcome("hit", waited.Seconds())
 	inv := &Invocation{ID: newID("inv-"), Function: rc.rec.Function, VM: lv.id, Mode: "ready",
 		Snapshot: key.snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
-	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed)}
+	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed), TakeMS: ms(t0.Sub(start)),
+		RenewGuestMS: renewal.DurationMS, RenewSteps: renewal.Steps}
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
