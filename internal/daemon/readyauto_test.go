@@ -137,3 +137,27 @@ func TestReadyClonesAutoTakesAnyStrategy(t *testing.T) {
 		t.Fatalf("the hit counted %d cold starts under auto", n)
 	}
 }
+
+// After a request on a ready clone ends, no fill starts for Settle (its
+// answer is written first); then the refill comes.
+func TestReadyCloneRefillSettles(t *testing.T) {
+	const settle = 400 * time.Millisecond
+	s, c := readyService(t, func(cfg *Config) { cfg.Ready.Settle = settle })
+	booted, _ := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(context.Background(), booted.ID)
+	invokeFn(t, s, "echo", `{"op":"served"}`)
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+	starts := len(c.b.Specs())
+	hit := invokeFn(t, s, "echo", `{"op":"served"}`)
+	ended := time.Now()
+	if hit.Mode != "ready" {
+		t.Fatalf("mode %s with a ready clone waiting", hit.Mode)
+	}
+	for time.Since(ended) < settle*3/4 {
+		if n := len(c.b.Specs()); n != starts || s.readyFilling() != 0 {
+			t.Fatalf("a fill started %s after the hit ended, within the settle time %s", time.Since(ended), settle)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, 5*time.Second, "the refill", func() bool { return s.readyClones() == 1 })
+}

@@ -56,6 +56,10 @@ type ReadyConfig struct {
 	Fills int
 	// Interval is how often the sizes are computed again (default 250 ms).
 	Interval time.Duration
+	// Settle is how long after a request served by a ready clone ends no
+	// fill starts (default 100 ms; negative: none): its answer leaves
+	// the daemon before a refill's VMM start takes the CPU.
+	Settle time.Duration
 }
 
 func (c *ReadyConfig) setDefaults() {
@@ -73,6 +77,9 @@ func (c *ReadyConfig) setDefaults() {
 	}
 	if c.Interval == 0 {
 		c.Interval = 250 * time.Millisecond
+	}
+	if c.Settle == 0 {
+		c.Settle = 100 * time.Millisecond
 	}
 }
 
@@ -131,8 +138,11 @@ type readyPool struct {
 	retryAt map[poolKey]time.Time
 	kick    chan struct{}
 	// dispatching counts requests running on ready clones: no fill
-	// starts meanwhile, so a refill never takes the CPU from a hit.
+	// starts meanwhile, nor until Settle after the last one ended (its
+	// answer is still being written), so a refill never takes the CPU
+	// from a hit.
 	dispatching atomic.Int64
+	settled     atomic.Int64 // unix ns from which fills may start again
 	// unserved counts requests that could take a ready clone and have
 	// not got one yet (then they restore): no fill starts meanwhile.
 	unserved atomic.Int64
@@ -259,6 +269,17 @@ func (tk *readyTicket) end() {
 	tk.s.kickReady()
 }
 
+// dispatched records the end of a request on a ready clone: fills wait
+// Settle, then the loop is kicked.
+func (s *Service) dispatched() {
+	if d := s.cfg.Ready.Settle; d > 0 {
+		s.ready.settled.Store(time.Now().Add(d).UnixNano())
+		time.AfterFunc(d, s.kickReady)
+	}
+	s.ready.dispatching.Add(-1)
+	s.kickReady()
+}
+
 // readyFunctions finds the function of each key that has none yet; keys
 // whose snapshot is gone are forgotten.
 func (s *Service) readyFunctions(ctx context.Context) {
@@ -357,7 +378,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
 		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 ||
-		s.ready.unserved.Load() > 0 ||
+		s.ready.unserved.Load() > 0 || time.Now().UnixNano() < s.ready.settled.Load() ||
 		time.Now().Before(s.ready.retryAt[w.Key]) {
 		s.ready.mu.Unlock()
 		return false // requests restoring or on ready clones come first (each fill restores too)

@@ -46,10 +46,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	}
 	s.ready.dispatching.Add(1) // its replacement starts once the request is done
 	tk.served()
-	defer func() {
-		s.ready.dispatching.Add(-1)
-		s.kickReady()
-	}()
+	defer s.dispatched()
 	lv := rc.lv
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
