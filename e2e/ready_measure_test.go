@@ -356,6 +356,8 @@ func (p hitParts) add(inv *client.Invocation, client time.Duration) {
 	p["invoke"] = append(p["invoke"], inv.Timing.InvokeMS)
 	p["handler"] = append(p["handler"], inv.Timing.GuestMS)
 	p["rest"] = append(p["rest"], inv.Timing.TotalMS-r.TakeMS-r.RenewMS-inv.Timing.InvokeMS)
+	p["teardown"] = append(p["teardown"], inv.Timing.TeardownMS)
+	p["client - total"] = append(p["client - total"], float64(client.Microseconds())/1000-inv.Timing.TotalMS)
 	for step, v := range r.RenewSteps {
 		p["renew step "+step] = append(p["renew step "+step], v)
 	}

@@ -49,7 +49,12 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	defer s.dispatched()
 	lv := rc.lv
 	lv.mu.Lock()
-	defer lv.mu.Unlock()
+	unlock := true // false once a teardown after the answer holds the lock
+	defer func() {
+		if unlock {
+			lv.mu.Unlock()
+		}
+	}()
 	waited := time.Since(rc.since)
 	t0 := time.Now()
 	s.mu.Lock()
@@ -82,11 +87,32 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	if s.park(lv, rc.rec, key.snapshot) { // the function reuses VMs (keep-alive)
 		s.setState(ctx, lv, catalog.StateRunning, "")
 	} else {
-		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rc.rec)
+		unlock = !s.tearDownAfter(ctx, lv, rc.rec)
 	}
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
 	return inv, ctx, nil
+}
+
+// tearDownAfter stops a hit's clone in the background, so that the answer
+// does not wait for it; the goroutine takes over the caller's lock of lv
+// and releases it once the VM is gone (no one else gets it meanwhile).
+// false if the daemon is closing: then it stopped the VM before returning.
+func (s *Service) tearDownAfter(ctx context.Context, lv *liveVM, rec *catalog.VM) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.tearDownCold(ctx, lv, rec)
+		return false
+	}
+	s.wg.Add(1) // under s.mu: Close waits only once closed is set
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer lv.mu.Unlock()
+		s.tearDownCold(context.WithoutCancel(ctx), lv, rec)
+	}()
+	return true
 }
