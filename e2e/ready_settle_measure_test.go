@@ -7,43 +7,46 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
-	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
-// Ready hits of hello side by side in one run, on two daemons that differ
-// only in the refill's settle time: none (a refill starts as soon as the
-// hit's invocation ends, while its answer is still being written) and the
-// default. The hits alternate, each with both daemons' clones ready and
-// settled. A measurement: it prints the request-to-answer time the client
-// sees and the parts the daemon reports. THAW_READY_N hits each (default 15).
-func TestReadyClonesMeasureSettle(t *testing.T) {
+// Ready hits of hello side by side in one run, on daemons (real thawd
+// processes) that differ in one thing: THAW_READY_BEFORE names an earlier
+// thawd binary to run beside this tree's (before and after a change);
+// without it, this tree's thawd with and without the refill's settle time.
+// The hits alternate, each with every daemon's clones ready and settled. A
+// measurement: it prints the request-to-answer time the client sees and the
+// parts the daemon reports. THAW_READY_N hits each (default 15).
+func TestReadyClonesMeasureSideBySide(t *testing.T) {
 	measuring(t)
 	n := 15
 	if v := os.Getenv("THAW_READY_N"); v != "" {
 		fmt.Sscan(v, &n)
 	}
 	type arm struct {
-		name  string
-		e     *env
-		parts hitParts
+		name, bin string
+		args      []string
+		c         *client.Client
+		parts     hitParts
+	}
+	arms := []*arm{{name: "settle none", bin: repoPath("bin/thawd"), args: []string{"--ready-settle", "-1s"}},
+		{name: "this tree", bin: repoPath("bin/thawd")}}
+	if before := os.Getenv("THAW_READY_BEFORE"); before != "" {
+		arms[0] = &arm{name: "before (" + before + ")", bin: before}
 	}
 	ctx := ctxT(t)
-	var arms []*arm
-	for _, a := range []struct {
-		name   string
-		settle time.Duration
-	}{{"settle none", -1}, {"settle default", 0}} {
-		e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
-			c.Ready = daemon.ReadyConfig{MemoryMiB: 1024, Settle: a.settle}
-		})
-		if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+	for _, a := range arms {
+		d, err := startThawdBinary(t, a.bin, t.TempDir(), append([]string{"--standby-memory", "1024"}, a.args...)...)
+		if err != nil {
 			t.Fatal(err)
 		}
-		vm, _ := snapshotBoot(t, e.c, "hello")
-		if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
+		a.c, a.parts = client.New("unix:"+d.sock), hitParts{}
+		if _, err := a.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		arms = append(arms, &arm{name: a.name, e: e, parts: hitParts{}})
+		vm, _ := snapshotBoot(t, a.c, "hello")
+		if err := a.c.DeleteVM(ctx, vm.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	call := func(c *client.Client) (*client.Invocation, time.Duration) {
 		t.Helper()
@@ -55,15 +58,15 @@ func TestReadyClonesMeasureSettle(t *testing.T) {
 		return inv, time.Since(sent)
 	}
 	for _, a := range arms {
-		call(a.e.c) // a miss: its traffic makes the daemon keep a clone
+		call(a.c) // a miss: its traffic makes the daemon keep a clone
 	}
 	for range n {
 		for _, a := range arms {
 			for _, b := range arms {
-				waitReadyClone(t, ctx, b.e.c)
+				waitReadyClone(t, ctx, b.c)
 			}
 			time.Sleep(300 * time.Millisecond)
-			inv, took := call(a.e.c)
+			inv, took := call(a.c)
 			if inv.Mode != "ready" {
 				t.Fatalf("%s: mode %s with a ready clone waiting", a.name, inv.Mode)
 			}
