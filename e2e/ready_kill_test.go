@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,34 +13,62 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-// thawQEMUs are the live (not zombie) QEMU processes of VMs on dataDir or
-// its memory store: pid to the VM id their -name gives.
-func thawQEMUs(t *testing.T, dataDir string) map[int]string {
+// thawQEMUs are the live (not zombie) QEMU processes among root's
+// descendants: pid to the VM id their -name gives.
+func thawQEMUs(t *testing.T, root int) map[int]string {
 	t.Helper()
-	dirs := [][]byte{[]byte(dataDir + "/"), []byte(storeDir(t, dataDir) + "/")}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
-	out := map[int]string{}
+	parent := map[int]int{}
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || !processLive(pid) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
 		if err != nil {
 			continue
 		}
-		args := bytes.Split(b, []byte{0})
-		id := ""
-		for i, a := range args {
-			if string(a) == "-name" && i+1 < len(args) && bytes.HasPrefix(args[i+1], []byte("thaw-")) {
-				id = strings.TrimPrefix(string(args[i+1]), "thaw-")
+		if b, err := os.ReadFile(filepath.Join(p, "stat")); err == nil {
+			if i := bytes.LastIndexByte(b, ')'); i > 0 {
+				var state string
+				var ppid int
+				fmt.Sscan(string(b[i+1:]), &state, &ppid)
+				parent[pid] = ppid
 			}
 		}
-		if id != "" && (bytes.Contains(b, dirs[0]) || bytes.Contains(b, dirs[1])) {
+	}
+	out := map[int]string{}
+	for pid := range parent {
+		if !descends(parent, pid, root) || !processLive(pid) {
+			continue
+		}
+		if id := qemuVM(pid); id != "" {
 			out[pid] = id
 		}
 	}
 	return out
+}
+
+// descends: pid is root or one of its descendants.
+func descends(parent map[int]int, pid, root int) bool {
+	for seen := 0; pid > 1 && seen < 64; seen++ {
+		if pid == root {
+			return true
+		}
+		pid = parent[pid]
+	}
+	return false
+}
+
+// qemuVM is the VM id of QEMU process pid ("-name thaw-ID"), or "".
+func qemuVM(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return ""
+	}
+	args := bytes.Split(b, []byte{0})
+	for i, a := range args {
+		if string(a) == "-name" && i+1 < len(args) && bytes.HasPrefix(args[i+1], []byte("thaw-")) {
+			return strings.TrimPrefix(string(args[i+1]), "thaw-")
+		}
+	}
+	return ""
 }
 
 // processLive: pid exists and is no zombie.
@@ -79,30 +108,43 @@ func TestReadyClonesKill9(t *testing.T) {
 	}
 	byName(c) // a miss; its traffic makes the daemon keep a clone
 	waitReadyClone(t, ctx, c)
-	if inv := byName(c); inv.Mode != "ready" {
-		t.Fatalf("mode %s with a ready clone waiting", inv.Mode)
+	hit := byName(c)
+	if hit.Mode != "ready" {
+		t.Fatalf("mode %s with a ready clone waiting", hit.Mode)
 	}
-	// Its refill: kill the daemon while it restores if it is seen doing so.
-	var states []string
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && len(states) == 0; time.Sleep(20 * time.Millisecond) {
+	// Its refill: kill the daemon while it restores if it is seen doing
+	// so, else once the refill is ready.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		vms, err := c.ListVMs(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		var states []string
+		filling := false
 		for _, v := range vms {
-			if v.State == "booting" || v.State == "running" || v.State == "ready" {
+			if v.ID != hit.VM && (v.State == "booting" || v.State == "running" || v.State == "ready") {
 				states = append(states, v.ID+" "+v.State)
+				filling = filling || v.State != "ready"
 			}
 		}
+		if len(states) > 0 {
+			t.Logf("VMs when killed: %v (a fill under way: %v)", states, filling)
+			break
+		}
 	}
-	old := thawQEMUs(t, dataDir)
-	t.Logf("killing thawd with VMs %v, QEMU processes %v", states, old)
+	old := thawQEMUs(t, d.cmd.Process.Pid)
+	t.Logf("killing thawd with QEMU processes %v", old)
 	if len(old) == 0 {
 		t.Fatal("no QEMU of the daemon runs: nothing to show")
 	}
 	d.kill()
 	time.Sleep(200 * time.Millisecond)
-	orphans := thawQEMUs(t, dataDir)
+	orphans := map[int]string{}
+	for pid, id := range old {
+		if processLive(pid) {
+			orphans[pid] = id
+		}
+	}
 	t.Logf("QEMU processes that outlived their daemon: %v", orphans)
 
 	d2, err := startThawd(t, dataDir, args...)
@@ -115,16 +157,25 @@ func TestReadyClonesKill9(t *testing.T) {
 			t.Errorf("QEMU %d of VM %s of the killed daemon runs after the restart", pid, id)
 		}
 	}
-	if left := thawQEMUs(t, dataDir); len(left) != 0 {
-		t.Errorf("QEMU processes on the data directory after the restart, with no request since: %v", left)
-	}
 	vms, err := c2.ListVMs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	live := map[string]bool{}
 	for _, v := range vms {
-		if v.State != "failed" && v.State != "stopped" {
-			t.Errorf("vm %s is %s after the restart (reason %q)", v.ID, v.State, v.Reason)
+		for _, id := range old {
+			if v.ID == id && v.State != "failed" && v.State != "stopped" {
+				t.Errorf("vm %s of the killed daemon is %s after the restart (reason %q)", v.ID, v.State, v.Reason)
+			}
+		}
+		if v.State == "ready" {
+			t.Errorf("ready clone %s after the restart, with no request since", v.ID)
+		}
+		live[v.ID] = true
+	}
+	for pid, id := range thawQEMUs(t, d2.cmd.Process.Pid) {
+		if !live[id] {
+			t.Errorf("QEMU %d (VM %s) of the new daemon is no VM it lists", pid, id)
 		}
 	}
 	// Ready clones work again on the new daemon.
