@@ -111,6 +111,11 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 		if inv.Snapshot != snap.ID || inv.Timing.TotalMS < r.RenewMS+inv.Timing.InvokeMS {
 			t.Fatalf("invocation %d: %+v", i, inv.Timing)
 		}
+		for _, v := range c.readyVMs(t) {
+			if v.ID == inv.VM {
+				t.Fatalf("the clone of invocation %d is listed ready after its answer", i)
+			}
+		}
 		if inv.Timing.TeardownMS != 0 {
 			t.Fatalf("invocation %d waited for its clone's teardown (%.1f ms)", i, inv.Timing.TeardownMS)
 		}

@@ -98,7 +98,8 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 
 // tearDownAfter stops a hit's clone in the background, so that the answer
 // does not wait for it; the goroutine takes over the caller's lock of lv
-// and releases it once the VM is gone (no one else gets it meanwhile).
+// and releases it once the VM is gone (no one else gets it meanwhile); the
+// catalog lists it running until then.
 // false if the daemon is closing: then it stopped the VM before returning.
 func (s *Service) tearDownAfter(ctx context.Context, lv *liveVM, rec *catalog.VM) bool {
 	s.mu.Lock()
@@ -109,6 +110,7 @@ func (s *Service) tearDownAfter(ctx context.Context, lv *liveVM, rec *catalog.VM
 	}
 	s.wg.Add(1) // under s.mu: Close waits only once closed is set
 	s.mu.Unlock()
+	s.setState(ctx, lv, catalog.StateRunning, "") // listed running, not ready, until it is gone
 	go func() {
 		defer s.wg.Done()
 		defer lv.mu.Unlock()

@@ -2,6 +2,7 @@ package fresh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -90,6 +91,9 @@ func (r *run) dropTraffic() {
 func (r *run) memory(ctx context.Context, s *subject, ready []client.VM) error {
 	for _, v := range ready {
 		m, err := r.c.VMMemory(ctx, v.ID)
+		if errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrNotFound) {
+			continue // taken or stopped since it was listed
+		}
 		if err != nil {
 			return fmt.Errorf("memory of ready clone %s: %w", v.ID, err)
 		}
