@@ -80,6 +80,7 @@ func (d *thawd) kill() {
 // anything: the first one's VM lives on, its half-written snapshot stays,
 // its API still answers.
 func TestSecondDaemonTouchesNothing(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	ctx := ctxT(t)
@@ -125,6 +126,7 @@ func (s *stallAfter) Read(p []byte) (int, error) {
 // kill -9 during a create, and a crash between publishing a snapshot and
 // recording it: the next start removes both leftovers.
 func TestCrashLeftoversRemovedAtStart(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	d, err := startThawd(t, dataDir)
 	if err != nil {
@@ -187,6 +189,7 @@ func bigArchive(t *testing.T) []byte {
 // a file they could not read themselves, nor a directory outside the
 // configured roots; over TCP, even with the token, no caller may.
 func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
+	parallel(t)
 	root := t.TempDir()
 	os.Chmod(root, 0o755)
 	fn := filepath.Join(root, "fn")
@@ -230,6 +233,7 @@ func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
 // thousands of small files builds and its guest sees all of them; nothing
 // the daemon wrote is readable by group or others.
 func TestBoundsAndModes(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.MaxVMs, c.AdmissionTimeout = 1, 500*time.Millisecond })
 	ctx := ctxT(t)
