@@ -81,11 +81,12 @@ func processLive(pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
-// kill -9 of a daemon with ready clones (one waiting, its refill under way
-// or done): the next daemon on the same data directory kills every QEMU the
+// kill -9 of a daemon with ready clones (its refill under way, or done,
+// when the daemon dies): the next daemon on the same data directory kills every QEMU the
 // dead one left, records the clones failed, adopts none, and serves ready
 // clones again.
 func TestReadyClonesKill9(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	args := []string{"--standby-memory", "1024", "--keep-alive", "-1s"}
 	d, err := startThawd(t, dataDir, args...)
@@ -112,26 +113,7 @@ func TestReadyClonesKill9(t *testing.T) {
 	if hit.Mode != "ready" {
 		t.Fatalf("mode %s with a ready clone waiting", hit.Mode)
 	}
-	// Its refill: kill the daemon while it restores if it is seen doing
-	// so, else once the refill is ready.
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		vms, err := c.ListVMs(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var states []string
-		filling := false
-		for _, v := range vms {
-			if v.ID != hit.VM && (v.State == "booting" || v.State == "running" || v.State == "ready") {
-				states = append(states, v.ID+" "+v.State)
-				filling = filling || v.State != "ready"
-			}
-		}
-		if len(states) > 0 {
-			t.Logf("VMs when killed: %v (a fill under way: %v)", states, filling)
-			break
-		}
-	}
+	waitFill(t, c, hit.VM)
 	old := thawQEMUs(t, d.cmd.Process.Pid)
 	t.Logf("killing thawd with QEMU processes %v", old)
 	if len(old) == 0 {
@@ -157,7 +139,48 @@ func TestReadyClonesKill9(t *testing.T) {
 			t.Errorf("QEMU %d of VM %s of the killed daemon runs after the restart", pid, id)
 		}
 	}
-	vms, err := c2.ListVMs(ctx)
+	checkAfterRestart(t, c2, d2, old)
+	// Ready clones work again on the new daemon.
+	if inv := byName(c2); inv.Mode != "cold" {
+		t.Fatalf("first request after the restart: mode %s (no clone may be adopted)", inv.Mode)
+	}
+	waitReadyClone(t, ctx, c2)
+	if inv := byName(c2); inv.Mode != "ready" {
+		t.Fatalf("after the restart: mode %s with a ready clone waiting", inv.Mode)
+	}
+}
+
+// waitFill waits until c lists a ready clone or one being filled, other
+// than VM hit (the one a request took), and says which.
+func waitFill(t *testing.T, c *client.Client, hit string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		vms, err := c.ListVMs(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var states []string
+		filling := false
+		for _, v := range vms {
+			if v.ID != hit && (v.State == "booting" || v.State == "running" || v.State == "ready") {
+				states = append(states, v.ID+" "+v.State)
+				filling = filling || v.State != "ready"
+			}
+		}
+		if len(states) > 0 {
+			t.Logf("VMs when killed: %v (a fill under way: %v)", states, filling)
+			return
+		}
+	}
+	t.Fatal("no refill within 2 minutes")
+}
+
+// checkAfterRestart: the VMs of the killed daemon (old: their QEMUs) are
+// recorded failed or stopped, no ready clone is listed, and every QEMU
+// the new daemon runs is a VM it lists.
+func checkAfterRestart(t *testing.T, c *client.Client, d *thawd, old map[int]string) {
+	t.Helper()
+	vms, err := c.ListVMs(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,17 +196,9 @@ func TestReadyClonesKill9(t *testing.T) {
 		}
 		live[v.ID] = true
 	}
-	for pid, id := range thawQEMUs(t, d2.cmd.Process.Pid) {
+	for pid, id := range thawQEMUs(t, d.cmd.Process.Pid) {
 		if !live[id] {
 			t.Errorf("QEMU %d (VM %s) of the new daemon is no VM it lists", pid, id)
 		}
-	}
-	// Ready clones work again on the new daemon.
-	if inv := byName(c2); inv.Mode != "cold" {
-		t.Fatalf("first request after the restart: mode %s (no clone may be adopted)", inv.Mode)
-	}
-	waitReadyClone(t, ctx, c2)
-	if inv := byName(c2); inv.Mode != "ready" {
-		t.Fatalf("after the restart: mode %s with a ready clone waiting", inv.Mode)
 	}
 }

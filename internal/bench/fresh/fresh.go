@@ -169,7 +169,7 @@ func (r *run) function(ctx context.Context, fc bench.FunctionCase) error {
 	return nil
 }
 
-// setUp creates the case's function (afresh) and snapshots a booted VM.
+// setUp creates the case's function (afresh) and prepares it.
 func (r *run) setUp(ctx context.Context, fc bench.FunctionCase) (*subject, error) {
 	s := &subject{fc: fc, name: "fresh-" + fc.Name, event: fc.TestEvent}
 	if _, err := r.c.DeleteFunctionWith(ctx, s.name, client.DeleteFunctionOptions{Cascade: true}); err != nil && !errors.Is(err, client.ErrNotFound) {
@@ -182,16 +182,15 @@ func (r *run) setUp(ctx context.Context, fc bench.FunctionCase) (*subject, error
 	if _, err := r.c.CreateFunctionFromDir(ctx, s.name, fc.Dir, fc.MemoryMiB, 1, opts...); err != nil {
 		return nil, err
 	}
-	vm, err := r.c.BootVM(ctx, s.name)
+	// A prepared snapshot: under auto, a function restored without
+	// artifacts would be prepared in the background midway, and its new
+	// snapshot start without clones.
+	pr, err := r.c.Prepare(ctx, s.name, fc.RecordEvent, client.PrepareOptions{})
 	if err != nil {
 		return nil, err
 	}
-	snap, err := r.c.CreateSnapshot(ctx, vm.ID)
-	if err != nil {
-		return nil, err
-	}
-	s.snap = snap.ID
-	return s, r.c.DeleteVM(ctx, vm.ID)
+	s.snap = pr.Warm.ID
+	return s, nil
 }
 
 // concurrency measures every mode at n concurrent requests.
