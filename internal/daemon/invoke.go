@@ -281,6 +281,9 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	if auto != nil { // nothing served it: a cold start, the policy's to choose
 		strategy, choice = s.adaptive.decide(ctx, auto, strategy)
+		if err := strategy.CheckVariant(req.Variant); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
 	}
 	if req.EvictCache {
 		t := time.Now()

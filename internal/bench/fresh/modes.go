@@ -24,14 +24,21 @@ func (r *run) readyOf(ctx context.Context, s *subject) ([]client.VM, error) {
 	return out, nil
 }
 
-// waitReady waits until the function has n ready clones (at most
-// ReadyWait) and returns how many it has.
+// waitReady waits until the function has n ready clones, or as many as
+// it had 10 s before (the daemon keeps no more), at most ReadyWait, and
+// returns them.
 func (r *run) waitReady(ctx context.Context, s *subject, n int) ([]client.VM, error) {
 	deadline := time.Now().Add(r.cfg.ReadyWait)
+	last, since := -1, time.Now()
 	for {
 		ready, err := r.readyOf(ctx, s)
 		if err != nil || len(ready) >= n || time.Now().After(deadline) {
 			return ready, err
+		}
+		if len(ready) != last {
+			last, since = len(ready), time.Now()
+		} else if len(ready) > 0 && time.Since(since) > 10*time.Second {
+			return ready, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -41,12 +48,22 @@ func (r *run) waitReady(ctx context.Context, s *subject, n int) ([]client.VM, er
 	}
 }
 
-// hits: a burst of n by name makes the daemon keep n clones; then each
+// trafficBursts is how many bursts of n, in distinct seconds, make the
+// daemon keep n clones: it keeps the p95 of each second's peak
+// concurrency over its window (60 s by default), which a single burst
+// does not move.
+const trafficBursts = 4
+
+// hits: bursts of n by name make the daemon keep n clones; then each
 // round waits for them (the refill time), lets them settle and sends a
 // burst of n. The clones' memory is measured before the last burst.
 func (r *run) hits(ctx context.Context, s *subject, n int) error {
-	if err := r.burst(ctx, s, "traffic", n, -1, r.byName(ctx, s)); err != nil {
-		return err
+	for range trafficBursts {
+		next := time.Now().Add(1100 * time.Millisecond)
+		if err := r.burst(ctx, s, "traffic", n, -1, r.byName(ctx, s)); err != nil {
+			return err
+		}
+		time.Sleep(time.Until(next))
 	}
 	r.dropTraffic()
 	for round := range r.cfg.Rounds {
