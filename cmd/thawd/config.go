@@ -19,6 +19,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
 // defaultConfigFile is read when --config is not given, if it exists.
@@ -100,6 +101,7 @@ func newSettings() *settings {
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 0, "on SIGTERM, how long GET /v1/health answers 503 draining while requests are still served, before the listeners close (give a load balancer's health checks time to take the node out)")
 	fs.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
 	fs.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image'; default $THAW_CACHE/images/current)")
+	fs.StringVar(&d.VMMName, "vmm", vmm.DefaultBackend, "virtual machine monitor VMs run in, by the name its backend registers: "+strings.Join(vmm.Backends(), ", "))
 	fs.StringVar(&d.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
 	fs.IntVar(&d.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
 	fs.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")

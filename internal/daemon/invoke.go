@@ -504,7 +504,8 @@ func (s *Service) Info() Info {
 	for i, st := range s.strategies {
 		strategies[i] = string(st.Kind)
 	}
-	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
+	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, Image: guestImage(s.image),
+		VMM:     wire.VMMInfo{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Machine: s.cfg.VMM.MachineABI()},
 		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
 	if s.registry != nil {
 		cfg, st := s.registry.Config(), s.chunks.Stats()

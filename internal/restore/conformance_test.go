@@ -18,6 +18,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // The conformance suite every strategy passes: restore a synthetic memory
@@ -133,7 +134,7 @@ type checkResult struct {
 func runCheck(t *testing.T, shim string, sess Session, extra ...string) checkResult {
 	t.Helper()
 	mem := sess.Memory()
-	if !mem.Interposer.Protect {
+	if !mem.File.KeepIntact {
 		t.Fatalf("%s: memory not protected from QEMU's discards: %+v", sess.Kind(), mem)
 	}
 	args := append([]string{"--threads", "4", "--write-check"}, extra...)
@@ -141,7 +142,11 @@ func runCheck(t *testing.T, shim string, sess Session, extra ...string) checkRes
 		args = append(args, "--align", fmt.Sprint(mem.Align))
 	}
 	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), append(args, mem.Path)...)
-	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(shim, "build", "libthaw_shim.so")), mem.Interposer.Env()...)
+	env, err := qemu.InterposerEnv(mem, t.TempDir())
+	if err != nil {
+		t.Fatalf("%s: %v", sess.Kind(), err)
+	}
+	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(shim, "build", "libthaw_shim.so")), env...)
 	out, err := cmd.Output()
 	var res checkResult
 	if jerr := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); jerr != nil {
@@ -224,7 +229,7 @@ func TestHugePageHint(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer sess.Close()
-				if sess.Memory().Interposer.HugePages != keep {
+				if sess.Memory().File.HugePages != keep {
 					t.Fatalf("memory %+v does not carry the choice %v", sess.Memory(), keep)
 				}
 				res := runCheck(t, shim, sess, "--qemu-madvise")
@@ -538,15 +543,15 @@ func TestConformanceVariants(t *testing.T) {
 			}
 			switch v {
 			case VariantConcurrent: // the memory file mapped whole: no layout
-				if m := sess.Memory(); m.Interposer.Layout != "" || sess.Stats().LayoutEntries != 0 {
-					t.Errorf("concurrent paging maps a layout: %+v", m.Interposer)
+				if m := sess.Memory(); m.Backing.Layout != nil || sess.Stats().LayoutEntries != 0 {
+					t.Errorf("concurrent paging maps a layout: %+v", m.Backing)
 				}
 				if f.load.Bytes() != lsBytes {
 					t.Errorf("loader read %d bytes of the memory file, want the loading set's %d", f.load.Bytes(), lsBytes)
 				}
 			case VariantNoLoadingSet: // memory-file entries only, same bytes read
-				if m := sess.Memory(); m.Interposer.LSFile != "" || sess.Stats().LayoutEntries != len(full.NonzeroRegions) {
-					t.Errorf("per-region mapping uses the loading-set file: %+v, %d entries", m.Interposer, sess.Stats().LayoutEntries)
+				if m := sess.Memory(); m.Backing.Layout == nil || m.Backing.Layout.LoadingSet != "" || sess.Stats().LayoutEntries != len(full.NonzeroRegions) {
+					t.Errorf("per-region mapping uses the loading-set file: %+v, %d entries", m.Backing, sess.Stats().LayoutEntries)
 				}
 				if f.load.Bytes() != lsBytes {
 					t.Errorf("loader read %d bytes, want %d", f.load.Bytes(), lsBytes)
