@@ -34,6 +34,12 @@ type thawd struct {
 // directory, and waits until it answers (or fails: then err says why).
 func startThawd(t *testing.T, dataDir string, args ...string) (*thawd, error) {
 	t.Helper()
+	return startThawdBinary(t, repoPath("bin/thawd"), dataDir, args...)
+}
+
+// startThawdBinary is startThawd of the daemon binary bin.
+func startThawdBinary(t *testing.T, bin, dataDir string, args ...string) (*thawd, error) {
+	t.Helper()
 	sockDir, err := os.MkdirTemp("", "thawd-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +48,7 @@ func startThawd(t *testing.T, dataDir string, args ...string) (*thawd, error) {
 	d := &thawd{sock: filepath.Join(sockDir, "thawd.sock"), out: &bytes.Buffer{}, done: make(chan struct{})}
 	all := append([]string{"--data-dir", dataDir, "--image", imageDir(t), "--accel", "tcg", "--listen", d.sock,
 		"--shim", repoPath("shim/build/libthaw_shim.so"), "--store-dir", storeDir(t, dataDir), "--memory", "256"}, args...)
-	d.cmd = exec.Command(repoPath("bin/thawd"), all...)
+	d.cmd = exec.Command(bin, all...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start thawd (make build first): %v", err)

@@ -164,6 +164,7 @@ func capacityFlags(fs *pflag.FlagSet, d *daemon.Config) {
 	fs.IntVar(&d.Ready.MemoryMiB, "standby-memory", 0, "MiB ready clones may hold together, guest memory plus --vm-memory-overhead each: VMs restored, resumed and warmed ahead of requests, each serving one request that names no snapshot or strategy at near-warm latency, as many per function version as its recent concurrency needs; 0: none")
 	fs.IntVar(&d.Ready.MinReady, "min-ready", 0, "ready clones each function version with traffic keeps even when idle (needs --standby-memory)")
 	fs.DurationVar(&d.Ready.MaxAge, "ready-max-age", 10*time.Minute, "a ready clone that has waited this long is replaced by a fresh one")
+	fs.DurationVar(&d.Ready.Settle, "ready-settle", 100*time.Millisecond, "how long after a request a ready clone served no refill starts, so that its answer leaves first; negative: none")
 	fs.DurationVar(&d.Ready.Window, "ready-window", time.Minute, "how far back a function version's concurrency is read to size its ready clones (the p95 of each second's peak); none once it saw no request for this long")
 }
 
