@@ -564,7 +564,6 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			errStatus[strconv.Itoa(st)] = true
 		}
 	}
-	leading := regexp.MustCompile("^`([a-z_]+)`")
 	for _, o := range operations(t, doc) {
 		want, ok := handlerIO[o.key()]
 		if !ok {
@@ -582,69 +581,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 				t.Errorf("%s %s: want $ref #/components/responses/%s, got %v", o.key(), code, ref, got)
 			}
 		}
-		var success []string
-		for status, r := range responses {
-			r := deref(t, doc, r)
-			content := asObject(r["content"])
-			switch {
-			case status == "202" && queuesAsync[o.key()]:
-				success = append(success, status)
-				loc := asObject(asObject(r["headers"])["Location"])
-				if got := asObject(responses[status])["$ref"]; got != "#/components/responses/AsyncAccepted" || loc["required"] != true ||
-					asObject(asObject(content["application/json"])["schema"])["$ref"] != schemaRef("AsyncAccepted") {
-					t.Errorf("%s 202: want $ref #/components/responses/AsyncAccepted (AsyncAccepted, a required Location)", o.key())
-				}
-			case status == "202":
-				success = append(success, status)
-				if got := asObject(responses[status])["$ref"]; got != "#/components/responses/Accepted" {
-					t.Errorf("%s 202: want $ref #/components/responses/Accepted, got %v", o.key(), got)
-				}
-				loc := asObject(asObject(r["headers"])["Location"])
-				if got := asObject(asObject(content["application/json"])["schema"])["$ref"]; got != schemaRef("Operation") || loc["required"] != true {
-					t.Errorf("%s 202: want an Operation with a required Location header", o.key())
-				}
-			case strings.HasPrefix(status, "2"):
-				success = append(success, status)
-				if status == "204" {
-					if content != nil {
-						t.Errorf("%s 204: must have no content", o.key())
-					}
-					continue
-				}
-				wantType := "application/json"
-				if o.key() == "GET /metrics" {
-					wantType = "text/plain" // Prometheus' exposition format
-				}
-				media := asObject(content[wantType])
-				if media == nil || len(content) != 1 {
-					t.Errorf("%s %s: want exactly %s content", o.key(), status, wantType)
-					continue
-				}
-				if want.response != "" {
-					if got := asObject(media["schema"])["$ref"]; got != schemaRef(want.response) {
-						t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(want.response))
-					}
-				}
-			case status == "default" || status >= "400":
-				media := asObject(content["application/json"])
-				if got := asObject(media["schema"])["$ref"]; got != schemaRef("Error") || len(content) != 1 {
-					t.Errorf("%s %s: error responses must be application/json Error, got %v", o.key(), status, content)
-				}
-				if !errStatus[status] {
-					t.Errorf("%s %s: fail() never answers this status (it answers %v)", o.key(), status, keys(errStatus))
-				}
-				// The description names the code, and fail() gives that code this status.
-				desc, _ := r["description"].(string)
-				m := leading.FindStringSubmatch(desc)
-				if m == nil {
-					t.Errorf("%s %s: description should start with the error code in backticks", o.key(), status)
-				} else if st, ok := codes[m[1]]; !ok || strconv.Itoa(st) != status {
-					t.Errorf("%s %s: description names code %q, which fail() answers with %d", o.key(), status, m[1], st)
-				}
-			default:
-				t.Errorf("%s: unexpected status %s", o.key(), status)
-			}
-		}
+		success := checkResponses(t, doc, o, want.response, codes, errStatus)
 		wantSuccess := []string{want.status}
 		if startsOperations[o.key()] || queuesAsync[o.key()] && want.status != "202" {
 			wantSuccess = append(wantSuccess, "202")
@@ -654,13 +591,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		if !slices.Equal(success, wantSuccess) {
 			t.Errorf("%s: success statuses %v, handler answers %v", o.key(), success, wantSuccess)
 		}
-		hasWait := false
-		for _, p := range asSlice(o.op["parameters"]) {
-			if asObject(p)["$ref"] == "#/components/parameters/Wait" {
-				hasWait = true
-			}
-		}
-		if hasWait != startsOperations[o.key()] {
+		if hasWait := documentsWait(o); hasWait != startsOperations[o.key()] {
 			t.Errorf("%s: documents ?wait: %v, starts operations: %v", o.key(), hasWait, startsOperations[o.key()])
 		}
 		// Creates are 201 and deletes 204, by convention.
@@ -696,7 +627,102 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		}
 	}
 
-	// POST /v1/functions also takes a tar.gz, configured by query parameters.
+	checkFunctionsTarGz(t, doc)
+	checkErrorCodeEnum(t, doc, codes)
+}
+
+// documentsWait says whether o documents the ?wait parameter.
+func documentsWait(o operation) bool {
+	for _, p := range asSlice(o.op["parameters"]) {
+		if asObject(p)["$ref"] == "#/components/parameters/Wait" {
+			return true
+		}
+	}
+	return false
+}
+
+// leadingCode is the error code in backticks that an error response's
+// description starts with.
+var leadingCode = regexp.MustCompile("^`([a-z_]+)`")
+
+// checkResponses checks each response o documents: 202s an Operation or an
+// asynchronous acceptance, other successes exactly one content of the
+// handler's responseSchema (204 none), errors an Error of a status fail()
+// answers whose description names a code fail() gives that status. It
+// returns the success statuses.
+func checkResponses(t *testing.T, doc jsonObject, o operation, responseSchema string, codes map[string]int, errStatus map[string]bool) []string {
+	t.Helper()
+	responses := asObject(o.op["responses"])
+	var success []string
+	for status, r := range responses {
+		r := deref(t, doc, r)
+		content := asObject(r["content"])
+		switch {
+		case status == "202" && queuesAsync[o.key()]:
+			success = append(success, status)
+			loc := asObject(asObject(r["headers"])["Location"])
+			if got := asObject(responses[status])["$ref"]; got != "#/components/responses/AsyncAccepted" || loc["required"] != true ||
+				asObject(asObject(content["application/json"])["schema"])["$ref"] != schemaRef("AsyncAccepted") {
+				t.Errorf("%s 202: want $ref #/components/responses/AsyncAccepted (AsyncAccepted, a required Location)", o.key())
+			}
+		case status == "202":
+			success = append(success, status)
+			if got := asObject(responses[status])["$ref"]; got != "#/components/responses/Accepted" {
+				t.Errorf("%s 202: want $ref #/components/responses/Accepted, got %v", o.key(), got)
+			}
+			loc := asObject(asObject(r["headers"])["Location"])
+			if got := asObject(asObject(content["application/json"])["schema"])["$ref"]; got != schemaRef("Operation") || loc["required"] != true {
+				t.Errorf("%s 202: want an Operation with a required Location header", o.key())
+			}
+		case strings.HasPrefix(status, "2"):
+			success = append(success, status)
+			if status == "204" {
+				if content != nil {
+					t.Errorf("%s 204: must have no content", o.key())
+				}
+				continue
+			}
+			wantType := "application/json"
+			if o.key() == "GET /metrics" {
+				wantType = "text/plain" // Prometheus' exposition format
+			}
+			media := asObject(content[wantType])
+			if media == nil || len(content) != 1 {
+				t.Errorf("%s %s: want exactly %s content", o.key(), status, wantType)
+				continue
+			}
+			if responseSchema != "" {
+				if got := asObject(media["schema"])["$ref"]; got != schemaRef(responseSchema) {
+					t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(responseSchema))
+				}
+			}
+		case status == "default" || status >= "400":
+			media := asObject(content["application/json"])
+			if got := asObject(media["schema"])["$ref"]; got != schemaRef("Error") || len(content) != 1 {
+				t.Errorf("%s %s: error responses must be application/json Error, got %v", o.key(), status, content)
+			}
+			if !errStatus[status] {
+				t.Errorf("%s %s: fail() never answers this status (it answers %v)", o.key(), status, keys(errStatus))
+			}
+			// The description names the code, and fail() gives that code this status.
+			desc, _ := r["description"].(string)
+			m := leadingCode.FindStringSubmatch(desc)
+			if m == nil {
+				t.Errorf("%s %s: description should start with the error code in backticks", o.key(), status)
+			} else if st, ok := codes[m[1]]; !ok || strconv.Itoa(st) != status {
+				t.Errorf("%s %s: description names code %q, which fail() answers with %d", o.key(), status, m[1], st)
+			}
+		default:
+			t.Errorf("%s: unexpected status %s", o.key(), status)
+		}
+	}
+	return success
+}
+
+// checkFunctionsTarGz checks that POST /v1/functions also takes a tar.gz,
+// configured by query parameters.
+func checkFunctionsTarGz(t *testing.T, doc jsonObject) {
+	t.Helper()
 	for _, o := range operations(t, doc) {
 		if o.key() != "POST /v1/functions" {
 			continue
@@ -717,8 +743,12 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
+}
 
-	// The error code enum is exactly what the API can answer.
+// checkErrorCodeEnum checks that the error code enum is exactly what the
+// API can answer.
+func checkErrorCodeEnum(t *testing.T, doc jsonObject, codes map[string]int) {
+	t.Helper()
 	enum := asSlice(asObject(flatten(t, doc, asObject(flatten(t, doc, schemaByName(t, doc, "Error")).props["error"])).props["code"])["enum"])
 	var documented []string
 	for _, c := range enum {
