@@ -63,7 +63,7 @@ func complete(t *testing.T, url string, args ...string) (values []string, direct
 func TestCompletion(t *testing.T) {
 	srv := completionDaemon(t)
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	noFiles := ":4" // cobra.ShellCompDirectiveNoFileComp

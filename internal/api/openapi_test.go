@@ -743,7 +743,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 	}
 
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	strategy := schemaByName(t, doc, "Strategy")
@@ -1166,7 +1166,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	preparedSnap := warmSnap
 	preparedSnap.Prepared, _ = json.Marshal(prep)
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	info := daemon.Info{Version: "v0.1.0-42-g1a2b3c4", APIVersion: daemon.APIVersion,
@@ -1237,7 +1237,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
 	validateGo(t, c, "InvokeRequest", wire.InvokeRequest{})
 	validateGo(t, c, "InvokeRequest", wire.InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		validateGo(t, c, "InvokeRequest", wire.InvokeRequest{Strategy: string(k), EvictCache: true})
 	}
 	validateGo(t, c, "PrepareRequest", wire.PrepareRequest{})

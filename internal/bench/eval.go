@@ -385,7 +385,7 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy, var
 		}
 		return EvalSample{}, fmt.Errorf("%s/%s ran as %s: %s", base.Function, strategy, inv.Strategy, fb)
 	}
-	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.Variant != variant) {
+	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.PartValues()["variant"] != variant) {
 		return EvalSample{}, fmt.Errorf("%s/%s: variant %q did not run", base.Function, strategy, variant)
 	}
 	return fill(base, strategy, snap, wall, inv), nil
@@ -401,8 +401,7 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 		// cache (before the request's timer starts), premap's pre-faulting
 		// of the store copy (mapped, not read) or snapbpf's in-kernel
 		// readahead until every captured page was resident.
-		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS + st.CloneCopyMS + st.PopulateMS + st.SnapBPFResidentMS
-		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes + st.StoreBytes + st.SnapBPFPages*4096
+		s.FetchMS, s.FetchBytes = st.FetchMS, st.FetchBytes
 	}
 	return s
 }

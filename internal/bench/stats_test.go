@@ -56,7 +56,7 @@ func TestStrategiesSummaryAndMarkdown(t *testing.T) {
 	for _, s := range []StrategySample{
 		{Function: "a", Strategy: "vanilla", TotalMS: 200, MajorFaults: 10, ReadBytes: 4 << 20},
 		{Function: "a", Strategy: "vanilla", TotalMS: 220, MajorFaults: 12, ReadBytes: 4 << 20},
-		{Function: "a", Strategy: "faasnap", TotalMS: 100, LoaderBytes: 8 << 20, DaemonBytes: 8 << 20},
+		{Function: "a", Strategy: "faasnap", TotalMS: 100, Stats: map[string]any{"loader_bytes": float64(8 << 20)}, DaemonBytes: 8 << 20},
 		{Function: "a", Strategy: "faasnap", TotalMS: 110, DaemonBytes: 8 << 20},
 		{Function: "b", Strategy: "vanilla", TotalMS: 400},
 		{Function: "b", Strategy: "faasnap", TotalMS: 400},

@@ -89,13 +89,15 @@ type StrategySample struct {
 	MinorFaults   uint64  `json:"minor_faults"`
 	ReadBytes     uint64  `json:"read_bytes"`        // by QEMU, from storage
 	DaemonBytes   uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
-	PrefetchPages uint64  `json:"prefetch_pages,omitempty"`
-	PrefetchMS    float64 `json:"prefetch_ms,omitempty"`
-	FaultsServed  uint64  `json:"uffd_faults,omitempty"`
-	LoaderBytes   uint64  `json:"loader_bytes,omitempty"`
-	LoaderMS      float64 `json:"loader_ms,omitempty"`
-	LoaderFirst   *bool   `json:"loader_finished_first,omitempty"`
-	CacheFillMS   float64 `json:"cache_fill_ms,omitempty"`
+	// Stats are the strategy's own stats, under its names (the part of
+	// the invocation's strategy_stats under its kind).
+	Stats map[string]any `json:"stats,omitempty"`
+}
+
+// statNum is the strategy's stat name of s as a number (0 without it).
+func (s StrategySample) statNum(name string) float64 {
+	f, _ := s.Stats[name].(float64)
+	return f
 }
 
 // StrategiesResult is a whole run.
@@ -187,9 +189,7 @@ func sampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 		smp.MajorFaults, smp.MinorFaults, smp.ReadBytes = p.MajorFaults, p.MinorFaults, p.ReadBytes
 	}
 	if st := inv.StrategyStats; st != nil {
-		smp.PrefetchPages, smp.PrefetchMS, smp.FaultsServed = st.PrefetchPages, st.PrefetchMS, st.FaultsServed
-		smp.LoaderBytes, smp.LoaderMS, smp.LoaderFirst, smp.CacheFillMS = st.LoaderBytes, st.LoaderMS, st.LoaderBeforeInvoke, st.CacheFillMS
-		smp.DaemonBytes = st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes
+		smp.DaemonBytes, smp.Stats = st.DaemonReadBytes, st.PartValues()
 	}
 	return smp
 }

@@ -176,8 +176,8 @@ func sampleOf(inv *Invocation, at time.Time) policy.Sample {
 		s.BytesRead += p.ReadBytes
 	}
 	if st := inv.StrategyStats; st != nil {
-		s.Faults += st.FaultsServed + st.SourceFaults
-		s.BytesRead += st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes + st.SourceFetchedBytes + st.SnapBPFResidentPages*4096
+		s.Faults += st.ServedFaults + st.SourceFaults
+		s.BytesRead += st.DaemonReadBytes + st.SourceFetchedBytes
 	}
 	return s
 }

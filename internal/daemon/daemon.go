@@ -243,7 +243,7 @@ func (c *Config) setDefaults() {
 		c.AdmissionQueue = 64
 	}
 	if c.RemoteStrategy == "" {
-		c.RemoteStrategy = string(restore.REAP)
+		c.RemoteStrategy = string(restore.RemoteDefault())
 	}
 	if c.AdmissionTimeout == 0 {
 		c.AdmissionTimeout = 30 * time.Second
@@ -349,7 +349,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lazy readahead %d chunks: must be between 0 and 64", c.LazyReadahead))
 	}
 	if st, ok := restore.Lookup(restore.Kind(c.RemoteStrategy)); !ok || !st.Lazy {
-		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (vanilla, reap or faasnap)", c.RemoteStrategy))
+		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (%s)", c.RemoteStrategy, restore.JoinKinds(restore.LazyKinds())))
 	}
 	if c.Registry != nil {
 		if err := c.Registry.Validate(); err != nil {

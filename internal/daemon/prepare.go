@@ -101,6 +101,9 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 			}
 		}
 	}
+	if err := p.Seal(); err != nil {
+		return nil, err
+	}
 	report(ctx, wire.OperationProgress{Phase: "publishing", Done: int64(len(steps)), Total: int64(len(steps)), Unit: "strategies"})
 	warm, err := s.GetSnapshot(ctx, p.Warm.Manifest.ID)
 	if err != nil {

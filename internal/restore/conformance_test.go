@@ -163,7 +163,7 @@ func TestConformance(t *testing.T) {
 			how   string
 			extra []string
 		}{{"started", nil}, {"pooled", []string{"--standby", "300"}}} {
-			for _, k := range Kinds {
+			for _, k := range Kinds() {
 				conformance(t, shim, s, k, pages, c.how, c.extra)
 			}
 		}
@@ -191,13 +191,15 @@ func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, 
 			t.Fatalf("%s: %+v", k, res)
 		}
 		if k == Premap {
-			st := sess.Stats()
+			var st PremapStats
+			sess.Stats().PartAs(string(Premap), &st)
 			if st.PopulatedBytes != uint64(pages)*snapshot.PageSize || st.PopulateMS <= 0 {
 				t.Errorf("premap populated %d bytes in %.3f ms, want all %d", st.PopulatedBytes, st.PopulateMS, pages*snapshot.PageSize)
 			}
 		}
 		if k == REAP {
-			st := sess.Stats()
+			var st REAPStats
+			sess.Stats().PartAs(string(REAP), &st)
 			if st.PrefetchPages != uint64(len(s.order)) {
 				t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
 			}
@@ -214,7 +216,7 @@ func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, 
 func TestHugePageHint(t *testing.T) {
 	shim := shimDir(t)
 	s := newSynth(t, 1000, 7)
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		for _, keep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keep=%v", k, keep), func(t *testing.T) {
 				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
@@ -356,10 +358,13 @@ func checkSnapBPFResident(t *testing.T, s synthSnapshot, sess Session) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	st := sess.Stats()
+	var st SnapBPFStats
+	all := sess.Stats()
+	all.PartAs(string(SnapBPF), &st)
 	for st.SnapBPFResidentMS == 0 && st.SnapBPFError == "" && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
-		st = sess.Stats()
+		all = sess.Stats()
+		all.PartAs(string(SnapBPF), &st)
 	}
 	if st.SnapBPFError != "" || st.SnapBPFPages != want || st.SnapBPFResidentPages != want || st.SnapBPFRanges == 0 {
 		t.Fatalf("snapbpf stats %+v, want %d pages resident", st, want)
@@ -435,11 +440,13 @@ func TestPremapDevice(t *testing.T) {
 		if res.Mismatches != 0 || res.FileModified {
 			t.Fatalf("%s: %+v", vm, res)
 		}
-		stt := sess.Stats()
+		var stt PremapStats
+		all := sess.Stats()
+		all.PartAs(string(Premap), &stt)
 		if stt.DeviceBytes != uint64(e.Bytes) || stt.PopulatedBytes != pages*snapshot.PageSize || stt.StoreBytes != uint64(e.Bytes) {
 			t.Fatalf("%s: stats %+v", vm, stt)
 		}
-		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, stt.LayoutEntries, stt.PopulateMS)
+		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, all.LayoutEntries, stt.PopulateMS)
 	}
 	// The guests wrote into their ranges; the stored copy is intact.
 	if err := st.Verify(e); err != nil {
@@ -524,8 +531,9 @@ func TestConformanceVariants(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sess.Close()
-			if st := sess.Stats(); sess.Kind() != FaaSnap || st.Fallback != "" || st.Variant != v {
-				t.Fatalf("ran as %s variant %q: %s", sess.Kind(), st.Variant, st.Fallback)
+			var fs FaaSnapStats
+			if st := sess.Stats(); sess.Kind() != FaaSnap || st.Fallback != "" || !st.PartAs(string(FaaSnap), &fs) || fs.Variant != v {
+				t.Fatalf("ran as %s variant %q: %s", sess.Kind(), fs.Variant, st.Fallback)
 			}
 			res := runCheck(t, shim, sess)
 			if res.Pages != pages || res.Mismatches != 0 || res.FileModified {

@@ -12,7 +12,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // SnapBPF maps the memory file like vanilla and prefetches the working set
@@ -21,7 +20,16 @@ import (
 const SnapBPF Kind = "snapbpf"
 
 // SnapBPFStats: the prefetch of one restore.
-type SnapBPFStats = wire.SnapBPFStats
+type SnapBPFStats struct {
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty" unit:"count" desc:"prefetch ranges (capture order)"`
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty" unit:"pages" desc:"pages they hold"`
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty" unit:"count" desc:"readahead(2) calls, re-issues included"`
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty" unit:"ms" desc:"first pass of readahead calls"`
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty" unit:"pages" desc:"prefetch pages resident at the last mincore check"`
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty" unit:"ms" desc:"until mincore saw every page resident"`
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty" desc:"all resident before the invocation answered"`
+	SnapBPFError          string  `json:"snapbpf_error,omitempty" desc:"the prefetch failed (the guest still runs, as vanilla)"`
+}
 
 // SnapBPFManifest is the snapbpf artifact (memlayout.WriteSnapBPF); there
 // is no data file.
@@ -93,7 +101,8 @@ func (s *snapbpf) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.st
 	st.SnapBPFFinishedFirst = s.finishedFirst
-	return Stats{SnapBPFStats: st}
+	return withPart(Stats{DaemonReadBytes: st.SnapBPFResidentPages * memlayout.PageSize, FetchMS: st.SnapBPFResidentMS,
+		FetchBytes: st.SnapBPFPages * memlayout.PageSize}, SnapBPF, st)
 }
 
 func (s *snapbpf) Close() error {
@@ -285,3 +294,7 @@ func residency(m []byte, ranges []memlayout.PageRun) ([]memlayout.PageRun, uint6
 }
 
 func msSince(t time.Time) float64 { return msOf(time.Since(t)) }
+
+var snapbpfStrategy = Strategy{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true,
+	Ready: hasArtifact(SnapBPF, SnapBPFManifest), Refresh: refreshSnapBPF, StatsPart: SnapBPFStats{}, BuildPart: SnapBPFBuild{},
+	Artifacts: []Artifact{{Name: SnapBPFManifest, Required: true}}}
