@@ -702,7 +702,7 @@ type Info = wire.Info
 
 // APIVersion is the API contract's version (openapi.json's info.version);
 // the daemon's own is its build's (buildinfo.Version).
-const APIVersion = "0.1.0"
+const APIVersion = "0.2.0"
 
 // Close fails running operations, stops every VM (marking them stopped),
 // undoes what the daemon changed on the host and closes the catalog.
