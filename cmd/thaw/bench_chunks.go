@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -63,7 +64,7 @@ DIR/chunks.md.`,
 			}
 			for _, n := range cs {
 				fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
-				m, err := registry.MeasureChunks(dirs, n)
+				m, err := registry.MeasureChunks(dirs, n, restore.PrefetchedPages)
 				if err != nil {
 					return err
 				}

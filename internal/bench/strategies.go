@@ -76,19 +76,19 @@ func functionCase(root, fn string, memoryMiB int, record, test string) FunctionC
 
 // StrategySample is one cold invocation (one JSON line).
 type StrategySample struct {
-	Function      string  `json:"function"`
-	Strategy      string  `json:"strategy"`
-	Rep           int     `json:"rep"`
-	TotalMS       float64 `json:"total_ms"`
-	SetupMS       float64 `json:"setup_ms"`
-	ResumeMS      float64 `json:"resume_ms"`
-	InvokeMS      float64 `json:"invoke_ms"`
-	GuestMS       float64 `json:"guest_ms"`
-	TeardownMS    float64 `json:"teardown_ms,omitempty"` // after the answer; not part of total
-	MajorFaults   uint64  `json:"major_faults"`
-	MinorFaults   uint64  `json:"minor_faults"`
-	ReadBytes     uint64  `json:"read_bytes"`        // by QEMU, from storage
-	DaemonBytes   uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
+	Function    string  `json:"function"`
+	Strategy    string  `json:"strategy"`
+	Rep         int     `json:"rep"`
+	TotalMS     float64 `json:"total_ms"`
+	SetupMS     float64 `json:"setup_ms"`
+	ResumeMS    float64 `json:"resume_ms"`
+	InvokeMS    float64 `json:"invoke_ms"`
+	GuestMS     float64 `json:"guest_ms"`
+	TeardownMS  float64 `json:"teardown_ms,omitempty"` // after the answer; not part of total
+	MajorFaults uint64  `json:"major_faults"`
+	MinorFaults uint64  `json:"minor_faults"`
+	ReadBytes   uint64  `json:"read_bytes"`        // by QEMU, from storage
+	DaemonBytes uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
 	// Stats are the strategy's own stats, under its names (the part of
 	// the invocation's strategy_stats under its kind).
 	Stats map[string]any `json:"stats,omitempty"`
