@@ -222,7 +222,10 @@ type StrategyDescription struct {
 	// Auto: the adaptive policy may choose it.
 	Auto bool `json:"auto"`
 	// Records: prepare records artifacts for it.
-	Records   bool               `json:"records"`
+	Records bool `json:"records"`
+	// UsesStore: it restores from the snapshot's copy in the memory store
+	// (PUT /v1/snapshots/{id}/store first).
+	UsesStore bool               `json:"uses_store"`
 	Artifacts []StrategyArtifact `json:"artifacts"`
 	// Stats are the fields of its part of a restore's strategy_stats.
 	Stats []Measure `json:"stats"`

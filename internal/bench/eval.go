@@ -190,6 +190,7 @@ type preparedKey struct{ fn, variant string }
 // evalRun is one evaluation run in progress.
 type evalRun struct {
 	c        *client.Client
+	info     *client.Info
 	cfg      EvalConfig
 	redis    *inputs.Redis
 	prog     *Progress
@@ -212,7 +213,7 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
-	run := &evalRun{c: c, cfg: cfg, redis: r,
+	run := &evalRun{c: c, info: info, cfg: cfg, redis: r,
 		res:      &EvalResult{Machine: DescribeMachine(info), When: time.Now().UTC(), Config: cfg, Prepared: map[string]json.RawMessage{}},
 		prepared: map[preparedKey]*client.PrepareResult{}, created: map[string]bool{}}
 	if ra, err := ReadaheadOf(info.DataDir); err == nil {
@@ -220,8 +221,8 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	}
 	if st := cfg.Storage; st != nil {
 		run.res.Storage = st
-		if slices.Contains(cfg.Strategies, "premap") {
-			run.res.Notes = append(run.res.Notes, "premap maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
+		for _, s := range storeUsers(info, cfg.Strategies) {
+			run.res.Notes = append(run.res.Notes, s+" maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
 		}
 	}
 	est := EstimateEval(cfg)
@@ -345,15 +346,17 @@ func (r *evalRun) recordATestB(ctx context.Context, fn string) (*client.PrepareR
 	return pr, ev, err
 }
 
-// stage does what strategies need beyond prepare: premap maps the snapshot
-// from the memory store, so the snapshot is placed there (its copy lives in
-// DRAM or persistent memory by design, so cold tests cannot evict it).
+// stage does what strategies need beyond prepare: a strategy that maps the
+// snapshot from the memory store (premap) has it placed there (its copy
+// lives in DRAM or persistent memory by design, so cold tests cannot evict
+// it).
 func (r *evalRun) stage(ctx context.Context, snap string) error {
-	if !slices.Contains(r.cfg.Strategies, "premap") {
+	s := storeUsers(r.info, r.cfg.Strategies)
+	if len(s) == 0 {
 		return nil
 	}
 	if _, err := r.c.StoreSnapshot(ctx, snap); err != nil {
-		return fmt.Errorf("store %s for premap: %w", snap, err)
+		return fmt.Errorf("store %s for %s: %w", snap, strings.Join(s, ", "), err)
 	}
 	return nil
 }

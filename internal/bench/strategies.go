@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -148,9 +147,9 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 		}
 		b, _ := json.Marshal(pr)
 		res.Prepared[fc.Name] = b
-		if slices.Contains(strategies, "premap") { // premap maps the snapshot from the memory store
+		if s := storeUsers(info, strategies); len(s) > 0 { // they map the snapshot from the memory store
 			if _, err := c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
-				return nil, fmt.Errorf("store %s for premap: %w", pr.Warm.ID, err)
+				return nil, fmt.Errorf("store %s for %s: %w", pr.Warm.ID, strings.Join(s, ", "), err)
 			}
 		}
 		for rep := 0; rep < reps; rep++ {

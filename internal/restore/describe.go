@@ -74,7 +74,7 @@ func (st Strategy) check() error {
 
 // Describe is the strategy as the API shows it (GET /v1/info).
 func (st Strategy) Describe() wire.StrategyDescription {
-	return wire.StrategyDescription{Kind: string(st.Kind), Lazy: st.Lazy, Auto: st.Auto, Records: st.Record != nil,
+	return wire.StrategyDescription{Kind: string(st.Kind), Lazy: st.Lazy, Auto: st.Auto, Records: st.Record != nil, UsesStore: st.UsesStore,
 		Artifacts: append([]Artifact{}, st.Artifacts...), Stats: measures(st.StatsPart), Prepared: measures(st.BuildPart)}
 }
 

@@ -150,6 +150,6 @@ func beginLazyFaaSnap(snap Snapshot, env Env, art *memlayout.FaaSnapArtifact, ls
 }
 
 var faasnapStrategy = Strategy{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true,
-	Variants: FaaSnapVariants, Finish: finishFaaSnap, Auto: true, Ready: hasArtifact(FaaSnap, FaaSnapManifest),
+	Variants: FaaSnapVariants, Finish: finishFaaSnap, Auto: true, AutoOrder: 1, Ready: hasArtifact(FaaSnap, FaaSnapManifest),
 	Refresh: refreshFaaSnap, StatsPart: FaaSnapStats{}, BuildPart: FaaSnapBuild{},
 	Artifacts: []Artifact{{Name: FaaSnapManifest, Required: true}, {Name: FaaSnapLoadingSet, Required: true, Remote: true}}}

@@ -137,5 +137,5 @@ func (p *premap) Stats() Stats {
 	return withPart(Stats{LayoutEntries: len(p.m.Entries), FetchMS: ps.CloneCopyMS + ps.PopulateMS, FetchBytes: ps.StoreBytes}, Premap, ps)
 }
 
-var premapStrategy = Strategy{Kind: Premap, Begin: beginPremap, Fallback: true, Auto: true, Ready: storedCopy, UsesStore: true,
+var premapStrategy = Strategy{Kind: Premap, Begin: beginPremap, Fallback: true, Auto: true, AutoOrder: 4, Ready: storedCopy, UsesStore: true,
 	StatsPart: PremapStats{}}

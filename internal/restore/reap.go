@@ -89,7 +89,7 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 	return nil
 }
 
-var reapStrategy = Strategy{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true, Auto: true,
+var reapStrategy = Strategy{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true, Auto: true, AutoOrder: 2,
 	Ready: hasArtifact(REAP, REAPManifest), Refresh: refreshREAP, RemoteDefault: true, Prefetched: reapPrefetched,
 	Artifacts: []Artifact{{Name: REAPManifest, Required: true}, {Name: REAPWorkingSetFile, Required: true, Remote: true, Streamed: true}},
 	StatsPart: REAPStats{}, BuildPart: REAPBuild{}}

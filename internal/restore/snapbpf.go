@@ -295,6 +295,6 @@ func residency(m []byte, ranges []memlayout.PageRun) ([]memlayout.PageRun, uint6
 
 func msSince(t time.Time) float64 { return msOf(time.Since(t)) }
 
-var snapbpfStrategy = Strategy{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true,
+var snapbpfStrategy = Strategy{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true, AutoOrder: 3,
 	Ready: hasArtifact(SnapBPF, SnapBPFManifest), Refresh: refreshSnapBPF, StatsPart: SnapBPFStats{}, BuildPart: SnapBPFBuild{},
 	Artifacts: []Artifact{{Name: SnapBPFManifest, Required: true}}}

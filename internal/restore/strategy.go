@@ -41,6 +41,10 @@ type Strategy struct {
 	// its page-cache fill is not counted in a cold start, an upper bound
 	// for measurements, not a way to restore).
 	Auto bool
+	// AutoOrder is its place in the adaptive policy's rule for a location
+	// without evidence (lower first, as measured: docs/bench/adaptive.md);
+	// 0: after the ranked ones, in registry order.
+	AutoOrder int
 	// Ready says whether the strategy restores snap as itself (its
 	// artifacts exist, premap's store copy does); nil: always.
 	Ready func(snap Snapshot, env Env) bool

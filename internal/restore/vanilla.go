@@ -34,4 +34,4 @@ func (v *vanilla) Stats() Stats { return Stats{Fallback: v.fallback} }
 
 var vanillaStrategy = Strategy{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	return beginVanilla(snap, env, "")
-}, Lazy: true, Auto: true}
+}, Lazy: true, Auto: true, AutoOrder: 5}
