@@ -93,6 +93,28 @@ type StrategySample struct {
 	Stats map[string]any `json:"stats,omitempty"`
 }
 
+// legacyStats are the strategies' own fields a sample carried at its top
+// level before they moved into Stats, by their names there.
+var legacyStats = map[string]string{"prefetch_pages": "prefetch_pages", "prefetch_ms": "prefetch_ms", "uffd_faults": "faults_served",
+	"loader_bytes": "loader_bytes", "loader_ms": "loader_ms", "loader_finished_first": "loader_finished_first", "cache_fill_ms": "cache_fill_ms"}
+
+// fromLegacy fills Stats from raw, a sample written before Stats existed
+// (results of earlier runs read again).
+func (s *StrategySample) fromLegacy(raw json.RawMessage) {
+	var top map[string]any
+	if s.Stats != nil || json.Unmarshal(raw, &top) != nil {
+		return
+	}
+	for old, name := range legacyStats {
+		if v, ok := top[old]; ok {
+			if s.Stats == nil {
+				s.Stats = map[string]any{}
+			}
+			s.Stats[name] = v
+		}
+	}
+}
+
 // statNum is the strategy's stat name of s as a number (0 without it).
 func (s StrategySample) statNum(name string) float64 {
 	f, _ := s.Stats[name].(float64)
