@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // What the restore strategies report: per restore (StrategyStats: the
@@ -250,4 +251,55 @@ type Measure struct {
 	Name        string `json:"name"`        // its JSON name in the strategy's part
 	Unit        string `json:"unit"`        // ms, bytes, pages, count; "" for flags and text
 	Description string `json:"description"` // what it measures
+}
+
+// UnmarshalJSON reads a prepare result, also one stored before results
+// were keyed by kind (each strategy's build a member named by its kind,
+// "<kind>_unavailable", and "<kind>_record_ms"/"<kind>_build_ms" in its
+// timing): such a result reads as if it had been written keyed.
+func (r *PrepareResult) UnmarshalJSON(b []byte) error {
+	type plain PrepareResult
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = PrepareResult(p)
+	if r.Prepared != nil {
+		return nil
+	}
+	r.Prepared = map[string]*PreparedStrategy{}
+	var top map[string]json.RawMessage
+	var timing map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return err
+	}
+	if t := top["timing"]; len(t) > 0 && json.Unmarshal(t, &timing) != nil {
+		timing = nil
+	}
+	step := func(k string) *PreparedStrategy {
+		if r.Prepared[k] == nil {
+			r.Prepared[k] = &PreparedStrategy{}
+		}
+		return r.Prepared[k]
+	}
+	for key, v := range top {
+		switch {
+		case key == "function" || key == "clean_snapshot" || key == "warm_snapshot" || key == "timing":
+		case strings.HasSuffix(key, "_unavailable"):
+			_ = json.Unmarshal(v, &step(strings.TrimSuffix(key, "_unavailable")).Unavailable)
+		case bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")):
+			step(key).Build = v
+		}
+	}
+	for key, v := range timing {
+		for suffix, set := range map[string]func(*PreparedStrategy, float64){
+			"_record_ms": func(p *PreparedStrategy, ms float64) { p.RecordMS = ms },
+			"_build_ms":  func(p *PreparedStrategy, ms float64) { p.BuildMS = ms }} {
+			var ms float64
+			if k, ok := strings.CutSuffix(key, suffix); ok && json.Unmarshal(v, &ms) == nil {
+				set(step(k), ms)
+			}
+		}
+	}
+	return nil
 }
