@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/restore/loader"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -85,6 +86,16 @@ func (s Snapshot) ArtifactDir(k Kind) string { return filepath.Join(s.Dir, "stra
 
 func memSize(s Snapshot) int64 { return s.Manifest.Files[snapshot.MemoryFile].Size }
 func memSHA(s Snapshot) string { return s.Manifest.Files[snapshot.MemoryFile].SHA256 }
+
+// Loaders, Load and Extent are FaaSnap's loaders (package loader).
+type (
+	Loaders = loader.Loaders
+	Load    = loader.Load
+	Extent  = loader.Extent
+)
+
+// NewLoaders returns an empty registry of loaders.
+func NewLoaders() *Loaders { return loader.NewLoaders() }
 
 // Env is what the daemon provides to one restore.
 type Env struct {
