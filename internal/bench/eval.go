@@ -400,6 +400,7 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
 	s.Snapshot, s.WallMS, s.Trace = snap, float64(wall.Microseconds())/1000, inv.Trace
 	if st := inv.StrategyStats; st != nil {
+		// What the strategy fetched ahead (its fetch_ms and fetch_bytes):
 		// REAP's prefetch, FaaSnap's loader, cached's fill of the page
 		// cache (before the request's timer starts), premap's pre-faulting
 		// of the store copy (mapped, not read) or snapbpf's in-kernel
