@@ -24,6 +24,7 @@ type (
 	StrategyDetails  = wire.StrategyDescription
 	InvocationRecord = wire.InvocationRecord
 	AccelInfo        = wire.AccelInfo
+	VMMInfo          = wire.VMMInfo
 	Limits           = wire.Limits
 	ImageInfo        = wire.GuestImage
 	Info             = wire.Info

@@ -17,6 +17,7 @@ import (
 // from that invocation and swaps it in, and the faults outside the set
 // fall back under the threshold.
 func TestAdaptiveRestore(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
 		c.KeepAlive, c.VMMPool = -1, -1 // every invocation a cold start, VMMs started for it
 		c.Adaptive = daemon.AdaptiveConfig{DefaultStrategy: wire.StrategyAuto, DefaultRefresh: wire.RefreshPrepare, PrepareAfter: -1}

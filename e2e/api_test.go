@@ -22,6 +22,7 @@ import (
 // resources, oversized bodies and wrong states get clear errors with the
 // right status, through the real daemon and HTTP handler.
 func TestBadInput(t *testing.T) {
+	parallel(t)
 	e, ctx := helloEnv(t)
 	big := `{"event":"` + strings.Repeat("x", 7<<20) + `"}`
 	cases := []struct {

@@ -39,6 +39,7 @@ def handle(event):
 // the history keeps only its first bytes, a result over the limit is the
 // handler's error naming the limit, and the VM serves on.
 func TestLargeResult(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	dir := t.TempDir()

@@ -49,6 +49,7 @@ func (c cli) id(args ...string) string {
 // times out says which flags set the timeout, kills its VM and is in the
 // history; a boot is canceled.
 func TestCLIDay(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	thaw := cli{t, e}
 	thaw.id("function", "create", "probe", "--dir", repoPath("e2e/testdata/probe"))

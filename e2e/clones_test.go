@@ -30,6 +30,7 @@ type cloneValues struct {
 // tempfile names differ, the function's own on_restore runs in each, and
 // the clock is the host's.
 func TestClonesAreDistinct(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	boot, snap := bootSnapshot(t, e.c, "clones", "e2e/testdata/clones")
@@ -127,6 +128,7 @@ func checkDistinct(t *testing.T, seen map[string]map[string]bool, clones int) {
 // A function that imports ssl before the snapshot but first draws from
 // OpenSSL in a clone: 16 clones, 16 values.
 func TestClonesOpenSSLImported(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	_, snap := bootSnapshot(t, e.c, "sslimported", "e2e/testdata/clones-ssl-imported")
@@ -174,6 +176,7 @@ func checkGuestTime(t *testing.T, invoke func() (*client.Invocation, error)) {
 // An on_restore hook that raises leaves the clone up, and its invocations
 // report the hook's error (as a failed import does).
 func TestFailingOnRestore(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	boot, snap := bootSnapshot(t, e.c, "badhook", "e2e/testdata/badhook")

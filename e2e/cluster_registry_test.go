@@ -97,6 +97,7 @@ func countingPair(t *testing.T, opts ...func(*cluster.Config)) (c *cluster.Clust
 // first invocation and restores it lazily, and the first success after
 // the kill comes within 5 s.
 func TestClusterRegistry(t *testing.T) {
+	parallel(t)
 	c, ctr, ctx, owner, survivor, fn := countingPair(t, withStore(t))
 	checkLink(t, c)
 	for _, n := range c.Nodes {
@@ -159,6 +160,7 @@ func TestClusterRegistry(t *testing.T) {
 // registry_unavailable. Nothing is lost: with the store back every node
 // serves it, and no refused invocation ran.
 func TestClusterStoreDown(t *testing.T) {
+	parallel(t)
 	c := startCluster(t, 4, withStore(t))
 	ctr := newCounter(t, c.Net.HostIP.String())
 	ctx := ctxT(t)
@@ -229,6 +231,7 @@ func TestClusterStoreDown(t *testing.T) {
 // removes its outdated copy, and its next invocation imports and runs the
 // new code.
 func TestClusterRepublish(t *testing.T) {
+	parallel(t)
 	c, ctr, ctx, owner, other, fn := countingPair(t, withStore(t), func(cfg *cluster.Config) {
 		cfg.Node.Args = append(cfg.Node.Args, "--registry-refresh", "2s")
 	})

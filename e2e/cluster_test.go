@@ -261,6 +261,7 @@ func firstSuccess(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr *co
 // is down: no reset, no answer) loses its functions to another node
 // within 5 s, and gets them back when its link returns.
 func TestClusterPartition(t *testing.T) {
+	parallel(t)
 	c := startCluster(t, 2)
 	ctr := newCounter(t, c.Net.HostIP.String())
 	ctx := ctxT(t)
@@ -326,6 +327,7 @@ func TestClusterPartition(t *testing.T) {
 // 5 s. A node that stops drains: its health turns 503 while it still
 // serves.
 func TestCluster(t *testing.T) {
+	parallel(t)
 	c := startCluster(t, 2)
 	ctr := newCounter(t, c.Net.HostIP.String())
 	ctx := ctxT(t)

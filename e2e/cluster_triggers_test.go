@@ -105,6 +105,7 @@ func leaderOf(t *testing.T, nodes []*cluster.Node, within time.Duration) *cluste
 // tick after the kill runs once, and every queued invocation completes
 // (those the dead node was running are redelivered).
 func TestClusterTriggersSurviveNodeKill(t *testing.T) {
+	parallel(t)
 	natsBin := cluster.DefaultNATS()
 	if _, err := os.Stat(natsBin); err != nil {
 		t.Fatalf("nats-server (scripts/install-deps.sh builds it; THAW_NATS names another): %v", err)

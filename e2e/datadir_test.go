@@ -34,6 +34,12 @@ type thawd struct {
 // directory, and waits until it answers (or fails: then err says why).
 func startThawd(t *testing.T, dataDir string, args ...string) (*thawd, error) {
 	t.Helper()
+	return startThawdBinary(t, repoPath("bin/thawd"), dataDir, args...)
+}
+
+// startThawdBinary is startThawd of the daemon binary bin.
+func startThawdBinary(t *testing.T, bin, dataDir string, args ...string) (*thawd, error) {
+	t.Helper()
 	sockDir, err := os.MkdirTemp("", "thawd-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +48,7 @@ func startThawd(t *testing.T, dataDir string, args ...string) (*thawd, error) {
 	d := &thawd{sock: filepath.Join(sockDir, "thawd.sock"), out: &bytes.Buffer{}, done: make(chan struct{})}
 	all := append([]string{"--data-dir", dataDir, "--image", imageDir(t), "--accel", "tcg", "--listen", d.sock,
 		"--shim", repoPath("shim/build/libthaw_shim.so"), "--store-dir", storeDir(t, dataDir), "--memory", "256"}, args...)
-	d.cmd = exec.Command(repoPath("bin/thawd"), all...)
+	d.cmd = exec.Command(bin, all...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start thawd (make build first): %v", err)
@@ -74,6 +80,7 @@ func (d *thawd) kill() {
 // anything: the first one's VM lives on, its half-written snapshot stays,
 // its API still answers.
 func TestSecondDaemonTouchesNothing(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	ctx := ctxT(t)
@@ -119,6 +126,7 @@ func (s *stallAfter) Read(p []byte) (int, error) {
 // kill -9 during a create, and a crash between publishing a snapshot and
 // recording it: the next start removes both leftovers.
 func TestCrashLeftoversRemovedAtStart(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	d, err := startThawd(t, dataDir)
 	if err != nil {
@@ -181,6 +189,7 @@ func bigArchive(t *testing.T) []byte {
 // a file they could not read themselves, nor a directory outside the
 // configured roots; over TCP, even with the token, no caller may.
 func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
+	parallel(t)
 	root := t.TempDir()
 	os.Chmod(root, 0o755)
 	fn := filepath.Join(root, "fn")
@@ -224,6 +233,7 @@ func TestLocalUserCannotReadRootsFilesThroughTheDaemon(t *testing.T) {
 // thousands of small files builds and its guest sees all of them; nothing
 // the daemon wrote is readable by group or others.
 func TestBoundsAndModes(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.MaxVMs, c.AdmissionTimeout = 1, 500*time.Millisecond })
 	ctx := ctxT(t)

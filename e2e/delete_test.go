@@ -65,6 +65,7 @@ func thawCLI(t *testing.T, e *env, args ...string) (int, string, string) {
 // and deletes it when the invocation ends; --force kills the VM at once,
 // and its invocation fails naming the delete and is recorded.
 func TestVMDeleteWaitsOrForces(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	vm := bootFunction(t, e.c, "sleep", "functions/sleep")
@@ -124,6 +125,7 @@ func TestVMDeleteWaitsOrForces(t *testing.T) {
 // and a deployed version: the plain delete lists all of it at once and
 // changes nothing; --cascade deletes it all in one step.
 func TestFunctionDeleteCascade(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	ctx := ctxT(t)

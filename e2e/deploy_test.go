@@ -61,6 +61,7 @@ func deploy(t *testing.T, e *env, name, dir string, req client.DeployRequest) *c
 // booting anything; retention collects versions that are neither recent
 // nor aliased.
 func TestDeployVersionsAliasesRollback(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VersionKeep = 2 })
 	ctx := ctxT(t)
 	v1dir, v2dir := versionedFunction(t, "one"), versionedFunction(t, "two")
@@ -167,6 +168,7 @@ func TestDeployVersionsAliasesRollback(t *testing.T) {
 // Two deploys of one function at once both publish, one after the other,
 // in the order they came.
 func TestConcurrentDeploys(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	dirs := []string{versionedFunction(t, "a"), versionedFunction(t, "b")}
 	var wg sync.WaitGroup
@@ -201,6 +203,7 @@ func TestConcurrentDeploys(t *testing.T) {
 // version, no snapshot and no code of that deploy is there, and the same
 // deploy then publishes version 1.
 func TestDeployKilledMidway(t *testing.T) {
+	parallel(t)
 	for _, phase := range []string{"boot", "snapshot"} {
 		t.Run("during "+phase, func(t *testing.T) {
 			dataDir := t.TempDir()

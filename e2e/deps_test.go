@@ -61,6 +61,7 @@ func writeFunction(t *testing.T, from, requirements string) string {
 // layer. A handler whose import fails fails its boot with the traceback,
 // and nothing of it can be snapshotted.
 func TestFunctionDependencies(t *testing.T) {
+	parallel(t)
 	ix := depsIndex(t)
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.Deps.IndexURL = ix.URL })

@@ -17,6 +17,7 @@ import (
 // shared, pre-faulted; ranges go back when the VMs exit; the index and the
 // copy survive a daemon restart.
 func TestPremapDevDAX(t *testing.T) {
+	parallel(t)
 	imageDir(t)
 	dir := os.Getenv("THAW_TEST_REGION_DIR")
 	if dir == "" {

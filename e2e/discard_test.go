@@ -14,6 +14,7 @@ import (
 // intact, or every later clone restores zeroed pages. Found by the
 // memory-per-clone benchmark: the snapshot's checksum stopped matching.
 func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)

@@ -18,6 +18,7 @@ import (
 // the real daemon and VMs. It checks that every cell was measured, not how
 // fast anything was.
 func TestSmokeEvaluation(t *testing.T) {
+	parallel(t)
 	e, ctx, r := startEvalEnv(t)
 	fns := []string{"hello", "json"}
 	if _, err := inputs.Load(ctx, r, fns, nil, nil); err != nil {
@@ -63,6 +64,7 @@ func TestSmokeEvaluation(t *testing.T) {
 // snapshot and from two (the warm snapshot and a copy made through the
 // API), one repetition; then the result files. The copy is deleted after.
 func TestSmokeEvalBurst(t *testing.T) {
+	parallel(t)
 	e, ctx, r := startEvalEnv(t)
 	cfg := bench.DefaultEvalConfig(repoPath("."))
 	cfg.Experiments, cfg.BurstFunctions, cfg.BurstSizes, cfg.Reps = []string{bench.ExpBurst}, []string{"hello"}, []int{2}, 1
@@ -138,6 +140,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // technique off once, traced by the daemon's tracepoint program; then the
 // result files.
 func TestSmokeEvalAblation(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.FaultTraceObject = repoPath("bin/faulttrace.bpf.o") })
 	ctx := ctxT(t)
 	r, err := inputs.StartRedis(ctx, t.TempDir())

@@ -14,12 +14,16 @@ import (
 // legacy pmem namespace) and runs internal/store's tests there.
 
 // TestFSDAXStoreInGuest: ext4 -o dax on /dev/pmem0, TestFSDAX.
-func TestFSDAXStoreInGuest(t *testing.T) { daxGuest(t, "fsdax", "fsdax_test.go", "dax=always") }
+func TestFSDAXStoreInGuest(t *testing.T) {
+	parallel(t)
+	daxGuest(t, "fsdax", "fsdax_test.go", "dax=always")
+}
 
 // TestDevDAXStoreInGuest: the namespace reconfigured as /dev/dax0.0,
 // TestDevDAX (the store's index, copies and clone ranges, the kernel's
 // refusals, and the interposer mapping a VM's range shared).
 func TestDevDAXStoreInGuest(t *testing.T) {
+	parallel(t)
 	daxGuest(t, "devdax", "devdax_device_test.go", "dax0.0 size", "thaw-shim")
 }
 

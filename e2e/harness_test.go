@@ -10,8 +10,11 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +22,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,4 +217,56 @@ func tarGz(t *testing.T, files map[string]string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// parallel runs t beside the other parallel tests, as many at once as go
+// test's -parallel allows (GOMAXPROCS by default: two on a 2-core host).
+// Tests that share the booted fixture, set the process's environment,
+// measure, or change the host's own network state stay serial: they run
+// first, one at a time. THAW_E2E_SERIAL=1 runs every test alone.
+func parallel(t *testing.T) {
+	if os.Getenv("THAW_E2E_SERIAL") == "" {
+		t.Parallel()
+	}
+}
+
+// outsideSlots are the numbers (20-219) the tests' "outside" namespaces
+// use for their names and subnets, held until the test ends: parallel
+// tests never share one.
+var outsideSlots struct {
+	sync.Mutex
+	taken map[int]bool
+}
+
+// outsideSlot reserves a free number for t; with hostLink (a format with
+// one %d), a number whose host interface another process made is skipped
+// too.
+func outsideSlot(t *testing.T, hostLink string) int {
+	t.Helper()
+	outsideSlots.Lock()
+	defer outsideSlots.Unlock()
+	if outsideSlots.taken == nil {
+		outsideSlots.taken = map[int]bool{}
+	}
+	start := rand.IntN(200)
+	for i := range 200 {
+		n := 20 + (start+i)%200
+		if outsideSlots.taken[n] {
+			continue
+		}
+		if hostLink != "" {
+			if _, err := net.InterfaceByName(fmt.Sprintf(hostLink, n)); err == nil {
+				continue
+			}
+		}
+		outsideSlots.taken[n] = true
+		t.Cleanup(func() {
+			outsideSlots.Lock()
+			defer outsideSlots.Unlock()
+			delete(outsideSlots.taken, n)
+		})
+		return n
+	}
+	t.Fatal("no free number for an outside namespace")
+	return 0
 }

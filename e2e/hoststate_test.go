@@ -35,6 +35,7 @@ import (
 // thaw uses: what the daemon changes is all there, and the other daemons
 // on this machine neither disturb the comparison nor are disturbed.
 func TestHostLeftAsFound(t *testing.T) {
+	parallel(t)
 	imageDir(t)
 	for _, tc := range []struct {
 		forward       string
@@ -203,7 +204,7 @@ func (h *hostNS) sh(t *testing.T, script string) string {
 // to it by a veth pair, and returns its ip:port.
 func (h *hostNS) outside(t *testing.T) string {
 	t.Helper()
-	n := rand.IntN(200) + 20
+	n := outsideSlot(t, "")
 	ns := fmt.Sprintf("thaw-hs-out-%d-%d", os.Getpid(), n)
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)

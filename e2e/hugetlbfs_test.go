@@ -22,6 +22,7 @@ import (
 // freeing memory. A pool too small for a clone's reservation makes premap
 // fall back and say why.
 func TestPremapHugeTLBFS(t *testing.T) {
+	parallel(t)
 	imageDir(t)
 	// 256 MiB guests: the copy is at most 128 huge pages and each live
 	// clone reserves as many.

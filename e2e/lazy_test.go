@@ -38,6 +38,7 @@ var lazyFunctions = map[string]struct{ event, want string }{
 // placeholder; cached refuses with an error saying to pull the snapshot; a
 // source that fails ends the restore with an error naming it.
 func TestLazyRestore(t *testing.T) {
+	parallel(t)
 	var current atomic.Pointer[lazyMemory]
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
 		c.VMMPool = -1 // a standby VM would be planned with whatever source was current

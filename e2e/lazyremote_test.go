@@ -30,6 +30,7 @@ import (
 // chunk is 503 registry_unavailable. THAW_LAZY_FUNCTIONS=hello,image runs
 // more functions (the measurement).
 func TestLazyRemoteRestore(t *testing.T) {
+	parallel(t)
 	srv := miniotest.Start(t)
 	cfg := func(c *daemon.Config) {
 		rc := srv.Config

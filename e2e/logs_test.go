@@ -26,6 +26,7 @@ func logsOf(tag string) []string {
 // keeps its first and last parts; a history prune (thawd --history-max,
 // at the next start) removes the logs with their records.
 func TestFunctionLogs(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.KeepAlive, c.MaxLogBytes = -1, 4096 })
 	thaw := cli{t, e}

@@ -78,6 +78,7 @@ func probeAs(t *testing.T, pid int, uid uint32, addrs ...string) probeResult {
 // own with nothing but a loopback, and the guests still reach what they
 // may (TestGuestNetworkIsolation, TestGuestFullEgress).
 func TestQEMUNetworkNamespace(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -36,7 +35,7 @@ type outside struct {
 
 func newOutside(t *testing.T) *outside {
 	t.Helper()
-	n := rand.IntN(200) + 20
+	n := outsideSlot(t, "thoh%d")
 	o := &outside{ns: fmt.Sprintf("thaw-e2e-out-%d", n)}
 	hostIf, nsIf := fmt.Sprintf("thoh%d", n), fmt.Sprintf("thon%d", n)
 	hostIP, nsIP := fmt.Sprintf("10.250.%d.1", n), fmt.Sprintf("10.250.%d.2", n)
@@ -153,6 +152,7 @@ func ownNetNamespaces(t *testing.T) int {
 // its function's policy allows, fails fast elsewhere, and its network goes
 // with it.
 func TestGuestNetworkIsolation(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	allowed, other := echoService(t), echoService(t)

@@ -18,6 +18,7 @@ import (
 // the booted VM, which answers a warm invocation. Every answer is checked
 // against openapi.json.
 func TestBootOperation(t *testing.T) {
+	parallel(t)
 	e, ctx := helloEnv(t)
 	check, err := apitest.Load(api.OpenAPI)
 	if err != nil {

@@ -43,6 +43,7 @@ func TestReadyClonesMeasure(t *testing.T) {
 		return inv
 	}
 	var hit, renew, cold, kept, warm []float64
+	parts := hitParts{}
 	byName := func() (*client.Invocation, error) {
 		return e.c.InvokeFunction(ctx, "hello", ev(`{"name":"bench"}`), client.InvokeOptions{})
 	}
@@ -50,12 +51,14 @@ func TestReadyClonesMeasure(t *testing.T) {
 	for range n {
 		waitReadyClone(t, ctx, e.c)
 		time.Sleep(200 * time.Millisecond) // let the refill's VMM settle, as between requests that arrive apart
+		sent := time.Now()
 		inv := invoke("hit", byName)
 		if inv.Mode != "ready" {
 			t.Fatalf("mode %s with a ready clone waiting", inv.Mode)
 		}
 		hit = append(hit, inv.Timing.TotalMS)
 		renew = append(renew, inv.Timing.Ready.RenewMS)
+		parts.add(inv, time.Since(sent))
 	}
 	for range n {
 		inv := invoke("cold", func() (*client.Invocation, error) {
@@ -88,6 +91,7 @@ func TestReadyClonesMeasure(t *testing.T) {
 	}
 	t.Logf("hello, request to answer, p50 ms (n): ready hit %.2f (%d; renewal %.2f), cold restore %.2f (%d), keep-alive %.2f (%d), warm %.2f (%d)",
 		median(hit), len(hit), median(renew), median(cold), len(cold), median(kept), len(kept), median(warm), len(warm))
+	parts.log(t)
 	t.Logf("ready hits %v", hit)
 	t.Logf("cold %v", cold)
 	t.Logf("keep-alive %v", kept)
@@ -337,4 +341,39 @@ func measuring(t *testing.T) {
 	if os.Getenv("THAW_READY_MEASURE") != "1" {
 		t.Skip("a measurement: set THAW_READY_MEASURE=1 (and THAW_IMAGE)")
 	}
+}
+
+// hitParts collects where ready hits' time went.
+type hitParts map[string][]float64
+
+func (p hitParts) add(inv *client.Invocation, client time.Duration) {
+	r := inv.Timing.Ready
+	p["client"] = append(p["client"], float64(client.Microseconds())/1000)
+	p["total"] = append(p["total"], inv.Timing.TotalMS)
+	p["take"] = append(p["take"], r.TakeMS)
+	p["renew"] = append(p["renew"], r.RenewMS)
+	p["renew guest"] = append(p["renew guest"], r.RenewGuestMS)
+	p["invoke"] = append(p["invoke"], inv.Timing.InvokeMS)
+	p["handler"] = append(p["handler"], inv.Timing.GuestMS)
+	p["rest"] = append(p["rest"], inv.Timing.TotalMS-r.TakeMS-r.RenewMS-inv.Timing.InvokeMS)
+	p["teardown"] = append(p["teardown"], inv.Timing.TeardownMS)
+	p["client - total"] = append(p["client - total"], float64(client.Microseconds())/1000-inv.Timing.TotalMS)
+	for step, v := range r.RenewSteps {
+		p["renew step "+step] = append(p["renew step "+step], v)
+	}
+}
+
+// log prints each part's p50, in a stable order.
+func (p hitParts) log(t *testing.T) {
+	t.Helper()
+	names := make([]string, 0, len(p))
+	for k := range p {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	line := ""
+	for _, k := range names {
+		line += fmt.Sprintf("%s %.2f; ", k, median(p[k]))
+	}
+	t.Logf("ready hit parts, p50 ms: %s", line)
 }

@@ -35,6 +35,7 @@ func waitReadyClone(t *testing.T, ctx context.Context, c *client.Client) {
 // A hit's latency is printed beside a cold restore's (not asserted: the
 // machine is shared).
 func TestReadyClonesFresh(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
 		c.KeepAlive = -1
 		c.Ready = daemon.ReadyConfig{MemoryMiB: 1024}

@@ -17,6 +17,7 @@ import (
 // and invokes it; with MinIO stopped a push is 503 registry_unavailable
 // and the local snapshots still serve.
 func TestRegistryPushPullInvoke(t *testing.T) {
+	parallel(t)
 	srv := miniotest.Start(t)
 	withRegistry := func(c *daemon.Config) { cfg := srv.Config; c.Registry = &cfg }
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { withRegistry(c); c.RegistryPushOnPrepare = true })

@@ -19,6 +19,7 @@ import (
 // or O_DIRECT) pays the volume's latency, a cached one does not, readahead
 // is the loop device's, and `down` leaves nothing behind.
 func TestRemoteStorageVolume(t *testing.T) {
+	parallel(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (FUSE, loop device, mount)")
 	}

@@ -25,6 +25,7 @@ import (
 // VM (cont and a clock request, no new VMM, no vmgenid notification). With
 // THAW_RESUME_OUT set it writes the samples there as JSON lines.
 func TestResumeBreakdown(t *testing.T) {
+	parallel(t)
 	n := 10
 	if v, err := strconv.Atoi(os.Getenv("THAW_RESUME_N")); err == nil && v > 0 {
 		n = v

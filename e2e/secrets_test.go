@@ -227,6 +227,7 @@ func randomSecret(t *testing.T) string {
 // and device state, console logs, catalog, secret store) or the memory
 // store.
 func TestSecretsNeverInSnapshots(t *testing.T) {
+	parallel(t)
 	w := startWatched(t)
 	ctx := ctxT(t)
 	c := w.c
@@ -344,6 +345,7 @@ func get(t *testing.T, e *env, path string) []byte {
 // a secret's value has it in its booted VM's memory; the snapshot is
 // refused, naming the secret and the file, and nothing is published.
 func TestSnapshotHoldingASecretIsRefused(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	value := randomSecret(t)

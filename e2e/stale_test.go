@@ -76,6 +76,7 @@ func changedImage(t *testing.T, base string) string {
 // operation), cold starts meanwhile say they booted an older build and
 // why, and once rebuilt the version restores from its new snapshot.
 func TestStaleVersionIsRebuilt(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	e := startEnv(t, dataDir)
 	d := deploy(t, e, "aging", versionedFunction(t, "v1"), client.DeployRequest{})

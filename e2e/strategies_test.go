@@ -32,6 +32,7 @@ func prepareProbe(t *testing.T, c *client.Client) *client.PrepareResult {
 // their artifacts, and that each damaged artifact makes the invocation fall
 // back to vanilla and say so.
 func TestStrategies(t *testing.T) {
+	parallel(t)
 	// Room for a standby VM of every strategy (the default pool budget is
 	// an eighth of the host's memory).
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VMMPoolMemoryMiB = 8 << 10 })
@@ -309,6 +310,7 @@ func invokeWith(t *testing.T, c *client.Client, o client.InvokeOptions) *client.
 // artifacts, says why snapbpf was not prepared, and snapbpf restores run as
 // vanilla and say so.
 func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.SnapBPFObject = "/nonexistent/snapbpf_capture.bpf.o" })
 	c := e.c
 	res := prepareProbe(t, c)

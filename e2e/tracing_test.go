@@ -31,6 +31,7 @@ func (t *traceparentTransport) RoundTrip(r *http.Request) (*http.Response, error
 // caller's trace, its steps beneath it in order, each as long as the
 // invocation's own timing says.
 func TestColdStartTrace(t *testing.T) {
+	parallel(t)
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.TracerProvider = tp })

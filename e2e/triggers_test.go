@@ -94,6 +94,7 @@ func curl(t *testing.T, args ...string) string {
 }
 
 func TestEndpointOverHTTP(t *testing.T) {
+	parallel(t)
 	addr := freeAddr(t)
 	tokPath, token := tokenFile(t)
 	d, err := startThawd(t, t.TempDir(), "--functions-listen", addr, "--token-file", tokPath)
@@ -227,6 +228,7 @@ func (s *outcomeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestAsyncSurvivesKill9(t *testing.T) {
+	parallel(t)
 	dataDir := t.TempDir()
 	sink := &outcomeSink{got: map[string]int{}}
 	hook := httptest.NewServer(sink)
@@ -351,6 +353,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
+	parallel(t)
 	d, err := startThawd(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +407,7 @@ func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 }
 
 func TestScheduleFiresEverySecond(t *testing.T) {
+	parallel(t)
 	d, err := startThawd(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // QEMU can end, and checks that the API's error and the VM's reason lead
 // with the cause. (The memory limit of the VM's cgroup: TestQEMUConfinement.)
 func TestVMEndReasons(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, t.TempDir())
 	c := e.c
 	ctx := ctxT(t)

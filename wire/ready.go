@@ -14,6 +14,13 @@ type ReadyNote struct {
 	// RenewMS is the renewal at dispatch, request sent to answer (hits
 	// only; part of TotalMS).
 	RenewMS float64 `json:"renew_ms,omitempty"`
+	// TakeMS is the request received to the clone in hand: the request's
+	// checks, the catalog's reads, the take (hits only; part of TotalMS).
+	TakeMS float64 `json:"take_ms,omitempty"`
+	// RenewGuestMS is the guest agent's part of RenewMS, and RenewSteps
+	// where it went (ms per step, as the agent reports them; hits only).
+	RenewGuestMS float64            `json:"renew_guest_ms,omitempty"`
+	RenewSteps   map[string]float64 `json:"renew_steps,omitempty"`
 	// Fallback says why no ready clone served it (misses only): "none
 	// ready", or the ready clone that failed and why; the invocation was
 	// then served as it would have been without ready clones.

@@ -184,7 +184,7 @@ const (
 // RestoreTiming breaks a restore down, in milliseconds.
 type RestoreTiming struct {
 	VerifyMS    float64 `json:"verify_ms"`     // snapshot checks
-	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to QMP ready
+	VMMStartMS  float64 `json:"vmm_start_ms"`  // process start to control channel ready
 	LoadStateMS float64 `json:"load_state_ms"` // device state loaded
 	SetupMS     float64 `json:"setup_ms"`      // request to vCPUs resumed (all of the above)
 	// Source is where the snapshot's memory came from: "local", or
@@ -210,7 +210,7 @@ type RestoreTiming struct {
 	// process had used when the restore took it from the pool (its start
 	// and the strategy's part, done ahead of the request).
 	StandbyCPUMS float64 `json:"standby_cpu_ms,omitempty"`
-	// ContMS is how long QEMU took to answer the QMP cont that resumed
+	// ContMS is how long the VMM took to acknowledge the resume of
 	// the vCPUs (part of SetupMS).
 	ContMS float64 `json:"cont_ms,omitempty"`
 	// AgentWaitMS is the part of ResumeMS from the restore request written
@@ -390,15 +390,25 @@ type GuestImageFile struct {
 	SHA256 string `json:"sha256"`
 }
 
+// VMMInfo is the virtual machine monitor VMs run in (snapshots are bound
+// to its name and version).
+type VMMInfo struct {
+	Name    string `json:"name"`    // the backend's registered name (thawd --vmm)
+	Version string `json:"version"` // the monitor's version
+	// Machine names the guest hardware it builds (device state loads only
+	// into the same hardware).
+	Machine string `json:"machine"`
+}
+
 // Info describes the daemon.
 type Info struct {
-	Version     string     `json:"version"`     // the daemon's build
-	APIVersion  string     `json:"api_version"` // openapi.json's info.version
-	Accel       AccelInfo  `json:"accel"`
-	QEMUVersion string     `json:"qemu_version"`
-	Image       GuestImage `json:"image"`
-	DataDir     string     `json:"data_dir"`
-	Strategies  []string   `json:"strategies"`
+	Version    string     `json:"version"`     // the daemon's build
+	APIVersion string     `json:"api_version"` // openapi.json's info.version
+	Accel      AccelInfo  `json:"accel"`
+	VMM        VMMInfo    `json:"vmm"`
+	Image      GuestImage `json:"image"`
+	DataDir    string     `json:"data_dir"`
+	Strategies []string   `json:"strategies"`
 	// StrategyDetails: each strategy as it describes itself (its
 	// artifacts, its stats and its build), in Strategies' order.
 	StrategyDetails []StrategyDescription `json:"strategy_details"`

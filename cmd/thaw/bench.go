@@ -19,7 +19,7 @@ func (a *app) newBenchCmd() *cobra.Command {
 	cmd := newGroupCmd("bench", "Measure thaw through its API and write results",
 		`Benchmarks drive the daemon through the same API as every other command and
 only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`)
-	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd(), a.newBenchAdaptiveCmd(), a.newBenchMemoryCmd(), a.newBenchRestoreCmd(), a.newBenchEvalCmd(), a.newBenchReportCmd(), a.newBenchChunksCmd(), a.newBenchRemoteDiskCmd(),
+	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd(), a.newBenchAdaptiveCmd(), a.newBenchMemoryCmd(), a.newBenchRestoreCmd(), a.newBenchEvalCmd(), a.newBenchReportCmd(), a.newBenchChunksCmd(), a.newBenchRemoteDiskCmd(), a.newBenchFreshCmd(),
 		a.newBenchExperimentCmd(bench.ExpExec, "Execution time of every function, both record/test directions, every strategy and warm (Figures 6, 7)"),
 		a.newBenchExperimentCmd(bench.ExpSize, "Cold execution time against test input size, 1/4x to 4x the record input (Figure 8)"),
 		a.newBenchExperimentCmd(bench.ExpBurst, "Bursts of concurrent cold invocations from one snapshot and from copies (Figure 10)"),

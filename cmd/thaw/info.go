@@ -14,10 +14,10 @@ import (
 func (a *app) newInfoCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "info",
-		Short: "Show the daemon's version, accelerator, QEMU, guest image, strategies and limits",
+		Short: "Show the daemon's version, accelerator, VMM, guest image, strategies and limits",
 		Long: `Show what the daemon runs on: its version, the accelerator it uses (KVM
 or TCG) and why in one line (-o json has the probe's whole account), the
-QEMU version, the guest image (hash and kernel), its data directory, the
+virtual machine monitor (its name, version and machine), the guest image (hash and kernel), its data directory, the
 restore strategies it offers, its defaults and limits in force (invocation
 and boot timeouts, event and result sizes, live VMs and memory budgets,
 the admission queue, keep-alive, the VMM pool, history and version
@@ -37,7 +37,7 @@ signing key: the line other nodes add to their thawd
 					row(w, "Node:", info.Node)
 				}
 				row(w, "Accelerator:", accelSummary(info.Accel))
-				row(w, "QEMU:", orDash(info.QEMUVersion))
+				row(w, "VMM:", vmmSummary(info.VMM))
 				row(w, "Image:", orDash(info.Image.Dir))
 				row(w, "  hash:", orDash(info.Image.Hash))
 				row(w, "  kernel:", orDash(info.Image.KernelVersion))
@@ -175,4 +175,16 @@ func fmtDuration(ms int64) string {
 		return fmt.Sprintf("%d days", d/day)
 	}
 	return d.String()
+}
+
+// vmmSummary is the monitor in one line: "qemu 7.2.22 (pc-q35-7.2)".
+func vmmSummary(v client.VMMInfo) string {
+	if v.Name == "" {
+		return "-"
+	}
+	s := strings.TrimSpace(v.Name + " " + v.Version)
+	if v.Machine != "" {
+		s += " (" + v.Machine + ")"
+	}
+	return s
 }

@@ -344,7 +344,7 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 		row(w, "teardown", fmtMSCol(t.TeardownMS), "after the answer")
 	}
 	if p := inv.Process; p != nil {
-		row(w, "vmm faults", fmt.Sprintf("%d major, %d minor", p.MajorFaults, p.MinorFaults), "QEMU, resume to answer")
+		row(w, "vmm faults", fmt.Sprintf("%d major, %d minor", p.MajorFaults, p.MinorFaults), "VMM process, resume to answer")
 		row(w, "vmm reads", fmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
 	}
 	if st := inv.StrategyStats; st != nil {

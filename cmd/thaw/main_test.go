@@ -68,7 +68,7 @@ const (
 	  {"id": "inv-1", "function": "hello", "vm": "vm-cold", "snapshot": "snap-1", "strategy": "file", "ok": false,
 	   "detail": ` + raisedJSON + `, "created_at": "2025-01-02T03:04:05Z"}]}`
 	infoJSON = `{"version": "0.1.0", "accel": {"accel": "kvm", "source": "probe", "detail": "/dev/kvm is usable"},
-	  "qemu_version": "8.2.2", "image": {"dir": "/img", "hash": "abc123", "kernel_version": "6.6.1"},
+	  "vmm": {"name": "qemu", "version": "8.2.2", "machine": "pc-q35-8.2"}, "image": {"dir": "/img", "hash": "abc123", "kernel_version": "6.6.1"},
 	  "data_dir": "/var/lib/thaw", "strategies": ["file", "mmap"]}`
 )
 
@@ -505,7 +505,7 @@ func TestInfoAndInvocations(t *testing.T) {
 	f := newFakeDaemon(t)
 	r := f.thaw(t, "info")
 	wantCode(t, r, 0)
-	wantContains(t, "info", r.stdout, "thawd 0.1.0", "kvm (probe: /dev/kvm is usable)", "8.2.2", "abc123", "6.6.1",
+	wantContains(t, "info", r.stdout, "thawd 0.1.0", "kvm (probe: /dev/kvm is usable)", "VMM:", "qemu 8.2.2 (pc-q35-8.2)", "abc123", "6.6.1",
 		"/var/lib/thaw", "file, mmap")
 
 	r = f.thaw(t, "invocations", "--function", "hello", "--limit", "5")

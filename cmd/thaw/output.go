@@ -192,7 +192,7 @@ func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 	if rt.VMM == "pooled" {
 		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "started ahead by the VMM pool")
 	} else {
-		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to QMP ready")
+		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to control channel ready")
 	}
 	row(w, prefix+"  load state", fmtMSCol(rt.LoadStateMS), "device state loaded")
 	if rt.PullMS > 0 {

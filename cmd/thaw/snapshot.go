@@ -99,7 +99,7 @@ func (a *app) newSnapshotVerifyCmd() *cobra.Command {
 		Use:   "verify ID",
 		Short: "Fully re-check a snapshot's files and inputs",
 		Long: `Fully re-check a snapshot: its files against their recorded hashes and the
-inputs it was taken with (guest kernel and filesystems, QEMU version,
+inputs it was taken with (guest kernel and filesystems, VMM and its version,
 accelerator, function code and VM shape). thaw exits
 with code 1 and the daemon's reason if the snapshot is unusable.`,
 		Args: exactArgs("ID"),

@@ -20,6 +20,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
 // defaultConfigFile is read when --config is not given, if it exists.
@@ -101,6 +102,7 @@ func newSettings() *settings {
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 0, "on SIGTERM, how long GET /v1/health answers 503 draining while requests are still served, before the listeners close (give a load balancer's health checks time to take the node out)")
 	fs.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
 	fs.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image'; default $THAW_CACHE/images/current)")
+	fs.StringVar(&d.VMMName, "vmm", vmm.DefaultBackend, "virtual machine monitor VMs run in, by the name its backend registers: "+strings.Join(vmm.Backends(), ", "))
 	fs.StringVar(&d.Accel, "accel", "auto", "accelerator: auto (probe KVM, else TCG), kvm or tcg")
 	fs.IntVar(&d.DefaultMemoryMiB, "memory", 512, "default guest memory in MiB")
 	fs.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
@@ -132,6 +134,7 @@ func newSettings() *settings {
 	fs.IntVar(&d.Ready.MemoryMiB, "standby-memory", 0, "MiB ready clones may hold together, guest memory plus --vm-memory-overhead each: VMs restored, resumed and warmed ahead of requests, each serving one request that names no snapshot or strategy at near-warm latency, as many per function version as its recent concurrency needs; 0: none")
 	fs.IntVar(&d.Ready.MinReady, "min-ready", 0, "ready clones each function version with traffic keeps even when idle (needs --standby-memory)")
 	fs.DurationVar(&d.Ready.MaxAge, "ready-max-age", 10*time.Minute, "a ready clone that has waited this long is replaced by a fresh one")
+	fs.DurationVar(&d.Ready.Settle, "ready-settle", 100*time.Millisecond, "how long after a request a ready clone served no refill starts, so that its answer leaves first; negative: none")
 	fs.DurationVar(&d.Ready.Window, "ready-window", time.Minute, "how far back a function version's concurrency is read to size its ready clones (the p95 of each second's peak); none once it saw no request for this long")
 	fs.StringVar(&s.registryFile, "registry-config", "", "snapshot registry config file (YAML or JSON, mode 0600: endpoint, bucket, region, access_key, secret_key, secure, ca_file, chunk_size; or type: fs, path: a directory shared by the nodes, chunk_size); without it the "+registry.EnvEndpoint+" and "+registry.EnvBucket+" environment variables (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) configure one; none: no push or pull")
 	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")

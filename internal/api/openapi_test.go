@@ -1194,8 +1194,8 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		details = append(details, st.Describe())
 	}
 	info := daemon.Info{Version: "v0.1.0-42-g1a2b3c4", APIVersion: daemon.APIVersion, StrategyDetails: details,
-		Accel:       daemon.AccelInfo{Accel: string(vmm.AccelKVM), Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
-		QEMUVersion: "8.2.2",
+		Accel: daemon.AccelInfo{Accel: string(vmm.AccelKVM), Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
+		VMM:   wire.VMMInfo{Name: "qemu", Version: "8.2.2", Machine: "pc-q35-8.2"},
 		Image: wire.GuestImage{Dir: "/img/abc", Format: 1, Hash: "abc", KernelVersion: "6.8.0", Cmdline: "console=ttyS0",
 			Files:   map[string]wire.GuestImageFile{guestimage.Kernel: {Size: 14000000, SHA256: hex64}, guestimage.Initrd: {Size: 1, SHA256: hex64}},
 			BuiltAt: "2025-01-01T00:00:00Z"},

@@ -46,7 +46,7 @@ func (m Machine) HintText() string {
 // DescribeMachine reads /proc for the host and the daemon for the rest.
 func DescribeMachine(info *client.Info) Machine {
 	hint := info.HugePageHint
-	m := Machine{Cores: runtime.NumCPU(), Accel: info.Accel.Accel, AccelWhy: info.Accel.Detail, QEMU: info.QEMUVersion,
+	m := Machine{Cores: runtime.NumCPU(), Accel: info.Accel.Accel, AccelWhy: info.Accel.Detail, QEMU: info.VMM.Version,
 		HugePageHint: &hint}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int

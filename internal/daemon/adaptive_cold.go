@@ -54,51 +54,105 @@ func autoRank(st restore.Strategy) int {
 // function's fixed one, else, under auto and for requests that name no
 // snapshot, the policy's for the snapshot's version and location.
 func (a *adaptive) choose(ctx context.Context, req ColdRequest, snapID string, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
+	st, choice, pending := a.settle(ctx, req, snapID, st)
+	if pending != nil {
+		return a.decide(ctx, pending, st)
+	}
+	return st, choice
+}
+
+// autoChoice is a cold start whose strategy the policy is to decide.
+type autoChoice struct {
+	snapID, loc, rule string
+	arms              []string
+	sn                *catalog.Snapshot
+	fn                *catalog.Function
+}
+
+// settle is choose up to the policy's decision: the strategy and why when
+// it is fixed (the request's, the function's, the daemon's), else the
+// auto choice to decide, which nothing has recorded yet (a request a
+// ready clone serves restores nothing and is no cold start).
+func (a *adaptive) settle(ctx context.Context, req ColdRequest, snapID string, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice, *autoChoice) {
 	if req.Strategy != "" {
-		return st, &wire.StrategyChoice{How: "request"}
+		return st, &wire.StrategyChoice{How: "request"}, nil
 	}
 	sn, err := a.s.GetSnapshot(ctx, snapID)
 	if err != nil {
-		return st, &wire.StrategyChoice{How: "daemon"}
+		return st, &wire.StrategyChoice{How: "daemon"}, nil
 	}
 	fn, err := a.s.db.GetFunction(ctx, sn.Function)
 	if err != nil {
-		return st, &wire.StrategyChoice{How: "daemon"}
+		return st, &wire.StrategyChoice{How: "daemon"}, nil
 	}
 	set := a.settingsOf(ctx, fn)
 	switch {
 	case set.strategy == "", set.strategyFrom == "daemon" && set.strategy != wire.StrategyAuto && sn.RemoteMemory:
 		// The daemon's fixed default; snapshots in the registry restore
 		// with its remote strategy, as coldTarget chose.
-		return st, &wire.StrategyChoice{How: "daemon"}
+		return st, &wire.StrategyChoice{How: "daemon"}, nil
 	case set.strategy != wire.StrategyAuto:
 		fixed, err := a.s.strategy(set.strategy)
 		if err != nil { // not offered by this daemon: its default
-			return st, &wire.StrategyChoice{How: "daemon", Reason: err.Error()}
+			return st, &wire.StrategyChoice{How: "daemon", Reason: err.Error()}, nil
 		}
-		return fixed, &wire.StrategyChoice{How: set.strategyFrom}
+		return fixed, &wire.StrategyChoice{How: set.strategyFrom}, nil
 	case req.Snapshot != "": // a snapshot named: the evidence is the version's newest's
-		return st, &wire.StrategyChoice{How: "daemon", Reason: "a named snapshot restores with the daemon's default"}
+		return st, &wire.StrategyChoice{How: "daemon", Reason: "a named snapshot restores with the daemon's default"}, nil
 	}
 	loc, arms, rule, err := a.arms(sn)
 	if err != nil || len(arms) == 0 {
-		return st, &wire.StrategyChoice{How: "daemon", Reason: fmt.Sprintf("no strategy can restore %s: %v", snapID, err)}
+		return st, &wire.StrategyChoice{How: "daemon", Reason: fmt.Sprintf("no strategy can restore %s: %v", snapID, err)}, nil
 	}
+	return st, nil, &autoChoice{snapID: snapID, loc: loc, rule: rule, arms: arms, sn: sn, fn: fn}
+}
+
+// decide is the policy's choice for c, counted as a cold start of its
+// location; st if the strategy chosen is not offered.
+func (a *adaptive) decide(ctx context.Context, c *autoChoice, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
 	queueing := a.s.adm.queued() > 0
 	a.mu.Lock()
-	vs := a.state(ctx, fn, max(sn.Version, 0))
-	l := vs.location(loc)
-	if l.Snapshot != snapID {
-		l.Reset(snapID)
+	vs := a.state(ctx, c.fn, max(c.sn.Version, 0))
+	l := vs.location(c.loc)
+	if l.Snapshot != c.snapID {
+		l.Reset(c.snapID)
 	}
-	d := l.Decide(policy.Options{Arms: arms, Rule: rule, Queueing: queueing, Now: time.Now(), Rand: a.rng})
+	d := l.Decide(policy.Options{Arms: c.arms, Rule: c.rule, Queueing: queueing, Now: time.Now(), Rand: a.rng})
 	a.mu.Unlock()
-	a.s.metrics.RestoreChoice(d.Strategy, loc, d.How)
+	a.s.metrics.RestoreChoice(d.Strategy, c.loc, d.How)
 	chosen, err := a.s.strategy(d.Strategy)
 	if err != nil {
 		return st, &wire.StrategyChoice{How: "daemon", Reason: err.Error()}
 	}
 	return chosen, &wire.StrategyChoice{How: d.How, Reason: d.Reason}
+}
+
+// current is the strategy auto restores snapshot snapID with now, read
+// without deciding (nothing is counted): its location's current choice,
+// else its rule's first; a ready clone's fill restores with it.
+func (a *adaptive) current(ctx context.Context, snapID string) (restore.Strategy, error) {
+	sn, err := a.s.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return restore.Strategy{}, err
+	}
+	fn, err := a.s.db.GetFunction(ctx, sn.Function)
+	if err != nil {
+		return restore.Strategy{}, err
+	}
+	loc, arms, _, err := a.arms(sn)
+	if err != nil {
+		return restore.Strategy{}, err
+	}
+	if len(arms) == 0 {
+		return restore.Strategy{}, fmt.Errorf("%w: no strategy can restore snapshot %s", ErrSnapshotUnusable, snapID)
+	}
+	pick := arms[0]
+	a.mu.Lock()
+	if l := a.state(ctx, fn, max(sn.Version, 0)).Locations[loc]; l != nil && l.Snapshot == snapID && slices.Contains(arms, l.Choice) {
+		pick = l.Choice
+	}
+	a.mu.Unlock()
+	return a.s.strategy(pick)
 }
 
 // arms are the strategies auto may choose for sn, in its location's order

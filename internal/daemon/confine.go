@@ -68,7 +68,7 @@ func (s *Service) openConfinement() error {
 // userfaultfd needs /dev/userfaultfd, or privileges, when
 // vm.unprivileged_userfaultfd is 0.
 func (c *confinement) needsRoot(m vmm.Memory) bool {
-	return !c.uffdDevice && m.Interposer.Mode == vmm.ModeUffd
+	return !c.uffdDevice && m.Backing.Kind == vmm.BackedByUffd
 }
 
 // confineSpec gives a VM its own user, cgroup and empty network namespace.

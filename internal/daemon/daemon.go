@@ -33,7 +33,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/trace"
@@ -107,7 +106,10 @@ type Config struct {
 	// restore.ErrNeedsLocalMemory.
 	MemorySource func(ctx context.Context, snapID string) (src restore.MemorySource, placeholder string, err error) `json:"-"`
 
-	// VMM is the monitor VMs run in; nil: QEMU.
+	// VMMName names the registered backend VMs run in (vmm.Register;
+	// "": vmm.DefaultBackend) when VMM is nil.
+	VMMName string
+	// VMM is the monitor VMs run in; nil: the backend VMMName names.
 	VMM vmm.Backend `json:"-"`
 	// TracerProvider makes the service's spans (tracing.go); nil: none.
 	TracerProvider trace.TracerProvider `json:"-"`
@@ -226,8 +228,8 @@ func (c *Config) setDefaults() {
 	if c.ConsoleLogLimit == 0 {
 		c.ConsoleLogLimit = 1 << 20
 	}
-	if c.VMM == nil {
-		c.VMM = qemu.Backend{}
+	if c.VMM == nil && c.VMMName == "" {
+		c.VMMName = vmm.DefaultBackend
 	}
 	if c.MaxVMs == 0 {
 		c.MaxVMs = defaultMaxVMs(c.DefaultMemoryMiB + c.VMMemoryOverheadMiB)
@@ -327,6 +329,7 @@ func (c *Config) Validate() error {
 	if c.ShimPath == "" {
 		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
+	errs = append(errs, c.vmmProblems()...)
 	errs = append(errs, validateConfinement(c)...)
 	errs = append(errs, validateLogs(c)...)
 	if c.VMMPoolTTL < 0 {
@@ -391,12 +394,12 @@ type AccelInfo = wire.AccelInfo
 
 // Service is the daemon.
 type Service struct {
-	cfg         Config
-	log         *slog.Logger
-	db          *catalog.DB
-	image       *guestimage.Image
-	accel       AccelInfo
-	qemuVersion string
+	cfg        Config
+	log        *slog.Logger
+	db         *catalog.DB
+	image      *guestimage.Image
+	accel      AccelInfo
+	vmmVersion string
 	// tscKHz is the host's TSC frequency, given to every boot so the guest
 	// never calibrates it (0: not measured; guests calibrate).
 	tscKHz int
@@ -496,11 +499,14 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.VMM, err = cfg.backend(); err != nil {
+		return nil, err
+	}
 	qv, err := cfg.VMM.Version(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, image: im, qemuVersion: qv,
+	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
 		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{}, vers: newVersionState(),
 		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
@@ -607,7 +613,7 @@ func (s *Service) Start(ctx context.Context) error {
 	go s.collectDepsLoop()
 	s.startReady()
 	s.kickDepsGC()
-	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "qemu", s.qemuVersion, "tsc_khz", s.tscKHz,
+	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "vmm", s.cfg.VMM.Name(), "vmm_version", s.vmmVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil
 }
@@ -679,7 +685,7 @@ func (s *Service) chooseAccel(ctx context.Context) (AccelInfo, error) {
 		}
 		release = append(release, byte(c))
 	}
-	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.qemuVersion, s.image.Files[s.image.KernelFile()].SHA256[:16])
+	key := fmt.Sprintf("accel-probe:%s:%s:%s", release, s.vmmVersion, s.image.Files[s.image.KernelFile()].SHA256[:16])
 	if cached, err := s.db.Setting(ctx, key); err == nil && cached != "" {
 		if a, err := vmm.ParseAccel(cached[:3]); err == nil {
 			return AccelInfo{Accel: string(a), Source: "cached-probe", Detail: cached[4:]}, nil
@@ -702,7 +708,7 @@ type Info = wire.Info
 
 // APIVersion is the API contract's version (openapi.json's info.version);
 // the daemon's own is its build's (buildinfo.Version).
-const APIVersion = "0.2.0"
+const APIVersion = "0.3.0"
 
 // Close fails running operations, stops every VM (marking them stopped),
 // undoes what the daemon changed on the host and closes the catalog.

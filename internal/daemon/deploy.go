@@ -382,5 +382,5 @@ func (s *Service) buildInputs(_ *catalog.Function) buildInputs {
 	file := func(name string) string { return s.image.Files[name].SHA256 }
 	return buildInputs{Image: s.image.Hash, Kernel: file(s.image.KernelFile()), Rootfs: file(guestimage.Rootfs),
 		Initrd: file(guestimage.Initrd), Cmdline: s.image.Cmdline, Machine: s.cfg.VMM.MachineABI(),
-		VMM: s.cfg.VMM.Name() + " " + s.qemuVersion, Accel: s.accel.Accel}
+		VMM: s.cfg.VMM.Name() + " " + s.vmmVersion, Accel: s.accel.Accel}
 }

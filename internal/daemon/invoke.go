@@ -260,7 +260,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
-	strategy, choice := s.adaptive.choose(ctx, req, snapID, strategy)
+	strategy, choice, auto := s.adaptive.settle(ctx, req, snapID, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
@@ -269,21 +269,21 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	// The function's next invocation, naming no snapshot or strategy: a
-	// VM kept idle from an earlier one serves it (the keep-alive pool).
+	// ready clone or a VM kept idle from an earlier one serves it.
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
-		key := poolKey{snapID, strategy.Kind}
-		tk := s.readyBegin(key)
+		tk, inv, pctx, err := s.invokePooled(ctx, req, readyKeyOf(snapID, strategy.Kind, auto != nil), timeout, start, target)
 		defer tk.end()
-		var inv *Invocation
-		if inv, ctx, err = s.invokeReady(ctx, key, tk, req.Event, timeout, start, target); inv != nil || err != nil {
+		if inv != nil || err != nil {
 			return inv, err
 		}
-		if k := s.takeKept(req.Function, snapID); k != nil {
-			s.metrics.KeepAlive(true)
-			return s.invokeKept(ctx, k, req.Event, timeout, start, target)
+		ctx = pctx
+	}
+	if auto != nil { // nothing served it: a cold start, the policy's to choose
+		strategy, choice = s.adaptive.decide(ctx, auto, strategy)
+		if err := strategy.CheckVariant(req.Variant); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
-		s.metrics.KeepAlive(false)
 	}
 	if req.EvictCache {
 		t := time.Now()
@@ -319,6 +319,25 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	s.finishCold(ctx, lv, rec, inv, coldEnd{start: start, pool: o.pool, pooled: pooled, event: req.Event, variant: req.Variant != ""})
 	return inv, nil
+}
+
+// invokePooled serves a pooled invocation on a ready clone of key, else
+// on a VM kept from an earlier invocation; inv and err nil if neither
+// served it (the context returned says why for the record). The ticket's
+// end is the caller's, once the request is served.
+func (s *Service) invokePooled(ctx context.Context, req ColdRequest, key poolKey, timeout time.Duration, start time.Time, target Target) (*readyTicket, *Invocation, context.Context, error) {
+	tk := s.readyBegin(key)
+	inv, ctx, err := s.invokeReady(ctx, key, tk, req.Event, timeout, start, target)
+	if inv != nil || err != nil {
+		return tk, inv, ctx, err
+	}
+	if k := s.takeKept(req.Function, key.snapshot); k != nil {
+		s.metrics.KeepAlive(true)
+		inv, err := s.invokeKept(ctx, k, req.Event, timeout, start, target)
+		return tk, inv, ctx, err
+	}
+	s.metrics.KeepAlive(false)
+	return tk, nil, ctx, nil
 }
 
 // checkCold checks a cold request's event and timeout, and reads its
@@ -487,7 +506,8 @@ func (s *Service) Info() Info {
 	for i, st := range s.strategies {
 		strategies[i], described[i] = string(st.Kind), st.Describe()
 	}
-	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, QEMUVersion: s.qemuVersion, Image: guestImage(s.image),
+	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, Image: guestImage(s.image),
+		VMM:     wire.VMMInfo{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Machine: s.cfg.VMM.MachineABI()},
 		DataDir: s.cfg.DataDir, Strategies: strategies, StrategyDetails: described, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
 	if s.registry != nil {
 		cfg, st := s.registry.Config(), s.chunks.Stats()

@@ -12,6 +12,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/readyclones"
+	"github.com/thaw-dev/thaw/internal/restore"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Ready clones: VMs restored from a function version's snapshot, resumed,
@@ -54,6 +56,10 @@ type ReadyConfig struct {
 	Fills int
 	// Interval is how often the sizes are computed again (default 250 ms).
 	Interval time.Duration
+	// Settle is how long after a request served by a ready clone ends no
+	// fill starts (default 100 ms; negative: none): its answer leaves
+	// the daemon before a refill's VMM start takes the CPU.
+	Settle time.Duration
 }
 
 func (c *ReadyConfig) setDefaults() {
@@ -71,6 +77,9 @@ func (c *ReadyConfig) setDefaults() {
 	}
 	if c.Interval == 0 {
 		c.Interval = 250 * time.Millisecond
+	}
+	if c.Settle == 0 {
+		c.Settle = 100 * time.Millisecond
 	}
 }
 
@@ -129,8 +138,11 @@ type readyPool struct {
 	retryAt map[poolKey]time.Time
 	kick    chan struct{}
 	// dispatching counts requests running on ready clones: no fill
-	// starts meanwhile, so a refill never takes the CPU from a hit.
+	// starts meanwhile, nor until Settle after the last one ended (its
+	// answer is still being written), so a refill never takes the CPU
+	// from a hit.
 	dispatching atomic.Int64
+	settled     atomic.Int64 // unix ns from which fills may start again
 	// unserved counts requests that could take a ready clone and have
 	// not got one yet (then they restore): no fill starts meanwhile.
 	unserved atomic.Int64
@@ -195,6 +207,21 @@ func (s *Service) readyLoop() {
 	}
 }
 
+// readyAuto is the strategy of the ready clones' key of a function under
+// auto: its requests take a clone of any strategy of the snapshot (a hit
+// restores nothing, whichever strategy restored the clone), and its fills
+// restore with the policy's current choice.
+const readyAuto restore.Kind = wire.StrategyAuto
+
+// readyKeyOf is the ready clones' key of a pooled request for snapshot
+// snapID restoring with kind, or under auto.
+func readyKeyOf(snapID string, kind restore.Kind, auto bool) poolKey {
+	if auto {
+		return poolKey{snapID, readyAuto}
+	}
+	return poolKey{snapID, kind}
+}
+
 // readyTicket is a request that could take a ready clone.
 type readyTicket struct {
 	s       *Service
@@ -240,6 +267,17 @@ func (tk *readyTicket) end() {
 	tk.d.End(time.Now())
 	tk.s.ready.mu.Unlock()
 	tk.s.kickReady()
+}
+
+// dispatched records the end of a request on a ready clone: fills wait
+// Settle, then the loop is kicked.
+func (s *Service) dispatched() {
+	if d := s.cfg.Ready.Settle; d > 0 {
+		s.ready.settled.Store(time.Now().Add(d).UnixNano())
+		time.AfterFunc(d, s.kickReady)
+	}
+	s.ready.dispatching.Add(-1)
+	s.kickReady()
 }
 
 // readyFunctions finds the function of each key that has none yet; keys
@@ -340,7 +378,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
 		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 ||
-		s.ready.unserved.Load() > 0 ||
+		s.ready.unserved.Load() > 0 || time.Now().UnixNano() < s.ready.settled.Load() ||
 		time.Now().Before(s.ready.retryAt[w.Key]) {
 		s.ready.mu.Unlock()
 		return false // requests restoring or on ready clones come first (each fill restores too)
@@ -416,7 +454,7 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 	s.ready.clones[key] = append(s.ready.clones[key], rc)
 	s.ready.mu.Unlock()
 	s.ready.m.Refill("ok")
-	s.log.Debug("ready clone ready", "vm", rc.lv.id, "snapshot", key.snapshot, "strategy", key.kind, "ms", ms(time.Since(t0)))
+	s.log.Debug("ready clone ready", "vm", rc.lv.id, "snapshot", key.snapshot, "strategy", rc.rec.Strategy, "ms", ms(time.Since(t0)))
 	s.kickReady() // the next fill, if wanted
 }
 
@@ -424,17 +462,17 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 // pool if there is one), warms its agent's request path with a ping and
 // records it ready.
 func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func()) (*readyClone, error) {
-	st, err := s.strategy(string(key.kind))
+	st, err := s.readyStrategy(ctx, key)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	lv, rec, _, err := s.restore(ctx, key.snapshot, restoreOpts{begin: st.Start, start: time.Now(), pool: key.kind, admitted: release})
+	lv, rec, _, err := s.restore(ctx, key.snapshot, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind, admitted: release})
 	if err != nil {
 		return nil, err
 	}
 	defer lv.mu.Unlock()
-	s.refillLater(key, lv.fn)
+	s.refillLater(poolKey{key.snapshot, st.Kind}, lv.fn)
 	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return warmAgent(ctx, lv) })
 	if err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
@@ -443,6 +481,15 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 	s.setState(ctx, lv, catalog.StateReady, "")
 	rec.State = catalog.StateReady
 	return &readyClone{key: key, lv: lv, rec: rec}, nil
+}
+
+// readyStrategy is the strategy a fill of key restores with: key's, or
+// under auto the policy's current choice for the snapshot.
+func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strategy, error) {
+	if key.kind == readyAuto {
+		return s.adaptive.current(ctx, key.snapshot)
+	}
+	return s.strategy(string(key.kind))
 }
 
 // readyWarmFunction is the function a ready clone's warm-up invocation
@@ -474,16 +521,21 @@ func warmAgent(ctx context.Context, lv *liveVM) error {
 func (s *Service) takeReady(key poolKey) (rc *readyClone, dead string) {
 	var gone []*readyClone
 	s.ready.mu.Lock()
-	for list := s.ready.clones[key]; len(list) > 0; list = s.ready.clones[key] {
-		c := list[0]
-		s.ready.clones[key] = list[1:]
-		c.timer.Stop()
-		s.ready.memMiB -= c.mem
-		if _, live := s.live(c.lv.id); live && !isDone(c.lv) {
-			rc = c
+	for _, k := range s.readyKeysFor(key) {
+		for list := s.ready.clones[k]; len(list) > 0 && rc == nil; list = s.ready.clones[k] {
+			c := list[0]
+			s.ready.clones[k] = list[1:]
+			c.timer.Stop()
+			s.ready.memMiB -= c.mem
+			if _, live := s.live(c.lv.id); live && !isDone(c.lv) {
+				rc = c
+			} else {
+				gone = append(gone, c)
+			}
+		}
+		if rc != nil {
 			break
 		}
-		gone = append(gone, c)
 	}
 	s.ready.mu.Unlock()
 	for _, c := range gone {
@@ -495,6 +547,23 @@ func (s *Service) takeReady(key poolKey) (rc *readyClone, dead string) {
 		s.kickReady()
 	}
 	return rc, dead
+}
+
+// readyKeysFor are the keys whose clones a request of key may take
+// (s.ready.mu held): key's own; under auto then those of every strategy
+// of its snapshot, by strategy name.
+func (s *Service) readyKeysFor(key poolKey) []poolKey {
+	keys := []poolKey{key}
+	if key.kind != readyAuto {
+		return keys
+	}
+	for k, list := range s.ready.clones {
+		if k.snapshot == key.snapshot && k != key && len(list) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys[1:], func(a, b poolKey) int { return compareStrings(string(a.kind), string(b.kind)) })
+	return keys
 }
 
 // retireFailed stops a ready clone found dead; its record stays, failed,

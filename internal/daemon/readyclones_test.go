@@ -111,9 +111,18 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 		if inv.Snapshot != snap.ID || inv.Timing.TotalMS < r.RenewMS+inv.Timing.InvokeMS {
 			t.Fatalf("invocation %d: %+v", i, inv.Timing)
 		}
-		if _, err := s.GetVM(ctx, inv.VM); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("the clone of invocation %d outlived it (no keep-alive): %v", i, err)
+		for _, v := range c.readyVMs(t) {
+			if v.ID == inv.VM {
+				t.Fatalf("the clone of invocation %d is listed ready after its answer", i)
+			}
 		}
+		if inv.Timing.TeardownMS != 0 {
+			t.Fatalf("invocation %d waited for its clone's teardown (%.1f ms)", i, inv.Timing.TeardownMS)
+		}
+		waitFor(t, 5*time.Second, "the clone stopped after its answer", func() bool {
+			_, err := s.GetVM(ctx, inv.VM)
+			return errors.Is(err, ErrNotFound)
+		})
 	}
 	// Each clone was renewed at its restore and again at dispatch, with
 	// the secret both times.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/wire"
@@ -45,20 +46,23 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	}
 	s.ready.dispatching.Add(1) // its replacement starts once the request is done
 	tk.served()
-	defer func() {
-		s.ready.dispatching.Add(-1)
-		s.kickReady()
-	}()
+	defer s.dispatched()
 	lv := rc.lv
 	lv.mu.Lock()
-	defer lv.mu.Unlock()
+	unlock := true // false once a teardown after the answer holds the lock
+	defer func() {
+		if unlock {
+			lv.mu.Unlock()
+		}
+	}()
 	waited := time.Since(rc.since)
 	t0 := time.Now()
 	s.mu.Lock()
 	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
 	s.mu.Unlock()
-	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		_, err := s.renewClone(ctx, lv, true)
+	var renewal *agent.Reply
+	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
+		renewal, err = s.renewClone(ctx, lv, true)
 		return err
 	})
 	if err != nil {
@@ -70,7 +74,8 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.ready.m.Outcome("hit", waited.Seconds())
 	inv := &Invocation{ID: newID("inv-"), Function: rc.rec.Function, VM: lv.id, Mode: "ready",
 		Snapshot: key.snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
-	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed)}
+	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed), TakeMS: ms(t0.Sub(start)),
+		RenewGuestMS: renewal.DurationMS, RenewSteps: renewal.Steps}
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
 	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
@@ -82,11 +87,34 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	if s.park(lv, rc.rec, key.snapshot) { // the function reuses VMs (keep-alive)
 		s.setState(ctx, lv, catalog.StateRunning, "")
 	} else {
-		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rc.rec)
+		unlock = !s.tearDownAfter(ctx, lv, rc.rec)
 	}
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
 		"total_ms", inv.Timing.TotalMS)
 	return inv, ctx, nil
+}
+
+// tearDownAfter stops a hit's clone in the background, so that the answer
+// does not wait for it; the goroutine takes over the caller's lock of lv
+// and releases it once the VM is gone (no one else gets it meanwhile); the
+// catalog lists it running until then.
+// false if the daemon is closing: then it stopped the VM before returning.
+func (s *Service) tearDownAfter(ctx context.Context, lv *liveVM, rec *catalog.VM) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.tearDownCold(ctx, lv, rec)
+		return false
+	}
+	s.wg.Add(1) // under s.mu: Close waits only once closed is set
+	s.mu.Unlock()
+	s.setState(ctx, lv, catalog.StateRunning, "") // listed running, not ready, until it is gone
+	go func() {
+		defer s.wg.Done()
+		defer lv.mu.Unlock()
+		s.tearDownCold(context.WithoutCancel(ctx), lv, rec)
+	}()
+	return true
 }

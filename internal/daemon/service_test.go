@@ -145,7 +145,7 @@ func TestColdPath(t *testing.T) {
 			t.Errorf("boot cmdline %q: want tsc_early_khz near %d", boot.Cmdline, khz)
 		}
 	}
-	if clone.Memory.Path != filepath.Join(sn.Dir, snapshot.MemoryFile) || !clone.Memory.Interposer.Protect {
+	if clone.Memory.Path != filepath.Join(sn.Dir, snapshot.MemoryFile) || !clone.Memory.File.KeepIntact {
 		t.Errorf("clone memory %+v", clone.Memory)
 	}
 	if boot.GenID == clone.GenID || clone.User == nil || boot.User == nil || clone.Cgroup == nil || clone.Tap == nil {

@@ -127,7 +127,7 @@ func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string,
 		ID: id, Function: lv.fn.Name, CreatedAt: time.Now().UTC(),
 		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: s.cfg.VMM.MachineABI(),
 			Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline},
-		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.qemuVersion, Accel: s.accel.Accel},
+		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Accel: s.accel.Accel},
 		Inputs: s.inputs(lv.fn),
 		Files:  map[string]snapshot.FileInfo{snapshot.MemoryFile: mem},
 	}
@@ -296,8 +296,8 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 	if m.VMM.Accel != s.accel.Accel {
 		errs = append(errs, fmt.Errorf("%w: taken on %s, this daemon runs %s", snapshot.ErrIncompatible, m.VMM.Accel, s.accel.Accel))
 	}
-	if m.VMM.Name != s.cfg.VMM.Name() || m.VMM.Version != s.qemuVersion {
-		errs = append(errs, fmt.Errorf("%w: taken with %s %s, this daemon runs %s %s", snapshot.ErrIncompatible, m.VMM.Name, m.VMM.Version, s.cfg.VMM.Name(), s.qemuVersion))
+	if m.VMM.Name != s.cfg.VMM.Name() || m.VMM.Version != s.vmmVersion {
+		errs = append(errs, fmt.Errorf("%w: taken with %s %s, this daemon runs %s %s", snapshot.ErrIncompatible, m.VMM.Name, m.VMM.Version, s.cfg.VMM.Name(), s.vmmVersion))
 	}
 	if abi := s.cfg.VMM.MachineABI(); m.Guest.Machine != abi {
 		errs = append(errs, fmt.Errorf("%w: taken on guest machine %q, this daemon builds %q: create a new snapshot",

@@ -84,7 +84,7 @@ func TestHugePageHint(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer sess.Close()
-				if sess.Memory().Interposer.HugePages != keep {
+				if sess.Memory().File.HugePages != keep {
 					t.Fatalf("memory %+v does not carry the choice %v", sess.Memory(), keep)
 				}
 				res := runCheck(t, shim, sess, "--qemu-madvise")
@@ -373,15 +373,15 @@ func TestConformanceVariants(t *testing.T) {
 			}
 			switch v {
 			case VariantConcurrent: // the memory file mapped whole: no layout
-				if m := sess.Memory(); m.Interposer.Layout != "" || sess.Stats().LayoutEntries != 0 {
-					t.Errorf("concurrent paging maps a layout: %+v", m.Interposer)
+				if m := sess.Memory(); m.Backing.Layout != nil || sess.Stats().LayoutEntries != 0 {
+					t.Errorf("concurrent paging maps a layout: %+v", m.Backing)
 				}
 				if f.load.Bytes() != lsBytes {
 					t.Errorf("loader read %d bytes of the memory file, want the loading set's %d", f.load.Bytes(), lsBytes)
 				}
 			case VariantNoLoadingSet: // memory-file entries only, same bytes read
-				if m := sess.Memory(); m.Interposer.LSFile != "" || sess.Stats().LayoutEntries != len(full.NonzeroRegions) {
-					t.Errorf("per-region mapping uses the loading-set file: %+v, %d entries", m.Interposer, sess.Stats().LayoutEntries)
+				if m := sess.Memory(); m.Backing.Layout == nil || m.Backing.Layout.LoadingSet != "" || sess.Stats().LayoutEntries != len(full.NonzeroRegions) {
+					t.Errorf("per-region mapping uses the loading-set file: %+v, %d entries", m.Backing, sess.Stats().LayoutEntries)
 				}
 				if f.load.Bytes() != lsBytes {
 					t.Errorf("loader read %d bytes, want %d", f.load.Bytes(), lsBytes)

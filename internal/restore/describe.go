@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -163,16 +162,4 @@ func JoinKinds(ks []Kind) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
-
-// PrefetchedPages lists the memory pages a lazy restore of the snapshot in
-// snapDir with the remote default strategy fetches before the guest runs
-// (its Prefetched, on its artifact directory); an error wrapping
-// os.ErrNotExist when it has none there.
-func PrefetchedPages(snapDir string) (int64, [][2]int64, error) {
-	st, ok := Lookup(RemoteDefault())
-	if !ok || st.Prefetched == nil {
-		return 0, nil, fmt.Errorf("strategy %s: no prefetched pages: %w", RemoteDefault(), os.ErrNotExist)
-	}
-	return st.Prefetched(Snapshot{Dir: snapDir}.ArtifactDir(st.Kind))
 }

@@ -3,8 +3,6 @@ package restore
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
@@ -43,7 +41,7 @@ type faasnap struct {
 	snap    Snapshot
 	art     *memlayout.FaaSnapArtifact
 	lsPath  string
-	layout  string
+	layout  *vmm.Layout
 	entries int
 	load    *Load
 	joined  bool
@@ -66,18 +64,18 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	}
 	f := &faasnap{sessionBase: base(env), snap: snap, art: art, lsPath: lsPath, variant: env.Variant}
 	if env.Variant != VariantConcurrent { // concurrent paging alone maps the memory file whole
-		layout, err := art.ShimLayout()
-		if env.Variant == VariantNoLoadingSet {
-			layout, err = art.MemoryFileLayout()
-		}
+		t, err := art.ShimTable()
 		if err != nil {
 			return nil, err
 		}
-		f.layout = filepath.Join(env.RunDir, "layout.bin")
-		if err := os.WriteFile(f.layout, layout, 0o600); err != nil {
+		ls := lsPath
+		if env.Variant == VariantNoLoadingSet {
+			t.Entries, ls = t.Entries[:len(art.NonzeroRegions)], ""
+		}
+		if f.layout, err = layoutOf(t.MemSize, t.Entries, ls, ""); err != nil {
 			return nil, err
 		}
-		f.entries = (len(layout) - memlayout.ShimHeaderSize) / memlayout.ShimEntrySize
+		f.entries = len(f.layout.Ranges)
 	}
 	if ext := loaderExtents(art, env.Variant); ext != nil {
 		mem := snap.MemoryPath()
@@ -93,14 +91,10 @@ func beginFaaSnap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 func (f *faasnap) Kind() Kind { return FaaSnap }
 
 func (f *faasnap) Memory() vmm.Memory {
-	if f.layout == "" {
+	if f.layout == nil {
 		return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false})
 	}
-	ip := vmm.Interposer{Mode: vmm.ModeLayout, MemFile: f.snap.MemoryPath(), Layout: f.layout, LSFile: f.lsPath}
-	if f.variant == VariantNoLoadingSet {
-		ip.LSFile = ""
-	}
-	return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Interposer: ip})
+	return f.protected(vmm.Memory{Path: f.snap.MemoryPath(), Shared: false, Backing: vmm.Backing{Kind: vmm.BackedByLayout, Layout: f.layout}})
 }
 
 func (f *faasnap) InvocationDone() {

@@ -63,8 +63,8 @@ func (r *faasnapRecord) Kind() Kind { return FaaSnap }
 // happened to bring around it (steady recordings, docs/design.md).
 func (r *faasnapRecord) Memory() vmm.Memory {
 	m := r.protected(vmm.Memory{Path: r.memPath, Shared: true})
-	m.Interposer.PassPunches = true
-	m.Interposer.NoReadahead = true
+	m.File.PunchFreed = true
+	m.File.NoReadahead = true
 	return m
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // TestFreedSinceClean: working-set pages non-zero in the clean memory and
@@ -75,12 +76,13 @@ func TestLoaderExtents(t *testing.T) {
 func TestRecordMemoryPassesPunches(t *testing.T) {
 	r := &faasnapRecord{memPath: "/run/vm/memory"}
 	m := r.Memory()
-	if !m.Shared || !m.Interposer.Protect || !m.Interposer.PassPunches || m.Interposer.HugePages ||
-		!slices.Contains(m.Interposer.Env(), "THAW_SHIM_PUNCH=pass") || !slices.Contains(m.Interposer.Env(), "THAW_SHIM_READAHEAD=off") {
+	env, err := qemu.InterposerEnv(m, t.TempDir())
+	if err != nil || !m.Shared || !m.File.KeepIntact || !m.File.PunchFreed || m.File.HugePages ||
+		!slices.Contains(env, "THAW_SHIM_PUNCH=pass") || !slices.Contains(env, "THAW_SHIM_READAHEAD=off") {
 		t.Errorf("record memory %+v", m)
 	}
 	v, _ := beginVanilla(Snapshot{Dir: t.TempDir()}, Env{}, "")
-	if v.Memory().Interposer.PassPunches || v.Memory().Interposer.NoReadahead {
+	if v.Memory().File.PunchFreed || v.Memory().File.NoReadahead {
 		t.Error("a restore lets punches into the snapshot's memory through, or holds its readahead off")
 	}
 }

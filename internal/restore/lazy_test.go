@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/restore/lazytest"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // The lazy strategies through the real interposer and fault server, with
@@ -49,10 +50,15 @@ func shimBuild(t *testing.T) string { return filepath.Join(restore.ShimDir(t), "
 
 // checkCmd maps the session's memory as QEMU does and compares every page
 // with want.
-func checkCmd(ctx context.Context, build string, sess restore.Session, want string) *exec.Cmd {
+func checkCmd(ctx context.Context, t *testing.T, build string, sess restore.Session, want string) *exec.Cmd {
+	t.Helper()
 	mem := sess.Memory()
+	env, err := qemu.InterposerEnv(mem, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(build, "thaw-shim-check"), "--threads", "4", "--expect", want, mem.Path)
-	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libthaw_shim.so")), mem.Interposer.Env()...)
+	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libthaw_shim.so")), env...)
 	return cmd
 }
 
@@ -81,7 +87,7 @@ func TestLazyConformance(t *testing.T) {
 			if sess.Kind() != k || sess.Memory().Path != snap.MemFile {
 				t.Fatalf("ran as %s on %s", sess.Kind(), sess.Memory().Path)
 			}
-			out, err := checkCmd(context.Background(), build, sess, base.Snap.MemoryPath()).Output()
+			out, err := checkCmd(context.Background(), t, build, sess, base.Snap.MemoryPath()).Output()
 			var res lazyCheck
 			if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Pages != pages || res.Mismatches != 0 || res.FileModified {
 				t.Fatalf("check: %v %v %s", err, jerr, out)
@@ -164,7 +170,7 @@ func TestLazyREAPRemoteWorkingSet(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := checkCmd(ctx, build, sess, base.Snap.MemoryPath())
+			cmd := checkCmd(ctx, t, build, sess, base.Snap.MemoryPath())
 			if tc.name == "failing" {
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
@@ -206,7 +212,7 @@ func TestLazySourceFailure(t *testing.T) {
 			defer sess.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := checkCmd(ctx, build, sess, base.Snap.MemoryPath())
+			cmd := checkCmd(ctx, t, build, sess, base.Snap.MemoryPath())
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}

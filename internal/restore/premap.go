@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -44,7 +43,7 @@ type premap struct {
 	snap   Snapshot
 	entry  *store.Entry
 	m      *store.Mapping
-	layout string
+	layout *vmm.Layout
 	stats  string
 	pid    int
 	close  sync.Once
@@ -70,12 +69,8 @@ func beginPremap(_ context.Context, snap Snapshot, env Env) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &premap{sessionBase: base(env), snap: snap, entry: e, m: m,
-		layout: filepath.Join(env.RunDir, "layout.bin"), stats: filepath.Join(env.RunDir, "populate.stats")}
-	b, err := (&memlayout.ShimTable{MemSize: uint64(e.Size), Entries: m.Entries}).Encode()
-	if err == nil {
-		err = os.WriteFile(p.layout, b, 0o600)
-	}
+	p := &premap{sessionBase: base(env), snap: snap, entry: e, m: m, stats: filepath.Join(env.RunDir, "populate.stats")}
+	p.layout, err = layoutOf(uint64(e.Size), m.Entries, "", m.Device)
 	if err != nil {
 		if m.Release != nil {
 			m.Release()
@@ -95,8 +90,9 @@ func (p *premap) Memory() vmm.Memory {
 	if path == "" {
 		path = p.snap.MemoryPath()
 	}
-	return p.protected(vmm.Memory{Path: path, Shared: false, Align: p.m.Align, Interposer: vmm.Interposer{
-		Mode: vmm.ModeLayout, MemFile: path, Layout: p.layout, Device: p.m.Device, Populate: true, Stats: p.stats}})
+	l := *p.layout
+	l.Populate, l.Stats = true, p.stats
+	return p.protected(vmm.Memory{Path: path, Shared: false, Align: p.m.Align, Backing: vmm.Backing{Kind: vmm.BackedByLayout, Layout: &l}})
 }
 
 func (p *premap) Started(_ context.Context, pid int) error { p.pid = pid; return nil }

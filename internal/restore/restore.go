@@ -7,8 +7,8 @@
 //
 // A strategy sees a narrow handle: the snapshot directory and manifest, the
 // VM's run directory and, once QEMU runs, its pid. It never sees QEMU's
-// argv; it describes guest memory with vmm.Memory (file, sharing, and the
-// interposer's configuration).
+// argv; it describes guest memory with vmm.Memory (file, sharing, backing
+// and what the VM may do to the file), which the VMM backend carries out.
 package restore
 
 import (
@@ -125,7 +125,8 @@ type Stats = wire.StrategyStats
 type Session interface {
 	// Kind is the strategy actually used (Vanilla after a fallback).
 	Kind() Kind
-	// Memory is how the VMM must back guest memory: exactly what QEMU gets.
+	// Memory is how the VMM must back guest memory (the VMM backend turns
+	// it into its own settings).
 	Memory() vmm.Memory
 	// Untimed is time the strategy spent before the restore proper that
 	// is reported apart and is not part of set-up or total (cached's page
@@ -189,14 +190,11 @@ func needShim(env Env) error {
 // (docs/shim-layout.md, protection); QEMU still drops the clone's private
 // copies of the freed pages. Every strategy's memory goes through this.
 func (b sessionBase) protected(m vmm.Memory) vmm.Memory {
-	if m.Interposer.MemFile == "" {
-		m.Interposer.MemFile = m.Path
-	}
-	m.Interposer.Protect = true
+	m.File.KeepIntact = true
 	// QEMU madvises guest RAM MADV_HUGEPAGE; on a file mapping that makes
 	// each major fault read about 4 MiB. Firecracker gives no such hint:
 	// the interposer drops it unless the restore keeps it.
-	m.Interposer.HugePages = b.hugePages
+	m.File.HugePages = b.hugePages
 	return m
 }
 

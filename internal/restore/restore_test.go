@@ -91,7 +91,7 @@ func TestBeginVanilla(t *testing.T) {
 	// protected from QEMU's discards: the file is never written, so many
 	// VMs restore from it at once.
 	want := vmm.Memory{Path: filepath.Join(dir, "memory"), Shared: false,
-		Interposer: vmm.Interposer{MemFile: filepath.Join(dir, "memory"), Protect: true}}
+		File: vmm.FileUse{KeepIntact: true}}
 	if mem := s.Memory(); mem != want {
 		t.Fatalf("Memory = %+v, want %+v", mem, want)
 	}

@@ -162,8 +162,8 @@ func (r *uffdSession) load(ctx context.Context, srv *uffd.Server, env Env) {
 func (r *uffdSession) Kind() Kind { return r.plan.kind }
 
 func (r *uffdSession) Memory() vmm.Memory {
-	return r.protected(vmm.Memory{Path: r.snap.MemoryPath(), Shared: false, Interposer: vmm.Interposer{
-		Mode: vmm.ModeUffd, MemFile: r.snap.MemoryPath(), UffdSock: r.sock}})
+	return r.protected(vmm.Memory{Path: r.snap.MemoryPath(), Shared: false,
+		Backing: vmm.Backing{Kind: vmm.BackedByUffd, UffdSocket: r.sock}})
 }
 
 // Started waits until the working set is installed (the interposer holds

@@ -44,24 +44,6 @@ type Disk struct {
 	ReadOnly bool
 }
 
-// Memory says where guest RAM lives.
-type Memory struct {
-	// Path is the file that backs guest RAM.
-	Path string
-	// Shared maps the file MAP_SHARED, so guest writes reach it (used while
-	// booting, so a snapshot can read RAM from it). When false the file is
-	// mapped MAP_PRIVATE: copy-on-write, the file is never modified, and many
-	// VMs can restore from one file at once.
-	Shared bool
-	// Interposer configures the interposer preloaded into the VMM (the
-	// memory layout of restore strategies, protection of the memory file).
-	Interposer Interposer
-	// Align, if not 0, places guest RAM at a host address aligned to it
-	// (bytes, a power of two): premap on device-DAX maps the device into
-	// guest RAM, and the kernel maps a DAX device only on its alignment.
-	Align int64
-}
-
 // Spec is everything needed to start a VM process.
 type Spec struct {
 	ID        string
@@ -111,71 +93,6 @@ func NewGenID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// Interposer is what libthaw_shim.so does in one VMM (docs/shim-layout.md).
-// The zero value passes every mapping through.
-type Interposer struct {
-	Mode     string // "" (pass-through), ModeLayout or ModeUffd
-	MemFile  string // the guest memory file whose mapping is replaced or protected
-	Layout   string // layout mode: the layout table
-	LSFile   string // layout mode: the loading-set file of kind-2 entries
-	Device   string // layout mode: the device of kind-3 entries
-	Populate bool   // layout mode: pre-fault the whole range before returning
-	Stats    string // layout mode with Populate: where the interposer reports
-	UffdSock string // uffd mode: the daemon's socket for the userfaultfd
-	Protect  bool   // QEMU's hole punches into MemFile become no-ops
-	// PassPunches lets QEMU's hole punches into MemFile through while
-	// Protect still handles the huge-page hint: a record VM's own copy,
-	// where pages the guest reports free must become holes.
-	PassPunches bool
-	// HugePages keeps QEMU's MADV_HUGEPAGE on MemFile's mapping; false
-	// (with Protect) drops it.
-	HugePages bool
-	// NoReadahead maps MemFile MADV_RANDOM (pass-through with Protect): a
-	// fault reads only its own page, so a record VM's page cache holds
-	// what its guest touched.
-	NoReadahead bool
-}
-
-// Interposer modes.
-const (
-	ModeLayout = "layout"
-	ModeUffd   = "uffd"
-)
-
-// Env is the interposer's configuration as environment variables (without
-// LD_PRELOAD and the file table, which the VMM backend adds).
-func (c Interposer) Env() []string {
-	var env []string
-	add := func(k, v string) {
-		if v != "" {
-			env = append(env, "THAW_SHIM_"+k+"="+v)
-		}
-	}
-	add("MODE", c.Mode)
-	add("MEMFILE", c.MemFile)
-	add("LAYOUT", c.Layout)
-	add("LSFILE", c.LSFile)
-	add("DEVICE", c.Device)
-	if c.Populate {
-		add("POPULATE", "read")
-	}
-	add("STATS", c.Stats)
-	add("UFFD_SOCK", c.UffdSock)
-	if c.PassPunches {
-		add("PUNCH", "pass")
-	}
-	if c.Protect {
-		add("PROTECT", "1")
-	}
-	if c.HugePages {
-		add("HUGEPAGE", "keep")
-	}
-	if c.NoReadahead {
-		add("READAHEAD", "off")
-	}
-	return env
-}
-
 // User is an unprivileged identity for a VMM process.
 type User struct{ UID, GID uint32 }
 
@@ -210,12 +127,7 @@ func (s *Spec) Validate() error {
 	if s.Kernel == "" || s.Initrd == "" {
 		errs = append(errs, errors.New("missing kernel or initrd"))
 	}
-	if s.Memory.Path == "" {
-		errs = append(errs, errors.New("missing memory file"))
-	}
-	if a := s.Memory.Align; a < 0 || a&(a-1) != 0 {
-		errs = append(errs, fmt.Errorf("memory alignment %d is not a power of two", a))
-	}
+	errs = append(errs, s.Memory.problems(int64(s.MemoryMiB)<<20)...)
 	if !genIDRE.MatchString(s.GenID) {
 		errs = append(errs, fmt.Errorf("vm generation id %q is not a UUID", s.GenID))
 	}

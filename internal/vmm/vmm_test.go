@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -38,6 +39,25 @@ func TestSpecValidate(t *testing.T) {
 			"not a UUID",
 			"missing interposer",
 		}},
+		{name: "valid uffd backing", edit: func(s *Spec) { s.Memory.Backing = Backing{Kind: BackedByUffd, UffdSocket: "/r/uffd.sock"} }},
+		{name: "valid layout", edit: func(s *Spec) { s.Memory.Backing = Backing{Kind: BackedByLayout, Layout: validLayout()} }},
+		{name: "uffd without a socket", edit: func(s *Spec) { s.Memory.Backing.Kind = BackedByUffd },
+			want: []string{"userfaultfd-backed memory needs a socket"}},
+		{name: "uffd on a shared mapping", edit: func(s *Spec) {
+			s.Memory.Shared, s.Memory.Backing = true, Backing{Kind: BackedByUffd, UffdSocket: "/r/uffd.sock"}
+		}, want: []string{"needs a socket and a private mapping"}},
+		{name: "file backing naming a layout", edit: func(s *Spec) { s.Memory.Backing.Layout = validLayout() },
+			want: []string{"names a userfaultfd socket or a layout"}},
+		{name: "layout backing without a layout", edit: func(s *Spec) { s.Memory.Backing.Kind = BackedByLayout },
+			want: []string{"layout-backed memory without a layout"}},
+		{name: "layout of another size", edit: func(s *Spec) {
+			l := validLayout()
+			l.Size, l.Ranges = 128<<20, nil
+			s.Memory.Backing = Backing{Kind: BackedByLayout, Layout: l}
+		}, want: []string{"layout of 134217728 bytes for guest memory of 268435456"}},
+		{name: "unknown backing", edit: func(s *Spec) { s.Memory.Backing.Kind = 7 }, want: []string{"unknown memory backing backing(7)"}},
+		{name: "punching freed pages of a file not kept", edit: func(s *Spec) { s.Memory.File.PunchFreed = true },
+			want: []string{"punching freed pages is a setting of a memory file kept intact"}},
 		{name: "several problems", edit: func(s *Spec) { s.ID, s.VCPUs, s.Memory.Path = "", -1, "" }, want: []string{
 			"missing id", "vcpus -1: need at least 1", "missing memory file",
 		}},
@@ -77,23 +97,47 @@ func TestParseAccel(t *testing.T) {
 	}
 }
 
-// The interposer's settings become exactly the variables docs/shim-layout.md
-// names, and nothing for what is not set.
-func TestInterposerEnv(t *testing.T) {
-	got := strings.Join(Interposer{Mode: ModeLayout, MemFile: "/s/memory", Layout: "/r/layout", LSFile: "/s/ls",
-		Device: "/dev/dax0.0", Populate: true, Stats: "/r/stats", Protect: true}.Env(), " ")
-	want := "THAW_SHIM_MODE=layout THAW_SHIM_MEMFILE=/s/memory THAW_SHIM_LAYOUT=/r/layout THAW_SHIM_LSFILE=/s/ls " +
-		"THAW_SHIM_DEVICE=/dev/dax0.0 THAW_SHIM_POPULATE=read THAW_SHIM_STATS=/r/stats THAW_SHIM_PROTECT=1"
-	if got != want {
-		t.Errorf("layout env:\n got %s\nwant %s", got, want)
+func validLayout() *Layout {
+	return &Layout{Size: 256 << 20, LoadingSet: "/s/ls", Device: "/dev/dax0.0", Populate: true, Stats: "/r/stats", Ranges: []Range{
+		{GuestOff: 0, Length: 1 << 20, FileOff: 0, Source: SourceMemoryFile},
+		{GuestOff: 1 << 20, Length: 8192, FileOff: 4096, Source: SourceLoadingSet},
+		{GuestOff: 2 << 20, Length: 4096, Source: SourceZero},
+		{GuestOff: 4 << 20, Length: 4 << 20, FileOff: 8 << 20, Source: SourceDevice},
+	}}
+}
+
+// A layout's ranges must fit the shim's and any backend's rules: each
+// problem alone fails validation with ErrBadLayout.
+func TestLayoutValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(l *Layout)
+		want string
+	}{
+		{"size not a page multiple", func(l *Layout) { l.Size = 4097 }, "size 4097 is not a positive multiple of 4096"},
+		{"no size", func(l *Layout) { l.Size = 0 }, "size 0 is not"},
+		{"misaligned guest offset", func(l *Layout) { l.Ranges[0].GuestOff = 512 }, "range 0 is not page-aligned"},
+		{"misaligned file offset", func(l *Layout) { l.Ranges[1].FileOff = 100 }, "range 1 is not page-aligned"},
+		{"empty range", func(l *Layout) { l.Ranges[2].Length = 0 }, "range 2 [2097152,+0) is empty or outside"},
+		{"past the end", func(l *Layout) { l.Ranges[3].GuestOff = 254 << 20 }, "range 3 [266338304,+4194304) is empty or outside"},
+		{"unknown source", func(l *Layout) { l.Ranges[0].Source = 9 }, "range 0 has source 9"},
+		{"zero range with a file offset", func(l *Layout) { l.Ranges[2].FileOff = 4096 }, "zero range 2 has file offset 4096"},
+		{"loading set unnamed", func(l *Layout) { l.LoadingSet = "" }, "range 1 maps a file the layout does not name"},
+		{"device unnamed", func(l *Layout) { l.Device = "" }, "range 3 maps a file the layout does not name"},
+		{"file offset overflow", func(l *Layout) { l.Ranges[0].FileOff = 1<<63 - 4096 }, "range 0 file range overflows"},
+		{"stats without populate", func(l *Layout) { l.Populate = false }, "populate statistics without populating"},
 	}
-	if got := strings.Join(Interposer{Mode: ModeUffd, MemFile: "/m", UffdSock: "/r/uffd.sock"}.Env(), " "); got != "THAW_SHIM_MODE=uffd THAW_SHIM_MEMFILE=/m THAW_SHIM_UFFD_SOCK=/r/uffd.sock" {
-		t.Errorf("uffd env: %s", got)
+	if err := validLayout().Validate(); err != nil {
+		t.Fatalf("valid layout: %v", err)
 	}
-	if got := strings.Join(Interposer{MemFile: "/m", Protect: true, PassPunches: true, NoReadahead: true}.Env(), " "); got != "THAW_SHIM_MEMFILE=/m THAW_SHIM_PUNCH=pass THAW_SHIM_PROTECT=1 THAW_SHIM_READAHEAD=off" {
-		t.Errorf("record env: %s", got)
-	}
-	if env := (Interposer{}).Env(); len(env) != 0 {
-		t.Errorf("pass-through env: %v", env)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := validLayout()
+			tt.edit(l)
+			err := l.Validate()
+			if !errors.Is(err, ErrBadLayout) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want ErrBadLayout with %q", err, tt.want)
+			}
+		})
 	}
 }

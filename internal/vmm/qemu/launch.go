@@ -157,7 +157,11 @@ func prepare(spec *vmm.Spec) (*launch, error) {
 	if err := l.open(spec.Memory.Path, memFlag, memPerm); err != nil {
 		return l, fmt.Errorf("guest memory: %w", err)
 	}
-	if err := l.interposer(spec.Memory.Interposer); err != nil {
+	c, err := interposerFor(spec.Memory, spec.RunDir)
+	if err != nil {
+		return l, err
+	}
+	if err := l.interposer(c); err != nil {
 		return l, err
 	}
 	return l, nil
@@ -165,8 +169,8 @@ func prepare(spec *vmm.Spec) (*launch, error) {
 
 // interposer adds the strategy's interposer settings to the environment
 // and opens the files and sockets they name.
-func (l *launch) interposer(c vmm.Interposer) error {
-	l.env = append(l.env, c.Env()...)
+func (l *launch) interposer(c interposer) error {
+	l.env = append(l.env, c.env()...)
 	for _, f := range []struct {
 		name, path string
 		flag       int
@@ -195,7 +199,7 @@ func (l *launch) interposer(c vmm.Interposer) error {
 		}
 		l.announce(c.UffdSock, f)
 	}
-	if c.Mode == vmm.ModeUffd {
+	if c.Mode == modeUffd {
 		// Opened by the daemon, /dev/userfaultfd lets an unprivileged
 		// QEMU create a userfaultfd (Linux 6.1+).
 		if err := l.open("/dev/userfaultfd", os.O_RDWR, 0); err != nil && !errors.Is(err, os.ErrNotExist) {

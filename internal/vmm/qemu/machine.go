@@ -136,7 +136,7 @@ type Backend struct{}
 var _ vmm.Backend = Backend{}
 
 // Name implements vmm.Backend.
-func (Backend) Name() string { return "qemu" }
+func (Backend) Name() string { return Name }
 
 // Version implements vmm.Backend.
 func (Backend) Version(ctx context.Context) (string, error) { return Version(ctx) }

@@ -72,7 +72,7 @@ func TestArgs(t *testing.T) {
 				MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelKVM,
 				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
 				Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
-				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, Interposer: vmm.Interposer{Protect: true}, Align: 2 << 20},
+				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, File: vmm.FileUse{KeepIntact: true}, Align: 2 << 20},
 				Incoming: true, GenID: "0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
 			},
 			fds: Descriptors{QMP: 3, Agent: 4, Console: 5, Disks: []int{6}},
@@ -216,15 +216,15 @@ func TestCappedLogUnderLimit(t *testing.T) {
 // daemon's environment.
 func TestPrepare(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"shim.so", "vmlinuz", "initrd", "rootfs", "code", "snapmem", "layout"} {
+	for _, f := range []string{"shim.so", "vmlinuz", "initrd", "rootfs", "code", "snapmem"} {
 		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o600)
 	}
 	t.Setenv("THAW_TOKEN", "secret")
 	spec := vmm.Spec{ID: "vm-1", RunDir: dir, MemoryMiB: 128, VCPUs: 1, Accel: vmm.AccelTCG, Shim: filepath.Join(dir, "shim.so"),
 		Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"),
 		Disks: []vmm.Disk{{Path: filepath.Join(dir, "rootfs"), ReadOnly: true}, {Path: filepath.Join(dir, "code")}},
-		Memory: vmm.Memory{Path: filepath.Join(dir, "snapmem"), Interposer: vmm.Interposer{Mode: vmm.ModeLayout,
-			MemFile: filepath.Join(dir, "snapmem"), Layout: filepath.Join(dir, "layout"), Populate: true, Stats: filepath.Join(dir, "stats")}}}
+		Memory: vmm.Memory{Path: filepath.Join(dir, "snapmem"), Backing: vmm.Backing{Kind: vmm.BackedByLayout, Layout: &vmm.Layout{
+			Size: 128 << 20, Ranges: []vmm.Range{{Length: 4096, Source: vmm.SourceMemoryFile}}, Populate: true, Stats: filepath.Join(dir, "stats")}}}}
 	l, err := prepare(&spec)
 	defer l.closeAll()
 	if err != nil {
@@ -232,7 +232,7 @@ func TestPrepare(t *testing.T) {
 	}
 	env := strings.Join(l.env, "\n")
 	for _, want := range []string{"LD_PRELOAD=/proc/self/fd/3", "THAW_SHIM_MODE=layout",
-		"THAW_SHIM_FD_0=", ":" + spec.Kernel, ":" + spec.Initrd, ":" + spec.Memory.Path, ":" + filepath.Join(dir, "layout"), ":" + filepath.Join(dir, "stats")} {
+		"THAW_SHIM_FD_0=", ":" + spec.Kernel, ":" + spec.Initrd, ":" + spec.Memory.Path, ":" + filepath.Join(dir, LayoutFile), ":" + filepath.Join(dir, "stats")} {
 		if !strings.Contains(env, want) {
 			t.Errorf("environment lacks %q:\n%s", want, env)
 		}

@@ -143,6 +143,12 @@ func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 			return nil, err
 		}
 	}
+	if err := openBacking(spec.Memory); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil { // as QEMU's start does
+		return nil, err
+	}
 	env := 0
 	if spec.Memory.Shared { // a booting VM's RAM: some pages written
 		f, err := os.OpenFile(spec.Memory.Path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -171,6 +177,26 @@ func (b *Fake) Start(_ context.Context, spec vmm.Spec) (vmm.Machine, error) {
 	go m.wait()
 	go fakeAgent(guest, m, b)
 	return m, nil
+}
+
+// openBacking reaches what backs restored memory as a real backend would:
+// a layout's files are there, a userfaultfd socket answers.
+func openBacking(m vmm.Memory) error {
+	switch b := m.Backing; b.Kind {
+	case vmm.BackedByUffd:
+		c, err := net.Dial("unix", b.UffdSocket)
+		if err != nil {
+			return fmt.Errorf("userfaultfd socket: %w", err)
+		}
+		c.Close()
+	case vmm.BackedByLayout:
+		for _, p := range []string{b.Layout.LoadingSet, b.Layout.Device} {
+			if _, err := os.Stat(p); p != "" && err != nil {
+				return fmt.Errorf("memory layout: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 type fakeMachine struct {

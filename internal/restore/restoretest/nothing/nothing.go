@@ -53,7 +53,7 @@ func begin(_ context.Context, snap restore.Snapshot, env restore.Env) (restore.S
 	}
 	// Kept intact from QEMU's discards, with the restore's huge-page
 	// choice, as every strategy's memory is.
-	mem := vmm.Memory{Path: path, Interposer: vmm.Interposer{MemFile: path, Protect: true, HugePages: env.HugePages}}
+	mem := vmm.Memory{Path: path, File: vmm.FileUse{KeepIntact: true, HugePages: env.HugePages}}
 	return &session{mem: mem, size: fi.Size()}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // ShimDir builds the interposer and its checker (shim/) and returns the
@@ -122,12 +123,12 @@ type Result struct {
 }
 
 // Check maps mem (a restore's memory description) like QEMU under the
-// interposer of shim and compares every page with the memory file; extra
+// interposer of shim (configured as the QEMU backend configures it) and compares every page with the memory file; extra
 // goes to the checker (--standby MS: read only after waiting, as a VMM of
 // the VMM pool does).
 func Check(t testing.TB, shim string, mem vmm.Memory, extra ...string) Result {
 	t.Helper()
-	if !mem.Interposer.Protect {
+	if !mem.File.KeepIntact {
 		t.Fatalf("memory not protected from QEMU's discards: %+v", mem)
 	}
 	args := append([]string{"--threads", "4", "--write-check"}, extra...)
@@ -135,7 +136,11 @@ func Check(t testing.TB, shim string, mem vmm.Memory, extra ...string) Result {
 		args = append(args, "--align", fmt.Sprint(mem.Align))
 	}
 	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), append(args, mem.Path)...)
-	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+ShimLib(shim)), mem.Interposer.Env()...)
+	env, err := qemu.InterposerEnv(mem, t.TempDir())
+	if err != nil {
+		t.Fatalf("interposer: %v", err)
+	}
+	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+ShimLib(shim)), env...)
 	out, err := cmd.Output()
 	var res Result
 	if jerr := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); jerr != nil {

@@ -1,0 +1,90 @@
+package vmm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// DefaultBackend is the backend a daemon runs when its configuration names
+// none.
+const DefaultBackend = "qemu"
+
+// Factory makes a backend of one kind.
+type Factory func() (Backend, error)
+
+var (
+	// ErrUnknownBackend: no backend registered under the name.
+	ErrUnknownBackend = errors.New("unknown vmm backend")
+	// ErrDuplicateBackend: two backends registered under one name, so the
+	// name picks neither.
+	ErrDuplicateBackend = errors.New("vmm backend registered twice")
+)
+
+var registry = struct {
+	sync.Mutex
+	factories map[string]Factory
+	twice     map[string]bool
+}{factories: map[string]Factory{}, twice: map[string]bool{}}
+
+// Register makes a backend available under name; a backend's package calls
+// it from init, and a program links the backends it offers by importing
+// them. A name registered twice is refused by Lookup (it is not known
+// which one was meant).
+func Register(name string, f Factory) {
+	registry.Lock()
+	defer registry.Unlock()
+	if _, ok := registry.factories[name]; ok || f == nil || name == "" {
+		registry.twice[name] = true
+	}
+	registry.factories[name] = f
+}
+
+// Lookup is the factory registered under name.
+func Lookup(name string) (Factory, error) {
+	registry.Lock()
+	defer registry.Unlock()
+	f, ok := registry.factories[name]
+	switch {
+	case !ok:
+		known := strings.Join(backendNames(), ", ")
+		if known == "" {
+			known = "none registered"
+		}
+		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownBackend, name, known)
+	case registry.twice[name]:
+		return nil, fmt.Errorf("%w: %q", ErrDuplicateBackend, name)
+	}
+	return f, nil
+}
+
+// New makes the backend registered under name.
+func New(name string) (Backend, error) {
+	f, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := f()
+	if err != nil {
+		return nil, fmt.Errorf("vmm backend %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// Backends are the registered backends' names, sorted.
+func Backends() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	return backendNames()
+}
+
+func backendNames() []string {
+	names := make([]string, 0, len(registry.factories))
+	for n := range registry.factories {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
