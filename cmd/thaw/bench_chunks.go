@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -63,7 +64,7 @@ DIR/chunks.md.`,
 			}
 			for _, n := range cs {
 				fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
-				m, err := registry.MeasureChunks(dirs, n)
+				m, err := registry.MeasureChunks(dirs, n, prefetchedPages)
 				if err != nil {
 					return err
 				}
@@ -180,4 +181,16 @@ func preparedSnapshots(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// prefetchedPages lists the memory pages a lazy restore of the snapshot in
+// snapDir with the remote default strategy fetches before the guest runs
+// (its Prefetched, on its artifact directory); an error wrapping
+// os.ErrNotExist when it has none there.
+func prefetchedPages(snapDir string) (int64, [][2]int64, error) {
+	st, ok := restore.Lookup(restore.RemoteDefault())
+	if !ok || st.Prefetched == nil {
+		return 0, nil, fmt.Errorf("strategy %s: no prefetched pages: %w", st.Kind, os.ErrNotExist)
+	}
+	return st.Prefetched(restore.Snapshot{Dir: snapDir}.ArtifactDir(st.Kind))
 }
