@@ -19,9 +19,9 @@ type (
 	Process          = wire.ProcessCounters
 	PrepareResult    = wire.PrepareResult
 	PrepareTiming    = wire.PrepareTiming
-	FaaSnapBuild     = wire.FaaSnapBuild
-	REAPBuild        = wire.REAPBuild
-	SnapBPFBuild     = wire.SnapBPFBuild
+	PreparedStrategy = wire.PreparedStrategy
+	Measure          = wire.Measure
+	StrategyDetails  = wire.StrategyDescription
 	InvocationRecord = wire.InvocationRecord
 	AccelInfo        = wire.AccelInfo
 	VMMInfo          = wire.VMMInfo

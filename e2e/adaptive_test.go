@@ -35,7 +35,7 @@ func TestAdaptiveRestore(t *testing.T) {
 	if err != nil || !inv.OK {
 		t.Fatalf("first cold start: %v %+v", err, inv)
 	}
-	st := inv.StrategyStats
+	st := partStats(inv.StrategyStats)
 	if inv.Snapshot != res.Warm.ID || inv.Strategy != "faasnap" || inv.StrategyChoice == nil || inv.StrategyChoice.How != "rule" ||
 		st == nil || st.SetPages == 0 || st.SetTouchedPages == 0 {
 		t.Fatalf("first cold start: %s %s %+v %+v", inv.Snapshot, inv.Strategy, inv.StrategyChoice, st)

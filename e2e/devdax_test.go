@@ -54,7 +54,7 @@ func TestPremapDevDAX(t *testing.T) {
 	if err != nil || !inv.OK || inv.Strategy != "premap" {
 		t.Fatalf("cold premap: %v %+v", err, inv)
 	}
-	ss := inv.StrategyStats
+	ss := partStats(inv.StrategyStats)
 	if ss.Fallback != "" || ss.PopulatedBytes != 256<<20 || ss.DeviceBytes != uint64(entry.Bytes) || ss.CloneCopyMS <= 0 {
 		t.Fatalf("premap stats %+v", ss)
 	}

@@ -30,7 +30,7 @@ func TestSmokeEvaluation(t *testing.T) {
 		t.Fatal(err)
 	}
 	var strategies []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		strategies = append(strategies, string(k))
 	}
 	res, err := bench.RunStrategies(ctx, e.c, cases, strategies, 1, progressT(t))

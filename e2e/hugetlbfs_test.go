@@ -47,7 +47,7 @@ func TestPremapHugeTLBFS(t *testing.T) {
 	if err != nil || !inv.OK || inv.Strategy != "premap" {
 		t.Fatalf("cold premap: %v %+v", err, inv)
 	}
-	st := inv.StrategyStats
+	st := partStats(inv.StrategyStats)
 	if st.Fallback != "" || st.PopulatedBytes != 256<<20 || st.StoreBytes != uint64(entry.Bytes) {
 		t.Fatalf("premap stats %+v", st)
 	}

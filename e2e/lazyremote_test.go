@@ -47,7 +47,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 		fn := lazyFunctions[name]
 		createFunction(t, a.c, name, "functions/"+name)
 		res, err := a.c.Prepare(ctx, name, ev(fn.event), client.PrepareOptions{})
-		if err != nil || res.FaaSnap == nil || res.REAP == nil {
+		if err != nil || builds(res).FaaSnap == nil || builds(res).REAP == nil {
 			t.Fatalf("prepare: %v %+v", err, res)
 		}
 		warm := res.Warm.ID
@@ -80,14 +80,14 @@ func TestLazyRemoteRestore(t *testing.T) {
 		mc, mb := stored(snapshot.MemoryFile)
 		lc, lb := stored("strategies/faasnap/loadingset.bin")
 		t.Logf("%s: memory %d MiB, non-zero %.1f MiB (%d chunks, %.1f MiB compressed in the registry); reap working set %.1f MiB; faasnap loading set %.1f MiB (%d chunks, %.1f MiB compressed)",
-			name, zs.Size>>20, mib(nonzeroBytes), mc, mib(uint64(mb)), mib(uint64(res.REAP.WorkingSetBytes)),
-			mib(uint64(res.FaaSnap.LoadingSetBytes)), lc, mib(uint64(lb)))
+			name, zs.Size>>20, mib(nonzeroBytes), mc, mib(uint64(mb)), mib(uint64(builds(res).REAP.WorkingSetBytes)),
+			mib(uint64(builds(res).FaaSnap.LoadingSetBytes)), lc, mib(uint64(lb)))
 		check := func(t *testing.T, inv *client.Invocation, err error, strategy string) {
 			t.Helper()
 			if err != nil || !inv.OK || !strings.Contains(string(inv.Result), fn.want) || inv.Strategy != strategy || inv.Snapshot != warm {
 				t.Fatalf("%s invocation: %v %+v", strategy, err, inv)
 			}
-			if st := inv.StrategyStats; st != nil && st.Fallback != "" {
+			if st := partStats(inv.StrategyStats); st != nil && st.Fallback != "" {
 				t.Fatalf("%s fell back: %s", strategy, st.Fallback)
 			}
 		}
@@ -119,7 +119,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 				if err != nil || len(snaps) != 1 || snaps[0].Memory != client.MemoryRemote {
 					t.Fatalf("snapshots after an import: %v %+v", err, snaps)
 				}
-				st, r := inv.StrategyStats, inv.Timing.Restore
+				st, r := partStats(inv.StrategyStats), inv.Timing.Restore
 				if inv.Timing.ImportMS <= 0 || r.Source != "registry" || st == nil || !st.Lazy {
 					t.Fatalf("lazy invocation: timing %+v restore %+v stats %+v", inv.Timing, r, st)
 				}
@@ -286,7 +286,7 @@ func TestLazyRemoteRestore(t *testing.T) {
 			for _, k := range []string{"faasnap", "vanilla"} {
 				inv, err := b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k, Snapshot: warm})
 				check(t, inv, err, k)
-				if st := inv.StrategyStats; !st.Lazy || st.SourceFetchedBytes+st.LoadingSetFetchedBytes != 0 {
+				if st := partStats(inv.StrategyStats); !st.Lazy || st.SourceFetchedBytes+st.LoadingSetFetchedBytes != 0 {
 					t.Fatalf("%s with the registry down: %+v", k, st.LazyStats)
 				}
 			}

@@ -40,9 +40,9 @@ func TestStrategies(t *testing.T) {
 	ctx := ctxT(t)
 	t.Log("preparing (boot + two record invocations)")
 	res := prepareProbe(t, c)
-	fs, rp, sb := res.FaaSnap, res.REAP, res.SnapBPF
+	fs, rp, sb := builds(res).FaaSnap, builds(res).REAP, builds(res).SnapBPF
 	if fs == nil || rp == nil || sb == nil {
-		t.Fatalf("prepare built no artifacts: faasnap %+v reap %+v snapbpf %+v (%s)", fs, rp, sb, res.SnapBPFUnavailable)
+		t.Fatalf("prepare built no artifacts: faasnap %+v reap %+v snapbpf %+v (%s)", fs, rp, sb, builds(res).SnapBPFUnavailable)
 	}
 	t.Logf("prepared: warm %s, faasnap working set %d pages, loading set %d MiB, reap %d pages",
 		res.Warm.ID, fs.WorkingSetPages, fs.LoadingSetBytes>>20, rp.FaultedPages)
@@ -83,10 +83,10 @@ func TestStrategies(t *testing.T) {
 		return inv
 	}
 
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		t.Run(string(k), func(t *testing.T) {
 			inv := invoke(t, string(k))
-			st := inv.StrategyStats
+			st := partStats(inv.StrategyStats)
 			if inv.Strategy != string(k) || st.Fallback != "" {
 				t.Fatalf("ran as %s (fallback %q)", inv.Strategy, st.Fallback)
 			}
@@ -129,7 +129,7 @@ func TestStrategies(t *testing.T) {
 	// started ahead for its snapshot and strategy resumes on it, with the
 	// same answer and the strategy doing its part.
 	t.Run("vmm pool", func(t *testing.T) {
-		for _, k := range restore.Kinds {
+		for _, k := range restore.Kinds() {
 			miss := invokeAny(t, c, string(k))
 			standby := waitStandby(t, c, res.Warm.ID, string(k))
 			hit := invokeAny(t, c, string(k))
@@ -137,7 +137,7 @@ func TestStrategies(t *testing.T) {
 			if r.VMM != "pooled" || hit.VM != standby || r.VMMStartMS != 0 {
 				t.Fatalf("%s: restore on %s (%s), the standby vm was %s", k, hit.VM, r.VMM, standby)
 			}
-			st := hit.StrategyStats
+			st := partStats(hit.StrategyStats)
 			if hit.Strategy != string(k) || st.Fallback != "" {
 				t.Fatalf("%s from the pool ran as %s (fallback %q)", k, hit.Strategy, st.Fallback)
 			}
@@ -314,8 +314,8 @@ func TestPrepareWithoutSnapBPFCapture(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.SnapBPFObject = "/nonexistent/snapbpf_capture.bpf.o" })
 	c := e.c
 	res := prepareProbe(t, c)
-	if res.SnapBPF != nil || !strings.Contains(res.SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
-		t.Fatalf("snapbpf %+v, unavailable %q", res.SnapBPF, res.SnapBPFUnavailable)
+	if builds(res).SnapBPF != nil || !strings.Contains(builds(res).SnapBPFUnavailable, "snapbpf_capture.bpf.o") {
+		t.Fatalf("snapbpf %+v, unavailable %q", builds(res).SnapBPF, builds(res).SnapBPFUnavailable)
 	}
 	if inv := invokeFresh(t, c, "faasnap"); inv.Strategy != "faasnap" {
 		t.Fatalf("faasnap ran as %s (%s)", inv.Strategy, inv.StrategyStats.Fallback)

@@ -1,27 +1,110 @@
 package wire
 
-// What the restore strategies report: per restore (StrategyStats, one part
-// a strategy) and per prepare (PrepareResult, one build a strategy that
-// records).
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// What the restore strategies report: per restore (StrategyStats: the
+// fields every strategy may set and the part of the strategy that ran,
+// keyed by its kind), per prepare (PrepareResult: one part per strategy
+// that records, keyed by kind) and what each strategy is
+// (StrategyDescription, in GET /v1/info). The parts' shapes are the
+// strategies' own (internal/restore); the wire only keys them.
 
 // StrategyStats are a restore's strategy-specific measurements: the fields
-// every strategy may set, and one part a strategy (zero for the others).
-// On the wire they are one flat object whose zero fields are left out.
+// every strategy may set, and the part of the strategy that ran. On the
+// wire they are one object whose zero fields are left out, with the part
+// under the key of its kind: {"kind": "reap", "fallback": ..., "reap": {...}}.
 type StrategyStats struct {
+	// Kind is the strategy that ran (vanilla after a fallback); Part is
+	// under this key.
+	Kind string `json:"kind,omitempty"`
 	// Fallback explains why a requested strategy ran as vanilla.
 	Fallback string `json:"fallback,omitempty"`
 	// LayoutEntries: mappings the interposer made (layout strategies).
 	LayoutEntries int `json:"layout_entries,omitempty"`
 	// RecordedPageCount: pages recorded (record sessions of prepare).
 	RecordedPageCount uint64 `json:"recorded_pages,omitempty"`
+	// DaemonReadBytes: bytes the daemon itself read for the restore (a
+	// working set, a loading set, faults it served), not QEMU.
+	DaemonReadBytes uint64 `json:"daemon_read_bytes,omitempty"`
+	// ServedFaults: guest page faults the daemon served (userfaultfd)
+	// from local files; faults served from a memory source are
+	// source_faults.
+	ServedFaults uint64 `json:"served_faults,omitempty"`
+	// FetchMS and FetchBytes: what the strategy spent bringing guest
+	// memory in ahead of the guest's faults (a working set, a loading set,
+	// a page-cache fill, a store copy's pre-faulting, a readahead).
+	FetchMS    float64 `json:"fetch_ms,omitempty"`
+	FetchBytes uint64  `json:"fetch_bytes,omitempty"`
 
-	CachedStats
 	LazyStats
-	REAPStats
-	FaaSnapStats
-	PremapStats
-	SnapBPFStats
 	SetUseStats
+
+	// Part is the strategy's own measurements (a JSON object described by
+	// its StrategyDescription.Stats); absent when it reports none.
+	Part json.RawMessage `json:"-"`
+}
+
+// strategyStatsFields is StrategyStats without its methods (the common fields).
+type strategyStatsFields StrategyStats
+
+// MarshalJSON writes the common fields and the part under its kind.
+func (s StrategyStats) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(strategyStatsFields(s))
+	if err != nil || len(bytes.TrimSpace(s.Part)) == 0 {
+		return b, err
+	}
+	if s.Kind == "" {
+		return nil, fmt.Errorf("strategy stats: a part without a kind")
+	}
+	key, _ := json.Marshal(s.Kind)
+	out := append([]byte(nil), b[:len(b)-1]...)
+	if len(out) > 1 {
+		out = append(out, ',')
+	}
+	out = append(append(append(out, key...), ':'), bytes.TrimSpace(s.Part)...)
+	return append(out, '}'), nil
+}
+
+// UnmarshalJSON reads the common fields and the part under the kind.
+func (s *StrategyStats) UnmarshalJSON(b []byte) error {
+	var f strategyStatsFields
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = StrategyStats(f)
+	if s.Kind == "" {
+		return nil
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	s.Part = all[s.Kind]
+	return nil
+}
+
+// PartAs decodes the part into v (a strategy's own stats type); false when
+// the stats have no part of kind.
+func (s StrategyStats) PartAs(kind string, v any) bool {
+	if s.Kind != kind || len(s.Part) == 0 {
+		return false
+	}
+	return json.Unmarshal(s.Part, v) == nil
+}
+
+// PartValues is the part as field name to value (numbers are float64),
+// for printing it from its description; nil without one.
+func (s StrategyStats) PartValues() map[string]any {
+	var m map[string]any
+	if len(s.Part) == 0 || json.Unmarshal(s.Part, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // SetUseStats: how the guest used the set the strategy recorded (REAP's
@@ -36,11 +119,6 @@ type SetUseStats struct {
 	SetUnusedPages  uint64 `json:"set_unused_pages,omitempty"` // set pages never touched
 	// SetOutsideRatio is SetOutsidePages over all pages touched.
 	SetOutsideRatio float64 `json:"set_outside_ratio,omitempty"`
-}
-
-// CachedStats: the page-cache fill, reported apart from set-up.
-type CachedStats struct {
-	CacheFillMS float64 `json:"cache_fill_ms,omitempty"`
 }
 
 // LazyStats: guest memory served from a memory source (the snapshot's
@@ -66,97 +144,6 @@ type LazyStats struct {
 	LoadingSetFetchedChunks uint64 `json:"loading_set_fetched_chunks,omitempty"`
 }
 
-// REAPStats: the working-set install and the faults served after it.
-type REAPStats struct {
-	PrefetchPages    uint64  `json:"prefetch_pages,omitempty"`     // installed before the vCPU ran
-	PrefetchBytes    uint64  `json:"prefetch_bytes,omitempty"`     // working-set file read
-	PrefetchMS       float64 `json:"prefetch_ms,omitempty"`        // read + install
-	FaultsServed     uint64  `json:"faults_served,omitempty"`      // outside the working set
-	FaultBytesRead   uint64  `json:"fault_bytes_read,omitempty"`   // memory file reads for them
-	PrefetchDirectIO bool    `json:"prefetch_direct_io,omitempty"` // O_DIRECT was used
-}
-
-// FaaSnapStats: the loader of one restore.
-type FaaSnapStats struct {
-	LoaderBytes        uint64  `json:"loader_bytes,omitempty"`          // loading-set bytes read by the loader
-	LoaderMS           float64 `json:"loader_ms,omitempty"`             // loader start to end
-	LoaderShared       bool    `json:"loader_shared,omitempty"`         // joined a loader already running (burst)
-	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty"` // loader done before the invocation answered
-	// Variant is the FaaSnap variant restored (techniques switched off,
-	// docs/bench/ablation.md); empty for all of FaaSnap.
-	Variant string `json:"variant,omitempty"`
-}
-
-// PremapStats: the store copy mapped and the pre-fault pass.
-type PremapStats struct {
-	StoreBytes     uint64  `json:"store_bytes,omitempty"`     // the store copy mapped (shared by every clone)
-	PopulatedBytes uint64  `json:"populated_bytes,omitempty"` // guest memory pre-faulted before the vCPU ran
-	PopulateMS     float64 `json:"populate_ms,omitempty"`     // time to pre-fault it (part of set-up)
-	// On device-DAX: the VM's own range of the device (a copy's size) and
-	// the time to fill it from the stored copy (part of set-up).
-	DeviceBytes uint64  `json:"device_bytes,omitempty"`
-	CloneCopyMS float64 `json:"clone_copy_ms,omitempty"`
-}
-
-// SnapBPFStats: the prefetch of one restore.
-type SnapBPFStats struct {
-	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty"`          // prefetch ranges (capture order)
-	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty"`           // pages they hold
-	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty"` // readahead(2) calls, re-issues included
-	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty"`        // first pass of readahead calls
-	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty"`  // of SnapBPFPages, resident at the last mincore check
-	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty"`     // until mincore saw every page resident
-	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty"`  // all resident before the invocation answered
-	SnapBPFError          string  `json:"snapbpf_error,omitempty"`           // the prefetch failed (the guest still runs, as vanilla)
-}
-
-// PrepareResult describes what prepare built.
-type PrepareResult struct {
-	Function string        `json:"function"`
-	Clean    *Snapshot     `json:"clean_snapshot"`
-	Warm     *Snapshot     `json:"warm_snapshot"`
-	FaaSnap  *FaaSnapBuild `json:"faasnap"`
-	REAP     *REAPBuild    `json:"reap"`
-	SnapBPF  *SnapBPFBuild `json:"snapbpf,omitempty"`
-	// SnapBPFUnavailable says why this host cannot capture for snapbpf
-	// (no tracefs, BTF, capabilities or capture program); everything else
-	// is prepared, and snapbpf restores of the snapshot run as vanilla.
-	SnapBPFUnavailable string        `json:"snapbpf_unavailable,omitempty"`
-	Timing             PrepareTiming `json:"timing"`
-}
-
-// PrepareTiming says where prepare's time went, in milliseconds.
-type PrepareTiming struct {
-	BootMS          float64 `json:"boot_ms"`
-	CleanSnapshotMS float64 `json:"clean_snapshot_ms"`
-	FaaSnapRecordMS float64 `json:"faasnap_record_ms"`
-	WarmSnapshotMS  float64 `json:"warm_snapshot_ms"`
-	FaaSnapBuildMS  float64 `json:"faasnap_build_ms"`
-	REAPRecordMS    float64 `json:"reap_record_ms"`
-	REAPBuildMS     float64 `json:"reap_build_ms"`
-	SnapBPFRecordMS float64 `json:"snapbpf_record_ms"`
-	SnapBPFBuildMS  float64 `json:"snapbpf_build_ms"`
-	TotalMS         float64 `json:"total_ms"`
-}
-
-// FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
-type FaaSnapBuild struct {
-	Scans           int               `json:"scans"`
-	WorkingSetPages int               `json:"working_set_pages"`
-	Stats           LoadingSetStats   `json:"stats"`
-	LoadingSetBytes int64             `json:"loading_set_bytes"`
-	GroupSize       int               `json:"group_size"`
-	MergeGap        int               `json:"merge_gap"`
-	FreedPages      FreePageReporting `json:"free_page_reporting"`
-	// WarmPagesAdded are pages the guest touched restoring the warm
-	// snapshot (REAP's recording) that the recording on the clean one had
-	// not seen, appended to the working set as its last groups.
-	WarmPagesAdded int `json:"warm_pages_added,omitempty"`
-	// Variants are the artifacts built with one technique off, when the
-	// prepare asked for them (faasnap_variants).
-	Variants []FaaSnapVariantBuild `json:"variants,omitempty"`
-}
-
 // FaaSnap's variants (InvokeRequest.Variant): techniques switched off.
 const (
 	VariantConcurrent   = "concurrent"    // concurrent paging alone (Figure 9)
@@ -165,14 +152,6 @@ const (
 	VariantNoFreed      = "no-freed"      // freed pages kept in the loading set
 	VariantNoMerge      = "no-merge"      // regions not merged
 )
-
-// FaaSnapVariantBuild is one artifact built with a technique off.
-type FaaSnapVariantBuild struct {
-	Variant         string          `json:"variant"`
-	WorkingSetPages int             `json:"working_set_pages"`
-	Stats           LoadingSetStats `json:"stats"`
-	LoadingSetBytes int64           `json:"loading_set_bytes"`
-}
 
 // LoadingSetStats describes how a working set became a loading set.
 type LoadingSetStats struct {
@@ -194,49 +173,133 @@ type LoadingSetStats struct {
 	RegionsAfterMerge  uint64 `json:"regions_after_merge"`
 }
 
-// FreePageReporting measures how many working-set pages the guest had
-// freed: the guest's virtio-balloon free page reporting tells QEMU, which
-// punches them out of the record VM's memory file, so they become zero
-// pages and leave the loading set.
-type FreePageReporting struct {
-	WaitMS float64 `json:"wait_ms"` // time waited for reporting to settle
-	// Working-set pages that were non-zero right after the record
-	// invocation, and after the wait.
-	NonzeroBefore int `json:"nonzero_before"`
-	NonzeroAfter  int `json:"nonzero_after"`
-	// PagesRemoved: working-set pages non-zero before the wait and zero
-	// after it (freed and reported). WrittenDuringWait: the other way
-	// round (the guest kept running while reporting settled).
-	PagesRemoved      int `json:"pages_removed"`
-	WrittenDuringWait int `json:"written_during_wait"`
+// PrepareResult describes what prepare built.
+type PrepareResult struct {
+	Function string    `json:"function"`
+	Clean    *Snapshot `json:"clean_snapshot"`
+	Warm     *Snapshot `json:"warm_snapshot"`
+	// Prepared is what each strategy that records did, keyed by its kind.
+	Prepared map[string]*PreparedStrategy `json:"prepared"`
+	Timing   PrepareTiming                `json:"timing"`
 }
 
-// REAPBuild summarizes the REAP record phase and artifacts.
-type REAPBuild struct {
-	FaultedPages    int   `json:"faulted_pages"`
-	WorkingSetBytes int64 `json:"working_set_bytes"`
+// PreparedStrategy is one strategy's step of a prepare.
+type PreparedStrategy struct {
+	RecordMS float64 `json:"record_ms"` // its record phase
+	BuildMS  float64 `json:"build_ms"`  // building and verifying its artifacts
+	// Unavailable says why this host cannot record for the strategy (its
+	// artifacts are not built; its restores of the snapshot run as
+	// vanilla); everything else is prepared.
+	Unavailable string `json:"unavailable,omitempty"`
+	// Build is the strategy's own summary of what it built (a JSON object
+	// described by its StrategyDescription.Prepared); absent when
+	// Unavailable.
+	Build json.RawMessage `json:"build,omitempty"`
 }
 
-// SnapBPFBuild summarizes the SnapBPF capture on the warm snapshot and the
-// prefetch plan written from it.
-type SnapBPFBuild struct {
-	// Events are the page-cache insertions (folios) of the warm memory
-	// file the eBPF program saw during the record invocation; Dropped
-	// those that did not fit in its buffer.
-	Events  uint64 `json:"events"`
-	Dropped uint64 `json:"dropped"`
-	// CapturedPages: distinct pages of the memory file those insertions
-	// held, host readahead included.
-	CapturedPages uint64 `json:"captured_pages"`
-	// FreePagesFiltered: captured pages in holes of the warm memory file;
-	// not prefetched.
-	FreePagesFiltered uint64 `json:"free_pages_filtered"`
-	// PrefetchPages and Ranges: what a snapbpf restore reads ahead.
-	PrefetchPages uint64 `json:"prefetch_pages"`
-	Ranges        int    `json:"ranges"`
-	// REAPOverlapPages: prefetch pages that are also in REAP's recorded
-	// working set (pages the guest really touched).
-	REAPOverlapPages uint64 `json:"reap_overlap_pages"`
-	// CaptureMS: program attached to detached (restore, record invocation).
-	CaptureMS float64 `json:"capture_ms"`
+// PrepareTiming says where prepare's time went, in milliseconds; each
+// strategy's steps are in its PreparedStrategy.
+type PrepareTiming struct {
+	BootMS          float64 `json:"boot_ms"`
+	CleanSnapshotMS float64 `json:"clean_snapshot_ms"`
+	WarmSnapshotMS  float64 `json:"warm_snapshot_ms"`
+	TotalMS         float64 `json:"total_ms"`
+}
+
+// BuildAs decodes kind's build into v; false without one.
+func (r *PrepareResult) BuildAs(kind string, v any) bool {
+	if r == nil || r.Prepared[kind] == nil || len(r.Prepared[kind].Build) == 0 {
+		return false
+	}
+	return json.Unmarshal(r.Prepared[kind].Build, v) == nil
+}
+
+// StrategyDescription is what a restore strategy is, as it describes
+// itself (GET /v1/info).
+type StrategyDescription struct {
+	Kind string `json:"kind"`
+	// Lazy: restores a snapshot whose memory is in the registry.
+	Lazy bool `json:"lazy"`
+	// Auto: the adaptive policy may choose it.
+	Auto bool `json:"auto"`
+	// Records: prepare records artifacts for it.
+	Records bool `json:"records"`
+	// UsesStore: it restores from the snapshot's copy in the memory store
+	// (PUT /v1/snapshots/{id}/store first).
+	UsesStore bool               `json:"uses_store"`
+	Artifacts []StrategyArtifact `json:"artifacts"`
+	// Stats are the fields of its part of a restore's strategy_stats.
+	Stats []Measure `json:"stats"`
+	// Prepared are the fields of its build in a prepare's result.
+	Prepared []Measure `json:"prepared"`
+}
+
+// StrategyArtifact is one file of a strategy's artifact directory.
+type StrategyArtifact struct {
+	Name string `json:"name"`
+	// Required: the strategy restores as itself only when it exists.
+	Required bool `json:"required"`
+	// Remote: a lazy pull leaves it in the registry (a placeholder on the
+	// host) and a lazy restore reads it from there.
+	Remote bool `json:"remote"`
+	// Streamed: an import on invoke for the strategy fetches it at once.
+	Streamed bool `json:"streamed"`
+}
+
+// Measure describes one field a strategy reports.
+type Measure struct {
+	Name        string `json:"name"`        // its JSON name in the strategy's part
+	Unit        string `json:"unit"`        // ms, bytes, pages, count; "" for flags and text
+	Description string `json:"description"` // what it measures
+}
+
+// UnmarshalJSON reads a prepare result, also one stored before results
+// were keyed by kind (each strategy's build a member named by its kind,
+// "<kind>_unavailable", and "<kind>_record_ms"/"<kind>_build_ms" in its
+// timing): such a result reads as if it had been written keyed.
+func (r *PrepareResult) UnmarshalJSON(b []byte) error {
+	type plain PrepareResult
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = PrepareResult(p)
+	if r.Prepared != nil {
+		return nil
+	}
+	r.Prepared = map[string]*PreparedStrategy{}
+	var top map[string]json.RawMessage
+	var timing map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return err
+	}
+	if t := top["timing"]; len(t) > 0 && json.Unmarshal(t, &timing) != nil {
+		timing = nil
+	}
+	step := func(k string) *PreparedStrategy {
+		if r.Prepared[k] == nil {
+			r.Prepared[k] = &PreparedStrategy{}
+		}
+		return r.Prepared[k]
+	}
+	for key, v := range top {
+		switch {
+		case key == "function" || key == "clean_snapshot" || key == "warm_snapshot" || key == "timing":
+		case strings.HasSuffix(key, "_unavailable"):
+			_ = json.Unmarshal(v, &step(strings.TrimSuffix(key, "_unavailable")).Unavailable)
+		case bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")):
+			step(key).Build = v
+		}
+	}
+	for key, v := range timing {
+		for suffix, set := range map[string]func(*PreparedStrategy, float64){
+			"_record_ms": func(p *PreparedStrategy, ms float64) { p.RecordMS = ms },
+			"_build_ms":  func(p *PreparedStrategy, ms float64) { p.BuildMS = ms }} {
+			var ms float64
+			if k, ok := strings.CutSuffix(key, suffix); ok && json.Unmarshal(v, &ms) == nil {
+				set(step(k), ms)
+			}
+		}
+	}
+	return nil
 }

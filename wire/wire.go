@@ -409,6 +409,9 @@ type Info struct {
 	Image      GuestImage `json:"image"`
 	DataDir    string     `json:"data_dir"`
 	Strategies []string   `json:"strategies"`
+	// StrategyDetails: each strategy as it describes itself (its
+	// artifacts, its stats and its build), in Strategies' order.
+	StrategyDetails []StrategyDescription `json:"strategy_details"`
 	// Node is the daemon's node name (thawd --node-name), "" if none.
 	Node string `json:"node,omitempty"`
 	// HugePageHint: restores keep QEMU's MADV_HUGEPAGE on the snapshot's

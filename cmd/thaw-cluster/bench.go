@@ -59,7 +59,7 @@ func (b *remoteBench) define(f *pflag.FlagSet) {
 	f.StringVar(&b.out, "out", "", "results directory")
 	f.StringVar(&b.root, "root", ".", "the repository (its functions/ directory)")
 	f.StringSliceVar(&b.functions, "functions", []string{"hello", "json", "image"}, "functions to measure (of hello, json, image)")
-	f.StringSliceVar(&b.lazy, "lazy", []string{"vanilla", "reap", "faasnap"}, "strategies restored lazily")
+	f.StringSliceVar(&b.lazy, "lazy", nil, "strategies restored lazily (default: every strategy the nodes restore lazily, as GET /v1/info describes them)")
 	f.IntVar(&b.reps, "reps", 3, "repetitions")
 	f.BoolVar(&b.keep, "keep", false, "keep the cluster's directory (the nodes' logs) after the run")
 	f.BoolVar(&b.rerender, "report", false, "only write DIR/remote.md again from DIR/remote.json")
@@ -157,6 +157,11 @@ func runRemote(ctx context.Context, c *cluster.Cluster, cases []bench.FunctionCa
 	}
 	defer sink.Close()
 	owner, fresh := c.Nodes[0], c.Nodes[1]
+	if len(lazy) == 0 {
+		if lazy, err = lazyStrategies(ctx, c.NodeClient(owner)); err != nil {
+			return nil, err
+		}
+	}
 	nodes := bench.RemoteNodes{
 		Owner: c.NodeClient(owner),
 		Fresh: func(ctx context.Context) (*client.Client, error) {
@@ -172,6 +177,21 @@ func runRemote(ctx context.Context, c *cluster.Cluster, cases []bench.FunctionCa
 			fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), strings.TrimSpace(fmt.Sprintf(format, a...)))
 		}}
 	return bench.RunRemote(ctx, nodes, cfg)
+}
+
+// lazyStrategies are the strategies a node restores lazily, in its order.
+func lazyStrategies(ctx context.Context, c *client.Client) ([]string, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("strategies of the owner node: %w", err)
+	}
+	var out []string
+	for _, d := range info.StrategyDetails {
+		if d.Lazy {
+			out = append(out, d.Kind)
+		}
+	}
+	return out, nil
 }
 
 func writeRemote(out string, res *bench.RemoteResult) error {

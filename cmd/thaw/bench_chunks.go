@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/chunk"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -90,7 +91,7 @@ func (a *app) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
 	}
 	for _, n := range sizes {
 		fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
-		m, err := chunk.MeasureSnapshots(dirs, n)
+		m, err := chunk.MeasureSnapshots(dirs, n, prefetchedPages)
 		if err != nil {
 			return res, err
 		}
@@ -195,4 +196,16 @@ func preparedSnapshots(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// prefetchedPages lists the memory pages a lazy restore of the snapshot in
+// snapDir with the remote default strategy fetches before the guest runs
+// (its Prefetched, on its artifact directory); an error wrapping
+// os.ErrNotExist when it has none there.
+func prefetchedPages(snapDir string) (int64, [][2]int64, error) {
+	st, ok := restore.Lookup(restore.RemoteDefault())
+	if !ok || st.Prefetched == nil {
+		return 0, nil, fmt.Errorf("strategy %s: no prefetched pages: %w", st.Kind, os.ErrNotExist)
+	}
+	return st.Prefetched(restore.Snapshot{Dir: snapDir}.ArtifactDir(st.Kind))
 }

@@ -21,7 +21,7 @@ import (
 // offers the strategies of package restore's registry, as thawd does.
 func completionDaemon(t *testing.T) *httptest.Server {
 	t.Helper()
-	strategies, _ := json.Marshal(restore.Kinds)
+	strategies, _ := json.Marshal(restore.Kinds())
 	answer := func(body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -63,7 +63,7 @@ func complete(t *testing.T, url string, args ...string) (values []string, direct
 func TestCompletion(t *testing.T) {
 	srv := completionDaemon(t)
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	noFiles := ":4" // cobra.ShellCompDirectiveNoFileComp

@@ -92,7 +92,7 @@ func TestCompletionPlainBash(t *testing.T) {
 		}
 	}
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	for _, c := range []struct {

@@ -348,22 +348,8 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 		row(w, "vmm reads", fmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
 	}
 	if st := inv.StrategyStats; st != nil {
-		if st.CacheFillMS > 0 {
-			row(w, "cache fill", fmtMSCol(st.CacheFillMS), "before the restore (cached)")
-		}
-		if st.PrefetchPages > 0 {
-			row(w, "prefetch", fmt.Sprintf("%d pages, %s in %s", st.PrefetchPages, fmtBytes(int64(st.PrefetchBytes)), fmtMS(st.PrefetchMS)), "REAP working set, before the vCPU ran")
-		}
-		if st.FaultsServed > 0 {
-			row(w, "uffd faults", fmt.Sprintf("%d", st.FaultsServed), "served outside the working set")
-		}
-		if st.LoaderBytes > 0 || st.LayoutEntries > 0 {
-			done := "still loading at the answer"
-			if st.LoaderBeforeInvoke != nil && *st.LoaderBeforeInvoke {
-				done = "finished before the answer"
-			}
-			row(w, "loader", fmt.Sprintf("%s in %s", fmtBytes(int64(st.LoaderBytes)), fmtMS(st.LoaderMS)), done)
-			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "FaaSnap regions")
+		if st.LayoutEntries > 0 {
+			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "made by the interposer")
 		}
 		if st.Lazy {
 			row(w, "lazy", fmt.Sprintf("%d faults read %s; fetched %s in %d chunks", st.SourceFaults, fmtBytes(int64(st.SourceBytes)),
@@ -372,14 +358,7 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 				row(w, "", fmt.Sprintf("loading set fetched %s in %d chunks", fmtBytes(int64(st.LoadingSetFetchedBytes)), st.LoadingSetFetchedChunks), "streamed while the guest ran")
 			}
 		}
-		if st.SnapBPFPages > 0 {
-			done := "still prefetching at the answer"
-			if st.SnapBPFFinishedFirst != nil && *st.SnapBPFFinishedFirst {
-				done = "finished before the answer"
-			}
-			row(w, "prefetch", fmt.Sprintf("%d/%d pages resident, %d ranges, %d readahead calls",
-				st.SnapBPFResidentPages, st.SnapBPFPages, st.SnapBPFRanges, st.SnapBPFReadaheadCalls), "SnapBPF, "+done)
-		}
+		a.writeStrategyStats(w, st)
 	}
 	if inv.EvictedCache {
 		row(w, "cache", "evicted", "snapshot files dropped from the page cache first")

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,25 +72,25 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 	if res.Warm != nil {
 		row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
 	}
-	if fs := res.FaaSnap; fs != nil {
-		row(w, "FaaSnap:", fmt.Sprintf("%d working-set pages (%d mincore scans), loading set %s", fs.WorkingSetPages, fs.Scans, fmtBytes(fs.LoadingSetBytes)))
-		for _, kv := range []struct {
-			k string
-			v uint64
-		}{{"loading_set_pages", fs.Stats.LoadingSetPages}, {"zero_pages_in_working_set", fs.Stats.ZeroPagesInWorkingSet},
-			{"regions_before_merge", fs.Stats.RegionsBeforeMerge}, {"regions_after_merge", fs.Stats.RegionsAfterMerge}} {
-			row(w, "  "+kv.k+":", fmt.Sprint(kv.v))
+	for _, k := range slices.Sorted(maps.Keys(res.Prepared)) {
+		p := res.Prepared[k]
+		if p == nil {
+			continue
 		}
-	}
-	if rp := res.REAP; rp != nil {
-		row(w, "REAP:", fmt.Sprintf("%d faulted pages, working-set file %s", rp.FaultedPages, fmtBytes(rp.WorkingSetBytes)))
-	}
-	if sb := res.SnapBPF; sb != nil {
-		row(w, "SnapBPF:", fmt.Sprintf("%d captured pages, %d freed filtered, prefetch %d pages in %d ranges",
-			sb.CapturedPages, sb.FreePagesFiltered, sb.PrefetchPages, sb.Ranges))
-	}
-	if res.SnapBPFUnavailable != "" {
-		row(w, "SnapBPF:", "not prepared: "+res.SnapBPFUnavailable)
+		if p.Unavailable != "" {
+			row(w, k+":", "not prepared: "+p.Unavailable)
+			continue
+		}
+		row(w, k+":", fmt.Sprintf("recorded in %s, built in %s", fmtMS(p.RecordMS), fmtMS(p.BuildMS)))
+		var vals map[string]any
+		if json.Unmarshal(p.Build, &vals) != nil {
+			continue
+		}
+		var ms []client.Measure
+		if d := a.strategyDetails(k); d != nil {
+			ms = d.Prepared
+		}
+		writeMeasures(w, " ", flatScalars(vals), ms)
 	}
 	row(w, "Took:", fmtMS(res.Timing.TotalMS))
 	return w.Flush()

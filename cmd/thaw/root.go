@@ -33,6 +33,9 @@ type app struct {
 	ctx    context.Context // the request context, with --timeout
 	cancel context.CancelFunc
 	inRun  bool // a command's RunE started: later errors are not usage errors
+	// details are the daemon's strategy descriptions by kind, read once
+	// when a strategy's stats are printed (strategystats.go).
+	details map[string]*client.StrategyDetails
 }
 
 const rootLong = `thaw manages functions, microVMs and snapshots on a thawd daemon and

@@ -17,6 +17,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -174,7 +175,7 @@ func registryFlags(s *settings, d *daemon.Config) {
 	fs.StringVar(&s.registryFile, "registry-config", "", "snapshot registry config file (YAML or JSON, mode 0600: endpoint, bucket, region, access_key, secret_key, secure, ca_file, chunk_size; or type: fs, path: a directory shared by the nodes, chunk_size); without it the "+registry.EnvEndpoint+" and "+registry.EnvBucket+" environment variables (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) configure one; none: no push or pull")
 	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")
 	fs.BoolVar(&s.registryImport, "registry-import", true, "an invocation of a function this node does not have, or has no snapshot of, imports it lazily from the registry (memory fetched on demand) and restores")
-	fs.StringVar(&d.RemoteStrategy, "remote-strategy", "reap", "the strategy of a cold start that names none when the snapshot's memory is in the registry (an import, a lazy pull): vanilla, reap or faasnap")
+	fs.StringVar(&d.RemoteStrategy, "remote-strategy", string(restore.RemoteDefault()), "the strategy of a cold start that names none when the snapshot's memory is in the registry (an import, a lazy pull): "+restore.JoinKinds(restore.LazyKinds()))
 	adaptiveFlags(fs, &d.Adaptive)
 	fs.IntVar(&d.LazyReadahead, "lazy-readahead", 0, "chunks after a missed one that a lazy restore's memory fault also fetches in the background (sequential readahead; 0: none)")
 	fs.BoolVar(&d.RegistryPushOnPrepare, "registry-push-on-prepare", false, "push every prepared warm snapshot to the registry (a failed push is logged; the snapshot stays local)")

@@ -17,6 +17,7 @@ import (
 	"go/token"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -773,7 +774,7 @@ func TestOpenAPIEnumsMatchGo(t *testing.T) {
 	}
 
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
 	strategy := schemaByName(t, doc, "Strategy")
@@ -892,6 +893,13 @@ func compareSchema(t *testing.T, doc jsonObject, at string, s jsonObject, typ re
 		if !fld.omitempty {
 			if _, ok := optionalDespiteTag[at+"."+fld.name]; !ok {
 				goRequired = append(goRequired, fld.name)
+			}
+		}
+	}
+	if typ == reflect.TypeFor[restore.Stats]() { // each strategy's own stats, under its kind
+		for _, st := range restore.Strategies() {
+			if st.StatsPart != nil {
+				goNames = append(goNames, string(st.Kind))
 			}
 		}
 	}
@@ -1042,10 +1050,20 @@ func answerSchemas() []schemaGoType {
 		{"StrategyStats", reflect.TypeFor[restore.Stats]()},
 		{"ProcessCounters", reflect.TypeFor[procstat.Counters]()},
 		{"PrepareResult", reflect.TypeFor[daemon.PrepareResult]()},
-		{"FaaSnapBuild", reflect.TypeFor[wire.FaaSnapBuild]()},
-		{"FreePageReporting", reflect.TypeFor[wire.FreePageReporting]()},
+		{"FaaSnapBuild", reflect.TypeFor[restore.FaaSnapBuild]()},
+		{"FreePageReporting", reflect.TypeFor[restore.FreePageReporting]()},
+		{"SnapBPFBuild", reflect.TypeFor[restore.SnapBPFBuild]()},
+		{"PreparedStrategy", reflect.TypeFor[wire.PreparedStrategy]()},
+		{"CachedStats", reflect.TypeFor[restore.CachedStats]()},
+		{"REAPStats", reflect.TypeFor[restore.REAPStats]()},
+		{"FaaSnapStats", reflect.TypeFor[restore.FaaSnapStats]()},
+		{"PremapStats", reflect.TypeFor[restore.PremapStats]()},
+		{"SnapBPFStats", reflect.TypeFor[restore.SnapBPFStats]()},
+		{"StrategyDescription", reflect.TypeFor[wire.StrategyDescription]()},
+		{"StrategyArtifact", reflect.TypeFor[wire.StrategyArtifact]()},
+		{"Measure", reflect.TypeFor[wire.Measure]()},
 		{"LoadingSetStats", reflect.TypeFor[memlayout.LoadingSetStats]()},
-		{"REAPBuild", reflect.TypeFor[wire.REAPBuild]()},
+		{"REAPBuild", reflect.TypeFor[restore.REAPBuild]()},
 		{"PrepareTiming", reflect.TypeFor[wire.PrepareTiming]()},
 		{"StoreEntry", reflect.TypeFor[store.Entry]()},
 		{"StoreInfo", reflect.TypeFor[daemon.StoreInfo]()},
@@ -1169,23 +1187,25 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	}{
 		{restore.Vanilla, restore.Stats{}},
 		{restore.Vanilla, restore.Stats{Fallback: "faasnap artifacts unusable, restored with vanilla: no such file"}},
-		{restore.Cached, restore.Stats{CachedStats: restore.CachedStats{CacheFillMS: 120.5}}},
-		{restore.REAP, restore.Stats{REAPStats: restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5,
-			FaultsServed: 412, FaultBytesRead: 1687552, PrefetchDirectIO: true}}},
-		{restore.FaaSnap, restore.Stats{LayoutEntries: 412, FaaSnapStats: restore.FaaSnapStats{LoaderBytes: 18874368,
-			LoaderMS: 52.7, LoaderShared: true, LoaderBeforeInvoke: &finished}}},
+		{restore.Cached, part(restore.Stats{}, restore.Cached, restore.CachedStats{CacheFillMS: 120.5})},
+		{restore.REAP, part(restore.Stats{DaemonReadBytes: 17555456, ServedFaults: 412, FetchMS: 9.5, FetchBytes: 15867904}, restore.REAP,
+			restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5, FaultsServed: 412, FaultBytesRead: 1687552, PrefetchDirectIO: true})},
+		{restore.FaaSnap, part(restore.Stats{LayoutEntries: 412}, restore.FaaSnap, restore.FaaSnapStats{LoaderBytes: 18874368,
+			LoaderMS: 52.7, LoaderShared: true, LoaderBeforeInvoke: &finished})},
 		{restore.REAP, restore.Stats{RecordedPageCount: 7342}}, // record mode (never answered, but encodable)
 		{restore.Vanilla, restore.Stats{LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 5120, SourceBytes: 20971520,
 			SourceReadMS: 310.5, SourceFetchedBytes: 41943040, SourceFetchedChunks: 80, SourceCacheHits: 5040}}},
-		{restore.REAP, restore.Stats{REAPStats: restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5,
-			FaultsServed: 412, FaultBytesRead: 1687552}, LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 412,
-			SourceBytes: 1687552, SourceReadMS: 40.2, SourceFetchedBytes: 3145728, SourceFetchedChunks: 6, SourceCacheHits: 406}}},
-		{restore.FaaSnap, restore.Stats{LayoutEntries: 206, FaaSnapStats: restore.FaaSnapStats{LoaderBytes: 18477056,
-			LoaderMS: 40.1, LoaderBeforeInvoke: &finished}, LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 301,
+		{restore.REAP, part(restore.Stats{LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 412,
+			SourceBytes: 1687552, SourceReadMS: 40.2, SourceFetchedBytes: 3145728, SourceFetchedChunks: 6, SourceCacheHits: 406}}, restore.REAP,
+			restore.REAPStats{PrefetchPages: 3874, PrefetchBytes: 15867904, PrefetchMS: 9.5, FaultsServed: 412, FaultBytesRead: 1687552})},
+		{restore.FaaSnap, part(restore.Stats{LayoutEntries: 206, LazyStats: restore.LazyStats{Lazy: true, SourceFaults: 301,
 			SourceBytes: 1232896, SourceReadMS: 25.5, SourceFetchedBytes: 2621440, SourceFetchedChunks: 5, SourceCacheHits: 296,
-			LoadingSetFaults: 12, ZeroFaults: 2831, LoaderPages: 4499, LoaderExisting: 12}}},
-		{restore.Premap, restore.Stats{LayoutEntries: 31, PremapStats: restore.PremapStats{StoreBytes: 94371840,
-			PopulatedBytes: 536870912, PopulateMS: 21.4}}},
+			LoadingSetFaults: 12, ZeroFaults: 2831, LoaderPages: 4499, LoaderExisting: 12}}, restore.FaaSnap,
+			restore.FaaSnapStats{LoaderBytes: 18477056, LoaderMS: 40.1, LoaderBeforeInvoke: &finished})},
+		{restore.Premap, part(restore.Stats{LayoutEntries: 31}, restore.Premap, restore.PremapStats{StoreBytes: 94371840,
+			PopulatedBytes: 536870912, PopulateMS: 21.4})},
+		{restore.SnapBPF, part(restore.Stats{}, restore.SnapBPF, restore.SnapBPFStats{SnapBPFRanges: 96, SnapBPFPages: 22424,
+			SnapBPFReadaheadCalls: 120, SnapBPFIssueMS: 3.1, SnapBPFResidentPages: 22424, SnapBPFResidentMS: 88.5})},
 	}
 	var strategic []*daemon.Invocation
 	for i, c := range stats {
@@ -1199,23 +1219,27 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	warmSnap := *snap
 	warmSnap.ID, warmSnap.SourceVM, warmSnap.Parent = "snap-99887766aabb", restored.ID, snap.ID
 	prep := &daemon.PrepareResult{Function: "hello", Clean: daemon.SnapshotBody(snap), Warm: daemon.SnapshotBody(&warmSnap),
-		FaaSnap: &wire.FaaSnapBuild{Scans: 9, WorkingSetPages: 7342,
-			Stats: memlayout.LoadingSetStats{WorkingSetPages: 7342, LoadingSetPages: 4511, ZeroPagesInWorkingSet: 2831,
-				GapPages: 97, RegionsBeforeMerge: 388, RegionsAfterMerge: 206},
-			LoadingSetBytes: 18874368, GroupSize: 1024, MergeGap: 32,
-			FreedPages: wire.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}},
-		REAP: &wire.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904},
-		SnapBPF: &wire.SnapBPFBuild{Events: 2210, CapturedPages: 31544, FreePagesFiltered: 9120, PrefetchPages: 22424,
-			Ranges: 96, REAPOverlapPages: 3641, CaptureMS: 1210.4},
-		Timing: wire.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, FaaSnapRecordMS: 2901,
-			WarmSnapshotMS: 401, FaaSnapBuildMS: 311, REAPRecordMS: 96, REAPBuildMS: 38, TotalMS: 4971}}
+		Prepared: map[string]*wire.PreparedStrategy{
+			"faasnap": {RecordMS: 2901, BuildMS: 311, Build: mustJSON(t, restore.FaaSnapBuild{Scans: 9, WorkingSetPages: 7342,
+				Stats: memlayout.LoadingSetStats{WorkingSetPages: 7342, LoadingSetPages: 4511, ZeroPagesInWorkingSet: 2831,
+					GapPages: 97, RegionsBeforeMerge: 388, RegionsAfterMerge: 206},
+				LoadingSetBytes: 18874368, GroupSize: 1024, MergeGap: 32,
+				FreedPages: restore.FreePageReporting{WaitMS: 2612.4, NonzeroBefore: 4790, NonzeroAfter: 4511, PagesRemoved: 279}})},
+			"reap": {RecordMS: 96, BuildMS: 38, Build: mustJSON(t, restore.REAPBuild{FaultedPages: 3874, WorkingSetBytes: 15867904})},
+			"snapbpf": {RecordMS: 1300, BuildMS: 12, Build: mustJSON(t, restore.SnapBPFBuild{Events: 2210, CapturedPages: 31544, FreePagesFiltered: 9120,
+				PrefetchPages: 22424, Ranges: 96, REAPOverlapPages: 3641, CaptureMS: 1210.4})}},
+		Timing: wire.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, WarmSnapshotMS: 401, TotalMS: 4971}}
 	preparedSnap := warmSnap
 	preparedSnap.Prepared, _ = json.Marshal(prep)
 	var kinds []string
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
 	}
-	info := daemon.Info{Version: "v0.1.0-42-g1a2b3c4", APIVersion: daemon.APIVersion,
+	var details []wire.StrategyDescription
+	for _, st := range restore.Strategies() {
+		details = append(details, st.Describe())
+	}
+	info := daemon.Info{Version: "v0.1.0-42-g1a2b3c4", APIVersion: daemon.APIVersion, StrategyDetails: details,
 		Accel: daemon.AccelInfo{Accel: string(vmm.AccelKVM), Source: "cached-probe", Detail: "kvm probe: booted in 210 ms"},
 		VMM:   wire.VMMInfo{Name: "qemu", Version: "8.2.2", Machine: "pc-q35-8.2"},
 		Image: wire.GuestImage{Dir: "/img/abc", Format: 1, Hash: "abc", KernelVersion: "6.8.0", Cmdline: "console=ttyS0",
@@ -1261,7 +1285,8 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "SnapshotList", wire.List[*wire.Snapshot]{Items: daemon.Bodies([]*catalog.Snapshot{snap, &preparedSnap}, daemon.SnapshotBody)})
 	validateGo(t, c, "PrepareResult", prep)
 	noCapture := *prep
-	noCapture.SnapBPF, noCapture.SnapBPFUnavailable = nil, "snapbpf capture unavailable: no tracefs"
+	noCapture.Prepared = maps.Clone(prep.Prepared)
+	noCapture.Prepared["snapbpf"] = &wire.PreparedStrategy{Unavailable: "snapbpf capture unavailable: no tracefs"}
 	validateGo(t, c, "PrepareResult", &noCapture)
 	for _, inv := range append([]*daemon.Invocation{warm, cold, raised, &warmProc}, strategic...) {
 		validateGo(t, c, "Invocation", inv)
@@ -1283,7 +1308,7 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
 	validateGo(t, c, "InvokeRequest", wire.InvokeRequest{})
 	validateGo(t, c, "InvokeRequest", wire.InvokeRequest{Event: json.RawMessage(`[1,"two"]`), TimeoutMS: 5000, Strategy: "vanilla", Snapshot: snap.ID})
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		validateGo(t, c, "InvokeRequest", wire.InvokeRequest{Strategy: string(k), EvictCache: true})
 	}
 	validateGo(t, c, "PrepareRequest", wire.PrepareRequest{})
@@ -1364,4 +1389,24 @@ func TestServeOpenAPIAndUnknownRoutes(t *testing.T) {
 		_ = json.Unmarshal(w.Body.Bytes(), &x)
 		validateGo(t, ch, "Error", x)
 	}
+}
+
+// part is st with the strategy's own stats v under kind, as a restore
+// reports them.
+func part(st restore.Stats, kind restore.Kind, v any) restore.Stats {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	st.Kind, st.Part = string(kind), b
+	return st
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

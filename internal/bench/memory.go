@@ -97,13 +97,13 @@ func RunMemory(ctx context.Context, c *client.Client, cases []FunctionCase, prep
 			return nil, err
 		}
 		for _, s := range strategies {
-			if s == "premap" {
+			if usesStore(info, s) {
 				if _, err := c.StoreSnapshot(ctx, snapID); err != nil {
-					return nil, fmt.Errorf("store %s for premap: %w", snapID, err)
+					return nil, fmt.Errorf("store %s for %s: %w", snapID, s, err)
 				}
 			}
 			for _, n := range clones {
-				smp, err := measureClones(ctx, c, fc, snap, s, n)
+				smp, err := measureClones(ctx, c, fc, snap, s, usesStore(info, s), n)
 				if err != nil {
 					return nil, fmt.Errorf("%s/%s/%d clones: %w", fc.Name, s, n, err)
 				}
@@ -112,7 +112,7 @@ func RunMemory(ctx context.Context, c *client.Client, cases []FunctionCase, prep
 					fc.Name, s, n, mib(smp.TotalBytes), mib(smp.PerCloneBytes), mib(smp.AnonBytes),
 					float64(smp.PageCacheBytes)/(1<<20), float64(smp.StoreBytes)/(1<<20))
 			}
-			if s == "premap" {
+			if usesStore(info, s) {
 				if err := c.UnstoreSnapshot(ctx, snapID); err != nil {
 					return nil, err
 				}
@@ -126,7 +126,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // measureClones restores n clones, invokes each, measures, and deletes them
 // (also on failure).
-func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap *client.Snapshot, strategy string, n int) (*MemorySample, error) {
+func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap *client.Snapshot, strategy string, stored bool, n int) (*MemorySample, error) {
 	if _, err := c.EvictSnapshot(ctx, snap.ID); err != nil {
 		return nil, fmt.Errorf("evict: %w", err)
 	}
@@ -174,7 +174,7 @@ func measureClones(ctx context.Context, c *client.Client, fc FunctionCase, snap 
 	smp.PageCacheBytes, smp.StoreBytes = sm.PageCacheBytes, sm.StoreBytes
 	if st, err := c.Store(ctx); err == nil && st.Kind == "hugetlbfs" {
 		smp.HugetlbReservedBytes = st.ReservedBytes
-	} else if err == nil && st.Kind == "devdax" && strategy == "premap" {
+	} else if err == nil && st.Kind == "devdax" && stored {
 		if st.Clones != n {
 			return nil, fmt.Errorf("%d clones alive but the device store has %d clone ranges", n, st.Clones)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,8 +173,15 @@ func prepareAndPush(ctx context.Context, c *client.Client, fc FunctionCase, say 
 		return nil, err
 	}
 	p := &RemotePrepared{Function: fc.Name, Snapshot: pr.Warm.ID, PrepareMS: msSince(t0)}
-	if pr.FaaSnap != nil {
-		p.LoadingSetBytes, p.WorkingSetPages = pr.FaaSnap.LoadingSetBytes, pr.FaaSnap.WorkingSetPages
+	var ls struct {
+		LoadingSetBytes int64 `json:"loading_set_bytes"`
+		WorkingSetPages int   `json:"working_set_pages"`
+	}
+	for _, k := range slices.Sorted(maps.Keys(pr.Prepared)) { // the strategy that builds a loading set
+		if pr.BuildAs(k, &ls) && ls.LoadingSetBytes > 0 {
+			p.LoadingSetBytes, p.WorkingSetPages = ls.LoadingSetBytes, ls.WorkingSetPages
+			break
+		}
 	}
 	say("%s: push %s", fc.Name, p.Snapshot)
 	t0 = time.Now()

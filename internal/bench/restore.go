@@ -136,10 +136,11 @@ type RestoreResult struct {
 
 // restoreRun is a restore run in progress.
 type restoreRun struct {
-	c   *client.Client
-	cfg RestoreConfig
-	res *RestoreResult
-	say func(string, ...any)
+	info *client.Info // the daemon, its strategies described
+	c    *client.Client
+	cfg  RestoreConfig
+	res  *RestoreResult
+	say  func(string, ...any)
 }
 
 // RunRestore measures pool misses, then pool hits, for every strategy and
@@ -161,7 +162,7 @@ func RunRestore(ctx context.Context, c *client.Client, cfg RestoreConfig, progre
 			return nil, err
 		}
 	}
-	r := &restoreRun{c: c, cfg: cfg, say: func(f string, a ...any) { fmt.Fprintf(progress, "[bench restore] "+f+"\n", a...) },
+	r := &restoreRun{c: c, info: info, cfg: cfg, say: func(f string, a ...any) { fmt.Fprintf(progress, "[bench restore] "+f+"\n", a...) },
 		res: &RestoreResult{Machine: DescribeMachine(info), When: time.Now().UTC(), Config: cfg, Snapshots: map[string]string{}}}
 	if cfg.DaemonPID <= 0 {
 		r.res.Notes = append(r.res.Notes, "thawd's pid was not given (--daemon-pid or THAWD_PID): the daemon's CPU is unmeasured")
@@ -280,9 +281,9 @@ func (r *restoreRun) prepare(ctx context.Context, fn string, pool int) (string, 
 		return "", fmt.Errorf("prepare %s: %w", fn, err)
 	}
 	r.say("%s: warm snapshot %s in %s", fn, pr.Warm.ID, time.Since(t0).Round(time.Second))
-	if slices.Contains(r.cfg.Strategies, "premap") { // premap maps the snapshot from the memory store
+	if s := StoreUsers(r.info, r.cfg.Strategies); len(s) > 0 { // they map the snapshot from the memory store
 		if _, err := r.c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
-			return "", fmt.Errorf("store %s for premap: %w", pr.Warm.ID, err)
+			return "", fmt.Errorf("store %s for %s: %w", pr.Warm.ID, strings.Join(s, ", "), err)
 		}
 	}
 	r.res.Snapshots[fn] = pr.Warm.ID

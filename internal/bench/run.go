@@ -56,9 +56,16 @@ func ReadSamples[S any](path string) ([]S, error) {
 	var out []S
 	dec := json.NewDecoder(bytes.NewReader(b))
 	for dec.More() {
+		var raw json.RawMessage
 		var s S
-		if err := dec.Decode(&s); err != nil {
+		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
+		}
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
+		}
+		if l, ok := any(&s).(interface{ fromLegacy(json.RawMessage) }); ok {
+			l.fromLegacy(raw)
 		}
 		out = append(out, s)
 	}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/bench/benchtest"
@@ -58,7 +60,7 @@ func TestStrategiesSummaryAndMarkdown(t *testing.T) {
 	for _, s := range []StrategySample{
 		{Function: "a", Strategy: "vanilla", TotalMS: 200, MajorFaults: 10, ReadBytes: 4 << 20},
 		{Function: "a", Strategy: "vanilla", TotalMS: 220, MajorFaults: 12, ReadBytes: 4 << 20},
-		{Function: "a", Strategy: "faasnap", TotalMS: 100, LoaderBytes: 8 << 20, DaemonBytes: 8 << 20},
+		{Function: "a", Strategy: "faasnap", TotalMS: 100, Stats: map[string]any{"loader_bytes": float64(8 << 20)}, DaemonBytes: 8 << 20},
 		{Function: "a", Strategy: "faasnap", TotalMS: 110, DaemonBytes: 8 << 20},
 		{Function: "b", Strategy: "vanilla", TotalMS: 400},
 		{Function: "b", Strategy: "faasnap", TotalMS: 400},
@@ -78,4 +80,26 @@ func TestStrategiesSummaryAndMarkdown(t *testing.T) {
 	}
 	md := r.Markdown()
 	benchtest.WantAll(t, "markdown", md, "| a | vanilla | **210.0** |", "| b | faasnap | **400.0** |", "faasnap over vanilla: 1.41×")
+}
+
+// Samples written before the strategies' own fields moved into Stats read
+// back with them there (the ablation table of an earlier run).
+func TestReadLegacySamples(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "eval.jsonl")
+	old := `{"function":"hello","strategy":"faasnap","rep":0,"total_ms":100,"loader_bytes":40853504,"loader_ms":15.8,"uffd_faults":3}
+{"function":"hello","strategy":"reap","rep":0,"total_ms":90,"stats":{"prefetch_pages":1394}}
+`
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := ReadSamples[StrategySample](path)
+	if err != nil || len(ss) != 2 {
+		t.Fatalf("%v %+v", err, ss)
+	}
+	if ss[0].StatNum("loader_bytes") != 40853504 || ss[0].StatNum("loader_ms") != 15.8 || ss[0].StatNum("faults_served") != 3 {
+		t.Errorf("legacy sample: %+v", ss[0].Stats)
+	}
+	if len(ss[1].Stats) != 1 || ss[1].StatNum("prefetch_pages") != 1394 {
+		t.Errorf("current sample: %+v", ss[1].Stats)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -76,26 +75,50 @@ func functionCase(root, fn string, memoryMiB int, record, test string) FunctionC
 
 // StrategySample is one cold invocation (one JSON line).
 type StrategySample struct {
-	Function      string  `json:"function"`
-	Strategy      string  `json:"strategy"`
-	Rep           int     `json:"rep"`
-	TotalMS       float64 `json:"total_ms"`
-	SetupMS       float64 `json:"setup_ms"`
-	ResumeMS      float64 `json:"resume_ms"`
-	InvokeMS      float64 `json:"invoke_ms"`
-	GuestMS       float64 `json:"guest_ms"`
-	TeardownMS    float64 `json:"teardown_ms,omitempty"` // after the answer; not part of total
-	MajorFaults   uint64  `json:"major_faults"`
-	MinorFaults   uint64  `json:"minor_faults"`
-	ReadBytes     uint64  `json:"read_bytes"`        // by QEMU, from storage
-	DaemonBytes   uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
-	PrefetchPages uint64  `json:"prefetch_pages,omitempty"`
-	PrefetchMS    float64 `json:"prefetch_ms,omitempty"`
-	FaultsServed  uint64  `json:"uffd_faults,omitempty"`
-	LoaderBytes   uint64  `json:"loader_bytes,omitempty"`
-	LoaderMS      float64 `json:"loader_ms,omitempty"`
-	LoaderFirst   *bool   `json:"loader_finished_first,omitempty"`
-	CacheFillMS   float64 `json:"cache_fill_ms,omitempty"`
+	Function    string  `json:"function"`
+	Strategy    string  `json:"strategy"`
+	Rep         int     `json:"rep"`
+	TotalMS     float64 `json:"total_ms"`
+	SetupMS     float64 `json:"setup_ms"`
+	ResumeMS    float64 `json:"resume_ms"`
+	InvokeMS    float64 `json:"invoke_ms"`
+	GuestMS     float64 `json:"guest_ms"`
+	TeardownMS  float64 `json:"teardown_ms,omitempty"` // after the answer; not part of total
+	MajorFaults uint64  `json:"major_faults"`
+	MinorFaults uint64  `json:"minor_faults"`
+	ReadBytes   uint64  `json:"read_bytes"`        // by QEMU, from storage
+	DaemonBytes uint64  `json:"daemon_read_bytes"` // by the daemon for the strategy (prefetch, uffd faults, loader)
+	// Stats are the strategy's own stats, under its names (the part of
+	// the invocation's strategy_stats under its kind).
+	Stats map[string]any `json:"stats,omitempty"`
+}
+
+// legacyStats are the strategies' own fields a sample carried at its top
+// level before they moved into Stats, by their names there.
+var legacyStats = map[string]string{"prefetch_pages": "prefetch_pages", "prefetch_ms": "prefetch_ms", "uffd_faults": "faults_served",
+	"loader_bytes": "loader_bytes", "loader_ms": "loader_ms", "loader_finished_first": "loader_finished_first", "cache_fill_ms": "cache_fill_ms"}
+
+// fromLegacy fills Stats from raw, a sample written before Stats existed
+// (results of earlier runs read again).
+func (s *StrategySample) fromLegacy(raw json.RawMessage) {
+	var top map[string]any
+	if s.Stats != nil || json.Unmarshal(raw, &top) != nil {
+		return
+	}
+	for old, name := range legacyStats {
+		if v, ok := top[old]; ok {
+			if s.Stats == nil {
+				s.Stats = map[string]any{}
+			}
+			s.Stats[name] = v
+		}
+	}
+}
+
+// StatNum is the strategy's stat name of s as a number (0 without it).
+func (s StrategySample) StatNum(name string) float64 {
+	f, _ := s.Stats[name].(float64)
+	return f
 }
 
 // StrategiesResult is a whole run.
@@ -146,9 +169,9 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 		}
 		b, _ := json.Marshal(pr)
 		res.Prepared[fc.Name] = b
-		if slices.Contains(strategies, "premap") { // premap maps the snapshot from the memory store
+		if s := StoreUsers(info, strategies); len(s) > 0 { // they map the snapshot from the memory store
 			if _, err := c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
-				return nil, fmt.Errorf("store %s for premap: %w", pr.Warm.ID, err)
+				return nil, fmt.Errorf("store %s for %s: %w", pr.Warm.ID, strings.Join(s, ", "), err)
 			}
 		}
 		for rep := 0; rep < reps; rep++ {
@@ -188,9 +211,7 @@ func SampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 		smp.MajorFaults, smp.MinorFaults, smp.ReadBytes = p.MajorFaults, p.MinorFaults, p.ReadBytes
 	}
 	if st := inv.StrategyStats; st != nil {
-		smp.PrefetchPages, smp.PrefetchMS, smp.FaultsServed = st.PrefetchPages, st.PrefetchMS, st.FaultsServed
-		smp.LoaderBytes, smp.LoaderMS, smp.LoaderFirst, smp.CacheFillMS = st.LoaderBytes, st.LoaderMS, st.LoaderBeforeInvoke, st.CacheFillMS
-		smp.DaemonBytes = st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes
+		smp.DaemonBytes, smp.Stats = st.DaemonReadBytes, st.PartValues()
 	}
 	return smp
 }

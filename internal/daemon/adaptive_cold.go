@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -19,12 +22,33 @@ import (
 // start that names none (choose), and what its measurements teach (observe).
 
 // Rules: where a location without evidence starts, measured
-// (docs/bench/adaptive.md). Locally FaaSnap's loading set,
-// then REAP; from the registry the remote strategy (REAP unless set), which
-// fetches the least before the guest runs.
-var localOrder = []restore.Kind{restore.FaaSnap, restore.REAP, restore.SnapBPF, restore.Premap, restore.Vanilla}
+// (docs/bench/adaptive.md): locally in the strategies' AutoOrder
+// (FaaSnap's loading set, then REAP, ...); from the registry the remote
+// strategy (REAP unless set), which fetches the least before the guest
+// runs, then the same order.
+func localOrder(sts []restore.Strategy) ([]restore.Kind, string) {
+	sts = slices.Clone(sts)
+	slices.SortStableFunc(sts, func(a, b restore.Strategy) int { return cmp.Compare(autoRank(a), autoRank(b)) })
+	var order []restore.Kind
+	var names []string
+	for _, st := range sts {
+		if st.Auto {
+			order, names = append(order, st.Kind), append(names, string(st.Kind))
+		}
+	}
+	if len(names) == 0 {
+		return nil, "locally, none"
+	}
+	return order, fmt.Sprintf("locally, %s where the snapshot has its artifacts, then %s", names[0], strings.Join(names[1:], ", "))
+}
 
-const localRule = "locally, faasnap where the snapshot has its artifacts, then reap, snapbpf, premap, vanilla"
+// autoRank is st's place in the local rule: its AutoOrder, unranked last.
+func autoRank(st restore.Strategy) int {
+	if st.AutoOrder == 0 {
+		return math.MaxInt
+	}
+	return st.AutoOrder
+}
 
 // autoChoice is a cold start whose strategy the policy is to decide.
 type autoChoice struct {
@@ -134,12 +158,12 @@ func (a *adaptive) arms(sn *catalog.Snapshot) (loc string, arms []string, rule s
 	}
 	snap := restore.Snapshot{Dir: sn.Dir, Manifest: m}
 	env := restore.Env{Store: a.s.store}
-	order, loc := localOrder, locLocal
-	rule = localRule
+	order, rule := localOrder(a.s.strategies)
+	loc = locLocal
 	if sn.RemoteMemory {
 		loc = locRemote
 		remote := restore.Kind(a.s.cfg.RemoteStrategy)
-		order = append([]restore.Kind{remote}, restore.FaaSnap, restore.REAP, restore.Vanilla)
+		order = append([]restore.Kind{remote}, order...) // those that do not restore lazily are skipped below
 		rule = fmt.Sprintf("a snapshot in the registry starts with %s (it fetches the least before the guest runs)", remote)
 	}
 	for _, k := range order {
@@ -222,8 +246,8 @@ func sampleOf(inv *Invocation, at time.Time) policy.Sample {
 		s.BytesRead += p.ReadBytes
 	}
 	if st := inv.StrategyStats; st != nil {
-		s.Faults += st.FaultsServed + st.SourceFaults
-		s.BytesRead += st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes + st.SourceFetchedBytes + st.SnapBPFResidentPages*4096
+		s.Faults += st.ServedFaults + st.SourceFaults
+		s.BytesRead += st.DaemonReadBytes + st.SourceFetchedBytes
 	}
 	return s
 }

@@ -55,7 +55,8 @@ func readGen(path string) int {
 // strategy is a strategy of kind k backed by vanilla's restore.
 func (w *genWorld) strategy(k restore.Kind) restore.Strategy {
 	vanilla, _ := restore.Lookup(restore.Vanilla)
-	return restore.Strategy{Kind: k, Auto: true,
+	own, _ := restore.Lookup(k) // its place in the adaptive rule
+	return restore.Strategy{Kind: k, Auto: true, AutoOrder: own.AutoOrder,
 		Ready: func(snap restore.Snapshot, _ restore.Env) bool {
 			_, err := os.Stat(filepath.Join(snap.ArtifactDir(k), "gen.json"))
 			return err == nil

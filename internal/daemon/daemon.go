@@ -245,7 +245,7 @@ func (c *Config) setDefaults() {
 		c.AdmissionQueue = 64
 	}
 	if c.RemoteStrategy == "" {
-		c.RemoteStrategy = string(restore.REAP)
+		c.RemoteStrategy = string(restore.RemoteDefault())
 	}
 	if c.AdmissionTimeout == 0 {
 		c.AdmissionTimeout = 30 * time.Second
@@ -329,7 +329,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lazy readahead %d chunks: must be between 0 and 64", c.LazyReadahead))
 	}
 	if st, ok := restore.Lookup(restore.Kind(c.RemoteStrategy)); !ok || !st.Lazy {
-		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (vanilla, reap or faasnap)", c.RemoteStrategy))
+		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (%s)", c.RemoteStrategy, restore.JoinKinds(restore.LazyKinds())))
 	}
 	errs = append(errs, validateRegistry(c)...)
 	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
@@ -721,7 +721,7 @@ type Info = wire.Info
 
 // APIVersion is the API contract's version (openapi.json's info.version);
 // the daemon's own is its build's (buildinfo.Version).
-const APIVersion = "0.2.0"
+const APIVersion = "0.3.0"
 
 // Close fails running operations, stops every VM (marking them stopped),
 // undoes what the daemon changed on the host and closes the catalog.

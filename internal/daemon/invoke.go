@@ -374,6 +374,7 @@ type coldEnd struct {
 // the VM, the record and the adaptive policy's observation.
 func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, inv *Invocation, e coldEnd) {
 	st := lv.sess.Stats()
+	st.Kind = string(lv.sess.Kind())
 	inv.StrategyStats = &st
 	s.adaptive.measureSet(lv, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
@@ -501,12 +502,13 @@ func (s *Service) ListInvocations(ctx context.Context, function string, limit in
 // Info describes the daemon.
 func (s *Service) Info() Info {
 	strategies := make([]string, len(s.strategies))
+	described := make([]wire.StrategyDescription, len(s.strategies))
 	for i, st := range s.strategies {
-		strategies[i] = string(st.Kind)
+		strategies[i], described[i] = string(st.Kind), st.Describe()
 	}
 	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, Image: guestImage(s.image),
 		VMM:     wire.VMMInfo{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Machine: s.cfg.VMM.MachineABI()},
-		DataDir: s.cfg.DataDir, Strategies: strategies, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
+		DataDir: s.cfg.DataDir, Strategies: strategies, StrategyDetails: described, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
 	if s.registry != nil {
 		cfg, st := s.registry.Config(), s.chunks.Stats()
 		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Path: cfg.Path, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),

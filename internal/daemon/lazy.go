@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"path"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -26,19 +27,14 @@ import (
 // against chunk by chunk as pages are fetched.
 
 // lazyFiles are the files a lazy pull leaves in the registry, placeholders
-// here: the memory, FaaSnap's loading set and REAP's working set (streamed
-// by their restores).
-var (
-	loadingSetFile = path.Join("strategies", string(restore.FaaSnap), restore.FaaSnapLoadingSet)
-	workingSetFile = path.Join("strategies", string(restore.REAP), restore.REAPWorkingSetFile)
-	lazyFiles      = []string{snapshot.MemoryFile, loadingSetFile, workingSetFile}
-)
-
-// streamedFiles are the lazy files an import on invoke starts fetching for
-// a strategy's restore: REAP's working set, which the restore installs
-// before the vCPU runs. FaaSnap's loading set is not (at 80-100 MiB it
-// slowed the import as much as it sped the restore; docs/cluster.md).
-var streamedFiles = map[restore.Kind][]string{restore.REAP: {workingSetFile}}
+// here: the memory and the strategies' remote artifacts (streamed by their
+// restores; restore.Artifact.Remote). streamedFiles are those an import on
+// invoke starts fetching at once for a strategy's restore
+// (restore.Artifact.Streamed).
+var lazyFiles, streamedFiles = func() ([]string, map[restore.Kind][]string) {
+	files, streamed := restore.RemoteArtifacts()
+	return append([]string{snapshot.MemoryFile}, files...), streamed
+}()
 
 // remoteFiles are the lazy files rm has.
 func remoteFiles(rm *registry.RemoteManifest) []string {
@@ -253,7 +249,8 @@ func (m *lazyFile) SourceStats() restore.SourceStats {
 // and, if the snapshot has them, FaaSnap's loading set and REAP's working
 // set.
 type lazyMemory struct {
-	mem, ls, ws *lazyFile // ls, ws: nil without
+	mem       *lazyFile
+	artifacts map[string]*lazyFile // remote artifact files by path
 }
 
 // openLazyMemory opens a lazy snapshot's remote files; their fetches live
@@ -266,20 +263,17 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &lazyMemory{}
+	m := &lazyMemory{artifacts: map[string]*lazyFile{}}
 	for _, name := range remoteFiles(rm) {
 		lf, err := s.chunks.Open(context.Background(), rm, name)
 		if err != nil {
 			m.Close()
 			return nil, registryErr(err)
 		}
-		switch name {
-		case snapshot.MemoryFile:
+		if name == snapshot.MemoryFile {
 			m.mem = &lazyFile{lf: lf, readahead: int64(s.cfg.LazyReadahead)}
-		case loadingSetFile:
-			m.ls = &lazyFile{lf: lf}
-		case workingSetFile:
-			m.ws = &lazyFile{lf: lf}
+		} else {
+			m.artifacts[name] = &lazyFile{lf: lf}
 		}
 	}
 	return m, nil
@@ -287,22 +281,23 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 
 // sources fills a restore's memory and loading-set sources.
 func (m *lazyMemory) sources(snap *restore.Snapshot) {
-	snap.Source, snap.MemFile, snap.LoadingSet, snap.WorkingSet = m.mem, "", nil, nil
-	if m.ls != nil {
-		snap.LoadingSet = m.ls
-	}
-	if m.ws != nil {
-		snap.WorkingSet = m.ws
+	snap.Source, snap.MemFile, snap.Remote = m.mem, "", nil
+	if len(m.artifacts) > 0 {
+		snap.Remote = make(map[string]restore.MemorySource, len(m.artifacts))
+		for name, f := range m.artifacts {
+			snap.Remote[name] = f
+		}
 	}
 }
 
 // files are the open remote files.
 func (m *lazyMemory) files() []*lazyFile {
 	var out []*lazyFile
-	for _, f := range []*lazyFile{m.mem, m.ls, m.ws} {
-		if f != nil {
-			out = append(out, f)
-		}
+	if m.mem != nil {
+		out = append(out, m.mem)
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.artifacts)) {
+		out = append(out, m.artifacts[name])
 	}
 	return out
 }
@@ -378,7 +373,7 @@ func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, sn
 	}
 	c.sn = sn
 	pulled = time.Since(t)
-	snap.Source, snap.LoadingSet, snap.Dir = nil, nil, sn.Dir
+	snap.Source, snap.Remote, snap.Dir = nil, nil, sn.Dir
 	sess, err = o.begin(ctx, snap, env)
 	return sess, pulled, err
 }

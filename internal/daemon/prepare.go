@@ -61,7 +61,7 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 	ctx, sp := s.span(ctx, SpanPrepare, AttrFunction.String(req.Function))
 	defer func() { endSpan(sp, err) }()
 	t0 := time.Now()
-	res = &PrepareResult{Function: req.Function}
+	res = &PrepareResult{Function: req.Function, Prepared: map[string]*wire.PreparedStrategy{}}
 	steps := recordOrder(s.strategies)
 	vm, err := s.bootFunction(subProgress(ctx, "boot: "), fn, version)
 	if err != nil {
@@ -100,6 +100,9 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 				return nil, fmt.Errorf("%s record: %w", st.Kind, err)
 			}
 		}
+	}
+	if err := p.Seal(); err != nil {
+		return nil, err
 	}
 	report(ctx, wire.OperationProgress{Phase: "publishing", Done: int64(len(steps)), Total: int64(len(steps)), Unit: "strategies"})
 	warm, err := s.GetSnapshot(ctx, p.Warm.Manifest.ID)

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/restore"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // testStrategies are the real vanilla and FaaSnap (whose record phase
@@ -38,7 +37,7 @@ func testStrategies(step func(ctx context.Context, h restore.RecordHost, p *rest
 			if err := vm.Invoke(ctx); err != nil {
 				return err
 			}
-			p.Result.REAP = &wire.REAPBuild{FaultedPages: 7}
+			p.SetBuild(restore.REAP, &restore.REAPBuild{FaultedPages: 7})
 			return nil
 		}
 	}
@@ -70,11 +69,13 @@ func TestPrepare(t *testing.T) {
 	if want := []string{"warm", "own on " + res.Warm.ID}; strings.Join(*ran, ",") != strings.Join(want, ",") {
 		t.Errorf("steps ran %q, want %q", *ran, want)
 	}
-	if res.FaaSnap == nil || res.FaaSnap.WorkingSetPages == 0 || res.FaaSnap.GroupSize != 64 || res.FaaSnap.Scans == 0 ||
-		res.REAP == nil || res.REAP.FaultedPages != 7 {
-		t.Errorf("builds: faasnap %+v reap %+v", res.FaaSnap, res.REAP)
+	var fs restore.FaaSnapBuild
+	var rp restore.REAPBuild
+	if !res.BuildAs("faasnap", &fs) || fs.WorkingSetPages == 0 || fs.GroupSize != 64 || fs.Scans == 0 ||
+		!res.BuildAs("reap", &rp) || rp.FaultedPages != 7 || res.Prepared["faasnap"].RecordMS <= 0 {
+		t.Errorf("builds: faasnap %+v reap %+v", fs, rp)
 	}
-	if res.Timing.FaaSnapRecordMS <= 0 || res.Timing.WarmSnapshotMS <= 0 || res.Timing.TotalMS < res.Timing.BootMS {
+	if res.Timing.WarmSnapshotMS <= 0 || res.Timing.TotalMS < res.Timing.BootMS {
 		t.Errorf("timing %+v", res.Timing)
 	}
 	sn, err := s.GetSnapshot(ctx, res.Warm.ID)
@@ -82,7 +83,7 @@ func TestPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stored PrepareResult
-	if err := json.Unmarshal(sn.Prepared, &stored); err != nil || stored.FaaSnap == nil || stored.Warm.ID != res.Warm.ID {
+	if err := json.Unmarshal(sn.Prepared, &stored); err != nil || !stored.BuildAs("faasnap", &fs) || stored.Warm.ID != res.Warm.ID {
 		t.Errorf("stored prepare result: %v %s", err, sn.Prepared)
 	}
 	// The warm snapshot restores with the strategy just prepared.
@@ -478,7 +479,9 @@ func TestPrepareVariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	var built []string
-	for _, v := range res.FaaSnap.Variants {
+	var fs restore.FaaSnapBuild
+	res.BuildAs("faasnap", &fs)
+	for _, v := range fs.Variants {
 		built = append(built, v.Variant)
 		if v.Variant == restore.VariantNoHostRecording && v.WorkingSetPages != 3 {
 			t.Errorf("no-hostrec built from %d pages, want the 3 faulted", v.WorkingSetPages)
@@ -489,7 +492,7 @@ func TestPrepareVariants(t *testing.T) {
 	}
 	for _, v := range restore.FaaSnapVariants {
 		inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: res.Warm.ID, Strategy: "faasnap", Variant: v, InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`)}})
-		if err != nil || !inv.OK || inv.Strategy != "faasnap" || inv.StrategyStats.Variant != v {
+		if err != nil || !inv.OK || inv.Strategy != "faasnap" || inv.StrategyStats.PartValues()["variant"] != v {
 			t.Fatalf("variant %s: %v %+v", v, err, inv)
 		}
 	}

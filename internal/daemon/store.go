@@ -89,7 +89,7 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 			return nil, err
 		}
 	}
-	s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.key.kind == restore.Premap }, whyStandbyStore)
+	s.dropSnapshotStandby(id, usesStore, whyStandbyStore)
 	phase(ctx, "copying to the store")
 	e, err := s.store.Put(id, filepath.Join(v.sn.Dir, snapshot.MemoryFile), v.m.Files[snapshot.MemoryFile])
 	if errors.Is(err, store.ErrFull) {
@@ -111,7 +111,7 @@ func (s *Service) UnstoreSnapshot(ctx context.Context, id string) error {
 	if s.store == nil {
 		return nil
 	}
-	s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.key.kind == restore.Premap }, whyStandbyStore)
+	s.dropSnapshotStandby(id, usesStore, whyStandbyStore)
 	return s.store.Remove(id)
 }
 
@@ -191,4 +191,11 @@ func (s *Service) metricState() metrics.State {
 			UsedBytes: c.UsedBytes, BudgetBytes: c.BudgetBytes}
 	}
 	return st
+}
+
+// usesStore says whether sb's strategy maps the snapshot's store copy (a
+// standby of it goes when the copy does).
+func usesStore(sb *standby) bool {
+	st, ok := restore.Lookup(sb.key.kind)
+	return ok && st.UsesStore
 }

@@ -119,8 +119,7 @@ func (s *Set) Invocation(inv *wire.Invocation) {
 		s.reads.WithLabelValues(strategy, "qemu").Add(float64(p.ReadBytes))
 	}
 	if st := inv.StrategyStats; st != nil {
-		daemon := st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes
-		s.reads.WithLabelValues(strategy, "daemon").Add(float64(daemon))
+		s.reads.WithLabelValues(strategy, "daemon").Add(float64(st.DaemonReadBytes))
 		if st.Fallback != "" {
 			requested, _, _ := strings.Cut(st.Fallback, " ")
 			s.fallbacks.WithLabelValues(requested, FallbackReason(st.Fallback)).Inc()

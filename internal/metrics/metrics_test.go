@@ -19,7 +19,7 @@ func TestInvocationsRequestsAndState(t *testing.T) {
 	cold := &wire.Invocation{Mode: "cold", Strategy: "faasnap",
 		Timing:        wire.Timing{Restore: &wire.RestoreTiming{SetupMS: 60, ResumeMS: 90}, InvokeMS: 8, TotalMS: 170},
 		Process:       &wire.ProcessCounters{MajorFaults: 3, MinorFaults: 1000, ReadBytes: 4096},
-		StrategyStats: &wire.StrategyStats{FaaSnapStats: wire.FaaSnapStats{LoaderBytes: 1 << 20}}}
+		StrategyStats: &wire.StrategyStats{Kind: "faasnap", DaemonReadBytes: 1 << 20}}
 	fellBack := &wire.Invocation{Mode: "cold", Strategy: "vanilla",
 		Timing:        wire.Timing{Restore: &wire.RestoreTiming{SetupMS: 70, ResumeMS: 120}, InvokeMS: 9, TotalMS: 210},
 		StrategyStats: &wire.StrategyStats{Fallback: "premap artifacts unusable, restored with vanilla: snapshot x: not in the memory store"}}

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,7 +24,7 @@ func TestMeasureChunks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a.dir, "strategies", "reap", "reap.json"), []byte(ws), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := chunk.MeasureSnapshots([]string{a.dir, b.dir}, cs)
+	m, err := chunk.MeasureSnapshots([]string{a.dir, b.dir}, cs, reapPages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +46,24 @@ func TestMeasureChunks(t *testing.T) {
 	if m.Objects != m.UniqueChunks+2 || m.StoredBytes <= 0 || m.StoredBytes >= m.UniqueBytes {
 		t.Fatalf("measure = %+v", m)
 	}
-	if _, err := chunk.MeasureSnapshots([]string{a.dir}, 1000); err == nil {
+	if _, err := chunk.MeasureSnapshots([]string{a.dir}, 1000, reapPages); err == nil {
 		t.Fatal("chunk size 1000 accepted")
 	}
+}
+
+// reapPages reads the page runs of a snapshot's reap.json (what the reap
+// strategy's Prefetched reads, without its checks).
+func reapPages(dir string) (int64, [][2]int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "strategies", "reap", "reap.json"))
+	if err != nil {
+		return 0, nil, err
+	}
+	var ws struct {
+		PageSize int64      `json:"page_size"`
+		Pages    [][2]int64 `json:"pages"`
+	}
+	err = json.Unmarshal(b, &ws)
+	return ws.PageSize, ws.Pages, err
 }
 
 // BenchmarkLazyFileReadAtHit is the hit path a userfaultfd handler takes:

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/pagecache"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // Cached is vanilla with the whole memory file in the host page cache
@@ -15,7 +14,9 @@ import (
 const Cached Kind = "cached"
 
 // CachedStats: the page-cache fill, reported apart (Session.Untimed).
-type CachedStats = wire.CachedStats
+type CachedStats struct {
+	CacheFillMS float64 `json:"cache_fill_ms,omitempty" unit:"ms" desc:"page-cache fill before the restore, not part of the cold start"`
+}
 
 type cached struct {
 	vanilla
@@ -33,7 +34,9 @@ func beginCached(_ context.Context, snap Snapshot, env Env) (Session, error) {
 func (c *cached) Kind() Kind             { return Cached }
 func (c *cached) Untimed() time.Duration { return c.fill }
 func (c *cached) Stats() Stats {
-	return Stats{CachedStats: CachedStats{CacheFillMS: msOf(c.fill)}}
+	return withPart(Stats{FetchMS: msOf(c.fill)}, Cached, CachedStats{CacheFillMS: msOf(c.fill)})
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+var cachedStrategy = Strategy{Kind: Cached, Begin: beginCached, StatsPart: CachedStats{}}

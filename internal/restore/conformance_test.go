@@ -2,71 +2,28 @@ package restore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
-	"github.com/thaw-dev/thaw/internal/pagecache"
+	"github.com/thaw-dev/thaw/internal/restore/restoretest/synth"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
-	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
-// The conformance suite every strategy passes: restore a synthetic memory
-// file through the strategy's real path (Begin, the session's memory
-// description and environment, the interposer inside a process that maps
-// guest memory exactly as QEMU does, the userfaultfd server for REAP) and
-// check that every page read through the restored layout equals the memory
-// file's bytes, and that writes never reach the file.
+// The built-in strategies' own conformance cases, beyond the suite every
+// strategy passes (restoretest.Suite, run by suite_test.go): the huge-page
+// hint, a damaged artifact the check must see, fallbacks on damaged
+// artifacts, premap on a device, faasnap's variants. Each restores a
+// synthetic memory file through the interposer inside a process that maps
+// guest memory exactly as QEMU does and compares every page.
 
-func shimDir(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "shim")
-	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("build interposer: %v\n%s", err, out)
-	}
-	return dir
-}
-
-// synthMemory writes a memory file of pages pages: random data pages, runs
-// of explicit zero pages and holes.
-func synthMemory(t *testing.T, path string, pages int, rng *rand.Rand) {
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, snapshot.PageSize)
-	for p := 0; p < pages; {
-		run := 1 + rng.Intn(40)
-		kind := rng.Intn(3) // 0 data, 1 written zeros, 2 hole
-		for i := 0; i < run && p < pages; i, p = i+1, p+1 {
-			switch kind {
-			case 0:
-				rng.Read(buf)
-			case 1:
-				clear(buf)
-			case 2:
-				continue
-			}
-			if _, err := f.WriteAt(buf, int64(p)*snapshot.PageSize); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := f.Truncate(int64(pages) * snapshot.PageSize); err != nil {
-		t.Fatal(err)
-	}
-}
+func shimDir(t *testing.T) string { return synth.ShimDir(t) }
 
 type synthSnapshot struct {
 	snap  Snapshot
@@ -74,143 +31,41 @@ type synthSnapshot struct {
 	store *store.Store // holding the memory file (premap)
 }
 
+// newSynth is a synthetic snapshot with every built-in strategy's
+// artifacts.
 func newSynth(t *testing.T, pages int, seed int64) synthSnapshot {
-	rng := rand.New(rand.NewSource(seed))
-	dir := t.TempDir()
-	mem := filepath.Join(dir, snapshot.MemoryFile)
-	synthMemory(t, mem, pages, rng)
-	fi, err := snapshot.HashFile(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &snapshot.Manifest{ID: fmt.Sprintf("snap-synth%d", seed), Files: map[string]snapshot.FileInfo{snapshot.MemoryFile: fi}}
-	s := synthSnapshot{snap: Snapshot{Dir: dir, Manifest: m}}
-	sdir, err := os.MkdirTemp("/dev/shm", "thaw-conformance-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sdir) })
-	if s.store, err = store.Open(sdir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.Put(m.ID, mem, fi); err != nil {
-		t.Fatal(err)
-	}
-	seen := map[uint64]bool{}
-	for len(s.order) < pages/3 {
-		p := uint64(rng.Intn(pages))
-		if !seen[p] {
-			seen[p] = true
-			s.order = append(s.order, p)
-		}
-	}
-	if _, err := memlayout.WriteFaaSnap(s.snap.ArtifactDir(FaaSnap), mem, fi.SHA256, s.order,
-		memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: 8}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := memlayout.WriteREAP(s.snap.ArtifactDir(REAP), mem, fi.SHA256, s.order); err != nil {
-		t.Fatal(err)
-	}
-	writeVariants(t, s, mem, fi.SHA256, pages)
-	// The capture itself needs a kernel (internal/snapbpf tests it); the
-	// prefetch plan is built from the same synthetic working set.
-	if _, err := memlayout.WriteSnapBPF(s.snap.ArtifactDir(SnapBPF), mem, fi.SHA256, s.order, uint64(len(s.order)), 0); err != nil {
-		t.Fatal(err)
-	}
+	m := synth.NewMemory(t, pages, seed)
+	s := synthSnapshot{snap: Snapshot{Dir: m.Dir, Manifest: m.Manifest}, order: m.Order, store: m.Store}
+	writeArtifacts(t, s.snap, s.order)
 	return s
 }
 
-type checkResult struct {
-	Pages         int   `json:"pages"`
-	Mismatches    int   `json:"mismatches"`
-	FirstMismatch int64 `json:"first_mismatch"`
-	FileModified  bool  `json:"file_modified"`
-	HugePageHint  bool  `json:"hugepage_hint"` // with --qemu-madvise: the hint QEMU gives stayed
-}
-
-// runCheck maps the memory file like QEMU under the session's environment
-// and compares every page; extra goes to the checker (--standby MS: read
-// only after waiting, as a VMM of the VMM pool does).
-func runCheck(t *testing.T, shim string, sess Session, extra ...string) checkResult {
+// writeArtifacts writes every built-in strategy's artifacts of snap from
+// the working set order.
+func writeArtifacts(t *testing.T, snap Snapshot, order []uint64) {
 	t.Helper()
-	mem := sess.Memory()
-	if !mem.File.KeepIntact {
-		t.Fatalf("%s: memory not protected from QEMU's discards: %+v", sess.Kind(), mem)
+	mem, sum := snap.MemoryPath(), memSHA(snap)
+	s := synthSnapshot{snap: snap, order: order}
+	pages := int(memSize(snap) / snapshot.PageSize)
+	if _, err := memlayout.WriteFaaSnap(s.snap.ArtifactDir(FaaSnap), mem, sum, s.order,
+		memlayout.FaaSnapOptions{GroupSize: 64, MergeGap: 8}); err != nil {
+		t.Fatal(err)
 	}
-	args := append([]string{"--threads", "4", "--write-check"}, extra...)
-	if mem.Align > 0 {
-		args = append(args, "--align", fmt.Sprint(mem.Align))
+	if _, err := memlayout.WriteREAP(s.snap.ArtifactDir(REAP), mem, sum, s.order); err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(shim, "build", "thaw-shim-check"), append(args, mem.Path)...)
-	env, err := qemu.InterposerEnv(mem, t.TempDir())
-	if err != nil {
-		t.Fatalf("%s: %v", sess.Kind(), err)
-	}
-	cmd.Env = append(append(os.Environ(), "LD_PRELOAD="+filepath.Join(shim, "build", "libthaw_shim.so")), env...)
-	out, err := cmd.Output()
-	var res checkResult
-	if jerr := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); jerr != nil {
-		t.Fatalf("check: %v %v: %s", err, jerr, out)
-	}
-	if err != nil && res.Mismatches == 0 && !res.FileModified {
-		t.Fatalf("check failed: %v", err)
-	}
-	return res
-}
-
-// Every strategy twice: mapped and read at once (a VMM started for the
-// restore), and mapped, left waiting, then read (a VMM of the VMM pool).
-func TestConformance(t *testing.T) {
-	shim := shimDir(t)
-	for _, pages := range []int{257, 1000, 4099} {
-		s := newSynth(t, pages, int64(pages))
-		for _, c := range []struct {
-			how   string
-			extra []string
-		}{{"started", nil}, {"pooled", []string{"--standby", "300"}}} {
-			for _, k := range Kinds {
-				conformance(t, shim, s, k, pages, c.how, c.extra)
-			}
-		}
+	writeVariants(t, s, mem, sum, pages)
+	// The capture itself needs a kernel (internal/snapbpf tests it); the
+	// prefetch plan is built from the same synthetic working set.
+	if _, err := memlayout.WriteSnapBPF(s.snap.ArtifactDir(SnapBPF), mem, sum, s.order, uint64(len(s.order)), 0); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, how string, extra []string) {
-	t.Run(fmt.Sprintf("%s/%s/%d_pages", k, how, pages), func(t *testing.T) {
-		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
-		if k == SnapBPF { // its prefetch must bring the pages back
-			if err := pagecache.Evict(s.snap.MemoryPath()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		sess, err := Begin(context.Background(), k, s.snap, env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess.Close()
-		if sess.Kind() != k || sess.Stats().Fallback != "" {
-			t.Fatalf("ran as %s: %s", sess.Kind(), sess.Stats().Fallback)
-		}
-		res := runCheck(t, shim, sess, extra...)
-		if res.Pages != pages || res.Mismatches != 0 || res.FileModified {
-			t.Fatalf("%s: %+v", k, res)
-		}
-		if k == Premap {
-			st := sess.Stats()
-			if st.PopulatedBytes != uint64(pages)*snapshot.PageSize || st.PopulateMS <= 0 {
-				t.Errorf("premap populated %d bytes in %.3f ms, want all %d", st.PopulatedBytes, st.PopulateMS, pages*snapshot.PageSize)
-			}
-		}
-		if k == REAP {
-			st := sess.Stats()
-			if st.PrefetchPages != uint64(len(s.order)) {
-				t.Errorf("prefetched %d pages, working set %d", st.PrefetchPages, len(s.order))
-			}
-		}
-		if k == SnapBPF {
-			checkSnapBPFResident(t, s, sess)
-		}
-	})
+// runCheck maps the session's memory like QEMU and compares every page.
+func runCheck(t *testing.T, shim string, sess Session, extra ...string) synth.Result {
+	t.Helper()
+	return synth.Check(t, shim, sess.Memory(), extra...)
 }
 
 // QEMU's MADV_HUGEPAGE on guest RAM is dropped by every strategy's restore
@@ -219,7 +74,7 @@ func conformance(t *testing.T, shim string, s synthSnapshot, k Kind, pages int, 
 func TestHugePageHint(t *testing.T) {
 	shim := shimDir(t)
 	s := newSynth(t, 1000, 7)
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		for _, keep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keep=%v", k, keep), func(t *testing.T) {
 				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
@@ -343,34 +198,6 @@ func beginFallback(t *testing.T, k Kind, snap Snapshot, env Env, why string) Ses
 	return sess
 }
 
-// checkSnapBPFResident waits for the snapbpf prefetcher's mincore check and
-// requires every planned page (the working set minus holes) resident.
-func checkSnapBPFResident(t *testing.T, s synthSnapshot, sess Session) {
-	t.Helper()
-	data, err := memlayout.DataRegions(s.snap.MemoryPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want uint64
-	for _, p := range s.order {
-		for _, r := range data {
-			if r.Contains(p) {
-				want++
-				break
-			}
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	st := sess.Stats()
-	for st.SnapBPFResidentMS == 0 && st.SnapBPFError == "" && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-		st = sess.Stats()
-	}
-	if st.SnapBPFError != "" || st.SnapBPFPages != want || st.SnapBPFResidentPages != want || st.SnapBPFRanges == 0 {
-		t.Fatalf("snapbpf stats %+v, want %d pages resident", st, want)
-	}
-}
-
 // TestShimScript runs the interposer's own test script (shim/test.sh):
 // every layout, uffd, device and protection case against thaw-shim-check.
 func TestShimScript(t *testing.T) {
@@ -440,11 +267,13 @@ func TestPremapDevice(t *testing.T) {
 		if res.Mismatches != 0 || res.FileModified {
 			t.Fatalf("%s: %+v", vm, res)
 		}
-		stt := sess.Stats()
+		var stt PremapStats
+		all := sess.Stats()
+		all.PartAs(string(Premap), &stt)
 		if stt.DeviceBytes != uint64(e.Bytes) || stt.PopulatedBytes != pages*snapshot.PageSize || stt.StoreBytes != uint64(e.Bytes) {
 			t.Fatalf("%s: stats %+v", vm, stt)
 		}
-		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, stt.LayoutEntries, stt.PopulateMS)
+		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, all.LayoutEntries, stt.PopulateMS)
 	}
 	// The guests wrote into their ranges; the stored copy is intact.
 	if err := st.Verify(e); err != nil {
@@ -529,8 +358,9 @@ func TestConformanceVariants(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sess.Close()
-			if st := sess.Stats(); sess.Kind() != FaaSnap || st.Fallback != "" || st.Variant != v {
-				t.Fatalf("ran as %s variant %q: %s", sess.Kind(), st.Variant, st.Fallback)
+			var fs FaaSnapStats
+			if st := sess.Stats(); sess.Kind() != FaaSnap || st.Fallback != "" || !st.PartAs(string(FaaSnap), &fs) || fs.Variant != v {
+				t.Fatalf("ran as %s variant %q: %s", sess.Kind(), fs.Variant, st.Fallback)
 			}
 			res := runCheck(t, shim, sess)
 			if res.Pages != pages || res.Mismatches != 0 || res.FileModified {

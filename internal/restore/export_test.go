@@ -2,8 +2,8 @@ package restore
 
 import "testing"
 
-// SynthSnapshot is the conformance suite's synthetic snapshot (memory file
-// and every strategy's artifacts) for the external tests.
+// SynthSnapshot is a synthetic snapshot (memory file and every built-in
+// strategy's artifacts) for the external tests.
 type SynthSnapshot struct {
 	Snap  Snapshot
 	Order []uint64 // its working set
@@ -14,6 +14,10 @@ func NewSynthSnapshot(t *testing.T, pages int, seed int64) SynthSnapshot {
 	s := newSynth(t, pages, seed)
 	return SynthSnapshot{Snap: s.snap, Order: s.order}
 }
+
+// WriteArtifacts writes every built-in strategy's artifacts of snap from
+// the working set order (the conformance suite's Build).
+var WriteArtifacts = writeArtifacts
 
 // Shimmed is the guard every prepare step's restore goes through.
 var Shimmed = shimmed

@@ -8,7 +8,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/uffd"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // FaaSnap maps zero regions anonymous, non-zero regions to the memory file
@@ -23,7 +22,15 @@ const (
 )
 
 // FaaSnapStats: the loader of one restore.
-type FaaSnapStats = wire.FaaSnapStats
+type FaaSnapStats struct {
+	LoaderBytes        uint64  `json:"loader_bytes,omitempty" unit:"bytes" desc:"loading-set bytes read by the loader"`
+	LoaderMS           float64 `json:"loader_ms,omitempty" unit:"ms" desc:"loader start to end"`
+	LoaderShared       bool    `json:"loader_shared,omitempty" desc:"joined a loader already running (burst)"`
+	LoaderBeforeInvoke *bool   `json:"loader_finished_first,omitempty" desc:"the loader finished before the invocation answered"`
+	// Variant is the FaaSnap variant restored (techniques switched off,
+	// docs/bench/ablation.md); empty for all of FaaSnap.
+	Variant string `json:"variant,omitempty" desc:"the variant restored (techniques switched off)"`
+}
 
 // faasnap maps guest memory in FaaSnap's overlapping layers (anonymous,
 // non-zero regions of the memory file, loading-set regions of the
@@ -102,8 +109,8 @@ func (f *faasnap) InvocationDone() {
 func (f *faasnap) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Stats{LayoutEntries: f.entries, FaaSnapStats: FaaSnapStats{LoaderBytes: f.load.Bytes(),
-		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst, Variant: f.variant}}
+	return withPart(Stats{LayoutEntries: f.entries, DaemonReadBytes: f.load.Bytes(), FetchMS: msOf(f.load.Duration()), FetchBytes: f.load.Bytes()}, FaaSnap, FaaSnapStats{LoaderBytes: f.load.Bytes(),
+		LoaderMS: msOf(f.load.Duration()), LoaderShared: f.joined, LoaderBeforeInvoke: f.finishedFirst, Variant: f.variant})
 }
 
 // beginLazyFaaSnap restores from a memory source: guest memory is anonymous
@@ -114,24 +121,29 @@ func (f *faasnap) Stats() Stats {
 // served from the same file, a fault on a page the artifact knows is zero
 // gets a zero page, and only the rest is read from the source.
 func beginLazyFaaSnap(snap Snapshot, env Env, art *memlayout.FaaSnapArtifact, lsPath string) (Session, error) {
-	src := newPageSource(snap.Source)
-	if err := src.withLoadingSet(art, lsPath, snap.LoadingSet); err != nil {
+	src, ls := newPageSource(snap.Source), snap.remote(FaaSnap, FaaSnapLoadingSet)
+	if err := src.withLoadingSet(art, lsPath, ls); err != nil {
 		return nil, err
 	}
-	if snap.LoadingSet != nil {
+	if ls != nil {
 		// A remote loading set: fetched ahead in file order from now on
 		// (parallel GETs), while QEMU starts; the loader and the faults
 		// read it as its chunks arrive.
-		snap.LoadingSet.Prefetch(context.Background(), 0, snap.LoadingSet.Size())
+		ls.Prefetch(context.Background(), 0, ls.Size())
 	}
 	runs := make([]uffd.FileRun, len(art.LoadingRegions))
 	for i, l := range art.LoadingRegions {
 		runs[i] = uffd.FileRun{Page: l.Start, Pages: l.Pages, FileOff: l.FileOff}
 	}
-	s, err := startUffd(snap, env, uffdPlan{kind: FaaSnap, source: src, lsFile: lsPath, lsRuns: runs, entries: len(runs), lsSource: snap.LoadingSet})
+	s, err := startUffd(snap, env, uffdPlan{kind: FaaSnap, source: src, lsFile: lsPath, lsRuns: runs, entries: len(runs), lsSource: ls})
 	if err != nil {
 		src.close()
 		return nil, err
 	}
 	return s, nil
 }
+
+var faasnapStrategy = Strategy{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true,
+	Variants: FaaSnapVariants, Finish: finishFaaSnap, Auto: true, AutoOrder: 1, Ready: hasArtifact(FaaSnap, FaaSnapManifest),
+	Refresh: refreshFaaSnap, StatsPart: FaaSnapStats{}, BuildPart: FaaSnapBuild{},
+	Artifacts: []Artifact{{Name: FaaSnapManifest, Required: true}, {Name: FaaSnapLoadingSet, Required: true, Remote: true}}}

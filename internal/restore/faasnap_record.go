@@ -178,6 +178,49 @@ func (r *faasnapRecord) Close() error {
 	return nil
 }
 
+// FaaSnapBuild summarizes the FaaSnap record phase and artifacts.
+type FaaSnapBuild struct {
+	Scans           int                  `json:"scans" unit:"count" desc:"mincore scans of the record VM"`
+	WorkingSetPages int                  `json:"working_set_pages" unit:"pages" desc:"pages of the recorded working set"`
+	Stats           wire.LoadingSetStats `json:"stats" desc:"how the working set became the loading set"`
+	LoadingSetBytes int64                `json:"loading_set_bytes" unit:"bytes" desc:"the loading-set file"`
+	GroupSize       int                  `json:"group_size" unit:"pages" desc:"working-set group size"`
+	MergeGap        int                  `json:"merge_gap" unit:"pages" desc:"region merge threshold"`
+	FreedPages      FreePageReporting    `json:"free_page_reporting" desc:"working-set pages the guest freed and reported"`
+	// WarmPagesAdded are pages the guest touched restoring the warm
+	// snapshot (REAP's recording) that the recording on the clean one had
+	// not seen, appended to the working set as its last groups.
+	WarmPagesAdded int `json:"warm_pages_added,omitempty" unit:"pages" desc:"pages the warm snapshot's restore touched, appended"`
+	// Variants are the artifacts built with one technique off, when the
+	// prepare asked for them (faasnap_variants).
+	Variants []FaaSnapVariantBuild `json:"variants,omitempty" desc:"artifacts built with one technique off"`
+}
+
+// FaaSnapVariantBuild is one artifact built with a technique off.
+type FaaSnapVariantBuild struct {
+	Variant         string               `json:"variant"`
+	WorkingSetPages int                  `json:"working_set_pages"`
+	Stats           wire.LoadingSetStats `json:"stats"`
+	LoadingSetBytes int64                `json:"loading_set_bytes"`
+}
+
+// FreePageReporting measures how many working-set pages the guest had
+// freed: the guest's virtio-balloon free page reporting tells QEMU, which
+// punches them out of the record VM's memory file, so they become zero
+// pages and leave the loading set.
+type FreePageReporting struct {
+	WaitMS float64 `json:"wait_ms"` // time waited for reporting to settle
+	// Working-set pages that were non-zero right after the record
+	// invocation, and after the wait.
+	NonzeroBefore int `json:"nonzero_before"`
+	NonzeroAfter  int `json:"nonzero_after"`
+	// PagesRemoved: working-set pages non-zero before the wait and zero
+	// after it (freed and reported). WrittenDuringWait: the other way
+	// round (the guest kept running while reporting settled).
+	PagesRemoved      int `json:"pages_removed"`
+	WrittenDuringWait int `json:"written_during_wait"`
+}
+
 // recordFaaSnap is FaaSnap's prepare (section 4.8, Figure 5): restore the
 // clean snapshot recording the working set during one record invocation,
 // take the warm snapshot, and build the loading set from the recording and
@@ -199,7 +242,7 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 		return err
 	}
 	p.Warm, p.Loading = warm, order
-	p.Result.Timing.FaaSnapRecordMS = msOf(time.Since(t)) - snapMS
+	p.Step(FaaSnap).RecordMS = msOf(time.Since(t)) - snapMS
 	p.Result.Timing.WarmSnapshotMS = snapMS
 
 	t = time.Now()
@@ -208,9 +251,9 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	if err != nil {
 		return err
 	}
-	b := &wire.FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
+	b := &FaaSnapBuild{WorkingSetPages: len(order), Stats: art.Stats, GroupSize: p.Options.GroupSize,
 		MergeGap: p.Options.MergeGap, Scans: rec.scanCount(), FreedPages: freed, LoadingSetBytes: lsBytes}
-	p.Result.FaaSnap = b
+	p.SetBuild(FaaSnap, b)
 	if p.Options.Variants {
 		if freedPages, err = freedSinceClean(p.Clean, warm, order, freedPages); err != nil {
 			return err
@@ -226,7 +269,7 @@ func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 			}
 		}
 	}
-	p.Result.Timing.FaaSnapBuildMS = msOf(time.Since(t))
+	p.Step(FaaSnap).BuildMS = msOf(time.Since(t))
 	return nil
 }
 
@@ -262,7 +305,7 @@ func finishFaaSnap(p *Prepare) error {
 	if err := completeLoadingSet(p); err != nil {
 		return err
 	}
-	if !p.Options.Variants || p.Result.FaaSnap == nil {
+	if !p.Options.Variants || faasnapBuildOf(p) == nil {
 		return nil
 	}
 	if p.Touched == nil {
@@ -271,7 +314,7 @@ func finishFaaSnap(p *Prepare) error {
 	t := time.Now()
 	err := buildFaaSnapVariant(p, VariantNoHostRecording, p.Touched,
 		memlayout.FaaSnapOptions{GroupSize: p.Options.GroupSize, MergeGap: p.Options.MergeGap})
-	p.Result.Timing.FaaSnapBuildMS += msOf(time.Since(t))
+	p.Step(FaaSnap).BuildMS += msOf(time.Since(t))
 	return err
 }
 
@@ -284,7 +327,7 @@ func finishFaaSnap(p *Prepare) error {
 // record invocation on the clean one did not (steady recordings,
 // docs/design.md).
 func completeLoadingSet(p *Prepare) error {
-	b := p.Result.FaaSnap
+	b := faasnapBuildOf(p)
 	if b == nil || p.Touched == nil || p.Loading == nil {
 		return nil
 	}
@@ -310,7 +353,7 @@ func completeLoadingSet(p *Prepare) error {
 	}
 	b.WorkingSetPages, b.Stats, b.LoadingSetBytes = len(order), art.Stats, lsBytes
 	b.WarmPagesAdded = len(order) - len(p.Loading)
-	p.Result.Timing.FaaSnapBuildMS += msOf(time.Since(t))
+	p.Step(FaaSnap).BuildMS += msOf(time.Since(t))
 	return nil
 }
 
@@ -320,7 +363,8 @@ func buildFaaSnapVariant(p *Prepare, variant string, order []uint64, opts memlay
 	if err != nil {
 		return fmt.Errorf("variant %s: %w", variant, err)
 	}
-	p.Result.FaaSnap.Variants = append(p.Result.FaaSnap.Variants, wire.FaaSnapVariantBuild{Variant: variant,
+	b := faasnapBuildOf(p)
+	b.Variants = append(b.Variants, FaaSnapVariantBuild{Variant: variant,
 		WorkingSetPages: len(order), Stats: art.Stats, LoadingSetBytes: lsBytes})
 	return nil
 }
@@ -348,7 +392,7 @@ func buildFaaSnap(dir string, warm Snapshot, order []uint64, opts memlayout.FaaS
 // page reporting to settle and takes the warm snapshot of the record VM's
 // (shared) memory; freedPages are the working-set pages reporting zeroed,
 // snapMS is the snapshot's own time.
-func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed wire.FreePageReporting, freedPages []uint64, warm Snapshot, snapMS float64, err error) {
+func recordWarm(ctx context.Context, vm RecordVM, rec *faasnapRecord) (order []uint64, freed FreePageReporting, freedPages []uint64, warm Snapshot, snapMS float64, err error) {
 	if err = vm.Invoke(ctx); err != nil {
 		return
 	}
@@ -435,4 +479,10 @@ func nonzeroPages(path string, pages []uint64) ([]bool, error) {
 		out[i] = !bytes.Equal(buf[:k], zero[:k])
 	}
 	return out, nil
+}
+
+// faasnapBuildOf is the FaaSnap build of p, nil before its Record.
+func faasnapBuildOf(p *Prepare) *FaaSnapBuild {
+	b, _ := p.Builds[FaaSnap].(*FaaSnapBuild)
+	return b
 }

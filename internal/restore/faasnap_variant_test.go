@@ -56,10 +56,10 @@ func TestLoaderExtents(t *testing.T) {
 	art := &memlayout.FaaSnapArtifact{LoadingRegions: []memlayout.LSRegion{
 		{Start: 10, Pages: 2, Group: 0}, {Start: 2, Pages: 3, Group: 1, FileOff: 8192}, {Start: 5, Pages: 1, Group: 2, FileOff: 20480}}}
 	ps := int64(snapshot.PageSize)
-	if got, want := loaderExtents(art, VariantConcurrent), []Extent{{2 * ps, 4 * ps}, {10 * ps, 2 * ps}}; !reflect.DeepEqual(got, want) {
+	if got, want := loaderExtents(art, VariantConcurrent), []Extent{{Off: 2 * ps, Len: 4 * ps}, {Off: 10 * ps, Len: 2 * ps}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("concurrent: %v, want %v", got, want)
 	}
-	if got, want := loaderExtents(art, VariantNoLoadingSet), []Extent{{10 * ps, 2 * ps}, {2 * ps, 3 * ps}, {5 * ps, ps}}; !reflect.DeepEqual(got, want) {
+	if got, want := loaderExtents(art, VariantNoLoadingSet), []Extent{{Off: 10 * ps, Len: 2 * ps}, {Off: 2 * ps, Len: 3 * ps}, {Off: 5 * ps, Len: ps}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("no-loadingset: %v, want %v", got, want)
 	}
 	for _, v := range []string{"", VariantNoMerge, VariantNoFreedFilter, VariantNoHostRecording} {

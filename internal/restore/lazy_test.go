@@ -66,7 +66,7 @@ func TestLazyConformance(t *testing.T) {
 	build := shimBuild(t)
 	const pages = 4099
 	base := restore.NewSynthSnapshot(t, pages, 17)
-	for _, k := range restore.Kinds {
+	for _, k := range restore.Kinds() {
 		t.Run(string(k), func(t *testing.T) {
 			snap, src := lazySnap(t, base.Snap, 2*time.Millisecond)
 			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
@@ -99,6 +99,10 @@ func TestLazyConformance(t *testing.T) {
 				t.Errorf("placeholder has %d pages in the page cache: it was read", resident)
 			}
 			stats := sess.Stats()
+			var reap restore.REAPStats
+			var fs restore.FaaSnapStats
+			stats.PartAs(string(restore.REAP), &reap)
+			stats.PartAs(string(restore.FaaSnap), &fs)
 			t.Logf("%s: %+v", k, stats.LazyStats)
 			if !stats.Lazy || stats.SourceFaults == 0 || stats.SourceBytes == 0 || stats.SourceFetchedChunks == 0 {
 				t.Fatalf("lazy stats %+v", stats.LazyStats)
@@ -109,12 +113,12 @@ func TestLazyConformance(t *testing.T) {
 					t.Errorf("vanilla read %d pages (%d bytes) from the source, want all %d", stats.SourceFaults, stats.SourceBytes, pages)
 				}
 			case restore.REAP:
-				if stats.PrefetchPages != uint64(len(base.Order)) || stats.SourceFaults != uint64(pages-len(base.Order)) {
-					t.Errorf("reap prefetched %d, read %d from the source; working set %d of %d", stats.PrefetchPages, stats.SourceFaults, len(base.Order), pages)
+				if reap.PrefetchPages != uint64(len(base.Order)) || stats.SourceFaults != uint64(pages-len(base.Order)) {
+					t.Errorf("reap prefetched %d, read %d from the source; working set %d of %d", reap.PrefetchPages, stats.SourceFaults, len(base.Order), pages)
 				}
 			case restore.FaaSnap:
 				ls := stats.LoaderPages + stats.LoaderExisting
-				if ls == 0 || stats.LoaderBytes != ls*4096 || stats.SourceFaults+stats.ZeroFaults+stats.LoadingSetFaults+stats.LoaderPages < pages {
+				if ls == 0 || fs.LoaderBytes != ls*4096 || stats.SourceFaults+stats.ZeroFaults+stats.LoadingSetFaults+stats.LoaderPages < pages {
 					t.Errorf("faasnap stats %+v", stats)
 				}
 				if stats.ZeroFaults == 0 || stats.SourceFaults >= pages-stats.LoaderPages {
@@ -151,7 +155,7 @@ func TestLazyREAPRemoteWorkingSet(t *testing.T) {
 			if tc.name == "failing" {
 				ws.Fail()
 			}
-			snap.WorkingSet = ws
+			snap.Remote = map[string]restore.MemorySource{restore.ArtifactPath(restore.REAP, restore.REAPWorkingSetFile): ws}
 			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
 			sess, err := restore.Begin(context.Background(), restore.REAP, snap, env)
 			if err != nil {
@@ -182,7 +186,8 @@ func TestLazyREAPRemoteWorkingSet(t *testing.T) {
 			if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Pages != pages || res.Mismatches != 0 {
 				t.Fatalf("check: %v %v %s", err, jerr, out)
 			}
-			st := sess.Stats()
+			var st restore.REAPStats
+			sess.Stats().PartAs(string(restore.REAP), &st)
 			if st.PrefetchPages != uint64(len(base.Order)) || ws.ReadCalls() == 0 || ws.SourceStats().FetchedChunks == 0 {
 				t.Errorf("prefetched %d of %d pages, working-set source read %d times (%d chunks)", st.PrefetchPages, len(base.Order), ws.ReadCalls(), ws.SourceStats().FetchedChunks)
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // Premap maps the whole guest memory from the snapshot memory store (tmpfs,
@@ -23,7 +22,15 @@ import (
 const Premap Kind = "premap"
 
 // PremapStats: the store copy mapped and the pre-fault pass.
-type PremapStats = wire.PremapStats
+type PremapStats struct {
+	StoreBytes     uint64  `json:"store_bytes,omitempty" unit:"bytes" desc:"the store copy mapped (shared by every clone)"`
+	PopulatedBytes uint64  `json:"populated_bytes,omitempty" unit:"bytes" desc:"guest memory pre-faulted before the vCPU ran"`
+	PopulateMS     float64 `json:"populate_ms,omitempty" unit:"ms" desc:"pre-faulting it (part of set-up)"`
+	// On device-DAX: the VM's own range of the device (a copy's size) and
+	// the time to fill it from the stored copy (part of set-up).
+	DeviceBytes uint64  `json:"device_bytes,omitempty" unit:"bytes" desc:"the VM's own range of the device"`
+	CloneCopyMS float64 `json:"clone_copy_ms,omitempty" unit:"ms" desc:"filling it from the stored copy (part of set-up)"`
+}
 
 // premap lays guest memory out over the store: non-zero regions from the
 // store's mapping (a private mapping of one shared copy on file tiers, a
@@ -123,5 +130,8 @@ func (p *premap) Stats() Stats {
 			}
 		}
 	}
-	return Stats{LayoutEntries: len(p.m.Entries), PremapStats: ps}
+	return withPart(Stats{LayoutEntries: len(p.m.Entries), FetchMS: ps.CloneCopyMS + ps.PopulateMS, FetchBytes: ps.StoreBytes}, Premap, ps)
 }
+
+var premapStrategy = Strategy{Kind: Premap, Begin: beginPremap, Fallback: true, Auto: true, AutoOrder: 4, Ready: storedCopy, UsesStore: true,
+	StatsPart: PremapStats{}}

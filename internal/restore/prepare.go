@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -50,7 +51,43 @@ type Prepare struct {
 	// Loading is FaaSnap's recorded working set, in order (its Record
 	// step's), for its Finish step.
 	Loading []uint64
-	Result  *wire.PrepareResult
+	// Builds are the recording strategies' own summaries of what they
+	// built, by kind (Step's Build once sealed; Finish steps still change
+	// them).
+	Builds map[Kind]any
+	Result *wire.PrepareResult
+}
+
+// Step is strategy k's part of the prepare's result.
+func (p *Prepare) Step(k Kind) *wire.PreparedStrategy {
+	if p.Result.Prepared == nil {
+		p.Result.Prepared = map[string]*wire.PreparedStrategy{}
+	}
+	if p.Result.Prepared[string(k)] == nil {
+		p.Result.Prepared[string(k)] = &wire.PreparedStrategy{}
+	}
+	return p.Result.Prepared[string(k)]
+}
+
+// SetBuild keeps strategy k's build summary b (a pointer) until Seal.
+func (p *Prepare) SetBuild(k Kind, b any) {
+	if p.Builds == nil {
+		p.Builds = map[Kind]any{}
+	}
+	p.Builds[k] = b
+}
+
+// Seal writes the builds into the result, once every step (Finish
+// included) ran.
+func (p *Prepare) Seal() error {
+	for k, b := range p.Builds {
+		j, err := json.Marshal(b)
+		if err != nil {
+			return fmt.Errorf("%s build: %w", k, err)
+		}
+		p.Step(k).Build = j
+	}
+	return nil
 }
 
 // shimmed is begin, refused when the interposer every restored VMM

@@ -9,7 +9,6 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/snapshot"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // REAP records the pages the first invocation faults (userfaultfd) and
@@ -24,7 +23,20 @@ const (
 )
 
 // REAPStats: the working-set install and the faults served after it.
-type REAPStats = wire.REAPStats
+type REAPStats struct {
+	PrefetchPages    uint64  `json:"prefetch_pages,omitempty" unit:"pages" desc:"working set installed before the vCPU ran"`
+	PrefetchBytes    uint64  `json:"prefetch_bytes,omitempty" unit:"bytes" desc:"working-set file read"`
+	PrefetchMS       float64 `json:"prefetch_ms,omitempty" unit:"ms" desc:"working-set read and install"`
+	FaultsServed     uint64  `json:"faults_served,omitempty" unit:"count" desc:"uffd faults served outside the working set"`
+	FaultBytesRead   uint64  `json:"fault_bytes_read,omitempty" unit:"bytes" desc:"memory file reads for those faults"`
+	PrefetchDirectIO bool    `json:"prefetch_direct_io,omitempty" desc:"the working set was read with O_DIRECT"`
+}
+
+// REAPBuild summarizes the REAP record phase and artifacts.
+type REAPBuild struct {
+	FaultedPages    int   `json:"faulted_pages" unit:"pages" desc:"pages the record invocation faulted"`
+	WorkingSetBytes int64 `json:"working_set_bytes" unit:"bytes" desc:"the working-set file"`
+}
 
 // beginREAP installs the working set before the vCPU runs; other faults
 // are served from the memory file, or from the memory source.
@@ -34,7 +46,7 @@ func beginREAP(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return nil, err
 	}
 	plan := uffdPlan{kind: REAP, wsFile: ws, wsPages: art.PageOrder(), source: newPageSource(snap.Source)}
-	if w := snap.WorkingSet; w != nil {
+	if w := snap.remote(REAP, REAPWorkingSetFile); w != nil {
 		if want := int64(len(plan.wsPages)) * snapshot.PageSize; w.Size() != want {
 			return nil, fmt.Errorf("working-set source holds %d bytes, the artifact names %d", w.Size(), want)
 		}
@@ -56,7 +68,7 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 		return err
 	}
 	p.Touched = faulted
-	p.Result.Timing.REAPRecordMS = msOf(time.Since(t))
+	p.Step(REAP).RecordMS = msOf(time.Since(t))
 	t = time.Now()
 	dir := p.Warm.ArtifactDir(REAP)
 	art, err := memlayout.WriteREAP(dir, p.Warm.MemoryPath(), memSHA(p.Warm), faulted)
@@ -68,10 +80,31 @@ func recordREAP(ctx context.Context, h RecordHost, p *Prepare) error {
 	}
 	ws := filepath.Join(dir, REAPWorkingSetFile)
 	_ = snapshot.Trust(ws)
-	p.Result.REAP = &wire.REAPBuild{FaultedPages: len(faulted)}
+	b := &REAPBuild{FaultedPages: len(faulted)}
 	if st, err := os.Stat(ws); err == nil {
-		p.Result.REAP.WorkingSetBytes = st.Size()
+		b.WorkingSetBytes = st.Size()
 	}
-	p.Result.Timing.REAPBuildMS = msOf(time.Since(t))
+	p.SetBuild(REAP, b)
+	p.Step(REAP).BuildMS = msOf(time.Since(t))
 	return nil
+}
+
+var reapStrategy = Strategy{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true, Auto: true, AutoOrder: 2,
+	Ready: hasArtifact(REAP, REAPManifest), Refresh: refreshREAP, RemoteDefault: true, Prefetched: reapPrefetched,
+	Artifacts: []Artifact{{Name: REAPManifest, Required: true}, {Name: REAPWorkingSetFile, Required: true, Remote: true, Streamed: true}},
+	StatsPart: REAPStats{}, BuildPart: REAPBuild{}}
+
+// reapPrefetched is the working set a lazy REAP restore installs before
+// the guest runs: the runs of the manifest in dir (no verification; the
+// registry's measurements read it).
+func reapPrefetched(dir string) (int64, [][2]int64, error) {
+	art, err := memlayout.ReadREAP(dir)
+	if err != nil {
+		return 0, nil, err
+	}
+	runs := make([][2]int64, len(art.Pages))
+	for i, r := range art.Pages {
+		runs[i] = [2]int64{int64(r.Start), int64(r.Pages)}
+	}
+	return int64(art.PageSize), runs, nil
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/restore/loader"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -41,8 +42,8 @@ func ParseKind(s string) (Kind, error) {
 	if _, ok := Lookup(Kind(s)); ok {
 		return Kind(s), nil
 	}
-	names := make([]string, len(Kinds))
-	for i, k := range Kinds {
+	names := make([]string, len(Kinds()))
+	for i, k := range Kinds() {
 		names[i] = string(k)
 	}
 	return "", fmt.Errorf("unknown restore strategy %q (one of: %s)", s, strings.Join(names, ", "))
@@ -60,15 +61,13 @@ type Snapshot struct {
 	// MemFile, when set, is the memory file (or placeholder) QEMU opens
 	// instead of the one in Dir.
 	MemFile string
-	// LoadingSet, when set with Source, serves FaaSnap's loading-set file
-	// (also remote: the local file is a placeholder); a lazy faasnap
-	// restore streams it (prefetched in file order) instead of reading it
-	// from disk, and its chunks are verified as they are fetched.
-	LoadingSet MemorySource
-	// WorkingSet, when set with Source, serves REAP's working-set file
-	// (remote too): a lazy reap restore streams it from the start of the
-	// restore, with parallel fetches, while QEMU starts.
-	WorkingSet MemorySource
+	// Remote, with Source, serves the strategies' artifact files that
+	// are remote too (Artifact.Remote; keyed by ArtifactPath): the local
+	// files are placeholders. A lazy faasnap restore streams its loading
+	// set (prefetched in file order), a lazy reap restore its working set
+	// (parallel fetches from the start of the restore, while QEMU starts);
+	// their chunks are verified as they are fetched.
+	Remote map[string]MemorySource
 }
 
 // MemoryPath is the snapshot's guest memory file (or its placeholder).
@@ -79,11 +78,24 @@ func (s Snapshot) MemoryPath() string {
 	return filepath.Join(s.Dir, snapshot.MemoryFile)
 }
 
+// remote is the source of strategy k's remote artifact name, nil if local.
+func (s Snapshot) remote(k Kind, name string) MemorySource { return s.Remote[ArtifactPath(k, name)] }
+
 // ArtifactDir is where a strategy keeps the artifacts it built for s.
 func (s Snapshot) ArtifactDir(k Kind) string { return filepath.Join(s.Dir, "strategies", string(k)) }
 
 func memSize(s Snapshot) int64 { return s.Manifest.Files[snapshot.MemoryFile].Size }
 func memSHA(s Snapshot) string { return s.Manifest.Files[snapshot.MemoryFile].SHA256 }
+
+// Loaders, Load and Extent are FaaSnap's loaders (package loader).
+type (
+	Loaders = loader.Loaders
+	Load    = loader.Load
+	Extent  = loader.Extent
+)
+
+// NewLoaders returns an empty registry of loaders.
+func NewLoaders() *Loaders { return loader.NewLoaders() }
 
 // Env is what the daemon provides to one restore.
 type Env struct {
@@ -217,7 +229,7 @@ func verifiedArtifactIn[A interface {
 		return art, "", err
 	}
 	path := filepath.Join(dir, dataFile)
-	if dir == snap.ArtifactDir(FaaSnap) && snap.LoadingSet != nil || dir == snap.ArtifactDir(REAP) && snap.WorkingSet != nil {
+	if rel, err := filepath.Rel(snap.Dir, path); err == nil && snap.Remote[filepath.ToSlash(rel)] != nil {
 		// A placeholder: its bytes are verified per chunk as they are fetched.
 		return art, path, art.Verify(memSize(snap), memSHA(snap), false)
 	}

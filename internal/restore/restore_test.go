@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,7 +39,7 @@ func TestParseKind(t *testing.T) {
 				if !strings.Contains(err.Error(), `"`+tt.in+`"`) {
 					t.Errorf("error %q does not quote %q", err, tt.in)
 				}
-				for _, k := range Kinds {
+				for _, k := range Kinds() {
 					if !strings.Contains(err.Error(), string(k)) {
 						t.Errorf("error %q does not list kind %q", err, k)
 					}
@@ -56,7 +57,7 @@ func TestDefaultIsAKnownKind(t *testing.T) {
 	if Default != Vanilla {
 		t.Fatalf("Default = %q, want vanilla", Default)
 	}
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		if got, err := ParseKind(string(k)); err != nil || got != k {
 			t.Errorf("ParseKind(%q) = %q, %v", k, got, err)
 		}
@@ -98,7 +99,7 @@ func TestBeginVanilla(t *testing.T) {
 		t.Errorf("Started: %v", err)
 	}
 	s.InvocationDone()
-	if st := s.Stats(); st != (Stats{}) {
+	if st := s.Stats(); !reflect.DeepEqual(st, Stats{}) {
 		t.Errorf("Stats = %+v, want none for a plain vanilla restore", st)
 	}
 	if err := s.Close(); err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/memlayout"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/wire"
 )
 
 // SnapBPF maps the memory file like vanilla and prefetches the working set
@@ -21,7 +20,16 @@ import (
 const SnapBPF Kind = "snapbpf"
 
 // SnapBPFStats: the prefetch of one restore.
-type SnapBPFStats = wire.SnapBPFStats
+type SnapBPFStats struct {
+	SnapBPFRanges         int     `json:"snapbpf_ranges,omitempty" unit:"count" desc:"prefetch ranges (capture order)"`
+	SnapBPFPages          uint64  `json:"snapbpf_pages,omitempty" unit:"pages" desc:"pages they hold"`
+	SnapBPFReadaheadCalls int     `json:"snapbpf_readahead_calls,omitempty" unit:"count" desc:"readahead(2) calls, re-issues included"`
+	SnapBPFIssueMS        float64 `json:"snapbpf_issue_ms,omitempty" unit:"ms" desc:"first pass of readahead calls"`
+	SnapBPFResidentPages  uint64  `json:"snapbpf_resident_pages,omitempty" unit:"pages" desc:"prefetch pages resident at the last mincore check"`
+	SnapBPFResidentMS     float64 `json:"snapbpf_resident_ms,omitempty" unit:"ms" desc:"until mincore saw every page resident"`
+	SnapBPFFinishedFirst  *bool   `json:"snapbpf_finished_first,omitempty" desc:"all resident before the invocation answered"`
+	SnapBPFError          string  `json:"snapbpf_error,omitempty" desc:"the prefetch failed (the guest still runs, as vanilla)"`
+}
 
 // SnapBPFManifest is the snapbpf artifact (memlayout.WriteSnapBPF); there
 // is no data file.
@@ -93,7 +101,8 @@ func (s *snapbpf) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.st
 	st.SnapBPFFinishedFirst = s.finishedFirst
-	return Stats{SnapBPFStats: st}
+	return withPart(Stats{DaemonReadBytes: st.SnapBPFResidentPages * memlayout.PageSize, FetchMS: st.SnapBPFResidentMS,
+		FetchBytes: st.SnapBPFPages * memlayout.PageSize}, SnapBPF, st)
 }
 
 func (s *snapbpf) Close() error {
@@ -137,7 +146,7 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 	deadline := time.Now().Add(residencyTimeout)
 	var last uint64
 	for {
-		missing, resident, err := residency(m, s.art.Ranges)
+		missing, resident, err := pagecache.Residency(m, s.art.Ranges)
 		s.mu.Lock()
 		s.st.SnapBPFResidentPages = resident
 		s.mu.Unlock()
@@ -158,7 +167,7 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 		// so ask again only when a whole interval brought nothing new: the
 		// kernel dropped or capped a request (or evicted pages again).
 		if resident == last {
-			calls, err := readahead(f, missing)
+			calls, err := pagecache.Readahead(f, prefetchChunk, missing)
 			s.mu.Lock()
 			s.st.SnapBPFReadaheadCalls += calls
 			s.mu.Unlock()
@@ -183,13 +192,13 @@ func (s *snapbpf) prefetch(ctx context.Context) {
 // guest's own demand faults and of QEMU's start-up; a bounded window keeps
 // the stream in capture order and the queue short.
 func (s *snapbpf) issueWindowed(ctx context.Context, f *os.File, m []byte) (int, error) {
-	chunks := splitChunks(s.art.Ranges, prefetchChunk/memlayout.PageSize)
+	chunks := pagecache.SplitRuns(s.art.Ranges, prefetchChunk/memlayout.PageSize)
 	calls := 0
 	for i, c := range chunks {
 		if i >= prefetchWindow {
 			waitResident(ctx, m, chunks[i-prefetchWindow])
 		}
-		n, err := readahead(f, []memlayout.PageRun{c})
+		n, err := pagecache.Readahead(f, prefetchChunk, []memlayout.PageRun{c})
 		calls += n
 		if err != nil {
 			return calls, err
@@ -207,23 +216,12 @@ func waitResident(ctx context.Context, m []byte, r memlayout.PageRun) {
 	const chunkWait = 50 * time.Millisecond
 	deadline := time.Now().Add(chunkWait)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		missing, _, err := residency(m, []memlayout.PageRun{r})
+		missing, _, err := pagecache.Residency(m, []memlayout.PageRun{r})
 		if err != nil || len(missing) == 0 {
 			return
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-}
-
-// splitChunks cuts ranges into pieces of at most max pages, in order.
-func splitChunks(ranges []memlayout.PageRun, max uint64) []memlayout.PageRun {
-	var out []memlayout.PageRun
-	for _, r := range ranges {
-		for p := r.Start; p < r.End(); p += max {
-			out = append(out, memlayout.PageRun{Start: p, Pages: min(max, r.End()-p)})
-		}
-	}
-	return out
 }
 
 func (s *snapbpf) fail(err error) {
@@ -232,56 +230,8 @@ func (s *snapbpf) fail(err error) {
 	s.st.SnapBPFError = err.Error()
 }
 
-// readahead asks the kernel to read ranges of f into the page cache, in
-// order, at most prefetchChunk per call; it returns the number of calls.
-func readahead(f *os.File, ranges []memlayout.PageRun) (int, error) {
-	calls := 0
-	for _, r := range ranges {
-		for off, end := r.Offset(), r.Offset()+r.Bytes(); off < end; off += prefetchChunk {
-			n := min(uint64(prefetchChunk), end-off)
-			_, _, errno := unix.Syscall(unix.SYS_READAHEAD, f.Fd(), uintptr(off), uintptr(n))
-			calls++
-			if errno != 0 {
-				return calls, fmt.Errorf("readahead %s at %d: %w", f.Name(), off, errno)
-			}
-		}
-	}
-	return calls, nil
-}
-
-// residency returns the runs of ranges whose pages are not resident in the
-// page cache (m maps the whole file) and how many pages are.
-func residency(m []byte, ranges []memlayout.PageRun) ([]memlayout.PageRun, uint64, error) {
-	var missing []memlayout.PageRun
-	var resident uint64
-	vec := make([]byte, 0, 512)
-	for _, r := range ranges {
-		lo, hi := r.Offset(), min(r.Offset()+r.Bytes(), uint64(len(m)))
-		if lo >= hi {
-			continue
-		}
-		n := int((hi - lo + memlayout.PageSize - 1) / memlayout.PageSize)
-		if cap(vec) < n {
-			vec = make([]byte, n)
-		}
-		vec = vec[:n]
-		if err := pagecache.Mincore(m[lo:hi], vec); err != nil {
-			return nil, resident, fmt.Errorf("mincore: %w", err)
-		}
-		for i, b := range vec {
-			p := r.Start + uint64(i)
-			if b&1 != 0 {
-				resident++
-				continue
-			}
-			if k := len(missing); k > 0 && missing[k-1].End() == p {
-				missing[k-1].Pages++
-			} else {
-				missing = append(missing, memlayout.PageRun{Start: p, Pages: 1})
-			}
-		}
-	}
-	return missing, resident, nil
-}
-
 func msSince(t time.Time) float64 { return msOf(time.Since(t)) }
+
+var snapbpfStrategy = Strategy{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true, AutoOrder: 3,
+	Ready: hasArtifact(SnapBPF, SnapBPFManifest), Refresh: refreshSnapBPF, StatsPart: SnapBPFStats{}, BuildPart: SnapBPFBuild{},
+	Artifacts: []Artifact{{Name: SnapBPFManifest, Required: true}}}

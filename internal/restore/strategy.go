@@ -10,9 +10,10 @@ import (
 type BeginFunc func(ctx context.Context, snap Snapshot, env Env) (Session, error)
 
 // Strategy is one restore strategy, whole: how it restores, whether a
-// failure to begin falls back to vanilla, and how prepare builds its
-// artifacts. Adding a strategy is a file with these parts, its entry in
-// registry, its Stats part and its conformance case (docs/design.md).
+// failure to begin falls back to vanilla, how prepare builds its
+// artifacts, and how it describes itself (its artifacts, its stats, its
+// build). Adding a strategy is a file with these parts, its line in
+// registry and its conformance case (docs/design.md, "Adding a strategy").
 type Strategy struct {
 	Kind Kind
 	// Begin restores a snapshot with the strategy.
@@ -40,6 +41,10 @@ type Strategy struct {
 	// its page-cache fill is not counted in a cold start, an upper bound
 	// for measurements, not a way to restore).
 	Auto bool
+	// AutoOrder is its place in the adaptive policy's rule for a location
+	// without evidence (lower first, as measured: docs/bench/adaptive.md);
+	// 0: after the ranked ones, in registry order.
+	AutoOrder int
 	// Ready says whether the strategy restores snap as itself (its
 	// artifacts exist, premap's store copy does); nil: always.
 	Ready func(snap Snapshot, env Env) bool
@@ -48,6 +53,27 @@ type Strategy struct {
 	// directory: the daemon swaps them in), with the host's record input;
 	// nil for strategies without a recorded set.
 	Refresh func(ctx context.Context, h RecordHost, snap Snapshot, dir string, o RecordOptions) (RefreshBuild, error)
+
+	// Artifacts are the files of its artifact directory (ArtifactDir).
+	// Remote ones stay in the registry on a lazy pull and reach a lazy
+	// restore through Snapshot.Remote.
+	Artifacts []Artifact
+	// StatsPart is the zero value of its own stats (Stats.Part, a struct
+	// whose fields' json, unit and desc tags describe them); nil: none.
+	StatsPart any
+	// BuildPart is the same for its build in a prepare's result.
+	BuildPart any
+	// UsesStore: its restores map the snapshot's copy in the memory store
+	// (a standby of it goes when the copy does).
+	UsesStore bool
+	// RemoteDefault: the strategy of a cold start that names none when the
+	// snapshot's memory is in the registry, unless the daemon is told
+	// otherwise. One strategy has it.
+	RemoteDefault bool
+	// Prefetched lists the memory pages a lazy restore fetches before the
+	// guest runs, from the artifacts in dir (runs of [first page, count]);
+	// nil for none. The registry's chunk measurements count them.
+	Prefetched func(dir string) (pageSize int64, runs [][2]int64, err error)
 }
 
 // RefreshBuild is what a Refresh recorded.
@@ -83,35 +109,32 @@ func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, 
 	return s, err
 }
 
-// registry is every strategy, in the order documentation and benchmarks
-// use; prepare records the Warm one first, then the others in this order.
+// registry is every built-in strategy, in the order documentation and
+// benchmarks use; prepare records the Warm one first, then the others in
+// this order. Each is defined in its own file.
 var registry = []Strategy{
-	{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
-		return beginVanilla(snap, env, "")
-	}, Lazy: true, Auto: true},
-	{Kind: Cached, Begin: beginCached},
-	{Kind: REAP, Begin: beginREAP, Fallback: true, Record: recordREAP, Lazy: true, Auto: true,
-		Ready: hasArtifact(REAP, REAPManifest), Refresh: refreshREAP},
-	{Kind: FaaSnap, Begin: beginFaaSnap, Fallback: true, Record: recordFaaSnap, Warm: true, Lazy: true,
-		Variants: FaaSnapVariants, Finish: finishFaaSnap, Auto: true, Ready: hasArtifact(FaaSnap, FaaSnapManifest),
-		Refresh: refreshFaaSnap},
-	{Kind: Premap, Begin: beginPremap, Fallback: true, Auto: true, Ready: storedCopy},
-	{Kind: SnapBPF, Begin: beginSnapBPF, Fallback: true, Record: recordSnapBPF, Auto: true,
-		Ready: hasArtifact(SnapBPF, SnapBPFManifest), Refresh: refreshSnapBPF},
+	vanillaStrategy,
+	cachedStrategy,
+	reapStrategy,
+	faasnapStrategy,
+	premapStrategy,
+	snapbpfStrategy,
 }
 
-// Kinds lists every strategy, in registry order.
-var Kinds = func() []Kind {
-	ks := make([]Kind, len(registry))
-	for i, st := range registry {
+// Kinds lists every strategy, in registry order (those Register added
+// last).
+func Kinds() []Kind {
+	sts := Strategies()
+	ks := make([]Kind, len(sts))
+	for i, st := range sts {
 		ks[i] = st.Kind
 	}
 	return ks
-}()
+}
 
 // Lookup finds a strategy by kind.
 func Lookup(k Kind) (Strategy, bool) {
-	for _, st := range registry {
+	for _, st := range Strategies() {
 		if st.Kind == k {
 			return st, true
 		}
@@ -119,8 +142,12 @@ func Lookup(k Kind) (Strategy, bool) {
 	return Strategy{}, false
 }
 
-// Strategies returns the registry (a copy).
-func Strategies() []Strategy { return append([]Strategy(nil), registry...) }
+// Strategies returns every strategy (a copy).
+func Strategies() []Strategy {
+	mu.RLock()
+	defer mu.RUnlock()
+	return all()
+}
 
 // snapID names snap in errors: its manifest's ID, else its directory.
 func snapID(snap Snapshot) string {

@@ -222,17 +222,11 @@ func (r *uffdSession) Stats() Stats {
 	if r.srv != nil {
 		srv = r.srv.Stats()
 	}
-	if r.plan.kind == REAP {
-		st.REAPStats = REAPStats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
-			PrefetchMS: msOf(r.prefetch.PrefetchTime), PrefetchDirectIO: r.prefetch.PrefetchDirect,
-			FaultsServed: srv.Served, FaultBytesRead: srv.BytesRead}
-	}
 	if r.plan.record && r.srv != nil {
 		st.RecordedPageCount = uint64(len(r.srv.RecordedPages()))
 	}
 	if r.plan.lsFile != "" {
 		st.LayoutEntries = r.plan.entries
-		st.FaaSnapStats = FaaSnapStats{LoaderBytes: srv.LoadBytes, LoaderMS: r.loadMS, LoaderBeforeInvoke: r.finishedFirst}
 		st.LoaderPages, st.LoaderExisting = srv.LoadPages, srv.LoadExisting
 	}
 	if r.plan.source != nil {
@@ -240,6 +234,17 @@ func (r *uffdSession) Stats() Stats {
 		st.ParkedFaults, st.ParkedMS = srv.Parked, msOf(srv.ParkTime)
 	}
 	st.Fallback = r.plan.fallback
+	switch {
+	case r.plan.kind == REAP:
+		st.DaemonReadBytes, st.ServedFaults = r.prefetch.PrefetchBytes+srv.BytesRead, srv.Served
+		st.FetchMS, st.FetchBytes = msOf(r.prefetch.PrefetchTime), r.prefetch.PrefetchBytes
+		st = withPart(st, REAP, REAPStats{PrefetchPages: r.prefetch.PrefetchPages, PrefetchBytes: r.prefetch.PrefetchBytes,
+			PrefetchMS: msOf(r.prefetch.PrefetchTime), PrefetchDirectIO: r.prefetch.PrefetchDirect,
+			FaultsServed: srv.Served, FaultBytesRead: srv.BytesRead})
+	case r.plan.lsFile != "":
+		st.DaemonReadBytes, st.FetchMS, st.FetchBytes = srv.LoadBytes, r.loadMS, srv.LoadBytes
+		st = withPart(st, r.plan.kind, FaaSnapStats{LoaderBytes: srv.LoadBytes, LoaderMS: r.loadMS, LoaderBeforeInvoke: r.finishedFirst})
+	}
 	return st
 }
 

@@ -1,6 +1,10 @@
 package restore
 
-import "github.com/thaw-dev/thaw/internal/vmm"
+import (
+	"context"
+
+	"github.com/thaw-dev/thaw/internal/vmm"
+)
 
 // Vanilla maps the snapshot's memory file private and copy-on-write, the
 // equivalent of Firecracker's File memory backend: the host kernel pages
@@ -27,3 +31,7 @@ func (v *vanilla) Memory() vmm.Memory {
 	return v.protected(vmm.Memory{Path: v.snap.MemoryPath(), Shared: false})
 }
 func (v *vanilla) Stats() Stats { return Stats{Fallback: v.fallback} }
+
+var vanillaStrategy = Strategy{Kind: Vanilla, Begin: func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+	return beginVanilla(snap, env, "")
+}, Lazy: true, Auto: true, AutoOrder: 5}

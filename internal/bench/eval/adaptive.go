@@ -206,9 +206,7 @@ func coldSampleWith(ctx context.Context, c *client.Client, exp, arm, fn, strateg
 		s.FetchedBytes, s.MajorFaults = p.ReadBytes, p.MajorFaults
 	}
 	if st := inv.StrategyStats; st != nil {
-		// SnapBPF's readahead(2) reads are the daemon's but not counted
-		// as bytes by it: its resident prefetched pages are.
-		s.FetchedBytes += st.PrefetchBytes + st.FaultBytesRead + st.LoaderBytes + st.SourceFetchedBytes + st.SnapBPFResidentPages*4096
+		s.FetchedBytes += st.DaemonReadBytes + st.SourceFetchedBytes
 		s.SetPages, s.OutsideRatio = st.SetPages, st.SetOutsideRatio
 	}
 	doc, err := c.FunctionRestore(ctx, fn)

@@ -191,6 +191,7 @@ type preparedKey struct{ fn, variant string }
 // evalRun is one evaluation run in progress.
 type evalRun struct {
 	c        *client.Client
+	info     *client.Info
 	cfg      EvalConfig
 	redis    *inputs.Redis
 	prog     *Progress
@@ -213,7 +214,7 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
-	run := &evalRun{c: c, cfg: cfg, redis: r,
+	run := &evalRun{c: c, info: info, cfg: cfg, redis: r,
 		res:      &EvalResult{Machine: bench.DescribeMachine(info), When: time.Now().UTC(), Config: cfg, Prepared: map[string]json.RawMessage{}},
 		prepared: map[preparedKey]*client.PrepareResult{}, created: map[string]bool{}}
 	if ra, err := bench.ReadaheadOf(info.DataDir); err == nil {
@@ -221,8 +222,8 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 	}
 	if st := cfg.Storage; st != nil {
 		run.res.Storage = st
-		if slices.Contains(cfg.Strategies, "premap") {
-			run.res.Notes = append(run.res.Notes, "premap maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
+		for _, s := range bench.StoreUsers(info, cfg.Strategies) {
+			run.res.Notes = append(run.res.Notes, s+" maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
 		}
 	}
 	est := EstimateEval(cfg)
@@ -346,15 +347,17 @@ func (r *evalRun) recordATestB(ctx context.Context, fn string) (*client.PrepareR
 	return pr, ev, err
 }
 
-// stage does what strategies need beyond prepare: premap maps the snapshot
-// from the memory store, so the snapshot is placed there (its copy lives in
-// DRAM or persistent memory by design, so cold tests cannot evict it).
+// stage does what strategies need beyond prepare: a strategy that maps the
+// snapshot from the memory store (premap) has it placed there (its copy
+// lives in DRAM or persistent memory by design, so cold tests cannot evict
+// it).
 func (r *evalRun) stage(ctx context.Context, snap string) error {
-	if !slices.Contains(r.cfg.Strategies, "premap") {
+	s := bench.StoreUsers(r.info, r.cfg.Strategies)
+	if len(s) == 0 {
 		return nil
 	}
 	if _, err := r.c.StoreSnapshot(ctx, snap); err != nil {
-		return fmt.Errorf("store %s for premap: %w", snap, err)
+		return fmt.Errorf("store %s for %s: %w", snap, strings.Join(s, ", "), err)
 	}
 	return nil
 }
@@ -386,7 +389,7 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy, var
 		}
 		return EvalSample{}, fmt.Errorf("%s/%s ran as %s: %s", base.Function, strategy, inv.Strategy, fb)
 	}
-	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.Variant != variant) {
+	if variant != "" && (inv.StrategyStats == nil || inv.StrategyStats.PartValues()["variant"] != variant) {
 		return EvalSample{}, fmt.Errorf("%s/%s: variant %q did not run", base.Function, strategy, variant)
 	}
 	return fill(base, strategy, snap, wall, inv), nil
@@ -398,12 +401,12 @@ func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *clien
 	s.StrategySample = bench.SampleOf(base.Function, strategy, base.Rep, inv)
 	s.Snapshot, s.WallMS, s.Trace = snap, float64(wall.Microseconds())/1000, inv.Trace
 	if st := inv.StrategyStats; st != nil {
+		// What the strategy fetched ahead (its fetch_ms and fetch_bytes):
 		// REAP's prefetch, FaaSnap's loader, cached's fill of the page
 		// cache (before the request's timer starts), premap's pre-faulting
 		// of the store copy (mapped, not read) or snapbpf's in-kernel
 		// readahead until every captured page was resident.
-		s.FetchMS = st.PrefetchMS + st.LoaderMS + st.CacheFillMS + st.CloneCopyMS + st.PopulateMS + st.SnapBPFResidentMS
-		s.FetchBytes = st.PrefetchBytes + st.LoaderBytes + st.StoreBytes + st.SnapBPFPages*4096
+		s.FetchMS, s.FetchBytes = st.FetchMS, st.FetchBytes
 	}
 	return s
 }

@@ -136,8 +136,8 @@ func (r *EvalResult) ablationRows() []AblationRow {
 			MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
 			MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
 			QEMUMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
-			LoaderMiB:   median(ss, func(s EvalSample) float64 { return float64(s.LoaderBytes) / (1 << 20) }),
-			LoaderMS:    median(ss, func(s EvalSample) float64 { return s.LoaderMS }),
+			LoaderMiB:   median(ss, func(s EvalSample) float64 { return s.StatNum("loader_bytes") / (1 << 20) }),
+			LoaderMS:    median(ss, func(s EvalSample) float64 { return s.StatNum("loader_ms") }),
 		}
 		if compute, ok := warm[row.Function]; ok {
 			row.PagingMS = median(ss, func(s EvalSample) float64 { return s.TotalMS - compute })

@@ -26,7 +26,7 @@ func syntheticAblation() *EvalResult {
 		for _, a := range cfg.ablationArms(fn) {
 			for rep, d := range []float64{-10, 0, 10} {
 				x := smp(ExpAblation, "A", "B", fn, a.Strategy, rep, med[a.Label()]+d)
-				x.Variant, x.MajorFaults, x.LoaderBytes = a.Variant, uint64(10*rep), 4<<20
+				x.Variant, x.MajorFaults, x.Stats = a.Variant, uint64(10*rep), map[string]any{"loader_bytes": float64(4 << 20)}
 				x.Trace = &client.FaultTrace{VMMFaults: 100, VMMReadRequests: uint64(rep), VMMBlockedMS: med[a.Label()] / 10}
 				r.Samples = append(r.Samples, x)
 			}

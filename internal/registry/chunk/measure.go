@@ -1,7 +1,6 @@
 package chunk
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +38,8 @@ type Measure struct {
 	// Objects is UniqueChunks plus one manifest per snapshot.
 	Objects int64 `json:"objects"`
 	// A lazy restore fetches the chunks its guest touches. Over the
-	// snapshots with a REAP working set (WorkingSetSnapshots):
+	// snapshots with a working set (WorkingSetSnapshots; the remote
+	// strategy's, which a lazy restore fetches before the guest runs):
 	// WorkingSetBytes are the bytes of its pages inside non-zero chunks, WorkingSetChunks the
 	// memory chunks holding them (GETs), WorkingSetFetchBytes those
 	// chunks' bytes, all summed.
@@ -51,13 +51,15 @@ type Measure struct {
 
 // MeasureSnapshots chunks every file of the snapshots in dirs at chunk size
 // cs as a push would (zero chunks left out, SHA-256 names, zstd) and
-// counts what the store would hold.
-func MeasureSnapshots(dirs []string, cs int64) (*Measure, error) {
+// counts what the store would hold, and what fetching each one's working
+// set (prefetched; nil: none) costs.
+func MeasureSnapshots(dirs []string, cs int64, prefetched Prefetched) (*Measure, error) {
 	if cs < MinSize || cs > MaxSize || cs&(cs-1) != 0 {
 		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinSize, MaxSize)
 	}
 	m := &Measure{ChunkSize: cs, Snapshots: len(dirs)}
 	c := newChunkCounter(m)
+	c.prefetched = prefetched
 	var err error
 	for _, dir := range dirs {
 		if err = c.snapshot(dir, cs); err != nil {
@@ -85,13 +87,14 @@ func MeasureSnapshots(dirs []string, cs int64) (*Measure, error) {
 // chunkCounter counts the chunks of snapshots into m, compressing each
 // distinct one with a worker per CPU to learn what it would store.
 type chunkCounter struct {
-	m         *Measure
-	seen      map[string]bool
-	jobs      chan []byte
-	wg        sync.WaitGroup
-	mu        sync.Mutex
-	stored    int64
-	pageBytes int64
+	m          *Measure
+	seen       map[string]bool
+	jobs       chan []byte
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	stored     int64
+	pageBytes  int64
+	prefetched Prefetched
 }
 
 func newChunkCounter(m *Measure) *chunkCounter {
@@ -151,7 +154,7 @@ func (c *chunkCounter) snapshot(dir string, cs int64) error {
 		}
 		m.FileBytes += size
 	}
-	return m.addWorkingSet(dir, cs, memChunks)
+	return m.addWorkingSet(dir, cs, memChunks, c.prefetched)
 }
 
 // nonZeroPageBytes is the bytes of the 4 KiB pages of data that hold a
@@ -166,23 +169,32 @@ func nonZeroPageBytes(data []byte) int64 {
 	return n
 }
 
-// addWorkingSet counts what fetching the REAP working set of the snapshot
-// in dir lazily costs at chunk size cs (nothing without one).
-func (m *Measure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64) error {
-	b, err := os.ReadFile(filepath.Join(dir, "strategies", "reap", "reap.json"))
+// Prefetched lists the memory pages a lazy restore of the snapshot in
+// dir fetches before its guest runs (its strategy's working set), as runs
+// of [first page, count] of pageSize bytes; an error wrapping
+// os.ErrNotExist when the snapshot has none.
+type Prefetched func(dir string) (pageSize int64, runs [][2]int64, err error)
+
+// addWorkingSet counts what fetching the working set of the snapshot in
+// dir lazily costs at chunk size cs (nothing without one).
+func (m *Measure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64, prefetched Prefetched) error {
+	if prefetched == nil {
+		return nil
+	}
+	pageSize, runs, err := prefetched(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if err == nil && pageSize <= 0 {
+		err = fmt.Errorf("page size %d", pageSize)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: working set: %w", dir, err)
 	}
-	var ws struct {
-		PageSize int64      `json:"page_size"`
-		Pages    [][2]int64 `json:"pages"`
-	}
-	if err := json.Unmarshal(b, &ws); err != nil || ws.PageSize <= 0 {
-		return fmt.Errorf("%s: reap.json: %v", dir, err)
-	}
+	ws := struct {
+		PageSize int64
+		Pages    [][2]int64
+	}{pageSize, runs}
 	m.WorkingSetSnapshots++
 	touched := map[int64]bool{}
 	for _, r := range ws.Pages {

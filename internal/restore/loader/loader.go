@@ -1,4 +1,7 @@
-package restore
+// Package loader runs FaaSnap's loaders: a loading-set file (or extents of
+// a file) read sequentially into the page cache, concurrently with the
+// guest, shared by the restores of a burst.
+package loader
 
 import (
 	"errors"
