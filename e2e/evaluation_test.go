@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/eval"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -66,9 +67,9 @@ func TestSmokeEvaluation(t *testing.T) {
 func TestSmokeEvalBurst(t *testing.T) {
 	parallel(t)
 	e, ctx, r := startEvalEnv(t)
-	cfg := bench.DefaultEvalConfig(repoPath("."))
-	cfg.Experiments, cfg.BurstFunctions, cfg.BurstSizes, cfg.Reps = []string{bench.ExpBurst}, []string{"hello"}, []int{2}, 1
-	res, err := bench.RunEval(ctx, e.c, r, cfg, progressT(t))
+	cfg := eval.DefaultEvalConfig(repoPath("."))
+	cfg.Experiments, cfg.BurstFunctions, cfg.BurstSizes, cfg.Reps = []string{eval.ExpBurst}, []string{"hello"}, []int{2}, 1
+	res, err := eval.RunEval(ctx, e.c, r, cfg, progressT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestSmokeEvalBurst(t *testing.T) {
 		}
 		snaps[s.BurstMode][s.Snapshot] = true
 	}
-	if len(snaps[bench.BurstSame]) != 1 || len(snaps[bench.BurstDifferent]) != 2 {
+	if len(snaps[eval.BurstSame]) != 1 || len(snaps[eval.BurstDifferent]) != 2 {
 		t.Errorf("snapshots used: %v", snaps)
 	}
 	for _, b := range res.Burst {
@@ -98,7 +99,7 @@ func TestSmokeEvalBurst(t *testing.T) {
 	if len(left) != 2 { // clean and warm; the copy is gone
 		t.Errorf("%d snapshots left after the bursts, want 2", len(left))
 	}
-	paths, err := bench.WriteEval(t.TempDir(), res)
+	paths, err := eval.WriteEval(t.TempDir(), res)
 	if err != nil || len(paths) != 5 { // jsonl, json, 2 figures, md
 		t.Errorf("wrote %v: %v", paths, err)
 	}
@@ -148,9 +149,9 @@ func TestSmokeEvalAblation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Stop() })
-	cfg := bench.DefaultEvalConfig(repoPath("."))
-	cfg.Experiments, cfg.AblationFunctions, cfg.Reps = []string{bench.ExpAblation}, []string{"hello", "image"}, 1
-	res, err := bench.RunEval(ctx, e.c, r, cfg, progressT(t))
+	cfg := eval.DefaultEvalConfig(repoPath("."))
+	cfg.Experiments, cfg.AblationFunctions, cfg.Reps = []string{eval.ExpAblation}, []string{"hello", "image"}, 1
+	res, err := eval.RunEval(ctx, e.c, r, cfg, progressT(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +169,11 @@ func TestSmokeEvalAblation(t *testing.T) {
 		}
 	}
 	for _, s := range res.Samples {
-		if s.Strategy != bench.Warm && (s.Trace == nil || s.Trace.VMMFaults < s.MajorFaults) {
+		if s.Strategy != eval.Warm && (s.Trace == nil || s.Trace.VMMFaults < s.MajorFaults) {
 			t.Errorf("sample %s/%s: trace %+v, %d major faults", s.Function, s.Variant, s.Trace, s.MajorFaults)
 		}
 	}
-	paths, err := bench.WriteEval(t.TempDir(), res)
+	paths, err := eval.WriteEval(t.TempDir(), res)
 	if err != nil || len(paths) != 4 { // jsonl, json, the steps figure, md
 		t.Errorf("wrote %v: %v", paths, err)
 	}

@@ -13,23 +13,27 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/cluster"
 )
 
+// remoteBench is what thaw-cluster bench measures, and how, from its flags.
+type remoteBench struct {
+	cfg       cluster.Config
+	store     cluster.StoreConfig
+	out, root string
+	functions []string
+	lazy      []string
+	reps      int
+	rerender  bool
+	keep      bool
+}
+
 func benchCmd(stdout, stderr io.Writer) *cobra.Command {
-	var (
-		cfg       cluster.Config
-		store     = cluster.StoreConfig{Link: cluster.DefaultLink}
-		out, root string
-		functions []string
-		lazy      []string
-		reps      int
-		rerender  bool
-		keep      bool
-	)
+	b := &remoteBench{store: cluster.StoreConfig{Link: cluster.DefaultLink}}
 	cmd := &cobra.Command{
 		Use:   "bench --out DIR",
 		Short: "Measure remote restore: a snapshot pushed by one node restored on a node that never saw it, over the emulated link",
@@ -43,66 +47,75 @@ measured), DIR/remote.json, DIR/remote.md and DIR/link.json.`,
 		Example: `  thaw-cluster bench --out docs/results/remote-restore-$(date +%Y%m%d) --image ~/.cache/thaw/images/current`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" {
-				return errors.New("--out is required")
-			}
-			if rerender {
-				return rerenderRemote(out)
-			}
-			if reps < 1 {
-				return fmt.Errorf("--reps %d: want at least 1", reps)
-			}
-			cases, err := pickCases(root, functions)
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			if cfg.Node.Thawd == "" {
-				cfg.Node.Thawd = besideSelf("thawd")
-			}
-			dir, err := os.MkdirTemp("", "thaw-cluster-bench-")
-			if err != nil {
-				return err
-			}
-			if keep {
-				fmt.Fprintf(stderr, "keeping the cluster's directory (each node's log: NODE/run/thawd.log): %s\n", dir)
-			} else {
-				defer os.RemoveAll(dir)
-			}
-			cfg.Nodes, cfg.Dir, cfg.Store = 2, dir, &store
-			ctx := cmd.Context()
-			c, err := cluster.Start(ctx, cfg, slog.New(slog.NewTextHandler(stderr, nil)))
-			if err != nil {
-				return err
-			}
-			res, err := runRemote(ctx, c, cases, lazy, reps, out, stderr)
-			err = errors.Join(err, c.Close())
-			if res != nil {
-				err = errors.Join(err, writeRemote(out, res))
-				fmt.Fprintf(stdout, "%s\n", filepath.Join(out, "remote.md"))
-			}
-			return err
+			return b.run(cmd.Context(), stdout, stderr)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "results directory")
-	f.StringVar(&root, "root", ".", "the repository (its functions/ directory)")
-	f.StringSliceVar(&functions, "functions", []string{"hello", "json", "image"}, "functions to measure (of hello, json, image)")
-	f.StringSliceVar(&lazy, "lazy", nil, "strategies restored lazily (default: every strategy the nodes restore lazily, as GET /v1/info describes them)")
-	f.IntVar(&reps, "reps", 3, "repetitions")
-	f.BoolVar(&keep, "keep", false, "keep the cluster's directory (the nodes' logs) after the run")
-	f.BoolVar(&rerender, "report", false, "only write DIR/remote.md again from DIR/remote.json")
-	f.StringVar(&cfg.Node.Thawd, "thawd", "", "the thawd binary (default: beside thaw-cluster)")
-	f.StringVar(&cfg.Node.Image, "image", os.Getenv("THAW_IMAGE"), "guest image directory (default $THAW_IMAGE)")
-	f.StringVar(&cfg.Node.Accel, "accel", "tcg", "accelerator of every node")
-	f.StringArrayVar(&cfg.Node.Args, "thawd-arg", nil, "a further thawd flag for every node (repeatable), e.g. --thawd-arg=--lazy-readahead=2")
-	f.StringVar(&store.MinIO, "minio", cluster.DefaultMinIO(), "the minio binary")
-	f.DurationVar(&store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip added between the nodes and the store")
-	f.IntVar(&store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")
-	f.IntVar(&store.ChunkSize, "chunk-size", 0, "chunk size of pushed snapshots, bytes (0: the registry's default)")
+	b.define(cmd.Flags())
 	return cmd
+}
+
+// define defines the bench's flags.
+func (b *remoteBench) define(f *pflag.FlagSet) {
+	f.StringVar(&b.out, "out", "", "results directory")
+	f.StringVar(&b.root, "root", ".", "the repository (its functions/ directory)")
+	f.StringSliceVar(&b.functions, "functions", []string{"hello", "json", "image"}, "functions to measure (of hello, json, image)")
+	f.StringSliceVar(&b.lazy, "lazy", nil, "strategies restored lazily (default: every strategy the nodes restore lazily, as GET /v1/info describes them)")
+	f.IntVar(&b.reps, "reps", 3, "repetitions")
+	f.BoolVar(&b.keep, "keep", false, "keep the cluster's directory (the nodes' logs) after the run")
+	f.BoolVar(&b.rerender, "report", false, "only write DIR/remote.md again from DIR/remote.json")
+	f.StringVar(&b.cfg.Node.Thawd, "thawd", "", "the thawd binary (default: beside thaw-cluster)")
+	f.StringVar(&b.cfg.Node.Image, "image", os.Getenv("THAW_IMAGE"), "guest image directory (default $THAW_IMAGE)")
+	f.StringVar(&b.cfg.Node.Accel, "accel", "tcg", "accelerator of every node")
+	f.StringArrayVar(&b.cfg.Node.Args, "thawd-arg", nil, "a further thawd flag for every node (repeatable), e.g. --thawd-arg=--lazy-readahead=2")
+	f.StringVar(&b.store.MinIO, "minio", cluster.DefaultMinIO(), "the minio binary")
+	f.DurationVar(&b.store.Link.RTT, "store-rtt", cluster.DefaultLink.RTT, "round trip added between the nodes and the store")
+	f.IntVar(&b.store.Link.RateMbit, "store-rate", cluster.DefaultLink.RateMbit, "rate limit of the store's link in each direction, Mbit/s (0: none)")
+	f.IntVar(&b.store.ChunkSize, "chunk-size", 0, "chunk size of pushed snapshots, bytes (0: the registry's default)")
+}
+
+// run checks the flags, starts the cluster in a temporary directory and
+// measures; with --report it only renders the report again.
+func (b *remoteBench) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if b.out == "" {
+		return errors.New("--out is required")
+	}
+	if b.rerender {
+		return rerenderRemote(b.out)
+	}
+	if b.reps < 1 {
+		return fmt.Errorf("--reps %d: want at least 1", b.reps)
+	}
+	cases, err := pickCases(b.root, b.functions)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	if b.cfg.Node.Thawd == "" {
+		b.cfg.Node.Thawd = besideSelf("thawd")
+	}
+	dir, err := os.MkdirTemp("", "thaw-cluster-bench-")
+	if err != nil {
+		return err
+	}
+	if b.keep {
+		fmt.Fprintf(stderr, "keeping the cluster's directory (each node's log: NODE/run/thawd.log): %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	b.cfg.Nodes, b.cfg.Dir, b.cfg.Store = 2, dir, &b.store
+	c, err := cluster.Start(ctx, b.cfg, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	res, err := runRemote(ctx, c, cases, b.lazy, b.reps, b.out, stderr)
+	err = errors.Join(err, c.Close())
+	if res != nil {
+		err = errors.Join(err, writeRemote(b.out, res))
+		fmt.Fprintf(stdout, "%s\n", filepath.Join(b.out, "remote.md"))
+	}
+	return err
 }
 
 // pickCases selects the named functions of bench.DefaultRemoteCases.

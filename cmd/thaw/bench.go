@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/eval"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
@@ -20,11 +21,11 @@ func (a *app) newBenchCmd() *cobra.Command {
 		`Benchmarks drive the daemon through the same API as every other command and
 only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`)
 	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd(), a.newBenchAdaptiveCmd(), a.newBenchMemoryCmd(), a.newBenchRestoreCmd(), a.newBenchEvalCmd(), a.newBenchReportCmd(), a.newBenchChunksCmd(), a.newBenchRemoteDiskCmd(), a.newBenchFreshCmd(),
-		a.newBenchExperimentCmd(bench.ExpExec, "Execution time of every function, both record/test directions, every strategy and warm (Figures 6, 7)"),
-		a.newBenchExperimentCmd(bench.ExpSize, "Cold execution time against test input size, 1/4x to 4x the record input (Figure 8)"),
-		a.newBenchExperimentCmd(bench.ExpBurst, "Bursts of concurrent cold invocations from one snapshot and from copies (Figure 10)"),
-		a.newBenchExperimentCmd(bench.ExpBreakdown, "Fetch time and size, page faults and bytes read per strategy (Table 3)"),
-		a.newBenchExperimentCmd(bench.ExpAblation, "FaaSnap's optimization steps (Figure 9) and FaaSnap with one technique off at a time"))
+		a.newBenchExperimentCmd(eval.ExpExec, "Execution time of every function, both record/test directions, every strategy and warm (Figures 6, 7)"),
+		a.newBenchExperimentCmd(eval.ExpSize, "Cold execution time against test input size, 1/4x to 4x the record input (Figure 8)"),
+		a.newBenchExperimentCmd(eval.ExpBurst, "Bursts of concurrent cold invocations from one snapshot and from copies (Figure 10)"),
+		a.newBenchExperimentCmd(eval.ExpBreakdown, "Fetch time and size, page faults and bytes read per strategy (Table 3)"),
+		a.newBenchExperimentCmd(eval.ExpAblation, "FaaSnap's optimization steps (Figure 9) and FaaSnap with one technique off at a time"))
 	return cmd
 }
 

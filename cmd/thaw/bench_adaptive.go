@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/eval"
 )
 
 // driftCases are the drift experiment's functions: input A, then an input
@@ -65,7 +66,7 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 				return a.rerenderAdaptive(out, mixed)
 			}
 			if mixed {
-				return a.benchAdaptive(out, "adaptive-mixed", func(sink *os.File, say func(string, ...any)) (*bench.AdaptiveResult, error) {
+				return a.benchAdaptive(out, "adaptive-mixed", func(sink *os.File, say func(string, ...any)) (*eval.AdaptiveResult, error) {
 					return a.runMixed(root, inputsFrom, functions, arms, rounds, seed, sink, say)
 				})
 			}
@@ -74,14 +75,14 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 				return usagef("--function %q: one of image, json, matmul", function)
 			}
 			if len(arms) == 0 {
-				arms = bench.DefaultDriftArms
+				arms = eval.DefaultDriftArms
 			}
-			return a.benchAdaptive(out, "adaptive-drift", func(sink *os.File, say func(string, ...any)) (*bench.AdaptiveResult, error) {
-				cfg := bench.DriftConfig{Case: fc, Arms: arms, ColdStarts: coldStarts, Say: say}
+			return a.benchAdaptive(out, "adaptive-drift", func(sink *os.File, say func(string, ...any)) (*eval.AdaptiveResult, error) {
+				cfg := eval.DriftConfig{Case: fc, Arms: arms, ColdStarts: coldStarts, Say: say}
 				if sink != nil {
 					cfg.Sink = sink
 				}
-				return bench.RunDrift(a.ctx, a.c, cfg)
+				return eval.RunDrift(a.ctx, a.c, cfg)
 			})
 		},
 	}
@@ -102,7 +103,7 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 
 // benchAdaptive runs one adaptive experiment, its samples written as they
 // come to out/NAME.partial.jsonl, and writes its results to out.
-func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ...any)) (*bench.AdaptiveResult, error)) error {
+func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ...any)) (*eval.AdaptiveResult, error)) error {
 	say := func(format string, x ...any) {
 		fmt.Fprintf(a.stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
 	}
@@ -153,7 +154,7 @@ func (a *app) rerenderAdaptive(out string, mixed bool) error {
 	if err != nil {
 		return err
 	}
-	var res bench.AdaptiveResult
+	var res eval.AdaptiveResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("%s: %w", name+".json", err)
 	}
@@ -162,18 +163,18 @@ func (a *app) rerenderAdaptive(out string, mixed bool) error {
 }
 
 // runMixed runs the mixed experiment on the cases of --inputs.
-func (a *app) runMixed(root, inputsFrom string, functions, arms []string, rounds int, seed uint64, sink *os.File, say func(string, ...any)) (*bench.AdaptiveResult, error) {
+func (a *app) runMixed(root, inputsFrom string, functions, arms []string, rounds int, seed uint64, sink *os.File, say func(string, ...any)) (*eval.AdaptiveResult, error) {
 	cases, stop, err := a.benchCases(inputsFrom, root, functions, true)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	if len(arms) == 0 {
-		arms = bench.DefaultMixedArms
+		arms = eval.DefaultMixedArms
 	}
-	cfg := bench.MixedConfig{Cases: cases, Arms: arms, Rounds: rounds, Seed: seed, Say: say}
+	cfg := eval.MixedConfig{Cases: cases, Arms: arms, Rounds: rounds, Seed: seed, Say: say}
 	if sink != nil {
 		cfg.Sink = sink
 	}
-	return bench.RunMixed(a.ctx, a.c, cfg)
+	return eval.RunMixed(a.ctx, a.c, cfg)
 }

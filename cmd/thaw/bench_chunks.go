@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
@@ -54,39 +55,20 @@ DIR/chunks.md.`,
 				}
 				cs = append(cs, n)
 			}
-			var res chunkReport
-			for _, d := range dirs {
-				m, err := snapshot.ReadManifest(d)
-				if err != nil {
-					return err
-				}
-				res.Snapshots = append(res.Snapshots, chunkSnapshot{ID: m.ID, Function: m.Function, MemoryMiB: m.Guest.MemoryMiB})
-			}
-			for _, n := range cs {
-				fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
-				m, err := registry.MeasureChunks(dirs, n, prefetchedPages)
-				if err != nil {
-					return err
-				}
-				res.Sizes = append(res.Sizes, *m)
+			res, err := a.measureChunks(dirs, cs)
+			if err != nil {
+				return err
 			}
 			md := res.markdown()
 			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				b, _ := json.MarshalIndent(res, "", "  ")
-				if err := os.WriteFile(filepath.Join(out, "chunks.json"), append(b, '\n'), 0o644); err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(out, "chunks.md"), []byte(md), 0o644); err != nil {
+				if err := writeChunkReport(out, res, md); err != nil {
 					return err
 				}
 			}
 			if a.json {
 				return a.printJSON(res)
 			}
-			_, err := fmt.Fprint(a.stdout, md)
+			_, err = fmt.Fprint(a.stdout, md)
 			return err
 		},
 	}
@@ -97,6 +79,39 @@ DIR/chunks.md.`,
 	return cmd
 }
 
+// measureChunks chunks the snapshots in dirs at each of sizes.
+func (a *app) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
+	var res chunkReport
+	for _, d := range dirs {
+		m, err := snapshot.ReadManifest(d)
+		if err != nil {
+			return res, err
+		}
+		res.Snapshots = append(res.Snapshots, chunkSnapshot{ID: m.ID, Function: m.Function, MemoryMiB: m.Guest.MemoryMiB})
+	}
+	for _, n := range sizes {
+		fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
+		m, err := chunk.MeasureSnapshots(dirs, n, prefetchedPages)
+		if err != nil {
+			return res, err
+		}
+		res.Sizes = append(res.Sizes, *m)
+	}
+	return res, nil
+}
+
+// writeChunkReport writes out/chunks.json and out/chunks.md.
+func writeChunkReport(out string, res chunkReport, md string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "chunks.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "chunks.md"), []byte(md), 0o644)
+}
+
 type chunkSnapshot struct {
 	ID        string `json:"id"`
 	Function  string `json:"function"`
@@ -104,8 +119,8 @@ type chunkSnapshot struct {
 }
 
 type chunkReport struct {
-	Snapshots []chunkSnapshot         `json:"snapshots"`
-	Sizes     []registry.ChunkMeasure `json:"sizes"`
+	Snapshots []chunkSnapshot `json:"snapshots"`
+	Sizes     []chunk.Measure `json:"sizes"`
 }
 
 func (r chunkReport) markdown() string {

@@ -10,11 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/eval"
 )
 
 // evalFlags are the flags every evaluation command shares.
 type evalFlags struct {
-	cfg         bench.EvalConfig
+	cfg         eval.EvalConfig
 	experiments []string
 	out         string
 	estimate    bool
@@ -24,11 +25,11 @@ type evalFlags struct {
 }
 
 func (f *evalFlags) register(cmd *cobra.Command, withExperiments bool) {
-	def := bench.DefaultEvalConfig(".")
+	def := eval.DefaultEvalConfig(".")
 	f.cfg = def
 	fl := cmd.Flags()
 	if withExperiments {
-		fl.StringSliceVar(&f.experiments, "experiments", def.Experiments, "experiments to run: "+strings.Join(bench.Experiments, ", "))
+		fl.StringSliceVar(&f.experiments, "experiments", def.Experiments, "experiments to run: "+strings.Join(eval.Experiments, ", "))
 	}
 	fl.StringVar(&f.cfg.Root, "root", ".", "repository root (where functions/ is)")
 	fl.StringSliceVar(&f.cfg.Functions, "functions", nil, "only these functions (filters every experiment's list)")
@@ -127,7 +128,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if err != nil {
 		return err
 	}
-	est := bench.EstimateEval(cfg)
+	est := eval.EstimateEval(cfg)
 	if f.estimate {
 		fmt.Fprintf(a.stdout, "experiments %s; strategies %s; %d repetitions\n", strings.Join(cfg.Experiments, ","), strings.Join(cfg.Strategies, ","), cfg.Reps)
 		fmt.Fprintf(a.stdout, "%d prepares, %d cold starts, %d warm invocations, %d snapshot copies: about %s\n",
@@ -151,8 +152,8 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	}
 	var fns []string
 	for _, e := range cfg.Experiments {
-		for _, fn := range map[string][]string{bench.ExpExec: cfg.ExecFunctions, bench.ExpSize: cfg.SizeFunctions,
-			bench.ExpBurst: cfg.BurstFunctions, bench.ExpBreakdown: cfg.BreakdownFunctions, bench.ExpAblation: cfg.AblationFunctions}[e] {
+		for _, fn := range map[string][]string{eval.ExpExec: cfg.ExecFunctions, eval.ExpSize: cfg.SizeFunctions,
+			eval.ExpBurst: cfg.BurstFunctions, eval.ExpBreakdown: cfg.BreakdownFunctions, eval.ExpAblation: cfg.AblationFunctions}[e] {
 			fns = append(fns, fn)
 		}
 	}
@@ -178,11 +179,11 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	}
 	defer r.Stop()
 	fmt.Fprintf(a.stderr, "[bench] redis on %s\n", r.Addr())
-	res, runErr := bench.RunEval(a.ctx, a.c, r, cfg, a.stderr)
+	res, runErr := eval.RunEval(a.ctx, a.c, r, cfg, a.stderr)
 	if res == nil {
 		return runErr
 	}
-	return a.finishRun(res, runErr, f.out, func(dir string) ([]string, error) { return bench.WriteEval(dir, res) }, res.Markdown)
+	return a.finishRun(res, runErr, f.out, func(dir string) ([]string, error) { return eval.WriteEval(dir, res) }, res.Markdown)
 }
 
 // finishRun ends a benchmark run: its JSON with --json; else its files
@@ -226,11 +227,11 @@ way. Needs no daemon.`,
 			if _, err := os.Stat(filepath.Join(args[0], "restore.json")); err == nil {
 				return a.reportRestore(args[0], out)
 			}
-			res, err := bench.ReadEval(args[0])
+			res, err := eval.ReadEval(args[0])
 			if err != nil {
 				return err
 			}
-			return a.finishRun(res, nil, out, func(dir string) ([]string, error) { return bench.WriteEval(dir, res) }, res.Markdown)
+			return a.finishRun(res, nil, out, func(dir string) ([]string, error) { return eval.WriteEval(dir, res) }, res.Markdown)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "directory to write into (default: DIR)")

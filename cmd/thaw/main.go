@@ -31,12 +31,6 @@ func main() {
 	os.Exit(code)
 }
 
-// run runs thaw with args (without the program name) and returns the exit
-// code. Tests call it with their own writers.
-func run(args []string, stdout, stderr io.Writer) int {
-	return execute(context.Background(), args, os.Stdin, stdout, stderr)
-}
-
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.newRootCmd()

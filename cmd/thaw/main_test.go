@@ -674,3 +674,9 @@ func TestSocketPermissionHint(t *testing.T) {
 	a.printError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
 	wantContains(t, "stderr", errb.String(), "may not use thawd's socket", "--socket-group")
 }
+
+// run runs thaw with args (without the program name) and returns the exit
+// code. Tests call it with their own writers.
+func run(args []string, stdout, stderr io.Writer) int {
+	return execute(context.Background(), args, os.Stdin, stdout, stderr)
+}

@@ -90,6 +90,28 @@ func newSettings() *settings {
 	s := &settings{fs: pflag.NewFlagSet("thawd", pflag.ContinueOnError), source: map[string]string{}}
 	s.fs.SortFlags = false
 	fs, cfg, d := s.fs, &s.serve, &s.serve.Daemon
+	apiFlags(fs, cfg)
+	vmFlags(s, d)
+	capacityFlags(fs, d)
+	registryFlags(s, d)
+	depsFlags(s, d)
+	retentionFlags(fs, d)
+	defineTriggerFlags(fs, &cfg.Triggers)
+	fs.BoolVarP(&s.verbose, "verbose", "v", false, "log every request")
+	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
+	fs.VisitAll(func(f *pflag.Flag) {
+		f.Value = &lenientValue{Value: f.Value, name: f.Name, s: s}
+		// Behind the wrapper pflag no longer sees that an empty list is
+		// the zero value, and the usage would say "(default [])".
+		if isList(f) && f.DefValue == "[]" {
+			f.DefValue = ""
+		}
+	})
+	return s
+}
+
+// apiFlags defines the settings of the API's listeners, their access and the node's name.
+func apiFlags(fs *pflag.FlagSet, cfg *serveConfig) {
 	fs.StringArrayVar(&cfg.Listen, "listen", nil, "address to serve the API on, repeatable: a Unix socket (an absolute path or unix:PATH) or host:port for TCP, which needs the API token and, off loopback, TLS (default "+defaultSocket+")")
 	fs.StringVar(&cfg.SocketGroup, "socket-group", "", "group that may use the Unix socket (mode 0660) and create functions from host directories (default: root's group)")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "API token for TCP clients, read from this file (0600, not a symlink; default: <data-dir>/"+api.TokenFileName+", generated at first start)")
@@ -100,6 +122,11 @@ func newSettings() *settings {
 	fs.StringArrayVar(&cfg.AllowedOrigins, "allowed-origin", nil, "web origin (scheme://host[:port]) whose browser requests are served, repeatable; requests from any other origin are refused")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "this daemon's name among a cluster's nodes, in every answer's Thaw-Node header and in GET /v1/health (default: the host name)")
 	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 0, "on SIGTERM, how long GET /v1/health answers 503 draining while requests are still served, before the listeners close (give a load balancer's health checks time to take the node out)")
+}
+
+// vmFlags defines the settings of where the daemon keeps its data and how it starts and confines VMs.
+func vmFlags(s *settings, d *daemon.Config) {
+	fs := s.fs
 	fs.StringVar(&d.DataDir, "data-dir", "/var/lib/thaw", "catalog, functions, snapshots and VM run directories")
 	fs.StringVar(&d.ImageDir, "image", defaultImageDir(), "guest image directory (built by 'make image'; default $THAW_CACHE/images/current)")
 	fs.StringVar(&d.VMMName, "vmm", vmm.DefaultBackend, "virtual machine monitor VMs run in, by the name its backend registers: "+strings.Join(vmm.Backends(), ", "))
@@ -121,6 +148,10 @@ func newSettings() *settings {
 	fs.StringVar(&d.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup file system for per-VM cgroups (v1 or v2); none disables them")
 	fs.BoolVar(&d.AllowFullEgress, "allow-full-egress", false, "let functions declare full egress: their guests reach beyond this host (never the host itself); turns on IP forwarding and installs the nftables table inet thaw")
 	fs.StringArrayVar(&d.FunctionRoots, "function-roots", nil, "host directory functions may be created from (by root or --socket-group over the socket), repeatable; none: functions come only as uploaded archives")
+}
+
+// capacityFlags defines the settings of how many VMs run at once and which are kept ahead of requests: admission, keep-alive, the VMM pool, ready clones.
+func capacityFlags(fs *pflag.FlagSet, d *daemon.Config) {
 	fs.IntVar(&d.MaxVMs, "max-vms", 0, "live VMs at once; more wait in the admission queue (default: host memory over default guest memory plus --vm-memory-overhead)")
 	fs.IntVar(&d.VMMemoryBudgetMiB, "vm-memory-budget", 0, "MiB live VMs may use together, guest memory plus --vm-memory-overhead each (default: nine tenths of host memory)")
 	fs.IntVar(&d.AdmissionQueue, "admission-queue", 64, "VM starts that may wait for room (live VMs, memory budget, a function's max_concurrency); more get 429")
@@ -136,6 +167,11 @@ func newSettings() *settings {
 	fs.DurationVar(&d.Ready.MaxAge, "ready-max-age", 10*time.Minute, "a ready clone that has waited this long is replaced by a fresh one")
 	fs.DurationVar(&d.Ready.Settle, "ready-settle", 100*time.Millisecond, "how long after a request a ready clone served no refill starts, so that its answer leaves first; negative: none")
 	fs.DurationVar(&d.Ready.Window, "ready-window", time.Minute, "how far back a function version's concurrency is read to size its ready clones (the p95 of each second's peak); none once it saw no request for this long")
+}
+
+// registryFlags defines the settings of the snapshot registry: its config, chunk cache, imports, remote strategies, collection and trust.
+func registryFlags(s *settings, d *daemon.Config) {
+	fs := s.fs
 	fs.StringVar(&s.registryFile, "registry-config", "", "snapshot registry config file (YAML or JSON, mode 0600: endpoint, bucket, region, access_key, secret_key, secure, ca_file, chunk_size; or type: fs, path: a directory shared by the nodes, chunk_size); without it the "+registry.EnvEndpoint+" and "+registry.EnvBucket+" environment variables (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) configure one; none: no push or pull")
 	fs.Int64Var(&s.chunkCacheMiB, "chunk-cache-budget", daemon.DefaultChunkCacheBudget>>20, "MiB of disk the registry's chunk cache (<data-dir>/chunks) may use; chunks of snapshots in use are kept beyond it (negative: no bound)")
 	fs.BoolVar(&s.registryImport, "registry-import", true, "an invocation of a function this node does not have, or has no snapshot of, imports it lazily from the registry (memory fetched on demand) and restores")
@@ -147,12 +183,21 @@ func newSettings() *settings {
 	fs.DurationVar(&d.RegistryGCGrace, "registry-gc-grace", daemon.DefaultGCGrace, "how old an unreferenced registry object must be before a scheduled collection deletes it")
 	fs.DurationVar(&d.RegistryRefresh, "registry-refresh", daemon.DefaultRegistryRefresh, "how often the functions here are compared with the registry's records: a function published again elsewhere (other code, a newer snapshot) is removed here once nothing uses it, and its next invocation imports the new version; 0: never (needs --registry-import)")
 	fs.StringArrayVar(&d.RegistryTrustedKeys, "registry-trusted-keys", nil, "public keys whose signed registry records (snapshot manifests, function records) this node pulls and imports besides its own, repeatable: a key line 'thaw-ed25519 BASE64 [comment]' (what 'thawd registry key' and 'thaw info' print on each node) or a file of them, one a line, # for comments, writable only by its owner; anything else in the registry is refused")
+}
+
+// depsFlags defines the settings of how functions' Python requirements are resolved and cached.
+func depsFlags(s *settings, d *daemon.Config) {
+	fs := s.fs
 	fs.StringVar(&d.Deps.IndexURL, "pip-index-url", deps.DefaultIndexURL, "Python package index (a PEP 503/691 simple index: PyPI or a mirror) that functions' requirements.txt are resolved against, with the host's pip, wheels only; "+deps.NoIndex+": only --pip-find-links (offline)")
 	fs.StringArrayVar(&d.Deps.FindLinks, "pip-find-links", nil, "directory or URL of wheels pip also searches for functions' requirements.txt, repeatable")
 	fs.StringVar(&d.Deps.Python, "pip-python", "python3", "the host's CPython "+deps.PythonVersion+" (the guest's version) that runs pip and precompiles dependency layers; no package's code runs on the host")
 	fs.DurationVar(&d.Deps.Timeout, "pip-timeout", deps.DefaultTimeout, "how long pip (and thawd, when it reads the index to say why a requirement failed) waits for one connection or read of the package index")
 	fs.StringVar(&d.Deps.Format, "deps-layer-format", string(deps.FormatErofs), "file system of new dependency layers: erofs (smaller, faster first imports) or ext4")
 	fs.Int64Var(&s.depsCacheMiB, "deps-cache-budget", daemon.DefaultDepsBudget>>20, "MiB of disk cached wheels and dependency layers no function or snapshot uses may take (<data-dir>/deps), the least recently used removed first; layers in use are kept beyond it (negative: no bound)")
+}
+
+// retentionFlags defines the settings of how many snapshots, versions, invocation records and log bytes are kept.
+func retentionFlags(fs *pflag.FlagSet, d *daemon.Config) {
 	fs.IntVar(&d.SnapshotKeep, "snapshot-keep", 0, "keep each function's newest N snapshots and delete older ones that are not pinned or in use (0: delete only when asked)")
 	fs.IntVar(&d.VersionKeep, "version-keep", daemon.DefaultVersionKeep, "keep the snapshots of each function's newest N versions and of every version an alias routes to; older versions' snapshots are collected, here and in the registry")
 	fs.IntVar(&d.HistoryMax, "history-max", 100_000, "invocation records kept, the newest (negative: no bound)")
@@ -161,18 +206,6 @@ func newSettings() *settings {
 	fs.IntVar(&d.MaxStoredResultBytes, "max-stored-result", daemon.DefaultMaxStoredResult, "result bytes an invocation's history keeps (the caller always gets the whole result)")
 	fs.IntVar(&d.MaxLogBytes, "max-logs", agent.DefaultMaxLogs, "bytes of each invocation's stdout and stderr its logs keep, 4096 to 1048576 (beyond it, the first and last parts)")
 	fs.Int64Var(&d.HistoryMaxLogBytes, "history-max-log-bytes", daemon.DefaultHistoryMaxLogBytes, "bytes of logs the invocation history keeps in all, the oldest dropped first (logs also go with their invocation records: --history-max, --history-max-age; negative: no bound)")
-	defineTriggerFlags(fs, &cfg.Triggers)
-	fs.BoolVarP(&s.verbose, "verbose", "v", false, "log every request")
-	fs.StringVar(&s.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
-	fs.VisitAll(func(f *pflag.Flag) {
-		f.Value = &lenientValue{Value: f.Value, name: f.Name, s: s}
-		// Behind the wrapper pflag no longer sees that an empty list is
-		// the zero value, and the usage would say "(default [])".
-		if isList(f) && f.DefValue == "[]" {
-			f.DefValue = ""
-		}
-	})
-	return s
 }
 
 // lenientValue records a command-line value that does not parse instead

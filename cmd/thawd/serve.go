@@ -21,6 +21,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/telemetry"
+	"github.com/thaw-dev/thaw/internal/triggers"
 )
 
 // defaultSocket is where thawd listens when no --listen is given (the
@@ -194,20 +195,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	if err != nil {
 		return err
 	}
-	lns, err := openListeners(cfg, p, log)
-	var ml net.Listener // --metrics-listen
-	if err == nil && p.metrics != nil {
-		if ml, err = net.Listen("tcp", p.metrics.Address); err != nil {
-			err = fmt.Errorf("--metrics-listen %s: %w", p.metrics.Address, err)
-		} else {
-			defer ml.Close()
-		}
-	}
+	lns, ml, err := listenAll(cfg, p, log)
 	if err != nil {
-		for _, ln := range lns {
-			ln.Close()
-		}
 		return errors.Join(err, svc.Close(context.Background()))
+	}
+	if ml != nil {
+		defer ml.Close()
 	}
 	trig, err := openTriggers(ctx, cfg, svc, p.token, log)
 	if err != nil {
@@ -246,10 +239,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 	}
 	h.SetState(api.Serving)
 	if ml != nil {
-		msrv := &http.Server{Handler: metricsOnly(svc), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- msrv.Serve(ml) }()
-		defer msrv.Close()
-		log.Info("metrics served", "address", ml.Addr().String())
+		defer serveMetrics(ml, svc, errc, log).Close()
 	}
 	if ready != nil {
 		ready(addrs)
@@ -260,17 +250,51 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func([]
 		drain(h, cfg.DrainDelay, log)
 	case err = <-errc:
 	}
+	return shutdown(srv, fsrv, trig, svc, err)
+}
+
+// shutdown stops serving in order, within 30 s: the API's listeners, the
+// functions listener, the triggers (running asynchronous invocations go back
+// to the queue), then the daemon. It returns runErr unless that only says
+// the server closed, in which case the daemon's closing error.
+func shutdown(srv, fsrv *http.Server, trig *triggers.Triggers, svc *daemon.Service, runErr error) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx) // closes every listener
 	if fsrv != nil {
 		_ = fsrv.Shutdown(sctx)
 	}
-	trig.Close() // running asynchronous invocations go back to the queue
-	if cerr := svc.Close(sctx); err == nil || errors.Is(err, http.ErrServerClosed) {
-		err = cerr
+	trig.Close()
+	if cerr := svc.Close(sctx); runErr == nil || errors.Is(runErr, http.ErrServerClosed) {
+		return cerr
 	}
-	return err
+	return runErr
+}
+
+// listenAll listens on every API address and, if set, on --metrics-listen
+// (ml nil otherwise); on failure it closes what it opened.
+func listenAll(cfg serveConfig, p *plan, log *slog.Logger) (lns []net.Listener, ml net.Listener, err error) {
+	if lns, err = openListeners(cfg, p, log); err != nil {
+		return nil, nil, err
+	}
+	if p.metrics == nil {
+		return lns, nil, nil
+	}
+	if ml, err = net.Listen("tcp", p.metrics.Address); err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", p.metrics.Address, err)
+	}
+	return lns, ml, nil
+}
+
+// serveMetrics serves the metrics alone on ml; the server's end goes to errc.
+func serveMetrics(ml net.Listener, svc *daemon.Service, errc chan<- error, log *slog.Logger) *http.Server {
+	msrv := &http.Server{Handler: metricsOnly(svc), ReadHeaderTimeout: 10 * time.Second}
+	go func() { errc <- msrv.Serve(ml) }()
+	log.Info("metrics served", "address", ml.Addr().String())
+	return msrv
 }
 
 // drain answers health checks with 503 draining for delay while requests

@@ -259,18 +259,7 @@ func TestServe(t *testing.T) {
 	if _, err := unixC.Info(ctx); err != nil {
 		t.Fatalf("over the socket: %v", err)
 	}
-	// --metrics-listen serves /metrics alone, without the token.
-	for path, want := range map[string]int{"/metrics": 200, "/v1/info": 404} {
-		resp, err := http.Get("http://" + metricsAddr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want || (want == 200 && !strings.Contains(string(body), "thaw_api_requests_total")) {
-			t.Errorf("metrics listener %s: %d, want %d (%.200s)", path, resp.StatusCode, want, body)
-		}
-	}
+	checkMetricsListener(t, metricsAddr)
 	url := "https://" + r.addrs[1].String()
 	tcpC := envClient(t, url, "THAW_CACERT", caFile, "THAW_TOKEN", "", "THAW_TOKEN_FILE", tokenPath)
 	if _, err := tcpC.Info(ctx); err != nil {
@@ -285,7 +274,47 @@ func TestServe(t *testing.T) {
 		t.Errorf("health: %+v %v", h, err)
 	}
 
-	// The attack on the old code: a page's text/plain POST with an Origin.
+	checkCrossSiteRefused(t, sock, img, token)
+
+	r.shutdown(t)
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after stopping: %v", err)
+	}
+	if _, err := unixC.Info(ctx); !errors.Is(err, client.ErrUnreachable) {
+		t.Errorf("after stopping: %v", err)
+	}
+
+	r = startServe(t, cfg)
+	again := envClient(t, "https://"+r.addrs[1].String(), "THAW_TOKEN", token)
+	if _, err := again.Info(ctx); err != nil {
+		t.Errorf("restart: the first start's token no longer works: %v", err)
+	}
+	if now, err := api.ReadTokenFile(tokenPath); err != nil || now != token {
+		t.Errorf("restart changed the token file: %v", err)
+	}
+}
+
+// checkMetricsListener checks that --metrics-listen serves /metrics alone,
+// without the token.
+func checkMetricsListener(t *testing.T, metricsAddr string) {
+	t.Helper()
+	for path, want := range map[string]int{"/metrics": 200, "/v1/info": 404} {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 200 && !strings.Contains(string(body), "thaw_api_requests_total")) {
+			t.Errorf("metrics listener %s: %d, want %d (%.200s)", path, resp.StatusCode, want, body)
+		}
+	}
+}
+
+// checkCrossSiteRefused sends the attack on the old code through the socket,
+// a page's text/plain POST with an Origin, and checks it creates nothing.
+func checkCrossSiteRefused(t *testing.T, sock, img, token string) {
+	t.Helper()
 	attack := func(c *http.Client, target string, origin bool) int {
 		req, _ := http.NewRequest("POST", target, strings.NewReader(`{"name":"pwned","directory":"`+img+`"}`))
 		req.Header.Set("Content-Type", "text/plain")
@@ -307,26 +336,9 @@ func TestServe(t *testing.T) {
 	if st := attack(overSocket, "http://thawd/v1/functions", false); st != 415 {
 		t.Errorf("text/plain POST through the socket: %d, want 415", st)
 	}
-	fns, err := unixC.ListFunctions(ctx)
+	fns, err := client.New("unix:" + sock).ListFunctions(context.Background())
 	if err != nil || len(fns) != 0 {
 		t.Errorf("functions after the refused attacks: %v %v", fns, err)
-	}
-
-	r.shutdown(t)
-	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("socket left after stopping: %v", err)
-	}
-	if _, err := unixC.Info(ctx); !errors.Is(err, client.ErrUnreachable) {
-		t.Errorf("after stopping: %v", err)
-	}
-
-	r = startServe(t, cfg)
-	again := envClient(t, "https://"+r.addrs[1].String(), "THAW_TOKEN", token)
-	if _, err := again.Info(ctx); err != nil {
-		t.Errorf("restart: the first start's token no longer works: %v", err)
-	}
-	if now, err := api.ReadTokenFile(tokenPath); err != nil || now != token {
-		t.Errorf("restart changed the token file: %v", err)
 	}
 }
 

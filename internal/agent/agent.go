@@ -100,22 +100,6 @@ type Conn struct {
 	maxLogs                int
 }
 
-// Dial connects to the agent socket of a VM, retrying until ctx ends.
-func Dial(ctx context.Context, path string) (*Conn, error) {
-	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", path)
-		if err == nil {
-			return NewConn(c), nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("dial agent %s: %w", path, err)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
 // NewConn speaks the protocol over an already connected channel (the VMM
 // hands the daemon its end at start).
 func NewConn(c net.Conn) *Conn {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -479,4 +480,20 @@ func python3(t *testing.T) string {
 		t.Skip("python3 is not installed (make test installs it and runs this)")
 	}
 	return py
+}
+
+// Dial connects to the agent socket of a VM, retrying until ctx ends.
+func Dial(ctx context.Context, path string) (*Conn, error) {
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			return NewConn(c), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial agent %s: %w", path, err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }

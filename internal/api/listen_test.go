@@ -253,7 +253,14 @@ func TestUnixSocketRefusesUnsafePaths(t *testing.T) {
 		t.Error("the file in the way was changed")
 	}
 
-	// A live socket belongs to another daemon; a stale one is replaced.
+	checkLiveAndStaleSockets(t, dir)
+}
+
+// checkLiveAndStaleSockets checks, in dir, that a live socket belongs to
+// another daemon, a stale one is replaced, and closing a listener whose
+// path another daemon took leaves that socket.
+func checkLiveAndStaleSockets(t *testing.T, dir string) {
+	t.Helper()
 	live := filepath.Join(dir, "live.sock")
 	other, err := ListenUnix(live, 0)
 	if err != nil {

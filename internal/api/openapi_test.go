@@ -565,7 +565,6 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			errStatus[strconv.Itoa(st)] = true
 		}
 	}
-	leading := regexp.MustCompile("^`([a-z_]+)`")
 	for _, o := range operations(t, doc) {
 		want, ok := handlerIO[o.key()]
 		if !ok {
@@ -583,69 +582,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 				t.Errorf("%s %s: want $ref #/components/responses/%s, got %v", o.key(), code, ref, got)
 			}
 		}
-		var success []string
-		for status, r := range responses {
-			r := deref(t, doc, r)
-			content := asObject(r["content"])
-			switch {
-			case status == "202" && queuesAsync[o.key()]:
-				success = append(success, status)
-				loc := asObject(asObject(r["headers"])["Location"])
-				if got := asObject(responses[status])["$ref"]; got != "#/components/responses/AsyncAccepted" || loc["required"] != true ||
-					asObject(asObject(content["application/json"])["schema"])["$ref"] != schemaRef("AsyncAccepted") {
-					t.Errorf("%s 202: want $ref #/components/responses/AsyncAccepted (AsyncAccepted, a required Location)", o.key())
-				}
-			case status == "202":
-				success = append(success, status)
-				if got := asObject(responses[status])["$ref"]; got != "#/components/responses/Accepted" {
-					t.Errorf("%s 202: want $ref #/components/responses/Accepted, got %v", o.key(), got)
-				}
-				loc := asObject(asObject(r["headers"])["Location"])
-				if got := asObject(asObject(content["application/json"])["schema"])["$ref"]; got != schemaRef("Operation") || loc["required"] != true {
-					t.Errorf("%s 202: want an Operation with a required Location header", o.key())
-				}
-			case strings.HasPrefix(status, "2"):
-				success = append(success, status)
-				if status == "204" {
-					if content != nil {
-						t.Errorf("%s 204: must have no content", o.key())
-					}
-					continue
-				}
-				wantType := "application/json"
-				if o.key() == "GET /metrics" {
-					wantType = "text/plain" // Prometheus' exposition format
-				}
-				media := asObject(content[wantType])
-				if media == nil || len(content) != 1 {
-					t.Errorf("%s %s: want exactly %s content", o.key(), status, wantType)
-					continue
-				}
-				if want.response != "" {
-					if got := asObject(media["schema"])["$ref"]; got != schemaRef(want.response) {
-						t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(want.response))
-					}
-				}
-			case status == "default" || status >= "400":
-				media := asObject(content["application/json"])
-				if got := asObject(media["schema"])["$ref"]; got != schemaRef("Error") || len(content) != 1 {
-					t.Errorf("%s %s: error responses must be application/json Error, got %v", o.key(), status, content)
-				}
-				if !errStatus[status] {
-					t.Errorf("%s %s: fail() never answers this status (it answers %v)", o.key(), status, keys(errStatus))
-				}
-				// The description names the code, and fail() gives that code this status.
-				desc, _ := r["description"].(string)
-				m := leading.FindStringSubmatch(desc)
-				if m == nil {
-					t.Errorf("%s %s: description should start with the error code in backticks", o.key(), status)
-				} else if st, ok := codes[m[1]]; !ok || strconv.Itoa(st) != status {
-					t.Errorf("%s %s: description names code %q, which fail() answers with %d", o.key(), status, m[1], st)
-				}
-			default:
-				t.Errorf("%s: unexpected status %s", o.key(), status)
-			}
-		}
+		success := checkResponses(t, doc, o, want.response, codes, errStatus)
 		wantSuccess := []string{want.status}
 		if startsOperations[o.key()] || queuesAsync[o.key()] && want.status != "202" {
 			wantSuccess = append(wantSuccess, "202")
@@ -655,13 +592,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		if !slices.Equal(success, wantSuccess) {
 			t.Errorf("%s: success statuses %v, handler answers %v", o.key(), success, wantSuccess)
 		}
-		hasWait := false
-		for _, p := range asSlice(o.op["parameters"]) {
-			if asObject(p)["$ref"] == "#/components/parameters/Wait" {
-				hasWait = true
-			}
-		}
-		if hasWait != startsOperations[o.key()] {
+		if hasWait := documentsWait(o); hasWait != startsOperations[o.key()] {
 			t.Errorf("%s: documents ?wait: %v, starts operations: %v", o.key(), hasWait, startsOperations[o.key()])
 		}
 		// Creates are 201 and deletes 204, by convention.
@@ -697,7 +628,102 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		}
 	}
 
-	// POST /v1/functions also takes a tar.gz, configured by query parameters.
+	checkFunctionsTarGz(t, doc)
+	checkErrorCodeEnum(t, doc, codes)
+}
+
+// documentsWait says whether o documents the ?wait parameter.
+func documentsWait(o operation) bool {
+	for _, p := range asSlice(o.op["parameters"]) {
+		if asObject(p)["$ref"] == "#/components/parameters/Wait" {
+			return true
+		}
+	}
+	return false
+}
+
+// leadingCode is the error code in backticks that an error response's
+// description starts with.
+var leadingCode = regexp.MustCompile("^`([a-z_]+)`")
+
+// checkResponses checks each response o documents: 202s an Operation or an
+// asynchronous acceptance, other successes exactly one content of the
+// handler's responseSchema (204 none), errors an Error of a status fail()
+// answers whose description names a code fail() gives that status. It
+// returns the success statuses.
+func checkResponses(t *testing.T, doc jsonObject, o operation, responseSchema string, codes map[string]int, errStatus map[string]bool) []string {
+	t.Helper()
+	responses := asObject(o.op["responses"])
+	var success []string
+	for status, r := range responses {
+		r := deref(t, doc, r)
+		content := asObject(r["content"])
+		switch {
+		case status == "202" && queuesAsync[o.key()]:
+			success = append(success, status)
+			loc := asObject(asObject(r["headers"])["Location"])
+			if got := asObject(responses[status])["$ref"]; got != "#/components/responses/AsyncAccepted" || loc["required"] != true ||
+				asObject(asObject(content["application/json"])["schema"])["$ref"] != schemaRef("AsyncAccepted") {
+				t.Errorf("%s 202: want $ref #/components/responses/AsyncAccepted (AsyncAccepted, a required Location)", o.key())
+			}
+		case status == "202":
+			success = append(success, status)
+			if got := asObject(responses[status])["$ref"]; got != "#/components/responses/Accepted" {
+				t.Errorf("%s 202: want $ref #/components/responses/Accepted, got %v", o.key(), got)
+			}
+			loc := asObject(asObject(r["headers"])["Location"])
+			if got := asObject(asObject(content["application/json"])["schema"])["$ref"]; got != schemaRef("Operation") || loc["required"] != true {
+				t.Errorf("%s 202: want an Operation with a required Location header", o.key())
+			}
+		case strings.HasPrefix(status, "2"):
+			success = append(success, status)
+			if status == "204" {
+				if content != nil {
+					t.Errorf("%s 204: must have no content", o.key())
+				}
+				continue
+			}
+			wantType := "application/json"
+			if o.key() == "GET /metrics" {
+				wantType = "text/plain" // Prometheus' exposition format
+			}
+			media := asObject(content[wantType])
+			if media == nil || len(content) != 1 {
+				t.Errorf("%s %s: want exactly %s content", o.key(), status, wantType)
+				continue
+			}
+			if responseSchema != "" {
+				if got := asObject(media["schema"])["$ref"]; got != schemaRef(responseSchema) {
+					t.Errorf("%s %s: schema %v, want %s", o.key(), status, got, schemaRef(responseSchema))
+				}
+			}
+		case status == "default" || status >= "400":
+			media := asObject(content["application/json"])
+			if got := asObject(media["schema"])["$ref"]; got != schemaRef("Error") || len(content) != 1 {
+				t.Errorf("%s %s: error responses must be application/json Error, got %v", o.key(), status, content)
+			}
+			if !errStatus[status] {
+				t.Errorf("%s %s: fail() never answers this status (it answers %v)", o.key(), status, keys(errStatus))
+			}
+			// The description names the code, and fail() gives that code this status.
+			desc, _ := r["description"].(string)
+			m := leadingCode.FindStringSubmatch(desc)
+			if m == nil {
+				t.Errorf("%s %s: description should start with the error code in backticks", o.key(), status)
+			} else if st, ok := codes[m[1]]; !ok || strconv.Itoa(st) != status {
+				t.Errorf("%s %s: description names code %q, which fail() answers with %d", o.key(), status, m[1], st)
+			}
+		default:
+			t.Errorf("%s: unexpected status %s", o.key(), status)
+		}
+	}
+	return success
+}
+
+// checkFunctionsTarGz checks that POST /v1/functions also takes a tar.gz,
+// configured by query parameters.
+func checkFunctionsTarGz(t *testing.T, doc jsonObject) {
+	t.Helper()
 	for _, o := range operations(t, doc) {
 		if o.key() != "POST /v1/functions" {
 			continue
@@ -718,8 +744,12 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			t.Errorf("POST /v1/functions: query parameters %v, want allow, egress, max_concurrency, memory_mib, name, vcpus", query)
 		}
 	}
+}
 
-	// The error code enum is exactly what the API can answer.
+// checkErrorCodeEnum checks that the error code enum is exactly what the
+// API can answer.
+func checkErrorCodeEnum(t *testing.T, doc jsonObject, codes map[string]int) {
+	t.Helper()
 	enum := asSlice(asObject(flatten(t, doc, asObject(flatten(t, doc, schemaByName(t, doc, "Error")).props["error"])).props["code"])["enum"])
 	var documented []string
 	for _, c := range enum {
@@ -953,11 +983,56 @@ func compareType(t *testing.T, doc jsonObject, at string, p jsonObject, typ refl
 
 func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	doc := loadDoc(t)
-	for _, c := range []struct {
-		schema string
-		typ    reflect.Type
-	}{
-		// Answers.
+	for _, c := range schemaGoTypes() {
+		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
+	}
+
+	// Snapshot.prepared is raw JSON that always holds a prepare result.
+	prepared, _ := asObject(schemaByName(t, doc, "Snapshot")["properties"])["prepared"].(jsonObject)
+	if all := asSlice(prepared["allOf"]); len(all) != 1 || asObject(all[0])["$ref"] != schemaRef("PrepareResult") {
+		t.Error("Snapshot.prepared must reference PrepareResult")
+	}
+
+	// Request bodies are decoded with DisallowUnknownFields.
+	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
+		if schemaByName(t, doc, name)["additionalProperties"] != false {
+			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
+		}
+	}
+	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
+	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
+		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation", "SecretList": "Secret"} {
+		f := flatten(t, doc, schemaByName(t, doc, name))
+		items := f.props["items"]
+		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
+			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) || f.props["next"]["type"] != "string" {
+			t.Errorf("%s must be {items: [%s], next}, items required", name, item)
+		}
+	}
+	// The raw JSON fields are any JSON, without a type.
+	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}, {"PrepareRequest", "record_event"}} {
+		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
+		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
+			if _, ok := p[k]; ok {
+				t.Errorf("%s.%s is any JSON and must not have %q", at[0], at[1], k)
+			}
+		}
+	}
+}
+
+// schemaGoType is a schema of the document and the Go type it describes.
+type schemaGoType struct {
+	schema string
+	typ    reflect.Type
+}
+
+// schemaGoTypes are the answers' and the requests' schemas with their Go
+// types.
+func schemaGoTypes() []schemaGoType { return append(answerSchemas(), requestSchemas()...) }
+
+// answerSchemas are the schemas of answers with their Go types.
+func answerSchemas() []schemaGoType {
+	return []schemaGoType{
 		{"Function", reflect.TypeFor[wire.Function]()},
 		{"VM", reflect.TypeFor[wire.VM]()},
 		{"CreatedVM", reflect.TypeFor[wire.VM]()},
@@ -1030,7 +1105,12 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"InvocationLogs", reflect.TypeFor[wire.InvocationLogs]()},
 		{"LogLine", reflect.TypeFor[wire.LogLine]()},
 		{"LogPage", reflect.TypeFor[wire.LogPage]()},
-		// Requests.
+	}
+}
+
+// requestSchemas are the schemas of request bodies with their Go types.
+func requestSchemas() []schemaGoType {
+	return []schemaGoType{
 		{"CreateFunctionRequest", reflect.TypeFor[wire.CreateFunctionRequest]()},
 		{"InvokeRequest", reflect.TypeFor[wire.InvokeRequest]()},
 		{"CreateVMRequest", reflect.TypeFor[wire.CreateVMRequest]()},
@@ -1046,40 +1126,6 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"CreateScheduleRequest", reflect.TypeFor[wire.CreateScheduleRequest]()},
 		{"RestoreSettings", reflect.TypeFor[wire.RestoreSettings]()},
 		{"RefreshRequest", reflect.TypeFor[wire.RefreshRequest]()},
-	} {
-		compareSchema(t, doc, c.schema, schemaByName(t, doc, c.schema), c.typ)
-	}
-
-	// Snapshot.prepared is raw JSON that always holds a prepare result.
-	prepared, _ := asObject(schemaByName(t, doc, "Snapshot")["properties"])["prepared"].(jsonObject)
-	if all := asSlice(prepared["allOf"]); len(all) != 1 || asObject(all[0])["$ref"] != schemaRef("PrepareResult") {
-		t.Error("Snapshot.prepared must reference PrepareResult")
-	}
-
-	// Request bodies are decoded with DisallowUnknownFields.
-	for _, name := range []string{"CreateFunctionRequest", "InvokeRequest", "CreateVMRequest", "CreateSnapshotRequest", "PrepareRequest", "SetSecretRequest", "RestoreSettings", "RefreshRequest"} {
-		if schemaByName(t, doc, name)["additionalProperties"] != false {
-			t.Errorf("%s: unknown fields are 400, so additionalProperties must be false", name)
-		}
-	}
-	// Collections are pages: {"items": [...], "next": cursor} (wire.List).
-	for name, item := range map[string]string{"FunctionList": "Function", "VMList": "VM",
-		"SnapshotList": "Snapshot", "InvocationList": "InvocationRecord", "OperationList": "Operation", "SecretList": "Secret"} {
-		f := flatten(t, doc, schemaByName(t, doc, name))
-		items := f.props["items"]
-		if !slices.Equal(keys(f.props), []string{"items", "next"}) || !slices.Equal(f.required, []string{"items"}) ||
-			items["type"] != "array" || asObject(items["items"])["$ref"] != schemaRef(item) || f.props["next"]["type"] != "string" {
-			t.Errorf("%s must be {items: [%s], next}, items required", name, item)
-		}
-	}
-	// The raw JSON fields are any JSON, without a type.
-	for _, at := range [][2]string{{"Invocation", "result"}, {"InvokeRequest", "event"}, {"PrepareRequest", "record_event"}} {
-		p := schemaByName(t, doc, at[0])["properties"].(jsonObject)[at[1]].(jsonObject)
-		for _, k := range []string{"type", "$ref", "allOf", "oneOf", "anyOf"} {
-			if _, ok := p[k]; ok {
-				t.Errorf("%s.%s is any JSON and must not have %q", at[0], at[1], k)
-			}
-		}
 	}
 }
 

@@ -87,39 +87,11 @@ func TestRequestSpans(t *testing.T) {
 	h, logs := tracedHandler(tp, &inSpan)
 	seen := 0
 
-	r := localRequest("POST", "/v1/functions/missing/invoke", "application/json", `{}`)
-	r.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
-	w := serveOne(h, r)
-	if w.Code != http.StatusNotFound {
-		t.Fatalf("%d %s", w.Code, w.Body)
-	}
-	sp := onlySpan(t, sr, &seen)
-	if !inSpan.Equal(sp.SpanContext()) {
-		t.Errorf("the route ran in span %s, not the request's %s", inSpan.SpanID(), sp.SpanContext().SpanID())
-	}
-	if sp.Name() != "POST /v1/functions/{name}/invoke" || sp.SpanKind() != trace.SpanKindServer {
-		t.Errorf("span %q kind %v", sp.Name(), sp.SpanKind())
-	}
-	if sp.SpanContext().TraceID().String() != callerTrace || sp.Parent().SpanID().String() != callerSpan || !sp.Parent().IsRemote() {
-		t.Errorf("span in trace %s under %s, want the caller's %s under %s", sp.SpanContext().TraceID(), sp.Parent().SpanID(), callerTrace, callerSpan)
-	}
-	a := spantest.Attrs(sp)
-	for k, v := range map[attribute.Key]string{"http.request.method": "POST", "http.route": "/v1/functions/{name}/invoke",
-		"url.path": "/v1/functions/missing/invoke", "http.response.status_code": "404", AttrRequestID: w.Header().Get(RequestIDHeader)} {
-		if a[k] != v {
-			t.Errorf("%s = %q, want %q", k, a[k], v)
-		}
-	}
-	if sp.Status().Code != codes.Unset || !spantest.RecordedException(sp) {
-		t.Errorf("404: status %+v, exception recorded %v; want no error status and the error recorded", sp.Status(), spantest.RecordedException(sp))
-	}
-	if l := logs.lines(t, "request"); len(l) != 1 || l[0]["trace_id"] != callerTrace || l[0]["request_id"] != w.Header().Get(RequestIDHeader) {
-		t.Errorf("request log lines %v, want one naming the request and trace %s", l, callerTrace)
-	}
+	checkCallerSpan(t, h, sr, logs, &seen, &inSpan)
 
 	// 5xx: the span is an error, and the failure's log line names the trace.
-	w = serveOne(h, localRequest("POST", "/v1/functions/echo/invoke", "application/json", `{}`))
-	sp = onlySpan(t, sr, &seen)
+	w := serveOne(h, localRequest("POST", "/v1/functions/echo/invoke", "application/json", `{}`))
+	sp := onlySpan(t, sr, &seen)
 	if w.Code != http.StatusInternalServerError || sp.Status().Code != codes.Error || !strings.Contains(sp.Status().Description, "the disk is on fire") {
 		t.Errorf("500: %d, span status %+v", w.Code, sp.Status())
 	}
@@ -132,7 +104,7 @@ func TestRequestSpans(t *testing.T) {
 	}
 
 	// A refused caller does not choose the trace.
-	r = localRequest("POST", "/v1/functions/echo/invoke", "application/json", `{}`)
+	r := localRequest("POST", "/v1/functions/echo/invoke", "application/json", `{}`)
 	r.Header.Set("Authorization", "Bearer wrong")
 	r.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
 	w = serveOne(h, r)
@@ -170,6 +142,43 @@ func TestRequestSpans(t *testing.T) {
 	}
 	if l := logs.lines(t, "request"); len(l) != before+1 || l[before]["trace_id"] != nil {
 		t.Errorf("unsampled request's log lines %v, want one without trace_id", l[before:])
+	}
+}
+
+// checkCallerSpan sends a request that joins an admitted caller's trace and
+// gets a 404: its server span, named by the route, is under the caller's
+// span, carries the request's attributes, is no error but records one,
+// and the request's log line names the trace.
+func checkCallerSpan(t *testing.T, h *Handler, sr *tracetest.SpanRecorder, logs *syncBuffer, seen *int, inSpan *trace.SpanContext) {
+	t.Helper()
+	r := localRequest("POST", "/v1/functions/missing/invoke", "application/json", `{}`)
+	r.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	w := serveOne(h, r)
+	if w.Code != http.StatusNotFound {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	sp := onlySpan(t, sr, seen)
+	if !inSpan.Equal(sp.SpanContext()) {
+		t.Errorf("the route ran in span %s, not the request's %s", inSpan.SpanID(), sp.SpanContext().SpanID())
+	}
+	if sp.Name() != "POST /v1/functions/{name}/invoke" || sp.SpanKind() != trace.SpanKindServer {
+		t.Errorf("span %q kind %v", sp.Name(), sp.SpanKind())
+	}
+	if sp.SpanContext().TraceID().String() != callerTrace || sp.Parent().SpanID().String() != callerSpan || !sp.Parent().IsRemote() {
+		t.Errorf("span in trace %s under %s, want the caller's %s under %s", sp.SpanContext().TraceID(), sp.Parent().SpanID(), callerTrace, callerSpan)
+	}
+	a := spantest.Attrs(sp)
+	for k, v := range map[attribute.Key]string{"http.request.method": "POST", "http.route": "/v1/functions/{name}/invoke",
+		"url.path": "/v1/functions/missing/invoke", "http.response.status_code": "404", AttrRequestID: w.Header().Get(RequestIDHeader)} {
+		if a[k] != v {
+			t.Errorf("%s = %q, want %q", k, a[k], v)
+		}
+	}
+	if sp.Status().Code != codes.Unset || !spantest.RecordedException(sp) {
+		t.Errorf("404: status %+v, exception recorded %v; want no error status and the error recorded", sp.Status(), spantest.RecordedException(sp))
+	}
+	if l := logs.lines(t, "request"); len(l) != 1 || l[0]["trace_id"] != callerTrace || l[0]["request_id"] != w.Header().Get(RequestIDHeader) {
+		t.Errorf("request log lines %v, want one naming the request and trace %s", l, callerTrace)
 	}
 }
 

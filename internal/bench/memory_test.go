@@ -3,6 +3,8 @@ package bench
 import (
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 func TestMemoryMarkdown(t *testing.T) {
@@ -14,7 +16,7 @@ func TestMemoryMarkdown(t *testing.T) {
 				TotalBytes: 184 << 20, PerCloneBytes: 46 << 20},
 		}}
 	md := r.Markdown()
-	wantAll(t, "markdown", md,
+	benchtest.WantAll(t, "markdown", md,
 		"| reap | 30.0 (30) | 30.0 (120) | 30.0 | 0.0 |",
 		"| premap | – | 46.0 (184) | 25.0 | 84.0 |",
 		"**hello**",

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 // TestRemoteReport: the report's groups, ratios and target verdicts come
@@ -25,7 +26,7 @@ func TestRemoteReport(t *testing.T) {
 	add(RemoteLazy, "faasnap", true, 100, 150, 12<<20)
 	add(RemotePull, "vanilla", true, 0, 200, 40<<20)
 	md := r.Markdown()
-	wantAll(t, "report", md,
+	benchtest.WantAll(t, "report", md,
 		"| hello | lazy | vanilla | 1/2 | 905 (905–905) | 300 (300–300) | 600 (600–600) | 900 (900–900) | 30.0 MiB | 0.0 MiB | 3.00x | 60 | 6.00x |",
 		"| hello | lazy | faasnap | 2/2 |",
 		"hello, lazy vanilla: fetched 30.0 MiB = 3.00x the loading set (target at most 1.3x): **not met**",

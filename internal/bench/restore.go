@@ -281,7 +281,7 @@ func (r *restoreRun) prepare(ctx context.Context, fn string, pool int) (string, 
 		return "", fmt.Errorf("prepare %s: %w", fn, err)
 	}
 	r.say("%s: warm snapshot %s in %s", fn, pr.Warm.ID, time.Since(t0).Round(time.Second))
-	if s := storeUsers(r.info, r.cfg.Strategies); len(s) > 0 { // they map the snapshot from the memory store
+	if s := StoreUsers(r.info, r.cfg.Strategies); len(s) > 0 { // they map the snapshot from the memory store
 		if _, err := r.c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
 			return "", fmt.Errorf("store %s for %s: %w", pr.Warm.ID, strings.Join(s, ", "), err)
 		}

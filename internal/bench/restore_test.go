@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 func f64(x float64) *float64 { return &x }
@@ -72,7 +73,7 @@ func TestRestoreSummarize(t *testing.T) {
 
 func TestRestoreMarkdown(t *testing.T) {
 	md := restoreSynthetic().Markdown()
-	wantAll(t, "markdown", md,
+	benchtest.WantAll(t, "markdown", md,
 		"| vanilla | miss | 4 | 3/4 | 50.0 (42.0–58.0) | 100.0 (100.0–100.0) | 160.0 (152.0–168.0) | 110.0 (102.0–118.0) | 10.0 (10.0–10.0) | 120.0 (112.0–128.0) | – | 1 refused (429) |",
 		"| vanilla | hit | 4 | 3/4 | 10.0 (8.4–11.6) |",
 		"| 40.0 (40.0–40.0) | 1 not pooled (excluded) |",

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 func TestSummarize(t *testing.T) {
@@ -77,7 +79,7 @@ func TestStrategiesSummaryAndMarkdown(t *testing.T) {
 		t.Errorf("faasnap over vanilla = %v, want %v", got, math.Sqrt2)
 	}
 	md := r.Markdown()
-	wantAll(t, "markdown", md, "| a | vanilla | **210.0** |", "| b | faasnap | **400.0** |", "faasnap over vanilla: 1.41×")
+	benchtest.WantAll(t, "markdown", md, "| a | vanilla | **210.0** |", "| b | faasnap | **400.0** |", "faasnap over vanilla: 1.41×")
 }
 
 // Samples written before the strategies' own fields moved into Stats read
@@ -90,14 +92,14 @@ func TestReadLegacySamples(t *testing.T) {
 	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := ReadSamples(path)
+	ss, err := ReadSamples[StrategySample](path)
 	if err != nil || len(ss) != 2 {
 		t.Fatalf("%v %+v", err, ss)
 	}
-	if ss[0].statNum("loader_bytes") != 40853504 || ss[0].statNum("loader_ms") != 15.8 || ss[0].statNum("faults_served") != 3 {
+	if ss[0].StatNum("loader_bytes") != 40853504 || ss[0].StatNum("loader_ms") != 15.8 || ss[0].StatNum("faults_served") != 3 {
 		t.Errorf("legacy sample: %+v", ss[0].Stats)
 	}
-	if len(ss[1].Stats) != 1 || ss[1].statNum("prefetch_pages") != 1394 {
+	if len(ss[1].Stats) != 1 || ss[1].StatNum("prefetch_pages") != 1394 {
 		t.Errorf("current sample: %+v", ss[1].Stats)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 	"github.com/thaw-dev/thaw/internal/bench/remotedisk"
 )
 
@@ -69,7 +70,7 @@ func TestLoadStorage(t *testing.T) {
 		t.Fatalf("loaded %+v", st)
 	}
 	text := st.Text() + " " + st.FioText()
-	wantAll(t, "text", text, "remote", "500µs", "16000 IOPS", "1000 MB/s", "randread 4k QD1 1282 IOPS", "768 µs")
+	benchtest.WantAll(t, "text", text, "remote", "500µs", "16000 IOPS", "1000 MB/s", "randread 4k QD1 1282 IOPS", "768 µs")
 	// A damaged report fails the load and names the file.
 	if err := os.WriteFile(filepath.Join(dir, "fio-2.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
@@ -82,17 +83,5 @@ func TestLoadStorage(t *testing.T) {
 	}
 	if _, err := LoadStorage(dir); err == nil {
 		t.Fatal("storage.json without a kind accepted")
-	}
-}
-
-func TestMachineLineNamesTheStorage(t *testing.T) {
-	cfg := remotedisk.Config{Latency: 500 * time.Microsecond, IOPS: 16000, BandwidthMBps: 1000}
-	r := &EvalResult{Machine: Machine{Disk: "vda (rotational)"}, ReadaheadKB: 128}
-	if !strings.Contains(r.MachineLine(), "vda (rotational)") {
-		t.Fatal(r.MachineLine())
-	}
-	r.Storage = &Storage{Kind: StorageRemote, Remote: &cfg, Fio: []FioResult{{RW: "randread", BlockSize: "4k", IODepth: 1, IOPS: 1500}}}
-	if l := r.MachineLine(); strings.Contains(l, "vda") || !strings.Contains(l, "**remote** block storage") || !strings.Contains(l, "randread 4k QD1 1500 IOPS") {
-		t.Fatal(l)
 	}
 }

@@ -115,8 +115,8 @@ func (s *StrategySample) fromLegacy(raw json.RawMessage) {
 	}
 }
 
-// statNum is the strategy's stat name of s as a number (0 without it).
-func (s StrategySample) statNum(name string) float64 {
+// StatNum is the strategy's stat name of s as a number (0 without it).
+func (s StrategySample) StatNum(name string) float64 {
 	f, _ := s.Stats[name].(float64)
 	return f
 }
@@ -169,7 +169,7 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 		}
 		b, _ := json.Marshal(pr)
 		res.Prepared[fc.Name] = b
-		if s := storeUsers(info, strategies); len(s) > 0 { // they map the snapshot from the memory store
+		if s := StoreUsers(info, strategies); len(s) > 0 { // they map the snapshot from the memory store
 			if _, err := c.StoreSnapshot(ctx, pr.Warm.ID); err != nil {
 				return nil, fmt.Errorf("store %s for %s: %w", pr.Warm.ID, strings.Join(s, ", "), err)
 			}
@@ -188,7 +188,7 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 				if inv.Strategy != s {
 					return nil, fmt.Errorf("%s/%s ran as %s: %s", fc.Name, s, inv.Strategy, inv.StrategyStats.Fallback)
 				}
-				smp := sampleOf(fc.Name, s, rep, inv)
+				smp := SampleOf(fc.Name, s, rep, inv)
 				res.Samples = append(res.Samples, smp)
 				done++
 				say("%3d/%d %-8s %-8s total %7.1f ms (setup %6.1f, resume %7.1f, invoke %7.1f), %d major faults",
@@ -200,7 +200,8 @@ func RunStrategies(ctx context.Context, c *client.Client, cases []FunctionCase, 
 	return res, nil
 }
 
-func sampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
+// SampleOf is the sample of one invocation of function fn with strategy s.
+func SampleOf(fn, s string, rep int, inv *client.Invocation) StrategySample {
 	smp := StrategySample{Function: fn, Strategy: s, Rep: rep, TotalMS: inv.Timing.TotalMS,
 		InvokeMS: inv.Timing.InvokeMS, GuestMS: inv.Timing.GuestMS, TeardownMS: inv.Timing.TeardownMS}
 	if r := inv.Timing.Restore; r != nil {

@@ -14,8 +14,8 @@ func usesStore(info *client.Info, strategy string) bool {
 	return i >= 0 && info.StrategyDetails[i].UsesStore
 }
 
-// storeUsers are those of strategies that restore from the memory store.
-func storeUsers(info *client.Info, strategies []string) []string {
+// StoreUsers are those of strategies that restore from the memory store.
+func StoreUsers(info *client.Info, strategies []string) []string {
 	var out []string
 	for _, s := range strategies {
 		if usesStore(info, s) {

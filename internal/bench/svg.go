@@ -114,7 +114,7 @@ func fmtTick(v float64) string {
 	if v != 0 && (math.Abs(v) >= 1e5 || math.Abs(v) < 1e-3) {
 		return fmt.Sprintf("%.0e", v)
 	}
-	return fmtRatio(v)
+	return FormatRatio(v)
 }
 
 // dataRange returns the finite min and max of vs (ok false if none).
@@ -317,4 +317,9 @@ func contains64(l []float64, v float64) bool {
 		}
 	}
 	return false
+}
+
+// FormatRatio prints a ratio with up to three decimals, without trailing zeros.
+func FormatRatio(x float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", x), "0"), ".")
 }

@@ -1,35 +1,12 @@
 package bench
 
 import (
-	"encoding/xml"
-	"io"
 	"math"
 	"strings"
 	"testing"
-)
 
-// wellFormed parses s as XML and counts its elements by name.
-func wellFormed(t *testing.T, s string) map[string]int {
-	t.Helper()
-	counts := map[string]int{}
-	dec := xml.NewDecoder(strings.NewReader(s))
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("not well-formed XML: %v\n%s", err, s)
-		}
-		if se, ok := tok.(xml.StartElement); ok {
-			counts[se.Name.Local]++
-		}
-	}
-	if counts["svg"] != 1 {
-		t.Fatalf("want one <svg> root, got %d", counts["svg"])
-	}
-	return counts
-}
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
+)
 
 func TestBarChartSVG(t *testing.T) {
 	nan := math.NaN()
@@ -39,12 +16,12 @@ func TestBarChartSVG(t *testing.T) {
 		Lo:     [][]float64{{18, 230, 190}, {45, 580, nan}, {850, 3500, 2400}},
 		Hi:     [][]float64{{25, 260, 230}, {55, 700, nan}, {950, 4500, 2600}}}
 	s := c.SVG()
-	n := wellFormed(t, s)
+	n := benchtest.WellFormed(t, s)
 	// 8 bars (one NaN gap) + 3 legend swatches + background.
 	if n["rect"] != 8+3+1 {
 		t.Errorf("rects = %d, want 12", n["rect"])
 	}
-	wantAll(t, "SVG", s, "Execution &lt;time&gt; &amp; more", "total time (ms, log scale)", ">pagerank<", ">faasnap<", ">1000<", ">100<")
+	benchtest.WantAll(t, "SVG", s, "Execution &lt;time&gt; &amp; more", "total time (ms, log scale)", ">pagerank<", ">faasnap<", ">1000<", ">100<")
 	if strings.Contains(s, "NaN") || strings.Contains(s, "Inf") {
 		t.Error("SVG contains NaN or Inf coordinates")
 	}
@@ -57,11 +34,11 @@ func TestLineChartSVG(t *testing.T) {
 			{Name: "faasnap", X: []float64{0.25, 0.5, 1, 2, 4}, Y: []float64{250, 260, math.NaN(), 330, 500}},
 		}}
 	s := c.SVG()
-	n := wellFormed(t, s)
+	n := benchtest.WellFormed(t, s)
 	if n["polyline"] != 2 || n["circle"] != 9+2 { // 9 points + 2 legend markers
 		t.Errorf("polylines %d circles %d, want 2 and 11", n["polyline"], n["circle"])
 	}
-	wantAll(t, "SVG", s, ">0.25<", ">4<", "test input size / record input size", "total time (ms)", ">vanilla<")
+	benchtest.WantAll(t, "SVG", s, ">0.25<", ">4<", "test input size / record input size", "total time (ms)", ">vanilla<")
 	// Log x: 0.25, 1 and 4 are equally spaced.
 	x := func(v float64) float64 { return axis{lo: 0.25, hi: 4, log: true, px: plotW}.pos(v) }
 	if d1, d2 := x(1)-x(0.25), x(4)-x(1); math.Abs(d1-d2) > 1e-9 {
@@ -70,10 +47,10 @@ func TestLineChartSVG(t *testing.T) {
 }
 
 func TestChartsWithoutData(t *testing.T) {
-	wellFormed(t, BarChart{Title: "empty"}.SVG())
-	wellFormed(t, LineChart{Title: "empty"}.SVG())
-	wellFormed(t, LineChart{Title: "one point", Series: []Line{{Name: "a", X: []float64{1}, Y: []float64{5}}}}.SVG())
-	wellFormed(t, BarChart{Title: "zeros", Groups: []string{"a"}, Series: []string{"s"}, Values: [][]float64{{0}}, LogY: true}.SVG())
+	benchtest.WellFormed(t, BarChart{Title: "empty"}.SVG())
+	benchtest.WellFormed(t, LineChart{Title: "empty"}.SVG())
+	benchtest.WellFormed(t, LineChart{Title: "one point", Series: []Line{{Name: "a", X: []float64{1}, Y: []float64{5}}}}.SVG())
+	benchtest.WellFormed(t, BarChart{Title: "zeros", Groups: []string{"a"}, Series: []string{"s"}, Values: [][]float64{{0}}, LogY: true}.SVG())
 }
 
 func TestAxisTicks(t *testing.T) {

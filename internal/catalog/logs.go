@@ -122,10 +122,3 @@ func (c *DB) PruneInvocationLogs(ctx context.Context, maxBytes int64) (int64, er
 	k, _ := res.RowsAffected()
 	return n + k, nil
 }
-
-// InvocationLogsBytes is how much text the kept logs hold.
-func (c *DB) InvocationLogsBytes(ctx context.Context) (int64, error) {
-	var n int64
-	err := c.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(size), 0) FROM invocation_logs`).Scan(&n)
-	return n, err
-}

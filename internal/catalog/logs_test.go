@@ -152,3 +152,10 @@ func TestInvocationLogsTableAddedToOlderCatalogs(t *testing.T) {
 	}
 	putWithLogs(t, db, "inv-new", "hello", base.Add(time.Second), 1)
 }
+
+// InvocationLogsBytes is how much text the kept logs hold.
+func (c *DB) InvocationLogsBytes(ctx context.Context) (int64, error) {
+	var n int64
+	err := c.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(size), 0) FROM invocation_logs`).Scan(&n)
+	return n, err
+}

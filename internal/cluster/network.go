@@ -181,10 +181,6 @@ func (n *Network) AddStore() (string, error) {
 	return n.addNamespace(n.StoreNamespace(), n.storeVeth(), n.StoreIP())
 }
 
-// SetStoreLink takes the store's link down or up: nodes then get no
-// answer from the store at all.
-func (n *Network) SetStoreLink(up bool) error { return setLink(n.storeVeth(), up) }
-
 // ShapeStoreLink sets the rate half of the emulated link between the
 // nodes and the store: a token bucket on both ends of the store's veth
 // (the host's end limits what the nodes send, the store's end what it

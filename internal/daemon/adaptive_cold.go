@@ -50,17 +50,6 @@ func autoRank(st restore.Strategy) int {
 	return st.AutoOrder
 }
 
-// choose picks the strategy of a cold start: the request's, else the
-// function's fixed one, else, under auto and for requests that name no
-// snapshot, the policy's for the snapshot's version and location.
-func (a *adaptive) choose(ctx context.Context, req ColdRequest, snapID string, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
-	st, choice, pending := a.settle(ctx, req, snapID, st)
-	if pending != nil {
-		return a.decide(ctx, pending, st)
-	}
-	return st, choice
-}
-
 // autoChoice is a cold start whose strategy the policy is to decide.
 type autoChoice struct {
 	snapID, loc, rule string
@@ -69,10 +58,13 @@ type autoChoice struct {
 	fn                *catalog.Function
 }
 
-// settle is choose up to the policy's decision: the strategy and why when
-// it is fixed (the request's, the function's, the daemon's), else the
-// auto choice to decide, which nothing has recorded yet (a request a
-// ready clone serves restores nothing and is no cold start).
+// settle picks the strategy of a cold start up to the policy's decision:
+// the request's, else the function's fixed one, else, under auto and for
+// requests that name no snapshot, the policy's (decide). It returns the
+// strategy and why when it is fixed (the request's, the function's, the
+// daemon's), else the auto choice to decide, which nothing has recorded
+// yet (a request a ready clone serves restores nothing and is no cold
+// start).
 func (a *adaptive) settle(ctx context.Context, req ColdRequest, snapID string, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice, *autoChoice) {
 	if req.Strategy != "" {
 		return st, &wire.StrategyChoice{How: "request"}, nil

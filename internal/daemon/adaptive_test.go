@@ -166,23 +166,7 @@ func TestAdaptiveChoosesFastest(t *testing.T) {
 		!strings.Contains(first.StrategyChoice.Reason, "rule: locally") {
 		t.Fatalf("first cold start %s: %+v", first.Strategy, first.StrategyChoice)
 	}
-	explored, switched := 0, 0
-	for i := 2; i <= 45 && switched == 0; i++ {
-		inv := coldOf(t, s, "echo", "")
-		if inv.StrategyChoice.How == policy.HowExplore {
-			explored++
-		}
-		if inv.Strategy == "snapbpf" && inv.StrategyChoice.How == policy.HowExploit {
-			switched = i
-		}
-		if float64(explored) > 0.1*float64(i) {
-			t.Fatalf("cold start %d: %d explorations", i, explored)
-		}
-	}
-	if switched == 0 {
-		doc, _ := s.FunctionRestore(ctx, "echo")
-		t.Fatalf("never switched to the faster strategy: %+v", doc)
-	}
+	explored, switched := coldStartsUntilSwitch(t, s)
 	doc, err := s.FunctionRestore(ctx, "echo")
 	if err != nil {
 		t.Fatal(err)
@@ -190,20 +174,7 @@ func TestAdaptiveChoosesFastest(t *testing.T) {
 	if doc.Strategy != "auto" || doc.StrategyFrom != "daemon" || len(doc.Versions) != 1 || len(doc.Versions[0].Locations) != 1 {
 		t.Fatalf("restore document %+v", doc)
 	}
-	loc := doc.Versions[0].Locations[0]
-	if loc.Location != "local" || loc.Snapshot != sn.ID || loc.Choice != "snapbpf" || loc.ChangedAt.IsZero() ||
-		loc.ColdStarts != switched || loc.Explorations != explored || len(loc.Evidence) != 2 ||
-		!strings.Contains(loc.Reason, "snapbpf has the lowest median total") {
-		t.Fatalf("location %+v", loc)
-	}
-	for _, e := range loc.Evidence {
-		if e.Samples < policy.MinSamples || e.MedianTotalMS <= 0 || e.MedianSetupMS <= 0 {
-			t.Errorf("evidence %+v", e)
-		}
-	}
-	if ev := loc.Evidence; ev[0].Strategy != "reap" || ev[0].MedianSetupMS < ev[1].MedianSetupMS+100 {
-		t.Errorf("reap's set-up should be 150 ms slower: %+v", ev)
-	}
+	checkSwitchedLocation(t, doc.Versions[0].Locations[0], sn.ID, switched, explored)
 	metrics := promText(t, s)
 	for _, want := range []string{`thaw_restore_choices_total{how="explore",location="local",strategy="snapbpf"}`,
 		`thaw_restore_choices_total{how="rule",location="local",strategy="reap"} 1`} {
@@ -231,6 +202,51 @@ func TestAdaptiveChoosesFastest(t *testing.T) {
 	}
 	if doc, _ := s.FunctionRestore(ctx, "echo"); doc.Strategy != "reap" || doc.StrategyFrom != "function" {
 		t.Fatalf("document after set: %+v", doc)
+	}
+}
+
+// coldStartsUntilSwitch cold-starts echo on s until the choice switches to
+// snapbpf, the faster strategy, checking that at most a tenth of the cold
+// starts explore; it returns how many explored and the switching cold
+// start's number.
+func coldStartsUntilSwitch(t *testing.T, s *Service) (explored, switched int) {
+	t.Helper()
+	for i := 2; i <= 45 && switched == 0; i++ {
+		inv := coldOf(t, s, "echo", "")
+		if inv.StrategyChoice.How == policy.HowExplore {
+			explored++
+		}
+		if inv.Strategy == "snapbpf" && inv.StrategyChoice.How == policy.HowExploit {
+			switched = i
+		}
+		if float64(explored) > 0.1*float64(i) {
+			t.Fatalf("cold start %d: %d explorations", i, explored)
+		}
+	}
+	if switched == 0 {
+		doc, _ := s.FunctionRestore(context.Background(), "echo")
+		t.Fatalf("never switched to the faster strategy: %+v", doc)
+	}
+	return explored, switched
+}
+
+// checkSwitchedLocation checks the restore document's location of the local
+// snapshot snap after the switch: snapbpf chosen, the counts, and each
+// strategy's evidence, reap's set-up the slower.
+func checkSwitchedLocation(t *testing.T, loc wire.RestoreLocation, snap string, switched, explored int) {
+	t.Helper()
+	if loc.Location != "local" || loc.Snapshot != snap || loc.Choice != "snapbpf" || loc.ChangedAt.IsZero() ||
+		loc.ColdStarts != switched || loc.Explorations != explored || len(loc.Evidence) != 2 ||
+		!strings.Contains(loc.Reason, "snapbpf has the lowest median total") {
+		t.Fatalf("location %+v", loc)
+	}
+	for _, e := range loc.Evidence {
+		if e.Samples < policy.MinSamples || e.MedianTotalMS <= 0 || e.MedianSetupMS <= 0 {
+			t.Errorf("evidence %+v", e)
+		}
+	}
+	if ev := loc.Evidence; ev[0].Strategy != "reap" || ev[0].MedianSetupMS < ev[1].MedianSetupMS+100 {
+		t.Errorf("reap's set-up should be 150 ms slower: %+v", ev)
 	}
 }
 

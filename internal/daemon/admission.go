@@ -184,13 +184,6 @@ func (a *admission) note(outcome string, waited time.Duration, depth int) {
 	}
 }
 
-// depth is how many starts wait.
-func (a *admission) depth() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.queue)
-}
-
 // waiting says whether t is still queued.
 func (a *admission) waiting(t *ticket) bool {
 	a.mu.Lock()

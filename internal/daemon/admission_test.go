@@ -98,3 +98,10 @@ func TestAdmissionPerFunctionLimit(t *testing.T) {
 		t.Fatalf("depth %d, vms %d", a.depth(), a.vms)
 	}
 }
+
+// depth is how many starts wait.
+func (a *admission) depth() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue)
+}

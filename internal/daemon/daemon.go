@@ -250,30 +250,7 @@ func (c *Config) setDefaults() {
 	if c.AdmissionTimeout == 0 {
 		c.AdmissionTimeout = 30 * time.Second
 	}
-	switch {
-	case c.KeepAlive == 0:
-		c.KeepAlive = 60 * time.Second
-	case c.KeepAlive < 0:
-		c.KeepAlive = 0
-	}
-	if c.KeepAliveMaxIdle == 0 {
-		c.KeepAliveMaxIdle = 2
-	}
-	if c.KeepAliveMinAvailableMiB == 0 {
-		c.KeepAliveMinAvailableMiB = max(512, hostMemoryMiB()/20)
-	}
-	switch {
-	case c.VMMPool == 0:
-		c.VMMPool = 1
-	case c.VMMPool < 0:
-		c.VMMPool = 0
-	}
-	if c.VMMPoolTTL == 0 {
-		c.VMMPoolTTL = 5 * time.Minute
-	}
-	if c.VMMPoolMemoryMiB == 0 {
-		c.VMMPoolMemoryMiB = hostMemoryMiB() / 8
-	}
+	c.setKeepDefaults()
 	switch {
 	case c.ChunkCacheBudget == 0:
 		c.ChunkCacheBudget = DefaultChunkCacheBudget
@@ -354,6 +331,51 @@ func (c *Config) Validate() error {
 	if st, ok := restore.Lookup(restore.Kind(c.RemoteStrategy)); !ok || !st.Lazy {
 		errs = append(errs, fmt.Errorf("remote strategy %q: give a strategy that restores lazily (%s)", c.RemoteStrategy, restore.JoinKinds(restore.LazyKinds())))
 	}
+	errs = append(errs, validateRegistry(c)...)
+	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
+		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
+	}
+	errs = append(errs, c.Adaptive.validate()...)
+	if c.MaxStoredResultBytes < 1024 {
+		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
+	}
+	errs = append(errs, c.Deps.validate()...)
+	errs = append(errs, c.Ready.validate()...)
+	return errors.Join(errs...)
+}
+
+// setKeepDefaults fills the zero settings of what is kept ahead of
+// requests: idle VMs (keep-alive) and VMMs started ahead of restores.
+func (c *Config) setKeepDefaults() {
+	switch {
+	case c.KeepAlive == 0:
+		c.KeepAlive = 60 * time.Second
+	case c.KeepAlive < 0:
+		c.KeepAlive = 0
+	}
+	if c.KeepAliveMaxIdle == 0 {
+		c.KeepAliveMaxIdle = 2
+	}
+	if c.KeepAliveMinAvailableMiB == 0 {
+		c.KeepAliveMinAvailableMiB = max(512, hostMemoryMiB()/20)
+	}
+	switch {
+	case c.VMMPool == 0:
+		c.VMMPool = 1
+	case c.VMMPool < 0:
+		c.VMMPool = 0
+	}
+	if c.VMMPoolTTL == 0 {
+		c.VMMPoolTTL = 5 * time.Minute
+	}
+	if c.VMMPoolMemoryMiB == 0 {
+		c.VMMPoolMemoryMiB = hostMemoryMiB() / 8
+	}
+}
+
+// validateRegistry reports the problems of the registry's settings.
+func validateRegistry(c *Config) []error {
+	var errs []error
 	if c.Registry != nil {
 		if err := c.Registry.Validate(); err != nil {
 			errs = append(errs, err)
@@ -377,16 +399,7 @@ func (c *Config) Validate() error {
 	if c.RegistryGCGrace < 0 {
 		errs = append(errs, fmt.Errorf("registry collection grace %s must not be negative", c.RegistryGCGrace))
 	}
-	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
-		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
-	}
-	errs = append(errs, c.Adaptive.validate()...)
-	if c.MaxStoredResultBytes < 1024 {
-		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
-	}
-	errs = append(errs, c.Deps.validate()...)
-	errs = append(errs, c.Ready.validate()...)
-	return errors.Join(errs...)
+	return errs
 }
 
 // AccelInfo says which accelerator the daemon uses and why.

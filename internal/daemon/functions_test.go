@@ -228,34 +228,42 @@ func TestExtractArchiveRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			dst := filepath.Join(root, "fn", "code")
-			if err := os.MkdirAll(dst, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			err := extractArchive(dst, bytes.NewReader(tt.archive(t)))
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("extractArchive = %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
-			}
-			// Nothing was written outside the function directory.
-			ents, err := os.ReadDir(root)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(ents) != 1 || ents[0].Name() != "fn" {
-				t.Errorf("entries next to the function directory: %v", ents)
-			}
-			if got := tree(t, filepath.Join(root, "fn")); len(got) > 0 {
-				for k := range got {
-					if !strings.HasPrefix(k, "code/") {
-						t.Errorf("written outside code/: %s", k)
-					}
-				}
-			}
+			checkArchiveRefused(t, tt.archive(t), tt.wantMsg)
 		})
+	}
+}
+
+// checkArchiveRefused checks that extracting archive is refused as invalid,
+// with an error that mentions wantMsg, and writes nothing outside the
+// function's code directory.
+func checkArchiveRefused(t *testing.T, archive []byte, wantMsg string) {
+	t.Helper()
+	root := t.TempDir()
+	dst := filepath.Join(root, "fn", "code")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := extractArchive(dst, bytes.NewReader(archive))
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("extractArchive = %v, want ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("error %q does not mention %q", err, wantMsg)
+	}
+	// Nothing was written outside the function directory.
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "fn" {
+		t.Errorf("entries next to the function directory: %v", ents)
+	}
+	if got := tree(t, filepath.Join(root, "fn")); len(got) > 0 {
+		for k := range got {
+			if !strings.HasPrefix(k, "code/") {
+				t.Errorf("written outside code/: %s", k)
+			}
+		}
 	}
 }
 
@@ -445,11 +453,43 @@ func TestDigestTree(t *testing.T) {
 		t.Errorf("size = %d, want %d", size, total)
 	}
 
-	tests := []struct {
-		name    string
-		edit    func(t *testing.T, root string)
-		changes bool
-	}{
+	tests := digestEdits(files)
+	seen := map[string]string{want: "original"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			writeTree(t, root, files)
+			tt.edit(t, root)
+			got, _ := digest(t, root)
+			if again, _ := digest(t, root); again != got {
+				t.Fatalf("digestTree is not deterministic: %s then %s", got, again)
+			}
+			if changed := got != want; changed != tt.changes {
+				t.Fatalf("digest changed = %v, want %v", changed, tt.changes)
+			}
+			if tt.changes {
+				if other, dup := seen[got]; dup {
+					t.Errorf("digest equals the one of %q", other)
+				}
+				seen[got] = tt.name
+			}
+		})
+	}
+}
+
+// digestEdit is an edit of a function's code and whether it must change
+// the code's digest.
+type digestEdit struct {
+	name    string
+	edit    func(t *testing.T, root string)
+	changes bool
+}
+
+// digestEdits are edits of the tree of files: those that leave the digest
+// alone (times, non-executable modes, empty directories) and those that
+// change it.
+func digestEdits(files map[string]string) []digestEdit {
+	return []digestEdit{
 		{name: "identical copy", edit: func(*testing.T, string) {}, changes: false},
 		{name: "modification times differ", changes: false, edit: func(t *testing.T, root string) {
 			old := time.Unix(1e9, 0)
@@ -502,27 +542,6 @@ func TestDigestTree(t *testing.T) {
 			writeFile(t, filepath.Join(root, "data/table.json"), `{"a": 1`)
 			writeFile(t, filepath.Join(root, "handler.py"), "}def handler(e): return e\n")
 		}},
-	}
-	seen := map[string]string{want: "original"}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			writeTree(t, root, files)
-			tt.edit(t, root)
-			got, _ := digest(t, root)
-			if again, _ := digest(t, root); again != got {
-				t.Fatalf("digestTree is not deterministic: %s then %s", got, again)
-			}
-			if changed := got != want; changed != tt.changes {
-				t.Fatalf("digest changed = %v, want %v", changed, tt.changes)
-			}
-			if tt.changes {
-				if other, dup := seen[got]; dup {
-					t.Errorf("digest equals the one of %q", other)
-				}
-				seen[got] = tt.name
-			}
-		})
 	}
 }
 

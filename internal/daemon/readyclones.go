@@ -681,9 +681,6 @@ func (s *Service) readyState() metrics.ReadyState {
 	return st
 }
 
-// readyClones counts the ready clones waiting.
-func (s *Service) readyClones() int { return count(&s.ready.mu, &s.ready.clones) }
-
 // closeReady stops the clones' timers; Close stops the VMs themselves.
 func (s *Service) closeReady() {
 	s.ready.mu.Lock()
@@ -694,11 +691,4 @@ func (s *Service) closeReady() {
 		}
 	}
 	s.ready.clones = map[poolKey][]*readyClone{}
-}
-
-// readyFilling counts the fills under way.
-func (s *Service) readyFilling() int {
-	s.ready.mu.Lock()
-	defer s.ready.mu.Unlock()
-	return s.ready.fills
 }

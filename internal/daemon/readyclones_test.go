@@ -489,3 +489,13 @@ func TestReadyCloneFailedFillBacksOff(t *testing.T) {
 		t.Error("the failed fill was not counted")
 	}
 }
+
+// readyClones counts the ready clones waiting.
+func (s *Service) readyClones() int { return count(&s.ready.mu, &s.ready.clones) }
+
+// readyFilling counts the fills under way.
+func (s *Service) readyFilling() int {
+	s.ready.mu.Lock()
+	defer s.ready.mu.Unlock()
+	return s.ready.fills
+}

@@ -51,40 +51,8 @@ func TestRefreshOutdatedFunction(t *testing.T) {
 	}
 	newCode, _ := c.GetFunction(ctx, "fn")
 
-	// A pull of the new snapshot onto the old copy is refused before any
-	// chunk is fetched.
-	before := b.ChunkCache().Stats()
-	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: v2.ID}); !errors.Is(err, ErrSnapshotUnusable) {
-		t.Fatalf("pull of new code onto the old copy: %v, want ErrSnapshotUnusable", err)
-	}
-	if after := b.ChunkCache().Stats(); after.FetchedChunks != before.FetchedChunks {
-		t.Fatalf("the refused pull fetched %d chunks", after.FetchedChunks-before.FetchedChunks)
-	}
-	if _, err := b.GetSnapshot(ctx, v2.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("the refused pull entered the catalog: %v", err)
-	}
-
-	// Kept while something uses it.
-	old := snapshotIDs(t, b, "fn")[0]
-	if _, err := b.PinSnapshot(ctx, old, true); err != nil {
-		t.Fatal(err)
-	}
-	refresh()
-	if _, err := b.PinSnapshot(ctx, old, false); err != nil {
-		t.Fatal(err)
-	}
-	g := b.fnGate("fn")
-	g.RLock() // a cold start of fn under way
-	refresh()
-	g.RUnlock()
-	vm, err := b.BootVM(ctx, "fn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refresh()
-	if err := b.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	checkPullOntoOldCodeRefused(t, b, v2.ID)
+	checkKeptWhileUsed(t, b, refresh)
 
 	refresh("fn")
 	if _, err := b.GetFunction(ctx, "fn"); !errors.Is(err, ErrNotFound) {
@@ -116,5 +84,50 @@ func TestRefreshOutdatedFunction(t *testing.T) {
 	}
 	if _, err := b.GetFunction(ctx, "fn"); err != nil {
 		t.Fatalf("a refresh with the store down removed the function: %v", err)
+	}
+}
+
+// checkPullOntoOldCodeRefused checks that a pull of snapshot snap, of new
+// code, onto b's old copy of the function is refused before any chunk is
+// fetched, and enters nothing in the catalog.
+func checkPullOntoOldCodeRefused(t *testing.T, b *Service, snap string) {
+	t.Helper()
+	ctx := context.Background()
+	before := b.ChunkCache().Stats()
+	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: snap}); !errors.Is(err, ErrSnapshotUnusable) {
+		t.Fatalf("pull of new code onto the old copy: %v, want ErrSnapshotUnusable", err)
+	}
+	if after := b.ChunkCache().Stats(); after.FetchedChunks != before.FetchedChunks {
+		t.Fatalf("the refused pull fetched %d chunks", after.FetchedChunks-before.FetchedChunks)
+	}
+	if _, err := b.GetSnapshot(ctx, snap); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused pull entered the catalog: %v", err)
+	}
+}
+
+// checkKeptWhileUsed checks that refresh replaces nothing while a pinned
+// snapshot, a cold start or a VM uses b's copy of fn.
+func checkKeptWhileUsed(t *testing.T, b *Service, refresh func(want ...string)) {
+	t.Helper()
+	ctx := context.Background()
+	old := snapshotIDs(t, b, "fn")[0]
+	if _, err := b.PinSnapshot(ctx, old, true); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	if _, err := b.PinSnapshot(ctx, old, false); err != nil {
+		t.Fatal(err)
+	}
+	g := b.fnGate("fn")
+	g.RLock() // a cold start of fn under way
+	refresh()
+	g.RUnlock()
+	vm, err := b.BootVM(ctx, "fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	if err := b.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
 	}
 }

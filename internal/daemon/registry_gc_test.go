@@ -43,33 +43,8 @@ func TestRegistryListDeleteGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list, err := a.ListRegistrySnapshots(ctx)
-	if err != nil || len(list) != 2 {
-		t.Fatalf("list = %+v, %v", list, err)
-	}
-	latest := 0
-	for _, s := range list {
-		if s.Latest {
-			latest++
-		}
-		if s.Function != "fn" || s.Chunks == 0 || s.StoredBytes == 0 {
-			t.Fatalf("listed %+v", s)
-		}
-	}
-	if latest != 1 {
-		t.Fatalf("%d snapshots marked latest", latest)
-	}
-
-	if err := a.DeleteRegistrySnapshot(ctx, "../x"); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("delete of a malformed id: %v", err)
-	}
-	if err := a.DeleteRegistrySnapshot(ctx, "snap-0123456789ab"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("delete of an unknown snapshot: %v", err)
-	}
-	neg := -1
-	if _, err := a.CollectRegistry(ctx, wire.GCRequest{GraceS: &neg}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("negative grace: %v", err)
-	}
+	checkTwoListed(t, a)
+	checkRegistryBadRequests(t, a)
 	if err := a.DeleteRegistrySnapshot(ctx, one.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +82,45 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	srv.Stop()
 	if _, err := a.CollectRegistry(ctx, wire.GCRequest{}); !errors.Is(err, ErrRegistryUnavailable) {
 		t.Fatalf("gc with the store down: %v", err)
+	}
+}
+
+// checkTwoListed checks that a's registry lists two snapshots of fn, one of
+// them the latest, each with its chunks.
+func checkTwoListed(t *testing.T, a *Service) {
+	t.Helper()
+	list, err := a.ListRegistrySnapshots(context.Background())
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	latest := 0
+	for _, s := range list {
+		if s.Latest {
+			latest++
+		}
+		if s.Function != "fn" || s.Chunks == 0 || s.StoredBytes == 0 {
+			t.Fatalf("listed %+v", s)
+		}
+	}
+	if latest != 1 {
+		t.Fatalf("%d snapshots marked latest", latest)
+	}
+}
+
+// checkRegistryBadRequests checks that a malformed or unknown snapshot id
+// and a negative grace are refused.
+func checkRegistryBadRequests(t *testing.T, a *Service) {
+	t.Helper()
+	ctx := context.Background()
+	if err := a.DeleteRegistrySnapshot(ctx, "../x"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("delete of a malformed id: %v", err)
+	}
+	if err := a.DeleteRegistrySnapshot(ctx, "snap-0123456789ab"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of an unknown snapshot: %v", err)
+	}
+	neg := -1
+	if _, err := a.CollectRegistry(ctx, wire.GCRequest{GraceS: &neg}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative grace: %v", err)
 	}
 }
 

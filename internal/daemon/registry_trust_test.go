@@ -132,6 +132,44 @@ func TestImportRefusesUntrustedRecords(t *testing.T) {
 		t.Fatalf("b trusts %v", got)
 	}
 
+	for _, c := range tamperCases(t, srv, sn.ID, sn2.ID) {
+		checkTamperRefused(t, srv, b, c)
+	}
+
+	// Signed by a trusted other node: it imports and runs.
+	pr, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"})
+	if err != nil || !pr.FunctionCreated || pr.FetchedChunks == 0 {
+		t.Fatalf("pull of a trusted node's snapshot: %v %+v", err, pr)
+	}
+	inv, err := b.InvokeCold(ctx, ColdRequest{Function: "fn2", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{"x":1}`)}})
+	if err != nil || !inv.OK || inv.Timing.ImportMS <= 0 {
+		t.Fatalf("import of a trusted node's function: %v %+v", err, inv)
+	}
+
+	// Refresh: a newer record of other code b does not trust leaves b's
+	// copy alone (the next round, it is refused again).
+	c, _ := fakeService(t, withRegistry) // trusted by nobody
+	_, v2 := bootAndSnapshotSpec(t, c, FunctionSpec{Name: "fn",
+		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 2\n"}))})
+	if _, err := c.PushSnapshot(ctx, v2.ID); err != nil {
+		t.Fatal(err)
+	}
+	counted := refusedCount(t, b, "function", string(signing.UnknownKey))
+	if got, err := b.RefreshFunctions(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("refresh against an untrusted record replaced %v, %v", got, err)
+	}
+	if _, err := b.GetFunction(ctx, "fn"); err != nil {
+		t.Fatalf("refresh removed the trusted copy: %v", err)
+	}
+	if refusedCount(t, b, "function", string(signing.UnknownKey)) <= counted {
+		t.Fatal("the refresh's refusal was not counted")
+	}
+}
+
+// tamperCases replace the manifests of snapshots snap (of fn) and snap2
+// (of fn2) and the functions' records in srv: unsigned, signed by a key
+// nobody trusts, modified after signing, and replayed onto another object.
+func tamperCases(t *testing.T, srv *miniotest.Server, snap, snap2 string) []tamper {
 	stranger, err := signing.GenerateKey(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -167,84 +205,62 @@ func TestImportRefusesUntrustedRecords(t *testing.T) {
 		}
 	}
 	copyOf := func(key string) func([]byte) []byte { return func([]byte) []byte { return srv.Get(t, key) } }
-	mkey, fkey := "snapshots/"+sn.ID+"/manifest.json", "functions/fn.json"
-	mkey2, fkey2 := "snapshots/"+sn2.ID+"/manifest.json", "functions/fn2.json"
+	mkey, fkey := "snapshots/"+snap+"/manifest.json", "functions/fn.json"
+	mkey2, fkey2 := "snapshots/"+snap2+"/manifest.json", "functions/fn2.json"
 	unsigned := func(orig []byte) []byte { return payload(orig) }
-	cases := []tamper{
-		{"unsigned manifest", mkey, unsigned, "manifest", signing.Unsigned, "fn", sn.ID},
-		{"manifest by an unknown key", mkey, reseal("manifest", mkey), "manifest", signing.UnknownKey, "fn", sn.ID},
-		{"manifest modified", mkey, modify(`"memory","size":`, `"memory","size":1`), "manifest", signing.BadSignature, "fn", sn.ID},
-		{"manifest replayed onto another snapshot", mkey2, copyOf(mkey), "manifest", signing.WrongObject, "fn2", sn2.ID},
-		{"unsigned function record", fkey, unsigned, "function", signing.Unsigned, "fn", sn.ID},
-		{"function record by an unknown key", fkey, reseal("function", fkey), "function", signing.UnknownKey, "fn", sn.ID},
-		{"function record modified", fkey, modify(`"memory_mib":`, `"memory_mib":1`), "function", signing.BadSignature, "fn", sn.ID},
-		{"function record replayed onto another function", fkey2, copyOf(fkey), "function", signing.WrongObject, "fn2", sn2.ID},
+	return []tamper{
+		{"unsigned manifest", mkey, unsigned, "manifest", signing.Unsigned, "fn", snap},
+		{"manifest by an unknown key", mkey, reseal("manifest", mkey), "manifest", signing.UnknownKey, "fn", snap},
+		{"manifest modified", mkey, modify(`"memory","size":`, `"memory","size":1`), "manifest", signing.BadSignature, "fn", snap},
+		{"manifest replayed onto another snapshot", mkey2, copyOf(mkey), "manifest", signing.WrongObject, "fn2", snap2},
+		{"unsigned function record", fkey, unsigned, "function", signing.Unsigned, "fn", snap},
+		{"function record by an unknown key", fkey, reseal("function", fkey), "function", signing.UnknownKey, "fn", snap},
+		{"function record modified", fkey, modify(`"memory_mib":`, `"memory_mib":1`), "function", signing.BadSignature, "fn", snap},
+		{"function record replayed onto another function", fkey2, copyOf(fkey), "function", signing.WrongObject, "fn2", snap2},
 	}
-	for _, c := range cases {
-		orig := srv.Get(t, c.key)
-		srv.Put(t, c.key, c.bad(orig))
-		before, counted := b.ChunkCache().Stats(), refusedCount(t, b, c.kind, string(c.reason))
-		for what, try := range map[string]func() error{
-			"pull": func() error { _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: c.target}); return err },
-			"lazy pull": func() error {
-				_, err := b.PullSnapshot(ctx, wire.PullRequest{Function: c.target, Lazy: true})
-				return err
-			},
-			"pull by id": func() error { _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: c.snap}); return err },
-			"import": func() error {
-				_, err := b.InvokeCold(ctx, ColdRequest{Function: c.target, Strategy: "vanilla"})
-				return err
-			},
-		} {
-			err := try()
-			if !errors.Is(err, ErrSnapshotUnusable) || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), c.key) {
-				t.Errorf("%s: %s: %v, want a refusal of %s", c.name, what, err, c.key)
-			}
-		}
-		if after := b.ChunkCache().Stats(); after.FetchedChunks != before.FetchedChunks || after.Hits != before.Hits {
-			t.Errorf("%s: chunks were fetched (%d) or looked up (%d)", c.name, after.FetchedChunks-before.FetchedChunks, after.Hits-before.Hits)
-		}
-		if got := refusedCount(t, b, c.kind, string(c.reason)); got <= counted {
-			t.Errorf("%s: thaw_registry_refused_total{kind=%q,reason=%q} stayed %v", c.name, c.kind, c.reason, got)
-		}
-		fns, _ := b.ListFunctions(ctx)
-		snaps, _ := b.ListSnapshots(ctx, "")
-		left, _ := filepath.Glob(filepath.Join(b.snapshotsDir(), "*"))
-		code, _ := filepath.Glob(filepath.Join(b.functionsDir(), "*"))
-		if len(fns)+len(snaps)+len(left)+len(code) != 0 {
-			t.Errorf("%s: left functions %d, snapshots %d, files %v %v", c.name, len(fns), len(snaps), left, code)
-		}
-		srv.Put(t, c.key, orig)
-	}
+}
 
-	// Signed by a trusted other node: it imports and runs.
-	pr, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "fn"})
-	if err != nil || !pr.FunctionCreated || pr.FetchedChunks == 0 {
-		t.Fatalf("pull of a trusted node's snapshot: %v %+v", err, pr)
+// checkTamperRefused puts c's bad object in srv and checks that every path
+// b reads the registry on refuses it with a clear error, counted by
+// reason, before any chunk is fetched and leaving nothing behind; it puts
+// the original back.
+func checkTamperRefused(t *testing.T, srv *miniotest.Server, b *Service, c tamper) {
+	t.Helper()
+	ctx := context.Background()
+	orig := srv.Get(t, c.key)
+	srv.Put(t, c.key, c.bad(orig))
+	before, counted := b.ChunkCache().Stats(), refusedCount(t, b, c.kind, string(c.reason))
+	for what, try := range map[string]func() error{
+		"pull": func() error { _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: c.target}); return err },
+		"lazy pull": func() error {
+			_, err := b.PullSnapshot(ctx, wire.PullRequest{Function: c.target, Lazy: true})
+			return err
+		},
+		"pull by id": func() error { _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: c.snap}); return err },
+		"import": func() error {
+			_, err := b.InvokeCold(ctx, ColdRequest{Function: c.target, Strategy: "vanilla"})
+			return err
+		},
+	} {
+		err := try()
+		if !errors.Is(err, ErrSnapshotUnusable) || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%s: %s: %v, want a refusal of %s", c.name, what, err, c.key)
+		}
 	}
-	inv, err := b.InvokeCold(ctx, ColdRequest{Function: "fn2", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{"x":1}`)}})
-	if err != nil || !inv.OK || inv.Timing.ImportMS <= 0 {
-		t.Fatalf("import of a trusted node's function: %v %+v", err, inv)
+	if after := b.ChunkCache().Stats(); after.FetchedChunks != before.FetchedChunks || after.Hits != before.Hits {
+		t.Errorf("%s: chunks were fetched (%d) or looked up (%d)", c.name, after.FetchedChunks-before.FetchedChunks, after.Hits-before.Hits)
 	}
-
-	// Refresh: a newer record of other code b does not trust leaves b's
-	// copy alone (the next round, it is refused again).
-	c, _ := fakeService(t, withRegistry) // trusted by nobody
-	_, v2 := bootAndSnapshotSpec(t, c, FunctionSpec{Name: "fn",
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 2\n"}))})
-	if _, err := c.PushSnapshot(ctx, v2.ID); err != nil {
-		t.Fatal(err)
+	if got := refusedCount(t, b, c.kind, string(c.reason)); got <= counted {
+		t.Errorf("%s: thaw_registry_refused_total{kind=%q,reason=%q} stayed %v", c.name, c.kind, c.reason, got)
 	}
-	counted := refusedCount(t, b, "function", string(signing.UnknownKey))
-	if got, err := b.RefreshFunctions(ctx); err != nil || len(got) != 0 {
-		t.Fatalf("refresh against an untrusted record replaced %v, %v", got, err)
+	fns, _ := b.ListFunctions(ctx)
+	snaps, _ := b.ListSnapshots(ctx, "")
+	left, _ := filepath.Glob(filepath.Join(b.snapshotsDir(), "*"))
+	code, _ := filepath.Glob(filepath.Join(b.functionsDir(), "*"))
+	if len(fns)+len(snaps)+len(left)+len(code) != 0 {
+		t.Errorf("%s: left functions %d, snapshots %d, files %v %v", c.name, len(fns), len(snaps), left, code)
 	}
-	if _, err := b.GetFunction(ctx, "fn"); err != nil {
-		t.Fatalf("refresh removed the trusted copy: %v", err)
-	}
-	if refusedCount(t, b, "function", string(signing.UnknownKey)) <= counted {
-		t.Fatal("the refresh's refusal was not counted")
-	}
+	srv.Put(t, c.key, orig)
 }
 
 // A trusted keys setting without a registry, or one naming no key file

@@ -29,16 +29,7 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	ring := keyRing(t)
 	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
 	a, _ := fakeService(t, withRegistry)
-	deploy := func(s *Service, body string) *DeployResult {
-		t.Helper()
-		res, err := s.Deploy(ctx, DeploySpec{FunctionSpec: FunctionSpec{Name: "app",
-			Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: body}))}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	v1, v2 := deploy(a, "def handle(e): return 1\n"), deploy(a, "def handle(e): return 2\n")
+	v1, v2 := deployApp(t, a, "def handle(e): return 1\n"), deployApp(t, a, "def handle(e): return 2\n")
 	for _, d := range []*DeployResult{v1, v2} {
 		if _, err := a.PushSnapshot(ctx, d.Snapshots[0]); err != nil {
 			t.Fatal(err)
@@ -54,15 +45,7 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	}
 
 	b, _ := fakeService(t, withRegistry)
-	invoke := func(s *Service, ref string) *Invocation {
-		t.Helper()
-		inv, err := s.InvokeCold(ctx, ColdRequest{Function: ref, Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{}`)}})
-		if err != nil || !inv.OK {
-			t.Fatalf("invoke %s: %v %+v", ref, err, inv)
-		}
-		return inv
-	}
-	inv := invoke(b, "app:2")
+	inv := invokeRef(t, b, "app:2")
 	if inv.Version != 2 || inv.Timing.ImportMS <= 0 || inv.Snapshot != v2.Snapshots[0] {
 		t.Fatalf("app:2 on b: version %d import %.1f ms snapshot %s", inv.Version, inv.Timing.ImportMS, inv.Snapshot)
 	}
@@ -77,26 +60,8 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	if a, err := b.GetAlias(ctx, "app", versions.Live); err != nil || !bytes.Contains(a.Routing, []byte(`"version":2`)) {
 		t.Fatalf("live on the importing node: %v %+v", err, a)
 	}
-	// Version 1 has other code: it is built beside the function's and
-	// restores with it; live stays on 2.
-	if inv := invoke(b, "app:1"); inv.Version != 1 || inv.Snapshot != v1.Snapshots[0] {
-		t.Fatalf("app:1 on b: %+v", inv)
-	}
+	checkOtherCodeVersion(t, b, v1.Snapshots[0])
 	checkVersion(b, 1)
-	v1b, _ := b.GetVersion(ctx, "app", 1)
-	fn, _ := b.GetFunction(ctx, "app")
-	if v1b.Config.CodeDir == fn.CodeDir || v1b.Config.Digest == fn.Digest {
-		t.Fatalf("version 1 shares the function's code: %s", v1b.Config.CodeDir)
-	}
-	if _, err := os.Stat(filepath.Join(v1b.Config.CodeDir, "app", "handler.py")); err != nil {
-		t.Fatal(err)
-	}
-	if inv := invoke(b, "app"); inv.Version != 2 {
-		t.Fatalf("app on b after importing 1 runs version %d", inv.Version)
-	}
-	if _, err := b.InvokeCold(ctx, ColdRequest{Function: "app:3", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{}`)}}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("app:3, in no registry: %v", err)
-	}
 
 	// An unqualified pull on a node that never saw the function enters the
 	// newest pushed version.
@@ -107,40 +72,9 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	}
 	checkVersion(c, 2)
 
-	// The same number with other content: refused on push (a node that
-	// deployed on its own) and on pull (a node holding another version 2).
-	d, _ := fakeService(t, withRegistry)
-	deploy(d, "def handle(e): return 'd1'\n")
-	d2 := deploy(d, "def handle(e): return 'd2'\n")
-	if _, err := d.PushSnapshot(ctx, d2.Snapshots[0]); !errors.Is(err, ErrConflict) {
-		t.Fatalf("push of another version 2: %v", err)
-	}
-	if _, err := d.PullSnapshot(ctx, wire.PullRequest{Function: "app", Version: 2}); !errors.Is(err, ErrConflict) {
-		t.Fatalf("pull of version 2 onto another version 2: %v", err)
-	}
-	if _, err := d.GetSnapshot(ctx, v2.Snapshots[0]); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("refused pull left its snapshot: %v", err)
-	}
-
-	// A version record changed after signing is refused, and nothing is
-	// entered.
-	key := "versions/app/1.json"
-	raw := srv.Get(t, key)
-	var env signing.Envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
-		t.Fatal(err)
-	}
-	env.Payload = bytes.Replace(env.Payload, []byte(`"memory_mib":`), []byte(`"memory_mib":1`), 1)
-	forged, _ := json.Marshal(env)
-	srv.Put(t, key, forged)
+	checkConflictingVersion(t, withRegistry, v2.Snapshots[0])
 	e, _ := fakeService(t, withRegistry)
-	if _, err := e.PullSnapshot(ctx, wire.PullRequest{Function: "app", Version: 1}); !errors.Is(err, ErrSnapshotUnusable) {
-		t.Fatalf("pull of a tampered version record: %v", err)
-	}
-	if _, err := e.GetFunction(ctx, "app"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("refused pull created the function: %v", err)
-	}
-	srv.Put(t, key, raw)
+	checkTamperedVersion(t, srv, e)
 	// Collection keeps the code archive only version 1's record names
 	// (the function record names version 2's).
 	if _, err := a.registry.GC(ctx, registry.GCOptions{}); err != nil {
@@ -159,4 +93,95 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	if _, err := a.registry.GetVersion(ctx, "app", 2); err != nil {
 		t.Fatalf("kept version's record: %v", err)
 	}
+}
+
+// invokeRef invokes ref cold on s from its cached snapshot.
+func invokeRef(t *testing.T, s *Service, ref string) *Invocation {
+	t.Helper()
+	inv, err := s.InvokeCold(context.Background(), ColdRequest{Function: ref, Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{}`)}})
+	if err != nil || !inv.OK {
+		t.Fatalf("invoke %s: %v %+v", ref, err, inv)
+	}
+	return inv
+}
+
+// checkOtherCodeVersion checks that version 1 of app, whose code differs
+// from the function's, is built beside it on b and restores from v1Snap
+// with it, live staying on 2, and that a version in no registry is not
+// found.
+func checkOtherCodeVersion(t *testing.T, b *Service, v1Snap string) {
+	t.Helper()
+	ctx := context.Background()
+	if inv := invokeRef(t, b, "app:1"); inv.Version != 1 || inv.Snapshot != v1Snap {
+		t.Fatalf("app:1 on b: %+v", inv)
+	}
+	v1b, _ := b.GetVersion(ctx, "app", 1)
+	fn, _ := b.GetFunction(ctx, "app")
+	if v1b.Config.CodeDir == fn.CodeDir || v1b.Config.Digest == fn.Digest {
+		t.Fatalf("version 1 shares the function's code: %s", v1b.Config.CodeDir)
+	}
+	if _, err := os.Stat(filepath.Join(v1b.Config.CodeDir, "app", "handler.py")); err != nil {
+		t.Fatal(err)
+	}
+	if inv := invokeRef(t, b, "app"); inv.Version != 2 {
+		t.Fatalf("app on b after importing 1 runs version %d", inv.Version)
+	}
+	if _, err := b.InvokeCold(ctx, ColdRequest{Function: "app:3", Strategy: "cached", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{}`)}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("app:3, in no registry: %v", err)
+	}
+}
+
+// deployApp deploys app with a handler of body on s.
+func deployApp(t *testing.T, s *Service, body string) *DeployResult {
+	t.Helper()
+	res, err := s.Deploy(context.Background(), DeploySpec{FunctionSpec: FunctionSpec{Name: "app",
+		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: body}))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// checkConflictingVersion checks that the same version number with other
+// content is refused on push (a node that deployed on its own) and on
+// pull (a node holding another version 2, whose snapshot is v2Snap
+// elsewhere).
+func checkConflictingVersion(t *testing.T, withRegistry func(*Config), v2Snap string) {
+	t.Helper()
+	ctx := context.Background()
+	d, _ := fakeService(t, withRegistry)
+	deployApp(t, d, "def handle(e): return 'd1'\n")
+	d2 := deployApp(t, d, "def handle(e): return 'd2'\n")
+	if _, err := d.PushSnapshot(ctx, d2.Snapshots[0]); !errors.Is(err, ErrConflict) {
+		t.Fatalf("push of another version 2: %v", err)
+	}
+	if _, err := d.PullSnapshot(ctx, wire.PullRequest{Function: "app", Version: 2}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("pull of version 2 onto another version 2: %v", err)
+	}
+	if _, err := d.GetSnapshot(ctx, v2Snap); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("refused pull left its snapshot: %v", err)
+	}
+}
+
+// checkTamperedVersion checks that a version record changed after signing
+// is refused by e's pull, and nothing is entered; it puts the record back.
+func checkTamperedVersion(t *testing.T, srv *miniotest.Server, e *Service) {
+	t.Helper()
+	ctx := context.Background()
+	key := "versions/app/1.json"
+	raw := srv.Get(t, key)
+	var env signing.Envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	env.Payload = bytes.Replace(env.Payload, []byte(`"memory_mib":`), []byte(`"memory_mib":1`), 1)
+	forged, _ := json.Marshal(env)
+	srv.Put(t, key, forged)
+	if _, err := e.PullSnapshot(ctx, wire.PullRequest{Function: "app", Version: 1}); !errors.Is(err, ErrSnapshotUnusable) {
+		t.Fatalf("pull of a tampered version record: %v", err)
+	}
+	if _, err := e.GetFunction(ctx, "app"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("refused pull created the function: %v", err)
+	}
+	srv.Put(t, key, raw)
 }

@@ -81,17 +81,6 @@ func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...string) {
 	}
 }
 
-func spanNamed(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
-	t.Helper()
-	for _, s := range spans {
-		if s.Name() == name {
-			return s
-		}
-	}
-	t.Fatalf("no %q span among %v", name, names(spans))
-	return nil
-}
-
 // wantError checks that s ended as an error whose message contains msg,
 // recorded as an exception event.
 func wantError(t *testing.T, s sdktrace.ReadOnlySpan, msg string) {

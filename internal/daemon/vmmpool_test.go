@@ -90,6 +90,43 @@ func TestVMMPool(t *testing.T) {
 	if len(b.Specs()) < started+2 {
 		t.Fatalf("%d vmms started, want the refills too", len(b.Specs())-started)
 	}
+	checkPoolMetrics(t, s)
+	if err := s.DeleteVM(ctx, vm3.ID); err != nil {
+		t.Fatal(err)
+	}
+	checkStartTakesRoom(t, s)
+	// Expired: unused for its time to live, a standby VM is stopped.
+	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.standbyVMs() == 0 && standbyOf(t, s, snap.ID) == nil })
+	if !strings.Contains(promText(t, s), `thaw_vmm_pool_drops_total{reason="expired"} 1`) {
+		t.Error("the expired standby vm was not counted")
+	}
+
+	checkEvictionDropsStandby(t, s, snap.ID)
+
+	checkDeleteStopsStandby(t, s, snap.ID)
+
+	checkOptedOut(t, s)
+}
+
+// checkStartTakesRoom checks that a start that needs room takes it from the
+// standby VMs (3 VMs at most: one running, two standing by).
+func checkStartTakesRoom(t *testing.T, s *Service) {
+	t.Helper()
+	ctx := context.Background()
+	other, _ := bootAndSnapshot(t, s, "other")
+	if _, err := s.BootVM(ctx, "other"); err != nil {
+		t.Fatalf("a start with standby vms holding the room: %v", err)
+	}
+	if n := s.standbyVMs(); n != 1 {
+		t.Fatalf("%d standby vms after a start needed room, want 1", n)
+	}
+	s.DeleteVM(ctx, other.ID)
+}
+
+// checkPoolMetrics checks the pool's hits and misses per strategy and its
+// two standby VMs in the metrics.
+func checkPoolMetrics(t *testing.T, s *Service) {
+	t.Helper()
 	got := promText(t, s)
 	for _, want := range []string{
 		`thaw_vmm_pool_total{outcome="hit",strategy="vanilla"} 1`,
@@ -102,66 +139,61 @@ func TestVMMPool(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if err := s.DeleteVM(ctx, vm3.ID); err != nil {
-		t.Fatal(err)
-	}
-	// A start that needs room takes it from the standby VMs (3 VMs at
-	// most: one running, two standing by).
-	other, _ := bootAndSnapshot(t, s, "other")
-	if _, err := s.BootVM(ctx, "other"); err != nil {
-		t.Fatalf("a start with standby vms holding the room: %v", err)
-	}
-	if n := s.standbyVMs(); n != 1 {
-		t.Fatalf("%d standby vms after a start needed room, want 1", n)
-	}
-	s.DeleteVM(ctx, other.ID)
-	// Expired: unused for its time to live, a standby VM is stopped.
-	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.standbyVMs() == 0 && standbyOf(t, s, snap.ID) == nil })
-	if !strings.Contains(promText(t, s), `thaw_vmm_pool_drops_total{reason="expired"} 1`) {
-		t.Error("the expired standby vm was not counted")
-	}
+}
 
-	// An evicted cold start neither uses nor refills the pool, and drops
-	// what stands by for its snapshot.
-	if _, _, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil {
+// checkEvictionDropsStandby checks that an evicted cold start of snap neither
+// uses nor refills the pool, and drops what stands by for it.
+func checkEvictionDropsStandby(t *testing.T, s *Service, snap string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := s.RestoreVM(ctx, snap, "vanilla"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
-	inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: snap.ID, Strategy: "vanilla",
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap) != nil })
+	inv, err := s.InvokeCold(ctx, ColdRequest{Snapshot: snap, Strategy: "vanilla",
 		InvokeRequest: InvokeRequest{Event: json.RawMessage(`1`), EvictCache: true}})
 	if err != nil || inv.Timing.Restore.VMM != "started" {
 		t.Fatalf("evicted cold start: %v %+v", err, inv)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if v := standbyOf(t, s, snap.ID); v != nil {
+	if v := standbyOf(t, s, snap); v != nil {
 		t.Fatalf("standby vm kept across an eviction: %+v", v)
 	}
+}
 
-	// Deleting the snapshot stops its standby VMs; they do not hold it.
+// checkDeleteStopsStandby checks that deleting snap stops its standby VMs;
+// they do not hold it.
+func checkDeleteStopsStandby(t *testing.T, s *Service, snap string) {
+	t.Helper()
+	ctx := context.Background()
 	vms, _ := s.ListVMs(ctx)
 	for _, v := range vms {
 		if v.Live() && v.State != catalog.StateStandby {
 			s.DeleteVM(ctx, v.ID)
 		}
 	}
-	if _, _, err := s.RestoreVM(ctx, snap.ID, "vanilla"); err != nil {
+	if _, _, err := s.RestoreVM(ctx, snap, "vanilla"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap.ID) != nil })
+	waitFor(t, 5*time.Second, "a standby vm", func() bool { return standbyOf(t, s, snap) != nil })
 	vms, _ = s.ListVMs(ctx)
 	for _, v := range vms {
 		if v.Live() && v.State != catalog.StateStandby {
 			s.DeleteVM(ctx, v.ID)
 		}
 	}
-	if err := s.DeleteSnapshot(ctx, snap.ID); err != nil {
+	if err := s.DeleteSnapshot(ctx, snap); err != nil {
 		t.Fatalf("delete a snapshot with a standby vm: %v", err)
 	}
 	if s.standbyVMs() != 0 {
 		t.Fatal("standby vm of a deleted snapshot")
 	}
+}
 
-	// A function that opts out gets no standby VMs.
+// checkOptedOut checks that a function that opts out gets no standby VMs.
+func checkOptedOut(t *testing.T, s *Service) {
+	t.Helper()
+	ctx := context.Background()
 	vm, sn := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "nopool", VMMPool: -1})
 	s.DeleteVM(ctx, vm.ID)
 	for range 2 {

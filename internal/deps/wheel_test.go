@@ -63,6 +63,19 @@ func wantRefused(t *testing.T, err error, parts ...string) {
 	}
 }
 
+// editInitRecord is a RECORD edit that rewrites the line of
+// evil/__init__.py with f.
+func editInitRecord(f func(line string) string) func([]string) []string {
+	return func(lines []string) []string {
+		for i, l := range lines {
+			if strings.HasPrefix(l, "evil/__init__.py,") {
+				lines[i] = f(l)
+			}
+		}
+		return lines
+	}
+}
+
 // Untrusted archives: every way out of the layer, and every inconsistency
 // between the wheel and its RECORD, is refused naming the wheel and entry.
 func TestInstallRefusesHostileWheels(t *testing.T) {
@@ -91,48 +104,20 @@ func TestInstallRefusesHostileWheels(t *testing.T) {
 		{"duplicate entry", edit(func(w *pypitest.Wheel) { w.Duplicate = "evil/__init__.py" }), []string{`"evil/__init__.py"`, "appears twice"}},
 		{"file and directory", edit(func(w *pypitest.Wheel) { w.Files["evil/__init__.py/x"] = "x" }), []string{"lies under", "which is a file"}},
 		{"RECORD hash mismatch", edit(func(w *pypitest.Wheel) {
-			w.EditRecord = func(lines []string) []string {
-				for i, l := range lines {
-					if strings.HasPrefix(l, "evil/__init__.py,") {
-						lines[i] = "evil/__init__.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,6"
-					}
-				}
-				return lines
-			}
+			w.EditRecord = editInitRecord(func(_ string) string { return "evil/__init__.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,6" })
 		}), []string{`"evil/__init__.py"`, "does not match its sha256 in RECORD"}},
 		{"RECORD size mismatch", edit(func(w *pypitest.Wheel) {
-			w.EditRecord = func(lines []string) []string {
-				for i, l := range lines {
-					if strings.HasPrefix(l, "evil/__init__.py,") {
-						lines[i] = strings.TrimSuffix(l, ",6") + ",7"
-					}
-				}
-				return lines
-			}
+			w.EditRecord = editInitRecord(func(l string) string { return strings.TrimSuffix(l, ",6") + ",7" })
 		}), []string{"6 bytes, RECORD says 7"}},
 		{"file missing from RECORD", edit(func(w *pypitest.Wheel) { w.Unrecorded = map[string]string{"evil/hidden.py": "x"} }), []string{`"evil/hidden.py"`, "missing from RECORD"}},
 		{"RECORD names a file the wheel lacks", edit(func(w *pypitest.Wheel) {
 			w.EditRecord = func(lines []string) []string { return append(lines, "evil/ghost.py,sha256=AAAA,1") }
 		}), []string{`"evil/ghost.py"`, "listed in RECORD but not in the wheel"}},
 		{"RECORD without hashes", edit(func(w *pypitest.Wheel) {
-			w.EditRecord = func(lines []string) []string {
-				for i, l := range lines {
-					if strings.HasPrefix(l, "evil/__init__.py,") {
-						lines[i] = "evil/__init__.py,,"
-					}
-				}
-				return lines
-			}
+			w.EditRecord = editInitRecord(func(_ string) string { return "evil/__init__.py,," })
 		}), []string{"missing from RECORD (or listed without a hash)"}},
 		{"RECORD with md5", edit(func(w *pypitest.Wheel) {
-			w.EditRecord = func(lines []string) []string {
-				for i, l := range lines {
-					if strings.HasPrefix(l, "evil/__init__.py,") {
-						lines[i] = "evil/__init__.py,md5=abc,6"
-					}
-				}
-				return lines
-			}
+			w.EditRecord = editInitRecord(func(_ string) string { return "evil/__init__.py,md5=abc,6" })
 		}), []string{"is not sha256="}},
 		{"unknown .data directory", edit(func(w *pypitest.Wheel) { w.Files["evil-1.0.data/purelib2/x.py"] = "x" }), []string{"unknown .data directory"}},
 	} {

@@ -109,15 +109,6 @@ func (t *Tracer) Read(tgid int) (Counters, error) {
 	return c, err
 }
 
-// Forget drops tgid's counters (a process that exited).
-func (t *Tracer) Forget(tgid int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.coll != nil {
-		_ = t.coll.Maps["procs"].Delete(uint32(tgid))
-	}
-}
-
 // Close detaches and unloads the program.
 func (t *Tracer) Close() error {
 	t.mu.Lock()

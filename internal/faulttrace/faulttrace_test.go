@@ -97,3 +97,12 @@ func TestOpenRefusesMissingProgram(t *testing.T) {
 		t.Error("missing program: no error")
 	}
 }
+
+// Forget drops tgid's counters (a process that exited).
+func (t *Tracer) Forget(tgid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.coll != nil {
+		_ = t.coll.Maps["procs"].Delete(uint32(tgid))
+	}
+}

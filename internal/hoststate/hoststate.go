@@ -114,9 +114,6 @@ func private(path string) error {
 	return nil
 }
 
-// Path is the directory.
-func (d *Dir) Path() string { return d.path }
-
 // Lease is one daemon's hold on a change.
 type Lease struct {
 	d      *Dir

@@ -502,3 +502,6 @@ func TestParseStart(t *testing.T) {
 		}
 	}
 }
+
+// Path is the directory.
+func (d *Dir) Path() string { return d.path }

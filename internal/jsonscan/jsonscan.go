@@ -97,9 +97,6 @@ func (v *Value) End() error {
 	return nil
 }
 
-// Len is how many bytes Feed consumed.
-func (v *Value) Len() int64 { return v.off }
-
 // Valid reports whether b is one JSON value (with optional white space
 // around it) whose strings are valid UTF-8.
 func Valid(b []byte) bool {

@@ -178,3 +178,6 @@ func BenchmarkFeed(b *testing.B) {
 		})
 	}
 }
+
+// Len is how many bytes Feed consumed.
+func (v *Value) Len() int64 { return v.off }

@@ -207,14 +207,6 @@ func WriteFaaSnap(dir, memPath, memSHA256 string, order []uint64, opts FaaSnapOp
 // recorded" (cached in the daemon); the sealed, versioned file is thaw's.
 func (a *FaaSnapArtifact) Encode() ([]byte, error) { return encodeManifest(a) }
 
-// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
-// ErrIncompatible), page size, checksum, canonical encoding and structure
-// (see validate). It does not look at any file. It enforces the invariants
-// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
-// contiguous loading-set file); the checking itself is thaw's, since the
-// paper trusts its daemon's in-memory copy.
-func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) { return decodeManifest[FaaSnapArtifact](b) }
-
 // ReadFaaSnap reads dir/faasnap.json, checks it (DecodeFaaSnap) and checks
 // that dir/loadingset.bin has the recorded size. A missing manifest is
 // reported as fs.ErrNotExist. Use Verify before restoring from it. (FaaSnap

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -133,4 +135,80 @@ func mustRead(t testing.TB, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// DecodeFaaSnap parses and checks a faasnap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical encoding and structure
+// (see validate). It does not look at any file. It enforces the invariants
+// of FaaSnap §4.5–§4.7 (non-zero regions, loading regions in group order,
+// contiguous loading-set file); the checking itself is thaw's, since the
+// paper trusts its daemon's in-memory copy.
+func DecodeFaaSnap(b []byte) (*FaaSnapArtifact, error) { return decodeManifest[FaaSnapArtifact](b) }
+
+// DecodeREAP parses and checks a reap.json: magic, version (newer is
+// ErrIncompatible), page size, checksum and structure (validate). It does
+// not look at any file. (REAP trusts its own files; the checking is
+// thaw's.)
+func DecodeREAP(b []byte) (*REAPArtifact, error) { return decodeManifest[REAPArtifact](b) }
+
+// DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
+// ErrIncompatible), page size, checksum, canonical form, and structure
+// (validate). It looks at no file. (SnapBPF keeps its map in the kernel;
+// the checking is thaw's.)
+func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) { return decodeManifest[SnapBPFArtifact](b) }
+
+// Resolve (FaaSnap Figure 4's semantics: "upper layers override the pages
+// of lower layers") computes in pure Go the guest memory a layout table yields when
+// the memory file holds memFile and the loading-set file lsFile: zeros, then
+// each entry's bytes on top, in order, as the shim's MAP_FIXED mappings
+// stack. A file-backed page at or past the end of its file (rounded up to a
+// page) is an error: touching it would raise SIGBUS; the tail of a file's
+// partial last page reads as zeros, as mmap does. It allocates the whole
+// memory: it is the model half of the shim conformance tests, for small
+// layouts.
+func Resolve(layout, memFile, lsFile []byte) ([]byte, error) {
+	return ResolveDevice(layout, memFile, lsFile, nil)
+}
+
+// ResolveDevice is Resolve with device entries reading device.
+func ResolveDevice(layout, memFile, lsFile, device []byte) ([]byte, error) {
+	t, err := DecodeShimLayout(layout)
+	if err != nil {
+		return nil, err
+	}
+	if t.MemSize > math.MaxInt {
+		return nil, fmt.Errorf("memory of %d bytes is too large to resolve", t.MemSize)
+	}
+	out := make([]byte, t.MemSize)
+	for i, e := range t.Entries {
+		dst := out[e.GuestOff : e.GuestOff+e.Length]
+		var src []byte
+		switch e.Kind {
+		case ShimAnonymous:
+			clear(dst)
+			continue
+		case ShimMemoryFile:
+			src = memFile
+		case ShimLoadingSet:
+			src = lsFile
+		case ShimDevice:
+			src = device
+		}
+		mapped := (uint64(len(src)) + PageSize - 1) / PageSize * PageSize
+		if e.FileOff+e.Length > mapped {
+			return nil, fmt.Errorf("layout entry %d maps file bytes [%d,%d) of a %d-byte file: SIGBUS", i, e.FileOff, e.FileOff+e.Length, len(src))
+		}
+		n := 0
+		if e.FileOff < uint64(len(src)) {
+			n = copy(dst, src[e.FileOff:])
+		}
+		clear(dst[n:])
+	}
+	return out, nil
+}
+
+// LoadingSet is the regions planLoadingSet plans, without its stats.
+func LoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) []LSRegion {
+	rs, _ := planLoadingSet(order, groupSize, nonzero, mergeGap)
+	return rs
 }

@@ -20,11 +20,11 @@ type LSRegion struct {
 // PageRun is the guest range of l (§4.6 loading-set region).
 func (l LSRegion) PageRun() PageRun { return PageRun{Start: l.Start, Pages: l.Pages} }
 
-// LoadingSetStats counts what LoadingSet did (part of the API).
+// LoadingSetStats counts what planLoadingSet did (part of the API).
 type LoadingSetStats = wire.LoadingSetStats
 
-// LoadingSet plans the FaaSnap loading set and the layout of the
-// loading-set file.
+// planLoadingSet plans the FaaSnap loading set and the layout of the
+// loading-set file, and counts what it did.
 //
 //  1. Working set: the pages of order (first-appearance order, as Recorder
 //     returns it), in groups of groupSize (see Groups; <= 0 means 1024).
@@ -54,11 +54,6 @@ type LoadingSetStats = wire.LoadingSetStats
 //
 // thaw differs from the paper only in numbering groups from 0 and in
 // defining the gap and the group of merged regions precisely, as above.
-func LoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) []LSRegion {
-	rs, _ := planLoadingSet(order, groupSize, nonzero, mergeGap)
-	return rs
-}
-
 func planLoadingSet(order []uint64, groupSize int, nonzero []PageRun, mergeGap uint64) ([]LSRegion, LoadingSetStats) {
 	ws := Groups(order, groupSize)
 	nz := Normalize(nonzero)

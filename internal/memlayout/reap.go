@@ -76,12 +76,6 @@ func WriteREAP(dir, memPath, memSHA256 string, faulted []uint64) (*REAPArtifact,
 // file; the sealed, versioned manifest is thaw's.
 func (a *REAPArtifact) Encode() ([]byte, error) { return encodeManifest(a) }
 
-// DecodeREAP parses and checks a reap.json: magic, version (newer is
-// ErrIncompatible), page size, checksum and structure (validate). It does
-// not look at any file. (REAP trusts its own files; the checking is
-// thaw's.)
-func DecodeREAP(b []byte) (*REAPArtifact, error) { return decodeManifest[REAPArtifact](b) }
-
 // ReadREAP reads dir/reap.json, checks it (DecodeREAP) and checks that
 // dir/ws.bin has the recorded size. A missing manifest is reported as
 // fs.ErrNotExist. Use Verify before restoring from it. (REAP prefetch

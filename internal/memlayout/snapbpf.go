@@ -153,12 +153,6 @@ func WriteSnapBPF(dir, memPath, memSHA256 string, captured []uint64, events, dro
 // returns its canonical JSON.
 func (a *SnapBPFArtifact) Encode() ([]byte, error) { return encodeManifest(a) }
 
-// DecodeSnapBPF parses and checks a snapbpf.json: magic, version (newer is
-// ErrIncompatible), page size, checksum, canonical form, and structure
-// (validate). It looks at no file. (SnapBPF keeps its map in the kernel;
-// the checking is thaw's.)
-func DecodeSnapBPF(b []byte) (*SnapBPFArtifact, error) { return decodeManifest[SnapBPFArtifact](b) }
-
 // ReadSnapBPF reads and checks dir/snapbpf.json (DecodeSnapBPF). A missing
 // manifest is reported as fs.ErrNotExist.
 func ReadSnapBPF(dir string) (*SnapBPFArtifact, error) { return readManifest[SnapBPFArtifact](dir) }

@@ -282,3 +282,22 @@ func TestSetUse(t *testing.T) {
 		t.Fatal("unused below zero")
 	}
 }
+
+// OutsideRatio is the share of the touched pages that lay outside the set;
+// ok is false when the guest touched nothing measurable.
+func (u SetUse) OutsideRatio() (ratio float64, ok bool) {
+	touched := u.TouchedPages + u.OutsidePages
+	if touched == 0 {
+		return 0, false
+	}
+	return float64(u.OutsidePages) / float64(touched), true
+}
+
+// UnusedPages are the set's pages the guest never touched (prefetched for
+// nothing).
+func (u SetUse) UnusedPages() uint64 {
+	if u.TouchedPages >= u.SetPages {
+		return 0
+	}
+	return u.SetPages - u.TouchedPages
+}

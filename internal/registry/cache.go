@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 )
 
 // Cache is the node's local chunk cache, <data-dir>/chunks/<aa>/<sha256>:
@@ -237,7 +239,7 @@ func (c *Cache) endFlight(sum string, f *flight) {
 func (c *Cache) load(ctx context.Context, sum string, size int, onDisk bool, f *flight) (int64, bool, error) {
 	if onDisk {
 		b, err := os.ReadFile(c.path(sum))
-		if err == nil && len(b) == size && sumHex(b) == sum {
+		if err == nil && len(b) == size && chunk.SumHex(b) == sum {
 			c.mu.Lock()
 			if e := c.entries[sum]; e != nil {
 				e.verified = true

@@ -12,14 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
 // Chunk sizes: a power of two in [MinChunkSize, MaxChunkSize]. The default
 // was chosen by `thaw bench chunks` (docs/results/chunks-*).
 const (
-	MinChunkSize     = 64 << 10
-	MaxChunkSize     = 8 << 20
+	MinChunkSize     = chunk.MinSize
+	MaxChunkSize     = chunk.MaxSize
 	DefaultChunkSize = 512 << 10
 )
 
@@ -47,7 +48,7 @@ var (
 	ErrNotFound = errors.New("not in the registry")
 	// ErrCorrupt: an object's content does not match its name or digest
 	// (after the bounded refetches).
-	ErrCorrupt = errors.New("registry object corrupt")
+	ErrCorrupt = chunk.ErrCorrupt
 	// ErrInvalid: a remote manifest or record that fails its checks.
 	ErrInvalid = errors.New("registry manifest invalid")
 	// ErrBusy: a garbage collection could not start because pushes kept

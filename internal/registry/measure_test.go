@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
-// MeasureChunks counts what a push stores: two snapshots sharing their
+// chunk.MeasureSnapshots counts what a push stores: two snapshots sharing their
 // memory dedup, zero chunks count nowhere, and the working set's chunks
 // are the memory chunks it touches.
 func TestMeasureChunks(t *testing.T) {
@@ -24,7 +24,7 @@ func TestMeasureChunks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a.dir, "strategies", "reap", "reap.json"), []byte(ws), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := registry.MeasureChunks([]string{a.dir, b.dir}, cs, reapPages)
+	m, err := chunk.MeasureSnapshots([]string{a.dir, b.dir}, cs, reapPages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestMeasureChunks(t *testing.T) {
 	if m.Objects != m.UniqueChunks+2 || m.StoredBytes <= 0 || m.StoredBytes >= m.UniqueBytes {
 		t.Fatalf("measure = %+v", m)
 	}
-	if _, err := registry.MeasureChunks([]string{a.dir}, 1000, reapPages); err == nil {
+	if _, err := chunk.MeasureSnapshots([]string{a.dir}, 1000, reapPages); err == nil {
 		t.Fatal("chunk size 1000 accepted")
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 )
 
 // PullInto writes every file of the remote snapshot rm into dir (which
@@ -164,12 +166,12 @@ func writeFile(ctx context.Context, rm *RemoteManifest, rf RemoteFile, lf *LazyF
 		if _, err := out.WriteAt(b, off); err != nil {
 			return out, err
 		}
-		hashZeros(h, off-hashed)
+		chunk.HashZeros(h, off-hashed)
 		h.Write(b)
 		hashed = off + int64(len(b))
 		progress(hashed)
 	}
-	hashZeros(h, rf.Size-hashed)
+	chunk.HashZeros(h, rf.Size-hashed)
 	if err := <-fetched; err != nil {
 		return out, err
 	}

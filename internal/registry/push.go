@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
@@ -41,31 +40,6 @@ type PushStats struct {
 	UploadedBytes int64 `json:"uploaded_bytes"` // their stored (compressed) bytes
 	StoredBytes   int64 `json:"stored_bytes"`   // stored bytes of all distinct chunks of the snapshot
 	DataBytes     int64 `json:"data_bytes"`     // uncompressed bytes of those chunks
-}
-
-// snapshotFiles lists the files of the snapshot in dir that are pushed:
-// the manifest, device state, memory and strategy artifacts, skipping
-// temporaries (dot files).
-func snapshotFiles(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel != "." && strings.HasPrefix(d.Name(), ".") {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Type().IsRegular() {
-			out = append(out, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	sort.Strings(out)
-	return out, err
 }
 
 // isPrefetch says whether a snapshot file is a strategy's data file read
@@ -157,7 +131,7 @@ func pushSources(dir string, info PushInfo) (*pushSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := snapshotFiles(dir)
+	files, err := chunk.SnapshotFiles(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -185,8 +159,8 @@ func pushSources(dir string, info PushInfo) (*pushSource, error) {
 // at tells how far into the file the push is.
 func (p *pushSource) push(rel string, cs int64, up *uploader, layer *Layer, at func(int64)) (RemoteFile, error) {
 	rf := RemoteFile{Path: rel}
-	size, sum, err := scanFile(p.src[rel], cs, func(idx int64, data []byte) error {
-		ref := ChunkRef{Index: idx, SHA256: sumHex(data)}
+	size, sum, err := chunk.Scan(p.src[rel], cs, func(idx int64, data []byte) error {
+		ref := ChunkRef{Index: idx, SHA256: chunk.SumHex(data)}
 		rf.Chunks = append(rf.Chunks, ref)
 		at(idx * cs)
 		return up.add(ref.SHA256, data)
@@ -314,7 +288,7 @@ func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byt
 		return err
 	}
 	rec.Magic = FunctionMagic
-	rec.CodeSHA256 = sumHex(code)
+	rec.CodeSHA256 = chunk.SumHex(code)
 	rec.Code = codeKey(rec.CodeSHA256)
 	rec.PushedAt = time.Now().UTC()
 	l, err := s.pushLease(ctx, "function "+rec.Name)

@@ -95,6 +95,39 @@ func testRecordsRefusedUnlessTrusted(t *testing.T, newEnv envMaker) {
 		t.Fatalf("record by an unknown key: %v", err)
 	}
 
+	checkTamperedRefused(t, e, b, fx.id, mkey, fkey)
+	origM, origF := e.get(t, mkey), e.get(t, fkey)
+
+	// Replay: a valid manifest and record copied to other objects.
+	fx2, _, _ := pushNew(t, e, "snap-b")
+	e.put(t, "snapshots/snap-b/manifest.json", origM)
+	e.put(t, "functions/other.json", origF)
+	var ref *signing.Refusal
+	if _, err := b.GetManifest(ctx, fx2.id); !errors.As(err, &ref) || ref.Reason != signing.WrongObject || !strings.Contains(err.Error(), mkey) {
+		t.Errorf("manifest replayed onto another snapshot: %v", err)
+	}
+	if _, err := b.GetFunction(ctx, "other"); !errors.As(err, &ref) || ref.Reason != signing.WrongObject {
+		t.Errorf("record replayed onto another function: %v", err)
+	}
+	for _, cache := range []*registry.Cache{bc, cc} {
+		if st := cache.Stats(); st.FetchedChunks != 0 {
+			t.Errorf("a refused record let %d chunks be fetched", st.FetchedChunks)
+		}
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if want := []string{"manifest " + mkey + " unknown_key", "function " + fkey + " unknown_key"}; strings.Join(seen.got, ";") != strings.Join(want, ";") {
+		t.Errorf("refusals reported: %q, want %q", seen.got, want)
+	}
+}
+
+// checkTamperedRefused checks that b refuses the manifest of snapshot id
+// (at mkey) and the function record (at fkey) when they are unsigned,
+// modified after signing, or modified and signed by another key; it puts
+// the originals back.
+func checkTamperedRefused(t *testing.T, e *env, b *registry.Store, id, mkey, fkey string) {
+	t.Helper()
+	ctx := context.Background()
 	origM, origF := e.get(t, mkey), e.get(t, fkey)
 	envM, envF := envelopeOf(t, e, mkey), envelopeOf(t, e, fkey)
 	// Modified after signing: one chunk digest of the manifest, the code
@@ -123,7 +156,7 @@ func testRecordsRefusedUnlessTrusted(t *testing.T, newEnv envMaker) {
 		c.setM()
 		c.setF()
 		for _, get := range []func() error{
-			func() error { _, err := b.GetManifest(ctx, fx.id); return err },
+			func() error { _, err := b.GetManifest(ctx, id); return err },
 			func() error { _, err := b.GetFunction(ctx, "hello"); return err },
 		} {
 			err := get()
@@ -134,28 +167,6 @@ func testRecordsRefusedUnlessTrusted(t *testing.T, newEnv envMaker) {
 		}
 		e.put(t, mkey, origM)
 		e.put(t, fkey, origF)
-	}
-
-	// Replay: a valid manifest and record copied to other objects.
-	fx2, _, _ := pushNew(t, e, "snap-b")
-	e.put(t, "snapshots/snap-b/manifest.json", origM)
-	e.put(t, "functions/other.json", origF)
-	var ref *signing.Refusal
-	if _, err := b.GetManifest(ctx, fx2.id); !errors.As(err, &ref) || ref.Reason != signing.WrongObject || !strings.Contains(err.Error(), mkey) {
-		t.Errorf("manifest replayed onto another snapshot: %v", err)
-	}
-	if _, err := b.GetFunction(ctx, "other"); !errors.As(err, &ref) || ref.Reason != signing.WrongObject {
-		t.Errorf("record replayed onto another function: %v", err)
-	}
-	for _, cache := range []*registry.Cache{bc, cc} {
-		if st := cache.Stats(); st.FetchedChunks != 0 {
-			t.Errorf("a refused record let %d chunks be fetched", st.FetchedChunks)
-		}
-	}
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
-	if want := []string{"manifest " + mkey + " unknown_key", "function " + fkey + " unknown_key"}; strings.Join(seen.got, ";") != strings.Join(want, ";") {
-		t.Errorf("refusals reported: %q, want %q", seen.got, want)
 	}
 }
 

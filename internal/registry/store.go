@@ -9,6 +9,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/objstore"
 	fsstore "github.com/thaw-dev/thaw/internal/objstore/fs"
 	"github.com/thaw-dev/thaw/internal/objstore/s3"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 )
 
 // FetchAttempts bounds how often a chunk whose content does not match its
@@ -91,7 +92,7 @@ func (s *Store) putChunk(ctx context.Context, sum string, data []byte, buf *[]by
 			return 0, false, err
 		}
 	}
-	*buf = compress(*buf, data)
+	*buf = chunk.Compress(*buf, data)
 	return int64(len(*buf)), true, s.put(ctx, chunkKey(sum), *buf, "application/zstd")
 }
 
@@ -109,7 +110,7 @@ func (s *Store) fetchChunk(ctx context.Context, sum string, dst, tmp []byte) (in
 		}
 		if err == nil {
 			read += int64(len(b))
-			if err = decodeChunk(dst, b, sum); err == nil {
+			if err = chunk.Decode(dst, b, sum); err == nil {
 				return read, nil
 			}
 		}
@@ -175,7 +176,7 @@ func (s *Store) GetCode(ctx context.Context, r *FunctionRecord) ([]byte, error) 
 		if b, err = s.get(ctx, r.Code, nil, maxObject*4); err != nil && !errors.Is(err, ErrCorrupt) {
 			return nil, err
 		}
-		if err == nil && sumHex(b) == r.CodeSHA256 {
+		if err == nil && chunk.SumHex(b) == r.CodeSHA256 {
 			return b, nil
 		}
 		err = fmt.Errorf("%w: code archive of %s does not match its digest", ErrCorrupt, r.Name)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/objstore"
+	"github.com/thaw-dev/thaw/internal/registry/chunk"
 )
 
 // KindVersion is a version record's kind: versions/<name>/<number>.json,
@@ -52,7 +53,7 @@ func (s *Store) PushVersion(ctx context.Context, vr VersionRecord, code []byte) 
 		return err
 	}
 	vr.Magic, vr.Function.Magic = VersionMagic, FunctionMagic
-	vr.Function.CodeSHA256 = sumHex(code)
+	vr.Function.CodeSHA256 = chunk.SumHex(code)
 	vr.Function.Code = codeKey(vr.Function.CodeSHA256)
 	vr.PushedAt = time.Now().UTC()
 	vr.Function.PushedAt = vr.PushedAt

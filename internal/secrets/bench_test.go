@@ -157,3 +157,6 @@ func BenchmarkScanFileAt(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
+
+// Bytes looks for every pattern in b; the first occurrence, or nil.
+func (sc *Scanner) Bytes(b []byte) *Found { return sc.scan(b, 0, 0, len(b)) }

@@ -217,9 +217,6 @@ func (sc *Scanner) verify(buf []byte, base int64, i int, w uint32) *Found {
 	return nil
 }
 
-// Bytes looks for every pattern in b; the first occurrence, or nil.
-func (sc *Scanner) Bytes(b []byte) *Found { return sc.scan(b, 0, 0, len(b)) }
-
 // scanChunk is how much of a file one read covers at most; maxGap the
 // longest hole a read goes through to reach the next data extent (so a
 // file of many small extents takes few reads).

@@ -483,12 +483,17 @@ func flipByte(t *testing.T, path string, off int64) {
 	}
 }
 
-func TestCheckDetectsDamage(t *testing.T) {
-	tests := []struct {
-		name   string
-		damage func(t *testing.T, dir string)
-		want   error
-	}{
+// damageCase is one way a snapshot's files are damaged, and the error
+// Check must then return.
+type damageCase struct {
+	name   string
+	damage func(t *testing.T, dir string)
+	want   error
+}
+
+// damageCases damage the device state, the memory and the manifest.
+func damageCases() []damageCase {
+	return []damageCase{
 		{name: "truncated device state", want: ErrCorrupt, damage: func(t *testing.T, dir string) {
 			p := filepath.Join(dir, StateFile)
 			st, err := os.Stat(p)
@@ -555,6 +560,10 @@ func TestCheckDetectsDamage(t *testing.T) {
 			}
 		}},
 	}
+}
+
+func TestCheckDetectsDamage(t *testing.T) {
+	tests := damageCases()
 	for _, tt := range tests {
 		for _, withStamp := range []bool{false, true} {
 			name := tt.name + "/no trusted stamp"

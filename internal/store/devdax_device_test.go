@@ -49,7 +49,35 @@ func TestDevDAX(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 16 MiB of guest memory; units 0, 1, 3 and 6 hold data.
+	src, e := putDevDAXSnapshot(t, s, dev, work)
+
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const unit = 2 << 20
+	if m, err := unix.Mmap(int(f.Fd()), 0, unit, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE); !errors.Is(err, unix.EINVAL) {
+		if err == nil {
+			unix.Munmap(m)
+		}
+		t.Fatalf("a private mapping of device-DAX: %v, want EINVAL (the kernel maps it only shared)", err)
+	}
+
+	checkCloneRanges(t, s, f, e, src)
+
+	if root := os.Getenv("THAW_DEVDAX_CHROOT"); root != "" {
+		runShimOnDevice(t, s, dev, root, e, src)
+	}
+
+	s = checkDevDAXReopens(t, s, dev, e)
+}
+
+// putDevDAXSnapshot stores 16 MiB of guest memory whose units 0, 1, 3 and
+// 6 hold data, written in work, and checks the entry; it returns the memory
+// and the entry.
+func putDevDAXSnapshot(t *testing.T, s *Store, dev, work string) ([]byte, *Entry) {
+	t.Helper()
 	const unit = 2 << 20
 	mem := filepath.Join(work, "memory")
 	src := make([]byte, 8*unit)
@@ -76,19 +104,16 @@ func TestDevDAX(t *testing.T) {
 	if err := s.Verify(e); err != nil {
 		t.Fatal(err)
 	}
+	return src, e
+}
 
-	f, err := os.OpenFile(dev, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if m, err := unix.Mmap(int(f.Fd()), 0, unit, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE); !errors.Is(err, unix.EINVAL) {
-		if err == nil {
-			unix.Munmap(m)
-		}
-		t.Fatalf("a private mapping of device-DAX: %v, want EINVAL (the kernel maps it only shared)", err)
-	}
-
+// checkCloneRanges maps two clones of e's copy the way the interposer does
+// (reserve, then shared fixed mappings of the device f at aligned addresses,
+// populated writable) and checks they read src and that a guest's writes
+// reach neither the stored copy nor the other clone.
+func checkCloneRanges(t *testing.T, s *Store, f *os.File, e *Entry, src []byte) {
+	t.Helper()
+	const unit = 2 << 20
 	c := cloneT(t, s, "snap-devdax", "vm-000000000001")
 	other := cloneT(t, s, "snap-devdax", "vm-000000000002")
 	t.Logf("clone ranges at %d and %d MiB, %d MiB each, filled in %.2f and %.2f ms", c.Offset>>20, other.Offset>>20, c.Bytes>>20, c.CopyMS, other.CopyMS)
@@ -140,15 +165,16 @@ func TestDevDAX(t *testing.T) {
 	devOf(s).release(c.Owner)
 	devOf(s).release(other.Owner)
 
-	if root := os.Getenv("THAW_DEVDAX_CHROOT"); root != "" {
-		runShimOnDevice(t, s, dev, root, e, src)
-	}
+}
 
-	// The index is on the device: a reopened store has the copy.
+// checkDevDAXReopens closes s and checks that the index is on the device:
+// the reopened store, which it returns, has e's copy, then removes it.
+func checkDevDAXReopens(t *testing.T, s *Store, dev string, e *Entry) *Store {
+	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(dev)
+	s, err := Open(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +191,7 @@ func TestDevDAX(t *testing.T) {
 	if in, _ := s.Info(); in.FreeBytes != in.CapacityBytes {
 		t.Fatalf("after removing the copy: %+v", in)
 	}
+	return s
 }
 
 func mmapFixed(addr uintptr, length, fd int, off int64, flags int) (uintptr, error) {

@@ -218,18 +218,8 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	fn, _, _ := strings.Cut(refStr, ":")
-	st, _, err := t.asyncState(ctx, id)
-	if errors.Is(err, ErrNotFound) { // its state expired: start a new one
-		st = &wire.AsyncInvocation{ID: id, Function: refStr, State: wire.AsyncQueued, EnqueuedAt: md.Timestamp.UTC(),
-			Schedule: h.Get(hdrSchedule)}
-	} else if err != nil {
-		t.log.Warn("async: state unavailable; retried later", "id", id, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	if st.State == wire.AsyncSucceeded || st.State == wire.AsyncFailed {
-		t.m.duplicate(fn) // a redelivery of one already done
-		_ = msg.Ack()
+	st := t.deliveryState(ctx, msg, id, refStr, md.Timestamp)
+	if st == nil {
 		return
 	}
 	s, err := t.asyncConfig(ctx, fn)
@@ -264,6 +254,15 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second + rand.N(time.Second))
 		return
 	}
+	t.settle(ctx, msg, st, &out, s, inv, err)
+}
+
+// settle ends an attempt that ran: success and a last failure finish the
+// invocation (to their destination), an earlier failure is retried after
+// its backoff.
+func (t *Triggers) settle(ctx context.Context, msg jetstream.Msg, st *wire.AsyncInvocation, out *wire.Outcome,
+	s asyncSettings, inv *wire.Invocation, err error) {
+	fn, _, _ := strings.Cut(out.Function, ":")
 	out.Attempts, out.Invocation = st.Attempts, inv
 	if inv != nil {
 		st.Invocations = append(st.Invocations, inv.ID)
@@ -271,7 +270,7 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 	if err == nil && inv.OK {
 		t.m.attempt(fn, "ok")
 		out.Condition, st.Error = "success", ""
-		t.finish(ctx, msg, st, &out, s.OnSuccess)
+		t.finish(ctx, msg, st, out, s.OnSuccess)
 		return
 	}
 	if err != nil {
@@ -285,12 +284,35 @@ func (t *Triggers) handle(ctx context.Context, msg jetstream.Msg) {
 	if st.Attempts <= s.MaxRetries && time.Since(st.EnqueuedAt)+delay < s.MaxEventAge {
 		st.State = wire.AsyncRetrying
 		t.putState(ctx, st)
-		t.log.Info("async invocation failed; retried", "id", id, "function", refStr, "attempt", st.Attempts, "delay", delay, "err", st.Error)
+		t.log.Info("async invocation failed; retried", "id", out.ID, "function", out.Function, "attempt", st.Attempts, "delay", delay, "err", st.Error)
 		_ = msg.NakWithDelay(delay)
 		return
 	}
 	out.Condition = "failure"
-	t.finish(ctx, msg, st, &out, s.OnFailure)
+	t.finish(ctx, msg, st, out, s.OnFailure)
+}
+
+// deliveryState reads the state of the invocation msg delivers, or starts
+// a new one if it expired. When there is nothing to run it settles msg itself
+// (retried later if the state is unavailable, acked if a redelivery of one
+// already done) and returns nil.
+func (t *Triggers) deliveryState(ctx context.Context, msg jetstream.Msg, id, refStr string, enqueued time.Time) *wire.AsyncInvocation {
+	fn, _, _ := strings.Cut(refStr, ":")
+	st, _, err := t.asyncState(ctx, id)
+	if errors.Is(err, ErrNotFound) { // its state expired: start a new one
+		st = &wire.AsyncInvocation{ID: id, Function: refStr, State: wire.AsyncQueued, EnqueuedAt: enqueued.UTC(),
+			Schedule: msg.Headers().Get(hdrSchedule)}
+	} else if err != nil {
+		t.log.Warn("async: state unavailable; retried later", "id", id, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return nil
+	}
+	if st.State == wire.AsyncSucceeded || st.State == wire.AsyncFailed {
+		t.m.duplicate(fn) // a redelivery of one already done
+		_ = msg.Ack()
+		return nil
+	}
+	return st
 }
 
 // attempt invokes the function once, in a span joining the enqueuer's

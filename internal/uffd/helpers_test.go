@@ -3,8 +3,10 @@ package uffd
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -365,4 +367,86 @@ func shuffled(p []uint64, seed uint64) []uint64 {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	rng.Shuffle(len(q), func(i, j int) { q[i], q[j] = q[j], q[i] })
 	return q
+}
+
+// encodeHandshake builds the shim's message (used by tests and tools that
+// stand in for the shim).
+func encodeHandshake(addr, length uint64, pageSize, pid uint32) []byte {
+	b := make([]byte, handshakeSize)
+	copy(b, handshakeMagic)
+	binary.LittleEndian.PutUint64(b[8:], addr)
+	binary.LittleEndian.PutUint64(b[16:], length)
+	binary.LittleEndian.PutUint32(b[24:], pageSize)
+	binary.LittleEndian.PutUint32(b[28:], pid)
+	return b
+}
+
+// WriteWorkingSet writes the REAP working-set file: the contents of the given
+// guest pages of memFile, back to back in the given order (pages beyond the
+// end of memFile are zeros). Prefetch(wsFile, pages) installs it. Sorting
+// pages first lets Prefetch coalesce more UFFDIO_COPY calls; the order of
+// installation does not matter because it completes before the VM runs.
+func WriteWorkingSet(memFile, wsFile string, pages []uint64) error {
+	in, err := os.Open(memFile)
+	if err != nil {
+		return fmt.Errorf("uffd: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(wsFile, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("uffd: %w", err)
+	}
+	const chunk = 256 // pages per write
+	buf := make([]byte, chunk*PageSize)
+	for i := 0; i < len(pages); i += chunk {
+		n := min(chunk, len(pages)-i)
+		for j := 0; j < n; j++ {
+			p := buf[j*PageSize : (j+1)*PageSize]
+			m, err := in.ReadAt(p, int64(pages[i+j])*PageSize)
+			if err != nil && err != io.EOF {
+				out.Close()
+				return fmt.Errorf("uffd: read %s page %d: %w", memFile, pages[i+j], err)
+			}
+			clear(p[m:])
+		}
+		if _, err := out.Write(buf[:n*PageSize]); err != nil {
+			out.Close()
+			return fmt.Errorf("uffd: write %s: %w", wsFile, err)
+		}
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return fmt.Errorf("uffd: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("uffd: %w", err)
+	}
+	return nil
+}
+
+// ioc computes _IOC(dir, typ, nr, size) for x86_64 (used by the tests).
+func ioc(dir, typ, nr, size uintptr) uintptr {
+	return dir<<30 | size<<16 | typ<<8 | nr
+}
+
+// apiHandshake performs UFFDIO_API with the requested features and returns
+// the features and ioctls the kernel reports.
+func apiHandshake(fd int, features uint64) (uffdioAPI, error) {
+	a := uffdioAPI{API: uffdAPI, Features: features}
+	err := ioctlPtr(fd, ioctlAPI, unsafe.Pointer(&a))
+	return a, err
+}
+
+// register registers [start, start+n) with the given modes and returns the
+// bitmask of range ioctls the kernel allows on it.
+func register(fd int, start, n, mode uint64) (uint64, error) {
+	r := uffdioRegister{Range: uffdioRange{Start: start, Len: n}, Mode: mode}
+	err := ioctlPtr(fd, ioctlRegister, unsafe.Pointer(&r))
+	return r.Ioctls, err
+}
+
+// unregister unregisters [start, start+n), waking every blocked fault in it.
+func unregister(fd int, start, n uint64) error {
+	r := uffdioRange{Start: start, Len: n}
+	return ioctlPtr(fd, ioctlUnregister, unsafe.Pointer(&r))
 }

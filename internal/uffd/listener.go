@@ -330,15 +330,3 @@ func peerCred(rc interface {
 	}
 	return cred, cerr
 }
-
-// encodeHandshake builds the shim's message (used by tests and tools that
-// stand in for the shim).
-func encodeHandshake(addr, length uint64, pageSize, pid uint32) []byte {
-	b := make([]byte, handshakeSize)
-	copy(b, handshakeMagic)
-	binary.LittleEndian.PutUint64(b[8:], addr)
-	binary.LittleEndian.PutUint64(b[16:], length)
-	binary.LittleEndian.PutUint32(b[24:], pageSize)
-	binary.LittleEndian.PutUint32(b[28:], pid)
-	return b
-}

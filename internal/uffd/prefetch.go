@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -221,49 +220,6 @@ func (s *Server) installRun(dst, src, n uint64, rc runCounters) error {
 		default:
 			return fmt.Errorf("uffd: UFFDIO_COPY %#x+%#x: %w", dst+off, n-off, err)
 		}
-	}
-	return nil
-}
-
-// WriteWorkingSet writes the REAP working-set file: the contents of the given
-// guest pages of memFile, back to back in the given order (pages beyond the
-// end of memFile are zeros). Prefetch(wsFile, pages) installs it. Sorting
-// pages first lets Prefetch coalesce more UFFDIO_COPY calls; the order of
-// installation does not matter because it completes before the VM runs.
-func WriteWorkingSet(memFile, wsFile string, pages []uint64) error {
-	in, err := os.Open(memFile)
-	if err != nil {
-		return fmt.Errorf("uffd: %w", err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(wsFile, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("uffd: %w", err)
-	}
-	const chunk = 256 // pages per write
-	buf := make([]byte, chunk*PageSize)
-	for i := 0; i < len(pages); i += chunk {
-		n := min(chunk, len(pages)-i)
-		for j := 0; j < n; j++ {
-			p := buf[j*PageSize : (j+1)*PageSize]
-			m, err := in.ReadAt(p, int64(pages[i+j])*PageSize)
-			if err != nil && err != io.EOF {
-				out.Close()
-				return fmt.Errorf("uffd: read %s page %d: %w", memFile, pages[i+j], err)
-			}
-			clear(p[m:])
-		}
-		if _, err := out.Write(buf[:n*PageSize]); err != nil {
-			out.Close()
-			return fmt.Errorf("uffd: write %s: %w", wsFile, err)
-		}
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return fmt.Errorf("uffd: %w", err)
-	}
-	if err := out.Close(); err != nil {
-		return fmt.Errorf("uffd: %w", err)
 	}
 	return nil
 }

@@ -53,11 +53,6 @@ const (
 	ioctlZeropage = 0xc020aa04
 )
 
-// ioc computes _IOC(dir, typ, nr, size) for x86_64 (used by the tests).
-func ioc(dir, typ, nr, size uintptr) uintptr {
-	return dir<<30 | size<<16 | typ<<8 | nr
-}
-
 // UFFD_API is the only API version; UFFDIO_API must be called with it.
 const uffdAPI = 0xAA
 
@@ -212,26 +207,4 @@ func uffdZeropage(fd int, start, n uint64, mode uint64) (int64, error) {
 func uffdWake(fd int, start, n uint64) error {
 	r := uffdioRange{Start: start, Len: n}
 	return ioctlPtr(fd, ioctlWake, unsafe.Pointer(&r))
-}
-
-// apiHandshake performs UFFDIO_API with the requested features and returns
-// the features and ioctls the kernel reports.
-func apiHandshake(fd int, features uint64) (uffdioAPI, error) {
-	a := uffdioAPI{API: uffdAPI, Features: features}
-	err := ioctlPtr(fd, ioctlAPI, unsafe.Pointer(&a))
-	return a, err
-}
-
-// register registers [start, start+n) with the given modes and returns the
-// bitmask of range ioctls the kernel allows on it.
-func register(fd int, start, n, mode uint64) (uint64, error) {
-	r := uffdioRegister{Range: uffdioRange{Start: start, Len: n}, Mode: mode}
-	err := ioctlPtr(fd, ioctlRegister, unsafe.Pointer(&r))
-	return r.Ioctls, err
-}
-
-// unregister unregisters [start, start+n), waking every blocked fault in it.
-func unregister(fd int, start, n uint64) error {
-	r := uffdioRange{Start: start, Len: n}
-	return ioctlPtr(fd, ioctlUnregister, unsafe.Pointer(&r))
 }

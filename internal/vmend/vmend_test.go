@@ -22,18 +22,52 @@ func read(t *testing.T, name string) string {
 	return string(b)
 }
 
+// classifyCase is a VM's end and what Classify makes of it.
+type classifyCase struct {
+	name  string
+	f     Facts
+	cause Cause
+	want  []string // in the message, in this order
+	not   []string
+}
+
 func TestClassify(t *testing.T) {
+	tests := append(append(guestEndCases(t), killedCases(t)...), startCases(t)...)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := Classify(tt.f)
+			msg := e.String()
+			t.Log(msg)
+			if e.Cause != tt.cause {
+				t.Errorf("cause %s, want %s: %s", e.Cause, tt.cause, msg)
+			}
+			rest := msg
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("message lacks %q (in order):\n%s", w, msg)
+				}
+				rest = rest[i+len(w):]
+			}
+			for _, n := range tt.not {
+				if strings.Contains(msg, n) {
+					t.Errorf("message has %q:\n%s", n, msg)
+				}
+			}
+			if !strings.HasPrefix(msg, e.Summary) || strings.ContainsAny(msg, "\n\r\x1b") {
+				t.Errorf("message does not lead with the summary, or is not one printable line:\n%q", msg)
+			}
+		})
+	}
+}
+
+// guestEndCases are the cases where the guest ended itself: out of memory, its agent gone, a panic, a power-off.
+func guestEndCases(t *testing.T) []classifyCase {
 	restoreLog := read(t, "restore.qemu")
 	cg := func(kills int, limitMiB int64) *MemoryCounters {
 		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
 	}
-	tests := []struct {
-		name  string
-		f     Facts
-		cause Cause
-		want  []string // in the message, in this order
-		not   []string
-	}{
+	return []classifyCase{
 		{
 			name:  "guest OOM after a restore (the misleading 'status 0: thaw-shim' case)",
 			f:     Facts{Started: true, MemoryMiB: 256, Memory: cg(0, 640), Console: read(t, "restore-guest-oom.console"), VMMLog: restoreLog},
@@ -99,6 +133,16 @@ func TestClassify(t *testing.T) {
 			cause: GuestOff,
 			want:  []string{"the guest powered off without saying why; guest console: reboot: Power down"},
 		},
+	}
+}
+
+// killedCases are the cases where QEMU was killed or died of a signal: the cgroup's limit, another process, a crash, the sandbox.
+func killedCases(t *testing.T) []classifyCase {
+	restoreLog := read(t, "restore.qemu")
+	cg := func(kills int, limitMiB int64) *MemoryCounters {
+		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
+	}
+	return []classifyCase{
 		{
 			name:  "the cgroup's memory limit kills QEMU",
 			f:     Facts{ExitCode: -1, Signal: syscall.SIGKILL, Started: true, MemoryMiB: 256, Memory: cg(1, 640), VMMLog: restoreLog},
@@ -149,6 +193,15 @@ func TestClassify(t *testing.T) {
 			cause: VMMKilled,
 			want:  []string{"qemu was stopped by signal 15 (SIGTERM) from pid 15260 (bash), not by thaw", "qemu exited with status 0", "terminating on signal 15"},
 		},
+	}
+}
+
+// startCases are the cases where QEMU did not start or could not load the device state; thaw stopped the VM; timeouts.
+func startCases(t *testing.T) []classifyCase {
+	cg := func(kills int, limitMiB int64) *MemoryCounters {
+		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
+	}
+	return []classifyCase{
 		{
 			name:  "QEMU refuses to start",
 			f:     Facts{ExitCode: 1, VMMLog: "qemu-system-x86_64: can't open backing store /var/lib/thaw/run/vm-1/memory for guest RAM: No such file or directory\n"},
@@ -198,32 +251,6 @@ func TestClassify(t *testing.T) {
 			want:  []string{"boot: guest agent not ready after 1m30s; guest console: Booting from ROM.."},
 			not:   []string{"memory"},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := Classify(tt.f)
-			msg := e.String()
-			t.Log(msg)
-			if e.Cause != tt.cause {
-				t.Errorf("cause %s, want %s: %s", e.Cause, tt.cause, msg)
-			}
-			rest := msg
-			for _, w := range tt.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Fatalf("message lacks %q (in order):\n%s", w, msg)
-				}
-				rest = rest[i+len(w):]
-			}
-			for _, n := range tt.not {
-				if strings.Contains(msg, n) {
-					t.Errorf("message has %q:\n%s", n, msg)
-				}
-			}
-			if !strings.HasPrefix(msg, e.Summary) || strings.ContainsAny(msg, "\n\r\x1b") {
-				t.Errorf("message does not lead with the summary, or is not one printable line:\n%q", msg)
-			}
-		})
 	}
 }
 

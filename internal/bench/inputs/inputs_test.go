@@ -168,85 +168,13 @@ func TestValid(t *testing.T) {
 func validate(function string, data []byte, m Meta) error {
 	switch m.Format {
 	case FormatJPEG:
-		img, err := jpeg.Decode(bytes.NewReader(data))
-		if err != nil {
-			return err
-		}
-		if b := img.Bounds(); b.Dx() != m.Width || b.Dy() != m.Height {
-			return fmt.Errorf("decoded %v, meta %dx%d", b, m.Width, m.Height)
-		}
-		if m.Width%8 != 0 || m.Height%8 != 0 || m.Quality != JPEGQuality {
-			return fmt.Errorf("meta %+v", m)
-		}
+		return validateJPEG(data, m)
 	case FormatJSON:
-		var doc struct {
-			Count   int `json:"count"`
-			Records []struct {
-				ID      int `json:"id"`
-				Name    string
-				Address struct {
-					Geo struct{ Lat, Lon float64 }
-				}
-				Orders []struct {
-					Price float64
-				}
-			} `json:"records"`
-		}
-		if err := json.Unmarshal(data, &doc); err != nil {
-			return err
-		}
-		if doc.Count != m.Records || len(doc.Records) != m.Records || m.Records == 0 {
-			return fmt.Errorf("%d records (count %d), meta %d", len(doc.Records), doc.Count, m.Records)
-		}
-		for i, r := range doc.Records {
-			if r.ID != i+1 || r.Name == "" || math.Abs(r.Address.Geo.Lat) > 90 || math.Abs(r.Address.Geo.Lon) > 180 {
-				return fmt.Errorf("record %d: %+v", i, r)
-			}
-		}
-		want := scaled(JSONBaseBytes, m.Scale, 1)
-		if len(data) < want || len(data) > want+3000 {
-			return fmt.Errorf("%d bytes for a target of %d", len(data), want)
-		}
+		return validateJSON(data, m)
 	case FormatTable:
-		var tbl struct {
-			Title  string   `json:"title"`
-			Header []string `json:"header"`
-			Rows   [][]any  `json:"rows"`
-		}
-		if err := json.Unmarshal(data, &tbl); err != nil {
-			return err
-		}
-		if tbl.Title == "" || len(tbl.Rows) != m.Rows || len(tbl.Header) != m.Cols {
-			return fmt.Errorf("%q: %d rows × %d columns, meta %d × %d", tbl.Title, len(tbl.Rows), len(tbl.Header), m.Rows, m.Cols)
-		}
-		for i, r := range tbl.Rows {
-			if len(r) != m.Cols {
-				return fmt.Errorf("row %d has %d cells", i, len(r))
-			}
-		}
-		if !bytes.Contains(data, []byte(" & ")) || !bytes.Contains(data, []byte("<")) {
-			return fmt.Errorf("no cells that need HTML escaping")
-		}
+		return validateTable(data, m)
 	case FormatText:
-		base := PyaesBaseBytes
-		if function == "compression" {
-			base = CompressionBaseBytes
-		}
-		if want := scaled(base, m.Scale, 16); len(data) != want {
-			return fmt.Errorf("%d bytes, want %d", len(data), want)
-		}
-		for i, c := range data {
-			if (c < 0x20 || c > 0x7e) && c != '\n' {
-				return fmt.Errorf("byte %d is %#x", i, c)
-			}
-		}
-		var z bytes.Buffer
-		w, _ := flate.NewWriter(&z, flate.DefaultCompression)
-		w.Write(data)
-		w.Close()
-		if r := float64(len(data)) / float64(z.Len()); r < 1.5 || r > 6 {
-			return fmt.Errorf("deflate ratio %.2f, want text-like 1.5..6", r)
-		}
+		return validateText(function, data, m)
 	case FormatY4M:
 		return validateY4M(data, m)
 	case FormatEdgeList:
@@ -254,35 +182,136 @@ func validate(function string, data []byte, m Meta) error {
 	case FormatNPY:
 		return validateNPY(data, m)
 	case FormatParams:
-		var p struct {
-			Name   string `json:"name"`
-			Passes int    `json:"passes"`
-			MiB    int    `json:"mib"`
-			Mode   string `json:"mode"`
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			return err
-		}
-		switch function {
-		case "hello":
-			if p.Name == "" {
-				return fmt.Errorf("no name: %s", data)
-			}
-		case "read-list":
-			if p.Passes != m.Passes || p.Passes < 1 {
-				return fmt.Errorf("%s vs meta %+v", data, m)
-			}
-		case "mmap":
-			if p.MiB != m.MiB || p.Mode != m.Mode || p.MiB < 1 || (p.Mode != "page" && p.Mode != "fill") {
-				return fmt.Errorf("%s vs meta %+v", data, m)
-			}
-		default:
-			return fmt.Errorf("unexpected params function %s", function)
-		}
+		return validateParams(function, data, m)
 	default:
 		return fmt.Errorf("unknown format %q", m.Format)
+	}
+}
+
+// validateJPEG checks that a JPEG input decodes at its size and quality.
+func validateJPEG(data []byte, m Meta) error {
+	img, err := jpeg.Decode(bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	if b := img.Bounds(); b.Dx() != m.Width || b.Dy() != m.Height {
+		return fmt.Errorf("decoded %v, meta %dx%d", b, m.Width, m.Height)
+	}
+	if m.Width%8 != 0 || m.Height%8 != 0 || m.Quality != JPEGQuality {
+		return fmt.Errorf("meta %+v", m)
+	}
+	return nil
+}
+
+// validateJSON checks that a JSON input has its records, well formed, near its target size.
+func validateJSON(data []byte, m Meta) error {
+	var doc struct {
+		Count   int `json:"count"`
+		Records []struct {
+			ID      int `json:"id"`
+			Name    string
+			Address struct {
+				Geo struct{ Lat, Lon float64 }
+			}
+			Orders []struct {
+				Price float64
+			}
+		} `json:"records"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return err
+	}
+	if doc.Count != m.Records || len(doc.Records) != m.Records || m.Records == 0 {
+		return fmt.Errorf("%d records (count %d), meta %d", len(doc.Records), doc.Count, m.Records)
+	}
+	for i, r := range doc.Records {
+		if r.ID != i+1 || r.Name == "" || math.Abs(r.Address.Geo.Lat) > 90 || math.Abs(r.Address.Geo.Lon) > 180 {
+			return fmt.Errorf("record %d: %+v", i, r)
+		}
+	}
+	want := scaled(JSONBaseBytes, m.Scale, 1)
+	if len(data) < want || len(data) > want+3000 {
+		return fmt.Errorf("%d bytes for a target of %d", len(data), want)
+	}
+	return nil
+}
+
+// validateTable checks that a table input has its rows and columns and cells that need escaping.
+func validateTable(data []byte, m Meta) error {
+	var tbl struct {
+		Title  string   `json:"title"`
+		Header []string `json:"header"`
+		Rows   [][]any  `json:"rows"`
+	}
+	if err := json.Unmarshal(data, &tbl); err != nil {
+		return err
+	}
+	if tbl.Title == "" || len(tbl.Rows) != m.Rows || len(tbl.Header) != m.Cols {
+		return fmt.Errorf("%q: %d rows × %d columns, meta %d × %d", tbl.Title, len(tbl.Rows), len(tbl.Header), m.Rows, m.Cols)
+	}
+	for i, r := range tbl.Rows {
+		if len(r) != m.Cols {
+			return fmt.Errorf("row %d has %d cells", i, len(r))
+		}
+	}
+	if !bytes.Contains(data, []byte(" & ")) || !bytes.Contains(data, []byte("<")) {
+		return fmt.Errorf("no cells that need HTML escaping")
+	}
+	return nil
+}
+
+// validateText checks that a text input is printable, of its exact size, and compresses like text.
+func validateText(function string, data []byte, m Meta) error {
+	base := PyaesBaseBytes
+	if function == "compression" {
+		base = CompressionBaseBytes
+	}
+	if want := scaled(base, m.Scale, 16); len(data) != want {
+		return fmt.Errorf("%d bytes, want %d", len(data), want)
+	}
+	for i, c := range data {
+		if (c < 0x20 || c > 0x7e) && c != '\n' {
+			return fmt.Errorf("byte %d is %#x", i, c)
+		}
+	}
+	var z bytes.Buffer
+	w, _ := flate.NewWriter(&z, flate.DefaultCompression)
+	w.Write(data)
+	w.Close()
+	if r := float64(len(data)) / float64(z.Len()); r < 1.5 || r > 6 {
+		return fmt.Errorf("deflate ratio %.2f, want text-like 1.5..6", r)
+	}
+	return nil
+}
+
+// validateParams checks that a parameters input holds what its function reads.
+func validateParams(function string, data []byte, m Meta) error {
+	var p struct {
+		Name   string `json:"name"`
+		Passes int    `json:"passes"`
+		MiB    int    `json:"mib"`
+		Mode   string `json:"mode"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	switch function {
+	case "hello":
+		if p.Name == "" {
+			return fmt.Errorf("no name: %s", data)
+		}
+	case "read-list":
+		if p.Passes != m.Passes || p.Passes < 1 {
+			return fmt.Errorf("%s vs meta %+v", data, m)
+		}
+	case "mmap":
+		if p.MiB != m.MiB || p.Mode != m.Mode || p.MiB < 1 || (p.Mode != "page" && p.Mode != "fill") {
+			return fmt.Errorf("%s vs meta %+v", data, m)
+		}
+	default:
+		return fmt.Errorf("unexpected params function %s", function)
 	}
 	return nil
 }

@@ -185,27 +185,9 @@ func (r *Redis) ping(ctx context.Context) error {
 // Addr is "127.0.0.1:<port>", the server's address on the host.
 func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
 
-// GuestAddr is "10.0.2.2:<port>", the server's address from inside a guest.
-func (r *Redis) GuestAddr() string { return net.JoinHostPort(GuestHost, strconv.Itoa(r.port)) }
-
-// Port is the TCP port the server listens on.
-func (r *Redis) Port() int { return r.port }
-
-// Pid is the redis-server process's id.
-func (r *Redis) Pid() int { return r.cmd.Process.Pid }
-
-// Client is a go-redis client of the server (closed by Stop).
-func (r *Redis) Client() *redis.Client { return r.client }
-
 // Set stores value under key.
 func (r *Redis) Set(ctx context.Context, key string, value []byte) error {
 	return r.client.Set(ctx, key, value, 0).Err()
-}
-
-// Get returns the value stored under key (an error wrapping redis.Nil if
-// there is none).
-func (r *Redis) Get(ctx context.Context, key string) ([]byte, error) {
-	return r.client.Get(ctx, key).Bytes()
 }
 
 // Event is the invocation event with which a function in a guest fetches
@@ -214,9 +196,6 @@ func (r *Redis) Get(ctx context.Context, key string) ([]byte, error) {
 func (r *Redis) Event(key string) map[string]any {
 	return map[string]any{"key": key, "redis": map[string]any{"host": GuestHost, "port": r.port}}
 }
-
-// Log is the tail of the server's output.
-func (r *Redis) Log() string { return r.log.String() }
 
 // Stop ends the server: SIGTERM, then SIGKILL if it has not exited within
 // redisStopTimeout, and waits for it. It is safe to call more than once; an

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
@@ -248,4 +249,22 @@ func TestStartRedisPortHeldByRedis(t *testing.T) {
 	if r.Port() == other.Port() || r.Pid() == other.Pid() || calls != 2 {
 		t.Errorf("port %d pid %d; the other server's %d %d; %d ports picked", r.Port(), r.Pid(), other.Port(), other.Pid(), calls)
 	}
+}
+
+// GuestAddr is "10.0.2.2:<port>", the server's address from inside a guest.
+func (r *Redis) GuestAddr() string { return net.JoinHostPort(GuestHost, strconv.Itoa(r.port)) }
+
+// Port is the TCP port the server listens on.
+func (r *Redis) Port() int { return r.port }
+
+// Pid is the redis-server process's id.
+func (r *Redis) Pid() int { return r.cmd.Process.Pid }
+
+// Client is a go-redis client of the server (closed by Stop).
+func (r *Redis) Client() *redis.Client { return r.client }
+
+// Get returns the value stored under key (an error wrapping redis.Nil if
+// there is none).
+func (r *Redis) Get(ctx context.Context, key string) ([]byte, error) {
+	return r.client.Get(ctx, key).Bytes()
 }

@@ -208,22 +208,7 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 		return nil, fmt.Errorf("qemu log: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = qemuLog, qemuLog
-	// Own process group: a Ctrl-C aimed at the daemon does not kill VMs
-	// behind its back; the daemon stops them itself. Pdeathsig covers the
-	// daemon dying without cleaning up (Go sets it after the user change).
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if spec.EmptyNetNS {
-		// A fresh namespace for QEMU alone: a guest that takes QEMU over
-		// finds no interface to reach anything through.
-		attr.Cloneflags |= syscall.CLONE_NEWNET
-	}
-	if spec.User != nil {
-		attr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID, Groups: []uint32{}}
-	}
-	if spec.Cgroup != nil && spec.Cgroup.FD() >= 0 {
-		attr.UseCgroupFD, attr.CgroupFD = true, spec.Cgroup.FD()
-	}
-	cmd.SysProcAttr = attr
+	cmd.SysProcAttr = procAttr(&spec)
 	if err := cmd.Start(); err != nil {
 		l.closeAll()
 		qemuLog.Close()
@@ -274,6 +259,26 @@ func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors)
 		return nil, fmt.Errorf("qemu %s exited during start-up: %s", spec.ID, m.Exit().Reason)
 	}
 	return m, nil
+}
+
+// procAttr is how QEMU's process starts for spec.
+func procAttr(spec *vmm.Spec) *syscall.SysProcAttr {
+	// Own process group: a Ctrl-C aimed at the daemon does not kill VMs
+	// behind its back; the daemon stops them itself. Pdeathsig covers the
+	// daemon dying without cleaning up (Go sets it after the user change).
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.EmptyNetNS {
+		// A fresh namespace for QEMU alone: a guest that takes QEMU over
+		// finds no interface to reach anything through.
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+	}
+	if spec.User != nil {
+		attr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID, Groups: []uint32{}}
+	}
+	if spec.Cgroup != nil && spec.Cgroup.FD() >= 0 {
+		attr.UseCgroupFD, attr.CgroupFD = true, spec.Cgroup.FD()
+	}
+	return attr
 }
 
 func (m *Machine) supervise(qemuLog *cappedLog) {

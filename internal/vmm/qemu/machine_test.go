@@ -12,100 +12,16 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
+// argsCase is a VM spec, its descriptors and the QEMU arguments they make.
+type argsCase struct {
+	name string
+	spec vmm.Spec
+	fds  Descriptors
+	want []string
+}
+
 func TestArgs(t *testing.T) {
-	tests := []struct {
-		name string
-		spec vmm.Spec
-		fds  Descriptors
-		want []string
-	}{
-		{
-			name: "booting VM: shared memory, two disks, TCG",
-			spec: vmm.Spec{
-				ID: "vm-0123456789ab", RunDir: "/var/lib/thaw/run/vm-0123456789ab",
-				MemoryMiB: 256, VCPUs: 2, Accel: vmm.AccelTCG,
-				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
-				Cmdline: "console=ttyS0 root=/dev/vda ro quiet thaw.function=hello",
-				Disks: []vmm.Disk{
-					{Path: "/img/rootfs.ext4", ReadOnly: true},
-					{Path: "/var/lib/thaw/functions/hello/code.ext4"},
-				},
-				Memory: vmm.Memory{Path: "/var/lib/thaw/run/vm-0123456789ab/memory", Shared: true},
-				GenID:  "6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
-			},
-			fds: Descriptors{QMP: 4, Agent: 5, Console: 6, Disks: []int{7, 8}, Tap: 9},
-			want: []string{
-				"-name", "thaw-vm-0123456789ab",
-				"-machine", "pc,accel=tcg,memory-backend=mem",
-				"-cpu", "max,avx2=off",
-				"-smp", "2",
-				"-m", "256M",
-				"-object", "memory-backend-file,id=mem,size=256M,mem-path=/var/lib/thaw/run/vm-0123456789ab/memory,share=on",
-				"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
-				"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-				"-kernel", "/img/vmlinuz",
-				"-initrd", "/img/initrd.img",
-				"-append", "console=ttyS0 root=/dev/vda ro quiet thaw.function=hello",
-				"-add-fd", "fd=7,set=1",
-				"-drive", "file=/dev/fdset/1,if=none,id=disk0,format=raw,readonly=on",
-				"-device", "virtio-blk-pci,drive=disk0",
-				"-add-fd", "fd=8,set=2",
-				"-drive", "file=/dev/fdset/2,if=none,id=disk1,format=raw",
-				"-device", "virtio-blk-pci,drive=disk1",
-				"-netdev", "tap,id=net0,fd=9,vhost=off",
-				"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
-				"-device", "virtio-balloon-pci,free-page-reporting=on",
-				"-device", "virtio-serial-pci",
-				"-device", "vmgenid,guid=6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
-				"-chardev", "socket,id=agent,fd=5",
-				"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
-				"-chardev", "socket,id=console,fd=6",
-				"-serial", "chardev:console",
-				"-chardev", "socket,id=qmp,fd=4",
-				"-mon", "chardev=qmp,mode=control",
-			},
-		},
-		{
-			name: "restoring VM: private memory, incoming migration, KVM",
-			spec: vmm.Spec{
-				ID: "vm-ba9876543210", RunDir: "/run/thaw/vm-ba9876543210",
-				MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelKVM,
-				Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
-				Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
-				Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, File: vmm.FileUse{KeepIntact: true}, Align: 2 << 20},
-				Incoming: true, GenID: "0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
-			},
-			fds: Descriptors{QMP: 3, Agent: 4, Console: 5, Disks: []int{6}},
-			want: []string{
-				"-name", "thaw-vm-ba9876543210",
-				"-machine", "pc,accel=kvm,memory-backend=mem",
-				"-cpu", "host",
-				"-smp", "1",
-				"-m", "512M",
-				"-object", "memory-backend-file,id=mem,size=512M,mem-path=/data/snapshots/snap-2b90cd00dc32/memory,share=off,align=2097152",
-				"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
-				"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-				"-kernel", "/img/vmlinuz",
-				"-initrd", "/img/initrd.img",
-				"-append", "console=ttyS0",
-				"-add-fd", "fd=6,set=1",
-				"-drive", "file=/dev/fdset/1,if=none,id=disk0,format=raw,readonly=on",
-				"-device", "virtio-blk-pci,drive=disk0",
-				"-netdev", "user,id=net0,restrict=on",
-				"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
-				"-device", "virtio-balloon-pci,free-page-reporting=on",
-				"-device", "virtio-serial-pci",
-				"-device", "vmgenid,guid=0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
-				"-chardev", "socket,id=agent,fd=4",
-				"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
-				"-chardev", "socket,id=console,fd=5",
-				"-serial", "chardev:console",
-				"-chardev", "socket,id=qmp,fd=3",
-				"-mon", "chardev=qmp,mode=control",
-				"-incoming", "defer",
-			},
-		},
-	}
+	tests := []argsCase{bootingArgs(), restoringArgs()}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tt.spec
@@ -123,6 +39,100 @@ func TestArgs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// bootingArgs is a booting VM: shared memory, two disks, TCG.
+func bootingArgs() argsCase {
+	return argsCase{
+		name: "booting VM: shared memory, two disks, TCG",
+		spec: vmm.Spec{
+			ID: "vm-0123456789ab", RunDir: "/var/lib/thaw/run/vm-0123456789ab",
+			MemoryMiB: 256, VCPUs: 2, Accel: vmm.AccelTCG,
+			Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
+			Cmdline: "console=ttyS0 root=/dev/vda ro quiet thaw.function=hello",
+			Disks: []vmm.Disk{
+				{Path: "/img/rootfs.ext4", ReadOnly: true},
+				{Path: "/var/lib/thaw/functions/hello/code.ext4"},
+			},
+			Memory: vmm.Memory{Path: "/var/lib/thaw/run/vm-0123456789ab/memory", Shared: true},
+			GenID:  "6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
+		},
+		fds: Descriptors{QMP: 4, Agent: 5, Console: 6, Disks: []int{7, 8}, Tap: 9},
+		want: []string{
+			"-name", "thaw-vm-0123456789ab",
+			"-machine", "pc,accel=tcg,memory-backend=mem",
+			"-cpu", "max,avx2=off",
+			"-smp", "2",
+			"-m", "256M",
+			"-object", "memory-backend-file,id=mem,size=256M,mem-path=/var/lib/thaw/run/vm-0123456789ab/memory,share=on",
+			"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
+			"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+			"-kernel", "/img/vmlinuz",
+			"-initrd", "/img/initrd.img",
+			"-append", "console=ttyS0 root=/dev/vda ro quiet thaw.function=hello",
+			"-add-fd", "fd=7,set=1",
+			"-drive", "file=/dev/fdset/1,if=none,id=disk0,format=raw,readonly=on",
+			"-device", "virtio-blk-pci,drive=disk0",
+			"-add-fd", "fd=8,set=2",
+			"-drive", "file=/dev/fdset/2,if=none,id=disk1,format=raw",
+			"-device", "virtio-blk-pci,drive=disk1",
+			"-netdev", "tap,id=net0,fd=9,vhost=off",
+			"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
+			"-device", "virtio-balloon-pci,free-page-reporting=on",
+			"-device", "virtio-serial-pci",
+			"-device", "vmgenid,guid=6f1c2b9e-8a4d-4f0e-9b7a-3c5d2e1f0a9b",
+			"-chardev", "socket,id=agent,fd=5",
+			"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
+			"-chardev", "socket,id=console,fd=6",
+			"-serial", "chardev:console",
+			"-chardev", "socket,id=qmp,fd=4",
+			"-mon", "chardev=qmp,mode=control",
+		},
+	}
+}
+
+// restoringArgs is a restoring VM: private memory, incoming migration, KVM.
+func restoringArgs() argsCase {
+	return argsCase{
+		name: "restoring VM: private memory, incoming migration, KVM",
+		spec: vmm.Spec{
+			ID: "vm-ba9876543210", RunDir: "/run/thaw/vm-ba9876543210",
+			MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelKVM,
+			Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "console=ttyS0",
+			Disks:    []vmm.Disk{{Path: "/img/rootfs.ext4", ReadOnly: true}},
+			Memory:   vmm.Memory{Path: "/data/snapshots/snap-2b90cd00dc32/memory", Shared: false, File: vmm.FileUse{KeepIntact: true}, Align: 2 << 20},
+			Incoming: true, GenID: "0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
+		},
+		fds: Descriptors{QMP: 3, Agent: 4, Console: 5, Disks: []int{6}},
+		want: []string{
+			"-name", "thaw-vm-ba9876543210",
+			"-machine", "pc,accel=kvm,memory-backend=mem",
+			"-cpu", "host",
+			"-smp", "1",
+			"-m", "512M",
+			"-object", "memory-backend-file,id=mem,size=512M,mem-path=/data/snapshots/snap-2b90cd00dc32/memory,share=off,align=2097152",
+			"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-vga", "none",
+			"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+			"-kernel", "/img/vmlinuz",
+			"-initrd", "/img/initrd.img",
+			"-append", "console=ttyS0",
+			"-add-fd", "fd=6,set=1",
+			"-drive", "file=/dev/fdset/1,if=none,id=disk0,format=raw,readonly=on",
+			"-device", "virtio-blk-pci,drive=disk0",
+			"-netdev", "user,id=net0,restrict=on",
+			"-device", "virtio-net-pci,netdev=net0,romfile=,mac=52:54:00:12:34:56",
+			"-device", "virtio-balloon-pci,free-page-reporting=on",
+			"-device", "virtio-serial-pci",
+			"-device", "vmgenid,guid=0d6b4c2a-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
+			"-chardev", "socket,id=agent,fd=4",
+			"-device", "virtserialport,chardev=agent,name=org.thaw.agent",
+			"-chardev", "socket,id=console,fd=5",
+			"-serial", "chardev:console",
+			"-chardev", "socket,id=qmp,fd=3",
+			"-mon", "chardev=qmp,mode=control",
+			"-incoming", "defer",
+		},
 	}
 }
 

@@ -185,13 +185,7 @@ func editArgs(edit func([]string) []string) func(*vmm.Spec, Descriptors) []strin
 // a guest can run on.
 func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, initrd string, shared bool) vmm.Spec, record func(string, string, float64)) {
 	ctx := context.Background()
-	type snap struct {
-		v             machineVariant
-		mem, state, i string
-		name          string
-		early         bool // the ping written before cont
-	}
-	var snaps []snap
+	var snaps []variantSnap
 	names := []string{"pc", "pc,no-vmgenid", "pc,lean", "microvm,acpi=on"}
 	if v := os.Getenv("THAW_MACHINE_BENCH_RESTORE_VARIANTS"); v != "" {
 		names = strings.Split(v, ";")
@@ -230,61 +224,75 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 			t.Fatalf("%s snapshot: %v", name, err)
 		}
 		_ = m.Kill()
-		snaps = append(snaps, snap{v, mem, state, initrd, name, false})
+		snaps = append(snaps, variantSnap{v, mem, state, initrd, name, false})
 		if name == "pc" {
-			snaps = append(snaps, snap{v, mem, state, initrd, "pc,ping-before-cont", true})
+			snaps = append(snaps, variantSnap{v, mem, state, initrd, "pc,ping-before-cont", true})
 		}
 	}
 	for i := range n {
 		for _, s := range snaps {
-			spec := base(fmt.Sprintf("r%d", i), s.mem, s.i, false)
-			t0 := time.Now()
-			m, err := start(ctx, spec, editArgs(s.v.edit))
-			if err != nil {
-				t.Fatalf("%s restore: %v", s.v.name, err)
-			}
-			t1 := time.Now()
-			if err := m.LoadState(ctx, s.state); err != nil {
-				t.Fatalf("%s device state: %v", s.v.name, err)
-			}
-			t2 := time.Now()
-			if s.early {
-				if _, err := m.Agent().Write([]byte(`{"id":"early","op":"ping"}` + "\n")); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := m.Resume(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t3 := time.Now()
-			if s.early {
-				_ = m.Agent().SetReadDeadline(time.Now().Add(30 * time.Second))
-				line, err := bufio.NewReader(m.Agent()).ReadString('\n')
-				if err != nil || !strings.Contains(line, `"early"`) {
-					t.Fatalf("%s: early ping: %q %v", s.name, line, err)
-				}
-			} else {
-				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err = agent.NewConn(m.Agent()).Ping(pctx)
-				cancel()
-				if err != nil {
-					t.Fatalf("%s: ping after restore: %v", s.name, err)
-				}
-			}
-			t4 := time.Now()
-			record(s.name, "restore_start_ms", ms(t1.Sub(t0)))
-			record(s.name, "restore_load_ms", ms(t2.Sub(t1)))
-			record(s.name, "restore_setup_ms", ms(t3.Sub(t0)))
-			record(s.name, "resume_to_pong_ms", ms(t4.Sub(t3)))
-			time.Sleep(50 * time.Millisecond) // let anything the guest prints reach the log
-			_ = m.Kill()
-			if b, _ := os.ReadFile(filepath.Join(spec.RunDir, "console.log")); len(b) > 0 {
-				t.Logf("%s: restored guest printed on its console: %q", s.name, b)
-			}
-			record(s.name, "console_bytes_after_restore", float64(fileSize(filepath.Join(spec.RunDir, "console.log"))))
-			_ = os.RemoveAll(spec.RunDir)
+			restoreVariant(t, base(fmt.Sprintf("r%d", i), s.mem, s.i, false), s, record)
 		}
 	}
+}
+
+// variantSnap is a guest snapshotted on a machine variant.
+type variantSnap struct {
+	v             machineVariant
+	mem, state, i string
+	name          string
+	early         bool // the ping written before cont
+}
+
+// restoreVariant restores s with spec, resumes it, waits for the agent's
+// answer (or the ping written before cont) and records the phases' times.
+func restoreVariant(t *testing.T, spec vmm.Spec, s variantSnap, record func(string, string, float64)) {
+	ctx := context.Background()
+	t0 := time.Now()
+	m, err := start(ctx, spec, editArgs(s.v.edit))
+	if err != nil {
+		t.Fatalf("%s restore: %v", s.v.name, err)
+	}
+	t1 := time.Now()
+	if err := m.LoadState(ctx, s.state); err != nil {
+		t.Fatalf("%s device state: %v", s.v.name, err)
+	}
+	t2 := time.Now()
+	if s.early {
+		if _, err := m.Agent().Write([]byte(`{"id":"early","op":"ping"}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t3 := time.Now()
+	if s.early {
+		_ = m.Agent().SetReadDeadline(time.Now().Add(30 * time.Second))
+		line, err := bufio.NewReader(m.Agent()).ReadString('\n')
+		if err != nil || !strings.Contains(line, `"early"`) {
+			t.Fatalf("%s: early ping: %q %v", s.name, line, err)
+		}
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = agent.NewConn(m.Agent()).Ping(pctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: ping after restore: %v", s.name, err)
+		}
+	}
+	t4 := time.Now()
+	record(s.name, "restore_start_ms", ms(t1.Sub(t0)))
+	record(s.name, "restore_load_ms", ms(t2.Sub(t1)))
+	record(s.name, "restore_setup_ms", ms(t3.Sub(t0)))
+	record(s.name, "resume_to_pong_ms", ms(t4.Sub(t3)))
+	time.Sleep(50 * time.Millisecond) // let anything the guest prints reach the log
+	_ = m.Kill()
+	if b, _ := os.ReadFile(filepath.Join(spec.RunDir, "console.log")); len(b) > 0 {
+		t.Logf("%s: restored guest printed on its console: %q", s.name, b)
+	}
+	record(s.name, "console_bytes_after_restore", float64(fileSize(filepath.Join(spec.RunDir, "console.log"))))
+	_ = os.RemoveAll(spec.RunDir)
 }
 
 func variantNamed(t *testing.T, name string) machineVariant {

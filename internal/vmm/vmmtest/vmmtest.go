@@ -288,23 +288,8 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 		if err != nil {
 			return
 		}
-		var req struct {
-			ID       string          `json:"id"`
-			Op       string          `json:"op"`
-			Function string          `json:"function"`
-			Event    json.RawMessage `json:"event"`
-		}
-		secrets := map[string]string{}
-		if f := strings.Fields(string(line)); (len(f) == 4 || len(f) == 5) && f[0] == "restore" {
-			req.ID, req.Op = f[1], "restore" // the plain-line restore request
-			if len(f) == 5 {
-				raw, _ := hex.DecodeString(f[4])
-				for _, e := range strings.Split(string(raw), "\x00") {
-					k, v, _ := strings.Cut(e, "=")
-					secrets[k] = v
-				}
-			}
-		} else if json.Unmarshal(line, &req) != nil {
+		req, secrets, ok := parseAgentRequest(line)
+		if !ok {
 			continue
 		}
 		reply := map[string]any{"id": req.ID, "ok": true}
@@ -330,42 +315,9 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			b.mu.Unlock()
 		case "clock":
 		case "invoke":
-			var ev struct {
-				Op            string
-				Bytes         int
-				MS            int
-				Print, Kernel string
-			}
-			_ = json.Unmarshal(req.Event, &ev)
-			if strings.Contains(req.Function, ":") { // no function has such a name: the agent refuses it first
-				reply["ok"] = false
-				reply["error"] = map[string]any{"type": "FunctionNotFound", "message": "this VM serves another function"}
-				break
-			}
-			if ev.Op != "nologs" {
-				reply["logs"] = map[string]any{"output": ev.Print, "bytes": len(ev.Print), "kernel": ev.Kernel}
-			}
-			m.served++
-			switch ev.Op {
-			case "served":
-				reply["result"] = m.served - 1
-			case "sleep":
-				time.Sleep(time.Duration(ev.MS) * time.Millisecond)
-				reply["result"] = req.Event
-			case "crash":
-				_ = m.cmd.Process.Signal(syscall.SIGKILL)
+			if !invokeReply(reply, req, m) {
 				continue
-			case "hang":
-				continue
-			case "raise":
-				reply["ok"] = false
-				reply["error"] = map[string]any{"type": "ValueError", "message": "asked to"}
-			case "big":
-				reply["result"] = BigResult(ev.Bytes)
-			default:
-				reply["result"] = req.Event
 			}
-			reply["duration_ms"] = 0.1
 		default:
 			reply["ok"] = false
 			reply["error"] = map[string]any{"type": "BadRequest", "message": "unknown op"}
@@ -374,6 +326,78 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 			return
 		}
 	}
+}
+
+// agentRequest is a request to the agent: a JSON line, or a plain-line
+// restore.
+type agentRequest struct {
+	ID       string          `json:"id"`
+	Op       string          `json:"op"`
+	Function string          `json:"function"`
+	Event    json.RawMessage `json:"event"`
+}
+
+// parseAgentRequest reads one request line and the secrets a restore
+// request carries; ok is false for a line that is neither.
+func parseAgentRequest(line []byte) (agentRequest, map[string]string, bool) {
+	var req agentRequest
+	secrets := map[string]string{}
+	if f := strings.Fields(string(line)); (len(f) == 4 || len(f) == 5) && f[0] == "restore" {
+		req.ID, req.Op = f[1], "restore" // the plain-line restore request
+		if len(f) == 5 {
+			raw, _ := hex.DecodeString(f[4])
+			for _, e := range strings.Split(string(raw), "\x00") {
+				k, v, _ := strings.Cut(e, "=")
+				secrets[k] = v
+			}
+		}
+	} else if json.Unmarshal(line, &req) != nil {
+		return req, nil, false
+	}
+	return req, secrets, true
+}
+
+// invokeReply fills reply to an invocation as the event steers it (see
+// fakeAgent); it returns false when the agent must not answer (the "VMM"
+// crashed, or the handler hangs).
+func invokeReply(reply map[string]any, req agentRequest, m *fakeMachine) bool {
+	var ev struct {
+		Op            string
+		Bytes         int
+		MS            int
+		Print, Kernel string
+	}
+	_ = json.Unmarshal(req.Event, &ev)
+	if strings.Contains(req.Function, ":") { // no function has such a name: the agent refuses it first
+		reply["ok"] = false
+		reply["error"] = map[string]any{"type": "FunctionNotFound", "message": "this VM serves another function"}
+		return true
+	}
+	if ev.Op != "nologs" {
+		reply["logs"] = map[string]any{"output": ev.Print, "bytes": len(ev.Print), "kernel": ev.Kernel}
+	}
+	m.served++
+	switch ev.Op {
+	case "served":
+		reply["result"] = m.served - 1
+	case "sleep":
+		time.Sleep(time.Duration(ev.MS) * time.Millisecond)
+		reply["result"] = req.Event
+	case "crash":
+		_ = m.cmd.Process.Signal(syscall.SIGKILL)
+		return false
+	case "hang":
+		return false
+	case "raise":
+		reply["ok"] = false
+		reply["error"] = map[string]any{"type": "ValueError", "message": "asked to"}
+	case "big":
+		reply["result"] = BigResult(ev.Bytes)
+	default:
+		reply["result"] = req.Event
+	}
+	reply["duration_ms"] = 0.1
+	return true
 }
 
 // WriteImage writes a guest image description whose files are tiny.

@@ -1,26 +1,24 @@
-package bench
+package eval
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
 // EvalResult is an evaluation run: configuration, machine, raw samples and
 // their summaries.
 type EvalResult struct {
-	Machine     Machine                    `json:"machine"`
+	Machine     bench.Machine              `json:"machine"`
 	ReadaheadKB int                        `json:"readahead_kb"`
-	Storage     *Storage                   `json:"storage,omitempty"` // nil: the local disk
+	Storage     *bench.Storage             `json:"storage,omitempty"` // nil: the local disk
 	When        time.Time                  `json:"when"`
 	DurationS   float64                    `json:"duration_s"`
 	Config      EvalConfig                 `json:"config"`
@@ -46,7 +44,7 @@ type ExecRow struct {
 	Test     string `json:"test"`
 	Function string `json:"function"`
 	Strategy string `json:"strategy"`
-	Cell
+	bench.Cell
 }
 
 // SpeedupRow is a geometric mean over functions of a ratio of median
@@ -83,24 +81,24 @@ type PagingRow struct {
 
 // SizeRow is one function, strategy and input ratio of Figure 8.
 type SizeRow struct {
-	Function string  `json:"function"`
-	Strategy string  `json:"strategy"`
-	Ratio    float64 `json:"input_ratio"`
-	Total    Summary `json:"total_ms"`
-	Invoke   Summary `json:"invoke_ms"`
+	Function string        `json:"function"`
+	Strategy string        `json:"strategy"`
+	Ratio    float64       `json:"input_ratio"`
+	Total    bench.Summary `json:"total_ms"`
+	Invoke   bench.Summary `json:"invoke_ms"`
 }
 
 // BurstRow is one function, mode, burst size and strategy of Figure 10.
 // Mean summarizes, over repetitions, the mean total time of a burst's
 // invocations; Max the slowest one's; Wall the time until the last answer.
 type BurstRow struct {
-	Function string  `json:"function"`
-	Mode     string  `json:"mode"`
-	Size     int     `json:"size"`
-	Strategy string  `json:"strategy"`
-	Mean     Summary `json:"mean_total_ms"`
-	Max      Summary `json:"max_total_ms"`
-	Wall     Summary `json:"wall_ms"`
+	Function string        `json:"function"`
+	Mode     string        `json:"mode"`
+	Size     int           `json:"size"`
+	Strategy string        `json:"strategy"`
+	Mean     bench.Summary `json:"mean_total_ms"`
+	Max      bench.Summary `json:"max_total_ms"`
+	Wall     bench.Summary `json:"wall_ms"`
 }
 
 // BreakdownRow is Table 3 for one function and strategy (medians).
@@ -122,20 +120,20 @@ func median(ss []EvalSample, f func(EvalSample) float64) float64 {
 	for i, s := range ss {
 		xs[i] = f(s)
 	}
-	return Summarize(xs).Median
+	return bench.Summarize(xs).Median
 }
 
-func summarizeOf(ss []EvalSample, f func(EvalSample) float64) Summary {
+func summarizeOf(ss []EvalSample, f func(EvalSample) float64) bench.Summary {
 	xs := make([]float64, len(ss))
 	for i, s := range ss {
 		xs[i] = f(s)
 	}
-	return Summarize(xs)
+	return bench.Summarize(xs)
 }
 
 // cellOf summarizes samples as the strategies benchmark does.
-func cellOf(ss []EvalSample) Cell {
-	return Cell{
+func cellOf(ss []EvalSample) bench.Cell {
+	return bench.Cell{
 		Total:       summarizeOf(ss, func(s EvalSample) float64 { return s.TotalMS }),
 		Setup:       summarizeOf(ss, func(s EvalSample) float64 { return s.SetupMS }),
 		Resume:      summarizeOf(ss, func(s EvalSample) float64 { return s.ResumeMS }),
@@ -280,7 +278,7 @@ func pagingCells(rows []PagingRow) []ExecRow {
 	out := make([]ExecRow, len(rows))
 	for i, p := range rows {
 		out[i] = ExecRow{Record: p.Record, Test: p.Test, Function: p.Function, Strategy: p.Strategy,
-			Cell: Cell{Total: Summary{Median: p.PagingMS}}}
+			Cell: bench.Cell{Total: bench.Summary{Median: p.PagingMS}}}
 	}
 	return out
 }
@@ -383,7 +381,7 @@ func burstRows(samples []EvalSample) []BurstRow {
 	for _, k := range corder {
 		a := cells[k]
 		out = append(out, BurstRow{Function: k.fn, Mode: k.mode, Size: k.n, Strategy: k.s,
-			Mean: Summarize(a.mean), Max: Summarize(a.max), Wall: Summarize(a.wall)})
+			Mean: bench.Summarize(a.mean), Max: bench.Summarize(a.max), Wall: bench.Summarize(a.wall)})
 	}
 	return out
 }
@@ -446,7 +444,7 @@ func speedups(rows []ExecRow, strategies []string) []SpeedupRow {
 			if !p.over {
 				name = p.num + " to " + p.den
 			}
-			out = append(out, SpeedupRow{Direction: d, Name: name, Value: GeoMean(xs), Functions: len(xs)})
+			out = append(out, SpeedupRow{Direction: d, Name: name, Value: bench.GeoMean(xs), Functions: len(xs)})
 		}
 	}
 	return out
@@ -467,7 +465,7 @@ func (r *EvalResult) MachineLine() string {
 		r.When.Format("2006-01-02 15:04 UTC"), (time.Duration(r.DurationS) * time.Second).String(), r.Config.Reps, fio)
 }
 
-func spread(s Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
+func spread(s bench.Summary) string { return fmt.Sprintf("%.0f–%.0f", s.P10, s.P90) }
 
 // writeSection writes a section of a report: its heading and text (intro),
 // a table of rows (header, then a line per row), more (if any), a blank
@@ -529,7 +527,7 @@ func (r *EvalResult) Markdown() string {
 	writeSection(&b, "## Input size (Figure 8)\n\nRecorded with input A; tested with input B's content at the given ratio of A's size.\n\n",
 		"| function | strategy | input ratio | total ms | p10–p90 | invoke ms |\n|---|---|---:|---:|---:|---:|\n",
 		r.Size, func(s SizeRow) string {
-			return fmt.Sprintf("| %s | %s | %s | **%.1f** | %s | %.1f |\n", s.Function, s.Strategy, fmtRatio(s.Ratio), s.Total.Median, spread(s.Total), s.Invoke.Median)
+			return fmt.Sprintf("| %s | %s | %s | **%.1f** | %s | %.1f |\n", s.Function, s.Strategy, bench.FormatRatio(s.Ratio), s.Total.Median, spread(s.Total), s.Invoke.Median)
 		}, nil)
 	writeSection(&b, "## Bursts (Figure 10)\n\nN concurrent cold invocations (record A, test B), from one snapshot (same) or from N copies of it (different: no shared page cache). Per burst: the mean and the maximum of the invocations' total times, and the wall time until the last answer; medians over repetitions.\n\n",
 		"| function | snapshots | N | strategy | mean total ms | p10–p90 | max total ms | wall ms |\n|---|---|---:|---|---:|---:|---:|---:|\n",
@@ -557,6 +555,18 @@ type Figure struct {
 // log scale), time against input ratio per function and against burst
 // size per function and mode (lines).
 func (r *EvalResult) Figures() []Figure {
+	figs := r.execFigures()
+	figs = append(figs, r.sizeFigures()...)
+	figs = append(figs, r.burstFigures()...)
+	if f, ok := r.ablationFigure(); ok {
+		figs = append(figs, f)
+	}
+	return figs
+}
+
+// execFigures renders execution time per direction (record A / test B and
+// the reverse): bars per function and strategy, log scale.
+func (r *EvalResult) execFigures() []Figure {
 	var figs []Figure
 	o := r.order()
 	for _, dir := range [][2]string{{"A", "B"}, {"B", "A"}} {
@@ -575,7 +585,7 @@ func (r *EvalResult) Figures() []Figure {
 			continue
 		}
 		sort.SliceStable(ss, func(i, j int) bool { return rank(o.strategies, ss[i]) < rank(o.strategies, ss[j]) })
-		c := BarChart{Title: fmt.Sprintf("Execution time, record %s / test %s (median, p10–p90)", dir[0], dir[1]),
+		c := bench.BarChart{Title: fmt.Sprintf("Execution time, record %s / test %s (median, p10–p90)", dir[0], dir[1]),
 			YLabel: "total time (ms, log scale)", Groups: fns, Series: ss, LogY: true}
 		for _, fn := range fns {
 			v, lo, hi := nanRow(len(ss)), nanRow(len(ss)), nanRow(len(ss))
@@ -589,24 +599,13 @@ func (r *EvalResult) Figures() []Figure {
 		}
 		figs = append(figs, Figure{Name: "exec-" + dir[0] + dir[1] + ".svg", Title: c.Title, SVG: c.SVG()})
 	}
-	lines := func(name, title, xl string, keep func(i int) bool, x func(i int) float64, y func(i int) float64, s func(i int) string, n int) {
-		var ls []Line
-		for i := 0; i < n; i++ {
-			if !keep(i) {
-				continue
-			}
-			k := slices.IndexFunc(ls, func(l Line) bool { return l.Name == s(i) })
-			if k < 0 {
-				ls = append(ls, Line{Name: s(i)})
-				k = len(ls) - 1
-			}
-			ls[k].X, ls[k].Y = append(ls[k].X, x(i)), append(ls[k].Y, y(i))
-		}
-		if len(ls) > 0 {
-			c := LineChart{Title: title, XLabel: xl, YLabel: "total time (ms)", Series: ls, LogX: true}
-			figs = append(figs, Figure{Name: name, Title: title, SVG: c.SVG()})
-		}
-	}
+	return figs
+}
+
+// sizeFigures renders, per function, time against the test input's size
+// relative to the recorded one, a line per strategy.
+func (r *EvalResult) sizeFigures() []Figure {
+	var figs []Figure
 	var sizeFns []string
 	for _, s := range r.Size {
 		if !slices.Contains(sizeFns, s.Function) {
@@ -614,10 +613,20 @@ func (r *EvalResult) Figures() []Figure {
 		}
 	}
 	for _, fn := range sizeFns {
-		lines("size-"+fn+".svg", "Input size: "+fn+" (record A, median)", "test input size / record input size",
+		f, ok := lineFigure("size-"+fn+".svg", "Input size: "+fn+" (record A, median)", "test input size / record input size",
 			func(i int) bool { return r.Size[i].Function == fn }, func(i int) float64 { return r.Size[i].Ratio },
 			func(i int) float64 { return r.Size[i].Total.Median }, func(i int) string { return r.Size[i].Strategy }, len(r.Size))
+		if ok {
+			figs = append(figs, f)
+		}
 	}
+	return figs
+}
+
+// burstFigures renders, per function and snapshot mode, time against the
+// burst's size, a line per strategy.
+func (r *EvalResult) burstFigures() []Figure {
+	var figs []Figure
 	type fm struct{ fn, mode string }
 	var bms []fm
 	for _, s := range r.Burst {
@@ -626,16 +635,38 @@ func (r *EvalResult) Figures() []Figure {
 		}
 	}
 	for _, k := range bms {
-		lines("burst-"+k.fn+"-"+k.mode+".svg", fmt.Sprintf("Bursts: %s, %s snapshot(s) (mean per invocation, median over reps)", k.fn, k.mode),
+		f, ok := lineFigure("burst-"+k.fn+"-"+k.mode+".svg", fmt.Sprintf("Bursts: %s, %s snapshot(s) (mean per invocation, median over reps)", k.fn, k.mode),
 			"concurrent cold invocations (burst size)",
 			func(i int) bool { return r.Burst[i].Function == k.fn && r.Burst[i].Mode == k.mode },
 			func(i int) float64 { return float64(r.Burst[i].Size) }, func(i int) float64 { return r.Burst[i].Mean.Median },
 			func(i int) string { return r.Burst[i].Strategy }, len(r.Burst))
-	}
-	if f, ok := r.ablationFigure(); ok {
-		figs = append(figs, f)
+		if ok {
+			figs = append(figs, f)
+		}
 	}
 	return figs
+}
+
+// lineFigure plots the rows 0..n-1 that keep selects as lines of total time
+// (log x axis), one per series name s(i); ok is false if none is kept.
+func lineFigure(name, title, xl string, keep func(i int) bool, x func(i int) float64, y func(i int) float64, s func(i int) string, n int) (Figure, bool) {
+	var ls []bench.Line
+	for i := 0; i < n; i++ {
+		if !keep(i) {
+			continue
+		}
+		k := slices.IndexFunc(ls, func(l bench.Line) bool { return l.Name == s(i) })
+		if k < 0 {
+			ls = append(ls, bench.Line{Name: s(i)})
+			k = len(ls) - 1
+		}
+		ls[k].X, ls[k].Y = append(ls[k].X, x(i)), append(ls[k].Y, y(i))
+	}
+	if len(ls) == 0 {
+		return Figure{}, false
+	}
+	c := bench.LineChart{Title: title, XLabel: xl, YLabel: "total time (ms)", Series: ls, LogX: true}
+	return Figure{Name: name, Title: title, SVG: c.SVG()}, true
 }
 
 func nanRow(n int) []float64 {
@@ -650,11 +681,11 @@ func nanRow(n int) []float64 {
 // eval.json (configuration, machine and summaries), eval.md (the tables
 // and links to the figures) and one SVG per figure. It returns the paths.
 func WriteEval(dir string, r *EvalResult) ([]string, error) {
-	w, err := writeRun(dir, "eval", r.Samples, r)
+	w, err := bench.WriteRun(dir, "eval", r.Samples, r)
 	if err != nil {
 		return nil, err
 	}
-	write := w.write
+	write := w.Write
 	figs := r.Figures()
 	var md strings.Builder
 	md.WriteString("# Evaluation\n\nGenerated by `thaw bench` (experiments: " + strings.Join(r.Config.Experiments, ", ") + "). Raw samples: [eval.jsonl](eval.jsonl); summaries: [eval.json](eval.json).\n\n")
@@ -671,91 +702,7 @@ func WriteEval(dir string, r *EvalResult) ([]string, error) {
 	if err := write("eval.md", []byte(md.String())); err != nil {
 		return nil, err
 	}
-	return w.paths, nil
-}
-
-// runWriter writes a run's files into one directory and keeps their paths.
-type runWriter struct {
-	dir   string
-	paths []string
-}
-
-func (w *runWriter) write(name string, data []byte) error {
-	p := filepath.Join(w.dir, name)
-	w.paths = append(w.paths, p)
-	return os.WriteFile(p, data, 0o644)
-}
-
-// writeRun starts a run's directory with NAME.jsonl (the samples, one a
-// line) and NAME.json (the whole result: configuration, machine,
-// summaries).
-func writeRun[S any](dir, name string, samples []S, result any) (*runWriter, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	w := &runWriter{dir: dir}
-	var jl strings.Builder
-	enc := json.NewEncoder(&jl)
-	for _, s := range samples {
-		if err := enc.Encode(s); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.write(name+".jsonl", []byte(jl.String())); err != nil {
-		return nil, err
-	}
-	b, err := json.MarshalIndent(result, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return w, w.write(name+".json", append(b, '\n'))
-}
-
-// ReadSamples reads an eval.jsonl file back (to re-summarize or re-plot a
-// run).
-func ReadSamples(path string) ([]EvalSample, error) { return readSamples[EvalSample](path) }
-
-// readSamples reads a JSON lines file of samples (as writeRun writes them).
-func readSamples[S any](path string) ([]S, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []S
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for dec.More() {
-		var raw json.RawMessage
-		var s S
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
-		}
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("%s: sample %d: %w", path, len(out)+1, err)
-		}
-		if l, ok := any(&s).(interface{ fromLegacy(json.RawMessage) }); ok {
-			l.fromLegacy(raw)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-// readRun reads a run's directory as writeRun wrote it, NAME.json into
-// result and NAME.jsonl into samples, and summarizes the samples again.
-func readRun[S any](dir, name string, result interface{ Summarize() }, samples *[]S) error {
-	path := filepath.Join(dir, name+".json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, result); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if *samples, err = readSamples[S](filepath.Join(dir, name+".jsonl")); err != nil {
-		return err
-	}
-	result.Summarize()
-	return nil
+	return w.Paths, nil
 }
 
 // ReadEval reads a run written by WriteEval back from dir (eval.json and
@@ -764,7 +711,7 @@ func readRun[S any](dir, name string, result interface{ Summarize() }, samples *
 // measuring again.
 func ReadEval(dir string) (*EvalResult, error) {
 	var r EvalResult
-	if err := readRun(dir, "eval", &r, &r.Samples); err != nil {
+	if err := bench.ReadRun(dir, "eval", &r, &r.Samples); err != nil {
 		return nil, err
 	}
 	return &r, nil

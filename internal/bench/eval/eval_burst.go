@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
 )
 
 // burst is Figure 10: N concurrent cold invocations of one function, all
@@ -73,7 +74,7 @@ func (r *evalRun) burstsOf(ctx context.Context, fn string, snaps []*client.Snaps
 						}
 					}
 					base := EvalSample{Experiment: ExpBurst, Record: "A", Test: "B", Burst: n, BurstMode: mode,
-						StrategySample: StrategySample{Function: fn, Rep: rep}}
+						StrategySample: bench.StrategySample{Function: fn, Rep: rep}}
 					out, err := r.oneBurst(ctx, base, use, s, ev)
 					if err != nil {
 						return err

@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -39,7 +40,7 @@ var DefaultDriftArms = []string{ArmAuto, "vanilla", "reap", "reap" + refreshSuff
 // RecordEvent (input A); the first half of ColdStarts runs A, the second
 // half TestEvent (input B).
 type DriftConfig struct {
-	Case       FunctionCase                  `json:"case"`
+	Case       bench.FunctionCase            `json:"case"`
 	Arms       []string                      `json:"arms"`
 	ColdStarts int                           `json:"cold_starts"`
 	Sink       io.Writer                     `json:"-"` // every sample as a JSON line
@@ -89,7 +90,7 @@ type ArmSummary struct {
 // AdaptiveResult is a run of one adaptive experiment.
 type AdaptiveResult struct {
 	Experiment string                `json:"experiment"`
-	Machine    Machine               `json:"machine"`
+	Machine    bench.Machine         `json:"machine"`
 	When       time.Time             `json:"when"`
 	Drift      *DriftConfig          `json:"drift,omitempty"`
 	Mixed      *MixedConfig          `json:"mixed,omitempty"`
@@ -122,7 +123,7 @@ func armOptions(arm string) []client.FunctionOption {
 
 // freshFunction creates name from fc anew (deleting what a former run
 // left) with opts.
-func freshFunction(ctx context.Context, c *client.Client, fc FunctionCase, name string, opts ...client.FunctionOption) error {
+func freshFunction(ctx context.Context, c *client.Client, fc bench.FunctionCase, name string, opts ...client.FunctionOption) error {
 	if _, err := c.GetFunction(ctx, name); err == nil {
 		if _, err := c.DeleteFunctionWith(ctx, name, client.DeleteFunctionOptions{Cascade: true}); err != nil {
 			return fmt.Errorf("delete %s from a former run: %w", name, err)
@@ -146,7 +147,7 @@ func RunDrift(ctx context.Context, c *client.Client, cfg DriftConfig) (*Adaptive
 	if err != nil {
 		return nil, err
 	}
-	res := &AdaptiveResult{Experiment: "drift", Machine: DescribeMachine(info), When: time.Now().UTC(), Drift: &cfg}
+	res := &AdaptiveResult{Experiment: "drift", Machine: bench.DescribeMachine(info), When: time.Now().UTC(), Drift: &cfg}
 	fc := cfg.Case
 	for _, arm := range cfg.Arms {
 		name := armFunction(fc.Name, arm)
@@ -259,7 +260,7 @@ func (r *AdaptiveResult) finish(ctx context.Context, c *client.Client, base stri
 					xs = append(xs, s.TotalMS)
 				}
 			}
-			a.PhaseMedian[ph] = Summarize(xs).Median
+			a.PhaseMedian[ph] = bench.Summarize(xs).Median
 		}
 		if arm == ArmAuto && base != "" {
 			if doc, err := c.FunctionRestore(ctx, armFunction(base, arm)); err == nil {
@@ -303,7 +304,7 @@ func (r *AdaptiveResult) outside(arm string, refreshAt int) (drift, after float6
 			d = append(d, s.OutsideRatio)
 		}
 	}
-	return Summarize(d).Median, Summarize(a).Median
+	return bench.Summarize(d).Median, bench.Summarize(a).Median
 }
 
 func fmtMiBytes(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"math"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 // syntheticAblation: image under Figure 9's steps and the techniques off,
@@ -61,7 +63,7 @@ func TestAblationRows(t *testing.T) {
 		t.Errorf("image vanilla row %+v", v)
 	}
 	md := r.Markdown()
-	wantAll(t, "markdown", md, "## Optimization steps (Figure 9, `image`)", "| faasnap/concurrent | 3 | **700.0** |",
+	benchtest.WantAll(t, "markdown", md, "## Optimization steps (Figure 9, `image`)", "| faasnap/concurrent | 3 | **700.0** |",
 		"## Techniques off", "| hello | faasnap/no-merge | 3 | **440.0** | 432–448 | 1.10 |", "blocked ms")
 	if strings.Contains(md, "| image | vanilla |") {
 		t.Errorf("the technique-off table lists Figure 9's steps:\n%s", md)
@@ -99,7 +101,7 @@ func TestAblationWriteAndReadBack(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "ablation-steps.svg")); err != nil {
 		t.Errorf("no Figure 9 plot: %v", err)
 	}
-	back, err := ReadSamples(filepath.Join(dir, "eval.jsonl"))
+	back, err := bench.ReadSamples[EvalSample](filepath.Join(dir, "eval.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package registry
+// Package chunk is how the registry stores a file: fixed-size chunks, the
+// all-zero ones left out, each named by the SHA-256 of its bytes and
+// compressed with zstd; and what storing a set of snapshots that way costs.
+package chunk
 
 import (
 	"crypto/sha256"
@@ -7,18 +10,22 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
 
-// scanFile reads the file at p in chunks of cs bytes and calls each for
+// Scan reads the file at p in chunks of cs bytes and calls each for
 // every chunk that holds a non-zero byte (data is reused between calls).
 // It returns the file's size and SHA-256 (holes hash as zeros). Holes are
 // skipped with SEEK_DATA, so a sparse guest memory file reads only its data.
-func scanFile(p string, cs int64, each func(index int64, data []byte) error) (int64, string, error) {
+func Scan(p string, cs int64, each func(index int64, data []byte) error) (int64, string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return 0, "", err
@@ -45,17 +52,17 @@ func scanFile(p string, cs int64, each func(index int64, data []byte) error) (in
 		if _, err := f.ReadAt(buf[:n], off); err != nil && err != io.EOF {
 			return 0, "", fmt.Errorf("read %s: %w", p, err)
 		}
-		if isZero(buf[:n]) {
+		if IsZero(buf[:n]) {
 			continue
 		}
-		hashZeros(h, off-hashed)
+		HashZeros(h, off-hashed)
 		h.Write(buf[:n])
 		hashed = off + n
 		if err := each(idx, buf[:n]); err != nil {
 			return 0, "", err
 		}
 	}
-	hashZeros(h, size-hashed)
+	HashZeros(h, size-hashed)
 	return size, hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -72,9 +79,19 @@ func seekData(f *os.File, off int64) (int64, error) {
 	return d, nil
 }
 
+// Chunk sizes: a power of two in [MinSize, MaxSize].
+const (
+	MinSize = 64 << 10
+	MaxSize = 8 << 20
+)
+
+// ErrCorrupt: an object's content does not match its name or digest.
+var ErrCorrupt = errors.New("registry object corrupt")
+
 var zeroPage [64 << 10]byte
 
-func hashZeros(h hash.Hash, n int64) {
+// HashZeros writes n zero bytes to h.
+func HashZeros(h hash.Hash, n int64) {
 	for n > 0 {
 		k := min(n, int64(len(zeroPage)))
 		h.Write(zeroPage[:k])
@@ -82,7 +99,8 @@ func hashZeros(h hash.Hash, n int64) {
 	}
 }
 
-func isZero(b []byte) bool {
+// IsZero says whether b holds only zero bytes.
+func IsZero(b []byte) bool {
 	for len(b) > 0 {
 		k := min(len(b), len(zeroPage))
 		if string(b[:k]) != string(zeroPage[:k]) {
@@ -93,7 +111,8 @@ func isZero(b []byte) bool {
 	return true
 }
 
-func sumHex(b []byte) string {
+// SumHex is the SHA-256 of b in hex.
+func SumHex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
@@ -109,20 +128,20 @@ var (
 func coders() (*zstd.Encoder, *zstd.Decoder) {
 	coderOnce.Do(func() {
 		encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-		decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxChunkSize*2))
+		decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxSize*2))
 	})
 	return encoder, decoder
 }
 
-// compress returns the stored form of a chunk.
-func compress(dst, data []byte) []byte {
+// Compress returns the stored form of a chunk.
+func Compress(dst, data []byte) []byte {
 	enc, _ := coders()
 	return enc.EncodeAll(data, dst[:0])
 }
 
-// decodeChunk decompresses a stored chunk into dst (its length is the
+// Decode decompresses a stored chunk into dst (its length is the
 // chunk's) and checks it against sum; any mismatch is ErrCorrupt.
-func decodeChunk(dst, stored []byte, sum string) error {
+func Decode(dst, stored []byte, sum string) error {
 	_, dec := coders()
 	out, err := dec.DecodeAll(stored, dst[:0])
 	if err != nil {
@@ -131,8 +150,33 @@ func decodeChunk(dst, stored []byte, sum string) error {
 	if len(out) != len(dst) || &out[0] != &dst[0] {
 		return fmt.Errorf("%w: chunk %s: %d bytes, want %d", ErrCorrupt, sum[:12], len(out), len(dst))
 	}
-	if sumHex(dst) != sum {
+	if SumHex(dst) != sum {
 		return fmt.Errorf("%w: chunk %s: content does not match its digest", ErrCorrupt, sum[:12])
 	}
 	return nil
+}
+
+// SnapshotFiles lists the files of the snapshot in dir that are pushed:
+// the manifest, device state, memory and strategy artifacts, skipping
+// temporaries (dot files).
+func SnapshotFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() {
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
 }

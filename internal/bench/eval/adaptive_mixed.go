@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
 )
 
 // The mixed experiment: every function of Cases both local (its snapshot
@@ -30,10 +31,10 @@ var DefaultMixedArms = []string{ArmAuto, "vanilla", "reap", "faasnap"}
 
 // MixedConfig configures the mixed experiment.
 type MixedConfig struct {
-	Cases  []FunctionCase `json:"cases"`
-	Arms   []string       `json:"arms"`
-	Rounds int            `json:"rounds"`
-	Seed   uint64         `json:"seed"`
+	Cases  []bench.FunctionCase `json:"cases"`
+	Arms   []string             `json:"arms"`
+	Rounds int                  `json:"rounds"`
+	Seed   uint64               `json:"seed"`
 	// ChunkCacheBudget is the daemon's chunk cache budget (bytes; 0: no
 	// bound), as it said: a small one makes every remote restore fetch.
 	ChunkCacheBudget int64                         `json:"chunk_cache_budget"`
@@ -46,7 +47,7 @@ type MixedConfig struct {
 // no function of its own: only auto learns from a function's cold starts,
 // and auto's copy sees none of the fixed arms').
 type mixedJob struct {
-	fc       FunctionCase
+	fc       bench.FunctionCase
 	location string
 }
 
@@ -75,7 +76,7 @@ func RunMixed(ctx context.Context, c *client.Client, cfg MixedConfig) (*Adaptive
 		return nil, errors.New("mixed: the daemon has no registry with import on (thawd --registry-config): remote restores need one")
 	}
 	cfg.ChunkCacheBudget = info.Registry.CacheBudgetBytes
-	res := &AdaptiveResult{Experiment: "mixed", Machine: DescribeMachine(info), When: time.Now().UTC(), Mixed: &cfg}
+	res := &AdaptiveResult{Experiment: "mixed", Machine: bench.DescribeMachine(info), When: time.Now().UTC(), Mixed: &cfg}
 	var jobs []mixedJob
 	for _, fc := range cfg.Cases {
 		for _, loc := range []string{mixedLocal, mixedRemote} {

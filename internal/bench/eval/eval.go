@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
@@ -65,7 +66,7 @@ type EvalConfig struct {
 	Timeout time.Duration `json:"-"`
 	// Storage describes the data directory's storage when it is not the
 	// local disk (recorded in the result).
-	Storage *Storage `json:"-"`
+	Storage *bench.Storage `json:"-"`
 	// Sink, if set, receives every sample as a JSON line as soon as it is
 	// measured, so an interrupted run keeps what it measured.
 	Sink io.Writer `json:"-"`
@@ -181,7 +182,7 @@ type EvalSample struct {
 	FetchBytes uint64  `json:"fetch_bytes,omitempty"` // and what it read
 	// Trace is the daemon's tracepoint counters (thawd --fault-trace-object).
 	Trace *client.FaultTrace `json:"trace,omitempty"`
-	StrategySample
+	bench.StrategySample
 }
 
 // preparedKey names a prepared snapshot: function and record variant.
@@ -214,14 +215,14 @@ func RunEval(ctx context.Context, c *client.Client, r *inputs.Redis, cfg EvalCon
 		cfg.Timeout = 10 * time.Minute
 	}
 	run := &evalRun{c: c, info: info, cfg: cfg, redis: r,
-		res:      &EvalResult{Machine: DescribeMachine(info), When: time.Now().UTC(), Config: cfg, Prepared: map[string]json.RawMessage{}},
+		res:      &EvalResult{Machine: bench.DescribeMachine(info), When: time.Now().UTC(), Config: cfg, Prepared: map[string]json.RawMessage{}},
 		prepared: map[preparedKey]*client.PrepareResult{}, created: map[string]bool{}}
-	if ra, err := ReadaheadOf(info.DataDir); err == nil {
+	if ra, err := bench.ReadaheadOf(info.DataDir); err == nil {
 		run.res.ReadaheadKB = ra.KB()
 	}
 	if st := cfg.Storage; st != nil {
 		run.res.Storage = st
-		for _, s := range storeUsers(info, cfg.Strategies) {
+		for _, s := range bench.StoreUsers(info, cfg.Strategies) {
 			run.res.Notes = append(run.res.Notes, s+" maps its copy in the snapshot memory store (host memory: tmpfs unless the run chose another tier), not the snapshot on the "+st.Kind+" storage: only placing the copy in the store reads that storage.")
 		}
 	}
@@ -351,7 +352,7 @@ func (r *evalRun) recordATestB(ctx context.Context, fn string) (*client.PrepareR
 // lives in DRAM or persistent memory by design, so cold tests cannot evict
 // it).
 func (r *evalRun) stage(ctx context.Context, snap string) error {
-	s := storeUsers(r.info, r.cfg.Strategies)
+	s := bench.StoreUsers(r.info, r.cfg.Strategies)
 	if len(s) == 0 {
 		return nil
 	}
@@ -397,7 +398,7 @@ func (r *evalRun) cold(ctx context.Context, base EvalSample, snap, strategy, var
 // fill completes a sample from an invocation.
 func fill(base EvalSample, strategy, snap string, wall time.Duration, inv *client.Invocation) EvalSample {
 	s := base
-	s.StrategySample = sampleOf(base.Function, strategy, base.Rep, inv)
+	s.StrategySample = bench.SampleOf(base.Function, strategy, base.Rep, inv)
 	s.Snapshot, s.WallMS, s.Trace = snap, float64(wall.Microseconds())/1000, inv.Trace
 	if st := inv.StrategyStats; st != nil {
 		// What the strategy fetched ahead (its fetch_ms and fetch_bytes):
@@ -455,7 +456,7 @@ func (r *evalRun) execOne(ctx context.Context, exp, fn, rec, tst string, warm bo
 	for rep := 0; rep < r.cfg.Reps; rep++ {
 		for i := range ss {
 			s := ss[(i+rep)%len(ss)]
-			base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: StrategySample{Function: fn, Rep: rep}}
+			base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: bench.StrategySample{Function: fn, Rep: rep}}
 			smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 			if err != nil {
 				return err
@@ -491,7 +492,7 @@ func (r *evalRun) warm(ctx context.Context, exp, fn, rec, tst, snap string, ev j
 		if !inv.OK {
 			return fmt.Errorf("%s/warm: function raised %s: %s", fn, inv.Error.Type, inv.Error.Message)
 		}
-		base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: StrategySample{Function: fn, Rep: rep}}
+		base := EvalSample{Experiment: exp, Record: rec, Test: tst, StrategySample: bench.StrategySample{Function: fn, Rep: rep}}
 		r.add(fill(base, Warm, "", wall, inv), estWarm(fn))
 	}
 	return nil
@@ -517,8 +518,8 @@ func (r *evalRun) sizeOf(ctx context.Context, fn string) error {
 			}
 			for i := range ss {
 				s := ss[(i+rep)%len(ss)]
-				base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + fmtRatio(ratio), InputRatio: ratio,
-					StrategySample: StrategySample{Function: fn, Rep: rep}}
+				base := EvalSample{Experiment: ExpSize, Record: "A", Test: "B×" + bench.FormatRatio(ratio), InputRatio: ratio,
+					StrategySample: bench.StrategySample{Function: fn, Rep: rep}}
 				smp, err := r.cold(ctx, base, pr.Warm.ID, s, "", ev, true)
 				if err != nil {
 					return err
@@ -553,10 +554,6 @@ func (r *evalRun) failed(ctx context.Context, exp, fn string, err error) error {
 	r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s incomplete: %v", exp, fn, err))
 	r.prog.Say("ERROR %s %s: %v (continuing with the next function)", exp, fn, err)
 	return nil
-}
-
-func fmtRatio(x float64) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", x), "0"), ".")
 }
 
 // breakdown is Table 3. It reuses the exec experiment's record A/test B

@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/thaw-dev/thaw/internal/bench"
 )
 
 // Markdown is the run's report.
@@ -105,7 +107,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // Figures are the run's plots: cumulative totals over the sequence per
 // arm, each cold start's total, and (drift) the set's outside share.
 func (r *AdaptiveResult) Figures() map[string]string {
-	var cum, each, outside []Line
+	var cum, each, outside []bench.Line
 	for _, arm := range r.armOrder() {
 		var xs, ys, ts, os, oxs []float64
 		sum := 0.0
@@ -127,10 +129,10 @@ func (r *AdaptiveResult) Figures() map[string]string {
 			sum += steps[k]
 			xs, ys, ts = append(xs, float64(k)), append(ys, sum/1000), append(ts, steps[k])
 		}
-		cum = append(cum, Line{Name: arm, X: xs, Y: ys})
-		each = append(each, Line{Name: arm, X: xs, Y: ts})
+		cum = append(cum, bench.Line{Name: arm, X: xs, Y: ys})
+		each = append(each, bench.Line{Name: arm, X: xs, Y: ts})
 		if len(os) > 0 {
-			outside = append(outside, Line{Name: arm, X: oxs, Y: os})
+			outside = append(outside, bench.Line{Name: arm, X: oxs, Y: os})
 		}
 	}
 	step := "step (a cold start of every arm)"
@@ -138,13 +140,13 @@ func (r *AdaptiveResult) Figures() map[string]string {
 		step = "round"
 	}
 	out := map[string]string{
-		r.Experiment + "-cumulative.svg": LineChart{Title: r.Experiment + ": cumulative cold-start total per arm", XLabel: step,
+		r.Experiment + "-cumulative.svg": bench.LineChart{Title: r.Experiment + ": cumulative cold-start total per arm", XLabel: step,
 			YLabel: "cumulative total (s)", Series: cum}.SVG(),
-		r.Experiment + "-totals.svg": LineChart{Title: r.Experiment + ": cold-start totals per step", XLabel: step,
+		r.Experiment + "-totals.svg": bench.LineChart{Title: r.Experiment + ": cold-start totals per step", XLabel: step,
 			YLabel: "total per step (ms)", Series: each}.SVG(),
 	}
 	if r.Experiment == "drift" && len(outside) > 0 {
-		out["drift-outside.svg"] = LineChart{Title: "drift: touched pages outside the recorded set", XLabel: step,
+		out["drift-outside.svg"] = bench.LineChart{Title: "drift: touched pages outside the recorded set", XLabel: step,
 			YLabel: "outside the set (%)", Series: outside}.SVG()
 	}
 	if r.Experiment == "mixed" {
@@ -166,7 +168,7 @@ func (r *AdaptiveResult) locationBars() string {
 			vals[i] = append(vals[i], v)
 		}
 	}
-	return BarChart{Title: "mixed: total per location and arm", YLabel: "total (s)", Groups: []string{mixedLocal, mixedRemote},
+	return bench.BarChart{Title: "mixed: total per location and arm", YLabel: "total (s)", Groups: []string{mixedLocal, mixedRemote},
 		Series: arms, Values: vals}.SVG()
 }
 

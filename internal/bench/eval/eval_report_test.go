@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"bytes"
@@ -8,18 +8,21 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/internal/bench/benchtest"
 )
 
 func smp(exp, rec, tst, fn, s string, rep int, total float64) EvalSample {
 	return EvalSample{Experiment: exp, Record: rec, Test: tst,
-		StrategySample: StrategySample{Function: fn, Strategy: s, Rep: rep, TotalMS: total}}
+		StrategySample: bench.StrategySample{Function: fn, Strategy: s, Rep: rep, TotalMS: total}}
 }
 
 // synthetic is a small run: two functions in both directions with known
 // medians, a size sweep, two bursts and breakdown fields.
 func synthetic() *EvalResult {
 	r := &EvalResult{When: time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC), DurationS: 61,
-		Machine:     Machine{Cores: 2, MemoryGiB: 24, CPU: "Xeon", Accel: "tcg", Disk: "vda (rotational)", Kernel: "6.18", QEMU: "7.2.22"},
+		Machine:     bench.Machine{Cores: 2, MemoryGiB: 24, CPU: "Xeon", Accel: "tcg", Disk: "vda (rotational)", Kernel: "6.18", QEMU: "7.2.22"},
 		ReadaheadKB: 8192,
 		Config: EvalConfig{Experiments: Experiments, Strategies: []string{"vanilla", "cached", "reap", "faasnap"},
 			BreakdownFunctions: []string{"json"}, Reps: 3}}
@@ -41,7 +44,7 @@ func synthetic() *EvalResult {
 		}
 	}
 	for _, ratio := range []float64{2, 0.5, 1} {
-		x := smp(ExpSize, "A", "B×"+fmtRatio(ratio), "json", "vanilla", 0, 100*ratio)
+		x := smp(ExpSize, "A", "B×"+bench.FormatRatio(ratio), "json", "vanilla", 0, 100*ratio)
 		x.InputRatio = ratio
 		r.Samples = append(r.Samples, x)
 	}
@@ -113,7 +116,7 @@ func TestEvalSummaries(t *testing.T) {
 
 func TestEvalMarkdown(t *testing.T) {
 	md := synthetic().Markdown()
-	wantAll(t, "Markdown", md,
+	benchtest.WantAll(t, "Markdown", md,
 		"2 cores (Xeon), 24 GiB memory, accelerator **tcg**, disk vda (rotational) with read_ahead_kb 8192",
 		"## Execution time (Figures 6 and 7)",
 		"| A→B | hello | warm | **50.0** | 42–58 |",
@@ -140,7 +143,7 @@ func TestWriteEvalAndReadBack(t *testing.T) {
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("wrote %v, want %v", names, want)
 	}
-	back, err := ReadSamples(filepath.Join(dir, "eval.jsonl"))
+	back, err := bench.ReadSamples[EvalSample](filepath.Join(dir, "eval.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +155,9 @@ func TestWriteEvalAndReadBack(t *testing.T) {
 		t.Errorf("eval.md does not link the figures:\n%s", md)
 	}
 	js, _ := os.ReadFile(filepath.Join(dir, "eval.json"))
-	wantAll(t, "eval.json", string(js), `"machine"`, `"readahead_kb": 8192`, `"speedups"`, `"burst"`)
+	benchtest.WantAll(t, "eval.json", string(js), `"machine"`, `"readahead_kb": 8192`, `"speedups"`, `"burst"`)
 	for _, f := range r.Figures() {
-		wellFormed(t, f.SVG)
+		benchtest.WellFormed(t, f.SVG)
 	}
 	again, err := ReadEval(dir)
 	if err != nil {
@@ -266,5 +269,5 @@ func TestPagingView(t *testing.T) {
 		t.Fatalf("faasnap over vanilla: %.3f on totals (want 2), %.3f in the paging view (want 3)", total, paging)
 	}
 	md := r.Markdown()
-	wantAll(t, "markdown", md, "## Paging view", "| A→B | hello | vanilla | 100.0 | 60.0 | 120.0 | 120.0 | 4.0 | **300.0** | 400.0 |", "ratio (paging view)")
+	benchtest.WantAll(t, "markdown", md, "## Paging view", "| A→B | hello | vanilla | 100.0 | 60.0 | 120.0 | 120.0 | 4.0 | **300.0** | 400.0 |", "ratio (paging view)")
 }

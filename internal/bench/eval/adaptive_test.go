@@ -1,9 +1,11 @@
-package bench
+package eval
 
 import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/bench"
 )
 
 // The summary of a drift run: sums per arm and phase, bytes per phase,
@@ -11,7 +13,7 @@ import (
 // when a refresh came and the outside share before and after it; the
 // report and the plots say so.
 func TestAdaptiveSummary(t *testing.T) {
-	r := &AdaptiveResult{Experiment: "drift", Drift: &DriftConfig{Case: FunctionCase{Name: "image"}, ColdStarts: 4}}
+	r := &AdaptiveResult{Experiment: "drift", Drift: &DriftConfig{Case: bench.FunctionCase{Name: "image"}, ColdStarts: 4}}
 	add := func(arm, phase string, step int, total float64, fetched uint64, outside float64, refreshed bool) {
 		r.Samples = append(r.Samples, AdaptiveSample{Arm: arm, Phase: phase, Step: step, Strategy: strings.TrimSuffix(arm, refreshSuffix),
 			TotalMS: total, FetchedBytes: fetched, SetPages: 10, OutsideRatio: outside, Refreshed: refreshed, How: "function"})

@@ -1,4 +1,4 @@
-package registry
+package chunk
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
-// ChunkMeasure is what storing a set of snapshots at one chunk size costs.
-type ChunkMeasure struct {
+// Measure is what storing a set of snapshots at one chunk size costs.
+type Measure struct {
 	ChunkSize int64 `json:"chunk_size"`
 	Snapshots int   `json:"snapshots"`
 	// FileBytes is the apparent size of every file of every snapshot.
@@ -49,15 +49,15 @@ type ChunkMeasure struct {
 	WorkingSetFetchBytes int64 `json:"working_set_fetch_bytes"`
 }
 
-// MeasureChunks chunks every file of the snapshots in dirs at chunk size
+// MeasureSnapshots chunks every file of the snapshots in dirs at chunk size
 // cs as a push would (zero chunks left out, SHA-256 names, zstd) and
 // counts what the store would hold, and what fetching each one's working
 // set (prefetched; nil: none) costs.
-func MeasureChunks(dirs []string, cs int64, prefetched Prefetched) (*ChunkMeasure, error) {
-	if cs < MinChunkSize || cs > MaxChunkSize || cs&(cs-1) != 0 {
-		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinChunkSize, MaxChunkSize)
+func MeasureSnapshots(dirs []string, cs int64, prefetched Prefetched) (*Measure, error) {
+	if cs < MinSize || cs > MaxSize || cs&(cs-1) != 0 {
+		return nil, fmt.Errorf("chunk size %d: a power of two from %d to %d", cs, MinSize, MaxSize)
 	}
-	m := &ChunkMeasure{ChunkSize: cs, Snapshots: len(dirs)}
+	m := &Measure{ChunkSize: cs, Snapshots: len(dirs)}
 	c := newChunkCounter(m)
 	c.prefetched = prefetched
 	var err error
@@ -87,7 +87,7 @@ func MeasureChunks(dirs []string, cs int64, prefetched Prefetched) (*ChunkMeasur
 // chunkCounter counts the chunks of snapshots into m, compressing each
 // distinct one with a worker per CPU to learn what it would store.
 type chunkCounter struct {
-	m          *ChunkMeasure
+	m          *Measure
 	seen       map[string]bool
 	jobs       chan []byte
 	wg         sync.WaitGroup
@@ -97,7 +97,7 @@ type chunkCounter struct {
 	prefetched Prefetched
 }
 
-func newChunkCounter(m *ChunkMeasure) *chunkCounter {
+func newChunkCounter(m *Measure) *chunkCounter {
 	c := &chunkCounter{m: m, seen: map[string]bool{}, jobs: make(chan []byte, 8)}
 	for range runtime.NumCPU() {
 		c.wg.Add(1)
@@ -105,7 +105,7 @@ func newChunkCounter(m *ChunkMeasure) *chunkCounter {
 			defer c.wg.Done()
 			var buf []byte
 			for data := range c.jobs {
-				buf = compress(buf, data)
+				buf = Compress(buf, data)
 				c.mu.Lock()
 				c.stored += int64(len(buf))
 				c.mu.Unlock()
@@ -127,21 +127,21 @@ func (c *chunkCounter) snapshot(dir string, cs int64) error {
 	if _, err := snapshot.ReadManifest(dir); err != nil {
 		return err
 	}
-	files, err := snapshotFiles(dir)
+	files, err := SnapshotFiles(dir)
 	if err != nil {
 		return err
 	}
 	m := c.m
 	memChunks := map[int64]int64{} // non-zero memory chunk index -> its length
 	for _, rel := range files {
-		size, _, err := scanFile(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
+		size, _, err := Scan(filepath.Join(dir, rel), cs, func(idx int64, data []byte) error {
 			if rel == snapshot.MemoryFile {
 				memChunks[idx] = int64(len(data))
 			}
 			m.Chunks++
 			c.pageBytes += nonZeroPageBytes(data)
 			m.ChunkBytes += int64(len(data))
-			if sum := sumHex(data); !c.seen[sum] {
+			if sum := SumHex(data); !c.seen[sum] {
 				c.seen[sum] = true
 				m.UniqueChunks++
 				m.UniqueBytes += int64(len(data))
@@ -162,7 +162,7 @@ func (c *chunkCounter) snapshot(dir string, cs int64) error {
 func nonZeroPageBytes(data []byte) int64 {
 	var n int64
 	for off := 0; off < len(data); off += 4096 {
-		if p := data[off:min(off+4096, len(data))]; !isZero(p) {
+		if p := data[off:min(off+4096, len(data))]; !IsZero(p) {
 			n += int64(len(p))
 		}
 	}
@@ -177,7 +177,7 @@ type Prefetched func(dir string) (pageSize int64, runs [][2]int64, err error)
 
 // addWorkingSet counts what fetching the working set of the snapshot in
 // dir lazily costs at chunk size cs (nothing without one).
-func (m *ChunkMeasure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64, prefetched Prefetched) error {
+func (m *Measure) addWorkingSet(dir string, cs int64, memChunks map[int64]int64, prefetched Prefetched) error {
 	if prefetched == nil {
 		return nil
 	}

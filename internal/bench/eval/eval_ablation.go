@@ -1,4 +1,4 @@
-package bench
+package eval
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -70,7 +71,7 @@ func (r *evalRun) ablationOf(ctx context.Context, fn string) error {
 		for i := range arms {
 			a := arms[(i+rep)%len(arms)]
 			base := EvalSample{Experiment: ExpAblation, Record: "A", Test: "B", Variant: a.Variant,
-				StrategySample: StrategySample{Function: fn, Rep: rep}}
+				StrategySample: bench.StrategySample{Function: fn, Rep: rep}}
 			smp, err := r.cold(ctx, base, pr.Warm.ID, a.Strategy, a.Variant, ev, true)
 			if err != nil {
 				return err
@@ -84,13 +85,13 @@ func (r *evalRun) ablationOf(ctx context.Context, fn string) error {
 // AblationRow is one function under one arm (medians; traced counters
 // only when the daemon traced faults).
 type AblationRow struct {
-	Function string  `json:"function"`
-	Arm      Arm     `json:"arm"`
-	N        int     `json:"n"`
-	Total    Summary `json:"total_ms"`
-	SetupMS  float64 `json:"setup_ms"`
-	ResumeMS float64 `json:"resume_ms"`
-	InvokeMS float64 `json:"invoke_ms"`
+	Function string        `json:"function"`
+	Arm      Arm           `json:"arm"`
+	N        int           `json:"n"`
+	Total    bench.Summary `json:"total_ms"`
+	SetupMS  float64       `json:"setup_ms"`
+	ResumeMS float64       `json:"resume_ms"`
+	InvokeMS float64       `json:"invoke_ms"`
 	// PagingMS is the total less the handler's own compute (the warm
 	// invocation's guest time), as in the paging view; NaN without warm.
 	PagingMS    float64 `json:"paging_ms"`
@@ -135,8 +136,8 @@ func (r *EvalResult) ablationRows() []AblationRow {
 			MajorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MajorFaults) }),
 			MinorFaults: median(ss, func(s EvalSample) float64 { return float64(s.MinorFaults) }),
 			QEMUMiB:     median(ss, func(s EvalSample) float64 { return float64(s.ReadBytes) / (1 << 20) }),
-			LoaderMiB:   median(ss, func(s EvalSample) float64 { return s.statNum("loader_bytes") / (1 << 20) }),
-			LoaderMS:    median(ss, func(s EvalSample) float64 { return s.statNum("loader_ms") }),
+			LoaderMiB:   median(ss, func(s EvalSample) float64 { return s.StatNum("loader_bytes") / (1 << 20) }),
+			LoaderMS:    median(ss, func(s EvalSample) float64 { return s.StatNum("loader_ms") }),
 		}
 		if compute, ok := warm[row.Function]; ok {
 			row.PagingMS = median(ss, func(s EvalSample) float64 { return s.TotalMS - compute })
@@ -260,7 +261,7 @@ func (r *EvalResult) ablationFigure() (Figure, bool) {
 	if len(series) == 0 {
 		return Figure{}, false
 	}
-	c := BarChart{Title: fmt.Sprintf("Optimization steps (Figure 9): %s, record A / test B (median)", r.Config.Figure9Function),
+	c := bench.BarChart{Title: fmt.Sprintf("Optimization steps (Figure 9): %s, record A / test B (median)", r.Config.Figure9Function),
 		YLabel: "total time (ms)", Groups: []string{r.Config.Figure9Function}, Series: series, Values: [][]float64{vals}}
 	return Figure{Name: "ablation-steps.svg", Title: c.Title, SVG: c.SVG()}, true
 }
