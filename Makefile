@@ -95,7 +95,7 @@ unit: build
 # (without them, a plain `go test ./...` skips those and says why).
 test: deps build image lint deb
 	THAW_IMAGE=$(IMAGE_DIR) THAW_MINIO=$(MINIO_BIN) THAW_PYPISERVER=$(PYPISERVER_BIN) THAW_WHEELS=$(WHEELS_DIR) \
-	$(GO) test -count=1 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -parallel 3 -timeout 40m ./... 2>&1 | tee test-output.log; exit $${PIPESTATUS[0]}
 	FUZZTIME=3s scripts/fuzz.sh
 
 # Every fuzz target (request decoding, archives, the agent protocol, QMP,

@@ -220,7 +220,9 @@ func tarGz(t *testing.T, files map[string]string) []byte {
 }
 
 // parallel runs t beside the other parallel tests, as many at once as go
-// test's -parallel allows (GOMAXPROCS by default: two on a 2-core host).
+// test's -parallel allows (GOMAXPROCS by default; make test runs three at
+// once on its 2 cores, since many of them wait on timers, links and
+// restarts rather than compute).
 // Tests that share the booted fixture, set the process's environment,
 // measure, or change the host's own network state stay serial: they run
 // first, one at a time. THAW_E2E_SERIAL=1 runs every test alone.
