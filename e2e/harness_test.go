@@ -224,8 +224,8 @@ func tarGz(t *testing.T, files map[string]string) []byte {
 // once on its 2 cores, since many of them wait on timers, links and
 // restarts rather than compute).
 // Tests that share the booted fixture, set the process's environment,
-// measure, or change the host's own network state stay serial: they run
-// first, one at a time. THAW_E2E_SERIAL=1 runs every test alone.
+// count what the whole process holds, measure, or change the host's own
+// network state stay serial: they run first, one at a time. THAW_E2E_SERIAL=1 runs every test alone.
 func parallel(t *testing.T) {
 	if os.Getenv("THAW_E2E_SERIAL") == "" {
 		t.Parallel()

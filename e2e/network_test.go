@@ -151,8 +151,10 @@ func ownNetNamespaces(t *testing.T) int {
 // (and every host service) through 10.0.2.2. Now a guest reaches only what
 // its function's policy allows, fails fast elsewhere, and its network goes
 // with it.
+//
+// Serial: it counts the network namespaces the whole test process holds,
+// and a parallel test's VMs would hold some too.
 func TestGuestNetworkIsolation(t *testing.T) {
-	parallel(t)
 	e := startEnv(t, t.TempDir())
 	ctx := ctxT(t)
 	allowed, other := echoService(t), echoService(t)
