@@ -38,22 +38,7 @@ func localEvidence(t *testing.T, s *Service, fn string) wire.RestoreLocation {
 // learns from it (no cold start counted, no sample, no choice metric).
 // Fills restore with the policy's current choice, read, not decided.
 func TestReadyClonesUnderAuto(t *testing.T) {
-	w := &genWorld{}
-	vanilla, _ := restore.Lookup(restore.Vanilla)
-	vanilla.Auto = false
-	s, c := readyService(t, func(cfg *Config) {
-		cfg.Strategies = []restore.Strategy{vanilla, w.strategy(restore.REAP), w.strategy(restore.SnapBPF)}
-		cfg.Adaptive.DefaultStrategy = wire.StrategyAuto
-		cfg.Adaptive.PrepareAfter = -1
-	})
-	ctx := context.Background()
-	booted, sn := bootAndSnapshot(t, s, "echo")
-	s.DeleteVM(ctx, booted.ID)
-	for _, k := range []restore.Kind{restore.REAP, restore.SnapBPF} {
-		if err := writeGen(filepath.Join(sn.Dir, "strategies", string(k)), 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, c := autoReadyService(t)
 	first := invokeFn(t, s, "echo", `{"op":"served"}`)
 	if first.Mode != "cold" || first.Strategy != "reap" || first.StrategyChoice == nil || first.Timing.Ready == nil || first.Timing.Ready.Fallback != "none ready" {
 		t.Fatalf("first invocation: mode %s strategy %s choice %+v ready %+v", first.Mode, first.Strategy, first.StrategyChoice, first.Timing.Ready)
@@ -101,22 +86,8 @@ func TestReadyClonesUnderAuto(t *testing.T) {
 // fixed strategy (the function was fixed when it was filled), and a
 // function with a fixed strategy keeps its own key.
 func TestReadyClonesAutoTakesAnyStrategy(t *testing.T) {
-	w := &genWorld{}
-	vanilla, _ := restore.Lookup(restore.Vanilla)
-	vanilla.Auto = false
-	s, c := readyService(t, func(cfg *Config) {
-		cfg.Strategies = []restore.Strategy{vanilla, w.strategy(restore.REAP), w.strategy(restore.SnapBPF)}
-		cfg.Adaptive.DefaultStrategy = wire.StrategyAuto
-		cfg.Adaptive.PrepareAfter = -1
-	})
+	s, c := autoReadyService(t)
 	ctx := context.Background()
-	booted, sn := bootAndSnapshot(t, s, "echo")
-	s.DeleteVM(ctx, booted.ID)
-	for _, k := range []restore.Kind{restore.REAP, restore.SnapBPF} {
-		if err := writeGen(filepath.Join(sn.Dir, "strategies", string(k)), 1); err != nil {
-			t.Fatal(err)
-		}
-	}
 	fixed := "snapbpf"
 	if _, err := s.SetRestoreSettings(ctx, "echo", wire.RestoreSettings{Strategy: &fixed}); err != nil {
 		t.Fatal(err)
@@ -160,4 +131,27 @@ func TestReadyCloneRefillSettles(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	waitFor(t, 5*time.Second, "the refill", func() bool { return s.readyClones() == 1 })
+}
+
+// autoReadyService is a daemon with ready clones whose function echo runs
+// under auto, choosing between reap and snapbpf (vanilla is not
+// automatic), with a snapshot holding both strategies' artifacts.
+func autoReadyService(t *testing.T) (*Service, *catalogFake) {
+	t.Helper()
+	w := &genWorld{}
+	vanilla, _ := restore.Lookup(restore.Vanilla)
+	vanilla.Auto = false
+	s, c := readyService(t, func(cfg *Config) {
+		cfg.Strategies = []restore.Strategy{vanilla, w.strategy(restore.REAP), w.strategy(restore.SnapBPF)}
+		cfg.Adaptive.DefaultStrategy = wire.StrategyAuto
+		cfg.Adaptive.PrepareAfter = -1
+	})
+	booted, sn := bootAndSnapshot(t, s, "echo")
+	s.DeleteVM(context.Background(), booted.ID)
+	for _, k := range []restore.Kind{restore.REAP, restore.SnapBPF} {
+		if err := writeGen(filepath.Join(sn.Dir, "strategies", string(k)), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, c
 }
