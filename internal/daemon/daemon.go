@@ -22,6 +22,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/deps"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/metrics"
@@ -39,24 +40,23 @@ import (
 	"sync/atomic"
 )
 
-// Sentinel errors. The API maps them to status codes.
+// Sentinel errors (package errdefs). The API maps them to status codes.
 var (
-	// ErrNotFound: no function, VM or snapshot by that name (404).
-	ErrNotFound = catalog.ErrNotFound
-	// ErrExists: the name is taken (409).
-	ErrExists = catalog.ErrExists
-	// ErrInvalid: the request is malformed (400).
-	ErrInvalid = errors.New("invalid request")
-	// ErrConflict: the resource is in the wrong state (409).
-	ErrConflict = errors.New("conflict")
-	// ErrTimeout: the guest did not answer within the invocation timeout (504).
-	ErrTimeout = errors.New("timeout")
-	// ErrSnapshotUnusable: a snapshot failed verification (422).
-	ErrSnapshotUnusable = errors.New("snapshot unusable")
-	// ErrVMFailed: the VM failed while serving the request (502).
-	ErrVMFailed = errors.New("vm failed")
-	// ErrNoSpace: the data directory's file system is full (507).
-	ErrNoSpace = errors.New("no space left for thaw's data")
+	ErrNotFound         = errdefs.ErrNotFound
+	ErrExists           = errdefs.ErrExists
+	ErrInvalid          = errdefs.ErrInvalid
+	ErrConflict         = errdefs.ErrConflict
+	ErrTimeout          = errdefs.ErrTimeout
+	ErrSnapshotUnusable = errdefs.ErrSnapshotUnusable
+	ErrVMFailed         = errdefs.ErrVMFailed
+	ErrNoSpace          = errdefs.ErrNoSpace
+	ErrForbidden        = errdefs.ErrForbidden
+	ErrTooMany          = errdefs.ErrTooMany
+	ErrImport           = errdefs.ErrImport
+	// ErrRegistryUnavailable: the registry cannot be reached (503).
+	ErrRegistryUnavailable = errdefs.ErrRegistryUnavailable
+	// ErrIndexUnavailable: the package index cannot be reached (503).
+	ErrIndexUnavailable = errdefs.ErrIndexUnavailable
 )
 
 // Config configures the daemon. Load it, then Validate.

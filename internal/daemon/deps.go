@@ -21,14 +21,6 @@ import (
 // requirements.txt becomes a dependency layer, attached to every VM of the
 // function as the disk after its code disk (/dev/vdc, mounted at /deps).
 
-// ErrIndexUnavailable: the package index did not answer (503); nothing
-// was created.
-var ErrIndexUnavailable = deps.ErrIndexUnavailable
-
-// ErrImport: a booted function's handler cannot be imported (or its
-// dependency layer mounted); the boot fails with the guest's traceback.
-var ErrImport = errors.New("function cannot be imported")
-
 // importFailure is a boot's ErrVMFailed that is also ErrImport, without
 // saying so twice in its message.
 type importFailure struct{ error }

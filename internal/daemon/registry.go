@@ -20,10 +20,6 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// ErrRegistryUnavailable: the snapshot registry (object store) did not
-// answer (503); nothing local was changed.
-var ErrRegistryUnavailable = registry.ErrUnavailable
-
 // DefaultChunkCacheBudget is the chunk cache's default disk budget.
 const DefaultChunkCacheBudget = 20 << 30
 

@@ -26,12 +26,6 @@ const (
 	MaxCodeDepth = 32
 )
 
-// ErrForbidden: the caller may not do this (403).
-var ErrForbidden = errors.New("forbidden")
-
-// ErrTooMany: a limit is reached; try again later (429).
-var ErrTooMany = errors.New("too many")
-
 // copyHook, if set (tests), runs after a directory is listed and before
 // each entry in it is opened.
 var copyHook func(rel string)
