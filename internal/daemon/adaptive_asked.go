@@ -79,11 +79,11 @@ func (s *Service) checkRefresh(ctx context.Context, req *RefreshRequest) (*asked
 	if err != nil {
 		return nil, err
 	}
-	target, err := s.resolve(ctx, ref)
+	target, err := s.versions.Resolve(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	snapID, err := s.newestSnapshotOf(ctx, ref.Function, target.Version)
+	snapID, err := s.versions.NewestSnapshotOf(ctx, ref.Function, target.Version)
 	if err != nil {
 		return nil, err
 	}

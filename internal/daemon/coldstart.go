@@ -82,7 +82,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fn, err := s.snapshotFunction(ctx, sn)
+	fn, err := s.versions.SnapshotFunction(ctx, sn)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
 	}

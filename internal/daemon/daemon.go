@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -456,7 +457,7 @@ type Service struct {
 	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
 	chunks               *registry.Cache    // its local chunk cache
 	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
-	vers                 *versionState      // deploys under way and alias routing (versions.go)
+	versions             *dversions.Manager // versions, aliases and deploys (package daemon/versions)
 	secrets              *secrets.Store     // the secret store (secrets.go)
 	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
 	deps                 *deps.Manager      // functions' dependency layers (deps.go)
@@ -520,7 +521,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{}, vers: newVersionState(),
+		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{},
 		strategies: cfg.Strategies, ops: newOperations()}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -556,6 +557,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
+	s.versions = s.newVersions()
 	if err := s.openDeps(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -570,7 +572,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err = s.reconcile(ctx); err != nil {
 		return err
 	}
-	if err := s.removePendingSnapshots(ctx); err != nil {
+	if err := s.versions.RemovePendingSnapshots(ctx); err != nil {
 		return fmt.Errorf("clean unfinished deploys: %w", err)
 	}
 	if err := s.removeLeftovers(ctx); err != nil {
@@ -584,7 +586,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if fns, err := s.db.ListFunctions(ctx); err == nil {
 		for _, f := range fns {
 			s.collectSnapshots(ctx, f.Name)
-			s.collectVersions(ctx, f.Name)
+			s.versions.CollectVersions(ctx, f.Name)
 		}
 	}
 	if err := s.openConfinement(); err != nil {

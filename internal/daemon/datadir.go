@@ -50,7 +50,7 @@ func lockDataDir(dir string) (*os.File, error) {
 // snapshots the catalog does not know (a crash between publishing one and
 // recording it).
 func (s *Service) removeLeftovers(ctx context.Context) error {
-	known, err := s.codeDirsInUse(ctx)
+	known, err := s.versions.CodeDirsInUse(ctx)
 	if err != nil {
 		return err
 	}

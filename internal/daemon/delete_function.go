@@ -365,11 +365,9 @@ func (s *Service) dropFunction(ctx context.Context, name string, out *FunctionDe
 		return err
 	}
 	s.kickDepsGC() // its layers may be unused now
-	s.vers.mu.Lock()
 	for _, v := range vs {
-		delete(s.vers.stale, versionKey(name, v.Number))
+		s.versions.ClearStale(name, v.Number)
 	}
-	s.vers.mu.Unlock()
 	var errs []error
 	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {

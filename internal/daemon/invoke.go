@@ -449,13 +449,13 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 	}
 	if snapID == "" {
 		var notHere error
-		if target, notHere = s.resolve(ctx, ref); notHere != nil {
+		if target, notHere = s.versions.Resolve(ctx, ref); notHere != nil {
 			if ref.Version == 0 || !errors.Is(notHere, ErrNotFound) {
 				return fail(notHere)
 			}
 			target = Target{Version: ref.Version} // a version not here: perhaps in the registry
 		} else {
-			snapID, notHere = s.newestSnapshotOf(ctx, req.Function, target.Version)
+			snapID, notHere = s.versions.NewestSnapshotOf(ctx, req.Function, target.Version)
 		}
 		if notHere != nil {
 			if vs, _ := s.db.ListVersions(ctx, req.Function); target.Version == 0 && len(vs) > 0 {

@@ -395,7 +395,7 @@ func (s *Service) importOnInvoke(ctx context.Context, function string, version i
 	v, err, _ := s.imports.Do(key, func() (any, error) {
 		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Version: version, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
-			return s.newestSnapshotOf(ctx, function, version)
+			return s.versions.NewestSnapshotOf(ctx, function, version)
 		}
 		if err != nil {
 			return nil, err

@@ -25,7 +25,7 @@ func (s *Service) limits() wire.Limits {
 		KeepAliveS: c.KeepAlive.Seconds(), KeepAliveMaxIdle: c.KeepAliveMaxIdle, KeepAliveMinAvailableMiB: max(c.KeepAliveMinAvailableMiB, 0),
 		VMMPool: c.VMMPool, VMMPoolTTLS: c.VMMPoolTTL.Seconds(), VMMPoolMemoryMiB: c.VMMPoolMemoryMiB,
 		HistoryMax: max(c.HistoryMax, 0), HistoryMaxAgeS: max(c.HistoryMaxAge, 0).Seconds(),
-		VersionKeep: s.versionKeep(), SnapshotKeep: c.SnapshotKeep,
+		VersionKeep: s.versions.Keep(), SnapshotKeep: c.SnapshotKeep,
 		ConsoleLogBytes: c.ConsoleLogLimit,
 		MaxLogBytes:     int64(c.MaxLogBytes), HistoryMaxLogBytes: max(c.HistoryMaxLogBytes, 0),
 	}

@@ -272,7 +272,7 @@ func (s *Service) StartBoot(ctx context.Context, function string) (*Operation, e
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := s.configOf(ctx, ref, false); err != nil {
+	if _, _, err := s.versions.ConfigOf(ctx, ref, false); err != nil {
 		return nil, err
 	}
 	return startCall(s, ctx, wire.OpBoot, function, s.BootVM, function, func(v *catalog.VM) *wire.OperationResult {

@@ -48,7 +48,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (res *Prepare
 	if err != nil {
 		return nil, err
 	}
-	fn, version, err := s.configOf(ctx, ref, true)
+	fn, version, err := s.versions.ConfigOf(ctx, ref, true)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (s *Service) checkPrepare(ctx context.Context, req *PrepareRequest) (time.D
 	if err != nil {
 		return 0, err
 	}
-	_, _, err = s.configOf(ctx, ref, true)
+	_, _, err = s.versions.ConfigOf(ctx, ref, true)
 	return timeout, err
 }
 

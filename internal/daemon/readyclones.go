@@ -295,7 +295,7 @@ func (s *Service) readyFunctions(ctx context.Context) {
 		sn, err := s.GetSnapshot(ctx, key.snapshot)
 		var fn *catalog.Function
 		if err == nil {
-			fn, err = s.snapshotFunction(ctx, sn)
+			fn, err = s.versions.SnapshotFunction(ctx, sn)
 		}
 		s.ready.mu.Lock()
 		if err != nil {

@@ -86,7 +86,7 @@ func TestVersionsThroughRegistry(t *testing.T) {
 
 	// Retention collects version 1 on its node, and its record goes.
 	a.cfg.VersionKeep = 1
-	a.collectVersions(ctx, "app")
+	a.versions.CollectVersions(ctx, "app")
 	if _, err := a.registry.GetVersion(ctx, "app", 1); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("collected version's record: %v", err)
 	}

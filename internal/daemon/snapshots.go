@@ -84,9 +84,7 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	if lv.version < 0 {
 		// A deploy's snapshot restores with the deploy's configuration
 		// until its version is published (or the deploy fails).
-		s.vers.mu.Lock()
-		s.vers.pending[id] = lv.fn
-		s.vers.mu.Unlock()
+		s.versions.AddPending(id, lv.fn)
 	}
 	for _, f := range m.Files {
 		rec.SizeBytes += f.Size
@@ -346,7 +344,7 @@ func (s *Service) verify(ctx context.Context, id string, full bool) (*verifiedSn
 	if err != nil {
 		return nil, err
 	}
-	fn, err := s.snapshotFunction(ctx, sn)
+	fn, err := s.versions.SnapshotFunction(ctx, sn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -63,9 +64,7 @@ func (s *Service) staleNote(function string, number int) string {
 	if number <= 0 {
 		return ""
 	}
-	s.vers.mu.Lock()
-	defer s.vers.mu.Unlock()
-	return s.vers.stale[versionKey(function, number)]
+	return s.versions.StaleNote(function, number)
 }
 
 // checkVersions finds the stale versions (at start) and rebuilds them in
@@ -81,7 +80,7 @@ func (s *Service) checkVersions(ctx context.Context) error {
 	}
 	aliased := map[string]bool{}
 	for _, a := range aliases {
-		if r, err := aliasRouting(a); err == nil {
+		if r, err := dversions.AliasRouting(a); err == nil {
 			for _, n := range r.Versions() {
 				aliased[versionKey(a.Function, n)] = true
 			}
@@ -95,9 +94,7 @@ func (s *Service) checkVersions(ctx context.Context) error {
 			continue
 		}
 		if why := staleReasons(was, now); why != "" {
-			s.vers.mu.Lock()
-			s.vers.stale[versionKey(v.Function, v.Number)] = why
-			s.vers.mu.Unlock()
+			s.versions.MarkStale(v.Function, v.Number, why)
 			s.log.Warn("version stale: rebuilding it", "function", v.Function, "version", v.Number, "why", why)
 			todo = append(todo, v)
 		}
@@ -122,12 +119,11 @@ func (s *Service) checkVersions(ctx context.Context) error {
 func (s *Service) startRebuild(ctx context.Context, v *catalog.Version) (*Operation, error) {
 	return s.startOperation(ctx, wire.OpRebuild, versionKey(v.Function, v.Number), func(ctx context.Context) (*wire.OperationResult, error) {
 		phase(ctx, "waiting for earlier rebuilds")
-		select {
-		case s.vers.rebuildSlot <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		release, err := s.versions.AcquireRebuild(ctx)
+		if err != nil {
+			return nil, err
 		}
-		defer func() { <-s.vers.rebuildSlot }()
+		defer release()
 		res, err := s.rebuild(ctx, v)
 		if err != nil {
 			return nil, err
@@ -199,9 +195,7 @@ func (s *Service) rebuild(ctx context.Context, v *catalog.Version) (res *DeployR
 		}
 		return nil, err
 	}
-	s.vers.mu.Lock()
-	delete(s.vers.stale, versionKey(v.Function, v.Number))
-	s.vers.mu.Unlock()
+	s.versions.ClearStale(v.Function, v.Number)
 	for _, sn := range old {
 		if sn.Version != v.Number {
 			continue

@@ -304,7 +304,7 @@ func (s *Service) BootVM(ctx context.Context, function string) (vm *catalog.VM, 
 	if err != nil {
 		return nil, err
 	}
-	fn, version, err := s.configOf(ctx, ref, false)
+	fn, version, err := s.versions.ConfigOf(ctx, ref, false)
 	if err != nil {
 		return nil, err
 	}
