@@ -86,6 +86,7 @@ func TestVersionsThroughRegistry(t *testing.T) {
 
 	// Retention collects version 1 on its node, and its record goes.
 	a.cfg.VersionKeep = 1
+	a.versions = a.newVersions() // the component takes its settings when made
 	a.versions.CollectVersions(ctx, "app")
 	if _, err := a.registry.GetVersion(ctx, "app", 1); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("collected version's record: %v", err)
