@@ -374,7 +374,7 @@ func (s *Service) PinSnapshot(ctx context.Context, id string, pinned bool) (*cat
 // ones that are not pinned, not in use (a live VM restored from it, or
 // kept idle) and not in spare (a snapshot just pulled, however old);
 // nothing with SnapshotKeep 0. Whole versions go by version retention
-// (collectVersions), never here.
+// (versions.Manager.CollectVersions), never here.
 func (s *Service) collectSnapshots(ctx context.Context, function string, spare ...string) {
 	if s.cfg.SnapshotKeep <= 0 {
 		return
