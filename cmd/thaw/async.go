@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -100,16 +99,4 @@ func (a *app) printAsyncState(s *client.AsyncInvocation) error {
 		row(w, "queued", fmtTime(s.EnqueuedAt))
 		row(w, "updated", fmtTime(s.UpdatedAt))
 	})
-}
-
-// printAccepted prints a queued invocation's id (its document with --json).
-func (a *app) printAccepted(acc *client.AsyncAccepted) error {
-	if a.json {
-		return a.printJSON(acc)
-	}
-	fmt.Fprintln(a.stdout, acc.ID)
-	if acc.Duplicate {
-		fmt.Fprintln(a.stderr, "thaw: an earlier request with this idempotency key queued it; nothing new was queued")
-	}
-	return nil
 }

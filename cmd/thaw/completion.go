@@ -201,3 +201,8 @@ func strategyNames(_ *app, ctx context.Context, c *client.Client) ([]string, err
 	}
 	return info.Strategies, nil
 }
+
+// secretNames completes secret names.
+var secretNames = listed((*client.Client).ListSecrets, func(s client.Secret) string {
+	return fmt.Sprintf("%s\tversion %d", s.Name, s.Version)
+})

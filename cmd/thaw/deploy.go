@@ -1,11 +1,8 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -132,32 +129,4 @@ func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) 
 	}
 	req.Secrets, err = assignments("secret", f.secrets)
 	return req, err
-}
-
-func (a *app) printDeploy(d *client.Deploy) error {
-	if a.quiet {
-		a.quietID(fmt.Sprintf("%s:%d", d.Function, d.Version))
-		return nil
-	}
-	headline := fmt.Sprintf("deployed %s version %d", d.Function, d.Version)
-	switch {
-	case d.Unchanged:
-		headline = fmt.Sprintf("%s version %d has this content already: nothing changed", d.Function, d.Version)
-	case d.Promoted:
-		headline += " (live)"
-	default:
-		headline += " (not promoted: invoke it as " + d.Function + ":" + fmt.Sprint(d.Version) + ")"
-	}
-	return a.printObject(d, headline, "", func(w io.Writer) {
-		row(w, "Version:", fmt.Sprint(d.Version))
-		row(w, "Digest:", shortDigest(d.Digest))
-		if len(d.Snapshots) > 0 {
-			row(w, "Snapshots:", strings.Join(d.Snapshots, ", "))
-		}
-		if !d.Unchanged {
-			t := d.Timing
-			row(w, "Took:", fmt.Sprintf("%s (build %s, boot %s, snapshot %s%s)", fmtMS(t.TotalMS), fmtMS(t.BuildMS),
-				fmtMS(t.BootMS), fmtMS(t.SnapshotMS), map[bool]string{true: ", prepare " + fmtMS(t.PrepareMS)}[t.PrepareMS > 0]))
-		}
-	})
 }

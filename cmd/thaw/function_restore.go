@@ -5,56 +5,9 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/thaw-dev/thaw/client"
 )
-
-// restoreFlags are a function's restore settings on the command line.
-type restoreFlags struct {
-	strategy, refresh  string
-	refreshFromTraffic bool
-}
-
-func (r *restoreFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&r.strategy, "strategy", "", "how cold starts that name no strategy restore: auto (thaw chooses from the function's own measurements) or a strategy; default: the daemon's")
-	fl.StringVar(&r.refresh, "refresh", "", "when recorded working sets that drifted from the inputs are recorded again: prepare (with the prepare's input), traffic or off; default: the daemon's")
-	fl.BoolVar(&r.refreshFromTraffic, "refresh-from-traffic", false, "record drifted working sets again with the invocation that showed the drift (used once, never stored): --refresh traffic")
-}
-
-// settings are the flags as the API's settings (nil: not given).
-func (r *restoreFlags) settings() (client.RestoreSettings, error) {
-	var s client.RestoreSettings
-	if r.refreshFromTraffic {
-		if r.refresh != "" && r.refresh != "traffic" {
-			return s, usagef("--refresh-from-traffic is --refresh traffic, not --refresh %s", r.refresh)
-		}
-		r.refresh = "traffic"
-	}
-	if r.strategy != "" {
-		s.Strategy = &r.strategy
-	}
-	if r.refresh != "" {
-		s.Refresh = &r.refresh
-	}
-	return s, nil
-}
-
-// options are the flags as function options.
-func (r *restoreFlags) options() ([]client.FunctionOption, error) {
-	s, err := r.settings()
-	if err != nil {
-		return nil, err
-	}
-	var o []client.FunctionOption
-	if s.Strategy != nil {
-		o = append(o, client.WithStrategy(*s.Strategy))
-	}
-	if s.Refresh != nil {
-		o = append(o, client.WithRefresh(*s.Refresh))
-	}
-	return o, nil
-}
 
 func (a *app) newFunctionRestoreCmd() *cobra.Command {
 	f := &restoreFlags{}
@@ -176,18 +129,6 @@ func printRestoreVersion(w io.Writer, v client.RestoreVersion) {
 	}
 }
 
-// writeAdaptive adds how an invocation's strategy was chosen and how its
-// guest used the recorded set to thaw invoke's table.
-func writeAdaptive(w io.Writer, inv *client.Invocation) {
-	if c := inv.StrategyChoice; c != nil && c.How != "request" {
-		row(w, "choice", c.How, c.Reason)
-	}
-	if st := inv.StrategyStats; st != nil && st.SetPages > 0 {
-		row(w, "set use", fmt.Sprintf("%d of %d pages touched, %d outside (%.0f%%), %d unused", st.SetTouchedPages, st.SetPages,
-			st.SetOutsidePages, st.SetOutsideRatio*100, st.SetUnusedPages), "the strategy's recorded set against what the guest touched")
-	}
-}
-
 func (a *app) newFunctionRefreshCmd() *cobra.Command {
 	var (
 		ev         eventFlags
@@ -221,19 +162,4 @@ leaves it running.`,
 	ev.add(cmd, "the record input (default: the prepare's)")
 	cmd.Flags().StringSliceVar(&strategies, "strategies", nil, "only these strategies' sets (default: every one the snapshot has)")
 	return cmd
-}
-
-// printRefresh prints a working-set refresh.
-func (a *app) printRefresh(r *client.WorkingSetRefresh) error {
-	return a.printObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
-		row(w, "Operation:", r.Operation)
-		row(w, "State:", r.State)
-		row(w, "Input:", r.Source)
-		for _, s := range r.Sets {
-			row(w, s.Strategy+":", fmt.Sprintf("%d -> %d pages (%s -> %s)", s.PagesBefore, s.PagesAfter, fmtBytes(s.BytesBefore), fmtBytes(s.BytesAfter)))
-		}
-		if r.Error != "" {
-			row(w, "Error:", r.Error)
-		}
-	})
 }

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -162,57 +158,6 @@ func (a *app) invokeAsync(function string, event []byte, f *invokeFlags) error {
 	return a.printAccepted(acc)
 }
 
-// eventFlags are --event and --event-file.
-type eventFlags struct{ event, file string }
-
-// add defines the flags of cmd; what is the event's name in their help.
-func (e *eventFlags) add(cmd *cobra.Command, what string) {
-	fl := cmd.Flags()
-	fl.StringVarP(&e.event, "event", "e", "", what+", as JSON (default {})")
-	fl.StringVar(&e.file, "event-file", "", "read "+what+" from this JSON file ('-': standard input)")
-}
-
-// read returns the event from --event or --event-file, checked to be
-// JSON; {} if neither is set.
-func (e *eventFlags) read(a *app, cmd *cobra.Command) (json.RawMessage, error) {
-	var (
-		b    []byte
-		what string
-	)
-	file := e.file
-	switch {
-	case cmd.Flags().Changed("event"):
-		b, what = []byte(e.event), "--event"
-	case file == "-":
-		var err error
-		if b, err = io.ReadAll(a.stdin); err != nil {
-			return nil, fmt.Errorf("read the event from standard input: %w", err)
-		}
-		what = "the event on standard input"
-	case file != "":
-		var err error
-		if b, err = os.ReadFile(file); err != nil {
-			return nil, usagef("--event-file: %v", err)
-		}
-		what = "the event in " + file
-	default:
-		return json.RawMessage(`{}`), nil
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil, usagef("%s is empty; give a JSON value, such as {}", what)
-	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return nil, usagef("%s is not valid JSON: %v (at byte %d)", what, err, se.Offset)
-		}
-		return nil, usagef("%s is not valid JSON: %v", what, err)
-	}
-	return json.RawMessage(b), nil
-}
-
 // printInvocation prints an invocation: warnings first (stderr), then
 // its result on stdout and where the time went (stderr, or stdout with
 // timing), or its error on stderr; a function error ends thaw with exit
@@ -297,18 +242,6 @@ func funcErrorLine(e *client.FunctionError) string {
 	return typ + ": " + termtext.Inline(e.Message)
 }
 
-// prettyJSON indents a JSON document; an empty one is null.
-func prettyJSON(raw json.RawMessage) string {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return "null"
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
-}
-
 // printTiming writes an invocation's headline and timing table to w.
 func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	how := inv.Mode
@@ -365,4 +298,46 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	}
 	writeAdaptive(w, inv)
 	return w.Flush()
+}
+
+// writeAdaptive adds how an invocation's strategy was chosen and how its
+// guest used the recorded set to thaw invoke's table.
+func writeAdaptive(w io.Writer, inv *client.Invocation) {
+	if c := inv.StrategyChoice; c != nil && c.How != "request" {
+		row(w, "choice", c.How, c.Reason)
+	}
+	if st := inv.StrategyStats; st != nil && st.SetPages > 0 {
+		row(w, "set use", fmt.Sprintf("%d of %d pages touched, %d outside (%.0f%%), %d unused", st.SetTouchedPages, st.SetPages,
+			st.SetOutsidePages, st.SetOutsideRatio*100, st.SetUnusedPages), "the strategy's recorded set against what the guest touched")
+	}
+}
+
+// printInvocationLogs prints an invocation's logs on w (thaw invoke
+// --logs): a headline of thaw's own, then the output and the kernel's
+// messages escaped, under it.
+func printInvocationLogs(w io.Writer, inv *client.Invocation) {
+	l := inv.Logs
+	if l == nil || l.Missing != "" && l.Output == "" && l.Kernel == "" {
+		why := "the daemon sent none"
+		if l != nil {
+			why = l.Missing
+		}
+		fmt.Fprintf(w, "thaw: warning: no logs of %s: %s\n", termtext.Line(inv.ID), termtext.Inline(why))
+		return
+	}
+	head := fmt.Sprintf("logs of %s", termtext.Line(inv.ID))
+	if l.TraceID != "" {
+		head += " (trace " + termtext.Line(l.TraceID) + ")"
+	}
+	switch {
+	case l.OutputBytes == 0 && l.Kernel == "":
+		fmt.Fprintf(w, "%s: nothing written\n", head)
+		return
+	case l.CutBytes > 0:
+		head += fmt.Sprintf(" (%s written, %s of it cut: thawd --max-logs)", fmtBytes(l.OutputBytes), fmtBytes(l.CutBytes))
+	}
+	fmt.Fprintf(w, "%s:\n%s", head, termtext.Indent(l.Output))
+	if l.Kernel != "" {
+		fmt.Fprintf(w, "kernel messages:\n%s", termtext.Indent(l.Kernel))
+	}
 }

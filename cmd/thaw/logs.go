@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -197,34 +196,4 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		}
 	}
 	return time.Time{}, usagef("--since %q: want a duration before now (10m, 2h) or a time (2026-11-27T10:00:00Z, 2026-11-27 10:00)", s)
-}
-
-// printInvocationLogs prints an invocation's logs on w (thaw invoke
-// --logs): a headline of thaw's own, then the output and the kernel's
-// messages escaped, under it.
-func printInvocationLogs(w io.Writer, inv *client.Invocation) {
-	l := inv.Logs
-	if l == nil || l.Missing != "" && l.Output == "" && l.Kernel == "" {
-		why := "the daemon sent none"
-		if l != nil {
-			why = l.Missing
-		}
-		fmt.Fprintf(w, "thaw: warning: no logs of %s: %s\n", termtext.Line(inv.ID), termtext.Inline(why))
-		return
-	}
-	head := fmt.Sprintf("logs of %s", termtext.Line(inv.ID))
-	if l.TraceID != "" {
-		head += " (trace " + termtext.Line(l.TraceID) + ")"
-	}
-	switch {
-	case l.OutputBytes == 0 && l.Kernel == "":
-		fmt.Fprintf(w, "%s: nothing written\n", head)
-		return
-	case l.CutBytes > 0:
-		head += fmt.Sprintf(" (%s written, %s of it cut: thawd --max-logs)", fmtBytes(l.OutputBytes), fmtBytes(l.CutBytes))
-	}
-	fmt.Fprintf(w, "%s:\n%s", head, termtext.Indent(l.Output))
-	if l.Kernel != "" {
-		fmt.Fprintf(w, "kernel messages:\n%s", termtext.Indent(l.Kernel))
-	}
 }

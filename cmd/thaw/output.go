@@ -12,50 +12,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// printOr prints v as a document with -o json or yaml, else the line
-// format makes of args (nothing with -q).
-func (a *app) printOr(v any, format string, args ...any) error {
-	switch {
-	case a.json:
-		return a.printJSON(v)
-	case a.quiet:
-		return nil
-	}
-	fmt.Fprintf(a.stdout, format, args...)
-	return nil
-}
-
-// printObject prints v as a document with -o json or yaml, else "headline
-// id" (when there is a headline) and the rows fill writes, aligned. With
-// -q it prints the id of what a command did something to (a headline's).
-func (a *app) printObject(v any, headline, id string, fill func(w io.Writer)) error {
-	switch {
-	case a.json:
-		return a.printJSON(v)
-	case a.quiet:
-		if headline != "" {
-			a.quietID(id)
-		}
-		return nil
-	}
-	if headline != "" {
-		fmt.Fprintf(a.stdout, "%s %s\n", headline, id)
-	}
-	w := newTable(a.stdout)
-	fill(w)
-	return w.Flush()
-}
-
-// printList prints a list as the API answers it: {"items": [...]}.
-func printList[T any](a *app, items []T) error {
-	if items == nil {
-		items = []T{}
-	}
-	return a.printJSON(struct {
-		Items []T `json:"items"`
-	}{items})
-}
-
 // newTable returns a tabwriter for aligned columns; Flush it.
 func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -207,4 +163,13 @@ func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 // fmtMSCol formats milliseconds right-aligned for timing tables.
 func fmtMSCol(ms float64) string {
 	return fmt.Sprintf("%9.1f ms", ms)
+}
+
+// vmState is a VM's state as thaw shows it: the API's, but idle for a
+// running VM the keep-alive pool keeps.
+func vmState(v *client.VM) string {
+	if v.Idle && v.State == "running" {
+		return "idle"
+	}
+	return v.State
 }

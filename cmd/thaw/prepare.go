@@ -1,10 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,37 +57,4 @@ shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`
 	fl.IntVar(&timeoutMS, "timeout-ms", 0, "timeout of each record invocation in milliseconds")
 	fl.BoolVar(&variants, "faasnap-variants", false, "also build FaaSnap's technique-off artifacts (invoke --variant no-hostrec, no-freed, no-merge)")
 	return cmd
-}
-
-func (a *app) printPrepare(res *client.PrepareResult) error {
-	w := newTable(a.stdout)
-	row(w, "Function:", res.Function)
-	if res.Clean != nil {
-		row(w, "Clean snapshot:", res.Clean.ID)
-	}
-	if res.Warm != nil {
-		row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
-	}
-	for _, k := range slices.Sorted(maps.Keys(res.Prepared)) {
-		p := res.Prepared[k]
-		if p == nil {
-			continue
-		}
-		if p.Unavailable != "" {
-			row(w, k+":", "not prepared: "+p.Unavailable)
-			continue
-		}
-		row(w, k+":", fmt.Sprintf("recorded in %s, built in %s", fmtMS(p.RecordMS), fmtMS(p.BuildMS)))
-		var vals map[string]any
-		if json.Unmarshal(p.Build, &vals) != nil {
-			continue
-		}
-		var ms []client.Measure
-		if d := a.strategyDetails(k); d != nil {
-			ms = d.Prepared
-		}
-		writeMeasures(w, " ", flatScalars(vals), ms)
-	}
-	row(w, "Took:", fmtMS(res.Timing.TotalMS))
-	return w.Flush()
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -156,38 +154,4 @@ func (a *app) printSecret(s *client.Secret, headline string) error {
 		row(w, "Created:", fmtTime(s.CreatedAt))
 		row(w, "Updated:", fmtTime(s.UpdatedAt))
 	})
-}
-
-// secretNames completes secret names.
-var secretNames = listed((*client.Client).ListSecrets, func(s client.Secret) string {
-	return fmt.Sprintf("%s\tversion %d", s.Name, s.Version)
-})
-
-// assignments parses repeated NAME=VALUE flags into a map; a name given
-// twice or an item without '=' is a usage error.
-func assignments(flag string, items []string) (map[string]string, error) {
-	if len(items) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(items))
-	for _, it := range items {
-		k, v, ok := strings.Cut(it, "=")
-		if !ok || k == "" {
-			return nil, usagef("--%s %q: want NAME=VALUE", flag, it)
-		}
-		if _, dup := out[k]; dup {
-			return nil, usagef("--%s %s is given twice", flag, k)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
@@ -184,20 +183,6 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 	return cmd
 }
 
-// printStored prints a snapshot's entry in the memory store.
-func (a *app) printStored(e *client.StoreEntry) error {
-	switch {
-	case a.json:
-		return a.printJSON(e)
-	case a.quiet:
-		a.quietID(e.Snapshot)
-		return nil
-	}
-	fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
-		e.Snapshot, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
-	return nil
-}
-
 func (a *app) printStore(in *client.StoreInfo) error {
 	switch {
 	case a.json:
@@ -244,27 +229,4 @@ func (a *app) printStore(in *client.StoreInfo) error {
 		row(w, e.Snapshot, fmtBytes(e.Size), fmtBytes(e.Bytes), fmt.Sprint(e.Regions), fmtAge(e.StoredAt))
 	}
 	return w.Flush()
-}
-
-// snapshotPrinter prints a snapshot, after a headline saying what happened
-// to it if there is one.
-func (a *app) snapshotPrinter(headline string) func(*client.Snapshot) error {
-	return func(s *client.Snapshot) error {
-		return a.printObject(s, headline, s.ID, func(w io.Writer) {
-			row(w, "ID:", s.ID)
-			row(w, "Function:", s.Function)
-			row(w, "Source VM:", orDash(s.SourceVM))
-			mem := fmtMiB(s.MemoryMiB)
-			if s.Memory == client.MemoryRemote {
-				mem += " (lazy: in the registry, fetched on demand)"
-			}
-			row(w, "Memory:", mem)
-			row(w, "Size:", fmtBytes(s.SizeBytes))
-			row(w, "Disk:", fmtBytes(s.DiskBytes))
-			row(w, "Create:", fmtMS(s.CreateMS))
-			row(w, "Pause:", fmtMS(s.PauseMS))
-			row(w, "Dir:", orDash(s.Dir))
-			row(w, "Created:", fmtTime(s.CreatedAt))
-		})
-	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -99,15 +98,6 @@ it. standby is a VMM started ahead of a restore (the VMM pool).`
 // vmStates are the values of vm list --state.
 var vmStates = []cobra.Completion{"live", "booting", "running", "idle", "paused", "standby", "ready", "failed", "stopped", "all"}
 
-// vmState is a VM's state as thaw shows it: the API's, but idle for a
-// running VM the keep-alive pool keeps.
-func vmState(v *client.VM) string {
-	if v.Idle && v.State == "running" {
-		return "idle"
-	}
-	return v.State
-}
-
 // vmStateFilter says which states --state selects.
 func vmStateFilter(state string) (func(string) bool, error) {
 	switch state {
@@ -163,62 +153,4 @@ func (a *app) newVMStateCmd(verb, short string, do func(*client.Client, context.
 			return a.printOr(v, "vm %s is %s\n", v.ID, vmState(v))
 		}),
 	}
-}
-
-// vmSource says where a VM came from: a boot or a snapshot.
-func vmSource(v *client.VM) string {
-	if v.Snapshot != "" {
-		return v.Snapshot
-	}
-	return "boot"
-}
-
-// startupMS is how long a VM took to become ready: its boot, or its
-// restore's setup and resume.
-func startupMS(v *client.VM) float64 {
-	if v.Restore != nil {
-		return v.Restore.SetupMS + v.Restore.ResumeMS
-	}
-	return v.BootMS
-}
-
-func (a *app) printVM(v *client.VM) error {
-	if a.quiet {
-		a.quietID(v.ID)
-		return nil
-	}
-	err := a.printObject(v, "", "", func(w io.Writer) {
-		row(w, "ID:", v.ID)
-		row(w, "Function:", v.Function)
-		row(w, "State:", vmState(v))
-		if v.IdleUntil != nil {
-			row(w, "Idle until:", fmtUntil(*v.IdleUntil)+" (kept for its function's next invocations; then stopped)")
-		}
-		if v.Reason != "" {
-			row(w, "Reason:", v.Reason)
-		}
-		if v.PID > 0 {
-			row(w, "PID:", fmt.Sprint(v.PID))
-		}
-		row(w, "Memory:", fmtMiB(v.MemoryMiB))
-		row(w, "Accel:", orDash(v.Accel))
-		if v.Snapshot != "" {
-			row(w, "Snapshot:", v.Snapshot)
-			row(w, "Strategy:", orDash(v.Strategy))
-		}
-		if v.BootMS > 0 {
-			row(w, "Boot:", fmtMS(v.BootMS))
-		}
-		row(w, "Run dir:", orDash(v.RunDir))
-		row(w, "Created:", fmtTime(v.CreatedAt))
-		row(w, "Updated:", fmtTime(v.UpdatedAt))
-	})
-	if err != nil || a.json || v.Restore == nil {
-		return err
-	}
-	fmt.Fprintln(a.stdout, "\nRestore:")
-	w := newTable(a.stdout)
-	writeRestoreTiming(w, "  ", v.Restore)
-	row(w, "  ready", fmtMSCol(v.Restore.SetupMS+v.Restore.ResumeMS), "setup + resume")
-	return w.Flush()
 }
