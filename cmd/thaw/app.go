@@ -12,25 +12,25 @@ import (
 )
 
 // app is one run of thaw: its streams, global flags and client.
-type app struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
+type App struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
 
-	url     string
-	timeout time.Duration
+	URL     string
+	Timeout time.Duration
 	// Output (format.go): -o, --json, -q as given, and what they resolve
 	// to: json is true for a document format (JSON or YAML).
-	output   string
-	jsonFlag bool
-	quiet    bool
-	format   string
-	json     bool
-	wide     bool
+	Output   string
+	JSONFlag bool
+	Quiet    bool
+	Format   string
+	JSON     bool
+	Wide     bool
 
-	c      *client.Client
-	ctx    context.Context // the request context, with --timeout
-	cancel context.CancelFunc
-	inRun  bool // a command's RunE started: later errors are not usage errors
+	C      *client.Client
+	Ctx    context.Context // the request context, with --timeout
+	Cancel context.CancelFunc
+	InRun  bool // a command's RunE started: later errors are not usage errors
 	// details are the daemon's strategy descriptions by kind, read once
 	// when a strategy's stats are printed (strategystats.go).
 	details map[string]*client.StrategyDetails
@@ -39,10 +39,10 @@ type app struct {
 // wrapRunE makes every command's RunE check the global flags, open the
 // client and set the request context first, and marks that the command
 // started, so that main tells usage errors from failures.
-func (a *app) wrapRunE(cmd *cobra.Command) {
+func (a *App) WrapRunE(cmd *cobra.Command) {
 	if run := cmd.RunE; run != nil && cmd.Annotations[groupAnnotation] == "" {
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			a.inRun = true
+			a.InRun = true
 			if err := a.setup(cmd.Context()); err != nil {
 				return err
 			}
@@ -50,32 +50,32 @@ func (a *app) wrapRunE(cmd *cobra.Command) {
 		}
 	}
 	for _, sub := range cmd.Commands() {
-		a.wrapRunE(sub)
+		a.WrapRunE(sub)
 	}
 }
 
-func (a *app) setup(ctx context.Context) error {
+func (a *App) setup(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if !strings.HasPrefix(a.url, "http://") && !strings.HasPrefix(a.url, "https://") && !strings.HasPrefix(a.url, "unix:") {
-		return usagef("--url %q: want http://host:port, https://host:port or unix:/path/to/socket", a.url)
+	if !strings.HasPrefix(a.URL, "http://") && !strings.HasPrefix(a.URL, "https://") && !strings.HasPrefix(a.URL, "unix:") {
+		return Usagef("--url %q: want http://host:port, https://host:port or unix:/path/to/socket", a.URL)
 	}
-	if a.url == "unix:" {
-		return usagef("--url unix: needs the socket's path, as in %s", client.DefaultURL)
+	if a.URL == "unix:" {
+		return Usagef("--url unix: needs the socket's path, as in %s", client.DefaultURL)
 	}
-	if a.timeout <= 0 {
-		return usagef("--timeout must be positive, got %s", a.timeout)
+	if a.Timeout <= 0 {
+		return Usagef("--timeout must be positive, got %s", a.Timeout)
 	}
-	if err := a.resolveOutput(); err != nil {
+	if err := a.ResolveOutput(); err != nil {
 		return err
 	}
-	c, err := client.NewFromEnv(a.url)
+	c, err := client.NewFromEnv(a.URL)
 	if err != nil {
 		return err
 	}
-	a.c = c
-	a.ctx, a.cancel = context.WithTimeout(ctx, a.timeout)
+	a.C = c
+	a.Ctx, a.Cancel = context.WithTimeout(ctx, a.Timeout)
 	return nil
 }
 
@@ -83,7 +83,7 @@ const groupAnnotation = "thaw-group"
 
 // newGroupCmd returns a command that only holds subcommands: alone it prints
 // its help, with an unknown subcommand it is a usage error.
-func newGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
+func NewGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
 	return &cobra.Command{
 		Use:         use,
 		Aliases:     aliases,
@@ -96,7 +96,7 @@ func newGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
 				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 					msg += fmt.Sprintf("; did you mean %q?", s[0])
 				}
-				return usagef("%s", msg)
+				return Usagef("%s", msg)
 			}
 			return cmd.Help()
 		},
@@ -104,7 +104,7 @@ func newGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
 }
 
 // exactArgs is cobra.ExactArgs with a message that names the arguments.
-func exactArgs(names ...string) cobra.PositionalArgs {
+func ExactArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(names) == 0 && len(args) > 0 {
 			return fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)
@@ -117,7 +117,7 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 }
 
 // rangeArgs takes min to max arguments, named by usage in the message.
-func rangeArgs(min, max int, usage string) cobra.PositionalArgs {
+func RangeArgs(min, max int, usage string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < min || len(args) > max {
 			return fmt.Errorf("%s takes %d to %d arguments (%s), got %d", cmd.CommandPath(), min, max, usage, len(args))
@@ -127,7 +127,7 @@ func rangeArgs(min, max int, usage string) cobra.PositionalArgs {
 }
 
 // minArgs is cobra.MinimumNArgs with a message that names the argument.
-func minArgs(name string) cobra.PositionalArgs {
+func MinArgs(name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return fmt.Errorf("%s needs at least one %s", cmd.CommandPath(), name)

@@ -12,8 +12,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-func (a *app) newAsyncCmd() *cobra.Command {
-	cmd := newGroupCmd("async", "Asynchronous invocations: settings and states",
+func (a *App) newAsyncCmd() *cobra.Command {
+	cmd := NewGroupCmd("async", "Asynchronous invocations: settings and states",
 		`'thaw invoke --async' queues an invocation durably and prints its id. It
 runs with the function's retries (exponential backoff with jitter), up to
 its maximum event age, and its outcome goes to the function's
@@ -32,16 +32,16 @@ http(s) URL (a webhook the daemon's --destination-allow or
 --allow-public-destinations allows); failures go to dlq by default.`,
 		Example: `  thaw async set resize --retries 3 --backoff 2s --max-age 1h
   thaw async set resize --on-success http://127.0.0.1:9000/done --on-failure dlq`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("retries") {
 				req.MaxRetries = &retries
 			}
 			if maxAge < 0 || backoff < 0 || concurrency < 0 {
-				return usagef("--max-age, --backoff and --concurrency must not be negative")
+				return Usagef("--max-age, --backoff and --concurrency must not be negative")
 			}
 			req.MaxEventAgeS, req.BackoffMS, req.Concurrency = int64(maxAge/time.Second), backoff.Milliseconds(), concurrency
-			c, err := a.c.SetAsyncConfig(a.ctx, args[0], req)
+			c, err := a.C.SetAsyncConfig(a.Ctx, args[0], req)
 			if err != nil {
 				return err
 			}
@@ -55,48 +55,48 @@ http(s) URL (a webhook the daemon's --destination-allow or
 	fl.IntVar(&concurrency, "concurrency", 0, "the function's asynchronous invocations at once, across nodes (default: the daemon's, 2)")
 	fl.StringVar(&req.OnSuccess, "on-success", "", "where successes' outcomes go: dlq or a webhook URL (default: nowhere)")
 	fl.StringVar(&req.OnFailure, "on-failure", "", "where failures' outcomes go: dlq (default) or a webhook URL")
-	get := newGetCmd("function's asynchronous settings", "FUNCTION", oneRunE(a, (*client.Client).GetAsyncConfig, a.printAsyncConfig))
-	reset := &cobra.Command{Use: "reset FUNCTION", Short: "Return a function to the daemon's asynchronous defaults", Args: exactArgs("FUNCTION"),
+	get := NewGetCmd("function's asynchronous settings", "FUNCTION", OneRunE(a, (*client.Client).GetAsyncConfig, a.printAsyncConfig))
+	reset := &cobra.Command{Use: "reset FUNCTION", Short: "Return a function to the daemon's asynchronous defaults", Args: ExactArgs("FUNCTION"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if err := a.c.ResetAsyncConfig(a.ctx, args[0]); err != nil {
+			if err := a.C.ResetAsyncConfig(a.Ctx, args[0]); err != nil {
 				return err
 			}
-			return a.printOr(struct{}{}, "reset %s\n", termtext.Line(args[0]))
+			return a.PrintOr(struct{}{}, "reset %s\n", termtext.Line(args[0]))
 		}}
-	status := &cobra.Command{Use: "status ID", Short: "Show an asynchronous invocation's state", Args: exactArgs("ID"),
-		RunE: oneRunE(a, (*client.Client).GetAsync, a.printAsyncState)}
+	status := &cobra.Command{Use: "status ID", Short: "Show an asynchronous invocation's state", Args: ExactArgs("ID"),
+		RunE: OneRunE(a, (*client.Client).GetAsync, a.printAsyncState)}
 	cmd.AddCommand(set, get, reset, status)
 	return cmd
 }
 
-func (a *app) printAsyncConfig(c *client.AsyncConfig) error {
-	return a.printObject(c, "async settings of", termtext.Line(c.Function), func(w io.Writer) {
+func (a *App) printAsyncConfig(c *client.AsyncConfig) error {
+	return a.PrintObject(c, "async settings of", termtext.Line(c.Function), func(w io.Writer) {
 		if c.MaxRetries != nil {
-			row(w, "retries", strconv.Itoa(*c.MaxRetries))
+			Row(w, "retries", strconv.Itoa(*c.MaxRetries))
 		}
-		row(w, "max event age", (time.Duration(c.MaxEventAgeS) * time.Second).String())
-		row(w, "backoff", (time.Duration(c.BackoffMS) * time.Millisecond).String())
-		row(w, "concurrency", strconv.Itoa(c.Concurrency))
-		row(w, "on success", orDash(c.OnSuccess))
-		row(w, "on failure", orDash(c.OnFailure))
+		Row(w, "max event age", (time.Duration(c.MaxEventAgeS) * time.Second).String())
+		Row(w, "backoff", (time.Duration(c.BackoffMS) * time.Millisecond).String())
+		Row(w, "concurrency", strconv.Itoa(c.Concurrency))
+		Row(w, "on success", OrDash(c.OnSuccess))
+		Row(w, "on failure", OrDash(c.OnFailure))
 	})
 }
 
-func (a *app) printAsyncState(s *client.AsyncInvocation) error {
-	return a.printObject(s, "async invocation", termtext.Line(s.ID), func(w io.Writer) {
-		row(w, "function", s.Function)
-		row(w, "state", s.State)
-		row(w, "attempts", strconv.Itoa(s.Attempts))
+func (a *App) printAsyncState(s *client.AsyncInvocation) error {
+	return a.PrintObject(s, "async invocation", termtext.Line(s.ID), func(w io.Writer) {
+		Row(w, "function", s.Function)
+		Row(w, "state", s.State)
+		Row(w, "attempts", strconv.Itoa(s.Attempts))
 		if len(s.Invocations) > 0 {
-			row(w, "invocations", strings.Join(s.Invocations, " "))
+			Row(w, "invocations", strings.Join(s.Invocations, " "))
 		}
 		if s.Schedule != "" {
-			row(w, "schedule", s.Schedule)
+			Row(w, "schedule", s.Schedule)
 		}
 		if s.Error != "" {
-			row(w, "error", s.Error)
+			Row(w, "error", s.Error)
 		}
-		row(w, "queued", fmtTime(s.EnqueuedAt))
-		row(w, "updated", fmtTime(s.UpdatedAt))
+		Row(w, "queued", FmtTime(s.EnqueuedAt))
+		Row(w, "updated", FmtTime(s.UpdatedAt))
 	})
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/bench/inputs"
 )
 
-func (a *app) newBenchCmd() *cobra.Command {
-	cmd := newGroupCmd("bench", "Measure thaw through its API and write results",
+func (a *App) newBenchCmd() *cobra.Command {
+	cmd := NewGroupCmd("bench", "Measure thaw through its API and write results",
 		`Benchmarks drive the daemon through the same API as every other command and
 only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`)
 	cmd.AddCommand(a.newBenchCoreCmd(), a.newBenchStrategiesCmd(), a.newBenchAdaptiveCmd(), a.newBenchMemoryCmd(), a.newBenchRestoreCmd(), a.newBenchEvalCmd(), a.newBenchReportCmd(), a.newBenchChunksCmd(), a.newBenchRemoteDiskCmd(), a.newBenchFreshCmd(),
@@ -32,18 +32,18 @@ only emit data: JSON lines of raw samples, a JSON summary and a Markdown table.`
 // checkStrategies checks a benchmark's configuration against the daemon's
 // strategies (what check refuses is a usage error) and returns the
 // daemon's description.
-func (a *app) checkStrategies(check func(daemonStrategies []string) error) (*client.Info, error) {
-	info, err := a.c.Info(a.ctx)
+func (a *App) checkStrategies(check func(daemonStrategies []string) error) (*client.Info, error) {
+	info, err := a.C.Info(a.Ctx)
 	if err != nil {
 		return nil, err
 	}
 	if err := check(info.Strategies); err != nil {
-		return nil, usagef("%v", err)
+		return nil, Usagef("%v", err)
 	}
 	return info, nil
 }
 
-func (a *app) newBenchStrategiesCmd() *cobra.Command {
+func (a *App) newBenchStrategiesCmd() *cobra.Command {
 	var (
 		root       string
 		functions  []string
@@ -64,17 +64,17 @@ counts and storage reads, and geometric-mean ratios; with --out writes
 DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 		Example: `  thaw bench strategies --reps 5 --out docs/results
   thaw bench strategies --functions hello --strategies vanilla,faasnap --reps 1`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reps < 1 {
-				return usagef("--reps must be at least 1")
+				return Usagef("--reps must be at least 1")
 			}
 			cases, stop, err := a.benchCases(inputsFrom, root, functions, true)
 			if err != nil {
 				return err
 			}
 			defer stop()
-			info, err := a.c.Info(a.ctx)
+			info, err := a.C.Info(a.Ctx)
 			if err != nil {
 				return err
 			}
@@ -90,9 +90,9 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 				}
 				defer ra.Restore()
 				kb = readahead
-				fmt.Fprintf(a.stderr, "[bench strategies] read_ahead_kb %d for this run (was %d)\n", readahead, ra.KB())
+				fmt.Fprintf(a.Stderr, "[bench strategies] read_ahead_kb %d for this run (was %d)\n", readahead, ra.KB())
 			}
-			res, err := bench.RunStrategies(a.ctx, a.c, cases, strategies, reps, a.stderr)
+			res, err := bench.RunStrategies(a.Ctx, a.C, cases, strategies, reps, a.Stderr)
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ DIR/strategies.jsonl (samples), DIR/strategies.json and DIR/strategies.md.`,
 // benchCases returns the cases of functions (all when there are none
 // and all is set) with inputs from inputsFrom: "inline" (bench.DefaultCases)
 // or "redis" (inputs A and B from a private redis-server, which stop stops).
-func (a *app) benchCases(inputsFrom, root string, functions []string, all bool) (cases []bench.FunctionCase, stop func(), err error) {
+func (a *App) benchCases(inputsFrom, root string, functions []string, all bool) (cases []bench.FunctionCase, stop func(), err error) {
 	stop = func() {}
 	switch inputsFrom {
 	case "inline":
@@ -132,53 +132,53 @@ func (a *app) benchCases(inputsFrom, root string, functions []string, all bool) 
 		}
 		if cases, err = bench.RedisCases(r, root, functions, "A", "B"); err != nil {
 			r.Stop()
-			return nil, nil, usagef("%v", err)
+			return nil, nil, Usagef("%v", err)
 		}
 		stop = func() { r.Stop() }
 	default:
-		return nil, nil, usagef("--inputs must be inline or redis")
+		return nil, nil, Usagef("--inputs must be inline or redis")
 	}
 	if len(cases) == 0 {
 		stop()
-		return nil, nil, usagef("no function matches --functions %v", functions)
+		return nil, nil, Usagef("no function matches --functions %v", functions)
 	}
 	return cases, stop, nil
 }
 
 // startRedis starts an empty private redis-server on loopback. Guests reach
 // it at 10.0.2.2, so the daemon must run on this host.
-func startRedis(a *app) (*inputs.Redis, error) {
+func startRedis(a *App) (*inputs.Redis, error) {
 	dir, err := os.MkdirTemp("", "thaw-redis-")
 	if err != nil {
 		return nil, err
 	}
-	return inputs.StartRedis(a.ctx, dir)
+	return inputs.StartRedis(a.Ctx, dir)
 }
 
 // startInputs starts a private redis-server (startRedis) and loads the
 // inputs of functions into it.
-func startInputs(a *app, functions []string) (*inputs.Redis, error) {
+func startInputs(a *App, functions []string) (*inputs.Redis, error) {
 	r, err := startRedis(a)
 	if err != nil {
 		return nil, err
 	}
-	metas, err := inputs.Load(a.ctx, r, functions, nil, nil)
+	metas, err := inputs.Load(a.Ctx, r, functions, nil, nil)
 	if err != nil {
 		r.Stop()
 		return nil, err
 	}
-	fmt.Fprintf(a.stderr, "[bench] redis on %s with %d inputs\n", r.Addr(), len(metas))
+	fmt.Fprintf(a.Stderr, "[bench] redis on %s with %d inputs\n", r.Addr(), len(metas))
 	return r, nil
 }
 
 // printResults prints a benchmark's results: all as JSON with --json, else
 // their Markdown md and, with out, writes them there (writeResults) with the
 // figures (file name to SVG).
-func printResults[S any](a *app, out, name string, samples []S, all any, md string, figures map[string]string) error {
-	if a.json {
-		return a.printJSON(all)
+func printResults[S any](a *App, out, name string, samples []S, all any, md string, figures map[string]string) error {
+	if a.JSON {
+		return a.PrintJSON(all)
 	}
-	fmt.Fprint(a.stdout, md)
+	fmt.Fprint(a.Stdout, md)
 	if out == "" {
 		return nil
 	}
@@ -221,7 +221,7 @@ func writeResults[S any](dir, name string, samples []S, all any, md string) erro
 	return os.WriteFile(filepath.Join(dir, name+".md"), []byte(header+md), 0o644)
 }
 
-func (a *app) newBenchCoreCmd() *cobra.Command {
+func (a *App) newBenchCoreCmd() *cobra.Command {
 	var (
 		fnDir    string
 		memories []int
@@ -238,15 +238,15 @@ cold-invokes the last snapshot --restores times with the vanilla strategy,
 for every --memory size. Prints median and p10-p90 per metric and, with --out,
 writes DIR/core.jsonl (samples), DIR/core.json and DIR/core.md.`,
 		Example: `  thaw bench core --dir functions/hello --memory 256,512 --restores 10 --out docs/results`,
-		Args:    exactArgs(),
+		Args:    ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !json.Valid([]byte(event)) {
-				return usagef("--event is not valid JSON")
+				return Usagef("--event is not valid JSON")
 			}
 			var results []*bench.CoreResult
 			for _, mem := range memories {
-				r, err := bench.RunCore(a.ctx, a.c, bench.CoreConfig{Function: filepath.Base(fnDir), Dir: fnDir,
-					MemoryMiB: mem, Boots: boots, Restores: restores, Event: json.RawMessage(event)}, a.stderr)
+				r, err := bench.RunCore(a.Ctx, a.C, bench.CoreConfig{Function: filepath.Base(fnDir), Dir: fnDir,
+					MemoryMiB: mem, Boots: boots, Restores: restores, Event: json.RawMessage(event)}, a.Stderr)
 				if err != nil {
 					return err
 				}

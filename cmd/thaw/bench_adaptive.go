@@ -27,7 +27,7 @@ func driftCases(root string) map[string]bench.FunctionCase {
 	}
 }
 
-func (a *app) newBenchAdaptiveCmd() *cobra.Command {
+func (a *App) newBenchAdaptiveCmd() *cobra.Command {
 	var (
 		root, out, function, inputsFrom string
 		arms, functions                 []string
@@ -60,7 +60,7 @@ restore fetch its memory from the registry.
 Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 		Example: `  thaw bench adaptive --function image --cold-starts 40 --out docs/results/adaptive
   thaw bench adaptive --mixed --inputs redis --rounds 3 --out docs/results/adaptive`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if report {
 				return a.rerenderAdaptive(out, mixed)
@@ -72,7 +72,7 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 			}
 			fc, ok := driftCases(root)[function]
 			if !ok {
-				return usagef("--function %q: one of image, json, matmul", function)
+				return Usagef("--function %q: one of image, json, matmul", function)
 			}
 			if len(arms) == 0 {
 				arms = eval.DefaultDriftArms
@@ -82,7 +82,7 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 				if sink != nil {
 					cfg.Sink = sink
 				}
-				return eval.RunDrift(a.ctx, a.c, cfg)
+				return eval.RunDrift(a.Ctx, a.C, cfg)
 			})
 		},
 	}
@@ -103,9 +103,9 @@ Writes DIR/adaptive-EXPERIMENT.jsonl (samples), .json, .md and SVG plots.`,
 
 // benchAdaptive runs one adaptive experiment, its samples written as they
 // come to out/NAME.partial.jsonl, and writes its results to out.
-func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ...any)) (*eval.AdaptiveResult, error)) error {
+func (a *App) benchAdaptive(out, name string, run func(*os.File, func(string, ...any)) (*eval.AdaptiveResult, error)) error {
 	say := func(format string, x ...any) {
-		fmt.Fprintf(a.stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
+		fmt.Fprintf(a.Stderr, "%s [bench adaptive] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
 	}
 	var sink *os.File
 	if out != "" {
@@ -142,9 +142,9 @@ func benchCommand(name string) string {
 
 // rerenderAdaptive writes an experiment's report and plots again from its
 // results in out.
-func (a *app) rerenderAdaptive(out string, mixed bool) error {
+func (a *App) rerenderAdaptive(out string, mixed bool) error {
 	if out == "" {
-		return usagef("--report needs --out DIR")
+		return Usagef("--report needs --out DIR")
 	}
 	name := "adaptive-drift"
 	if mixed {
@@ -163,7 +163,7 @@ func (a *app) rerenderAdaptive(out string, mixed bool) error {
 }
 
 // runMixed runs the mixed experiment on the cases of --inputs.
-func (a *app) runMixed(root, inputsFrom string, functions, arms []string, rounds int, seed uint64, sink *os.File, say func(string, ...any)) (*eval.AdaptiveResult, error) {
+func (a *App) runMixed(root, inputsFrom string, functions, arms []string, rounds int, seed uint64, sink *os.File, say func(string, ...any)) (*eval.AdaptiveResult, error) {
 	cases, stop, err := a.benchCases(inputsFrom, root, functions, true)
 	if err != nil {
 		return nil, err
@@ -176,5 +176,5 @@ func (a *app) runMixed(root, inputsFrom string, functions, arms []string, rounds
 	if sink != nil {
 		cfg.Sink = sink
 	}
-	return eval.RunMixed(a.ctx, a.c, cfg)
+	return eval.RunMixed(a.Ctx, a.C, cfg)
 }

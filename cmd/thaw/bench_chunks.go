@@ -16,7 +16,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
-func (a *app) newBenchChunksCmd() *cobra.Command {
+func (a *App) newBenchChunksCmd() *cobra.Command {
 	var (
 		sizes   []string
 		out     string
@@ -45,13 +45,13 @@ DIR/chunks.md.`,
 				dirs = append(dirs, found...)
 			}
 			if len(dirs) == 0 {
-				return usagef("give snapshot directories or --snapshots-dir")
+				return Usagef("give snapshot directories or --snapshots-dir")
 			}
 			var cs []int64
 			for _, s := range sizes {
 				n, err := parseChunkSize(s)
 				if err != nil {
-					return usagef("--sizes: %v", err)
+					return Usagef("--sizes: %v", err)
 				}
 				cs = append(cs, n)
 			}
@@ -65,10 +65,10 @@ DIR/chunks.md.`,
 					return err
 				}
 			}
-			if a.json {
-				return a.printJSON(res)
+			if a.JSON {
+				return a.PrintJSON(res)
 			}
-			_, err = fmt.Fprint(a.stdout, md)
+			_, err = fmt.Fprint(a.Stdout, md)
 			return err
 		},
 	}
@@ -80,7 +80,7 @@ DIR/chunks.md.`,
 }
 
 // measureChunks chunks the snapshots in dirs at each of sizes.
-func (a *app) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
+func (a *App) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
 	var res chunkReport
 	for _, d := range dirs {
 		m, err := snapshot.ReadManifest(d)
@@ -90,7 +90,7 @@ func (a *app) measureChunks(dirs []string, sizes []int64) (chunkReport, error) {
 		res.Snapshots = append(res.Snapshots, chunkSnapshot{ID: m.ID, Function: m.Function, MemoryMiB: m.Guest.MemoryMiB})
 	}
 	for _, n := range sizes {
-		fmt.Fprintf(a.stderr, "chunking %d snapshots at %s\n", len(dirs), fmtBytes(n))
+		fmt.Fprintf(a.Stderr, "chunking %d snapshots at %s\n", len(dirs), FmtBytes(n))
 		m, err := chunk.MeasureSnapshots(dirs, n, prefetchedPages)
 		if err != nil {
 			return res, err
@@ -138,9 +138,9 @@ func (r chunkReport) markdown() string {
 			gets = float64(m.WorkingSetChunks) / float64(m.WorkingSetSnapshots)
 			amp = float64(m.WorkingSetFetchBytes) / float64(m.WorkingSetBytes)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %.2fx | %s | %.2fx | %.0f | %.1fx |\n", fmtBytes(m.ChunkSize), m.Chunks,
-			fmtBytes(m.ChunkBytes), m.Objects, fmtBytes(m.UniqueBytes), fmtBytes(m.StoredBytes), m.DedupRatio,
-			fmtBytes(m.MeanSnapshotBytes), m.StoredPerSnapshot, gets, amp)
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %.2fx | %s | %.2fx | %.0f | %.1fx |\n", FmtBytes(m.ChunkSize), m.Chunks,
+			FmtBytes(m.ChunkBytes), m.Objects, FmtBytes(m.UniqueBytes), FmtBytes(m.StoredBytes), m.DedupRatio,
+			FmtBytes(m.MeanSnapshotBytes), m.StoredPerSnapshot, gets, amp)
 	}
 	b.WriteString("\nObjects are the distinct chunks plus one remote manifest per snapshot. The dedup ratio is the non-zero chunk bytes of all snapshots over the distinct chunks' bytes. \"Stored / one snapshot\" is what the bucket holds for all of them over one snapshot's non-zero bytes (counted in 4 KiB pages, the mean over the snapshots). The last two columns are a lazy restore that fetches only the chunks holding the REAP working set (recorded by prepare): chunk GETs per snapshot and the bytes those chunks hold over the working set's bytes.\n")
 	return b.String()

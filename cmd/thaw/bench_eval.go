@@ -78,7 +78,7 @@ an estimate of its duration first and a progress line per invocation; with
 (eval.md) and figures (*.svg). Long runs need a larger --timeout (the whole
 command's), e.g. --timeout 12h.`
 
-func (a *app) newBenchEvalCmd() *cobra.Command {
+func (a *App) newBenchEvalCmd() *cobra.Command {
 	var f evalFlags
 	cmd := &cobra.Command{
 		Use:   "eval",
@@ -87,7 +87,7 @@ func (a *app) newBenchEvalCmd() *cobra.Command {
 		Example: `  thaw --timeout 12h bench eval --out docs/results/eval
   thaw bench eval --experiments exec,burst --functions hello,json --strategies vanilla,faasnap --reps 1
   thaw bench eval --estimate`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runEval(&f, f.experiments) },
 	}
 	f.register(cmd, true)
@@ -95,7 +95,7 @@ func (a *app) newBenchEvalCmd() *cobra.Command {
 }
 
 // newBenchExperimentCmd is one experiment alone (thaw bench exec, ...).
-func (a *app) newBenchExperimentCmd(exp, short string) *cobra.Command {
+func (a *App) newBenchExperimentCmd(exp, short string) *cobra.Command {
 	var f evalFlags
 	cmd := &cobra.Command{
 		Use:   exp,
@@ -103,14 +103,14 @@ func (a *app) newBenchExperimentCmd(exp, short string) *cobra.Command {
 		Long:  short + ". The experiment of 'thaw bench eval --experiments " + exp + "'; see 'thaw bench eval --help'.",
 		Example: fmt.Sprintf("  thaw --timeout 6h bench %s --out docs/results/%s\n  thaw bench %s --functions hello,json --reps 1",
 			exp, exp, exp),
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runEval(&f, []string{exp}) },
 	}
 	f.register(cmd, false)
 	return cmd
 }
 
-func (a *app) runEval(f *evalFlags, experiments []string) error {
+func (a *App) runEval(f *evalFlags, experiments []string) error {
 	cfg := f.cfg
 	cfg.Experiments = experiments
 	cfg.Timeout = f.timeout
@@ -120,7 +120,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if f.storage != "" {
 		st, err := bench.LoadStorage(f.storage)
 		if err != nil {
-			return usagef("--storage: %v", err)
+			return Usagef("--storage: %v", err)
 		}
 		cfg.Storage = st
 	}
@@ -130,8 +130,8 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	}
 	est := eval.EstimateEval(cfg)
 	if f.estimate {
-		fmt.Fprintf(a.stdout, "experiments %s; strategies %s; %d repetitions\n", strings.Join(cfg.Experiments, ","), strings.Join(cfg.Strategies, ","), cfg.Reps)
-		fmt.Fprintf(a.stdout, "%d prepares, %d cold starts, %d warm invocations, %d snapshot copies: about %s\n",
+		fmt.Fprintf(a.Stdout, "experiments %s; strategies %s; %d repetitions\n", strings.Join(cfg.Experiments, ","), strings.Join(cfg.Strategies, ","), cfg.Reps)
+		fmt.Fprintf(a.Stdout, "%d prepares, %d cold starts, %d warm invocations, %d snapshot copies: about %s\n",
 			est.Prepares, est.Cold, est.Warm, est.Copies, est.Duration().Round(time.Minute))
 		return nil
 	}
@@ -145,10 +145,10 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 			return fmt.Errorf("set read_ahead_kb: %w", err)
 		}
 		defer ra.Restore()
-		fmt.Fprintf(a.stderr, "[bench] read_ahead_kb %d for this run (was %d)\n", f.readahead, ra.KB())
+		fmt.Fprintf(a.Stderr, "[bench] read_ahead_kb %d for this run (was %d)\n", f.readahead, ra.KB())
 	}
-	if est.Duration() > a.timeout {
-		fmt.Fprintf(a.stderr, "[bench] warning: the run is estimated at %s but --timeout is %s\n", est.Duration().Round(time.Minute), a.timeout)
+	if est.Duration() > a.Timeout {
+		fmt.Fprintf(a.Stderr, "[bench] warning: the run is estimated at %s but --timeout is %s\n", est.Duration().Round(time.Minute), a.Timeout)
 	}
 	var fns []string
 	for _, e := range cfg.Experiments {
@@ -158,7 +158,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 		}
 	}
 	if len(fns) == 0 {
-		return usagef("no function left to run after --functions %v", cfg.Functions)
+		return Usagef("no function left to run after --functions %v", cfg.Functions)
 	}
 	if f.out != "" {
 		// Samples stream into the JSON lines file as they are measured;
@@ -178,8 +178,8 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 		return err
 	}
 	defer r.Stop()
-	fmt.Fprintf(a.stderr, "[bench] redis on %s\n", r.Addr())
-	res, runErr := eval.RunEval(a.ctx, a.c, r, cfg, a.stderr)
+	fmt.Fprintf(a.Stderr, "[bench] redis on %s\n", r.Addr())
+	res, runErr := eval.RunEval(a.Ctx, a.C, r, cfg, a.Stderr)
 	if res == nil {
 		return runErr
 	}
@@ -188,9 +188,9 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 
 // finishRun ends a benchmark run: its JSON with --json; else its files
 // written into out (if set), then the run's error or its tables.
-func (a *app) finishRun(res any, runErr error, out string, write func(dir string) ([]string, error), markdown func() string) error {
-	if a.json && runErr == nil {
-		return a.printJSON(res)
+func (a *App) finishRun(res any, runErr error, out string, write func(dir string) ([]string, error), markdown func() string) error {
+	if a.JSON && runErr == nil {
+		return a.PrintJSON(res)
 	}
 	if out != "" {
 		paths, err := write(out)
@@ -198,17 +198,17 @@ func (a *app) finishRun(res any, runErr error, out string, write func(dir string
 			return err
 		}
 		for _, p := range paths {
-			fmt.Fprintf(a.stderr, "[bench] wrote %s\n", filepath.Clean(p))
+			fmt.Fprintf(a.Stderr, "[bench] wrote %s\n", filepath.Clean(p))
 		}
 	}
 	if runErr != nil {
 		return runErr
 	}
-	fmt.Fprint(a.stdout, markdown())
+	fmt.Fprint(a.Stdout, markdown())
 	return nil
 }
 
-func (a *app) newBenchReportCmd() *cobra.Command {
+func (a *App) newBenchReportCmd() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "report DIR",
@@ -219,7 +219,7 @@ eval.md and the SVG figures again, into --out (default DIR). A directory of
 'thaw bench restore' (restore.json, restore.jsonl) is recomputed the same
 way. Needs no daemon.`,
 		Example: "  thaw bench report docs/results/eval-20261122-0500",
-		Args:    exactArgs("DIR"),
+		Args:    ExactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				out = args[0]

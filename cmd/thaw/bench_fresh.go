@@ -12,7 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/bench/fresh"
 )
 
-func (a *app) newBenchFreshCmd() *cobra.Command {
+func (a *App) newBenchFreshCmd() *cobra.Command {
 	var (
 		root, out, inputsFrom string
 		functions             []string
@@ -40,7 +40,7 @@ Writes DIR/fresh.jsonl (samples), fresh.json, fresh.md and SVG plots.`,
 		Example: `  thaw bench fresh --out docs/results/fresh
   thaw bench fresh --inputs redis --concurrency 1,4 --rounds 3 --trace-seconds 0
   thaw bench fresh --concurrency 1,4 --rounds 3 --trace-seconds 20`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if report {
 				return a.rerenderFresh(out)
@@ -74,9 +74,9 @@ Writes DIR/fresh.jsonl (samples), fresh.json, fresh.md and SVG plots.`,
 
 // benchFresh runs the measurement, its samples written as they come to
 // out/fresh.partial.jsonl, and writes its results to out.
-func (a *app) benchFresh(out string, cfg fresh.Config) error {
+func (a *App) benchFresh(out string, cfg fresh.Config) error {
 	cfg.Say = func(format string, x ...any) {
-		fmt.Fprintf(a.stderr, "%s [bench fresh] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
+		fmt.Fprintf(a.Stderr, "%s [bench fresh] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, x...))
 	}
 	var sink *os.File
 	if out != "" {
@@ -90,7 +90,7 @@ func (a *app) benchFresh(out string, cfg fresh.Config) error {
 		defer f.Close()
 		sink, cfg.Sink = f, f
 	}
-	res, err := fresh.Run(a.ctx, a.c, cfg)
+	res, err := fresh.Run(a.Ctx, a.C, cfg)
 	if err != nil {
 		return err
 	}
@@ -101,9 +101,9 @@ func (a *app) benchFresh(out string, cfg fresh.Config) error {
 }
 
 // rerenderFresh writes the report and plots again from out/fresh.json.
-func (a *app) rerenderFresh(out string) error {
+func (a *App) rerenderFresh(out string) error {
 	if out == "" {
-		return usagef("--report needs --out DIR")
+		return Usagef("--report needs --out DIR")
 	}
 	b, err := os.ReadFile(filepath.Join(out, "fresh.json"))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/bench"
 )
 
-func (a *app) newBenchMemoryCmd() *cobra.Command {
+func (a *App) newBenchMemoryCmd() *cobra.Command {
 	var (
 		root       string
 		functions  []string
@@ -29,10 +29,10 @@ is placed in the memory store for its runs. With --out writes
 DIR/memory.jsonl, DIR/memory.json and DIR/memory.md.`,
 		Example: `  thaw bench memory --functions hello --out docs/results/memory
   thaw bench memory --functions hello --strategies vanilla,reap --clones 1,4`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(clones) == 0 || slices.ContainsFunc(clones, func(n int) bool { return n < 1 || n > 64 }) {
-				return usagef("--clones must be numbers from 1 to 64")
+				return Usagef("--clones must be numbers from 1 to 64")
 			}
 			cases, stop, err := a.benchCases(inputsFrom, root, functions, false)
 			if err != nil {
@@ -40,13 +40,13 @@ DIR/memory.jsonl, DIR/memory.json and DIR/memory.md.`,
 			}
 			defer stop()
 			if len(strategies) == 0 {
-				info, err := a.c.Info(a.ctx)
+				info, err := a.C.Info(a.Ctx)
 				if err != nil {
 					return err
 				}
 				strategies = info.Strategies
 			}
-			res, err := bench.RunMemory(a.ctx, a.c, cases, nil, strategies, clones, a.stderr)
+			res, err := bench.RunMemory(a.Ctx, a.C, cases, nil, strategies, clones, a.Stderr)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/bench/remotedisk"
 )
 
-func (a *app) newBenchRemoteDiskCmd() *cobra.Command {
+func (a *App) newBenchRemoteDiskCmd() *cobra.Command {
 	var (
 		cfg      remotedisk.Config
 		backing  string
@@ -32,13 +32,13 @@ detached first) and prints the requests it served.`,
 		Example: `  truncate -s 32G /var/tmp/vol && mkdir -p /mnt/vol
   thaw bench remote-disk /mnt/vol --backing /var/tmp/vol --latency 500us --iops 64000 --bandwidth-mbps 1000 &
   losetup --direct-io=on --find --show /mnt/vol/disk.img`,
-		Args: exactArgs("MOUNTPOINT"),
+		Args: ExactArgs("MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if backing == "" {
-				return usagef("--backing is required")
+				return Usagef("--backing is required")
 			}
 			if err := cfg.Validate(); err != nil {
-				return usagef("%v", err)
+				return Usagef("%v", err)
 			}
 			srv, err := remotedisk.Serve(args[0], backing, cfg)
 			if err != nil {
@@ -52,7 +52,7 @@ detached first) and prints the requests it served.`,
 					return err
 				}
 			}
-			fmt.Fprintf(a.stderr, "[remote-disk] %s on %s: latency %s, %d IOPS, %d MB/s\n", srv.Image(), backing, cfg.Latency, cfg.IOPS, cfg.BandwidthMBps)
+			fmt.Fprintf(a.Stderr, "[remote-disk] %s on %s: latency %s, %d IOPS, %d MB/s\n", srv.Image(), backing, cfg.Latency, cfg.IOPS, cfg.BandwidthMBps)
 			// Serves until a signal: not bounded by --timeout, which would
 			// pull the disk from under the file system mounted on it.
 			<-cmd.Context().Done()
@@ -64,7 +64,7 @@ detached first) and prints the requests it served.`,
 				time.Sleep(100 * time.Millisecond)
 			}
 			s := srv.Stats()
-			fmt.Fprintf(a.stderr, "[remote-disk] served %d reads (%.1f MiB), %d writes (%.1f MiB)\n",
+			fmt.Fprintf(a.Stderr, "[remote-disk] served %d reads (%.1f MiB), %d writes (%.1f MiB)\n",
 				s.Reads, float64(s.ReadBytes)/(1<<20), s.Writes, float64(s.WriteBytes)/(1<<20))
 			return err
 		},

@@ -25,7 +25,7 @@ memory budget (thawd --vmm-pool-memory). With --out writes restore.jsonl,
 restore.json, restore.md and the figures restore-setup.svg and
 restore-cpu.svg.`
 
-func (a *app) newBenchRestoreCmd() *cobra.Command {
+func (a *App) newBenchRestoreCmd() *cobra.Command {
 	cfg := bench.DefaultRestoreConfig(".")
 	var out string
 	cmd := &cobra.Command{
@@ -34,13 +34,13 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 		Long:  restoreLong,
 		Example: `  thaw --timeout 2h bench restore --out docs/results/restore
   thaw bench restore --reps 3 --concurrency 1,4,16 --strategies vanilla,faasnap --daemon-pid "$(pidof thawd)"`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("daemon-pid") {
 				if v := os.Getenv("THAWD_PID"); v != "" {
 					pid, err := strconv.Atoi(v)
 					if err != nil || pid <= 0 {
-						return usagef("THAWD_PID %q is not a process id", v)
+						return Usagef("THAWD_PID %q is not a process id", v)
 					}
 					cfg.DaemonPID = pid
 				}
@@ -59,7 +59,7 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 				defer sink.Close()
 				cfg.Sink = sink
 			}
-			res, runErr := bench.RunRestore(a.ctx, a.c, cfg, a.stderr)
+			res, runErr := bench.RunRestore(a.Ctx, a.C, cfg, a.Stderr)
 			if res == nil {
 				return runErr
 			}
@@ -81,7 +81,7 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 }
 
 // reportRestore recomputes a restore run's summaries, table and figures.
-func (a *app) reportRestore(dir, out string) error {
+func (a *App) reportRestore(dir, out string) error {
 	res, err := bench.ReadRestore(dir)
 	if err != nil {
 		return err

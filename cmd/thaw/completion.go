@@ -18,7 +18,7 @@ const completionTimeout = 2 * time.Second
 
 // completer lists the candidates of one kind of argument, each with a
 // description ("value\tdescription"), asking the daemon.
-type completer func(a *app, ctx context.Context, c *client.Client) ([]string, error)
+type completer func(a *App, ctx context.Context, c *client.Client) ([]string, error)
 
 // argCompletions: the commands whose arguments name daemon objects, and
 // of which kind. many: every argument (delete ID...), else only the first.
@@ -80,7 +80,7 @@ var flagCompletions = map[string]struct {
 
 // registerCompletions makes TAB complete function names, VM and snapshot
 // ids and strategy names from the daemon, for every command in the tree.
-func (a *app) registerCompletions(root *cobra.Command) {
+func (a *App) registerCompletions(root *cobra.Command) {
 	var walk func(cmd *cobra.Command)
 	walk = func(cmd *cobra.Command) {
 		if ac, ok := argCompletions[cmd.CommandPath()]; ok {
@@ -98,7 +98,7 @@ func (a *app) registerCompletions(root *cobra.Command) {
 	walk(root)
 }
 
-func (a *app) completeArgs(kind completer, many bool) cobra.CompletionFunc {
+func (a *App) completeArgs(kind completer, many bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 && !many {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -113,7 +113,7 @@ func (a *app) completeArgs(kind completer, many bool) cobra.CompletionFunc {
 	}
 }
 
-func (a *app) completeFlag(kind completer, list bool) cobra.CompletionFunc {
+func (a *App) completeFlag(kind completer, list bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if list && strings.Contains(toComplete, ",") {
 			// A comma-separated list: complete its last element.
@@ -131,8 +131,8 @@ func (a *app) completeFlag(kind completer, list bool) cobra.CompletionFunc {
 // candidates asks the daemon at --url (or THAW_URL) for kind's
 // candidates within completionTimeout; any failure is no candidates (a
 // completion has nowhere to report it).
-func (a *app) candidates(cmd *cobra.Command, kind completer) []string {
-	c, err := client.NewFromEnv(a.url)
+func (a *App) candidates(cmd *cobra.Command, kind completer) []string {
+	c, err := client.NewFromEnv(a.URL)
 	if err != nil {
 		return nil
 	}
@@ -152,7 +152,7 @@ func (a *app) candidates(cmd *cobra.Command, kind completer) []string {
 // listed is the completer of a kind the daemon lists: one candidate per
 // item, line(item) being "value\tdescription".
 func listed[T any](list func(*client.Client, context.Context) ([]T, error), line func(T) string) completer {
-	return func(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+	return func(_ *App, ctx context.Context, c *client.Client) ([]string, error) {
 		items, err := list(c, ctx)
 		var out []string
 		for _, it := range items {
@@ -167,7 +167,7 @@ var (
 		return fmt.Sprintf("%s\t%d MiB, %d vCPU", f.Name, f.MemoryMiB, f.VCPUs)
 	})
 	vmIDs = listed((*client.Client).ListVMs, func(v client.VM) string {
-		return fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, vmState(&v))
+		return fmt.Sprintf("%s\t%s, %s", v.ID, v.Function, VMState(&v))
 	})
 	snapshotIDs = listed(allSnapshots, func(s client.Snapshot) string {
 		return fmt.Sprintf("%s\t%s, %s", s.ID, s.Function, s.CreatedAt.Format(time.DateTime))
@@ -194,7 +194,7 @@ func allSnapshots(c *client.Client, ctx context.Context) ([]client.Snapshot, err
 
 // strategyNames are the strategies the daemon offers: its registry, in
 // its order (GET /v1/info).
-func strategyNames(_ *app, ctx context.Context, c *client.Client) ([]string, error) {
+func strategyNames(_ *App, ctx context.Context, c *client.Client) ([]string, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
 		return nil, err

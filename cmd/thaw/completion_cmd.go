@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func (a *app) newCompletionCmd() *cobra.Command {
+func (a *App) newCompletionCmd() *cobra.Command {
 	var noDesc bool
 	cmd := &cobra.Command{
 		Use:   "completion bash|zsh|fish|powershell",
@@ -25,27 +25,27 @@ installed it uses that package's word splitting and file completion.
   thaw completion bash > /etc/bash_completion.d/thaw      # every shell (the package installs it)
 zsh: thaw completion zsh > "${fpath[1]}/_thaw" (compinit must be on)
 fish: thaw completion fish > ~/.config/fish/completions/thaw.fish`,
-		Args:      exactArgs("SHELL"),
+		Args:      ExactArgs("SHELL"),
 		ValidArgs: []cobra.Completion{"bash", "zsh", "fish", "powershell"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root := cmd.Root()
 			switch args[0] {
 			case "bash":
-				return writeBashCompletion(root, a.stdout, !noDesc)
+				return writeBashCompletion(root, a.Stdout, !noDesc)
 			case "zsh":
 				if noDesc {
-					return root.GenZshCompletionNoDesc(a.stdout)
+					return root.GenZshCompletionNoDesc(a.Stdout)
 				}
-				return root.GenZshCompletion(a.stdout)
+				return root.GenZshCompletion(a.Stdout)
 			case "fish":
-				return root.GenFishCompletion(a.stdout, !noDesc)
+				return root.GenFishCompletion(a.Stdout, !noDesc)
 			case "powershell":
 				if noDesc {
-					return root.GenPowerShellCompletion(a.stdout)
+					return root.GenPowerShellCompletion(a.Stdout)
 				}
-				return root.GenPowerShellCompletionWithDesc(a.stdout)
+				return root.GenPowerShellCompletionWithDesc(a.Stdout)
 			}
-			return usagef("no completion for shell %q: use bash, zsh, fish or powershell", args[0])
+			return Usagef("no completion for shell %q: use bash, zsh, fish or powershell", args[0])
 		},
 	}
 	cmd.Flags().BoolVar(&noDesc, "no-descriptions", false, "candidates without their descriptions")

@@ -138,7 +138,7 @@ func TestCompletionWithoutDaemon(t *testing.T) {
 // TestCompletionCommands: every command the completion table names
 // exists, so a renamed command cannot silently lose its completion.
 func TestCompletionCommands(t *testing.T) {
-	root := (&app{}).newRootCmd()
+	root := (&App{}).newRootCmd()
 	for path := range argCompletions {
 		cmd, rest, err := root.Find(strings.Fields(path)[1:])
 		if err != nil || len(rest) > 0 || cmd.CommandPath() != path || cmd.ValidArgsFunction == nil {

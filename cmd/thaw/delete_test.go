@@ -94,7 +94,7 @@ func TestVMDeleteSaysWhatItWaitsFor(t *testing.T) {
 func TestFunctionDeleteCascadeConfirms(t *testing.T) {
 	f := newDeleteDaemon(t)
 	r := f.thaw(t, "function", "delete", "hello", "--cascade")
-	wantCode(t, r, exitUsage)
+	wantCode(t, r, ExitUsage)
 	wantContains(t, "stderr", r.stderr, "--yes", "not a terminal")
 	if n := f.count(); n != 0 {
 		t.Fatalf("%d requests without confirmation, want none", n)
@@ -103,7 +103,7 @@ func TestFunctionDeleteCascadeConfirms(t *testing.T) {
 	isTerminal = func(io.Reader) bool { return true }
 	t.Cleanup(func() { isTerminal = stdinTerminal })
 	r = f.thawStdin(t, "n\n", "function", "delete", "hello", "--cascade")
-	wantCode(t, r, exitError)
+	wantCode(t, r, ExitError)
 	wantContains(t, "stderr", r.stderr, "Function hello has", "1 VM: vm-busy (running)", "2 snapshots: snap-1 (pinned), snap-2",
 		"1 version: 1 and 1 alias", "Delete it with all of that? [y/N]", "function hello not deleted")
 	if f.asked("DELETE /v1/functions/hello?cascade=true") {

@@ -9,10 +9,10 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newDeployCmd() *cobra.Command {
+func (a *App) newDeployCmd() *cobra.Command {
 	f := &createFlags{}
 	var (
-		ev                          eventFlags
+		ev                          EventFlags
 		detach, noPromote, prepared bool
 	)
 	cmd := &cobra.Command{
@@ -37,7 +37,7 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 		Example: `  thaw deploy hello --dir ./functions/hello
   thaw deploy hello --dir ./functions/hello --memory 512 --no-promote
   thaw deploy pagerank --dir ./functions/pagerank --prepare --event '{"size":1000}'`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, err := a.deployRequest(cmd, f, &ev)
 			if err != nil {
@@ -46,37 +46,37 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 			req.NoPromote, req.Prepare = noPromote, prepared
 			if f.serverDir {
 				if detach {
-					return usagef("--detach uploads the code; with --server-dir run it without --detach")
+					return Usagef("--detach uploads the code; with --server-dir run it without --detach")
 				}
 				abs, err := filepath.Abs(f.dir)
 				if err != nil {
 					return err
 				}
 				req.Directory = abs
-				d, err := a.c.DeployFromServerDir(a.ctx, args[0], req)
+				d, err := a.C.DeployFromServerDir(a.Ctx, args[0], req)
 				if err != nil {
 					return err
 				}
-				return a.printDeploy(d)
+				return a.PrintDeploy(d)
 			}
 			if st, err := os.Stat(f.dir); err != nil {
-				return usagef("--dir: %v", err)
+				return Usagef("--dir: %v", err)
 			} else if !st.IsDir() {
-				return usagef("--dir %s is not a directory", f.dir)
+				return Usagef("--dir %s is not a directory", f.dir)
 			}
-			return a.runOperation(detach, func() (*client.Operation, error) {
-				return a.c.StartDeployFromDir(a.ctx, args[0], f.dir, req)
+			return a.RunOperation(detach, func() (*client.Operation, error) {
+				return a.C.StartDeployFromDir(a.Ctx, args[0], f.dir, req)
 			})
 		},
 	}
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	addDeployFlags(cmd, f, &noPromote, &prepared, &ev)
 	return cmd
 }
 
 // addDeployFlags adds deploy's settings flags (those of function create,
 // and what to do with the version).
-func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *bool, ev *eventFlags) {
+func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *bool, ev *EventFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.dir, "dir", "", "directory with the function's code (required)")
 	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the function's, or the daemon's)")
@@ -92,27 +92,27 @@ func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *boo
 	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; default: the function's)")
 	fl.BoolVar(noPromote, "no-promote", false, "publish the version without moving the live alias to it")
 	fl.BoolVar(prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
-	ev.add(cmd, "the record input of --prepare")
+	ev.Add(cmd, "the record input of --prepare")
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 }
 
 // deployRequest checks deploy's flags and builds its request.
-func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) (client.DeployRequest, error) {
+func (a *App) deployRequest(cmd *cobra.Command, f *createFlags, ev *EventFlags) (client.DeployRequest, error) {
 	var req client.DeployRequest
 	for _, n := range []struct {
 		flag string
 		v    int
 	}{{"--memory", f.memory}, {"--vcpus", f.vcpus}, {"--max-concurrency", f.maxConc}} {
 		if n.v < 0 {
-			return req, usagef("%s must be positive, got %d", n.flag, n.v)
+			return req, Usagef("%s must be positive, got %d", n.flag, n.v)
 		}
 	}
 	if cmd.Flags().Changed("event") || cmd.Flags().Changed("event-file") {
 		if !cmd.Flags().Changed("prepare") {
-			return req, usagef("--event is the record input of --prepare: give --prepare too")
+			return req, Usagef("--event is the record input of --prepare: give --prepare too")
 		}
-		event, err := ev.read(a, cmd)
+		event, err := ev.Read(a, cmd)
 		if err != nil {
 			return req, err
 		}
@@ -124,9 +124,9 @@ func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *eventFlags) 
 		req.Network = &client.Network{Egress: f.egress, Services: f.allow}
 	}
 	var err error
-	if req.Env, err = assignments("env", f.env); err != nil {
+	if req.Env, err = Assignments("env", f.env); err != nil {
 		return req, err
 	}
-	req.Secrets, err = assignments("secret", f.secrets)
+	req.Secrets, err = Assignments("secret", f.secrets)
 	return req, err
 }

@@ -11,7 +11,7 @@ import (
 // requirements.txt asked for, every wheel installed, and the layer.
 func writeDeps(w io.Writer, d *client.FunctionDeps) {
 	if d == nil {
-		row(w, "Requirements:", "none (no requirements.txt)")
+		Row(w, "Requirements:", "none (no requirements.txt)")
 		return
 	}
 	for i, r := range d.Requested {
@@ -19,16 +19,16 @@ func writeDeps(w io.Writer, d *client.FunctionDeps) {
 		if i == 0 {
 			label = "Requirements:"
 		}
-		row(w, label, withShortHash(r))
+		Row(w, label, withShortHash(r))
 	}
 	for i, r := range d.Resolved {
 		label := ""
 		if i == 0 {
 			label = "Installed:"
 		}
-		row(w, label, withShortHash(r))
+		Row(w, label, withShortHash(r))
 	}
-	row(w, "Layer:", shortDigest(d.Layer)+" ("+d.Format+", "+fmtBytes(d.LayerBytes)+")")
+	Row(w, "Layer:", ShortDigest(d.Layer)+" ("+d.Format+", "+FmtBytes(d.LayerBytes)+")")
 }
 
 // withShortHash shortens a line's --hash=sha256:HEX options for reading
@@ -37,7 +37,7 @@ func withShortHash(line string) string {
 	fields := strings.Fields(line)
 	for i, f := range fields {
 		if sum, ok := strings.CutPrefix(f, "--hash=sha256:"); ok {
-			fields[i] = "sha256:" + shortDigest(sum)
+			fields[i] = "sha256:" + ShortDigest(sum)
 		}
 	}
 	return strings.Join(fields, " ")

@@ -21,7 +21,7 @@ import (
 // order. Strings that would read as another type are quoted; controls (C0,
 // DEL, C1, NEL) are escaped in double quotes: YAML allows them nowhere raw,
 // so nothing of a hostile string reaches a terminal raw either.
-func jsonToYAML(b []byte) ([]byte, error) {
+func JSONToYAML(b []byte) ([]byte, error) {
 	var n yaml.Node
 	// Raw C1 controls in a JSON string (which JSON allows) would be line
 	// breaks to YAML's parser, NEL folded to a space: escaped first.
@@ -56,8 +56,8 @@ func blockStyle(n *yaml.Node) {
 // resultJSON is an invocation's result as stdout carries it: the JSON
 // document indented, the controls JSON leaves raw escaped, never bytes
 // that are not UTF-8: it parses as the handler's result.
-func resultJSON(raw json.RawMessage) []byte {
-	b := termtext.JSON([]byte(prettyJSON(raw)))
+func ResultJSON(raw json.RawMessage) []byte {
+	b := termtext.JSON([]byte(PrettyJSON(raw)))
 	if !utf8.Valid(b) {
 		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
 	}
@@ -65,7 +65,7 @@ func resultJSON(raw json.RawMessage) []byte {
 }
 
 // prettyJSON indents a JSON document; an empty one is null.
-func prettyJSON(raw json.RawMessage) string {
+func PrettyJSON(raw json.RawMessage) string {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "null"
 	}

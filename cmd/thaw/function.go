@@ -12,8 +12,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newFunctionCmd() *cobra.Command {
-	cmd := newGroupCmd("function", "Create, list, show and delete functions",
+func (a *App) newFunctionCmd() *cobra.Command {
+	cmd := NewGroupCmd("function", "Create, list, show and delete functions",
 		`A function is a directory of code (a handler the guest agent calls) plus
 its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
 the VM, then invoke the function from the snapshot.`, "fn")
@@ -22,7 +22,7 @@ the VM, then invoke the function from the snapshot.`, "fn")
 	return cmd
 }
 
-func (a *app) newFunctionCreateCmd() *cobra.Command {
+func (a *App) newFunctionCreateCmd() *cobra.Command {
 	f := &createFlags{}
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
@@ -70,7 +70,7 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
   thaw fn create hello --dir /srv/functions/hello --server-dir
   thaw fn create image --dir ./functions/image --allow 127.0.0.1:6379
   thaw fn create app --dir ./app --env LOG_LEVEL=info --secret DB_PASSWORD=db-password`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.createFunction(args[0], f) },
 	}
 	fl := cmd.Flags()
@@ -86,23 +86,23 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; part of the snapshots)")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; never in a snapshot)")
-	f.restore.add(fl)
+	f.restore.Add(fl)
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
 }
 
-func (a *app) newFunctionListCmd() *cobra.Command {
-	return newListCmd("functions", listRunE(a, (*client.Client).ListFunctions,
+func (a *App) newFunctionListCmd() *cobra.Command {
+	return NewListCmd("functions", ListRunE(a, (*client.Client).ListFunctions,
 		[]string{"NAME", "MEMORY", "VCPUS", "DIGEST", "CREATED"},
 		func(f *client.Function) []string {
-			return []string{f.Name, fmtMiB(f.MemoryMiB), fmt.Sprint(f.VCPUs), shortDigest(f.Digest), fmtAge(f.CreatedAt)}
+			return []string{f.Name, FmtMiB(f.MemoryMiB), fmt.Sprint(f.VCPUs), ShortDigest(f.Digest), FmtAge(f.CreatedAt)}
 		}))
 }
 
-func (a *app) newFunctionGetCmd() *cobra.Command {
-	return newGetCmd("function", "NAME", oneRunE(a, (*client.Client).GetFunction, func(f *client.Function) error {
-		if err := a.printFunction(f, ""); err != nil || a.json {
+func (a *App) newFunctionGetCmd() *cobra.Command {
+	return NewGetCmd("function", "NAME", OneRunE(a, (*client.Client).GetFunction, func(f *client.Function) error {
+		if err := a.printFunction(f, ""); err != nil || a.JSON {
 			return err
 		}
 		if err := a.printRestore(f.Restore); err != nil {
@@ -114,43 +114,43 @@ func (a *app) newFunctionGetCmd() *cobra.Command {
 
 // printVersionsSummary adds a function's versions and aliases to thaw
 // function get's table.
-func (a *app) printVersionsSummary(name string) error {
-	vs, err := a.c.ListVersions(a.ctx, name)
+func (a *App) printVersionsSummary(name string) error {
+	vs, err := a.C.ListVersions(a.Ctx, name)
 	if err != nil || len(vs) == 0 {
 		return err
 	}
-	as, err := a.c.ListAliases(a.ctx, name)
+	as, err := a.C.ListAliases(a.Ctx, name)
 	if err != nil {
 		return err
 	}
-	w := newTable(a.stdout)
-	row(w, "Versions:", fmt.Sprintf("%d (newest %d; thaw function versions %s)", len(vs), vs[len(vs)-1].Version, name))
+	w := NewTable(a.Stdout)
+	Row(w, "Versions:", fmt.Sprintf("%d (newest %d; thaw function versions %s)", len(vs), vs[len(vs)-1].Version, name))
 	for _, al := range as {
-		row(w, "Alias "+al.Name+":", fmtRouting(al.Routing))
+		Row(w, "Alias "+al.Name+":", fmtRouting(al.Routing))
 	}
 	return w.Flush()
 }
 
 // printFunction prints a function, after a headline saying what happened
 // to it if there is one.
-func (a *app) printFunction(f *client.Function, headline string) error {
-	return a.printObject(f, headline, f.Name, func(w io.Writer) {
-		row(w, "Name:", f.Name)
-		row(w, "Digest:", orDash(f.Digest))
-		row(w, "Memory:", fmtMiB(f.MemoryMiB))
-		row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
+func (a *App) printFunction(f *client.Function, headline string) error {
+	return a.PrintObject(f, headline, f.Name, func(w io.Writer) {
+		Row(w, "Name:", f.Name)
+		Row(w, "Digest:", OrDash(f.Digest))
+		Row(w, "Memory:", FmtMiB(f.MemoryMiB))
+		Row(w, "vCPUs:", fmt.Sprint(f.VCPUs))
 		if f.MaxConcurrency > 0 {
-			row(w, "Max VMs:", fmt.Sprint(f.MaxConcurrency))
+			Row(w, "Max VMs:", fmt.Sprint(f.MaxConcurrency))
 		}
 		switch {
 		case f.KeepAliveS < 0:
-			row(w, "Keep-alive:", "never")
+			Row(w, "Keep-alive:", "never")
 		case f.KeepAliveS > 0:
-			row(w, "Keep-alive:", fmt.Sprintf("%d s", f.KeepAliveS))
+			Row(w, "Keep-alive:", fmt.Sprintf("%d s", f.KeepAliveS))
 		}
 		switch {
 		case f.VMMPool < 0:
-			row(w, "VMM pool:", "none")
+			Row(w, "VMM pool:", "none")
 		case f.VMMPool > 0 || f.VMMPoolTTLS > 0:
 			pool := "the daemon's size"
 			if f.VMMPool > 0 {
@@ -159,21 +159,21 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 			if f.VMMPoolTTLS > 0 {
 				pool += fmt.Sprintf(", %d s unused", f.VMMPoolTTLS)
 			}
-			row(w, "VMM pool:", pool)
+			Row(w, "VMM pool:", pool)
 		}
-		row(w, "Code dir:", orDash(f.CodeDir))
-		row(w, "Disk:", orDash(f.Disk))
-		row(w, "Egress:", fmtNetwork(f.Network))
-		for i, k := range sortedKeys(f.Env) {
-			row(w, map[bool]string{true: "Env:"}[i == 0], k+"="+f.Env[k])
+		Row(w, "Code dir:", OrDash(f.CodeDir))
+		Row(w, "Disk:", OrDash(f.Disk))
+		Row(w, "Egress:", fmtNetwork(f.Network))
+		for i, k := range SortedKeys(f.Env) {
+			Row(w, map[bool]string{true: "Env:"}[i == 0], k+"="+f.Env[k])
 		}
-		for i, k := range sortedKeys(f.Secrets) {
-			row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
+		for i, k := range SortedKeys(f.Secrets) {
+			Row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
 		}
 		writeDeps(w, f.Deps)
-		row(w, "Created:", fmtTime(f.CreatedAt))
+		Row(w, "Created:", FmtTime(f.CreatedAt))
 		for i, warning := range f.Warnings {
-			row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)
+			Row(w, map[bool]string{true: "Warnings:"}[i == 0], warning)
 		}
 	})
 }
@@ -213,19 +213,19 @@ type createFlags struct {
 	vmmPoolTTL int
 	env        []string
 	secrets    []string
-	restore    restoreFlags
+	restore    RestoreFlags
 }
 
 // createFunction runs thaw function create NAME.
-func (a *app) createFunction(name string, f *createFlags) error {
+func (a *App) createFunction(name string, f *createFlags) error {
 	if f.memory < 0 {
-		return usagef("--memory must be positive, got %d", f.memory)
+		return Usagef("--memory must be positive, got %d", f.memory)
 	}
 	if f.vcpus < 0 {
-		return usagef("--vcpus must be positive, got %d", f.vcpus)
+		return Usagef("--vcpus must be positive, got %d", f.vcpus)
 	}
 	if f.maxConc < 0 {
-		return usagef("--max-concurrency must be positive, got %d", f.maxConc)
+		return Usagef("--max-concurrency must be positive, got %d", f.maxConc)
 	}
 	opts := netOpts(f.egress, f.allow)
 	if f.maxConc > 0 {
@@ -237,16 +237,16 @@ func (a *app) createFunction(name string, f *createFlags) error {
 	if f.keepAlive != 0 {
 		opts = append(opts, client.WithKeepAlive(f.keepAlive))
 	}
-	env, err := assignments("env", f.env)
+	env, err := Assignments("env", f.env)
 	if err != nil {
 		return err
 	}
-	refs, err := assignments("secret", f.secrets)
+	refs, err := Assignments("secret", f.secrets)
 	if err != nil {
 		return err
 	}
 	opts = append(opts, client.WithEnv(env), client.WithSecrets(refs))
-	ropts, err := f.restore.options()
+	ropts, err := f.restore.Options()
 	if err != nil {
 		return err
 	}
@@ -257,16 +257,16 @@ func (a *app) createFunction(name string, f *createFlags) error {
 		if aerr != nil {
 			return aerr
 		}
-		fn, err = a.c.CreateFunctionFromServerDir(a.ctx, name, abs, f.memory, f.vcpus, opts...)
+		fn, err = a.C.CreateFunctionFromServerDir(a.Ctx, name, abs, f.memory, f.vcpus, opts...)
 	} else {
 		st, serr := os.Stat(f.dir)
 		if serr != nil {
-			return usagef("--dir: %v", serr)
+			return Usagef("--dir: %v", serr)
 		}
 		if !st.IsDir() {
-			return usagef("--dir %s is not a directory", f.dir)
+			return Usagef("--dir %s is not a directory", f.dir)
 		}
-		fn, err = a.c.CreateFunctionFromDir(a.ctx, name, f.dir, f.memory, f.vcpus, opts...)
+		fn, err = a.C.CreateFunctionFromDir(a.Ctx, name, f.dir, f.memory, f.vcpus, opts...)
 	}
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newFunctionDeleteCmd() *cobra.Command {
+func (a *App) newFunctionDeleteCmd() *cobra.Command {
 	var cascade, yes bool
 	cmd := &cobra.Command{
 		Use:     "delete NAME",
@@ -34,23 +34,23 @@ invocation history ('thaw invocations') keeps the function's records.`,
 		Example: `  thaw function delete hello
   thaw function delete hello --cascade
   thaw function delete hello --cascade --yes`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if cascade && !yes {
-				if !isTerminal(a.stdin) {
-					return usagef("--cascade deletes function %s with all its VMs, snapshots and versions: confirm with --yes (stdin is not a terminal to ask on)", name)
+				if !isTerminal(a.Stdin) {
+					return Usagef("--cascade deletes function %s with all its VMs, snapshots and versions: confirm with --yes (stdin is not a terminal to ask on)", name)
 				}
 				ok, err := a.confirmCascade(name)
 				if err != nil {
 					return err
 				}
 				if !ok {
-					fmt.Fprintf(a.stderr, "thaw: function %s not deleted\n", name)
-					return &exitCodeError{code: exitError}
+					fmt.Fprintf(a.Stderr, "thaw: function %s not deleted\n", name)
+					return &ExitCodeError{Code: ExitError}
 				}
 			}
-			res, err := a.c.DeleteFunctionWith(a.ctx, name, client.DeleteFunctionOptions{Cascade: cascade})
+			res, err := a.C.DeleteFunctionWith(a.Ctx, name, client.DeleteFunctionOptions{Cascade: cascade})
 			if err != nil {
 				return err
 			}
@@ -77,30 +77,30 @@ func stdinTerminal(r io.Reader) bool {
 
 // confirmCascade says on stderr what a cascade would delete and asks;
 // true if the answer is yes.
-func (a *app) confirmCascade(name string) (bool, error) {
-	if _, err := a.c.GetFunction(a.ctx, name); err != nil {
+func (a *App) confirmCascade(name string) (bool, error) {
+	if _, err := a.C.GetFunction(a.Ctx, name); err != nil {
 		return false, err
 	}
-	vms, err := a.c.ListVMs(a.ctx)
+	vms, err := a.C.ListVMs(a.Ctx)
 	if err != nil {
 		return false, err
 	}
-	snaps, err := a.c.ListSnapshots(a.ctx, name)
+	snaps, err := a.C.ListSnapshots(a.Ctx, name)
 	if err != nil {
 		return false, err
 	}
-	vs, err := a.c.ListVersions(a.ctx, name)
+	vs, err := a.C.ListVersions(a.Ctx, name)
 	if err != nil {
 		return false, err
 	}
-	aliases, err := a.c.ListAliases(a.ctx, name)
+	aliases, err := a.C.ListAliases(a.Ctx, name)
 	if err != nil {
 		return false, err
 	}
 	var lines, items []string
 	for _, v := range vms {
 		if v.Function == name {
-			items = append(items, v.ID+" ("+vmState(&v)+")")
+			items = append(items, v.ID+" ("+VMState(&v)+")")
 		}
 	}
 	if len(items) > 0 {
@@ -130,11 +130,11 @@ func (a *app) confirmCascade(name string) (bool, error) {
 		lines = append(lines, line)
 	}
 	if len(lines) == 0 {
-		fmt.Fprintf(a.stderr, "Delete function %s (nothing else uses it)? [y/N] ", name)
+		fmt.Fprintf(a.Stderr, "Delete function %s (nothing else uses it)? [y/N] ", name)
 	} else {
-		fmt.Fprintf(a.stderr, "Function %s has\n  %s\nDelete it with all of that? [y/N] ", name, strings.Join(lines, "\n  "))
+		fmt.Fprintf(a.Stderr, "Function %s has\n  %s\nDelete it with all of that? [y/N] ", name, strings.Join(lines, "\n  "))
 	}
-	answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	answer, _ := bufio.NewReader(a.Stdin).ReadString('\n')
 	answer = strings.ToLower(strings.TrimSpace(answer))
 	return answer == "y" || answer == "yes", nil
 }
@@ -148,8 +148,8 @@ func counted(n int, one, many string) string {
 }
 
 // printDeletion prints what a function's delete removed.
-func (a *app) printDeletion(d *client.FunctionDeletion) error {
-	return a.printObject(d, "deleted function", d.Function, func(w io.Writer) {
+func (a *App) printDeletion(d *client.FunctionDeletion) error {
+	return a.PrintObject(d, "deleted function", d.Function, func(w io.Writer) {
 		if len(d.VMs) > 0 {
 			var items []string
 			for _, v := range d.VMs {
@@ -162,7 +162,7 @@ func (a *app) printDeletion(d *client.FunctionDeletion) error {
 				}
 				items = append(items, v.ID+" ("+note+")")
 			}
-			row(w, "VMs:", fmt.Sprintf("%d: %s", len(d.VMs), strings.Join(items, ", ")))
+			Row(w, "VMs:", fmt.Sprintf("%d: %s", len(d.VMs), strings.Join(items, ", ")))
 		}
 		if len(d.Snapshots) > 0 {
 			var items []string
@@ -183,18 +183,18 @@ func (a *app) printDeletion(d *client.FunctionDeletion) error {
 				}
 				items = append(items, sn.ID+" ("+strings.Join(notes, ", ")+")")
 			}
-			row(w, "Snapshots:", fmt.Sprintf("%d: %s", len(d.Snapshots), strings.Join(items, ", ")))
+			Row(w, "Snapshots:", fmt.Sprintf("%d: %s", len(d.Snapshots), strings.Join(items, ", ")))
 		}
 		if len(d.Versions) > 0 {
 			var items []string
 			for _, v := range d.Versions {
 				items = append(items, strconv.Itoa(v))
 			}
-			row(w, "Versions:", fmt.Sprintf("%d: %s", len(d.Versions), strings.Join(items, ", ")))
+			Row(w, "Versions:", fmt.Sprintf("%d: %s", len(d.Versions), strings.Join(items, ", ")))
 		}
 		if len(d.Aliases) > 0 {
-			row(w, "Aliases:", fmt.Sprintf("%d: %s", len(d.Aliases), strings.Join(d.Aliases, ", ")))
+			Row(w, "Aliases:", fmt.Sprintf("%d: %s", len(d.Aliases), strings.Join(d.Aliases, ", ")))
 		}
-		row(w, "Code:", counted(d.CodeDirs, "copy removed", "copies removed"))
+		Row(w, "Code:", counted(d.CodeDirs, "copy removed", "copies removed"))
 	})
 }

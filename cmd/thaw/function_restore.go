@@ -9,8 +9,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newFunctionRestoreCmd() *cobra.Command {
-	f := &restoreFlags{}
+func (a *App) newFunctionRestoreCmd() *cobra.Command {
+	f := &RestoreFlags{}
 	cmd := &cobra.Command{
 		Use:   "restore NAME [--strategy auto|STRATEGY|default] [--refresh prepare|traffic|off|default]",
 		Short: "Show or set how a function's cold starts restore",
@@ -40,40 +40,40 @@ strategy over the daemon's default.`,
   thaw function restore hello --strategy auto --refresh-from-traffic
   thaw function restore hello --strategy reap --refresh off
   thaw function restore hello --strategy default`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := f.settings()
+			s, err := f.Settings()
 			if err != nil {
 				return err
 			}
 			var doc *client.FunctionRestore
 			if s.Strategy == nil && s.Refresh == nil {
-				doc, err = a.c.FunctionRestore(a.ctx, args[0])
+				doc, err = a.C.FunctionRestore(a.Ctx, args[0])
 			} else {
-				doc, err = a.c.SetFunctionRestore(a.ctx, args[0], s)
+				doc, err = a.C.SetFunctionRestore(a.Ctx, args[0], s)
 			}
 			if err != nil {
 				return err
 			}
-			if a.json {
-				return a.printJSON(doc)
+			if a.JSON {
+				return a.PrintJSON(doc)
 			}
 			return a.printRestore(doc)
 		},
 	}
-	f.add(cmd.Flags())
+	f.Add(cmd.Flags())
 	return cmd
 }
 
 // printRestore prints a function's restore document as thaw function get
 // and thaw function restore show it.
-func (a *app) printRestore(doc *client.FunctionRestore) error {
-	if doc == nil || a.quiet {
+func (a *App) printRestore(doc *client.FunctionRestore) error {
+	if doc == nil || a.Quiet {
 		return nil
 	}
-	w := newTable(a.stdout)
-	row(w, "Strategy:", fmt.Sprintf("%s (%s)", doc.Strategy, settingFrom(doc.StrategyFrom)))
-	row(w, "Refresh:", fmt.Sprintf("%s (%s)", doc.Refresh, settingFrom(doc.RefreshFrom)))
+	w := NewTable(a.Stdout)
+	Row(w, "Strategy:", fmt.Sprintf("%s (%s)", doc.Strategy, settingFrom(doc.StrategyFrom)))
+	Row(w, "Refresh:", fmt.Sprintf("%s (%s)", doc.Refresh, settingFrom(doc.RefreshFrom)))
 	for _, v := range doc.Versions {
 		printRestoreVersion(w, v)
 	}
@@ -93,11 +93,11 @@ func printRestoreVersion(w io.Writer, v client.RestoreVersion) {
 		name = fmt.Sprintf("version %d", v.Version)
 	}
 	for _, l := range v.Locations {
-		row(w, fmt.Sprintf("Restore, %s, %s:", name, l.Location),
-			fmt.Sprintf("%s since %s, %d cold starts, %d explored; %s", orDash(l.Choice), fmtAge(l.ChangedAt), l.ColdStarts, l.Explorations, l.Reason))
+		Row(w, fmt.Sprintf("Restore, %s, %s:", name, l.Location),
+			fmt.Sprintf("%s since %s, %d cold starts, %d explored; %s", OrDash(l.Choice), FmtAge(l.ChangedAt), l.ColdStarts, l.Explorations, l.Reason))
 		for _, e := range l.Evidence {
-			row(w, "", fmt.Sprintf("  %-8s %2d samples: total %s, set-up %s, resume %s, %.0f faults, %s read", e.Strategy, e.Samples,
-				fmtMS(e.MedianTotalMS), fmtMS(e.MedianSetupMS), fmtMS(e.MedianResumeMS), e.MedianFaults, fmtBytes(int64(e.MedianBytesRead))))
+			Row(w, "", fmt.Sprintf("  %-8s %2d samples: total %s, set-up %s, resume %s, %.0f faults, %s read", e.Strategy, e.Samples,
+				FmtMS(e.MedianTotalMS), FmtMS(e.MedianSetupMS), FmtMS(e.MedianResumeMS), e.MedianFaults, FmtBytes(int64(e.MedianBytesRead))))
 		}
 	}
 	for _, d := range v.Drift {
@@ -105,33 +105,33 @@ func printRestoreVersion(w io.Writer, v client.RestoreVersion) {
 		if d.Held != "" {
 			text += "; held: " + d.Held
 		}
-		row(w, "Drift, "+name+":", text)
+		Row(w, "Drift, "+name+":", text)
 	}
 	for _, r := range v.Refreshes {
-		text := fmt.Sprintf("%s %s (%s, %s input): %s", r.Operation, r.State, fmtAge(r.StartedAt), r.Source, r.Reason)
+		text := fmt.Sprintf("%s %s (%s, %s input): %s", r.Operation, r.State, FmtAge(r.StartedAt), r.Source, r.Reason)
 		for _, s := range r.Sets {
 			text += fmt.Sprintf("; %s %d -> %d pages", s.Strategy, s.PagesBefore, s.PagesAfter)
 		}
 		if r.Error != "" {
 			text += "; " + r.Error
 		}
-		row(w, "Refresh, "+name+":", text)
+		Row(w, "Refresh, "+name+":", text)
 	}
 	if p := v.Prepare; p != nil {
-		text := fmt.Sprintf("%s %s (%s): %s", p.Operation, p.State, fmtAge(p.StartedAt), p.Reason)
+		text := fmt.Sprintf("%s %s (%s): %s", p.Operation, p.State, FmtAge(p.StartedAt), p.Reason)
 		if p.Snapshot != "" {
 			text += "; made " + p.Snapshot
 		}
 		if p.Error != "" {
 			text += "; " + p.Error
 		}
-		row(w, "Background prepare, "+name+":", text)
+		Row(w, "Background prepare, "+name+":", text)
 	}
 }
 
-func (a *app) newFunctionRefreshCmd() *cobra.Command {
+func (a *App) newFunctionRefreshCmd() *cobra.Command {
 	var (
-		ev         eventFlags
+		ev         EventFlags
 		strategies []string
 		detach     bool
 	)
@@ -147,19 +147,19 @@ under way keep the sets they began with. It runs as an operation; --detach
 leaves it running.`,
 		Example: `  thaw function refresh image --event '{"size":1024}'
   thaw function refresh image --strategies reap`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			event, err := ev.read(a, cmd)
+			event, err := ev.Read(a, cmd)
 			if err != nil {
 				return err
 			}
-			return a.runOperation(detach, func() (*client.Operation, error) {
-				return a.c.StartRefreshWorkingSets(a.ctx, args[0], event, strategies...)
+			return a.RunOperation(detach, func() (*client.Operation, error) {
+				return a.C.StartRefreshWorkingSets(a.Ctx, args[0], event, strategies...)
 			})
 		},
 	}
-	addDetach(cmd, &detach)
-	ev.add(cmd, "the record input (default: the prepare's)")
+	AddDetach(cmd, &detach)
+	ev.Add(cmd, "the record input (default: the prepare's)")
 	cmd.Flags().StringSliceVar(&strategies, "strategies", nil, "only these strategies' sets (default: every one the snapshot has)")
 	return cmd
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newInfoCmd() *cobra.Command {
+func (a *App) newInfoCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "info",
 		Short: "Show the daemon's version, accelerator, VMM, guest image, strategies and limits",
@@ -25,34 +25,34 @@ retention), its snapshot registry (endpoint, bucket, chunk cache and the
 keys whose records it imports; never credentials) and its registry
 signing key: the line other nodes add to their thawd
 --registry-trusted-keys to import what this node pushes.`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			info, err := a.c.Info(a.ctx)
+			info, err := a.C.Info(a.Ctx)
 			if err != nil {
 				return err
 			}
-			return a.printObject(info, "", "", func(w io.Writer) {
-				row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", orDash(info.Version), a.url))
+			return a.PrintObject(info, "", "", func(w io.Writer) {
+				Row(w, "Daemon:", fmt.Sprintf("thawd %s at %s", OrDash(info.Version), a.URL))
 				if info.Node != "" {
-					row(w, "Node:", info.Node)
+					Row(w, "Node:", info.Node)
 				}
-				row(w, "Accelerator:", accelSummary(info.Accel))
-				row(w, "VMM:", vmmSummary(info.VMM))
-				row(w, "Image:", orDash(info.Image.Dir))
-				row(w, "  hash:", orDash(info.Image.Hash))
-				row(w, "  kernel:", orDash(info.Image.KernelVersion))
+				Row(w, "Accelerator:", accelSummary(info.Accel))
+				Row(w, "VMM:", vmmSummary(info.VMM))
+				Row(w, "Image:", OrDash(info.Image.Dir))
+				Row(w, "  hash:", OrDash(info.Image.Hash))
+				Row(w, "  kernel:", OrDash(info.Image.KernelVersion))
 				if info.Image.Cmdline != "" {
-					row(w, "  cmdline:", info.Image.Cmdline)
+					Row(w, "  cmdline:", info.Image.Cmdline)
 				}
 				if info.Image.BuiltAt != "" {
-					row(w, "  built:", info.Image.BuiltAt)
+					Row(w, "  built:", info.Image.BuiltAt)
 				}
-				row(w, "Data dir:", orDash(info.DataDir))
-				row(w, "Strategies:", orDash(strings.Join(info.Strategies, ", ")))
+				Row(w, "Data dir:", OrDash(info.DataDir))
+				Row(w, "Strategies:", OrDash(strings.Join(info.Strategies, ", ")))
 				if info.TSCKHz > 0 {
-					row(w, "Guest TSC:", fmt.Sprintf("%.3f MHz, the host's, given to every boot", float64(info.TSCKHz)/1000))
+					Row(w, "Guest TSC:", fmt.Sprintf("%.3f MHz, the host's, given to every boot", float64(info.TSCKHz)/1000))
 				} else {
-					row(w, "Guest TSC:", "not measured: guests calibrate their own")
+					Row(w, "Guest TSC:", "not measured: guests calibrate their own")
 				}
 				writeLimits(w, info.Limits)
 				writeRegistry(w, info)
@@ -64,11 +64,11 @@ signing key: the line other nodes add to their thawd
 // accelSummary is the accelerator and why, on one line: the probe's
 // account cut to its first line (QEMU's own messages can run to many).
 func accelSummary(ai client.AccelInfo) string {
-	s := orDash(ai.Accel)
+	s := OrDash(ai.Accel)
 	why := strings.TrimSpace(ai.Source)
 	if d := strings.TrimSpace(ai.Detail); d != "" {
 		first, _, more := strings.Cut(d, "\n")
-		first = truncate(first, 100)
+		first = Truncate(first, 100)
 		if more || strings.HasSuffix(first, "…") {
 			first += " (thaw -o json info shows all)"
 		}
@@ -86,31 +86,31 @@ func accelSummary(ai client.AccelInfo) string {
 // writeLimits writes the daemon's defaults and limits, each with the
 // setting that changes it.
 func writeLimits(w io.Writer, l client.Limits) {
-	row(w, "Limits:")
-	row(w, "  invoke timeout:", fmt.Sprintf("%s (thaw invoke --timeout-ms, up to %s; default thawd --invoke-timeout)",
+	Row(w, "Limits:")
+	Row(w, "  invoke timeout:", fmt.Sprintf("%s (thaw invoke --timeout-ms, up to %s; default thawd --invoke-timeout)",
 		fmtDuration(l.InvokeTimeoutMS), fmtDuration(l.MaxInvokeTimeoutMS)))
-	row(w, "  boot timeout:", fmtDuration(l.BootTimeoutMS)+" (thawd --boot-timeout)")
-	row(w, "  event:", fmtBytes(l.MaxEventBytes)+" at most")
-	row(w, "  result:", fmt.Sprintf("%s at most; the history keeps %s of it (thawd --max-stored-result)",
-		fmtBytes(l.MaxResultBytes), fmtBytes(l.MaxStoredResultBytes)))
-	row(w, "  code:", fmtBytes(l.MaxCodeBytes)+" at most, uploaded")
-	row(w, "  default VM:", fmt.Sprintf("%s, %d vCPU (thawd --memory, --vcpus)", fmtMiB(l.DefaultMemoryMiB), l.DefaultVCPUs))
-	row(w, "  live VMs:", fmt.Sprintf("%d at most, %s together, %s overhead each (thawd --max-vms, --vm-memory-budget, --vm-memory-overhead)",
-		l.MaxVMs, fmtMiB(l.VMMemoryBudgetMiB), fmtMiB(l.VMMemoryOverheadMiB)))
-	row(w, "  admission:", fmt.Sprintf("%d starts wait up to %s for room, then 429 (thawd --admission-queue, --admission-timeout)",
+	Row(w, "  boot timeout:", fmtDuration(l.BootTimeoutMS)+" (thawd --boot-timeout)")
+	Row(w, "  event:", FmtBytes(l.MaxEventBytes)+" at most")
+	Row(w, "  result:", fmt.Sprintf("%s at most; the history keeps %s of it (thawd --max-stored-result)",
+		FmtBytes(l.MaxResultBytes), FmtBytes(l.MaxStoredResultBytes)))
+	Row(w, "  code:", FmtBytes(l.MaxCodeBytes)+" at most, uploaded")
+	Row(w, "  default VM:", fmt.Sprintf("%s, %d vCPU (thawd --memory, --vcpus)", FmtMiB(l.DefaultMemoryMiB), l.DefaultVCPUs))
+	Row(w, "  live VMs:", fmt.Sprintf("%d at most, %s together, %s overhead each (thawd --max-vms, --vm-memory-budget, --vm-memory-overhead)",
+		l.MaxVMs, FmtMiB(l.VMMemoryBudgetMiB), FmtMiB(l.VMMemoryOverheadMiB)))
+	Row(w, "  admission:", fmt.Sprintf("%d starts wait up to %s for room, then 429 (thawd --admission-queue, --admission-timeout)",
 		l.AdmissionQueue, fmtDuration(l.AdmissionTimeoutMS)))
 	keep := "off"
 	if l.KeepAliveS > 0 {
 		keep = fmt.Sprintf("%s, %d idle VMs per function, stopped below %s available", fmtDuration(int64(l.KeepAliveS*1000)), l.KeepAliveMaxIdle,
-			fmtMiB(l.KeepAliveMinAvailableMiB))
+			FmtMiB(l.KeepAliveMinAvailableMiB))
 	}
-	row(w, "  keep-alive:", keep+" (thawd --keep-alive; thaw function create --keep-alive)")
+	Row(w, "  keep-alive:", keep+" (thawd --keep-alive; thaw function create --keep-alive)")
 	pool := "off"
 	if l.VMMPool > 0 {
 		pool = fmt.Sprintf("%d per snapshot and strategy, waiting %s, %s together", l.VMMPool, fmtDuration(int64(l.VMMPoolTTLS*1000)),
-			fmtMiB(l.VMMPoolMemoryMiB))
+			FmtMiB(l.VMMPoolMemoryMiB))
 	}
-	row(w, "  VMM pool:", pool+" (thawd --vmm-pool, --vmm-pool-ttl, --vmm-pool-memory)")
+	Row(w, "  VMM pool:", pool+" (thawd --vmm-pool, --vmm-pool-ttl, --vmm-pool-memory)")
 	history := "unbounded"
 	switch {
 	case l.HistoryMax > 0 && l.HistoryMaxAgeS > 0:
@@ -120,20 +120,20 @@ func writeLimits(w io.Writer, l client.Limits) {
 	case l.HistoryMaxAgeS > 0:
 		history = "none older than " + fmtDuration(int64(l.HistoryMaxAgeS*1000))
 	}
-	row(w, "  history:", history+" (thawd --history-max, --history-max-age)")
+	Row(w, "  history:", history+" (thawd --history-max, --history-max-age)")
 	logs := "unbounded"
 	if l.HistoryMaxLogBytes > 0 {
-		logs = fmtBytes(l.HistoryMaxLogBytes)
+		logs = FmtBytes(l.HistoryMaxLogBytes)
 	}
-	row(w, "  logs:", fmt.Sprintf("%s of output per invocation, %s in all, kept with the history (thawd --max-logs, --history-max-log-bytes)",
-		fmtBytes(l.MaxLogBytes), logs))
+	Row(w, "  logs:", fmt.Sprintf("%s of output per invocation, %s in all, kept with the history (thawd --max-logs, --history-max-log-bytes)",
+		FmtBytes(l.MaxLogBytes), logs))
 	snaps := "deleted only when asked"
 	if l.SnapshotKeep > 0 {
 		snaps = fmt.Sprintf("newest %d per function", l.SnapshotKeep)
 	}
-	row(w, "  versions:", fmt.Sprintf("newest %d keep their snapshots, and every alias's (thawd --version-keep)", l.VersionKeep))
-	row(w, "  snapshots:", snaps+" (thawd --snapshot-keep)")
-	row(w, "  console log:", fmtBytes(l.ConsoleLogBytes)+" per VM (thawd --console-log-limit)")
+	Row(w, "  versions:", fmt.Sprintf("newest %d keep their snapshots, and every alias's (thawd --version-keep)", l.VersionKeep))
+	Row(w, "  snapshots:", snaps+" (thawd --snapshot-keep)")
+	Row(w, "  console log:", FmtBytes(l.ConsoleLogBytes)+" per VM (thawd --console-log-limit)")
 }
 
 // writeRegistry writes the registry and the signing key, if any.
@@ -147,19 +147,19 @@ func writeRegistry(w io.Writer, info *client.Info) {
 		if r.Path != "" {
 			where = "directory " + r.Path
 		}
-		row(w, "Registry:", fmt.Sprintf("%s, %s chunks", where, fmtBytes(r.ChunkSize)))
+		Row(w, "Registry:", fmt.Sprintf("%s, %s chunks", where, FmtBytes(r.ChunkSize)))
 		budget := "unbounded"
 		if r.CacheBudgetBytes > 0 {
-			budget = fmtBytes(r.CacheBudgetBytes)
+			budget = FmtBytes(r.CacheBudgetBytes)
 		}
-		row(w, "  cache:", fmt.Sprintf("%s of %s in %s", fmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
-		row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
-		row(w, "  import:", fmt.Sprint(r.Import))
-		row(w, "  trusted keys:", orDash(strings.Join(r.TrustedKeys, ", ")))
+		Row(w, "  cache:", fmt.Sprintf("%s of %s in %s", FmtBytes(r.CacheUsedBytes), budget, r.CacheDir))
+		Row(w, "  push on prepare:", fmt.Sprint(r.PushOnPrepare))
+		Row(w, "  import:", fmt.Sprint(r.Import))
+		Row(w, "  trusted keys:", OrDash(strings.Join(r.TrustedKeys, ", ")))
 	}
 	if k := info.RegistryKey; k != nil {
-		row(w, "Signing key:", k.ID)
-		row(w, "", k.PublicKey)
+		Row(w, "Signing key:", k.ID)
+		Row(w, "", k.PublicKey)
 	}
 }
 

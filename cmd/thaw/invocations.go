@@ -8,7 +8,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newInvocationsCmd() *cobra.Command {
+func (a *App) newInvocationsCmd() *cobra.Command {
 	var (
 		function string
 		limit    int
@@ -24,20 +24,20 @@ why a strategy fell back to vanilla.`,
 		Example: `  thaw invocations
   thaw invocations --function hello --limit 10
   thaw -o json invocations --limit 1 | jq '.items[0].detail.timing'`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(*cobra.Command, []string) error {
 			if limit < 0 {
-				return usagef("--limit must be positive, got %d", limit)
+				return Usagef("--limit must be positive, got %d", limit)
 			}
-			recs, err := a.c.ListInvocations(a.ctx, function, limit)
+			recs, err := a.C.ListInvocations(a.Ctx, function, limit)
 			if err != nil {
 				return err
 			}
 			head := []string{"ID", "FUNCTION", "OK", "MODE", "TOTAL", "STRATEGY", "CREATED", "ERROR"}
-			if a.wide {
+			if a.Wide {
 				head = []string{"ID", "FUNCTION", "OK", "MODE", "TOTAL", "STRATEGY", "CREATED", "VM", "SNAPSHOT", "VERSION", "ERROR", "FALLBACK"}
 			}
-			return printTable(a, recs, head, a.invocationCells)
+			return PrintTable(a, recs, head, a.invocationCells)
 		},
 	}
 	cmd.Flags().StringVarP(&function, "function", "f", "", "only the invocations of this function")
@@ -48,30 +48,30 @@ why a strategy fell back to vanilla.`,
 // invocationCells are an invocation's row: the short columns first, the
 // error last (in -o wide the VM, snapshot and version before it and the
 // fallback after it).
-func (a *app) invocationCells(r *client.InvocationRecord) []string {
+func (a *App) invocationCells(r *client.InvocationRecord) []string {
 	ok, errText := "yes", "-"
 	if !r.OK {
 		ok, errText = "no", "error"
 		if e := r.Detail.Error; e != nil && e.Type != "" {
 			errText = e.Type
-			if a.wide && e.Message != "" {
-				errText += ": " + truncate(e.Message, 60)
+			if a.Wide && e.Message != "" {
+				errText += ": " + Truncate(e.Message, 60)
 			}
 		}
 	}
-	strategy := orDash(r.Strategy)
+	strategy := OrDash(r.Strategy)
 	fallback := "-"
 	if st := r.Detail.StrategyStats; st != nil && st.Fallback != "" {
 		strategy += " (fell back)"
-		fallback = truncate(st.Fallback, 120)
+		fallback = Truncate(st.Fallback, 120)
 	}
-	cells := []string{r.ID, r.Function, ok, orDash(r.Detail.Mode), fmtMS(r.Detail.Timing.TotalMS), strategy, fmtAge(r.CreatedAt)}
-	if !a.wide {
-		return append(cells, truncate(errText, 30))
+	cells := []string{r.ID, r.Function, ok, OrDash(r.Detail.Mode), FmtMS(r.Detail.Timing.TotalMS), strategy, FmtAge(r.CreatedAt)}
+	if !a.Wide {
+		return append(cells, Truncate(errText, 30))
 	}
 	version := "-"
 	if r.Detail.Version > 0 {
 		version = fmt.Sprint(r.Detail.Version)
 	}
-	return append(cells, orDash(r.VM), orDash(r.Snapshot), version, errText, fallback)
+	return append(cells, OrDash(r.VM), OrDash(r.Snapshot), version, errText, fallback)
 }

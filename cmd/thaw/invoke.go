@@ -12,7 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-func (a *app) newInvokeCmd() *cobra.Command {
+func (a *App) newInvokeCmd() *cobra.Command {
 	f := &invokeFlags{}
 	cmd := &cobra.Command{
 		Use:   "invoke FUNCTION",
@@ -53,11 +53,11 @@ invocation document instead (exit code 3 too if the function raised).`,
   thaw invoke hello --timing
   thaw invoke hello --logs           # what it printed, on stderr
   thaw -o json invoke hello | jq .timing`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.invoke(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()
-	f.ev.add(cmd, "the event")
+	f.ev.Add(cmd, "the event")
 	fl.StringVar(&f.vm, "vm", "", "invoke warm, on this running VM (a timeout kills the VM)")
 	fl.StringVar(&f.snapshot, "snapshot", "", "cold: restore from this snapshot instead of the function's newest")
 	fl.StringVarP(&f.strategy, "strategy", "s", "", "cold: restore strategy (default: the daemon's; see 'thaw info')")
@@ -75,7 +75,7 @@ invocation document instead (exit code 3 too if the function raised).`,
 
 // invokeFlags are invoke's flags.
 type invokeFlags struct {
-	ev                     eventFlags
+	ev                     EventFlags
 	vm, snapshot, strategy string
 	variant                string
 	timeoutMS              int
@@ -86,25 +86,25 @@ type invokeFlags struct {
 }
 
 // invoke runs thaw invoke FUNCTION.
-func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error {
+func (a *App) invoke(cmd *cobra.Command, function string, f *invokeFlags) error {
 	if f.vm != "" && (f.strategy != "" || f.variant != "") {
-		return usagef("--strategy and --variant are for cold invocations; they cannot be used with --vm (the VM is already running)")
+		return Usagef("--strategy and --variant are for cold invocations; they cannot be used with --vm (the VM is already running)")
 	}
 	if f.vm != "" && f.snapshot != "" {
-		return usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
+		return Usagef("--snapshot is for cold invocations; it cannot be used with --vm (the VM is already running)")
 	}
 	if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
-		return usagef("give the event with --event or --event-file, not both")
+		return Usagef("give the event with --event or --event-file, not both")
 	}
 	if f.timeoutMS < 0 {
-		return usagef("--timeout-ms must be positive, got %d", f.timeoutMS)
+		return Usagef("--timeout-ms must be positive, got %d", f.timeoutMS)
 	}
-	event, err := f.ev.read(a, cmd)
+	event, err := f.ev.Read(a, cmd)
 	if err != nil {
 		return err
 	}
 	if f.vm != "" && (f.evict || f.strict) {
-		return usagef("--evict-cache and --strict apply to cold invocations only (not with --vm)")
+		return Usagef("--evict-cache and --strict apply to cold invocations only (not with --vm)")
 	}
 	if f.async || f.idem != "" {
 		return a.invokeAsync(function, event, f)
@@ -120,65 +120,65 @@ func (a *app) invoke(cmd *cobra.Command, function string, f *invokeFlags) error 
 	}
 	var inv *client.Invocation
 	if f.vm != "" {
-		v, err := a.c.GetVM(a.ctx, f.vm)
+		v, err := a.C.GetVM(a.Ctx, f.vm)
 		if err != nil {
 			return err
 		}
 		if v.Function != function {
 			return fmt.Errorf("vm %s runs function %q, not %q", f.vm, v.Function, function)
 		}
-		inv, err = a.c.InvokeVM(a.ctx, f.vm, event, opts)
+		inv, err = a.C.InvokeVM(a.Ctx, f.vm, event, opts)
 		if err != nil {
 			return err
 		}
 	} else {
-		inv, err = a.c.InvokeFunction(a.ctx, function, event, opts)
+		inv, err = a.C.InvokeFunction(a.Ctx, function, event, opts)
 		if err != nil {
 			return err
 		}
 	}
-	if f.logs && !a.json {
-		printInvocationLogs(a.stderr, inv)
+	if f.logs && !a.JSON {
+		printInvocationLogs(a.Stderr, inv)
 	}
 	return a.printInvocation(inv, f.timing)
 }
 
 // invokeAsync queues the invocation (thaw invoke --async).
-func (a *app) invokeAsync(function string, event []byte, f *invokeFlags) error {
+func (a *App) invokeAsync(function string, event []byte, f *invokeFlags) error {
 	if !f.async {
-		return usagef("--idempotency-key goes with --async")
+		return Usagef("--idempotency-key goes with --async")
 	}
 	if f.vm != "" || f.snapshot != "" || f.strategy != "" || f.variant != "" || f.timeoutMS != 0 || f.evict || f.strict || f.timing || f.logs {
-		return usagef("--async takes an event only: not --vm, --snapshot, --strategy, --variant, --timeout-ms, --evict-cache, --strict, --timing or --logs")
+		return Usagef("--async takes an event only: not --vm, --snapshot, --strategy, --variant, --timeout-ms, --evict-cache, --strict, --timing or --logs")
 	}
-	acc, err := a.c.InvokeFunctionAsync(a.ctx, function, event, f.idem)
+	acc, err := a.C.InvokeFunctionAsync(a.Ctx, function, event, f.idem)
 	if err != nil {
 		return err
 	}
-	return a.printAccepted(acc)
+	return a.PrintAccepted(acc)
 }
 
 // printInvocation prints an invocation: warnings first (stderr), then
 // its result on stdout and where the time went (stderr, or stdout with
 // timing), or its error on stderr; a function error ends thaw with exit
 // code 3.
-func (a *app) printInvocation(inv *client.Invocation, timing bool) error {
+func (a *App) printInvocation(inv *client.Invocation, timing bool) error {
 	a.warnInvocation(inv)
-	if a.json {
-		if err := a.printJSON(inv); err != nil {
+	if a.JSON {
+		if err := a.PrintJSON(inv); err != nil {
 			return err
 		}
 		if !inv.OK {
-			a.report("function_error", fmt.Sprintf("function %s raised %s", inv.Function, funcErrorText(inv.Error)), "", "")
-			return &exitCodeError{code: exitFunction}
+			a.Report("function_error", fmt.Sprintf("function %s raised %s", inv.Function, funcErrorText(inv.Error)), "", "")
+			return &ExitCodeError{Code: ExitFunction}
 		}
 		return nil
 	}
 	if inv.OK {
-		fmt.Fprintf(a.stdout, "%s\n", resultJSON(inv.Result))
+		fmt.Fprintf(a.Stdout, "%s\n", ResultJSON(inv.Result))
 	}
-	if timing || !a.quiet {
-		w := a.stream(timing)
+	if timing || !a.Quiet {
+		w := a.Stream(timing)
 		if timing && inv.OK {
 			fmt.Fprintln(w)
 		}
@@ -189,27 +189,27 @@ func (a *app) printInvocation(inv *client.Invocation, timing bool) error {
 	if inv.OK {
 		return nil
 	}
-	fmt.Fprintf(a.stderr, "thaw: function %s raised %s\n", termtext.Line(inv.Function), funcErrorLine(inv.Error))
+	fmt.Fprintf(a.Stderr, "thaw: function %s raised %s\n", termtext.Line(inv.Function), funcErrorLine(inv.Error))
 	if inv.Error != nil {
-		fmt.Fprint(a.stderr, termtext.Indent(inv.Error.Traceback))
+		fmt.Fprint(a.Stderr, termtext.Indent(inv.Error.Traceback))
 	}
-	return &exitCodeError{code: exitFunction}
+	return &ExitCodeError{Code: ExitFunction}
 }
 
 // warnInvocation warns on stderr of what the invocation did that was not
 // asked for: a strategy that fell back to vanilla, an older build of the
 // version that was served.
-func (a *app) warnInvocation(inv *client.Invocation) {
+func (a *App) warnInvocation(inv *client.Invocation) {
 	if st := inv.StrategyStats; st != nil && st.Fallback != "" {
 		requested, _, _ := strings.Cut(st.Fallback, " ")
 		why := st.Fallback
 		if _, after, ok := strings.Cut(why, "restored with vanilla: "); ok {
 			why = after
 		}
-		a.warn("strategy %s fell back to vanilla: %s (--strict refuses a fallback)", requested, why)
+		a.Warn("strategy %s fell back to vanilla: %s (--strict refuses a fallback)", requested, why)
 	}
 	if b := inv.Timing.Build; b != nil {
-		a.warn("version %d is stale (%s); served from %s until it is rebuilt", inv.Version, b.Stale, map[string]string{
+		a.Warn("version %d is stale (%s); served from %s until it is rebuilt", inv.Version, b.Stale, map[string]string{
 			"boot": "a boot", "snapshot": "its older snapshot"}[b.Served])
 	}
 }
@@ -243,7 +243,7 @@ func funcErrorLine(e *client.FunctionError) string {
 }
 
 // printTiming writes an invocation's headline and timing table to w.
-func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
+func (a *App) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	how := inv.Mode
 	if how == "" {
 		how = "?"
@@ -260,41 +260,41 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 	if inv.Strategy != "" {
 		how += ", strategy " + inv.Strategy
 	}
-	fmt.Fprintf(w0, "invocation %s (%s) on vm %s\n", inv.ID, how, orDash(inv.VM))
-	w := newTable(w0)
+	fmt.Fprintf(w0, "invocation %s (%s) on vm %s\n", inv.ID, how, OrDash(inv.VM))
+	w := NewTable(w0)
 	t := inv.Timing
 	if t.ImportMS > 0 {
-		row(w, "import", fmtMSCol(t.ImportMS), "function imported lazily from the registry first")
+		Row(w, "import", FmtMSCol(t.ImportMS), "function imported lazily from the registry first")
 	}
 	if t.Restore != nil {
-		writeRestoreTiming(w, "", t.Restore)
+		WriteRestoreTiming(w, "", t.Restore)
 	}
-	writeReadyNote(w, t.Ready)
-	row(w, "invoke", fmtMSCol(t.InvokeMS), "request sent to reply received")
-	row(w, "  guest", fmtMSCol(t.GuestMS), "inside the handler")
-	row(w, "total", fmtMSCol(t.TotalMS), "request to answer")
+	WriteReadyNote(w, t.Ready)
+	Row(w, "invoke", FmtMSCol(t.InvokeMS), "request sent to reply received")
+	Row(w, "  guest", FmtMSCol(t.GuestMS), "inside the handler")
+	Row(w, "total", FmtMSCol(t.TotalMS), "request to answer")
 	if t.TeardownMS > 0 {
-		row(w, "teardown", fmtMSCol(t.TeardownMS), "after the answer")
+		Row(w, "teardown", FmtMSCol(t.TeardownMS), "after the answer")
 	}
 	if p := inv.Process; p != nil {
-		row(w, "vmm faults", fmt.Sprintf("%d major, %d minor", p.MajorFaults, p.MinorFaults), "VMM process, resume to answer")
-		row(w, "vmm reads", fmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
+		Row(w, "vmm faults", fmt.Sprintf("%d major, %d minor", p.MajorFaults, p.MinorFaults), "VMM process, resume to answer")
+		Row(w, "vmm reads", FmtBytes(int64(p.ReadBytes)), "from storage, resume to answer")
 	}
 	if st := inv.StrategyStats; st != nil {
 		if st.LayoutEntries > 0 {
-			row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "made by the interposer")
+			Row(w, "layout", fmt.Sprintf("%d mappings", st.LayoutEntries), "made by the interposer")
 		}
 		if st.Lazy {
-			row(w, "lazy", fmt.Sprintf("%d faults read %s; fetched %s in %d chunks", st.SourceFaults, fmtBytes(int64(st.SourceBytes)),
-				fmtBytes(int64(st.SourceFetchedBytes)), st.SourceFetchedChunks), "memory from a source (the registry)")
+			Row(w, "lazy", fmt.Sprintf("%d faults read %s; fetched %s in %d chunks", st.SourceFaults, FmtBytes(int64(st.SourceBytes)),
+				FmtBytes(int64(st.SourceFetchedBytes)), st.SourceFetchedChunks), "memory from a source (the registry)")
 			if st.LoadingSetFetchedChunks > 0 {
-				row(w, "", fmt.Sprintf("loading set fetched %s in %d chunks", fmtBytes(int64(st.LoadingSetFetchedBytes)), st.LoadingSetFetchedChunks), "streamed while the guest ran")
+				Row(w, "", fmt.Sprintf("loading set fetched %s in %d chunks", FmtBytes(int64(st.LoadingSetFetchedBytes)), st.LoadingSetFetchedChunks), "streamed while the guest ran")
 			}
 		}
-		a.writeStrategyStats(w, st)
+		a.WriteStrategyStats(w, st)
 	}
 	if inv.EvictedCache {
-		row(w, "cache", "evicted", "snapshot files dropped from the page cache first")
+		Row(w, "cache", "evicted", "snapshot files dropped from the page cache first")
 	}
 	writeAdaptive(w, inv)
 	return w.Flush()
@@ -304,10 +304,10 @@ func (a *app) printTiming(w0 io.Writer, inv *client.Invocation) error {
 // guest used the recorded set to thaw invoke's table.
 func writeAdaptive(w io.Writer, inv *client.Invocation) {
 	if c := inv.StrategyChoice; c != nil && c.How != "request" {
-		row(w, "choice", c.How, c.Reason)
+		Row(w, "choice", c.How, c.Reason)
 	}
 	if st := inv.StrategyStats; st != nil && st.SetPages > 0 {
-		row(w, "set use", fmt.Sprintf("%d of %d pages touched, %d outside (%.0f%%), %d unused", st.SetTouchedPages, st.SetPages,
+		Row(w, "set use", fmt.Sprintf("%d of %d pages touched, %d outside (%.0f%%), %d unused", st.SetTouchedPages, st.SetPages,
 			st.SetOutsidePages, st.SetOutsideRatio*100, st.SetUnusedPages), "the strategy's recorded set against what the guest touched")
 	}
 }
@@ -334,7 +334,7 @@ func printInvocationLogs(w io.Writer, inv *client.Invocation) {
 		fmt.Fprintf(w, "%s: nothing written\n", head)
 		return
 	case l.CutBytes > 0:
-		head += fmt.Sprintf(" (%s written, %s of it cut: thawd --max-logs)", fmtBytes(l.OutputBytes), fmtBytes(l.CutBytes))
+		head += fmt.Sprintf(" (%s written, %s of it cut: thawd --max-logs)", FmtBytes(l.OutputBytes), FmtBytes(l.CutBytes))
 	}
 	fmt.Fprintf(w, "%s:\n%s", head, termtext.Indent(l.Output))
 	if l.Kernel != "" {

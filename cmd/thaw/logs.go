@@ -24,7 +24,7 @@ type logsFlags struct {
 	invocation string
 }
 
-func (a *app) newLogsCmd() *cobra.Command {
+func (a *App) newLogsCmd() *cobra.Command {
 	f := &logsFlags{}
 	cmd := &cobra.Command{
 		Use:   "logs FUNCTION",
@@ -53,7 +53,7 @@ line as they come).`,
   thaw logs hello --invocation inv-3f9a0c1d2e4b
   thaw invoke hello --logs          # the invocation's logs on stderr as it answers
   thaw -o json logs hello | jq -r '.items[].text'`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.logs(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()
@@ -64,7 +64,7 @@ line as they come).`,
 }
 
 // logs runs thaw logs FUNCTION.
-func (a *app) logs(cmd *cobra.Command, function string, f *logsFlags) error {
+func (a *App) logs(cmd *cobra.Command, function string, f *logsFlags) error {
 	q := client.LogsQuery{Invocation: f.invocation}
 	if f.since != "" {
 		since, err := parseSince(f.since, time.Now())
@@ -74,7 +74,7 @@ func (a *app) logs(cmd *cobra.Command, function string, f *logsFlags) error {
 		q.Since = since
 	}
 	if f.follow && f.invocation != "" {
-		return usagef("--follow and --invocation do not go together: an invocation's logs are whole when it ends")
+		return Usagef("--follow and --invocation do not go together: an invocation's logs are whole when it ends")
 	}
 	if !f.follow {
 		return a.printLogPages(q, function)
@@ -83,14 +83,14 @@ func (a *app) logs(cmd *cobra.Command, function string, f *logsFlags) error {
 }
 
 // printLogPages prints every page of lines there is now.
-func (a *app) printLogPages(q client.LogsQuery, function string) error {
+func (a *App) printLogPages(q client.LogsQuery, function string) error {
 	var all []client.LogLine
 	for {
-		page, err := a.c.FunctionLogs(a.ctx, function, q)
+		page, err := a.C.FunctionLogs(a.Ctx, function, q)
 		if err != nil {
 			return err
 		}
-		if a.json {
+		if a.JSON {
 			all = append(all, page.Items...)
 		} else {
 			a.printLogLines(page.Items)
@@ -100,8 +100,8 @@ func (a *app) printLogPages(q client.LogsQuery, function string) error {
 		}
 		q.After = page.Next
 	}
-	if a.json {
-		return printList(a, all)
+	if a.JSON {
+		return PrintList(a, all)
 	}
 	return nil
 }
@@ -109,10 +109,10 @@ func (a *app) printLogPages(q client.LogsQuery, function string) error {
 // followLogs prints the lines there are, then new ones as they come, each
 // request waiting on the daemon for them, until ctx ends (an interrupt):
 // then it returns nil.
-func (a *app) followLogs(ctx context.Context, function string, q client.LogsQuery) error {
+func (a *App) followLogs(ctx context.Context, function string, q client.LogsQuery) error {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, a.timeout+q.Wait)
-		page, err := a.c.FunctionLogs(rctx, function, q)
+		rctx, cancel := context.WithTimeout(ctx, a.Timeout+q.Wait)
+		page, err := a.C.FunctionLogs(rctx, function, q)
 		cancel()
 		if ctx.Err() != nil {
 			return nil // interrupted: the normal end of --follow
@@ -120,7 +120,7 @@ func (a *app) followLogs(ctx context.Context, function string, q client.LogsQuer
 		if err != nil {
 			return err
 		}
-		if a.json {
+		if a.JSON {
 			for _, l := range page.Items {
 				if err := a.printLogDocument(l); err != nil {
 					return err
@@ -139,7 +139,7 @@ func (a *app) followLogs(ctx context.Context, function string, q client.LogsQuer
 
 // printLogLines prints lines as text: the time, the invocation (and with
 // -o wide the trace id), then the line escaped; -q: the line alone.
-func (a *app) printLogLines(lines []client.LogLine) {
+func (a *App) printLogLines(lines []client.LogLine) {
 	for _, l := range lines {
 		// One line each: a newline the text should not have is shown as \n.
 		text := strings.ReplaceAll(termtext.Escape(l.Text), "\n", `\n`)
@@ -147,32 +147,32 @@ func (a *app) printLogLines(lines []client.LogLine) {
 			text = "kernel: " + text
 		}
 		switch {
-		case a.quiet:
-			fmt.Fprintln(a.stdout, text)
-		case a.wide:
-			fmt.Fprintf(a.stdout, "%s %s %s %s\n", fmtLogTime(l.Time), termtext.Line(l.Invocation), orDash(termtext.Line(l.TraceID)), text)
+		case a.Quiet:
+			fmt.Fprintln(a.Stdout, text)
+		case a.Wide:
+			fmt.Fprintf(a.Stdout, "%s %s %s %s\n", fmtLogTime(l.Time), termtext.Line(l.Invocation), OrDash(termtext.Line(l.TraceID)), text)
 		default:
-			fmt.Fprintf(a.stdout, "%s %s %s\n", fmtLogTime(l.Time), termtext.Line(l.Invocation), text)
+			fmt.Fprintf(a.Stdout, "%s %s %s\n", fmtLogTime(l.Time), termtext.Line(l.Invocation), text)
 		}
 	}
 }
 
 // printLogDocument prints one line as a document of its own: compact JSON
 // on one line (JSON Lines), or a YAML document.
-func (a *app) printLogDocument(l client.LogLine) error {
+func (a *App) printLogDocument(l client.LogLine) error {
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
-	if a.format == formatYAML {
-		y, err := jsonToYAML(b)
+	if a.Format == FormatYAML {
+		y, err := JSONToYAML(b)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(a.stdout, "---\n%s", y)
+		_, err = fmt.Fprintf(a.Stdout, "---\n%s", y)
 		return err
 	}
-	_, err = fmt.Fprintf(a.stdout, "%s\n", termtext.JSON(b))
+	_, err = fmt.Fprintf(a.Stdout, "%s\n", termtext.JSON(b))
 	return err
 }
 
@@ -183,7 +183,7 @@ func fmtLogTime(t time.Time) string { return t.Local().Format("2006-01-02T15:04:
 func parseSince(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		if d < 0 {
-			return time.Time{}, usagef("--since %q: a duration before now is positive (10m)", s)
+			return time.Time{}, Usagef("--since %q: a duration before now is positive (10m)", s)
 		}
 		return now.Add(-d), nil
 	}
@@ -195,5 +195,5 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, usagef("--since %q: want a duration before now (10m, 2h) or a time (2026-11-27T10:00:00Z, 2026-11-27 10:00)", s)
+	return time.Time{}, Usagef("--since %q: want a duration before now (10m, 2h) or a time (2026-11-27T10:00:00Z, 2026-11-27 10:00)", s)
 }

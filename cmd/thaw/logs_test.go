@@ -124,14 +124,14 @@ func TestLogsCommand(t *testing.T) {
 		{"logs"},
 	} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, exitUsage)
+		wantCode(t, r, ExitUsage)
 		if r.stdout != "" {
 			t.Errorf("%v printed %q on stdout", args, r.stdout)
 		}
 	}
 	for _, args := range [][]string{{"logs", "nope"}, {"logs", "echo", "--invocation", "inv-000000000000"}} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, exitError)
+		wantCode(t, r, ExitError)
 		wantContains(t, strings.Join(args, " "), r.stderr, "not found")
 	}
 }

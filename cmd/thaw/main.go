@@ -20,43 +20,43 @@ func main() {
 }
 
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	a := &App{Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	root := a.newRootCmd()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	defer func() {
-		if a.cancel != nil {
-			a.cancel()
+		if a.Cancel != nil {
+			a.Cancel()
 		}
 	}()
 	if err == nil {
-		return exitOK
+		return ExitOK
 	}
-	_ = a.resolveOutput() // errors are reported in the format asked for, whatever else is wrong
+	_ = a.ResolveOutput() // errors are reported in the format asked for, whatever else is wrong
 	if sig, ok := interruptedBy(ctx); ok {
-		var ee *exitCodeError
+		var ee *ExitCodeError
 		if !errors.As(err, &ee) { // not reported yet
-			a.report("interrupted", "interrupted; the operation may still finish on the daemon", "", "")
+			a.Report("interrupted", "interrupted; the operation may still finish on the daemon", "", "")
 		}
-		return exitSignal + sig
+		return ExitSignal + sig
 	}
-	var ee *exitCodeError
+	var ee *ExitCodeError
 	if errors.As(err, &ee) {
-		return ee.code // already reported
+		return ee.Code // already reported
 	}
-	var ue *usageError
-	if errors.As(err, &ue) || !a.inRun {
+	var ue *UsageError
+	if errors.As(err, &ue) || !a.InRun {
 		// Errors cobra finds before a command runs (unknown commands and
 		// flags, wrong number of arguments, ...) are usage errors too.
-		a.report("usage", err.Error(), "", usageLine(cmd))
-		return exitUsage
+		a.Report("usage", err.Error(), "", UsageLine(cmd))
+		return ExitUsage
 	}
 	var ae *client.APIError
 	if errors.As(err, &ae) && errors.Is(err, client.ErrInvalid) {
 		// The daemon refused the request as malformed (400): a bad value given.
-		a.report(ae.Code, err.Error(), ae.RequestID, usageLine(cmd))
-		return exitUsage
+		a.Report(ae.Code, err.Error(), ae.RequestID, UsageLine(cmd))
+		return ExitUsage
 	}
-	a.printError(err)
-	return exitError
+	a.PrintError(err)
+	return ExitError
 }

@@ -537,27 +537,27 @@ func TestVersion(t *testing.T) {
 
 func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 129394278: "123.4 MiB", 3 << 30: "3.0 GiB"} {
-		if got := fmtBytes(n); got != want {
+		if got := FmtBytes(n); got != want {
 			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 	for mib, want := range map[int]string{0: "-", 512: "512 MiB", 1024: "1 GiB", 1536: "1.5 GiB"} {
-		if got := fmtMiB(mib); got != want {
+		if got := FmtMiB(mib); got != want {
 			t.Errorf("fmtMiB(%d) = %q, want %q", mib, got, want)
 		}
 	}
-	defer func(f func() time.Time) { now = f }(now)
+	defer func(f func() time.Time) { Now = f }(Now)
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	now = func() time.Time { return t0 }
+	Now = func() time.Time { return t0 }
 	for d, want := range map[time.Duration]string{5 * time.Second: "5s ago", 3 * time.Minute: "3m ago", 5 * time.Hour: "5h ago", 50 * time.Hour: "2d ago"} {
-		if got := fmtAge(t0.Add(-d)); got != want {
+		if got := FmtAge(t0.Add(-d)); got != want {
 			t.Errorf("fmtAge(-%s) = %q, want %q", d, got, want)
 		}
 	}
-	if got := truncate("a  b\nc", 60); got != "a b c" {
+	if got := Truncate("a  b\nc", 60); got != "a b c" {
 		t.Errorf("truncate = %q", got)
 	}
-	if got := truncate(strings.Repeat("x", 70), 60); len([]rune(got)) != 60 {
+	if got := Truncate(strings.Repeat("x", 70), 60); len([]rune(got)) != 60 {
 		t.Errorf("truncate to %d runes", len([]rune(got)))
 	}
 }
@@ -608,7 +608,7 @@ func TestStoreHugeTLBFS(t *testing.T) {
 
 func TestPrintStoreDevDAX(t *testing.T) {
 	var out bytes.Buffer
-	a := &app{stdout: &out}
+	a := &App{Stdout: &out}
 	err := a.printStore(&client.StoreInfo{Available: true, Dir: "/dev/dax0.0", Kind: "devdax", PageSize: 2 << 20,
 		CapacityBytes: 126 << 20, FreeBytes: 26 << 20, UsedBytes: 50 << 20, ReservedBytes: 50 << 20, Clones: 2,
 		Entries: []client.StoreEntry{{Snapshot: "snap-1", Size: 256 << 20, Bytes: 50 << 20, Regions: 3}}})
@@ -670,8 +670,8 @@ func TestTokenHints(t *testing.T) {
 // error as the client wraps a refused connect; root is never refused).
 func TestSocketPermissionHint(t *testing.T) {
 	var errb bytes.Buffer
-	a := &app{stderr: &errb}
-	a.printError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
+	a := &App{Stderr: &errb}
+	a.PrintError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
 	wantContains(t, "stderr", errb.String(), "may not use thawd's socket", "--socket-group")
 }
 

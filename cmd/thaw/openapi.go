@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func (a *app) newOpenAPICmd() *cobra.Command {
+func (a *App) newOpenAPICmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "openapi",
 		Short: "Print the daemon's OpenAPI document",
@@ -16,23 +16,23 @@ func (a *app) newOpenAPICmd() *cobra.Command {
 /v1. It is indented for reading; with -o json (--json) it is printed as
 the daemon sends it, with -o yaml as YAML.`,
 		Example: `  thaw openapi > openapi.json`,
-		Args:    exactArgs(),
+		Args:    ExactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			doc, err := a.c.OpenAPI(a.ctx)
+			doc, err := a.C.OpenAPI(a.Ctx)
 			if err != nil {
 				return err
 			}
 			doc = bytes.TrimSpace(doc)
-			if a.format == formatYAML {
-				return a.printDocument(doc)
+			if a.Format == FormatYAML {
+				return a.PrintDocument(doc)
 			}
-			if !a.json {
+			if !a.JSON {
 				var buf bytes.Buffer
 				if err := json.Indent(&buf, doc, "", "  "); err == nil {
 					doc = buf.Bytes()
 				}
 			}
-			_, err = fmt.Fprintf(a.stdout, "%s\n", doc)
+			_, err = fmt.Fprintf(a.Stdout, "%s\n", doc)
 			return err
 		},
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newOperationCmd() *cobra.Command {
-	cmd := newGroupCmd("operation", "Show, list and wait for long operations",
+func (a *App) newOperationCmd() *cobra.Command {
+	cmd := NewGroupCmd("operation", "Show, list and wait for long operations",
 		`Booting, preparing, placing a snapshot in the memory store, copying,
 pushing and pulling a snapshot and collecting the registry's garbage run as
 operations in thawd: 'thaw vm boot', 'thaw prepare', 'thaw snapshot store',
@@ -24,19 +24,19 @@ survives a daemon restart, but what they made (VMs, snapshots) does.
 	return cmd
 }
 
-func (a *app) newOperationGetCmd() *cobra.Command {
-	return newGetCmd("operation", "ID", oneRunE(a, (*client.Client).Operation, a.printOperation))
+func (a *App) newOperationGetCmd() *cobra.Command {
+	return NewGetCmd("operation", "ID", OneRunE(a, (*client.Client).Operation, a.PrintOperation))
 }
 
-func (a *app) newOperationListCmd() *cobra.Command {
-	return newListCmd("operations", listRunE(a, (*client.Client).ListOperations,
+func (a *App) newOperationListCmd() *cobra.Command {
+	return NewListCmd("operations", ListRunE(a, (*client.Client).ListOperations,
 		[]string{"ID", "KIND", "TARGET", "STATE", "CREATED", "PROGRESS"},
 		func(op *client.Operation) []string {
-			return []string{op.ID, op.Kind, op.Target, op.State, fmtAge(op.CreatedAt), truncate(progressText(op), 50)}
+			return []string{op.ID, op.Kind, op.Target, op.State, FmtAge(op.CreatedAt), Truncate(ProgressText(op), 50)}
 		}))
 }
 
-func (a *app) newOperationWaitCmd() *cobra.Command {
+func (a *App) newOperationWaitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "wait ID",
 		Short: "Follow an operation until it ends and print its result",
@@ -44,18 +44,18 @@ func (a *app) newOperationWaitCmd() *cobra.Command {
 then print its result as the command that started it would have (or fail
 with its error). Ctrl-C stops following; the operation goes on.`,
 		Example: `  OP=$(thaw prepare hello --detach) && thaw operation wait "$OP"`,
-		Args:    exactArgs("ID"),
+		Args:    ExactArgs("ID"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			op, err := a.follow(args[0])
+			op, err := a.Follow(args[0])
 			if err != nil {
 				return err
 			}
-			return a.printResult(op)
+			return a.PrintResult(op)
 		},
 	}
 }
 
-func (a *app) newOperationCancelCmd() *cobra.Command {
+func (a *App) newOperationCancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a running operation",
@@ -65,30 +65,30 @@ answers once the work has stopped; thaw then prints the operation, failed
 with code canceled (or succeeded, if its work finished first). An operation
 that has ended cannot be canceled (exit code 1).`,
 		Example: `  OP=$(thaw prepare hello --detach) && thaw operation cancel "$OP"`,
-		Args:    exactArgs("ID"),
+		Args:    ExactArgs("ID"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			op, err := a.c.CancelOperation(a.ctx, args[0])
+			op, err := a.C.CancelOperation(a.Ctx, args[0])
 			if err != nil {
 				return err
 			}
-			if a.quiet {
-				a.quietID(op.ID)
+			if a.Quiet {
+				a.QuietID(op.ID)
 				return nil
 			}
-			return a.printOperation(op)
+			return a.PrintOperation(op)
 		},
 	}
 }
 
-func (a *app) newOperationDeleteCmd() *cobra.Command {
+func (a *App) newOperationDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete ID...",
 		Aliases: []string{"rm"},
 		Short:   "Forget finished operations",
 		Long:    `Forget finished operations; what they made stays.`,
-		Args:    minArgs("operation ID"),
+		Args:    MinArgs("operation ID"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return a.deleteAll("operation", args, a.c.DeleteOperation)
+			return a.DeleteAll("operation", args, a.C.DeleteOperation)
 		},
 	}
 }

@@ -13,13 +13,13 @@ import (
 )
 
 // newTable returns a tabwriter for aligned columns; Flush it.
-func newTable(w io.Writer) *tabwriter.Writer {
+func NewTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
 // row writes one tab-separated table row. Cells are escaped to one line
 // each: some carry text a guest controls (a failed VM's reason, an error).
-func row(w io.Writer, cells ...string) {
+func Row(w io.Writer, cells ...string) {
 	line := make([]string, len(cells))
 	for i, c := range cells {
 		line[i] = termtext.Line(c)
@@ -28,7 +28,7 @@ func row(w io.Writer, cells ...string) {
 }
 
 // fmtMS formats milliseconds with one decimal; 0 is "-".
-func fmtMS(ms float64) string {
+func FmtMS(ms float64) string {
 	if ms == 0 {
 		return "-"
 	}
@@ -36,7 +36,7 @@ func fmtMS(ms float64) string {
 }
 
 // fmtBytes humanizes a size in IEC units: "512 B", "123.4 MiB".
-func fmtBytes(n int64) string {
+func FmtBytes(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
 	}
@@ -51,30 +51,30 @@ func fmtBytes(n int64) string {
 }
 
 // fmtMiB formats a memory size given in MiB: "512 MiB", "2 GiB".
-func fmtMiB(mib int) string {
+func FmtMiB(mib int) string {
 	switch {
 	case mib <= 0:
 		return "-"
 	case mib >= 1024 && mib%1024 == 0:
 		return fmt.Sprintf("%d GiB", mib/1024)
 	case mib >= 1024:
-		return fmtBytes(int64(mib) << 20)
+		return FmtBytes(int64(mib) << 20)
 	}
 	return fmt.Sprintf("%d MiB", mib)
 }
 
 // now is time.Now; tests may replace it.
-var now = time.Now
+var Now = time.Now
 
 // fmtAge formats t for a table: relative when recent, else a short date.
-func fmtAge(t time.Time) string {
+func FmtAge(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := now().Sub(t)
+	d := Now().Sub(t)
 	switch {
 	case d < 0:
-		return fmtTime(t)
+		return FmtTime(t)
 	case d < time.Minute:
 		return fmt.Sprintf("%ds ago", int(d/time.Second))
 	case d < time.Hour:
@@ -88,8 +88,8 @@ func fmtAge(t time.Time) string {
 }
 
 // fmtUntil formats a time to come: "in 42s" when near, else its date.
-func fmtUntil(t time.Time) string {
-	d := t.Sub(now())
+func FmtUntil(t time.Time) string {
+	d := t.Sub(Now())
 	switch {
 	case d < 0:
 		return "now"
@@ -100,20 +100,20 @@ func fmtUntil(t time.Time) string {
 }
 
 // fmtTime formats t in full (RFC 3339, seconds, local time) with its age.
-func fmtTime(t time.Time) string {
+func FmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
 	s := t.Local().Format(time.RFC3339)
-	if d := now().Sub(t); d >= 0 && d < 7*24*time.Hour {
-		s += " (" + fmtAge(t) + ")"
+	if d := Now().Sub(t); d >= 0 && d < 7*24*time.Hour {
+		s += " (" + FmtAge(t) + ")"
 	}
 	return s
 }
 
 // truncate shortens s to at most n runes, marking the cut with "…", and
 // keeps it on one line.
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) <= n {
 		return s
@@ -123,17 +123,17 @@ func truncate(s string, n int) string {
 }
 
 // shortDigest shortens a content digest for tables.
-func shortDigest(d string) string {
+func ShortDigest(d string) string {
 	if _, rest, ok := strings.Cut(d, ":"); ok {
 		d = rest
 	}
 	if len(d) > 12 {
 		return d[:12]
 	}
-	return orDash(d)
+	return OrDash(d)
 }
 
-func orDash(s string) string {
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
@@ -142,32 +142,32 @@ func orDash(s string) string {
 
 // writeRestoreTiming writes a restore's breakdown as table rows, indented
 // by prefix.
-func writeRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
-	row(w, prefix+"restore setup", fmtMSCol(rt.SetupMS), "request to vCPUs resumed")
-	row(w, prefix+"  verify", fmtMSCol(rt.VerifyMS), "snapshot checks")
+func WriteRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
+	Row(w, prefix+"restore setup", FmtMSCol(rt.SetupMS), "request to vCPUs resumed")
+	Row(w, prefix+"  verify", FmtMSCol(rt.VerifyMS), "snapshot checks")
 	if rt.VMM == "pooled" {
-		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "started ahead by the VMM pool")
+		Row(w, prefix+"  vmm start", FmtMSCol(rt.VMMStartMS), "started ahead by the VMM pool")
 	} else {
-		row(w, prefix+"  vmm start", fmtMSCol(rt.VMMStartMS), "process start to control channel ready")
+		Row(w, prefix+"  vmm start", FmtMSCol(rt.VMMStartMS), "process start to control channel ready")
 	}
-	row(w, prefix+"  load state", fmtMSCol(rt.LoadStateMS), "device state loaded")
+	Row(w, prefix+"  load state", FmtMSCol(rt.LoadStateMS), "device state loaded")
 	if rt.PullMS > 0 {
-		row(w, prefix+"  pull", fmtMSCol(rt.PullMS), "lazy snapshot's memory pulled first (this strategy needs the file)")
+		Row(w, prefix+"  pull", FmtMSCol(rt.PullMS), "lazy snapshot's memory pulled first (this strategy needs the file)")
 	}
 	if rt.Source == "registry" {
-		row(w, prefix+"  memory", "  registry", "a lazy snapshot: pages from the registry through the chunk cache")
+		Row(w, prefix+"  memory", "  registry", "a lazy snapshot: pages from the registry through the chunk cache")
 	}
-	row(w, prefix+"restore resume", fmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
+	Row(w, prefix+"restore resume", FmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
 }
 
 // fmtMSCol formats milliseconds right-aligned for timing tables.
-func fmtMSCol(ms float64) string {
+func FmtMSCol(ms float64) string {
 	return fmt.Sprintf("%9.1f ms", ms)
 }
 
 // vmState is a VM's state as thaw shows it: the API's, but idle for a
 // running VM the keep-alive pool keeps.
-func vmState(v *client.VM) string {
+func VMState(v *client.VM) string {
 	if v.Idle && v.State == "running" {
 		return "idle"
 	}

@@ -8,9 +8,9 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newPrepareCmd() *cobra.Command {
+func (a *App) newPrepareCmd() *cobra.Command {
 	var (
-		ev                             eventFlags
+		ev                             EventFlags
 		groupSize, mergeGap, timeoutMS int
 		detach, variants               bool
 	)
@@ -31,27 +31,27 @@ shown on stderr. --detach (or Ctrl-C) leaves it running (see 'thaw operation').`
 		Example: `  thaw prepare hello --event '{"name":"record"}'
   thaw invoke hello --strategy faasnap --evict-cache
   OP=$(thaw prepare hello --detach) && thaw operation wait "$OP"`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if groupSize < 0 || mergeGap < 0 || timeoutMS < 0 {
-				return usagef("--group-size, --merge-gap and --timeout-ms must not be negative")
+				return Usagef("--group-size, --merge-gap and --timeout-ms must not be negative")
 			}
 			if cmd.Flags().Changed("event") && cmd.Flags().Changed("event-file") {
-				return usagef("give --event or --event-file, not both")
+				return Usagef("give --event or --event-file, not both")
 			}
-			event, err := ev.read(a, cmd)
+			event, err := ev.Read(a, cmd)
 			if err != nil {
 				return err
 			}
-			return a.runOperation(detach, func() (*client.Operation, error) {
-				return a.c.StartPrepare(a.ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
+			return a.RunOperation(detach, func() (*client.Operation, error) {
+				return a.C.StartPrepare(a.Ctx, args[0], event, client.PrepareOptions{GroupSize: groupSize,
 					MergeGap: mergeGap, Timeout: time.Duration(timeoutMS) * time.Millisecond, FaaSnapVariants: variants})
 			})
 		},
 	}
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	fl := cmd.Flags()
-	ev.add(cmd, "the record input")
+	ev.Add(cmd, "the record input")
 	fl.IntVar(&groupSize, "group-size", 0, "FaaSnap working-set group size in pages (default 1024)")
 	fl.IntVar(&mergeGap, "merge-gap", 0, "FaaSnap region merge threshold in pages (default 32)")
 	fl.IntVar(&timeoutMS, "timeout-ms", 0, "timeout of each record invocation in milliseconds")

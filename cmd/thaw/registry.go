@@ -9,8 +9,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newRegistryCmd() *cobra.Command {
-	cmd := newGroupCmd("registry", "List, delete and garbage-collect the snapshots in the registry",
+func (a *App) newRegistryCmd() *cobra.Command {
+	cmd := NewGroupCmd("registry", "List, delete and garbage-collect the snapshots in the registry",
 		`The snapshot registry is the S3-compatible object store thawd is configured
 with (thawd --registry-config); 'thaw snapshot push' and 'pull' move snapshots
 to and from it. These commands look after the registry itself.`)
@@ -18,8 +18,8 @@ to and from it. These commands look after the registry itself.`)
 	return cmd
 }
 
-func (a *app) newRegistryListCmd() *cobra.Command {
-	cmd := newListCmd("the snapshots in the registry", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.RegistrySnapshot, error) {
+func (a *App) newRegistryListCmd() *cobra.Command {
+	cmd := NewListCmd("the snapshots in the registry", ListRunE(a, func(c *client.Client, ctx context.Context) ([]client.RegistrySnapshot, error) {
 		return c.ListRegistrySnapshots(ctx)
 	}, []string{"ID", "FUNCTION", "LATEST", "TRUSTED", "CHUNKS", "STORED", "DATA", "CREATED", "PUSHED", "SIGNER"},
 		func(s *client.RegistrySnapshot) []string {
@@ -27,12 +27,12 @@ func (a *app) newRegistryListCmd() *cobra.Command {
 			if s.Latest {
 				latest = "yes"
 			}
-			signer, trusted := orDash(s.SignedBy), "yes"
+			signer, trusted := OrDash(s.SignedBy), "yes"
 			if s.Refused != "" {
 				trusted = "no"
 			}
-			return []string{s.ID, s.Function, latest, trusted, fmt.Sprint(s.Chunks), fmtBytes(s.StoredBytes), fmtBytes(s.DataBytes),
-				fmtAge(s.CreatedAt), fmtAge(s.PushedAt), signer}
+			return []string{s.ID, s.Function, latest, trusted, fmt.Sprint(s.Chunks), FmtBytes(s.StoredBytes), FmtBytes(s.DataBytes),
+				FmtAge(s.CreatedAt), FmtAge(s.PushedAt), signer}
 		}))
 	cmd.Long = `List the snapshots pushed to the registry, oldest first. LATEST marks the one
 its function's record names: what 'thaw snapshot pull --function' and nodes
@@ -45,7 +45,7 @@ object: --json says which); 'thaw registry delete' removes it.`
 	return cmd
 }
 
-func (a *app) newRegistryDeleteCmd() *cobra.Command {
+func (a *App) newRegistryDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete ID...",
 		Aliases: []string{"rm"},
@@ -55,14 +55,14 @@ at the next 'thaw registry gc' unless another snapshot shares them. When a
 function's newest snapshot is deleted, its record moves to the next newest,
 or goes with the last one. Copies that nodes pulled stay on those nodes.
 All are tried; thaw exits with code 1 if any could not be deleted.`,
-		Args: minArgs("snapshot ID"),
+		Args: MinArgs("snapshot ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("registry snapshot", args, a.c.DeleteRegistrySnapshot)
+			return a.DeleteAll("registry snapshot", args, a.C.DeleteRegistrySnapshot)
 		},
 	}
 }
 
-func (a *app) newRegistryGCCmd() *cobra.Command {
+func (a *App) newRegistryGCCmd() *cobra.Command {
 	var (
 		detach bool
 		dryRun bool
@@ -79,16 +79,16 @@ and a push waits while a collection runs. Runs as an operation in thawd;
 --detach (or Ctrl-C) leaves it running.`,
 		Example: `  thaw registry gc --dry-run
   thaw registry delete snap-0123abcd && thaw registry gc --grace 0`,
-		Args: exactArgs(),
+		Args: ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if grace < 0 {
-				return usagef("--grace takes 0 or more seconds")
+				return Usagef("--grace takes 0 or more seconds")
 			}
 			req := client.GCRequest{DryRun: dryRun, GraceS: &grace}
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartCollectRegistry(a.ctx, req) })
+			return a.RunOperation(detach, func() (*client.Operation, error) { return a.C.StartCollectRegistry(a.Ctx, req) })
 		},
 	}
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
 	cmd.Flags().IntVar(&grace, "grace", 3600, "keep unreferenced objects younger than this many seconds")
 	return cmd

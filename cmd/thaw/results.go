@@ -12,7 +12,7 @@ import (
 )
 
 // vmSource says where a VM came from: a boot or a snapshot.
-func vmSource(v *client.VM) string {
+func VMSource(v *client.VM) string {
 	if v.Snapshot != "" {
 		return v.Snapshot
 	}
@@ -21,62 +21,62 @@ func vmSource(v *client.VM) string {
 
 // startupMS is how long a VM took to become ready: its boot, or its
 // restore's setup and resume.
-func startupMS(v *client.VM) float64 {
+func StartupMS(v *client.VM) float64 {
 	if v.Restore != nil {
 		return v.Restore.SetupMS + v.Restore.ResumeMS
 	}
 	return v.BootMS
 }
 
-func (a *app) printVM(v *client.VM) error {
-	if a.quiet {
-		a.quietID(v.ID)
+func (a *App) PrintVM(v *client.VM) error {
+	if a.Quiet {
+		a.QuietID(v.ID)
 		return nil
 	}
-	err := a.printObject(v, "", "", func(w io.Writer) {
-		row(w, "ID:", v.ID)
-		row(w, "Function:", v.Function)
-		row(w, "State:", vmState(v))
+	err := a.PrintObject(v, "", "", func(w io.Writer) {
+		Row(w, "ID:", v.ID)
+		Row(w, "Function:", v.Function)
+		Row(w, "State:", VMState(v))
 		if v.IdleUntil != nil {
-			row(w, "Idle until:", fmtUntil(*v.IdleUntil)+" (kept for its function's next invocations; then stopped)")
+			Row(w, "Idle until:", FmtUntil(*v.IdleUntil)+" (kept for its function's next invocations; then stopped)")
 		}
 		if v.Reason != "" {
-			row(w, "Reason:", v.Reason)
+			Row(w, "Reason:", v.Reason)
 		}
 		if v.PID > 0 {
-			row(w, "PID:", fmt.Sprint(v.PID))
+			Row(w, "PID:", fmt.Sprint(v.PID))
 		}
-		row(w, "Memory:", fmtMiB(v.MemoryMiB))
-		row(w, "Accel:", orDash(v.Accel))
+		Row(w, "Memory:", FmtMiB(v.MemoryMiB))
+		Row(w, "Accel:", OrDash(v.Accel))
 		if v.Snapshot != "" {
-			row(w, "Snapshot:", v.Snapshot)
-			row(w, "Strategy:", orDash(v.Strategy))
+			Row(w, "Snapshot:", v.Snapshot)
+			Row(w, "Strategy:", OrDash(v.Strategy))
 		}
 		if v.BootMS > 0 {
-			row(w, "Boot:", fmtMS(v.BootMS))
+			Row(w, "Boot:", FmtMS(v.BootMS))
 		}
-		row(w, "Run dir:", orDash(v.RunDir))
-		row(w, "Created:", fmtTime(v.CreatedAt))
-		row(w, "Updated:", fmtTime(v.UpdatedAt))
+		Row(w, "Run dir:", OrDash(v.RunDir))
+		Row(w, "Created:", FmtTime(v.CreatedAt))
+		Row(w, "Updated:", FmtTime(v.UpdatedAt))
 	})
-	if err != nil || a.json || v.Restore == nil {
+	if err != nil || a.JSON || v.Restore == nil {
 		return err
 	}
-	fmt.Fprintln(a.stdout, "\nRestore:")
-	w := newTable(a.stdout)
-	writeRestoreTiming(w, "  ", v.Restore)
-	row(w, "  ready", fmtMSCol(v.Restore.SetupMS+v.Restore.ResumeMS), "setup + resume")
+	fmt.Fprintln(a.Stdout, "\nRestore:")
+	w := NewTable(a.Stdout)
+	WriteRestoreTiming(w, "  ", v.Restore)
+	Row(w, "  ready", FmtMSCol(v.Restore.SetupMS+v.Restore.ResumeMS), "setup + resume")
 	return w.Flush()
 }
 
-func (a *app) printPrepare(res *client.PrepareResult) error {
-	w := newTable(a.stdout)
-	row(w, "Function:", res.Function)
+func (a *App) PrintPrepare(res *client.PrepareResult) error {
+	w := NewTable(a.Stdout)
+	Row(w, "Function:", res.Function)
 	if res.Clean != nil {
-		row(w, "Clean snapshot:", res.Clean.ID)
+		Row(w, "Clean snapshot:", res.Clean.ID)
 	}
 	if res.Warm != nil {
-		row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
+		Row(w, "Warm snapshot:", res.Warm.ID, "(cold invocations restore this one)")
 	}
 	for _, k := range slices.Sorted(maps.Keys(res.Prepared)) {
 		p := res.Prepared[k]
@@ -84,10 +84,10 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 			continue
 		}
 		if p.Unavailable != "" {
-			row(w, k+":", "not prepared: "+p.Unavailable)
+			Row(w, k+":", "not prepared: "+p.Unavailable)
 			continue
 		}
-		row(w, k+":", fmt.Sprintf("recorded in %s, built in %s", fmtMS(p.RecordMS), fmtMS(p.BuildMS)))
+		Row(w, k+":", fmt.Sprintf("recorded in %s, built in %s", FmtMS(p.RecordMS), FmtMS(p.BuildMS)))
 		var vals map[string]any
 		if json.Unmarshal(p.Build, &vals) != nil {
 			continue
@@ -98,103 +98,103 @@ func (a *app) printPrepare(res *client.PrepareResult) error {
 		}
 		writeMeasures(w, " ", flatScalars(vals), ms)
 	}
-	row(w, "Took:", fmtMS(res.Timing.TotalMS))
+	Row(w, "Took:", FmtMS(res.Timing.TotalMS))
 	return w.Flush()
 }
 
 // printStored prints a snapshot's entry in the memory store.
-func (a *app) printStored(e *client.StoreEntry) error {
+func (a *App) PrintStored(e *client.StoreEntry) error {
 	switch {
-	case a.json:
-		return a.printJSON(e)
-	case a.quiet:
-		a.quietID(e.Snapshot)
+	case a.JSON:
+		return a.PrintJSON(e)
+	case a.Quiet:
+		a.QuietID(e.Snapshot)
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
-		e.Snapshot, fmtBytes(e.Bytes), fmtBytes(e.Size), e.Regions, fmtMS(e.StoredMS))
+	fmt.Fprintf(a.Stdout, "stored %s: %s of %s guest memory in %d regions (%s)\n",
+		e.Snapshot, FmtBytes(e.Bytes), FmtBytes(e.Size), e.Regions, FmtMS(e.StoredMS))
 	return nil
 }
 
 // snapshotPrinter prints a snapshot, after a headline saying what happened
 // to it if there is one.
-func (a *app) snapshotPrinter(headline string) func(*client.Snapshot) error {
+func (a *App) SnapshotPrinter(headline string) func(*client.Snapshot) error {
 	return func(s *client.Snapshot) error {
-		return a.printObject(s, headline, s.ID, func(w io.Writer) {
-			row(w, "ID:", s.ID)
-			row(w, "Function:", s.Function)
-			row(w, "Source VM:", orDash(s.SourceVM))
-			mem := fmtMiB(s.MemoryMiB)
+		return a.PrintObject(s, headline, s.ID, func(w io.Writer) {
+			Row(w, "ID:", s.ID)
+			Row(w, "Function:", s.Function)
+			Row(w, "Source VM:", OrDash(s.SourceVM))
+			mem := FmtMiB(s.MemoryMiB)
 			if s.Memory == client.MemoryRemote {
 				mem += " (lazy: in the registry, fetched on demand)"
 			}
-			row(w, "Memory:", mem)
-			row(w, "Size:", fmtBytes(s.SizeBytes))
-			row(w, "Disk:", fmtBytes(s.DiskBytes))
-			row(w, "Create:", fmtMS(s.CreateMS))
-			row(w, "Pause:", fmtMS(s.PauseMS))
-			row(w, "Dir:", orDash(s.Dir))
-			row(w, "Created:", fmtTime(s.CreatedAt))
+			Row(w, "Memory:", mem)
+			Row(w, "Size:", FmtBytes(s.SizeBytes))
+			Row(w, "Disk:", FmtBytes(s.DiskBytes))
+			Row(w, "Create:", FmtMS(s.CreateMS))
+			Row(w, "Pause:", FmtMS(s.PauseMS))
+			Row(w, "Dir:", OrDash(s.Dir))
+			Row(w, "Created:", FmtTime(s.CreatedAt))
 		})
 	}
 }
 
-func (a *app) printPush(r *client.PushResult) error {
-	return a.printObject(r, "pushed snapshot", r.Snapshot, func(w io.Writer) {
-		row(w, "Function:", r.Function)
-		row(w, "Chunks:", fmt.Sprintf("%d of %s (non-zero)", r.Chunks, fmtBytes(r.ChunkSize)))
-		row(w, "Uploaded:", fmt.Sprintf("%d chunks, %s (the rest were in the registry)", r.Uploaded, fmtBytes(r.UploadedBytes)))
-		row(w, "Stored:", fmt.Sprintf("%s compressed of %s", fmtBytes(r.StoredBytes), fmtBytes(r.DataBytes)))
-		row(w, "Took:", fmtMS(r.PushMS))
+func (a *App) PrintPush(r *client.PushResult) error {
+	return a.PrintObject(r, "pushed snapshot", r.Snapshot, func(w io.Writer) {
+		Row(w, "Function:", r.Function)
+		Row(w, "Chunks:", fmt.Sprintf("%d of %s (non-zero)", r.Chunks, FmtBytes(r.ChunkSize)))
+		Row(w, "Uploaded:", fmt.Sprintf("%d chunks, %s (the rest were in the registry)", r.Uploaded, FmtBytes(r.UploadedBytes)))
+		Row(w, "Stored:", fmt.Sprintf("%s compressed of %s", FmtBytes(r.StoredBytes), FmtBytes(r.DataBytes)))
+		Row(w, "Took:", FmtMS(r.PushMS))
 	})
 }
 
-func (a *app) printPull(r *client.PullResult) error {
+func (a *App) PrintPull(r *client.PullResult) error {
 	switch {
-	case a.json:
-		return a.printJSON(r)
-	case a.quiet:
-		a.quietID(r.Snapshot.ID)
+	case a.JSON:
+		return a.PrintJSON(r)
+	case a.Quiet:
+		a.QuietID(r.Snapshot.ID)
 		return nil
 	}
-	if err := a.snapshotPrinter("pulled snapshot")(r.Snapshot); err != nil {
+	if err := a.SnapshotPrinter("pulled snapshot")(r.Snapshot); err != nil {
 		return err
 	}
-	w := newTable(a.stdout)
+	w := NewTable(a.Stdout)
 	if r.FunctionCreated {
-		row(w, "Function:", r.Snapshot.Function+" (created from the registry)")
+		Row(w, "Function:", r.Snapshot.Function+" (created from the registry)")
 	}
 	if r.Completed {
-		row(w, "Completed:", "its memory was in the registry and is now local")
+		Row(w, "Completed:", "its memory was in the registry and is now local")
 	}
-	row(w, "Fetched:", fmt.Sprintf("%d chunks, %s", r.FetchedChunks, fmtBytes(r.FetchedBytes)))
-	row(w, "From cache:", fmt.Sprintf("%d chunks", r.CachedChunks))
-	row(w, "Took:", fmtMS(r.PullMS))
+	Row(w, "Fetched:", fmt.Sprintf("%d chunks, %s", r.FetchedChunks, FmtBytes(r.FetchedBytes)))
+	Row(w, "From cache:", fmt.Sprintf("%d chunks", r.CachedChunks))
+	Row(w, "Took:", FmtMS(r.PullMS))
 	return w.Flush()
 }
 
-func (a *app) printGC(r *client.GCResult) error {
+func (a *App) PrintGC(r *client.GCResult) error {
 	what := "collected"
 	if r.DryRun {
 		what = "dry run, nothing deleted"
 	}
-	if a.quiet {
+	if a.Quiet {
 		return nil
 	}
-	return a.printObject(r, "registry", what, func(w io.Writer) {
-		row(w, "Read:", fmt.Sprintf("%d snapshots, %d functions, %d chunks", r.Snapshots, r.Functions, r.Chunks))
-		row(w, "Deleted:", fmt.Sprintf("%d chunks, %d code archives, %s", r.ChunksDeleted, r.CodeDeleted, fmtBytes(r.BytesDeleted)))
-		row(w, "Kept:", fmt.Sprintf("%s (%d unused chunks within the grace)", fmtBytes(r.BytesKept), r.ChunksYoung))
+	return a.PrintObject(r, "registry", what, func(w io.Writer) {
+		Row(w, "Read:", fmt.Sprintf("%d snapshots, %d functions, %d chunks", r.Snapshots, r.Functions, r.Chunks))
+		Row(w, "Deleted:", fmt.Sprintf("%d chunks, %d code archives, %s", r.ChunksDeleted, r.CodeDeleted, FmtBytes(r.BytesDeleted)))
+		Row(w, "Kept:", fmt.Sprintf("%s (%d unused chunks within the grace)", FmtBytes(r.BytesKept), r.ChunksYoung))
 		if r.StaleLeases > 0 {
-			row(w, "Stale leases:", fmt.Sprintf("%d removed (writers that died)", r.StaleLeases))
+			Row(w, "Stale leases:", fmt.Sprintf("%d removed (writers that died)", r.StaleLeases))
 		}
-		row(w, "Took:", fmtMS(r.GCMS))
+		Row(w, "Took:", FmtMS(r.GCMS))
 	})
 }
 
-func (a *app) printDeploy(d *client.Deploy) error {
-	if a.quiet {
-		a.quietID(fmt.Sprintf("%s:%d", d.Function, d.Version))
+func (a *App) PrintDeploy(d *client.Deploy) error {
+	if a.Quiet {
+		a.QuietID(fmt.Sprintf("%s:%d", d.Function, d.Version))
 		return nil
 	}
 	headline := fmt.Sprintf("deployed %s version %d", d.Function, d.Version)
@@ -206,43 +206,43 @@ func (a *app) printDeploy(d *client.Deploy) error {
 	default:
 		headline += " (not promoted: invoke it as " + d.Function + ":" + fmt.Sprint(d.Version) + ")"
 	}
-	return a.printObject(d, headline, "", func(w io.Writer) {
-		row(w, "Version:", fmt.Sprint(d.Version))
-		row(w, "Digest:", shortDigest(d.Digest))
+	return a.PrintObject(d, headline, "", func(w io.Writer) {
+		Row(w, "Version:", fmt.Sprint(d.Version))
+		Row(w, "Digest:", ShortDigest(d.Digest))
 		if len(d.Snapshots) > 0 {
-			row(w, "Snapshots:", strings.Join(d.Snapshots, ", "))
+			Row(w, "Snapshots:", strings.Join(d.Snapshots, ", "))
 		}
 		if !d.Unchanged {
 			t := d.Timing
-			row(w, "Took:", fmt.Sprintf("%s (build %s, boot %s, snapshot %s%s)", fmtMS(t.TotalMS), fmtMS(t.BuildMS),
-				fmtMS(t.BootMS), fmtMS(t.SnapshotMS), map[bool]string{true: ", prepare " + fmtMS(t.PrepareMS)}[t.PrepareMS > 0]))
+			Row(w, "Took:", fmt.Sprintf("%s (build %s, boot %s, snapshot %s%s)", FmtMS(t.TotalMS), FmtMS(t.BuildMS),
+				FmtMS(t.BootMS), FmtMS(t.SnapshotMS), map[bool]string{true: ", prepare " + FmtMS(t.PrepareMS)}[t.PrepareMS > 0]))
 		}
 	})
 }
 
 // printRefresh prints a working-set refresh.
-func (a *app) printRefresh(r *client.WorkingSetRefresh) error {
-	return a.printObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
-		row(w, "Operation:", r.Operation)
-		row(w, "State:", r.State)
-		row(w, "Input:", r.Source)
+func (a *App) PrintRefresh(r *client.WorkingSetRefresh) error {
+	return a.PrintObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
+		Row(w, "Operation:", r.Operation)
+		Row(w, "State:", r.State)
+		Row(w, "Input:", r.Source)
 		for _, s := range r.Sets {
-			row(w, s.Strategy+":", fmt.Sprintf("%d -> %d pages (%s -> %s)", s.PagesBefore, s.PagesAfter, fmtBytes(s.BytesBefore), fmtBytes(s.BytesAfter)))
+			Row(w, s.Strategy+":", fmt.Sprintf("%d -> %d pages (%s -> %s)", s.PagesBefore, s.PagesAfter, FmtBytes(s.BytesBefore), FmtBytes(s.BytesAfter)))
 		}
 		if r.Error != "" {
-			row(w, "Error:", r.Error)
+			Row(w, "Error:", r.Error)
 		}
 	})
 }
 
 // printAccepted prints a queued invocation's id (its document with --json).
-func (a *app) printAccepted(acc *client.AsyncAccepted) error {
-	if a.json {
-		return a.printJSON(acc)
+func (a *App) PrintAccepted(acc *client.AsyncAccepted) error {
+	if a.JSON {
+		return a.PrintJSON(acc)
 	}
-	fmt.Fprintln(a.stdout, acc.ID)
+	fmt.Fprintln(a.Stdout, acc.ID)
 	if acc.Duplicate {
-		fmt.Fprintln(a.stderr, "thaw: an earlier request with this idempotency key queued it; nothing new was queued")
+		fmt.Fprintln(a.Stderr, "thaw: an earlier request with this idempotency key queued it; nothing new was queued")
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ Exit codes:
   3    the function ran but raised an exception (thaw invoke)
   130  interrupted (Ctrl-C); 143 on SIGTERM`
 
-func (a *app) newRootCmd() *cobra.Command {
+func (a *App) newRootCmd() *cobra.Command {
 	defURL := os.Getenv("THAW_URL")
 	if defURL == "" {
 		defURL = client.DefaultURL
@@ -61,18 +61,18 @@ func (a *app) newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.SetIn(a.stdin)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
+	root.SetIn(a.Stdin)
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &usageError{msg: err.Error()}
+		return &UsageError{msg: err.Error()}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.url, "url", defURL, "thawd's address: unix:/path/to/socket, or http(s)://host:port with a token (env THAW_URL; token from THAW_TOKEN or THAW_TOKEN_FILE)")
-	pf.StringVarP(&a.output, "output", "o", "", "output format: table (the default), wide (every column), json or yaml (the daemon's documents)")
-	pf.BoolVar(&a.jsonFlag, "json", false, "print the daemon's JSON documents instead of tables (-o json)")
-	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only ids, one a line (lists, and commands that create or start something); invoke: only the result")
-	pf.DurationVar(&a.timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
+	pf.StringVar(&a.URL, "url", defURL, "thawd's address: unix:/path/to/socket, or http(s)://host:port with a token (env THAW_URL; token from THAW_TOKEN or THAW_TOKEN_FILE)")
+	pf.StringVarP(&a.Output, "output", "o", "", "output format: table (the default), wide (every column), json or yaml (the daemon's documents)")
+	pf.BoolVar(&a.JSONFlag, "json", false, "print the daemon's JSON documents instead of tables (-o json)")
+	pf.BoolVarP(&a.Quiet, "quiet", "q", false, "print only ids, one a line (lists, and commands that create or start something); invoke: only the result")
+	pf.DurationVar(&a.Timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
 
 	root.AddCommand(
 		a.newInfoCmd(),
@@ -99,6 +99,6 @@ func (a *app) newRootCmd() *cobra.Command {
 		a.newCompletionCmd(),
 	)
 	a.registerCompletions(root)
-	a.wrapRunE(root)
+	a.WrapRunE(root)
 	return root
 }

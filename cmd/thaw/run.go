@@ -13,125 +13,125 @@ import (
 )
 
 // addDetach adds --detach to a command that starts an operation.
-func addDetach(cmd *cobra.Command, detach *bool) {
+func AddDetach(cmd *cobra.Command, detach *bool) {
 	cmd.Flags().BoolVarP(detach, "detach", "d", false, "start the operation, print its id and return (follow it with 'thaw operation wait ID')")
 }
 
 // operationCmd completes cmd, which takes one argument, as a command that
 // starts an operation with start and follows it (runOperation; --detach).
-func (a *app) operationCmd(cmd *cobra.Command, start func(*client.Client, context.Context, string) (*client.Operation, error)) *cobra.Command {
+func (a *App) OperationCmd(cmd *cobra.Command, start func(*client.Client, context.Context, string) (*client.Operation, error)) *cobra.Command {
 	var detach bool
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
-		return a.runOperation(detach, func() (*client.Operation, error) { return start(a.c, a.ctx, args[0]) })
+		return a.RunOperation(detach, func() (*client.Operation, error) { return start(a.C, a.Ctx, args[0]) })
 	}
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	return cmd
 }
 
 // runOperation starts an operation and, unless detach, follows it to its
 // end and prints its result as the command that started it prints it.
 // Detached, it prints the operation's id (with --json, the operation).
-func (a *app) runOperation(detach bool, start func() (*client.Operation, error)) error {
+func (a *App) RunOperation(detach bool, start func() (*client.Operation, error)) error {
 	op, err := start()
 	if err != nil {
 		return err
 	}
 	if detach {
-		if a.json {
-			return a.printJSON(op)
+		if a.JSON {
+			return a.PrintJSON(op)
 		}
-		fmt.Fprintln(a.stdout, op.ID)
+		fmt.Fprintln(a.Stdout, op.ID)
 		return nil
 	}
-	if op, err = a.follow(op.ID); err != nil || op == nil {
+	if op, err = a.Follow(op.ID); err != nil || op == nil {
 		return err
 	}
-	return a.printResult(op)
+	return a.PrintResult(op)
 }
 
 // follow polls an operation until it ends, showing progress on stderr. If
 // following stops first (Ctrl-C, --timeout) it says how to go on
 // following; the operation continues in the daemon.
-func (a *app) follow(id string) (*client.Operation, error) {
-	p := newProgressLine(a.stderr)
-	p.quiet = a.quiet
-	op, err := a.c.WaitOperation(a.ctx, id, p.show)
+func (a *App) Follow(id string) (*client.Operation, error) {
+	p := newProgressLine(a.Stderr)
+	p.quiet = a.Quiet
+	op, err := a.C.WaitOperation(a.Ctx, id, p.show)
 	p.end()
-	if err != nil && a.ctx.Err() != nil {
+	if err != nil && a.Ctx.Err() != nil {
 		why := "interrupted"
-		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
-			why = fmt.Sprintf("no end within %s (raise --timeout)", a.timeout)
+		if errors.Is(a.Ctx.Err(), context.DeadlineExceeded) {
+			why = fmt.Sprintf("no end within %s (raise --timeout)", a.Timeout)
 		}
 		code := "interrupted"
-		if errors.Is(a.ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(a.Ctx.Err(), context.DeadlineExceeded) {
 			code = "deadline"
 		}
-		a.report(code, fmt.Sprintf("%s; operation %s goes on in thawd: follow it with 'thaw operation wait %s', stop it with 'thaw operation cancel %s'",
+		a.Report(code, fmt.Sprintf("%s; operation %s goes on in thawd: follow it with 'thaw operation wait %s', stop it with 'thaw operation cancel %s'",
 			why, id, id, id), "", "")
-		return nil, &exitCodeError{code: exitError}
+		return nil, &ExitCodeError{Code: ExitError}
 	}
 	return op, err
 }
 
 // printResult prints a finished operation's result as the command that
 // started it prints it.
-func (a *app) printResult(op *client.Operation) error {
+func (a *App) PrintResult(op *client.Operation) error {
 	r := op.Result
 	switch {
 	case r == nil:
-		return a.printOperation(op)
+		return a.PrintOperation(op)
 	case r.VM != nil:
-		return a.printVM(r.VM)
+		return a.PrintVM(r.VM)
 	case r.Prepare != nil:
 		switch {
-		case a.json:
-			return a.printJSON(r.Prepare)
-		case a.quiet:
+		case a.JSON:
+			return a.PrintJSON(r.Prepare)
+		case a.Quiet:
 			if r.Prepare.Warm != nil {
-				a.quietID(r.Prepare.Warm.ID)
+				a.QuietID(r.Prepare.Warm.ID)
 			}
 			return nil
 		}
-		return a.printPrepare(r.Prepare)
+		return a.PrintPrepare(r.Prepare)
 	case r.Store != nil:
-		return a.printStored(r.Store)
+		return a.PrintStored(r.Store)
 	case r.Snapshot != nil:
-		return a.snapshotPrinter("copied " + op.Target + " to")(r.Snapshot)
+		return a.SnapshotPrinter("copied " + op.Target + " to")(r.Snapshot)
 	case r.Push != nil:
-		return a.printPush(r.Push)
+		return a.PrintPush(r.Push)
 	case r.Pull != nil:
-		return a.printPull(r.Pull)
+		return a.PrintPull(r.Pull)
 	case r.GC != nil:
-		return a.printGC(r.GC)
+		return a.PrintGC(r.GC)
 	case r.Deploy != nil:
-		return a.printDeploy(r.Deploy)
+		return a.PrintDeploy(r.Deploy)
 	case r.Refresh != nil:
-		return a.printRefresh(r.Refresh)
+		return a.PrintRefresh(r.Refresh)
 	}
-	return a.printOperation(op)
+	return a.PrintOperation(op)
 }
 
-func (a *app) printOperation(op *client.Operation) error {
-	return a.printObject(op, "", "", func(w io.Writer) {
-		row(w, "ID:", op.ID)
-		row(w, "Kind:", op.Kind)
-		row(w, "Target:", op.Target)
-		row(w, "State:", op.State)
-		row(w, "Progress:", progressText(op))
+func (a *App) PrintOperation(op *client.Operation) error {
+	return a.PrintObject(op, "", "", func(w io.Writer) {
+		Row(w, "ID:", op.ID)
+		Row(w, "Kind:", op.Kind)
+		Row(w, "Target:", op.Target)
+		Row(w, "State:", op.State)
+		Row(w, "Progress:", ProgressText(op))
 		if e := op.Error; e != nil {
-			row(w, "Error:", fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message))
+			Row(w, "Error:", fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message))
 		}
-		row(w, "Created:", fmtAge(op.CreatedAt))
-		row(w, "Updated:", fmtAge(op.UpdatedAt))
+		Row(w, "Created:", FmtAge(op.CreatedAt))
+		Row(w, "Updated:", FmtAge(op.UpdatedAt))
 	})
 }
 
 // progressText is an operation's phase with its counts.
-func progressText(op *client.Operation) string {
+func ProgressText(op *client.Operation) string {
 	p := op.Progress
 	switch {
 	case p.Total > 0 && p.Unit == "bytes":
-		return fmt.Sprintf("%s (%s of %s)", p.Phase, fmtBytes(p.Done), fmtBytes(p.Total))
+		return fmt.Sprintf("%s (%s of %s)", p.Phase, FmtBytes(p.Done), FmtBytes(p.Total))
 	case p.Total > 0:
 		return fmt.Sprintf("%s (%d of %d %s)", p.Phase, p.Done, p.Total, p.Unit)
 	}
@@ -162,7 +162,7 @@ func (p *progressLine) show(op *client.Operation) {
 	if p.quiet {
 		return
 	}
-	text := fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, progressText(op))
+	text := fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, ProgressText(op))
 	if op.State != "running" {
 		text = fmt.Sprintf("%s %s %s: %s", op.ID, op.Kind, op.Target, op.State)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-func (a *app) newScheduleCmd() *cobra.Command {
-	cmd := newGroupCmd("schedule", "Invoke functions on cron schedules",
+func (a *App) newScheduleCmd() *cobra.Command {
+	cmd := NewGroupCmd("schedule", "Invoke functions on cron schedules",
 		`A schedule invokes a function asynchronously on a cron schedule (each
 firing has the function's retries and destinations: 'thaw async set').
 One node of a cluster fires it, each tick at most once. Ticks missed while
@@ -22,7 +22,7 @@ no node ran it, or while it was paused, are skipped (--missed skip) or
 fired once (--missed once).`, "schedules")
 	var (
 		req client.CreateScheduleRequest
-		ev  eventFlags
+		ev  EventFlags
 	)
 	create := &cobra.Command{
 		Use:   "create FUNCTION[:ALIAS|:VERSION] --cron SPEC",
@@ -34,20 +34,20 @@ month weekday), six with seconds first, or a descriptor (@hourly,
 		Example: `  thaw schedule create report --cron "*/5 * * * *" --event '{"kind": "daily"}'
   thaw schedule create report:live --name office-hours --cron "0 9 * * 1-5" --tz Europe/Zurich
   thaw schedule create ping --cron "@every 10s"`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Function = args[0]
 			if req.Name == "" {
 				req.Name = strings.ReplaceAll(args[0], ":", "-")
 			}
 			if cmd.Flags().Changed("event") || cmd.Flags().Changed("event-file") {
-				e, err := ev.read(a, cmd)
+				e, err := ev.Read(a, cmd)
 				if err != nil {
 					return err
 				}
 				req.Event = e
 			}
-			s, err := a.c.CreateSchedule(a.ctx, req)
+			s, err := a.C.CreateSchedule(a.Ctx, req)
 			if err != nil {
 				return err
 			}
@@ -60,53 +60,53 @@ month weekday), six with seconds first, or a descriptor (@hourly,
 	fl.StringVar(&req.TimeZone, "tz", "", "IANA time zone of --cron (default UTC)")
 	fl.StringVar(&req.Missed, "missed", "skip", "ticks missed while no node ran it: skip, or once (fire once for them)")
 	fl.BoolVar(&req.Paused, "paused", false, "create it paused ('thaw schedule resume' starts it)")
-	ev.add(create, "each firing's event")
+	ev.Add(create, "each firing's event")
 	_ = create.MarkFlagRequired("cron")
 	_ = create.RegisterFlagCompletionFunc("missed", cobra.FixedCompletions([]string{"skip", "once"}, cobra.ShellCompDirectiveNoFileComp))
-	list := newListCmd("schedules", listRunE(a, (*client.Client).ListSchedules, []string{"NAME", "FUNCTION", "CRON", "TZ", "STATE", "LAST", "NEXT"},
+	list := NewListCmd("schedules", ListRunE(a, (*client.Client).ListSchedules, []string{"NAME", "FUNCTION", "CRON", "TZ", "STATE", "LAST", "NEXT"},
 		func(s *client.Schedule) []string {
 			state := "active"
 			if s.Paused {
 				state = "paused"
 			}
-			return []string{s.Name, s.Function, s.Cron, orDash(s.TimeZone), state, fmtAge(s.LastAt), fmtTime(s.NextAt)}
+			return []string{s.Name, s.Function, s.Cron, OrDash(s.TimeZone), state, FmtAge(s.LastAt), FmtTime(s.NextAt)}
 		}))
-	get := newGetCmd("schedule", "NAME", oneRunE(a, (*client.Client).GetSchedule, a.printSchedule))
-	pause := &cobra.Command{Use: "pause NAME", Short: "Stop a schedule's firings", Args: exactArgs("NAME"),
-		RunE: oneRunE(a, func(c *client.Client, ctx context.Context, n string) (*client.Schedule, error) {
+	get := NewGetCmd("schedule", "NAME", OneRunE(a, (*client.Client).GetSchedule, a.printSchedule))
+	pause := &cobra.Command{Use: "pause NAME", Short: "Stop a schedule's firings", Args: ExactArgs("NAME"),
+		RunE: OneRunE(a, func(c *client.Client, ctx context.Context, n string) (*client.Schedule, error) {
 			return c.PauseSchedule(ctx, n, true)
 		}, a.printSchedule)}
-	resume := &cobra.Command{Use: "resume NAME", Short: "Start a paused schedule's firings again", Args: exactArgs("NAME"),
-		RunE: oneRunE(a, func(c *client.Client, ctx context.Context, n string) (*client.Schedule, error) {
+	resume := &cobra.Command{Use: "resume NAME", Short: "Start a paused schedule's firings again", Args: ExactArgs("NAME"),
+		RunE: OneRunE(a, func(c *client.Client, ctx context.Context, n string) (*client.Schedule, error) {
 			return c.PauseSchedule(ctx, n, false)
 		}, a.printSchedule)}
-	del := &cobra.Command{Use: "delete NAME...", Aliases: []string{"rm"}, Short: "Delete schedules", Args: minArgs("schedule name"),
-		RunE: func(_ *cobra.Command, args []string) error { return a.deleteAll("schedule", args, a.c.DeleteSchedule) }}
+	del := &cobra.Command{Use: "delete NAME...", Aliases: []string{"rm"}, Short: "Delete schedules", Args: MinArgs("schedule name"),
+		RunE: func(_ *cobra.Command, args []string) error { return a.DeleteAll("schedule", args, a.C.DeleteSchedule) }}
 	cmd.AddCommand(create, list, get, pause, resume, del)
 	return cmd
 }
 
-func (a *app) printSchedule(s *client.Schedule) error {
-	return a.printObject(s, "schedule", termtext.Line(s.Name), func(w io.Writer) {
-		row(w, "function", s.Function)
-		row(w, "cron", s.Cron)
-		row(w, "time zone", orDash(s.TimeZone))
-		row(w, "missed", s.Missed)
+func (a *App) printSchedule(s *client.Schedule) error {
+	return a.PrintObject(s, "schedule", termtext.Line(s.Name), func(w io.Writer) {
+		Row(w, "function", s.Function)
+		Row(w, "cron", s.Cron)
+		Row(w, "time zone", OrDash(s.TimeZone))
+		Row(w, "missed", s.Missed)
 		if s.Paused {
-			row(w, "state", "paused")
+			Row(w, "state", "paused")
 		} else {
-			row(w, "state", "active")
-			row(w, "next", fmtTime(s.NextAt))
+			Row(w, "state", "active")
+			Row(w, "next", FmtTime(s.NextAt))
 		}
-		row(w, "last", fmtTime(s.LastAt))
+		Row(w, "last", FmtTime(s.LastAt))
 		if len(s.Event) > 0 {
 			var b bytes.Buffer
 			if json.Compact(&b, s.Event) != nil {
 				b.Reset()
 				b.Write(s.Event)
 			}
-			row(w, "event", b.String())
+			Row(w, "event", b.String())
 		}
-		row(w, "created", fmtTime(s.CreatedAt))
+		Row(w, "created", FmtTime(s.CreatedAt))
 	})
 }

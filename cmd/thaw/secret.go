@@ -17,8 +17,8 @@ import (
 // daemon with its bound instead of read whole.
 const maxSecretInput = 64<<10 + 1
 
-func (a *app) newSecretCmd() *cobra.Command {
-	cmd := newGroupCmd("secret", "Set, list, show and delete secrets",
+func (a *App) newSecretCmd() *cobra.Command {
+	cmd := NewGroupCmd("secret", "Set, list, show and delete secrets",
 		`A secret is a named value a function receives in its environment when a VM
 is restored from a snapshot, never at boot, so no snapshot holds it. A
 function names its secrets at create (thaw function create --secret
@@ -29,7 +29,7 @@ its value, never the value.`)
 	return cmd
 }
 
-func (a *app) newSecretSetCmd() *cobra.Command {
+func (a *App) newSecretSetCmd() *cobra.Command {
 	var fromFile string
 	cmd := &cobra.Command{
 		Use:   "set NAME [--from-file FILE]",
@@ -46,13 +46,13 @@ start; their idle VMs holding the old value are stopped.`,
 		Example: `  printf %s "$DB_PASSWORD" | thaw secret set db-password
   thaw secret set tls-key --from-file ./key.pem
   thaw function create app --dir ./app --secret DB_PASSWORD=db-password`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			value, err := a.secretValue(args[0], fromFile)
 			if err != nil {
 				return err
 			}
-			s, err := a.c.SetSecret(a.ctx, args[0], value)
+			s, err := a.C.SetSecret(a.Ctx, args[0], value)
 			if err != nil {
 				return err
 			}
@@ -66,7 +66,7 @@ start; their idle VMs holding the old value are stopped.`,
 
 // secretValue reads a secret's value: the file's bytes, or standard input
 // without one trailing newline (asked for without echo on a terminal).
-func (a *app) secretValue(name, fromFile string) ([]byte, error) {
+func (a *App) secretValue(name, fromFile string) ([]byte, error) {
 	if fromFile != "" {
 		f, err := os.Open(fromFile)
 		if err != nil {
@@ -75,11 +75,11 @@ func (a *app) secretValue(name, fromFile string) ([]byte, error) {
 		defer f.Close()
 		return io.ReadAll(io.LimitReader(f, maxSecretInput))
 	}
-	in := a.stdin
+	in := a.Stdin
 	if f, ok := in.(*os.File); ok {
 		if restore, err := noEcho(f); err == nil {
-			fmt.Fprintf(a.stderr, "Value of secret %s: ", name)
-			defer func() { restore(); fmt.Fprintln(a.stderr) }()
+			fmt.Fprintf(a.Stderr, "Value of secret %s: ", name)
+			defer func() { restore(); fmt.Fprintln(a.Stderr) }()
 			line, err := bufio.NewReader(io.LimitReader(f, maxSecretInput)).ReadBytes('\n')
 			if err != nil && err != io.EOF {
 				return nil, fmt.Errorf("secret value: %w", err)
@@ -92,7 +92,7 @@ func (a *app) secretValue(name, fromFile string) ([]byte, error) {
 		return nil, fmt.Errorf("secret value: %w", err)
 	}
 	if len(b) == 0 {
-		return nil, usagef("no value on standard input: pipe it in, or give --from-file")
+		return nil, Usagef("no value on standard input: pipe it in, or give --from-file")
 	}
 	return trimNewline(b), nil
 }
@@ -119,39 +119,39 @@ func noEcho(f *os.File) (restore func(), err error) {
 	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
 }
 
-func (a *app) newSecretListCmd() *cobra.Command {
-	return newListCmd("secrets", listRunE(a, (*client.Client).ListSecrets,
+func (a *App) newSecretListCmd() *cobra.Command {
+	return NewListCmd("secrets", ListRunE(a, (*client.Client).ListSecrets,
 		[]string{"NAME", "VERSION", "DIGEST", "UPDATED"},
 		func(s *client.Secret) []string {
-			return []string{s.Name, fmt.Sprint(s.Version), shortDigest(s.Digest), fmtAge(s.UpdatedAt)}
+			return []string{s.Name, fmt.Sprint(s.Version), ShortDigest(s.Digest), FmtAge(s.UpdatedAt)}
 		}))
 }
 
-func (a *app) newSecretGetCmd() *cobra.Command {
-	return newGetCmd("secret", "NAME", oneRunE(a, (*client.Client).GetSecret, func(s *client.Secret) error {
+func (a *App) newSecretGetCmd() *cobra.Command {
+	return NewGetCmd("secret", "NAME", OneRunE(a, (*client.Client).GetSecret, func(s *client.Secret) error {
 		return a.printSecret(s, "")
 	}))
 }
 
-func (a *app) newSecretDeleteCmd() *cobra.Command {
+func (a *App) newSecretDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete NAME...",
 		Aliases: []string{"rm"},
 		Short:   "Delete secrets no function references",
-		Args:    minArgs("NAME"),
+		Args:    MinArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("secret", args, a.c.DeleteSecret)
+			return a.DeleteAll("secret", args, a.C.DeleteSecret)
 		},
 	}
 }
 
 // printSecret prints what the daemon shows of a secret (never its value).
-func (a *app) printSecret(s *client.Secret, headline string) error {
-	return a.printObject(s, headline, s.Name, func(w io.Writer) {
-		row(w, "Name:", s.Name)
-		row(w, "Version:", fmt.Sprint(s.Version))
-		row(w, "Digest:", "hmac-sha256:"+s.Digest)
-		row(w, "Created:", fmtTime(s.CreatedAt))
-		row(w, "Updated:", fmtTime(s.UpdatedAt))
+func (a *App) printSecret(s *client.Secret, headline string) error {
+	return a.PrintObject(s, headline, s.Name, func(w io.Writer) {
+		Row(w, "Name:", s.Name)
+		Row(w, "Version:", fmt.Sprint(s.Version))
+		Row(w, "Digest:", "hmac-sha256:"+s.Digest)
+		Row(w, "Created:", FmtTime(s.CreatedAt))
+		Row(w, "Updated:", FmtTime(s.UpdatedAt))
 	})
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-func (a *app) newSnapshotCmd() *cobra.Command {
-	cmd := newGroupCmd("snapshot", "Create, list, show, verify and delete snapshots",
+func (a *App) newSnapshotCmd() *cobra.Command {
+	cmd := NewGroupCmd("snapshot", "Create, list, show, verify and delete snapshots",
 		`A snapshot is a booted VM's memory and device state, saved so that VMs
 can be restored from it in milliseconds instead of booted.`, "snap")
 	cmd.AddCommand(a.newSnapshotCreateCmd(), a.newSnapshotListCmd(), a.newSnapshotGetCmd(),
@@ -20,32 +20,32 @@ can be restored from it in milliseconds instead of booted.`, "snap")
 	return cmd
 }
 
-func (a *app) newSnapshotPinCmd() *cobra.Command {
+func (a *App) newSnapshotPinCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "pin SNAPSHOT",
 		Short: "Pin a snapshot: garbage collection keeps it",
 		Long: `Pin a snapshot: the daemon's garbage collection (thawd --snapshot-keep)
 never deletes it.`,
-		Args: exactArgs("SNAPSHOT"),
-		RunE: oneRunE(a, (*client.Client).PinSnapshot, a.snapshotPrinter("pinned snapshot")),
+		Args: ExactArgs("SNAPSHOT"),
+		RunE: OneRunE(a, (*client.Client).PinSnapshot, a.SnapshotPrinter("pinned snapshot")),
 	}
 }
 
-func (a *app) newSnapshotUnpinCmd() *cobra.Command {
+func (a *App) newSnapshotUnpinCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "unpin SNAPSHOT",
 		Short: "Unpin a snapshot",
-		Args:  exactArgs("SNAPSHOT"),
+		Args:  ExactArgs("SNAPSHOT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.c.UnpinSnapshot(a.ctx, args[0]); err != nil {
+			if err := a.C.UnpinSnapshot(a.Ctx, args[0]); err != nil {
 				return err
 			}
-			return a.printOr(nil, "unpinned snapshot %s\n", args[0])
+			return a.PrintOr(nil, "unpinned snapshot %s\n", args[0])
 		},
 	}
 }
 
-func (a *app) newSnapshotCreateCmd() *cobra.Command {
+func (a *App) newSnapshotCreateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "create VM",
 		Short: "Snapshot a booted VM",
@@ -53,19 +53,19 @@ func (a *app) newSnapshotCreateCmd() *cobra.Command {
 as a snapshot of the VM's function. Cold invocations of the function
 restore from its newest snapshot.`,
 		Example: `  thaw snapshot create vm-0123abcd`,
-		Args:    exactArgs("VM"),
-		RunE:    oneRunE(a, (*client.Client).CreateSnapshot, a.snapshotPrinter("created snapshot")),
+		Args:    ExactArgs("VM"),
+		RunE:    OneRunE(a, (*client.Client).CreateSnapshot, a.SnapshotPrinter("created snapshot")),
 	}
 }
 
-func (a *app) newSnapshotListCmd() *cobra.Command {
+func (a *App) newSnapshotListCmd() *cobra.Command {
 	var function string
-	cmd := newListCmd("snapshots", listRunE(a, func(c *client.Client, ctx context.Context) ([]client.Snapshot, error) {
+	cmd := NewListCmd("snapshots", ListRunE(a, func(c *client.Client, ctx context.Context) ([]client.Snapshot, error) {
 		return c.ListSnapshots(ctx, function)
 	}, []string{"ID", "FUNCTION", "SOURCE VM", "MEMORY", "SIZE", "DISK", "CREATE", "PAUSE", "CREATED"},
 		func(s *client.Snapshot) []string {
-			return []string{s.ID, s.Function, orDash(s.SourceVM), fmtMiB(s.MemoryMiB), fmtBytes(s.SizeBytes),
-				fmtBytes(s.DiskBytes), fmtMS(s.CreateMS), fmtMS(s.PauseMS), fmtAge(s.CreatedAt)}
+			return []string{s.ID, s.Function, OrDash(s.SourceVM), FmtMiB(s.MemoryMiB), FmtBytes(s.SizeBytes),
+				FmtBytes(s.DiskBytes), FmtMS(s.CreateMS), FmtMS(s.PauseMS), FmtAge(s.CreatedAt)}
 		}))
 	cmd.Example = `  thaw snapshot list
   thaw snap ls --function hello`
@@ -73,27 +73,27 @@ func (a *app) newSnapshotListCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) newSnapshotGetCmd() *cobra.Command {
-	return newGetCmd("snapshot", "ID", oneRunE(a, (*client.Client).GetSnapshot, a.snapshotPrinter("")))
+func (a *App) newSnapshotGetCmd() *cobra.Command {
+	return NewGetCmd("snapshot", "ID", OneRunE(a, (*client.Client).GetSnapshot, a.SnapshotPrinter("")))
 }
 
-func (a *app) newSnapshotEvictCmd() *cobra.Command {
+func (a *App) newSnapshotEvictCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "evict ID",
 		Short: "Drop a snapshot's files from the daemon host's page cache",
 		Long: `Drop a snapshot's files (memory, device state) and its strategies' artifacts
 from the page cache of the daemon's host, so the next restores read them
 from disk: honest cold measurements. Prints what is left cached.`,
-		Args: exactArgs("ID"),
+		Args: ExactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return oneRunE(a, (*client.Client).EvictSnapshot, func(m *client.SnapshotMemory) error {
-				return a.printOr(m, "evicted snapshot %s from the page cache\n", args[0])
+			return OneRunE(a, (*client.Client).EvictSnapshot, func(m *client.SnapshotMemory) error {
+				return a.PrintOr(m, "evicted snapshot %s from the page cache\n", args[0])
 			})(cmd, args)
 		},
 	}
 }
 
-func (a *app) newSnapshotVerifyCmd() *cobra.Command {
+func (a *App) newSnapshotVerifyCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "verify ID",
 		Short: "Fully re-check a snapshot's files and inputs",
@@ -101,13 +101,13 @@ func (a *app) newSnapshotVerifyCmd() *cobra.Command {
 inputs it was taken with (guest kernel and filesystems, VMM and its version,
 accelerator, function code and VM shape). thaw exits
 with code 1 and the daemon's reason if the snapshot is unusable.`,
-		Args: exactArgs("ID"),
-		RunE: oneRunE(a, (*client.Client).VerifySnapshot, a.snapshotPrinter("verified snapshot")),
+		Args: ExactArgs("ID"),
+		RunE: OneRunE(a, (*client.Client).VerifySnapshot, a.SnapshotPrinter("verified snapshot")),
 	}
 }
 
-func (a *app) newSnapshotCopyCmd() *cobra.Command {
-	return a.operationCmd(&cobra.Command{
+func (a *App) newSnapshotCopyCmd() *cobra.Command {
+	return a.OperationCmd(&cobra.Command{
 		Use:   "copy ID",
 		Short: "Duplicate a snapshot under a new id",
 		Long: `Duplicate a snapshot under a new id: device state, memory file and every
@@ -118,25 +118,25 @@ needs), and it is usable at once: nothing is prepared again. The copy runs
 as an operation in thawd, its bytes shown on stderr; --detach (or Ctrl-C)
 leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot copy snap-0123abcd`,
-		Args:    exactArgs("ID"),
+		Args:    ExactArgs("ID"),
 	}, (*client.Client).StartCopySnapshot)
 }
 
-func (a *app) newSnapshotDeleteCmd() *cobra.Command {
+func (a *App) newSnapshotDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete ID...",
 		Aliases: []string{"rm"},
 		Short:   "Delete snapshots",
 		Long: `Delete one or more snapshots. All are tried; thaw exits with code 1 if any
 of them could not be deleted.`,
-		Args: minArgs("snapshot ID"),
+		Args: MinArgs("snapshot ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("snapshot", args, a.c.DeleteSnapshot)
+			return a.DeleteAll("snapshot", args, a.C.DeleteSnapshot)
 		},
 	}
 }
 
-func (a *app) newSnapshotStoreCmd() *cobra.Command {
+func (a *App) newSnapshotStoreCmd() *cobra.Command {
 	var remove, detach bool
 	cmd := &cobra.Command{
 		Use:   "store [ID...]",
@@ -156,9 +156,9 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				if remove {
-					return usagef("--remove needs a snapshot ID")
+					return Usagef("--remove needs a snapshot ID")
 				}
-				in, err := a.c.Store(a.ctx)
+				in, err := a.C.Store(a.Ctx)
 				if err != nil {
 					return err
 				}
@@ -166,12 +166,12 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 			}
 			if remove {
 				if detach {
-					return usagef("--detach applies to placing snapshots in the store, not to --remove")
+					return Usagef("--detach applies to placing snapshots in the store, not to --remove")
 				}
-				return a.deleteAll("stored snapshot", args, a.c.UnstoreSnapshot)
+				return a.DeleteAll("stored snapshot", args, a.C.UnstoreSnapshot)
 			}
 			for _, id := range args {
-				if err := a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartStoreSnapshot(a.ctx, id) }); err != nil {
+				if err := a.RunOperation(detach, func() (*client.Operation, error) { return a.C.StartStoreSnapshot(a.Ctx, id) }); err != nil {
 					return err
 				}
 			}
@@ -179,42 +179,42 @@ returns (Ctrl-C leaves the one followed running; see 'thaw operation').`,
 		},
 	}
 	cmd.Flags().BoolVar(&remove, "remove", false, "remove the snapshots from the store")
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	return cmd
 }
 
-func (a *app) printStore(in *client.StoreInfo) error {
+func (a *App) printStore(in *client.StoreInfo) error {
 	switch {
-	case a.json:
-		return a.printJSON(in)
-	case a.quiet:
+	case a.JSON:
+		return a.PrintJSON(in)
+	case a.Quiet:
 		for _, e := range in.Entries {
-			a.quietID(e.Snapshot)
+			a.QuietID(e.Snapshot)
 		}
 		return nil
 	}
 	if !in.Available {
-		fmt.Fprintf(a.stdout, "no memory store: %s\n", termtext.Line(in.Error))
+		fmt.Fprintf(a.Stdout, "no memory store: %s\n", termtext.Line(in.Error))
 		return nil
 	}
-	w := newTable(a.stdout)
-	row(w, "Dir:", in.Dir)
+	w := NewTable(a.Stdout)
+	Row(w, "Dir:", in.Dir)
 	kind := in.Kind
 	switch {
 	case in.Kind == "devdax":
-		kind += " (" + fmtBytes(in.PageSize) + " units)"
+		kind += " (" + FmtBytes(in.PageSize) + " units)"
 	case in.PageSize > 4096:
-		kind += " (" + fmtBytes(in.PageSize) + " pages)"
+		kind += " (" + FmtBytes(in.PageSize) + " pages)"
 	}
-	row(w, "Kind:", kind)
-	row(w, "Capacity:", fmtBytes(in.CapacityBytes))
-	row(w, "Free:", fmtBytes(in.FreeBytes))
-	row(w, "Used by thaw:", fmtBytes(in.UsedBytes))
+	Row(w, "Kind:", kind)
+	Row(w, "Capacity:", FmtBytes(in.CapacityBytes))
+	Row(w, "Free:", FmtBytes(in.FreeBytes))
+	Row(w, "Used by thaw:", FmtBytes(in.UsedBytes))
 	switch in.Kind {
 	case "hugetlbfs":
-		row(w, "Reserved by clones:", fmtBytes(in.ReservedBytes))
+		Row(w, "Reserved by clones:", FmtBytes(in.ReservedBytes))
 	case "devdax":
-		row(w, "Held by clones:", fmt.Sprintf("%s (%d live)", fmtBytes(in.ReservedBytes), in.Clones))
+		Row(w, "Held by clones:", fmt.Sprintf("%s (%d live)", FmtBytes(in.ReservedBytes), in.Clones))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -222,11 +222,11 @@ func (a *app) printStore(in *client.StoreInfo) error {
 	if len(in.Entries) == 0 {
 		return nil
 	}
-	fmt.Fprintln(a.stdout)
-	w = newTable(a.stdout)
-	row(w, "SNAPSHOT", "GUEST MEMORY", "STORE BYTES", "REGIONS", "STORED")
+	fmt.Fprintln(a.Stdout)
+	w = NewTable(a.Stdout)
+	Row(w, "SNAPSHOT", "GUEST MEMORY", "STORE BYTES", "REGIONS", "STORED")
 	for _, e := range in.Entries {
-		row(w, e.Snapshot, fmtBytes(e.Size), fmtBytes(e.Bytes), fmt.Sprint(e.Regions), fmtAge(e.StoredAt))
+		Row(w, e.Snapshot, FmtBytes(e.Size), FmtBytes(e.Bytes), fmt.Sprint(e.Regions), FmtAge(e.StoredAt))
 	}
 	return w.Flush()
 }

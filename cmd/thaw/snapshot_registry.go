@@ -8,8 +8,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newSnapshotPushCmd() *cobra.Command {
-	return a.operationCmd(&cobra.Command{
+func (a *App) newSnapshotPushCmd() *cobra.Command {
+	return a.OperationCmd(&cobra.Command{
 		Use:   "push SNAPSHOT",
 		Short: "Upload a snapshot to the snapshot registry",
 		Long: `Upload a snapshot to the registry thawd is configured with (S3-compatible
@@ -21,11 +21,11 @@ ever see it complete. The function's record and code go too, so any node can
 pull it. Runs as an operation in thawd, its bytes shown on stderr; --detach
 (or Ctrl-C) leaves it running (see 'thaw operation').`,
 		Example: `  thaw snapshot push snap-0123abcd`,
-		Args:    exactArgs("SNAPSHOT"),
+		Args:    ExactArgs("SNAPSHOT"),
 	}, (*client.Client).StartPushSnapshot)
 }
 
-func (a *app) newSnapshotPullCmd() *cobra.Command {
+func (a *App) newSnapshotPullCmd() *cobra.Command {
 	var (
 		detach   bool
 		function string
@@ -61,18 +61,18 @@ in thawd, its bytes shown on stderr; --detach (or Ctrl-C) leaves it running.`,
 				if versioned {
 					n, err := strconv.Atoi(version)
 					if err != nil || n <= 0 {
-						return usagef("--function takes NAME or NAME:VERSION (a version number; aliases are each node's own)")
+						return Usagef("--function takes NAME or NAME:VERSION (a version number; aliases are each node's own)")
 					}
 					req.Version = n
 				}
 			default:
-				return usagef("give a snapshot id or --function, one of them")
+				return Usagef("give a snapshot id or --function, one of them")
 			}
 			req.Lazy = lazy
-			return a.runOperation(detach, func() (*client.Operation, error) { return a.c.StartPullSnapshot(a.ctx, req) })
+			return a.RunOperation(detach, func() (*client.Operation, error) { return a.C.StartPullSnapshot(a.Ctx, req) })
 		},
 	}
-	addDetach(cmd, &detach)
+	AddDetach(cmd, &detach)
 	cmd.Flags().StringVar(&function, "function", "", "pull the newest snapshot pushed for this function (NAME:VERSION: of that version)")
 	cmd.Flags().BoolVar(&lazy, "lazy", false, "leave the memory in the registry: restores fetch its pages on demand")
 	return cmd

@@ -15,10 +15,10 @@ import (
 
 // strategyDetails is the description of strategy kind; nil when the
 // daemon does not describe it.
-func (a *app) strategyDetails(kind string) *client.StrategyDetails {
+func (a *App) strategyDetails(kind string) *client.StrategyDetails {
 	if a.details == nil {
 		a.details = map[string]*client.StrategyDetails{}
-		if info, err := a.c.Info(a.ctx); err == nil {
+		if info, err := a.C.Info(a.Ctx); err == nil {
 			for i := range info.StrategyDetails {
 				d := &info.StrategyDetails[i]
 				a.details[d.Kind] = d
@@ -31,7 +31,7 @@ func (a *app) strategyDetails(kind string) *client.StrategyDetails {
 // writeStrategyStats adds the part of st of the strategy that ran to thaw
 // invoke's table, one row a field, labelled and formatted as the
 // strategy describes it.
-func (a *app) writeStrategyStats(w io.Writer, st *client.StrategyStats) {
+func (a *App) WriteStrategyStats(w io.Writer, st *client.StrategyStats) {
 	vals := st.PartValues()
 	if len(vals) == 0 {
 		return
@@ -50,12 +50,12 @@ func writeMeasures(w io.Writer, kind string, vals map[string]any, ms []client.Me
 	for _, m := range ms {
 		if v, ok := vals[m.Name]; ok {
 			described[m.Name] = true
-			row(w, kind+" "+strings.ReplaceAll(m.Name, "_", " "), fmtMeasure(v, m.Unit), m.Description)
+			Row(w, kind+" "+strings.ReplaceAll(m.Name, "_", " "), fmtMeasure(v, m.Unit), m.Description)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(vals)) {
 		if !described[name] {
-			row(w, kind+" "+strings.ReplaceAll(name, "_", " "), fmtMeasure(vals[name], ""))
+			Row(w, kind+" "+strings.ReplaceAll(name, "_", " "), fmtMeasure(vals[name], ""))
 		}
 	}
 }
@@ -65,9 +65,9 @@ func fmtMeasure(v any, unit string) string {
 	n, isNum := v.(float64)
 	switch {
 	case isNum && unit == "ms":
-		return fmtMS(n)
+		return FmtMS(n)
 	case isNum && unit == "bytes":
-		return fmtBytes(int64(n))
+		return FmtBytes(int64(n))
 	case isNum && (unit == "pages" || unit == "count"):
 		return fmt.Sprintf("%.0f %s", n, strings.TrimSuffix(unit, "count"))
 	case isNum:

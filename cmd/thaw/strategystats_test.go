@@ -68,8 +68,8 @@ func TestPrintPrepareGeneric(t *testing.T) {
 		"other":   {RecordMS: 5, Build: json.RawMessage(`{"stats":{"pages":3}}`)},
 		"snapbpf": {Unavailable: "snapbpf capture unavailable: no tracefs"}}}
 	var out bytes.Buffer
-	a := &app{stdout: &out, stderr: io.Discard, c: client.New(srv.URL), ctx: context.Background()}
-	if err := a.printPrepare(res); err != nil {
+	a := &App{Stdout: &out, Stderr: io.Discard, C: client.New(srv.URL), Ctx: context.Background()}
+	if err := a.PrintPrepare(res); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(out.String())

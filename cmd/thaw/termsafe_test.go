@@ -156,20 +156,20 @@ func TestGuestTextEscaped(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"invoke", "evil"}, exitFunction},                    // type, message, traceback, fallback
-		{[]string{"invoke", "good"}, exitOK},                          // the result
-		{[]string{"invoke", "evil", "--vm", "vm-warm"}, exitFunction}, // an on_restore error
-		{[]string{"invoke", "gone"}, exitError},                       // an API error quoting the console
-		{[]string{"--json", "invoke", "evil"}, exitFunction},          // stderr's summary
-		{[]string{"invocations"}, exitOK},
-		{[]string{"vm", "list", "--state", "failed"}, exitOK},
-		{[]string{"vm", "get", "vm-bad"}, exitOK},
-		{[]string{"vm", "delete", "vm-a", "vm-b"}, exitError},
-		{[]string{"vm", "boot", "evil"}, exitError}, // progress, then the operation's error
-		{[]string{"operation", "get", "op-failed"}, exitOK},
-		{[]string{"operation", "list"}, exitOK},
-		{[]string{"operation", "wait", "op-failed"}, exitError},
-		{[]string{"version"}, exitOK},
+		{[]string{"invoke", "evil"}, ExitFunction},                    // type, message, traceback, fallback
+		{[]string{"invoke", "good"}, ExitOK},                          // the result
+		{[]string{"invoke", "evil", "--vm", "vm-warm"}, ExitFunction}, // an on_restore error
+		{[]string{"invoke", "gone"}, ExitError},                       // an API error quoting the console
+		{[]string{"--json", "invoke", "evil"}, ExitFunction},          // stderr's summary
+		{[]string{"invocations"}, ExitOK},
+		{[]string{"vm", "list", "--state", "failed"}, ExitOK},
+		{[]string{"vm", "get", "vm-bad"}, ExitOK},
+		{[]string{"vm", "delete", "vm-a", "vm-b"}, ExitError},
+		{[]string{"vm", "boot", "evil"}, ExitError}, // progress, then the operation's error
+		{[]string{"operation", "get", "op-failed"}, ExitOK},
+		{[]string{"operation", "list"}, ExitOK},
+		{[]string{"operation", "wait", "op-failed"}, ExitError},
+		{[]string{"version"}, ExitOK},
 	} {
 		r := d.thaw(t, c.args...)
 		if r.code != c.code {
@@ -199,7 +199,7 @@ func TestFunctionErrorLayout(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	r := (&fakeDaemon{Server: srv}).thaw(t, "invoke", "f")
-	wantCode(t, r, exitFunction)
+	wantCode(t, r, ExitFunction)
 	want := "thaw: function f raised ValueError: bad input\n" +
 		"  | thaw: all good\\x1b[2J\n" +
 		"  | Traceback (most recent call last):\n" +

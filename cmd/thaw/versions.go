@@ -13,34 +13,34 @@ import (
 	"github.com/thaw-dev/thaw/internal/versions"
 )
 
-func (a *app) newFunctionVersionsCmd() *cobra.Command {
+func (a *App) newFunctionVersionsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "versions NAME",
 		Short: "List a function's versions",
 		Long: `List a function's versions, oldest first: each deploy publishes one. A
 version keeps its snapshot while it is among the function's newest
 (thawd --version-keep, default 5) or an alias routes to it.`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			vs, err := a.c.ListVersions(a.ctx, args[0])
+			vs, err := a.C.ListVersions(a.Ctx, args[0])
 			if err != nil {
 				return err
 			}
-			return printTable(a, vs, []string{"VERSION", "ALIASES", "SNAPSHOT", "MEMORY", "CODE", "DIGEST", "CREATED"},
+			return PrintTable(a, vs, []string{"VERSION", "ALIASES", "SNAPSHOT", "MEMORY", "CODE", "DIGEST", "CREATED"},
 				func(v *client.Version) []string {
-					snap := orDash(v.Snapshot)
+					snap := OrDash(v.Snapshot)
 					if v.Collected {
 						snap = "(collected)"
 					}
-					return []string{strconv.Itoa(v.Version), orDash(strings.Join(v.Aliases, ",")), snap,
-						fmtMiB(v.Config.MemoryMiB), shortDigest(v.Config.Digest), shortDigest(v.Digest), fmtAge(v.CreatedAt)}
+					return []string{strconv.Itoa(v.Version), OrDash(strings.Join(v.Aliases, ",")), snap,
+						FmtMiB(v.Config.MemoryMiB), ShortDigest(v.Config.Digest), ShortDigest(v.Digest), FmtAge(v.CreatedAt)}
 				})
 		},
 	}
 }
 
-func (a *app) newAliasCmd() *cobra.Command {
-	cmd := newGroupCmd("alias", "Route a function's invocations to versions",
+func (a *App) newAliasCmd() *cobra.Command {
+	cmd := NewGroupCmd("alias", "Route a function's invocations to versions",
 		`An alias names one version of a function, or splits its invocations
 between two by weight (a canary). NAME:ALIAS invokes it; NAME alone follows
 the alias live, which every deploy moves to its new version unless told
@@ -54,17 +54,17 @@ out to take what the other leaves. The alias is created if needed.`,
 		Example: `  thaw alias set hello live 3
   thaw alias set hello live 3=90 4=10
   thaw alias set hello canary 4`,
-		Args: rangeArgs(3, 4, "NAME ALIAS VERSION[=WEIGHT] [VERSION=WEIGHT]"),
+		Args: RangeArgs(3, 4, "NAME ALIAS VERSION[=WEIGHT] [VERSION=WEIGHT]"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			routing, err := versions.ParseRouting(args[2:])
 			if err != nil {
-				return usagef("%v", err)
+				return Usagef("%v", err)
 			}
 			routes := make([]client.Route, len(routing))
 			for i, r := range routing {
 				routes[i] = client.Route{Version: r.Version, Weight: r.Weight}
 			}
-			al, err := a.c.SetAlias(a.ctx, args[0], args[1], routes)
+			al, err := a.C.SetAlias(a.Ctx, args[0], args[1], routes)
 			if err != nil {
 				return err
 			}
@@ -72,9 +72,9 @@ out to take what the other leaves. The alias is created if needed.`,
 		},
 	}
 	get := &cobra.Command{
-		Use: "get NAME ALIAS", Aliases: []string{"show"}, Short: "Show one alias", Args: exactArgs("NAME", "ALIAS"),
+		Use: "get NAME ALIAS", Aliases: []string{"show"}, Short: "Show one alias", Args: ExactArgs("NAME", "ALIAS"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			al, err := a.c.GetAlias(a.ctx, args[0], args[1])
+			al, err := a.C.GetAlias(a.Ctx, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -82,29 +82,29 @@ out to take what the other leaves. The alias is created if needed.`,
 		},
 	}
 	list := &cobra.Command{
-		Use: "list NAME", Aliases: []string{"ls"}, Short: "List a function's aliases", Args: exactArgs("NAME"),
+		Use: "list NAME", Aliases: []string{"ls"}, Short: "List a function's aliases", Args: ExactArgs("NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			as, err := a.c.ListAliases(a.ctx, args[0])
+			as, err := a.C.ListAliases(a.Ctx, args[0])
 			if err != nil {
 				return err
 			}
-			return printTable(a, as, []string{"ALIAS", "ROUTING", "UPDATED"}, func(al *client.Alias) []string {
-				return []string{al.Name, fmtRouting(al.Routing), fmtAge(al.UpdatedAt)}
+			return PrintTable(a, as, []string{"ALIAS", "ROUTING", "UPDATED"}, func(al *client.Alias) []string {
+				return []string{al.Name, fmtRouting(al.Routing), FmtAge(al.UpdatedAt)}
 			})
 		},
 	}
 	del := &cobra.Command{
-		Use: "delete NAME ALIAS...", Aliases: []string{"rm"}, Short: "Delete aliases", Args: rangeArgs(2, 64, "NAME ALIAS..."),
+		Use: "delete NAME ALIAS...", Aliases: []string{"rm"}, Short: "Delete aliases", Args: RangeArgs(2, 64, "NAME ALIAS..."),
 		RunE: func(_ *cobra.Command, args []string) error {
 			fn := args[0]
-			return a.deleteAll("alias", args[1:], func(ctx context.Context, alias string) error { return a.c.DeleteAlias(ctx, fn, alias) })
+			return a.DeleteAll("alias", args[1:], func(ctx context.Context, alias string) error { return a.C.DeleteAlias(ctx, fn, alias) })
 		},
 	}
 	cmd.AddCommand(set, get, list, del)
 	return cmd
 }
 
-func (a *app) newRollbackCmd() *cobra.Command {
+func (a *App) newRollbackCmd() *cobra.Command {
 	var to int
 	cmd := &cobra.Command{
 		Use:   "rollback NAME [--to VERSION]",
@@ -115,35 +115,35 @@ snapshot; --to names the version. Nothing boots: the version's snapshot is
 still there, and the function's next invocation restores it.`,
 		Example: `  thaw rollback hello
   thaw rollback hello --to 2`,
-		Args: exactArgs("NAME"),
+		Args: ExactArgs("NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if to < 0 {
-				return usagef("--to must be a version number, got %d", to)
+				return Usagef("--to must be a version number, got %d", to)
 			}
-			r, err := a.c.RollbackFunction(a.ctx, args[0], to)
+			r, err := a.C.RollbackFunction(a.Ctx, args[0], to)
 			if err != nil {
 				return err
 			}
-			return a.printOr(r, "rolled back %s: live now routes to version %d (was %d), in %.0f ms\n", r.Function, r.To, r.From, r.MS)
+			return a.PrintOr(r, "rolled back %s: live now routes to version %d (was %d), in %.0f ms\n", r.Function, r.To, r.From, r.MS)
 		},
 	}
 	cmd.Flags().IntVar(&to, "to", 0, "the version to roll back to (default: the one live routed to before)")
 	return cmd
 }
 
-func (a *app) printAlias(al *client.Alias, headline string) error {
-	return a.printObject(al, headline, al.Function+":"+al.Name, func(w io.Writer) {
-		row(w, "Function:", al.Function)
-		row(w, "Alias:", al.Name)
-		row(w, "Routing:", fmtRouting(al.Routing))
+func (a *App) printAlias(al *client.Alias, headline string) error {
+	return a.PrintObject(al, headline, al.Function+":"+al.Name, func(w io.Writer) {
+		Row(w, "Function:", al.Function)
+		Row(w, "Alias:", al.Name)
+		Row(w, "Routing:", fmtRouting(al.Routing))
 		if len(al.History) > 0 {
 			h := make([]string, len(al.History))
 			for i, v := range al.History {
 				h[i] = strconv.Itoa(v)
 			}
-			row(w, "Before:", strings.Join(h, ", "))
+			Row(w, "Before:", strings.Join(h, ", "))
 		}
-		row(w, "Updated:", fmtTime(al.UpdatedAt))
+		Row(w, "Updated:", FmtTime(al.UpdatedAt))
 	})
 }
 

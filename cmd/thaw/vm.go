@@ -10,8 +10,8 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newVMCmd() *cobra.Command {
-	cmd := newGroupCmd("vm", "Boot, restore, list, pause, resume and delete VMs",
+func (a *App) newVMCmd() *cobra.Command {
+	cmd := NewGroupCmd("vm", "Boot, restore, list, pause, resume and delete VMs",
 		`A VM runs one function's guest. Boot one from scratch (to snapshot it), or
 restore one from a snapshot and keep it running for warm invocations
 (thaw invoke FUNCTION --vm ID).`)
@@ -21,8 +21,8 @@ restore one from a snapshot and keep it running for warm invocations
 	return cmd
 }
 
-func (a *app) newVMBootCmd() *cobra.Command {
-	return a.operationCmd(&cobra.Command{
+func (a *App) newVMBootCmd() *cobra.Command {
+	return a.OperationCmd(&cobra.Command{
 		Use:   "boot FUNCTION",
 		Short: "Boot a VM for a function and wait until it is ready",
 		Long: `Boot a fresh VM for a function and wait until its guest agent answers,
@@ -33,11 +33,11 @@ delete it with 'thaw vm delete'. The boot runs as an operation in thawd:
 		Example: `  thaw vm boot hello
   VM=$(thaw --json vm boot hello | jq -r .id) && thaw snapshot create "$VM"
   OP=$(thaw vm boot hello --detach) && thaw operation wait "$OP"`,
-		Args: exactArgs("FUNCTION"),
+		Args: ExactArgs("FUNCTION"),
 	}, (*client.Client).StartBootVM)
 }
 
-func (a *app) newVMRestoreCmd() *cobra.Command {
+func (a *App) newVMRestoreCmd() *cobra.Command {
 	var strategy string
 	cmd := &cobra.Command{
 		Use:   "restore SNAPSHOT",
@@ -50,34 +50,34 @@ from vCPUs resumed to the guest agent answering.
 daemon's strategies; default: the daemon's).`,
 		Example: `  thaw vm restore snap-0123abcd
   thaw vm restore snap-0123abcd --strategy STRATEGY`,
-		Args: exactArgs("SNAPSHOT"),
-		RunE: oneRunE(a, func(c *client.Client, ctx context.Context, id string) (*client.VM, error) {
+		Args: ExactArgs("SNAPSHOT"),
+		RunE: OneRunE(a, func(c *client.Client, ctx context.Context, id string) (*client.VM, error) {
 			return c.RestoreVM(ctx, id, strategy)
-		}, a.printVM),
+		}, a.PrintVM),
 	}
 	cmd.Flags().StringVarP(&strategy, "strategy", "s", "", "restore strategy (default: the daemon's; see 'thaw info')")
 	return cmd
 }
 
-func (a *app) newVMListCmd() *cobra.Command {
+func (a *App) newVMListCmd() *cobra.Command {
 	var state string
-	cmd := newListCmd("VMs", func(*cobra.Command, []string) error {
+	cmd := NewListCmd("VMs", func(*cobra.Command, []string) error {
 		keep, err := vmStateFilter(state)
 		if err != nil {
 			return err
 		}
-		all, err := a.c.ListVMs(a.ctx)
+		all, err := a.C.ListVMs(a.Ctx)
 		if err != nil {
 			return err
 		}
-		vms := slices.DeleteFunc(all, func(v client.VM) bool { return !keep(vmState(&v)) })
+		vms := slices.DeleteFunc(all, func(v client.VM) bool { return !keep(VMState(&v)) })
 		head := []string{"ID", "FUNCTION", "STATE", "MEMORY", "PID", "FROM", "STARTUP", "CREATED"}
-		if a.wide {
+		if a.Wide {
 			head = append(head, "STRATEGY", "VERSION", "IDLE UNTIL", "REASON")
 		} else if slices.ContainsFunc(vms, func(v client.VM) bool { return v.State == "failed" }) {
 			head = append(head, "REASON")
 		}
-		return printTable(a, vms, head, func(v *client.VM) []string { return a.vmCells(v, len(head)) })
+		return PrintTable(a, vms, head, func(v *client.VM) []string { return a.vmCells(v, len(head)) })
 	})
 	cmd.Long = `List VMs: by default the live ones (booting, running, idle, paused,
 standby). --state picks others: failed and stopped VMs are history (a
@@ -107,50 +107,50 @@ func vmStateFilter(state string) (func(string) bool, error) {
 		return func(s string) bool { return s != "failed" && s != "stopped" }, nil
 	}
 	if !slices.Contains(vmStates, state) {
-		return nil, usagef("--state %q: use live, booting, running, idle, paused, standby, ready, failed, stopped or all", state)
+		return nil, Usagef("--state %q: use live, booting, running, idle, paused, standby, ready, failed, stopped or all", state)
 	}
 	return func(s string) bool { return s == state }, nil
 }
 
 // vmCells is a VM's row of n columns (the table's head).
-func (a *app) vmCells(v *client.VM, n int) []string {
+func (a *App) vmCells(v *client.VM, n int) []string {
 	pid := "-"
 	if v.PID > 0 {
 		pid = fmt.Sprint(v.PID)
 	}
-	cells := []string{v.ID, v.Function, vmState(v), fmtMiB(v.MemoryMiB), pid, vmSource(v), fmtMS(startupMS(v)), fmtAge(v.CreatedAt)}
-	if a.wide {
+	cells := []string{v.ID, v.Function, VMState(v), FmtMiB(v.MemoryMiB), pid, VMSource(v), FmtMS(StartupMS(v)), FmtAge(v.CreatedAt)}
+	if a.Wide {
 		version, until := "-", "-"
 		if v.Version > 0 {
 			version = fmt.Sprint(v.Version)
 		}
 		if v.IdleUntil != nil {
-			until = fmtUntil(*v.IdleUntil)
+			until = FmtUntil(*v.IdleUntil)
 		}
-		return append(cells, orDash(v.Strategy), version, until, orDash(truncate(v.Reason, 80)))
+		return append(cells, OrDash(v.Strategy), version, until, OrDash(Truncate(v.Reason, 80)))
 	}
 	if len(cells) < n {
 		reason := "-"
 		if v.State == "failed" {
-			reason = truncate(v.Reason, 60)
+			reason = Truncate(v.Reason, 60)
 		}
 		cells = append(cells, reason)
 	}
 	return cells
 }
 
-func (a *app) newVMGetCmd() *cobra.Command {
-	return newGetCmd("VM", "ID", oneRunE(a, (*client.Client).GetVM, a.printVM))
+func (a *App) newVMGetCmd() *cobra.Command {
+	return NewGetCmd("VM", "ID", OneRunE(a, (*client.Client).GetVM, a.PrintVM))
 }
 
 // newVMStateCmd is "pause ID" or "resume ID": do changes the VM's state.
-func (a *app) newVMStateCmd(verb, short string, do func(*client.Client, context.Context, string) (*client.VM, error)) *cobra.Command {
+func (a *App) newVMStateCmd(verb, short string, do func(*client.Client, context.Context, string) (*client.VM, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
-		Args:  exactArgs("ID"),
-		RunE: oneRunE(a, do, func(v *client.VM) error {
-			return a.printOr(v, "vm %s is %s\n", v.ID, vmState(v))
+		Args:  ExactArgs("ID"),
+		RunE: OneRunE(a, do, func(v *client.VM) error {
+			return a.PrintOr(v, "vm %s is %s\n", v.ID, VMState(v))
 		}),
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-func (a *app) newVMDeleteCmd() *cobra.Command {
+func (a *App) newVMDeleteCmd() *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:     "delete ID...",
@@ -27,9 +27,9 @@ is recorded as failed ('thaw invocations').`,
 		Example: `  thaw vm delete vm-0123abcd
   thaw vm delete --force vm-0123abcd
   thaw vm delete $(thaw vm list --state failed -q)`,
-		Args: minArgs("VM ID"),
+		Args: MinArgs("VM ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.deleteAll("vm", args, func(ctx context.Context, id string) error {
+			return a.DeleteAll("vm", args, func(ctx context.Context, id string) error {
 				if force {
 					return a.forceDeleteVM(ctx, id)
 				}
@@ -43,9 +43,9 @@ is recorded as failed ('thaw invocations').`,
 
 // deleteVMWaiting deletes VM id and, while the daemon waits for what runs
 // on it, says what that is.
-func (a *app) deleteVMWaiting(ctx context.Context, id string) error {
+func (a *App) deleteVMWaiting(ctx context.Context, id string) error {
 	done := make(chan error, 1)
-	go func() { done <- a.c.DeleteVM(ctx, id) }()
+	go func() { done <- a.C.DeleteVM(ctx, id) }()
 	timer := time.NewTimer(waitNotice)
 	defer timer.Stop()
 	var n waitNotes
@@ -55,8 +55,8 @@ func (a *app) deleteVMWaiting(ctx context.Context, id string) error {
 			return err
 		case <-timer.C:
 		}
-		if v, err := a.c.GetVM(ctx, id); err == nil {
-			n.say(a.stderr, v)
+		if v, err := a.C.GetVM(ctx, id); err == nil {
+			n.say(a.Stderr, v)
 		}
 		timer.Reset(waitPoll)
 	}
@@ -96,13 +96,13 @@ func fmtSeconds(ms float64) string {
 
 // forceDeleteVM kills and deletes VM id at once, and says which
 // invocation that ended.
-func (a *app) forceDeleteVM(ctx context.Context, id string) error {
-	v, _ := a.c.GetVM(ctx, id) // only to say what the kill ended; the delete reports errors
-	if err := a.c.DeleteVMWith(ctx, id, client.DeleteVMOptions{Force: true}); err != nil {
+func (a *App) forceDeleteVM(ctx context.Context, id string) error {
+	v, _ := a.C.GetVM(ctx, id) // only to say what the kill ended; the delete reports errors
+	if err := a.C.DeleteVMWith(ctx, id, client.DeleteVMOptions{Force: true}); err != nil {
 		return err
 	}
 	if v != nil && v.Invocation != nil {
-		fmt.Fprintf(a.stderr, "thaw: vm %s was killed during invocation %s (running %s), which failed\n",
+		fmt.Fprintf(a.Stderr, "thaw: vm %s was killed during invocation %s (running %s), which failed\n",
 			id, v.Invocation.ID, fmtSeconds(v.Invocation.RunningMS))
 	}
 	return nil

@@ -34,7 +34,7 @@ func TestYAMLOutput(t *testing.T) {
 		}
 	}
 	// Strings that would read as other types stay strings.
-	y, err := jsonToYAML([]byte(`{"a": "true", "b": "1.5", "c": "", "d": "null", "e": "- x", "f": 2, "g": null, "h": [], "i": {}}`))
+	y, err := JSONToYAML([]byte(`{"a": "true", "b": "1.5", "c": "", "d": "null", "e": "- x", "f": 2, "g": null, "h": [], "i": {}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
