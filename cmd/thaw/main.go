@@ -5,58 +5,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 
-	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 )
 
 func main() {
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	code := execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
+// execute runs thaw with args on the given streams and returns its exit
+// code.
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &App{Stdin: stdin, Stdout: stdout, Stderr: stderr}
-	root := a.newRootCmd()
-	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
-	defer func() {
-		if a.Cancel != nil {
-			a.Cancel()
-		}
-	}()
-	if err == nil {
-		return ExitOK
-	}
-	_ = a.ResolveOutput() // errors are reported in the format asked for, whatever else is wrong
-	if sig, ok := interruptedBy(ctx); ok {
-		var ee *ExitCodeError
-		if !errors.As(err, &ee) { // not reported yet
-			a.Report("interrupted", "interrupted; the operation may still finish on the daemon", "", "")
-		}
-		return ExitSignal + sig
-	}
-	var ee *ExitCodeError
-	if errors.As(err, &ee) {
-		return ee.Code // already reported
-	}
-	var ue *UsageError
-	if errors.As(err, &ue) || !a.InRun {
-		// Errors cobra finds before a command runs (unknown commands and
-		// flags, wrong number of arguments, ...) are usage errors too.
-		a.Report("usage", err.Error(), "", UsageLine(cmd))
-		return ExitUsage
-	}
-	var ae *client.APIError
-	if errors.As(err, &ae) && errors.Is(err, client.ErrInvalid) {
-		// The daemon refused the request as malformed (400): a bad value given.
-		a.Report(ae.Code, err.Error(), ae.RequestID, UsageLine(cmd))
-		return ExitUsage
-	}
-	a.PrintError(err)
-	return ExitError
+	a := &cli.App{Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	return a.Execute(ctx, newRootCmd(a), args)
 }

@@ -1,12 +1,25 @@
 package main
 
 import (
-	"os"
-	"time"
-
 	"github.com/spf13/cobra"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/async"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/bench"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/completion"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/endpoint"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/function"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/info"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/invoke"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/logs"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/operation"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/prepare"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/schedule"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/secret"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/snapshot"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/vm"
 )
 
 const rootLong = `thaw manages functions, microVMs and snapshots on a thawd daemon and
@@ -49,56 +62,33 @@ Exit codes:
   3    the function ran but raised an exception (thaw invoke)
   130  interrupted (Ctrl-C); 143 on SIGTERM`
 
-func (a *App) newRootCmd() *cobra.Command {
-	defURL := os.Getenv("THAW_URL")
-	if defURL == "" {
-		defURL = client.DefaultURL
-	}
-	root := &cobra.Command{
-		Use:           "thaw",
-		Short:         "Command-line client for the thawd microVM snapshot daemon",
-		Long:          rootLong,
-		SilenceErrors: true,
-		SilenceUsage:  true,
-	}
-	root.SetIn(a.Stdin)
-	root.SetOut(a.Stdout)
-	root.SetErr(a.Stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &UsageError{msg: err.Error()}
-	})
-	pf := root.PersistentFlags()
-	pf.StringVar(&a.URL, "url", defURL, "thawd's address: unix:/path/to/socket, or http(s)://host:port with a token (env THAW_URL; token from THAW_TOKEN or THAW_TOKEN_FILE)")
-	pf.StringVarP(&a.Output, "output", "o", "", "output format: table (the default), wide (every column), json or yaml (the daemon's documents)")
-	pf.BoolVar(&a.JSONFlag, "json", false, "print the daemon's JSON documents instead of tables (-o json)")
-	pf.BoolVarP(&a.Quiet, "quiet", "q", false, "print only ids, one a line (lists, and commands that create or start something); invoke: only the result")
-	pf.DurationVar(&a.Timeout, "timeout", 10*time.Minute, "overall timeout of the request to thawd")
-
+func newRootCmd(a *cli.App) *cobra.Command {
+	root := cli.NewRoot(a, "thaw", "Command-line client for the thawd microVM snapshot daemon", rootLong)
 	root.AddCommand(
-		a.newInfoCmd(),
-		a.newFunctionCmd(),
-		a.newVMCmd(),
-		a.newSnapshotCmd(),
-		a.newRegistryCmd(),
-		a.newDeployCmd(),
-		a.newSecretCmd(),
-		a.newInvokeCmd(),
-		a.newEndpointCmd(),
-		a.newAsyncCmd(),
-		a.newDLQCmd(),
-		a.newScheduleCmd(),
-		a.newAliasCmd(),
-		a.newRollbackCmd(),
-		a.newPrepareCmd(),
-		a.newInvocationsCmd(),
-		a.newLogsCmd(),
-		a.newOperationCmd(),
-		a.newOpenAPICmd(),
-		a.newBenchCmd(),
-		a.newVersionCmd(),
-		a.newCompletionCmd(),
+		info.NewCommand(a),
+		function.NewCommand(a),
+		vm.NewCommand(a),
+		snapshot.NewCommand(a),
+		registry.NewCommand(a),
+		function.NewDeployCommand(a),
+		secret.NewCommand(a),
+		invoke.NewCommand(a),
+		endpoint.NewCommand(a),
+		async.NewCommand(a),
+		async.NewDLQCommand(a),
+		schedule.NewCommand(a),
+		function.NewAliasCommand(a),
+		function.NewRollbackCommand(a),
+		prepare.NewCommand(a),
+		logs.NewInvocationsCommand(a),
+		logs.NewCommand(a),
+		operation.NewCommand(a),
+		info.NewOpenAPICommand(a),
+		bench.NewCommand(a),
+		info.NewVersionCommand(a),
+		completion.NewCommand(a),
 	)
-	a.registerCompletions(root)
+	completion.Register(a, root)
 	a.WrapRunE(root)
 	return root
 }

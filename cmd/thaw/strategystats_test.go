@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -68,7 +69,7 @@ func TestPrintPrepareGeneric(t *testing.T) {
 		"other":   {RecordMS: 5, Build: json.RawMessage(`{"stats":{"pages":3}}`)},
 		"snapbpf": {Unavailable: "snapbpf capture unavailable: no tracefs"}}}
 	var out bytes.Buffer
-	a := &App{Stdout: &out, Stderr: io.Discard, C: client.New(srv.URL), Ctx: context.Background()}
+	a := &cli.App{Stdout: &out, Stderr: io.Discard, C: client.New(srv.URL), Ctx: context.Background()}
 	if err := a.PrintPrepare(res); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
 // TestYAMLOutput: -o yaml prints the same document as -o json, hostile
@@ -34,7 +36,7 @@ func TestYAMLOutput(t *testing.T) {
 		}
 	}
 	// Strings that would read as other types stay strings.
-	y, err := JSONToYAML([]byte(`{"a": "true", "b": "1.5", "c": "", "d": "null", "e": "- x", "f": 2, "g": null, "h": [], "i": {}}`))
+	y, err := output.JSONToYAML([]byte(`{"a": "true", "b": "1.5", "c": "", "d": "null", "e": "- x", "f": 2, "g": null, "h": [], "i": {}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
