@@ -12,14 +12,14 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-// app is one run of thaw: its streams, global flags and client.
+// App is one run of thaw: its streams, global flags and client.
 type App struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 
 	URL     string
 	Timeout time.Duration
-	// Output (format.go): -o, --json, -q as given, and what they resolve
+	// Output (print.go): -o, --json, -q as given, and what they resolve
 	// to: json is true for a document format (JSON or YAML).
 	Output   string
 	JSONFlag bool
@@ -37,7 +37,7 @@ type App struct {
 	details map[string]*client.StrategyDetails
 }
 
-// wrapRunE makes every command's RunE check the global flags, open the
+// WrapRunE makes every command's RunE check the global flags, open the
 // client and set the request context first, and marks that the command
 // started, so that main tells usage errors from failures.
 func (a *App) WrapRunE(cmd *cobra.Command) {
@@ -82,7 +82,7 @@ func (a *App) setup(ctx context.Context) error {
 
 const groupAnnotation = "thaw-group"
 
-// newGroupCmd returns a command that only holds subcommands: alone it prints
+// NewGroupCmd returns a command that only holds subcommands: alone it prints
 // its help, with an unknown subcommand it is a usage error.
 func NewGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
 	return &cobra.Command{
@@ -104,7 +104,7 @@ func NewGroupCmd(use, short, long string, aliases ...string) *cobra.Command {
 	}
 }
 
-// exactArgs is cobra.ExactArgs with a message that names the arguments.
+// ExactArgs is cobra.ExactArgs with a message that names the arguments.
 func ExactArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(names) == 0 && len(args) > 0 {
@@ -117,7 +117,7 @@ func ExactArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
-// rangeArgs takes min to max arguments, named by usage in the message.
+// RangeArgs takes min to max arguments, named by usage in the message.
 func RangeArgs(min, max int, usage string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < min || len(args) > max {
@@ -127,7 +127,7 @@ func RangeArgs(min, max int, usage string) cobra.PositionalArgs {
 	}
 }
 
-// minArgs is cobra.MinimumNArgs with a message that names the argument.
+// MinArgs is cobra.MinimumNArgs with a message that names the argument.
 func MinArgs(name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {

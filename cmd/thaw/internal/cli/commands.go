@@ -10,24 +10,24 @@ import (
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
-// runE is a command's RunE.
+// RunFunc is a command's RunE.
 type RunFunc = func(cmd *cobra.Command, args []string) error
 
-// The client is opened when a command runs (wrapRunE), after the commands
+// The client is opened when a command runs (WrapRunE), after the commands
 // are built: helpers take client methods as method expressions, such as
 // (*client.Client).GetVM, and call them on a.c then.
 
-// newListCmd is the "list" (ls) command of a kind of object (what, plural).
+// NewListCmd is the "list" (ls) command of a kind of object (what, plural).
 func NewListCmd(what string, run RunFunc) *cobra.Command {
 	return &cobra.Command{Use: "list", Aliases: []string{"ls"}, Short: "List " + what, Args: ExactArgs(), RunE: run}
 }
 
-// newGetCmd is the "get ARG" (show) command of a kind of object.
+// NewGetCmd is the "get ARG" (show) command of a kind of object.
 func NewGetCmd(what, arg string, run RunFunc) *cobra.Command {
 	return &cobra.Command{Use: "get " + arg, Aliases: []string{"show"}, Short: "Show one " + what, Args: ExactArgs(arg), RunE: run}
 }
 
-// oneRunE returns a RunE that calls do with the command's argument and
+// OneRunE returns a RunE that calls do with the command's argument and
 // prints the object it returns with print.
 func OneRunE[T any](a *App, do func(*client.Client, context.Context, string) (*T, error), print func(*T) error) RunFunc {
 	return func(_ *cobra.Command, args []string) error {
@@ -39,8 +39,8 @@ func OneRunE[T any](a *App, do func(*client.Client, context.Context, string) (*T
 	}
 }
 
-// listRunE returns a RunE that lists objects with list and prints them
-// (printTable).
+// ListRunE returns a RunE that lists objects with list and prints them
+// (PrintTable).
 func ListRunE[T any](a *App, list func(*client.Client, context.Context) ([]T, error), head []string, cells func(*T) []string) RunFunc {
 	return func(*cobra.Command, []string) error {
 		items, err := list(a.C, a.Ctx)
@@ -51,7 +51,7 @@ func ListRunE[T any](a *App, list func(*client.Client, context.Context) ([]T, er
 	}
 }
 
-// printTable prints items as {"items": [...]} with -o json or yaml, their
+// PrintTable prints items as {"items": [...]} with -o json or yaml, their
 // ids (each one's first cell) with -q, else as a table: head, then the
 // cells of each item.
 func PrintTable[T any](a *App, items []T, head []string, cells func(*T) []string) error {
@@ -72,7 +72,7 @@ func PrintTable[T any](a *App, items []T, head []string, cells func(*T) []string
 	return w.Flush()
 }
 
-// deleteAll deletes every id with del, reporting each failure on stderr and
+// DeleteAll deletes every id with del, reporting each failure on stderr and
 // going on; it fails (exit code 1) if any delete failed.
 func (a *App) DeleteAll(kind string, ids []string, del func(ctx context.Context, id string) error) error {
 	failed := 0

@@ -19,12 +19,12 @@ const (
 	ExitSignal   = 128 // plus the signal's number: interrupted (SIGINT: 130, SIGTERM: 143)
 )
 
-// usageLine says where cmd's usage is.
+// UsageLine says where cmd's usage is.
 func UsageLine(cmd *cobra.Command) string {
 	return fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath())
 }
 
-// printError reports a failed operation on stderr, with a hint where one
+// PrintError reports a failed operation on stderr, with a hint where one
 // helps.
 func (a *App) PrintError(err error) {
 	switch {
@@ -61,7 +61,7 @@ func errorHint(a *App, err error) string {
 	return ""
 }
 
-// usageError is a bad command line found by a command itself (exit code 2).
+// UsageError is a bad command line found by a command itself (exit code 2).
 type UsageError struct{ msg string }
 
 func (e *UsageError) Error() string { return e.msg }
@@ -70,7 +70,7 @@ func Usagef(format string, args ...any) error {
 	return &UsageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// exitCodeError ends thaw with code after the command reported the problem
+// ExitCodeError ends thaw with code after the command reported the problem
 // itself.
 type ExitCodeError struct{ Code int }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-// restoreFlags are a function's restore settings on the command line.
+// RestoreFlags are a function's restore settings on the command line.
 type RestoreFlags struct {
 	strategy, refresh  string
 	refreshFromTraffic bool
@@ -27,7 +27,7 @@ func (r *RestoreFlags) Add(fl *pflag.FlagSet) {
 	fl.BoolVar(&r.refreshFromTraffic, "refresh-from-traffic", false, "record drifted working sets again with the invocation that showed the drift (used once, never stored): --refresh traffic")
 }
 
-// settings are the flags as the API's settings (nil: not given).
+// Settings are the flags as the API's settings (nil: not given).
 func (r *RestoreFlags) Settings() (client.RestoreSettings, error) {
 	var s client.RestoreSettings
 	if r.refreshFromTraffic {
@@ -45,7 +45,7 @@ func (r *RestoreFlags) Settings() (client.RestoreSettings, error) {
 	return s, nil
 }
 
-// options are the flags as function options.
+// Options are the flags as function options.
 func (r *RestoreFlags) Options() ([]client.FunctionOption, error) {
 	s, err := r.Settings()
 	if err != nil {
@@ -61,17 +61,17 @@ func (r *RestoreFlags) Options() ([]client.FunctionOption, error) {
 	return o, nil
 }
 
-// eventFlags are --event and --event-file.
+// EventFlags are --event and --event-file.
 type EventFlags struct{ event, file string }
 
-// add defines the flags of cmd; what is the event's name in their help.
+// Add defines the flags of cmd; what is the event's name in their help.
 func (e *EventFlags) Add(cmd *cobra.Command, what string) {
 	fl := cmd.Flags()
 	fl.StringVarP(&e.event, "event", "e", "", what+", as JSON (default {})")
 	fl.StringVar(&e.file, "event-file", "", "read "+what+" from this JSON file ('-': standard input)")
 }
 
-// read returns the event from --event or --event-file, checked to be
+// Read returns the event from --event or --event-file, checked to be
 // JSON; {} if neither is set.
 func (e *EventFlags) Read(a *App, cmd *cobra.Command) (json.RawMessage, error) {
 	var (
@@ -112,7 +112,7 @@ func (e *EventFlags) Read(a *App, cmd *cobra.Command) (json.RawMessage, error) {
 	return json.RawMessage(b), nil
 }
 
-// assignments parses repeated NAME=VALUE flags into a map; a name given
+// Assignments parses repeated NAME=VALUE flags into a map; a name given
 // twice or an item without '=' is a usage error.
 func Assignments(flag string, items []string) (map[string]string, error) {
 	if len(items) == 0 {

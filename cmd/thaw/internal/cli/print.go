@@ -10,7 +10,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// printOr prints v as a document with -o json or yaml, else the line
+// PrintOr prints v as a document with -o json or yaml, else the line
 // format makes of args (nothing with -q).
 func (a *App) PrintOr(v any, format string, args ...any) error {
 	switch {
@@ -23,7 +23,7 @@ func (a *App) PrintOr(v any, format string, args ...any) error {
 	return nil
 }
 
-// printObject prints v as a document with -o json or yaml, else "headline
+// PrintObject prints v as a document with -o json or yaml, else "headline
 // id" (when there is a headline) and the rows fill writes, aligned. With
 // -q it prints the id of what a command did something to (a headline's).
 func (a *App) PrintObject(v any, headline, id string, fill func(w io.Writer)) error {
@@ -44,7 +44,7 @@ func (a *App) PrintObject(v any, headline, id string, fill func(w io.Writer)) er
 	return w.Flush()
 }
 
-// printList prints a list as the API answers it: {"items": [...]}.
+// PrintList prints a list as the API answers it: {"items": [...]}.
 func PrintList[T any](a *App, items []T) error {
 	if items == nil {
 		items = []T{}
@@ -62,8 +62,8 @@ const (
 	FormatWide  = "wide"  // tables with every column
 )
 
-// resolveOutput checks -o, --json and -q together and sets a.json (a
-// document format, JSON or YAML, is asked for) and a.wide. It may run
+// ResolveOutput checks -o, --json and -q together and sets a.JSON (a
+// document format, JSON or YAML, is asked for) and a.Wide. It may run
 // again (errors are reported as it says): it gives the same answer.
 func (a *App) ResolveOutput() error {
 	switch a.Output {
@@ -87,7 +87,7 @@ func (a *App) ResolveOutput() error {
 	return nil
 }
 
-// printJSON prints v as the document format asks: indented JSON, DEL and
+// PrintJSON prints v as the document format asks: indented JSON, DEL and
 // C1 controls in strings escaped (termtext.JSON), or YAML (-o yaml) of the
 // same document.
 func (a *App) PrintJSON(v any) error {
@@ -98,7 +98,7 @@ func (a *App) PrintJSON(v any) error {
 	return a.PrintDocument(b)
 }
 
-// printDocument prints a JSON document as printJSON does.
+// PrintDocument prints a JSON document as PrintJSON does.
 func (a *App) PrintDocument(b []byte) error {
 	if a.Format == FormatYAML {
 		y, err := output.JSONToYAML(b)
@@ -112,7 +112,7 @@ func (a *App) PrintDocument(b []byte) error {
 	return err
 }
 
-// quietID prints id on its own line (-q).
+// QuietID prints id on its own line (-q).
 func (a *App) QuietID(id string) {
 	if id != "" {
 		fmt.Fprintln(a.Stdout, termtext.Line(id))
@@ -130,9 +130,9 @@ type errorDoc struct {
 	} `json:"error"`
 }
 
-// report prints an error on stderr: "thaw: MESSAGE" and its hint, or with
+// Report prints an error on stderr: "thaw: MESSAGE" and its hint, or with
 // a document format, the error document. A hint that says where the usage
-// is (usageLine) is a line of its own.
+// is (UsageLine) is a line of its own.
 func (a *App) Report(code, msg, requestID, hint string) {
 	if a.JSON {
 		var d errorDoc
@@ -159,13 +159,13 @@ func (a *App) Report(code, msg, requestID, hint string) {
 	}
 }
 
-// warn prints a warning on stderr: in the default format before anything
+// Warn prints a warning on stderr: in the default format before anything
 // else of the command's, so a reader sees it first.
 func (a *App) Warn(format string, args ...any) {
 	fmt.Fprintf(a.Stderr, "thaw: warning: %s\n", termtext.Inline(fmt.Sprintf(format, args...)))
 }
 
-// stream is where a command's secondary output goes: stdout when asked
+// Stream is where a command's secondary output goes: stdout when asked
 // for (toStdout), else stderr.
 func (a *App) Stream(toStdout bool) io.Writer {
 	if toStdout {

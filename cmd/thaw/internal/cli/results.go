@@ -12,7 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
-// vmSource says where a VM came from: a boot or a snapshot.
+// VMSource says where a VM came from: a boot or a snapshot.
 func VMSource(v *client.VM) string {
 	if v.Snapshot != "" {
 		return v.Snapshot
@@ -20,7 +20,7 @@ func VMSource(v *client.VM) string {
 	return "boot"
 }
 
-// startupMS is how long a VM took to become ready: its boot, or its
+// StartupMS is how long a VM took to become ready: its boot, or its
 // restore's setup and resume.
 func StartupMS(v *client.VM) float64 {
 	if v.Restore != nil {
@@ -103,7 +103,7 @@ func (a *App) PrintPrepare(res *client.PrepareResult) error {
 	return w.Flush()
 }
 
-// printStored prints a snapshot's entry in the memory store.
+// PrintStored prints a snapshot's entry in the memory store.
 func (a *App) PrintStored(e *client.StoreEntry) error {
 	switch {
 	case a.JSON:
@@ -117,7 +117,7 @@ func (a *App) PrintStored(e *client.StoreEntry) error {
 	return nil
 }
 
-// snapshotPrinter prints a snapshot, after a headline saying what happened
+// SnapshotPrinter prints a snapshot, after a headline saying what happened
 // to it if there is one.
 func (a *App) SnapshotPrinter(headline string) func(*client.Snapshot) error {
 	return func(s *client.Snapshot) error {
@@ -221,7 +221,7 @@ func (a *App) PrintDeploy(d *client.Deploy) error {
 	})
 }
 
-// printRefresh prints a working-set refresh.
+// PrintRefresh prints a working-set refresh.
 func (a *App) PrintRefresh(r *client.WorkingSetRefresh) error {
 	return a.PrintObject(r, "refreshed working sets of", r.Snapshot, func(w io.Writer) {
 		output.Row(w, "Operation:", r.Operation)
@@ -236,7 +236,7 @@ func (a *App) PrintRefresh(r *client.WorkingSetRefresh) error {
 	})
 }
 
-// printAccepted prints a queued invocation's id (its document with --json).
+// PrintAccepted prints a queued invocation's id (its document with --json).
 func (a *App) PrintAccepted(acc *client.AsyncAccepted) error {
 	if a.JSON {
 		return a.PrintJSON(acc)

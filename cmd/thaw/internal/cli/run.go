@@ -13,13 +13,13 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// addDetach adds --detach to a command that starts an operation.
+// AddDetach adds --detach to a command that starts an operation.
 func AddDetach(cmd *cobra.Command, detach *bool) {
 	cmd.Flags().BoolVarP(detach, "detach", "d", false, "start the operation, print its id and return (follow it with 'thaw operation wait ID')")
 }
 
-// operationCmd completes cmd, which takes one argument, as a command that
-// starts an operation with start and follows it (runOperation; --detach).
+// OperationCmd completes cmd, which takes one argument, as a command that
+// starts an operation with start and follows it (RunOperation; --detach).
 func (a *App) OperationCmd(cmd *cobra.Command, start func(*client.Client, context.Context, string) (*client.Operation, error)) *cobra.Command {
 	var detach bool
 	cmd.RunE = func(_ *cobra.Command, args []string) error {
@@ -29,7 +29,7 @@ func (a *App) OperationCmd(cmd *cobra.Command, start func(*client.Client, contex
 	return cmd
 }
 
-// runOperation starts an operation and, unless detach, follows it to its
+// RunOperation starts an operation and, unless detach, follows it to its
 // end and prints its result as the command that started it prints it.
 // Detached, it prints the operation's id (with --json, the operation).
 func (a *App) RunOperation(detach bool, start func() (*client.Operation, error)) error {
@@ -50,7 +50,7 @@ func (a *App) RunOperation(detach bool, start func() (*client.Operation, error))
 	return a.PrintResult(op)
 }
 
-// follow polls an operation until it ends, showing progress on stderr. If
+// Follow polls an operation until it ends, showing progress on stderr. If
 // following stops first (Ctrl-C, --timeout) it says how to go on
 // following; the operation continues in the daemon.
 func (a *App) Follow(id string) (*client.Operation, error) {
@@ -74,7 +74,7 @@ func (a *App) Follow(id string) (*client.Operation, error) {
 	return op, err
 }
 
-// printResult prints a finished operation's result as the command that
+// PrintResult prints a finished operation's result as the command that
 // started it prints it.
 func (a *App) PrintResult(op *client.Operation) error {
 	r := op.Result
@@ -127,7 +127,7 @@ func (a *App) PrintOperation(op *client.Operation) error {
 	})
 }
 
-// progressText is an operation's phase with its counts.
+// ProgressText is an operation's phase with its counts.
 func ProgressText(op *client.Operation) string {
 	p := op.Progress
 	switch {

@@ -29,7 +29,7 @@ func (a *App) strategyDetails(kind string) *client.StrategyDetails {
 	return a.details[kind]
 }
 
-// writeStrategyStats adds the part of st of the strategy that ran to thaw
+// WriteStrategyStats adds the part of st of the strategy that ran to thaw
 // invoke's table, one row a field, labelled and formatted as the
 // strategy describes it.
 func (a *App) WriteStrategyStats(w io.Writer, st *client.StrategyStats) {

@@ -17,7 +17,7 @@ import (
 // to stderr. Errors are JSON (or YAML) there too when a document format
 // was asked for.
 
-// jsonToYAML converts a JSON document to block-style YAML, keys in their
+// JSONToYAML converts a JSON document to block-style YAML, keys in their
 // order. Strings that would read as another type are quoted; controls (C0,
 // DEL, C1, NEL) are escaped in double quotes: YAML allows them nowhere raw,
 // so nothing of a hostile string reaches a terminal raw either.
@@ -53,7 +53,7 @@ func blockStyle(n *yaml.Node) {
 	}
 }
 
-// resultJSON is an invocation's result as stdout carries it: the JSON
+// ResultJSON is an invocation's result as stdout carries it: the JSON
 // document indented, the controls JSON leaves raw escaped, never bytes
 // that are not UTF-8: it parses as the handler's result.
 func ResultJSON(raw json.RawMessage) []byte {
@@ -64,7 +64,7 @@ func ResultJSON(raw json.RawMessage) []byte {
 	return b
 }
 
-// prettyJSON indents a JSON document; an empty one is null.
+// PrettyJSON indents a JSON document; an empty one is null.
 func PrettyJSON(raw json.RawMessage) string {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "null"

@@ -12,12 +12,12 @@ import (
 	"github.com/thaw-dev/thaw/internal/termtext"
 )
 
-// newTable returns a tabwriter for aligned columns; Flush it.
+// NewTable returns a tabwriter for aligned columns; Flush it.
 func NewTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// row writes one tab-separated table row. Cells are escaped to one line
+// Row writes one tab-separated table row. Cells are escaped to one line
 // each: some carry text a guest controls (a failed VM's reason, an error).
 func Row(w io.Writer, cells ...string) {
 	line := make([]string, len(cells))
@@ -27,7 +27,7 @@ func Row(w io.Writer, cells ...string) {
 	fmt.Fprintln(w, strings.Join(line, "\t"))
 }
 
-// fmtMS formats milliseconds with one decimal; 0 is "-".
+// FmtMS formats milliseconds with one decimal; 0 is "-".
 func FmtMS(ms float64) string {
 	if ms == 0 {
 		return "-"
@@ -35,7 +35,7 @@ func FmtMS(ms float64) string {
 	return fmt.Sprintf("%.1f ms", ms)
 }
 
-// fmtBytes humanizes a size in IEC units: "512 B", "123.4 MiB".
+// FmtBytes humanizes a size in IEC units: "512 B", "123.4 MiB".
 func FmtBytes(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
@@ -50,7 +50,7 @@ func FmtBytes(n int64) string {
 	panic("unreachable")
 }
 
-// fmtMiB formats a memory size given in MiB: "512 MiB", "2 GiB".
+// FmtMiB formats a memory size given in MiB: "512 MiB", "2 GiB".
 func FmtMiB(mib int) string {
 	switch {
 	case mib <= 0:
@@ -63,10 +63,10 @@ func FmtMiB(mib int) string {
 	return fmt.Sprintf("%d MiB", mib)
 }
 
-// now is time.Now; tests may replace it.
+// Now is time.Now; tests may replace it.
 var Now = time.Now
 
-// fmtAge formats t for a table: relative when recent, else a short date.
+// FmtAge formats t for a table: relative when recent, else a short date.
 func FmtAge(t time.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -87,7 +87,7 @@ func FmtAge(t time.Time) string {
 	return t.Local().Format("2006-01-02 15:04")
 }
 
-// fmtUntil formats a time to come: "in 42s" when near, else its date.
+// FmtUntil formats a time to come: "in 42s" when near, else its date.
 func FmtUntil(t time.Time) string {
 	d := t.Sub(Now())
 	switch {
@@ -99,7 +99,7 @@ func FmtUntil(t time.Time) string {
 	return t.Local().Format("2006-01-02 15:04")
 }
 
-// fmtTime formats t in full (RFC 3339, seconds, local time) with its age.
+// FmtTime formats t in full (RFC 3339, seconds, local time) with its age.
 func FmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -111,7 +111,7 @@ func FmtTime(t time.Time) string {
 	return s
 }
 
-// truncate shortens s to at most n runes, marking the cut with "…", and
+// Truncate shortens s to at most n runes, marking the cut with "…", and
 // keeps it on one line.
 func Truncate(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
@@ -122,7 +122,7 @@ func Truncate(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// shortDigest shortens a content digest for tables.
+// ShortDigest shortens a content digest for tables.
 func ShortDigest(d string) string {
 	if _, rest, ok := strings.Cut(d, ":"); ok {
 		d = rest
@@ -140,7 +140,7 @@ func OrDash(s string) string {
 	return s
 }
 
-// writeRestoreTiming writes a restore's breakdown as table rows, indented
+// WriteRestoreTiming writes a restore's breakdown as table rows, indented
 // by prefix.
 func WriteRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 	Row(w, prefix+"restore setup", FmtMSCol(rt.SetupMS), "request to vCPUs resumed")
@@ -160,12 +160,12 @@ func WriteRestoreTiming(w io.Writer, prefix string, rt *client.RestoreTiming) {
 	Row(w, prefix+"restore resume", FmtMSCol(rt.ResumeMS), "vCPUs resumed to agent answering")
 }
 
-// fmtMSCol formats milliseconds right-aligned for timing tables.
+// FmtMSCol formats milliseconds right-aligned for timing tables.
 func FmtMSCol(ms float64) string {
 	return fmt.Sprintf("%9.1f ms", ms)
 }
 
-// vmState is a VM's state as thaw shows it: the API's, but idle for a
+// VMState is a VM's state as thaw shows it: the API's, but idle for a
 // running VM the keep-alive pool keeps.
 func VMState(v *client.VM) string {
 	if v.Idle && v.State == "running" {

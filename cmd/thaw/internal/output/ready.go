@@ -6,7 +6,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 )
 
-// writeReadyNote writes whether a ready clone served an invocation, or why
+// WriteReadyNote writes whether a ready clone served an invocation, or why
 // none did, as table rows (nothing when the daemon keeps no ready clones).
 func WriteReadyNote(w io.Writer, n *client.ReadyNote) {
 	switch {
