@@ -20,7 +20,7 @@ type App struct {
 	URL     string
 	Timeout time.Duration
 	// Output (print.go): -o, --json, -q as given, and what they resolve
-	// to: json is true for a document format (JSON or YAML).
+	// to: JSON is true for a document format (JSON or YAML).
 	Output   string
 	JSONFlag bool
 	Quiet    bool
@@ -39,7 +39,7 @@ type App struct {
 
 // WrapRunE makes every command's RunE check the global flags, open the
 // client and set the request context first, and marks that the command
-// started, so that main tells usage errors from failures.
+// started, so that Execute tells usage errors from failures.
 func (a *App) WrapRunE(cmd *cobra.Command) {
 	if run := cmd.RunE; run != nil && cmd.Annotations[groupAnnotation] == "" {
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {
