@@ -60,7 +60,7 @@ type Route struct{ Method, Pattern string }
 
 // New builds the handler and its routes over one daemon that serves every
 // family (nil: none), protected as opts says.
-func New(d Daemon, log *slog.Logger, opts Options) *Handler {
+func New(d *daemon.Service, log *slog.Logger, opts Options) *Handler {
 	return NewServices(ServicesOf(d), log, opts)
 }
 

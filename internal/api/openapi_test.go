@@ -1416,9 +1416,9 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 // tests) from a daemon none of whose methods is called, but for the host's
 // metrics, which a request records.
 func noDaemon() Services {
-	s := ServicesOf((*daemon.Service)(nil))
-	s.Host = testHost{metrics.New(func() metrics.State { return metrics.State{} })}
-	return s
+	var d *daemon.Service
+	host := testHost{metrics.New(func() metrics.State { return metrics.State{} })}
+	return Services{d, d, d, d, d, d, d, d, host}
 }
 
 // testHost is a daemon's self-description with metrics of its own.

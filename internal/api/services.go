@@ -15,7 +15,7 @@ import (
 // The API's view of the daemon, one interface per resource family. A
 // handler reaches only the family its routes serve, so a family can be
 // served by another implementation (a test's fake, a component of its own)
-// without the rest. daemon.Service implements them all (Daemon).
+// without the rest. daemon.Service implements them all (ServicesOf).
 type (
 	// Functions: a function's record, its restore settings and working sets.
 	Functions interface {
@@ -128,25 +128,10 @@ type Services struct {
 	Host
 }
 
-// Daemon is one implementation of every family: daemon.Service.
-type Daemon interface {
-	Functions
-	Versions
-	Invocations
-	VMs
-	Snapshots
-	Registry
-	Operations
-	Secrets
-	Host
-}
-
 // ServicesOf has d serve every family; a nil d serves none.
-func ServicesOf(d Daemon) Services {
+func ServicesOf(d *daemon.Service) Services {
 	if d == nil {
 		return Services{}
 	}
 	return Services{d, d, d, d, d, d, d, d, d}
 }
-
-var _ Daemon = (*daemon.Service)(nil)
