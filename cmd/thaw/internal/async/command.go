@@ -1,3 +1,5 @@
+// Package async holds thaw async and thaw dlq: asynchronous invocations'
+// settings and state, and the dead-letter queue.
 package async
 
 import (

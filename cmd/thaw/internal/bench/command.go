@@ -1,3 +1,4 @@
+// Package bench holds thaw bench: the benchmarks run against a daemon.
 package bench
 
 import (

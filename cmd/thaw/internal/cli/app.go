@@ -1,3 +1,8 @@
+// Package cli is what thaw's command packages share: a run of thaw (App:
+// its streams, global flags, client and request context), the root
+// command, exit codes and error reports, argument checks, list and get
+// commands, operations started and followed, and the documents printed
+// for operations' results. It imports no command package.
 package cli
 
 import (

@@ -66,6 +66,7 @@ type UsageError struct{ msg string }
 
 func (e *UsageError) Error() string { return e.msg }
 
+// Usagef is a UsageError with a formatted message.
 func Usagef(format string, args ...any) error {
 	return &UsageError{msg: fmt.Sprintf(format, args...)}
 }

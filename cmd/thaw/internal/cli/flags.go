@@ -21,6 +21,7 @@ type RestoreFlags struct {
 	refreshFromTraffic bool
 }
 
+// Add defines the restore flags in fl.
 func (r *RestoreFlags) Add(fl *pflag.FlagSet) {
 	fl.StringVar(&r.strategy, "strategy", "", "how cold starts that name no strategy restore: auto (thaw chooses from the function's own measurements) or a strategy; default: the daemon's")
 	fl.StringVar(&r.refresh, "refresh", "", "when recorded working sets that drifted from the inputs are recorded again: prepare (with the prepare's input), traffic or off; default: the daemon's")
@@ -132,6 +133,7 @@ func Assignments(flag string, items []string) (map[string]string, error) {
 	return out, nil
 }
 
+// SortedKeys are m's keys in order.
 func SortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

@@ -12,6 +12,9 @@ import (
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
+// The documents of operations' results: the command that starts an
+// operation prints its result, and so does thaw operation wait.
+
 // VMSource says where a VM came from: a boot or a snapshot.
 func VMSource(v *client.VM) string {
 	if v.Snapshot != "" {
@@ -29,6 +32,7 @@ func StartupMS(v *client.VM) float64 {
 	return v.BootMS
 }
 
+// PrintVM prints a VM (thaw vm get, and a boot's or restore's result).
 func (a *App) PrintVM(v *client.VM) error {
 	if a.Quiet {
 		a.QuietID(v.ID)
@@ -70,6 +74,7 @@ func (a *App) PrintVM(v *client.VM) error {
 	return w.Flush()
 }
 
+// PrintPrepare prints what thaw prepare did for each strategy.
 func (a *App) PrintPrepare(res *client.PrepareResult) error {
 	w := output.NewTable(a.Stdout)
 	output.Row(w, "Function:", res.Function)
@@ -140,6 +145,7 @@ func (a *App) SnapshotPrinter(headline string) func(*client.Snapshot) error {
 	}
 }
 
+// PrintPush prints what a snapshot push sent to the registry.
 func (a *App) PrintPush(r *client.PushResult) error {
 	return a.PrintObject(r, "pushed snapshot", r.Snapshot, func(w io.Writer) {
 		output.Row(w, "Function:", r.Function)
@@ -150,6 +156,7 @@ func (a *App) PrintPush(r *client.PushResult) error {
 	})
 }
 
+// PrintPull prints what a snapshot pull brought from the registry.
 func (a *App) PrintPull(r *client.PullResult) error {
 	switch {
 	case a.JSON:
@@ -174,6 +181,7 @@ func (a *App) PrintPull(r *client.PullResult) error {
 	return w.Flush()
 }
 
+// PrintGC prints what a collection of the registry's garbage removed.
 func (a *App) PrintGC(r *client.GCResult) error {
 	what := "collected"
 	if r.DryRun {
@@ -193,6 +201,7 @@ func (a *App) PrintGC(r *client.GCResult) error {
 	})
 }
 
+// PrintDeploy prints a deploy: the version it made and whether it is live.
 func (a *App) PrintDeploy(d *client.Deploy) error {
 	if a.Quiet {
 		a.QuietID(fmt.Sprintf("%s:%d", d.Function, d.Version))

@@ -112,6 +112,7 @@ func (a *App) PrintResult(op *client.Operation) error {
 	return a.PrintOperation(op)
 }
 
+// PrintOperation prints an operation: its kind, target, state and progress.
 func (a *App) PrintOperation(op *client.Operation) error {
 	return a.PrintObject(op, "", "", func(w io.Writer) {
 		output.Row(w, "ID:", op.ID)

@@ -1,3 +1,5 @@
+// Package completion holds thaw completion and makes TAB complete the
+// arguments and flags that name daemon objects.
 package completion
 
 import (

@@ -1,3 +1,5 @@
+// Package endpoint holds thaw endpoint: the plain HTTP endpoints that serve
+// functions to their callers.
 package endpoint
 
 import (

@@ -1,3 +1,6 @@
+// Package function holds thaw function (create, list, get, delete,
+// versions, restore, refresh), thaw deploy, thaw alias and thaw rollback:
+// functions and their versions share the flags of a function's spec.
 package function
 
 import (

@@ -1,3 +1,5 @@
+// Package info holds thaw info, thaw version and thaw openapi: what the
+// daemon is, runs and serves.
 package info
 
 import (

@@ -1,3 +1,5 @@
+// Package invoke holds thaw invoke: run a function, cold or warm, and
+// print its result, errors and timing.
 package invoke
 
 import (

@@ -1,3 +1,5 @@
+// Package logs holds thaw logs and thaw invocations: a function's logs
+// and the invocation history.
 package logs
 
 import (

@@ -1,3 +1,5 @@
+// Package operation holds thaw operation: show, list, wait for, cancel
+// and forget long operations.
 package operation
 
 import (

@@ -1,3 +1,6 @@
+// Package output formats what thaw prints: aligned tables whose cells are
+// escaped to one line, sizes, durations, times and digests, YAML from
+// JSON, and the timing rows of an invocation. It knows nothing of a run.
 package output
 
 import (
@@ -133,6 +136,7 @@ func ShortDigest(d string) string {
 	return OrDash(d)
 }
 
+// OrDash is s, or "-" when s is empty.
 func OrDash(s string) string {
 	if s == "" {
 		return "-"

@@ -1,3 +1,5 @@
+// Package prepare holds thaw prepare: boot a function, snapshot it, record
+// the pages it uses and build its strategies' artifacts.
 package prepare
 
 import (

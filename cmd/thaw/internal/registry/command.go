@@ -1,3 +1,5 @@
+// Package registry holds thaw registry: list and delete the snapshots of
+// the registry and collect its garbage.
 package registry
 
 import (

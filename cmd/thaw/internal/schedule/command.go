@@ -1,3 +1,5 @@
+// Package schedule holds thaw schedule: functions invoked asynchronously
+// on a cron schedule.
 package schedule
 
 import (

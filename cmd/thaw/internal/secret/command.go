@@ -1,3 +1,4 @@
+// Package secret holds thaw secret: set, list, get and delete secrets.
 package secret
 
 import (

@@ -1,3 +1,5 @@
+// Package snapshot holds thaw snapshot: create, list, get, pin, unpin,
+// evict, verify, copy, store, push, pull and delete snapshots.
 package snapshot
 
 import (

@@ -1,3 +1,5 @@
+// Package vm holds thaw vm: boot, restore, list, get, pause, resume and
+// delete VMs.
 package vm
 
 import (
