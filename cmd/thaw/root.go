@@ -8,6 +8,7 @@ import (
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/bench"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/completion"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/deploy"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/endpoint"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/function"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/info"
@@ -62,23 +63,25 @@ Exit codes:
   3    the function ran but raised an exception (thaw invoke)
   130  interrupted (Ctrl-C); 143 on SIGTERM`
 
+// newRootCmd is thaw's command tree, run by a: every command package's
+// commands, their arguments completing from the daemon.
 func newRootCmd(a *cli.App) *cobra.Command {
 	root := cli.NewRoot(a, "thaw", "Command-line client for the thawd microVM snapshot daemon", rootLong)
 	root.AddCommand(
 		info.NewCommand(a),
-		function.NewCommand(a),
+		function.NewCommand(a, deploy.NewFunctionVersionsCommand(a)),
 		vm.NewCommand(a),
 		snapshot.NewCommand(a),
 		registry.NewCommand(a),
-		function.NewDeployCommand(a),
+		deploy.NewCommand(a),
 		secret.NewCommand(a),
 		invoke.NewCommand(a),
 		endpoint.NewCommand(a),
 		async.NewCommand(a),
 		async.NewDLQCommand(a),
 		schedule.NewCommand(a),
-		function.NewAliasCommand(a),
-		function.NewRollbackCommand(a),
+		deploy.NewAliasCommand(a),
+		deploy.NewRollbackCommand(a),
 		prepare.NewCommand(a),
 		logs.NewInvocationsCommand(a),
 		logs.NewCommand(a),

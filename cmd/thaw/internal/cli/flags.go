@@ -142,3 +142,21 @@ func SortedKeys(m map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// FunctionFlags are the flags of a function's spec: thaw function
+// create's, and thaw deploy's.
+type FunctionFlags struct {
+	Dir        string
+	Memory     int
+	VCPUs      int
+	ServerDir  bool
+	Allow      []string
+	Egress     string
+	MaxConc    int
+	KeepAlive  int
+	VMMPool    int
+	VMMPoolTTL int
+	Env        []string
+	Secrets    []string
+	Restore    RestoreFlags
+}

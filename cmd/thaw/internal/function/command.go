@@ -1,6 +1,6 @@
-// Package function holds thaw function (create, list, get, delete,
-// versions, restore, refresh), thaw deploy, thaw alias and thaw rollback:
-// functions and their versions share the flags of a function's spec.
+// Package function holds thaw function: create, list, get, delete,
+// restore and refresh functions (thaw function versions is the deploy
+// package's).
 package function
 
 import (
@@ -12,14 +12,8 @@ import (
 // app is the run of thaw that the commands of this package belong to.
 type app struct{ *cli.App }
 
-// NewCommand returns the "function" command and its subcommands.
-func NewCommand(a *cli.App) *cobra.Command { return (&app{a}).newFunctionCmd() }
-
-// NewDeployCommand returns the "deploy" command.
-func NewDeployCommand(a *cli.App) *cobra.Command { return (&app{a}).newDeployCmd() }
-
-// NewAliasCommand returns the "alias" command and its subcommands.
-func NewAliasCommand(a *cli.App) *cobra.Command { return (&app{a}).newAliasCmd() }
-
-// NewRollbackCommand returns the "rollback" command.
-func NewRollbackCommand(a *cli.App) *cobra.Command { return (&app{a}).newRollbackCmd() }
+// NewCommand returns the "function" command and its subcommands, more
+// among them (thaw adds "function versions", the deploy package's).
+func NewCommand(a *cli.App, more ...*cobra.Command) *cobra.Command {
+	return (&app{a}).newFunctionCmd(more...)
+}

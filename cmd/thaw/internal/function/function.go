@@ -14,18 +14,19 @@ import (
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
-func (a *app) newFunctionCmd() *cobra.Command {
+func (a *app) newFunctionCmd(more ...*cobra.Command) *cobra.Command {
 	cmd := cli.NewGroupCmd("function", "Create, list, show and delete functions",
 		`A function is a directory of code (a handler the guest agent calls) plus
 its VM settings: memory and vCPUs. Create one, boot a VM for it, snapshot
 the VM, then invoke the function from the snapshot.`, "fn")
 	cmd.AddCommand(a.newFunctionCreateCmd(), a.newFunctionListCmd(), a.newFunctionGetCmd(), a.newFunctionDeleteCmd(),
-		a.newFunctionVersionsCmd(), a.newFunctionRestoreCmd(), a.newFunctionRefreshCmd())
+		a.newFunctionRestoreCmd(), a.newFunctionRefreshCmd())
+	cmd.AddCommand(more...)
 	return cmd
 }
 
 func (a *app) newFunctionCreateCmd() *cobra.Command {
-	f := &createFlags{}
+	f := &cli.FunctionFlags{}
 	cmd := &cobra.Command{
 		Use:   "create NAME --dir DIR",
 		Short: "Create a function from a directory of code",
@@ -76,19 +77,19 @@ beyond the host, if the daemon was started with --allow-full-egress.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.createFunction(args[0], f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.dir, "dir", "d", "", "directory with the function's code (required)")
-	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
-	fl.IntVar(&f.vcpus, "vcpus", 0, "number of vCPUs (default: the daemon's)")
-	fl.BoolVar(&f.serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
-	fl.StringArrayVar(&f.allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
-	fl.StringVar(&f.egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
-	fl.IntVar(&f.maxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
-	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
-	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (default: the daemon's; -1: none)")
-	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
-	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; part of the snapshots)")
-	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; never in a snapshot)")
-	f.restore.Add(fl)
+	fl.StringVarP(&f.Dir, "dir", "d", "", "directory with the function's code (required)")
+	fl.IntVar(&f.Memory, "memory", 0, "guest memory in MiB (default: the daemon's)")
+	fl.IntVar(&f.VCPUs, "vcpus", 0, "number of vCPUs (default: the daemon's)")
+	fl.BoolVar(&f.ServerDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	fl.StringArrayVar(&f.Allow, "allow", nil, "a host:port service the guests may reach (repeatable; 127.0.0.1:PORT is 10.0.2.2:PORT in the guest)")
+	fl.StringVar(&f.Egress, "egress", "", "what the guests may reach: none (default), services (the --allow list) or full (if the daemon allows it)")
+	fl.IntVar(&f.MaxConc, "max-concurrency", 0, "live VMs of this function at most (default: only the daemon's host budget)")
+	fl.IntVar(&f.KeepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation, for the next ones to run warm (default: the daemon's; -1: never)")
+	fl.IntVar(&f.VMMPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (default: the daemon's; -1: none)")
+	fl.IntVar(&f.VMMPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore (default: the daemon's)")
+	fl.StringArrayVar(&f.Env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; part of the snapshots)")
+	fl.StringArrayVar(&f.Secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; never in a snapshot)")
+	f.Restore.Add(fl)
 	_ = cmd.MarkFlagRequired("dir")
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -128,7 +129,7 @@ func (a *app) printVersionsSummary(name string) error {
 	w := output.NewTable(a.Stdout)
 	output.Row(w, "Versions:", fmt.Sprintf("%d (newest %d; thaw function versions %s)", len(vs), vs[len(vs)-1].Version, name))
 	for _, al := range as {
-		output.Row(w, "Alias "+al.Name+":", fmtRouting(al.Routing))
+		output.Row(w, "Alias "+al.Name+":", output.FmtRouting(al.Routing))
 	}
 	return w.Flush()
 }
@@ -201,74 +202,57 @@ func fmtNetwork(n client.Network) string {
 	return n.Egress
 }
 
-// createFlags are thaw function create's flags.
-type createFlags struct {
-	dir        string
-	memory     int
-	vcpus      int
-	serverDir  bool
-	allow      []string
-	egress     string
-	maxConc    int
-	keepAlive  int
-	vmmPool    int
-	vmmPoolTTL int
-	env        []string
-	secrets    []string
-	restore    cli.RestoreFlags
-}
-
 // createFunction runs thaw function create NAME.
-func (a *app) createFunction(name string, f *createFlags) error {
-	if f.memory < 0 {
-		return cli.Usagef("--memory must be positive, got %d", f.memory)
+func (a *app) createFunction(name string, f *cli.FunctionFlags) error {
+	if f.Memory < 0 {
+		return cli.Usagef("--memory must be positive, got %d", f.Memory)
 	}
-	if f.vcpus < 0 {
-		return cli.Usagef("--vcpus must be positive, got %d", f.vcpus)
+	if f.VCPUs < 0 {
+		return cli.Usagef("--vcpus must be positive, got %d", f.VCPUs)
 	}
-	if f.maxConc < 0 {
-		return cli.Usagef("--max-concurrency must be positive, got %d", f.maxConc)
+	if f.MaxConc < 0 {
+		return cli.Usagef("--max-concurrency must be positive, got %d", f.MaxConc)
 	}
-	opts := netOpts(f.egress, f.allow)
-	if f.maxConc > 0 {
-		opts = append(opts, client.WithMaxConcurrency(f.maxConc))
+	opts := netOpts(f.Egress, f.Allow)
+	if f.MaxConc > 0 {
+		opts = append(opts, client.WithMaxConcurrency(f.MaxConc))
 	}
-	if f.vmmPool != 0 || f.vmmPoolTTL != 0 {
-		opts = append(opts, client.WithVMMPool(f.vmmPool, f.vmmPoolTTL))
+	if f.VMMPool != 0 || f.VMMPoolTTL != 0 {
+		opts = append(opts, client.WithVMMPool(f.VMMPool, f.VMMPoolTTL))
 	}
-	if f.keepAlive != 0 {
-		opts = append(opts, client.WithKeepAlive(f.keepAlive))
+	if f.KeepAlive != 0 {
+		opts = append(opts, client.WithKeepAlive(f.KeepAlive))
 	}
-	env, err := cli.Assignments("env", f.env)
+	env, err := cli.Assignments("env", f.Env)
 	if err != nil {
 		return err
 	}
-	refs, err := cli.Assignments("secret", f.secrets)
+	refs, err := cli.Assignments("secret", f.Secrets)
 	if err != nil {
 		return err
 	}
 	opts = append(opts, client.WithEnv(env), client.WithSecrets(refs))
-	ropts, err := f.restore.Options()
+	ropts, err := f.Restore.Options()
 	if err != nil {
 		return err
 	}
 	opts = append(opts, ropts...)
 	var fn *client.Function
-	if f.serverDir {
-		abs, aerr := filepath.Abs(f.dir)
+	if f.ServerDir {
+		abs, aerr := filepath.Abs(f.Dir)
 		if aerr != nil {
 			return aerr
 		}
-		fn, err = a.C.CreateFunctionFromServerDir(a.Ctx, name, abs, f.memory, f.vcpus, opts...)
+		fn, err = a.C.CreateFunctionFromServerDir(a.Ctx, name, abs, f.Memory, f.VCPUs, opts...)
 	} else {
-		st, serr := os.Stat(f.dir)
+		st, serr := os.Stat(f.Dir)
 		if serr != nil {
 			return cli.Usagef("--dir: %v", serr)
 		}
 		if !st.IsDir() {
-			return cli.Usagef("--dir %s is not a directory", f.dir)
+			return cli.Usagef("--dir %s is not a directory", f.Dir)
 		}
-		fn, err = a.C.CreateFunctionFromDir(a.Ctx, name, f.dir, f.memory, f.vcpus, opts...)
+		fn, err = a.C.CreateFunctionFromDir(a.Ctx, name, f.Dir, f.Memory, f.VCPUs, opts...)
 	}
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli/clitest"
 )
@@ -39,11 +40,15 @@ func newDeleteDaemon(t *testing.T) *clitest.Daemon {
 	return clitest.NewDaemon(t, mux)
 }
 
+// newFunctionCmd is the function command as thaw has it, without the
+// deploy package's "function versions".
+func newFunctionCmd(a *cli.App) *cobra.Command { return NewCommand(a) }
+
 // --cascade asks first on a terminal, and without one needs --yes: a
 // usage error before any request otherwise.
 func TestFunctionDeleteCascadeConfirms(t *testing.T) {
 	f := newDeleteDaemon(t)
-	r := f.Run(t, "", NewCommand, "function", "delete", "hello", "--cascade")
+	r := f.Run(t, "", newFunctionCmd, "function", "delete", "hello", "--cascade")
 	clitest.WantCode(t, r, cli.ExitUsage)
 	clitest.WantContains(t, "stderr", r.Stderr, "--yes", "not a terminal")
 	if n := f.Count(); n != 0 {
@@ -52,14 +57,14 @@ func TestFunctionDeleteCascadeConfirms(t *testing.T) {
 
 	isTerminal = func(io.Reader) bool { return true }
 	t.Cleanup(func() { isTerminal = stdinTerminal })
-	r = f.Run(t, "n\n", NewCommand, "function", "delete", "hello", "--cascade")
+	r = f.Run(t, "n\n", newFunctionCmd, "function", "delete", "hello", "--cascade")
 	clitest.WantCode(t, r, cli.ExitError)
 	clitest.WantContains(t, "stderr", r.Stderr, "Function hello has", "1 VM: vm-busy (running)", "2 snapshots: snap-1 (pinned), snap-2",
 		"1 version: 1 and 1 alias", "Delete it with all of that? [y/N]", "function hello not deleted")
 	if f.Asked("DELETE /v1/functions/hello?cascade=true") {
 		t.Fatal("deleted although the answer was no")
 	}
-	r = f.Run(t, "yes\n", NewCommand, "function", "delete", "hello", "--cascade")
+	r = f.Run(t, "yes\n", newFunctionCmd, "function", "delete", "hello", "--cascade")
 	clitest.WantCode(t, r, 0)
 	clitest.WantContains(t, "stdout", r.Stdout, "deleted function hello", "VMs:", "2: vm-busy (running, killed during invocation inv-0123456789ab), vm-idle (kept idle)",
 		"Snapshots:", "2: snap-1 (pinned, with its memory store copy), snap-2 (version 1)", "Versions:", "1: 1", "Aliases:", "1: live", "2 copies removed")
@@ -69,14 +74,14 @@ func TestFunctionDeleteCascadeConfirms(t *testing.T) {
 
 	// --yes needs no terminal and asks nothing; --json prints the document.
 	isTerminal = func(io.Reader) bool { return false }
-	r = f.Run(t, "", NewCommand, "--json", "function", "delete", "hello", "--cascade", "--yes")
+	r = f.Run(t, "", newFunctionCmd, "--json", "function", "delete", "hello", "--cascade", "--yes")
 	clitest.WantCode(t, r, 0)
 	clitest.WantContains(t, "stdout", r.Stdout, `"function": "hello"`, `"kept": true`, `"code_dirs": 2`)
 	if strings.Contains(r.Stderr, "[y/N]") {
 		t.Error("--yes asked anyway")
 	}
 	// Without --cascade, nothing is asked and no cascade is sent.
-	r = f.Run(t, "", NewCommand, "function", "delete", "hello")
+	r = f.Run(t, "", newFunctionCmd, "function", "delete", "hello")
 	clitest.WantCode(t, r, 0)
 	if !f.Asked("DELETE /v1/functions/hello") {
 		t.Error("plain delete not sent")

@@ -177,3 +177,15 @@ func VMState(v *client.VM) string {
 	}
 	return v.State
 }
+
+// FmtRouting reads "version 3 (90%), version 4 (10%)".
+func FmtRouting(rs []client.Route) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("version %d", rs[0].Version)
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("version %d (%d%%)", r.Version, r.Weight)
+	}
+	return strings.Join(parts, ", ")
+}

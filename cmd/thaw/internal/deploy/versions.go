@@ -1,8 +1,7 @@
-package function
+package deploy
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -91,7 +90,7 @@ out to take what the other leaves. The alias is created if needed.`,
 				return err
 			}
 			return cli.PrintTable(a.App, as, []string{"ALIAS", "ROUTING", "UPDATED"}, func(al *client.Alias) []string {
-				return []string{al.Name, fmtRouting(al.Routing), output.FmtAge(al.UpdatedAt)}
+				return []string{al.Name, output.FmtRouting(al.Routing), output.FmtAge(al.UpdatedAt)}
 			})
 		},
 	}
@@ -137,7 +136,7 @@ func (a *app) printAlias(al *client.Alias, headline string) error {
 	return a.PrintObject(al, headline, al.Function+":"+al.Name, func(w io.Writer) {
 		output.Row(w, "Function:", al.Function)
 		output.Row(w, "Alias:", al.Name)
-		output.Row(w, "Routing:", fmtRouting(al.Routing))
+		output.Row(w, "Routing:", output.FmtRouting(al.Routing))
 		if len(al.History) > 0 {
 			h := make([]string, len(al.History))
 			for i, v := range al.History {
@@ -147,16 +146,4 @@ func (a *app) printAlias(al *client.Alias, headline string) error {
 		}
 		output.Row(w, "Updated:", output.FmtTime(al.UpdatedAt))
 	})
-}
-
-// fmtRouting reads "version 3 (90%), version 4 (10%)".
-func fmtRouting(rs []client.Route) string {
-	if len(rs) == 1 {
-		return fmt.Sprintf("version %d", rs[0].Version)
-	}
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = fmt.Sprintf("version %d (%d%%)", r.Version, r.Weight)
-	}
-	return strings.Join(parts, ", ")
 }

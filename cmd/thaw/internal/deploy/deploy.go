@@ -1,4 +1,4 @@
-package function
+package deploy
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 )
 
 func (a *app) newDeployCmd() *cobra.Command {
-	f := &createFlags{}
+	f := &cli.FunctionFlags{}
 	var (
 		ev                          cli.EventFlags
 		detach, noPromote, prepared bool
@@ -45,11 +45,11 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 				return err
 			}
 			req.NoPromote, req.Prepare = noPromote, prepared
-			if f.serverDir {
+			if f.ServerDir {
 				if detach {
 					return cli.Usagef("--detach uploads the code; with --server-dir run it without --detach")
 				}
-				abs, err := filepath.Abs(f.dir)
+				abs, err := filepath.Abs(f.Dir)
 				if err != nil {
 					return err
 				}
@@ -60,13 +60,13 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 				}
 				return a.PrintDeploy(d)
 			}
-			if st, err := os.Stat(f.dir); err != nil {
+			if st, err := os.Stat(f.Dir); err != nil {
 				return cli.Usagef("--dir: %v", err)
 			} else if !st.IsDir() {
-				return cli.Usagef("--dir %s is not a directory", f.dir)
+				return cli.Usagef("--dir %s is not a directory", f.Dir)
 			}
 			return a.RunOperation(detach, func() (*client.Operation, error) {
-				return a.C.StartDeployFromDir(a.Ctx, args[0], f.dir, req)
+				return a.C.StartDeployFromDir(a.Ctx, args[0], f.Dir, req)
 			})
 		},
 	}
@@ -77,20 +77,20 @@ A deploy runs as an operation in thawd and its steps are shown on stderr;
 
 // addDeployFlags adds deploy's settings flags (those of function create,
 // and what to do with the version).
-func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *bool, ev *cli.EventFlags) {
+func addDeployFlags(cmd *cobra.Command, f *cli.FunctionFlags, noPromote, prepared *bool, ev *cli.EventFlags) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.dir, "dir", "", "directory with the function's code (required)")
-	fl.IntVar(&f.memory, "memory", 0, "guest memory in MiB (default: the function's, or the daemon's)")
-	fl.IntVar(&f.vcpus, "vcpus", 0, "number of vCPUs (default: the function's, or the daemon's)")
-	fl.BoolVar(&f.serverDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
-	fl.StringArrayVar(&f.allow, "allow", nil, "a host:port service the guests may reach (repeatable)")
-	fl.StringVar(&f.egress, "egress", "", "what the guests may reach: none, services (the --allow list) or full")
-	fl.IntVar(&f.maxConc, "max-concurrency", 0, "live VMs of this function at most")
-	fl.IntVar(&f.keepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation (-1: never)")
-	fl.IntVar(&f.vmmPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (-1: none)")
-	fl.IntVar(&f.vmmPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore")
-	fl.StringArrayVar(&f.env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; default: the function's)")
-	fl.StringArrayVar(&f.secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; default: the function's)")
+	fl.StringVar(&f.Dir, "dir", "", "directory with the function's code (required)")
+	fl.IntVar(&f.Memory, "memory", 0, "guest memory in MiB (default: the function's, or the daemon's)")
+	fl.IntVar(&f.VCPUs, "vcpus", 0, "number of vCPUs (default: the function's, or the daemon's)")
+	fl.BoolVar(&f.ServerDir, "server-dir", false, "DIR is on the daemon's host: send its path instead of uploading it")
+	fl.StringArrayVar(&f.Allow, "allow", nil, "a host:port service the guests may reach (repeatable)")
+	fl.StringVar(&f.Egress, "egress", "", "what the guests may reach: none, services (the --allow list) or full")
+	fl.IntVar(&f.MaxConc, "max-concurrency", 0, "live VMs of this function at most")
+	fl.IntVar(&f.KeepAlive, "keep-alive", 0, "seconds a VM is kept idle after a cold invocation (-1: never)")
+	fl.IntVar(&f.VMMPool, "vmm-pool", 0, "VMMs started ahead of restores per snapshot and strategy, 1-16 (-1: none)")
+	fl.IntVar(&f.VMMPoolTTL, "vmm-pool-ttl", 0, "seconds a VMM started ahead waits for a restore")
+	fl.StringArrayVar(&f.Env, "env", nil, "an environment variable NAME=VALUE, set at boot (repeatable; default: the function's)")
+	fl.StringArrayVar(&f.Secrets, "secret", nil, "ENV=SECRET: the secret's value in environment variable ENV of restored VMs (repeatable; default: the function's)")
 	fl.BoolVar(noPromote, "no-promote", false, "publish the version without moving the live alias to it")
 	fl.BoolVar(prepared, "prepare", false, "also build the restore strategies' artifacts (as 'thaw prepare')")
 	ev.Add(cmd, "the record input of --prepare")
@@ -99,12 +99,12 @@ func addDeployFlags(cmd *cobra.Command, f *createFlags, noPromote, prepared *boo
 }
 
 // deployRequest checks deploy's flags and builds its request.
-func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *cli.EventFlags) (client.DeployRequest, error) {
+func (a *app) deployRequest(cmd *cobra.Command, f *cli.FunctionFlags, ev *cli.EventFlags) (client.DeployRequest, error) {
 	var req client.DeployRequest
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"--memory", f.memory}, {"--vcpus", f.vcpus}, {"--max-concurrency", f.maxConc}} {
+	}{{"--memory", f.Memory}, {"--vcpus", f.VCPUs}, {"--max-concurrency", f.MaxConc}} {
 		if n.v < 0 {
 			return req, cli.Usagef("%s must be positive, got %d", n.flag, n.v)
 		}
@@ -119,15 +119,15 @@ func (a *app) deployRequest(cmd *cobra.Command, f *createFlags, ev *cli.EventFla
 		}
 		req.RecordEvent = event
 	}
-	req.MemoryMiB, req.VCPUs, req.MaxConcurrency = f.memory, f.vcpus, f.maxConc
-	req.KeepAliveS, req.VMMPool, req.VMMPoolTTLS = f.keepAlive, f.vmmPool, f.vmmPoolTTL
-	if f.egress != "" || len(f.allow) > 0 {
-		req.Network = &client.Network{Egress: f.egress, Services: f.allow}
+	req.MemoryMiB, req.VCPUs, req.MaxConcurrency = f.Memory, f.VCPUs, f.MaxConc
+	req.KeepAliveS, req.VMMPool, req.VMMPoolTTLS = f.KeepAlive, f.VMMPool, f.VMMPoolTTL
+	if f.Egress != "" || len(f.Allow) > 0 {
+		req.Network = &client.Network{Egress: f.Egress, Services: f.Allow}
 	}
 	var err error
-	if req.Env, err = cli.Assignments("env", f.env); err != nil {
+	if req.Env, err = cli.Assignments("env", f.Env); err != nil {
 		return req, err
 	}
-	req.Secrets, err = cli.Assignments("secret", f.secrets)
+	req.Secrets, err = cli.Assignments("secret", f.Secrets)
 	return req, err
 }
