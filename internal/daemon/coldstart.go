@@ -245,7 +245,7 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	switch {
 	case c.sn.RemoteMemory:
 		c.t.Source = "registry"
-		c.sess, c.sn, pulled, err = s.BeginLazy(sctx, c.sn, o.begin, snap, env)
+		c.sess, c.sn, pulled, err = s.reg.BeginLazy(sctx, c.sn, o.begin, snap, env)
 		c.t.PullMS = ms(pulled)
 	default:
 		c.t.Source = "local"

@@ -439,23 +439,23 @@ type Service struct {
 	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
 	// function apart (regsync.go).
-	fnGates       map[string]*sync.RWMutex
-	wg            sync.WaitGroup
-	closed        bool
-	confine       confinement        // per-VM users and cgroups
-	net           *vmnet.Host        // builds each VM's network
-	lock          *os.File           // the data directory's lock, held while the daemon lives
-	creating      map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting      map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops           *operations        // asynchronous operations (?wait=false)
-	faults        *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
-	vers          *versionState      // deploys under way and alias routing (versions.go)
-	secrets       *secrets.Store     // the secret store (secrets.go)
-	secretRefs    sync.Mutex         // held while a secret is deleted or a function comes to reference one
-	deps          *deps.Manager      // functions' dependency layers (deps.go)
-	depsGC        chan struct{}      // asks collectDepsLoop for a run
-	adaptive      *adaptive          // the adaptive restore (adaptive.go)
-	*regsync.Sync                    // the snapshot registry: push, pull, lazy snapshots (regsync.go)
+	fnGates    map[string]*sync.RWMutex
+	wg         sync.WaitGroup
+	closed     bool
+	confine    confinement        // per-VM users and cgroups
+	net        *vmnet.Host        // builds each VM's network
+	lock       *os.File           // the data directory's lock, held while the daemon lives
+	creating   map[string]int     // functions being created (-1) or deployed (how many deploys)
+	deleting   map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	ops        *operations        // asynchronous operations (?wait=false)
+	faults     *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
+	vers       *versionState      // deploys under way and alias routing (versions.go)
+	secrets    *secrets.Store     // the secret store (secrets.go)
+	secretRefs sync.Mutex         // held while a secret is deleted or a function comes to reference one
+	deps       *deps.Manager      // functions' dependency layers (deps.go)
+	depsGC     chan struct{}      // asks collectDepsLoop for a run
+	adaptive   *adaptive          // the adaptive restore (adaptive.go)
+	reg        *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
 }
 
 // Directory layout under DataDir.
@@ -604,13 +604,13 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
-	if s.Registry() != nil && s.cfg.RegistryGCInterval > 0 {
+	if s.reg.Registry() != nil && s.cfg.RegistryGCInterval > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryGCInterval, s.CollectScheduled)
+		go s.every(s.cfg.RegistryGCInterval, s.reg.CollectScheduled)
 	}
-	if s.Registry() != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
+	if s.reg.Registry() != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryRefresh, s.RefreshScheduled)
+		go s.every(s.cfg.RegistryRefresh, s.reg.RefreshScheduled)
 	}
 	s.wg.Add(1)
 	go s.collectDepsLoop()

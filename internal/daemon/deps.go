@@ -350,7 +350,7 @@ func (s *Service) pullLayer(ctx context.Context, rm *registry.RemoteManifest) er
 	}
 	defer os.RemoveAll(tmp)
 	img := filepath.Join(tmp, deps.ImageFile)
-	if err := s.ChunkCache().PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
+	if err := s.reg.ChunkCache().PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
 		return registryErr(err)
 	}
 	if _, err := s.deps.Layers.Adopt(img, deps.Layer{Digest: want.Digest, Format: deps.Format(want.Format), Lines: want.Lines,

@@ -466,7 +466,7 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 			if req.Strategy == "" {
 				strategy = remote
 			}
-			if snapID, err = s.ImportOnInvoke(ctx, req.Function, target.Version, strategy.Kind, notHere); err != nil {
+			if snapID, err = s.reg.ImportOnInvoke(ctx, req.Function, target.Version, strategy.Kind, notHere); err != nil {
 				return fail(err)
 			}
 			imported = time.Since(t)
@@ -510,8 +510,8 @@ func (s *Service) Info() Info {
 	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, Image: guestImage(s.image),
 		VMM:     wire.VMMInfo{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Machine: s.cfg.VMM.MachineABI()},
 		DataDir: s.cfg.DataDir, Strategies: strategies, StrategyDetails: described, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
-	i.Registry = s.RegistryInfo()
-	i.RegistryKey = s.KeyInfo()
+	i.Registry = s.reg.RegistryInfo()
+	i.RegistryKey = s.reg.KeyInfo()
 	i.Limits = s.limits()
 	return i
 }

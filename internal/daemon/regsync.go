@@ -12,6 +12,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/registry"
+	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
@@ -33,7 +34,7 @@ const (
 func (s *Service) openRegistry() error {
 	c := s.cfg
 	var err error
-	s.Sync, err = regsync.New(regsync.Config{DataDir: c.DataDir, Registry: c.Registry, ChunkCacheBudget: c.ChunkCacheBudget,
+	s.reg, err = regsync.New(regsync.Config{DataDir: c.DataDir, Registry: c.Registry, ChunkCacheBudget: c.ChunkCacheBudget,
 		TrustedKeys: c.RegistryTrustedKeys, PushOnPrepare: c.RegistryPushOnPrepare, NoImport: c.NoRegistryImport,
 		LazyReadahead: c.LazyReadahead, GCGrace: c.RegistryGCGrace},
 		regsync.Deps{Log: s.log, Catalog: s.db, Snapshots: syncSnapshots{s}, Functions: syncFunctions{s}, Layers: syncLayers{s},
@@ -51,7 +52,7 @@ func checkTrustedKeys(c *Config) error {
 
 // StartPush pushes a snapshot as an operation (PushSnapshot).
 func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) {
-	if err := s.NeedRegistry(); err != nil {
+	if err := s.reg.NeedRegistry(); err != nil {
 		return nil, err
 	}
 	if _, err := s.GetSnapshot(ctx, id); err != nil {
@@ -68,7 +69,7 @@ func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) 
 
 // StartPull pulls a snapshot as an operation (PullSnapshot).
 func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operation, error) {
-	if err := s.CheckPull(req); err != nil {
+	if err := s.reg.CheckPull(req); err != nil {
 		return nil, err
 	}
 	target := req.Snapshot
@@ -86,13 +87,13 @@ func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operati
 
 // StartGC runs CollectRegistry as an operation.
 func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, error) {
-	if err := s.NeedRegistry(); err != nil {
+	if err := s.reg.NeedRegistry(); err != nil {
 		return nil, err
 	}
 	if _, err := regsync.CheckGC(req); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpGC, s.Registry().Config().Location(), func(ctx context.Context) (*wire.OperationResult, error) {
+	return s.startOperation(ctx, wire.OpGC, s.reg.Registry().Config().Location(), func(ctx context.Context) (*wire.OperationResult, error) {
 		res, err := s.CollectRegistry(ctx, req)
 		if err != nil {
 			return nil, err
@@ -104,7 +105,7 @@ func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, 
 // autoPush pushes a prepared function's warm snapshot when the daemon is
 // configured to; a failure is logged and leaves the prepare's result.
 func (s *Service) autoPush(ctx context.Context, id string) {
-	if s.Registry() == nil || !s.cfg.RegistryPushOnPrepare {
+	if s.reg.Registry() == nil || !s.cfg.RegistryPushOnPrepare {
 		return
 	}
 	if _, err := s.PushSnapshot(subProgress(ctx, "push: "), id); err != nil {
@@ -253,3 +254,45 @@ func (x syncVMs) ReleaseOutdated(function string) {
 func (x syncVMs) Running(ctx context.Context, function string) (*catalog.VM, error) {
 	return x.s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == function })
 }
+
+// The registry's API on the service (regsync's; forwarded rather than
+// embedded, so a method value taken of a nil *Service, as the API's route
+// table does, stays valid).
+
+// PushSnapshot uploads a snapshot to the registry (regsync.Sync.PushSnapshot).
+func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, error) {
+	return s.reg.PushSnapshot(ctx, id)
+}
+
+// PullSnapshot fetches a snapshot from the registry (regsync.Sync.PullSnapshot).
+func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
+	return s.reg.PullSnapshot(ctx, req)
+}
+
+// ListRegistrySnapshots lists the snapshots in the registry, newest first.
+func (s *Service) ListRegistrySnapshots(ctx context.Context) ([]wire.RegistrySnapshot, error) {
+	return s.reg.ListRegistrySnapshots(ctx)
+}
+
+// DeleteRegistrySnapshot removes a snapshot from the registry.
+func (s *Service) DeleteRegistrySnapshot(ctx context.Context, id string) error {
+	return s.reg.DeleteRegistrySnapshot(ctx, id)
+}
+
+// CollectRegistry deletes the registry's unreferenced objects older than
+// the grace (regsync.Sync.CollectRegistry).
+func (s *Service) CollectRegistry(ctx context.Context, req wire.GCRequest) (*wire.GCResult, error) {
+	return s.reg.CollectRegistry(ctx, req)
+}
+
+// RefreshFunctions replaces the functions here published again elsewhere
+// (regsync.Sync.RefreshFunctions).
+func (s *Service) RefreshFunctions(ctx context.Context) ([]string, error) {
+	return s.reg.RefreshFunctions(ctx)
+}
+
+// RegistryKey is the node's public signing key.
+func (s *Service) RegistryKey() signing.PublicKey { return s.reg.RegistryKey() }
+
+// ChunkCache is the node's chunk cache (nil without a registry).
+func (s *Service) ChunkCache() *registry.Cache { return s.reg.ChunkCache() }
