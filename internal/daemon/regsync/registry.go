@@ -35,13 +35,6 @@ func Err(err error) error {
 	return err
 }
 
-func (s *Sync) needRegistry() error {
-	if s.registry == nil {
-		return fmt.Errorf("%w: no snapshot registry is configured (thawd --registry-config)", errdefs.ErrConflict)
-	}
-	return nil
-}
-
 // PushSnapshot uploads a snapshot to the registry (chunks the store lacks,
 // then its manifest), and its function's record and code.
 func (s *Sync) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, error) {
@@ -297,7 +290,7 @@ func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, loc
 		}
 		return nil, err
 	}
-	skip := []string{registry.LayerPath} // in the layer store (pullLayer)
+	skip := []string{registry.LayerPath} // in the layer store (Layers.Pull)
 	if lazy {
 		skip = append(skip, remoteFiles(rm)...)
 	}

@@ -12,7 +12,7 @@ import (
 // The node's registry signing key and the keys whose records it accepts
 // (docs/security.md, "The snapshot registry"): what it pushes is signed
 // with its key; what it reads from the registry is used only when its
-// own key or a key of Config.RegistryTrustedKeys signed it.
+// own key or a key of Config.TrustedKeys signed it.
 
 // openSigningKey loads the node's signing key from the data directory,
 // creating it at first start.
