@@ -36,7 +36,7 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	t.Cleanup(func() { db.Close() })
 	cfg.Deps.setDefaults()
 	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}}
-	s.versions = s.newVersions()
+	s.versions = s.newVersions(nil)
 	if err := s.openDeps(); err != nil {
 		t.Fatal(err)
 	}

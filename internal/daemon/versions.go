@@ -8,6 +8,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/versions"
 )
 
@@ -33,9 +34,9 @@ type Target = dversions.Target
 // code and settings.
 type buildInputs = dversions.BuildInputs
 
-// newVersions makes the versions component (in open, once the catalog and
-// the registry are open).
-func (s *Service) newVersions() *dversions.Manager {
+// newVersions makes the versions component (in open, once the catalog is
+// open); reg is the snapshot registry, nil if none is configured.
+func (s *Service) newVersions(reg *registry.Store) *dversions.Manager {
 	deps := dversions.Deps{Catalog: s.db, Log: s.log, Metrics: s.metrics,
 		ValidName: ValidName, GetFunction: s.GetFunction, PublishVersion: s.publishVersion,
 		Boot: s.bootFunction, CreateSnapshot: s.CreateSnapshot, DeleteVM: s.DeleteVM, DeleteSnapshot: s.DeleteSnapshot,
@@ -50,8 +51,8 @@ func (s *Service) newVersions() *dversions.Manager {
 			return ctx, func(err error) { endSpan(sp, err) }
 		},
 	}
-	if s.registry != nil {
-		deps.Registry = s.registry
+	if reg != nil {
+		deps.Registry = reg
 	}
 	return dversions.New(dversions.Config{Keep: s.cfg.VersionKeep}, deps)
 }
