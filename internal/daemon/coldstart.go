@@ -355,7 +355,7 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) 
 	var env []agent.EnvVar
 	if withSecrets {
 		var err error
-		if env, lv.secretDigests, err = s.secretEnv(lv.fn); err != nil {
+		if env, lv.secretDigests, err = s.functions.SecretEnv(lv.fn); err != nil {
 			return nil, err
 		}
 	}

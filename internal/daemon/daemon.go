@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
-	"github.com/thaw-dev/thaw/internal/deps"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
@@ -29,7 +29,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
-	"github.com/thaw-dev/thaw/internal/secrets"
 	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
@@ -269,7 +268,7 @@ func (c *Config) setDefaults() {
 	case "none":
 		c.CgroupRoot = ""
 	}
-	c.Deps.setDefaults()
+	c.Deps.SetDefaults()
 	c.Ready.setDefaults()
 }
 
@@ -339,7 +338,7 @@ func (c *Config) Validate() error {
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
-	errs = append(errs, c.Deps.validate()...)
+	errs = append(errs, c.Deps.Validate()...)
 	errs = append(errs, c.Ready.validate()...)
 	return errors.Join(errs...)
 }
@@ -457,10 +456,7 @@ type Service struct {
 	chunks               *registry.Cache    // its local chunk cache
 	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
 	vers                 *versionState      // deploys under way and alias routing (versions.go)
-	secrets              *secrets.Store     // the secret store (secrets.go)
-	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
-	deps                 *deps.Manager      // functions' dependency layers (deps.go)
-	depsGC               chan struct{}      // asks collectDepsLoop for a run
+	functions            *functions.Manager // functions, their code, dependency layers and secrets
 	adaptive             *adaptive          // the adaptive restore (adaptive.go)
 }
 
@@ -541,9 +537,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 	}
-	if s.secrets, err = secrets.Open(cfg.DataDir); err != nil {
-		return nil, err
-	}
 	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
 	if err != nil {
 		return nil, err
@@ -556,7 +549,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
-	if err := s.openDeps(); err != nil {
+	if err := s.openFunctions(); err != nil {
 		_ = s.db.Close()
 		return nil, err
 	}
@@ -623,9 +616,9 @@ func (s *Service) Start(ctx context.Context) error {
 		go s.every(s.cfg.RegistryRefresh, s.refreshScheduled)
 	}
 	s.wg.Add(1)
-	go s.collectDepsLoop()
+	go func() { defer s.wg.Done(); s.functions.CollectDepsLoop(s.stop) }()
 	s.startReady()
-	s.kickDepsGC()
+	s.functions.KickDepsGC()
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "vmm", s.cfg.VMM.Name(), "vmm_version", s.vmmVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil

@@ -57,7 +57,7 @@ func TestFunctionDependencies(t *testing.T) {
 		t.Fatalf("deps %+v", d)
 	}
 	spec := b.Spec(0)
-	if len(spec.Disks) != 3 || spec.Disks[2].Path != filepath.Join(s.depsDir(), "layers", d.Layer, deps.ImageFile) ||
+	if len(spec.Disks) != 3 || spec.Disks[2].Path != filepath.Join(s.functions.DepsDir(), "layers", d.Layer, deps.ImageFile) ||
 		!spec.Disks[2].ReadOnly || !strings.Contains(spec.Cmdline, " thaw.deps=erofs") {
 		t.Fatalf("boot spec disks %+v cmdline %q", spec.Disks, spec.Cmdline)
 	}
@@ -72,7 +72,7 @@ func TestFunctionDependencies(t *testing.T) {
 		t.Fatalf("API body deps %+v", body.Deps)
 	}
 
-	layer := filepath.Join(s.depsDir(), "layers", d.Layer, deps.ImageFile)
+	layer := filepath.Join(s.functions.DepsDir(), "layers", d.Layer, deps.ImageFile)
 	before, err := os.Stat(layer)
 	if err != nil {
 		t.Fatal(err)
@@ -181,13 +181,13 @@ func assertNothingLeft(t *testing.T, s *Service) {
 	if fns, _ := s.ListFunctions(context.Background()); len(fns) != 0 {
 		t.Errorf("function rows left: %d", len(fns))
 	}
-	for _, dir := range []string{s.functionsDir(), filepath.Join(s.depsDir(), "layers"), filepath.Join(s.depsDir(), "tmp")} {
+	for _, dir := range []string{s.functionsDir(), filepath.Join(s.functions.DepsDir(), "layers"), filepath.Join(s.functions.DepsDir(), "tmp")} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			t.Errorf("left in %s: %s", dir, e.Name())
 		}
 	}
-	if _, err := os.Stat(filepath.Join(s.depsDir(), "escape.py")); err == nil {
+	if _, err := os.Stat(filepath.Join(s.functions.DepsDir(), "escape.py")); err == nil {
 		t.Error("a wheel entry escaped its layer")
 	}
 }
@@ -235,8 +235,8 @@ func TestDependencyLayerCollection(t *testing.T) {
 	if err := s.DeleteFunction(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
-	s.collectDeps(ctx)
-	if _, err := s.deps.Layers.Get(layer); err != nil {
+	s.functions.CollectDeps(ctx)
+	if _, err := s.functions.Deps().Layers.Get(layer); err != nil {
 		t.Fatalf("the layer another function uses was collected: %v", err)
 	}
 	if err := s.DeleteFunction(ctx, "two"); err != nil {
@@ -244,7 +244,7 @@ func TestDependencyLayerCollection(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := s.deps.Layers.Get(layer); errors.Is(err, deps.ErrLayerMissing) {
+		if _, err := s.functions.Deps().Layers.Get(layer); errors.Is(err, deps.ErrLayerMissing) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -252,7 +252,7 @@ func TestDependencyLayerCollection(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(s.depsDir(), "wheels")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(s.functions.DepsDir(), "wheels")); len(ents) != 0 {
 		t.Errorf("wheels left beyond the budget: %d", len(ents))
 	}
 }
@@ -294,7 +294,7 @@ func TestPushPullDependencyLayer(t *testing.T) {
 			strings.Join(fnB.Deps.Resolved, "\n") != strings.Join(fnA.Deps.Resolved, "\n") {
 			t.Fatalf("pulled function deps %+v (%v)", fnB.Deps, err)
 		}
-		l, err := b.deps.Layers.Get(fnB.Deps.Layer)
+		l, err := b.functions.Deps().Layers.Get(fnB.Deps.Layer)
 		if err != nil || l.SHA256 != fnA.Deps.LayerSHA256 {
 			t.Fatalf("pulled layer %+v %v", l, err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/codearchive"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -90,12 +91,12 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 		return nil, err
 	}
 	phase(ctx, "secret scan")
-	if err := s.scanForSecrets(ctx, v.sn.Dir, "snapshot "+id); err != nil {
+	if err := s.functions.ScanForSecrets(ctx, v.sn.Dir, "snapshot "+id); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	info := registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared}
-	if info.Layer, info.LayerFile, err = s.pushedLayer(v.fn); err != nil {
+	if info.Layer, info.LayerFile, err = s.functions.PushedLayer(v.fn); err != nil {
 		return nil, err
 	}
 	rm, st, err := s.registry.Push(ctx, v.sn.Dir, info,
@@ -148,7 +149,7 @@ func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *re
 func functionRecord(fn *catalog.Function) registry.FunctionRecord {
 	return registry.FunctionRecord{Name: fn.Name, Digest: fn.Digest, MemoryMiB: fn.MemoryMiB,
 		VCPUs: fn.VCPUs, Egress: fn.Network.Egress, Services: fn.Network.Services, MaxConcurrency: fn.MaxConcurrency,
-		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets, Deps: recordDeps(fn.Deps)}
+		KeepAliveS: fn.KeepAliveS, VMMPool: fn.VMMPool, VMMPoolTTLS: fn.VMMPoolTTLS, Env: fn.Env, Secrets: fn.Secrets, Deps: functions.RecordDeps(fn.Deps)}
 }
 
 // PullSnapshot fetches a snapshot from the registry (req.Snapshot, or the
@@ -192,7 +193,7 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		return nil, registryErr(err)
 	}
 	// No collection of the dependency cache until the snapshot is recorded.
-	endDeps := s.deps.Begin()
+	endDeps := s.functions.Deps().Begin()
 	defer endDeps()
 	res := &wire.PullResult{}
 	fn, cfg, undo, err := s.pullTarget(ctx, rm, local, code, as, res, steps)
@@ -204,7 +205,7 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		undo()
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
 	}
-	if err := s.pullLayer(ctx, rm); err != nil {
+	if err := s.functions.PullLayer(ctx, rm); err != nil {
 		undo()
 		return nil, err
 	}
@@ -356,7 +357,7 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 			stamp, _ = json.Marshal(st)
 		}
 		if err == nil {
-			err = s.scanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
+			err = s.functions.ScanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
 		}
 	}
 	steps.mark("verify")
@@ -446,7 +447,7 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
 		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)})
+		Env: rec.Env, Secrets: rec.Secrets, Deps: functions.CatalogDeps(rec.Deps)})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/codearchive"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -93,17 +94,17 @@ func (s *Service) versionConfig(ctx context.Context, as *versionImport, fn *cata
 	spec := FunctionSpec{Name: fn.Name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
 		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)}
-	netw, err := s.checkFunctionSpec(&spec)
+		Env: rec.Env, Secrets: rec.Secrets, Deps: functions.CatalogDeps(rec.Deps)}
+	netw, err := s.functions.CheckSpec(&spec)
 	if err != nil {
 		return nil, err
 	}
-	staging, err := s.stageCode(ctx, spec)
+	staging, err := s.functions.StageCode(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(staging)
-	cfg, err := s.buildFunction(ctx, spec, netw, staging)
+	cfg, err := s.functions.BuildFunction(ctx, spec, netw, staging)
 	if err != nil {
 		return nil, err
 	}
