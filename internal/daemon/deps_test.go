@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,96 +98,6 @@ func TestFunctionDependencies(t *testing.T) {
 	}
 	if _, err := s.CheckSnapshot(ctx, sn.ID); !errors.Is(err, ErrSnapshotUnusable) || !strings.Contains(err.Error(), "dependency layer missing") {
 		t.Fatalf("restore check without the layer: %v", err)
-	}
-}
-
-// Requirements that cannot be satisfied fail the create with a clear
-// error and leave nothing: no function, no code directory, no layer, no
-// temporary files.
-func TestFunctionDependenciesRefused(t *testing.T) {
-	dir := t.TempDir()
-	pypitest.Copy(t, dir, "pyaes-1.6.1", "texttable-1.7.2")
-	pypitest.Wheel{Name: "wrongpy", Version: "1.0", Tag: "cp312-cp312-manylinux_2_17_x86_64"}.Write(t, dir)
-	pypitest.Wheel{Name: "conflicta", Version: "1.0", Requires: []string{"conflictb==2.0"}}.Write(t, dir)
-	pypitest.Wheel{Name: "conflictb", Version: "1.0"}.Write(t, dir)
-	pypitest.Wheel{Name: "conflictb", Version: "2.0"}.Write(t, dir)
-	for name, files := range map[string]map[string]string{
-		"dotdot":   {"../escape.py": "x"},
-		"absolute": {"/etc/evil.py": "x"},
-		"huge":     {"huge/big.bin": "x"},
-	} {
-		w := pypitest.Wheel{Name: name, Version: "1.0", Files: files}
-		if name == "huge" {
-			w.DeclaredSize = map[string]uint64{"huge/big.bin": deps.MaxEntryBytes + 1}
-		}
-		w.Write(t, dir)
-	}
-	pypitest.Wheel{Name: "linkout", Version: "1.0", Symlinks: map[string]string{"linkout/passwd": "/etc/passwd"}}.Write(t, dir)
-	pypitest.Wheel{Name: "badrecord", Version: "1.0", EditRecord: func(lines []string) []string {
-		for i, l := range lines {
-			if strings.HasPrefix(l, "badrecord/__init__.py,") {
-				lines[i] = "badrecord/__init__.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,16"
-			}
-		}
-		return lines
-	}}.Write(t, dir)
-	ix := pypitest.Start(t, dir)
-	s, _ := fakeService(t, withIndex(ix.URL))
-	silent := tcptest.Serve(t, func(c net.Conn, _ int) { defer c.Close(); time.Sleep(30 * time.Second) })
-	down, _ := fakeService(t, withIndex("http://"+silent.String()+"/simple/"))
-	for _, tc := range []struct {
-		svc          *Service
-		requirements string
-		kind         error
-		parts        []string
-	}{
-		{s, "nosuchpkg\n", deps.ErrUnknownPackage, []string{"nosuchpkg"}},
-		{s, "conflicta==1.0\nconflictb==1.0\n", deps.ErrConflict, []string{"conflicta 1.0 depends on conflictb==2.0"}},
-		{s, "pyaes==1.6.1\n", deps.ErrSdistOnly, []string{"pyaes 1.6.1", "pyaes-1.6.1.tar.gz"}},
-		{s, "wrongpy==1.0\n", deps.ErrNoWheel, []string{"wrongpy 1.0", "cp312"}},
-		{s, "dotdot\n", deps.ErrBadWheel, []string{"dotdot-1.0-py3-none-any.whl", "../escape.py"}},
-		{s, "absolute\n", deps.ErrBadWheel, []string{"absolute-1.0-py3-none-any.whl", "/etc/evil.py"}},
-		{s, "linkout\n", deps.ErrBadWheel, []string{"linkout/passwd", "symbolic link"}},
-		{s, "huge\n", deps.ErrBadWheel, []string{"huge/big.bin", "more than 256 MiB"}},
-		{s, "badrecord\n", deps.ErrBadWheel, []string{`"badrecord/__init__.py"`, "does not match its sha256 in RECORD"}},
-		{s, "-i http://evil/simple\n", deps.ErrInvalid, []string{"option -i is not allowed"}},
-		{down, "texttable\n", deps.ErrIndexUnavailable, []string{"did not answer"}},
-	} {
-		_, err := tc.svc.CreateFunction(context.Background(), depsSpec(t, "refused", tc.requirements))
-		if !errors.Is(err, tc.kind) {
-			t.Errorf("%q: %v, want %v", tc.requirements, err, tc.kind)
-			continue
-		}
-		wantClass := ErrInvalid
-		if tc.kind == deps.ErrIndexUnavailable {
-			wantClass = ErrIndexUnavailable
-		}
-		if !errors.Is(err, wantClass) {
-			t.Errorf("%q: %v is not %v", tc.requirements, err, wantClass)
-		}
-		for _, p := range tc.parts {
-			if !strings.Contains(err.Error(), p) {
-				t.Errorf("%q: error %q does not mention %q", tc.requirements, err, p)
-			}
-		}
-		assertNothingLeft(t, tc.svc)
-	}
-}
-
-// assertNothingLeft: no function, code directory, layer or temporary file.
-func assertNothingLeft(t *testing.T, s *Service) {
-	t.Helper()
-	if fns, _ := s.ListFunctions(context.Background()); len(fns) != 0 {
-		t.Errorf("function rows left: %d", len(fns))
-	}
-	for _, dir := range []string{s.functionsDir(), filepath.Join(s.functions.DepsDir(), "layers"), filepath.Join(s.functions.DepsDir(), "tmp")} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			t.Errorf("left in %s: %s", dir, e.Name())
-		}
-	}
-	if _, err := os.Stat(filepath.Join(s.functions.DepsDir(), "escape.py")); err == nil {
-		t.Error("a wheel entry escaped its layer")
 	}
 }
 
