@@ -4,9 +4,22 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/catalog"
 )
 
 // Helpers the daemon's tests share to give functions their code (the
@@ -77,5 +90,174 @@ func writeFile(t *testing.T, path, body string) {
 	}
 	if err := os.WriteFile(path, []byte(body), mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fnService is a service with a catalog and a functions directory: enough
+// to create functions (mkfs.ext4 runs for real).
+func fnService(t *testing.T, edit func(*Config)) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, DefaultMemoryMiB: 256, DefaultVCPUs: 1}
+	if edit != nil {
+		edit(&cfg)
+	}
+	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg.Deps.SetDefaults()
+	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}, vers: newVersionState()}
+	if err := s.openFunctions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.functionsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.snapshotsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// The attack found on the old code: concurrent creates of one name left the
+// catalog pointing at a directory another create had removed.
+func TestConcurrentCreatesOfOneName(t *testing.T) {
+	s := fnService(t, nil)
+	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 1\n"})
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.CreateFunction(context.Background(), FunctionSpec{Name: "same", Archive: bytes.NewReader(archive)})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrExists):
+			t.Errorf("create: %v, want success or ErrExists", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d creates succeeded, want 1: %v", ok, errs)
+	}
+	f, err := s.db.GetFunction(context.Background(), "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f.Disk, filepath.Join(f.CodeDir, "same", "handler.py")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the recorded function lost %s: %v", p, err)
+		}
+	}
+	if left := entries(t, s.functionsDir()); len(left) != 1 {
+		t.Errorf("functions dir holds %v, want the one function", left)
+	}
+}
+
+// Start-up removes what a crash left: half-built functions and snapshots,
+// and directories the catalog does not know; recorded ones stay.
+func TestRemoveLeftovers(t *testing.T) {
+	s := fnService(t, nil)
+	ctx := context.Background()
+	f, err := s.CreateFunction(ctx, FunctionSpec{Name: "kept", Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "x"}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(s.snapshotsDir(), "snap-000000000001")
+	if err := os.MkdirAll(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.PutSnapshot(ctx, &catalog.Snapshot{ID: "snap-000000000001", Function: "kept", Dir: snap}); err != nil {
+		t.Fatal(err)
+	}
+	junk := []string{filepath.Join(s.functionsDir(), ".tmp-kept-123"), filepath.Join(s.functionsDir(), "gone-0123456789ab"),
+		filepath.Join(s.snapshotsDir(), ".tmp-snap-000000000002"), filepath.Join(s.snapshotsDir(), "snap-000000000003")}
+	for _, j := range junk {
+		if err := os.MkdirAll(j, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(j, "memory"), "x")
+	}
+	if err := s.removeLeftovers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range junk {
+		if _, err := os.Stat(j); !os.IsNotExist(err) {
+			t.Errorf("%s survived: %v", j, err)
+		}
+	}
+	for _, k := range []string{f.Disk, snap} {
+		if _, err := os.Stat(k); err != nil {
+			t.Errorf("recorded %s removed: %v", k, err)
+		}
+	}
+}
+
+// A second daemon on a data directory is refused and names the holder.
+func TestDataDirLock(t *testing.T) {
+	dir := t.TempDir()
+	first, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockDataDir(dir)
+	if !errors.Is(err, errDataDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second lock = %v", err)
+	}
+	first.Close()
+	again, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.Close()
+}
+
+func TestHistoryKeepsABoundedCopy(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("é", 100000) + `"`)
+	inv := &Invocation{ID: "inv-1", OK: true, Result: big, Error: &agent.Error{Type: "E", Message: strings.Repeat("m", 20000), Traceback: "tb"}}
+	h := forHistory(inv, 1000)
+	if string(inv.Result) != string(big) || len(inv.Error.Message) != 20000 {
+		t.Fatalf("the caller's copy was changed")
+	}
+	if h.Result != nil || !h.ResultTruncated || h.ResultBytes != len(big) || len(h.ResultPrefix) > 1000 || !utf8.ValidString(h.ResultPrefix) {
+		t.Fatalf("history copy: truncated=%v bytes=%d prefix %d bytes", h.ResultTruncated, h.ResultBytes, len(h.ResultPrefix))
+	}
+	if len(h.Error.Message) != maxStoredText || !h.ErrorTruncated || h.Error.Traceback != "tb" {
+		t.Fatalf("error not cut: %d", len(h.Error.Message))
+	}
+	small := &Invocation{Result: json.RawMessage(`{"a":1}`)}
+	if h := forHistory(small, 1000); string(h.Result) != `{"a":1}` || h.ResultTruncated {
+		t.Fatalf("small result changed: %+v", h)
+	}
+}
+
+func TestDefaultMaxVMs(t *testing.T) {
+	if n := defaultMaxVMs(640); n < 1 {
+		t.Fatalf("defaultMaxVMs = %d", n)
+	}
+	if a, b := defaultMaxVMs(256), defaultMaxVMs(1<<20); a < b || b != 1 {
+		t.Fatalf("more memory per VM gave more VMs: %d, %d", a, b)
 	}
 }

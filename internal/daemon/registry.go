@@ -330,7 +330,7 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 		}
 		return nil, err
 	}
-	skip := []string{registry.LayerPath} // in the layer store (pullLayer)
+	skip := []string{registry.LayerPath} // in the layer store (functions.Manager.PullLayer)
 	if lazy {
 		skip = append(skip, remoteFiles(rm)...)
 	}

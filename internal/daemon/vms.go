@@ -46,7 +46,7 @@ type liveVM struct {
 	net              *vmnet.Net             // the VM's network namespace and service proxies
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
 	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
-	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (secrets.go)
+	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (functions.Manager.SecretEnv)
 
 	deleting atomic.Bool                       // a delete waits for the VM: nothing new starts on it (delete_vm.go)
 	killedBy atomic.Pointer[string]            // why a delete killed the VMM while the VM was in use
