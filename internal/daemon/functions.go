@@ -64,7 +64,7 @@ func (s *Service) functionsDeps() functions.Deps {
 	return functions.Deps{Catalog: s.db, Log: s.log, ValidName: ValidName, CheckRestoreSettings: CheckRestoreSettings,
 		Reserve: s.reserveName,
 		Created: func(ctx context.Context, f *catalog.Function, strategy, refresh string) error {
-			return s.adaptive.created(ctx, f, strategy, refresh)
+			return s.adaptive.Created(ctx, f, strategy, refresh)
 		},
 		CheckNetwork: func(p vmnet.Policy) error {
 			if s.net == nil { // before Start
