@@ -81,7 +81,7 @@ func (s *Service) functionsDeps() functions.Deps {
 			s.evictKeptWhere(func(k *kept) bool { return fnconfig.Uses(k.lv.fn.Secrets, name) }, whySecretChanged)
 		},
 		PullFile: func(ctx context.Context, rm *registry.RemoteManifest, path, dst string) error {
-			return registryErr(s.chunks.PullFile(ctx, rm, path, dst, nil))
+			return registryErr(s.reg.ChunkCache().PullFile(ctx, rm, path, dst, nil))
 		},
 	}
 }

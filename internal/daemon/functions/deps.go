@@ -360,17 +360,7 @@ func (m *Manager) PullLayer(ctx context.Context, rm *registry.RemoteManifest) er
 	return nil
 }
 
-// RecordDeps and CatalogDeps convert a function's deps for its registry
-// record and back.
-func RecordDeps(d *catalog.Deps) *registry.FunctionDeps {
-	if d == nil {
-		return nil
-	}
-	return &registry.FunctionDeps{Requested: d.Requested, Layer: registry.Layer{Digest: d.Layer, Format: d.Format,
-		Lines: d.Resolved, SHA256: d.LayerSHA256, Bytes: d.LayerBytes}}
-}
-
-// CatalogDeps: see RecordDeps.
+// CatalogDeps is a function's deps from its registry record.
 func CatalogDeps(d *registry.FunctionDeps) *catalog.Deps {
 	if d == nil {
 		return nil

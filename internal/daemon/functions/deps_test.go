@@ -237,7 +237,7 @@ func TestPullLayer(t *testing.T) {
 	if err := b.PullLayer(ctx, rm); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := b.LayerOf(&catalog.Function{Name: "tables", Deps: CatalogDeps(RecordDeps(fn.Deps))}); err != nil || l.SHA256 != pushed.SHA256 {
+	if l, err := b.LayerOf(&catalog.Function{Name: "tables", Deps: fn.Deps}); err != nil || l.SHA256 != pushed.SHA256 {
 		t.Fatalf("pulled layer %+v %v", l, err)
 	}
 	if err := os.Remove(remote); err != nil {
