@@ -79,7 +79,7 @@ type stagedCode struct {
 // code (reading an upload while its request lasts).
 func (s *Service) stageDeploy(ctx context.Context, spec FunctionSpec, prev *catalog.Function) (*stagedCode, error) {
 	inheritSettings(&spec, prev)
-	if _, err := s.checkFunctionSpec(&spec); err != nil {
+	if _, err := s.functions.CheckSpec(&spec); err != nil {
 		return nil, err
 	}
 	c := &stagedCode{s: s, spec: spec}
@@ -87,7 +87,7 @@ func (s *Service) stageDeploy(ctx context.Context, spec FunctionSpec, prev *cata
 	if c.release, err = s.claimName(spec.Name); err != nil {
 		return nil, err
 	}
-	if c.staging, err = s.stageCode(ctx, spec); err != nil {
+	if c.staging, err = s.functions.StageCode(ctx, spec); err != nil {
 		c.release()
 		return nil, err
 	}
@@ -98,13 +98,13 @@ func (s *Service) stageDeploy(ctx context.Context, spec FunctionSpec, prev *cata
 // and dependency layer, which stays until done.
 func (c *stagedCode) Build(ctx context.Context) (*catalog.Function, func(), error) {
 	s := c.s
-	netw, err := s.checkFunctionSpec(&c.spec)
+	netw, err := s.functions.CheckSpec(&c.spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	endDeps := s.deps.Begin()
-	done := func() { endDeps(); s.kickDepsGC() }
-	cfg, err := s.buildFunction(ctx, c.spec, netw, c.staging)
+	endDeps := s.functions.Deps().Begin()
+	done := func() { endDeps(); s.functions.KickDepsGC() }
+	cfg, err := s.functions.BuildFunction(ctx, c.spec, netw, c.staging)
 	if err != nil {
 		done()
 		return nil, nil, err
