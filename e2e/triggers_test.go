@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,22 +21,12 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // The triggers on the real daemon binary: endpoints over HTTP (Go's
 // client and curl), asynchronous invocations through a kill -9 of
 // thawd, retries into the dead letters, webhooks, and a schedule.
-
-// freeAddr is a loopback address with a free port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // tokenFile writes a random API token to a 0600 file.
 func tokenFile(t *testing.T) (path, token string) {
@@ -95,7 +84,7 @@ func curl(t *testing.T, args ...string) string {
 
 func TestEndpointOverHTTP(t *testing.T) {
 	parallel(t)
-	addr := freeAddr(t)
+	addr := tcptest.FreeAddr(t)
 	tokPath, token := tokenFile(t)
 	d, err := startThawd(t, t.TempDir(), "--functions-listen", addr, "--token-file", tokPath)
 	if err != nil {
@@ -233,7 +222,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	sink := &outcomeSink{got: map[string]int{}}
 	hook := httptest.NewServer(sink)
 	defer hook.Close()
-	fnAddr := freeAddr(t)
+	fnAddr := tcptest.FreeAddr(t)
 	args := []string{"--async-ack-wait", "3s", "--destination-allow", strings.TrimPrefix(hook.URL, "http://"), "--functions-listen", fnAddr}
 	d, err := startThawd(t, dataDir, args...)
 	if err != nil {

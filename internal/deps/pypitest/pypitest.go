@@ -13,7 +13,6 @@ package pypitest
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // Version is the pypiserver scripts/install-deps.sh installs.
@@ -125,12 +126,7 @@ type Index struct {
 func Start(t testing.TB, dir string) *Index {
 	t.Helper()
 	bin := Binary(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := tcptest.FreePort(t)
 	logPath := filepath.Join(t.TempDir(), "pypiserver.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
