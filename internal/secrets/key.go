@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 )
 
 // KeyFileName is the store key's file in the data directory: 32 random
@@ -94,7 +96,7 @@ func createKey(path string) ([]byte, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(path)
+		err = atomicfile.SyncDir(path)
 	}
 	if err != nil {
 		_ = os.Remove(path)

@@ -1,0 +1,49 @@
+// Package atomicfile replaces small files whole: a reader sees the old
+// content or the new, never a part, and a crash leaves one of the two.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// WriteFile replaces path with data, mode 0600: a temporary file beside it
+// (".<name>.tmp-*", created exclusively, so never through a link), synced,
+// renamed over path, the directory synced. On failure path is unchanged
+// and the temporary file is gone.
+func WriteFile(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return SyncDir(path)
+}
+
+// SyncDir syncs the directory holding path, so a rename or create in it
+// is durable.
+func SyncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,51 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// WriteFile creates and replaces a file whole, mode 0600, and leaves no
+// temporary file beside it.
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state")
+	for _, want := range []string{"first", "second, longer"} {
+		if err := WriteFile(path, []byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != want {
+			t.Fatalf("read back %q, %v; want %q", got, err, want)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("mode %v, %v; want 0600", fi.Mode(), err)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("directory holds %v (%v), want the file alone", ents, err)
+	}
+}
+
+// A write that cannot rename (path is a directory) fails, leaves path as
+// it was and removes its temporary file.
+func TestWriteFileFailure(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "taken")
+	if err := os.MkdirAll(filepath.Join(path, "inside"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("x")); err == nil {
+		t.Fatal("WriteFile over a non-empty directory succeeded")
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 || !ents[0].IsDir() {
+		t.Fatalf("directory holds %v (%v), want the directory alone", ents, err)
+	}
+	if err := WriteFile(filepath.Join(dir, "missing", "f"), nil); err == nil {
+		t.Fatal("WriteFile into a missing directory succeeded")
+	}
+}
