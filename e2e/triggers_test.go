@@ -54,6 +54,19 @@ func checkedClient(t *testing.T, sock string) *client.Client {
 	}))
 }
 
+// webDaemon starts thawd on dataDir with args, returns it with a checked
+// client, and deploys e2e/testdata/web as name.
+func webDaemon(t *testing.T, dataDir, name string, args ...string) (*thawd, *client.Client) {
+	t.Helper()
+	d, err := startThawd(t, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := checkedClient(t, d.sock)
+	deployWeb(t, c, name)
+	return d, c
+}
+
 // deployWeb deploys e2e/testdata/web as name.
 func deployWeb(t *testing.T, c *client.Client, name string) {
 	t.Helper()
@@ -86,13 +99,8 @@ func TestEndpointOverHTTP(t *testing.T) {
 	parallel(t)
 	addr := tcptest.FreeAddr(t)
 	tokPath, token := tokenFile(t)
-	d, err := startThawd(t, t.TempDir(), "--functions-listen", addr, "--token-file", tokPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "web", "--functions-listen", addr, "--token-file", tokPath)
 	ctx := ctxT(t)
-	deployWeb(t, c, "web")
 	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key", PathPrefix: "/api/web"})
 	if err != nil {
 		t.Fatal(err)
@@ -224,13 +232,8 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	defer hook.Close()
 	fnAddr := tcptest.FreeAddr(t)
 	args := []string{"--async-ack-wait", "3s", "--destination-allow", strings.TrimPrefix(hook.URL, "http://"), "--functions-listen", fnAddr}
-	d, err := startThawd(t, dataDir, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, dataDir, "web", args...)
 	ctx := ctxT(t)
-	deployWeb(t, c, "web")
 	// An endpoint and a schedule (of a function of its own) live through the kill too.
 	deployWeb(t, c, "beat")
 	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key"})
@@ -343,13 +346,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 	parallel(t)
-	d, err := startThawd(t, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "flaky")
 	ctx := ctxT(t)
-	deployWeb(t, c, "flaky")
 	two := 2
 	if _, err := c.SetAsyncConfig(ctx, "flaky", client.AsyncConfigRequest{MaxRetries: &two, BackoffMS: 1000}); err != nil {
 		t.Fatal(err)
@@ -397,13 +395,8 @@ func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 
 func TestScheduleFiresEverySecond(t *testing.T) {
 	parallel(t)
-	d, err := startThawd(t, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "tick")
 	ctx := ctxT(t)
-	deployWeb(t, c, "tick")
 	for _, bad := range []client.CreateScheduleRequest{{Name: "bad", Function: "tick", Cron: "* * *"},
 		{Name: "bad", Function: "tick", Cron: "* * * * *", TimeZone: "Nowhere/Atlantis"}} {
 		if _, err := c.CreateSchedule(ctx, bad); err == nil || !strings.Contains(err.Error(), "cron") && !strings.Contains(err.Error(), "time zone") {
