@@ -23,18 +23,11 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/tcptest"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // Version is the pypiserver scripts/install-deps.sh installs.
 const Version = "2.4.2"
-
-func cacheDir() string {
-	if c := os.Getenv("THAW_CACHE"); c != "" {
-		return c
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "thaw")
-}
 
 // Binary finds pypi-server, failing or skipping t as the package doc says.
 func Binary(t testing.TB) string {
@@ -45,7 +38,7 @@ func Binary(t testing.TB) string {
 		}
 		return p
 	}
-	p := filepath.Join(cacheDir(), "pypiserver", Version, "bin", "pypi-server")
+	p := thawcache.Path("pypiserver", Version, "bin", "pypi-server")
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no pypiserver at %s and THAW_PYPISERVER is not set: dependency tests need a real package index (scripts/install-deps.sh installs it; make test makes it mandatory)", p)
 	}
@@ -58,7 +51,7 @@ func WheelsDir(t testing.TB) string {
 	t.Helper()
 	dir, mandatory := os.Getenv("THAW_WHEELS"), true
 	if dir == "" {
-		dir, mandatory = filepath.Join(cacheDir(), "wheels"), false
+		dir, mandatory = thawcache.Path("wheels"), false
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
 		if mandatory {
