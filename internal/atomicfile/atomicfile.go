@@ -34,16 +34,16 @@ func WriteFile(path string, data []byte) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return SyncDir(path)
+	return Sync(filepath.Dir(path))
 }
 
-// SyncDir syncs the directory holding path, so a rename or create in it
-// is durable.
-func SyncDir(path string) error {
-	d, err := os.Open(filepath.Dir(path))
+// Sync opens path, a file or a directory, and fsyncs it: for a directory,
+// a rename or create in it is then durable.
+func Sync(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
 }

@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,5 +49,22 @@ func TestWriteFileFailure(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "f"), nil); err == nil {
 		t.Fatal("WriteFile into a missing directory succeeded")
+	}
+}
+
+// Sync fsyncs a file or a directory, and fails on a missing path.
+func TestSync(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, file} {
+		if err := Sync(p); err != nil {
+			t.Errorf("Sync(%s): %v", p, err)
+		}
+	}
+	if err := Sync(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Sync of a missing path: %v, want fs.ErrNotExist", err)
 	}
 }

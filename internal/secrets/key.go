@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -96,7 +97,7 @@ func createKey(path string) ([]byte, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = atomicfile.SyncDir(path)
+		err = atomicfile.Sync(filepath.Dir(path))
 	}
 	if err != nil {
 		_ = os.Remove(path)

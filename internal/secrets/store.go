@@ -203,7 +203,7 @@ func (s *Store) RotateKey() error {
 	if err := os.Rename(keyPath+newKeySuffix, keyPath); err != nil {
 		return fmt.Errorf("key file: %w (the store is sealed under %s%s; the next start finishes the rotation)", err, keyPath, newKeySuffix)
 	}
-	return atomicfile.SyncDir(keyPath)
+	return atomicfile.Sync(filepath.Dir(keyPath))
 }
 
 // finishRotation opens a store sealed under the new key of a rotation
@@ -223,7 +223,7 @@ func (s *Store) finishRotation(b []byte) error {
 		return fmt.Errorf("finish a key rotation: %w", err)
 	}
 	s.keys, s.secrets = k, secrets
-	return atomicfile.SyncDir(keyPath)
+	return atomicfile.Sync(filepath.Dir(keyPath))
 }
 
 // Set stores value under name (a new secret, or a new version of one) and
