@@ -17,15 +17,11 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	err = f.Chmod(0o600)
+	if err != nil {
+		f.Close()
+	} else {
+		err = WriteClose(f, data)
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
@@ -35,6 +31,19 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return Sync(filepath.Dir(path))
+}
+
+// WriteClose writes data to f, fsyncs and closes it: the first error, and
+// f closed whatever fails.
+func WriteClose(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Sync opens path, a file or a directory, and fsyncs it: for a directory,

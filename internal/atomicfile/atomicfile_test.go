@@ -68,3 +68,31 @@ func TestSync(t *testing.T) {
 		t.Errorf("Sync of a missing path: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// WriteClose writes, syncs and closes; a failed write still closes.
+func TestWriteClose(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteClose(f, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "data" {
+		t.Fatalf("read back %q, %v", b, err)
+	}
+	if err := f.Close(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("file left open: Close = %v", err)
+	}
+	ro, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteClose(ro, []byte("x")); err == nil {
+		t.Error("WriteClose to a read-only file succeeded")
+	}
+	if err := ro.Close(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("file left open after a failed write: Close = %v", err)
+	}
+}

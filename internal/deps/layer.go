@@ -365,14 +365,7 @@ func writeSynced(p string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return atomicfile.WriteClose(f, b)
 }
 
 // Adopt puts a layer built elsewhere in the store (a snapshot pulled from

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 )
 
 // ErrUnsafe is a file that is not private: a symbolic link, not a regular
@@ -60,14 +62,7 @@ func Create(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err = atomicfile.WriteClose(f, data); err != nil {
 		_ = os.Remove(path)
 	}
 	return err
