@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"golang.org/x/sync/singleflight"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -30,7 +31,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/secrets"
-	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -205,7 +205,7 @@ type Config struct {
 	VersionKeep int
 	// Deps configures functions' dependencies (requirements.txt).
 	Deps DepsConfig
-	// Adaptive configures the adaptive restore (adaptive.go).
+	// Adaptive configures the adaptive restore (package adaptive).
 	Adaptive AdaptiveConfig
 	// Ready configures ready clones (readyclones.go).
 	Ready ReadyConfig
@@ -335,7 +335,7 @@ func (c *Config) Validate() error {
 	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
 		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
 	}
-	errs = append(errs, c.Adaptive.validate()...)
+	errs = append(errs, c.Adaptive.Validate()...)
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -439,29 +439,25 @@ type Service struct {
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
-	// function apart (refresh.go).
-	fnGates map[string]*sync.RWMutex
-	// completions share the pull of a lazy snapshot's memory; imports the
-	// lazy import of a function an invocation found missing.
-	completions, imports singleflight.Group
-	wg                   sync.WaitGroup
-	closed               bool
-	confine              confinement        // per-VM users and cgroups
-	net                  *vmnet.Host        // builds each VM's network
-	lock                 *os.File           // the data directory's lock, held while the daemon lives
-	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting             map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops                  *operations        // asynchronous operations (?wait=false)
-	registry             *registry.Store    // snapshot registry; nil: none configured
-	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
-	chunks               *registry.Cache    // its local chunk cache
-	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
-	vers                 *versionState      // deploys under way and alias routing (versions.go)
-	secrets              *secrets.Store     // the secret store (secrets.go)
-	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
-	deps                 *deps.Manager      // functions' dependency layers (deps.go)
-	depsGC               chan struct{}      // asks collectDepsLoop for a run
-	adaptive             *adaptive          // the adaptive restore (adaptive.go)
+	// function apart (regsync.go).
+	fnGates    map[string]*sync.RWMutex
+	wg         sync.WaitGroup
+	closed     bool
+	confine    confinement        // per-VM users and cgroups
+	net        *vmnet.Host        // builds each VM's network
+	lock       *os.File           // the data directory's lock, held while the daemon lives
+	creating   map[string]int     // functions being created (-1) or deployed (how many deploys)
+	deleting   map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	ops        *operations        // asynchronous operations (?wait=false)
+	faults     *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
+	vers       *versionState      // deploys under way and alias routing (versions.go)
+	secrets    *secrets.Store     // the secret store (secrets.go)
+	secretRefs sync.Mutex         // held while a secret is deleted or a function comes to reference one
+	deps       *deps.Manager      // functions' dependency layers (deps.go)
+	depsGC     chan struct{}      // asks collectDepsLoop for a run
+	adaptive   *adaptive.Manager  // the adaptive restore (package adaptive)
+	pins       artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
+	reg        *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
 }
 
 // Directory layout under DataDir.
@@ -526,7 +522,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		s.strategies = restore.Strategies()
 	}
 	s.metrics = metrics.New(s.metricState)
-	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.observe = s.metrics.Admission
@@ -548,10 +543,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.openSigningKey(); err != nil {
-		_ = s.db.Close()
-		return nil, err
-	}
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -560,6 +551,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
+	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	return s, nil
 }
 
@@ -576,7 +568,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
-	if err := s.adaptive.recover(ctx); err != nil {
+	if err := s.adaptive.Recover(ctx); err != nil {
 		return fmt.Errorf("adaptive restore: %w", err)
 	}
 	s.removeSpills()
@@ -614,13 +606,13 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
-	if s.registry != nil && s.cfg.RegistryGCInterval > 0 {
+	if s.reg.Registry() != nil && s.cfg.RegistryGCInterval > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryGCInterval, s.collectScheduled)
+		go s.every(s.cfg.RegistryGCInterval, s.reg.CollectScheduled)
 	}
-	if s.registry != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
+	if s.reg.Registry() != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryRefresh, s.refreshScheduled)
+		go s.every(s.cfg.RegistryRefresh, s.reg.RefreshScheduled)
 	}
 	s.wg.Add(1)
 	go s.collectDepsLoop()
