@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -451,7 +452,7 @@ type Service struct {
 	lock                 *os.File           // the data directory's lock, held while the daemon lives
 	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
 	deleting             map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops                  *operations        // asynchronous operations (?wait=false)
+	ops                  *ops.Registry      // asynchronous operations (?wait=false)
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
 	chunks               *registry.Cache    // its local chunk cache
@@ -521,7 +522,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
 		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{}, vers: newVersionState(),
-		strategies: cfg.Strategies, ops: newOperations()}
+		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
 	}
@@ -746,11 +747,11 @@ func (s *Service) Close(ctx context.Context) error {
 		live = append(live, lv)
 	}
 	s.mu.Unlock()
-	s.ops.shutdown() // running operations fail now; their work stops with its VMs
+	s.ops.Shutdown() // running operations fail now; their work stops with its VMs
 	for _, lv := range live {
 		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
 	}
-	s.ops.wg.Wait()
+	s.ops.Wait()
 	s.wg.Wait()
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {
