@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/history"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -38,7 +39,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/trace"
-	"sync/atomic"
 )
 
 // Sentinel errors (package errdefs). The API maps them to status codes.
@@ -433,8 +433,6 @@ type Service struct {
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	recorded  atomic.Int64  // invocations recorded since start (history pruning)
-	logs      logFeed       // wakes the requests waiting for logs (logs.go)
 	store     *store.Store  // snapshot memory store; nil if unavailable
 	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -453,6 +451,7 @@ type Service struct {
 	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
 	deleting             map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
 	ops                  *ops.Registry      // asynchronous operations (?wait=false)
+	history              *history.History   // invocation records and their logs
 	registry             *registry.Store    // snapshot registry; nil: none configured
 	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
 	chunks               *registry.Cache    // its local chunk cache
@@ -549,6 +548,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.history = s.newHistory()
 	if err := s.openSigningKey(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -580,8 +580,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.adaptive.recover(ctx); err != nil {
 		return fmt.Errorf("adaptive restore: %w", err)
 	}
-	s.removeSpills()
-	s.pruneHistory(ctx)
+	s.history.RemoveSpills()
+	s.history.Prune(ctx)
 	if fns, err := s.db.ListFunctions(ctx); err == nil {
 		for _, f := range fns {
 			s.collectSnapshots(ctx, f.Name)
