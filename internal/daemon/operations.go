@@ -6,6 +6,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
+	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -120,26 +121,26 @@ func (s *Service) StartCopy(ctx context.Context, id string) (*Operation, error) 
 	})
 }
 
-// Progress reporting travels in the context (package ops).
+// Progress reporting travels in the context (package progress).
 
 // ProgressFunc receives an operation's progress.
-type ProgressFunc = ops.ProgressFunc
+type ProgressFunc = progress.Func
 
 // WithProgress makes the long operations run with ctx report to fn.
 func WithProgress(ctx context.Context, fn ProgressFunc) context.Context {
-	return ops.WithProgress(ctx, fn)
+	return progress.With(ctx, fn)
 }
 
 // report tells ctx's reporter, if any, where the work is.
-func report(ctx context.Context, p wire.OperationProgress) { ops.Report(ctx, p) }
+func report(ctx context.Context, p wire.OperationProgress) { progress.Report(ctx, p) }
 
 // phase reports a phase without counts.
-func phase(ctx context.Context, name string) { ops.Phase(ctx, name) }
+func phase(ctx context.Context, name string) { progress.Phase(ctx, name) }
 
 // subProgress is ctx with its reporter's phases prefixed, counts dropped.
 func subProgress(ctx context.Context, prefix string) context.Context {
-	return ops.SubProgress(ctx, prefix)
+	return progress.Sub(ctx, prefix)
 }
 
 // reporting says whether ctx carries a reporter.
-func reporting(ctx context.Context) bool { return ops.Reporting(ctx) }
+func reporting(ctx context.Context) bool { return progress.Reporting(ctx) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -18,7 +19,7 @@ func TestCancel(t *testing.T) {
 	r := newRegistry(t)
 	stopped := errors.Join(errdefs.ErrVMFailed, errors.New("boot stopped at booting"))
 	op, err := r.Start(WithRequestID(context.Background(), "req-start"), wire.OpBoot, "echo", func(ctx context.Context) (*wire.OperationResult, error) {
-		Phase(ctx, "booting")
+		progress.Phase(ctx, "booting")
 		<-ctx.Done()
 		return nil, stopped
 	})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -42,7 +43,7 @@ type Operation struct {
 }
 
 // Work is what an operation runs; its context carries the operation's
-// progress reporter and ends when the operation is canceled or the
+// progress reporter (package progress) and ends when the operation is canceled or the
 // daemon shuts down.
 type Work func(context.Context) (*wire.OperationResult, error)
 
@@ -157,7 +158,7 @@ func (r *Registry) Start(ctx context.Context, kind, target string, work Work) (*
 		defer r.wg.Done()
 		defer close(o.done)
 		defer cancel()
-		res, err := work(WithProgress(wctx, o.report))
+		res, err := work(progress.With(wctx, o.report))
 		if o.finish(res, o.canceledErr(err)) {
 			if err != nil {
 				log.Warn("operation failed", "err", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -52,7 +53,7 @@ func TestOperationLifecycle(t *testing.T) {
 		if ctx.Value(key{}) != "caller" {
 			return nil, errors.New("the caller's values were lost")
 		}
-		Report(ctx, wire.OperationProgress{Phase: "booting", Done: 1, Total: 2, Unit: "steps"})
+		progress.Report(ctx, wire.OperationProgress{Phase: "booting", Done: 1, Total: 2, Unit: "steps"})
 		<-release
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
