@@ -487,7 +487,7 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 // under auto the policy's current choice for the snapshot.
 func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strategy, error) {
 	if key.kind == readyAuto {
-		return s.adaptive.current(ctx, key.snapshot)
+		return s.adaptive.Current(ctx, key.snapshot)
 	}
 	return s.strategy(string(key.kind))
 }

@@ -1,4 +1,4 @@
-package daemon
+package adaptive
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -23,70 +24,70 @@ import (
 // their record VMs wait for room in admission like any VM.
 
 // startRefresh starts the refresh p of fn's version as an operation.
-func (a *adaptive) startRefresh(fn *catalog.Function, version int, p refreshPlan) {
+func (m *Manager) startRefresh(fn *catalog.Function, version int, p refreshPlan) {
 	k := verKey{fn.Name, version}
-	if !a.claim(k) {
+	if !m.claim(k) {
 		return // a later drifted cold start asks again
 	}
 	// The window is counted afresh from here.
-	a.record(context.Background(), fn, version, func(vs *restoreState) { delete(vs.Drift, string(p.kind)) })
+	m.record(context.Background(), fn, version, func(vs *restoreState) { delete(vs.Drift, string(p.kind)) })
 	src := wire.RefreshPrepare
 	if p.event != nil {
 		src = wire.RefreshTraffic
 	}
 	rec := wire.WorkingSetRefresh{Snapshot: p.snapshot, Strategies: []string{string(p.kind)}, Reason: p.reason, Source: src,
 		State: wire.OpRunning, StartedAt: time.Now()}
-	op, err := a.startBackground(wire.OpRefresh, fn.Name+":"+strconv.Itoa(version)+" "+p.snapshot,
+	op, err := m.startBackground(wire.OpRefresh, fn.Name+":"+strconv.Itoa(version)+" "+p.snapshot,
 		func(ctx context.Context, op string) (*wire.OperationResult, error) {
-			defer a.release(k)
+			defer m.release(k)
 			rec.Operation = op
-			done, err := a.refresh(ctx, fn, version, p, rec)
+			done, err := m.refresh(ctx, fn, version, p, rec)
 			if err != nil {
 				return nil, err
 			}
 			return &wire.OperationResult{Refresh: &done}, nil
 		})
 	if err != nil {
-		a.release(k)
-		a.s.log.Warn("working-set refresh not started", "function", fn.Name, "version", version, "err", err)
+		m.release(k)
+		m.deps.Log.Warn("working-set refresh not started", "function", fn.Name, "version", version, "err", err)
 		return
 	}
-	a.s.log.Info("working-set refresh started", "operation", op.ID, "function", fn.Name, "version", version,
+	m.deps.Log.Info("working-set refresh started", "operation", op, "function", fn.Name, "version", version,
 		"snapshot", p.snapshot, "strategy", p.kind, "source", src, "reason", p.reason)
 }
 
-func (a *adaptive) idle(k verKey) {
-	a.mu.Lock()
-	delete(a.busy, k)
-	a.mu.Unlock()
+func (m *Manager) idle(k verKey) {
+	m.mu.Lock()
+	delete(m.busy, k)
+	m.mu.Unlock()
 }
 
 // claim marks background work of k as running, if none is for k and the
 // daemon-wide budget (MaxBackground) has room; release ends it.
-func (a *adaptive) claim(k verKey) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.busy[k] || a.background >= a.cfg.MaxBackground {
+func (m *Manager) claim(k verKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.busy[k] || m.background >= m.cfg.MaxBackground {
 		return false
 	}
-	a.busy[k] = true
-	a.background++
+	m.busy[k] = true
+	m.background++
 	return true
 }
 
-func (a *adaptive) release(k verKey) {
-	a.mu.Lock()
-	delete(a.busy, k)
-	a.background--
-	a.mu.Unlock()
+func (m *Manager) release(k verKey) {
+	m.mu.Lock()
+	delete(m.busy, k)
+	m.background--
+	m.mu.Unlock()
 }
 
 // refresh records p's set again on its snapshot and swaps it in, keeping
 // the version's document up to date; a failure leaves the old artifacts in
 // place and says why.
-func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version int, p refreshPlan, rec wire.WorkingSetRefresh) (wire.WorkingSetRefresh, error) {
-	a.record(ctx, fn, version, func(vs *restoreState) { vs.Refreshes = appendRefresh(vs.Refreshes, rec) })
-	set, held, err := a.rerecord(ctx, fn, p, rec.Operation)
+func (m *Manager) refresh(ctx context.Context, fn *catalog.Function, version int, p refreshPlan, rec wire.WorkingSetRefresh) (wire.WorkingSetRefresh, error) {
+	m.record(ctx, fn, version, func(vs *restoreState) { vs.Refreshes = appendRefresh(vs.Refreshes, rec) })
+	set, held, err := m.rerecord(ctx, fn, p, rec.Operation)
 	rec.EndedAt = time.Now()
 	outcome := "ok"
 	if err != nil {
@@ -94,8 +95,8 @@ func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version in
 	} else {
 		rec.State, rec.Sets = wire.OpSucceeded, []wire.RefreshedSet{set}
 	}
-	a.s.metrics.WorkingSetRefresh(string(p.kind), rec.Source, outcome)
-	a.record(ctx, fn, version, func(vs *restoreState) {
+	m.deps.Metrics.WorkingSetRefresh(string(p.kind), rec.Source, outcome)
+	m.record(ctx, fn, version, func(vs *restoreState) {
 		vs.Refreshes = appendRefresh(vs.Refreshes, rec)
 		if err == nil {
 			if l := vs.Locations[locLocal]; l != nil && l.Snapshot == p.snapshot {
@@ -110,11 +111,11 @@ func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version in
 		}
 	})
 	if err != nil {
-		a.s.log.Warn("working-set refresh failed; the old artifacts stay", "function", fn.Name, "snapshot", p.snapshot,
+		m.deps.Log.Warn("working-set refresh failed; the old artifacts stay", "function", fn.Name, "snapshot", p.snapshot,
 			"strategy", p.kind, "err", err)
 		return rec, err
 	}
-	a.s.log.Info("working-set refresh done", "function", fn.Name, "snapshot", p.snapshot, "strategy", p.kind,
+	m.deps.Log.Info("working-set refresh done", "function", fn.Name, "snapshot", p.snapshot, "strategy", p.kind,
 		"pages_before", set.PagesBefore, "pages_after", set.PagesAfter)
 	return rec, nil
 }
@@ -123,53 +124,52 @@ func (a *adaptive) refresh(ctx context.Context, fn *catalog.Function, version in
 // directory and swaps it in; held is set when a refresh with the prepare's
 // input recorded the very set it replaced (the inputs differ from it: only
 // traffic would help).
-func (a *adaptive) rerecord(ctx context.Context, fn *catalog.Function, p refreshPlan, op string) (wire.RefreshedSet, string, error) {
+func (m *Manager) rerecord(ctx context.Context, fn *catalog.Function, p refreshPlan, op string) (wire.RefreshedSet, string, error) {
 	out := wire.RefreshedSet{Strategy: string(p.kind)}
 	var st restore.Strategy
-	for _, o := range a.s.strategies {
+	for _, o := range m.deps.Strategies {
 		if o.Kind == p.kind {
 			st = o
 		}
 	}
 	if st.Refresh == nil {
-		return out, "", fmt.Errorf("%w: strategy %s records no set here", ErrInvalid, p.kind)
+		return out, "", fmt.Errorf("%w: strategy %s records no set here", errdefs.ErrInvalid, p.kind)
 	}
-	sn, err := a.s.GetSnapshot(ctx, p.snapshot)
+	sn, err := m.deps.Lookup.GetSnapshot(ctx, p.snapshot)
 	if err != nil {
 		return out, "", err
 	}
 	if sn.RemoteMemory {
-		return out, "", fmt.Errorf("%w: snapshot %s's memory is in the registry: pull it first", ErrConflict, sn.ID)
+		return out, "", fmt.Errorf("%w: snapshot %s's memory is in the registry: pull it first", errdefs.ErrConflict, sn.ID)
 	}
 	event := p.event
 	if event == nil {
-		if event, err = a.prepareEvent(ctx, sn); err != nil {
+		if event, err = m.prepareEvent(ctx, sn); err != nil {
 			return out, err.Error(), err // held: no refresh with the prepare's input can run
 		}
 	}
-	snap, err := a.s.strategySnapshot(sn)
+	snap, err := m.deps.Lookup.StrategySnapshot(sn)
 	if err != nil {
 		return out, "", err
 	}
 	before, beforeDigest := setSize(snap, p.kind)
 	out.PagesBefore, out.BytesBefore = before.Pages, before.Bytes
-	staging := stagingDir(sn.Dir, p.kind, op)
+	art := m.deps.Artifacts
+	staging := art.Staging(sn.Dir, p.kind, op)
 	defer os.RemoveAll(staging) // whatever is left there: a failed build, or the old set after the swap
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return out, "", noSpace(err)
 	}
-	host := &recordHost{s: a.s, fn: fn.Name, event: event, timeout: a.s.cfg.InvokeTimeout}
-	b, err := st.Refresh(ctx, host, snap, staging, restore.RecordOptions{SnapBPFObject: a.s.cfg.SnapBPFObject})
+	b, err := st.Refresh(ctx, art.Host(fn.Name, event), snap, staging, art.Options())
 	if err != nil {
 		return out, "", noSpace(fmt.Errorf("record %s: %w", p.kind, err))
 	}
 	out.PagesAfter, out.BytesAfter = b.Pages, b.Bytes
 	_, afterDigest := setSizeIn(staging, p.kind)
-	if err := a.pins.swapArtifacts(sn.Dir, p.kind, staging); err != nil {
+	if err := art.Swap(sn.Dir, p.kind, staging); err != nil {
 		return out, "", noSpace(err)
 	}
-	trustArtifacts(sn.Dir, p.kind)
-	a.s.dropSnapshotStandby(sn.ID, func(sb *standby) bool { return sb.key.kind == p.kind }, whyStandbyRefreshed)
+	art.Swapped(sn, p.kind)
 	held := ""
 	if p.event == nil && beforeDigest != "" && beforeDigest == afterDigest {
 		held = "a refresh with the prepare's record input recorded the same set: the inputs differ from it " +
@@ -178,23 +178,19 @@ func (a *adaptive) rerecord(ctx context.Context, fn *catalog.Function, p refresh
 	return out, held, nil
 }
 
-// whyStandbyRefreshed is why standby VMs of a refreshed strategy go: they
-// hold the old set.
-const whyStandbyRefreshed = "its snapshot's working set was recorded again"
-
 // prepareEvent is the record input sn's artifacts were recorded with: the
 // prepare's, or the version's deploy's.
-func (a *adaptive) prepareEvent(ctx context.Context, sn *catalog.Snapshot) (json.RawMessage, error) {
-	if ev, err := a.s.db.PrepareEvent(ctx, sn.ID); err == nil {
+func (m *Manager) prepareEvent(ctx context.Context, sn *catalog.Snapshot) (json.RawMessage, error) {
+	if ev, err := m.deps.Catalog.PrepareEvent(ctx, sn.ID); err == nil {
 		return ev, nil
 	}
 	if sn.Version > 0 {
-		if v, err := a.s.db.GetVersion(ctx, sn.Function, sn.Version); err == nil && v.RecordEvent != nil {
+		if v, err := m.deps.Catalog.GetVersion(ctx, sn.Function, sn.Version); err == nil && v.RecordEvent != nil {
 			return v.RecordEvent, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: no record input is kept for snapshot %s (prepared by an earlier thaw, or from traffic): "+
-		"set the function's refresh to traffic, or prepare it again", ErrConflict, sn.ID)
+		"set the function's refresh to traffic, or prepare it again", errdefs.ErrConflict, sn.ID)
 }
 
 // setSize is the size of kind's set of snap and a digest of its manifest.
@@ -228,28 +224,19 @@ func appendRefresh(list []wire.WorkingSetRefresh, r wire.WorkingSetRefresh) []wi
 	return list
 }
 
-// record changes fn's version's state and saves it.
-func (a *adaptive) record(ctx context.Context, fn *catalog.Function, version int, change func(*restoreState)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	vs := a.state(ctx, fn, version)
-	change(vs)
-	a.save(ctx, fn.Name, version, vs)
-}
-
 // startPrepare prepares fn's version in the background: its snapshot has
 // no artifacts and auto has served PrepareAfter cold starts of it. The
 // record input is the version's deploy's, else (refresh traffic) the
 // invocation's, used once and not kept, else none (null).
-func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot string, set settings, event json.RawMessage) {
+func (m *Manager) startPrepare(fn *catalog.Function, version int, snapshot string, set settings, event json.RawMessage) {
 	k := verKey{fn.Name, version}
-	if !a.claim(k) {
+	if !m.claim(k) {
 		return // a later cold start asks again
 	}
 	ref, ev, fromTraffic := fn.Name, json.RawMessage("null"), false
 	if version > 0 {
 		ref = fn.Name + ":" + strconv.Itoa(version)
-		if v, err := a.s.db.GetVersion(context.Background(), fn.Name, version); err == nil && v.RecordEvent != nil {
+		if v, err := m.deps.Catalog.GetVersion(context.Background(), fn.Name, version); err == nil && v.RecordEvent != nil {
 			ev = v.RecordEvent
 		}
 	}
@@ -257,13 +244,12 @@ func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot stri
 		ev, fromTraffic = append(json.RawMessage(nil), event...), true
 	}
 	rec := &wire.BackgroundPrepare{State: wire.OpRunning, StartedAt: time.Now(),
-		Reason: fmt.Sprintf("%d cold starts under auto restored %s, which has no strategy artifacts", a.cfg.PrepareAfter, snapshot)}
-	req := PrepareRequest{Function: ref, RecordEvent: ev, fromTraffic: fromTraffic}
-	op, err := a.startBackground(wire.OpPrepare, ref, func(ctx context.Context, op string) (*wire.OperationResult, error) {
-		defer a.release(k)
+		Reason: fmt.Sprintf("%d cold starts under auto restored %s, which has no strategy artifacts", m.cfg.PrepareAfter, snapshot)}
+	op, err := m.startBackground(wire.OpPrepare, ref, func(ctx context.Context, op string) (*wire.OperationResult, error) {
+		defer m.release(k)
 		rec.Operation = op
-		a.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare = rec })
-		res, err := a.s.Prepare(ctx, req)
+		m.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare = rec })
+		res, err := m.deps.Background.Prepare(ctx, ref, ev, fromTraffic)
 		done := *rec
 		done.EndedAt = time.Now()
 		if err != nil {
@@ -271,53 +257,67 @@ func (a *adaptive) startPrepare(fn *catalog.Function, version int, snapshot stri
 		} else {
 			done.State, done.Snapshot = wire.OpSucceeded, res.Warm.ID
 		}
-		a.s.metrics.BackgroundPrepare(done.State)
-		a.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare, vs.Unprepared = &done, 0 })
+		m.deps.Metrics.BackgroundPrepare(done.State)
+		m.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare, vs.Unprepared = &done, 0 })
 		if err != nil {
 			return nil, err
 		}
 		return &wire.OperationResult{Prepare: res}, nil
 	})
 	if err != nil {
-		a.release(k)
-		a.s.log.Warn("background prepare not started", "function", ref, "err", err)
+		m.release(k)
+		m.deps.Log.Warn("background prepare not started", "function", ref, "err", err)
 		return
 	}
-	a.s.log.Info("background prepare started", "operation", op.ID, "function", ref, "reason", rec.Reason)
+	m.deps.Log.Info("background prepare started", "operation", op, "function", ref, "reason", rec.Reason)
 }
 
-// recover marks the background work a stopped daemon left running as
+// startBackground starts work as an operation of kind on target and
+// returns its id; work gets the id too.
+func (m *Manager) startBackground(kind, target string, work func(ctx context.Context, op string) (*wire.OperationResult, error)) (string, error) {
+	id := make(chan string, 1)
+	op, err := m.deps.Background.StartOperation(context.Background(), kind, target, func(ctx context.Context) (*wire.OperationResult, error) {
+		return work(ctx, <-id)
+	})
+	if err != nil {
+		return "", err
+	}
+	id <- op
+	return op, nil
+}
+
+// Recover marks the background work a stopped daemon left running as
 // interrupted (saying which artifacts are in place) and removes its
 // staging directories.
-func (a *adaptive) recover(ctx context.Context) error {
-	n, err := removeStaging(a.s.snapshotsDir())
+func (m *Manager) Recover(ctx context.Context) error {
+	n, err := m.deps.Artifacts.RemoveStaging()
 	if err != nil {
 		return err
 	}
 	if n > 0 {
-		a.s.log.Info("removed what interrupted working-set refreshes left", "directories", n)
+		m.deps.Log.Info("removed what interrupted working-set refreshes left", "directories", n)
 	}
-	if _, err := a.s.db.PruneRestore(ctx); err != nil {
+	if _, err := m.deps.Catalog.PruneRestore(ctx); err != nil {
 		return err
 	}
-	fns, err := a.s.db.ListFunctions(ctx)
+	fns, err := m.deps.Catalog.ListFunctions(ctx)
 	if err != nil {
 		return err
 	}
 	for _, fn := range fns {
-		states, err := a.s.db.RestoreStates(ctx, fn.Name)
+		states, err := m.deps.Catalog.RestoreStates(ctx, fn.Name)
 		if err != nil {
 			return err
 		}
 		for v := range states {
-			a.record(ctx, fn, v, a.interrupted)
+			m.record(ctx, fn, v, m.interrupted)
 		}
 	}
 	return nil
 }
 
 // interrupted marks running background work as interrupted.
-func (a *adaptive) interrupted(vs *restoreState) {
+func (m *Manager) interrupted(vs *restoreState) {
 	now := time.Now()
 	for i := range vs.Refreshes {
 		r := &vs.Refreshes[i]
@@ -326,7 +326,7 @@ func (a *adaptive) interrupted(vs *restoreState) {
 		}
 		r.State, r.EndedAt = "interrupted", now
 		r.Error = "the daemon stopped during the refresh; the artifacts in place are whole (the old ones unless the swap was done)"
-		if sn, err := a.s.db.GetSnapshot(context.Background(), r.Snapshot); err == nil && len(r.Strategies) == 1 {
+		if sn, err := m.deps.Catalog.GetSnapshot(context.Background(), r.Snapshot); err == nil && len(r.Strategies) == 1 {
 			dir := filepath.Join(sn.Dir, "strategies", r.Strategies[0])
 			if b, _, err := restore.ReadSet(dir, restore.Kind(r.Strategies[0])); err == nil {
 				r.Error = fmt.Sprintf("the daemon stopped during the refresh; the %s set in place is whole (%d pages)", r.Strategies[0], b.Pages)
@@ -340,22 +340,8 @@ func (a *adaptive) interrupted(vs *restoreState) {
 
 // noSpace maps a full disk to ErrNoSpace.
 func noSpace(err error) error {
-	if (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) && !errors.Is(err, ErrNoSpace) {
-		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+	if (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) && !errors.Is(err, errdefs.ErrNoSpace) {
+		return fmt.Errorf("%w: %v", errdefs.ErrNoSpace, err)
 	}
 	return err
-}
-
-// startBackground starts work as an operation of kind on target; work
-// gets the operation's id.
-func (a *adaptive) startBackground(kind, target string, work func(ctx context.Context, op string) (*wire.OperationResult, error)) (*Operation, error) {
-	id := make(chan string, 1)
-	op, err := a.s.startOperation(context.Background(), kind, target, func(ctx context.Context) (*wire.OperationResult, error) {
-		return work(ctx, <-id)
-	})
-	if err != nil {
-		return nil, err
-	}
-	id <- op.ID
-	return op, nil
 }
