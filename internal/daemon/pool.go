@@ -48,7 +48,7 @@ func (s *Service) keepAlive(fn *catalog.Function) time.Duration {
 // function's next invocation; false if the pool does not take it.
 func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 	ttl := s.keepAlive(lv.fn)
-	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 || s.secretsStale(lv) || lv.deleting.Load() {
+	if ttl <= 0 || s.cfg.KeepAliveMaxIdle <= 0 || s.functions.SecretsStale(lv.secretDigests) || lv.deleting.Load() {
 		return false
 	}
 	s.mu.Lock()
