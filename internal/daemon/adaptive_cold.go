@@ -102,7 +102,7 @@ func (a *adaptive) settle(ctx context.Context, req ColdRequest, snapID string, s
 // decide is the policy's choice for c, counted as a cold start of its
 // location; st if the strategy chosen is not offered.
 func (a *adaptive) decide(ctx context.Context, c *autoChoice, st restore.Strategy) (restore.Strategy, *wire.StrategyChoice) {
-	queueing := a.s.adm.queued() > 0
+	queueing := a.s.adm.Queued() > 0
 	a.mu.Lock()
 	vs := a.state(ctx, c.fn, max(c.sn.Version, 0))
 	l := vs.location(c.loc)
@@ -341,13 +341,6 @@ func (a *adaptive) unprepared(vs *restoreState, o coldObservation) bool {
 		}
 	}
 	return vs.Unprepared >= a.cfg.PrepareAfter && !a.backingOff(vs, time.Now())
-}
-
-// queued is how many VM starts wait for room.
-func (a *admission) queued() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.queue)
 }
 
 // measureSet fills the invocation's set use: how the guest of a locked VM

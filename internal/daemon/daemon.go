@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -423,11 +424,11 @@ type Service struct {
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
-	tracer     trace.Tracer // spans of the service's steps (Config.TracerProvider)
-	adm        *admission   // which VM starts may proceed
-	pool       pool         // idle VMs kept for their function's next invocations
-	vmmPool    vmmPool      // VMMs started ahead of restores
-	ready      readyPool    // clones restored ahead of requests (readyclones.go)
+	tracer     trace.Tracer             // spans of the service's steps (Config.TracerProvider)
+	adm        *pool.Admission          // which VM starts may proceed
+	pool       *pool.KeepAlive[*liveVM] // idle VMs kept for their function's next invocations
+	vmmPool    vmmPool                  // VMMs started ahead of restores
+	ready      readyPool                // clones restored ahead of requests (readyclones.go)
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -528,11 +529,11 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.metrics = metrics.New(s.metricState)
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.tracer = newTracer(cfg.TracerProvider)
-	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
-	s.adm.observe = s.metrics.Admission
-	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimReady(whyReadyRoom) || s.reclaimIdle() }
+	s.adm = pool.NewAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
+	s.adm.Observe = s.metrics.Admission
+	s.adm.Reclaim = func() bool { return s.reclaimStandby() || s.reclaimReady(whyReadyRoom) || s.pool.Reclaim() }
 	s.openReady()
-	s.pool.idle = map[string][]*kept{}
+	s.pool = s.newKeepAlive()
 	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
 	s.vmmPool.held = map[string]bool{}
 	s.available, s.stop = hostAvailable, make(chan struct{})
@@ -728,14 +729,7 @@ const APIVersion = "0.3.0"
 func (s *Service) Close(ctx context.Context) error {
 	s.closeVMMPool()
 	s.closeReady()
-	s.pool.mu.Lock()
-	for _, list := range s.pool.idle {
-		for _, k := range list {
-			k.timer.Stop()
-		}
-	}
-	s.pool.idle = map[string][]*kept{}
-	s.pool.mu.Unlock()
+	s.pool.Close()
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stop)

@@ -331,7 +331,7 @@ func (s *Service) invokePooled(ctx context.Context, req ColdRequest, key poolKey
 	if inv != nil || err != nil {
 		return tk, inv, ctx, err
 	}
-	if k := s.takeKept(req.Function, key.snapshot); k != nil {
+	if k := s.pool.Take(req.Function, key.snapshot); k != nil {
 		s.metrics.KeepAlive(true)
 		inv, err := s.invokeKept(ctx, k, req.Event, timeout, start, target)
 		return tk, inv, ctx, err
@@ -550,15 +550,15 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 // invokeKept runs an invocation on an idle VM of the pool and keeps the VM
 // again (or stops it if the pool is full or the function opted out).
 func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, error) {
-	k.lv.mu.Lock()
-	inv := &Invocation{ID: newID("inv-"), Function: k.rec.Function, VM: k.rec.ID, Mode: "pooled",
-		Snapshot: k.snapshot, Strategy: k.rec.Strategy, Version: k.rec.Version, Alias: target.Alias}
+	k.VM.mu.Lock()
+	inv := &Invocation{ID: newID("inv-"), Function: k.Rec.Function, VM: k.Rec.ID, Mode: "pooled",
+		Snapshot: k.Snapshot, Strategy: k.Rec.Strategy, Version: k.Rec.Version, Alias: target.Alias}
 	annotate(ctx, invocationAttrs(inv)...)
-	err := s.invokeLocked(ctx, k.lv, inv, event, timeout)
-	kept := err == nil && s.park(k.lv, k.rec, k.snapshot)
-	k.lv.mu.Unlock()
+	err := s.invokeLocked(ctx, k.VM, inv, event, timeout)
+	kept := err == nil && s.park(k.VM, k.Rec, k.Snapshot)
+	k.VM.mu.Unlock()
 	if !kept {
-		s.retire(context.WithoutCancel(ctx), k.lv, k.rec, "pooled invocation finished")
+		s.retire(context.WithoutCancel(ctx), k.VM, k.Rec, "pooled invocation finished")
 	}
 	if err != nil {
 		return nil, s.invokeFailed(ctx, inv, start, err)

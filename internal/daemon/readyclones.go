@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/readyclones"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -161,7 +162,7 @@ const (
 )
 
 var readyDropLabel = map[string]string{whyReadyAged: "aged", whyReadySurplus: "surplus", whyReadyRoom: "room",
-	whyPressure: "memory_pressure", whyReadyDied: "died", whyReadyGone: "deleted", whyReadyEvicted: "evicted"}
+	pool.WhyPressure: "memory_pressure", whyReadyDied: "died", whyReadyGone: "deleted", whyReadyEvicted: "evicted"}
 
 // openReady sets up the ready clones' state (Open).
 func (s *Service) openReady() {
@@ -383,7 +384,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 		s.ready.mu.Unlock()
 		return false // requests restoring or on ready clones come first (each fill restores too)
 	}
-	release, ok := s.adm.tryAcquire(fn.Name, w.MemMiB, fn.MaxConcurrency) // never while a start waits
+	release, ok := s.adm.TryAcquire(fn.Name, w.MemMiB, fn.MaxConcurrency) // never while a start waits
 	if !ok {
 		s.ready.mu.Unlock()
 		return false

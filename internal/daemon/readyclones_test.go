@@ -163,7 +163,7 @@ func TestReadyClonesBeforeKeepAlive(t *testing.T) {
 			t.Fatalf("invocation %d: mode %s, served before %s", i, inv.Mode, inv.Result)
 		}
 	}
-	if n := s.idleVMs(); n != 2 {
+	if n := s.pool.Idle(); n != 2 {
 		t.Fatalf("%d kept vms, want 2 (keep-alive's limit)", n)
 	}
 }
@@ -365,14 +365,14 @@ func TestReadyClonesGiveWayFirst(t *testing.T) {
 	// Host memory low once: the ready clone goes, the kept VM stays.
 	low.Store(1)
 	waitFor(t, 5*time.Second, "the pressure reading", func() bool { return low.Load() < 0 })
-	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="memory_pressure"} 1`) || s.idleVMs() != 1 {
-		t.Fatalf("after low memory: %d kept vms\n%s", s.idleVMs(), grepLines(promText(t, s), "drops"))
+	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="memory_pressure"} 1`) || s.pool.Idle() != 1 {
+		t.Fatalf("after low memory: %d kept vms\n%s", s.pool.Idle(), grepLines(promText(t, s), "drops"))
 	}
 	waitFor(t, 5*time.Second, "a ready clone again", func() bool { return s.readyClones() == 1 })
 	// Two VMs at most: kept and ready; a boot needs the room of one.
 	other, _ := bootAndSnapshot(t, s, "other")
 	defer s.DeleteVM(ctx, other.ID)
-	if s.idleVMs() != 1 {
+	if s.pool.Idle() != 1 {
 		t.Fatal("the kept vm gave way before the ready clone")
 	}
 	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="room"} 1`) {

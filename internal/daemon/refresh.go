@@ -116,7 +116,7 @@ func (s *Service) removeOutdated(ctx context.Context, fn *catalog.Function) erro
 			return fmt.Errorf("%w: snapshot %s of %s is pinned", ErrConflict, sn.ID, fn.Name)
 		}
 	}
-	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == fn.Name }, "function outdated")
+	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == fn.Name }, "function outdated")
 	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == fn.Name }, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == fn.Name }); err != nil || v != nil {
 		if err == nil {

@@ -48,7 +48,7 @@ func (s *Service) SetSecret(ctx context.Context, name string, value []byte) (inf
 	if err != nil {
 		return SecretInfo{}, false, secretErr(err)
 	}
-	s.evictKeptWhere(func(k *kept) bool { return fnconfig.Uses(k.lv.fn.Secrets, name) }, whySecretChanged)
+	s.pool.EvictWhere(func(k *kept) bool { return fnconfig.Uses(k.Fn.Secrets, name) }, whySecretChanged)
 	s.log.Info("secret set", "secret", name, "version", info.Version)
 	return info, created, nil
 }

@@ -177,7 +177,7 @@ func (s *Service) Metrics() *metrics.Set { return s.metrics }
 
 // metricState is what a scrape reads: VMs by state, the store.
 func (s *Service) metricState() metrics.State {
-	st := metrics.State{VMs: map[string]int{}, IdleVMs: s.idleVMs(), StandbyVMs: s.standbyVMs()}
+	st := metrics.State{VMs: map[string]int{}, IdleVMs: s.pool.Idle(), StandbyVMs: s.standbyVMs()}
 	ctx := context.Background()
 	if vms, err := s.db.ListVMs(ctx); err == nil {
 		for _, v := range vms {

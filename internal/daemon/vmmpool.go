@@ -120,7 +120,7 @@ func (s *Service) refill(key poolKey, fn *catalog.Function) {
 			s.vmmPool.mu.Unlock()
 			return
 		}
-		release, ok := s.adm.tryAcquire(fn.Name, mem, fn.MaxConcurrency)
+		release, ok := s.adm.TryAcquire(fn.Name, mem, fn.MaxConcurrency)
 		if !ok {
 			s.vmmPool.mu.Unlock()
 			return
@@ -264,7 +264,7 @@ func (s *Service) forgetPooled(id string) {
 	}
 	s.vmmPool.mu.Unlock()
 	s.forgetReady(id)
-	eachWhere(&s.pool.mu, &s.pool.idle, func(k *kept) bool { return k.lv.id == id }, func(k *kept) { s.unpark(k) })
+	s.pool.Forget(id)
 }
 
 // holdPool stops (or allows again) fills for snapshot id.
