@@ -169,7 +169,7 @@ func (a *adaptive) rerecord(ctx context.Context, fn *catalog.Function, p refresh
 		return out, "", noSpace(err)
 	}
 	trustArtifacts(sn.Dir, p.kind)
-	a.s.dropSnapshotStandby(sn.ID, func(sb *standby) bool { return sb.key.kind == p.kind }, whyStandbyRefreshed)
+	a.s.dropSnapshotStandby(sn.ID, func(sb *standby) bool { return sb.Key.Kind == p.kind }, whyStandbyRefreshed)
 	held := ""
 	if p.event == nil && beforeDigest != "" && beforeDigest == afterDigest {
 		held = "a refresh with the prepare's record input recorded the same set: the inputs differ from it " +

@@ -424,11 +424,12 @@ type Service struct {
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
-	tracer     trace.Tracer             // spans of the service's steps (Config.TracerProvider)
-	adm        *pool.Admission          // which VM starts may proceed
-	pool       *pool.KeepAlive[*liveVM] // idle VMs kept for their function's next invocations
-	vmmPool    vmmPool                  // VMMs started ahead of restores
-	ready      readyPool                // clones restored ahead of requests (readyclones.go)
+	tracer     trace.Tracer // spans of the service's steps (Config.TracerProvider)
+	// What is kept ahead of requests, and admission (package pool).
+	adm     *pool.Admission                    // which VM starts may proceed
+	pool    *pool.KeepAlive[*liveVM]           // idle VMs kept for their function's next invocations
+	vmmPool *pool.VMMPool[*liveVM, *coldStart] // VMMs started ahead of restores
+	ready   readyPool                          // clones restored ahead of requests (readyclones.go)
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -531,11 +532,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = pool.NewAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.Observe = s.metrics.Admission
-	s.adm.Reclaim = func() bool { return s.reclaimStandby() || s.reclaimReady(whyReadyRoom) || s.pool.Reclaim() }
+	s.adm.Reclaim = func() bool { return s.vmmPool.Reclaim() || s.reclaimReady(whyReadyRoom) || s.pool.Reclaim() }
 	s.openReady()
 	s.pool = s.newKeepAlive()
-	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
-	s.vmmPool.held = map[string]bool{}
+	s.vmmPool = s.newVMMPool()
 	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir(), s.resultsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -727,7 +727,7 @@ const APIVersion = "0.3.0"
 // Close fails running operations, stops every VM (marking them stopped),
 // undoes what the daemon changed on the host and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
-	s.closeVMMPool()
+	s.vmmPool.Close()
 	s.closeReady()
 	s.pool.Close()
 	s.mu.Lock()

@@ -239,7 +239,7 @@ func (s *Service) stopFunctionVMs(ctx context.Context, name string, out *Functio
 			note(d)
 		}
 	}
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == name }, whyStandbyGone)
+	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == name }, whyStandbyGone)
 	s.dropReadyWhere(func(rc *readyClone) bool { return rc.lv.fn.Name == name }, whyReadyGone)
 	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 	g := s.fnGate(name)

@@ -331,7 +331,7 @@ func (s *Service) invokePooled(ctx context.Context, req ColdRequest, key poolKey
 	if inv != nil || err != nil {
 		return tk, inv, ctx, err
 	}
-	if k := s.pool.Take(req.Function, key.snapshot); k != nil {
+	if k := s.pool.Take(req.Function, key.Snapshot); k != nil {
 		s.metrics.KeepAlive(true)
 		inv, err := s.invokeKept(ctx, k, req.Event, timeout, start, target)
 		return tk, inv, ctx, err
@@ -381,7 +381,7 @@ func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, i
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.untimed)
 	if e.pool != "" {
-		s.refillLater(poolKey{inv.Snapshot, e.pool}, lv.fn)
+		s.refillLater(poolKey{Snapshot: inv.Snapshot, Kind: e.pool}, lv.fn)
 	}
 	if !e.pooled || !s.park(lv, rec, inv.Snapshot) {
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)

@@ -71,7 +71,7 @@ func TestReadyClonesUnderAuto(t *testing.T) {
 	s.ready.mu.Lock()
 	var keys []string
 	for k := range s.ready.demand {
-		keys = append(keys, k.snapshot+"/"+string(k.kind))
+		keys = append(keys, k.Snapshot+"/"+string(k.Kind))
 	}
 	s.ready.mu.Unlock()
 	if len(keys) != 1 || !strings.HasSuffix(keys[0], "/auto") {

@@ -218,9 +218,9 @@ const readyAuto restore.Kind = wire.StrategyAuto
 // snapID restoring with kind, or under auto.
 func readyKeyOf(snapID string, kind restore.Kind, auto bool) poolKey {
 	if auto {
-		return poolKey{snapID, readyAuto}
+		return poolKey{Snapshot: snapID, Kind: readyAuto}
 	}
-	return poolKey{snapID, kind}
+	return poolKey{Snapshot: snapID, Kind: kind}
 }
 
 // readyTicket is a request that could take a ready clone.
@@ -293,7 +293,7 @@ func (s *Service) readyFunctions(ctx context.Context) {
 	}
 	s.ready.mu.Unlock()
 	for _, key := range missing {
-		sn, err := s.GetSnapshot(ctx, key.snapshot)
+		sn, err := s.GetSnapshot(ctx, key.Snapshot)
 		var fn *catalog.Function
 		if err == nil {
 			fn, err = s.snapshotFunction(ctx, sn)
@@ -321,10 +321,10 @@ func (s *Service) sizeReady(now time.Time) {
 		keys = append(keys, key)
 	}
 	slices.SortFunc(keys, func(a, b poolKey) int {
-		if a.snapshot != b.snapshot {
-			return compareStrings(a.snapshot, b.snapshot)
+		if a.Snapshot != b.Snapshot {
+			return compareStrings(a.Snapshot, b.Snapshot)
 		}
-		return compareStrings(string(a.kind), string(b.kind))
+		return compareStrings(string(a.Kind), string(b.Kind))
 	})
 	var wants []readyclones.Want[poolKey]
 	for _, key := range keys {
@@ -378,7 +378,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	have := len(s.ready.clones[w.Key]) + s.ready.filling[w.Key]
 	fills := s.ready.fills
 	if fn == nil || have >= want || fills >= s.cfg.Ready.Fills || s.ready.memMiB+w.MemMiB > s.cfg.Ready.MemoryMiB ||
-		s.ready.held[w.Key.snapshot] || s.vmmPool.restoring.Load() > int64(fills) || s.ready.dispatching.Load() > 0 ||
+		s.ready.held[w.Key.Snapshot] || s.vmmPool.Restoring() > int64(fills) || s.ready.dispatching.Load() > 0 ||
 		s.ready.unserved.Load() > 0 || time.Now().UnixNano() < s.ready.settled.Load() ||
 		time.Now().Before(s.ready.retryAt[w.Key]) {
 		s.ready.mu.Unlock()
@@ -401,7 +401,7 @@ func (s *Service) fillReadyFor(w readyclones.Want[poolKey], want int) bool {
 	s.ready.filling[w.Key]++
 	s.ready.fills++
 	s.ready.memMiB += w.MemMiB
-	epoch := s.ready.epoch[w.Key.snapshot]
+	epoch := s.ready.epoch[w.Key.Snapshot]
 	s.ready.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
@@ -419,7 +419,7 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 	closed := s.closed
 	s.mu.Unlock()
 	s.ready.mu.Lock()
-	if err == nil && (closed || s.ready.epoch[key.snapshot] != epoch) {
+	if err == nil && (closed || s.ready.epoch[key.Snapshot] != epoch) {
 		// Dropped (deleted, evicted) or stopping while it started: it
 		// counts as filling until it is gone, so whoever dropped waits.
 		s.ready.mu.Unlock()
@@ -443,7 +443,7 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 		s.ready.mu.Unlock()
 		if err != nil {
 			s.ready.m.Refill("failed")
-			s.log.Warn("ready clone not started", "snapshot", key.snapshot, "strategy", key.kind, "err", err)
+			s.log.Warn("ready clone not started", "snapshot", key.Snapshot, "strategy", key.Kind, "err", err)
 		}
 		return
 	}
@@ -455,7 +455,7 @@ func (s *Service) fillReady(key poolKey, mem int, epoch uint64, release func()) 
 	s.ready.clones[key] = append(s.ready.clones[key], rc)
 	s.ready.mu.Unlock()
 	s.ready.m.Refill("ok")
-	s.log.Debug("ready clone ready", "vm", rc.lv.id, "snapshot", key.snapshot, "strategy", rc.rec.Strategy, "ms", ms(time.Since(t0)))
+	s.log.Debug("ready clone ready", "vm", rc.lv.id, "snapshot", key.Snapshot, "strategy", rc.rec.Strategy, "ms", ms(time.Since(t0)))
 	s.kickReady() // the next fill, if wanted
 }
 
@@ -468,12 +468,12 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 		release()
 		return nil, err
 	}
-	lv, rec, _, err := s.restore(ctx, key.snapshot, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind, admitted: release})
+	lv, rec, _, err := s.restore(ctx, key.Snapshot, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind, admitted: release})
 	if err != nil {
 		return nil, err
 	}
 	defer lv.mu.Unlock()
-	s.refillLater(poolKey{key.snapshot, st.Kind}, lv.fn)
+	s.refillLater(poolKey{Snapshot: key.Snapshot, Kind: st.Kind}, lv.fn)
 	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return warmAgent(ctx, lv) })
 	if err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
@@ -487,10 +487,10 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 // readyStrategy is the strategy a fill of key restores with: key's, or
 // under auto the policy's current choice for the snapshot.
 func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strategy, error) {
-	if key.kind == readyAuto {
-		return s.adaptive.current(ctx, key.snapshot)
+	if key.Kind == readyAuto {
+		return s.adaptive.current(ctx, key.Snapshot)
 	}
-	return s.strategy(string(key.kind))
+	return s.strategy(string(key.Kind))
 }
 
 // readyWarmFunction is the function a ready clone's warm-up invocation
@@ -555,15 +555,15 @@ func (s *Service) takeReady(key poolKey) (rc *readyClone, dead string) {
 // of its snapshot, by strategy name.
 func (s *Service) readyKeysFor(key poolKey) []poolKey {
 	keys := []poolKey{key}
-	if key.kind != readyAuto {
+	if key.Kind != readyAuto {
 		return keys
 	}
 	for k, list := range s.ready.clones {
-		if k.snapshot == key.snapshot && k != key && len(list) > 0 {
+		if k.Snapshot == key.Snapshot && k != key && len(list) > 0 {
 			keys = append(keys, k)
 		}
 	}
-	slices.SortFunc(keys[1:], func(a, b poolKey) int { return compareStrings(string(a.kind), string(b.kind)) })
+	slices.SortFunc(keys[1:], func(a, b poolKey) int { return compareStrings(string(a.Kind), string(b.Kind)) })
 	return keys
 }
 
@@ -636,19 +636,19 @@ func (s *Service) dropSnapshotReady(id, why string) {
 	s.ready.mu.Lock()
 	s.ready.epoch[id]++
 	for key := range s.ready.demand {
-		if key.snapshot == id {
+		if key.Snapshot == id {
 			delete(s.ready.demand, key)
 			delete(s.ready.fns, key)
 			delete(s.ready.retryAt, key)
 		}
 	}
 	s.ready.mu.Unlock()
-	s.dropReadyWhere(func(rc *readyClone) bool { return rc.key.snapshot == id }, why)
+	s.dropReadyWhere(func(rc *readyClone) bool { return rc.key.Snapshot == id }, why)
 	for deadline := time.Now().Add(s.cfg.BootTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		s.ready.mu.Lock()
 		filling := 0
 		for key, n := range s.ready.filling {
-			if key.snapshot == id {
+			if key.Snapshot == id {
 				filling += n
 			}
 		}

@@ -73,7 +73,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	renewed := time.Since(t0)
 	s.ready.m.Outcome("hit", waited.Seconds())
 	inv := &Invocation{ID: newID("inv-"), Function: rc.rec.Function, VM: lv.id, Mode: "ready",
-		Snapshot: key.snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
+		Snapshot: key.Snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
 	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed), TakeMS: ms(t0.Sub(start)),
 		RenewGuestMS: renewal.DurationMS, RenewSteps: renewal.Steps}
 	annotate(ctx, invocationAttrs(inv)...)
@@ -84,7 +84,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
 	rc.rec.State = catalog.StateRunning
-	if s.park(lv, rc.rec, key.snapshot) { // the function reuses VMs (keep-alive)
+	if s.park(lv, rc.rec, key.Snapshot) { // the function reuses VMs (keep-alive)
 		s.setState(ctx, lv, catalog.StateRunning, "")
 	} else {
 		unlock = !s.tearDownAfter(ctx, lv, rc.rec)

@@ -117,7 +117,7 @@ func (s *Service) removeOutdated(ctx context.Context, fn *catalog.Function) erro
 		}
 	}
 	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == fn.Name }, "function outdated")
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == fn.Name }, whyStandbyGone)
+	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == fn.Name }, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == fn.Name }); err != nil || v != nil {
 		if err == nil {
 			err = fmt.Errorf("%w: vm %s (%s) runs it", ErrConflict, v.ID, v.State)
