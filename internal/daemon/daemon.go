@@ -271,7 +271,7 @@ func (c *Config) setDefaults() {
 		c.CgroupRoot = ""
 	}
 	c.Deps.setDefaults()
-	c.Ready.setDefaults()
+	c.Ready.SetDefaults()
 }
 
 // Check validates c as Open will, with its zero values taking their
@@ -341,7 +341,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
 	errs = append(errs, c.Deps.validate()...)
-	errs = append(errs, c.Ready.validate()...)
+	errs = append(errs, c.Ready.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -429,7 +429,7 @@ type Service struct {
 	adm     *pool.Admission                    // which VM starts may proceed
 	pool    *pool.KeepAlive[*liveVM]           // idle VMs kept for their function's next invocations
 	vmmPool *pool.VMMPool[*liveVM, *coldStart] // VMMs started ahead of restores
-	ready   readyPool                          // clones restored ahead of requests (readyclones.go)
+	ready   *pool.Ready[*liveVM]               // clones restored ahead of requests
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -532,10 +532,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = pool.NewAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.Observe = s.metrics.Admission
-	s.adm.Reclaim = func() bool { return s.vmmPool.Reclaim() || s.reclaimReady(whyReadyRoom) || s.pool.Reclaim() }
-	s.openReady()
+	s.adm.Reclaim = func() bool { return s.vmmPool.Reclaim() || s.ready.Reclaim(whyReadyRoom) || s.pool.Reclaim() }
 	s.pool = s.newKeepAlive()
 	s.vmmPool = s.newVMMPool()
+	s.ready = s.newReady()
 	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir(), s.resultsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -611,7 +611,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.checkVersions(ctx); err != nil {
 		return fmt.Errorf("check versions: %w", err)
 	}
-	if s.cfg.KeepAliveMinAvailableMiB > 0 && (s.cfg.KeepAlive > 0 || s.readyOn()) {
+	if s.cfg.KeepAliveMinAvailableMiB > 0 && (s.cfg.KeepAlive > 0 || s.ready.On()) {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
@@ -728,7 +728,7 @@ const APIVersion = "0.3.0"
 // undoes what the daemon changed on the host and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
 	s.vmmPool.Close()
-	s.closeReady()
+	s.ready.Close()
 	s.pool.Close()
 	s.mu.Lock()
 	if !s.closed {

@@ -240,7 +240,7 @@ func (s *Service) stopFunctionVMs(ctx context.Context, name string, out *Functio
 		}
 	}
 	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == name }, whyStandbyGone)
-	s.dropReadyWhere(func(rc *readyClone) bool { return rc.lv.fn.Name == name }, whyReadyGone)
+	s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.fn.Name == name }, whyReadyGone)
 	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 	g := s.fnGate(name)
 	for deadline := time.Now().Add(s.cfg.BootTimeout); ; time.Sleep(20 * time.Millisecond) {

@@ -13,6 +13,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -272,8 +273,8 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	// ready clone or a VM kept idle from an earlier one serves it.
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
-		tk, inv, pctx, err := s.invokePooled(ctx, req, readyKeyOf(snapID, strategy.Kind, auto != nil), timeout, start, target)
-		defer tk.end()
+		tk, inv, pctx, err := s.invokePooled(ctx, req, pool.ReadyKeyOf(snapID, strategy.Kind, auto != nil), timeout, start, target)
+		defer tk.End()
 		if inv != nil || err != nil {
 			return inv, err
 		}
@@ -326,7 +327,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 // served it (the context returned says why for the record). The ticket's
 // end is the caller's, once the request is served.
 func (s *Service) invokePooled(ctx context.Context, req ColdRequest, key poolKey, timeout time.Duration, start time.Time, target Target) (*readyTicket, *Invocation, context.Context, error) {
-	tk := s.readyBegin(key)
+	tk := s.ready.Begin(key)
 	inv, ctx, err := s.invokeReady(ctx, key, tk, req.Event, timeout, start, target)
 	if inv != nil || err != nil {
 		return tk, inv, ctx, err

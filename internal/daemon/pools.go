@@ -39,7 +39,7 @@ func (s *Service) newKeepAlive() *pool.KeepAlive[*liveVM] {
 func (s *Service) watchPressure(every time.Duration) {
 	defer s.wg.Done()
 	pool.Pressure{Every: every, MinAvailableMiB: s.cfg.KeepAliveMinAvailableMiB, Available: s.available,
-		Ready: s.reclaimReady, Idle: s.pool.StopLongestIdle, Log: s.log}.Watch(s.stop)
+		Ready: s.ready.Reclaim, Idle: s.pool.StopLongestIdle, Log: s.log}.Watch(s.stop)
 }
 
 // park keeps a VM that just answered (its lock held by the caller) for its
@@ -160,13 +160,13 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 // go with it.
 func (s *Service) forgetPooled(id string) {
 	s.vmmPool.Forget(id)
-	s.forgetReady(id)
+	s.ready.Forget(id)
 	s.pool.Forget(id)
 }
 
 // holdPool stops (or allows again) fills for snapshot id.
 func (s *Service) holdPool(id string, hold bool) {
-	s.holdReady(id, hold)
+	s.ready.Hold(id, hold)
 	s.vmmPool.Hold(id, hold)
 }
 
@@ -174,9 +174,9 @@ func (s *Service) holdPool(id string, hold bool) {
 // that match (nil: all of them), waiting for those still starting.
 func (s *Service) dropSnapshotStandby(id string, match func(*standby) bool, why string) {
 	if why == whyStandbyGone { // its ready clones go too
-		s.dropSnapshotReady(id, whyReadyGone)
+		s.ready.DropSnapshot(id, whyReadyGone)
 	} else {
-		s.dropSnapshotReady(id, whyReadyEvicted)
+		s.ready.DropSnapshot(id, whyReadyEvicted)
 	}
 	s.vmmPool.DropSnapshot(id, match, why)
 }
