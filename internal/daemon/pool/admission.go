@@ -1,8 +1,9 @@
 // Package pool holds what the daemon keeps ahead of requests, and what
 // decides whether a VM may start at all: admission (the host's budget),
-// the keep-alive pool of idle VMs and its memory-pressure watch, and the
-// VMM pool of standby VMs. Each is generic over the daemon's VM handle and
-// reaches the rest of the daemon only through its Deps.
+// the keep-alive pool of idle VMs and its memory-pressure watch, the VMM
+// pool of standby VMs and the ready clones. Each is generic over the
+// daemon's VM handle and reaches the rest of the daemon only through its
+// Deps: the pools hold VMs, the daemon starts, stops and records them.
 package pool
 
 import (
