@@ -42,15 +42,12 @@ const (
 	maxArchiveBody = daemon.MaxCodeBytes
 )
 
-// Service is what the API needs from the daemon.
-type Service = daemon.Service
-
 // vmBody is a VM's body outside a restore's answer.
 func vmBody(v *catalog.VM) *wire.VM { return daemon.VMBody(v, nil) }
 
 // Handler serves the API.
 type Handler struct {
-	svc    *Service
+	svc    Services
 	log    *slog.Logger
 	mux    *http.ServeMux
 	opts   Options
@@ -61,8 +58,15 @@ type Handler struct {
 // Route is one documented operation.
 type Route struct{ Method, Pattern string }
 
-// New builds the handler and its routes, protected as opts says.
-func New(svc *Service, log *slog.Logger, opts Options) *Handler {
+// New builds the handler and its routes over one daemon that serves every
+// family (nil: none), protected as opts says.
+func New(d *daemon.Service, log *slog.Logger, opts Options) *Handler {
+	return NewServices(ServicesOf(d), log, opts)
+}
+
+// NewServices builds the handler and its routes over the families in svc:
+// a nil family's routes are not served.
+func NewServices(svc Services, log *slog.Logger, opts Options) *Handler {
 	h := &Handler{svc: svc, log: log, mux: http.NewServeMux(), opts: opts}
 	if opts.TracerProvider != nil {
 		h.tracer = opts.TracerProvider.Tracer(TracerName)
@@ -79,19 +83,68 @@ type route struct {
 }
 
 func (h *Handler) routes() []route {
-	return append([]route{
+	rs := []route{
 		{"GET", "/v1/openapi.json", h.openapi},
+		{"GET", "/v1/health", h.health},
+	}
+	for _, f := range []struct {
+		served bool
+		routes func() []route
+	}{
+		{h.svc.Host != nil, h.hostRoutes},
+		{h.svc.Functions != nil, h.functionRoutes},
+		{h.svc.Functions != nil, h.adaptiveRoutes},
+		{h.svc.Versions != nil, h.versionRoutes},
+		{h.svc.Invocations != nil, h.invocationRoutes},
+		{h.svc.Invocations != nil, h.logRoutes},
+		{h.svc.VMs != nil, h.vmRoutes},
+		{h.svc.Snapshots != nil, h.snapshotRoutes},
+		{h.svc.Registry != nil, h.registryRoutes},
+		{h.svc.Operations != nil, h.operationRoutes},
+		{h.svc.Secrets != nil, h.secretRoutes},
+		{true, h.triggerRoutes},
+	} {
+		if f.served {
+			rs = append(rs, f.routes()...)
+		}
+	}
+	return rs
+}
+
+// hostRoutes serve what the daemon says of itself.
+func (h *Handler) hostRoutes() []route {
+	return []route{
 		{"GET", "/metrics", h.metrics},
 		{"GET", "/v1/info", h.info},
-		{"GET", "/v1/health", h.health},
+	}
+}
+
+// functionRoutes serve functions' records.
+func (h *Handler) functionRoutes() []route {
+	return []route{
 		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
 			return h.svc.ListFunctions(ctx)
 		}, func(f *catalog.Function) string { return f.Name }, daemon.FunctionBody)},
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", h.getFunction},
 		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
+	}
+}
+
+// invocationRoutes serve invocations: cold (a function's, a snapshot's)
+// and on a live VM, and their history.
+func (h *Handler) invocationRoutes() []route {
+	return []route{
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction}, // triggers.go: ?async=true queues
-		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), startOrServe(h, h.svc.StartPrepare, h.svc.Prepare, http.StatusCreated))},
+		{"POST", "/v1/vms/{id}/invoke", readThen(h, readInvokeVM, h.invokeVM)},
+		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeSnapshot)},
+		{"GET", "/v1/invocations", h.listInvocations},
+	}
+}
+
+// vmRoutes serve live VMs.
+func (h *Handler) vmRoutes() []route {
+	return []route{
 		{"GET", "/v1/vms", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.VM, error) { return h.svc.ListVMs(ctx) },
 			func(v *catalog.VM) string { return createdKey(v.CreatedAt, v.ID) }, vmBody)},
 		{"POST", "/v1/vms", readThen(h, readWaiting(readCreateVM), h.createVM)},
@@ -99,7 +152,14 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/vms/{id}", h.deleteVM},
 		{"POST", "/v1/vms/{id}/pause", one(h, "id", http.StatusOK, h.svc.PauseVM, vmBody)},
 		{"POST", "/v1/vms/{id}/resume", one(h, "id", http.StatusOK, h.svc.ResumeVM, vmBody)},
-		{"POST", "/v1/vms/{id}/invoke", readThen(h, readInvokeVM, h.invokeVM)},
+		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
+	}
+}
+
+// snapshotRoutes serve snapshots, their preparation and the memory store.
+func (h *Handler) snapshotRoutes() []route {
+	return []route{
+		{"POST", "/v1/functions/{name}/prepare", readThen(h, readWaiting(readPrepare), startOrServe(h, h.svc.StartPrepare, h.svc.Prepare, http.StatusCreated))},
 		{"GET", "/v1/snapshots", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Snapshot, error) {
 			return h.svc.ListSnapshots(ctx, r.URL.Query().Get("function"))
 		}, func(s *catalog.Snapshot) string { return createdKey(s.CreatedAt, s.ID) }, daemon.SnapshotBody)},
@@ -108,7 +168,6 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/snapshots/{id}", done(h, "id", h.svc.DeleteSnapshot)},
 		{"POST", "/v1/snapshots/{id}/verify", one(h, "id", http.StatusOK, h.svc.CheckSnapshot, daemon.SnapshotBody)},
 		{"POST", "/v1/snapshots/{id}/evict", h.evictSnapshot},
-		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/store", h.storeSnapshot},
 		{"DELETE", "/v1/snapshots/{id}/store", done(h, "id", h.svc.UnstoreSnapshot)},
 		{"PUT", "/v1/snapshots/{id}/pin", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*catalog.Snapshot, error) {
@@ -120,8 +179,13 @@ func (h *Handler) routes() []route {
 		})},
 		{"GET", "/v1/snapshots/{id}/memory", h.snapshotMemory},
 		{"GET", "/v1/store", one(h, "", http.StatusOK, func(ctx context.Context, _ string) (*daemon.StoreInfo, error) { return h.svc.StoreInfo(ctx) }, same)},
-		{"GET", "/v1/vms/{id}/memory", one(h, "id", http.StatusOK, h.svc.VMMemory, same)},
 		{"POST", "/v1/snapshots/{id}/copy", h.copySnapshot},
+	}
+}
+
+// registryRoutes serve the snapshot registry.
+func (h *Handler) registryRoutes() []route {
+	return []route{
 		{"POST", "/v1/snapshots/{id}/push", h.pushSnapshot},
 		{"POST", "/v1/snapshots/pull", readThen(h, readWaiting(readSmallBody[wire.PullRequest]), startOrServe(h, h.svc.StartPull, h.svc.PullSnapshot, http.StatusCreated))},
 		{"GET", "/v1/registry/snapshots", list(h, func(ctx context.Context, _ *http.Request) ([]wire.RegistrySnapshot, error) {
@@ -129,7 +193,12 @@ func (h *Handler) routes() []route {
 		}, func(s wire.RegistrySnapshot) string { return createdKey(s.CreatedAt, s.ID) }, same)},
 		{"DELETE", "/v1/registry/snapshots/{id}", done(h, "id", h.svc.DeleteRegistrySnapshot)},
 		{"POST", "/v1/registry/gc", readThen(h, readWaiting(readSmallBody[wire.GCRequest]), startOrServe(h, h.svc.StartGC, h.svc.CollectRegistry, http.StatusOK))},
-		{"GET", "/v1/invocations", h.listInvocations},
+	}
+}
+
+// operationRoutes serve the asynchronous operations.
+func (h *Handler) operationRoutes() []route {
+	return []route{
 		{"GET", "/v1/operations", list(h, func(ctx context.Context, _ *http.Request) ([]*daemon.Operation, error) {
 			return h.svc.ListOperations(ctx)
 		},
@@ -137,7 +206,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/operations/{id}", one(h, "id", http.StatusOK, h.svc.Operation, operationBody)},
 		{"DELETE", "/v1/operations/{id}", done(h, "id", h.svc.DeleteOperation)},
 		{"POST", "/v1/operations/{id}/cancel", h.cancelOperation},
-	}, append(append(append(append(h.versionRoutes(), h.secretRoutes()...), h.logRoutes()...), h.adaptiveRoutes()...), h.triggerRoutes()...)...)
+	}
 }
 
 // Routes lists every route the handler serves (tests compare it with the
@@ -163,7 +232,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w, status: 200}
 	defer func() {
-		if h.svc != nil {
+		if h.svc.Host != nil {
 			h.svc.Metrics().Request(pattern, sw.status, time.Since(start))
 		}
 	}()

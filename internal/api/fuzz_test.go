@@ -58,7 +58,7 @@ const decoded = 299
 // decodingHandler is the real guard and routing with every route cut
 // after its decoding step.
 func decodingHandler() *Handler {
-	h := New(nil, discard, Options{Token: testToken})
+	h := NewServices(noDaemon(), discard, Options{Token: testToken})
 	mux := http.NewServeMux()
 	for _, r := range h.routes() {
 		dec := requestDecoders[r.Method+" "+r.Pattern]

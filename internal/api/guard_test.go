@@ -62,7 +62,7 @@ func (rec *recorder) reached() []reachedRoute {
 // record the call and answer 200 with the caller instead of calling the
 // service.
 func recordingHandler(opts Options) (*Handler, *recorder) {
-	h := New(nil, discard, opts)
+	h := NewServices(noDaemon(), discard, opts)
 	rec := &recorder{}
 	mux := http.NewServeMux()
 	for _, r := range h.routes() {
@@ -397,7 +397,7 @@ func TestBodyTypes(t *testing.T) {
 
 // BenchmarkAdmit measures the guard on an admitted TCP JSON request.
 func BenchmarkAdmit(b *testing.B) {
-	h := New(nil, discard, Options{Token: testToken, AllowedOrigins: []string{"https://dash.example"}})
+	h := NewServices(noDaemon(), discard, Options{Token: testToken, AllowedOrigins: []string{"https://dash.example"}})
 	r := localRequest("POST", "/v1/vms", "application/json", `{"function":"hello"}`)
 	r.Header.Set("Origin", "https://dash.example")
 	w := httptest.NewRecorder()

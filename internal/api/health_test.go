@@ -14,7 +14,7 @@ import (
 // TestHealth: 200 ok while serving, 503 while starting or draining, without
 // a token or an allowed Host; every answer names the node.
 func TestHealth(t *testing.T) {
-	h := New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken, NodeName: "node-7"})
+	h := NewServices(noDaemon(), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken, NodeName: "node-7"})
 	for _, tc := range []struct {
 		state  State
 		status int
@@ -42,7 +42,7 @@ func TestHealth(t *testing.T) {
 // TestStartingRefusesOtherRoutes: while starting, every other route is 503
 // unavailable with Retry-After (after the token check); draining serves.
 func TestStartingRefusesOtherRoutes(t *testing.T) {
-	h := New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken, NodeName: "n"})
+	h := NewServices(noDaemon(), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken, NodeName: "n"})
 	h.SetState(Starting)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, localRequest("GET", "/v1/openapi.json", "", ""))

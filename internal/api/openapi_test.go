@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/thaw-dev/thaw/internal/metrics"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -51,7 +52,7 @@ type jsonObject = map[string]any
 // *daemon.Service until a route that uses it is actually served. TCP
 // requests need testToken.
 func newTestHandler() *Handler {
-	return New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken})
+	return NewServices(noDaemon(), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Token: testToken})
 }
 
 func loadDoc(t *testing.T) jsonObject {
@@ -1410,3 +1411,18 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	}
 	return b
 }
+
+// noDaemon serves every family's routes (routing, guard and document
+// tests) from a daemon none of whose methods is called, but for the host's
+// metrics, which a request records.
+func noDaemon() Services {
+	var d *daemon.Service
+	host := testHost{metrics.New(func() metrics.State { return metrics.State{} })}
+	return Services{d, d, d, d, d, d, d, d, host}
+}
+
+// testHost is a daemon's self-description with metrics of its own.
+type testHost struct{ set *metrics.Set }
+
+func (h testHost) Info() daemon.Info     { return daemon.Info{} }
+func (h testHost) Metrics() *metrics.Set { return h.set }

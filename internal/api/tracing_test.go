@@ -50,7 +50,7 @@ func (s *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 // it runs in (in *inSpan).
 func tracedHandler(tp trace.TracerProvider, inSpan *trace.SpanContext) (*Handler, *syncBuffer) {
 	logs := &syncBuffer{}
-	h := New(nil, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Options{Token: testToken, TracerProvider: tp})
+	h := NewServices(noDaemon(), slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Options{Token: testToken, TracerProvider: tp})
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/functions/{name}/invoke", func(w http.ResponseWriter, r *http.Request) {
 		*inSpan = trace.SpanContextFromContext(r.Context())

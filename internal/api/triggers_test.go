@@ -13,7 +13,7 @@ import (
 // what is wrong, and queues nothing (the handler has no engine: reaching it
 // would be 503 engine_unavailable).
 func TestAsyncInvokeTakesAnEventOnly(t *testing.T) {
-	h := New(nil, discard, Options{Token: testToken})
+	h := NewServices(noDaemon(), discard, Options{Token: testToken})
 	for _, c := range []struct{ query, body, want string }{
 		{"async=true", `{"event": {}, "strategy": "reap"}`, "takes an event only"},
 		{"async=true", `{"event": {}, "snapshot": "snap-0123456789ab"}`, "takes an event only"},
