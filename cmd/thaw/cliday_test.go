@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v4"
 
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
@@ -82,7 +83,7 @@ func TestInvokeStdoutIsTheResult(t *testing.T) {
 
 	// A handler that raises: nothing on stdout, the error on stderr, 3.
 	r = d.thaw(t, "invoke", "echo", "--event", `{"op": "raise"}`)
-	wantCode(t, r, exitFunction)
+	wantCode(t, r, cli.ExitFunction)
 	if r.stdout != "" {
 		t.Errorf("a raised invocation printed %q on stdout", r.stdout)
 	}
@@ -100,7 +101,7 @@ func TestTimeoutsVisible(t *testing.T) {
 	wantContains(t, "invoke --help", r.stdout, "--vm string", "(a timeout kills the VM)", "thawd --invoke-timeout")
 
 	r = d.thaw(t, "invoke", "echo", "--vm", vm, "--event", `{"op": "hang"}`, "--timeout-ms", "300")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	wantContains(t, "stderr", r.stderr, "invocation timed out after 300ms", "thaw invoke --timeout-ms", "thawd --invoke-timeout (42s on this daemon)",
 		"the VM was killed (a guest that does not answer cannot be trusted)")
 	if r.stdout != "" {
@@ -144,13 +145,13 @@ func TestFallbackWarnsAndStrictRefuses(t *testing.T) {
 	jsonValue(t, "stdout", r.stdout)
 
 	r = d.thaw(t, "invoke", "echo", "--strategy", "premap", "--strict")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	wantContains(t, "stderr", r.stderr, "strict: premap cannot restore "+snap, "would fall back to vanilla", "thaw snapshot store "+snap)
 	if r.stdout != "" {
 		t.Errorf("a refused invocation printed %q", r.stdout)
 	}
 	r = d.thaw(t, "-o", "json", "invoke", "echo", "--strategy", "premap", "--strict")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	e := jsonValue(t, "stderr", r.stderr).(map[string]any)["error"].(map[string]any)
 	if e["code"] != "conflict" || !strings.HasPrefix(e["request_id"].(string), "req-") || !strings.Contains(e["message"].(string), "strict") {
 		t.Errorf("-o json error: %v", e)
@@ -193,7 +194,7 @@ func TestVMListStates(t *testing.T) {
 	wantContains(t, "-o wide vm list", lines[0]+lines[1], "IDLE UNTIL", " in 60s ", "vanilla")
 
 	r = d.thaw(t, "vm", "list", "--state", "sleeping")
-	wantCode(t, r, exitUsage)
+	wantCode(t, r, cli.ExitUsage)
 	wantContains(t, "stderr", r.stderr, `--state "sleeping"`, "live, booting, running, idle")
 }
 
@@ -222,7 +223,7 @@ func cancelBoot(t *testing.T, d *realDaemon, op string) {
 	wantCode(t, r, 0)
 	wantContains(t, "operation cancel", r.stdout, op, "failed", "499 canceled", "operation canceled (request req-")
 	r = d.thaw(t, "operation", "cancel", op)
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	wantContains(t, "stderr", r.stderr, "has already failed")
 	r = d.thaw(t, "vm", "list", "-q")
 	wantCode(t, r, 0)
@@ -238,7 +239,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 	d.echoFunction(t, "echo")
 	d.bootSnapshot(t, "echo")
 	r := d.thaw(t, "-o", "json", "function", "get", "nope")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	e := jsonValue(t, "stderr", r.stderr).(map[string]any)["error"].(map[string]any)
 	if e["code"] != "not_found" || !strings.HasPrefix(e["request_id"].(string), "req-") || !strings.Contains(e["message"].(string), "nope") {
 		t.Errorf("error document %v", e)
@@ -247,12 +248,12 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		t.Errorf("stdout %q", r.stdout)
 	}
 	r = d.thaw(t, "--json", "invoke")
-	wantCode(t, r, exitUsage)
+	wantCode(t, r, cli.ExitUsage)
 	if e := jsonValue(t, "stderr", r.stderr).(map[string]any)["error"].(map[string]any); e["code"] != "usage" {
 		t.Errorf("usage error document %v", e)
 	}
 	r = d.thaw(t, "-o", "yaml", "snapshot", "get", "snap-000000000000")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	if e := yamlValue(t, "stderr", r.stderr).(map[string]any)["error"].(map[string]any); e["code"] != "not_found" {
 		t.Errorf("-o yaml error document %v", e)
 	}
@@ -271,7 +272,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		{"invoke", "echo", "--timeout-ms", "7200000"}, // over the daemon's hour
 	} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, exitUsage)
+		wantCode(t, r, cli.ExitUsage)
 		wantContains(t, "stderr", r.stderr, "--help")
 	}
 }
@@ -283,7 +284,7 @@ func TestInterruptExitCode(t *testing.T) {
 	d.echoFunction(t, "echo")
 	d.bootSnapshot(t, "echo")
 	ctx, cancel := context.WithCancelCause(context.Background())
-	time.AfterFunc(500*time.Millisecond, func() { cancel(&interruption{sig: 2}) })
+	time.AfterFunc(500*time.Millisecond, func() { cancel(&cli.Interruption{Sig: 2}) })
 	var out, errb strings.Builder
 	code := execute(ctx, []string{"--url", d.srv.URL, "invoke", "echo", "--event", `{"op": "hang"}`}, strings.NewReader(""), &out, &errb)
 	if code != 130 || out.Len() != 0 {
@@ -323,6 +324,6 @@ func TestDeployOutputConventions(t *testing.T) {
 		t.Errorf("invoke app:canary: %v", got)
 	}
 	r = d.thaw(t, "-o", "json", "rollback", "app")
-	wantCode(t, r, exitError)
+	wantCode(t, r, cli.ExitError)
 	jsonValue(t, "rollback's error", r.stderr)
 }

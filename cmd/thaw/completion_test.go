@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/completion"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
@@ -124,7 +126,7 @@ func TestCompletionWithoutDaemon(t *testing.T) {
 	start := time.Now()
 	var out, errb bytes.Buffer
 	code := execute(context.Background(), []string{"--url", silent.URL, cobra.ShellCompRequestCmd, "vm", "get", ""}, strings.NewReader(""), &out, &errb)
-	if took := time.Since(start); code != 0 || took > completionTimeout+2*time.Second {
+	if took := time.Since(start); code != 0 || took > completion.Timeout+2*time.Second {
 		t.Errorf("silent daemon: exit %d after %s", code, took)
 	}
 	if strings.Contains(out.String(), "vm-") || strings.Contains(errb.String(), "thaw:") {
@@ -138,8 +140,8 @@ func TestCompletionWithoutDaemon(t *testing.T) {
 // TestCompletionCommands: every command the completion table names
 // exists, so a renamed command cannot silently lose its completion.
 func TestCompletionCommands(t *testing.T) {
-	root := (&app{}).newRootCmd()
-	for path := range argCompletions {
+	root := newRootCmd(&cli.App{})
+	for _, path := range completion.ArgCommands() {
 		cmd, rest, err := root.Find(strings.Fields(path)[1:])
 		if err != nil || len(rest) > 0 || cmd.CommandPath() != path || cmd.ValidArgsFunction == nil {
 			t.Errorf("%s: no such command with completion (%v, %v)", path, err, rest)

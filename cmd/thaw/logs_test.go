@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -124,14 +125,14 @@ func TestLogsCommand(t *testing.T) {
 		{"logs"},
 	} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, exitUsage)
+		wantCode(t, r, cli.ExitUsage)
 		if r.stdout != "" {
 			t.Errorf("%v printed %q on stdout", args, r.stdout)
 		}
 	}
 	for _, args := range [][]string{{"logs", "nope"}, {"logs", "echo", "--invocation", "inv-000000000000"}} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, exitError)
+		wantCode(t, r, cli.ExitError)
 		wantContains(t, strings.Join(args, " "), r.stderr, "not found")
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
 // fakeDaemon answers a few API requests the way thawd does and records
@@ -111,8 +113,8 @@ func opJSON(id, state string, polls int) string {
 	  "created_at": "2025-01-02T03:04:05Z", "updated_at": "2025-01-02T03:04:05Z"}`, id, op.kind, op.target, state, progress, end)
 }
 
-// async answers ?wait=false with operation id (202), else as sync does.
-func async(sync http.Handler, id string) http.Handler {
+// asyncAnswer answers ?wait=false with operation id (202), else as sync does.
+func asyncAnswer(sync http.Handler, id string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("wait") != "false" {
 			sync.ServeHTTP(w, r)
@@ -176,11 +178,11 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	mux.Handle("DELETE /v1/vms/vm-run", answer(204, ""))
 	mux.Handle("DELETE /v1/vms/vm-gone", answer(404, `{"error":{"code":"not_found","message":"vm \"vm-gone\": not found"}}`))
 	mux.Handle("GET /v1/invocations", answer(200, invocationsJSON))
-	mux.Handle("POST /v1/vms", async(answer(201, restoredJSON), "op-boot"))
-	mux.Handle("POST /v1/snapshots/snap-1/copy", async(answer(201, copiedJSON), "op-copy"))
-	mux.Handle("PUT /v1/snapshots/snap-1/store", async(answer(200, storedJSON), "op-store"))
-	mux.Handle("POST /v1/functions/hello/prepare", async(answer(201, `{}`), "op-prep"))
-	mux.Handle("POST /v1/functions/broken/prepare", async(answer(502, `{}`), "op-fail"))
+	mux.Handle("POST /v1/vms", asyncAnswer(answer(201, restoredJSON), "op-boot"))
+	mux.Handle("POST /v1/snapshots/snap-1/copy", asyncAnswer(answer(201, copiedJSON), "op-copy"))
+	mux.Handle("PUT /v1/snapshots/snap-1/store", asyncAnswer(answer(200, storedJSON), "op-store"))
+	mux.Handle("POST /v1/functions/hello/prepare", asyncAnswer(answer(201, `{}`), "op-prep"))
+	mux.Handle("POST /v1/functions/broken/prepare", asyncAnswer(answer(502, `{}`), "op-fail"))
 	mux.Handle("GET /v1/operations", answer(200, `{"items": [`+opJSON("op-boot", "succeeded", 0)+`, `+opJSON("op-copy", "running", 0)+`]}`))
 	mux.Handle("GET /v1/operations/{id}", f.operation())
 	mux.Handle("POST /v1/snapshots/nope/copy", answer(404, `{"error":{"code":"not_found","message":"snapshot \"nope\": not found"}}`))
@@ -537,27 +539,27 @@ func TestVersion(t *testing.T) {
 
 func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 129394278: "123.4 MiB", 3 << 30: "3.0 GiB"} {
-		if got := fmtBytes(n); got != want {
+		if got := output.FmtBytes(n); got != want {
 			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 	for mib, want := range map[int]string{0: "-", 512: "512 MiB", 1024: "1 GiB", 1536: "1.5 GiB"} {
-		if got := fmtMiB(mib); got != want {
+		if got := output.FmtMiB(mib); got != want {
 			t.Errorf("fmtMiB(%d) = %q, want %q", mib, got, want)
 		}
 	}
-	defer func(f func() time.Time) { now = f }(now)
+	defer func(f func() time.Time) { output.Now = f }(output.Now)
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	now = func() time.Time { return t0 }
+	output.Now = func() time.Time { return t0 }
 	for d, want := range map[time.Duration]string{5 * time.Second: "5s ago", 3 * time.Minute: "3m ago", 5 * time.Hour: "5h ago", 50 * time.Hour: "2d ago"} {
-		if got := fmtAge(t0.Add(-d)); got != want {
+		if got := output.FmtAge(t0.Add(-d)); got != want {
 			t.Errorf("fmtAge(-%s) = %q, want %q", d, got, want)
 		}
 	}
-	if got := truncate("a  b\nc", 60); got != "a b c" {
+	if got := output.Truncate("a  b\nc", 60); got != "a b c" {
 		t.Errorf("truncate = %q", got)
 	}
-	if got := truncate(strings.Repeat("x", 70), 60); len([]rune(got)) != 60 {
+	if got := output.Truncate(strings.Repeat("x", 70), 60); len([]rune(got)) != 60 {
 		t.Errorf("truncate to %d runes", len([]rune(got)))
 	}
 }
@@ -604,18 +606,6 @@ func TestStoreHugeTLBFS(t *testing.T) {
 	r := f.thaw(t, "snapshot", "store")
 	wantCode(t, r, 0)
 	wantContains(t, "stdout", r.stdout, "hugetlbfs (2.0 MiB pages)", "8.0 GiB", "Reserved by clones:", "92.0 MiB", "snap-1", "100.0 MiB")
-}
-
-func TestPrintStoreDevDAX(t *testing.T) {
-	var out bytes.Buffer
-	a := &app{stdout: &out}
-	err := a.printStore(&client.StoreInfo{Available: true, Dir: "/dev/dax0.0", Kind: "devdax", PageSize: 2 << 20,
-		CapacityBytes: 126 << 20, FreeBytes: 26 << 20, UsedBytes: 50 << 20, ReservedBytes: 50 << 20, Clones: 2,
-		Entries: []client.StoreEntry{{Snapshot: "snap-1", Size: 256 << 20, Bytes: 50 << 20, Regions: 3}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantContains(t, "stdout", out.String(), "devdax (2.0 MiB units)", "Held by clones:", "50.0 MiB (2 live)", "snap-1")
 }
 
 // TestTokenHints: a 401 says where the token comes from, or that the one
@@ -670,8 +660,8 @@ func TestTokenHints(t *testing.T) {
 // error as the client wraps a refused connect; root is never refused).
 func TestSocketPermissionHint(t *testing.T) {
 	var errb bytes.Buffer
-	a := &app{stderr: &errb}
-	a.printError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
+	a := &cli.App{Stderr: &errb}
+	a.PrintError(fmt.Errorf("%w at unix:/run/thaw/thawd.sock: %w", client.ErrUnreachable, &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}))
 	wantContains(t, "stderr", errb.String(), "may not use thawd's socket", "--socket-group")
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 )
 
 // The commands that start operations follow them, showing each phase on
@@ -112,7 +114,7 @@ func TestOperationInterruptDetaches(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := execute(ctx, []string{"--url", f.URL, "operation", "wait", "op-slow"}, strings.NewReader(""), &out, &errb)
 	t.Logf("stderr: %s", errb.String())
-	if code != exitError || out.Len() != 0 {
+	if code != cli.ExitError || out.Len() != 0 {
 		t.Fatalf("exit %d, stdout %q", code, out.String())
 	}
 	wantContains(t, "stderr", errb.String(), "op-slow boot hello: booting", "interrupted; operation op-slow goes on in thawd: follow it with 'thaw operation wait op-slow'")

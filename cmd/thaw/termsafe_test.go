@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/internal/termtext"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -156,20 +157,20 @@ func TestGuestTextEscaped(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"invoke", "evil"}, exitFunction},                    // type, message, traceback, fallback
-		{[]string{"invoke", "good"}, exitOK},                          // the result
-		{[]string{"invoke", "evil", "--vm", "vm-warm"}, exitFunction}, // an on_restore error
-		{[]string{"invoke", "gone"}, exitError},                       // an API error quoting the console
-		{[]string{"--json", "invoke", "evil"}, exitFunction},          // stderr's summary
-		{[]string{"invocations"}, exitOK},
-		{[]string{"vm", "list", "--state", "failed"}, exitOK},
-		{[]string{"vm", "get", "vm-bad"}, exitOK},
-		{[]string{"vm", "delete", "vm-a", "vm-b"}, exitError},
-		{[]string{"vm", "boot", "evil"}, exitError}, // progress, then the operation's error
-		{[]string{"operation", "get", "op-failed"}, exitOK},
-		{[]string{"operation", "list"}, exitOK},
-		{[]string{"operation", "wait", "op-failed"}, exitError},
-		{[]string{"version"}, exitOK},
+		{[]string{"invoke", "evil"}, cli.ExitFunction},                    // type, message, traceback, fallback
+		{[]string{"invoke", "good"}, cli.ExitOK},                          // the result
+		{[]string{"invoke", "evil", "--vm", "vm-warm"}, cli.ExitFunction}, // an on_restore error
+		{[]string{"invoke", "gone"}, cli.ExitError},                       // an API error quoting the console
+		{[]string{"--json", "invoke", "evil"}, cli.ExitFunction},          // stderr's summary
+		{[]string{"invocations"}, cli.ExitOK},
+		{[]string{"vm", "list", "--state", "failed"}, cli.ExitOK},
+		{[]string{"vm", "get", "vm-bad"}, cli.ExitOK},
+		{[]string{"vm", "delete", "vm-a", "vm-b"}, cli.ExitError},
+		{[]string{"vm", "boot", "evil"}, cli.ExitError}, // progress, then the operation's error
+		{[]string{"operation", "get", "op-failed"}, cli.ExitOK},
+		{[]string{"operation", "list"}, cli.ExitOK},
+		{[]string{"operation", "wait", "op-failed"}, cli.ExitError},
+		{[]string{"version"}, cli.ExitOK},
 	} {
 		r := d.thaw(t, c.args...)
 		if r.code != c.code {
@@ -199,7 +200,7 @@ func TestFunctionErrorLayout(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	r := (&fakeDaemon{Server: srv}).thaw(t, "invoke", "f")
-	wantCode(t, r, exitFunction)
+	wantCode(t, r, cli.ExitFunction)
 	want := "thaw: function f raised ValueError: bad input\n" +
 		"  | thaw: all good\\x1b[2J\n" +
 		"  | Traceback (most recent call last):\n" +

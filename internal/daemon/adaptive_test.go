@@ -182,11 +182,9 @@ func TestAdaptiveChoosesFastest(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	// The state survives a restart of the daemon.
-	s.adaptive.mu.Lock()
-	delete(s.adaptive.states, verKey{"echo", 0})
-	s.adaptive.mu.Unlock()
-	if again, _ := s.FunctionRestore(ctx, "echo"); again.Versions[0].Locations[0].ColdStarts != switched {
+	// The state survives a restart of the daemon: a new adaptive restore
+	// on the same catalog reads it.
+	if again, _ := newAdaptive(s, s.cfg.Adaptive).FunctionRestore(ctx, "echo"); again.Versions[0].Locations[0].ColdStarts != switched {
 		t.Fatalf("reloaded state %+v", again.Versions[0].Locations[0])
 	}
 	// A request's strategy wins, then a function's own.
@@ -405,7 +403,7 @@ func TestSwapNeverMixesASet(t *testing.T) {
 		if err := writeGen(staging, gen); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.adaptive.pins.swapArtifacts(dir, restore.REAP, staging); err != nil {
+		if err := s.pins.swapArtifacts(dir, restore.REAP, staging); err != nil {
 			t.Fatal(err)
 		}
 		swaps++
@@ -482,10 +480,6 @@ func TestRefreshInterruptedByRestart(t *testing.T) {
 	s, res := preparedGen(t, w, nil)
 	ctx := context.Background()
 	coldOf(t, s, "echo", "")
-	fn, err := s.db.GetFunction(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// What a crash in the middle leaves: a half-written staging directory,
 	// one holding the old set after the swap, and the refresh recorded as
 	// running.
@@ -497,8 +491,9 @@ func TestRefreshInterruptedByRestart(t *testing.T) {
 	if err := writeGen(stagingDir(dir, restore.REAP, "op-000000000002"), 0); err != nil {
 		t.Fatal(err)
 	}
-	s.adaptive.record(ctx, fn, 0, func(vs *restoreState) {
-		vs.Refreshes = appendRefresh(vs.Refreshes, wire.WorkingSetRefresh{Operation: "op-000000000001", Snapshot: res.Warm.ID,
+	editRestoreDoc(t, s, "echo", func(doc map[string]any) {
+		refreshes, _ := doc["refreshes"].([]any)
+		doc["refreshes"] = append(refreshes, wire.WorkingSetRefresh{Operation: "op-000000000001", Snapshot: res.Warm.ID,
 			Strategies: []string{"reap"}, State: wire.OpRunning, StartedAt: time.Now()})
 	})
 	cfg := s.cfg
@@ -627,29 +622,39 @@ func TestRefreshAskedFor(t *testing.T) {
 	}
 }
 
-// Background prepares and refreshes hold a daemon-wide budget besides the
-// one per version: one that would pass it is not started, and the budget
-// is free again when one ends; a budget out of range is refused.
-func TestBackgroundBudget(t *testing.T) {
-	a := newAdaptive(nil, AdaptiveConfig{MaxBackground: 2})
-	one, two, three := verKey{"a", 1}, verKey{"b", 1}, verKey{"c", 2}
-	if !a.claim(one) || a.claim(one) {
-		t.Fatal("a version runs one background work at a time")
+// editRestoreDoc changes the adaptive restore's document of fn's version 0
+// in the catalog, and has the daemon read it from there again.
+func editRestoreDoc(t *testing.T, s *Service, fn string, edit func(doc map[string]any)) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.db.RestoreState(ctx, fn, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !a.claim(two) || a.claim(three) {
-		t.Fatal("a third claim passed a budget of 2")
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
 	}
-	a.release(one)
-	if !a.claim(three) || a.claim(one) {
-		t.Fatal("a released claim did not free its room")
+	edit(doc)
+	if b, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
 	}
-	if d := newAdaptive(nil, AdaptiveConfig{}); d.cfg.MaxBackground != DefaultMaxBackground {
-		t.Fatalf("default budget %d", d.cfg.MaxBackground)
+	if err := s.db.PutRestoreState(ctx, fn, 0, b); err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range []int{-1, 65} {
-		errs := AdaptiveConfig{DefaultStrategy: wire.StrategyAuto, DefaultRefresh: wire.RefreshPrepare, MaxBackground: n}.validate()
-		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "give 0 (the default, 1) or 1-64") {
-			t.Fatalf("budget %d: %v", n, errs)
+	s.adaptive.Forget(fn)
+}
+
+// setLocalChoice makes strategy the adaptive restore's current choice for
+// fn's version 0 on its local snapshot.
+func setLocalChoice(t *testing.T, s *Service, fn, strategy string) {
+	t.Helper()
+	editRestoreDoc(t, s, fn, func(doc map[string]any) {
+		locs, _ := doc["locations"].(map[string]any)
+		local, ok := locs["local"].(map[string]any)
+		if !ok {
+			t.Fatalf("no local location in %v", doc)
 		}
-	}
+		local["choice"] = strategy
+	})
 }

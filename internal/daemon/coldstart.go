@@ -221,7 +221,7 @@ type coldStart struct {
 // planRestore verifies the snapshot and begins the strategy's session.
 func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts) (*coldStart, error) {
 	c := &coldStart{start: o.start, daemonTrace: s.traceOf(os.Getpid())}
-	o.begin = s.adaptive.pins.begin(o.begin) // its artifacts stay as they are until its VMM has them
+	o.begin = s.pins.begin(o.begin) // its artifacts stay as they are until its VMM has them
 	v, err := s.verified(ctx, snapID, false)
 	if err != nil {
 		return nil, err

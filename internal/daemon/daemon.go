@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -206,7 +207,7 @@ type Config struct {
 	VersionKeep int
 	// Deps configures functions' dependencies (requirements.txt).
 	Deps DepsConfig
-	// Adaptive configures the adaptive restore (adaptive.go).
+	// Adaptive configures the adaptive restore (package adaptive).
 	Adaptive AdaptiveConfig
 	// Ready configures ready clones (readyclones.go).
 	Ready ReadyConfig
@@ -336,7 +337,7 @@ func (c *Config) Validate() error {
 	if c.VersionKeep < 0 || c.VersionKeep > 1000 {
 		errs = append(errs, fmt.Errorf("version keep %d: give 0 (the default, %d) or 1-1000", c.VersionKeep, DefaultVersionKeep))
 	}
-	errs = append(errs, c.Adaptive.validate()...)
+	errs = append(errs, c.Adaptive.Validate()...)
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
@@ -463,7 +464,8 @@ type Service struct {
 	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
 	deps                 *deps.Manager      // functions' dependency layers (deps.go)
 	depsGC               chan struct{}      // asks collectDepsLoop for a run
-	adaptive             *adaptive          // the adaptive restore (adaptive.go)
+	adaptive             *adaptive.Manager  // the adaptive restore (package adaptive)
+	pins                 artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
 }
 
 // Directory layout under DataDir.
@@ -528,7 +530,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		s.strategies = restore.Strategies()
 	}
 	s.metrics = metrics.New(s.metricState)
-	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.adm = pool.NewAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
 	s.adm.Observe = s.metrics.Admission
@@ -561,6 +562,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
+	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	return s, nil
 }
 
@@ -577,7 +579,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.removeLeftovers(ctx); err != nil {
 		return fmt.Errorf("clean data dir: %w", err)
 	}
-	if err := s.adaptive.recover(ctx); err != nil {
+	if err := s.adaptive.Recover(ctx); err != nil {
 		return fmt.Errorf("adaptive restore: %w", err)
 	}
 	s.removeSpills()

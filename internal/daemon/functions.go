@@ -94,7 +94,7 @@ func (s *Service) CreateFunction(ctx context.Context, spec FunctionSpec) (*catal
 		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
 		return nil, err
 	}
-	if err := s.adaptive.created(ctx, f, spec.Strategy, spec.Refresh); err != nil {
+	if err := s.adaptive.Created(ctx, f, spec.Strategy, spec.Refresh); err != nil {
 		_ = s.db.DeleteFunction(context.WithoutCancel(ctx), f.Name)
 		_ = os.RemoveAll(filepath.Dir(f.CodeDir))
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
@@ -261,7 +262,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, err
 	}
-	strategy, choice, auto := s.adaptive.settle(ctx, req, snapID, strategy)
+	strategy, choice, auto := s.adaptive.Settle(ctx, adaptive.ColdRequest{Strategy: req.Strategy, Snapshot: req.Snapshot}, snapID, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
 		annotate(ctx, AttrFunction.String(req.Function))
@@ -281,7 +282,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		ctx = pctx
 	}
 	if auto != nil { // nothing served it: a cold start, the policy's to choose
-		strategy, choice = s.adaptive.decide(ctx, auto, strategy)
+		strategy, choice = s.adaptive.Decide(ctx, auto, strategy)
 		if err := strategy.CheckVariant(req.Variant); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
@@ -377,7 +378,7 @@ func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, i
 	st := lv.sess.Stats()
 	st.Kind = string(lv.sess.Kind())
 	inv.StrategyStats = &st
-	s.adaptive.measureSet(lv, inv)
+	s.adaptive.MeasureSet(lv.sess, lv.m.PID(), lv.id, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.untimed)
@@ -388,7 +389,7 @@ func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, i
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
 	}
 	s.record(ctx, inv)
-	s.adaptive.observe(ctx, coldObservation{inv: inv, event: e.event, variant: e.variant, snapshot: inv.Snapshot, version: inv.Version})
+	s.adaptive.Observe(ctx, adaptive.Observation{Inv: inv, Event: e.event, Variant: e.variant, Snapshot: inv.Snapshot, Version: inv.Version})
 	rt := inv.Timing.Restore
 	s.log.Info("cold invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "snapshot", inv.Snapshot, "strategy", inv.Strategy,
 		"ok", inv.OK, "setup_ms", rt.SetupMS, "resume_ms", rt.ResumeMS, "invoke_ms", inv.Timing.InvokeMS,

@@ -119,7 +119,7 @@ func (s *Service) prepareWith(ctx context.Context, req PrepareRequest, timeout t
 	if err := s.db.SetSnapshotPrepared(ctx, res.Warm.ID, string(b)); err != nil {
 		return nil, err
 	}
-	s.adaptive.keepEvent(ctx, res.Warm.ID, req)
+	s.adaptive.KeepEvent(ctx, res.Warm.ID, req.RecordEvent, req.fromTraffic)
 	s.log.Info("prepared", "function", req.Function, "warm", res.Warm.ID, "total_ms", res.Timing.TotalMS)
 	s.collectSnapshots(ctx, req.Function)
 	if version >= 0 { // a deploy's pushes once its version is published

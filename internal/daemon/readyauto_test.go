@@ -47,9 +47,7 @@ func TestReadyClonesUnderAuto(t *testing.T) {
 	before := localEvidence(t, s, "echo")
 	choicesBefore := grepLines(promText(t, s), "thaw_restore_choices_total{")
 	// The policy now prefers snapbpf: the reap clone still serves.
-	s.adaptive.mu.Lock()
-	s.adaptive.states[verKey{"echo", 0}].Locations[locLocal].Choice = "snapbpf"
-	s.adaptive.mu.Unlock()
+	setLocalChoice(t, s, "echo", "snapbpf")
 	hit := invokeFn(t, s, "echo", `{"op":"served"}`)
 	if hit.Mode != "ready" || hit.Strategy != "reap" || hit.Timing.Ready == nil || !hit.Timing.Ready.Hit || hit.Timing.Restore != nil || hit.StrategyChoice != nil {
 		t.Fatalf("request under auto with a reap clone ready: mode %s strategy %s ready %+v choice %+v", hit.Mode, hit.Strategy, hit.Timing.Ready, hit.StrategyChoice)

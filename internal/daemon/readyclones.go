@@ -103,7 +103,7 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 // under auto the policy's current choice for the snapshot.
 func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strategy, error) {
 	if key.Kind == pool.ReadyAuto {
-		return s.adaptive.current(ctx, key.Snapshot)
+		return s.adaptive.Current(ctx, key.Snapshot)
 	}
 	return s.strategy(string(key.Kind))
 }

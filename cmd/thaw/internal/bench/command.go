@@ -1,0 +1,14 @@
+// Package bench holds thaw bench: the benchmarks run against a daemon.
+package bench
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
+)
+
+// app is the run of thaw that the commands of this package belong to.
+type app struct{ *cli.App }
+
+// NewCommand returns the "bench" command and its subcommands.
+func NewCommand(a *cli.App) *cobra.Command { return (&app{a}).newBenchCmd() }
