@@ -10,6 +10,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -155,7 +156,7 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 		return nil, nil, nil, err
 	}
 	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled", Source: "local"}
-	if lazyOf(c.sess) != nil {
+	if regsync.LazyOf(c.sess) != nil {
 		c.t.Source = "registry"
 	}
 	if cpu, err := procstat.CPUTime(lv.m.PID()); err == nil {
@@ -181,7 +182,7 @@ func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, er
 	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 	lv.mu.Unlock()
-	if err := lazyOf(lv.sess).failure(lv.id); err != nil { // the registry, not the VM, failed
+	if err := regsync.LazyOf(lv.sess).Failure(lv.id); err != nil { // the registry, not the VM, failed
 		return err
 	}
 	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
@@ -243,7 +244,7 @@ func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts)
 	switch {
 	case c.sn.RemoteMemory:
 		c.t.Source = "registry"
-		c.sess, pulled, err = s.beginLazy(sctx, c, o, snap, env)
+		c.sess, c.sn, pulled, err = s.reg.BeginLazy(sctx, c.sn, o.begin, snap, env)
 		c.t.PullMS = ms(pulled)
 	default:
 		c.t.Source = "local"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -32,7 +33,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 		return nil, err
 	}
 	src := v.sn
-	if err := needLocalMemory(src, "copying it"); err != nil {
+	if err := regsync.NeedLocalMemory(src, "copying it"); err != nil {
 		return nil, err
 	}
 	start := time.Now()

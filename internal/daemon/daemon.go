@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"golang.org/x/sync/singleflight"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -32,7 +32,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/secrets"
-	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -442,30 +441,25 @@ type Service struct {
 	// snapLocks serializes verification of one snapshot.
 	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
-	// function apart (refresh.go).
-	fnGates map[string]*sync.RWMutex
-	// completions share the pull of a lazy snapshot's memory; imports the
-	// lazy import of a function an invocation found missing.
-	completions, imports singleflight.Group
-	wg                   sync.WaitGroup
-	closed               bool
-	confine              confinement        // per-VM users and cgroups
-	net                  *vmnet.Host        // builds each VM's network
-	lock                 *os.File           // the data directory's lock, held while the daemon lives
-	creating             map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting             map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops                  *operations        // asynchronous operations (?wait=false)
-	registry             *registry.Store    // snapshot registry; nil: none configured
-	signKey              *signing.Key       // signs what the node pushes (registry_trust.go)
-	chunks               *registry.Cache    // its local chunk cache
-	faults               *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
-	vers                 *versionState      // deploys under way and alias routing (versions.go)
-	secrets              *secrets.Store     // the secret store (secrets.go)
-	secretRefs           sync.Mutex         // held while a secret is deleted or a function comes to reference one
-	deps                 *deps.Manager      // functions' dependency layers (deps.go)
-	depsGC               chan struct{}      // asks collectDepsLoop for a run
-	adaptive             *adaptive.Manager  // the adaptive restore (package adaptive)
-	pins                 artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
+	// function apart (regsync.go).
+	fnGates    map[string]*sync.RWMutex
+	wg         sync.WaitGroup
+	closed     bool
+	confine    confinement        // per-VM users and cgroups
+	net        *vmnet.Host        // builds each VM's network
+	lock       *os.File           // the data directory's lock, held while the daemon lives
+	creating   map[string]int     // functions being created (-1) or deployed (how many deploys)
+	deleting   map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	ops        *operations        // asynchronous operations (?wait=false)
+	faults     *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
+	vers       *versionState      // deploys under way and alias routing (versions.go)
+	secrets    *secrets.Store     // the secret store (secrets.go)
+	secretRefs sync.Mutex         // held while a secret is deleted or a function comes to reference one
+	deps       *deps.Manager      // functions' dependency layers (deps.go)
+	depsGC     chan struct{}      // asks collectDepsLoop for a run
+	adaptive   *adaptive.Manager  // the adaptive restore (package adaptive)
+	pins       artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
+	reg        *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
 }
 
 // Directory layout under DataDir.
@@ -550,10 +544,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.openSigningKey(); err != nil {
-		_ = s.db.Close()
-		return nil, err
-	}
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -617,13 +607,13 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
-	if s.registry != nil && s.cfg.RegistryGCInterval > 0 {
+	if s.reg.Registry() != nil && s.cfg.RegistryGCInterval > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryGCInterval, s.collectScheduled)
+		go s.every(s.cfg.RegistryGCInterval, s.reg.CollectScheduled)
 	}
-	if s.registry != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
+	if s.reg.Registry() != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
 		s.wg.Add(1)
-		go s.every(s.cfg.RegistryRefresh, s.refreshScheduled)
+		go s.every(s.cfg.RegistryRefresh, s.reg.RefreshScheduled)
 	}
 	s.wg.Add(1)
 	go s.collectDepsLoop()

@@ -350,7 +350,7 @@ func (s *Service) pullLayer(ctx context.Context, rm *registry.RemoteManifest) er
 	}
 	defer os.RemoveAll(tmp)
 	img := filepath.Join(tmp, deps.ImageFile)
-	if err := s.chunks.PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
+	if err := s.reg.ChunkCache().PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
 		return registryErr(err)
 	}
 	if _, err := s.deps.Layers.Adopt(img, deps.Layer{Digest: want.Digest, Format: deps.Format(want.Format), Lines: want.Lines,
@@ -361,16 +361,7 @@ func (s *Service) pullLayer(ctx context.Context, rm *registry.RemoteManifest) er
 	return nil
 }
 
-// recordDeps and catalogDeps convert a function's deps for its registry
-// record and back.
-func recordDeps(d *catalog.Deps) *registry.FunctionDeps {
-	if d == nil {
-		return nil
-	}
-	return &registry.FunctionDeps{Requested: d.Requested, Layer: registry.Layer{Digest: d.Layer, Format: d.Format,
-		Lines: d.Resolved, SHA256: d.LayerSHA256, Bytes: d.LayerBytes}}
-}
-
+// catalogDeps is a function's deps from its registry record.
 func catalogDeps(d *registry.FunctionDeps) *catalog.Deps {
 	if d == nil {
 		return nil

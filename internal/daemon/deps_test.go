@@ -272,7 +272,7 @@ func TestPushPullDependencyLayer(t *testing.T) {
 	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := a.registry.GetManifest(ctx, sn.ID)
+	rm, err := a.reg.Registry().GetManifest(ctx, sn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

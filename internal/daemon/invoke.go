@@ -15,6 +15,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -136,7 +137,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 			kind = ErrVMFailed
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
-		if err := lazyOf(lv.sess).failure(lv.id); err != nil { // the registry, not the VM, failed
+		if err := regsync.LazyOf(lv.sess).Failure(lv.id); err != nil { // the registry, not the VM, failed
 			return err
 		}
 		if kind == ErrTimeout {
@@ -467,7 +468,7 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 			if req.Strategy == "" {
 				strategy = remote
 			}
-			if snapID, err = s.importOnInvoke(ctx, req.Function, target.Version, strategy.Kind, notHere); err != nil {
+			if snapID, err = s.reg.ImportOnInvoke(ctx, req.Function, target.Version, strategy.Kind, notHere); err != nil {
 				return fail(err)
 			}
 			imported = time.Since(t)
@@ -511,13 +512,8 @@ func (s *Service) Info() Info {
 	i := Info{Version: buildinfo.Version, APIVersion: APIVersion, Accel: s.accel, Image: guestImage(s.image),
 		VMM:     wire.VMMInfo{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Machine: s.cfg.VMM.MachineABI()},
 		DataDir: s.cfg.DataDir, Strategies: strategies, StrategyDetails: described, HugePageHint: s.cfg.HugePageHint, TSCKHz: s.tscKHz}
-	if s.registry != nil {
-		cfg, st := s.registry.Config(), s.chunks.Stats()
-		i.Registry = &wire.RegistryInfo{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Path: cfg.Path, Secure: cfg.Secure, ChunkSize: s.registry.ChunkSize(),
-			PushOnPrepare: s.cfg.RegistryPushOnPrepare, Import: !s.cfg.NoRegistryImport,
-			CacheDir: s.chunks.Dir(), CacheUsedBytes: st.UsedBytes, CacheBudgetBytes: st.BudgetBytes, TrustedKeys: s.trustedKeyIDs()}
-	}
-	i.RegistryKey = s.registryKeyInfo()
+	i.Registry = s.reg.RegistryInfo()
+	i.RegistryKey = s.reg.KeyInfo()
 	i.Limits = s.limits()
 	return i
 }

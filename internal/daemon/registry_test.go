@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/thaw-dev/thaw/internal/snapshot"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
+	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -178,7 +179,7 @@ func checkLazyRefusals(t *testing.T, b *Service, snap, dir string) {
 		}
 	}
 	// A damaged remote manifest: the snapshot is unusable, not trusted.
-	rmPath := filepath.Join(dir, remoteManifestFile)
+	rmPath := filepath.Join(dir, regsync.RemoteManifestFile)
 	rmBytes, err := os.ReadFile(rmPath)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +207,7 @@ func checkLazyCompletes(t *testing.T, b *Service, snap string, want snapshot.Fil
 	}
 	dir := lazy.Dir
 	mem := filepath.Join(dir, snapshot.MemoryFile)
-	rmPath := filepath.Join(dir, remoteManifestFile)
+	rmPath := filepath.Join(dir, regsync.RemoteManifestFile)
 	pr, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: snap})
 	if err != nil || !pr.Completed || pr.Snapshot.Memory != wire.MemoryLocal || pr.FetchedChunks == 0 {
 		t.Fatalf("completing pull: %v %+v", err, pr)

@@ -77,7 +77,7 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	checkTamperedVersion(t, srv, e)
 	// Collection keeps the code archive only version 1's record names
 	// (the function record names version 2's).
-	if _, err := a.registry.GC(ctx, registry.GCOptions{}); err != nil {
+	if _, err := a.reg.Registry().GC(ctx, registry.GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if pr, err := e.PullSnapshot(ctx, wire.PullRequest{Function: "app", Version: 1}); err != nil || pr.Snapshot.ID != v1.Snapshots[0] {
@@ -87,10 +87,10 @@ func TestVersionsThroughRegistry(t *testing.T) {
 	// Retention collects version 1 on its node, and its record goes.
 	a.cfg.VersionKeep = 1
 	a.collectVersions(ctx, "app")
-	if _, err := a.registry.GetVersion(ctx, "app", 1); !errors.Is(err, registry.ErrNotFound) {
+	if _, err := a.reg.Registry().GetVersion(ctx, "app", 1); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("collected version's record: %v", err)
 	}
-	if _, err := a.registry.GetVersion(ctx, "app", 2); err != nil {
+	if _, err := a.reg.Registry().GetVersion(ctx, "app", 2); err != nil {
 		t.Fatalf("kept version's record: %v", err)
 	}
 }

@@ -249,7 +249,7 @@ func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
 	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := a.registry.GetFunction(ctx, "fn")
+	rec, err := a.reg.Registry().GetFunction(ctx, "fn")
 	if err != nil || rec.Env["GREETING"] != greeting || rec.Secrets["DB_PASSWORD"] != "db" {
 		t.Fatalf("function record %+v %v", rec, err)
 	}
@@ -259,7 +259,7 @@ func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
 	if _, err := a.PushSnapshot(ctx, leaky.ID); !errors.Is(err, secrets.ErrFound) {
 		t.Fatalf("push of a snapshot holding a secret: %v", err)
 	}
-	if _, err := a.registry.GetFunction(ctx, "leaky"); !errors.Is(err, registry.ErrNotFound) {
+	if _, err := a.reg.Registry().GetFunction(ctx, "leaky"); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("the refused push published its function: %v", err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 )
@@ -262,7 +263,7 @@ func (s *Service) verifyLazy(sn *catalog.Snapshot, fn *catalog.Function) (*snaps
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
-	rm, err := remoteManifest(sn)
+	rm, err := regsync.RemoteManifest(sn)
 	if err != nil {
 		return nil, err
 	}

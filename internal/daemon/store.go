@@ -85,7 +85,7 @@ func (s *Service) StoreSnapshot(ctx context.Context, id string) (*store.Entry, e
 	}
 	if v.sn.RemoteMemory { // a lazy snapshot: its memory pulled first
 		phase(ctx, "pulling")
-		if v.sn, err = s.completeSnapshot(ctx, id); err != nil {
+		if v.sn, err = s.reg.CompleteSnapshot(ctx, id); err != nil {
 			return nil, err
 		}
 	}
@@ -185,8 +185,8 @@ func (s *Service) metricState() metrics.State {
 		}
 	}
 	st.Store, _ = s.StoreInfo(ctx)
-	if s.chunks != nil {
-		c := s.chunks.Stats()
+	if s.reg.ChunkCache() != nil {
+		c := s.reg.ChunkCache().Stats()
 		st.Chunks = &metrics.ChunkCache{FetchedBytes: c.FetchedBytes, FetchedChunks: c.FetchedChunks, Hits: c.Hits,
 			UsedBytes: c.UsedBytes, BudgetBytes: c.BudgetBytes}
 	}

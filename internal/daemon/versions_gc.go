@@ -66,14 +66,14 @@ func (s *Service) collectVersion(ctx context.Context, function string, n int, sn
 			s.log.Warn("version retention: snapshot stays for now", "function", function, "version", n, "snapshot", sn.ID, "err", err)
 			return false
 		}
-		if s.registry != nil {
-			if err := s.registry.DeleteSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, registry.ErrNotFound) {
+		if s.reg.Registry() != nil {
+			if err := s.reg.Registry().DeleteSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, registry.ErrNotFound) {
 				s.log.Warn("version retention: registry copy stays", "function", function, "version", n, "snapshot", sn.ID, "err", err)
 			}
 		}
 	}
-	if s.registry != nil {
-		if err := s.registry.DeleteVersion(ctx, function, n); err != nil {
+	if s.reg.Registry() != nil {
+		if err := s.reg.Registry().DeleteVersion(ctx, function, n); err != nil {
 			s.log.Warn("version retention: registry record stays", "function", function, "version", n, "err", err)
 		}
 	}

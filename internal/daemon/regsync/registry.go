@@ -1,7 +1,6 @@
-package daemon
+package regsync
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,107 +13,68 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/codearchive"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
-	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// DefaultChunkCacheBudget is the chunk cache's default disk budget.
-const DefaultChunkCacheBudget = 20 << 30
-
-// openRegistry opens the registry client and the chunk cache when the
-// config names a registry.
-func (s *Service) openRegistry() error {
-	if s.cfg.Registry == nil {
-		return nil
-	}
-	st, err := registry.Open(*s.cfg.Registry)
-	if err != nil {
-		return err
-	}
-	trust, err := s.registryTrust()
-	if err != nil {
-		return err
-	}
-	st = st.WithTrust(trust)
-	c, err := registry.OpenCache(filepath.Join(s.cfg.DataDir, "chunks"), s.cfg.ChunkCacheBudget, st)
-	if err != nil {
-		return err
-	}
-	s.registry, s.chunks = st, c
-	s.log.Info("snapshot registry", "registry", *s.cfg.Registry, "chunk_cache", c.Dir(), "budget_bytes", s.cfg.ChunkCacheBudget,
-		"key", s.signKey.Public().ID(), "trusted_keys", trust.Keys.IDs())
-	return nil
-}
-
-// ChunkCache is the node's chunk cache (nil without a registry): lazy
-// restores read remote snapshots through it.
-func (s *Service) ChunkCache() *registry.Cache { return s.chunks }
-
-// registryErr maps the registry's errors to the service's.
-func registryErr(err error) error {
+// Err maps the registry's errors to the service's kinds (errdefs).
+func Err(err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: %v; nothing was kept", ErrNoSpace, err)
+		return fmt.Errorf("%w: %v; nothing was kept", errdefs.ErrNoSpace, err)
 	case errors.Is(err, registry.ErrBusy), errors.Is(err, registry.ErrVersionConflict):
-		return fmt.Errorf("%w: %v", ErrConflict, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrConflict, err)
 	case errors.Is(err, registry.ErrNotFound):
-		return fmt.Errorf("%w: %v", ErrNotFound, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 	case errors.Is(err, registry.ErrCorrupt), errors.Is(err, registry.ErrInvalid), errors.Is(err, registry.ErrUntrusted),
 		errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissing):
-		return fmt.Errorf("%w: %v", ErrSnapshotUnusable, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrSnapshotUnusable, err)
 	}
 	return err
 }
 
-func (s *Service) needRegistry() error {
-	if s.registry == nil {
-		return fmt.Errorf("%w: no snapshot registry is configured (thawd --registry-config)", ErrConflict)
-	}
-	return nil
-}
-
 // PushSnapshot uploads a snapshot to the registry (chunks the store lacks,
 // then its manifest), and its function's record and code.
-func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, error) {
-	if err := s.needRegistry(); err != nil {
+func (s *Sync) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, error) {
+	if err := s.NeedRegistry(); err != nil {
 		return nil, err
 	}
-	phase(ctx, "verifying")
-	v, err := s.verified(ctx, id, false)
+	s.phase(ctx, "verifying")
+	sn, fn, err := s.d.Snapshots.Verified(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if err := needLocalMemory(v.sn, "pushing it"); err != nil {
+	if err := NeedLocalMemory(sn, "pushing it"); err != nil {
 		return nil, err
 	}
-	phase(ctx, "secret scan")
-	if err := s.scanForSecrets(ctx, v.sn.Dir, "snapshot "+id); err != nil {
+	s.phase(ctx, "secret scan")
+	if err := s.d.Functions.ScanForSecrets(ctx, sn.Dir, "snapshot "+id); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	info := registry.PushInfo{SourceVM: v.sn.SourceVM, Parent: v.sn.Parent, Prepared: v.sn.Prepared}
-	if info.Layer, info.LayerFile, err = s.pushedLayer(v.fn); err != nil {
+	info := registry.PushInfo{SourceVM: sn.SourceVM, Parent: sn.Parent, Prepared: sn.Prepared}
+	if info.Layer, info.LayerFile, err = s.d.Layers.Pushed(fn); err != nil {
 		return nil, err
 	}
-	rm, st, err := s.registry.Push(ctx, v.sn.Dir, info,
+	rm, st, err := s.registry.Push(ctx, sn.Dir, info,
 		func(done, total int64) {
-			report(ctx, wire.OperationProgress{Phase: "pushing", Done: done, Total: total, Unit: "bytes"})
+			s.report(ctx, wire.OperationProgress{Phase: "pushing", Done: done, Total: total, Unit: "bytes"})
 		})
 	if err != nil {
-		return nil, registryErr(err)
+		return nil, Err(err)
 	}
-	phase(ctx, "function record")
-	if err := s.pushFunction(ctx, v.fn, rm, v.sn.Version); err != nil {
-		return nil, registryErr(err)
+	s.phase(ctx, "function record")
+	if err := s.pushFunction(ctx, fn, rm, sn.Version); err != nil {
+		return nil, Err(err)
 	}
-	if v.sn.Version > 0 {
-		if err := s.pushVersion(ctx, v.fn, v.sn, rm); err != nil {
-			return nil, registryErr(err)
+	if sn.Version > 0 {
+		if err := s.pushVersion(ctx, fn, sn, rm); err != nil {
+			return nil, Err(err)
 		}
 	}
-	res := &wire.PushResult{Snapshot: id, Function: v.fn.Name, Chunks: st.Chunks, Uploaded: st.Uploaded,
+	res := &wire.PushResult{Snapshot: id, Function: fn.Name, Chunks: st.Chunks, Uploaded: st.Uploaded,
 		UploadedBytes: st.UploadedBytes, StoredBytes: st.StoredBytes, DataBytes: st.DataBytes,
 		ChunkSize: rm.ChunkSize, PushMS: ms(time.Since(t0))}
 	s.log.Info("snapshot pushed", "snapshot", id, "chunks", st.Chunks, "uploaded", st.Uploaded,
@@ -124,7 +84,7 @@ func (s *Service) PushSnapshot(ctx context.Context, id string) (*wire.PushResult
 
 // pushFunction writes the function's record, naming rm as its latest
 // snapshot unless the registry's latest is newer.
-func (s *Service) pushFunction(ctx context.Context, fn *catalog.Function, rm *registry.RemoteManifest, version int) error {
+func (s *Sync) pushFunction(ctx context.Context, fn *catalog.Function, rm *registry.RemoteManifest, version int) error {
 	local, err := rm.LocalManifest()
 	if err != nil {
 		return err
@@ -157,15 +117,15 @@ func functionRecord(fn *catalog.Function) registry.FunctionRecord {
 // written into a temporary directory through the chunk cache, verified
 // whole against its manifest and its inputs, and only then renamed into
 // place and entered in the catalog, as a local snapshot is.
-func (s *Service) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
+func (s *Sync) PullSnapshot(ctx context.Context, req wire.PullRequest) (*wire.PullResult, error) {
 	return s.pullSnapshot(ctx, req, nil)
 }
 
 // pullSnapshot is PullSnapshot that also starts fetching the remote files
 // named in warm (a lazy pull's streamed files a restore will read next)
 // into the chunk cache once the pull's own files are here.
-func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []string) (*wire.PullResult, error) {
-	if err := s.checkPull(req); err != nil {
+func (s *Sync) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []string) (*wire.PullResult, error) {
+	if err := s.CheckPull(req); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -174,14 +134,14 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	if err != nil {
 		return nil, err
 	}
-	if sn, err := s.db.GetSnapshot(ctx, id); err == nil {
+	if sn, err := s.d.Catalog.GetSnapshot(ctx, id); err == nil {
 		return s.completePull(ctx, sn, req.Lazy, t0)
 	}
 	steps.mark("record")
-	phase(ctx, "manifest")
+	s.phase(ctx, "manifest")
 	rm, err := s.registry.GetManifest(ctx, id)
 	if err != nil {
-		return nil, registryErr(err)
+		return nil, Err(err)
 	}
 	steps.mark("manifest")
 	if !req.Lazy {
@@ -189,10 +149,10 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	}
 	local, err := rm.LocalManifest()
 	if err != nil {
-		return nil, registryErr(err)
+		return nil, Err(err)
 	}
 	// No collection of the dependency cache until the snapshot is recorded.
-	endDeps := s.deps.Begin()
+	endDeps := s.d.Layers.Hold()
 	defer endDeps()
 	res := &wire.PullResult{}
 	fn, cfg, undo, err := s.pullTarget(ctx, rm, local, code, as, res, steps)
@@ -200,11 +160,11 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 		return nil, err
 	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
-	if err := s.compatible(local, cfg); err != nil {
+	if err := s.d.Snapshots.Compatible(local, cfg); err != nil {
 		undo()
-		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
+		return nil, fmt.Errorf("%w: snapshot %s: %v", errdefs.ErrSnapshotUnusable, id, err)
 	}
-	if err := s.pullLayer(ctx, rm); err != nil {
+	if err := s.d.Layers.Pull(ctx, rm); err != nil {
 		undo()
 		return nil, err
 	}
@@ -216,19 +176,19 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 	}
 	if as != nil {
 		if sn, err = s.enterVersion(ctx, as, cfg, sn); err != nil {
-			_ = s.DeleteSnapshot(context.WithoutCancel(ctx), id)
+			_ = s.d.Snapshots.Delete(context.WithoutCancel(ctx), id)
 			undo()
 			return nil, err
 		}
 	}
 	after := s.chunks.Stats()
-	res.Snapshot = SnapshotBody(sn)
+	res.Snapshot = s.d.Snapshots.Body(sn)
 	res.FetchedChunks, res.FetchedBytes = after.FetchedChunks-before.FetchedChunks, after.FetchedBytes-before.FetchedBytes
 	res.CachedChunks = after.Hits - before.Hits
 	res.PullMS = ms(time.Since(t0))
 	s.log.Info("snapshot pulled", append([]any{"snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS}, steps.attrs...)...)
-	s.collectSnapshots(ctx, fn.Name, sn.ID)
+	s.d.Snapshots.Collect(ctx, fn.Name, sn.ID)
 	return res, nil
 }
 
@@ -236,11 +196,11 @@ func (s *Service) pullSnapshot(ctx context.Context, req wire.PullRequest, warm [
 // the registry's record if this node does not have it: res says so) and
 // the configuration the snapshot restores with (its version's, for a
 // version); undo removes what it created, if the pull fails later.
-func (s *Service) pullTarget(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, code <-chan codeFetch,
+func (s *Sync) pullTarget(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, code <-chan codeFetch,
 	as *versionImport, res *wire.PullResult, steps *stepTimes) (fn, cfg *catalog.Function, undo func(), err error) {
-	fn, err = s.db.GetFunction(ctx, rm.Function)
+	fn, err = s.d.Catalog.GetFunction(ctx, rm.Function)
 	if errors.Is(err, catalog.ErrNotFound) {
-		phase(ctx, "function")
+		s.phase(ctx, "function")
 		if fn, err = s.pullFunction(ctx, rm.Function, local.Inputs.Function.SHA256, code); err != nil {
 			return nil, nil, nil, err
 		}
@@ -251,7 +211,7 @@ func (s *Service) pullTarget(ctx context.Context, rm *registry.RemoteManifest, l
 	}
 	undo = func() {
 		if res.FunctionCreated {
-			_ = s.forgetFunction(context.WithoutCancel(ctx), fn.Name)
+			_ = s.d.Functions.Forget(context.WithoutCancel(ctx), fn.Name)
 		} else if as != nil && as.builtCode {
 			_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
 		}
@@ -271,7 +231,7 @@ func (s *Service) pullTarget(ctx context.Context, rm *registry.RemoteManifest, l
 // newest of the function (or version) asked for, whose code then starts
 // coming (code) if this node does not have the function; as is the
 // version the snapshot is entered under, if it has one.
-func (s *Service) pullSource(ctx context.Context, req wire.PullRequest) (id string, code <-chan codeFetch, as *versionImport, err error) {
+func (s *Sync) pullSource(ctx context.Context, req wire.PullRequest) (id string, code <-chan codeFetch, as *versionImport, err error) {
 	if req.Snapshot != "" {
 		return req.Snapshot, nil, nil, nil
 	}
@@ -279,62 +239,63 @@ func (s *Service) pullSource(ctx context.Context, req wire.PullRequest) (id stri
 	if err != nil {
 		return "", nil, nil, err
 	}
-	if _, err := s.db.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
+	if _, err := s.d.Catalog.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
 		code = s.fetchCode(ctx, rec)
 	}
-	if err := validID("snapshot", rec.Latest); err != nil {
-		return "", nil, nil, fmt.Errorf("%w: the registry's record of %s names %q", ErrSnapshotUnusable, req.Function, rec.Latest)
+	if err := s.d.Snapshots.CheckID(rec.Latest); err != nil {
+		return "", nil, nil, fmt.Errorf("%w: the registry's record of %s names %q", errdefs.ErrSnapshotUnusable, req.Function, rec.Latest)
 	}
 	return rec.Latest, code, as, nil
 }
 
 // completePull is a pull of snapshot sn, already here: a lazy one
 // completes in place with a full pull; anything else exists.
-func (s *Service) completePull(ctx context.Context, sn *catalog.Snapshot, lazy bool, t0 time.Time) (*wire.PullResult, error) {
+func (s *Sync) completePull(ctx context.Context, sn *catalog.Snapshot, lazy bool, t0 time.Time) (*wire.PullResult, error) {
 	if !sn.RemoteMemory || lazy {
-		return nil, fmt.Errorf("%w: snapshot %s is already on this node", ErrExists, sn.ID)
+		return nil, fmt.Errorf("%w: snapshot %s is already on this node", errdefs.ErrExists, sn.ID)
 	}
 	before := s.chunks.Stats()
-	sn, err := s.completeSnapshot(ctx, sn.ID)
+	sn, err := s.CompleteSnapshot(ctx, sn.ID)
 	if err != nil {
 		return nil, err
 	}
 	after := s.chunks.Stats()
-	return &wire.PullResult{Snapshot: SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
+	return &wire.PullResult{Snapshot: s.d.Snapshots.Body(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
 		FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
 }
 
-func (s *Service) checkPull(req wire.PullRequest) error {
-	if err := s.needRegistry(); err != nil {
+// CheckPull checks a pull request (before it starts as an operation).
+func (s *Sync) CheckPull(req wire.PullRequest) error {
+	if err := s.NeedRegistry(); err != nil {
 		return err
 	}
 	switch {
 	case (req.Snapshot == "") == (req.Function == ""):
-		return fmt.Errorf("%w: give snapshot or function, not both or neither", ErrInvalid)
+		return fmt.Errorf("%w: give snapshot or function, not both or neither", errdefs.ErrInvalid)
 	case req.Snapshot != "":
-		return validID("snapshot", req.Snapshot)
+		return s.d.Snapshots.CheckID(req.Snapshot)
 	}
-	return ValidName(req.Function)
+	return s.d.Functions.CheckName(req.Function)
 }
 
 // materialize writes rm into the snapshots directory and the catalog;
 // lazy leaves the memory in the registry (a placeholder here); the remote
 // files in warm start coming into the chunk cache once the others are here.
-func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes, warm []string) (*catalog.Snapshot, error) {
-	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+rm.ID)
-	final := filepath.Join(s.snapshotsDir(), rm.ID)
+func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes, warm []string) (*catalog.Snapshot, error) {
+	tmp := filepath.Join(s.d.Snapshots.Dir(), ".tmp-"+rm.ID)
+	final := filepath.Join(s.d.Snapshots.Dir(), rm.ID)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("%w: snapshot %s is being pulled already", ErrConflict, rm.ID)
+			return nil, fmt.Errorf("%w: snapshot %s is being pulled already", errdefs.ErrConflict, rm.ID)
 		}
 		return nil, err
 	}
-	skip := []string{registry.LayerPath} // in the layer store (pullLayer)
+	skip := []string{registry.LayerPath} // in the layer store (Layers.Pull)
 	if lazy {
 		skip = append(skip, remoteFiles(rm)...)
 	}
 	err := s.chunks.PullExcept(ctx, rm, tmp, func(done, total int64) {
-		report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
+		s.report(ctx, wire.OperationProgress{Phase: "pulling", Done: done, Total: total, Unit: "bytes"})
 	}, skip...)
 	steps.mark("files")
 	for _, f := range warm { // after the files the import waits for
@@ -346,17 +307,17 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	switch {
 	case err == nil && lazy:
 		if err = writeLazy(tmp, rm); err == nil {
-			phase(ctx, "verifying")
+			s.phase(ctx, "verifying")
 			_, err = snapshot.CheckLazy(tmp)
 		}
 	case err == nil:
-		phase(ctx, "verifying")
+		s.phase(ctx, "verifying")
 		var st snapshot.Stamp
 		if _, st, err = snapshot.Check(tmp, nil); err == nil {
 			stamp, _ = json.Marshal(st)
 		}
 		if err == nil {
-			err = s.scanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
+			err = s.d.Functions.ScanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
 		}
 	}
 	steps.mark("verify")
@@ -368,9 +329,9 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, registryErr(err)
+		return nil, Err(err)
 	}
-	_ = snapshot.SyncDir(s.snapshotsDir())
+	_ = snapshot.SyncDir(s.d.Snapshots.Dir())
 	var size, disk int64
 	for _, f := range rm.Files {
 		size += f.Size
@@ -379,7 +340,7 @@ func (s *Service) materialize(ctx context.Context, rm *registry.RemoteManifest, 
 	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
 		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent, RemoteMemory: lazy}
 	// The artifacts were verified against the registry's digests as written.
-	if err := s.enterSnapshot(ctx, rec, rm.Prepared); err != nil {
+	if err := s.d.Snapshots.Enter(ctx, rec, rm.Prepared); err != nil {
 		return nil, err
 	}
 	steps.mark("enter")
@@ -408,7 +369,7 @@ type codeFetch struct {
 }
 
 // fetchCode fetches rec's code archive in the background.
-func (s *Service) fetchCode(ctx context.Context, rec *registry.FunctionRecord) <-chan codeFetch {
+func (s *Sync) fetchCode(ctx context.Context, rec *registry.FunctionRecord) <-chan codeFetch {
 	out := make(chan codeFetch, 1)
 	go func() {
 		code, err := s.registry.GetCode(ctx, rec)
@@ -420,7 +381,7 @@ func (s *Service) fetchCode(ctx context.Context, rec *registry.FunctionRecord) <
 // pullFunction registers a function from the registry's record and code
 // archive (fetched now, or by fetched if it is for this function); its
 // code must digest to what the snapshot was taken with.
-func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched <-chan codeFetch) (*catalog.Function, error) {
+func (s *Sync) pullFunction(ctx context.Context, name, digest string, fetched <-chan codeFetch) (*catalog.Function, error) {
 	var f codeFetch
 	if fetched != nil {
 		f = <-fetched
@@ -428,7 +389,7 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 	if f.rec == nil || f.rec.Name != name {
 		rec, err := s.registry.GetFunction(ctx, name)
 		if err != nil {
-			return nil, registryErr(err)
+			return nil, Err(err)
 		}
 		f = codeFetch{rec: rec}
 		if rec.Digest == digest {
@@ -437,68 +398,27 @@ func (s *Service) pullFunction(ctx context.Context, name, digest string, fetched
 	}
 	rec := f.rec
 	if rec.Digest != digest {
-		return nil, fmt.Errorf("%w: the registry's function %s has other code than the snapshot was taken with", ErrSnapshotUnusable, name)
+		return nil, fmt.Errorf("%w: the registry's function %s has other code than the snapshot was taken with", errdefs.ErrSnapshotUnusable, name)
 	}
 	if f.err != nil {
-		return nil, registryErr(f.err)
+		return nil, Err(f.err)
 	}
-	code := f.code
-	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
-		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
-		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)})
+	fn, err := s.d.Functions.Create(ctx, name, rec, f.code)
 	if err != nil {
 		return nil, err
 	}
 	if fn.Digest != digest {
-		_ = s.forgetFunction(context.WithoutCancel(ctx), name)
-		return nil, fmt.Errorf("%w: function %s from the registry digests to %s, the snapshot wants %s", ErrSnapshotUnusable, name, fn.Digest[:12], digest[:12])
+		_ = s.d.Functions.Forget(context.WithoutCancel(ctx), name)
+		return nil, fmt.Errorf("%w: function %s from the registry digests to %s, the snapshot wants %s", errdefs.ErrSnapshotUnusable, name, fn.Digest[:12], digest[:12])
 	}
 	return fn, nil
 }
 
-// StartPush pushes a snapshot as an operation (PushSnapshot).
-func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) {
-	if err := s.needRegistry(); err != nil {
-		return nil, err
+// recordDeps is a function's deps as its registry record carries them.
+func recordDeps(d *catalog.Deps) *registry.FunctionDeps {
+	if d == nil {
+		return nil
 	}
-	if _, err := s.GetSnapshot(ctx, id); err != nil {
-		return nil, err
-	}
-	return s.startOperation(ctx, wire.OpPush, id, func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.PushSnapshot(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Push: res}, nil
-	})
-}
-
-// StartPull pulls a snapshot as an operation (PullSnapshot).
-func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operation, error) {
-	if err := s.checkPull(req); err != nil {
-		return nil, err
-	}
-	target := req.Snapshot
-	if target == "" {
-		target = req.Function
-	}
-	return s.startOperation(ctx, wire.OpPull, target, func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.PullSnapshot(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Pull: res}, nil
-	})
-}
-
-// autoPush pushes a prepared function's warm snapshot when the daemon is
-// configured to; a failure is logged and leaves the prepare's result.
-func (s *Service) autoPush(ctx context.Context, id string) {
-	if s.registry == nil || !s.cfg.RegistryPushOnPrepare {
-		return
-	}
-	if _, err := s.PushSnapshot(subProgress(ctx, "push: "), id); err != nil {
-		s.log.Warn("push after prepare failed; the snapshot stays local", "snapshot", id, "err", err)
-	}
+	return &registry.FunctionDeps{Requested: d.Requested, Layer: registry.Layer{Digest: d.Layer, Format: d.Format,
+		Lines: d.Resolved, SHA256: d.LayerSHA256, Bytes: d.LayerBytes}}
 }

@@ -1,4 +1,4 @@
-package daemon
+package regsync
 
 import (
 	"fmt"
@@ -12,11 +12,11 @@ import (
 // The node's registry signing key and the keys whose records it accepts
 // (docs/security.md, "The snapshot registry"): what it pushes is signed
 // with its key; what it reads from the registry is used only when its
-// own key or a key of Config.RegistryTrustedKeys signed it.
+// own key or a key of Config.TrustedKeys signed it.
 
 // openSigningKey loads the node's signing key from the data directory,
 // creating it at first start.
-func (s *Service) openSigningKey() error {
+func (s *Sync) openSigningKey() error {
 	path := filepath.Join(s.cfg.DataDir, signing.KeyFileName)
 	k, created, err := signing.LoadOrCreateKey(path)
 	if err != nil {
@@ -31,8 +31,8 @@ func (s *Service) openSigningKey() error {
 
 // registryTrust signs with the node's key and accepts it and the
 // configured trusted keys.
-func (s *Service) registryTrust() (registry.Trust, error) {
-	keys, err := signing.LoadTrusted(s.cfg.RegistryTrustedKeys)
+func (s *Sync) registryTrust() (registry.Trust, error) {
+	keys, err := signing.LoadTrusted(s.cfg.TrustedKeys)
 	if err != nil {
 		return registry.Trust{}, err
 	}
@@ -42,37 +42,38 @@ func (s *Service) registryTrust() (registry.Trust, error) {
 
 // recordRefused counts and logs a registry record refused for its
 // signature.
-func (s *Service) recordRefused(kind, object string, r *signing.Refusal) {
-	s.metrics.RegistryRefused(kind, string(r.Reason))
+func (s *Sync) recordRefused(kind, object string, r *signing.Refusal) {
+	s.d.Metrics.RegistryRefused(kind, string(r.Reason))
 	s.log.Warn("registry record refused: not signed by a trusted key for this object", "kind", kind, "object", object,
 		"reason", string(r.Reason), "key", r.KeyID, "err", r.Detail)
 }
 
 // RegistryKey is the node's public signing key.
-func (s *Service) RegistryKey() signing.PublicKey { return s.signKey.Public() }
+func (s *Sync) RegistryKey() signing.PublicKey { return s.signKey.Public() }
 
-// registryKeyInfo is the node's key as GET /v1/info shows it.
-func (s *Service) registryKeyInfo() *wire.RegistryKey {
+// KeyInfo is the node's key as GET /v1/info shows it.
+func (s *Sync) KeyInfo() *wire.RegistryKey {
 	k := s.RegistryKey()
 	return &wire.RegistryKey{ID: k.ID(), PublicKey: k.String()}
 }
 
 // trustedKeyIDs are the ids of the keys whose records the node accepts.
-func (s *Service) trustedKeyIDs() []string {
+func (s *Sync) trustedKeyIDs() []string {
 	if s.registry == nil {
 		return nil
 	}
 	return s.registry.Keys().IDs()
 }
 
-// checkTrustedKeys is Validate's check of the trusted keys.
-func checkTrustedKeys(c *Config) error {
-	if len(c.RegistryTrustedKeys) == 0 {
+// CheckTrustedKeys is the daemon config's check of the trusted keys:
+// they need a registry and must load.
+func CheckTrustedKeys(reg *registry.Config, trusted []string) error {
+	if len(trusted) == 0 {
 		return nil
 	}
-	if c.Registry == nil {
+	if reg == nil {
 		return fmt.Errorf("registry trusted keys need a registry config")
 	}
-	_, err := signing.LoadTrusted(c.RegistryTrustedKeys)
+	_, err := signing.LoadTrusted(trusted)
 	return err
 }

@@ -1,4 +1,4 @@
-package daemon
+package regsync
 
 import (
 	"bytes"
@@ -13,9 +13,9 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/codearchive"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/versions"
-	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -37,20 +37,20 @@ type versionImport struct {
 // remoteRecord is the registry's record a pull by function starts from:
 // the version asked for, or the function's newest snapshot (with its
 // version, if it has one).
-func (s *Service) remoteRecord(ctx context.Context, req wire.PullRequest) (*registry.FunctionRecord, *versionImport, error) {
+func (s *Sync) remoteRecord(ctx context.Context, req wire.PullRequest) (*registry.FunctionRecord, *versionImport, error) {
 	if req.Version < 0 {
-		return nil, nil, fmt.Errorf("%w: version %d", ErrInvalid, req.Version)
+		return nil, nil, fmt.Errorf("%w: version %d", errdefs.ErrInvalid, req.Version)
 	}
 	if req.Version > 0 {
 		vr, err := s.registry.GetVersion(ctx, req.Function, req.Version)
 		if err != nil {
-			return nil, nil, fmt.Errorf("version %s:%d: %w", req.Function, req.Version, registryErr(err))
+			return nil, nil, fmt.Errorf("version %s:%d: %w", req.Function, req.Version, Err(err))
 		}
 		return &vr.Function, &versionImport{rec: vr}, nil
 	}
 	rec, err := s.registry.GetFunction(ctx, req.Function)
 	if err != nil {
-		return nil, nil, registryErr(err)
+		return nil, nil, Err(err)
 	}
 	if rec.Version == 0 {
 		return rec, nil, nil
@@ -60,7 +60,7 @@ func (s *Service) remoteRecord(ctx context.Context, req wire.PullRequest) (*regi
 		return rec, nil, nil // collected there since: the snapshot alone
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("version %s:%d: %w", req.Function, rec.Version, registryErr(err))
+		return nil, nil, fmt.Errorf("version %s:%d: %w", req.Function, rec.Version, Err(err))
 	}
 	if !slices.Contains(vr.Snapshots, rec.Latest) {
 		return rec, nil, nil
@@ -72,12 +72,12 @@ func (s *Service) remoteRecord(ctx context.Context, req wire.PullRequest) (*regi
 // with: the function just created from the version's record; the version
 // already here with the same content; or, when the function here has
 // other code, the version's own code unpacked and built beside it.
-func (s *Service) versionConfig(ctx context.Context, as *versionImport, fn *catalog.Function, created bool) (*catalog.Function, error) {
+func (s *Sync) versionConfig(ctx context.Context, as *versionImport, fn *catalog.Function, created bool) (*catalog.Function, error) {
 	vr := as.rec
-	v, err := s.db.GetVersion(ctx, fn.Name, vr.Number)
+	v, err := s.d.Catalog.GetVersion(ctx, fn.Name, vr.Number)
 	switch {
 	case err == nil && v.Digest != vr.Digest:
-		return nil, fmt.Errorf("%w: version %s:%d here has other content than the registry's (was the function deployed on two nodes?)", ErrConflict, fn.Name, vr.Number)
+		return nil, fmt.Errorf("%w: version %s:%d here has other content than the registry's (was the function deployed on two nodes?)", errdefs.ErrConflict, fn.Name, vr.Number)
 	case err == nil:
 		return &v.Config, nil
 	case !errors.Is(err, catalog.ErrNotFound):
@@ -88,28 +88,15 @@ func (s *Service) versionConfig(ctx context.Context, as *versionImport, fn *cata
 	rec := &vr.Function
 	code, err := s.registry.GetCode(ctx, rec)
 	if err != nil {
-		return nil, registryErr(err)
+		return nil, Err(err)
 	}
-	spec := FunctionSpec{Name: fn.Name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
-		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
-		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)}
-	netw, err := s.checkFunctionSpec(&spec)
-	if err != nil {
-		return nil, err
-	}
-	staging, err := s.stageCode(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(staging)
-	cfg, err := s.buildFunction(ctx, spec, netw, staging)
+	cfg, err := s.d.Functions.Build(ctx, fn.Name, rec, code)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Digest != rec.Digest {
 		_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
-		return nil, fmt.Errorf("%w: version %s:%d from the registry digests to %s, its record says %s", ErrSnapshotUnusable, fn.Name, vr.Number, cfg.Digest[:12], rec.Digest[:12])
+		return nil, fmt.Errorf("%w: version %s:%d from the registry digests to %s, its record says %s", errdefs.ErrSnapshotUnusable, fn.Name, vr.Number, cfg.Digest[:12], rec.Digest[:12])
 	}
 	as.builtCode = true
 	return cfg, nil
@@ -128,23 +115,23 @@ func sameSettings(fn *catalog.Function, rec *registry.FunctionRecord) bool {
 // enterVersion enters the pulled snapshot sn under the imported version
 // (created here with the registry's number and digest if it is new), and
 // points the live alias at it if the function has none.
-func (s *Service) enterVersion(ctx context.Context, as *versionImport, cfg *catalog.Function, sn *catalog.Snapshot) (*catalog.Snapshot, error) {
-	inputs, _ := json.Marshal(s.buildInputs(cfg))
+func (s *Sync) enterVersion(ctx context.Context, as *versionImport, cfg *catalog.Function, sn *catalog.Snapshot) (*catalog.Snapshot, error) {
+	inputs, _ := json.Marshal(s.d.Functions.BuildInputs(cfg))
 	v := &catalog.Version{Function: cfg.Name, Number: as.rec.Number, Digest: as.rec.Digest, Config: *cfg, Inputs: inputs, CreatedAt: time.Now()}
-	if err := s.db.ImportVersion(context.WithoutCancel(ctx), v, []string{sn.ID}, versions.Live); err != nil {
+	if err := s.d.Catalog.ImportVersion(context.WithoutCancel(ctx), v, []string{sn.ID}, versions.Live); err != nil {
 		if errors.Is(err, catalog.ErrExists) {
-			return nil, fmt.Errorf("%w: %v", ErrConflict, err)
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrConflict, err)
 		}
 		return nil, err
 	}
 	s.log.Info("version imported", "function", cfg.Name, "version", v.Number, "snapshot", sn.ID)
-	return s.db.GetSnapshot(ctx, sn.ID)
+	return s.d.Catalog.GetSnapshot(ctx, sn.ID)
 }
 
 // pushVersion writes the version record of snapshot sn (of a version):
 // the version's configuration and code, and sn among its snapshots.
-func (s *Service) pushVersion(ctx context.Context, cfg *catalog.Function, sn *catalog.Snapshot, rm *registry.RemoteManifest) error {
-	v, err := s.db.GetVersion(ctx, sn.Function, sn.Version)
+func (s *Sync) pushVersion(ctx context.Context, cfg *catalog.Function, sn *catalog.Snapshot, rm *registry.RemoteManifest) error {
+	v, err := s.d.Catalog.GetVersion(ctx, sn.Function, sn.Version)
 	if err != nil {
 		return err
 	}

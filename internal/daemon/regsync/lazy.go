@@ -1,4 +1,4 @@
-package daemon
+package regsync
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -23,7 +24,7 @@ import (
 // Lazy snapshots (docs/design.md, "Lazy remote restore"): pulled without
 // their memory file, which stays in the registry. The snapshot directory
 // holds a sparse placeholder of the memory's size and the remote manifest
-// (remoteManifestFile), whose chunk list the memory digest is checked
+// (RemoteManifestFile), whose chunk list the memory digest is checked
 // against chunk by chunk as pages are fetched.
 
 // lazyFiles are the files a lazy pull leaves in the registry, placeholders
@@ -47,22 +48,22 @@ func remoteFiles(rm *registry.RemoteManifest) []string {
 	return out
 }
 
-// remoteManifestFile is a lazy snapshot's copy of its remote manifest (a
+// RemoteManifestFile is a lazy snapshot's copy of its remote manifest (a
 // dot file: never pushed, removed when the memory is completed).
-const remoteManifestFile = ".remote.json"
+const RemoteManifestFile = ".remote.json"
 
-// remoteManifest reads a lazy snapshot's remote manifest.
-func remoteManifest(sn *catalog.Snapshot) (*registry.RemoteManifest, error) {
-	b, err := os.ReadFile(filepath.Join(sn.Dir, remoteManifestFile))
+// RemoteManifest reads a lazy snapshot's remote manifest.
+func RemoteManifest(sn *catalog.Snapshot) (*registry.RemoteManifest, error) {
+	b, err := os.ReadFile(filepath.Join(sn.Dir, RemoteManifestFile))
 	if err != nil {
-		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", errdefs.ErrSnapshotUnusable, sn.ID, err)
 	}
 	rm, err := registry.DecodeRemoteManifest(b)
 	if err == nil && rm.ID != sn.ID {
 		err = fmt.Errorf("remote manifest of %s", rm.ID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
+		return nil, fmt.Errorf("%w: lazy snapshot %s: %v", errdefs.ErrSnapshotUnusable, sn.ID, err)
 	}
 	return rm, nil
 }
@@ -77,7 +78,7 @@ func writeLazy(dir string, rm *registry.RemoteManifest) error {
 	if err != nil {
 		return err
 	}
-	if err := snapshot.WriteFileSync(filepath.Join(dir, remoteManifestFile), b); err != nil {
+	if err := snapshot.WriteFileSync(filepath.Join(dir, RemoteManifestFile), b); err != nil {
 		return err
 	}
 	for _, name := range remoteFiles(rm) {
@@ -100,31 +101,31 @@ func writeLazy(dir string, rm *registry.RemoteManifest) error {
 	return nil
 }
 
-// needLocalMemory refuses an operation that reads a lazy snapshot's whole
+// NeedLocalMemory refuses an operation that reads a lazy snapshot's whole
 // memory file (push, copy, store).
-func needLocalMemory(sn *catalog.Snapshot, what string) error {
+func NeedLocalMemory(sn *catalog.Snapshot, what string) error {
 	if sn.RemoteMemory {
 		return fmt.Errorf("%w: snapshot %s is lazy (its memory is in the registry): pull it (thaw snapshot pull %s) before %s",
-			ErrConflict, sn.ID, sn.ID, what)
+			errdefs.ErrConflict, sn.ID, sn.ID, what)
 	}
 	return nil
 }
 
-// completeSnapshot pulls a lazy snapshot's memory into place: fetched
+// CompleteSnapshot pulls a lazy snapshot's memory into place: fetched
 // through the chunk cache into a temporary file, its digest checked
 // against the manifest's, then renamed over the placeholder (running VMs
 // keep the placeholder they opened). Concurrent callers share one pull.
-func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
-	if err := s.needRegistry(); err != nil {
+func (s *Sync) CompleteSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	if err := s.NeedRegistry(); err != nil {
 		return nil, err
 	}
 	v, err, _ := s.completions.Do(id, func() (any, error) {
 		ctx := context.WithoutCancel(ctx) // shared by every waiter
-		sn, err := s.GetSnapshot(ctx, id)
+		sn, err := s.d.Snapshots.Get(ctx, id)
 		if err != nil || !sn.RemoteMemory {
 			return sn, err
 		}
-		rm, err := remoteManifest(sn)
+		rm, err := RemoteManifest(sn)
 		if err != nil {
 			return nil, err
 		}
@@ -138,11 +139,11 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 			_ = os.Remove(tmps[i]) // an earlier pull's leftover
 			if err == nil {
 				err = s.chunks.PullFile(ctx, rm, name, tmps[i], func(done, total int64) {
-					report(ctx, wire.OperationProgress{Phase: "pulling " + name, Done: done, Total: total, Unit: "bytes"})
+					s.report(ctx, wire.OperationProgress{Phase: "pulling " + name, Done: done, Total: total, Unit: "bytes"})
 				})
 			}
 		}
-		l := s.snapLock(id)
+		l := s.d.Snapshots.Lock(id)
 		l.Lock()
 		defer l.Unlock()
 		for i, name := range files {
@@ -157,9 +158,9 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 			for _, t := range tmps {
 				_ = os.Remove(t)
 			}
-			return nil, registryErr(err)
+			return nil, Err(err)
 		}
-		_ = os.Remove(filepath.Join(sn.Dir, remoteManifestFile))
+		_ = os.Remove(filepath.Join(sn.Dir, RemoteManifestFile))
 		_ = snapshot.SyncDir(sn.Dir)
 		st, err := snapshot.StampOf(filepath.Join(sn.Dir, snapshot.MemoryFile))
 		if err != nil {
@@ -171,7 +172,7 @@ func (s *Service) completeSnapshot(ctx context.Context, id string) (*catalog.Sna
 		for _, f := range rm.Files {
 			sn.DiskBytes += allocated(filepath.Join(sn.Dir, filepath.FromSlash(f.Path)))
 		}
-		if err := s.db.PutSnapshot(ctx, sn); err != nil {
+		if err := s.d.Catalog.PutSnapshot(ctx, sn); err != nil {
 			return nil, err
 		}
 		s.log.Info("lazy snapshot completed", "snapshot", id)
@@ -245,30 +246,30 @@ func (m *lazyFile) SourceStats() restore.SourceStats {
 		FetchTime: st.FetchTime}
 }
 
-// lazyMemory is what a lazy restore reads from the registry: the memory
+// LazyMemory is what a lazy restore reads from the registry: the memory
 // and, if the snapshot has them, FaaSnap's loading set and REAP's working
 // set.
-type lazyMemory struct {
+type LazyMemory struct {
 	mem       *lazyFile
 	artifacts map[string]*lazyFile // remote artifact files by path
 }
 
 // openLazyMemory opens a lazy snapshot's remote files; their fetches live
 // until Close, not the request.
-func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
+func (s *Sync) openLazyMemory(sn *catalog.Snapshot) (*LazyMemory, error) {
 	if s.chunks == nil {
-		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", ErrSnapshotUnusable, sn.ID)
+		return nil, fmt.Errorf("%w: snapshot %s is lazy and no registry is configured", errdefs.ErrSnapshotUnusable, sn.ID)
 	}
-	rm, err := remoteManifest(sn)
+	rm, err := RemoteManifest(sn)
 	if err != nil {
 		return nil, err
 	}
-	m := &lazyMemory{artifacts: map[string]*lazyFile{}}
+	m := &LazyMemory{artifacts: map[string]*lazyFile{}}
 	for _, name := range remoteFiles(rm) {
 		lf, err := s.chunks.Open(context.Background(), rm, name)
 		if err != nil {
 			m.Close()
-			return nil, registryErr(err)
+			return nil, Err(err)
 		}
 		if name == snapshot.MemoryFile {
 			m.mem = &lazyFile{lf: lf, readahead: int64(s.cfg.LazyReadahead)}
@@ -280,7 +281,7 @@ func (s *Service) openLazyMemory(sn *catalog.Snapshot) (*lazyMemory, error) {
 }
 
 // sources fills a restore's memory and loading-set sources.
-func (m *lazyMemory) sources(snap *restore.Snapshot) {
+func (m *LazyMemory) sources(snap *restore.Snapshot) {
 	snap.Source, snap.MemFile, snap.Remote = m.mem, "", nil
 	if len(m.artifacts) > 0 {
 		snap.Remote = make(map[string]restore.MemorySource, len(m.artifacts))
@@ -291,7 +292,7 @@ func (m *lazyMemory) sources(snap *restore.Snapshot) {
 }
 
 // files are the open remote files.
-func (m *lazyMemory) files() []*lazyFile {
+func (m *LazyMemory) files() []*lazyFile {
 	var out []*lazyFile
 	if m.mem != nil {
 		out = append(out, m.mem)
@@ -302,21 +303,21 @@ func (m *lazyMemory) files() []*lazyFile {
 	return out
 }
 
-func (m *lazyMemory) Close() {
+func (m *LazyMemory) Close() {
 	for _, f := range m.files() {
 		f.lf.Close()
 	}
 }
 
-// failure is the registry's error behind a failed lazy restore, mapped to
+// Failure is the registry's error behind a failed lazy restore, mapped to
 // the service's (503 when the store is down, 422 for a corrupt chunk).
-func (m *lazyMemory) failure(vmID string) error {
+func (m *LazyMemory) Failure(vmID string) error {
 	if m == nil {
 		return nil
 	}
 	for _, f := range m.files() {
 		if p := f.err.Load(); p != nil {
-			return fmt.Errorf("vm %s: its memory could not be fetched from the registry: %w", vmID, registryErr(*p))
+			return fmt.Errorf("vm %s: its memory could not be fetched from the registry: %w", vmID, Err(*p))
 		}
 	}
 	return nil
@@ -325,7 +326,7 @@ func (m *lazyMemory) failure(vmID string) error {
 // lazySession closes the lazy memory with the strategy's session.
 type lazySession struct {
 	restore.Session
-	mem *lazyMemory
+	mem *LazyMemory
 }
 
 func (l *lazySession) Close() error {
@@ -334,58 +335,59 @@ func (l *lazySession) Close() error {
 	return err
 }
 
-// lazyOf is the lazy memory a session reads, or nil.
-func lazyOf(sess restore.Session) *lazyMemory {
+// LazyOf is the lazy memory a session reads, or nil.
+func LazyOf(sess restore.Session) *LazyMemory {
 	if l, ok := sess.(*lazySession); ok {
 		return l.mem
 	}
 	return nil
 }
 
-// beginLazy begins a restore of a lazy snapshot: from the registry for a
-// strategy that restores from a memory source; a strategy that needs the
-// memory file (restore.ErrNeedsLocalMemory) gets the snapshot completed
-// first, then begins on the local files. pulled is the time the pull took.
-func (s *Service) beginLazy(ctx context.Context, c *coldStart, o restoreOpts, snap restore.Snapshot, env restore.Env) (sess restore.Session, pulled time.Duration, err error) {
-	mem, err := s.openLazyMemory(c.sn)
+// BeginLazy begins a restore of lazy snapshot sn with begin: from the
+// registry for a strategy that restores from a memory source; a strategy
+// that needs the memory file (restore.ErrNeedsLocalMemory) gets the
+// snapshot completed first, then begins on the local files. It returns
+// the snapshot restored from (sn, or sn completed since) and the time the
+// pull took.
+func (s *Sync) BeginLazy(ctx context.Context, sn *catalog.Snapshot, begin restore.BeginFunc, snap restore.Snapshot,
+	env restore.Env) (sess restore.Session, from *catalog.Snapshot, pulled time.Duration, err error) {
+	mem, err := s.openLazyMemory(sn)
 	if err != nil {
 		// Completed since it was verified: restore from the local files.
-		if sn, gerr := s.db.GetSnapshot(ctx, c.sn.ID); gerr == nil && !sn.RemoteMemory {
-			c.sn = sn
-			sess, err = o.begin(ctx, snap, env)
-			return sess, 0, err
+		if now, gerr := s.d.Catalog.GetSnapshot(ctx, sn.ID); gerr == nil && !now.RemoteMemory {
+			sess, err = begin(ctx, snap, env)
+			return sess, now, 0, err
 		}
-		return nil, 0, err
+		return nil, sn, 0, err
 	}
 	mem.sources(&snap)
-	sess, err = o.begin(ctx, snap, env)
+	sess, err = begin(ctx, snap, env)
 	if err == nil {
-		return &lazySession{sess, mem}, 0, nil
+		return &lazySession{sess, mem}, sn, 0, nil
 	}
 	mem.Close()
 	if !errors.Is(err, restore.ErrNeedsLocalMemory) {
-		return nil, 0, err
+		return nil, sn, 0, err
 	}
 	t := time.Now()
-	sn, err := s.completeSnapshot(ctx, c.sn.ID)
+	done, err := s.CompleteSnapshot(ctx, sn.ID)
 	if err != nil {
-		return nil, 0, err
+		return nil, sn, 0, err
 	}
-	c.sn = sn
 	pulled = time.Since(t)
-	snap.Source, snap.Remote, snap.Dir = nil, nil, sn.Dir
-	sess, err = o.begin(ctx, snap, env)
-	return sess, pulled, err
+	snap.Source, snap.Remote, snap.Dir = nil, nil, done.Dir
+	sess, err = begin(ctx, snap, env)
+	return sess, done, pulled, err
 }
 
-// importOnInvoke imports a function an invocation found missing (notHere:
+// ImportOnInvoke imports a function an invocation found missing (notHere:
 // unknown here, or without a snapshot) lazily from the registry and
 // returns the snapshot to restore; concurrent invocations share one
 // import. REAP's working set (streamedFiles) starts coming into the chunk
 // cache while the import finishes. Without a registry, or with import turned off, notHere
 // stands.
-func (s *Service) importOnInvoke(ctx context.Context, function string, version int, kind restore.Kind, notHere error) (string, error) {
-	if s.registry == nil || s.cfg.NoRegistryImport || !(errors.Is(notHere, ErrNotFound) || errors.Is(notHere, ErrConflict)) {
+func (s *Sync) ImportOnInvoke(ctx context.Context, function string, version int, kind restore.Kind, notHere error) (string, error) {
+	if s.registry == nil || s.cfg.NoImport || !(errors.Is(notHere, errdefs.ErrNotFound) || errors.Is(notHere, errdefs.ErrConflict)) {
 		return "", notHere
 	}
 	key := function
@@ -394,16 +396,16 @@ func (s *Service) importOnInvoke(ctx context.Context, function string, version i
 	}
 	v, err, _ := s.imports.Do(key, func() (any, error) {
 		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Version: version, Lazy: true}, streamedFiles[kind])
-		if errors.Is(err, ErrExists) { // pulled meanwhile by another request
-			return s.newestSnapshotOf(ctx, function, version)
+		if errors.Is(err, errdefs.ErrExists) { // pulled meanwhile by another request
+			return s.d.Snapshots.NewestOf(ctx, function, version)
 		}
 		if err != nil {
 			return nil, err
 		}
 		return res.Snapshot.ID, nil
 	})
-	if errors.Is(err, ErrNotFound) {
-		return "", fmt.Errorf("%w: %s is not on this node and not in the registry: %v", ErrNotFound, key, err)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", fmt.Errorf("%w: %s is not on this node and not in the registry: %v", errdefs.ErrNotFound, key, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("import %s from the registry: %w", key, err)
