@@ -345,7 +345,7 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 // on_restore hook run. Every clone of a snapshot starts with the same
 // memory, so without this they would share random numbers and a stale
 // clock.
-// withSecrets: the guest also gets its function's secrets (secrets.go).
+// withSecrets: the guest also gets its function's secrets (functions.Manager.SecretEnv).
 // It returns the agent's answer (its DurationMS is the guest's own time).
 func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) (*agent.Reply, error) {
 	entropy := make([]byte, 64)
@@ -355,7 +355,7 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) 
 	var env []agent.EnvVar
 	if withSecrets {
 		var err error
-		if env, lv.secretDigests, err = s.secretEnv(lv.fn); err != nil {
+		if env, lv.secretDigests, err = s.functions.SecretEnv(lv.fn); err != nil {
 			return nil, err
 		}
 	}

@@ -45,7 +45,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 	stop()
 	if err == nil {
 		phase(ctx, "secret scan")
-		err = s.scanForSecrets(ctx, tmp, "copy "+newID+" of snapshot "+id)
+		err = s.functions.ScanForSecrets(ctx, tmp, "copy "+newID+" of snapshot "+id)
 	}
 	if err == nil {
 		phase(ctx, "publishing")

@@ -21,9 +21,9 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
-	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
@@ -31,7 +31,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
-	"github.com/thaw-dev/thaw/internal/secrets"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -270,7 +269,7 @@ func (c *Config) setDefaults() {
 	case "none":
 		c.CgroupRoot = ""
 	}
-	c.Deps.setDefaults()
+	c.Deps.SetDefaults()
 	c.Ready.SetDefaults()
 }
 
@@ -340,7 +339,7 @@ func (c *Config) Validate() error {
 	if c.MaxStoredResultBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
-	errs = append(errs, c.Deps.validate()...)
+	errs = append(errs, c.Deps.Validate()...)
 	errs = append(errs, c.Ready.Validate()...)
 	return errors.Join(errs...)
 }
@@ -442,24 +441,21 @@ type Service struct {
 	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
 	// function apart (regsync.go).
-	fnGates    map[string]*sync.RWMutex
-	wg         sync.WaitGroup
-	closed     bool
-	confine    confinement        // per-VM users and cgroups
-	net        *vmnet.Host        // builds each VM's network
-	lock       *os.File           // the data directory's lock, held while the daemon lives
-	creating   map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting   map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops        *operations        // asynchronous operations (?wait=false)
-	faults     *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
-	vers       *versionState      // deploys under way and alias routing (versions.go)
-	secrets    *secrets.Store     // the secret store (secrets.go)
-	secretRefs sync.Mutex         // held while a secret is deleted or a function comes to reference one
-	deps       *deps.Manager      // functions' dependency layers (deps.go)
-	depsGC     chan struct{}      // asks collectDepsLoop for a run
-	adaptive   *adaptive.Manager  // the adaptive restore (package adaptive)
-	pins       artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
-	reg        *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
+	fnGates   map[string]*sync.RWMutex
+	wg        sync.WaitGroup
+	closed    bool
+	confine   confinement        // per-VM users and cgroups
+	net       *vmnet.Host        // builds each VM's network
+	lock      *os.File           // the data directory's lock, held while the daemon lives
+	creating  map[string]int     // functions being created (-1) or deployed (how many deploys)
+	deleting  map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	ops       *operations        // asynchronous operations (?wait=false)
+	faults    *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
+	vers      *versionState      // deploys under way and alias routing (versions.go)
+	functions *functions.Manager // functions, their code, dependency layers and secrets
+	adaptive  *adaptive.Manager  // the adaptive restore (package adaptive)
+	pins      artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
+	reg       *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
 }
 
 // Directory layout under DataDir.
@@ -537,9 +533,6 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 	}
-	if s.secrets, err = secrets.Open(cfg.DataDir); err != nil {
-		return nil, err
-	}
 	s.db, err = catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
 	if err != nil {
 		return nil, err
@@ -548,7 +541,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		_ = s.db.Close()
 		return nil, err
 	}
-	if err := s.openDeps(); err != nil {
+	if err := s.openFunctions(); err != nil {
 		_ = s.db.Close()
 		return nil, err
 	}
@@ -616,9 +609,9 @@ func (s *Service) Start(ctx context.Context) error {
 		go s.every(s.cfg.RegistryRefresh, s.reg.RefreshScheduled)
 	}
 	s.wg.Add(1)
-	go s.collectDepsLoop()
+	go func() { defer s.wg.Done(); s.functions.CollectDepsLoop(s.stop) }()
 	s.startReady()
-	s.kickDepsGC()
+	s.functions.KickDepsGC()
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "vmm", s.cfg.VMM.Name(), "vmm_version", s.vmmVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil

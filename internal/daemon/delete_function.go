@@ -364,7 +364,7 @@ func (s *Service) dropFunction(ctx context.Context, name string, out *FunctionDe
 	if err := s.db.DeleteFunction(ctx, name); err != nil {
 		return err
 	}
-	s.kickDepsGC() // its layers may be unused now
+	s.functions.KickDepsGC() // its layers may be unused now
 	s.vers.mu.Lock()
 	for _, v := range vs {
 		delete(s.vers.stale, versionKey(name, v.Number))

@@ -98,13 +98,13 @@ func (s *Service) beginDeploy(ctx context.Context, spec DeploySpec) (*deployment
 	}
 	d.prev = prev
 	inheritSettings(&d.spec.FunctionSpec, prev)
-	if _, err := s.checkFunctionSpec(&d.spec.FunctionSpec); err != nil {
+	if _, err := s.functions.CheckSpec(&d.spec.FunctionSpec); err != nil {
 		return nil, err
 	}
 	if d.release, err = s.claimName(spec.Name); err != nil {
 		return nil, err
 	}
-	if d.staging, err = s.stageCode(ctx, d.spec.FunctionSpec); err != nil {
+	if d.staging, err = s.functions.StageCode(ctx, d.spec.FunctionSpec); err != nil {
 		d.release()
 		return nil, err
 	}
@@ -181,13 +181,13 @@ func (s *Service) deploy(ctx context.Context, d *deployment) (res *DeployResult,
 	res = &DeployResult{Function: d.spec.Name}
 	t := time.Now()
 	phase(ctx, "building code and dependencies")
-	netw, err := s.checkFunctionSpec(&d.spec.FunctionSpec)
+	netw, err := s.functions.CheckSpec(&d.spec.FunctionSpec)
 	if err != nil {
 		return nil, err
 	}
-	endDeps := s.deps.Begin() // its layer stays until the version is published
-	defer func() { endDeps(); s.kickDepsGC() }()
-	cfg, err := s.buildFunction(ctx, d.spec.FunctionSpec, netw, d.staging)
+	endDeps := s.functions.Deps().Begin() // its layer stays until the version is published
+	defer func() { endDeps(); s.functions.KickDepsGC() }()
+	cfg, err := s.functions.BuildFunction(ctx, d.spec.FunctionSpec, netw, d.staging)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (s *Service) publish(ctx context.Context, d *deployment, cfg *catalog.Funct
 	if !d.spec.NoPromote {
 		p.Promote = []string{versions.Live}
 	}
-	v, err := s.publishVersion(context.WithoutCancel(ctx), p)
+	v, err := s.functions.PublishVersion(context.WithoutCancel(ctx), p)
 	if err != nil {
 		return nil, err
 	}

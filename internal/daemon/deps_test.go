@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +56,7 @@ func TestFunctionDependencies(t *testing.T) {
 		t.Fatalf("deps %+v", d)
 	}
 	spec := b.Spec(0)
-	if len(spec.Disks) != 3 || spec.Disks[2].Path != filepath.Join(s.depsDir(), "layers", d.Layer, deps.ImageFile) ||
+	if len(spec.Disks) != 3 || spec.Disks[2].Path != filepath.Join(s.functions.DepsDir(), "layers", d.Layer, deps.ImageFile) ||
 		!spec.Disks[2].ReadOnly || !strings.Contains(spec.Cmdline, " thaw.deps=erofs") {
 		t.Fatalf("boot spec disks %+v cmdline %q", spec.Disks, spec.Cmdline)
 	}
@@ -72,7 +71,7 @@ func TestFunctionDependencies(t *testing.T) {
 		t.Fatalf("API body deps %+v", body.Deps)
 	}
 
-	layer := filepath.Join(s.depsDir(), "layers", d.Layer, deps.ImageFile)
+	layer := filepath.Join(s.functions.DepsDir(), "layers", d.Layer, deps.ImageFile)
 	before, err := os.Stat(layer)
 	if err != nil {
 		t.Fatal(err)
@@ -99,96 +98,6 @@ func TestFunctionDependencies(t *testing.T) {
 	}
 	if _, err := s.CheckSnapshot(ctx, sn.ID); !errors.Is(err, ErrSnapshotUnusable) || !strings.Contains(err.Error(), "dependency layer missing") {
 		t.Fatalf("restore check without the layer: %v", err)
-	}
-}
-
-// Requirements that cannot be satisfied fail the create with a clear
-// error and leave nothing: no function, no code directory, no layer, no
-// temporary files.
-func TestFunctionDependenciesRefused(t *testing.T) {
-	dir := t.TempDir()
-	pypitest.Copy(t, dir, "pyaes-1.6.1", "texttable-1.7.2")
-	pypitest.Wheel{Name: "wrongpy", Version: "1.0", Tag: "cp312-cp312-manylinux_2_17_x86_64"}.Write(t, dir)
-	pypitest.Wheel{Name: "conflicta", Version: "1.0", Requires: []string{"conflictb==2.0"}}.Write(t, dir)
-	pypitest.Wheel{Name: "conflictb", Version: "1.0"}.Write(t, dir)
-	pypitest.Wheel{Name: "conflictb", Version: "2.0"}.Write(t, dir)
-	for name, files := range map[string]map[string]string{
-		"dotdot":   {"../escape.py": "x"},
-		"absolute": {"/etc/evil.py": "x"},
-		"huge":     {"huge/big.bin": "x"},
-	} {
-		w := pypitest.Wheel{Name: name, Version: "1.0", Files: files}
-		if name == "huge" {
-			w.DeclaredSize = map[string]uint64{"huge/big.bin": deps.MaxEntryBytes + 1}
-		}
-		w.Write(t, dir)
-	}
-	pypitest.Wheel{Name: "linkout", Version: "1.0", Symlinks: map[string]string{"linkout/passwd": "/etc/passwd"}}.Write(t, dir)
-	pypitest.Wheel{Name: "badrecord", Version: "1.0", EditRecord: func(lines []string) []string {
-		for i, l := range lines {
-			if strings.HasPrefix(l, "badrecord/__init__.py,") {
-				lines[i] = "badrecord/__init__.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,16"
-			}
-		}
-		return lines
-	}}.Write(t, dir)
-	ix := pypitest.Start(t, dir)
-	s, _ := fakeService(t, withIndex(ix.URL))
-	silent := tcptest.Serve(t, func(c net.Conn, _ int) { defer c.Close(); time.Sleep(30 * time.Second) })
-	down, _ := fakeService(t, withIndex("http://"+silent.String()+"/simple/"))
-	for _, tc := range []struct {
-		svc          *Service
-		requirements string
-		kind         error
-		parts        []string
-	}{
-		{s, "nosuchpkg\n", deps.ErrUnknownPackage, []string{"nosuchpkg"}},
-		{s, "conflicta==1.0\nconflictb==1.0\n", deps.ErrConflict, []string{"conflicta 1.0 depends on conflictb==2.0"}},
-		{s, "pyaes==1.6.1\n", deps.ErrSdistOnly, []string{"pyaes 1.6.1", "pyaes-1.6.1.tar.gz"}},
-		{s, "wrongpy==1.0\n", deps.ErrNoWheel, []string{"wrongpy 1.0", "cp312"}},
-		{s, "dotdot\n", deps.ErrBadWheel, []string{"dotdot-1.0-py3-none-any.whl", "../escape.py"}},
-		{s, "absolute\n", deps.ErrBadWheel, []string{"absolute-1.0-py3-none-any.whl", "/etc/evil.py"}},
-		{s, "linkout\n", deps.ErrBadWheel, []string{"linkout/passwd", "symbolic link"}},
-		{s, "huge\n", deps.ErrBadWheel, []string{"huge/big.bin", "more than 256 MiB"}},
-		{s, "badrecord\n", deps.ErrBadWheel, []string{`"badrecord/__init__.py"`, "does not match its sha256 in RECORD"}},
-		{s, "-i http://evil/simple\n", deps.ErrInvalid, []string{"option -i is not allowed"}},
-		{down, "texttable\n", deps.ErrIndexUnavailable, []string{"did not answer"}},
-	} {
-		_, err := tc.svc.CreateFunction(context.Background(), depsSpec(t, "refused", tc.requirements))
-		if !errors.Is(err, tc.kind) {
-			t.Errorf("%q: %v, want %v", tc.requirements, err, tc.kind)
-			continue
-		}
-		wantClass := ErrInvalid
-		if tc.kind == deps.ErrIndexUnavailable {
-			wantClass = ErrIndexUnavailable
-		}
-		if !errors.Is(err, wantClass) {
-			t.Errorf("%q: %v is not %v", tc.requirements, err, wantClass)
-		}
-		for _, p := range tc.parts {
-			if !strings.Contains(err.Error(), p) {
-				t.Errorf("%q: error %q does not mention %q", tc.requirements, err, p)
-			}
-		}
-		assertNothingLeft(t, tc.svc)
-	}
-}
-
-// assertNothingLeft: no function, code directory, layer or temporary file.
-func assertNothingLeft(t *testing.T, s *Service) {
-	t.Helper()
-	if fns, _ := s.ListFunctions(context.Background()); len(fns) != 0 {
-		t.Errorf("function rows left: %d", len(fns))
-	}
-	for _, dir := range []string{s.functionsDir(), filepath.Join(s.depsDir(), "layers"), filepath.Join(s.depsDir(), "tmp")} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			t.Errorf("left in %s: %s", dir, e.Name())
-		}
-	}
-	if _, err := os.Stat(filepath.Join(s.depsDir(), "escape.py")); err == nil {
-		t.Error("a wheel entry escaped its layer")
 	}
 }
 
@@ -235,8 +144,8 @@ func TestDependencyLayerCollection(t *testing.T) {
 	if err := s.DeleteFunction(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
-	s.collectDeps(ctx)
-	if _, err := s.deps.Layers.Get(layer); err != nil {
+	s.functions.CollectDeps(ctx)
+	if _, err := s.functions.Deps().Layers.Get(layer); err != nil {
 		t.Fatalf("the layer another function uses was collected: %v", err)
 	}
 	if err := s.DeleteFunction(ctx, "two"); err != nil {
@@ -244,7 +153,7 @@ func TestDependencyLayerCollection(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := s.deps.Layers.Get(layer); errors.Is(err, deps.ErrLayerMissing) {
+		if _, err := s.functions.Deps().Layers.Get(layer); errors.Is(err, deps.ErrLayerMissing) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -252,7 +161,7 @@ func TestDependencyLayerCollection(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(s.depsDir(), "wheels")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(s.functions.DepsDir(), "wheels")); len(ents) != 0 {
 		t.Errorf("wheels left beyond the budget: %d", len(ents))
 	}
 }
@@ -294,7 +203,7 @@ func TestPushPullDependencyLayer(t *testing.T) {
 			strings.Join(fnB.Deps.Resolved, "\n") != strings.Join(fnA.Deps.Resolved, "\n") {
 			t.Fatalf("pulled function deps %+v (%v)", fnB.Deps, err)
 		}
-		l, err := b.deps.Layers.Get(fnB.Deps.Layer)
+		l, err := b.functions.Deps().Layers.Get(fnB.Deps.Layer)
 		if err != nil || l.SHA256 != fnA.Deps.LayerSHA256 {
 			t.Fatalf("pulled layer %+v %v", l, err)
 		}

@@ -5,16 +5,25 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
-	"io/fs"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/catalog"
 )
+
+// Helpers the daemon's tests share to give functions their code (the
+// component's own tests are in package functions).
 
 // tarEntry is one member of a test archive. size, when set, is written in
 // the header instead of len(body) and the body is left out: the archive
@@ -72,486 +81,6 @@ func tarGz(t *testing.T, entries ...tarEntry) []byte {
 	return buf.Bytes()
 }
 
-// tree lists the files and directories under root as "path" (dirs with a
-// trailing slash) mapped to "mode content".
-func tree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	fsys := os.DirFS(root)
-	err := fs.WalkDir(fsys, ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil || rel == "." {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			out[rel+"/"] = ""
-		case d.Type().IsRegular():
-			b, err := fs.ReadFile(fsys, rel)
-			if err != nil {
-				return err
-			}
-			out[rel] = info.Mode().Perm().String() + " " + string(b)
-		default:
-			out[rel] = info.Mode().String()
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameTree(t *testing.T, got, want map[string]string) {
-	t.Helper()
-	var keys []string
-	for k := range got {
-		keys = append(keys, k)
-	}
-	for k := range want {
-		if _, ok := got[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		g, gok := got[k]
-		w, wok := want[k]
-		switch {
-		case !gok:
-			t.Errorf("missing %s (want %q)", k, w)
-		case !wok:
-			t.Errorf("unexpected %s (%q)", k, g)
-		case g != w:
-			t.Errorf("%s = %q, want %q", k, g, w)
-		}
-	}
-}
-
-func TestExtractArchive(t *testing.T) {
-	// The modes below are what the files get under an ordinary umask; a
-	// daemon opened earlier in this process set 077 (its data is its own).
-	defer syscall.Umask(syscall.Umask(0o022))
-	archive := tarGz(t,
-		tarEntry{name: "./", typeflag: tar.TypeDir, mode: 0o755},
-		tarEntry{name: "./handler.py", body: "def handler(event):\n    return event\n"},
-		tarEntry{name: "lib/", typeflag: tar.TypeDir, mode: 0o700},
-		tarEntry{name: "lib/run.sh", body: "#!/bin/sh\n", mode: 0o755},
-		tarEntry{name: "lib/secret.txt", body: "s", mode: 0o600},
-		tarEntry{name: "lib/suid", body: "x", mode: 0o4755},
-		tarEntry{name: "data/deep/er/file.json", body: "{}"},
-		tarEntry{name: "a/./b/../c.txt", body: "c"},
-		tarEntry{name: "..dotdot-prefix", body: "a file name, not a parent"},
-		tarEntry{name: "empty", body: ""},
-	)
-	dst := filepath.Join(t.TempDir(), "hello")
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := extractArchive(dst, bytes.NewReader(archive)); err != nil {
-		t.Fatalf("extractArchive: %v", err)
-	}
-	sameTree(t, tree(t, dst), map[string]string{
-		"handler.py":             "-rw-r--r-- def handler(event):\n    return event\n",
-		"lib/":                   "",
-		"lib/run.sh":             "-rwxr-xr-x #!/bin/sh\n",
-		"lib/secret.txt":         "-rw-r--r-- s", // always world-readable: the guest reads it as another user
-		"lib/suid":               "-rwxr-xr-x x", // no setuid
-		"data/":                  "",
-		"data/deep/":             "",
-		"data/deep/er/":          "",
-		"data/deep/er/file.json": "-rw-r--r-- {}",
-		"a/":                     "",
-		"a/c.txt":                "-rw-r--r-- c",
-		"..dotdot-prefix":        "-rw-r--r-- a file name, not a parent",
-		"empty":                  "-rw-r--r-- ",
-	})
-}
-
-func TestExtractArchiveRejects(t *testing.T) {
-	plainTar := func(t *testing.T) []byte {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		if err := tw.WriteHeader(&tar.Header{Name: "handler.py", Mode: 0o644, Size: 1}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte("x"))
-		tw.Close()
-		return buf.Bytes()
-	}
-	entries := func(es ...tarEntry) func(t *testing.T) []byte {
-		return func(t *testing.T) []byte { return tarGz(t, es...) }
-	}
-	handler := tarEntry{name: "handler.py", body: "def handler(e): return e\n"}
-	tests := []struct {
-		name    string
-		archive func(t *testing.T) []byte
-		wantMsg string
-	}{
-		{name: "parent directory", archive: entries(handler, tarEntry{name: "../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "parent through a subdirectory", archive: entries(tarEntry{name: "lib/../../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "dot-slash parent", archive: entries(tarEntry{name: "./../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "parent directory entry", archive: entries(tarEntry{name: "../", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "leaves the function directory"},
-		{name: "bare dot-dot", archive: entries(tarEntry{name: "..", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "leaves the function directory"},
-		{name: "absolute path", archive: entries(tarEntry{name: "/abs", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "absolute path into /etc", archive: entries(tarEntry{name: "/etc/cron.d/x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "symlink", archive: entries(handler, tarEntry{name: "passwd", typeflag: tar.TypeSymlink, link: "/etc/passwd"}), wantMsg: "not a regular file or directory"},
-		{name: "relative symlink", archive: entries(tarEntry{name: "up", typeflag: tar.TypeSymlink, link: ".."}), wantMsg: "not a regular file or directory"},
-		{name: "hard link", archive: entries(handler, tarEntry{name: "h2", typeflag: tar.TypeLink, link: "handler.py"}), wantMsg: "not a regular file or directory"},
-		{name: "fifo", archive: entries(tarEntry{name: "pipe", typeflag: tar.TypeFifo}), wantMsg: "not a regular file or directory"},
-		{name: "character device", archive: entries(tarEntry{name: "null", typeflag: tar.TypeChar}), wantMsg: "not a regular file or directory"},
-		{name: "duplicate file", archive: entries(handler, handler), wantMsg: "handler.py"},
-		{name: "declared size over the limit", archive: entries(handler, tarEntry{name: "big.bin", size: MaxCodeBytes + 1}), wantMsg: "exceeds"},
-		{name: "not gzip: plain tar", archive: plainTar, wantMsg: "not gzip"},
-		{name: "not gzip: text", archive: func(*testing.T) []byte { return []byte("def handler(e): pass\n") }, wantMsg: "not gzip"},
-		{name: "not gzip: empty body", archive: func(*testing.T) []byte { return nil }, wantMsg: "not gzip"},
-		{name: "gzip of something that is not tar", archive: func(t *testing.T) []byte {
-			var buf bytes.Buffer
-			gz := gzip.NewWriter(&buf)
-			gz.Write(bytes.Repeat([]byte("not a tar header "), 64))
-			gz.Close()
-			return buf.Bytes()
-		}, wantMsg: "archive"},
-		{name: "truncated", archive: func(t *testing.T) []byte {
-			b := tarGz(t, tarEntry{name: "handler.py", body: strings.Repeat("# padding that compresses poorly 0123456789\n", 200)})
-			return b[:len(b)/2]
-		}, wantMsg: "archive"},
-		// A client's archive that contradicts itself is a bad request like
-		// the others, but these two currently fail with the raw mkdir
-		// error, which the API turns into 500 internal.
-		{name: "directory where a file was", archive: entries(handler, tarEntry{name: "lib", body: "x"}, tarEntry{name: "lib/", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "lib"},
-		{name: "file under a file", archive: entries(tarEntry{name: "lib", body: "x"}, tarEntry{name: "lib/util.py", body: "y"}), wantMsg: "lib"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			checkArchiveRefused(t, tt.archive(t), tt.wantMsg)
-		})
-	}
-}
-
-// checkArchiveRefused checks that extracting archive is refused as invalid,
-// with an error that mentions wantMsg, and writes nothing outside the
-// function's code directory.
-func checkArchiveRefused(t *testing.T, archive []byte, wantMsg string) {
-	t.Helper()
-	root := t.TempDir()
-	dst := filepath.Join(root, "fn", "code")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	err := extractArchive(dst, bytes.NewReader(archive))
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("extractArchive = %v, want ErrInvalid", err)
-	}
-	if !strings.Contains(err.Error(), wantMsg) {
-		t.Errorf("error %q does not mention %q", err, wantMsg)
-	}
-	// Nothing was written outside the function directory.
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ents) != 1 || ents[0].Name() != "fn" {
-		t.Errorf("entries next to the function directory: %v", ents)
-	}
-	if got := tree(t, filepath.Join(root, "fn")); len(got) > 0 {
-		for k := range got {
-			if !strings.HasPrefix(k, "code/") {
-				t.Errorf("written outside code/: %s", k)
-			}
-		}
-	}
-}
-
-func writeTree(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		p := filepath.Join(root, name)
-		if strings.HasSuffix(name, "/") {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(name, ".sh") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, []byte(body), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil { // umask-proof
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestCopyTree(t *testing.T) {
-	// The modes below are what the files get under an ordinary umask; a
-	// daemon opened earlier in this process set 077 (its data is its own).
-	defer syscall.Umask(syscall.Umask(0o022))
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{
-		"handler.py":                   "def handler(e): return e\n",
-		"lib/util.py":                  "X = 1\n",
-		"lib/run.sh":                   "#!/bin/sh\n",
-		"lib/empty/":                   "",
-		"__pycache__/handler.pyc":      "bytecode",
-		"lib/__pycache__/util.pyc":     "bytecode",
-		".git/HEAD":                    "ref: refs/heads/main\n",
-		"docs/.gitignore":              "*.pyc\n",
-		"docs/__pycache__extra/ok.txt": "kept: only the exact name is skipped",
-	})
-	if err := os.Chmod(filepath.Join(src, "lib/util.py"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A symlink under a skipped directory is never looked at.
-	if err := os.Symlink("/etc/passwd", filepath.Join(src, "__pycache__", "link")); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(t.TempDir(), "code")
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := copyTree(dst, src); err != nil {
-		t.Fatalf("copyTree: %v", err)
-	}
-	sameTree(t, tree(t, dst), map[string]string{
-		"handler.py":                   "-rw-r--r-- def handler(e): return e\n",
-		"lib/":                         "",
-		"lib/util.py":                  "-rw-r--r-- X = 1\n",
-		"lib/run.sh":                   "-rwxr-xr-x #!/bin/sh\n",
-		"lib/empty/":                   "",
-		"docs/":                        "",
-		"docs/.gitignore":              "-rw-r--r-- *.pyc\n",
-		"docs/__pycache__extra/":       "",
-		"docs/__pycache__extra/ok.txt": "-rw-r--r-- kept: only the exact name is skipped",
-	})
-}
-
-func TestCopyTreeRefuses(t *testing.T) {
-	tests := []struct {
-		name    string
-		setup   func(t *testing.T, src string) string // returns the directory to copy
-		wantMsg string
-	}{
-		{name: "symlink to a file", wantMsg: "link", setup: func(t *testing.T, src string) string {
-			mustSymlink(t, "/etc/passwd", filepath.Join(src, "link"))
-			return src
-		}},
-		{name: "relative symlink to a sibling", wantMsg: "lib/alias.py", setup: func(t *testing.T, src string) string {
-			mustSymlink(t, "../handler.py", filepath.Join(src, "lib", "alias.py"))
-			return src
-		}},
-		{name: "symlink to a directory", wantMsg: "root", setup: func(t *testing.T, src string) string {
-			mustSymlink(t, "/", filepath.Join(src, "root"))
-			return src
-		}},
-		{name: "dangling symlink", wantMsg: "gone", setup: func(t *testing.T, src string) string {
-			mustSymlink(t, filepath.Join(src, "nowhere"), filepath.Join(src, "gone"))
-			return src
-		}},
-		{name: "fifo", wantMsg: "pipe", setup: func(t *testing.T, src string) string {
-			if err := syscall.Mkfifo(filepath.Join(src, "pipe"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return src
-		}},
-		{name: "missing directory", wantMsg: "does not exist", setup: func(t *testing.T, src string) string {
-			return filepath.Join(src, "nope")
-		}},
-		{name: "a file, not a directory", wantMsg: "not a directory", setup: func(t *testing.T, src string) string {
-			return filepath.Join(src, "handler.py")
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			src := t.TempDir()
-			writeTree(t, src, map[string]string{"handler.py": "h", "lib/util.py": "u"})
-			from := tt.setup(t, src)
-			dst := filepath.Join(t.TempDir(), "code")
-			if err := os.Mkdir(dst, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			err := copyTree(dst, from)
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("copyTree = %v, want ErrInvalid", err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("error %q does not mention %q", err, tt.wantMsg)
-			}
-		})
-	}
-}
-
-func TestCopyTreeOfSymlinkedDirectory(t *testing.T) {
-	// copyTree's os.Stat follows a symlinked source directory and accepts
-	// it, but filepath.WalkDir does not descend into a symlink root: the
-	// copy "succeeds" with nothing in it, and the user is then told the
-	// function has no handler.py. It should copy the target's files (or
-	// refuse the symlink like any other).
-	real := t.TempDir()
-	writeTree(t, real, map[string]string{"handler.py": "h"})
-	link := filepath.Join(t.TempDir(), "fn")
-	mustSymlink(t, real, link)
-	dst := filepath.Join(t.TempDir(), "code")
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	err := copyTree(dst, link)
-	if err != nil {
-		if !errors.Is(err, ErrInvalid) {
-			t.Fatalf("copyTree(symlinked dir) = %v, want success or ErrInvalid", err)
-		}
-		return
-	}
-	if got := tree(t, dst); got["handler.py"] == "" {
-		t.Fatalf("copyTree(symlinked dir) succeeded but copied %v, want handler.py", got)
-	}
-}
-
-func mustSymlink(t *testing.T, target, link string) {
-	t.Helper()
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestDigestTree(t *testing.T) {
-	files := map[string]string{
-		"handler.py":      "def handler(e): return e\n",
-		"lib/util.py":     "X = 1\n",
-		"lib/run.sh":      "#!/bin/sh\n",
-		"data/table.json": `{"a": 1}`,
-	}
-	digest := func(t *testing.T, root string) (string, int64) {
-		t.Helper()
-		d, n, err := digestTree(root)
-		if err != nil {
-			t.Fatalf("digestTree: %v", err)
-		}
-		if len(d) != 64 {
-			t.Fatalf("digest %q is not hex SHA-256", d)
-		}
-		return d, n
-	}
-	base := t.TempDir()
-	writeTree(t, base, files)
-	want, size := digest(t, base)
-	var total int64
-	for _, b := range files {
-		total += int64(len(b))
-	}
-	if size != total {
-		t.Errorf("size = %d, want %d", size, total)
-	}
-
-	tests := digestEdits(files)
-	seen := map[string]string{want: "original"}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			writeTree(t, root, files)
-			tt.edit(t, root)
-			got, _ := digest(t, root)
-			if again, _ := digest(t, root); again != got {
-				t.Fatalf("digestTree is not deterministic: %s then %s", got, again)
-			}
-			if changed := got != want; changed != tt.changes {
-				t.Fatalf("digest changed = %v, want %v", changed, tt.changes)
-			}
-			if tt.changes {
-				if other, dup := seen[got]; dup {
-					t.Errorf("digest equals the one of %q", other)
-				}
-				seen[got] = tt.name
-			}
-		})
-	}
-}
-
-// digestEdit is an edit of a function's code and whether it must change
-// the code's digest.
-type digestEdit struct {
-	name    string
-	edit    func(t *testing.T, root string)
-	changes bool
-}
-
-// digestEdits are edits of the tree of files: those that leave the digest
-// alone (times, non-executable modes, empty directories) and those that
-// change it.
-func digestEdits(files map[string]string) []digestEdit {
-	return []digestEdit{
-		{name: "identical copy", edit: func(*testing.T, string) {}, changes: false},
-		{name: "modification times differ", changes: false, edit: func(t *testing.T, root string) {
-			old := time.Unix(1e9, 0)
-			for name := range files {
-				if err := os.Chtimes(filepath.Join(root, name), old, old); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}},
-		{name: "non-executable permission bits differ", changes: false, edit: func(t *testing.T, root string) {
-			chmod(t, filepath.Join(root, "handler.py"), 0o600)
-		}},
-		{name: "empty directory added", changes: false, edit: func(t *testing.T, root string) {
-			if err := os.Mkdir(filepath.Join(root, "empty"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "content changed, same size", changes: true, edit: func(t *testing.T, root string) {
-			writeFile(t, filepath.Join(root, "lib/util.py"), "X = 2\n")
-		}},
-		{name: "content grew", changes: true, edit: func(t *testing.T, root string) {
-			writeFile(t, filepath.Join(root, "handler.py"), "def handler(e): return e\n\n")
-		}},
-		{name: "file renamed", changes: true, edit: func(t *testing.T, root string) {
-			if err := os.Rename(filepath.Join(root, "lib/util.py"), filepath.Join(root, "lib/utils.py")); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "file moved to another directory", changes: true, edit: func(t *testing.T, root string) {
-			if err := os.Rename(filepath.Join(root, "lib/util.py"), filepath.Join(root, "data/util.py")); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "executable bit set", changes: true, edit: func(t *testing.T, root string) {
-			chmod(t, filepath.Join(root, "handler.py"), 0o744)
-		}},
-		{name: "executable bit cleared", changes: true, edit: func(t *testing.T, root string) {
-			chmod(t, filepath.Join(root, "lib/run.sh"), 0o644)
-		}},
-		{name: "empty file added", changes: true, edit: func(t *testing.T, root string) {
-			writeFile(t, filepath.Join(root, "__init__.py"), "")
-		}},
-		{name: "file removed", changes: true, edit: func(t *testing.T, root string) {
-			if err := os.Remove(filepath.Join(root, "data/table.json")); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "bytes moved from one file to the next", changes: true, edit: func(t *testing.T, root string) {
-			// "data/table.json" precedes "handler.py": move its last byte over.
-			writeFile(t, filepath.Join(root, "data/table.json"), `{"a": 1`)
-			writeFile(t, filepath.Join(root, "handler.py"), "}def handler(e): return e\n")
-		}},
-	}
-}
-
-func chmod(t *testing.T, path string, mode os.FileMode) {
-	t.Helper()
-	if err := os.Chmod(path, mode); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func writeFile(t *testing.T, path, body string) {
 	t.Helper()
 	st, err := os.Stat(path)
@@ -564,9 +93,171 @@ func writeFile(t *testing.T, path, body string) {
 	}
 }
 
-// copyTree copies src as an in-process (trusted) caller with src's parent
-// as the function root.
-func copyTree(dst, src string) error {
-	s := &Service{cfg: Config{FunctionRoots: []string{filepath.Dir(filepath.Clean(src))}}}
-	return s.copySource(context.Background(), dst, src)
+// fnService is a service with a catalog and a functions directory: enough
+// to create functions (mkfs.ext4 runs for real).
+func fnService(t *testing.T, edit func(*Config)) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, DefaultMemoryMiB: 256, DefaultVCPUs: 1}
+	if edit != nil {
+		edit(&cfg)
+	}
+	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg.Deps.SetDefaults()
+	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}, vers: newVersionState()}
+	if err := s.openFunctions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.functionsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(s.snapshotsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// The attack found on the old code: concurrent creates of one name left the
+// catalog pointing at a directory another create had removed.
+func TestConcurrentCreatesOfOneName(t *testing.T) {
+	s := fnService(t, nil)
+	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 1\n"})
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.CreateFunction(context.Background(), FunctionSpec{Name: "same", Archive: bytes.NewReader(archive)})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrExists):
+			t.Errorf("create: %v, want success or ErrExists", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d creates succeeded, want 1: %v", ok, errs)
+	}
+	f, err := s.db.GetFunction(context.Background(), "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f.Disk, filepath.Join(f.CodeDir, "same", "handler.py")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the recorded function lost %s: %v", p, err)
+		}
+	}
+	if left := entries(t, s.functionsDir()); len(left) != 1 {
+		t.Errorf("functions dir holds %v, want the one function", left)
+	}
+}
+
+// Start-up removes what a crash left: half-built functions and snapshots,
+// and directories the catalog does not know; recorded ones stay.
+func TestRemoveLeftovers(t *testing.T) {
+	s := fnService(t, nil)
+	ctx := context.Background()
+	f, err := s.CreateFunction(ctx, FunctionSpec{Name: "kept", Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "x"}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(s.snapshotsDir(), "snap-000000000001")
+	if err := os.MkdirAll(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.PutSnapshot(ctx, &catalog.Snapshot{ID: "snap-000000000001", Function: "kept", Dir: snap}); err != nil {
+		t.Fatal(err)
+	}
+	junk := []string{filepath.Join(s.functionsDir(), ".tmp-kept-123"), filepath.Join(s.functionsDir(), "gone-0123456789ab"),
+		filepath.Join(s.snapshotsDir(), ".tmp-snap-000000000002"), filepath.Join(s.snapshotsDir(), "snap-000000000003")}
+	for _, j := range junk {
+		if err := os.MkdirAll(j, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(j, "memory"), "x")
+	}
+	if err := s.removeLeftovers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range junk {
+		if _, err := os.Stat(j); !os.IsNotExist(err) {
+			t.Errorf("%s survived: %v", j, err)
+		}
+	}
+	for _, k := range []string{f.Disk, snap} {
+		if _, err := os.Stat(k); err != nil {
+			t.Errorf("recorded %s removed: %v", k, err)
+		}
+	}
+}
+
+// A second daemon on a data directory is refused and names the holder.
+func TestDataDirLock(t *testing.T) {
+	dir := t.TempDir()
+	first, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockDataDir(dir)
+	if !errors.Is(err, errDataDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second lock = %v", err)
+	}
+	first.Close()
+	again, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.Close()
+}
+
+func TestHistoryKeepsABoundedCopy(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("é", 100000) + `"`)
+	inv := &Invocation{ID: "inv-1", OK: true, Result: big, Error: &agent.Error{Type: "E", Message: strings.Repeat("m", 20000), Traceback: "tb"}}
+	h := forHistory(inv, 1000)
+	if string(inv.Result) != string(big) || len(inv.Error.Message) != 20000 {
+		t.Fatalf("the caller's copy was changed")
+	}
+	if h.Result != nil || !h.ResultTruncated || h.ResultBytes != len(big) || len(h.ResultPrefix) > 1000 || !utf8.ValidString(h.ResultPrefix) {
+		t.Fatalf("history copy: truncated=%v bytes=%d prefix %d bytes", h.ResultTruncated, h.ResultBytes, len(h.ResultPrefix))
+	}
+	if len(h.Error.Message) != maxStoredText || !h.ErrorTruncated || h.Error.Traceback != "tb" {
+		t.Fatalf("error not cut: %d", len(h.Error.Message))
+	}
+	small := &Invocation{Result: json.RawMessage(`{"a":1}`)}
+	if h := forHistory(small, 1000); string(h.Result) != `{"a":1}` || h.ResultTruncated {
+		t.Fatalf("small result changed: %+v", h)
+	}
+}
+
+func TestDefaultMaxVMs(t *testing.T) {
+	if n := defaultMaxVMs(640); n < 1 {
+		t.Fatalf("defaultMaxVMs = %d", n)
+	}
+	if a, b := defaultMaxVMs(256), defaultMaxVMs(1<<20); a < b || b != 1 {
+		t.Fatalf("more memory per VM gave more VMs: %d, %d", a, b)
+	}
 }

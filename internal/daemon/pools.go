@@ -45,7 +45,7 @@ func (s *Service) watchPressure(every time.Duration) {
 // park keeps a VM that just answered (its lock held by the caller) for its
 // function's next invocation; false if the pool does not take it.
 func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
-	if !s.pool.Keeps(lv.fn) || s.secretsStale(lv) || lv.deleting.Load() {
+	if !s.pool.Keeps(lv.fn) || s.functions.SecretsStale(lv.secretDigests) || lv.deleting.Load() {
 		return false
 	}
 	s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/signing"
@@ -199,7 +200,7 @@ func (x syncFunctions) Forget(ctx context.Context, name string) error {
 }
 
 func (x syncFunctions) ScanForSecrets(ctx context.Context, dir, what string) error {
-	return x.s.scanForSecrets(ctx, dir, what)
+	return x.s.functions.ScanForSecrets(ctx, dir, what)
 }
 
 func (x syncFunctions) Create(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
@@ -210,16 +211,16 @@ func (x syncFunctions) Create(ctx context.Context, name string, rec *registry.Fu
 // the function's own, entering nothing in the catalog.
 func (x syncFunctions) Build(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
 	spec := specOfRecord(name, rec, code)
-	netw, err := x.s.checkFunctionSpec(&spec)
+	netw, err := x.s.functions.CheckSpec(&spec)
 	if err != nil {
 		return nil, err
 	}
-	staging, err := x.s.stageCode(ctx, spec)
+	staging, err := x.s.functions.StageCode(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(staging)
-	return x.s.buildFunction(ctx, spec, netw, staging)
+	return x.s.functions.BuildFunction(ctx, spec, netw, staging)
 }
 
 // specOfRecord is the function spec of a registry record and its code.
@@ -227,21 +228,21 @@ func specOfRecord(name string, rec *registry.FunctionRecord, code []byte) Functi
 	return FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
 		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
 		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: catalogDeps(rec.Deps)}
+		Env: rec.Env, Secrets: rec.Secrets, Deps: functions.CatalogDeps(rec.Deps)}
 }
 
 // syncLayers is the daemon's dependency layers as regsync sees them.
 type syncLayers struct{ s *Service }
 
 func (x syncLayers) Pushed(fn *catalog.Function) (*registry.Layer, string, error) {
-	return x.s.pushedLayer(fn)
+	return x.s.functions.PushedLayer(fn)
 }
 
 func (x syncLayers) Pull(ctx context.Context, rm *registry.RemoteManifest) error {
-	return x.s.pullLayer(ctx, rm)
+	return x.s.functions.PullLayer(ctx, rm)
 }
 
-func (x syncLayers) Hold() func() { return x.s.deps.Begin() }
+func (x syncLayers) Hold() func() { return x.s.functions.Deps().Begin() }
 
 // syncVMs is the daemon's VMs as regsync sees them.
 type syncVMs struct{ s *Service }

@@ -57,10 +57,6 @@ func TestSecretsReachRestoredVMsOnly(t *testing.T) {
 	if err != nil || !strings.Contains(string(cfg), `"GREETING":"hello"`) || strings.Contains(string(cfg), "first-value") {
 		t.Fatalf("config on the code disk: %s %v", cfg, err)
 	}
-	code, _, err := digestTree(filepath.Join(fn.CodeDir, "app"))
-	if err != nil || fn.Digest != fnconfig.Digest(code, fn.Env) || fn.Digest == code {
-		t.Errorf("digest %s, code digest %s: the environment is not folded in", fn.Digest, code)
-	}
 	if _, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +107,7 @@ func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
 	}
 	k := s.pool.Take("app", second.Snapshot)
 	setSecret(t, s, "db", "third-value-0003")
-	if !s.secretsStale(lv) || s.park(lv, k.Rec, second.Snapshot) {
+	if !s.functions.SecretsStale(lv.secretDigests) || s.park(lv, k.Rec, second.Snapshot) {
 		t.Error("a VM holding an old value was parked")
 	}
 	s.retire(ctx, lv, k.Rec, "test")
@@ -188,47 +184,6 @@ func TestPrepareRecordsWithoutSecrets(t *testing.T) {
 	coldInvoke(t, s, "app") // the warm snapshot's clones do get them
 	if got := b.Secrets(); got[len(got)-1]["DB_PASSWORD"] != "first-value-0001" {
 		t.Errorf("cold start from the warm snapshot: %v", got[len(got)-1])
-	}
-}
-
-func TestSecretReferencesAreChecked(t *testing.T) {
-	s, _ := fakeService(t, nil)
-	ctx := context.Background()
-	arch := func() *bytes.Reader {
-		return bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
-	}
-	_, err := s.CreateFunction(ctx, FunctionSpec{Name: "app", Archive: arch(), Secrets: map[string]string{"DB_PASSWORD": "db", "API": "api-key"}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no secret api-key, db on this node") {
-		t.Fatalf("missing secrets: %v", err)
-	}
-	_, err = s.CreateFunction(ctx, FunctionSpec{Name: "app", Archive: arch(), Env: map[string]string{"THAW_X": "1", "A": "1"},
-		Secrets: map[string]string{"A": "db"}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), "A is both") {
-		t.Fatalf("bad config: %v", err)
-	}
-	if ents, _ := os.ReadDir(s.functionsDir()); len(ents) != 0 {
-		t.Errorf("refused creates left %v", ents)
-	}
-	setSecret(t, s, "db", "first-value-0001")
-	createSpec(t, s, FunctionSpec{Name: "app", Secrets: map[string]string{"DB_PASSWORD": "db"}})
-	createSpec(t, s, FunctionSpec{Name: "app2", Secrets: map[string]string{"PW": "db"}})
-	err = s.DeleteSecret(ctx, "db")
-	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "function(s) app, app2") {
-		t.Fatalf("delete a secret in use: %v", err)
-	}
-	for _, fn := range []string{"app", "app2"} {
-		if err := s.DeleteFunction(ctx, fn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.DeleteSecret(ctx, "db"); err != nil {
-		t.Fatalf("delete an unused secret: %v", err)
-	}
-	if err := s.DeleteSecret(ctx, "db"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("delete it again: %v", err)
-	}
-	if _, _, err := s.SetSecret(ctx, "db", []byte("short")); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a short value: %v", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -61,7 +62,7 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	start := time.Now()
 	m, pause, err := s.writeSnapshot(ctx, lv, id, tmp, wasRunning)
 	if err == nil {
-		err = s.scanForSecrets(ctx, tmp, "snapshot "+id+" of vm "+vmID)
+		err = s.functions.ScanForSecrets(ctx, tmp, "snapshot "+id+" of vm "+vmID)
 	}
 	if err == nil {
 		err = snapshot.Commit(tmp, final, m)
@@ -142,7 +143,7 @@ func (s *Service) inputs(fn *catalog.Function) snapshot.Inputs {
 		Initrd:   snapshot.Digest{SHA256: s.image.Files[guestimage.Initrd].SHA256},
 		Rootfs:   snapshot.Digest{SHA256: s.image.Files[guestimage.Rootfs].SHA256},
 		Function: snapshot.Digest{SHA256: fn.Digest},
-		Deps:     depsInput(fn),
+		Deps:     functions.DepsInput(fn),
 	}
 }
 
@@ -190,7 +191,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 			s.log.Error("remove snapshot from the memory store", "snapshot", id, "err", err)
 		}
 	}
-	defer s.kickDepsGC()
+	defer s.functions.KickDepsGC()
 	return os.RemoveAll(sn.Dir)
 }
 
@@ -242,7 +243,7 @@ func (s *Service) VerifySnapshot(ctx context.Context, sn *catalog.Snapshot, fn *
 	if err := s.compatible(m, fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
-	if _, err := s.layerOf(fn); err != nil {
+	if _, err := s.functions.LayerOf(fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
 	if trusted == nil || *trusted != stamp {
@@ -273,7 +274,7 @@ func (s *Service) verifyLazy(sn *catalog.Snapshot, fn *catalog.Function) (*snaps
 	if err := s.compatible(m, fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
-	if _, err := s.layerOf(fn); err != nil {
+	if _, err := s.functions.LayerOf(fn); err != nil {
 		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
 	return m, nil
@@ -291,7 +292,7 @@ func (s *Service) compatible(m *snapshot.Manifest, fn *catalog.Function) error {
 	check("initrd", m.Inputs.Initrd, want.Initrd)
 	check("root filesystem", m.Inputs.Rootfs, want.Rootfs)
 	check("function code", m.Inputs.Function, want.Function)
-	if err := checkDepsInput(m, fn); err != nil {
+	if err := functions.CheckDepsInput(m, fn); err != nil {
 		errs = append(errs, err)
 	}
 	if m.VMM.Accel != s.accel.Accel {

@@ -46,7 +46,7 @@ type liveVM struct {
 	net              *vmnet.Net             // the VM's network namespace and service proxies
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
 	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
-	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (secrets.go)
+	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (functions.Manager.SecretEnv)
 
 	deleting atomic.Bool                       // a delete waits for the VM: nothing new starts on it (delete_vm.go)
 	killedBy atomic.Pointer[string]            // why a delete killed the VMM while the VM was in use
@@ -97,7 +97,7 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 			{Path: fn.Disk, ReadOnly: true},
 		},
 	}
-	s.attachDeps(&spec, fn)
+	s.functions.AttachDeps(&spec, fn)
 	return spec
 }
 
@@ -320,7 +320,7 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		}
 		endSpan(sp, err)
 	}()
-	if _, err := s.layerOf(fn); err != nil {
+	if _, err := s.functions.LayerOf(fn); err != nil {
 		return nil, fmt.Errorf("%w: %v; create the function again", ErrConflict, err)
 	}
 	phase(ctx, "admission")
@@ -359,7 +359,7 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return nil, importFailure{fmt.Errorf("%w: vm %s: %s\n%s", ErrVMFailed, id, reason, strings.TrimRight(fe.Traceback, "\n"))}
 	}
-	if err := s.checkBootEnv(ctx, lv); err != nil {
+	if err := s.functions.CheckBootEnv(ctx, lv.fn, lv.agent); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "boot: "+err.Error())
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package functions
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/deps"
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -20,13 +21,6 @@ import (
 // Function dependencies (package deps): a function directory's
 // requirements.txt becomes a dependency layer, attached to every VM of the
 // function as the disk after its code disk (/dev/vdc, mounted at /deps).
-
-// importFailure is a boot's ErrVMFailed that is also ErrImport, without
-// saying so twice in its message.
-type importFailure struct{ error }
-
-func (f importFailure) Unwrap() error      { return f.error }
-func (importFailure) Is(target error) bool { return target == ErrImport }
 
 // RequirementsFile is the name of a function's requirements in its
 // directory.
@@ -50,7 +44,8 @@ type DepsConfig struct {
 	Budget int64
 }
 
-func (c *DepsConfig) setDefaults() {
+// SetDefaults fills the zero settings.
+func (c *DepsConfig) SetDefaults() {
 	if c.Python == "" {
 		c.Python = "python3"
 	}
@@ -65,7 +60,8 @@ func (c *DepsConfig) setDefaults() {
 	}
 }
 
-func (c *DepsConfig) validate() []error {
+// Validate reports every problem of the settings.
+func (c *DepsConfig) Validate() []error {
 	var errs []error
 	if _, err := deps.ParseFormat(c.Format); err != nil {
 		errs = append(errs, err)
@@ -76,31 +72,28 @@ func (c *DepsConfig) validate() []error {
 	return errs
 }
 
-func (s *Service) depsDir() string { return filepath.Join(s.cfg.DataDir, "deps") }
+// DepsDir holds the dependency cache (wheels and layers).
+func (m *Manager) DepsDir() string { return filepath.Join(m.cfg.DataDir, "deps") }
 
 // openDeps opens the dependency cache under the data directory.
-func (s *Service) openDeps() error {
-	m, err := deps.Open(deps.Options{Dir: s.depsDir(), Python: s.cfg.Deps.Python, IndexURL: s.cfg.Deps.IndexURL,
-		FindLinks: s.cfg.Deps.FindLinks, Format: deps.Format(s.cfg.Deps.Format), Compression: s.cfg.Deps.Compression, Timeout: s.cfg.Deps.Timeout,
-		Retries: deps.DefaultRetries, Budget: s.cfg.Deps.Budget})
-	if err != nil {
-		return err
-	}
-	s.deps, s.depsGC = m, make(chan struct{}, 1)
-	return nil
+func (m *Manager) openDeps() (*deps.Manager, error) {
+	c := m.cfg.Deps
+	return deps.Open(deps.Options{Dir: m.DepsDir(), Python: c.Python, IndexURL: c.IndexURL,
+		FindLinks: c.FindLinks, Format: deps.Format(c.Format), Compression: c.Compression, Timeout: c.Timeout,
+		Retries: deps.DefaultRetries, Budget: c.Budget})
 }
 
 // Deps is the node's dependency machinery (a deploy resolves and builds
 // through it).
-func (s *Service) Deps() *deps.Manager { return s.deps }
+func (m *Manager) Deps() *deps.Manager { return m.deps }
 
 // depsErr maps package deps' errors to the service's.
 func depsErr(err error) error {
 	switch {
 	case errors.Is(err, deps.ErrInvalid):
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return fmt.Errorf("%w: %w; nothing was kept", ErrNoSpace, err)
+		return fmt.Errorf("%w: %w; nothing was kept", errdefs.ErrNoSpace, err)
 	}
 	return err
 }
@@ -108,12 +101,12 @@ func depsErr(err error) error {
 // functionDeps resolves and builds the layer of the requirements.txt at
 // the top of code, if there is one; given (the deps a registry record
 // names) are taken as they are: the pull that creates the function brings
-// their layer. The caller holds the collection off (Manager.Begin) until
-// the function is recorded.
-func (s *Service) functionDeps(ctx context.Context, code string, given *catalog.Deps) (*catalog.Deps, error) {
+// their layer. The caller holds the collection off (deps.Manager.Begin)
+// until the function is recorded.
+func (m *Manager) functionDeps(ctx context.Context, code string, given *catalog.Deps) (*catalog.Deps, error) {
 	if given != nil {
 		if _, err := deps.ParseLock(given.Resolved); err != nil {
-			return nil, fmt.Errorf("%w: the recorded dependencies: %v", ErrSnapshotUnusable, err)
+			return nil, fmt.Errorf("%w: the recorded dependencies: %v", errdefs.ErrSnapshotUnusable, err)
 		}
 		return given, nil
 	}
@@ -121,15 +114,15 @@ func (s *Service) functionDeps(ctx context.Context, code string, given *catalog.
 	if err != nil || b == nil {
 		return nil, err
 	}
-	end := s.deps.Begin()
+	end := m.deps.Begin()
 	defer end()
-	phase(ctx, "dependencies")
-	reqs, l, built, err := s.deps.Prepare(ctx, b)
+	m.d.Phase(ctx, "dependencies")
+	reqs, l, built, err := m.deps.Prepare(ctx, b)
 	if err != nil {
 		return nil, depsErr(err)
 	}
 	if built {
-		s.log.Info("dependency layer built", "layer", l.Digest[:12], "format", l.Format, "bytes", l.Bytes, "wheels", len(l.Lines), "build_ms", l.BuildMS)
+		m.log.Info("dependency layer built", "layer", l.Digest[:12], "format", l.Format, "bytes", l.Bytes, "wheels", len(l.Lines), "build_ms", l.BuildMS)
 	}
 	return &catalog.Deps{Requested: reqs.Lines(), Resolved: l.Lines, Layer: l.Digest, LayerSHA256: l.SHA256,
 		LayerBytes: l.Bytes, Format: string(l.Format)}, nil
@@ -143,11 +136,11 @@ func readRequirements(p string) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, RequirementsFile, err)
+		return nil, fmt.Errorf("%w: %s: %v", errdefs.ErrInvalid, RequirementsFile, err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrInvalid, RequirementsFile)
+		return nil, fmt.Errorf("%w: %s is not a regular file", errdefs.ErrInvalid, RequirementsFile)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, deps.MaxRequirementsBytes+1))
 	if err != nil {
@@ -156,14 +149,14 @@ func readRequirements(p string) ([]byte, error) {
 	return b, nil
 }
 
-// layerOf is fn's dependency layer, checked: present, the image the
+// LayerOf is fn's dependency layer, checked: present, the image the
 // function was created with (its SHA-256, hashed once per daemon process
 // and again whenever the file's stamp changes). nil without one.
-func (s *Service) layerOf(fn *catalog.Function) (*deps.Layer, error) {
+func (m *Manager) LayerOf(fn *catalog.Function) (*deps.Layer, error) {
 	if fn.Deps == nil {
 		return nil, nil
 	}
-	l, err := s.deps.Layers.Get(fn.Deps.Layer)
+	l, err := m.deps.Layers.Get(fn.Deps.Layer)
 	if err != nil {
 		return nil, fmt.Errorf("function %s: %w", fn.Name, err)
 	}
@@ -189,27 +182,27 @@ func (s *Service) layerOf(fn *catalog.Function) (*deps.Layer, error) {
 	return l, nil
 }
 
-// attachDeps adds fn's layer to a VM's spec: the disk after the code disk,
+// AttachDeps adds fn's layer to a VM's spec: the disk after the code disk,
 // and the kernel parameter that tells the agent its file system.
-func (s *Service) attachDeps(spec *vmm.Spec, fn *catalog.Function) {
+func (m *Manager) AttachDeps(spec *vmm.Spec, fn *catalog.Function) {
 	if fn.Deps == nil {
 		return
 	}
-	spec.Disks = append(spec.Disks, vmm.Disk{Path: filepath.Join(s.deps.Layers.Dir(), fn.Deps.Layer, deps.ImageFile), ReadOnly: true})
+	spec.Disks = append(spec.Disks, vmm.Disk{Path: filepath.Join(m.deps.Layers.Dir(), fn.Deps.Layer, deps.ImageFile), ReadOnly: true})
 	spec.Cmdline += " thaw.deps=" + fn.Deps.Format
 }
 
-// depsInput is the snapshot input naming fn's layer image.
-func depsInput(fn *catalog.Function) *snapshot.Digest {
+// DepsInput is the snapshot input naming fn's layer image.
+func DepsInput(fn *catalog.Function) *snapshot.Digest {
 	if fn.Deps == nil {
 		return nil
 	}
 	return &snapshot.Digest{SHA256: fn.Deps.LayerSHA256}
 }
 
-// checkDepsInput compares a snapshot's layer with the function's.
-func checkDepsInput(m *snapshot.Manifest, fn *catalog.Function) error {
-	got, want := m.Inputs.Deps, depsInput(fn)
+// CheckDepsInput compares a snapshot's layer with the function's.
+func CheckDepsInput(m *snapshot.Manifest, fn *catalog.Function) error {
+	got, want := m.Inputs.Deps, DepsInput(fn)
 	switch {
 	case got == nil && want == nil:
 		return nil
@@ -223,51 +216,56 @@ func checkDepsInput(m *snapshot.Manifest, fn *catalog.Function) error {
 	return nil
 }
 
-// kickDepsGC asks the collection loop for a run (a function or snapshot
+// KickDepsGC asks the collection loop for a run (a function or snapshot
 // went, a layer came).
-func (s *Service) kickDepsGC() {
+func (m *Manager) KickDepsGC() {
 	select {
-	case s.depsGC <- struct{}{}:
+	case m.depsGC <- struct{}{}:
 	default:
 	}
 }
 
-// collectDepsLoop checks the host's Python for pip (saying at start if
+// CollectDepsLoop checks the host's Python for pip (saying at start if
 // functions with a requirements.txt cannot be created), then runs a
-// collection of the dependency cache whenever asked, until the daemon
-// stops.
-func (s *Service) collectDepsLoop() {
-	defer s.wg.Done()
+// collection of the dependency cache whenever asked, until stop is closed.
+func (m *Manager) CollectDepsLoop(stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-s.stop; cancel() }()
-	if err := s.deps.Resolver.CheckPython(ctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("functions with a requirements.txt cannot be created until this is fixed", "err", err)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	if err := m.deps.Resolver.CheckPython(ctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("functions with a requirements.txt cannot be created until this is fixed", "err", err)
 	}
 	for {
 		select {
-		case <-s.stop:
+		case <-stop:
 			return
-		case <-s.depsGC:
-			s.collectDeps(context.Background())
+		case <-m.depsGC:
+			m.CollectDeps(context.Background())
 		}
 	}
 }
 
-// collectDeps removes the least recently used wheels and unused layers
+// CollectDeps removes the least recently used wheels and unused layers
 // beyond the budget. A layer is in use while a function names it or a
 // snapshot was taken with it.
-func (s *Service) collectDeps(ctx context.Context) {
-	st, err := s.deps.Collect(func() (map[string]bool, error) { return s.layersInUse(ctx) })
+func (m *Manager) CollectDeps(ctx context.Context) {
+	st, err := m.deps.Collect(func() (map[string]bool, error) { return m.layersInUse(ctx) })
 	if errors.Is(err, deps.ErrBusy) {
-		s.log.Debug("dependency cache collection postponed: a create or pull is adding to it")
+		m.log.Debug("dependency cache collection postponed: a create or pull is adding to it")
 		return
 	}
 	if err != nil {
-		s.log.Warn("dependency cache collection", "err", err)
+		m.log.Warn("dependency cache collection", "err", err)
 		return
 	}
 	if st.Layers > 0 || st.Wheels > 0 {
-		s.log.Info("dependency cache collected", "layers", st.Layers, "wheels", st.Wheels, "freed_bytes", st.FreedBytes,
+		m.log.Info("dependency cache collected", "layers", st.Layers, "wheels", st.Wheels, "freed_bytes", st.FreedBytes,
 			"used_bytes", st.UsedBytes, "budget_bytes", st.BudgetBytes)
 	}
 }
@@ -275,12 +273,13 @@ func (s *Service) collectDeps(ctx context.Context) {
 // layersInUse are the digests of the layers functions and their versions
 // that still have snapshots name, and of those whose image a snapshot's
 // manifest names.
-func (s *Service) layersInUse(ctx context.Context) (map[string]bool, error) {
-	fns, err := s.db.ListFunctions(ctx)
+func (m *Manager) layersInUse(ctx context.Context) (map[string]bool, error) {
+	db := m.d.Catalog
+	fns, err := db.ListFunctions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	vers, err := s.db.ListVersions(ctx, "")
+	vers, err := db.ListVersions(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -297,19 +296,19 @@ func (s *Service) layersInUse(ctx context.Context) (map[string]bool, error) {
 			bySHA[f.Deps.LayerSHA256] = f.Deps.Layer
 		}
 	}
-	snaps, err := s.db.ListSnapshots(ctx, "")
+	snaps, err := db.ListSnapshots(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	for _, sn := range snaps {
-		m, err := snapshot.ReadManifest(sn.Dir)
+		man, err := snapshot.ReadManifest(sn.Dir)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", sn.ID, err)
 		}
-		if m.Inputs.Deps == nil {
+		if man.Inputs.Deps == nil {
 			continue
 		}
-		d, ok := bySHA[m.Inputs.Deps.SHA256]
+		d, ok := bySHA[man.Inputs.Deps.SHA256]
 		if !ok {
 			return nil, fmt.Errorf("snapshot %s names a dependency layer no function has", sn.ID)
 		}
@@ -318,51 +317,51 @@ func (s *Service) layersInUse(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
-// pushedLayer is fn's layer as a push carries it: its description and
+// PushedLayer is fn's layer as a push carries it: its description and
 // image file (nil without one).
-func (s *Service) pushedLayer(fn *catalog.Function) (*registry.Layer, string, error) {
-	l, err := s.layerOf(fn)
+func (m *Manager) PushedLayer(fn *catalog.Function) (*registry.Layer, string, error) {
+	l, err := m.LayerOf(fn)
 	if err != nil || l == nil {
 		return nil, "", err
 	}
 	return &registry.Layer{Digest: l.Digest, Format: string(l.Format), Lines: l.Lines, SHA256: l.SHA256, Bytes: l.Bytes}, l.Path, nil
 }
 
-// pullLayer puts the dependency layer of a remote snapshot in the layer
+// PullLayer puts the dependency layer of a remote snapshot in the layer
 // store, unless it is here: fetched whole through the chunk cache, then
 // adopted (its size, SHA-256 and digest checked). Lazy pulls fetch it too:
 // the guest reads it as a disk.
-func (s *Service) pullLayer(ctx context.Context, rm *registry.RemoteManifest) error {
+func (m *Manager) PullLayer(ctx context.Context, rm *registry.RemoteManifest) error {
 	want := rm.Layer
 	if want == nil {
 		return nil
 	}
-	if have, err := s.deps.Layers.Get(want.Digest); err == nil {
+	if have, err := m.deps.Layers.Get(want.Digest); err == nil {
 		if have.SHA256 != want.SHA256 {
-			return fmt.Errorf("%w: snapshot %s: its dependency layer %.12s is another image than this node's", ErrSnapshotUnusable, rm.ID, want.Digest)
+			return fmt.Errorf("%w: snapshot %s: its dependency layer %.12s is another image than this node's", errdefs.ErrSnapshotUnusable, rm.ID, want.Digest)
 		}
 		return nil
 	}
-	phase(ctx, "dependency layer")
-	tmp, err := os.MkdirTemp(s.deps.Layers.Dir(), ".tmp-pull-")
+	m.d.Phase(ctx, "dependency layer")
+	tmp, err := os.MkdirTemp(m.deps.Layers.Dir(), ".tmp-pull-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	img := filepath.Join(tmp, deps.ImageFile)
-	if err := s.reg.ChunkCache().PullFile(ctx, rm, registry.LayerPath, img, nil); err != nil {
-		return registryErr(err)
+	if err := m.d.PullFile(ctx, rm, registry.LayerPath, img); err != nil {
+		return err
 	}
-	if _, err := s.deps.Layers.Adopt(img, deps.Layer{Digest: want.Digest, Format: deps.Format(want.Format), Lines: want.Lines,
+	if _, err := m.deps.Layers.Adopt(img, deps.Layer{Digest: want.Digest, Format: deps.Format(want.Format), Lines: want.Lines,
 		SHA256: want.SHA256, Bytes: want.Bytes, BuiltAt: time.Now().UTC()}); err != nil {
-		return fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, rm.ID, err)
+		return fmt.Errorf("%w: snapshot %s: %v", errdefs.ErrSnapshotUnusable, rm.ID, err)
 	}
-	s.log.Info("dependency layer pulled", "layer", want.Digest[:12], "snapshot", rm.ID, "bytes", want.Bytes)
+	m.log.Info("dependency layer pulled", "layer", want.Digest[:12], "snapshot", rm.ID, "bytes", want.Bytes)
 	return nil
 }
 
-// catalogDeps is a function's deps from its registry record.
-func catalogDeps(d *registry.FunctionDeps) *catalog.Deps {
+// CatalogDeps is a function's deps from its registry record.
+func CatalogDeps(d *registry.FunctionDeps) *catalog.Deps {
 	if d == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package daemon
+package functions
 
 import (
 	"archive/tar"
@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/errdefs"
 )
 
 func fuzzArchive(entries ...tar.Header) []byte {
@@ -44,8 +46,8 @@ func FuzzExtractArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 		err := extractArchive(dst, bytes.NewReader(data))
-		if err != nil && !errors.Is(err, ErrInvalid) {
-			t.Fatalf("extract: %v (not ErrInvalid)", err)
+		if err != nil && !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("extract: %v (not errdefs.ErrInvalid)", err)
 		}
 		ents, _ := os.ReadDir(parent)
 		if len(ents) != 1 || ents[0].Name() != "code" {

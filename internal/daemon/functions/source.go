@@ -1,4 +1,4 @@
-package daemon
+package functions
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,22 +34,22 @@ var copyHook func(rel string)
 // trustedForDirectories says whether the caller may have the daemon read a
 // directory on its host: only callers the kernel vouches for (the Unix
 // socket) as root or members of the trusted group, or in-process callers.
-func (s *Service) trustedForDirectories(ctx context.Context) error {
-	c, ok := CallerFrom(ctx)
+func (m *Manager) trustedForDirectories(ctx context.Context) error {
+	c, ok := m.d.CallerFrom(ctx)
 	if !ok || c.Unix && c.UID == 0 {
 		return nil
 	}
 	how := "upload the function as an archive instead (thaw function create without --server-dir)"
 	if !c.Unix {
-		return fmt.Errorf("%w: creating a function from a directory on the daemon's host needs the Unix socket (callers over TCP are known only by the token); %s", ErrForbidden, how)
+		return fmt.Errorf("%w: creating a function from a directory on the daemon's host needs the Unix socket (callers over TCP are known only by the token); %s", errdefs.ErrForbidden, how)
 	}
-	if s.cfg.TrustedGroup != "" {
-		if g, err := user.LookupGroup(s.cfg.TrustedGroup); err == nil && inGroup(c, g.Gid) {
+	if m.cfg.TrustedGroup != "" {
+		if g, err := user.LookupGroup(m.cfg.TrustedGroup); err == nil && inGroup(c, g.Gid) {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: uid %d may not create functions from directories on the daemon's host (root and the group %q may); %s",
-		ErrForbidden, c.UID, s.cfg.TrustedGroup, how)
+		errdefs.ErrForbidden, c.UID, m.cfg.TrustedGroup, how)
 }
 
 func inGroup(c Caller, gid string) bool {
@@ -64,15 +65,15 @@ func inGroup(c Caller, gid string) bool {
 }
 
 // sourceRoot finds the configured function root dir lies under.
-func (s *Service) sourceRoot(dir string) (root, rel string, err error) {
-	if len(s.cfg.FunctionRoots) == 0 {
-		return "", "", fmt.Errorf("%w: creating functions from directories on the daemon's host is off: the operator has configured no --function-roots", ErrForbidden)
+func (m *Manager) sourceRoot(dir string) (root, rel string, err error) {
+	if len(m.cfg.FunctionRoots) == 0 {
+		return "", "", fmt.Errorf("%w: creating functions from directories on the daemon's host is off: the operator has configured no --function-roots", errdefs.ErrForbidden)
 	}
 	if !filepath.IsAbs(dir) {
-		return "", "", fmt.Errorf("%w: function directory %q is not an absolute path", ErrInvalid, dir)
+		return "", "", fmt.Errorf("%w: function directory %q is not an absolute path", errdefs.ErrInvalid, dir)
 	}
 	clean := filepath.Clean(dir)
-	for _, r := range s.cfg.FunctionRoots {
+	for _, r := range m.cfg.FunctionRoots {
 		r = filepath.Clean(r)
 		if clean == r {
 			return r, ".", nil
@@ -81,7 +82,7 @@ func (s *Service) sourceRoot(dir string) (root, rel string, err error) {
 			return r, strings.TrimPrefix(clean, r+"/"), nil
 		}
 	}
-	return "", "", fmt.Errorf("%w: %s is not under a function root (%s)", ErrForbidden, dir, strings.Join(s.cfg.FunctionRoots, ", "))
+	return "", "", fmt.Errorf("%w: %s is not under a function root (%s)", errdefs.ErrForbidden, dir, strings.Join(m.cfg.FunctionRoots, ", "))
 }
 
 // copySource copies the function directory src into dst for a trusted
@@ -89,25 +90,25 @@ func (s *Service) sourceRoot(dir string) (root, rel string, err error) {
 // descriptor without following symbolic links and without leaving the
 // function root (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): a link, or a
 // file swapped for one while the copy runs, is refused, never followed.
-func (s *Service) copySource(ctx context.Context, dst, src string) error {
-	if err := s.trustedForDirectories(ctx); err != nil {
+func (m *Manager) copySource(ctx context.Context, dst, src string) error {
+	if err := m.trustedForDirectories(ctx); err != nil {
 		return err
 	}
-	root, rel, err := s.sourceRoot(src)
+	root, rel, err := m.sourceRoot(src)
 	if err != nil {
 		return err
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("%w: function root %s: %v", ErrInvalid, root, err)
+		return fmt.Errorf("%w: function root %s: %v", errdefs.ErrInvalid, root, err)
 	}
 	defer unix.Close(rootFD)
 	dir, err := openBeneath(rootFD, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return fmt.Errorf("%w: function directory %s: %v", ErrInvalid, src, refusal(err))
+		return fmt.Errorf("%w: function directory %s: %v", errdefs.ErrInvalid, src, refusal(err))
 	}
 	c := &treeCopy{}
-	if caller, ok := CallerFrom(ctx); ok && caller.UID != 0 {
+	if caller, ok := m.d.CallerFrom(ctx); ok && caller.UID != 0 {
 		c.as = &readerOf{uid: caller.UID, groups: groupsOf(caller)}
 	}
 	if err := c.check(dir, "the function directory"); err != nil {
@@ -166,7 +167,7 @@ func (c *treeCopy) check(f *os.File, rel string) error {
 		want = 5
 	}
 	if !c.as.may(&st, want) {
-		return fmt.Errorf("%w: %s is not readable by uid %d, who asked for it", ErrForbidden, rel, c.as.uid)
+		return fmt.Errorf("%w: %s is not readable by uid %d, who asked for it", errdefs.ErrForbidden, rel, c.as.uid)
 	}
 	return nil
 }
@@ -206,11 +207,11 @@ type treeCopy struct {
 func (c *treeCopy) dir(d *os.File, dst, rel string, depth int) error {
 	defer d.Close()
 	if depth > MaxCodeDepth {
-		return fmt.Errorf("%w: %s is nested deeper than %d directories", ErrInvalid, rel, MaxCodeDepth)
+		return fmt.Errorf("%w: %s is nested deeper than %d directories", errdefs.ErrInvalid, rel, MaxCodeDepth)
 	}
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ErrInvalid, rel, err)
+		return fmt.Errorf("%w: read %s: %v", errdefs.ErrInvalid, rel, err)
 	}
 	slices.Sort(names)
 	for _, name := range names {
@@ -219,17 +220,17 @@ func (c *treeCopy) dir(d *os.File, dst, rel string, depth int) error {
 		}
 		p := filepath.Join(rel, name)
 		if c.entries++; c.entries > MaxCodeEntries {
-			return fmt.Errorf("%w: function has more than %d files and directories", ErrInvalid, MaxCodeEntries)
+			return fmt.Errorf("%w: function has more than %d files and directories", errdefs.ErrInvalid, MaxCodeEntries)
 		}
 		if len(p) > MaxCodePath {
-			return fmt.Errorf("%w: path %.80q... is longer than %d bytes", ErrInvalid, p, MaxCodePath)
+			return fmt.Errorf("%w: path %.80q... is longer than %d bytes", errdefs.ErrInvalid, p, MaxCodePath)
 		}
 		if copyHook != nil {
 			copyHook(p)
 		}
 		f, err := openBeneath(int(d.Fd()), name, unix.O_RDONLY)
 		if err != nil {
-			return fmt.Errorf("%w: %s %v", ErrInvalid, p, refusal(err))
+			return fmt.Errorf("%w: %s %v", errdefs.ErrInvalid, p, refusal(err))
 		}
 		if err := c.check(f, p); err != nil {
 			f.Close()
@@ -259,7 +260,7 @@ func (c *treeCopy) entry(f *os.File, dst, rel string, depth int) error {
 	case st.Mode().IsRegular():
 		defer f.Close()
 		if c.bytes += st.Size(); c.bytes > MaxCodeBytes {
-			return fmt.Errorf("%w: function code exceeds %d MiB", ErrInvalid, MaxCodeBytes>>20)
+			return fmt.Errorf("%w: function code exceeds %d MiB", errdefs.ErrInvalid, MaxCodeBytes>>20)
 		}
 		out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, st.Mode().Perm()|0o444)
 		if err != nil {
@@ -272,6 +273,6 @@ func (c *treeCopy) entry(f *os.File, dst, rel string, depth int) error {
 		return out.Close()
 	default:
 		f.Close()
-		return fmt.Errorf("%w: %s is not a regular file or directory", ErrInvalid, rel)
+		return fmt.Errorf("%w: %s is not a regular file or directory", errdefs.ErrInvalid, rel)
 	}
 }
