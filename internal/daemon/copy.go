@@ -81,7 +81,7 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 // the bytes of dst allocated so far out of src's (for an operation's
 // progress; nothing without a reporter). stop ends it.
 func watchCopy(ctx context.Context, dst, src string) (stop func()) {
-	if _, ok := ctx.Value(progressKey{}).(ProgressFunc); !ok {
+	if !reporting(ctx) {
 		return func() {}
 	}
 	total := allocated(src)

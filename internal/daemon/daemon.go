@@ -22,6 +22,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
+	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -37,7 +39,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/trace"
-	"sync/atomic"
 )
 
 // Sentinel errors (package errdefs). The API maps them to status codes.
@@ -433,8 +434,6 @@ type Service struct {
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	recorded  atomic.Int64  // invocations recorded since start (history pruning)
-	logs      logFeed       // wakes the requests waiting for logs (logs.go)
 	store     *store.Store  // snapshot memory store; nil if unavailable
 	storeErr  error         // why store is nil
 	// snapLocks serializes verification of one snapshot.
@@ -449,7 +448,8 @@ type Service struct {
 	lock      *os.File           // the data directory's lock, held while the daemon lives
 	creating  map[string]int     // functions being created (-1) or deployed (how many deploys)
 	deleting  map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
-	ops       *operations        // asynchronous operations (?wait=false)
+	ops       *ops.Registry      // asynchronous operations (?wait=false)
+	history   *history.History   // invocation records and their logs
 	faults    *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
 	vers      *versionState      // deploys under way and alias routing (versions.go)
 	functions *functions.Manager // functions, their code, dependency layers and secrets
@@ -515,7 +515,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
 		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{}, vers: newVersionState(),
-		strategies: cfg.Strategies, ops: newOperations()}
+		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
 	}
@@ -537,6 +537,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.history = s.newHistory()
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -565,8 +566,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.adaptive.Recover(ctx); err != nil {
 		return fmt.Errorf("adaptive restore: %w", err)
 	}
-	s.removeSpills()
-	s.pruneHistory(ctx)
+	s.history.RemoveSpills()
+	s.history.Prune(ctx)
 	if fns, err := s.db.ListFunctions(ctx); err == nil {
 		for _, f := range fns {
 			s.collectSnapshots(ctx, f.Name)
@@ -725,11 +726,11 @@ func (s *Service) Close(ctx context.Context) error {
 		live = append(live, lv)
 	}
 	s.mu.Unlock()
-	s.ops.shutdown() // running operations fail now; their work stops with its VMs
+	s.ops.Shutdown() // running operations fail now; their work stops with its VMs
 	for _, lv := range live {
 		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
 	}
-	s.ops.wg.Wait()
+	s.ops.Wait()
 	s.wg.Wait()
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
-	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 )
 
@@ -232,25 +229,6 @@ func TestDataDirLock(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.Close()
-}
-
-func TestHistoryKeepsABoundedCopy(t *testing.T) {
-	big := json.RawMessage(`"` + strings.Repeat("é", 100000) + `"`)
-	inv := &Invocation{ID: "inv-1", OK: true, Result: big, Error: &agent.Error{Type: "E", Message: strings.Repeat("m", 20000), Traceback: "tb"}}
-	h := forHistory(inv, 1000)
-	if string(inv.Result) != string(big) || len(inv.Error.Message) != 20000 {
-		t.Fatalf("the caller's copy was changed")
-	}
-	if h.Result != nil || !h.ResultTruncated || h.ResultBytes != len(big) || len(h.ResultPrefix) > 1000 || !utf8.ValidString(h.ResultPrefix) {
-		t.Fatalf("history copy: truncated=%v bytes=%d prefix %d bytes", h.ResultTruncated, h.ResultBytes, len(h.ResultPrefix))
-	}
-	if len(h.Error.Message) != maxStoredText || !h.ErrorTruncated || h.Error.Traceback != "tb" {
-		t.Fatalf("error not cut: %d", len(h.Error.Message))
-	}
-	small := &Invocation{Result: json.RawMessage(`{"a":1}`)}
-	if h := forHistory(small, 1000); string(h.Result) != `{"a":1}` || h.ResultTruncated {
-		t.Fatalf("small result changed: %+v", h)
-	}
 }
 
 func TestDefaultMaxVMs(t *testing.T) {

@@ -195,42 +195,6 @@ func isDone(lv *liveVM) bool {
 	}
 }
 
-func (s *Service) record(ctx context.Context, inv *Invocation) {
-	if n := readyNoteOf(ctx); n != nil && inv.Timing.Ready == nil {
-		inv.Timing.Ready = n // no ready clone served it: why
-	}
-	detail := s.historyDetail(inv)
-	rec := &catalog.Invocation{ID: inv.ID, Function: inv.Function, VM: inv.VM, Snapshot: inv.Snapshot,
-		Strategy: inv.Strategy, OK: inv.OK, Detail: detail, CreatedAt: time.Now()}
-	if err := s.db.PutInvocation(context.WithoutCancel(ctx), rec); err != nil {
-		s.log.Error("record invocation", "invocation", inv.ID, "err", err)
-	} else {
-		s.keepLogs(ctx, inv, rec.CreatedAt)
-	}
-	s.metrics.Invocation(inv)
-	if s.recorded.Add(1)%pruneEvery == 0 {
-		s.pruneHistory(context.WithoutCancel(ctx))
-	}
-}
-
-// pruneEvery is how many records go between two prunes of the history.
-const pruneEvery = 64
-
-// pruneHistory applies the history's bounds (HistoryMax, HistoryMaxAge).
-func (s *Service) pruneHistory(ctx context.Context) {
-	var before time.Time
-	if s.cfg.HistoryMaxAge > 0 {
-		before = time.Now().Add(-s.cfg.HistoryMaxAge)
-	}
-	n, err := s.db.PruneInvocations(ctx, max(s.cfg.HistoryMax, 0), before)
-	if err != nil {
-		s.log.Error("prune invocation history", "err", err)
-	} else if n > 0 {
-		s.log.Info("invocation history pruned", "records", n)
-	}
-	s.pruneLogs(ctx)
-}
-
 // ColdRequest asks for the cold-start path: restore a VM from a snapshot,
 // invoke, tear the VM down.
 type ColdRequest struct {
@@ -485,21 +449,6 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 		return fail(fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function))
 	}
 	return snapID, strategy, imported, target, nil
-}
-
-// ListInvocations returns recent invocations, newest first.
-// Records created before the (before, beforeID) cursor only, if before is
-// set.
-func (s *Service) ListInvocations(ctx context.Context, function string, limit int, before time.Time, beforeID string) ([]*catalog.Invocation, error) {
-	if function != "" {
-		if err := ValidName(function); err != nil {
-			return nil, err
-		}
-	}
-	if limit <= 0 || limit > 1001 {
-		limit = 100
-	}
-	return s.db.ListInvocations(ctx, function, limit, before, beforeID)
 }
 
 // Info describes the daemon.

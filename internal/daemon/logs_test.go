@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/daemon/history"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -43,7 +44,7 @@ func TestLogsKeptWithTheHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	old, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(`{"op":"nologs"}`)})
-	if err != nil || old.Logs == nil || old.Logs.Missing != logsMissingAgent {
+	if err != nil || old.Logs == nil || old.Logs.Missing != history.LogsMissingAgent {
 		t.Fatalf("an older agent's invocation: %v %+v", err, old.Logs)
 	}
 	cold, err := s.InvokeCold(ctx, ColdRequest{Function: "echo", InvokeRequest: InvokeRequest{Event: printEvent("cold\n", "")}})
@@ -242,7 +243,7 @@ func TestLogsPrunedWithTheHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.pruneHistory(ctx)
+	s.history.Prune(ctx)
 	p, err := s.FunctionLogs(ctx, LogsRequest{Function: "echo"})
 	if err != nil {
 		t.Fatal(err)

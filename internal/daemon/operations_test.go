@@ -137,7 +137,10 @@ func TestOperationsFailOnClose(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Close did not return: the operation's work did not stop")
 	}
-	done := s.ops.byID[op.ID].snapshot()
+	done, err := s.Operation(context.Background(), op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if done.State != wire.OpFailed || !errors.Is(done.Err, ErrConflict) || !strings.Contains(done.Err.Error(), "shut down") {
 		t.Fatalf("after close: %+v (%v)", done, done.Err)
 	}
@@ -198,36 +201,5 @@ func TestOperationCopy(t *testing.T) {
 	}
 	if _, err := s.StartCopy(context.Background(), "snap-000000000000"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("copy of an unknown snapshot: %v", err)
-	}
-}
-
-// Finished operations expire after OperationTTL and only the newest
-// MaxFinishedOperations are kept; running ones are never dropped.
-func TestOperationRetention(t *testing.T) {
-	now := time.Now()
-	ops := newOperations()
-	ops.now = func() time.Time { return now }
-	add := func(id, state string, at time.Time) {
-		ops.byID[id] = &operation{v: Operation{Operation: wire.Operation{ID: id, State: state, UpdatedAt: at}}, done: make(chan struct{})}
-	}
-	add("op-old", wire.OpSucceeded, now.Add(-OperationTTL-time.Second))
-	add("op-oldrunning", wire.OpRunning, now.Add(-2*OperationTTL))
-	for i := range MaxFinishedOperations + 5 {
-		add(fmt.Sprintf("op-%d", i), wire.OpFailed, now.Add(-time.Duration(i)*time.Second))
-	}
-	ops.pruneLocked(now)
-	if _, ok := ops.byID["op-old"]; ok {
-		t.Error("an expired operation was kept")
-	}
-	if _, ok := ops.byID["op-oldrunning"]; !ok {
-		t.Error("a running operation was dropped")
-	}
-	if len(ops.byID) != MaxFinishedOperations+1 {
-		t.Errorf("%d kept, want %d finished and the running one", len(ops.byID), MaxFinishedOperations)
-	}
-	for i := range 5 {
-		if _, ok := ops.byID[fmt.Sprintf("op-%d", MaxFinishedOperations+i)]; ok {
-			t.Errorf("op-%d, among the oldest, was kept", MaxFinishedOperations+i)
-		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/history"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
@@ -305,14 +306,14 @@ func TestHistoryIsPruned(t *testing.T) {
 	s, _ := fakeService(t, func(c *Config) { c.HistoryMax = 3 })
 	ctx := context.Background()
 	vm, _ := bootAndSnapshot(t, s, "echo")
-	for i := range pruneEvery {
+	for i := range history.PruneEvery {
 		if inv, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(fmt.Sprint(i))}); err != nil || !inv.OK {
 			t.Fatalf("invoke %d: %v", i, err)
 		}
 	}
 	invs, err := s.ListInvocations(ctx, "echo", 1000, time.Time{}, "")
 	if err != nil || len(invs) != 3 || string(invs[0].Detail) == "" {
-		t.Fatalf("history after %d invocations: %d records %v", pruneEvery, len(invs), err)
+		t.Fatalf("history after %d invocations: %d records %v", history.PruneEvery, len(invs), err)
 	}
 }
 

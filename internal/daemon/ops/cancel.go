@@ -1,33 +1,26 @@
-package daemon
+package ops
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// cancelWait bounds how long CancelOperation waits for the work to stop.
-var cancelWait = 30 * time.Second
-
-// CancelOperation cancels a running operation: its work's context ends,
-// and once the work has stopped (within cancelWait, or until ctx ends)
-// the operation is returned, failed with a cancellation (499 canceled)
-// unless the work had finished first. What the work made before it
-// stopped is cleaned up as after any failure of that work. An operation
-// that has ended is a conflict.
-func (s *Service) CancelOperation(ctx context.Context, id string) (*Operation, error) {
-	if _, err := s.Operation(ctx, id); err != nil {
+// Cancel cancels a running operation: its work's context ends, and once
+// the work has stopped (within the registry's cancel wait, or until ctx
+// ends) the operation is returned, failed with a cancellation (499
+// canceled) unless the work had finished first. What the work made before
+// it stopped is the work's to clean up, as after any failure of it. An
+// operation that has ended is a conflict.
+func (r *Registry) Cancel(ctx context.Context, id string) (*Operation, error) {
+	o, err := r.lookup(id)
+	if err != nil {
 		return nil, err
 	}
-	s.ops.mu.Lock()
-	o, ok := s.ops.byID[id]
-	s.ops.mu.Unlock()
-	if !ok {
-		return s.Operation(ctx, id)
-	}
-	rid, _ := ctx.Value(requestIDKey{}).(string)
+	rid := requestID(ctx)
 	o.mu.Lock()
 	state := o.v.State
 	if state == wire.OpRunning && o.canceledBy == "" {
@@ -38,14 +31,16 @@ func (s *Service) CancelOperation(ctx context.Context, id string) (*Operation, e
 	}
 	o.mu.Unlock()
 	if state != wire.OpRunning {
-		return nil, fmt.Errorf("%w: operation %s has already %s", ErrConflict, id, state)
+		return nil, fmt.Errorf("%w: operation %s has already %s", errdefs.ErrConflict, id, state)
 	}
-	s.log.Info("operation canceled", "operation", id, "request_id", rid)
+	r.log.Info("operation canceled", "operation", id, "request_id", rid)
 	o.cancel()
+	t := time.NewTimer(r.cancelWait)
+	defer t.Stop()
 	select {
 	case <-o.done:
 	case <-ctx.Done():
-	case <-time.After(cancelWait):
+	case <-t.C:
 	}
 	v := o.snapshot()
 	return &v, nil
