@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/logtest"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // Where the package puts what thawd needs.
@@ -50,12 +51,7 @@ func builtPackage(t *testing.T) string {
 func imageDir(t *testing.T) string {
 	dir := os.Getenv("THAW_IMAGE")
 	if dir == "" {
-		cache := os.Getenv("THAW_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "thaw")
-		}
-		dir = filepath.Join(cache, "images", "current")
+		dir = thawcache.Path("images", "current")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "image.json")); err != nil {
 		t.Skipf("no guest image at %s (make image builds it): thawd opens it at start: %v", dir, err)

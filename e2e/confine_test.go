@@ -72,10 +72,7 @@ func TestQEMUConfinement(t *testing.T) {
 	c := e.c
 	ctx := ctxT(t)
 	boot, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
-	clone, err := c.RestoreVM(ctx, snap.ID, "vanilla")
-	if err != nil {
-		t.Fatal(err)
-	}
+	clone := restoreVM(t, c, snap.ID, "vanilla")
 	uids := map[string]string{}
 	for _, vm := range []*client.VM{boot, clone} {
 		st := procStatus(t, vm.PID)

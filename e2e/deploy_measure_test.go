@@ -28,7 +28,7 @@ func TestMeasureDeploy(t *testing.T) {
 	if os.Getenv("THAW_DEPLOY_MEASURE") != "1" {
 		t.Skip("a measurement: set THAW_DEPLOY_MEASURE=1 (and THAW_IMAGE)")
 	}
-	reps := envInt("THAW_DEPLOY_MEASURE_REPS", 5)
+	reps := envNumber("THAW_DEPLOY_MEASURE_REPS", 5)
 	ix := pypitest.Serve(t, "igraph-1.0.0", "texttable-1.7.2")
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.Deps.IndexURL = ix.URL })
 	ctx := ctxT(t)

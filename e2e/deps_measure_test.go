@@ -2,12 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -35,7 +35,7 @@ func TestMeasureDependencyLayers(t *testing.T) {
 	if os.Getenv("THAW_DEPS_MEASURE") != "1" {
 		t.Skip("a measurement: set THAW_DEPS_MEASURE=1 (and THAW_IMAGE)")
 	}
-	reps, cold := envInt("THAW_DEPS_MEASURE_REPS", 3), envInt("THAW_DEPS_MEASURE_COLD", 40)
+	reps, cold := envNumber("THAW_DEPS_MEASURE_REPS", 3), envNumber("THAW_DEPS_MEASURE_COLD", 40)
 	parts := os.Getenv("THAW_DEPS_MEASURE_PARTS")
 	if parts == "" {
 		parts = "import,read,cold"
@@ -251,8 +251,11 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+// envNumber is the positive number the environment variable name holds,
+// or def when it is unset or holds no such number.
+func envNumber[T int | float64](name string, def T) T {
+	var v T
+	if _, err := fmt.Sscan(os.Getenv(name), &v); err == nil && v > 0 {
 		return v
 	}
 	return def

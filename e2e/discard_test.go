@@ -20,10 +20,7 @@ func TestFreedPagesKeepSnapshotIntact(t *testing.T) {
 	ctx := ctxT(t)
 	snap, _ := storedProbe(t, c)
 	for _, strategy := range []string{"vanilla", "premap"} {
-		v, err := c.RestoreVM(ctx, snap.ID, strategy)
-		if err != nil {
-			t.Fatalf("%s: %v", strategy, err)
-		}
+		v := restoreVM(t, c, snap.ID, strategy)
 		// Allocate and free 48 MiB, then give free page reporting (2 s
 		// delay) time to report it and QEMU time to discard it.
 		inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"write","mib":48}`), client.InvokeOptions{})
@@ -108,6 +105,16 @@ func helloSnapshot(t *testing.T, c *client.Client, memMiB int) *client.Snapshot 
 		t.Fatal(err)
 	}
 	return snap
+}
+
+// restoreVM restores a running VM from snapshot id with strategy.
+func restoreVM(t *testing.T, c *client.Client, id, strategy string) *client.VM {
+	t.Helper()
+	v, err := c.RestoreVM(ctxT(t), id, strategy)
+	if err != nil {
+		t.Fatalf("restore %s (%s): %v", id, strategy, err)
+	}
+	return v
 }
 
 // bootSnapshot creates function name from the repository directory dir

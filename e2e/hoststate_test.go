@@ -229,22 +229,7 @@ func (h *hostNS) outside(t *testing.T) string {
 			t.Fatalf("ip %v: %v %s", args, err, out)
 		}
 	}
-	srv := exec.Command("ip", "netns", "exec", ns, "python3", "-c", `
-import socket, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("`+far+`", 7000)); s.listen(16)
-def echo(c):
-    with c:
-        b = c.recv(65536)
-        c.sendall(b"outside:" + b)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=echo, args=(c,), daemon=True).start()
-`)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	startEcho(t, ns, far)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := exec.Command("ip", "netns", "exec", ns, "python3", "-c",

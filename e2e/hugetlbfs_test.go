@@ -62,10 +62,7 @@ func TestPremapHugeTLBFS(t *testing.T) {
 
 	var clones []string
 	for i := range 2 {
-		v, err := c.RestoreVM(ctx, snap.ID, "premap")
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := restoreVM(t, c, snap.ID, "premap")
 		clones = append(clones, v.ID)
 		if v.Strategy != "premap" {
 			t.Fatalf("clone %d restored as %s", i, v.Strategy)

@@ -83,10 +83,7 @@ func TestQEMUNetworkNamespace(t *testing.T) {
 	c := e.c
 	ctx := ctxT(t)
 	boot, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
-	clone, err := c.RestoreVM(ctx, snap.ID, "vanilla")
-	if err != nil {
-		t.Fatal(err)
-	}
+	clone := restoreVM(t, c, snap.ID, "vanilla")
 	var standby *client.VM
 	for deadline := time.Now().Add(3 * time.Minute); standby == nil; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -56,10 +56,29 @@ func newOutside(t *testing.T) *outside {
 	run("-n", o.ns, "link", "set", "lo", "up")
 	run("-n", o.ns, "route", "add", "default", "via", hostIP)
 	o.addr = nsIP + ":7000"
-	srv := exec.Command("ip", "netns", "exec", o.ns, "python3", "-c", `
+	startEcho(t, o.ns, nsIP)
+	for i := 0; ; i++ { // the host itself reaches it: the stand-in works
+		c, err := net.DialTimeout("tcp", o.addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 50 {
+			t.Fatalf("outside server: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return o
+}
+
+// startEcho serves, until the test ends, TCP port 7000 of ip in network
+// namespace ns: each connection gets back what it sends, after "outside:".
+func startEcho(t *testing.T, ns, ip string) {
+	t.Helper()
+	srv := exec.Command("ip", "netns", "exec", ns, "python3", "-c", `
 import socket, threading
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("`+nsIP+`", 7000)); s.listen(16)
+s.bind(("`+ip+`", 7000)); s.listen(16)
 def echo(c):
     with c:
         while True:
@@ -75,18 +94,6 @@ while True:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	for i := 0; ; i++ { // the host itself reaches it: the stand-in works
-		c, err := net.DialTimeout("tcp", o.addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i > 50 {
-			t.Fatalf("outside server: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return o
 }
 
 type tryResult struct {

@@ -23,9 +23,7 @@ import (
 func TestReadyClonesMeasure(t *testing.T) {
 	measuring(t)
 	n := 15
-	if v := os.Getenv("THAW_READY_N"); v != "" {
-		fmt.Sscan(v, &n)
-	}
+	n = envNumber("THAW_READY_N", n)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) {
 		c.Ready = daemon.ReadyConfig{MemoryMiB: 1024}
 	})
@@ -147,12 +145,8 @@ func burst(t *testing.T, c int, call func() (*client.Invocation, error)) (ms []f
 func TestReadyClonesMeasureConcurrent(t *testing.T) {
 	measuring(t)
 	c, rounds := 4, 5
-	if v := os.Getenv("THAW_READY_C"); v != "" {
-		fmt.Sscan(v, &c)
-	}
-	if v := os.Getenv("THAW_READY_N"); v != "" {
-		fmt.Sscan(v, &rounds)
-	}
+	c = envNumber("THAW_READY_C", c)
+	rounds = envNumber("THAW_READY_N", rounds)
 	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
 		cfg.KeepAlive = -1
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: c * (256 + daemon.DefaultVMMemoryOverheadMiB), MinReady: c, Fills: 2}
@@ -246,12 +240,8 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 func TestReadyClonesMeasureTrace(t *testing.T) {
 	measuring(t)
 	rate, secs := 2.0, 60
-	if v := os.Getenv("THAW_READY_RATE"); v != "" {
-		fmt.Sscan(v, &rate)
-	}
-	if v := os.Getenv("THAW_READY_TRACE_S"); v != "" {
-		fmt.Sscan(v, &secs)
-	}
+	rate = envNumber("THAW_READY_RATE", rate)
+	secs = envNumber("THAW_READY_TRACE_S", secs)
 	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
 		cfg.KeepAlive = -1
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: 8 * (256 + daemon.DefaultVMMemoryOverheadMiB), Fills: 2}

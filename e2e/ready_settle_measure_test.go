@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -19,9 +18,7 @@ import (
 func TestReadyClonesMeasureSideBySide(t *testing.T) {
 	measuring(t)
 	n := 15
-	if v := os.Getenv("THAW_READY_N"); v != "" {
-		fmt.Sscan(v, &n)
-	}
+	n = envNumber("THAW_READY_N", n)
 	type arm struct {
 		name, bin string
 		args      []string

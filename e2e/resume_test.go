@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,9 +26,7 @@ import (
 func TestResumeBreakdown(t *testing.T) {
 	parallel(t)
 	n := 10
-	if v, err := strconv.Atoi(os.Getenv("THAW_RESUME_N")); err == nil && v > 0 {
-		n = v
-	}
+	n = envNumber("THAW_RESUME_N", n)
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.VMMPool = -1 })
 	ctx := ctxT(t)
 	snap := helloSnapshot(t, e.c, 512)

@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -27,33 +26,17 @@ import (
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/logtest"
 )
 
 // watched is a daemon whose every output is kept: its log at debug
 // level, its spans and every API answer its client got.
 type watched struct {
 	*env
-	log     *syncBuffer
+	log     *logtest.Buffer
 	spans   *tracetest.SpanRecorder
-	answers *syncBuffer
+	answers *logtest.Buffer
 	cfg     daemon.Config
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }
 
 // recording keeps every answer's body (and passes it on unchanged).
@@ -80,7 +63,7 @@ func (r *recording) RoundTrip(req *http.Request) (*http.Response, error) {
 func startWatched(t *testing.T) *watched {
 	t.Helper()
 	dataDir := t.TempDir()
-	w := &watched{log: &syncBuffer{}, spans: tracetest.NewSpanRecorder(), answers: &syncBuffer{}}
+	w := &watched{log: &logtest.Buffer{}, spans: tracetest.NewSpanRecorder(), answers: &logtest.Buffer{}}
 	var logw io.Writer = w.log
 	if testing.Verbose() {
 		logw = io.MultiWriter(w.log, os.Stderr)

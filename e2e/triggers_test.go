@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,22 +21,12 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // The triggers on the real daemon binary: endpoints over HTTP (Go's
 // client and curl), asynchronous invocations through a kill -9 of
 // thawd, retries into the dead letters, webhooks, and a schedule.
-
-// freeAddr is a loopback address with a free port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // tokenFile writes a random API token to a 0600 file.
 func tokenFile(t *testing.T) (path, token string) {
@@ -63,6 +52,19 @@ func checkedClient(t *testing.T, sock string) *client.Client {
 	return client.New("unix:"+sock, client.WithRoundTripper(func(rt http.RoundTripper) http.RoundTripper {
 		return &apitest.Transport{Checker: check, Base: rt, Report: t.Errorf}
 	}))
+}
+
+// webDaemon starts thawd on dataDir with args, returns it with a checked
+// client, and deploys e2e/testdata/web as name.
+func webDaemon(t *testing.T, dataDir, name string, args ...string) (*thawd, *client.Client) {
+	t.Helper()
+	d, err := startThawd(t, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := checkedClient(t, d.sock)
+	deployWeb(t, c, name)
+	return d, c
 }
 
 // deployWeb deploys e2e/testdata/web as name.
@@ -95,15 +97,10 @@ func curl(t *testing.T, args ...string) string {
 
 func TestEndpointOverHTTP(t *testing.T) {
 	parallel(t)
-	addr := freeAddr(t)
+	addr := tcptest.FreeAddr(t)
 	tokPath, token := tokenFile(t)
-	d, err := startThawd(t, t.TempDir(), "--functions-listen", addr, "--token-file", tokPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "web", "--functions-listen", addr, "--token-file", tokPath)
 	ctx := ctxT(t)
-	deployWeb(t, c, "web")
 	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key", PathPrefix: "/api/web"})
 	if err != nil {
 		t.Fatal(err)
@@ -233,15 +230,10 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	sink := &outcomeSink{got: map[string]int{}}
 	hook := httptest.NewServer(sink)
 	defer hook.Close()
-	fnAddr := freeAddr(t)
+	fnAddr := tcptest.FreeAddr(t)
 	args := []string{"--async-ack-wait", "3s", "--destination-allow", strings.TrimPrefix(hook.URL, "http://"), "--functions-listen", fnAddr}
-	d, err := startThawd(t, dataDir, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, dataDir, "web", args...)
 	ctx := ctxT(t)
-	deployWeb(t, c, "web")
 	// An endpoint and a schedule (of a function of its own) live through the kill too.
 	deployWeb(t, c, "beat")
 	ep, err := c.CreateEndpoint(ctx, client.CreateEndpointRequest{Function: "web", Auth: "key"})
@@ -354,13 +346,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 	parallel(t)
-	d, err := startThawd(t, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "flaky")
 	ctx := ctxT(t)
-	deployWeb(t, c, "flaky")
 	two := 2
 	if _, err := c.SetAsyncConfig(ctx, "flaky", client.AsyncConfigRequest{MaxRetries: &two, BackoffMS: 1000}); err != nil {
 		t.Fatal(err)
@@ -408,13 +395,8 @@ func TestAsyncRetriesIntoDeadLetters(t *testing.T) {
 
 func TestScheduleFiresEverySecond(t *testing.T) {
 	parallel(t)
-	d, err := startThawd(t, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := checkedClient(t, d.sock)
+	d, c := webDaemon(t, t.TempDir(), "tick")
 	ctx := ctxT(t)
-	deployWeb(t, c, "tick")
 	for _, bad := range []client.CreateScheduleRequest{{Name: "bad", Function: "tick", Cron: "* * *"},
 		{Name: "bad", Function: "tick", Cron: "* * * * *", TimeZone: "Nowhere/Atlantis"}} {
 		if _, err := c.CreateSchedule(ctx, bad); err == nil || !strings.Contains(err.Error(), "cron") && !strings.Contains(err.Error(), "time zone") {

@@ -19,14 +19,7 @@ func TestVMEndReasons(t *testing.T) {
 	c := e.c
 	ctx := ctxT(t)
 	_, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
-	clone := func(t *testing.T) *client.VM {
-		t.Helper()
-		vm, err := c.RestoreVM(ctx, snap.ID, "vanilla")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return vm
-	}
+	clone := func(t *testing.T) *client.VM { return restoreVM(t, c, snap.ID, "vanilla") }
 	// ended checks the invocation's error and the failed VM's reason (the
 	// supervisor may record the VM's end before the invocation does, without
 	// the invocation's words).

@@ -20,6 +20,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapbpf"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -35,12 +36,7 @@ const libDir = "/usr/lib/thaw"
 const envPrefix = "THAWD_"
 
 func defaultImageDir() string {
-	cache := os.Getenv("THAW_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "thaw")
-	}
-	return filepath.Join(cache, "images", "current")
+	return thawcache.Path("images", "current")
 }
 
 // defaultLibFile is name beside the thawd binary (make build puts it

@@ -32,16 +32,7 @@ func FuzzAgentReply(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		host, guest := net.Pipe()
-		defer host.Close()
-		go func() {
-			defer guest.Close()
-			guest.SetDeadline(time.Now().Add(time.Second))
-			buf := make([]byte, 4096)
-			guest.Read(buf) // the request
-			guest.Write(append(data, '\n'))
-		}()
-		c := NewConn(host)
+		c := NewConn(guestAnswering(t, data))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		r, err := c.Restore(ctx, make([]byte, 64))
@@ -76,16 +67,7 @@ func FuzzInvokeReply(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		host, guest := net.Pipe()
-		defer host.Close()
-		go func() {
-			defer guest.Close()
-			guest.SetDeadline(time.Now().Add(time.Second))
-			buf := make([]byte, 4096)
-			guest.Read(buf) // the request
-			guest.Write(append(data, '\n'))
-		}()
-		c := NewConn(host)
+		c := NewConn(guestAnswering(t, data))
 		c.maxResult, c.maxEnvelope = 64, 128
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -115,4 +97,19 @@ func FuzzInvokeReply(f *testing.F) {
 			t.Fatalf("result %q, the object's result member %q", r.Result, raw)
 		}
 	})
+}
+
+// guestAnswering is the host end of a pipe whose guest end reads one
+// request and writes data and a newline back; closed when the test ends.
+func guestAnswering(t *testing.T, data []byte) net.Conn {
+	host, guest := net.Pipe()
+	t.Cleanup(func() { host.Close() })
+	go func() {
+		defer guest.Close()
+		guest.SetDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 4096)
+		guest.Read(buf) // the request
+		guest.Write(append(data, '\n'))
+	}()
+	return host
 }

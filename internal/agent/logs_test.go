@@ -3,13 +3,10 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // logsScript runs the real guest agent's request loop on descriptor 3,
@@ -49,26 +46,10 @@ thaw_agent.Agent(fn, Chan(), cap).serve()
 // logsAgent starts the guest agent with logsScript and connects to it.
 func logsAgent(t *testing.T) *Conn {
 	t.Helper()
-	py := python3(t)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
 	var stderr strings.Builder // until the agent attaches its capture
-	cmd := exec.Command(py, "-u", "-c", logsScript, "../../guest/agent")
-	cmd.ExtraFiles = []*os.File{theirs}
+	cmd := exec.Command(python3(t), "-u", "-c", logsScript, "../../guest/agent")
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	nc, err := net.FileConn(mine)
-	mine.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := NewConn(nc)
+	c := startAgent(t, cmd, func(guest *os.File) { cmd.ExtraFiles = []*os.File{guest} })
 	t.Cleanup(func() {
 		c.Close()
 		if err := cmd.Wait(); err != nil {

@@ -162,31 +162,40 @@ func TestRestoreWithTheGuestAgent(t *testing.T) {
 // the agent to end.
 func guestAgent(t *testing.T, env ...string) (c *Conn, stderr *bytes.Buffer, wait func()) {
 	t.Helper()
-	py := python3(t)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
 	stderr = &bytes.Buffer{}
-	cmd := exec.Command(py, append([]string{"-c", agentScript, "../../guest/agent"}, env...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = theirs, theirs, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	nc, err := net.FileConn(mine)
-	mine.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c = NewConn(nc)
+	cmd := exec.Command(python3(t), append([]string{"-c", agentScript, "../../guest/agent"}, env...)...)
+	cmd.Stderr = stderr
+	c = startAgent(t, cmd, func(guest *os.File) { cmd.Stdin, cmd.Stdout = guest, guest })
 	return c, stderr, func() {
 		c.Close()
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("agent: %v\n%s", err, stderr.String())
 		}
 	}
+}
+
+// startAgent starts cmd, a guest agent, with the guest end of a socket
+// pair handed to it by attach, and connects to the host end.
+func startAgent(t *testing.T, cmd *exec.Cmd, attach func(guest *os.File)) *Conn {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "guest")
+	attach(theirs)
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		mine.Close()
+		t.Fatal(err)
+	}
+	nc, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewConn(nc)
 }
 
 // TestRestoreSecretsWithTheGuestAgent: the secrets a restore sends are in

@@ -6,10 +6,8 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/httpreq"
 	"github.com/thaw-dev/thaw/internal/triggers"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
@@ -225,20 +224,20 @@ func (h *Handler) Routes() []Route {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, pattern := h.mux.Handler(r)
-	id := newRequestID()
+	id := httpreq.NewID()
 	w.Header().Set(RequestIDHeader, id)
 	if h.opts.NodeName != "" {
 		w.Header().Set(NodeHeader, h.opts.NodeName)
 	}
-	sw := &statusWriter{ResponseWriter: w, status: 200}
+	sw := httpreq.NewStatusWriter(w)
 	defer func() {
 		if h.svc.Host != nil {
-			h.svc.Metrics().Request(pattern, sw.status, time.Since(start))
+			h.svc.Metrics().Request(pattern, sw.Status, time.Since(start))
 		}
 	}()
 	r, ok := h.admit(sw, r, pattern)
 	r, sp := h.startSpan(r, pattern, id, start, ok)
-	defer func() { endSpan(sp, sw.status) }()
+	defer func() { endSpan(sp, sw.Status) }()
 	if !ok {
 		args := append(logAttrs(r.Context(), id), "method", r.Method, "path", r.URL.Path, "host", r.Host, "origin", r.Header.Get("Origin"))
 		if c, _ := daemon.CallerFrom(r.Context()); c.Unix {
@@ -259,7 +258,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
-	h.log.Debug("request", append(logAttrs(r.Context(), id), "method", r.Method, "path", r.URL.Path, "status", sw.status, "ms", time.Since(start).Milliseconds())...)
+	h.log.Debug("request", append(logAttrs(r.Context(), id), "method", r.Method, "path", r.URL.Path, "status", sw.Status, "ms", time.Since(start).Milliseconds())...)
 }
 
 // metrics serves the daemon's metrics in Prometheus' text format.
@@ -279,16 +278,6 @@ func (h *Handler) allowedMethods(path string) []string {
 	return out
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
 // ErrorBody is every error's JSON.
 type ErrorBody = wire.Error
 
@@ -299,15 +288,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // RequestIDHeader carries every request's id in its answer.
-const RequestIDHeader = "X-Request-Id"
-
-// newRequestID is a request's id: random, so ids never repeat across
-// daemon restarts.
-func newRequestID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "req-" + hex.EncodeToString(b[:])
-}
+const RequestIDHeader = httpreq.IDHeader
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -27,6 +27,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
 // The peer-credentials test re-runs this test binary as another user; in
@@ -373,10 +374,7 @@ func TestTLSWithClient(t *testing.T) {
 	if _, err := LoadTLS(certFile, caFile); err == nil {
 		t.Error("LoadTLS accepted a certificate as its own key")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := tcptest.Listen(t)
 	h, rec := recordingHandler(Options{Token: testToken})
 	srv := &http.Server{Handler: h, ConnContext: h.ConnContext}
 	go srv.Serve(tls.NewListener(ln, cfg))

@@ -78,7 +78,3 @@ func (h *Handler) writeInvocation(w http.ResponseWriter, inv *daemon.Invocation)
 	}
 	_, _ = w.Write([]byte(tail))
 }
-
-// Unwrap lets http.ResponseController reach the connection (write
-// deadlines).
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

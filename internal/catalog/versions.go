@@ -157,15 +157,7 @@ func (c *DB) PublishVersion(ctx context.Context, p Publish) (*Version, error) {
 	}
 	for _, name := range p.Promote {
 		routing, _ := json.Marshal([]map[string]int{{"version": v.Number, "weight": 100}})
-		a, err := getAlias(ctx, tx, v.Function, name)
-		if errors.Is(err, ErrNotFound) {
-			a = &Alias{Function: v.Function, Name: name}
-		} else if err != nil {
-			return nil, err
-		}
-		a.remember()
-		a.Routing, a.UpdatedAt = routing, time.Now()
-		if err := putAlias(ctx, tx, a); err != nil {
+		if _, err := routeAlias(ctx, tx, v.Function, name, routing); err != nil {
 			return nil, err
 		}
 	}
@@ -229,6 +221,23 @@ func getAlias(ctx context.Context, q execer, function, name string) (*Alias, err
 	return a, err
 }
 
+// routeAlias points alias name of function at routing in q, creating it
+// if needed and keeping its earlier primary version in its history.
+func routeAlias(ctx context.Context, q execer, function, name string, routing json.RawMessage) (*Alias, error) {
+	a, err := getAlias(ctx, q, function, name)
+	if errors.Is(err, ErrNotFound) {
+		a = &Alias{Function: function, Name: name}
+	} else if err != nil {
+		return nil, err
+	}
+	a.remember()
+	a.Routing, a.UpdatedAt = routing, time.Now()
+	if err := putAlias(ctx, q, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
 func putAlias(ctx context.Context, q execer, a *Alias) error {
 	history, err := json.Marshal(a.History)
 	if err != nil {
@@ -269,15 +278,8 @@ func (c *DB) SetAlias(ctx context.Context, function, name string, routing json.R
 			return nil, fmt.Errorf("version %s:%d: %w", function, n, ErrCollected)
 		}
 	}
-	a, err := getAlias(ctx, tx, function, name)
-	if errors.Is(err, ErrNotFound) {
-		a = &Alias{Function: function, Name: name}
-	} else if err != nil {
-		return nil, err
-	}
-	a.remember()
-	a.Routing, a.UpdatedAt = routing, time.Now()
-	if err := putAlias(ctx, tx, a); err != nil {
+	a, err := routeAlias(ctx, tx, function, name, routing)
+	if err != nil {
 		return nil, err
 	}
 	return a, tx.Commit()

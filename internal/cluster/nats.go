@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // NATSVersion is the nats-server release the cluster runs (built from its
@@ -32,12 +34,7 @@ func DefaultNATS() string {
 	if p := os.Getenv("THAW_NATS"); p != "" {
 		return p
 	}
-	cache := os.Getenv("THAW_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "thaw")
-	}
-	return filepath.Join(cache, "nats", NATSVersion, "nats-server")
+	return thawcache.Path("nats", NATSVersion, "nats-server")
 }
 
 // NATSCluster is nats-server processes on the host's end of the cluster

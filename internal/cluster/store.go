@@ -25,6 +25,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/minioserver"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // StorePort is the object store's S3 port, on its own address.
@@ -88,12 +89,7 @@ func DefaultMinIO() string {
 	if p := os.Getenv("THAW_MINIO"); p != "" {
 		return p
 	}
-	cache := os.Getenv("THAW_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "thaw")
-	}
-	return filepath.Join(cache, "minio", minioserver.Version, "minio")
+	return thawcache.Path("minio", minioserver.Version, "minio")
 }
 
 // ObjectStore is a MinIO in its own namespace on the cluster's bridge,

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 )
 
 // Format is a layer's file system.
@@ -205,13 +207,13 @@ func (ls *Layers) publish(staging string, l *Layer) error {
 	if err := writeSynced(filepath.Join(staging, infoFile), append(b, '\n')); err != nil {
 		return err
 	}
-	if err := syncFile(filepath.Join(staging, ImageFile)); err != nil {
+	if err := atomicfile.Sync(filepath.Join(staging, ImageFile)); err != nil {
 		return err
 	}
 	if err := os.Rename(staging, filepath.Join(ls.dir, l.Digest)); err != nil {
 		return fmt.Errorf("publish layer %s: %w", l.Digest[:12], err)
 	}
-	return syncFile(ls.dir)
+	return atomicfile.Sync(ls.dir)
 }
 
 // installTree installs the lock's wheels into tree.
@@ -363,23 +365,7 @@ func writeSynced(p string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func syncFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return atomicfile.WriteClose(f, b)
 }
 
 // Adopt puts a layer built elsewhere in the store (a snapshot pulled from

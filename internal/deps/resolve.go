@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,7 +225,7 @@ func (r *Resolver) collect(reqs Requirements, dir string) (*Lock, error) {
 		if err != nil {
 			return nil, err
 		}
-		if q, ok := want[wn.Name]; ok && len(q.Hashes) > 0 && !contains(q.Hashes, sum) {
+		if q, ok := want[wn.Name]; ok && len(q.Hashes) > 0 && !slices.Contains(q.Hashes, sum) {
 			return nil, invalid(ErrHashMismatch, "%s %s: %s has sha256 %s, which is not a hash requirements.txt line %d gives",
 				wn.Name, wn.Version, wn.File, sum, q.Line)
 		}
@@ -237,15 +238,6 @@ func (r *Resolver) collect(reqs Requirements, dir string) (*Lock, error) {
 	}
 	l.sort()
 	return l, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // limitedBuffer keeps the first maxPipOutput bytes written to it.

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 )
 
 // DefaultDir is where thawd keeps the host state it shares: in /run, so a
@@ -152,7 +154,7 @@ func (d *Dir) Acquire(key string, c Change) (*Lease, error) {
 		}
 		// Saved before anything changes: a crash from here on leaves what
 		// the next daemon needs to undo it.
-		if err := writeFile(savedPath, saved); err != nil {
+		if err := atomicfile.WriteFile(savedPath, saved); err != nil {
 			return nil, fmt.Errorf("host state %s: %w", key, err)
 		}
 	} else if err != nil {
@@ -315,7 +317,7 @@ func (d *Dir) addHolder(kdir string) (string, error) {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	name := fmt.Sprintf("%d-%d-%s", pid, start, hex.EncodeToString(r[:]))
-	if err := writeFile(filepath.Join(kdir, name), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(kdir, name), b); err != nil {
 		return "", err
 	}
 	return name, nil
@@ -329,29 +331,6 @@ func readHolder(path string) (holder, error) {
 	}
 	err = json.Unmarshal(b, &h)
 	return h, err
-}
-
-// writeFile writes path atomically (a temporary file renamed over it).
-func writeFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }
 
 // startTime is when process pid started, in clock ticks after boot.

@@ -25,3 +25,18 @@ func TestBufferConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// Bytes is what was written, as a copy a later write leaves alone.
+func TestBufferBytes(t *testing.T) {
+	var b Buffer
+	fmt.Fprint(&b, "first")
+	got := b.Bytes()
+	fmt.Fprint(&b, " second")
+	if string(got) != "first" || string(b.Bytes()) != "first second" {
+		t.Fatalf("Bytes = %q then %q", got, b.Bytes())
+	}
+	got[0] = 'F'
+	if b.String() != "first second" {
+		t.Fatalf("changing the copy changed the buffer: %q", b.String())
+	}
+}

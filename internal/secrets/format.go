@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"time"
@@ -141,44 +140,4 @@ func readStore(path string) ([]byte, error) {
 		return nil, fmt.Errorf("secret store: %w", err)
 	}
 	return b, nil
-}
-
-// writeAtomic replaces path with data: a temporary file beside it (0600),
-// synced, renamed over path, the directory synced. On failure path is
-// unchanged.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(path)
-}
-
-// syncDir syncs the directory holding path, so a rename or create in it
-// is durable.
-func syncDir(path string) error {
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

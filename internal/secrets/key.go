@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
+	"github.com/thaw-dev/thaw/internal/privfile"
 )
 
 // KeyFileName is the store key's file in the data directory: 32 random
@@ -44,28 +46,10 @@ func deriveKeys(master []byte) *keys {
 // process's user, readable and writable by nobody else, holding 64 hex
 // digits. fs.ErrNotExist if there is none.
 func readKey(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%w: key file %s is a symbolic link; give the file itself", ErrKeyFile, path)
+	b, err := privfile.Read(path, 256)
+	if errors.Is(err, privfile.ErrUnsafe) {
+		return nil, fmt.Errorf("%w: key file %w", ErrKeyFile, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("key file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("key file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: key file %s is not a regular file", ErrKeyFile, path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: key file %s has mode %04o: group or others may use it; chmod 600 it (and consider the secrets exposed)", ErrKeyFile, path, perm)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("%w: key file %s is owned by uid %d, not the daemon's user (%d)", ErrKeyFile, path, st.Uid, os.Geteuid())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 256))
 	if err != nil {
 		return nil, fmt.Errorf("key file: %w", err)
 	}
@@ -82,21 +66,10 @@ func createKey(path string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
+	if err := privfile.Create(path, []byte(hex.EncodeToString(key)+"\n")); err != nil {
 		return nil, fmt.Errorf("key file: %w", err)
 	}
-	_, err = f.WriteString(hex.EncodeToString(key) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(path)
-	}
-	if err != nil {
+	if err := atomicfile.Sync(filepath.Dir(path)); err != nil {
 		_ = os.Remove(path)
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 )
 
 // Errors. Callers map them to their own.
@@ -201,7 +203,7 @@ func (s *Store) RotateKey() error {
 	if err := os.Rename(keyPath+newKeySuffix, keyPath); err != nil {
 		return fmt.Errorf("key file: %w (the store is sealed under %s%s; the next start finishes the rotation)", err, keyPath, newKeySuffix)
 	}
-	return syncDir(keyPath)
+	return atomicfile.Sync(filepath.Dir(keyPath))
 }
 
 // finishRotation opens a store sealed under the new key of a rotation
@@ -221,7 +223,7 @@ func (s *Store) finishRotation(b []byte) error {
 		return fmt.Errorf("finish a key rotation: %w", err)
 	}
 	s.keys, s.secrets = k, secrets
-	return syncDir(keyPath)
+	return atomicfile.Sync(filepath.Dir(keyPath))
 }
 
 // Set stores value under name (a new secret, or a new version of one) and
@@ -294,7 +296,7 @@ func (s *Store) write(secrets map[string]*entry) error {
 	if err != nil {
 		return fmt.Errorf("seal secret store: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(s.dir, StoreFileName), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, StoreFileName), b); err != nil {
 		return fmt.Errorf("write secret store: %w", err)
 	}
 	return nil

@@ -26,9 +26,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"strings"
-	"syscall"
+
+	"github.com/thaw-dev/thaw/internal/privfile"
 )
 
 // KeyFileName is a node's signing key in its data directory.
@@ -113,23 +113,12 @@ func LoadOrCreateKey(path string) (k *Key, created bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("signing key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	err = privfile.Create(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	if errors.Is(err, fs.ErrExist) {
 		k, err = ReadKeyFile(path)
 		return k, false, err
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
-	}
-	err = pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
 		return nil, false, fmt.Errorf("signing key %s: %w", path, err)
 	}
 	return k, true, nil
@@ -140,29 +129,12 @@ func LoadOrCreateKey(path string) (k *Key, created bool, err error) {
 // PKCS#8 ed25519 private key in PEM ("openssl genpkey -algorithm ed25519"
 // writes one).
 func ReadKeyFile(path string) (*Key, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%w: %s is a symbolic link; give the file itself", ErrKeyFile, path)
+	b, err := privfile.Read(path, 16<<10)
+	if errors.Is(err, privfile.ErrUnsafe) {
+		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("signing key: %w", err)
-	}
-	switch st, ok := fi.Sys().(*syscall.Stat_t); {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrKeyFile, path)
-	case fi.Mode().Perm()&0o077 != 0:
-		return nil, fmt.Errorf("%w: %s is accessible to group or others (mode %04o): chmod 600 it, and treat the key as disclosed", ErrKeyFile, path, fi.Mode().Perm())
-	case ok && int(st.Uid) != os.Geteuid():
-		return nil, fmt.Errorf("%w: %s is owned by uid %d, not by the daemon's user (%d)", ErrKeyFile, path, st.Uid, os.Geteuid())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 16<<10))
-	if err != nil {
-		return nil, fmt.Errorf("signing key %s: %w", path, err)
 	}
 	blk, rest := pem.Decode(b)
 	if blk == nil || blk.Type != "PRIVATE KEY" || strings.TrimSpace(string(rest)) != "" {

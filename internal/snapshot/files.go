@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -202,14 +203,7 @@ func WriteSync(path string, flag int, write func(*os.File) error) error {
 }
 
 // SyncDir fsyncs a directory so renames and creations in it are durable.
-func SyncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
+func SyncDir(dir string) error { return atomicfile.Sync(dir) }
 
 // Commit seals a snapshot being written in tmpDir: it hashes the state file,
 // writes the manifest, fsyncs everything and renames tmpDir to finalDir.

@@ -3,6 +3,7 @@ package tcptest
 import (
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -57,4 +58,32 @@ func TestFreeAddr(t *testing.T) {
 	if a := ln.Addr().(*net.TCPAddr); !a.IP.IsLoopback() || a.Port == 0 {
 		t.Fatalf("address %v, want a port on loopback", a)
 	}
+}
+
+// Listen's listener accepts on loopback while the test runs and is closed
+// once it ends; FreePort is a port nothing listens on, free to bind.
+func TestListenAndFreePort(t *testing.T) {
+	var addr string
+	t.Run("listen", func(t *testing.T) {
+		ln := Listen(t)
+		addr = ln.Addr().String()
+		c, err := net.DialTimeout("tcp4", addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	})
+	if c, err := net.DialTimeout("tcp4", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts after the test ended", addr)
+	}
+	port := FreePort(t)
+	if port <= 0 {
+		t.Fatalf("FreePort = %d", port)
+	}
+	ln, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("bind the free port %d: %v", port, err)
+	}
+	ln.Close()
 }

@@ -134,18 +134,8 @@ func (t *Triggers) asyncState(ctx context.Context, id string) (*wire.AsyncInvoca
 	if !asyncIDRE.MatchString(id) {
 		return nil, 0, fmt.Errorf("%w: asynchronous invocation id %q is malformed", ErrInvalid, truncate(id, 60))
 	}
-	e, err := t.e.asyncState.Get(ctx, id)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, 0, fmt.Errorf("%w: asynchronous invocation %s (states are kept %s)", ErrNotFound, id, t.cfg.StateTTL)
-		}
-		return nil, 0, fmt.Errorf("%w: read invocation state: %v", ErrEngine, err)
-	}
-	var st wire.AsyncInvocation
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return nil, 0, fmt.Errorf("%w: invocation state %s is malformed: %v", ErrEngine, id, err)
-	}
-	return &st, e.Revision(), nil
+	return getRecord[wire.AsyncInvocation](ctx, t.e.asyncState, "invocation state", id,
+		fmt.Errorf("%w: asynchronous invocation %s (states are kept %s)", ErrNotFound, id, t.cfg.StateTTL))
 }
 
 // putState writes an invocation's state (the worker's, one writer at a

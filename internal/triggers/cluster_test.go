@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -13,21 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
 // A cluster: three real NATS servers with JetStream, routed to each
 // other on loopback, and two thaw nodes connected to them.
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // natsCluster starts three clustered JetStream servers and answers the
 // clients' URL.
@@ -35,7 +25,7 @@ func natsCluster(t *testing.T) string {
 	t.Helper()
 	var clientPorts, routePorts [3]int
 	for i := range 3 {
-		clientPorts[i], routePorts[i] = freePort(t), freePort(t)
+		clientPorts[i], routePorts[i] = tcptest.FreePort(t), tcptest.FreePort(t)
 	}
 	var routes []*url.URL
 	for _, p := range routePorts {

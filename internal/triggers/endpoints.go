@@ -154,18 +154,7 @@ func (t *Triggers) getEndpoint(ctx context.Context, name string) (*endpointRecor
 	if err := validName("endpoint", name); err != nil {
 		return nil, 0, err
 	}
-	e, err := t.e.endpoints.Get(ctx, name)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, 0, fmt.Errorf("%w: endpoint %s", ErrNotFound, name)
-		}
-		return nil, 0, fmt.Errorf("%w: read endpoint: %v", ErrEngine, err)
-	}
-	var rec endpointRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("%w: endpoint %s is malformed: %v", ErrEngine, name, err)
-	}
-	return &rec, e.Revision(), nil
+	return getRecord[endpointRecord](ctx, t.e.endpoints, "endpoint", name, fmt.Errorf("%w: endpoint %s", ErrNotFound, name))
 }
 
 // GetEndpoint describes an endpoint (never its key).

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -257,7 +258,7 @@ func TestFunctionsListenerHTTP2AndSlowClients(t *testing.T) {
 		t.Fatalf("server timeouts unset: %+v", srv)
 	}
 	srv.ReadHeaderTimeout = 300 * time.Millisecond // a slowloris is cut off at this
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ln := tcptest.Listen(t)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	base := "http://" + ln.Addr().String()
@@ -361,7 +362,7 @@ func TestFunctionsListenerHTTP2OverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ln := tcptest.Listen(t)
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}

@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -182,6 +183,23 @@ func (e *engine) close() {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
 	}
+}
+
+// getRecord reads key of kv, a JSON T, and its revision: notFound if there
+// is none; what names the record in the other errors.
+func getRecord[T any](ctx context.Context, kv jetstream.KeyValue, what, key string, notFound error) (*T, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, 0, notFound
+		}
+		return nil, 0, fmt.Errorf("%w: read %s: %v", ErrEngine, what, err)
+	}
+	var v T
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return nil, 0, fmt.Errorf("%w: %s %s is malformed: %v", ErrEngine, what, key, err)
+	}
+	return &v, e.Revision(), nil
 }
 
 // isNotFound says whether err is JetStream's "no such key" or "no such

@@ -2,10 +2,8 @@ package triggers
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/httpreq"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -38,7 +37,7 @@ const (
 	// IdempotencyKeyHeader makes repeated asynchronous requests one
 	// invocation (the operator's API takes it too).
 	IdempotencyKeyHeader = "Idempotency-Key"
-	requestIDHeader      = "X-Request-Id"
+	requestIDHeader      = httpreq.IDHeader
 	invocationIDHeader   = "X-Thaw-Invocation-Id"
 )
 
@@ -146,11 +145,11 @@ var traceContext = propagation.TraceContext{}
 
 func (h *functionsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id := newRequestID()
+	id := httpreq.NewID()
 	w.Header().Set(requestIDHeader, id)
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	sw := httpreq.NewStatusWriter(w)
 	name := "-"
-	defer func() { h.t.m.endpointRequest(name, sw.status, time.Since(start)) }()
+	defer func() { h.t.m.endpointRequest(name, sw.Status, time.Since(start)) }()
 	select {
 	case h.inflight <- struct{}{}:
 		defer func() { <-h.inflight }()
@@ -180,9 +179,9 @@ func (h *functionsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trace.WithAttributes(attribute.String("thaw.endpoint", ep.Name), attribute.String("thaw.function", ep.Function),
 			attribute.String("http.request.method", r.Method), attribute.String("thaw.request_id", id)))
 	defer func() {
-		sp.SetAttributes(attribute.Int("http.response.status_code", sw.status))
-		if sw.status >= 500 {
-			sp.SetStatus(codes.Error, http.StatusText(sw.status))
+		sp.SetAttributes(attribute.Int("http.response.status_code", sw.Status))
+		if sw.Status >= 500 {
+			sp.SetStatus(codes.Error, http.StatusText(sw.Status))
 		}
 		sp.End()
 	}()
@@ -343,25 +342,6 @@ func traceHeaders(ctx context.Context) map[string]string {
 	traceContext.Inject(ctx, c)
 	return c
 }
-
-func newRequestID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "req-" + hex.EncodeToString(b[:])
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Unwrap lets http.ResponseController reach the connection's deadlines.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	var b wire.Error

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -136,10 +136,7 @@ func serveFunctions(t *testing.T, tr *Triggers) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := tcptest.Listen(t)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { cancel(); _ = srv.Close() })
 	return "http://" + ln.Addr().String()

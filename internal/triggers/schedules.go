@@ -95,18 +95,7 @@ func (t *Triggers) getSchedule(ctx context.Context, name string) (*wire.Schedule
 	if err := validName("schedule", name); err != nil {
 		return nil, 0, err
 	}
-	e, err := t.e.schedules.Get(ctx, name)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, 0, fmt.Errorf("%w: schedule %s", ErrNotFound, name)
-		}
-		return nil, 0, fmt.Errorf("%w: read schedule: %v", ErrEngine, err)
-	}
-	var s wire.Schedule
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, 0, fmt.Errorf("%w: schedule %s is malformed: %v", ErrEngine, name, err)
-	}
-	return &s, e.Revision(), nil
+	return getRecord[wire.Schedule](ctx, t.e.schedules, "schedule", name, fmt.Errorf("%w: schedule %s", ErrNotFound, name))
 }
 
 // GetSchedule describes a schedule with its last and next firing.

@@ -7,6 +7,7 @@ package vmend
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -221,6 +222,17 @@ func guestEnd(f Facts, g guest) End {
 		e.Detail = "guest console: " + g.oomKill + " ... " + g.panicLine
 	}
 	return e
+}
+
+// ProcessFacts are the facts of a started process that ended as ps tells
+// (its exit code and the signal that killed it, if one did); requested:
+// thaw stopped it.
+func ProcessFacts(ps *os.ProcessState, requested bool) Facts {
+	f := Facts{ExitCode: ps.ExitCode(), Started: true, Requested: requested}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		f.Signal = ws.Signal()
+	}
+	return f
 }
 
 // initExit reads the exit code the kernel printed for PID 1 (a wait status).

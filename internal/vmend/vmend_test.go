@@ -2,6 +2,7 @@ package vmend
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -283,4 +284,25 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ProcessFacts reads a process's exit code, or the signal that killed it.
+func TestProcessFacts(t *testing.T) {
+	for _, tc := range []struct {
+		script    string
+		requested bool
+		code      int
+		signal    syscall.Signal
+	}{
+		{"exit 3", false, 3, 0},
+		{"kill -9 $$", true, -1, syscall.SIGKILL},
+		{"kill -TERM $$", false, -1, syscall.SIGTERM},
+	} {
+		cmd := exec.Command("sh", "-c", tc.script)
+		_ = cmd.Run()
+		f := ProcessFacts(cmd.ProcessState, tc.requested)
+		if f.ExitCode != tc.code || f.Signal != tc.signal || !f.Started || f.Requested != tc.requested {
+			t.Errorf("%s: facts %+v, want code %d signal %v requested %v", tc.script, f, tc.code, tc.signal, tc.requested)
+		}
+	}
 }

@@ -152,6 +152,12 @@ type Exit struct {
 	Facts vmend.Facts
 }
 
+// ExitOf is the Exit of a VMM that ended now, as f tells.
+func ExitOf(f vmend.Facts) Exit {
+	end := vmend.Classify(f)
+	return Exit{At: time.Now(), Code: f.ExitCode, Requested: f.Requested, Reason: end.String(), End: end, Facts: f}
+}
+
 // Backend is a virtual machine monitor: what the daemon needs to start
 // VMs, know which monitor it runs, and probe accelerators.
 type Backend interface {

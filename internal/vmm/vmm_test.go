@@ -3,9 +3,12 @@ package vmm
 import (
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/thaw-dev/thaw/internal/problemtest"
+	"github.com/thaw-dev/thaw/internal/vmend"
 )
 
 func validSpec() Spec {
@@ -139,5 +142,20 @@ func TestLayoutValidate(t *testing.T) {
 				t.Errorf("Validate = %v, want ErrBadLayout with %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// ExitOf carries the facts and their classification.
+func TestExitOf(t *testing.T) {
+	for _, f := range []vmend.Facts{
+		{ExitCode: 3, Started: true},
+		{ExitCode: -1, Started: true, Requested: true, Signal: syscall.SIGKILL},
+	} {
+		before := time.Now()
+		e := ExitOf(f)
+		end := vmend.Classify(f)
+		if e.Code != f.ExitCode || e.Requested != f.Requested || e.End != end || e.Reason != end.String() || e.Facts.Signal != f.Signal || e.At.Before(before) {
+			t.Errorf("ExitOf(%+v) = %+v, want the facts classified as %v", f, e, end)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 )
@@ -124,7 +125,7 @@ func EstimateEval(cfg EvalConfig) Estimate {
 	}
 	if cfg.has(ExpBreakdown) {
 		for _, fn := range cfg.BreakdownFunctions {
-			if cfg.has(ExpExec) && contains(cfg.ExecFunctions, fn) {
+			if cfg.has(ExpExec) && slices.Contains(cfg.ExecFunctions, fn) {
 				continue
 			}
 			prep(fn, "A")
@@ -133,15 +134,6 @@ func EstimateEval(cfg EvalConfig) Estimate {
 		}
 	}
 	return e
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Progress prints one line per finished step with the share of the

@@ -13,7 +13,6 @@ package pypitest
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,18 +21,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/tcptest"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // Version is the pypiserver scripts/install-deps.sh installs.
 const Version = "2.4.2"
-
-func cacheDir() string {
-	if c := os.Getenv("THAW_CACHE"); c != "" {
-		return c
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "thaw")
-}
 
 // Binary finds pypi-server, failing or skipping t as the package doc says.
 func Binary(t testing.TB) string {
@@ -44,7 +38,7 @@ func Binary(t testing.TB) string {
 		}
 		return p
 	}
-	p := filepath.Join(cacheDir(), "pypiserver", Version, "bin", "pypi-server")
+	p := thawcache.Path("pypiserver", Version, "bin", "pypi-server")
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no pypiserver at %s and THAW_PYPISERVER is not set: dependency tests need a real package index (scripts/install-deps.sh installs it; make test makes it mandatory)", p)
 	}
@@ -57,7 +51,7 @@ func WheelsDir(t testing.TB) string {
 	t.Helper()
 	dir, mandatory := os.Getenv("THAW_WHEELS"), true
 	if dir == "" {
-		dir, mandatory = filepath.Join(cacheDir(), "wheels"), false
+		dir, mandatory = thawcache.Path("wheels"), false
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
 		if mandatory {
@@ -125,12 +119,7 @@ type Index struct {
 func Start(t testing.TB, dir string) *Index {
 	t.Helper()
 	bin := Binary(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := tcptest.FreePort(t)
 	logPath := filepath.Join(t.TempDir(), "pypiserver.log")
 	logf, err := os.Create(logPath)
 	if err != nil {

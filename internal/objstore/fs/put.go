@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/thaw-dev/thaw/internal/atomicfile"
 	"github.com/thaw-dev/thaw/internal/objstore"
 )
 
@@ -83,15 +84,7 @@ func (s *Store) writeTemp(key string, data []byte) (*os.File, string, string, er
 		}
 		return nil, "", "", s.fsErr("put "+key, err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := atomicfile.WriteClose(os.NewFile(uintptr(fd), tmp), data); err != nil {
 		unix.Unlinkat(int(d.Fd()), tmp, 0)
 		d.Close()
 		return nil, "", "", s.fsErr("put "+key, err)

@@ -29,6 +29,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/minioserver"
 	"github.com/thaw-dev/thaw/internal/tcptest"
+	"github.com/thaw-dev/thaw/internal/thawcache"
 )
 
 // Version is the MinIO module version the tests run.
@@ -56,12 +57,7 @@ func Binary(t testing.TB) string {
 		}
 		return p
 	}
-	cache := os.Getenv("THAW_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "thaw")
-	}
-	p := filepath.Join(cache, "minio", Version, "minio")
+	p := thawcache.Path("minio", Version, "minio")
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no MinIO at %s and THAW_MINIO is not set: registry tests need a real MinIO (scripts/install-deps.sh builds it; make test makes it mandatory)", p)
 	}

@@ -22,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -288,10 +287,9 @@ func (m *Machine) supervise(qemuLog *cappedLog) {
 	m.mu.Lock()
 	requested, started := m.requested, m.started
 	m.mu.Unlock()
-	f := m.exitFacts(err, requested, started)
-	end := vmend.Classify(f)
+	exit := vmm.ExitOf(m.exitFacts(err, requested, started))
 	m.mu.Lock()
-	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: f.Requested, Reason: end.String(), End: end, Facts: f}
+	m.exit = exit
 	q := m.qmp
 	m.mu.Unlock()
 	if q != nil {

@@ -216,13 +216,9 @@ type fakeMachine struct {
 func (m *fakeMachine) wait() {
 	err := m.cmd.Wait()
 	m.mu.Lock()
-	f := vmend.Facts{ExitCode: m.cmd.ProcessState.ExitCode(), Started: true, Requested: m.requested,
-		VMMLog: "fake vmm: " + fmt.Sprint(err)}
-	if ws, ok := m.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		f.Signal = ws.Signal()
-	}
-	end := vmend.Classify(f)
-	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: m.requested, Reason: end.String(), End: end, Facts: f}
+	f := vmend.ProcessFacts(m.cmd.ProcessState, m.requested)
+	f.VMMLog = "fake vmm: " + fmt.Sprint(err)
+	m.exit = vmm.ExitOf(f)
 	m.mu.Unlock()
 	// As with QEMU, the process is gone before its agent channel closes:
 	// a read that fails on the channel finds the VMM done.

@@ -109,12 +109,7 @@ type machine struct {
 func (m *machine) wait() {
 	_ = m.cmd.Wait()
 	m.mu.Lock()
-	f := vmend.Facts{ExitCode: m.cmd.ProcessState.ExitCode(), Started: true, Requested: m.requested}
-	if ws, ok := m.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		f.Signal = ws.Signal()
-	}
-	end := vmend.Classify(f)
-	m.exit = vmm.Exit{At: time.Now(), Code: f.ExitCode, Requested: m.requested, Reason: end.String(), End: end, Facts: f}
+	m.exit = vmm.ExitOf(vmend.ProcessFacts(m.cmd.ProcessState, m.requested))
 	m.running = false
 	m.cond.Broadcast()
 	m.mu.Unlock()
