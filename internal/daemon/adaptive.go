@@ -48,7 +48,7 @@ func (s *Service) adaptiveDeps() adaptive.Deps {
 	seam := adaptiveSeam{s}
 	return adaptive.Deps{Catalog: s.db, Lookup: seam, Metrics: s.metrics, Background: seam, Artifacts: seam, Log: s.log,
 		Strategies: s.strategies, Strategy: s.strategy, RemoteStrategy: restore.Kind(s.cfg.RemoteStrategy),
-		Store: func() *store.Store { return s.store }, Queued: s.adm.queued, CheckEvent: checkEvent}
+		Store: func() *store.Store { return s.store }, Queued: s.adm.Queued, CheckEvent: checkEvent}
 }
 
 // SetRestoreSettings changes a function's restore settings (a nil field
@@ -100,13 +100,6 @@ func (s *Service) StartRefresh(ctx context.Context, req RefreshRequest) (*Operat
 	}
 	id <- op.ID
 	return op, nil
-}
-
-// queued is how many VM starts wait for room.
-func (a *admission) queued() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.queue)
 }
 
 // adaptiveSeam is the daemon as the adaptive restore sees it: its
@@ -174,7 +167,7 @@ func (a adaptiveSeam) Swap(snapDir string, kind restore.Kind, staging string) er
 // old set.
 func (a adaptiveSeam) Swapped(sn *catalog.Snapshot, kind restore.Kind) {
 	trustArtifacts(sn.Dir, kind)
-	a.s.dropSnapshotStandby(sn.ID, func(sb *standby) bool { return sb.key.kind == kind }, whyStandbyRefreshed)
+	a.s.dropSnapshotStandby(sn.ID, func(sb *standby) bool { return sb.Key.Kind == kind }, whyStandbyRefreshed)
 }
 
 // whyStandbyRefreshed is why standby VMs of a refreshed strategy go: they

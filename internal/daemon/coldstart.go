@@ -37,7 +37,7 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	if err != nil {
 		return nil, nil, err
 	}
-	s.refillLater(poolKey{snapID, st.Kind}, lv.fn)
+	s.refillLater(poolKey{Snapshot: snapID, Kind: st.Kind}, lv.fn)
 	lv.mu.Unlock()
 	return rec, t, nil
 }
@@ -77,8 +77,7 @@ type restoreOpts struct {
 // session attached to it: verify, plan (the strategy's session), start the
 // VMM, load the device state, resume, renew the clone.
 func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
-	s.vmmPool.restoring.Add(1)
-	defer s.vmmPool.restoring.Add(-1)
+	defer s.vmmPool.BeginRestore()()
 	sn, err := s.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -87,8 +86,8 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
 	}
-	if o.pool != "" && s.poolSize(fn) > 0 {
-		key := poolKey{snapID, o.pool}
+	if o.pool != "" && s.vmmPool.Size(fn) > 0 {
+		key := poolKey{Snapshot: snapID, Kind: o.pool}
 		if sb := s.takeStandbyFor(key, o.strict); sb != nil {
 			if o.admitted != nil {
 				o.admitted() // the standby VM holds room of its own
@@ -145,7 +144,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 // snapshot checked again, then device state, resume and renewal. The VM
 // already holds its room, so it does not wait for admission.
 func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
-	lv, c := sb.lv, sb.c
+	lv, c := sb.VM, sb.Plan
 	lv.mu.Lock()
 	c.start = o.start
 	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.id), AttrFunction.String(c.fn.Name),
@@ -170,7 +169,7 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts
 	if err := s.resumeClone(ctx, lv, c); err != nil {
 		return nil, nil, nil, s.failRestore(ctx, lv, c.sn.ID, err)
 	}
-	return s.running(ctx, lv, sb.rec, c.t)
+	return s.running(ctx, lv, sb.Rec, c.t)
 }
 
 // failRestore stops a locked VM whose restore failed and unlocks it.
@@ -202,8 +201,8 @@ func (s *Service) running(ctx context.Context, lv *liveVM, rec *catalog.VM, t *R
 
 // refillLater refills the VMM pool for key in the background.
 func (s *Service) refillLater(key poolKey, fn *catalog.Function) {
-	if s.poolSize(fn) > 0 {
-		go s.refill(key, fn)
+	if s.vmmPool.Size(fn) > 0 {
+		go s.vmmPool.Refill(key, fn)
 	}
 }
 

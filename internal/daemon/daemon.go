@@ -24,6 +24,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
+	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -271,7 +272,7 @@ func (c *Config) setDefaults() {
 		c.CgroupRoot = ""
 	}
 	c.Deps.SetDefaults()
-	c.Ready.setDefaults()
+	c.Ready.SetDefaults()
 }
 
 // Check validates c as Open will, with its zero values taking their
@@ -341,7 +342,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max stored result %d bytes is below 1024", c.MaxStoredResultBytes))
 	}
 	errs = append(errs, c.Deps.Validate()...)
-	errs = append(errs, c.Ready.validate()...)
+	errs = append(errs, c.Ready.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -425,10 +426,11 @@ type Service struct {
 	strategies []restore.Strategy
 	metrics    *metrics.Set
 	tracer     trace.Tracer // spans of the service's steps (Config.TracerProvider)
-	adm        *admission   // which VM starts may proceed
-	pool       pool         // idle VMs kept for their function's next invocations
-	vmmPool    vmmPool      // VMMs started ahead of restores
-	ready      readyPool    // clones restored ahead of requests (readyclones.go)
+	// What is kept ahead of requests, and admission (package pool).
+	adm     *pool.Admission                    // which VM starts may proceed
+	pool    *pool.KeepAlive[*liveVM]           // idle VMs kept for their function's next invocations
+	vmmPool *pool.VMMPool[*liveVM, *coldStart] // VMMs started ahead of restores
+	ready   *pool.Ready[*liveVM]               // clones restored ahead of requests
 	// available reads the host's available memory (MiB) for the pool's
 	// pressure watch.
 	available func() (int, bool)
@@ -520,13 +522,12 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.metrics = metrics.New(s.metricState)
 	s.tracer = newTracer(cfg.TracerProvider)
-	s.adm = newAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
-	s.adm.observe = s.metrics.Admission
-	s.adm.reclaim = func() bool { return s.reclaimStandby() || s.reclaimReady(whyReadyRoom) || s.reclaimIdle() }
-	s.openReady()
-	s.pool.idle = map[string][]*kept{}
-	s.vmmPool.ready, s.vmmPool.filling, s.vmmPool.epoch = map[poolKey][]*standby{}, map[poolKey]int{}, map[string]uint64{}
-	s.vmmPool.held = map[string]bool{}
+	s.adm = pool.NewAdmission(cfg.MaxVMs, cfg.VMMemoryBudgetMiB, cfg.AdmissionQueue, cfg.AdmissionTimeout)
+	s.adm.Observe = s.metrics.Admission
+	s.adm.Reclaim = func() bool { return s.vmmPool.Reclaim() || s.ready.Reclaim(whyReadyRoom) || s.pool.Reclaim() }
+	s.pool = s.newKeepAlive()
+	s.vmmPool = s.newVMMPool()
+	s.ready = s.newReady()
 	s.available, s.stop = hostAvailable, make(chan struct{})
 	for _, d := range []string{cfg.DataDir, s.functionsDir(), s.snapshotsDir(), s.runDir(), s.resultsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -598,7 +599,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.checkVersions(ctx); err != nil {
 		return fmt.Errorf("check versions: %w", err)
 	}
-	if s.cfg.KeepAliveMinAvailableMiB > 0 && (s.cfg.KeepAlive > 0 || s.readyOn()) {
+	if s.cfg.KeepAliveMinAvailableMiB > 0 && (s.cfg.KeepAlive > 0 || s.ready.On()) {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
@@ -714,16 +715,9 @@ const APIVersion = "0.3.0"
 // Close fails running operations, stops every VM (marking them stopped),
 // undoes what the daemon changed on the host and closes the catalog.
 func (s *Service) Close(ctx context.Context) error {
-	s.closeVMMPool()
-	s.closeReady()
-	s.pool.mu.Lock()
-	for _, list := range s.pool.idle {
-		for _, k := range list {
-			k.timer.Stop()
-		}
-	}
-	s.pool.idle = map[string][]*kept{}
-	s.pool.mu.Unlock()
+	s.vmmPool.Close()
+	s.ready.Close()
+	s.pool.Close()
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stop)

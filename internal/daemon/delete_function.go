@@ -196,7 +196,7 @@ func (s *Service) functionVMs(ctx context.Context, name string) ([]*catalog.VM, 
 // keptOf are the ids of function's VMs idle in the keep-alive pool.
 func (s *Service) keptOf(name string) map[string]bool {
 	ids := map[string]bool{}
-	eachWhere(&s.pool.mu, &s.pool.idle, func(k *kept) bool { return k.lv.fn.Name == name }, func(k *kept) { ids[k.lv.id] = true })
+	s.pool.EachWhere(func(k *kept) bool { return k.Fn.Name == name }, func(k *kept) { ids[k.Rec.ID] = true })
 	return ids
 }
 
@@ -239,9 +239,9 @@ func (s *Service) stopFunctionVMs(ctx context.Context, name string, out *Functio
 			note(d)
 		}
 	}
-	s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == name }, whyStandbyGone)
-	s.dropReadyWhere(func(rc *readyClone) bool { return rc.lv.fn.Name == name }, whyReadyGone)
-	s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == name }, "function deleted")
+	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == name }, whyStandbyGone)
+	s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.fn.Name == name }, whyReadyGone)
+	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 	g := s.fnGate(name)
 	for deadline := time.Now().Add(s.cfg.BootTimeout); ; time.Sleep(20 * time.Millisecond) {
 		for _, lv := range s.liveOf(name) {

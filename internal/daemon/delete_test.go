@@ -170,7 +170,7 @@ func TestDeleteStartingVMStaysDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.refill(poolKey{snap.ID, restore.Vanilla}, fn)
+	s.vmmPool.Refill(poolKey{Snapshot: snap.ID, Kind: restore.Vanilla}, fn)
 	var starting *catalog.VM
 	waitFor(t, 5*time.Second, "a standby vm starting", func() bool {
 		vms, _ := s.ListVMs(ctx)

@@ -78,7 +78,7 @@ func (s *Service) functionsDeps() functions.Deps {
 		},
 		Phase: phase,
 		SecretChanged: func(name string) {
-			s.evictKeptWhere(func(k *kept) bool { return fnconfig.Uses(k.lv.fn.Secrets, name) }, whySecretChanged)
+			s.pool.EvictWhere(func(k *kept) bool { return fnconfig.Uses(k.Fn.Secrets, name) }, whySecretChanged)
 		},
 		PullFile: func(ctx context.Context, rm *registry.RemoteManifest, path, dst string) error {
 			return registryErr(s.reg.ChunkCache().PullFile(ctx, rm, path, dst, nil))

@@ -14,6 +14,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/buildinfo"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
+	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
@@ -238,8 +239,8 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	// ready clone or a VM kept idle from an earlier one serves it.
 	pooled := req.Snapshot == "" && req.Strategy == "" && !req.EvictCache
 	if pooled {
-		tk, inv, pctx, err := s.invokePooled(ctx, req, readyKeyOf(snapID, strategy.Kind, auto != nil), timeout, start, target)
-		defer tk.end()
+		tk, inv, pctx, err := s.invokePooled(ctx, req, pool.ReadyKeyOf(snapID, strategy.Kind, auto != nil), timeout, start, target)
+		defer tk.End()
 		if inv != nil || err != nil {
 			return inv, err
 		}
@@ -292,12 +293,12 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 // served it (the context returned says why for the record). The ticket's
 // end is the caller's, once the request is served.
 func (s *Service) invokePooled(ctx context.Context, req ColdRequest, key poolKey, timeout time.Duration, start time.Time, target Target) (*readyTicket, *Invocation, context.Context, error) {
-	tk := s.readyBegin(key)
+	tk := s.ready.Begin(key)
 	inv, ctx, err := s.invokeReady(ctx, key, tk, req.Event, timeout, start, target)
 	if inv != nil || err != nil {
 		return tk, inv, ctx, err
 	}
-	if k := s.takeKept(req.Function, key.snapshot); k != nil {
+	if k := s.pool.Take(req.Function, key.Snapshot); k != nil {
 		s.metrics.KeepAlive(true)
 		inv, err := s.invokeKept(ctx, k, req.Event, timeout, start, target)
 		return tk, inv, ctx, err
@@ -347,7 +348,7 @@ func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, i
 	// cold start.
 	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.untimed)
 	if e.pool != "" {
-		s.refillLater(poolKey{inv.Snapshot, e.pool}, lv.fn)
+		s.refillLater(poolKey{Snapshot: inv.Snapshot, Kind: e.pool}, lv.fn)
 	}
 	if !e.pooled || !s.park(lv, rec, inv.Snapshot) {
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
@@ -496,15 +497,15 @@ func (s *Service) evictSnapshot(ctx context.Context, id string) error {
 // invokeKept runs an invocation on an idle VM of the pool and keeps the VM
 // again (or stops it if the pool is full or the function opted out).
 func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, error) {
-	k.lv.mu.Lock()
-	inv := &Invocation{ID: newID("inv-"), Function: k.rec.Function, VM: k.rec.ID, Mode: "pooled",
-		Snapshot: k.snapshot, Strategy: k.rec.Strategy, Version: k.rec.Version, Alias: target.Alias}
+	k.VM.mu.Lock()
+	inv := &Invocation{ID: newID("inv-"), Function: k.Rec.Function, VM: k.Rec.ID, Mode: "pooled",
+		Snapshot: k.Snapshot, Strategy: k.Rec.Strategy, Version: k.Rec.Version, Alias: target.Alias}
 	annotate(ctx, invocationAttrs(inv)...)
-	err := s.invokeLocked(ctx, k.lv, inv, event, timeout)
-	kept := err == nil && s.park(k.lv, k.rec, k.snapshot)
-	k.lv.mu.Unlock()
+	err := s.invokeLocked(ctx, k.VM, inv, event, timeout)
+	kept := err == nil && s.park(k.VM, k.Rec, k.Snapshot)
+	k.VM.mu.Unlock()
 	if !kept {
-		s.retire(context.WithoutCancel(ctx), k.lv, k.rec, "pooled invocation finished")
+		s.retire(context.WithoutCancel(ctx), k.VM, k.Rec, "pooled invocation finished")
 	}
 	if err != nil {
 		return nil, s.invokeFailed(ctx, inv, start, err)

@@ -398,23 +398,23 @@ func TestKeepAliveGivesWayToMemoryPressure(t *testing.T) {
 		go func() { defer wg.Done(); invs[i] = invoke() }()
 	}
 	wg.Wait()
-	if s.idleVMs() != 2 {
-		t.Fatalf("%d idle vms, want 2 (%s %s)", s.idleVMs(), invs[0].Mode, invs[1].Mode)
+	if s.pool.Idle() != 2 {
+		t.Fatalf("%d idle vms, want 2 (%s %s)", s.pool.Idle(), invs[0].Mode, invs[1].Mode)
 	}
 	time.Sleep(5 * pressureInterval)
-	if s.idleVMs() != 2 {
-		t.Fatalf("idle vms stopped with memory to spare: %d left", s.idleVMs())
+	if s.pool.Idle() != 2 {
+		t.Fatalf("idle vms stopped with memory to spare: %d left", s.pool.Idle())
 	}
 	// Memory runs low: the longest idle VM goes, then the other.
-	s.pool.mu.Lock()
-	oldest := s.pool.idle["echo"][0].lv.id
-	s.pool.mu.Unlock()
+	var idle []string // one function's idle VMs, longest idle first
+	s.pool.EachWhere(func(*kept) bool { return true }, func(k *kept) { idle = append(idle, k.Rec.ID) })
+	oldest := idle[0]
 	avail.Store(100)
 	waitFor(t, 3*time.Second, "the longest idle vm stopped", func() bool {
 		_, err := s.GetVM(ctx, oldest)
 		return errors.Is(err, ErrNotFound)
 	})
-	waitFor(t, 3*time.Second, "every idle vm stopped", func() bool { return s.idleVMs() == 0 })
+	waitFor(t, 3*time.Second, "every idle vm stopped", func() bool { return s.pool.Idle() == 0 })
 	avail.Store(1 << 20)
 	if inv := invoke(); inv.Mode != "cold" {
 		t.Fatalf("after the pool was emptied: %s", inv.Mode)

@@ -66,12 +66,10 @@ func TestReadyClonesUnderAuto(t *testing.T) {
 	if next.Mode != "ready" || next.Strategy != "snapbpf" || string(next.Result) != "0" {
 		t.Fatalf("next request: mode %s strategy %s result %s", next.Mode, next.Strategy, next.Result)
 	}
-	s.ready.mu.Lock()
 	var keys []string
-	for k := range s.ready.demand {
-		keys = append(keys, k.snapshot+"/"+string(k.kind))
+	for _, k := range s.ready.DemandKeys() {
+		keys = append(keys, k.Snapshot+"/"+string(k.Kind))
 	}
-	s.ready.mu.Unlock()
 	if len(keys) != 1 || !strings.HasSuffix(keys[0], "/auto") {
 		t.Fatalf("demand keys %v, want the snapshot's auto key only", keys)
 	}
@@ -115,7 +113,7 @@ func TestReadyCloneRefillSettles(t *testing.T) {
 	booted, _ := bootAndSnapshot(t, s, "echo")
 	s.DeleteVM(context.Background(), booted.ID)
 	invokeFn(t, s, "echo", `{"op":"served"}`)
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 	starts := len(c.b.Specs())
 	hit := invokeFn(t, s, "echo", `{"op":"served"}`)
 	ended := time.Now()
@@ -123,12 +121,12 @@ func TestReadyCloneRefillSettles(t *testing.T) {
 		t.Fatalf("mode %s with a ready clone waiting", hit.Mode)
 	}
 	for time.Since(ended) < settle*3/4 {
-		if n := len(c.b.Specs()); n != starts || s.readyFilling() != 0 {
+		if n := len(c.b.Specs()); n != starts || s.ready.Filling() != 0 {
 			t.Fatalf("a fill started %s after the hit ended, within the settle time %s", time.Since(ended), settle)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitFor(t, 5*time.Second, "the refill", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "the refill", func() bool { return s.ready.Count() == 1 })
 }
 
 // autoReadyService is a daemon with ready clones whose function echo runs

@@ -89,7 +89,7 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 	if first.Mode != "cold" || first.Timing.Ready == nil || first.Timing.Ready.Hit || first.Timing.Ready.Fallback != "none ready" {
 		t.Fatalf("first invocation: mode %s, ready %+v", first.Mode, first.Timing.Ready)
 	}
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return len(c.readyVMs(t)) == 1 && s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return len(c.readyVMs(t)) == 1 && s.ready.Count() == 1 })
 	rv := c.readyVMs(t)[0]
 	if rv.Snapshot != snap.ID || rv.PID == 0 {
 		t.Fatalf("ready clone record: %+v", rv)
@@ -99,7 +99,7 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 	}
 	renewals := len(c.b.Secrets())
 	for i := range 4 {
-		waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+		waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 		inv := invokeFn(t, s, "echo", `{"op":"served"}`)
 		r := inv.Timing.Ready
 		if inv.Mode != "ready" || r == nil || !r.Hit || r.WaitedMS <= 0 || r.RenewMS <= 0 || r.Fallback != "" {
@@ -135,7 +135,7 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 			t.Fatalf("a renewal without the secret: %v", sec)
 		}
 	}
-	waitFor(t, 5*time.Second, "the last refill", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "the last refill", func() bool { return s.ready.Count() == 1 })
 	text := promText(t, s)
 	for _, want := range []string{`thaw_ready_clones_total{outcome="hit"} 4`, `thaw_ready_clones_total{outcome="miss"} 1`,
 		`thaw_ready_clone_wait_seconds_count 4`, `thaw_vms{state="ready"} 1`} {
@@ -157,13 +157,13 @@ func TestReadyClonesBeforeKeepAlive(t *testing.T) {
 	s.DeleteVM(ctx, booted.ID)
 	invokeFn(t, s, "echo", `1`) // cold, kept
 	for i := range 3 {
-		waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+		waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 		inv := invokeFn(t, s, "echo", `{"op":"served"}`)
 		if inv.Mode != "ready" || string(inv.Result) != "0" {
 			t.Fatalf("invocation %d: mode %s, served before %s", i, inv.Mode, inv.Result)
 		}
 	}
-	if n := s.idleVMs(); n != 2 {
+	if n := s.pool.Idle(); n != 2 {
 		t.Fatalf("%d kept vms, want 2 (keep-alive's limit)", n)
 	}
 }
@@ -176,7 +176,7 @@ func TestReadyCloneDeadFallsBack(t *testing.T) {
 	booted, _ := bootAndSnapshot(t, s, "echo")
 	s.DeleteVM(ctx, booted.ID)
 	invokeFn(t, s, "echo", `1`)
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return len(c.readyVMs(t)) == 1 && s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return len(c.readyVMs(t)) == 1 && s.ready.Count() == 1 })
 	rv := c.readyVMs(t)[0]
 	if err := syscall.Kill(rv.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestReadyCloneDeadFallsBack(t *testing.T) {
 		t.Error("the dead clone was not counted")
 	}
 	// The pool refills with a live one.
-	waitFor(t, 5*time.Second, "a new ready clone", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a new ready clone", func() bool { return s.ready.Count() == 1 })
 	if inv := invokeFn(t, s, "echo", `1`); inv.Mode != "ready" {
 		t.Fatalf("after the refill: mode %s", inv.Mode)
 	}
@@ -215,12 +215,12 @@ func TestReadyClonesDrainOnDelete(t *testing.T) {
 	booted, snap := bootAndSnapshot(t, s, "echo")
 	s.DeleteVM(ctx, booted.ID)
 	invokeFn(t, s, "echo", `1`)
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 	if err := s.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatalf("delete a snapshot with a ready clone: %v", err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n, vms := s.readyClones(), c.readyVMs(t); n != 0 || len(vms) != 0 {
+	if n, vms := s.ready.Count(), c.readyVMs(t); n != 0 || len(vms) != 0 {
 		t.Fatalf("%d ready clones (%d recorded) after their snapshot was deleted", n, len(vms))
 	}
 	_, snap2 := snapshotOf(t, s, "echo")
@@ -231,7 +231,7 @@ func TestReadyClonesDrainOnDelete(t *testing.T) {
 		}
 	}
 	invokeFn(t, s, "echo", `1`)
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 	if _, err := s.DeleteFunctionWith(ctx, "echo", true); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestReadyClonesDrainOnDelete(t *testing.T) {
 			t.Fatalf("vm %s of the deleted function is %s", v.ID, v.State)
 		}
 	}
-	if s.readyClones() != 0 {
+	if s.ready.Count() != 0 {
 		t.Fatal("ready clones of a deleted function")
 	}
 	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="deleted"} 2`) {
@@ -263,13 +263,11 @@ func TestReadyClonesAgeAndDecay(t *testing.T) {
 		return strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="aged"}`)
 	})
 	waitFor(t, 5*time.Second, "decay to none", func() bool {
-		s.ready.mu.Lock()
-		keys := len(s.ready.demand)
-		s.ready.mu.Unlock()
-		return keys == 0 && s.readyClones() == 0 && s.readyFilling() == 0
+		keys := len(s.ready.DemandKeys())
+		return keys == 0 && s.ready.Count() == 0 && s.ready.Filling() == 0
 	})
 	time.Sleep(300 * time.Millisecond)
-	if n := s.readyClones(); n != 0 {
+	if n := s.ready.Count(); n != 0 {
 		t.Fatalf("%d ready clones for an idle function", n)
 	}
 	// Every clone started was stopped: aged, or surplus once demand fell.
@@ -284,9 +282,9 @@ func TestReadyClonesAgeAndDecay(t *testing.T) {
 	booted, _ = bootAndSnapshot(t, m, "echo")
 	m.DeleteVM(ctx, booted.ID)
 	invokeFn(t, m, "echo", `1`)
-	waitFor(t, 5*time.Second, "two ready clones", func() bool { return m.readyClones() == 2 })
+	waitFor(t, 5*time.Second, "two ready clones", func() bool { return m.ready.Count() == 2 })
 	time.Sleep(time.Second) // two windows without a request
-	if n := m.readyClones(); n != 2 {
+	if n := m.ready.Count(); n != 2 {
 		t.Fatalf("%d ready clones with --min-ready 2", n)
 	}
 }
@@ -331,12 +329,12 @@ func TestReadyClonesSizedFromConcurrency(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 10*time.Second, "three ready clones (the budget)", func() bool { return s.readyClones() == 3 })
+	waitFor(t, 10*time.Second, "three ready clones (the budget)", func() bool { return s.ready.Count() == 3 })
 	time.Sleep(300 * time.Millisecond)
-	if n := s.readyClones(); n != 3 {
+	if n := s.ready.Count(); n != 3 {
 		t.Fatalf("%d ready clones, the budget holds 3", n)
 	}
-	if st := s.readyState(); st.MemoryMiB != 3*perClone || st.Clones != 3 {
+	if st := s.ready.State(); st.MemoryMiB != 3*perClone || st.Clones != 3 {
 		t.Fatalf("ready state %+v", st)
 	}
 }
@@ -361,18 +359,18 @@ func TestReadyClonesGiveWayFirst(t *testing.T) {
 	booted, _ := bootAndSnapshot(t, s, "echo")
 	s.DeleteVM(ctx, booted.ID)
 	invokeFn(t, s, "echo", `1`) // cold, then kept
-	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
 	// Host memory low once: the ready clone goes, the kept VM stays.
 	low.Store(1)
 	waitFor(t, 5*time.Second, "the pressure reading", func() bool { return low.Load() < 0 })
-	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="memory_pressure"} 1`) || s.idleVMs() != 1 {
-		t.Fatalf("after low memory: %d kept vms\n%s", s.idleVMs(), grepLines(promText(t, s), "drops"))
+	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="memory_pressure"} 1`) || s.pool.Idle() != 1 {
+		t.Fatalf("after low memory: %d kept vms\n%s", s.pool.Idle(), grepLines(promText(t, s), "drops"))
 	}
-	waitFor(t, 5*time.Second, "a ready clone again", func() bool { return s.readyClones() == 1 })
+	waitFor(t, 5*time.Second, "a ready clone again", func() bool { return s.ready.Count() == 1 })
 	// Two VMs at most: kept and ready; a boot needs the room of one.
 	other, _ := bootAndSnapshot(t, s, "other")
 	defer s.DeleteVM(ctx, other.ID)
-	if s.idleVMs() != 1 {
+	if s.pool.Idle() != 1 {
 		t.Fatal("the kept vm gave way before the ready clone")
 	}
 	if !strings.Contains(promText(t, s), `thaw_ready_clone_drops_total{reason="room"} 1`) {
@@ -437,7 +435,7 @@ func TestReadyClonesReconciledAtStart(t *testing.T) {
 	if err != nil || v.State != catalog.StateFailed || v.Live() {
 		t.Fatalf("a ready clone left by a killed daemon: %+v %v", v, err)
 	}
-	if s.readyClones() != 0 {
+	if s.ready.Count() != 0 {
 		t.Fatal("a ready clone from the last run was adopted")
 	}
 }
@@ -488,14 +486,4 @@ func TestReadyCloneFailedFillBacksOff(t *testing.T) {
 	if !strings.Contains(promText(t, s), `thaw_ready_clone_refills_total{outcome="failed"} 1`) {
 		t.Error("the failed fill was not counted")
 	}
-}
-
-// readyClones counts the ready clones waiting.
-func (s *Service) readyClones() int { return count(&s.ready.mu, &s.ready.clones) }
-
-// readyFilling counts the fills under way.
-func (s *Service) readyFilling() int {
-	s.ready.mu.Lock()
-	defer s.ready.mu.Unlock()
-	return s.ready.fills
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// A dispatch on a ready clone (readyclones.go): renewal, then the event.
+// A dispatch on a ready clone (package pool keeps them): renewal, then the event.
 
 // readyNoteKey carries, in a request's context, why no ready clone served
 // it, so the invocation that does serve it says so (record).
@@ -30,24 +30,22 @@ func readyNoteOf(ctx context.Context) *wire.ReadyNote {
 // found dead or failing its renewal is stopped, never used: the request
 // falls back.
 func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
-	if !s.readyOn() {
+	if !s.ready.On() {
 		return nil, ctx, nil
 	}
 	miss := func(outcome, why string) (*Invocation, context.Context, error) {
-		s.ready.m.Outcome(outcome, 0)
+		s.ready.Outcome(outcome, 0)
 		return nil, context.WithValue(ctx, readyNoteKey{}, &wire.ReadyNote{Fallback: why}), nil
 	}
-	rc, dead := s.takeReady(key)
+	rc, dead := s.ready.Take(key)
 	if rc == nil {
 		if dead != "" {
 			return miss("failed", dead)
 		}
 		return miss("miss", "none ready")
 	}
-	s.ready.dispatching.Add(1) // its replacement starts once the request is done
-	tk.served()
-	defer s.dispatched()
-	lv := rc.lv
+	defer s.ready.Dispatch(tk)() // its replacement starts once the request is done
+	lv := rc.VM
 	lv.mu.Lock()
 	unlock := true // false once a teardown after the answer holds the lock
 	defer func() {
@@ -55,7 +53,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 			lv.mu.Unlock()
 		}
 	}()
-	waited := time.Since(rc.since)
+	waited := time.Since(rc.Since())
 	t0 := time.Now()
 	s.mu.Lock()
 	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
@@ -71,9 +69,9 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 		return miss("failed", why)
 	}
 	renewed := time.Since(t0)
-	s.ready.m.Outcome("hit", waited.Seconds())
-	inv := &Invocation{ID: newID("inv-"), Function: rc.rec.Function, VM: lv.id, Mode: "ready",
-		Snapshot: key.snapshot, Strategy: rc.rec.Strategy, Version: rc.rec.Version, Alias: target.Alias}
+	s.ready.Outcome("hit", waited.Seconds())
+	inv := &Invocation{ID: newID("inv-"), Function: rc.Rec.Function, VM: lv.id, Mode: "ready",
+		Snapshot: key.Snapshot, Strategy: rc.Rec.Strategy, Version: rc.Rec.Version, Alias: target.Alias}
 	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed), TakeMS: ms(t0.Sub(start)),
 		RenewGuestMS: renewal.DurationMS, RenewSteps: renewal.Steps}
 	annotate(ctx, invocationAttrs(inv)...)
@@ -83,11 +81,11 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 		return nil, ctx, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
-	rc.rec.State = catalog.StateRunning
-	if s.park(lv, rc.rec, key.snapshot) { // the function reuses VMs (keep-alive)
+	rc.Rec.State = catalog.StateRunning
+	if s.park(lv, rc.Rec, key.Snapshot) { // the function reuses VMs (keep-alive)
 		s.setState(ctx, lv, catalog.StateRunning, "")
 	} else {
-		unlock = !s.tearDownAfter(ctx, lv, rc.rec)
+		unlock = !s.tearDownAfter(ctx, lv, rc.Rec)
 	}
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,

@@ -248,8 +248,8 @@ func (x syncLayers) Hold() func() { return x.s.functions.Deps().Begin() }
 type syncVMs struct{ s *Service }
 
 func (x syncVMs) ReleaseOutdated(function string) {
-	x.s.evictKeptWhere(func(k *kept) bool { return k.lv.fn.Name == function }, "function outdated")
-	x.s.dropStandbyWhere(func(sb *standby) bool { return sb.lv.fn.Name == function }, whyStandbyGone)
+	x.s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == function }, "function outdated")
+	x.s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == function }, whyStandbyGone)
 }
 
 func (x syncVMs) Running(ctx context.Context, function string) (*catalog.VM, error) {

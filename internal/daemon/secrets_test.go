@@ -82,15 +82,15 @@ func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
 	s.DeleteVM(ctx, vm.ID)
 	createFn(t, s, "other")
 	first := coldInvoke(t, s, "app")
-	if s.idleVMs() != 1 {
-		t.Fatalf("%d idle VMs after a cold invocation", s.idleVMs())
+	if s.pool.Idle() != 1 {
+		t.Fatalf("%d idle VMs after a cold invocation", s.pool.Idle())
 	}
 	setSecret(t, s, "unrelated", "some-other-value")
-	if s.idleVMs() != 1 {
+	if s.pool.Idle() != 1 {
 		t.Fatal("an unrelated secret stopped the idle VM")
 	}
 	setSecret(t, s, "db", "second-value-002")
-	if s.idleVMs() != 0 {
+	if s.pool.Idle() != 0 {
 		t.Fatal("the idle VM holding the old value is still kept")
 	}
 	if _, err := s.GetVM(ctx, first.VM); !errors.Is(err, ErrNotFound) {
@@ -105,12 +105,12 @@ func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
 	if !ok {
 		t.Fatal("the new VM is not kept")
 	}
-	k := s.takeKept("app", second.Snapshot)
+	k := s.pool.Take("app", second.Snapshot)
 	setSecret(t, s, "db", "third-value-0003")
-	if !s.functions.SecretsStale(lv.secretDigests) || s.park(lv, k.rec, second.Snapshot) {
+	if !s.functions.SecretsStale(lv.secretDigests) || s.park(lv, k.Rec, second.Snapshot) {
 		t.Error("a VM holding an old value was parked")
 	}
-	s.retire(ctx, lv, k.rec, "test")
+	s.retire(ctx, lv, k.Rec, "test")
 }
 
 // A snapshot whose files hold a secret value (here the function's

@@ -169,7 +169,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.evictKeptWhere(func(k *kept) bool { return k.snapshot == id }, "snapshot deleted")
+	s.pool.EvictWhere(func(k *kept) bool { return k.Snapshot == id }, "snapshot deleted")
 	s.holdPool(id, true) // no new standby VMs while it goes
 	s.dropSnapshotStandby(id, nil, whyStandbyGone)
 	if v, err := s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == id }); err != nil || v != nil {

@@ -177,7 +177,7 @@ func (s *Service) Metrics() *metrics.Set { return s.metrics }
 
 // metricState is what a scrape reads: VMs by state, the store.
 func (s *Service) metricState() metrics.State {
-	st := metrics.State{VMs: map[string]int{}, IdleVMs: s.idleVMs(), StandbyVMs: s.standbyVMs()}
+	st := metrics.State{VMs: map[string]int{}, IdleVMs: s.pool.Idle(), StandbyVMs: s.vmmPool.Count()}
 	ctx := context.Background()
 	if vms, err := s.db.ListVMs(ctx); err == nil {
 		for _, v := range vms {
@@ -196,6 +196,6 @@ func (s *Service) metricState() metrics.State {
 // usesStore says whether sb's strategy maps the snapshot's store copy (a
 // standby of it goes when the copy does).
 func usesStore(sb *standby) bool {
-	st, ok := restore.Lookup(sb.key.kind)
+	st, ok := restore.Lookup(sb.Key.Kind)
 	return ok && st.UsesStore
 }

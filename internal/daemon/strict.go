@@ -29,11 +29,11 @@ func strictly(o restoreOpts) restoreOpts {
 // a standby VM whose strategy fell back when it was started ahead (that VM
 // is stopped, and the restore starts a VMM of its own).
 func (s *Service) takeStandbyFor(key poolKey, strict bool) *standby {
-	sb := s.takeStandby(key)
-	if sb == nil || !strict || sb.c.sess.Stats().Fallback == "" {
+	sb := s.vmmPool.Take(key)
+	if sb == nil || !strict || sb.Plan.sess.Stats().Fallback == "" {
 		return sb
 	}
-	s.retire(context.Background(), sb.lv, sb.rec, "a strict restore does not take a standby vm that fell back")
+	s.retire(context.Background(), sb.VM, sb.Rec, "a strict restore does not take a standby vm that fell back")
 	return nil
 }
 

@@ -85,7 +85,7 @@ func TestVMMPool(t *testing.T) {
 				n++
 			}
 		}
-		return s.standbyVMs() == 2 && n == 2
+		return s.vmmPool.Count() == 2 && n == 2
 	})
 	if len(b.Specs()) < started+2 {
 		t.Fatalf("%d vmms started, want the refills too", len(b.Specs())-started)
@@ -96,7 +96,7 @@ func TestVMMPool(t *testing.T) {
 	}
 	checkStartTakesRoom(t, s)
 	// Expired: unused for its time to live, a standby VM is stopped.
-	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.standbyVMs() == 0 && standbyOf(t, s, snap.ID) == nil })
+	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.vmmPool.Count() == 0 && standbyOf(t, s, snap.ID) == nil })
 	if !strings.Contains(promText(t, s), `thaw_vmm_pool_drops_total{reason="expired"} 1`) {
 		t.Error("the expired standby vm was not counted")
 	}
@@ -117,7 +117,7 @@ func checkStartTakesRoom(t *testing.T, s *Service) {
 	if _, err := s.BootVM(ctx, "other"); err != nil {
 		t.Fatalf("a start with standby vms holding the room: %v", err)
 	}
-	if n := s.standbyVMs(); n != 1 {
+	if n := s.vmmPool.Count(); n != 1 {
 		t.Fatalf("%d standby vms after a start needed room, want 1", n)
 	}
 	s.DeleteVM(ctx, other.ID)
@@ -185,7 +185,7 @@ func checkDeleteStopsStandby(t *testing.T, s *Service, snap string) {
 	if err := s.DeleteSnapshot(ctx, snap); err != nil {
 		t.Fatalf("delete a snapshot with a standby vm: %v", err)
 	}
-	if s.standbyVMs() != 0 {
+	if s.vmmPool.Count() != 0 {
 		t.Fatal("standby vm of a deleted snapshot")
 	}
 }
@@ -259,9 +259,7 @@ func TestVMMPoolDeleteStandby(t *testing.T) {
 	if err := s.DeleteVM(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	s.vmmPool.mu.Lock()
-	mem, n := s.vmmPool.memMiB, len(s.vmmPool.ready[poolKey{snap.ID, "vanilla"}])
-	s.vmmPool.mu.Unlock()
+	n, _, mem := s.vmmPool.Usage(poolKey{Snapshot: snap.ID, Kind: "vanilla"})
 	if mem != 0 || n != 0 {
 		t.Fatalf("after deleting the standby vm: pool holds %d MiB, %d ready", mem, n)
 	}
@@ -292,11 +290,10 @@ func TestVMMPoolEvictionDuringFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.DeleteVM(ctx, vm.ID)
-	key := poolKey{snap.ID, "vanilla"}
+	key := poolKey{Snapshot: snap.ID, Kind: "vanilla"}
 	waitFor(t, 5*time.Second, "a fill under way", func() bool {
-		s.vmmPool.mu.Lock()
-		defer s.vmmPool.mu.Unlock()
-		return s.vmmPool.filling[key] == 1 && starts.Load() == 2
+		_, filling, _ := s.vmmPool.Usage(key)
+		return filling == 1 && starts.Load() == 2
 	})
 	// The eviction waits for the fill, which ends once its start does.
 	time.AfterFunc(100*time.Millisecond, func() { close(gate) })
@@ -307,9 +304,7 @@ func TestVMMPoolEvictionDuringFill(t *testing.T) {
 	if waited := time.Since(t0); waited < 100*time.Millisecond || waited > 5*time.Second {
 		t.Errorf("the eviction returned after %s: it should wait for the fill under way, no longer", waited)
 	}
-	s.vmmPool.mu.Lock()
-	filling := s.vmmPool.filling[key]
-	s.vmmPool.mu.Unlock()
+	_, filling, _ := s.vmmPool.Usage(key)
 	if filling != 0 {
 		t.Fatalf("the eviction returned with %d fills under way", filling)
 	}
@@ -321,12 +316,10 @@ func TestVMMPoolEvictionDuringFill(t *testing.T) {
 			t.Fatalf("vm %s (%s) still live when the eviction returned", v.ID, v.State)
 		}
 	}
-	if n := s.standbyVMs(); n != 0 {
+	if n := s.vmmPool.Count(); n != 0 {
 		t.Fatalf("%d standby vms after the eviction", n)
 	}
-	s.vmmPool.mu.Lock()
-	mem := s.vmmPool.memMiB
-	s.vmmPool.mu.Unlock()
+	_, _, mem := s.vmmPool.Usage(key)
 	if mem != 0 {
 		t.Fatalf("the pool still counts %d MiB", mem)
 	}

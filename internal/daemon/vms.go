@@ -385,7 +385,7 @@ func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
 	}
 	v, err := s.db.GetVM(ctx, id)
 	if err == nil {
-		s.markIdle(v)
+		s.pool.MarkIdle(v)
 	}
 	return v, err
 }
@@ -393,7 +393,7 @@ func (s *Service) GetVM(ctx context.Context, id string) (*catalog.VM, error) {
 // ListVMs returns every VM.
 func (s *Service) ListVMs(ctx context.Context) ([]*catalog.VM, error) {
 	vms, err := s.db.ListVMs(ctx)
-	s.markIdle(vms...)
+	s.pool.MarkIdle(vms...)
 	return vms, err
 }
 
@@ -490,7 +490,7 @@ func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool)
 // concurrency limit); release gives the room back.
 func (s *Service) admit(ctx context.Context, fn *catalog.Function) (release func(), err error) {
 	ctx, sp := s.span(ctx, SpanAdmission, AttrFunction.String(fn.Name))
-	release, err = s.adm.acquire(ctx, fn.Name, fn.MemoryMiB+s.cfg.VMMemoryOverheadMiB, fn.MaxConcurrency)
+	release, err = s.adm.Acquire(ctx, fn.Name, fn.MemoryMiB+s.cfg.VMMemoryOverheadMiB, fn.MaxConcurrency)
 	endSpan(sp, err)
 	return release, err
 }

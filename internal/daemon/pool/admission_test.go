@@ -1,4 +1,4 @@
-package daemon
+package pool
 
 import (
 	"context"
@@ -6,50 +6,52 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/errdefs"
 )
 
 func TestAdmissionBudgetQueueAndTimeout(t *testing.T) {
-	a := newAdmission(2, 1000, 2, 200*time.Millisecond)
+	a := NewAdmission(2, 1000, 2, 200*time.Millisecond)
 	ctx := context.Background()
-	r1, err := a.acquire(ctx, "f", 400, 0)
+	r1, err := a.Acquire(ctx, "f", 400, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := a.acquire(ctx, "g", 400, 0)
+	r2, err := a.Acquire(ctx, "g", 400, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Both slots taken: the next waits, then gets the first freed one.
 	got := make(chan error, 1)
 	go func() {
-		r, err := a.acquire(ctx, "h", 400, 0)
+		r, err := a.Acquire(ctx, "h", 400, 0)
 		if err == nil {
 			defer r()
 		}
 		got <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if a.depth() != 1 {
-		t.Fatalf("queue depth %d, want 1", a.depth())
+	if a.Queued() != 1 {
+		t.Fatalf("queue depth %d, want 1", a.Queued())
 	}
 	r1()
 	r1() // releasing twice gives back nothing more
 	if err := <-got; err != nil {
 		t.Fatalf("queued start: %v", err)
 	}
-	// Nothing freed in time: the wait ends in ErrTooMany.
-	r3, err := a.acquire(ctx, "f", 400, 0)
+	// Nothing freed in time: the wait ends in errdefs.ErrTooMany.
+	r3, err := a.Acquire(ctx, "f", 400, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := a.acquire(ctx, "f", 400, 0); !errors.Is(err, ErrTooMany) || time.Since(start) < 150*time.Millisecond {
+	if _, err := a.Acquire(ctx, "f", 400, 0); !errors.Is(err, errdefs.ErrTooMany) || time.Since(start) < 150*time.Millisecond {
 		t.Fatalf("timed-out start: %v after %s", err, time.Since(start))
 	}
 	r2()
 	r3()
 	// More memory than the whole budget is a bad request, not a wait.
-	if _, err := a.acquire(ctx, "big", 2000, 0); !errors.Is(err, ErrInvalid) {
+	if _, err := a.Acquire(ctx, "big", 2000, 0); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("oversized start: %v", err)
 	}
 	if a.vms != 0 || a.mem != 0 || len(a.perFn) != 0 {
@@ -58,13 +60,13 @@ func TestAdmissionBudgetQueueAndTimeout(t *testing.T) {
 }
 
 func TestAdmissionQueueFullAndMemoryBudget(t *testing.T) {
-	a := newAdmission(10, 1000, 1, time.Second)
+	a := NewAdmission(10, 1000, 1, time.Second)
 	ctx := context.Background()
-	r1, _ := a.acquire(ctx, "f", 800, 0) // memory, not the VM count, is the limit
+	r1, _ := a.Acquire(ctx, "f", 800, 0) // memory, not the VM count, is the limit
 	done := make(chan error, 1)
-	go func() { _, err := a.acquire(ctx, "g", 300, 0); done <- err }()
+	go func() { _, err := a.Acquire(ctx, "g", 300, 0); done <- err }()
 	time.Sleep(50 * time.Millisecond)
-	if _, err := a.acquire(ctx, "h", 300, 0); !errors.Is(err, ErrTooMany) {
+	if _, err := a.Acquire(ctx, "h", 300, 0); !errors.Is(err, errdefs.ErrTooMany) {
 		t.Fatalf("start over a full queue: %v", err)
 	}
 	r1()
@@ -75,15 +77,15 @@ func TestAdmissionQueueFullAndMemoryBudget(t *testing.T) {
 
 // A function at its own limit waits; other functions pass it.
 func TestAdmissionPerFunctionLimit(t *testing.T) {
-	a := newAdmission(10, 10000, 8, time.Second)
+	a := NewAdmission(10, 10000, 8, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
-	r1, _ := a.acquire(ctx, "f", 100, 1)
+	r1, _ := a.Acquire(ctx, "f", 100, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var ferr error
-	go func() { defer wg.Done(); _, ferr = a.acquire(ctx, "f", 100, 1) }()
+	go func() { defer wg.Done(); _, ferr = a.Acquire(ctx, "f", 100, 1) }()
 	time.Sleep(50 * time.Millisecond)
-	rg, err := a.acquire(ctx, "g", 100, 1)
+	rg, err := a.Acquire(ctx, "g", 100, 1)
 	if err != nil {
 		t.Fatalf("another function waited behind f: %v", err)
 	}
@@ -94,14 +96,7 @@ func TestAdmissionPerFunctionLimit(t *testing.T) {
 		t.Fatalf("f's second start: %v, want canceled while f runs its limit", ferr)
 	}
 	r1()
-	if a.depth() != 0 || a.vms != 0 {
-		t.Fatalf("depth %d, vms %d", a.depth(), a.vms)
+	if a.Queued() != 0 || a.vms != 0 {
+		t.Fatalf("depth %d, vms %d", a.Queued(), a.vms)
 	}
-}
-
-// depth is how many starts wait.
-func (a *admission) depth() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.queue)
 }

@@ -1,12 +1,12 @@
-package daemon
+package pool
 
 import (
 	"sync"
 	"time"
 )
 
-// Both pools (keep-alive and VMM) keep their VMs in lists by key, oldest
-// first, under the pool's lock. These read the lists under that lock and
+// The pools (keep-alive, VMM, ready clones) keep their VMs in lists by
+// key, oldest first, under the pool's lock. These read the lists under that lock and
 // act on what they found after releasing it (stopping a VM takes time).
 
 // eachWhere calls do with every element of lists that match selects.

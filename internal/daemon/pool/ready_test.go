@@ -1,0 +1,264 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/metrics"
+)
+
+// readyFake is the daemon as the ready clones see it.
+type readyFake struct {
+	mu       sync.Mutex
+	starts   int
+	gate     chan struct{} // if set, each start waits for it
+	fail     error
+	dead     map[string]bool
+	retired  map[string]string
+	failed   map[string]string
+	restores int64
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func newReadyFake() *readyFake {
+	return &readyFake{dead: map[string]bool{}, retired: map[string]string{}, failed: map[string]string{}}
+}
+
+var readyFn = &catalog.Function{Name: "f", MemoryMiB: 200}
+
+func (f *readyFake) deps() ReadyDeps[*fakeVM] {
+	return ReadyDeps[*fakeVM]{
+		Start: func(_ context.Context, key Key, release func()) (*fakeVM, *catalog.VM, error) {
+			f.mu.Lock()
+			f.starts++
+			id := fmt.Sprintf("%s-%d", key.Snapshot, f.starts)
+			gate, fail := f.gate, f.fail
+			f.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			if fail != nil {
+				release()
+				return nil, nil, fail
+			}
+			return &fakeVM{id}, &catalog.VM{ID: id, Strategy: string(key.Kind)}, nil
+		},
+		Function: func(_ context.Context, snapshot string) (*catalog.Function, error) {
+			if snapshot == "gone" {
+				return nil, fmt.Errorf("snapshot %s: %w", snapshot, errdefs.ErrNotFound)
+			}
+			return readyFn, nil
+		},
+		Retire: func(vm *fakeVM, _ *catalog.VM, why string) { f.mu.Lock(); f.retired[vm.id] = why; f.mu.Unlock() },
+		Alive:  func(vm *fakeVM) bool { f.mu.Lock(); defer f.mu.Unlock(); return !f.dead[vm.id] },
+		Fail: func(vm *fakeVM, why string) string {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.failed[vm.id] = why
+			return "killed by signal 9"
+		},
+		Admit:     func(string, int, int) (func(), bool) { return func() {}, true },
+		Restoring: func() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.restores },
+		Go: func(fn func()) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.closed {
+				return false
+			}
+			f.wg.Add(1)
+			go func() { defer f.wg.Done(); fn() }()
+			return true
+		},
+		Closed:      func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
+		Metrics:     metrics.New(func() metrics.State { return metrics.State{} }),
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OverheadMiB: 56,
+		BootTimeout: 3 * time.Second,
+	}
+}
+
+func (f *readyFake) why(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.retired[id]
+}
+
+func (f *readyFake) nStarts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.starts
+}
+
+// newReadyPool runs a pool with MinReady 1 and budget for two clones.
+func newReadyPool(t *testing.T, f *readyFake, edit func(*ReadyConfig)) *Ready[*fakeVM] {
+	t.Helper()
+	cfg := ReadyConfig{MemoryMiB: 2 * (200 + 56), MinReady: 1, Interval: 10 * time.Millisecond, Settle: -1}
+	if edit != nil {
+		edit(&cfg)
+	}
+	cfg.SetDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	r := NewReady(cfg, f.deps())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { r.Loop(stop); close(done) }()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		f.mu.Lock()
+		f.closed = true
+		f.mu.Unlock()
+		f.wg.Wait()
+		r.Close()
+	})
+	return r
+}
+
+// A request's demand makes the loop fill a clone once the request is over;
+// the next request takes it; a clone found dead is stopped as failed and
+// the request is told why.
+func TestReadyFillAndTake(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, nil)
+	key := ReadyKeyOf("s", "vanilla", false)
+	tk := r.Begin(key)
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 0 {
+		t.Fatal("a fill started while a request that could restore was unserved")
+	}
+	tk.End()
+	waitUntil(t, "a ready clone", func() bool { return r.Count() == 1 })
+	if st := r.State(); st.Clones != 1 || st.MemoryMiB != 256 {
+		t.Fatalf("state %+v, want one clone of 256 MiB", st)
+	}
+	tk = r.Begin(key)
+	rc, dead := r.Take(key)
+	if rc == nil || dead != "" || rc.Rec.ID != "s-1" || rc.Key != key {
+		t.Fatalf("took %+v (%q)", rc, dead)
+	}
+	done := r.Dispatch(tk)
+	if r.Count() != 0 {
+		t.Fatal("the taken clone is still counted")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 1 {
+		t.Fatal("a refill started while a request ran on a ready clone")
+	}
+	done()
+	tk.End()
+	waitUntil(t, "the refill", func() bool { return r.Count() == 1 })
+	f.mu.Lock()
+	f.dead["s-2"] = true
+	f.mu.Unlock()
+	rc, dead = r.Take(key)
+	if rc != nil || !strings.Contains(dead, "s-2 died while waiting: killed by signal 9") {
+		t.Fatalf("took %+v, dead %q", rc, dead)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if why := f.failed["s-2"]; why != WhyReadyDied {
+		t.Fatalf("the dead clone was stopped with %q", why)
+	}
+}
+
+// Under auto a request takes a clone of any strategy of its snapshot.
+func TestReadyAutoTakesAnyStrategy(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, nil)
+	r.Begin(Key{Snapshot: "s", Kind: "reap"}).End()
+	waitUntil(t, "a reap clone", func() bool { return r.Count() == 1 })
+	if rc, _ := r.Take(ReadyKeyOf("t", "vanilla", true)); rc != nil {
+		t.Fatal("took another snapshot's clone")
+	}
+	rc, _ := r.Take(ReadyKeyOf("s", "vanilla", true))
+	if rc == nil || rc.Key.Kind != "reap" {
+		t.Fatalf("auto took %+v, want the reap clone", rc)
+	}
+	if keys := r.DemandKeys(); len(keys) != 1 || keys[0] != (Key{Snapshot: "s", Kind: "reap"}) {
+		t.Fatalf("demand keys %v", keys)
+	}
+}
+
+// A failed fill waits readyRetry before the key's next; a key whose
+// snapshot is gone is forgotten; no fill runs while restores outnumber
+// the fills.
+func TestReadyFailedFillBacksOff(t *testing.T) {
+	old := readyRetry
+	readyRetry = 500 * time.Millisecond
+	t.Cleanup(func() { readyRetry = old })
+	f := newReadyFake()
+	f.fail = errors.New("no vmm")
+	r := newReadyPool(t, f, nil)
+	r.Begin(Key{Snapshot: "s", Kind: "vanilla"}).End()
+	r.Begin(Key{Snapshot: "gone", Kind: "vanilla"}).End()
+	waitUntil(t, "a fill", func() bool { return f.nStarts() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if n := f.nStarts(); n != 1 {
+		t.Fatalf("%d fills within the retry time", n)
+	}
+	waitUntil(t, "the retry", func() bool { return f.nStarts() == 2 })
+	f.mu.Lock()
+	f.fail, f.restores = nil, 1
+	f.mu.Unlock()
+	time.Sleep(800 * time.Millisecond) // past the retry time
+	if n := f.nStarts(); n != 2 {
+		t.Fatalf("%d fills while a restore ran", n)
+	}
+	f.mu.Lock()
+	f.restores = 0
+	f.mu.Unlock()
+	waitUntil(t, "a clone", func() bool { return r.Count() == 1 })
+	if keys := r.DemandKeys(); len(keys) != 1 || keys[0].Snapshot != "s" {
+		t.Fatalf("demand keys %v, want the gone snapshot's forgotten", keys)
+	}
+}
+
+// Dropping a snapshot's clones retires the ready ones and a fill under way
+// (once started), waiting for it; held, it gets no fill; Reclaim takes the
+// oldest; Forget drops one without stopping it.
+func TestReadyDropHoldReclaim(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MinReady = 2; c.Fills = 2 })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
+	if !r.Reclaim(WhyReadyRoom) || f.why("s-1") != WhyReadyRoom {
+		t.Fatalf("reclaim retired %v, want s-1 for room", f.retired)
+	}
+	f.mu.Lock()
+	f.gate = make(chan struct{})
+	f.mu.Unlock()
+	waitUntil(t, "a refill under way", func() bool { return r.Filling() == 1 })
+	time.AfterFunc(50*time.Millisecond, func() { f.mu.Lock(); close(f.gate); f.gate = nil; f.mu.Unlock() })
+	r.Hold("s", true)
+	r.DropSnapshot("s", WhyReadyEvicted)
+	f.mu.Lock()
+	retired := len(f.retired)
+	f.mu.Unlock()
+	if r.Count() != 0 || r.Filling() != 0 || retired != 3 || len(r.DemandKeys()) != 0 {
+		t.Fatalf("after the drop: %d ready, %d filling, %d retired", r.Count(), r.Filling(), retired)
+	}
+	r.Begin(key).End()
+	time.Sleep(50 * time.Millisecond)
+	if r.Filling() != 0 || r.Count() != 0 {
+		t.Fatal("a held snapshot got a fill")
+	}
+	r.Hold("s", false)
+	waitUntil(t, "clones again", func() bool { return r.Count() == 2 })
+	r.Forget("s-4")
+	if r.Count() != 1 || f.why("s-4") != "" {
+		t.Fatalf("forget: %d ready, s-4 retired %q", r.Count(), f.why("s-4"))
+	}
+}
