@@ -136,7 +136,7 @@ func (h *Handler) invocationRoutes() []route {
 	return []route{
 		{"POST", "/v1/functions/{name}/invoke", h.invokeFunction}, // triggers.go: ?async=true queues
 		{"POST", "/v1/vms/{id}/invoke", readThen(h, readInvokeVM, h.invokeVM)},
-		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeSnapshot)},
+		{"POST", "/v1/snapshots/{id}/invoke", readThen(h, readInvokeSnapshot, h.invokeCold)},
 		{"GET", "/v1/invocations", h.listInvocations},
 	}
 }
@@ -664,14 +664,6 @@ func readInvokeSnapshot(w http.ResponseWriter, r *http.Request) (daemon.ColdRequ
 	}
 	return daemon.ColdRequest{InvokeRequest: invokeOf(req), Snapshot: r.PathValue("id"), Strategy: req.Strategy,
 		Variant: req.Variant, Strict: req.Strict}, nil
-}
-
-func (h *Handler) invokeSnapshot(w http.ResponseWriter, r *http.Request, cr daemon.ColdRequest) {
-	if _, err := h.svc.GetSnapshot(r.Context(), cr.Snapshot); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.invokeCold(w, r, cr)
 }
 
 // readInvokeVM decodes POST /v1/vms/{id}/invoke (warm: no cold options).

@@ -33,7 +33,11 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	if err != nil {
 		return nil, nil, err
 	}
-	lv, rec, t, err := s.restore(ctx, snapID, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind})
+	row, err := s.snapshotRow(ctx, snapID)
+	if err != nil {
+		return nil, nil, err
+	}
+	lv, rec, t, err := s.restore(ctx, row, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,26 +77,28 @@ type restoreOpts struct {
 	admitted func()
 }
 
-// restore does RestoreVM's work and returns the VM locked, its strategy
-// session attached to it: verify, plan (the strategy's session), start the
-// VMM, load the device state, resume, renew the clone.
-func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
-	defer s.vmmPool.BeginRestore()()
-	sn, err := s.GetSnapshot(ctx, snapID)
+// restoreOf restores from a snapshot whose row was read already.
+func (s *Service) restoreOf(ctx context.Context, sn *catalog.Snapshot, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	row, err := s.rowOf(ctx, sn)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fn, err := s.versions.SnapshotFunction(ctx, sn)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, snapID, err)
-	}
+	return s.restore(ctx, row, o)
+}
+
+// restore does RestoreVM's work and returns the VM locked, its strategy
+// session attached to it: verify, plan (the strategy's session), start the
+// VMM, load the device state, resume, renew the clone.
+func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+	defer s.vmmPool.BeginRestore()()
+	snapID, fn := row.sn.ID, row.fn
 	if o.pool != "" && s.vmmPool.Size(fn) > 0 {
 		key := poolKey{Snapshot: snapID, Kind: o.pool}
 		if sb := s.takeStandbyFor(key, o.strict); sb != nil {
 			if o.admitted != nil {
 				o.admitted() // the standby VM holds room of its own
 			}
-			lv, rec, t, err := s.restoreStandby(ctx, sb, o)
+			lv, rec, t, err := s.restoreStandby(ctx, sb, row, o)
 			s.metrics.VMMPool(string(o.pool), true)
 			return lv, rec, t, err
 		}
@@ -110,7 +116,7 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 	}
 	waited := time.Since(waitStart)
 	o.start = o.start.Add(waited)
-	c, err := s.planRestore(ctx, snapID, o)
+	c, err := s.planRestore(ctx, row, o)
 	if err != nil {
 		release()
 		return nil, nil, nil, err
@@ -143,14 +149,14 @@ func (s *Service) restore(ctx context.Context, snapID string, o restoreOpts) (*l
 // restoreStandby finishes a restore on a standby VM of the VMM pool: its
 // snapshot checked again, then device state, resume and renewal. The VM
 // already holds its room, so it does not wait for admission.
-func (s *Service) restoreStandby(ctx context.Context, sb *standby, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
+func (s *Service) restoreStandby(ctx context.Context, sb *standby, row snapshotRow, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 	lv, c := sb.VM, sb.Plan
 	lv.mu.Lock()
 	c.start = o.start
 	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.id), AttrFunction.String(c.fn.Name),
 		AttrSnapshot.String(c.sn.ID), AttrStrategy.String(string(c.sess.Kind())), AttrVMM.String("pooled"))
 	endSpan(vsp, nil) // started ahead of the request: an instant here
-	if _, err := s.verified(ctx, c.sn.ID, false); err != nil {
+	if _, err := s.verifiedRow(ctx, row, false); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "standby: "+err.Error())
 		lv.mu.Unlock()
 		return nil, nil, nil, err
@@ -220,10 +226,10 @@ type coldStart struct {
 }
 
 // planRestore verifies the snapshot and begins the strategy's session.
-func (s *Service) planRestore(ctx context.Context, snapID string, o restoreOpts) (*coldStart, error) {
+func (s *Service) planRestore(ctx context.Context, row snapshotRow, o restoreOpts) (*coldStart, error) {
 	c := &coldStart{start: o.start, daemonTrace: s.traceOf(os.Getpid())}
 	o.begin = s.pins.begin(o.begin) // its artifacts stay as they are until its VMM has them
-	v, err := s.verified(ctx, snapID, false)
+	v, err := s.verifiedRow(ctx, row, false)
 	if err != nil {
 		return nil, err
 	}

@@ -223,10 +223,11 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		g.RLock()
 		defer g.RUnlock()
 	}
-	snapID, strategy, imported, target, err := s.coldTarget(ctx, req, ref)
+	sn, strategy, imported, target, err := s.coldTarget(ctx, req, ref)
 	if err != nil {
 		return nil, err
 	}
+	snapID := sn.ID // the row is read once here and passed down
 	strategy, choice, auto := s.adaptive.Settle(ctx, adaptive.ColdRequest{Strategy: req.Strategy, Snapshot: req.Snapshot}, snapID, strategy)
 	annotate(ctx, AttrSnapshot.String(snapID))
 	if req.Function != "" {
@@ -254,7 +255,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	}
 	if req.EvictCache {
 		t := time.Now()
-		if err := s.evictSnapshot(ctx, snapID); err != nil {
+		if err := s.evictSnapshot(ctx, sn); err != nil {
 			return nil, err
 		}
 		start = start.Add(time.Since(t)) // eviction is preparation, not part of the cold start
@@ -265,7 +266,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 		o.pool = "" // an exploration neither uses nor refills a standby VM of the strategy it tries
 	}
 	stale := s.staleNote(req.Function, target.Version)
-	lv, rec, rt, err := s.restore(ctx, snapID, o)
+	lv, rec, rt, err := s.restoreOf(ctx, sn, o)
 	if err != nil && stale != "" && errors.Is(err, ErrSnapshotUnusable) {
 		return s.invokeBooted(ctx, req.Function, target, req.Event, timeout, start, stale)
 	}
@@ -396,9 +397,9 @@ func (s *Service) tearDownCold(ctx context.Context, lv *liveVM, rec *catalog.VM)
 // newest snapshot of the version ref resolves to unless the request names
 // one (imported from the registry when the node has none; imported is how
 // long that took).
-func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.Ref) (snapID string, strategy restore.Strategy, imported time.Duration, target Target, err error) {
-	fail := func(err error) (string, restore.Strategy, time.Duration, Target, error) {
-		return "", restore.Strategy{}, 0, Target{}, err
+func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.Ref) (sn *catalog.Snapshot, strategy restore.Strategy, imported time.Duration, target Target, err error) {
+	fail := func(err error) (*catalog.Snapshot, restore.Strategy, time.Duration, Target, error) {
+		return nil, restore.Strategy{}, 0, Target{}, err
 	}
 	if strategy, err = s.strategy(req.Strategy); err != nil {
 		return fail(err)
@@ -406,7 +407,7 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 	if req.Snapshot != "" && ref.Qualified() {
 		return fail(fmt.Errorf("%w: name a snapshot or a version or alias, not both", ErrInvalid))
 	}
-	snapID = req.Snapshot
+	snapID := req.Snapshot
 	// Unless the request names one, a snapshot whose memory is in the
 	// registry (imported now, or pulled lazily before) restores with the
 	// remote strategy.
@@ -438,8 +439,7 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 			imported = time.Since(t)
 		}
 	}
-	sn, err := s.GetSnapshot(ctx, snapID)
-	if err != nil {
+	if sn, err = s.GetSnapshot(ctx, snapID); err != nil {
 		return fail(err)
 	}
 	if req.Strategy == "" && strategy.Kind != remote.Kind && sn.RemoteMemory {
@@ -448,7 +448,7 @@ func (s *Service) coldTarget(ctx context.Context, req ColdRequest, ref versions.
 	if req.Snapshot != "" && req.Function != "" && sn.Function != req.Function {
 		return fail(fmt.Errorf("%w: snapshot %s belongs to function %q, not %q", ErrInvalid, snapID, sn.Function, req.Function))
 	}
-	return snapID, strategy, imported, target, nil
+	return sn, strategy, imported, target, nil
 }
 
 // Info describes the daemon.
@@ -472,17 +472,18 @@ func (s *Service) Info() Info {
 // (benchmarks' cold measurements; a burst evicts once for all of its
 // restores).
 func (s *Service) EvictSnapshot(ctx context.Context, id string) error {
-	return s.evictSnapshot(ctx, id)
+	sn, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	return s.evictSnapshot(ctx, sn)
 }
 
 // evictSnapshot drops a snapshot's files, and its strategies' artifacts,
 // from the host page cache (posix_fadvise DONTNEED on each file; never a
 // system-wide drop), so the next restore reads them from disk.
-func (s *Service) evictSnapshot(ctx context.Context, id string) error {
-	sn, err := s.GetSnapshot(ctx, id)
-	if err != nil {
-		return err
-	}
+func (s *Service) evictSnapshot(ctx context.Context, sn *catalog.Snapshot) error {
+	id := sn.ID
 	// Standby VMs map the snapshot's memory (and hold what their strategy
 	// read ahead): a cold start after an eviction must not find them.
 	s.dropSnapshotStandby(id, nil, whyStandbyEvict)

@@ -133,7 +133,12 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 		release()
 		return nil, nil, nil, err
 	}
-	c, err := s.planRestore(ctx, key.Snapshot, restoreOpts{begin: st.Start, start: time.Now()})
+	row, err := s.snapshotRow(ctx, key.Snapshot)
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	c, err := s.planRestore(ctx, row, restoreOpts{begin: st.Start, start: time.Now()})
 	if err != nil {
 		release()
 		return nil, nil, nil, err

@@ -199,7 +199,11 @@ type recordHost struct {
 
 func (h *recordHost) Restore(ctx context.Context, snap restore.Snapshot, begin restore.BeginFunc) (restore.RecordVM, error) {
 	// No secrets: the record VM's memory becomes the warm snapshot.
-	lv, rec, _, err := h.s.restore(ctx, snap.Manifest.ID, restoreOpts{begin: begin, start: time.Now(), noSecrets: true})
+	row, err := h.s.snapshotRow(ctx, snap.Manifest.ID)
+	if err != nil {
+		return nil, err
+	}
+	lv, rec, _, err := h.s.restore(ctx, row, restoreOpts{begin: begin, start: time.Now(), noSecrets: true})
 	if err != nil {
 		return nil, err
 	}

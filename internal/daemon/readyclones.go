@@ -83,7 +83,12 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 		release()
 		return nil, nil, err
 	}
-	lv, rec, _, err := s.restore(ctx, key.Snapshot, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind, admitted: release})
+	row, err := s.snapshotRow(ctx, key.Snapshot)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	lv, rec, _, err := s.restore(ctx, row, restoreOpts{begin: st.Start, start: time.Now(), pool: st.Kind, admitted: release})
 	if err != nil {
 		return nil, nil, err
 	}

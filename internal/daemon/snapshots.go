@@ -331,30 +331,47 @@ type verifiedSnapshot struct {
 // verified looks a snapshot and its function up and verifies it (full:
 // re-hashing the memory file whatever its stamp says).
 func (s *Service) verified(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
-	ctx, sp := s.span(ctx, SpanVerify, AttrSnapshot.String(id), AttrVerifyFull.Bool(full))
-	v, err := s.verify(ctx, id, full)
-	if v != nil {
-		sp.SetAttributes(AttrFunction.String(v.fn.Name))
+	row, err := s.snapshotRow(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	endSpan(sp, err)
-	return v, err
+	return s.verifiedRow(ctx, row, full)
 }
 
-// verify is verified's work.
-func (s *Service) verify(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
+// snapshotRow is a snapshot's catalog row and its function's. A restore
+// reads them once, where its snapshot is chosen, and passes them down.
+type snapshotRow struct {
+	sn *catalog.Snapshot
+	fn *catalog.Function
+}
+
+// snapshotRow looks a snapshot and its function up.
+func (s *Service) snapshotRow(ctx context.Context, id string) (snapshotRow, error) {
 	sn, err := s.GetSnapshot(ctx, id)
 	if err != nil {
-		return nil, err
+		return snapshotRow{}, err
 	}
+	return s.rowOf(ctx, sn)
+}
+
+// rowOf completes a snapshot's row with its function's.
+func (s *Service) rowOf(ctx context.Context, sn *catalog.Snapshot) (snapshotRow, error) {
 	fn, err := s.versions.SnapshotFunction(ctx, sn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, id, err)
+		return snapshotRow{}, fmt.Errorf("%w: snapshot %s: %v", ErrSnapshotUnusable, sn.ID, err)
 	}
-	m, err := s.VerifySnapshot(ctx, sn, fn, full)
+	return snapshotRow{sn, fn}, nil
+}
+
+// verifiedRow verifies a snapshot whose rows were read already.
+func (s *Service) verifiedRow(ctx context.Context, row snapshotRow, full bool) (*verifiedSnapshot, error) {
+	ctx, sp := s.span(ctx, SpanVerify, AttrSnapshot.String(row.sn.ID), AttrVerifyFull.Bool(full), AttrFunction.String(row.fn.Name))
+	m, err := s.VerifySnapshot(ctx, row.sn, row.fn, full)
+	endSpan(sp, err)
 	if err != nil {
 		return nil, err
 	}
-	return &verifiedSnapshot{sn, fn, m}, nil
+	return &verifiedSnapshot{row.sn, row.fn, m}, nil
 }
 
 // PinSnapshot pins a snapshot (garbage collection keeps it) or unpins it.
