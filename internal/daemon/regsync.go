@@ -148,8 +148,6 @@ func (s *Service) every(interval time.Duration, fn func(context.Context)) {
 	}
 }
 
-func short(digest string) string { return digest[:min(12, len(digest))] }
-
 // syncSnapshots is the daemon's snapshots as regsync sees them.
 type syncSnapshots struct{ s *Service }
 
