@@ -331,11 +331,15 @@ type verifiedSnapshot struct {
 // verified looks a snapshot and its function up and verifies it (full:
 // re-hashing the memory file whatever its stamp says).
 func (s *Service) verified(ctx context.Context, id string, full bool) (*verifiedSnapshot, error) {
+	ctx, sp := s.span(ctx, SpanVerify, AttrSnapshot.String(id), AttrVerifyFull.Bool(full))
 	row, err := s.snapshotRow(ctx, id)
-	if err != nil {
-		return nil, err
+	var v *verifiedSnapshot
+	if err == nil {
+		sp.SetAttributes(AttrFunction.String(row.fn.Name))
+		v, err = s.verifyRow(ctx, row, full)
 	}
-	return s.verifiedRow(ctx, row, full)
+	endSpan(sp, err)
+	return v, err
 }
 
 // snapshotRow is a snapshot's catalog row and its function's. A restore
@@ -366,8 +370,14 @@ func (s *Service) rowOf(ctx context.Context, sn *catalog.Snapshot) (snapshotRow,
 // verifiedRow verifies a snapshot whose rows were read already.
 func (s *Service) verifiedRow(ctx context.Context, row snapshotRow, full bool) (*verifiedSnapshot, error) {
 	ctx, sp := s.span(ctx, SpanVerify, AttrSnapshot.String(row.sn.ID), AttrVerifyFull.Bool(full), AttrFunction.String(row.fn.Name))
-	m, err := s.VerifySnapshot(ctx, row.sn, row.fn, full)
+	v, err := s.verifyRow(ctx, row, full)
 	endSpan(sp, err)
+	return v, err
+}
+
+// verifyRow is the verification's work.
+func (s *Service) verifyRow(ctx context.Context, row snapshotRow, full bool) (*verifiedSnapshot, error) {
+	m, err := s.VerifySnapshot(ctx, row.sn, row.fn, full)
 	if err != nil {
 		return nil, err
 	}
