@@ -343,7 +343,7 @@ func TestDriftRefreshesAndSwaps(t *testing.T) {
 		!strings.Contains(r.Reason, "reap: 5 of the last 5 cold starts touched more than 20% of their pages outside the recorded set (the last 40%)") {
 		t.Fatalf("refresh %+v", r)
 	}
-	op, err := s.Operation(ctx, r.Operation)
+	op, err := endedOperation(t, s, r.Operation)
 	if err != nil || op.Kind != wire.OpRefresh || op.State != wire.OpSucceeded || op.Result.Refresh == nil {
 		t.Fatalf("operation %+v %v", op, err)
 	}
@@ -446,7 +446,7 @@ func TestFailedRefreshKeepsOldSet(t *testing.T) {
 	if r.State != wire.OpFailed || !strings.Contains(r.Error, "no space left for thaw's data") || len(r.Sets) != 0 {
 		t.Fatalf("refresh %+v", r)
 	}
-	op, _ := s.Operation(ctx, r.Operation)
+	op, _ := endedOperation(t, s, r.Operation)
 	if op.State != wire.OpFailed || !errors.Is(op.Err, ErrNoSpace) {
 		t.Fatalf("operation %+v", op)
 	}
@@ -555,7 +555,7 @@ func TestBackgroundPrepare(t *testing.T) {
 	if p.State != wire.OpSucceeded || p.Snapshot == "" || !strings.Contains(p.Reason, "2 cold starts under auto restored "+plain.ID) {
 		t.Fatalf("background prepare %+v", p)
 	}
-	if op, err := s.Operation(ctx, p.Operation); err != nil || op.Kind != wire.OpPrepare || op.State != wire.OpSucceeded {
+	if op, err := endedOperation(t, s, p.Operation); err != nil || op.Kind != wire.OpPrepare || op.State != wire.OpSucceeded {
 		t.Fatalf("operation %+v %v", op, err)
 	}
 	inv := coldOf(t, s, "echo", "")
@@ -657,4 +657,18 @@ func setLocalChoice(t *testing.T, s *Service, fn, strategy string) {
 		}
 		local["choice"] = strategy
 	})
+}
+
+// endedOperation is operation id once it has ended. A restore document
+// records a refresh's or prepare's end inside the operation's work, and the
+// operation ends when that work returns, a moment later.
+func endedOperation(t *testing.T, s *Service, id string) (*Operation, error) {
+	t.Helper()
+	var op *Operation
+	var err error
+	waitFor(t, 10*time.Second, "operation "+id+" to end", func() bool {
+		op, err = s.Operation(context.Background(), id)
+		return err != nil || op.State != wire.OpRunning
+	})
+	return op, err
 }
