@@ -8,8 +8,11 @@ import (
 )
 
 // With keep-alive (the daemon's default), 20 sequential invocations of a
-// function answer as fast as warm ones: the first restores a VM, the rest
-// run on it (mode pooled).
+// function run on one kept VM: the first restores it, the rest run on it
+// (mode pooled) with no restore of their own. How fast that is against a
+// warm VM is measured by thaw bench fresh (keep-alive and warm columns);
+// the p50s here are logged, not asserted, since a loaded CI host makes any
+// bound on them flaky.
 func TestKeepAliveServesWarm(t *testing.T) {
 	f, c := bootedFixture(t)
 	ctx := ctxT(t)
@@ -31,6 +34,9 @@ func TestKeepAliveServesWarm(t *testing.T) {
 			t.Fatalf("invocation %d: mode %s on %s, want pooled on %s", i, inv.Mode, inv.VM, vm)
 		}
 		vm = inv.VM
+		if i > 0 && inv.Timing.Restore != nil {
+			t.Fatalf("invocation %d: pooled but restored (%+v)", i, inv.Timing.Restore)
+		}
 		if i > 0 {
 			pooled = append(pooled, inv.Timing.TotalMS)
 		}
@@ -44,9 +50,6 @@ func TestKeepAliveServesWarm(t *testing.T) {
 	}
 	p, w := median(pooled), median(warm)
 	t.Logf("p50 over 19 pooled invocations %.2f ms, over 20 warm ones %.2f ms", p, w)
-	if p > 1.5*w+2 {
-		t.Errorf("pooled p50 %.2f ms is not warm (%.2f ms)", p, w)
-	}
 	// The kept VM is a running VM of the function, and it is stopped when
 	// its keep-alive time is over (60 s by default; not waited for here).
 	if v, err := c.GetVM(ctx, vm); err != nil || v.State != "running" {
