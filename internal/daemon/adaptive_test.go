@@ -332,13 +332,7 @@ func TestDriftRefreshesAndSwaps(t *testing.T) {
 			t.Fatalf("cold start %d: %s %s %+v", i, inv.Snapshot, inv.Strategy, inv.StrategyStats.SetUseStats)
 		}
 	}
-	var doc *wire.FunctionRestore
-	waitFor(t, 30*time.Second, "the refresh to end", func() bool {
-		doc, _ = s.FunctionRestore(ctx, "echo")
-		rs := doc.Versions[0].Refreshes
-		return len(rs) == 1 && rs[0].State != wire.OpRunning
-	})
-	r := doc.Versions[0].Refreshes[0]
+	r := endedRefresh(t, s, "echo")
 	if r.State != wire.OpSucceeded || r.Snapshot != warm.ID || r.Source != "prepare" || len(r.Sets) != 1 || r.Sets[0].PagesAfter != 102 ||
 		!strings.Contains(r.Reason, "reap: 5 of the last 5 cold starts touched more than 20% of their pages outside the recorded set (the last 40%)") {
 		t.Fatalf("refresh %+v", r)
@@ -358,7 +352,7 @@ func TestDriftRefreshesAndSwaps(t *testing.T) {
 			t.Fatalf("after the refresh: %+v", inv.StrategyStats.SetUseStats)
 		}
 	}
-	doc, _ = s.FunctionRestore(ctx, "echo")
+	doc, _ := s.FunctionRestore(ctx, "echo")
 	if d := doc.Versions[0].Drift; len(d) != 1 || d[0].Drifted != 0 || d[0].ColdStarts != 3 {
 		t.Fatalf("drift after the refresh %+v", d)
 	}
@@ -432,17 +426,10 @@ func TestFailedRefreshKeepsOldSet(t *testing.T) {
 		return fmt.Errorf("write ws.bin: %w", syscall.ENOSPC)
 	}
 	s, res := preparedGen(t, w, nil)
-	ctx := context.Background()
 	for i := 0; i < policy.DriftCount; i++ {
 		coldOf(t, s, "echo", "")
 	}
-	var doc *wire.FunctionRestore
-	waitFor(t, 30*time.Second, "the refresh to end", func() bool {
-		doc, _ = s.FunctionRestore(ctx, "echo")
-		rs := doc.Versions[0].Refreshes
-		return len(rs) == 1 && rs[0].State != wire.OpRunning
-	})
-	r := doc.Versions[0].Refreshes[0]
+	r := endedRefresh(t, s, "echo")
 	if r.State != wire.OpFailed || !strings.Contains(r.Error, "no space left for thaw's data") || len(r.Sets) != 0 {
 		t.Fatalf("refresh %+v", r)
 	}
@@ -657,6 +644,18 @@ func setLocalChoice(t *testing.T, s *Service, fn, strategy string) {
 		}
 		local["choice"] = strategy
 	})
+}
+
+// endedRefresh waits until function's only refresh has ended and returns it.
+func endedRefresh(t *testing.T, s *Service, function string) wire.WorkingSetRefresh {
+	t.Helper()
+	var doc *wire.FunctionRestore
+	waitFor(t, 30*time.Second, "the refresh to end", func() bool {
+		doc, _ = s.FunctionRestore(context.Background(), function)
+		rs := doc.Versions[0].Refreshes
+		return len(rs) == 1 && rs[0].State != wire.OpRunning
+	})
+	return doc.Versions[0].Refreshes[0]
 }
 
 // endedOperation is operation id once it has ended. A restore document

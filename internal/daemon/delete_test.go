@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/logtest"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
@@ -49,18 +50,26 @@ func noErrorLogged(t *testing.T, logs *logtest.Buffer) {
 	}
 }
 
+// bootedEcho is a fake service that logs to a buffer, with one VM booted
+// for function echo.
+func bootedEcho(t *testing.T) (*Service, *catalog.VM, *logtest.Buffer) {
+	t.Helper()
+	logs := &logtest.Buffer{}
+	s, _ := fakeServiceLog(t, nil, logs)
+	createFn(t, s, "echo")
+	vm, err := s.BootVM(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, vm, logs
+}
+
 // A delete of a VM serving an invocation waits for it (the VM shows what
 // it serves) and refuses new invocations meanwhile; the invocation
 // finishes normally.
 func TestDeleteVMWaitsForItsInvocation(t *testing.T) {
-	logs := &logtest.Buffer{}
-	s, _ := fakeServiceLog(t, nil, logs)
+	s, vm, logs := bootedEcho(t)
 	ctx := context.Background()
-	createFn(t, s, "echo")
-	vm, err := s.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	inv, running := invokeInBackground(t, s, vm.ID, `{"op":"sleep","ms":1500}`, 10*time.Second)
 	if !strings.HasPrefix(running.ID, "inv-") || running.TimeoutMS != 10000 || running.RunningMS < 0 {
 		t.Fatalf("running invocation %+v", running)
@@ -95,14 +104,8 @@ func TestDeleteVMWaitsForItsInvocation(t *testing.T) {
 // A forced delete kills the VM at once: its invocation fails with an
 // error naming the delete and is recorded, failed.
 func TestDeleteVMForceKillsItsInvocation(t *testing.T) {
-	logs := &logtest.Buffer{}
-	s, _ := fakeServiceLog(t, nil, logs)
+	s, vm, logs := bootedEcho(t)
 	ctx := context.Background()
-	createFn(t, s, "echo")
-	vm, err := s.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	inv, running := invokeInBackground(t, s, vm.ID, `{"op":"hang"}`, time.Minute)
 	t0 := time.Now()
 	if err := s.DeleteVMForce(ctx, vm.ID); err != nil {
@@ -204,14 +207,8 @@ func TestDeleteStartingVMStaysDeleted(t *testing.T) {
 // A VM that something else forgot first (a delete racing an eviction or
 // the end of a cold invocation) is retired quietly.
 func TestRetireForgottenVMIsQuiet(t *testing.T) {
-	logs := &logtest.Buffer{}
-	s, _ := fakeServiceLog(t, nil, logs)
+	s, vm, logs := bootedEcho(t)
 	ctx := context.Background()
-	createFn(t, s, "echo")
-	vm, err := s.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	lv, _ := s.live(vm.ID)
 	if err := s.db.DeleteVM(ctx, vm.ID); err != nil {
 		t.Fatal(err)
@@ -227,7 +224,7 @@ func TestRetireForgottenVMIsQuiet(t *testing.T) {
 func deployEcho(t *testing.T, s *Service, name string) *DeployResult {
 	t.Helper()
 	res, err := s.Deploy(context.Background(), DeploySpec{FunctionSpec: FunctionSpec{Name: name,
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))}})
+		Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return e\n"}))}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -14,69 +12,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 )
 
 // Helpers the daemon's tests share to give functions their code (the
 // component's own tests are in package functions).
-
-// tarEntry is one member of a test archive. size, when set, is written in
-// the header instead of len(body) and the body is left out: the archive
-// then ends right after that header (enough for checks made on headers).
-type tarEntry struct {
-	name     string
-	typeflag byte
-	body     string
-	mode     int64
-	link     string
-	size     int64
-}
-
-func tarGz(t *testing.T, entries ...tarEntry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	complete := true
-	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Typeflag: e.typeflag, Mode: e.mode, Linkname: e.link, ModTime: time.Unix(1700000000, 0)}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if e.size != 0 {
-			h.Size = e.size
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %q: %v", e.name, err)
-		}
-		if e.size != 0 {
-			complete = false
-			break
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if complete {
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 func writeFile(t *testing.T, path, body string) {
 	t.Helper()
@@ -119,24 +61,11 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	return s
 }
 
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 // The attack found on the old code: concurrent creates of one name left the
 // catalog pointing at a directory another create had removed.
 func TestConcurrentCreatesOfOneName(t *testing.T) {
 	s := fnService(t, nil)
-	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 1\n"})
+	archive := archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return 1\n"})
 	const n = 6
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -169,8 +98,8 @@ func TestConcurrentCreatesOfOneName(t *testing.T) {
 			t.Errorf("the recorded function lost %s: %v", p, err)
 		}
 	}
-	if left := entries(t, s.functionsDir()); len(left) != 1 {
-		t.Errorf("functions dir holds %v, want the one function", left)
+	if left, err := os.ReadDir(s.functionsDir()); err != nil || len(left) != 1 {
+		t.Errorf("functions dir holds %v (%v), want the one function", left, err)
 	}
 }
 
@@ -179,7 +108,7 @@ func TestConcurrentCreatesOfOneName(t *testing.T) {
 func TestRemoveLeftovers(t *testing.T) {
 	s := fnService(t, nil)
 	ctx := context.Background()
-	f, err := s.CreateFunction(ctx, FunctionSpec{Name: "kept", Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "x"}))})
+	f, err := s.CreateFunction(ctx, FunctionSpec{Name: "kept", Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "x"}))})
 	if err != nil {
 		t.Fatal(err)
 	}

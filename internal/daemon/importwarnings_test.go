@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 )
 
 // A function whose module-level code draws a random number is created,
@@ -16,8 +18,8 @@ func TestImportWarnings(t *testing.T) {
 	}
 	s, _ := fakeService(t, nil)
 	ctx := context.Background()
-	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: "seeded", Archive: bytes.NewReader(tarGz(t,
-		tarEntry{name: "handler.py", body: "import random\n\nSEED = random.random()\n\ndef handle(e):\n    return SEED\n"}))})
+	fn, err := s.CreateFunction(ctx, FunctionSpec{Name: "seeded", Archive: bytes.NewReader(archivetest.TarGz(t,
+		archivetest.Entry{Name: "handler.py", Body: "import random\n\nSEED = random.random()\n\ndef handle(e):\n    return SEED\n"}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +27,8 @@ func TestImportWarnings(t *testing.T) {
 	if len(w) != 1 || !strings.HasPrefix(w[0], "handler.py:3: random.random() runs at import") {
 		t.Fatalf("warnings %q", w)
 	}
-	clean, err := s.CreateFunction(ctx, FunctionSpec{Name: "clean", Archive: bytes.NewReader(tarGz(t,
-		tarEntry{name: "handler.py", body: "import random\n\ndef handle(e):\n    return random.random()\n"}))})
+	clean, err := s.CreateFunction(ctx, FunctionSpec{Name: "clean", Archive: bytes.NewReader(archivetest.TarGz(t,
+		archivetest.Entry{Name: "handler.py", Body: "import random\n\ndef handle(e):\n    return random.random()\n"}))})
 	if err != nil {
 		t.Fatal(err)
 	}

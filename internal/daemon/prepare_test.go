@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
@@ -204,7 +205,7 @@ func TestColdStartWaitsForRoom(t *testing.T) {
 	}
 	// A function at its own limit waits too; the daemon's budget is free.
 	s2, _ := fakeService(t, func(c *Config) { c.AdmissionTimeout = 300 * time.Millisecond })
-	archive := tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"})
+	archive := archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return e\n"})
 	if _, err := s2.CreateFunction(ctx, FunctionSpec{Name: "one", Archive: bytes.NewReader(archive), MaxConcurrency: 1}); err != nil {
 		t.Fatal(err)
 	}

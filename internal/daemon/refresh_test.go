@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -45,7 +46,7 @@ func TestRefreshOutdatedFunction(t *testing.T) {
 
 	c, _ := fakeService(t, withRegistry)
 	_, v2 := bootAndSnapshotSpec(t, c, FunctionSpec{Name: "fn",
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 2\n"}))})
+		Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return 2\n"}))})
 	if _, err := c.PushSnapshot(ctx, v2.ID); err != nil {
 		t.Fatal(err)
 	}

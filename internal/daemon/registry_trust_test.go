@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/signing"
@@ -150,7 +151,7 @@ func TestImportRefusesUntrustedRecords(t *testing.T) {
 	// copy alone (the next round, it is refused again).
 	c, _ := fakeService(t, withRegistry) // trusted by nobody
 	_, v2 := bootAndSnapshotSpec(t, c, FunctionSpec{Name: "fn",
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return 2\n"}))})
+		Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return 2\n"}))})
 	if _, err := c.PushSnapshot(ctx, v2.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/signing"
@@ -136,7 +137,7 @@ func checkOtherCodeVersion(t *testing.T, b *Service, v1Snap string) {
 func deployApp(t *testing.T, s *Service, body string) *DeployResult {
 	t.Helper()
 	res, err := s.Deploy(context.Background(), DeploySpec{FunctionSpec: FunctionSpec{Name: "app",
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: body}))}})
+		Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: body}))}})
 	if err != nil {
 		t.Fatal(err)
 	}

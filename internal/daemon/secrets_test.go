@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
@@ -258,7 +259,7 @@ func TestVersionsCarryEnvAndSecrets(t *testing.T) {
 	deploy := func(env, refs map[string]string) *DeployResult {
 		t.Helper()
 		res, err := s.Deploy(ctx, DeploySpec{FunctionSpec: FunctionSpec{Name: "app", Env: env, Secrets: refs,
-			Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))}})
+			Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return e\n"}))}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -56,7 +57,7 @@ func createFn(t *testing.T, s *Service, name string) { createSpec(t, s, Function
 func createSpec(t *testing.T, s *Service, spec FunctionSpec) {
 	t.Helper()
 	if spec.Archive == nil {
-		spec.Archive = bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "def handle(e): return e\n"}))
+		spec.Archive = bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return e\n"}))
 	}
 	if _, err := s.CreateFunction(context.Background(), spec); err != nil {
 		t.Fatal(err)

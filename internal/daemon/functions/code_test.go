@@ -14,64 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 )
-
-// tarEntry is one member of a test archive. size, when set, is written in
-// the header instead of len(body) and the body is left out: the archive
-// then ends right after that header (enough for checks made on headers).
-type tarEntry struct {
-	name     string
-	typeflag byte
-	body     string
-	mode     int64
-	link     string
-	size     int64
-}
-
-func tarGz(t *testing.T, entries ...tarEntry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	complete := true
-	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Typeflag: e.typeflag, Mode: e.mode, Linkname: e.link, ModTime: time.Unix(1700000000, 0)}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if e.size != 0 {
-			h.Size = e.size
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %q: %v", e.name, err)
-		}
-		if e.size != 0 {
-			complete = false
-			break
-		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if complete {
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 // tree lists the files and directories under root as "path" (dirs with a
 // trailing slash) mapped to "mode content".
@@ -137,17 +82,17 @@ func TestExtractArchive(t *testing.T) {
 	// The modes below are what the files get under an ordinary umask; a
 	// daemon opened earlier in this process set 077 (its data is its own).
 	defer syscall.Umask(syscall.Umask(0o022))
-	archive := tarGz(t,
-		tarEntry{name: "./", typeflag: tar.TypeDir, mode: 0o755},
-		tarEntry{name: "./handler.py", body: "def handler(event):\n    return event\n"},
-		tarEntry{name: "lib/", typeflag: tar.TypeDir, mode: 0o700},
-		tarEntry{name: "lib/run.sh", body: "#!/bin/sh\n", mode: 0o755},
-		tarEntry{name: "lib/secret.txt", body: "s", mode: 0o600},
-		tarEntry{name: "lib/suid", body: "x", mode: 0o4755},
-		tarEntry{name: "data/deep/er/file.json", body: "{}"},
-		tarEntry{name: "a/./b/../c.txt", body: "c"},
-		tarEntry{name: "..dotdot-prefix", body: "a file name, not a parent"},
-		tarEntry{name: "empty", body: ""},
+	archive := archivetest.TarGz(t,
+		archivetest.Entry{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
+		archivetest.Entry{Name: "./handler.py", Body: "def handler(event):\n    return event\n"},
+		archivetest.Entry{Name: "lib/", Typeflag: tar.TypeDir, Mode: 0o700},
+		archivetest.Entry{Name: "lib/run.sh", Body: "#!/bin/sh\n", Mode: 0o755},
+		archivetest.Entry{Name: "lib/secret.txt", Body: "s", Mode: 0o600},
+		archivetest.Entry{Name: "lib/suid", Body: "x", Mode: 0o4755},
+		archivetest.Entry{Name: "data/deep/er/file.json", Body: "{}"},
+		archivetest.Entry{Name: "a/./b/../c.txt", Body: "c"},
+		archivetest.Entry{Name: "..dotdot-prefix", Body: "a file name, not a parent"},
+		archivetest.Entry{Name: "empty", Body: ""},
 	)
 	dst := filepath.Join(t.TempDir(), "hello")
 	if err := os.Mkdir(dst, 0o755); err != nil {
@@ -184,29 +129,29 @@ func TestExtractArchiveRejects(t *testing.T) {
 		tw.Close()
 		return buf.Bytes()
 	}
-	entries := func(es ...tarEntry) func(t *testing.T) []byte {
-		return func(t *testing.T) []byte { return tarGz(t, es...) }
+	entries := func(es ...archivetest.Entry) func(t *testing.T) []byte {
+		return func(t *testing.T) []byte { return archivetest.TarGz(t, es...) }
 	}
-	handler := tarEntry{name: "handler.py", body: "def handler(e): return e\n"}
+	handler := archivetest.Entry{Name: "handler.py", Body: "def handler(e): return e\n"}
 	tests := []struct {
 		name    string
 		archive func(t *testing.T) []byte
 		wantMsg string
 	}{
-		{name: "parent directory", archive: entries(handler, tarEntry{name: "../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "parent through a subdirectory", archive: entries(tarEntry{name: "lib/../../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "dot-slash parent", archive: entries(tarEntry{name: "./../x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "parent directory entry", archive: entries(tarEntry{name: "../", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "leaves the function directory"},
-		{name: "bare dot-dot", archive: entries(tarEntry{name: "..", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "leaves the function directory"},
-		{name: "absolute path", archive: entries(tarEntry{name: "/abs", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "absolute path into /etc", archive: entries(tarEntry{name: "/etc/cron.d/x", body: "escape"}), wantMsg: "leaves the function directory"},
-		{name: "symlink", archive: entries(handler, tarEntry{name: "passwd", typeflag: tar.TypeSymlink, link: "/etc/passwd"}), wantMsg: "not a regular file or directory"},
-		{name: "relative symlink", archive: entries(tarEntry{name: "up", typeflag: tar.TypeSymlink, link: ".."}), wantMsg: "not a regular file or directory"},
-		{name: "hard link", archive: entries(handler, tarEntry{name: "h2", typeflag: tar.TypeLink, link: "handler.py"}), wantMsg: "not a regular file or directory"},
-		{name: "fifo", archive: entries(tarEntry{name: "pipe", typeflag: tar.TypeFifo}), wantMsg: "not a regular file or directory"},
-		{name: "character device", archive: entries(tarEntry{name: "null", typeflag: tar.TypeChar}), wantMsg: "not a regular file or directory"},
+		{name: "parent directory", archive: entries(handler, archivetest.Entry{Name: "../x", Body: "escape"}), wantMsg: "leaves the function directory"},
+		{name: "parent through a subdirectory", archive: entries(archivetest.Entry{Name: "lib/../../x", Body: "escape"}), wantMsg: "leaves the function directory"},
+		{name: "dot-slash parent", archive: entries(archivetest.Entry{Name: "./../x", Body: "escape"}), wantMsg: "leaves the function directory"},
+		{name: "parent directory entry", archive: entries(archivetest.Entry{Name: "../", Typeflag: tar.TypeDir, Mode: 0o755}), wantMsg: "leaves the function directory"},
+		{name: "bare dot-dot", archive: entries(archivetest.Entry{Name: "..", Typeflag: tar.TypeDir, Mode: 0o755}), wantMsg: "leaves the function directory"},
+		{name: "absolute path", archive: entries(archivetest.Entry{Name: "/abs", Body: "escape"}), wantMsg: "leaves the function directory"},
+		{name: "absolute path into /etc", archive: entries(archivetest.Entry{Name: "/etc/cron.d/x", Body: "escape"}), wantMsg: "leaves the function directory"},
+		{name: "symlink", archive: entries(handler, archivetest.Entry{Name: "passwd", Typeflag: tar.TypeSymlink, Link: "/etc/passwd"}), wantMsg: "not a regular file or directory"},
+		{name: "relative symlink", archive: entries(archivetest.Entry{Name: "up", Typeflag: tar.TypeSymlink, Link: ".."}), wantMsg: "not a regular file or directory"},
+		{name: "hard link", archive: entries(handler, archivetest.Entry{Name: "h2", Typeflag: tar.TypeLink, Link: "handler.py"}), wantMsg: "not a regular file or directory"},
+		{name: "fifo", archive: entries(archivetest.Entry{Name: "pipe", Typeflag: tar.TypeFifo}), wantMsg: "not a regular file or directory"},
+		{name: "character device", archive: entries(archivetest.Entry{Name: "null", Typeflag: tar.TypeChar}), wantMsg: "not a regular file or directory"},
 		{name: "duplicate file", archive: entries(handler, handler), wantMsg: "handler.py"},
-		{name: "declared size over the limit", archive: entries(handler, tarEntry{name: "big.bin", size: MaxCodeBytes + 1}), wantMsg: "exceeds"},
+		{name: "declared size over the limit", archive: entries(handler, archivetest.Entry{Name: "big.bin", Size: MaxCodeBytes + 1}), wantMsg: "exceeds"},
 		{name: "not gzip: plain tar", archive: plainTar, wantMsg: "not gzip"},
 		{name: "not gzip: text", archive: func(*testing.T) []byte { return []byte("def handler(e): pass\n") }, wantMsg: "not gzip"},
 		{name: "not gzip: empty body", archive: func(*testing.T) []byte { return nil }, wantMsg: "not gzip"},
@@ -218,14 +163,14 @@ func TestExtractArchiveRejects(t *testing.T) {
 			return buf.Bytes()
 		}, wantMsg: "archive"},
 		{name: "truncated", archive: func(t *testing.T) []byte {
-			b := tarGz(t, tarEntry{name: "handler.py", body: strings.Repeat("# padding that compresses poorly 0123456789\n", 200)})
+			b := archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: strings.Repeat("# padding that compresses poorly 0123456789\n", 200)})
 			return b[:len(b)/2]
 		}, wantMsg: "archive"},
 		// A client's archive that contradicts itself is a bad request like
 		// the others, but these two currently fail with the raw mkdir
 		// error, which the API turns into 500 internal.
-		{name: "directory where a file was", archive: entries(handler, tarEntry{name: "lib", body: "x"}, tarEntry{name: "lib/", typeflag: tar.TypeDir, mode: 0o755}), wantMsg: "lib"},
-		{name: "file under a file", archive: entries(tarEntry{name: "lib", body: "x"}, tarEntry{name: "lib/util.py", body: "y"}), wantMsg: "lib"},
+		{name: "directory where a file was", archive: entries(handler, archivetest.Entry{Name: "lib", Body: "x"}, archivetest.Entry{Name: "lib/", Typeflag: tar.TypeDir, Mode: 0o755}), wantMsg: "lib"},
+		{name: "file under a file", archive: entries(archivetest.Entry{Name: "lib", Body: "x"}, archivetest.Entry{Name: "lib/util.py", Body: "y"}), wantMsg: "lib"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/deps/pypitest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -34,9 +35,9 @@ func withIndex(index string, more ...func(*Config)) func(*Config) {
 
 // depsSpec is a function whose directory holds requirements.
 func depsSpec(t *testing.T, name, requirements string) Spec {
-	return Spec{Name: name, Archive: bytes.NewReader(tarGz(t,
-		tarEntry{name: "handler.py", body: "def handle(e): return e\n"},
-		tarEntry{name: RequirementsFile, body: requirements}))}
+	return Spec{Name: name, Archive: bytes.NewReader(archivetest.TarGz(t,
+		archivetest.Entry{Name: "handler.py", Body: "def handle(e): return e\n"},
+		archivetest.Entry{Name: RequirementsFile, Body: requirements}))}
 }
 
 // Requirements that cannot be satisfied fail the create with a clear

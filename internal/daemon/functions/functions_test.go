@@ -10,14 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
 
-func archive(t *testing.T, extra ...tarEntry) *bytes.Reader {
+func archive(t *testing.T, extra ...archivetest.Entry) *bytes.Reader {
 	t.Helper()
-	return bytes.NewReader(tarGz(t, append([]tarEntry{{name: "handler.py", body: "def handle(e): return e\n"}}, extra...)...))
+	return bytes.NewReader(archivetest.TarGz(t, append([]archivetest.Entry{{Name: "handler.py", Body: "def handle(e): return e\n"}}, extra...)...))
 }
 
 // A create records the function with its code directory and disk, tells

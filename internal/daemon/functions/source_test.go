@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 )
 
@@ -130,13 +131,13 @@ func TestCreateFromDirectoryWhoAndWhere(t *testing.T) {
 
 // A function of many small files gets a disk with inodes for all of them.
 func TestManySmallFilesFitTheDisk(t *testing.T) {
-	var ents []tarEntry
-	ents = append(ents, tarEntry{name: "handler.py", body: "def handle(e): return 1\n"})
+	var ents []archivetest.Entry
+	ents = append(ents, archivetest.Entry{Name: "handler.py", Body: "def handle(e): return 1\n"})
 	for i := range 5000 {
-		ents = append(ents, tarEntry{name: fmt.Sprintf("data/d%02d/f%04d.txt", i%50, i), body: "x"})
+		ents = append(ents, archivetest.Entry{Name: fmt.Sprintf("data/d%02d/f%04d.txt", i%50, i), Body: "x"})
 	}
 	s, _ := newManager(t, nil)
-	f, err := s.CreateFunction(context.Background(), Spec{Name: "many", Archive: bytes.NewReader(tarGz(t, ents...))})
+	f, err := s.CreateFunction(context.Background(), Spec{Name: "many", Archive: bytes.NewReader(archivetest.TarGz(t, ents...))})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -146,12 +147,12 @@ func TestManySmallFilesFitTheDisk(t *testing.T) {
 }
 
 func TestArchiveEntryLimit(t *testing.T) {
-	ents := []tarEntry{{name: "handler.py", body: "x"}}
+	ents := []archivetest.Entry{{Name: "handler.py", Body: "x"}}
 	for i := range MaxCodeEntries {
-		ents = append(ents, tarEntry{name: fmt.Sprintf("f%05d", i), body: ""})
+		ents = append(ents, archivetest.Entry{Name: fmt.Sprintf("f%05d", i), Body: ""})
 	}
 	s, _ := newManager(t, nil)
-	_, err := s.CreateFunction(context.Background(), Spec{Name: "flood", Archive: bytes.NewReader(tarGz(t, ents...))})
+	_, err := s.CreateFunction(context.Background(), Spec{Name: "flood", Archive: bytes.NewReader(archivetest.TarGz(t, ents...))})
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "more than 10000") {
 		t.Fatalf("create = %v, want the entry limit", err)
 	}
@@ -160,7 +161,7 @@ func TestArchiveEntryLimit(t *testing.T) {
 	}
 	deep := strings.Repeat("d/", MaxCodeDepth) + "f"
 	_, err = s.CreateFunction(context.Background(), Spec{Name: "deep",
-		Archive: bytes.NewReader(tarGz(t, tarEntry{name: "handler.py", body: "x"}, tarEntry{name: deep, body: "x"}))})
+		Archive: bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "handler.py", Body: "x"}, archivetest.Entry{Name: deep, Body: "x"}))})
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "nested deeper") {
 		t.Fatalf("deep archive = %v", err)
 	}
