@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 )
 
@@ -41,11 +42,7 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	if edit != nil {
 		edit(&cfg)
 	}
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	cfg.Deps.SetDefaults()
 	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}}
 	if err := s.openFunctions(); err != nil {

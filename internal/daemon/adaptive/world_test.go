@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
@@ -56,11 +57,7 @@ type prepareCall struct {
 func newWorld(t *testing.T, cfg Config) *world {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	w := &world{t: t, db: db, dir: dir, metrics: &fakeMetrics{counts: map[string]int{}}, ops: &fakeOps{}}
 	w.art = &fakeArtifacts{}
 	sts := []restore.Strategy{{Kind: restore.Vanilla}, w.strategy(restore.REAP, 2, false), w.strategy(restore.SnapBPF, 3, true),

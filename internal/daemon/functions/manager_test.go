@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/registry"
 )
@@ -109,11 +110,7 @@ func newManager(t *testing.T, edit func(*Config)) (*Manager, *fakeDaemon) {
 		edit(&cfg)
 	}
 	cfg.Deps.SetDefaults()
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	f := &fakeDaemon{db: db, reserved: map[string]bool{}, remote: t.TempDir()}
 	m, err := New(cfg, f.deps())
 	if err != nil {

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -34,11 +34,7 @@ func newHistory(t *testing.T, cfg Config) (*History, *catalog.DB, chan struct{})
 	if cfg.MaxStoredResultBytes == 0 {
 		cfg.MaxStoredResultBytes = DefaultMaxStoredResult
 	}
-	db, err := catalog.Open(filepath.Join(cfg.DataDir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, cfg.DataDir)
 	stop := make(chan struct{})
 	return New(cfg, Deps{DB: db, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Stop: stop, ValidName: validName}), db, stop
 }

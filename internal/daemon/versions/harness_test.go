@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -81,11 +82,7 @@ func validName(name string) error {
 func newHarness(t *testing.T, keep int) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	h := &harness{t: t, db: db, dir: dir, registry: &fakeRegistry{}, inputs: BuildInputs{Image: "image-1", VMM: "fake 1"}}
 	h.m = New(Config{Keep: keep}, h.deps())
 	return h
