@@ -18,6 +18,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
+	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli/clitest"
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/output"
 )
 
@@ -159,13 +160,7 @@ func (f *fakeDaemon) operation() http.HandlerFunc {
 func newFakeDaemon(t *testing.T) *fakeDaemon {
 	t.Helper()
 	f := &fakeDaemon{bodies: map[string][]byte{}}
-	answer := func(status int, body string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			io.WriteString(w, body)
-		}
-	}
+	answer := clitest.Answer
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/info", answer(200, infoJSON))
 	mux.Handle("GET /v1/functions", answer(200, functionsJSON))
@@ -190,13 +185,20 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	  "capacity_bytes": 8589934592, "free_bytes": 4294967296, "used_bytes": 104857600, "reserved_bytes": 96468992,
 	  "entries": [{"snapshot": "snap-1", "path": "/mnt/huge/snap-1.mem", "size": 268435456, "sha256": "00", "bytes": 104857600,
 	   "regions": 6, "page_size": 2097152, "stored_ms": 380, "stored_at": "2025-01-02T03:04:05Z"}]}`))
+	return f.serve(t, mux)
+}
+
+// serve starts f's server over h, recording each request and its body;
+// it is closed when the test ends.
+func (f *fakeDaemon) serve(t *testing.T, h http.Handler) *fakeDaemon {
+	t.Helper()
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
 		f.bodies[r.Method+" "+r.URL.Path] = b
 		f.mu.Unlock()
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(f.Close)
 	return f

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,16 +33,7 @@ func secretDaemon(t *testing.T) *fakeDaemon {
 		  "env": {"LOG_LEVEL": "info"}, "secrets": {"DB_PASSWORD": "db"},
 		  "warnings": ["handler.py:3: random.random() runs at import: draw it in handle()"]}`)
 	})
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		f.mu.Lock()
-		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
-		f.bodies[r.Method+" "+r.URL.Path] = b
-		f.mu.Unlock()
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(f.Close)
-	return f
+	return f.serve(t, mux)
 }
 
 func sentValue(t *testing.T, f *fakeDaemon) string {

@@ -16,13 +16,7 @@ import (
 // pinned), a version and an alias.
 func newDeleteDaemon(t *testing.T) *clitest.Daemon {
 	t.Helper()
-	answer := func(status int, body string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			io.WriteString(w, body)
-		}
-	}
+	answer := clitest.Answer
 	busy := `{"id": "vm-busy", "function": "hello", "state": "running", "run_dir": "/r", "accel": "tcg", "memory_mib": 256,
 	  "created_at": "2026-01-02T03:04:05Z", "updated_at": "2026-01-02T03:04:05Z",
 	  "invocation": {"id": "inv-0123456789ab", "started_at": "2026-01-02T03:04:05Z", "running_ms": 12345, "timeout_ms": 600000}}`

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,13 +19,7 @@ const vmBusyJSON = `{"id": "vm-busy", "function": "hello", "state": "running", "
 // delete ends it at once).
 func newDeleteDaemon(t *testing.T) *clitest.Daemon {
 	t.Helper()
-	answer := func(status int, body string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			io.WriteString(w, body)
-		}
-	}
+	answer := clitest.Answer
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/vms/vm-busy", answer(200, vmBusyJSON))
 	mux.HandleFunc("DELETE /v1/vms/vm-busy", func(w http.ResponseWriter, r *http.Request) {

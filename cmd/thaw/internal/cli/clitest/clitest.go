@@ -6,6 +6,7 @@ package clitest
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,6 +38,16 @@ func NewDaemon(t testing.TB, h http.Handler) *Daemon {
 	}))
 	t.Cleanup(d.Close)
 	return d
+}
+
+// Answer is a handler that answers every request with status and the JSON
+// body, as thawd answers.
+func Answer(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
 }
 
 // Count is how many requests the daemon was sent.
