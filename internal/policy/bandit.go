@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // The policy's constants (docs/design.md, "Adaptive restore").
@@ -95,17 +97,8 @@ type Decision struct {
 	Reason   string `json:"reason"`
 }
 
-// Evidence summarizes one strategy's samples.
-type Evidence struct {
-	Strategy       string    `json:"strategy"`
-	Samples        int       `json:"samples"`
-	MedianTotalMS  float64   `json:"median_total_ms"`
-	MedianSetupMS  float64   `json:"median_setup_ms"`
-	MedianResumeMS float64   `json:"median_resume_ms"`
-	MedianFaults   float64   `json:"median_faults"`
-	MedianBytes    float64   `json:"median_bytes_read"`
-	LastAt         time.Time `json:"last_at"`
-}
+// Evidence summarizes one strategy's samples, as the API shows it.
+type Evidence = wire.StrategyEvidence
 
 // Reset starts the evidence and the choice afresh for snapshot (a new
 // one, or the first), keeping the counters.
@@ -315,7 +308,7 @@ func (l *Location) Evidence() []Evidence {
 		e.MedianSetupMS = col(func(s Sample) float64 { return s.SetupMS })
 		e.MedianResumeMS = col(func(s Sample) float64 { return s.ResumeMS })
 		e.MedianFaults = col(func(s Sample) float64 { return float64(s.Faults) })
-		e.MedianBytes = col(func(s Sample) float64 { return float64(s.BytesRead) })
+		e.MedianBytesRead = col(func(s Sample) float64 { return float64(s.BytesRead) })
 		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Strategy < out[j].Strategy })

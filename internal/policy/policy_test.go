@@ -210,7 +210,7 @@ func TestEvidenceAndPersistence(t *testing.T) {
 		l.Observe("reap", Sample{At: t0, TotalMS: float64(i), SetupMS: 2 * float64(i), Faults: uint64(i), BytesRead: 4096})
 	}
 	ev := l.Evidence()
-	if len(ev) != 1 || ev[0].Samples != Window || ev[0].MedianTotalMS != 15.5 || ev[0].MedianSetupMS != 31 || ev[0].MedianBytes != 4096 {
+	if len(ev) != 1 || ev[0].Samples != Window || ev[0].MedianTotalMS != 15.5 || ev[0].MedianSetupMS != 31 || ev[0].MedianBytesRead != 4096 {
 		t.Fatalf("evidence %+v", ev)
 	}
 	l.Choice, l.ColdStarts, l.Explorations = "reap", 40, 3

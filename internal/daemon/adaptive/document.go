@@ -132,11 +132,7 @@ func versionBody(v int, st *restoreState) wire.RestoreVersion {
 		}
 		rl := wire.RestoreLocation{Location: loc, Snapshot: l.Snapshot, Choice: l.Choice, Reason: l.Reason, ChangedAt: l.ChangedAt,
 			ColdStarts: l.ColdStarts, Explorations: l.Explorations, Evidence: []wire.StrategyEvidence{}}
-		for _, e := range l.Evidence() {
-			rl.Evidence = append(rl.Evidence, wire.StrategyEvidence{Strategy: e.Strategy, Samples: e.Samples,
-				MedianTotalMS: e.MedianTotalMS, MedianSetupMS: e.MedianSetupMS, MedianResumeMS: e.MedianResumeMS,
-				MedianFaults: e.MedianFaults, MedianBytesRead: e.MedianBytes, LastAt: e.LastAt})
-		}
+		rl.Evidence = append(rl.Evidence, l.Evidence()...)
 		out.Locations = append(out.Locations, rl)
 	}
 	kinds := make([]string, 0, len(st.Drift))
