@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 
 	"github.com/thaw-dev/thaw/internal/objstore"
 	fsstore "github.com/thaw-dev/thaw/internal/objstore/fs"
@@ -122,14 +123,22 @@ func (s *Store) fetchChunk(ctx context.Context, sum string, dst, tmp []byte) (in
 // GetManifest fetches the remote manifest of snapshot id, verifies its
 // signature (GetRecord) and only then checks its content.
 func (s *Store) GetManifest(ctx context.Context, id string) (*RemoteManifest, error) {
-	if !idRE.MatchString(id) {
-		return nil, fmt.Errorf("%w: snapshot id %q", ErrInvalid, id)
+	return getChecked(ctx, s, KindManifest, "snapshot id", id, idRE, manifestKey, decodeManifestAt)
+}
+
+// getChecked fetches the record of kind stored under key(name), once name
+// (what it is) matches re, and decodes it with decode only after GetRecord
+// verified its signature.
+func getChecked[T any](ctx context.Context, s *Store, kind, what, name string, re *regexp.Regexp,
+	key func(string) string, decode func([]byte, string) (*T, error)) (*T, error) {
+	if !re.MatchString(name) {
+		return nil, fmt.Errorf("%w: %s %q", ErrInvalid, what, name)
 	}
-	b, err := s.GetRecord(ctx, KindManifest, manifestKey(id))
+	b, err := s.GetRecord(ctx, kind, key(name))
 	if err != nil {
 		return nil, err
 	}
-	return decodeManifestAt(b, id)
+	return decode(b, name)
 }
 
 // decodeManifestAt decodes the manifest stored under snapshot id's key.
@@ -149,14 +158,7 @@ func (s *Store) HasManifest(ctx context.Context, id string) (bool, error) {
 // GetFunction fetches a function record and verifies its signature
 // (GetRecord) before it checks its content.
 func (s *Store) GetFunction(ctx context.Context, name string) (*FunctionRecord, error) {
-	if !nameRE.MatchString(name) {
-		return nil, fmt.Errorf("%w: function name %q", ErrInvalid, name)
-	}
-	b, err := s.GetRecord(ctx, KindFunction, functionKey(name))
-	if err != nil {
-		return nil, err
-	}
-	return decodeFunctionRecordOf(b, name)
+	return getChecked(ctx, s, KindFunction, "function name", name, nameRE, functionKey, decodeFunctionRecordOf)
 }
 
 // decodeFunctionRecordOf decodes the record stored under name's key.
