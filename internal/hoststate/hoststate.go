@@ -130,10 +130,7 @@ type Lease struct {
 // fails, the record goes and, unless another daemon holds the change, the
 // change is undone.
 func (d *Dir) Acquire(key string, c Change) (*Lease, error) {
-	if !keyRE.MatchString(key) {
-		return nil, fmt.Errorf("host state key %q: use lowercase letters, digits and '-'", key)
-	}
-	unlock, err := d.lock()
+	unlock, err := d.lockKey(key)
 	if err != nil {
 		return nil, err
 	}
@@ -193,10 +190,7 @@ func (l *Lease) Release() error {
 // Recover undoes the change key if no live daemon holds it and one that
 // died left it; it reports whether it undid anything.
 func (d *Dir) Recover(key string, c Change) (bool, error) {
-	if !keyRE.MatchString(key) {
-		return false, fmt.Errorf("host state key %q: use lowercase letters, digits and '-'", key)
-	}
-	unlock, err := d.lock()
+	unlock, err := d.lockKey(key)
 	if err != nil {
 		return false, err
 	}
@@ -204,6 +198,14 @@ func (d *Dir) Recover(key string, c Change) (bool, error) {
 	_, statErr := os.Lstat(filepath.Join(d.path, key, savedFile))
 	live, err := d.recover(key, c)
 	return err == nil && live == 0 && statErr == nil, err
+}
+
+// lockKey checks key and takes the directory's lock.
+func (d *Dir) lockKey(key string) (func(), error) {
+	if !keyRE.MatchString(key) {
+		return nil, fmt.Errorf("host state key %q: use lowercase letters, digits and '-'", key)
+	}
+	return d.lock()
 }
 
 // recover drops the records of dead holders and, if none is alive, undoes
