@@ -31,27 +31,13 @@ func (h *Handler) triggerRoutes() []route {
 			e, err := withTriggers(t, func() (*wire.Endpoint, error) { return t.CreateEndpoint(r.Context(), req) })
 			reply(h, w, r, http.StatusCreated, e, err)
 		})},
-		{"GET", "/v1/endpoints/{name}", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.Endpoint, error) {
-			return withTriggers(t, func() (*wire.Endpoint, error) { return t.GetEndpoint(ctx, name) })
-		}, same)},
-		{"DELETE", "/v1/endpoints/{name}", done(h, "name", func(ctx context.Context, name string) error {
-			_, err := withTriggers(t, func() (any, error) { return nil, t.DeleteEndpoint(ctx, name) })
-			return err
-		})},
-		{"POST", "/v1/endpoints/{name}/rotate-key", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.Endpoint, error) {
-			return withTriggers(t, func() (*wire.Endpoint, error) { return t.RotateEndpointKey(ctx, name) })
-		}, same)},
-		{"GET", "/v1/functions/{name}/async", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.AsyncConfig, error) {
-			return withTriggers(t, func() (*wire.AsyncConfig, error) { return t.GetAsyncConfig(ctx, name) })
-		}, same)},
+		{"GET", "/v1/endpoints/{name}", triggerOne(h, "name", t.GetEndpoint)},
+		{"DELETE", "/v1/endpoints/{name}", triggerDone(h, "name", t.DeleteEndpoint)},
+		{"POST", "/v1/endpoints/{name}/rotate-key", triggerOne(h, "name", t.RotateEndpointKey)},
+		{"GET", "/v1/functions/{name}/async", triggerOne(h, "name", t.GetAsyncConfig)},
 		{"PUT", "/v1/functions/{name}/async", readThen(h, readSmallBody[wire.AsyncConfigRequest], h.putAsyncConfig)},
-		{"DELETE", "/v1/functions/{name}/async", done(h, "name", func(ctx context.Context, name string) error {
-			_, err := withTriggers(t, func() (any, error) { return nil, t.DeleteAsyncConfig(ctx, name) })
-			return err
-		})},
-		{"GET", "/v1/async/{id}", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*wire.AsyncInvocation, error) {
-			return withTriggers(t, func() (*wire.AsyncInvocation, error) { return t.GetAsync(ctx, id) })
-		}, same)},
+		{"DELETE", "/v1/functions/{name}/async", triggerDone(h, "name", t.DeleteAsyncConfig)},
+		{"GET", "/v1/async/{id}", triggerOne(h, "id", t.GetAsync)},
 		{"GET", "/v1/dead-letters", list(h, func(ctx context.Context, r *http.Request) ([]wire.DeadLetter, error) {
 			return withTriggers(t, func() ([]wire.DeadLetter, error) {
 				return t.ListDeadLetters(ctx, r.URL.Query().Get("function"), 0, maxDeadLetters)
@@ -61,9 +47,7 @@ func (h *Handler) triggerRoutes() []route {
 			n, err := withTriggers(t, func() (uint64, error) { return t.PurgeDeadLetters(r.Context(), r.URL.Query().Get("function")) })
 			reply(h, w, r, http.StatusOK, wire.PurgeResult{Purged: n}, err)
 		}},
-		{"GET", "/v1/dead-letters/{id}", one(h, "id", http.StatusOK, func(ctx context.Context, id string) (*wire.DeadLetter, error) {
-			return withTriggers(t, func() (*wire.DeadLetter, error) { return t.GetDeadLetter(ctx, id) })
-		}, same)},
+		{"GET", "/v1/dead-letters/{id}", triggerOne(h, "id", t.GetDeadLetter)},
 		{"POST", "/v1/dead-letters/{id}/replay", func(w http.ResponseWriter, r *http.Request) {
 			acc, err := withTriggers(t, func() (*wire.AsyncAccepted, error) { return t.ReplayDeadLetter(r.Context(), r.PathValue("id")) })
 			h.acceptedAsync(w, r, acc, err)
@@ -78,19 +62,14 @@ func (h *Handler) triggerRoutes() []route {
 			})
 			reply(h, w, r, http.StatusCreated, s, err)
 		})},
-		{"GET", "/v1/schedules/{name}", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.Schedule, error) {
-			return withTriggers(t, func() (*wire.Schedule, error) { return t.GetSchedule(ctx, name) })
-		}, same)},
-		{"DELETE", "/v1/schedules/{name}", done(h, "name", func(ctx context.Context, name string) error {
-			_, err := withTriggers(t, func() (any, error) { return nil, t.DeleteSchedule(ctx, name) })
-			return err
+		{"GET", "/v1/schedules/{name}", triggerOne(h, "name", t.GetSchedule)},
+		{"DELETE", "/v1/schedules/{name}", triggerDone(h, "name", t.DeleteSchedule)},
+		{"POST", "/v1/schedules/{name}/pause", triggerOne(h, "name", func(ctx context.Context, name string) (*wire.Schedule, error) {
+			return t.PauseSchedule(ctx, name, true)
 		})},
-		{"POST", "/v1/schedules/{name}/pause", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.Schedule, error) {
-			return withTriggers(t, func() (*wire.Schedule, error) { return t.PauseSchedule(ctx, name, true) })
-		}, same)},
-		{"POST", "/v1/schedules/{name}/resume", one(h, "name", http.StatusOK, func(ctx context.Context, name string) (*wire.Schedule, error) {
-			return withTriggers(t, func() (*wire.Schedule, error) { return t.PauseSchedule(ctx, name, false) })
-		}, same)},
+		{"POST", "/v1/schedules/{name}/resume", triggerOne(h, "name", func(ctx context.Context, name string) (*wire.Schedule, error) {
+			return t.PauseSchedule(ctx, name, false)
+		})},
 	}
 }
 
@@ -101,6 +80,25 @@ func withTriggers[T any](t *triggers.Triggers, op func() (T, error)) (T, error) 
 		return zero, fmt.Errorf("%w: this daemon runs no triggers", triggers.ErrEngine)
 	}
 	return op()
+}
+
+// triggerOne answers 200 with what call gives for the path's param, or
+// says the triggers are not running (t may be nil: call is not called).
+func triggerOne[R any](h *Handler, param string, call func(context.Context, string) (R, error)) http.HandlerFunc {
+	t := h.opts.Triggers
+	return one(h, param, http.StatusOK, func(ctx context.Context, v string) (R, error) {
+		return withTriggers(t, func() (R, error) { return call(ctx, v) })
+	}, same)
+}
+
+// triggerDone answers 204 once call is done with the path's param, or
+// says the triggers are not running.
+func triggerDone(h *Handler, param string, call func(context.Context, string) error) http.HandlerFunc {
+	t := h.opts.Triggers
+	return done(h, param, func(ctx context.Context, v string) error {
+		_, err := withTriggers(t, func() (any, error) { return nil, call(ctx, v) })
+		return err
+	})
 }
 
 func (h *Handler) putAsyncConfig(w http.ResponseWriter, r *http.Request, req wire.AsyncConfigRequest) {

@@ -47,3 +47,25 @@ func TestAsyncInvokeTakesAnEventOnly(t *testing.T) {
 		t.Errorf("a plain async request: %d %s, want 503 engine_unavailable", rec.Code, rec.Body)
 	}
 }
+
+// TestTriggerRoutesWithoutEngine: a daemon that runs no triggers answers
+// each of their routes 503 engine_unavailable, naming what is missing.
+func TestTriggerRoutesWithoutEngine(t *testing.T) {
+	h := NewServices(noDaemon(), discard, Options{Token: testToken})
+	for _, route := range []string{
+		"GET /v1/endpoints/web", "DELETE /v1/endpoints/web", "POST /v1/endpoints/web/rotate-key",
+		"GET /v1/functions/hello/async", "DELETE /v1/functions/hello/async", "GET /v1/async/0123456789abcdef",
+		"GET /v1/dead-letters/7", "GET /v1/schedules/nightly", "DELETE /v1/schedules/nightly",
+		"POST /v1/schedules/nightly/pause", "POST /v1/schedules/nightly/resume",
+	} {
+		method, path, _ := strings.Cut(route, " ")
+		req := httptest.NewRequest(method, "http://127.0.0.1"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "engine_unavailable") ||
+			!strings.Contains(rec.Body.String(), "runs no triggers") {
+			t.Errorf("%s: %d %s, want 503 engine_unavailable", route, rec.Code, rec.Body)
+		}
+	}
+}
