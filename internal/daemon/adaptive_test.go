@@ -285,10 +285,10 @@ func TestRestoreSettingsRefused(t *testing.T) {
 	}
 }
 
-// preparedGen prepares echo with the real FaaSnap record step (which takes
-// the warm snapshot) and the gen strategy as reap: the warm snapshot has
-// generation 1 of reap's artifacts and its record input is kept.
-func preparedGen(t *testing.T, w *genWorld, edit func(*Config)) (*Service, *PrepareResult) {
+// genService is a fake service restoring with vanilla, w's gen strategy as
+// reap and FaaSnap's real record step (not auto), keeping no VMs or VMMs
+// aside; edit, if set, changes its config further.
+func genService(t *testing.T, w *genWorld, edit func(*Config)) *Service {
 	t.Helper()
 	faasnap, _ := restore.Lookup(restore.FaaSnap)
 	faasnap.Auto = false
@@ -300,6 +300,15 @@ func preparedGen(t *testing.T, w *genWorld, edit func(*Config)) (*Service, *Prep
 			edit(c)
 		}
 	})
+	return s
+}
+
+// preparedGen prepares echo with the real FaaSnap record step (which takes
+// the warm snapshot) and the gen strategy as reap: the warm snapshot has
+// generation 1 of reap's artifacts and its record input is kept.
+func preparedGen(t *testing.T, w *genWorld, edit func(*Config)) (*Service, *PrepareResult) {
+	t.Helper()
+	s := genService(t, w, edit)
 	ctx := context.Background()
 	createSpec(t, s, FunctionSpec{Name: "echo", Strategy: "reap", Refresh: wire.RefreshPrepare})
 	res, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`{"x":1}`), GroupSize: 64})
@@ -517,12 +526,7 @@ func TestRefreshInterruptedByRestart(t *testing.T) {
 // the next cold starts restore the warm snapshot it made.
 func TestBackgroundPrepare(t *testing.T) {
 	w := &genWorld{}
-	faasnap, _ := restore.Lookup(restore.FaaSnap)
-	faasnap.Auto = false
-	vanilla, _ := restore.Lookup(restore.Vanilla)
-	s, _ := fakeService(t, func(c *Config) {
-		c.KeepAlive, c.VMMPool = -1, -1
-		c.Strategies = []restore.Strategy{vanilla, w.strategy(restore.REAP), faasnap}
+	s := genService(t, w, func(c *Config) {
 		c.Adaptive = AdaptiveConfig{DefaultStrategy: wire.StrategyAuto, DefaultRefresh: wire.RefreshPrepare, PrepareAfter: 2}
 	})
 	ctx := context.Background()

@@ -21,18 +21,6 @@ import (
 // Helpers the daemon's tests share to give functions their code (the
 // component's own tests are in package functions).
 
-func writeFile(t *testing.T, path, body string) {
-	t.Helper()
-	st, err := os.Stat(path)
-	mode := os.FileMode(0o644)
-	if err == nil {
-		mode = st.Mode().Perm()
-	}
-	if err := os.WriteFile(path, []byte(body), mode); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // fnService is a service with a catalog and a functions directory: enough
 // to create functions (mkfs.ext4 runs for real).
 func fnService(t *testing.T, edit func(*Config)) *Service {
@@ -122,7 +110,9 @@ func TestRemoveLeftovers(t *testing.T) {
 		if err := os.MkdirAll(j, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(j, "memory"), "x")
+		if err := os.WriteFile(filepath.Join(j, "memory"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.removeLeftovers(ctx); err != nil {
 		t.Fatal(err)
