@@ -59,12 +59,8 @@ func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) 
 	if _, err := s.GetSnapshot(ctx, id); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpPush, id, func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.PushSnapshot(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Push: res}, nil
+	return startCall(s, ctx, wire.OpPush, id, s.PushSnapshot, id, func(res *wire.PushResult) *wire.OperationResult {
+		return &wire.OperationResult{Push: res}
 	})
 }
 
@@ -77,12 +73,8 @@ func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operati
 	if target == "" {
 		target = req.Function
 	}
-	return s.startOperation(ctx, wire.OpPull, target, func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.PullSnapshot(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Pull: res}, nil
+	return startCall(s, ctx, wire.OpPull, target, s.PullSnapshot, req, func(res *wire.PullResult) *wire.OperationResult {
+		return &wire.OperationResult{Pull: res}
 	})
 }
 
@@ -94,12 +86,8 @@ func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, 
 	if _, err := regsync.CheckGC(req); err != nil {
 		return nil, err
 	}
-	return s.startOperation(ctx, wire.OpGC, s.reg.Registry().Config().Location(), func(ctx context.Context) (*wire.OperationResult, error) {
-		res, err := s.CollectRegistry(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{GC: res}, nil
+	return startCall(s, ctx, wire.OpGC, s.reg.Registry().Config().Location(), s.CollectRegistry, req, func(res *wire.GCResult) *wire.OperationResult {
+		return &wire.OperationResult{GC: res}
 	})
 }
 
