@@ -296,21 +296,33 @@ func (s *Store) PushFunction(ctx context.Context, rec FunctionRecord, code []byt
 		return err
 	}
 	defer l.release()
-	ok, err := s.exists(ctx, rec.Code)
-	if err != nil {
+	if err := s.putCode(ctx, rec.Code, code); err != nil {
 		return err
 	}
-	if !ok {
-		if err := s.put(ctx, rec.Code, code, "application/gzip"); err != nil {
-			return err
-		}
-	}
-	b, err := json.Marshal(rec)
+	b, err := encodeChecked(rec, decodeFunctionRecord)
 	if err != nil {
-		return err
-	}
-	if _, err := decodeFunctionRecord(b); err != nil {
 		return err
 	}
 	return s.PutRecord(ctx, KindFunction, functionKey(rec.Name), b)
+}
+
+// putCode stores a code archive under key unless it is there already.
+func (s *Store) putCode(ctx context.Context, key string, code []byte) error {
+	ok, err := s.exists(ctx, key)
+	if err != nil || ok {
+		return err
+	}
+	return s.put(ctx, key, code, "application/gzip")
+}
+
+// encodeChecked is v's JSON, once decode (what its readers run) accepts it.
+func encodeChecked[T any](v any, decode func([]byte) (T, error)) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := decode(b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

@@ -99,18 +99,11 @@ func (s *Store) mergeVersion(ctx context.Context, vr VersionRecord, code []byte)
 		return err
 	}
 	vr.Function.Latest = vr.Snapshots[len(vr.Snapshots)-1]
-	if ok, err := s.exists(ctx, vr.Function.Code); err != nil {
+	if err := s.putCode(ctx, vr.Function.Code, code); err != nil {
 		return err
-	} else if !ok {
-		if err := s.put(ctx, vr.Function.Code, code, "application/gzip"); err != nil {
-			return err
-		}
 	}
-	b, err := json.Marshal(vr)
+	b, err := encodeChecked(vr, decodeVersionRecord)
 	if err != nil {
-		return err
-	}
-	if _, err := decodeVersionRecord(b); err != nil {
 		return err
 	}
 	// An invalid or untrusted record is replaced, as long as it is the
@@ -189,11 +182,7 @@ func decodeVersionRecord(b []byte) (*VersionRecord, error) {
 			return nil, fmt.Errorf("%w: version record %s:%d names snapshot %q", ErrInvalid, vr.Function.Name, vr.Number, id)
 		}
 	}
-	fb, err := json.Marshal(vr.Function)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := decodeFunctionRecord(fb); err != nil {
+	if _, err := encodeChecked(vr.Function, decodeFunctionRecord); err != nil {
 		return nil, fmt.Errorf("version record %s:%d: %w", vr.Function.Name, vr.Number, err)
 	}
 	return &vr, nil
