@@ -47,6 +47,13 @@ type CreateEndpointRequest struct {
 // and where their outcomes go. Zero values are the daemon's defaults.
 type AsyncConfig struct {
 	Function string `json:"function"`
+	AsyncConfigRequest
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// AsyncConfigRequest is PUT /v1/functions/{name}/async: the function's
+// settings as a whole (a field left out is the daemon's default).
+type AsyncConfigRequest struct {
 	// MaxRetries after the first attempt (nil: the default, 2).
 	MaxRetries *int `json:"max_retries,omitempty"`
 	// MaxEventAgeS: an event older than this is not tried again (default
@@ -61,20 +68,8 @@ type AsyncConfig struct {
 	// OnSuccess and OnFailure are destinations: "" (none), "dlq" (the
 	// dead-letter subject) or an http(s) URL (a webhook). A failure with
 	// no destination goes to the dead-letter subject.
-	OnSuccess string    `json:"on_success,omitempty"`
-	OnFailure string    `json:"on_failure,omitempty"`
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
-}
-
-// AsyncConfigRequest is PUT /v1/functions/{name}/async: the function's
-// settings as a whole (a field left out is the daemon's default).
-type AsyncConfigRequest struct {
-	MaxRetries   *int   `json:"max_retries,omitempty"`
-	MaxEventAgeS int64  `json:"max_event_age_s,omitempty"`
-	BackoffMS    int64  `json:"backoff_ms,omitempty"`
-	Concurrency  int    `json:"concurrency,omitempty"`
-	OnSuccess    string `json:"on_success,omitempty"`
-	OnFailure    string `json:"on_failure,omitempty"`
+	OnSuccess string `json:"on_success,omitempty"`
+	OnFailure string `json:"on_failure,omitempty"`
 }
 
 // AsyncAccepted answers an asynchronous invocation (202).

@@ -103,8 +103,7 @@ func triggerDone(h *Handler, param string, call func(context.Context, string) er
 
 func (h *Handler) putAsyncConfig(w http.ResponseWriter, r *http.Request, req wire.AsyncConfigRequest) {
 	c, err := withTriggers(h.opts.Triggers, func() (*wire.AsyncConfig, error) {
-		return h.opts.Triggers.PutAsyncConfig(r.Context(), wire.AsyncConfig{Function: r.PathValue("name"), MaxRetries: req.MaxRetries,
-			MaxEventAgeS: req.MaxEventAgeS, BackoffMS: req.BackoffMS, Concurrency: req.Concurrency, OnSuccess: req.OnSuccess, OnFailure: req.OnFailure})
+		return h.opts.Triggers.PutAsyncConfig(r.Context(), wire.AsyncConfig{Function: r.PathValue("name"), AsyncConfigRequest: req})
 	})
 	reply(h, w, r, http.StatusOK, c, err)
 }

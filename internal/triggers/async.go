@@ -207,9 +207,9 @@ func (t *Triggers) GetAsyncConfig(ctx context.Context, function string) (*wire.A
 		return nil, err
 	}
 	r := c.MaxRetries
-	out := wire.AsyncConfig{Function: function, MaxRetries: &r, MaxEventAgeS: int64(c.MaxEventAge / time.Second),
-		BackoffMS: c.Backoff.Milliseconds(), Concurrency: c.Concurrency, OnSuccess: c.OnSuccess, OnFailure: c.OnFailure,
-		UpdatedAt: c.UpdatedAt}
+	out := wire.AsyncConfig{Function: function, AsyncConfigRequest: wire.AsyncConfigRequest{MaxRetries: &r,
+		MaxEventAgeS: int64(c.MaxEventAge / time.Second), BackoffMS: c.Backoff.Milliseconds(), Concurrency: c.Concurrency,
+		OnSuccess: c.OnSuccess, OnFailure: c.OnFailure}, UpdatedAt: c.UpdatedAt}
 	return &out, nil
 }
 

@@ -40,7 +40,7 @@ func TestAsyncRetriesThenDeadLetterThenReplay(t *testing.T) {
 	tr := openTest(t, "", inv, func(c *Config) { c.Backoff = 200 * time.Millisecond })
 	ctx := context.Background()
 	three := 3
-	if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: "fail", MaxRetries: &three}); err != nil {
+	if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: "fail", AsyncConfigRequest: wire.AsyncConfigRequest{MaxRetries: &three}}); err != nil {
 		t.Fatal(err)
 	}
 	acc, err := tr.Enqueue(ctx, EnqueueRequest{Function: "fail", Event: json.RawMessage(`{"n":1}`)})
@@ -155,7 +155,7 @@ func TestAsyncDestinationsWebhook(t *testing.T) {
 	ctx := context.Background()
 	zero := 0
 	for _, fn := range []string{"good", "bad"} {
-		if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: fn, MaxRetries: &zero, OnSuccess: hook.URL + "/ok", OnFailure: hook.URL + "/fail"}); err != nil {
+		if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: fn, AsyncConfigRequest: wire.AsyncConfigRequest{MaxRetries: &zero, OnSuccess: hook.URL + "/ok", OnFailure: hook.URL + "/fail"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -181,7 +181,7 @@ func TestAsyncDestinationsWebhook(t *testing.T) {
 	}
 	// A webhook the rules do not allow is refused at configuration...
 	for _, dest := range []string{"http://127.0.0.1:1/x", "ftp://x/y", "http://user:pw@" + hp + "/"} {
-		if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: "good", OnSuccess: dest}); !errors.Is(err, ErrInvalid) {
+		if _, err := tr.PutAsyncConfig(ctx, wire.AsyncConfig{Function: "good", AsyncConfigRequest: wire.AsyncConfigRequest{OnSuccess: dest}}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("destination %s: %v", dest, err)
 		}
 	}
