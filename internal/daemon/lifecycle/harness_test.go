@@ -22,17 +22,17 @@ type fakeDaemon struct {
 	db  *catalog.DB
 	dir string
 
-	mu       sync.Mutex
-	live     map[string]liveFake // VMs with a VMM, by id
-	kept     map[string]bool     // VMs idle in the keep-alive pool
-	stored   map[string]bool     // snapshots with a memory store copy
-	gates    map[string]*sync.RWMutex
-	dropped  []string // functions whose pooled VMs were retired
-	ended    []string // VMs EndVM stopped
-	deleted  []string // snapshots DeleteSnapshot removed
-	kicks    int      // KickDepsGC calls
-	cleared  []string // "function:version" ClearStale was called with
-	onEndVM  func(id string) // called as each VM ends
+	mu      sync.Mutex
+	live    map[string]liveFake // VMs with a VMM, by id
+	kept    map[string]bool     // VMs idle in the keep-alive pool
+	stored  map[string]bool     // snapshots with a memory store copy
+	gates   map[string]*sync.RWMutex
+	dropped []string        // functions whose pooled VMs were retired
+	ended   []string        // VMs EndVM stopped
+	deleted []string        // snapshots DeleteSnapshot removed
+	kicks   int             // KickDepsGC calls
+	cleared []string        // "function:version" ClearStale was called with
+	onEndVM func(id string) // called as each VM ends
 }
 
 type liveFake struct {
