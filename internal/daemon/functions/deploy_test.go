@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
@@ -100,7 +101,7 @@ func TestStageDeployRefused(t *testing.T) {
 	if _, err := m.StageDeploy(ctx, Spec{Name: "app", Archive: archive(t), MemoryMiB: -5}, nil, c.claim); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("bad settings: %v", err)
 	}
-	noHandler := bytes.NewReader(tarGz(t, tarEntry{name: "main.py", body: "x = 1\n"}))
+	noHandler := bytes.NewReader(archivetest.TarGz(t, archivetest.Entry{Name: "main.py", Body: "x = 1\n"}))
 	if _, err := m.StageDeploy(ctx, Spec{Name: "app", Archive: noHandler}, nil, c.claim); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("no handler.py: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 )
 
 // fakeDaemon is the rest of the daemon as the component sees it: a real
@@ -42,11 +43,7 @@ type liveFake struct {
 func newFake(t *testing.T) (*Manager, *fakeDaemon) {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	f := &fakeDaemon{t: t, db: db, dir: dir, live: map[string]liveFake{}, kept: map[string]bool{}, stored: map[string]bool{},
 		gates: map[string]*sync.RWMutex{}}
 	m := New(Config{BootTimeout: 2 * time.Second}, f.deps())
