@@ -313,8 +313,8 @@ func (s *Service) deleteFunctionSnapshots(ctx context.Context, name string, out 
 	}
 	for _, sn := range snaps {
 		d := wire.DeletedSnapshot{ID: sn.ID, Version: max(sn.Version, 0), Pinned: sn.Pinned}
-		if s.store != nil {
-			if _, err := s.store.Get(sn.ID); err == nil {
+		if st := s.snaps.Store(); st != nil {
+			if _, err := st.Get(sn.ID); err == nil {
 				d.Stored = true
 			}
 		}

@@ -1,4 +1,4 @@
-package daemon
+package snapshots
 
 import (
 	"bytes"
@@ -46,11 +46,11 @@ func fakeSnapshot(t *testing.T, root, id string) string {
 	return final
 }
 
-func TestCopySnapshotDir(t *testing.T) {
+func TestCopyDir(t *testing.T) {
 	root := t.TempDir()
 	src := fakeSnapshot(t, root, "snap-0123456789ab")
 	tmp, final := filepath.Join(root, ".tmp-snap-ba9876543210"), filepath.Join(root, "snap-ba9876543210")
-	m, err := copySnapshotDir(src, tmp, "snap-ba9876543210")
+	m, err := copyDir(src, tmp, "snap-ba9876543210")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ func TestCopySnapshotDir(t *testing.T) {
 	}
 }
 
-func TestCopySnapshotDirRefusesAChangedMemoryFile(t *testing.T) {
+func TestCopyDirRefusesAChangedMemoryFile(t *testing.T) {
 	root := t.TempDir()
 	src := fakeSnapshot(t, root, "snap-0123456789ab")
 	f, _ := os.OpenFile(filepath.Join(src, snapshot.MemoryFile), os.O_WRONLY, 0)
 	f.WriteAt([]byte{1}, 100)
 	f.Close()
-	if _, err := copySnapshotDir(src, filepath.Join(root, ".tmp-x"), "snap-ba9876543210"); err == nil {
+	if _, err := copyDir(src, filepath.Join(root, ".tmp-x"), "snap-ba9876543210"); err == nil {
 		t.Fatal("copied a memory file that no longer matches its manifest")
 	}
 }
