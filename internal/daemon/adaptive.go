@@ -144,7 +144,7 @@ func (a adaptiveSeam) StartOperation(ctx context.Context, kind, target string, w
 }
 
 func (a adaptiveSeam) Prepare(ctx context.Context, ref string, event json.RawMessage, fromTraffic bool) (*wire.PrepareResult, error) {
-	return a.s.Prepare(ctx, PrepareRequest{Function: ref, RecordEvent: event, fromTraffic: fromTraffic})
+	return a.s.Prepare(ctx, PrepareRequest{Function: ref, RecordEvent: event, FromTraffic: fromTraffic})
 }
 
 func (a adaptiveSeam) Host(function string, event json.RawMessage) restore.RecordHost {

@@ -454,6 +454,9 @@ type Service struct {
 	pins      artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
 	reg       *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
 	snaps     *snapshots.Manager // snapshots, their verification, copies and the memory store (snapshots.go)
+	// prep prepares functions: clean and warm snapshots, the strategies'
+	// artifacts (prepare.go).
+	prep *snapshots.Preparer
 }
 
 // Directory layout under DataDir.
@@ -547,6 +550,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.versions = s.newVersions(s.reg.Registry())
 	s.snaps = s.newSnapshots()
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
+	s.prep = s.newPreparer()
 	return s, nil
 }
 

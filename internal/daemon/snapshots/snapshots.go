@@ -57,6 +57,7 @@ type Catalog interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 	SetSnapshotPinned(ctx context.Context, id string, pinned bool) error
 	SetSnapshotPrepared(ctx context.Context, id, prepared string) error
+	SetSnapshotParent(ctx context.Context, id, parent string) error
 }
 
 // Functions is the functions' code, layers and secrets (*functions.Manager).
