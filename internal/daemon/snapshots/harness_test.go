@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/catalog/catalogtest"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/guestimage"
@@ -45,11 +46,7 @@ var testImage = &guestimage.Image{Hash: "img", Cmdline: "console=ttyS0", Files: 
 func newWorld(t *testing.T, edit func(*Config)) *world {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := catalog.Open(filepath.Join(dir, "catalog.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := catalogtest.Open(t, dir)
 	fn := &catalog.Function{Name: "hello", Digest: "code1", MemoryMiB: 1, VCPUs: 1, CreatedAt: time.Now()}
 	if err := db.PutFunction(context.Background(), fn); err != nil {
 		t.Fatal(err)
