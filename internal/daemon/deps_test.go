@@ -15,7 +15,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/deps/pypitest"
 	"github.com/thaw-dev/thaw/internal/registry"
-	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
@@ -173,9 +172,7 @@ func TestDependencyLayerCollection(t *testing.T) {
 // anything (its own index does not answer).
 func TestPushPullDependencyLayer(t *testing.T) {
 	ix := pypitest.Serve(t, "texttable-1.7.2")
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1; ring(c) }
+	_, withRegistry := signedRegistry(t, func(c *Config) { c.KeepAlive, c.VMMPool = -1, -1 })
 	ctx := context.Background()
 	a, _ := fakeService(t, withIndex(ix.URL, withRegistry))
 	_, sn := bootAndSnapshotSpec(t, a, depsSpec(t, "tables", "texttable\n"))

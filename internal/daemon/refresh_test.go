@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
-	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -20,9 +19,7 @@ import (
 // read changes nothing, and a function that is the same stays.
 func TestRefreshOutdatedFunction(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
+	srv, withRegistry := signedRegistry(t)
 	a, _ := fakeService(t, withRegistry)
 	_, v1 := bootAndSnapshot(t, a, "fn")
 	if _, err := a.PushSnapshot(ctx, v1.ID); err != nil {

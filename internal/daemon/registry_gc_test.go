@@ -23,9 +23,8 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	if _, err := none.ListRegistrySnapshots(ctx); !errors.Is(err, ErrConflict) {
 		t.Fatalf("list without a registry: %v", err)
 	}
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	a, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) })
+	srv, withRegistry := signedRegistry(t)
+	a, _ := fakeService(t, withRegistry)
 	if none.Info().Registry != nil {
 		t.Fatal("info shows a registry on a node without one")
 	}
@@ -61,7 +60,7 @@ func TestRegistryListDeleteGC(t *testing.T) {
 	if err != nil || res.ChunksDeleted == 0 || res.BytesDeleted == 0 {
 		t.Fatalf("gc: %+v, %v", res, err)
 	}
-	b, _ := fakeService(t, func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) })
+	b, _ := fakeService(t, withRegistry)
 	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: one.ID}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("pull of a deleted snapshot: %v", err)
 	}
@@ -211,9 +210,7 @@ func TestScheduledRegistryGC(t *testing.T) {
 // of function fn, the older first.
 func pushedTwo(t *testing.T) (*miniotest.Server, func(*Config), *Service, *catalog.Snapshot, *catalog.Snapshot) {
 	t.Helper()
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
+	srv, withRegistry := signedRegistry(t)
 	a, _ := fakeService(t, withRegistry)
 	_, older := bootAndSnapshot(t, a, "fn")
 	_, newer := snapshotOf(t, a, "fn")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/registry"
-	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -25,9 +24,7 @@ func TestPushPull(t *testing.T) {
 			t.Fatalf("push without a registry: %v", err)
 		}
 	}
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
+	srv, withRegistry := signedRegistry(t)
 	a, _ := fakeService(t, withRegistry)
 	_, sn := bootAndSnapshot(t, a, "fn")
 	res, err := a.PushSnapshot(ctx, sn.ID)
@@ -99,9 +96,7 @@ func TestPushPull(t *testing.T) {
 // import or a pull is 503 and leaves nothing.
 func TestLazyPull(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; c.KeepAlive = -1; c.VMMPool = -1; ring(c) }
+	srv, withRegistry := signedRegistry(t, func(c *Config) { c.KeepAlive, c.VMMPool = -1, -1 })
 	a, _ := fakeService(t, withRegistry)
 	_, sn := bootAndSnapshot(t, a, "fn")
 	if _, err := a.PushSnapshot(ctx, sn.ID); err != nil {

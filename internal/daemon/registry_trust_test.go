@@ -22,6 +22,23 @@ import (
 // ringSize is how many nodes one keyRing provisions.
 const ringSize = 16
 
+// signedRegistry starts a registry and returns it with a config edit that
+// points a daemon at it and gives it a signing key of one trust ring (the
+// nodes made with it trust each other's signatures); more edits follow.
+func signedRegistry(t *testing.T, more ...func(*Config)) (*miniotest.Server, func(*Config)) {
+	t.Helper()
+	srv := miniotest.Start(t)
+	ring := keyRing(t)
+	return srv, func(c *Config) {
+		cfg := srv.Config
+		c.Registry = &cfg
+		ring(c)
+		for _, m := range more {
+			m(c)
+		}
+	}
+}
+
 // keyRing provisions nodes that trust each other, as an operator would: a
 // key made ahead for each node's data directory, and one file listing
 // them all that every node names as its trusted keys. Each call of the

@@ -26,9 +26,7 @@ import (
 // content is refused on push and on pull; retention deletes the record.
 func TestVersionsThroughRegistry(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	ring := keyRing(t)
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
+	srv, withRegistry := signedRegistry(t)
 	a, _ := fakeService(t, withRegistry)
 	v1, v2 := deployApp(t, a, "def handle(e): return 1\n"), deployApp(t, a, "def handle(e): return 2\n")
 	for _, d := range []*DeployResult{v1, v2} {

@@ -16,7 +16,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
 	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/registry"
-	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/secrets"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -194,9 +193,7 @@ func TestPrepareRecordsWithoutSecrets(t *testing.T) {
 // referenced secrets on the pulling node and is scanned for its own.
 func TestRegistryCarriesReferencesNotSecrets(t *testing.T) {
 	ctx := context.Background()
-	srv := miniotest.Start(t)
-	ring := keyRing(t) // the nodes trust each other's signatures
-	withRegistry := func(c *Config) { cfg := srv.Config; c.Registry = &cfg; ring(c) }
+	_, withRegistry := signedRegistry(t) // the nodes trust each other's signatures
 	a, _ := fakeService(t, withRegistry)
 	greeting := "greeting-from-node-a"
 	setSecret(t, a, "db", "value-on-node-a-001")
