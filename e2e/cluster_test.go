@@ -93,8 +93,8 @@ func startCluster(t *testing.T, n int, opts ...func(*cluster.Config)) *cluster.C
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := cluster.Config{Nodes: n, Dir: dir, Node: cluster.NodeConfig{Thawd: bin, Image: image,
-		Shim: repoPath("shim/build/libthaw_shim.so"), SnapBPF: repoPath("bin/snapbpf_capture.bpf.o"), Log: logw,
-		Args: []string{"--memory", "256"}}}
+		SnapBPF: repoPath("bin/snapbpf_capture.bpf.o"), Log: logw,
+		Args: []string{"--memory", "256", "--shim", repoPath("shim/build/libthaw_shim.so")}}}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -75,7 +75,6 @@ func (c *confinement) needsRoot(m vmm.Memory) bool {
 // release undoes it after the VMM has exited.
 func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &s.confine
-	spec.Shim = s.cfg.ShimPath
 	spec.ConsoleLimit = s.cfg.ConsoleLogLimit
 	var undo []func()
 	release = func() {

@@ -70,7 +70,6 @@ type Config struct {
 	DefaultVCPUs     int           // vCPUs when a function names none
 	BootTimeout      time.Duration // start to agent ready
 	InvokeTimeout    time.Duration // default per-invocation timeout
-	ShimPath         string        // libthaw_shim.so (reap, faasnap and premap strategies)
 	StoreDir         string        // snapshot memory store (premap): a tmpfs, hugetlbfs or fs-DAX directory, or a device-DAX device
 	// StoreDeviceFile, if set, replaces StoreDir: a fixed-size file (on tmpfs)
 	// standing in for a device-DAX device, for hosts without persistent
@@ -109,8 +108,10 @@ type Config struct {
 	MemorySource func(ctx context.Context, snapID string) (src restore.MemorySource, placeholder string, err error) `json:"-"`
 
 	// VMMName names the registered backend VMs run in (vmm.Register;
-	// "": vmm.DefaultBackend) when VMM is nil.
-	VMMName string
+	// "": vmm.DefaultBackend) when VMM is nil; VMMSettings are that
+	// backend's own settings (QEMU's: the interposer it preloads).
+	VMMName     string
+	VMMSettings vmm.Settings
 	// VMM is the monitor VMs run in; nil: the backend VMMName names.
 	VMM vmm.Backend `json:"-"`
 	// TracerProvider makes the service's spans (tracing.go); nil: none.
@@ -304,9 +305,6 @@ func (c *Config) Validate() error {
 	}
 	if c.BootTimeout <= 0 || c.InvokeTimeout <= 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
-	}
-	if c.ShimPath == "" {
-		errs = append(errs, errors.New("the interposer libthaw_shim.so is required: it hands every VMM its files"))
 	}
 	errs = append(errs, c.vmmProblems()...)
 	errs = append(errs, validateConfinement(c)...)

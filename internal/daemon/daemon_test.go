@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/problemtest"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 func TestValidName(t *testing.T) {
@@ -111,7 +112,7 @@ func TestNewIDsAreValid(t *testing.T) {
 func validConfig() Config {
 	return Config{DataDir: "/var/lib/thaw", ImageDir: "/usr/share/thaw/image", Accel: "auto",
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 30 * time.Second, InvokeTimeout: 10 * time.Second,
-		ShimPath: "/usr/lib/thaw/libthaw_shim.so"}
+		VMMSettings: qemu.Settings{Shim: "/usr/lib/thaw/libthaw_shim.so"}.Values()}
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -6,22 +6,23 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
-// vmmProblems: a backend named by VMMName must be registered.
+// vmmProblems: a backend named by VMMName must be registered and take
+// VMMSettings.
 func (c *Config) vmmProblems() []error {
 	if c.VMM != nil {
 		return nil
 	}
-	if _, err := vmm.Lookup(c.VMMName); err != nil {
+	if err := vmm.Check(c.VMMName, c.VMMSettings); err != nil {
 		return []error{fmt.Errorf("vmm: %w", err)}
 	}
 	return nil
 }
 
 // backend is the monitor VMs run in: Config.VMM, else the registered
-// backend VMMName names.
+// backend VMMName names, made with VMMSettings.
 func (c *Config) backend() (vmm.Backend, error) {
 	if c.VMM != nil {
 		return c.VMM, nil
 	}
-	return vmm.New(c.VMMName)
+	return vmm.New(c.VMMName, c.VMMSettings)
 }

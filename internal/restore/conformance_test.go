@@ -77,7 +77,7 @@ func TestHugePageHint(t *testing.T) {
 	for _, k := range Kinds() {
 		for _, keep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keep=%v", k, keep), func(t *testing.T) {
-				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
+				env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(),
 					Store: s.store, HugePages: keep}
 				sess, err := Begin(context.Background(), k, s.snap, env)
 				if err != nil {
@@ -117,7 +117,7 @@ func TestConformanceDetectsWrongLayout(t *testing.T) {
 	if err := snapshot.Trust(ls); err != nil { // pretend it was verified
 		t.Fatal(err)
 	}
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []Kind{REAP, FaaSnap, Premap, SnapBPF} {
-		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+		env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 		sess := beginFallback(t, k, s.snap, env, string(k))
 		if res := runCheck(t, shim, sess); res.Mismatches != 0 {
 			t.Fatalf("fallback restore differs: %+v", res)
@@ -165,7 +165,6 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 // TestPremapDamagedStoreCopy: a store copy whose bytes changed after it was
 // stored is refused (premap runs as vanilla and says why).
 func TestPremapDamagedStoreCopy(t *testing.T) {
-	shim := shimDir(t)
 	s := newSynth(t, 300, 11)
 	e, err := s.store.Get(s.snap.Manifest.ID)
 	if err != nil {
@@ -179,7 +178,7 @@ func TestPremapDamagedStoreCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 	beginFallback(t, Premap, s.snap, env, "damaged").Close()
 }
 
@@ -248,7 +247,7 @@ func TestPremapDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := func(vm string) Env {
-		return Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: st, VMID: vm}
+		return Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: st, VMID: vm}
 	}
 	var open []Session
 	for _, vm := range []string{"vm-000000000001", "vm-000000000002"} {
@@ -352,7 +351,7 @@ func TestConformanceVariants(t *testing.T) {
 	lsBytes := uint64(full.LoadingSetFile.Size)
 	for _, v := range FaaSnapVariants {
 		t.Run(v, func(t *testing.T) {
-			env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Variant: v}
+			env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Variant: v}
 			sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
 			if err != nil {
 				t.Fatal(err)
@@ -398,9 +397,8 @@ func TestConformanceVariants(t *testing.T) {
 // A variant the strategy lacks is refused; a variant without artifacts
 // falls back to vanilla and says why.
 func TestVariantRefusedOrFallsBack(t *testing.T) {
-	shim := shimDir(t)
 	s := newSynth(t, 257, 3)
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders()}
 	for _, c := range []struct {
 		k Kind
 		v string
