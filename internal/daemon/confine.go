@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/cgroup"
+	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -16,11 +17,11 @@ const (
 	// live VM, so that VMs cannot signal, trace or read each other. The
 	// range 1879048192-2147483647 is left unused by Linux distributions
 	// and systemd (their container ranges lie below it).
-	DefaultVMUIDBase  = 1879048192
-	DefaultVMUIDCount = 65536
+	DefaultVMUIDBase  = config.DefaultVMUIDBase
+	DefaultVMUIDCount = config.DefaultVMUIDCount
 	// DefaultVMMemoryOverheadMiB is what a VM's cgroup may use beyond guest
 	// RAM: QEMU itself, TCG's translation cache, page cache it faults in.
-	DefaultVMMemoryOverheadMiB = 384
+	DefaultVMMemoryOverheadMiB = config.DefaultVMMemoryOverheadMiB
 	// vmTasks bounds a VMM's threads (vCPUs, I/O workers, RCU, ...).
 	vmTasks = 512
 )

@@ -458,7 +458,7 @@ func TestReadyConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := validConfig()
 			tt.edit(&c.Ready)
-			c.setDefaults()
+			c.SetDefaults()
 			problemtest.Check(t, c.Validate(), tt.want)
 		})
 	}
