@@ -206,7 +206,7 @@ func (s *Service) liveOf(name string) []*liveVM {
 	defer s.mu.Unlock()
 	var out []*liveVM
 	for _, lv := range s.vms {
-		if lv.fn.Name == name {
+		if lv.Fn.Name == name {
 			out = append(out, lv)
 		}
 	}
@@ -239,21 +239,21 @@ func (s *Service) stopFunctionVMs(ctx context.Context, name string, out *Functio
 			note(d)
 		}
 	}
-	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == name }, whyStandbyGone)
-	s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.fn.Name == name }, whyReadyGone)
+	s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == name }, whyStandbyGone)
+	s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.Fn.Name == name }, whyReadyGone)
 	s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 	g := s.fnGate(name)
 	for deadline := time.Now().Add(s.cfg.BootTimeout); ; time.Sleep(20 * time.Millisecond) {
 		for _, lv := range s.liveOf(name) {
-			d := wire.DeletedVM{ID: lv.id, State: catalog.StateBooting}
-			if r := lv.running.Load(); r != nil {
-				d.Invocation = r.id
+			d := wire.DeletedVM{ID: lv.ID, State: catalog.StateBooting}
+			if r := lv.Running.Load(); r != nil {
+				d.Invocation = r.ID
 			}
-			if v, err := s.db.GetVM(ctx, lv.id); err == nil {
+			if v, err := s.db.GetVM(ctx, lv.ID); err == nil {
 				d.State = v.State
 			}
 			note(d)
-			if err := s.endVM(ctx, lv.id, lv.runDir, whyCascade); err != nil {
+			if err := s.endVM(ctx, lv.ID, lv.RunDir, whyCascade); err != nil {
 				return nil, err
 			}
 		}

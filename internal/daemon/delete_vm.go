@@ -25,9 +25,9 @@ const (
 
 // runningInvocation is the invocation a VM is serving.
 type runningInvocation struct {
-	id      string
-	started time.Time
-	timeout time.Duration
+	ID      string
+	Started time.Time
+	Timeout time.Duration
 }
 
 // DeleteVM stops a VM once what runs on it has finished (no new
@@ -87,42 +87,42 @@ func (s *Service) endVM(ctx context.Context, id, runDir, kill string) error {
 // holder, or with kill set kills the VMM first if the VM is in use, so
 // the holder's work fails (and says why: killedBy).
 func (s *Service) stopForDelete(ctx context.Context, lv *liveVM, kill string) {
-	lv.deleting.Store(true)
+	lv.Deleting.Store(true)
 	reason := "deleted"
 	switch {
 	case kill == "":
-		lv.mu.Lock()
-	case lv.mu.TryLock():
+		lv.Mu.Lock()
+	case lv.Mu.TryLock():
 	default:
-		lv.killedBy.Store(&kill)
+		lv.KilledBy.Store(&kill)
 		reason = kill
-		if err := lv.m.Kill(); err != nil {
-			s.log.Warn("kill vm for a delete", "vm", lv.id, "err", err)
+		if err := lv.M.Kill(); err != nil {
+			s.log.Warn("kill vm for a delete", "vm", lv.ID, "err", err)
 		}
-		lv.mu.Lock() // the holder's work fails with its VMM gone
+		lv.Mu.Lock() // the holder's work fails with its VMM gone
 	}
 	s.stopVM(ctx, lv, catalog.StateStopped, reason)
-	lv.mu.Unlock()
+	lv.Mu.Unlock()
 }
 
 // killedDuring is the error of an invocation whose VMM a delete killed,
 // nil if none did. The invocation is recorded in the history, failed,
 // with the reason.
 func (s *Service) killedDuring(ctx context.Context, lv *liveVM, inv *Invocation) error {
-	why := lv.killedBy.Load()
+	why := lv.KilledBy.Load()
 	if why == nil {
 		return nil
 	}
 	reason := fmt.Sprintf("%s %s into the invocation, which did not finish", *why,
 		(time.Duration(inv.Timing.InvokeMS*1e3) * time.Microsecond).Round(time.Millisecond))
 	inv.OK, inv.Result = false, nil
-	inv.Error = &wire.FunctionError{Type: VMDeletedError, Message: "vm " + lv.id + " " + reason}
+	inv.Error = &wire.FunctionError{Type: VMDeletedError, Message: "vm " + lv.ID + " " + reason}
 	inv.Timing.TotalMS = inv.Timing.InvokeMS
 	if inv.Mode != "record" { // a prepare's record runs are not the history's
 		s.record(ctx, inv)
 	}
-	s.log.Info("invocation ended by a delete", "invocation", inv.ID, "vm", lv.id, "function", inv.Function, "reason", reason)
-	return fmt.Errorf("%w: vm %s: %s", ErrConflict, lv.id, reason)
+	s.log.Info("invocation ended by a delete", "invocation", inv.ID, "vm", lv.ID, "function", inv.Function, "reason", reason)
+	return fmt.Errorf("%w: vm %s: %s", ErrConflict, lv.ID, reason)
 }
 
 // VMDeletedError is the error type the invocation history records for an
@@ -135,10 +135,10 @@ func (s *Service) RunningInvocation(id string) *wire.RunningInvocation {
 	if !ok {
 		return nil
 	}
-	r := lv.running.Load()
+	r := lv.Running.Load()
 	if r == nil {
 		return nil
 	}
-	return &wire.RunningInvocation{ID: r.id, StartedAt: r.started, RunningMS: ms(time.Since(r.started)),
-		TimeoutMS: ms(r.timeout)}
+	return &wire.RunningInvocation{ID: r.ID, StartedAt: r.Started, RunningMS: ms(time.Since(r.Started)),
+		TimeoutMS: ms(r.Timeout)}
 }

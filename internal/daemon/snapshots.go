@@ -29,7 +29,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 		return nil, err
 	}
 	sn, err := s.snapshotLocked(ctx, lv)
-	lv.mu.Unlock()
+	lv.Mu.Unlock()
 	if err == nil {
 		s.collectSnapshots(ctx, sn.Function)
 	}
@@ -38,15 +38,15 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 
 // snapshotLocked snapshots a VM whose lock the caller holds.
 func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.Snapshot, err error) {
-	ctx, sp := s.span(ctx, SpanSnapshot, AttrVM.String(lv.id), AttrFunction.String(lv.fn.Name))
+	ctx, sp := s.span(ctx, SpanSnapshot, AttrVM.String(lv.ID), AttrFunction.String(lv.Fn.Name))
 	defer func() {
 		if rec != nil {
 			sp.SetAttributes(AttrSnapshot.String(rec.ID))
 		}
 		endSpan(sp, err)
 	}()
-	vmID := lv.id
-	if !lv.shared {
+	vmID := lv.ID
+	if !lv.Shared {
 		return nil, fmt.Errorf("%w: vm %s was restored with private memory; only booted VMs can be snapshotted", ErrConflict, vmID)
 	}
 	s.mu.Lock()
@@ -80,13 +80,13 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 		return nil, err
 	}
 	stamp, _ := json.Marshal(st)
-	rec = &catalog.Snapshot{ID: id, Function: lv.fn.Name, SourceVM: vmID, Dir: final,
+	rec = &catalog.Snapshot{ID: id, Function: lv.Fn.Name, SourceVM: vmID, Dir: final,
 		MemoryMiB: m.Guest.MemoryMiB, Stamp: string(stamp), CreateMS: ms(time.Since(start)),
-		PauseMS: ms(pause), CreatedAt: m.CreatedAt, Version: lv.version}
-	if lv.version < 0 {
+		PauseMS: ms(pause), CreatedAt: m.CreatedAt, Version: lv.Version}
+	if lv.Version < 0 {
 		// A deploy's snapshot restores with the deploy's configuration
 		// until its version is published (or the deploy fails).
-		s.versions.AddPending(id, lv.fn)
+		s.versions.AddPending(id, lv.Fn)
 	}
 	for _, f := range m.Files {
 		rec.SizeBytes += f.Size
@@ -107,28 +107,28 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, id, tmp string, wasRunning bool) (*snapshot.Manifest, time.Duration, error) {
 	t0 := time.Now()
 	if wasRunning {
-		if err := lv.m.Pause(ctx); err != nil {
+		if err := lv.M.Pause(ctx); err != nil {
 			return nil, 0, fmt.Errorf("pause: %w", err)
 		}
 		defer func() {
-			if err := lv.m.Resume(context.WithoutCancel(ctx)); err != nil {
-				s.log.Error("resume after snapshot", "vm", lv.id, "err", err)
+			if err := lv.M.Resume(context.WithoutCancel(ctx)); err != nil {
+				s.log.Error("resume after snapshot", "vm", lv.ID, "err", err)
 			}
 		}()
 	}
-	if err := lv.m.SaveState(ctx, filepath.Join(tmp, snapshot.StateFile)); err != nil {
+	if err := lv.M.SaveState(ctx, filepath.Join(tmp, snapshot.StateFile)); err != nil {
 		return nil, time.Since(t0), fmt.Errorf("save device state: %w", err)
 	}
-	mem, err := snapshot.CopySparse(filepath.Join(tmp, snapshot.MemoryFile), lv.memPath)
+	mem, err := snapshot.CopySparse(filepath.Join(tmp, snapshot.MemoryFile), lv.MemPath)
 	if err != nil {
 		return nil, time.Since(t0), fmt.Errorf("save memory: %w", err)
 	}
 	m := &snapshot.Manifest{
-		ID: id, Function: lv.fn.Name, CreatedAt: time.Now().UTC(),
-		Guest: snapshot.Guest{MemoryMiB: lv.fn.MemoryMiB, VCPUs: lv.fn.VCPUs, Machine: s.cfg.VMM.MachineABI(),
-			Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline},
+		ID: id, Function: lv.Fn.Name, CreatedAt: time.Now().UTC(),
+		Guest: snapshot.Guest{MemoryMiB: lv.Fn.MemoryMiB, VCPUs: lv.Fn.VCPUs, Machine: s.cfg.VMM.MachineABI(),
+			Cmdline: s.baseSpec(lv.ID, lv.Fn).Cmdline},
 		VMM:    snapshot.VMM{Name: s.cfg.VMM.Name(), Version: s.vmmVersion, Accel: s.accel.Accel},
-		Inputs: s.inputs(lv.fn),
+		Inputs: s.inputs(lv.Fn),
 		Files:  map[string]snapshot.FileInfo{snapshot.MemoryFile: mem},
 	}
 	return m, time.Since(t0), nil

@@ -25,32 +25,32 @@ import (
 // liveVM is a VM with a VMM process. mu serializes what is done to it
 // (invocations, snapshots, pause, deletion).
 type liveVM struct {
-	mu      sync.Mutex
-	id      string
-	fn      *catalog.Function
-	version int // the function version it runs (0: unversioned, -1: a deploy's, unpublished)
-	m       vmm.Machine
-	agent   *agent.Conn
-	runDir  string
-	memPath string // guest RAM file for booted VMs (shared); "" for restored ones
-	shared  bool   // guest RAM is in memPath, so the VM can be snapshotted
+	Mu      sync.Mutex
+	ID      string
+	Fn      *catalog.Function
+	Version int // the function version it runs (0: unversioned, -1: a deploy's, unpublished)
+	M       vmm.Machine
+	Agent   *agent.Conn
+	RunDir  string
+	MemPath string // guest RAM file for booted VMs (shared); "" for restored ones
+	Shared  bool   // guest RAM is in memPath, so the VM can be snapshotted
 	state   string // guarded by Service.mu
 
-	sess             restore.Session        // restored VMs: the strategy serving their memory
-	untimed          time.Duration          // the strategy's time before the restore proper, reported apart (cached's fill)
-	countersAtResume procstat.Counters      // VMM counters just before the vCPUs resumed
-	traceAtResume    faulttrace.Counters    // the VMM's tracepoint counters then (Config.FaultTraceObject)
-	daemonTraceStart faulttrace.Counters    // the daemon's when the restore or warm request began
-	spec             vmm.Spec               // what the VMM was started with
+	Sess             restore.Session        // restored VMs: the strategy serving their memory
+	Untimed          time.Duration          // the strategy's time before the restore proper, reported apart (cached's fill)
+	CountersAtResume procstat.Counters      // VMM counters just before the vCPUs resumed
+	TraceAtResume    faulttrace.Counters    // the VMM's tracepoint counters then (Config.FaultTraceObject)
+	DaemonTraceStart faulttrace.Counters    // the daemon's when the restore or warm request began
+	Spec             vmm.Spec               // what the VMM was started with
 	unconfine        func()                 // frees the VM's user id and cgroup once the VMM is gone
 	net              *vmnet.Net             // the VM's network namespace and service proxies
 	release          func()                 // gives the VM's admitted room back once the VMM is gone
-	strategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
-	secretDigests    map[string]string      // the secrets its restore delivered: name -> digest (functions.Manager.SecretEnv)
+	StrategyFailed   atomic.Pointer[string] // why the strategy could no longer serve the VM's memory
+	SecretDigests    map[string]string      // the secrets its restore delivered: name -> digest (functions.Manager.SecretEnv)
 
-	deleting atomic.Bool                       // a delete waits for the VM: nothing new starts on it (delete_vm.go)
-	killedBy atomic.Pointer[string]            // why a delete killed the VMM while the VM was in use
-	running  atomic.Pointer[runningInvocation] // the invocation under way, if any
+	Deleting atomic.Bool                       // a delete waits for the VM: nothing new starts on it (delete_vm.go)
+	KilledBy atomic.Pointer[string]            // why a delete killed the VMM while the VM was in use
+	Running  atomic.Pointer[runningInvocation] // the invocation under way, if any
 }
 
 func (s *Service) live(id string) (*liveVM, bool) {
@@ -64,7 +64,7 @@ func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string
 	s.mu.Lock()
 	lv.state = state
 	s.mu.Unlock()
-	v, err := s.db.GetVM(ctx, lv.id)
+	v, err := s.db.GetVM(ctx, lv.ID)
 	if err != nil {
 		return
 	}
@@ -73,7 +73,7 @@ func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string
 		v.PID = 0
 	}
 	if err := s.db.PutVM(ctx, v); err != nil {
-		s.log.Error("record vm state", "vm", lv.id, "state", state, "err", err)
+		s.log.Error("record vm state", "vm", lv.ID, "state", state, "err", err)
 	}
 }
 
@@ -152,10 +152,10 @@ func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, f
 		return nil, fmt.Errorf("%w: %v", ErrVMFailed, err)
 	}
 	rec.PID = m.PID()
-	lv := &liveVM{id: rec.ID, fn: fn, version: rec.Version, m: m, runDir: spec.RunDir, state: catalog.StateBooting,
-		spec: spec, unconfine: unconfine, net: vnet, release: release}
+	lv := &liveVM{ID: rec.ID, Fn: fn, Version: rec.Version, M: m, RunDir: spec.RunDir, state: catalog.StateBooting,
+		Spec: spec, unconfine: unconfine, net: vnet, release: release}
 	if spec.Memory.Shared {
-		lv.memPath, lv.shared = spec.Memory.Path, true
+		lv.MemPath, lv.Shared = spec.Memory.Path, true
 	}
 	// Recorded before it is live: a delete that finds it live writes last.
 	// The process runs: its record must say so even if the request is
@@ -190,13 +190,13 @@ func (s *Service) attachNet(vm string, fn *catalog.Function) (*vmnet.Net, error)
 // supervise marks a VM failed when its process exits without thaw asking.
 func (s *Service) supervise(lv *liveVM) {
 	defer s.wg.Done()
-	<-lv.m.Done()
-	ex := lv.m.Exit()
+	<-lv.M.Done()
+	ex := lv.M.Exit()
 	if ex.Requested {
 		return
 	}
-	reason := lv.m.Exit().Reason
-	s.log.Warn("vm process exited", "vm", lv.id, "reason", reason)
+	reason := lv.M.Exit().Reason
+	s.log.Warn("vm process exited", "vm", lv.ID, "reason", reason)
 	s.stopVM(context.Background(), lv, catalog.StateFailed, reason)
 }
 
@@ -204,10 +204,10 @@ func (s *Service) supervise(lv *liveVM) {
 // VM ended: why, and what the guest's console showed before. A VMM that
 // ended on its own first has its own reason.
 func (s *Service) stopReason(lv *liveVM, why string) string {
-	if err := lv.m.Kill(); err != nil {
+	if err := lv.M.Kill(); err != nil {
 		return why + "; " + err.Error()
 	}
-	ex := lv.m.Exit()
+	ex := lv.M.Exit()
 	if !ex.Requested {
 		return ex.Reason
 	}
@@ -220,24 +220,24 @@ func (s *Service) stopReason(lv *liveVM, why string) string {
 // state. Safe to call more than once.
 func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) {
 	s.mu.Lock()
-	_, ok := s.vms[lv.id]
-	delete(s.vms, lv.id)
+	_, ok := s.vms[lv.ID]
+	delete(s.vms, lv.ID)
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	_, sp := s.span(ctx, SpanTeardown, AttrVM.String(lv.id), AttrFunction.String(lv.fn.Name),
+	_, sp := s.span(ctx, SpanTeardown, AttrVM.String(lv.ID), AttrFunction.String(lv.Fn.Name),
 		AttrVMState.String(state), AttrReason.String(reason))
 	defer sp.End()
-	if err := lv.m.Kill(); err != nil {
-		s.log.Error("kill vm", "vm", lv.id, "err", err)
+	if err := lv.M.Kill(); err != nil {
+		s.log.Error("kill vm", "vm", lv.ID, "err", err)
 	}
-	if lv.agent != nil {
-		lv.agent.Close()
+	if lv.Agent != nil {
+		lv.Agent.Close()
 	}
-	if lv.sess != nil {
-		if err := lv.sess.Close(); err != nil {
-			s.log.Warn("close restore session", "vm", lv.id, "err", err)
+	if lv.Sess != nil {
+		if err := lv.Sess.Close(); err != nil {
+			s.log.Warn("close restore session", "vm", lv.ID, "err", err)
 		}
 	}
 	if lv.net != nil {
@@ -246,8 +246,8 @@ func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) 
 	if lv.unconfine != nil {
 		lv.unconfine()
 	}
-	if err := os.RemoveAll(lv.runDir); err != nil {
-		s.log.Error("remove run dir", "vm", lv.id, "err", err)
+	if err := os.RemoveAll(lv.RunDir); err != nil {
+		s.log.Error("remove run dir", "vm", lv.ID, "err", err)
 	}
 	if lv.release != nil {
 		lv.release() // the process is gone: its room goes to the next start
@@ -261,7 +261,7 @@ func (s *Service) connectAgent(ctx context.Context, lv *liveVM, timeout time.Dur
 	var r *agent.Reply
 	err := s.withAgent(ctx, lv, timeout, func(ctx context.Context) error {
 		var err error
-		r, err = lv.agent.WaitReady(ctx, 250*time.Millisecond)
+		r, err = lv.Agent.WaitReady(ctx, 250*time.Millisecond)
 		return err
 	})
 	return r, err
@@ -274,20 +274,20 @@ func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Durati
 	defer cancel()
 	go func() {
 		select {
-		case <-lv.m.Done():
+		case <-lv.M.Done():
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	if lv.agent == nil {
-		lv.agent = agent.NewConn(lv.m.Agent())
-		lv.agent.SpillTo(s.resultsDir())
-		lv.agent.SetMaxLogs(s.cfg.MaxLogBytes)
+	if lv.Agent == nil {
+		lv.Agent = agent.NewConn(lv.M.Agent())
+		lv.Agent.SpillTo(s.resultsDir())
+		lv.Agent.SetMaxLogs(s.cfg.MaxLogBytes)
 	}
 	err := fn(ctx)
 	select {
-	case <-lv.m.Done():
-		return fmt.Errorf("vm process exited: %s", lv.m.Exit().Reason)
+	case <-lv.M.Done():
+		return fmt.Errorf("vm process exited: %s", lv.M.Exit().Reason)
 	default:
 	}
 	return err
@@ -340,8 +340,8 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 	if err != nil {
 		return nil, err
 	}
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
+	lv.Mu.Lock()
+	defer lv.Mu.Unlock()
 	phase(ctx, "booting")
 	ready, err := s.connectAgent(ctx, lv, s.cfg.BootTimeout)
 	if err != nil {
@@ -359,7 +359,7 @@ func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, versio
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
 		return nil, importFailure{fmt.Errorf("%w: vm %s: %s\n%s", ErrVMFailed, id, reason, strings.TrimRight(fe.Traceback, "\n"))}
 	}
-	if err := s.functions.CheckBootEnv(ctx, lv.fn, lv.agent); err != nil {
+	if err := s.functions.CheckBootEnv(ctx, lv.Fn, lv.Agent); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "boot: "+err.Error())
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
 	}
@@ -410,10 +410,10 @@ func (s *Service) ResumeVM(ctx context.Context, id string) (*catalog.VM, error) 
 			return err
 		}
 		lv, ok := s.live(id)
-		if !ok || lv.agent == nil {
+		if !ok || lv.Agent == nil {
 			return nil
 		}
-		_, err := lv.agent.Clock(ctx)
+		_, err := lv.Agent.Clock(ctx)
 		return err
 	})
 }
@@ -423,8 +423,8 @@ func (s *Service) transition(ctx context.Context, id, from, to string, op func(v
 	if err != nil {
 		return nil, err
 	}
-	defer lv.mu.Unlock()
-	if err := op(lv.m, ctx); err != nil {
+	defer lv.Mu.Unlock()
+	if err := op(lv.M, ctx); err != nil {
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrVMFailed, id, err)
 	}
 	s.setState(ctx, lv, to, "")
@@ -441,16 +441,16 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 	if !ok {
 		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
 	}
-	if lv.deleting.Load() { // before waiting for what the delete waits for
+	if lv.Deleting.Load() { // before waiting for what the delete waits for
 		return nil, fmt.Errorf("%w: vm %s is being deleted", ErrConflict, id)
 	}
-	lv.mu.Lock()
+	lv.Mu.Lock()
 	s.mu.Lock()
 	state := lv.state
 	_, still := s.vms[id]
 	s.mu.Unlock()
 	if !still {
-		lv.mu.Unlock()
+		lv.Mu.Unlock()
 		if fresh, err := s.db.GetVM(ctx, id); err == nil {
 			v = fresh
 		} else {
@@ -458,8 +458,8 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 		}
 		return nil, fmt.Errorf("%w: vm %s is %s", ErrConflict, id, v.State)
 	}
-	if lv.deleting.Load() {
-		lv.mu.Unlock()
+	if lv.Deleting.Load() {
+		lv.Mu.Unlock()
 		return nil, fmt.Errorf("%w: vm %s is being deleted", ErrConflict, id)
 	}
 	for _, st := range states {
@@ -467,7 +467,7 @@ func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*l
 			return lv, nil
 		}
 	}
-	lv.mu.Unlock()
+	lv.Mu.Unlock()
 	return nil, fmt.Errorf("%w: vm %s is %s, want %s", ErrConflict, id, state, strings.Join(states, " or "))
 }
 
