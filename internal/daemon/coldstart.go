@@ -168,9 +168,8 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, row snapshotR
 	if cpu, err := procstat.CPUTime(lv.M.PID()); err == nil {
 		c.t.StandbyCPUMS = cpu
 	}
-	s.mu.Lock()
-	lv.state = catalog.StateBooting // in memory only: the catalog learns "running" once it is
-	s.mu.Unlock()
+	// In memory only: the catalog learns "running" once it is.
+	s.vms.Mark(lv, catalog.StateBooting)
 	lv.Untimed = 0 // what the strategy did before the restore proper was done ahead of the request
 	if err := s.resumeClone(ctx, lv, c); err != nil {
 		return nil, nil, nil, s.failRestore(ctx, lv, c.sn.ID, err)
@@ -326,9 +325,7 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 	resumed := time.Now()
 	t.ContMS = ms(resumed.Sub(cont))
 	t.SetupMS = ms(resumed.Sub(c.start))
-	s.mu.Lock()
-	lv.state = catalog.StateRunning
-	s.mu.Unlock()
+	s.vms.Mark(lv, catalog.StateRunning)
 	// The restore request is the first the resumed guest gets: its answer
 	// also says the agent is up (no ping round trip before it).
 	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {

@@ -201,17 +201,7 @@ func (s *Service) keptOf(name string) map[string]bool {
 }
 
 // liveOf are function's VMs with a VMM.
-func (s *Service) liveOf(name string) []*liveVM {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*liveVM
-	for _, lv := range s.vms {
-		if lv.Fn.Name == name {
-			out = append(out, lv)
-		}
-	}
-	return out
-}
+func (s *Service) liveOf(name string) []*liveVM { return s.vms.Of(name) }
 
 // stopFunctionVMs stops and forgets every VM of function (standby and
 // kept ones, and those still starting), killing what is in use, and

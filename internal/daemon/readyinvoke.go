@@ -55,9 +55,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	}()
 	waited := time.Since(rc.Since())
 	t0 := time.Now()
-	s.mu.Lock()
-	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
-	s.mu.Unlock()
+	s.vms.Mark(lv, catalog.StateRunning) // the catalog learns it if the VM outlives the request
 	var renewal *agent.Reply
 	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
 		renewal, err = s.renewClone(ctx, lv, true)

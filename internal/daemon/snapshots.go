@@ -49,9 +49,7 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	if !lv.Shared {
 		return nil, fmt.Errorf("%w: vm %s was restored with private memory; only booted VMs can be snapshotted", ErrConflict, vmID)
 	}
-	s.mu.Lock()
-	wasRunning := lv.state == catalog.StateRunning
-	s.mu.Unlock()
+	wasRunning := s.vms.State(lv) == catalog.StateRunning
 
 	id := newID("snap-")
 	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+id)
