@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/lifecycle"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
@@ -443,8 +444,7 @@ type Service struct {
 	wg        sync.WaitGroup
 	closed    bool
 	lock      *os.File           // the data directory's lock, held while the daemon lives
-	creating  map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting  map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	lifecycle *lifecycle.Manager // function deletes and the claims on function names (package lifecycle)
 	ops       *ops.Registry      // asynchronous operations (?wait=false)
 	history   *history.History   // invocation records and their logs
 	faults    *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
@@ -511,7 +511,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{},
+		snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
 		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -536,6 +536,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.history = s.newHistory()
 	s.vms = s.newVMs()
+	s.lifecycle = s.newLifecycle()
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
 		return nil, err

@@ -194,7 +194,7 @@ func (x syncFunctions) CheckName(name string) error          { return ValidName(
 func (x syncFunctions) Gate(name string) *sync.RWMutex       { return x.s.fnGate(name) }
 func (x syncFunctions) BuildInputs(fn *catalog.Function) any { return x.s.buildInputs(fn) }
 func (x syncFunctions) Forget(ctx context.Context, name string) error {
-	return x.s.forgetFunction(ctx, name)
+	return x.s.lifecycle.Forget(ctx, name)
 }
 
 func (x syncFunctions) ScanForSecrets(ctx context.Context, dir, what string) error {

@@ -61,7 +61,7 @@ func (s *Service) newVMs() *vms.Manager {
 // refuseStart is why no VM of function may start now, nil if one may.
 func (s *Service) refuseStart(function string) error {
 	s.mu.Lock()
-	closed, deleting := s.closed, s.deleting[function]
+	closed, deleting := s.closed, s.lifecycle.Deleting(function)
 	s.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: daemon is shutting down", ErrConflict)
