@@ -26,6 +26,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
 	"github.com/thaw-dev/thaw/internal/errdefs"
@@ -34,7 +35,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
-	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
@@ -434,10 +434,6 @@ type Service struct {
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	store     *store.Store  // snapshot memory store; nil if unavailable
-	storeErr  error         // why store is nil
-	// snapLocks serializes verification of one snapshot.
-	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
 	// function apart (regsync.go).
 	fnGates   map[string]*sync.RWMutex
@@ -453,6 +449,10 @@ type Service struct {
 	adaptive  *adaptive.Manager  // the adaptive restore (package adaptive)
 	pins      artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
 	reg       *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
+	snaps     *snapshots.Manager // snapshots, their verification, copies and the memory store (snapshots.go)
+	// prep prepares functions: clean and warm snapshots, the strategies'
+	// artifacts (prepare.go).
+	prep *snapshots.Preparer
 }
 
 // Directory layout under DataDir.
@@ -511,7 +511,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
+		fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
 		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -546,7 +546,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s.versions = s.newVersions(s.reg.Registry())
+	s.snaps = s.newSnapshots()
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
+	s.prep = s.newPreparer()
 	return s, nil
 }
 
@@ -578,7 +580,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.adoptStoreLeftovers()
-	s.openStore(ctx)
+	s.snaps.OpenStore(ctx)
 	if s.cfg.FaultTraceObject != "" {
 		if s.faults, err = faulttrace.Open(s.cfg.FaultTraceObject); err != nil {
 			return err
@@ -674,10 +676,8 @@ func (s *Service) Close(ctx context.Context) error {
 	s.ops.Wait()
 	s.wg.Wait()
 	s.vms.Wait()
-	if s.store != nil {
-		if err := s.store.Close(); err != nil {
-			s.log.Warn("close memory store", "err", err)
-		}
+	if err := s.snaps.CloseStore(); err != nil {
+		s.log.Warn("close memory store", "err", err)
 	}
 	if s.faults != nil {
 		_ = s.faults.Close()

@@ -345,7 +345,7 @@ func checkFunctionGone(t *testing.T, s *Service, name string, vms []string, snap
 		if _, err := os.Stat(sn.Dir); !os.IsNotExist(err) {
 			t.Errorf("snapshot directory %s: %v", sn.Dir, err)
 		}
-		if _, err := s.store.Get(sn.ID); err == nil {
+		if _, err := s.snaps.Store().Get(sn.ID); err == nil {
 			t.Errorf("memory store copy of %s left", sn.ID)
 		}
 	}

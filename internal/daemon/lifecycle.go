@@ -46,10 +46,11 @@ func (s *Service) newLifecycle() *lifecycle.Manager {
 		EndVM: func(ctx context.Context, id, runDir string) error { return s.endVM(ctx, id, runDir, whyCascade) },
 		Gate:  func(name string) *sync.RWMutex { return s.fnGate(name) },
 		Stored: func(id string) bool {
-			if s.store == nil {
+			st := s.snaps.Store()
+			if st == nil {
 				return false
 			}
-			_, err := s.store.Get(id)
+			_, err := st.Get(id)
 			return err == nil
 		},
 		DeleteSnapshot: s.DeleteSnapshot,
