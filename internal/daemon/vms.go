@@ -10,6 +10,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -26,11 +27,17 @@ type liveVM = vms.Live
 // runningInvocation is the invocation a VM is serving.
 type runningInvocation = vms.Running
 
-// Confinement defaults (package vms).
+// Confinement defaults (package daemon/config).
 const (
-	DefaultVMUIDBase           = vms.DefaultUIDBase
-	DefaultVMUIDCount          = vms.DefaultUIDCount
-	DefaultVMMemoryOverheadMiB = vms.DefaultMemoryOverheadMiB
+	// DefaultVMUIDBase starts the range of user ids VMMs run as, one per
+	// live VM, so that VMs cannot signal, trace or read each other. The
+	// range 1879048192-2147483647 is left unused by Linux distributions
+	// and systemd (their container ranges lie below it).
+	DefaultVMUIDBase  = config.DefaultVMUIDBase
+	DefaultVMUIDCount = config.DefaultVMUIDCount
+	// DefaultVMMemoryOverheadMiB is what a VM's cgroup may use beyond guest
+	// RAM: QEMU itself, TCG's translation cache, page cache it faults in.
+	DefaultVMMemoryOverheadMiB = config.DefaultVMMemoryOverheadMiB
 )
 
 // whyCascade is why a function's delete killed a VM in use.
@@ -44,7 +51,7 @@ const VMDeletedError = "VMDeleted"
 func (s *Service) newVMs() *vms.Manager {
 	c := s.cfg
 	return vms.New(vms.Config{DataDir: c.DataDir, RunDir: s.runDir(), ResultsDir: s.resultsDir(),
-		BootTimeout: c.BootTimeout, MaxLogBytes: c.MaxLogBytes, ShimPath: c.ShimPath, ConsoleLogLimit: c.ConsoleLogLimit,
+		BootTimeout: c.BootTimeout, MaxLogBytes: c.MaxLogBytes, ConsoleLogLimit: c.ConsoleLogLimit,
 		UIDBase: c.VMUIDBase, UIDCount: c.VMUIDCount, MemoryOverheadMiB: c.VMMemoryOverheadMiB, CPUWeight: c.VMCPUWeight,
 		CgroupRoot: c.CgroupRoot, AllowFullEgress: c.AllowFullEgress,
 	}, vms.Deps{Catalog: s.db, Log: s.log, VMM: c.VMM, Image: s.image,

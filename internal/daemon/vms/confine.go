@@ -9,20 +9,8 @@ import (
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
-// Confinement defaults.
-const (
-	// DefaultUIDBase starts the range of user ids VMMs run as, one per
-	// live VM, so that VMs cannot signal, trace or read each other. The
-	// range 1879048192-2147483647 is left unused by Linux distributions
-	// and systemd (their container ranges lie below it).
-	DefaultUIDBase  = 1879048192
-	DefaultUIDCount = 65536
-	// DefaultMemoryOverheadMiB is what a VM's cgroup may use beyond guest
-	// RAM: QEMU itself, TCG's translation cache, page cache it faults in.
-	DefaultMemoryOverheadMiB = 384
-	// vmTasks bounds a VMM's threads (vCPUs, I/O workers, RCU, ...).
-	vmTasks = 512
-)
+// vmTasks bounds a VMM's threads (vCPUs, I/O workers, RCU, ...).
+const vmTasks = 512
 
 // confinement is what the manager holds to confine its VMMs.
 type confinement struct {
@@ -73,7 +61,6 @@ func (c *confinement) needsRoot(mem vmm.Memory) bool {
 // release undoes it after the VMM has exited.
 func (m *Manager) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &m.confine
-	spec.Shim = m.cfg.ShimPath
 	spec.ConsoleLimit = m.cfg.ConsoleLogLimit
 	var undo []func()
 	release = func() {

@@ -26,7 +26,6 @@ type Config struct {
 	ResultsDir  string        // where agent connections spill large results
 	BootTimeout time.Duration // start to agent ready
 	MaxLogBytes int           // an invocation's output an agent connection keeps
-	ShimPath    string        // the interposer every VMM runs with
 	// ConsoleLogLimit is how many bytes of guest console a VM keeps.
 	ConsoleLogLimit int64
 	// UIDBase and UIDCount are the user ids VMMs run as, one per live VM.

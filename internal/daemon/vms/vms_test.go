@@ -26,6 +26,9 @@ import (
 // (reconcile_test.go): it sleeps, its command line naming a VM.
 const helperEnv = "THAW_VMS_TEST_HELPER"
 
+// uidBase starts the user ids the tests' VMMs run as (the daemon's default).
+const uidBase = 1879048192
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "sleep" {
 		time.Sleep(time.Minute)
@@ -67,8 +70,7 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	cfg := Config{DataDir: data, RunDir: filepath.Join(data, "run"), ResultsDir: filepath.Join(data, "results"),
-		BootTimeout: 5 * time.Second, MaxLogBytes: 1 << 16, ShimPath: filepath.Join(data, "libthaw_shim.so"),
-		ConsoleLogLimit: 1 << 20, UIDBase: DefaultUIDBase, UIDCount: 16, MemoryOverheadMiB: DefaultMemoryOverheadMiB,
+		BootTimeout: 5 * time.Second, MaxLogBytes: 1 << 16, ConsoleLogLimit: 1 << 20, UIDBase: uidBase, UIDCount: 16, MemoryOverheadMiB: 384,
 		CPUWeight: 100}
 	if edit != nil {
 		edit(&cfg)
@@ -176,8 +178,8 @@ func TestBootThenStopFreesEverything(t *testing.T) {
 		t.Fatalf("live %v, state %q, shared %v", ok, f.m.State(lv), lv.Shared)
 	}
 	sp := f.b.Spec(0)
-	if sp.User == nil || sp.User.UID != DefaultUIDBase || !sp.EmptyNetNS || sp.Shim == "" {
-		t.Fatalf("spec user %+v, empty netns %v, shim %q", sp.User, sp.EmptyNetNS, sp.Shim)
+	if sp.User == nil || sp.User.UID != uidBase || !sp.EmptyNetNS || sp.ConsoleLimit != 1<<20 {
+		t.Fatalf("spec user %+v, empty netns %v, console limit %d", sp.User, sp.EmptyNetNS, sp.ConsoleLimit)
 	}
 	if live, uids := f.m.Count(); live != 1 || uids != 1 {
 		t.Fatalf("%d live, %d uids", live, uids)
@@ -236,7 +238,7 @@ func TestUserIDsRunOut(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.UIDCount = 2 })
 	a, b := f.boot(t), f.boot(t)
 	uids := []uint32{f.b.Spec(0).User.UID, f.b.Spec(1).User.UID}
-	if uids[0] == uids[1] || uids[0] < DefaultUIDBase || uids[1] > DefaultUIDBase+1 {
+	if uids[0] == uids[1] || uids[0] < uidBase || uids[1] > uidBase+1 {
 		t.Fatalf("uids %v", uids)
 	}
 	_, err := f.m.Boot(context.Background(), f.fn, 0)
