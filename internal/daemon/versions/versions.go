@@ -6,9 +6,10 @@
 // NAME:ALIAS. A snapshot carries its version's number (0: made by hand,
 // -1: a deploy's under way), and restores with that version's frozen
 // configuration. The component resolves references, runs deploys,
-// applies version retention and holds what the daemon keeps of versions
-// besides its catalog; what it needs of the rest of the daemon (functions'
-// code, VMs, snapshots, prepares) comes in through Deps.
+// applies version retention, rebuilds the versions whose build inputs
+// changed and holds what the daemon keeps of versions besides its catalog;
+// what it needs of the rest of the daemon (functions' code, VMs,
+// snapshots, prepares, operations) comes in through Deps.
 package versions
 
 import (
