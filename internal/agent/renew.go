@@ -181,6 +181,15 @@ func (c *Conn) renewFirst(ctx context.Context, rid string, line []byte, rn Renew
 	return rn.check(r, err)
 }
 
+// Abandon releases the connection without the invocation's answer (a VM
+// that is being stopped: the connection is out of step after it).
+func (p *Pending) Abandon() {
+	if !p.waited && p.id != "" {
+		p.c.mu.Unlock()
+	}
+	p.waited = true
+}
+
 // ErrWaited: Pending.Wait was called a second time.
 var ErrWaited = errors.New("agent: the invocation's answer was read already")
 

@@ -99,7 +99,17 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 
 // invokeLocked sends the event to the agent of a locked VM. A guest that
 // does not answer in time, or whose VMM dies, is killed and marked failed.
-func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) (err error) {
+func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) error {
+	return s.invokeWith(ctx, lv, inv, timeout, func(ctx context.Context) (*agent.Reply, error) {
+		return lv.agent.Invoke(ctx, lv.fn.Name, event)
+	})
+}
+
+// invokeWith is invokeLocked with the agent's part given: call returns
+// the invocation's answer (a ready clone's, whose event went with its
+// renewal).
+func (s *Service) invokeWith(ctx context.Context, lv *liveVM, inv *Invocation, timeout time.Duration,
+	call func(context.Context) (*agent.Reply, error)) (err error) {
 	sctx, sp := s.span(ctx, SpanInvoke, invocationAttrs(inv)...)
 	defer func() {
 		if err == nil {
@@ -111,7 +121,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	defer cancel()
 	t0 := time.Now()
 	lv.running.Store(&runningInvocation{id: inv.ID, started: t0, timeout: timeout})
-	reply, err := lv.agent.Invoke(ictx, lv.fn.Name, event)
+	reply, err := call(ictx)
 	lv.running.Store(nil)
 	inv.Timing.InvokeMS = ms(time.Since(t0))
 	if err != nil {
