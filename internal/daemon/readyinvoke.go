@@ -95,7 +95,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
-		"total_ms", inv.Timing.TotalMS)
+		"total_ms", inv.Timing.TotalMS, "one_round_trip", lv.agent.Protocol() >= agent.ReadyProtocol)
 	return inv, ctx, nil
 }
 
