@@ -123,14 +123,11 @@ func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strat
 // paths a request's do.
 var readyWarmEvent = json.RawMessage(`{"thaw":"warm-up"}`)
 
-// readyWarmRuns is how many warm-up invocations a fill sends an agent
-// that runs them (protocol 6).
-const readyWarmRuns = 2
-
 // warmAgent runs no-op requests through a clone's agent so that TCG has
-// translated its request paths before a request comes: a ping, and
-// invocations of the agent's built-in warm-up function (agent.WarmUpFunction),
-// which run the whole invoke and result path without the function's code.
+// translated its request paths before a request comes: a ping, and an
+// invocation of the agent's built-in warm-up function (agent.WarmUpFunction),
+// which runs the whole invoke and result path without the function's code
+// (once: a second run measured no faster hit).
 // An agent before protocol 6 refuses that function before any handler
 // runs, having taken the invoke request's path up to there. No handler of
 // the function runs.
@@ -148,14 +145,12 @@ func warmAgent(ctx context.Context, lv *liveVM) error {
 		}
 		return nil
 	}
-	for range readyWarmRuns {
-		r, err := lv.agent.Invoke(ctx, agent.WarmUpFunction, readyWarmEvent)
-		switch {
-		case err != nil:
-			return err
-		case !r.OK || !bytes.Equal(r.Result, readyWarmEvent):
-			return fmt.Errorf("the warm-up invocation failed: %+v, result %.100q", r.Error, r.Result)
-		}
+	r, err := lv.agent.Invoke(ctx, agent.WarmUpFunction, readyWarmEvent)
+	switch {
+	case err != nil:
+		return err
+	case !r.OK || !bytes.Equal(r.Result, readyWarmEvent):
+		return fmt.Errorf("the warm-up invocation failed: %+v, result %.100q", r.Error, r.Result)
 	}
 	return nil
 }
