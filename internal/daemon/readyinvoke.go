@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -13,7 +14,8 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// A dispatch on a ready clone (package pool keeps them): renewal, then the event.
+// A dispatch on a ready clone (package pool keeps them): renewal, then the
+// event; on one line if the clone's agent takes that (protocol 6).
 
 // readyNoteKey carries, in a request's context, why no ready clone served
 // it, so the invocation that does serve it says so (record).
@@ -28,7 +30,8 @@ func readyNoteOf(ctx context.Context) *wire.ReadyNote {
 // ready. If none serves it, inv and err are nil and the context returned
 // carries why, for the path that serves it instead (and says so). A clone
 // found dead or failing its renewal is stopped, never used: the request
-// falls back.
+// falls back, unless the clone had the event already (agent.ErrEventSent):
+// then the request fails, so that no event runs twice.
 func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
 	if !s.ready.On() {
 		return nil, ctx, nil
@@ -57,13 +60,21 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	t0 := time.Now()
 	s.vms.Mark(lv, catalog.StateRunning) // the catalog learns it if the VM outlives the request
 	var renewal *agent.Reply
+	var pending *agent.Pending
 	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
-		renewal, err = s.renewClone(ctx, lv, true)
+		renewal, pending, err = s.renewReady(ctx, lv, event)
 		return err
 	})
 	if err != nil {
+		if pending != nil { // the VM exited after its renewal: it is stopped below
+			pending.Abandon()
+		}
 		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.ID, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, why)
+		if errors.Is(err, agent.ErrEventSent) { // the event may have run there: never run it twice
+			s.ready.Outcome("failed", 0)
+			return nil, ctx, fmt.Errorf("%w: %s; the event may have begun there, so it was not run again", ErrVMFailed, why)
+		}
 		return miss("failed", why)
 	}
 	renewed := time.Since(t0)
@@ -75,7 +86,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.CountersAtResume, _ = procstat.Read(lv.M.PID())
 	lv.TraceAtResume, lv.DaemonTraceStart = s.traceOf(lv.M.PID()), s.traceOf(os.Getpid())
-	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
+	if err := s.invokeWith(ctx, lv, inv, timeout, pending.Wait); err != nil {
 		return nil, ctx, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
@@ -88,8 +99,27 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
-		"total_ms", inv.Timing.TotalMS)
+		"total_ms", inv.Timing.TotalMS, "one_round_trip", lv.Agent.Protocol() >= agent.ReadyProtocol)
 	return inv, ctx, nil
+}
+
+// renewReady renews a ready clone for a request (renewClone's renewal,
+// the hook included) and sends it the event: on the renewal's line if its
+// agent takes that, so the invocation begins as the renewal ends and the
+// request waits for one round trip; else once the renewal is answered.
+// The invocation's answer is pending's. An agent that refuses the renewal
+// runs no invocation.
+func (s *Service) renewReady(ctx context.Context, lv *liveVM, event json.RawMessage) (*agent.Reply, *agent.Pending, error) {
+	rn, err := s.renewal(lv, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, pending, err := lv.Agent.RenewAndInvoke(ctx, rn, lv.Fn.Name, event)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.renewed(lv, r)
+	return r, pending, nil
 }
 
 // tearDownAfter stops a hit's clone in the background, so that the answer
