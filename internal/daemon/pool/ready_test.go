@@ -131,7 +131,7 @@ func newReadyPool(t *testing.T, f *readyFake, edit func(*ReadyConfig)) *Ready[*f
 // the request is told why.
 func TestReadyFillAndTake(t *testing.T) {
 	f := newReadyFake()
-	r := newReadyPool(t, f, nil)
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 1 }) // the fake's refills are too quick to size on
 	key := ReadyKeyOf("s", "vanilla", false)
 	tk := r.Begin(key)
 	time.Sleep(50 * time.Millisecond)
