@@ -26,6 +26,7 @@ type readyFake struct {
 	retired  map[string]string
 	failed   map[string]string
 	restores int64
+	measured map[string]int // MiB each clone measures (absent: an error)
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -69,16 +70,15 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 		},
 		Admit:     func(string, int, int) (func(), bool) { return func() {}, true },
 		Restoring: func() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.restores },
-		Go: func(fn func()) bool {
+		Measure: func(vm *fakeVM) (int, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if f.closed {
-				return false
+			if mib, ok := f.measured[vm.id]; ok {
+				return mib, nil
 			}
-			f.wg.Add(1)
-			go func() { defer f.wg.Done(); fn() }()
-			return true
+			return 0, errors.New("no such process")
 		},
+		Go: func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
 		Closed:      func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
 		Metrics:     metrics.New(func() metrics.State { return metrics.State{} }),
 		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -260,5 +260,59 @@ func TestReadyDropHoldReclaim(t *testing.T) {
 	r.Forget("s-4")
 	if r.Count() != 1 || f.why("s-4") != "" {
 		t.Fatalf("forget: %d ready, s-4 retired %q", r.Count(), f.why("s-4"))
+	}
+}
+
+// A ready clone counts what it measured once ready, not guest RAM plus
+// overhead: the budget of two clones' bound holds more of them once the
+// first is measured, a clone not measured counts the most its key's
+// latest measured, and the state a scrape reads sums what each counts.
+func TestReadyCountsMeasuredMemory(t *testing.T) {
+	f := newReadyFake()
+	f.measured = map[string]int{"s-1": 100, "s-2": 60, "s-3": 60, "s-4": 60}
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MinReady = 5; c.MaxPerKey = 5 })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	// 512 MiB: the first fill reserves 256 (the bound), then each
+	// reserves the estimate (100) and counts what it measured.
+	waitUntil(t, "clones within the budget", func() bool { return r.Count() == 5 })
+	if st := r.State(); st.MemoryMiB != 100+60+60+60+100 {
+		t.Fatalf("state %+v: want 100+60+60+60 measured and 100 for s-5, not measured", st)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 5 {
+		t.Fatalf("%d starts: want 5, the cap", f.nStarts())
+	}
+}
+
+// The time from a take to its replacement ready is the key's refill time;
+// a request on a clone holds fills back for Hold only, not its length.
+func TestReadyRefillTimeAndHold(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 1; c.Hold = 100 * time.Millisecond })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	waitUntil(t, "a clone", func() bool { return r.Count() == 1 })
+	tk := r.Begin(key)
+	rc, _ := r.Take(key)
+	if rc == nil {
+		t.Fatal("no clone taken")
+	}
+	t0 := time.Now()
+	done := r.Dispatch(tk)
+	defer func() { done(); tk.End() }()
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 1 {
+		t.Fatal("a refill started within the hold")
+	}
+	waitUntil(t, "the refill while the request runs", func() bool { return r.Count() == 1 })
+	took := time.Since(t0)
+	r.mu.Lock()
+	refill := r.demand[key].RefillTime()
+	r.mu.Unlock()
+	// The first measure was the first fill's own time (no take before it);
+	// the second, a quarter of the average, from the take to ready.
+	if refill < 100*time.Millisecond/4 || refill > took {
+		t.Fatalf("refill time %s: want from a quarter of the 100 ms hold to %s", refill, took)
 	}
 }
