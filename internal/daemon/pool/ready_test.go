@@ -78,7 +78,7 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 			}
 			return 0, errors.New("no such process")
 		},
-		Go: func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
+		Go:          func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
 		Closed:      func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
 		Metrics:     metrics.New(func() metrics.State { return metrics.State{} }),
 		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -84,7 +84,7 @@ func (f *vmmFake) deps() VMMPoolDeps[*fakeVM, string] {
 			f.room--
 			return func() { f.mu.Lock(); f.room++; f.released++; f.mu.Unlock() }, true
 		},
-		Go: func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
+		Go:      func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
 		Closed:  func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
 		Dropped: func(why string) { f.mu.Lock(); f.drops = append(f.drops, why); f.mu.Unlock() },
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
