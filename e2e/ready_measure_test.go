@@ -231,29 +231,34 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 	t.Logf("refill ms %v", refill)
 }
 
-// A synthetic trace: Poisson arrivals of hello (THAW_READY_RATE a second,
-// default 2) for THAW_READY_TRACE_S seconds (default 60), with a burst of
+// A synthetic trace: Poisson arrivals of the bundled sleep function, whose
+// handler waits THAW_READY_SLEEP_S seconds (default 2: long enough for the
+// concurrent demand to matter beside one clone), THAW_READY_RATE a second
+// (default 1) for THAW_READY_TRACE_S seconds (default 60), with a burst of
 // 4 requests at once every 20 s, each request sent when it arrives. It
 // prints the share of requests a ready clone served against the ready
-// clones kept (sampled every 200 ms) and the mean concurrent demand (the
-// sum of request times over the run's length). A measurement: it prints.
+// clones kept and the memory they counted (sampled every 200 ms) and the
+// mean concurrent demand (the sum of request times over the run's
+// length). A measurement: it prints.
 func TestReadyClonesMeasureTrace(t *testing.T) {
 	measuring(t)
-	rate, secs := 2.0, 60
+	rate, secs, sleepS := 1.0, 60, 2.0
 	rate = envNumber("THAW_READY_RATE", rate)
+	sleepS = envNumber("THAW_READY_SLEEP_S", sleepS)
 	secs = envNumber("THAW_READY_TRACE_S", secs)
 	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
 		cfg.KeepAlive = -1
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: 8 * (256 + daemon.DefaultVMMemoryOverheadMiB), Fills: 2}
 	})
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+	if _, err := e.c.CreateFunctionFromDir(ctx, "sleep", repoPath("functions/sleep"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	vm, _ := snapshotBoot(t, e.c, "hello")
+	vm, _ := snapshotBoot(t, e.c, "sleep")
 	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
+	event := ev(fmt.Sprintf(`{"seconds":%g}`, sleepS))
 	rng := rand.New(rand.NewPCG(1, 2)) // the same arrivals in every run
 	var arrivals []time.Duration
 	for at := time.Duration(0); at < time.Duration(secs)*time.Second; {
@@ -267,7 +272,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 	}
 	slices.Sort(arrivals)
 	stop := make(chan struct{})
-	var samples, readySum int
+	var samples, readySum, memSum int
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -280,6 +285,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 			case <-tick.C:
 			}
 			readySum += countReady(t, ctx, e.c)
+			memSum += gauge(t, e, "thaw_ready_clones_memory_mib")
 			samples++
 		}
 	}()
@@ -293,7 +299,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inv, err := e.c.InvokeFunction(ctx, "hello", ev(`{"name":"trace"}`), client.InvokeOptions{})
+			inv, err := e.c.InvokeFunction(ctx, "sleep", event, client.InvokeOptions{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || !inv.OK {
@@ -319,9 +325,26 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 	}
 	demand := sum / float64(elapsed.Milliseconds())
 	kept := float64(readySum) / float64(max(samples, 1))
-	t.Logf("trace: %d requests in %.0f s (Poisson %.1f/s, bursts of 4 every 20 s): %d hits (%.1f%%), modes %v; hit p50 %.1f ms, miss p50 %.1f ms",
-		len(arrivals), elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
-	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.1f clones per concurrent request", kept, demand, kept/demand)
+	t.Logf("trace: %d requests of %g s in %.0f s (Poisson %.1f/s, bursts of 4 every 20 s): %d hits (%.1f%%), modes %v; hit p50 %.1f ms, miss p50 %.1f ms",
+		len(arrivals), sleepS, elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
+	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.2f clones per concurrent request", kept, demand, kept/demand)
+	t.Logf("trace: standby memory counted, mean %.0f MiB (%.1f MiB a clone)", float64(memSum)/float64(max(samples, 1)), float64(memSum)/float64(max(readySum, 1)))
+}
+
+// gauge is the value of the daemon's metric name (no labels).
+func gauge(t *testing.T, e *env, name string) int {
+	t.Helper()
+	families, err := e.svc.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return int(f.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // measuring skips a measurement unless THAW_READY_MEASURE=1: make test runs

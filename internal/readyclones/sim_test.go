@@ -131,8 +131,6 @@ func (st *simState) finish(now time.Duration, tr trace, s sizer, wall time.Time)
 		if len(st.taken) > 0 {
 			s.Refilled(now - st.taken[0])
 			st.taken = st.taken[1:]
-		} else {
-			s.Refilled(tr.refill)
 		}
 		return true
 	})

@@ -31,7 +31,7 @@ import (
 //
 // How many each (snapshot, strategy) keeps follows its recent arrivals
 // and how long a taken clone takes to be replaced (package readyclones:
-// enough for 95% of the window's requests had each found one,
+// enough for 92% of the window's requests to have found one,
 // --min-ready at least, none once idle for the window), fitted into
 // --standby-memory, where each clone counts what it was measured to hold
 // once ready, and the admission budget. A sizing loop drops the surplus
@@ -424,7 +424,7 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 		}
 		return
 	}
-	r.pool(&Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}, measured, t0)
+	r.pool(&Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}, measured)
 	r.mu.Unlock()
 	r.m.Refill("ok")
 	r.deps.Log.Debug("ready clone ready", "vm", rec.ID, "snapshot", key.Snapshot, "strategy", rec.Strategy,
@@ -448,8 +448,9 @@ func (r *Ready[V]) measure(vm V, rec *catalog.VM) int {
 // pool adds a clone that became ready to the pool (r.mu held): it counts
 // what it measured (if it was) instead of what its fill reserved, teaches
 // its key's cost, and the time since the oldest clone of its key taken and
-// not replaced is the key's refill time (the fill's own time if none is).
-func (r *Ready[V]) pool(rc *Clone[V], measuredMiB int, t0 time.Time) {
+// not replaced is the key's refill time (a fill that replaces none, as the
+// pool grows, says nothing of it).
+func (r *Ready[V]) pool(rc *Clone[V], measuredMiB int) {
 	if c := r.costs[rc.Key]; c != nil && measuredMiB > 0 {
 		c.Measured(measuredMiB)
 	}
@@ -457,12 +458,11 @@ func (r *Ready[V]) pool(rc *Clone[V], measuredMiB int, t0 time.Time) {
 		r.memMiB += measuredMiB - rc.mem
 		rc.mem = measuredMiB
 	}
-	from := t0
 	if q := r.taken[rc.Key]; len(q) > 0 {
-		from, r.taken[rc.Key] = q[0], q[1:]
-	}
-	if d := r.demand[rc.Key]; d != nil {
-		d.Refilled(rc.since.Sub(from))
+		if d := r.demand[rc.Key]; d != nil {
+			d.Refilled(rc.since.Sub(q[0]))
+		}
+		r.taken[rc.Key] = q[1:]
 	}
 	rc.timer = time.AfterFunc(r.cfg.MaxAge, func() {
 		r.Drop(rc, WhyReadyAged)
