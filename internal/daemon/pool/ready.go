@@ -372,7 +372,9 @@ func (r *Ready[V]) fillFor(w readyclones.Want[Key], want int) bool {
 		time.Now().Before(r.retryAt[w.Key]) {
 		return false // requests restoring or on ready clones come first (each fill restores too)
 	}
-	release, ok := r.deps.Admit(fn.Name, w.MemMiB, fn.MaxConcurrency) // never while a start waits
+	// Admission reserves the clone's full room (what it may grow to once it
+	// serves), never while a start waits; --standby-memory what it holds.
+	release, ok := r.deps.Admit(fn.Name, fn.MemoryMiB+r.deps.OverheadMiB, fn.MaxConcurrency)
 	if !ok {
 		return false
 	}

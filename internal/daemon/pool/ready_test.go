@@ -27,6 +27,7 @@ type readyFake struct {
 	failed   map[string]string
 	restores int64
 	measured map[string]int // MiB each clone measures (absent: an error)
+	admitted []int          // MiB each fill asked admission for
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -68,7 +69,12 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 			f.failed[vm.id] = why
 			return "killed by signal 9"
 		},
-		Admit:     func(string, int, int) (func(), bool) { return func() {}, true },
+		Admit: func(_ string, mib, _ int) (func(), bool) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.admitted = append(f.admitted, mib)
+			return func() {}, true
+		},
 		Restoring: func() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.restores },
 		Measure: func(vm *fakeVM) (int, error) {
 			f.mu.Lock()
@@ -282,6 +288,13 @@ func TestReadyCountsMeasuredMemory(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if f.nStarts() != 5 {
 		t.Fatalf("%d starts: want 5, the cap", f.nStarts())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, mib := range f.admitted { // admission reserves the full room
+		if mib != 200+56 {
+			t.Fatalf("fills asked admission for %v MiB, want 256 each", f.admitted)
+		}
 	}
 }
 
