@@ -329,3 +329,32 @@ func TestReadyRefillTimeAndHold(t *testing.T) {
 		t.Fatalf("refill time %s: want from the 100 ms hold to %s", refill, took)
 	}
 }
+
+// A request that found no clone holds fills back until it says so
+// (Missed), not until it ends; its restore is then counted as restores are.
+func TestReadyMissHoldsFillsUntilMissed(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, nil)
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	tk := r.Begin(key)
+	defer tk.End()
+	if rc, _ := r.Take(key); rc != nil {
+		t.Fatal("a clone before any fill")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 0 {
+		t.Fatal("a fill started while the request had not said it missed")
+	}
+	f.mu.Lock()
+	f.restores = 1
+	f.mu.Unlock()
+	tk.Missed()
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 0 {
+		t.Fatal("a fill started while the request restored")
+	}
+	f.mu.Lock()
+	f.restores = 0
+	f.mu.Unlock()
+	waitUntil(t, "a fill while the missed request still runs", func() bool { return r.Count() == 1 })
+}

@@ -42,6 +42,12 @@ func (r *Ready[V]) Begin(key Key) *Ticket[V] {
 	return tk
 }
 
+// Missed says the request found no ready clone and goes on without one:
+// from then its restore, counted as restores are, holds fills back (until
+// it is restored, not until it ends: a long request does not keep its
+// successors' clones from being filled).
+func (tk *Ticket[V]) Missed() { tk.Served() }
+
 // Served says the request took a ready clone.
 func (tk *Ticket[V]) Served() {
 	if tk.pending.CompareAndSwap(true, false) {
