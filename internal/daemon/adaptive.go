@@ -48,7 +48,7 @@ func (s *Service) adaptiveDeps() adaptive.Deps {
 	seam := adaptiveSeam{s}
 	return adaptive.Deps{Catalog: s.db, Lookup: seam, Metrics: s.metrics, Background: seam, Artifacts: seam, Log: s.log,
 		Strategies: s.strategies, Strategy: s.strategy, RemoteStrategy: restore.Kind(s.cfg.RemoteStrategy),
-		Store: func() *store.Store { return s.store }, Queued: s.adm.Queued, CheckEvent: checkEvent}
+		Store: func() *store.Store { return s.snaps.Store() }, Queued: s.adm.Queued, CheckEvent: checkEvent}
 }
 
 // SetRestoreSettings changes a function's restore settings (a nil field
@@ -144,7 +144,7 @@ func (a adaptiveSeam) StartOperation(ctx context.Context, kind, target string, w
 }
 
 func (a adaptiveSeam) Prepare(ctx context.Context, ref string, event json.RawMessage, fromTraffic bool) (*wire.PrepareResult, error) {
-	return a.s.Prepare(ctx, PrepareRequest{Function: ref, RecordEvent: event, fromTraffic: fromTraffic})
+	return a.s.Prepare(ctx, PrepareRequest{Function: ref, RecordEvent: event, FromTraffic: fromTraffic})
 }
 
 func (a adaptiveSeam) Host(function string, event json.RawMessage) restore.RecordHost {

@@ -91,7 +91,7 @@ func (s *Service) restoreOf(ctx context.Context, sn *catalog.Snapshot, o restore
 // VMM, load the device state, resume, renew the clone.
 func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 	defer s.vmmPool.BeginRestore()()
-	snapID, fn := row.sn.ID, row.fn
+	snapID, fn := row.Sn.ID, row.Fn
 	if o.pool != "" && s.vmmPool.Size(fn) > 0 {
 		key := poolKey{Snapshot: snapID, Kind: o.pool}
 		if sb := s.takeStandbyFor(key, o.strict); sb != nil {
@@ -233,8 +233,8 @@ func (s *Service) planRestore(ctx context.Context, row snapshotRow, o restoreOpt
 	if err != nil {
 		return nil, err
 	}
-	c.sn, c.fn = v.sn, v.fn
-	m := v.m
+	c.sn, c.fn = v.Sn, v.Fn
+	m := v.M
 	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start))}
 	id := newID("vm-")
 	c.spec = s.baseSpec(id, c.fn)
@@ -242,7 +242,7 @@ func (s *Service) planRestore(ctx context.Context, row snapshotRow, o restoreOpt
 	if err := os.MkdirAll(c.spec.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.store, VMID: id,
+	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.snaps.Store(), VMID: id,
 		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
 	snap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}

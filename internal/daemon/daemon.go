@@ -23,9 +23,11 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/lifecycle"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
@@ -34,7 +36,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/restore"
-	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -435,10 +436,6 @@ type Service struct {
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	store     *store.Store  // snapshot memory store; nil if unavailable
-	storeErr  error         // why store is nil
-	// snapLocks serializes verification of one snapshot.
-	snapLocks map[string]*sync.Mutex
 	// fnGates keep cold starts and the replacement of an outdated
 	// function apart (regsync.go).
 	fnGates   map[string]*sync.RWMutex
@@ -447,8 +444,7 @@ type Service struct {
 	confine   confinement        // per-VM users and cgroups
 	net       *vmnet.Host        // builds each VM's network
 	lock      *os.File           // the data directory's lock, held while the daemon lives
-	creating  map[string]int     // functions being created (-1) or deployed (how many deploys)
-	deleting  map[string]bool    // functions being deleted: no VM of theirs starts (delete_function.go)
+	lifecycle *lifecycle.Manager // function deletes and the claims on function names (package lifecycle)
 	ops       *ops.Registry      // asynchronous operations (?wait=false)
 	history   *history.History   // invocation records and their logs
 	faults    *faulttrace.Tracer // Config.FaultTraceObject's tracer; nil if off
@@ -457,6 +453,10 @@ type Service struct {
 	adaptive  *adaptive.Manager  // the adaptive restore (package adaptive)
 	pins      artifactPins       // keep artifacts from being swapped under a restore (artifact_pins.go)
 	reg       *regsync.Sync      // the snapshot registry: push, pull, lazy snapshots (regsync.go)
+	snaps     *snapshots.Manager // snapshots, their verification, copies and the memory store (snapshots.go)
+	// prep prepares functions: clean and warm snapshots, the strategies'
+	// artifacts (prepare.go).
+	prep *snapshots.Preparer
 }
 
 // Directory layout under DataDir.
@@ -515,7 +515,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		vms: map[string]*liveVM{}, snapLocks: map[string]*sync.Mutex{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(), creating: map[string]int{},
+		vms: map[string]*liveVM{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
 		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -539,6 +539,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s.history = s.newHistory()
+	s.lifecycle = s.newLifecycle()
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
 		return nil, err
@@ -548,7 +549,9 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s.versions = s.newVersions(s.reg.Registry())
+	s.snaps = s.newSnapshots()
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
+	s.prep = s.newPreparer()
 	return s, nil
 }
 
@@ -583,7 +586,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.net, err = vmnet.NewHost(vmnet.HostConfig{AllowFullEgress: s.cfg.AllowFullEgress}, s.log); err != nil {
 		return err
 	}
-	s.openStore(ctx)
+	s.snaps.OpenStore(ctx)
 	if s.cfg.FaultTraceObject != "" {
 		if s.faults, err = faulttrace.Open(s.cfg.FaultTraceObject); err != nil {
 			return err
@@ -734,10 +737,8 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.ops.Wait()
 	s.wg.Wait()
-	if s.store != nil {
-		if err := s.store.Close(); err != nil {
-			s.log.Warn("close memory store", "err", err)
-		}
+	if err := s.snaps.CloseStore(); err != nil {
+		s.log.Warn("close memory store", "err", err)
 	}
 	if s.faults != nil {
 		_ = s.faults.Close()

@@ -326,7 +326,8 @@ func checkFunctionGone(t *testing.T, s *Service, name string, vms []string, snap
 	if vs, err := s.db.ListVersions(ctx, name); err != nil || len(vs) > 0 {
 		t.Errorf("versions left: %d %v", len(vs), err)
 	}
-	if left, _ := s.functionVMs(ctx, name); len(left) > 0 {
+	all, _ := s.db.ListVMs(ctx)
+	if left := slices.DeleteFunc(all, func(v *catalog.VM) bool { return v.Function != name }); len(left) > 0 {
 		t.Errorf("vms left: %+v", left)
 	}
 	if len(s.liveOf(name)) > 0 {
@@ -344,7 +345,7 @@ func checkFunctionGone(t *testing.T, s *Service, name string, vms []string, snap
 		if _, err := os.Stat(sn.Dir); !os.IsNotExist(err) {
 			t.Errorf("snapshot directory %s: %v", sn.Dir, err)
 		}
-		if _, err := s.store.Get(sn.ID); err == nil {
+		if _, err := s.snaps.Store().Get(sn.ID); err == nil {
 			t.Errorf("memory store copy of %s left", sn.ID)
 		}
 	}
@@ -359,7 +360,7 @@ func TestDeleteFunctionGuards(t *testing.T) {
 	s, _ := fakeService(t, nil)
 	ctx := context.Background()
 	createFn(t, s, "echo")
-	release, err := s.claimName("echo") // a deploy under way
+	release, err := s.lifecycle.ClaimDeploy("echo") // a deploy under way
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +368,7 @@ func TestDeleteFunctionGuards(t *testing.T) {
 		t.Fatalf("delete during a deploy: %v", err)
 	}
 	release()
-	end, err := s.beginFunctionDelete("echo")
+	end, err := s.lifecycle.BeginDelete("echo")
 	if err != nil {
 		t.Fatal(err)
 	}

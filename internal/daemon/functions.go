@@ -89,19 +89,8 @@ func (s *Service) functionsDeps() functions.Deps {
 // reserveName claims name for one create at a time (no deploy or delete
 // of it meanwhile); release gives it back.
 func (s *Service) reserveName(ctx context.Context, name string) (release func(), err error) {
-	s.mu.Lock()
-	busy := s.creating[name] != 0
-	if !busy {
-		s.creating[name] = -1
-	}
-	s.mu.Unlock()
-	if busy {
-		return nil, fmt.Errorf("function %q is being created or deployed: %w", name, ErrExists)
-	}
-	release = func() {
-		s.mu.Lock()
-		delete(s.creating, name)
-		s.mu.Unlock()
+	if release, err = s.lifecycle.ClaimCreate(name); err != nil {
+		return nil, err
 	}
 	if _, err := s.db.GetFunction(ctx, name); err == nil {
 		release()

@@ -105,7 +105,8 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	}
 	t.Cleanup(func() { db.Close() })
 	cfg.Deps.SetDefaults()
-	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, creating: map[string]int{}}
+	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db}
+	s.lifecycle = s.newLifecycle()
 	if err := s.openFunctions(); err != nil {
 		t.Fatal(err)
 	}

@@ -86,11 +86,11 @@ func (s *Service) releaseHost() {
 		}
 		s.confine.cgroups = nil
 	}
-	if s.store != nil {
-		if gone, err := s.store.RemoveIfEmpty(); err != nil {
+	if st := s.snaps.Store(); st != nil {
+		if gone, err := st.RemoveIfEmpty(); err != nil {
 			s.log.Warn("remove memory store directory", "err", err)
 		} else if !gone {
-			s.log.Info("memory store kept for the next daemon", "dir", s.store.Dir())
+			s.log.Info("memory store kept for the next daemon", "dir", st.Dir())
 		}
 	}
 }

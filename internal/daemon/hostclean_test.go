@@ -56,7 +56,7 @@ func TestCloseUndoesHostChanges(t *testing.T) {
 	if _, err := s.BootVM(context.Background(), "echo"); err != nil {
 		t.Fatal(err)
 	}
-	store := s.store.Dir()
+	store := s.snaps.Store().Dir()
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/pagecache"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -488,7 +489,7 @@ func (s *Service) evictSnapshot(ctx context.Context, sn *catalog.Snapshot) error
 	// read ahead): a cold start after an eviction must not find them.
 	s.dropSnapshotStandby(id, nil, whyStandbyEvict)
 	paths := []string{filepath.Join(sn.Dir, snapshot.MemoryFile), filepath.Join(sn.Dir, snapshot.StateFile)}
-	paths = append(paths, artifactFiles(sn.Dir)...)
+	paths = append(paths, snapshots.ArtifactFiles(sn.Dir)...)
 	if err := pagecache.EvictAll(paths...); err != nil {
 		return fmt.Errorf("evict snapshot %s: %w", id, err)
 	}

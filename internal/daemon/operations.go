@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
@@ -103,8 +102,8 @@ func (s *Service) StartStore(ctx context.Context, id string) (*Operation, error)
 	if _, err := s.GetSnapshot(ctx, id); err != nil {
 		return nil, err
 	}
-	if s.store == nil {
-		return nil, fmt.Errorf("%w: %v", ErrConflict, s.storeErr)
+	if err := s.snaps.NeedStore(); err != nil {
+		return nil, err
 	}
 	return startCall(s, ctx, wire.OpStore, id, s.StoreSnapshot, id, func(e *store.Entry) *wire.OperationResult {
 		return &wire.OperationResult{Store: e}

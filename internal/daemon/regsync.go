@@ -162,15 +162,15 @@ func (x syncSnapshots) Verified(ctx context.Context, id string) (*catalog.Snapsh
 	if err != nil {
 		return nil, nil, err
 	}
-	return v.sn, v.fn, nil
+	return v.Sn, v.Fn, nil
 }
 
 func (x syncSnapshots) Compatible(m *snapshot.Manifest, fn *catalog.Function) error {
-	return x.s.compatible(m, fn)
+	return x.s.snaps.Compatible(m, fn)
 }
 
 func (x syncSnapshots) Enter(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error {
-	return x.s.enterSnapshot(ctx, rec, prepared)
+	return x.s.snaps.Enter(ctx, rec, prepared)
 }
 
 func (x syncSnapshots) Delete(ctx context.Context, id string) error {
@@ -184,7 +184,7 @@ func (x syncSnapshots) NewestOf(ctx context.Context, function string, version in
 	return x.s.versions.NewestSnapshotOf(ctx, function, version)
 }
 
-func (x syncSnapshots) Lock(id string) *sync.Mutex               { return x.s.snapLock(id) }
+func (x syncSnapshots) Lock(id string) *sync.Mutex               { return x.s.snaps.Lock(id) }
 func (x syncSnapshots) Body(sn *catalog.Snapshot) *wire.Snapshot { return SnapshotBody(sn) }
 
 // syncFunctions is the daemon's functions as regsync sees them.
@@ -194,7 +194,7 @@ func (x syncFunctions) CheckName(name string) error          { return ValidName(
 func (x syncFunctions) Gate(name string) *sync.RWMutex       { return x.s.fnGate(name) }
 func (x syncFunctions) BuildInputs(fn *catalog.Function) any { return x.s.buildInputs(fn) }
 func (x syncFunctions) Forget(ctx context.Context, name string) error {
-	return x.s.forgetFunction(ctx, name)
+	return x.s.lifecycle.Forget(ctx, name)
 }
 
 func (x syncFunctions) ScanForSecrets(ctx context.Context, dir, what string) error {

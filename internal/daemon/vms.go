@@ -107,7 +107,7 @@ func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec {
 // VM is gone; startVM calls it itself when it fails.
 func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function, release func()) (*liveVM, error) {
 	s.mu.Lock()
-	closed, deleting := s.closed, s.deleting[fn.Name]
+	closed, deleting := s.closed, s.lifecycle.Deleting(fn.Name)
 	s.mu.Unlock()
 	if closed {
 		release()

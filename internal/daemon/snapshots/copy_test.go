@@ -1,7 +1,9 @@
-package daemon
+package snapshots
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,11 +48,11 @@ func fakeSnapshot(t *testing.T, root, id string) string {
 	return final
 }
 
-func TestCopySnapshotDir(t *testing.T) {
+func TestCopyDir(t *testing.T) {
 	root := t.TempDir()
 	src := fakeSnapshot(t, root, "snap-0123456789ab")
 	tmp, final := filepath.Join(root, ".tmp-snap-ba9876543210"), filepath.Join(root, "snap-ba9876543210")
-	m, err := copySnapshotDir(src, tmp, "snap-ba9876543210")
+	m, err := copyDir(src, tmp, "snap-ba9876543210")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +85,62 @@ func TestCopySnapshotDir(t *testing.T) {
 	}
 }
 
-func TestCopySnapshotDirRefusesAChangedMemoryFile(t *testing.T) {
+func TestCopyDirRefusesAChangedMemoryFile(t *testing.T) {
 	root := t.TempDir()
 	src := fakeSnapshot(t, root, "snap-0123456789ab")
 	f, _ := os.OpenFile(filepath.Join(src, snapshot.MemoryFile), os.O_WRONLY, 0)
 	f.WriteAt([]byte{1}, 100)
 	f.Close()
-	if _, err := copySnapshotDir(src, filepath.Join(root, ".tmp-x"), "snap-ba9876543210"); err == nil {
+	if _, err := copyDir(src, filepath.Join(root, ".tmp-x"), "snap-ba9876543210"); err == nil {
 		t.Fatal("copied a memory file that no longer matches its manifest")
+	}
+}
+
+func TestCopyMakesAnIndependentVerifiedSnapshot(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.Keep = 5 })
+	ctx := context.Background()
+	src := w.take(2)
+	art := filepath.Join(src.Dir, "strategies", "faasnap", "loadingset.bin")
+	if err := os.MkdirAll(filepath.Dir(art), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(art, []byte("artifact bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.db.SetSnapshotPrepared(ctx, src.ID, `{"function":"hello"}`); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := w.m.Copy(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.ID == src.ID || cp.Function != "hello" || cp.Version != 2 || cp.SizeBytes != src.SizeBytes || string(cp.Prepared) != `{"function":"hello"}` {
+		t.Fatalf("copy %+v of %+v", cp, src)
+	}
+	got, err := w.m.Get(ctx, cp.ID)
+	if err != nil || string(got.Prepared) != `{"function":"hello"}` {
+		t.Fatalf("catalog: %+v, %v", got, err)
+	}
+	if _, err := w.m.Verify(ctx, got, w.fn, true); err != nil {
+		t.Fatalf("the copy does not verify: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(cp.Dir, "strategies", "faasnap", "loadingset.bin"))
+	if err != nil || string(b) != "artifact bytes" {
+		t.Errorf("artifact: %q, %v", b, err)
+	}
+	if files := ArtifactFiles(cp.Dir); len(files) != 1 || !strings.HasSuffix(files[0], "loadingset.bin") {
+		t.Errorf("artifacts %v", files)
+	}
+}
+
+func TestCopyLeavesNothingWhenTheSecretScanRefuses(t *testing.T) {
+	w := newWorld(t, nil)
+	src := w.take(1)
+	w.fns.scanErr = errors.New("holds secret db-password")
+	if _, err := w.m.Copy(context.Background(), src.ID); err == nil || !strings.Contains(err.Error(), "db-password") {
+		t.Fatalf("copy: %v", err)
+	}
+	if e := w.entries(); len(e) != 1 || e[0] != src.ID {
+		t.Errorf("snapshots directory holds %v", e)
 	}
 }

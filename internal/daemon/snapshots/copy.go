@@ -1,9 +1,8 @@
-package daemon
+package snapshots
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,66 +13,60 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
-	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// CopySnapshot duplicates a snapshot under a new id: device state, the
-// sparse memory file and every strategy artifact (strategies/), byte for
-// byte, with a manifest naming the new id. The copy shares no file with the
-// original, so restores of the two do not share page-cache pages (what the
-// "different snapshots" burst of the evaluation needs) and preparing again
-// (boot, record, build artifacts) is not needed. The copy is verified as it
-// is written, so its first restore does not re-hash anything.
-func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapshot, error) {
-	phase(ctx, "verifying")
-	v, err := s.verified(ctx, id, false)
+// Copy duplicates a snapshot under a new id: device state, the sparse
+// memory file and every strategy artifact (strategies/), byte for byte,
+// with a manifest naming the new id. The copy shares no file with the
+// original, so restores of the two do not share page-cache pages, and
+// preparing again (boot, record, build artifacts) is not needed. The copy
+// is verified as it is written, so its first restore re-hashes nothing.
+func (m *Manager) Copy(ctx context.Context, id string) (*catalog.Snapshot, error) {
+	progress.Phase(ctx, "verifying")
+	v, err := m.Verified(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	src := v.sn
-	if err := regsync.NeedLocalMemory(src, "copying it"); err != nil {
+	src := v.Sn
+	if err := m.d.Registry.NeedLocalMemory(src, "copying it"); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	newID := newID("snap-")
-	tmp := filepath.Join(s.snapshotsDir(), ".tmp-"+newID)
-	final := filepath.Join(s.snapshotsDir(), newID)
+	newID := newID()
+	tmp, final := filepath.Join(m.cfg.Dir, ".tmp-"+newID), filepath.Join(m.cfg.Dir, newID)
 	stop := watchCopy(ctx, filepath.Join(tmp, snapshot.MemoryFile), filepath.Join(src.Dir, snapshot.MemoryFile))
-	m, err := copySnapshotDir(src.Dir, tmp, newID)
+	man, err := copyDir(src.Dir, tmp, newID)
 	stop()
 	if err == nil {
-		phase(ctx, "secret scan")
-		err = s.functions.ScanForSecrets(ctx, tmp, "copy "+newID+" of snapshot "+id)
+		progress.Phase(ctx, "secret scan")
+		err = m.d.Functions.ScanForSecrets(ctx, tmp, "copy "+newID+" of snapshot "+id)
 	}
 	if err == nil {
-		phase(ctx, "publishing")
-		err = snapshot.Commit(tmp, final, m)
+		progress.Phase(ctx, "publishing")
+		err = snapshot.Commit(tmp, final, man)
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-			return nil, fmt.Errorf("%w: copy snapshot %s: %v; nothing was kept", ErrNoSpace, id, err)
-		}
-		return nil, fmt.Errorf("copy snapshot %s: %w", id, err)
+		return nil, noSpace(err, "copy snapshot "+id)
 	}
-	st, err := snapshot.StampOf(filepath.Join(final, snapshot.MemoryFile))
+	stamp, err := stampOf(final)
 	if err != nil {
 		_ = os.RemoveAll(final)
 		return nil, err
 	}
-	stamp, _ := json.Marshal(st)
 	rec := &catalog.Snapshot{ID: newID, Function: src.Function, SourceVM: src.SourceVM, Dir: final,
-		MemoryMiB: src.MemoryMiB, SizeBytes: src.SizeBytes, DiskBytes: src.DiskBytes, Stamp: string(stamp),
-		CreateMS: ms(time.Since(start)), CreatedAt: m.CreatedAt, Parent: src.Parent, Version: src.Version}
+		MemoryMiB: src.MemoryMiB, SizeBytes: src.SizeBytes, DiskBytes: src.DiskBytes, Stamp: stamp,
+		CreateMS: ms(time.Since(start)), CreatedAt: man.CreatedAt, Parent: src.Parent, Version: src.Version}
 	// The artifacts are exact copies of files verified above or at their
 	// build.
-	if err := s.enterSnapshot(ctx, rec, src.Prepared); err != nil {
+	if err := m.Enter(ctx, rec, src.Prepared); err != nil {
 		return nil, err
 	}
-	s.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
-	s.collectSnapshots(ctx, rec.Function)
+	m.log.Info("snapshot copied", "snapshot", newID, "from", id, "copy_ms", rec.CreateMS)
+	m.Collect(ctx, rec.Function)
 	return rec, nil
 }
 
@@ -81,12 +74,12 @@ func (s *Service) CopySnapshot(ctx context.Context, id string) (*catalog.Snapsho
 // the bytes of dst allocated so far out of src's (for an operation's
 // progress; nothing without a reporter). stop ends it.
 func watchCopy(ctx context.Context, dst, src string) (stop func()) {
-	if !reporting(ctx) {
+	if !progress.Reporting(ctx) {
 		return func() {}
 	}
 	total := allocated(src)
 	sample := func() {
-		report(ctx, wire.OperationProgress{Phase: "copying", Done: min(allocated(dst), total), Total: total, Unit: "bytes"})
+		progress.Report(ctx, wire.OperationProgress{Phase: "copying", Done: min(allocated(dst), total), Total: total, Unit: "bytes"})
 	}
 	sample()
 	done := make(chan struct{})
@@ -117,9 +110,9 @@ func allocated(path string) int64 {
 	return st.Blocks * 512
 }
 
-// copySnapshotDir copies every file of the snapshot in src into dst (memory
+// copyDir copies every file of the snapshot in src into dst (memory
 // sparse) and returns src's manifest renamed to id, for snapshot.Commit.
-func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
+func copyDir(src, dst, id string) (*snapshot.Manifest, error) {
 	m, err := snapshot.ReadManifest(src)
 	if err != nil {
 		return nil, err
@@ -161,9 +154,9 @@ func copySnapshotDir(src, dst, id string) (*snapshot.Manifest, error) {
 	return m, nil
 }
 
-// artifactFiles are the regular files under a snapshot's strategies/
+// ArtifactFiles are the regular files under a snapshot's strategies/
 // (every strategy's artifacts, faasnap's variants included).
-func artifactFiles(snapDir string) []string {
+func ArtifactFiles(snapDir string) []string {
 	var out []string
 	_ = filepath.WalkDir(filepath.Join(snapDir, "strategies"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -186,22 +179,22 @@ func copyFileSync(dst, src string) error {
 	})
 }
 
-// enterSnapshot enters a snapshot published in rec.Dir in the catalog with
-// its prepare result, and trusts its strategy artifacts as verified (the
+// Enter enters a snapshot published in rec.Dir in the catalog with its
+// prepare result, and trusts its strategy artifacts as verified (the
 // caller verified them as it wrote them), so its first restore re-hashes
 // nothing. On a catalog error the directory is removed.
-func (s *Service) enterSnapshot(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error {
-	if err := s.db.PutSnapshot(ctx, rec); err != nil {
+func (m *Manager) Enter(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error {
+	if err := m.d.Catalog.PutSnapshot(ctx, rec); err != nil {
 		_ = os.RemoveAll(rec.Dir)
 		return err
 	}
 	if len(prepared) > 0 {
-		if err := s.db.SetSnapshotPrepared(ctx, rec.ID, string(prepared)); err != nil {
+		if err := m.d.Catalog.SetSnapshotPrepared(ctx, rec.ID, string(prepared)); err != nil {
 			return err
 		}
 		rec.Prepared = prepared
 	}
-	for _, p := range artifactFiles(rec.Dir) {
+	for _, p := range ArtifactFiles(rec.Dir) {
 		if err := snapshot.Trust(p); err != nil {
 			return err
 		}
