@@ -430,7 +430,7 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 	r.mu.Unlock()
 	r.m.Refill("ok")
 	r.deps.Log.Debug("ready clone ready", "vm", rec.ID, "snapshot", key.Snapshot, "strategy", rec.Strategy,
-		"ms", float64(time.Since(t0).Microseconds())/1000)
+		"ms", float64(time.Since(t0).Microseconds())/1000, "measured_mib", measured)
 	r.Kick() // the next fill, if wanted
 }
 
