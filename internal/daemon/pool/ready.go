@@ -229,8 +229,8 @@ var readyDropLabel = map[string]string{WhyReadyAged: "aged", WhyReadySurplus: "s
 func NewReady[V any](cfg ReadyConfig, deps ReadyDeps[V]) *Ready[V] {
 	r := &Ready[V]{cfg: cfg, deps: deps,
 		clones: map[Key][]*Clone[V]{}, filling: map[Key]int{}, demand: map[Key]*readyclones.Demand{},
-		costs: map[Key]*readyclones.Cost{}, taken: map[Key][]time.Time{}, fns: map[Key]*catalog.Function{}, epoch: map[string]uint64{}, held: map[string]bool{},
-		retryAt: map[Key]time.Time{}, kick: make(chan struct{}, 1), policy: cfg.policy()}
+		costs: map[Key]*readyclones.Cost{}, taken: map[Key][]time.Time{}, fns: map[Key]*catalog.Function{},
+		epoch: map[string]uint64{}, held: map[string]bool{}, retryAt: map[Key]time.Time{}, kick: make(chan struct{}, 1), policy: cfg.policy()}
 	r.m = deps.Metrics.NewReadyClones(r.State)
 	return r
 }
