@@ -98,24 +98,7 @@ func TestInstalledPackage(t *testing.T) {
 			exec.Command("groupdel", "thaw").Run()
 		}
 	})
-
-	// The files, the conffile and the group.
-	for _, p := range []string{"/usr/bin/thawd", "/usr/bin/thaw", shimPath, bpfPath, unitPath, configPath,
-		"/usr/lib/sysusers.d/thaw.conf", "/usr/share/bash-completion/completions/thaw",
-		"/usr/share/zsh/vendor-completions/_thaw", "/usr/share/fish/vendor_completions.d/thaw.fish",
-		"/usr/share/doc/thaw/copyright", "/usr/share/doc/thaw/operations.md"} {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("not installed: %v", err)
-		}
-	}
-	if conf := run(t, "dpkg-query", "-W", "-f", "${Conffiles}", "thaw"); !strings.Contains(conf, configPath) {
-		t.Errorf("conffiles: %q, want %s", conf, configPath)
-	}
-	grp, err := user.LookupGroup("thaw")
-	if err != nil {
-		t.Fatalf("postinst did not create the group thaw: %v", err)
-	}
-	debVersion := run(t, "dpkg-query", "-W", "-f", "${Version}", "thaw")
+	grp, debVersion := checkInstalledFiles(t)
 
 	t.Run("systemd-analyze verify", func(t *testing.T) {
 		if _, err := exec.LookPath("systemd-analyze"); err != nil {
@@ -131,9 +114,47 @@ func TestInstalledPackage(t *testing.T) {
 	if len(argv) != 3 || argv[0] != "/usr/bin/thawd" || argv[1] != "--config" || argv[2] != configPath {
 		t.Fatalf("ExecStart %q, want /usr/bin/thawd --config %s", argv, configPath)
 	}
-	// The unit's command line with the test's config file in place of the
-	// installed one: a data directory, socket and store of the test's own.
-	// The installed file's setting (socket-group) is kept.
+	pc := writeTestConfig(t, img)
+	argv[2] = pc.cfg
+	checkConfigDefaults(t, argv, env, pc)
+	checkInstalledDaemon(t, argv, env, pc, grp, debVersion)
+	removeAndPurge(t)
+}
+
+// checkInstalledFiles checks the files, the conffile and the group the
+// package installed, and returns the group and the package's version.
+func checkInstalledFiles(t *testing.T) (*user.Group, string) {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/thawd", "/usr/bin/thaw", shimPath, bpfPath, unitPath, configPath,
+		"/usr/lib/sysusers.d/thaw.conf", "/usr/share/bash-completion/completions/thaw",
+		"/usr/share/zsh/vendor-completions/_thaw", "/usr/share/fish/vendor_completions.d/thaw.fish",
+		"/usr/share/doc/thaw/copyright", "/usr/share/doc/thaw/operations.md"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	if conf := run(t, "dpkg-query", "-W", "-f", "${Conffiles}", "thaw"); !strings.Contains(conf, configPath) {
+		t.Errorf("conffiles: %q, want %s", conf, configPath)
+	}
+	grp, err := user.LookupGroup("thaw")
+	if err != nil {
+		t.Fatalf("postinst did not create the group thaw: %v", err)
+	}
+	return grp, run(t, "dpkg-query", "-W", "-f", "${Version}", "thaw")
+}
+
+// pkgConfig is the test's config file for the installed thawd and the
+// paths it names.
+type pkgConfig struct {
+	cfg, dataDir, sock string
+}
+
+// writeTestConfig writes the installed config file with a data
+// directory, socket and store of the test's own added: the unit's
+// command line runs with it in place of the installed one. The installed
+// file's setting (socket-group) is kept.
+func writeTestConfig(t *testing.T, img string) pkgConfig {
+	t.Helper()
 	dir := t.TempDir()
 	sockDir, err := os.MkdirTemp("", "thaw-pkg-")
 	if err != nil {
@@ -153,10 +174,13 @@ func TestInstalledPackage(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	argv[2] = cfg
+	return pkgConfig{cfg: cfg, dataDir: filepath.Join(dir, "data"), sock: sock}
+}
 
-	// The settings in force: the interposer and the eBPF object are the
-	// packaged ones, found without being configured.
+// checkConfigDefaults checks the settings in force: the interposer and
+// the eBPF object are the packaged ones, found without being configured.
+func checkConfigDefaults(t *testing.T, argv, env []string, pc pkgConfig) {
+	t.Helper()
 	check := exec.Command(argv[0], append(argv[1:], "config", "check")...)
 	check.Env = append(os.Environ(), env...)
 	out, err := check.CombinedOutput()
@@ -164,12 +188,18 @@ func TestInstalledPackage(t *testing.T) {
 		t.Fatalf("thawd config check: %v\n%s", err, out)
 	}
 	for _, want := range []string{"shim: " + shimPath + " # default", "snapbpf-object: " + bpfPath + " # default",
-		"socket-group: thaw # " + cfg, "data-dir: " + filepath.Join(dir, "data") + " # " + cfg} {
+		"socket-group: thaw # " + pc.cfg, "data-dir: " + pc.dataDir + " # " + pc.cfg} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("thawd config check does not say %q:\n%s", want, out)
 		}
 	}
+}
 
+// checkInstalledDaemon starts the installed thawd, drives it with the
+// installed thaw, and stops it with SIGTERM.
+func checkInstalledDaemon(t *testing.T, argv, env []string, pc pkgConfig, grp *user.Group, debVersion string) {
+	t.Helper()
+	sock := pc.sock
 	d := startDaemon(t, argv, env)
 	thaw := func(args ...string) string {
 		return run(t, "/usr/bin/thaw", append([]string{"--url", "unix:" + sock}, args...)...)
@@ -179,7 +209,7 @@ func TestInstalledPackage(t *testing.T) {
 	}
 	info := thaw("info")
 	t.Logf("thaw info:\n%s", info)
-	for _, want := range []string{"Data dir:", filepath.Join(dir, "data"), "snapbpf", "tcg"} {
+	for _, want := range []string{"Data dir:", pc.dataDir, "snapbpf", "tcg"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("thaw info does not say %q:\n%s", want, info)
 		}
@@ -214,8 +244,12 @@ func TestInstalledPackage(t *testing.T) {
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after stopping: %v", err)
 	}
+}
 
-	// Removing keeps the conffile; purging removes it.
+// removeAndPurge removes the package, which keeps the conffile, then
+// purges it, which removes it.
+func removeAndPurge(t *testing.T) {
+	t.Helper()
 	run(t, "dpkg", "-r", "thaw")
 	if _, err := os.Stat("/usr/bin/thawd"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("/usr/bin/thawd after dpkg -r: %v", err)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -31,6 +33,20 @@ func TestAdaptiveRestore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
+	checkAutoFirstColdStart(t, c, ctx, res, small)
+	reap := "reap"
+	if _, err := c.SetFunctionRestore(ctx, "image", client.RestoreSettings{Strategy: &reap}); err != nil {
+		t.Fatal(err)
+	}
+	before, refresh := driftUntilRefresh(t, c, ctx, large)
+	checkTrafficRefresh(t, c, ctx, large, before, refresh)
+	checkAskedRefresh(t, c, ctx, large)
+}
+
+// checkAutoFirstColdStart: the first cold start restores with auto (the
+// rule's strategy), the evidence shown in the function's document.
+func checkAutoFirstColdStart(t *testing.T, c *client.Client, ctx context.Context, res *client.PrepareResult, small json.RawMessage) {
+	t.Helper()
 	inv, err := c.InvokeFunction(ctx, "image", small, client.InvokeOptions{})
 	if err != nil || !inv.OK {
 		t.Fatalf("first cold start: %v %+v", err, inv)
@@ -55,11 +71,14 @@ func TestAdaptiveRestore(t *testing.T) {
 		len(l.Evidence) != 1 || l.Evidence[0].Samples != 1 || l.Evidence[0].MedianTotalMS <= 0 {
 		t.Fatalf("local location %+v", l)
 	}
+}
 
-	reap := "reap"
-	if _, err := c.SetFunctionRestore(ctx, "image", client.RestoreSettings{Strategy: &reap}); err != nil {
-		t.Fatal(err)
-	}
+// driftUntilRefresh cold-starts reap with the larger input until a refresh
+// from traffic is recorded (at most 10 times), and returns the outside
+// ratios seen and the refresh.
+func driftUntilRefresh(t *testing.T, c *client.Client, ctx context.Context, large json.RawMessage) ([]float64, *client.WorkingSetRefresh) {
+	t.Helper()
+	var fn *client.Function
 	var refresh *client.WorkingSetRefresh
 	var before []float64
 	for i := 1; i <= 10 && refresh == nil; i++ {
@@ -79,6 +98,13 @@ func TestAdaptiveRestore(t *testing.T) {
 	if refresh == nil {
 		t.Fatalf("no refresh within 10 cold starts (outside ratios %v)", before)
 	}
+	return before, refresh
+}
+
+// checkTrafficRefresh waits for the refresh from traffic and checks the
+// refreshed set keeps the faults outside it under the threshold.
+func checkTrafficRefresh(t *testing.T, c *client.Client, ctx context.Context, large json.RawMessage, before []float64, refresh *client.WorkingSetRefresh) {
+	t.Helper()
 	op, err := c.WaitOperation(ctx, refresh.Operation, nil)
 	if err != nil || op.Kind != wire.OpRefresh || op.Result == nil || op.Result.Refresh == nil {
 		t.Fatalf("refresh operation: %v %+v", err, op)
@@ -90,7 +116,7 @@ func TestAdaptiveRestore(t *testing.T) {
 	}
 	t.Logf("refresh %s: %s; %d -> %d pages", done.Operation, done.Reason, done.Sets[0].PagesBefore, done.Sets[0].PagesAfter)
 	start := time.Now()
-	inv, err = c.InvokeFunction(ctx, "image", large, client.InvokeOptions{})
+	inv, err := c.InvokeFunction(ctx, "image", large, client.InvokeOptions{})
 	if err != nil || !inv.OK || inv.Strategy != "reap" || inv.StrategyStats.Fallback != "" {
 		t.Fatalf("after the refresh: %v %+v", err, inv)
 	}
@@ -99,9 +125,13 @@ func TestAdaptiveRestore(t *testing.T) {
 	}
 	t.Logf("after the refresh: %.3f of touched pages outside the set, total %.0f ms (%s)", inv.StrategyStats.SetOutsideRatio,
 		inv.Timing.TotalMS, time.Since(start).Round(time.Millisecond))
+}
 
-	// Asked for: FaaSnap's loading set and SnapBPF's prefetch set recorded
-	// again with the larger input, swapped in, and restored whole.
+// checkAskedRefresh: FaaSnap's loading set and SnapBPF's prefetch set
+// recorded again with the larger input on request, swapped in, and
+// restored whole.
+func checkAskedRefresh(t *testing.T, c *client.Client, ctx context.Context, large json.RawMessage) {
+	t.Helper()
 	asked, err := c.RefreshWorkingSets(ctx, "image", large, "faasnap", "snapbpf")
 	if err != nil || asked.State != wire.OpSucceeded || asked.Source != "request" || len(asked.Sets) != 2 {
 		t.Fatalf("asked refresh: %v %+v", err, asked)

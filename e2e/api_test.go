@@ -24,12 +24,29 @@ import (
 func TestBadInput(t *testing.T) {
 	parallel(t)
 	e, ctx := helloEnv(t)
+	for _, tc := range badInputCases() {
+		t.Run(tc.name, func(t *testing.T) { checkBadInput(t, e, tc) })
+	}
+
+	t.Run("archive with path traversal", func(t *testing.T) { checkTraversalArchive(t, e, ctx) })
+
+	t.Run("unknown strategy names the valid ones", func(t *testing.T) {
+		_, err := e.c.RestoreVM(ctx, "snap-000000000000", "magic")
+		wantAPIError(t, err, client.ErrInvalid, 400, "vanilla")
+	})
+}
+
+// badInput is a request TestBadInput sends, the status it must get and
+// what the error's message must mention.
+type badInput struct {
+	name, method, path, body string
+	status                   int
+	contains                 string
+}
+
+func badInputCases() []badInput {
 	big := `{"event":"` + strings.Repeat("x", 7<<20) + `"}`
-	cases := []struct {
-		name, method, path, body string
-		status                   int
-		contains                 string
-	}{
+	return []badInput{
 		{"unknown function", "GET", "/v1/functions/nope", "", 404, `"nope"`},
 		{"unknown vm", "GET", "/v1/vms/vm-000000000000", "", 404, "vm-000000000000"},
 		{"unknown snapshot", "GET", "/v1/snapshots/snap-000000000000", "", 404, "snap-000000000000"},
@@ -60,66 +77,64 @@ func TestBadInput(t *testing.T) {
 		{"wrong method", "PUT", "/v1/functions", "", 405, "not allowed"},
 		{"archive not gzip", "POST", "/v1/functions?name=arch", "plain text", 400, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, e.srv.URL+tc.path, strings.NewReader(tc.body))
-			req.Header.Set("Authorization", "Bearer "+e.token)
-			if tc.name == "archive not gzip" {
-				req.Header.Set("Content-Type", "application/gzip")
-			} else if tc.body != "" {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			var eb struct {
-				Error struct{ Code, Message string }
-			}
-			if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Message == "" {
-				t.Fatalf("status %d, body is not an error document: %.300s", resp.StatusCode, b)
-			}
-			if resp.StatusCode != tc.status {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, eb.Error.Message)
-			}
-			if !strings.Contains(eb.Error.Message, tc.contains) {
-				t.Fatalf("message %q does not mention %q", eb.Error.Message, tc.contains)
-			}
-		})
-	}
+}
 
-	t.Run("archive with path traversal", func(t *testing.T) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "handler.py"), []byte("def handle(e):\n    return e\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.c.CreateFunctionFromDir(ctx, "fromarchive", dir, 0, 0); err != nil {
-			t.Fatalf("valid archive refused: %v", err)
-		}
-		// A hand-made archive whose entry escapes the function directory.
-		bad := tarGz(t, map[string]string{"../evil.py": "x", "handler.py": "def handle(e): pass\n"})
-		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/functions?name=evil", bytes.NewReader(bad))
+// checkBadInput sends tc's request and checks it gets an error document
+// with the status and message wanted.
+func checkBadInput(t *testing.T, e *env, tc badInput) {
+	req, _ := http.NewRequest(tc.method, e.srv.URL+tc.path, strings.NewReader(tc.body))
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	if tc.name == "archive not gzip" {
 		req.Header.Set("Content-Type", "application/gzip")
-		req.Header.Set("Authorization", "Bearer "+e.token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 400 {
-			t.Fatalf("traversal archive: status %d", resp.StatusCode)
-		}
-		if _, err := e.c.GetFunction(ctx, "evil"); err == nil {
-			t.Fatal("function from a traversal archive was created")
-		}
-	})
+	} else if tc.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var eb struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Message == "" {
+		t.Fatalf("status %d, body is not an error document: %.300s", resp.StatusCode, b)
+	}
+	if resp.StatusCode != tc.status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, eb.Error.Message)
+	}
+	if !strings.Contains(eb.Error.Message, tc.contains) {
+		t.Fatalf("message %q does not mention %q", eb.Error.Message, tc.contains)
+	}
+}
 
-	t.Run("unknown strategy names the valid ones", func(t *testing.T) {
-		_, err := e.c.RestoreVM(ctx, "snap-000000000000", "magic")
-		wantAPIError(t, err, client.ErrInvalid, 400, "vanilla")
-	})
+// checkTraversalArchive: a valid archive is accepted; a hand-made one
+// whose entry escapes the function directory is refused, and no function
+// is created from it.
+func checkTraversalArchive(t *testing.T, e *env, ctx context.Context) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "handler.py"), []byte("def handle(e):\n    return e\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.CreateFunctionFromDir(ctx, "fromarchive", dir, 0, 0); err != nil {
+		t.Fatalf("valid archive refused: %v", err)
+	}
+	bad := tarGz(t, map[string]string{"../evil.py": "x", "handler.py": "def handle(e): pass\n"})
+	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/functions?name=evil", bytes.NewReader(bad))
+	req.Header.Set("Content-Type", "application/gzip")
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("traversal archive: status %d", resp.StatusCode)
+	}
+	if _, err := e.c.GetFunction(ctx, "evil"); err == nil {
+		t.Fatal("function from a traversal archive was created")
+	}
 }
 
 // TestAcceleratorProbe boots the real guest kernel in probe mode. TCG must

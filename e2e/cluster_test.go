@@ -93,8 +93,8 @@ func startCluster(t *testing.T, n int, opts ...func(*cluster.Config)) *cluster.C
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := cluster.Config{Nodes: n, Dir: dir, Node: cluster.NodeConfig{Thawd: bin, Image: image,
-		Shim: repoPath("shim/build/libthaw_shim.so"), SnapBPF: repoPath("bin/snapbpf_capture.bpf.o"), Log: logw,
-		Args: []string{"--memory", "256"}}}
+		SnapBPF: repoPath("bin/snapbpf_capture.bpf.o"), Log: logw,
+		Args: []string{"--memory", "256", "--shim", repoPath("shim/build/libthaw_shim.so")}}}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -335,25 +335,7 @@ func TestCluster(t *testing.T) {
 	// so does any other request about it.
 	fn, victim, survivor := deployCounting(t, ctx, c, ctr)
 	owner := victim.Name
-	if got := nodeOfLB(t, c, "", "/v1/functions/"+fn.Name); got != owner {
-		t.Errorf("GET /v1/functions/%s went to %q, its invocations to %s", fn.Name, got, owner)
-	}
-	// The client's Authorization reaches the node, which checks it.
-	req, _ := http.NewRequest("GET", c.URL()+"/v1/functions/"+fn.Name, nil)
-	req.Header.Set("Authorization", "Bearer wrong")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized || cluster.NodeOf(resp.Header) != owner {
-		t.Errorf("a wrong token through the balancer: %v %v, want 401 from %s", resp, err, owner)
-	} else {
-		resp.Body.Close()
-	}
-	// A Thaw-Node header picks the node for any request.
-	for _, n := range c.Nodes {
-		for _, path := range []string{"/v1/info", "/v1/functions/" + fn.Name} {
-			if got := nodeOfLB(t, c, n.Name, path); got != n.Name {
-				t.Errorf("GET %s with Thaw-Node %s went to %q", path, n.Name, got)
-			}
-		}
-	}
+	checkClusterRouting(t, c, fn, owner)
 	// In flight: an invocation is running on the owner when it dies.
 	inflight := make(chan served, 1)
 	go func() { inflight <- invokeLB(ctx, c, fn.Name, "in-flight", ctr.addr, 30) }()
@@ -395,8 +377,39 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("the in-flight invocation ran %d times, want exactly once", n)
 	}
 
-	// Drain: a node that stops answers health 503 draining at once, and
-	// still serves requests meanwhile.
+	checkDrain(t, ctx, c, survivor)
+}
+
+// checkClusterRouting: requests about the function reach its owner, the
+// client's Authorization reaches the node, and a Thaw-Node header picks
+// the node for any request.
+func checkClusterRouting(t *testing.T, c *cluster.Cluster, fn cluster.Function, owner string) {
+	t.Helper()
+	if got := nodeOfLB(t, c, "", "/v1/functions/"+fn.Name); got != owner {
+		t.Errorf("GET /v1/functions/%s went to %q, its invocations to %s", fn.Name, got, owner)
+	}
+	// The client's Authorization reaches the node, which checks it.
+	req, _ := http.NewRequest("GET", c.URL()+"/v1/functions/"+fn.Name, nil)
+	req.Header.Set("Authorization", "Bearer wrong")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized || cluster.NodeOf(resp.Header) != owner {
+		t.Errorf("a wrong token through the balancer: %v %v, want 401 from %s", resp, err, owner)
+	} else {
+		resp.Body.Close()
+	}
+	// A Thaw-Node header picks the node for any request.
+	for _, n := range c.Nodes {
+		for _, path := range []string{"/v1/info", "/v1/functions/" + fn.Name} {
+			if got := nodeOfLB(t, c, n.Name, path); got != n.Name {
+				t.Errorf("GET %s with Thaw-Node %s went to %q", path, n.Name, got)
+			}
+		}
+	}
+}
+
+// checkDrain: a node that stops answers health 503 draining at once, and
+// still serves requests meanwhile.
+func checkDrain(t *testing.T, ctx context.Context, c *cluster.Cluster, survivor *cluster.Node) {
+	t.Helper()
 	stopped := make(chan error, 1)
 	go func() { stopped <- survivor.Stop(30 * time.Second) }()
 	nc := c.NodeClient(survivor)

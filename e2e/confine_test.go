@@ -75,43 +75,7 @@ func TestQEMUConfinement(t *testing.T) {
 	clone := restoreVM(t, c, snap.ID, "vanilla")
 	uids := map[string]string{}
 	for _, vm := range []*client.VM{boot, clone} {
-		st := procStatus(t, vm.PID)
-		uid := strings.Fields(st["Uid"])
-		if len(uid) != 4 || uid[0] != uid[1] || uid[0] != uid[2] || uid[0] != uid[3] {
-			t.Fatalf("vm %s: Uid %q: real, effective, saved and filesystem ids differ", vm.ID, st["Uid"])
-		}
-		if n, _ := strconv.Atoi(uid[0]); n < daemon.DefaultVMUIDBase {
-			t.Errorf("vm %s runs as uid %s, not one of thaw's VM users", vm.ID, uid[0])
-		}
-		if other, dup := uids[uid[0]]; dup {
-			t.Errorf("vms %s and %s share uid %s", other, vm.ID, uid[0])
-		}
-		uids[uid[0]] = vm.ID
-		if st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" {
-			t.Errorf("vm %s has capabilities: eff %s prm %s", vm.ID, st["CapEff"], st["CapPrm"])
-		}
-		if st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" {
-			t.Errorf("vm %s: Seccomp %q NoNewPrivs %q, want a seccomp filter", vm.ID, st["Seccomp"], st["NoNewPrivs"])
-		}
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", vm.PID))
-		if !bytes.Contains(cmdline, []byte("\x00-sandbox\x00"+qemu.Sandbox+"\x00")) {
-			t.Errorf("vm %s: no -sandbox %s in %q", vm.ID, qemu.Sandbox, cmdline)
-		}
-		if bytes.Contains(cmdline, []byte("exec:")) {
-			t.Errorf("vm %s: exec: on the command line", vm.ID)
-		}
-		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", vm.PID))
-		if bytes.Contains(environ, []byte("THAW_TOKEN")) || bytes.Contains(environ, []byte("HOME=")) {
-			t.Errorf("vm %s inherited the daemon's environment: %q", vm.ID, environ)
-		}
-		cg := memoryCgroup(t, vm.PID)
-		if filepath.Base(cg) != vm.ID || !strings.HasPrefix(filepath.Base(filepath.Dir(cg)), "thaw-") {
-			t.Errorf("vm %s is in cgroup %s", vm.ID, cg)
-		}
-		limit, _ := os.ReadFile(filepath.Join(cg, "memory.limit_in_bytes"))
-		if want := fmt.Sprint((256 + daemon.DefaultVMMemoryOverheadMiB) << 20); strings.TrimSpace(string(limit)) != want {
-			t.Errorf("vm %s memory limit %s, want %s", vm.ID, limit, want)
-		}
+		checkConfinedVM(t, vm, uids)
 	}
 
 	t.Run("the VMM user reaches none of thaw's files", func(t *testing.T) {
@@ -166,4 +130,48 @@ func TestQEMUConfinement(t *testing.T) {
 			t.Errorf("cgroup of the failed vm not removed: %v", err)
 		}
 	})
+}
+
+// checkConfinedVM checks vm's QEMU runs as a VM user of its own (uids maps
+// the uids seen to their VMs), with no capabilities, a seccomp sandbox, no
+// daemon environment, and in its own memory cgroup with the VM's limit.
+func checkConfinedVM(t *testing.T, vm *client.VM, uids map[string]string) {
+	t.Helper()
+	st := procStatus(t, vm.PID)
+	uid := strings.Fields(st["Uid"])
+	if len(uid) != 4 || uid[0] != uid[1] || uid[0] != uid[2] || uid[0] != uid[3] {
+		t.Fatalf("vm %s: Uid %q: real, effective, saved and filesystem ids differ", vm.ID, st["Uid"])
+	}
+	if n, _ := strconv.Atoi(uid[0]); n < daemon.DefaultVMUIDBase {
+		t.Errorf("vm %s runs as uid %s, not one of thaw's VM users", vm.ID, uid[0])
+	}
+	if other, dup := uids[uid[0]]; dup {
+		t.Errorf("vms %s and %s share uid %s", other, vm.ID, uid[0])
+	}
+	uids[uid[0]] = vm.ID
+	if st["CapEff"] != "0000000000000000" || st["CapPrm"] != "0000000000000000" {
+		t.Errorf("vm %s has capabilities: eff %s prm %s", vm.ID, st["CapEff"], st["CapPrm"])
+	}
+	if st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" {
+		t.Errorf("vm %s: Seccomp %q NoNewPrivs %q, want a seccomp filter", vm.ID, st["Seccomp"], st["NoNewPrivs"])
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", vm.PID))
+	if !bytes.Contains(cmdline, []byte("\x00-sandbox\x00"+qemu.Sandbox+"\x00")) {
+		t.Errorf("vm %s: no -sandbox %s in %q", vm.ID, qemu.Sandbox, cmdline)
+	}
+	if bytes.Contains(cmdline, []byte("exec:")) {
+		t.Errorf("vm %s: exec: on the command line", vm.ID)
+	}
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", vm.PID))
+	if bytes.Contains(environ, []byte("THAW_TOKEN")) || bytes.Contains(environ, []byte("HOME=")) {
+		t.Errorf("vm %s inherited the daemon's environment: %q", vm.ID, environ)
+	}
+	cg := memoryCgroup(t, vm.PID)
+	if filepath.Base(cg) != vm.ID || !strings.HasPrefix(filepath.Base(filepath.Dir(cg)), "thaw-") {
+		t.Errorf("vm %s is in cgroup %s", vm.ID, cg)
+	}
+	limit, _ := os.ReadFile(filepath.Join(cg, "memory.limit_in_bytes"))
+	if want := fmt.Sprint((256 + daemon.DefaultVMMemoryOverheadMiB) << 20); strings.TrimSpace(string(limit)) != want {
+		t.Errorf("vm %s memory limit %s, want %s", vm.ID, limit, want)
+	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -33,19 +34,7 @@ func TestMeasureDeploy(t *testing.T) {
 	e := startEnvWith(t, t.TempDir(), func(c *daemon.Config) { c.Deps.IndexURL = ix.URL })
 	ctx := ctxT(t)
 	reqs := "igraph==1.0.0\ntexttable==1.7.2\n"
-	src := func(i int) string {
-		dir := filepath.Join(t.TempDir(), "pr")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		code := fmt.Sprintf("import igraph\nimport texttable\n\nREV = %d\n\n\ndef handle(event):\n    g = igraph.Graph.Tree(31, 2)\n    return {\"rev\": REV, \"vertices\": g.vcount()}\n", i)
-		for name, body := range map[string]string{"handler.py": code, "requirements.txt": reqs} {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return dir
-	}
+	src := graphSource(t, reqs)
 	// Warm the wheel cache and the layer.
 	first, err := e.c.DeployFromDir(ctx, "graph", src(0), client.DeployRequest{MemoryMiB: 256})
 	if err != nil {
@@ -67,26 +56,11 @@ func TestMeasureDeploy(t *testing.T) {
 	}
 	var byHand, deploys, builds, rollbacks []float64
 	for i := 1; i <= reps; i++ {
-		t0 := time.Now()
-		name := fmt.Sprintf("byhand%d", i)
-		if _, err := e.c.CreateFunctionFromDir(ctx, name, src(100+i), 256, 1); err != nil {
-			t.Fatal(err)
-		}
-		vm, err := e.c.BootVM(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.c.CreateSnapshot(ctx, vm.ID); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
-			t.Fatal(err)
-		}
-		hand := float64(time.Since(t0).Microseconds()) / 1000
+		hand, vm := bringUpByHand(t, ctx, e, i, src)
 		byHand = append(byHand, hand)
 		record("by_hand", i, map[string]float64{"total_ms": hand, "boot_ms": vm.BootMS})
 
-		t0 = time.Now()
+		t0 := time.Now()
 		d, err := e.c.DeployFromDir(ctx, "graph", src(i), client.DeployRequest{})
 		if err != nil || d.Unchanged {
 			t.Fatalf("deploy %d: %v %+v", i, err, d)
@@ -115,4 +89,46 @@ func TestMeasureDeploy(t *testing.T) {
 	}
 	t.Logf("medians over %d: by hand %.0f ms, deploy %.0f ms (difference %+.0f ms; the deploy's build %.0f ms), rollback %.1f ms",
 		reps, med(byHand), med(deploys), med(deploys)-med(byHand), med(builds), med(rollbacks))
+}
+
+// graphSource returns a function writing revision i of the measured
+// function's source to a new directory.
+func graphSource(t *testing.T, reqs string) func(int) string {
+	return func(i int) string {
+		dir := filepath.Join(t.TempDir(), "pr")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code := fmt.Sprintf("import igraph\nimport texttable\n\nREV = %d\n\n\ndef handle(event):\n    g = igraph.Graph.Tree(31, 2)\n    return {\"rev\": REV, \"vertices\": g.vcount()}\n", i)
+		for name, body := range map[string]string{"handler.py": code, "requirements.txt": reqs} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+}
+
+// bringUpByHand brings up revision 100+i of the function by hand (function
+// create, vm boot, snapshot create, vm delete) and returns the total in ms
+// and the VM booted.
+func bringUpByHand(t *testing.T, ctx context.Context, e *env, i int, src func(int) string) (float64, *client.VM) {
+	t.Helper()
+	t0 := time.Now()
+	name := fmt.Sprintf("byhand%d", i)
+	if _, err := e.c.CreateFunctionFromDir(ctx, name, src(100+i), 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := e.c.BootVM(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.CreateSnapshot(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	hand := float64(time.Since(t0).Microseconds()) / 1000
+	return hand, vm
 }

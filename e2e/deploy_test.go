@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,30 +92,7 @@ func TestDeployVersionsAliasesRollback(t *testing.T) {
 		t.Fatalf("greet:live ran %q", mark)
 	}
 
-	t.Run("an alias splits invocations by weight", func(t *testing.T) {
-		if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 1, Weight: 50}, {Version: 2, Weight: 50}}); err != nil {
-			t.Fatal(err)
-		}
-		const n = 40
-		count := map[int]int{}
-		for range n {
-			_, inv := markOf(t, e, "greet:canary")
-			count[inv.Version]++
-		}
-		// Binomial(40, 0.5): 8 or fewer of either happens with probability
-		// 2.4e-5, so a fair split passes and a one-sided one fails.
-		if count[1] < 9 || count[2] < 9 || count[1]+count[2] != n {
-			t.Fatalf("canary split %v over %d invocations, want about half each", count, n)
-		}
-		z := (float64(count[1]) - n/2) / math.Sqrt(n/4)
-		t.Logf("canary 50/50: %v (z = %.2f)", count, z)
-		if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 1, Weight: 60}, {Version: 2, Weight: 50}}); !errors.Is(err, client.ErrInvalid) {
-			t.Fatalf("weights adding up to 110: %v", err)
-		}
-		if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 9, Weight: 100}}); !errors.Is(err, client.ErrNotFound) {
-			t.Fatalf("a version that does not exist: %v", err)
-		}
-	})
+	t.Run("an alias splits invocations by weight", func(t *testing.T) { checkAliasSplit(t, e, ctx) })
 
 	t.Run("rollback moves live back in under a second and boots nothing", func(t *testing.T) {
 		before, _ := e.c.ListVMs(ctx)
@@ -135,34 +113,67 @@ func TestDeployVersionsAliasesRollback(t *testing.T) {
 		t.Logf("rollback %d -> %d in %.1f ms", r.From, r.To, r.MS)
 	})
 
-	t.Run("retention collects versions that are neither recent nor aliased", func(t *testing.T) {
-		if err := e.c.DeleteAlias(ctx, "greet", "canary"); err != nil {
-			t.Fatal(err)
+	t.Run("retention collects versions that are neither recent nor aliased", func(t *testing.T) { checkRetention(t, e, ctx) })
+}
+
+// checkAliasSplit: an alias with two versions at weight 50 each splits
+// invocations about evenly; weights not adding up to 100 and a version
+// that does not exist are refused.
+func checkAliasSplit(t *testing.T, e *env, ctx context.Context) {
+	if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 1, Weight: 50}, {Version: 2, Weight: 50}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	count := map[int]int{}
+	for range n {
+		_, inv := markOf(t, e, "greet:canary")
+		count[inv.Version]++
+	}
+	// Binomial(40, 0.5): 8 or fewer of either happens with probability
+	// 2.4e-5, so a fair split passes and a one-sided one fails.
+	if count[1] < 9 || count[2] < 9 || count[1]+count[2] != n {
+		t.Fatalf("canary split %v over %d invocations, want about half each", count, n)
+	}
+	z := (float64(count[1]) - n/2) / math.Sqrt(n/4)
+	t.Logf("canary 50/50: %v (z = %.2f)", count, z)
+	if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 1, Weight: 60}, {Version: 2, Weight: 50}}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("weights adding up to 110: %v", err)
+	}
+	if _, err := e.c.SetAlias(ctx, "greet", "canary", []client.Route{{Version: 9, Weight: 100}}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a version that does not exist: %v", err)
+	}
+}
+
+// checkRetention: with the alias gone, two deploys without promotion
+// leave the newest two versions and live's with snapshots and collect the
+// other.
+func checkRetention(t *testing.T, e *env, ctx context.Context) {
+	if err := e.c.DeleteAlias(ctx, "greet", "canary"); err != nil {
+		t.Fatal(err)
+	}
+	// live routes to 1; deploy 3 and 4 without promotion: the newest two
+	// (3, 4) and live's (1) keep their snapshots, 2 is collected.
+	for _, mark := range []string{"three", "four"} {
+		deploy(t, e, "greet", versionedFunction(t, mark), client.DeployRequest{NoPromote: true})
+	}
+	vs, err := e.c.ListVersions(ctx, "greet")
+	if err != nil || len(vs) != 4 {
+		t.Fatalf("versions: %v %+v", err, vs)
+	}
+	for _, v := range vs {
+		if want := v.Version == 2; v.Collected != want || (v.Snapshot == "") != want {
+			t.Errorf("version %d: collected %v, snapshot %q", v.Version, v.Collected, v.Snapshot)
 		}
-		// live routes to 1; deploy 3 and 4 without promotion: the newest two
-		// (3, 4) and live's (1) keep their snapshots, 2 is collected.
-		for _, mark := range []string{"three", "four"} {
-			deploy(t, e, "greet", versionedFunction(t, mark), client.DeployRequest{NoPromote: true})
-		}
-		vs, err := e.c.ListVersions(ctx, "greet")
-		if err != nil || len(vs) != 4 {
-			t.Fatalf("versions: %v %+v", err, vs)
-		}
-		for _, v := range vs {
-			if want := v.Version == 2; v.Collected != want || (v.Snapshot == "") != want {
-				t.Errorf("version %d: collected %v, snapshot %q", v.Version, v.Collected, v.Snapshot)
-			}
-		}
-		if _, err := e.c.InvokeFunction(ctx, "greet:2", ev(`{}`), client.InvokeOptions{}); !errors.Is(err, client.ErrConflict) {
-			t.Fatalf("a collected version: %v", err)
-		}
-		if mark, _ := markOf(t, e, "greet:4"); mark != "four" {
-			t.Fatalf("greet:4 ran %q", mark)
-		}
-		if mark, _ := markOf(t, e, "greet"); mark != "one" {
-			t.Fatalf("a deploy without promotion moved live: %q", mark)
-		}
-	})
+	}
+	if _, err := e.c.InvokeFunction(ctx, "greet:2", ev(`{}`), client.InvokeOptions{}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("a collected version: %v", err)
+	}
+	if mark, _ := markOf(t, e, "greet:4"); mark != "four" {
+		t.Fatalf("greet:4 ran %q", mark)
+	}
+	if mark, _ := markOf(t, e, "greet"); mark != "one" {
+		t.Fatalf("a deploy without promotion moved live: %q", mark)
+	}
 }
 
 // Two deploys of one function at once both publish, one after the other,

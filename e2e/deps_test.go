@@ -103,6 +103,27 @@ func TestFunctionDependencies(t *testing.T) {
 	if !inv.OK || inv.Mode != "cold" {
 		t.Fatalf("cold invocation: %+v", inv)
 	}
+	checkDepsResult(t, inv)
+
+	// The same set for another function: the same layer, not rebuilt.
+	fn2, err := c.CreateFunctionFromDir(ctx, "tables2", writeFunction(t, "deps/tables", reqs), 256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(layer)
+	if err != nil || fn2.Deps == nil || fn2.Deps.Layer != d.Layer || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("second function: layer %+v, same file %v", fn2.Deps, err == nil && os.SameFile(before, after))
+	}
+
+	checkBrokenImport(t, ctx, c)
+}
+
+// checkDepsResult checks the cold invocation imported and used both
+// dependencies, and that the layer sits right after the function's
+// directory, ahead of the image's packages, with its .pth files processed
+// and mounted read-only.
+func checkDepsResult(t *testing.T, inv *client.Invocation) {
+	t.Helper()
 	var got struct {
 		HTML    string   `json:"html"`
 		RankSum float64  `json:"rank_sum"`
@@ -134,22 +155,16 @@ func TestFunctionDependencies(t *testing.T) {
 			t.Errorf("/deps is mounted %q, want %q in it", mount, want)
 		}
 	}
+}
 
-	// The same set for another function: the same layer, not rebuilt.
-	fn2, err := c.CreateFunctionFromDir(ctx, "tables2", writeFunction(t, "deps/tables", reqs), 256, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := os.Stat(layer)
-	if err != nil || fn2.Deps == nil || fn2.Deps.Layer != d.Layer || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
-		t.Fatalf("second function: layer %+v, same file %v", fn2.Deps, err == nil && os.SameFile(before, after))
-	}
-
-	// A handler that cannot be imported fails its boot, with the traceback.
+// checkBrokenImport: a handler that cannot be imported fails its boot,
+// with the traceback, and nothing of it can be snapshotted.
+func checkBrokenImport(t *testing.T, ctx context.Context, c *client.Client) {
+	t.Helper()
 	if _, err := c.CreateFunctionFromDir(ctx, "broken", writeFunction(t, "deps/broken", ""), 256, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.BootVM(ctx, "broken")
+	_, err := c.BootVM(ctx, "broken")
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 502 || ae.Code != "import_failed" {
 		t.Fatalf("boot of a broken function: %v", err)

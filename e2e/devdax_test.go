@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -19,20 +20,7 @@ import (
 func TestPremapDevDAX(t *testing.T) {
 	parallel(t)
 	imageDir(t)
-	dir := os.Getenv("THAW_TEST_REGION_DIR")
-	if dir == "" {
-		dir = "/dev/shm"
-	}
-	f, err := os.CreateTemp(dir, "thaw-e2e-devdax-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := f.Name()
-	t.Cleanup(func() { os.Remove(dev) })
-	if err := f.Truncate(2<<20 + 3*(256<<20)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	dev := deviceStandIn(t)
 	// No VMM pool: its standby VMs would hold ranges of their own, and this
 	// test counts the cold invocations' ranges.
 	useDevice := func(c *daemon.Config) { c.StoreDeviceFile, c.VMMPool = dev, -1 }
@@ -50,6 +38,57 @@ func TestPremapDevDAX(t *testing.T) {
 	}
 	t.Logf("copy: %d MiB in %d regions at device offset %d MiB, stored in %.0f ms", entry.Bytes>>20, entry.Regions, entry.DeviceOffset>>20, entry.StoredMS)
 
+	checkColdPremapOnDevice(t, ctx, c, snap, entry)
+
+	checkLiveCloneRanges(t, ctx, c, snap, entry, st0)
+
+	// A new daemon finds the copy in the device's index, re-hashes it on
+	// first use (the clones' writes went to their own ranges) and maps it.
+	e.stop()
+	e2 := startEnvWith(t, dataDir, useDevice)
+	st2, err := e2.c.Store(ctx)
+	if err != nil || len(st2.Entries) != 1 || st2.Entries[0].DeviceOffset != entry.DeviceOffset {
+		t.Fatalf("store after a daemon restart: %+v %v", st2, err)
+	}
+	inv, err := e2.c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello","name":"again"}`), client.InvokeOptions{Strategy: "premap"})
+	if err != nil || !inv.OK || inv.Strategy != "premap" || inv.StrategyStats.Fallback != "" {
+		t.Fatalf("premap after a daemon restart: %v %+v", err, inv)
+	}
+	// Deleting the snapshot frees its copy on the device.
+	if err := e2.c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e2.c.Store(ctx); err != nil || len(st.Entries) != 0 || st.FreeBytes != st.CapacityBytes {
+		t.Fatalf("after deleting the snapshot: %+v %v", st, err)
+	}
+}
+
+// deviceStandIn makes the file that stands in for the device: the index
+// and room for three copies of the guest's 256 MiB. It is removed at the
+// end of the test.
+func deviceStandIn(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("THAW_TEST_REGION_DIR")
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	f, err := os.CreateTemp(dir, "thaw-e2e-devdax-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := f.Name()
+	t.Cleanup(func() { os.Remove(dev) })
+	if err := f.Truncate(2<<20 + 3*(256<<20)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return dev
+}
+
+// checkColdPremapOnDevice: a cold premap invocation fills its own range
+// of the device, pre-faults it, and gives the range back when it ends.
+func checkColdPremapOnDevice(t *testing.T, ctx context.Context, c *client.Client, snap *client.Snapshot, entry *client.StoreEntry) {
+	t.Helper()
 	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
 	if err != nil || !inv.OK || inv.Strategy != "premap" {
 		t.Fatalf("cold premap: %v %+v", err, inv)
@@ -66,7 +105,12 @@ func TestPremapDevDAX(t *testing.T) {
 	if st, err := c.Store(ctx); err != nil || st.Clones != 0 || st.ReservedBytes != 0 {
 		t.Fatalf("the cold invocation's range was not given back: %+v %v", st, err)
 	}
+}
 
+// checkLiveCloneRanges: two live clones hold a range each while their
+// guests write and free memory; the ranges go back when they exit.
+func checkLiveCloneRanges(t *testing.T, ctx context.Context, c *client.Client, snap *client.Snapshot, entry *client.StoreEntry, st0 *client.StoreInfo) {
+	t.Helper()
 	// Two live clones: a range each; their guests write and free memory.
 	var clones []string
 	for i := range 2 {
@@ -90,25 +134,5 @@ func TestPremapDevDAX(t *testing.T) {
 	}
 	if st, err := c.Store(ctx); err != nil || st.Clones != 0 || st.FreeBytes != st0.FreeBytes {
 		t.Fatalf("after the clones exited: %+v %v", st, err)
-	}
-
-	// A new daemon finds the copy in the device's index, re-hashes it on
-	// first use (the clones' writes went to their own ranges) and maps it.
-	e.stop()
-	e2 := startEnvWith(t, dataDir, useDevice)
-	st2, err := e2.c.Store(ctx)
-	if err != nil || len(st2.Entries) != 1 || st2.Entries[0].DeviceOffset != entry.DeviceOffset {
-		t.Fatalf("store after a daemon restart: %+v %v", st2, err)
-	}
-	inv, err = e2.c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello","name":"again"}`), client.InvokeOptions{Strategy: "premap"})
-	if err != nil || !inv.OK || inv.Strategy != "premap" || inv.StrategyStats.Fallback != "" {
-		t.Fatalf("premap after a daemon restart: %v %+v", err, inv)
-	}
-	// Deleting the snapshot frees its copy on the device.
-	if err := e2.c.DeleteSnapshot(ctx, snap.ID); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := e2.c.Store(ctx); err != nil || len(st.Entries) != 0 || st.FreeBytes != st.CapacityBytes {
-		t.Fatalf("after deleting the snapshot: %+v %v", st, err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // env is one daemon on one data directory.
@@ -63,7 +64,7 @@ func testConfig(t testing.TB, dataDir string) daemon.Config {
 	}
 	return daemon.Config{DataDir: dataDir, ImageDir: imageDir(t), Accel: accel,
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 120 * time.Second, InvokeTimeout: 60 * time.Second,
-		ShimPath: shim, StoreDir: storeDir(t, dataDir), SnapBPFObject: repoPath("bin/snapbpf_capture.bpf.o")}
+		VMMSettings: qemu.Settings{Shim: shim}.Values(), StoreDir: storeDir(t, dataDir), SnapBPFObject: repoPath("bin/snapbpf_capture.bpf.o")}
 }
 
 // storeDir is a memory store on /dev/shm for one test daemon, removed with

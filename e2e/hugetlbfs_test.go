@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,45 +44,9 @@ func TestPremapHugeTLBFS(t *testing.T) {
 		t.Fatalf("store %+v %v", st0, err)
 	}
 
-	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
-	if err != nil || !inv.OK || inv.Strategy != "premap" {
-		t.Fatalf("cold premap: %v %+v", err, inv)
-	}
-	st := partStats(inv.StrategyStats)
-	if st.Fallback != "" || st.PopulatedBytes != 256<<20 || st.StoreBytes != uint64(entry.Bytes) {
-		t.Fatalf("premap stats %+v", st)
-	}
-	if inv.Process.MajorFaults > 2 {
-		t.Errorf("premap took %d major faults", inv.Process.MajorFaults)
-	}
-	if inv.Process.HugetlbKiB<<10 != uint64(entry.Bytes) {
-		t.Errorf("the clone maps %d KiB of huge pages, the copy is %d KiB", inv.Process.HugetlbKiB, entry.Bytes>>10)
-	}
-	t.Logf("cold: populate %.1f ms, setup %.1f ms, total %.1f ms, %d major faults", st.PopulateMS,
-		inv.Timing.Restore.SetupMS, inv.Timing.TotalMS, inv.Process.MajorFaults)
+	checkColdPremapHuge(t, ctx, c, snap, entry)
 
-	var clones []string
-	for i := range 2 {
-		v := restoreVM(t, c, snap.ID, "premap")
-		clones = append(clones, v.ID)
-		if v.Strategy != "premap" {
-			t.Fatalf("clone %d restored as %s", i, v.Strategy)
-		}
-		if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"hello"}`), client.InvokeOptions{}); err != nil || !inv.OK {
-			t.Fatalf("clone %d: %v %+v", i, err, inv)
-		}
-		m, err := c.VMMemory(ctx, v.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Every copy page is mapped: shared until written, then private.
-		if m.HugetlbBytes != uint64(entry.Bytes) || m.HugetlbAnonBytes == 0 || m.HugetlbAnonBytes >= m.HugetlbBytes {
-			t.Errorf("clone %d maps %d MiB of huge pages, %d MiB copied on write; copy is %d MiB", i,
-				m.HugetlbBytes>>20, m.HugetlbAnonBytes>>20, entry.Bytes>>20)
-		}
-		t.Logf("clone %d: huge pages %d MiB mapped, %d MiB copied on write; anon %d MiB", i,
-			m.HugetlbBytes>>20, m.HugetlbAnonBytes>>20, m.AnonBytes>>20)
-	}
+	clones := startHugeClones(t, ctx, c, snap, entry)
 	st1, err := c.Store(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -109,27 +74,83 @@ func TestPremapHugeTLBFS(t *testing.T) {
 		t.Fatalf("premap after a clone freed memory (the copy is re-hashed first): %v %+v", err, inv)
 	}
 
-	t.Run("pool too small falls back", func(t *testing.T) {
-		// Take every free huge page but a few.
-		hog, err := os.Create(filepath.Join(huge, "hog"))
+	t.Run("pool too small falls back", func(t *testing.T) { checkHugePoolTooSmall(t, ctx, c, huge, snap) })
+}
+
+// checkColdPremapHuge: a cold premap invocation maps the copy's huge
+// pages, taking next to no major faults.
+func checkColdPremapHuge(t *testing.T, ctx context.Context, c *client.Client, snap *client.Snapshot, entry *client.StoreEntry) {
+	t.Helper()
+	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
+	if err != nil || !inv.OK || inv.Strategy != "premap" {
+		t.Fatalf("cold premap: %v %+v", err, inv)
+	}
+	st := partStats(inv.StrategyStats)
+	if st.Fallback != "" || st.PopulatedBytes != 256<<20 || st.StoreBytes != uint64(entry.Bytes) {
+		t.Fatalf("premap stats %+v", st)
+	}
+	if inv.Process.MajorFaults > 2 {
+		t.Errorf("premap took %d major faults", inv.Process.MajorFaults)
+	}
+	if inv.Process.HugetlbKiB<<10 != uint64(entry.Bytes) {
+		t.Errorf("the clone maps %d KiB of huge pages, the copy is %d KiB", inv.Process.HugetlbKiB, entry.Bytes>>10)
+	}
+	t.Logf("cold: populate %.1f ms, setup %.1f ms, total %.1f ms, %d major faults", st.PopulateMS,
+		inv.Timing.Restore.SetupMS, inv.Timing.TotalMS, inv.Process.MajorFaults)
+}
+
+// startHugeClones restores two live premap clones and checks each maps
+// every page of the copy, shared until written, then private; it returns
+// their ids.
+func startHugeClones(t *testing.T, ctx context.Context, c *client.Client, snap *client.Snapshot, entry *client.StoreEntry) []string {
+	t.Helper()
+	var clones []string
+	for i := range 2 {
+		v := restoreVM(t, c, snap.ID, "premap")
+		clones = append(clones, v.ID)
+		if v.Strategy != "premap" {
+			t.Fatalf("clone %d restored as %s", i, v.Strategy)
+		}
+		if inv, err := c.InvokeVM(ctx, v.ID, ev(`{"op":"hello"}`), client.InvokeOptions{}); err != nil || !inv.OK {
+			t.Fatalf("clone %d: %v %+v", i, err, inv)
+		}
+		m, err := c.VMMemory(ctx, v.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer os.Remove(hog.Name())
-		defer hog.Close()
-		in, err := c.Store(ctx)
-		if err != nil {
-			t.Fatal(err)
+		// Every copy page is mapped: shared until written, then private.
+		if m.HugetlbBytes != uint64(entry.Bytes) || m.HugetlbAnonBytes == 0 || m.HugetlbAnonBytes >= m.HugetlbBytes {
+			t.Errorf("clone %d maps %d MiB of huge pages, %d MiB copied on write; copy is %d MiB", i,
+				m.HugetlbBytes>>20, m.HugetlbAnonBytes>>20, entry.Bytes>>20)
 		}
-		if err := unix.Fallocate(int(hog.Fd()), 0, 0, in.FreeBytes-4<<20); err != nil {
-			t.Fatal(err)
-		}
-		inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
-		if err != nil || !inv.OK {
-			t.Fatalf("%v %+v", err, inv)
-		}
-		if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "huge page pool") {
-			t.Fatalf("ran as %s, fallback %q", inv.Strategy, inv.StrategyStats.Fallback)
-		}
-	})
+		t.Logf("clone %d: huge pages %d MiB mapped, %d MiB copied on write; anon %d MiB", i,
+			m.HugetlbBytes>>20, m.HugetlbAnonBytes>>20, m.AnonBytes>>20)
+	}
+	return clones
+}
+
+// checkHugePoolTooSmall takes every free huge page but a few: premap
+// falls back to vanilla and says why.
+func checkHugePoolTooSmall(t *testing.T, ctx context.Context, c *client.Client, huge string, snap *client.Snapshot) {
+	// Take every free huge page but a few.
+	hog, err := os.Create(filepath.Join(huge, "hog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(hog.Name())
+	defer hog.Close()
+	in, err := c.Store(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(hog.Fd()), 0, 0, in.FreeBytes-4<<20); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})
+	if err != nil || !inv.OK {
+		t.Fatalf("%v %+v", err, inv)
+	}
+	if inv.Strategy != "vanilla" || !strings.Contains(inv.StrategyStats.Fallback, "huge page pool") {
+		t.Fatalf("ran as %s, fallback %q", inv.Strategy, inv.StrategyStats.Fallback)
+	}
 }

@@ -301,22 +301,7 @@ func TestDaemonRestartKeepsCatalog(t *testing.T) {
 // restore is refused with a clear message and no VM is left behind.
 func testCorruptSnapshot(t *testing.T, c *client.Client, snap *client.Snapshot) {
 	ctx := context.Background()
-	backup := t.TempDir()
-	for _, name := range []string{snapshot.ManifestFile, snapshot.StateFile} {
-		b, err := os.ReadFile(filepath.Join(snap.Dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(backup, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	restoreFile := func(name string) {
-		b, _ := os.ReadFile(filepath.Join(backup, name))
-		if err := os.WriteFile(filepath.Join(snap.Dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	restoreFile := backupSnapshotFiles(t, snap)
 	liveBefore := liveVMs(t, c)
 	expectRefused := func(what, contains string) {
 		t.Helper()
@@ -349,15 +334,7 @@ func testCorruptSnapshot(t *testing.T, c *client.Client, snap *client.Snapshot) 
 	restoreFile(snapshot.StateFile)
 
 	// A manifest for other inputs, correctly sealed: the digests must match.
-	m, err := snapshot.ReadManifest(snap.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Inputs.Kernel.SHA256 = strings.Repeat("0", 64)
-	b, _ := m.Encode()
-	if err := os.WriteFile(manifest, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeOtherKernelManifest(t, snap.Dir, manifest)
 	expectRefused("other kernel", "kernel digest differs")
 
 	// A hand-edited manifest breaks its checksum.
@@ -369,14 +346,7 @@ func testCorruptSnapshot(t *testing.T, c *client.Client, snap *client.Snapshot) 
 	expectRefused("edited manifest", "checksum")
 
 	restoreFile(snapshot.ManifestFile)
-	f, err := os.OpenFile(mem, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte{0xde, 0xad}, 12345); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	flipBytes(t, mem, 12345)
 	expectRefused("flipped memory bytes", "memory checksum mismatch")
 	if _, err := c.VerifySnapshot(ctx, snap.ID); err == nil {
 		t.Fatal("verify accepted a corrupt memory file")
@@ -390,6 +360,55 @@ func testCorruptSnapshot(t *testing.T, c *client.Client, snap *client.Snapshot) 
 	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// backupSnapshotFiles copies snap's manifest and device state aside and
+// returns a function that puts one of them back.
+func backupSnapshotFiles(t *testing.T, snap *client.Snapshot) func(name string) {
+	backup := t.TempDir()
+	for _, name := range []string{snapshot.ManifestFile, snapshot.StateFile} {
+		b, err := os.ReadFile(filepath.Join(snap.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(backup, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(name string) {
+		b, _ := os.ReadFile(filepath.Join(backup, name))
+		if err := os.WriteFile(filepath.Join(snap.Dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// writeOtherKernelManifest writes dir's manifest for another kernel,
+// correctly sealed.
+func writeOtherKernelManifest(t *testing.T, dir, manifest string) {
+	t.Helper()
+	m, err := snapshot.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Inputs.Kernel.SHA256 = strings.Repeat("0", 64)
+	b, _ := m.Encode()
+	if err := os.WriteFile(manifest, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flipBytes overwrites two bytes of the file at path at off.
+func flipBytes(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xde, 0xad}, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 }
 
 func liveVMs(t *testing.T, c *client.Client) int {

@@ -28,51 +28,9 @@ func TestPrometheusScrapesThawd(t *testing.T) {
 	}
 	f, c := bootedFixture(t)
 	ctx := ctxT(t)
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(f.e.token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	target := strings.TrimPrefix(f.e.srv.URL, "http://")
-	config := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
-scrape_configs:
-  - job_name: thawd
-    authorization: {credentials_file: %q}
-    static_configs: [{targets: [%q]}]
-`, tokenFile, target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := tcptest.FreeAddr(t)
-	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	log, _ := os.Create(filepath.Join(dir, "prometheus.log"))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	dir, addr := startPrometheus(t, prom, f.e)
 
-	query := func(q string) (float64, bool) {
-		resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
-		if err != nil {
-			return 0, false
-		}
-		defer resp.Body.Close()
-		var r struct {
-			Data struct {
-				Result []struct {
-					Value [2]any `json:"value"`
-				} `json:"result"`
-			} `json:"data"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&r) != nil || len(r.Data.Result) == 0 {
-			return 0, false
-		}
-		s, _ := r.Data.Result[0].Value[1].(string)
-		v, err := strconv.ParseFloat(s, 64)
-		return v, err == nil
-	}
+	query := func(q string) (float64, bool) { return promQuery(addr, q) }
 	waitFor := func(what, q string, ok func(float64) bool) float64 {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -111,6 +69,60 @@ scrape_configs:
 	}
 	waitFor("fallback counted", `thaw_strategy_fallbacks_total{strategy="premap",reason="not_stored"}`, func(v float64) bool { return v >= 1 })
 	checkDashboard(t, addr)
+}
+
+// startPrometheus writes a configuration scraping e over TCP with its API
+// token, starts prometheus with it (killed at the end of the test), and
+// returns its directory (holding prometheus.log) and address.
+func startPrometheus(t *testing.T, prom string, e *env) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(e.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := strings.TrimPrefix(e.srv.URL, "http://")
+	config := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+scrape_configs:
+  - job_name: thawd
+    authorization: {credentials_file: %q}
+    static_configs: [{targets: [%q]}]
+`, tokenFile, target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := tcptest.FreeAddr(t)
+	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	log, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return dir, addr
+}
+
+// promQuery asks the Prometheus at addr for q's first value.
+func promQuery(addr, q string) (float64, bool) {
+	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Result []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&r) != nil || len(r.Data.Result) == 0 {
+		return 0, false
+	}
+	s, _ := r.Data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	return v, err == nil
 }
 
 // checkDashboard: every query of deploy/grafana-dashboard.json is valid

@@ -182,7 +182,33 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 		hit = append(hit, ms...)
 		hits += modes["ready"]
 	}
-	// What each ready clone holds: its VMM process's memory.
+	logReadyCloneMemory(t, ctx, e, c)
+	for range rounds {
+		ms, _ := burst(t, c, func() (*client.Invocation, error) {
+			return e.c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"bench"}`), client.InvokeOptions{})
+		})
+		cold = append(cold, ms...)
+	}
+	running := restoreRunning(t, ctx, e, snap, c)
+	for range rounds {
+		var i atomic.Int32
+		ms, _ := burst(t, c, func() (*client.Invocation, error) {
+			return e.c.InvokeVM(ctx, running[int(i.Add(1)-1)%len(running)], ev(`{"name":"bench"}`), client.InvokeOptions{})
+		})
+		warm = append(warm, ms...)
+	}
+	t.Logf("hello, concurrency %d, request to answer, p50 ms: ready %.2f (%d of %d requests hit), cold restore %.2f, warm %.2f; %d clones refilled in p50 %.0f ms (from a burst's end to all ready)",
+		c, median(hit), hits, len(hit), median(cold), median(warm), c, median(refill[1:]))
+	t.Logf("ready %v", hit)
+	t.Logf("cold %v", cold)
+	t.Logf("warm %v", warm)
+	t.Logf("refill ms %v", refill)
+}
+
+// logReadyCloneMemory waits for c ready clones and logs what each holds:
+// its VMM process's memory.
+func logReadyCloneMemory(t *testing.T, ctx context.Context, e *env, c int) {
+	t.Helper()
 	for countReady(t, ctx, e.c) < c {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -202,12 +228,11 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 		rss, pss, anon = append(rss, float64(m.RSSBytes>>20)), append(pss, float64(m.PSSBytes>>20)), append(anon, float64(m.AnonBytes>>20))
 	}
 	t.Logf("ready clones' VMM memory, MiB: rss %v, pss %v, anon %v", rss, pss, anon)
-	for range rounds {
-		ms, _ := burst(t, c, func() (*client.Invocation, error) {
-			return e.c.InvokeSnapshot(ctx, snap.ID, ev(`{"name":"bench"}`), client.InvokeOptions{})
-		})
-		cold = append(cold, ms...)
-	}
+}
+
+// restoreRunning restores c running VMs from snap and returns their ids.
+func restoreRunning(t *testing.T, ctx context.Context, e *env, snap *client.Snapshot, c int) []string {
+	t.Helper()
 	var running []string
 	for range c {
 		v, err := e.c.RestoreVM(ctx, snap.ID, "")
@@ -216,19 +241,7 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 		}
 		running = append(running, v.ID)
 	}
-	for range rounds {
-		var i atomic.Int32
-		ms, _ := burst(t, c, func() (*client.Invocation, error) {
-			return e.c.InvokeVM(ctx, running[int(i.Add(1)-1)%len(running)], ev(`{"name":"bench"}`), client.InvokeOptions{})
-		})
-		warm = append(warm, ms...)
-	}
-	t.Logf("hello, concurrency %d, request to answer, p50 ms: ready %.2f (%d of %d requests hit), cold restore %.2f, warm %.2f; %d clones refilled in p50 %.0f ms (from a burst's end to all ready)",
-		c, median(hit), hits, len(hit), median(cold), median(warm), c, median(refill[1:]))
-	t.Logf("ready %v", hit)
-	t.Logf("cold %v", cold)
-	t.Logf("warm %v", warm)
-	t.Logf("refill ms %v", refill)
+	return running
 }
 
 // A synthetic trace: Poisson arrivals of the bundled sleep function, whose
@@ -259,36 +272,8 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	event := ev(fmt.Sprintf(`{"seconds":%g}`, sleepS))
-	rng := rand.New(rand.NewPCG(1, 2)) // the same arrivals in every run
-	var arrivals []time.Duration
-	for at := time.Duration(0); at < time.Duration(secs)*time.Second; {
-		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-		arrivals = append(arrivals, at)
-	}
-	for b := 10 * time.Second; b < time.Duration(secs)*time.Second; b += 20 * time.Second {
-		for range 4 {
-			arrivals = append(arrivals, b)
-		}
-	}
-	slices.Sort(arrivals)
-	stop := make(chan struct{})
-	var samples, readySum, memSum int
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			readySum += countReady(t, ctx, e.c)
-			memSum += gauge(t, e, "thaw_ready_clones_memory_mib")
-			samples++
-		}
-	}()
+	arrivals := traceArrivals(rate, secs)
+	stopSampling := sampleReady(t, ctx, e)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var busyMS, hitMS, missMS []float64
@@ -317,8 +302,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	close(stop)
-	<-sampled
+	samples, readySum, memSum := stopSampling()
 	sum := 0.0
 	for _, v := range busyMS {
 		sum += v
@@ -329,6 +313,54 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 		len(arrivals), sleepS, elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
 	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.2f clones per concurrent request", kept, demand, kept/demand)
 	t.Logf("trace: standby memory counted, mean %.0f MiB (%.1f MiB a clone)", float64(memSum)/float64(max(samples, 1)), float64(memSum)/float64(max(readySum, 1)))
+}
+
+// traceArrivals are the trace's arrival times: Poisson arrivals at rate
+// a second for secs seconds (the same in every run), and a burst of 4 at
+// once every 20 s from 10 s on, in order.
+func traceArrivals(rate float64, secs int) []time.Duration {
+	rng := rand.New(rand.NewPCG(1, 2)) // the same arrivals in every run
+	var arrivals []time.Duration
+	for at := time.Duration(0); at < time.Duration(secs)*time.Second; {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		arrivals = append(arrivals, at)
+	}
+	for b := 10 * time.Second; b < time.Duration(secs)*time.Second; b += 20 * time.Second {
+		for range 4 {
+			arrivals = append(arrivals, b)
+		}
+	}
+	slices.Sort(arrivals)
+	return arrivals
+}
+
+// sampleReady counts e's ready clones and reads the memory they count
+// every 200 ms until the function it returns is called, which returns the
+// number of samples and the sums of the counts and of the memory (MiB).
+func sampleReady(t *testing.T, ctx context.Context, e *env) func() (int, int, int) {
+	stop := make(chan struct{})
+	var samples, readySum, memSum int
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			readySum += countReady(t, ctx, e.c)
+			memSum += gauge(t, e, "thaw_ready_clones_memory_mib")
+			samples++
+		}
+	}()
+	return func() (int, int, int) {
+		close(stop)
+		<-sampled
+		return samples, readySum, memSum
+	}
 }
 
 // gauge is the value of the daemon's metric name (no labels).

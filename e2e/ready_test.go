@@ -45,28 +45,7 @@ func TestReadyClonesFresh(t *testing.T) {
 	if err := e.c.DeleteVM(ctx, boot.ID); err != nil {
 		t.Fatal(err)
 	}
-	type values struct {
-		Marker  bool   `json:"marker"`
-		Served  int    `json:"served"`
-		URandom string `json:"urandom"`
-		UUID4   string `json:"uuid4"`
-		SSLRand string `json:"ssl_rand"`
-	}
-	invoke := func(what string) (*client.Invocation, values) {
-		t.Helper()
-		inv, err := e.c.InvokeFunction(ctx, "fresh", ev(`{}`), client.InvokeOptions{})
-		if err != nil || !inv.OK {
-			t.Fatalf("%s: %v %+v", what, err, inv)
-		}
-		var v values
-		if err := json.Unmarshal(inv.Result, &v); err != nil {
-			t.Fatal(err)
-		}
-		if v.Marker || v.Served != 0 {
-			t.Fatalf("%s (%s on %s) saw an earlier request's state: marker %v, served %d", what, inv.Mode, inv.VM, v.Marker, v.Served)
-		}
-		return inv, v
-	}
+	invoke := func(what string) (*client.Invocation, freshValues) { return invokeFreshClone(t, ctx, e, what) }
 	first, _ := invoke("request 1")
 	if first.Mode != "cold" || first.Timing.Ready == nil || first.Timing.Ready.Fallback != "none ready" {
 		t.Fatalf("request 1: mode %s, ready %+v", first.Mode, first.Timing.Ready)
@@ -95,14 +74,7 @@ func TestReadyClonesFresh(t *testing.T) {
 	checkDistinct(t, seen, hits)
 	// Cold restores of the same snapshot, in the same run (naming the
 	// snapshot bypasses the ready clones).
-	var coldMS []float64
-	for range 5 {
-		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
-		if err != nil || !inv.OK || inv.Mode != "cold" {
-			t.Fatalf("cold: %v %+v", err, inv)
-		}
-		coldMS = append(coldMS, inv.Timing.TotalMS)
-	}
+	coldMS := coldRestoresMS(t, ctx, e, snap)
 	t.Logf("request to answer, ms: ready hit p50 %.1f (renewal p50 %.1f) over %d; cold restore p50 %.1f over %d",
 		median(hitMS), median(renewMS), len(hitMS), median(coldMS), len(coldMS))
 	t.Logf("ready hits: %v", hitMS)
@@ -121,4 +93,46 @@ func TestReadyClonesFresh(t *testing.T) {
 			t.Fatalf("vm %s is %s after its function was deleted", v.ID, v.State)
 		}
 	}
+}
+
+// freshValues are what the fresh function reports: whether it saw the
+// marker, how many requests its process served, and three random values.
+type freshValues struct {
+	Marker  bool   `json:"marker"`
+	Served  int    `json:"served"`
+	URandom string `json:"urandom"`
+	UUID4   string `json:"uuid4"`
+	SSLRand string `json:"ssl_rand"`
+}
+
+// invokeFreshClone invokes the fresh function and checks it saw no earlier
+// request's state.
+func invokeFreshClone(t *testing.T, ctx context.Context, e *env, what string) (*client.Invocation, freshValues) {
+	t.Helper()
+	inv, err := e.c.InvokeFunction(ctx, "fresh", ev(`{}`), client.InvokeOptions{})
+	if err != nil || !inv.OK {
+		t.Fatalf("%s: %v %+v", what, err, inv)
+	}
+	var v freshValues
+	if err := json.Unmarshal(inv.Result, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Marker || v.Served != 0 {
+		t.Fatalf("%s (%s on %s) saw an earlier request's state: marker %v, served %d", what, inv.Mode, inv.VM, v.Marker, v.Served)
+	}
+	return inv, v
+}
+
+// coldRestoresMS restores snap cold 5 times and returns the request times.
+func coldRestoresMS(t *testing.T, ctx context.Context, e *env, snap *client.Snapshot) []float64 {
+	t.Helper()
+	var coldMS []float64
+	for range 5 {
+		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
+		if err != nil || !inv.OK || inv.Mode != "cold" {
+			t.Fatalf("cold: %v %+v", err, inv)
+		}
+		coldMS = append(coldMS, inv.Timing.TotalMS)
+	}
+	return coldMS
 }

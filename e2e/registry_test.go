@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -25,6 +26,63 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	ctx := ctxT(t)
 	res := prepareProbe(t, c)
 	warm := res.Warm.ID
+	push, pc := pushWarmAndClean(t, ctx, c, res)
+
+	invoke := func(c *client.Client, strategy string) {
+		t.Helper()
+		inv, err := c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{Strategy: strategy, EvictCache: true})
+		if err != nil || !inv.OK || !strings.Contains(string(inv.Result), "hello, test!") || inv.Snapshot != warm {
+			t.Fatalf("%s invocation after pull: %+v %v", strategy, inv, err)
+		}
+		if inv.StrategyStats != nil && inv.StrategyStats.Fallback != "" {
+			t.Fatalf("%s fell back after pull: %s", strategy, inv.StrategyStats.Fallback)
+		}
+	}
+
+	// Delete it here and pull it back.
+	pullBack(t, ctx, c, warm, push)
+	for _, s := range []string{"vanilla", "faasnap", "reap"} {
+		invoke(c, s)
+	}
+
+	checkUntrustedRefused(t, ctx, withRegistry)
+
+	// A node that never saw the function, trusting e.
+	withRegistry = trustingNode(t, e, withRegistry)
+	e2 := startEnvWith(t, t.TempDir(), withRegistry)
+	pr2, err := e2.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"})
+	if err != nil {
+		t.Fatalf("pull by function on a new node: %v", err)
+	}
+	if !pr2.FunctionCreated || pr2.Snapshot.ID != warm {
+		t.Fatalf("pull on a new node = %+v (the clean snapshot was pushed after the warm one but is older)", pr2)
+	}
+	invoke(e2.c, "faasnap")
+
+	// The registry itself: list, delete the clean snapshot, collect its
+	// own chunks; the warm one still pulls whole on a third node.
+	checkRegistryListAndGC(t, ctx, c, res, pc)
+	e3 := startEnvWith(t, t.TempDir(), withRegistry)
+	if pr3, err := e3.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"}); err != nil || pr3.Snapshot.ID != warm {
+		t.Fatalf("pull after gc = %+v, %v", pr3, err)
+	}
+
+	// The store down: a clear 503, nothing lost here.
+	srv.Stop()
+	_, err = c.PushSnapshot(ctx, res.Clean.ID)
+	var apiErr *client.APIError
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.Code != "registry_unavailable" {
+		t.Fatalf("push with the registry down: %v", err)
+	}
+	invoke(c, "vanilla")
+}
+
+// pushWarmAndClean pushes the prepared warm snapshot again (the prepare
+// pushed it: nothing is uploaded) and the clean one, which shares most
+// chunks with it.
+func pushWarmAndClean(t *testing.T, ctx context.Context, c *client.Client, res *client.PrepareResult) (*client.PushResult, *client.PushResult) {
+	t.Helper()
+	warm := res.Warm.ID
 	push, err := c.PushSnapshot(ctx, warm)
 	if err != nil {
 		t.Fatalf("push: %v", err)
@@ -47,19 +105,12 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		t.Fatalf("clean snapshot push uploaded %d of %d chunks: little shared with the warm one", pc.Uploaded, pc.Chunks)
 	}
 	t.Logf("clean snapshot push: %d of %d chunks uploaded, the rest shared with the warm one", pc.Uploaded, pc.Chunks)
+	return push, pc
+}
 
-	invoke := func(c *client.Client, strategy string) {
-		t.Helper()
-		inv, err := c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{Strategy: strategy, EvictCache: true})
-		if err != nil || !inv.OK || !strings.Contains(string(inv.Result), "hello, test!") || inv.Snapshot != warm {
-			t.Fatalf("%s invocation after pull: %+v %v", strategy, inv, err)
-		}
-		if inv.StrategyStats != nil && inv.StrategyStats.Fallback != "" {
-			t.Fatalf("%s fell back after pull: %s", strategy, inv.StrategyStats.Fallback)
-		}
-	}
-
-	// Delete it here and pull it back.
+// pullBack deletes warm here and pulls it back; it verifies.
+func pullBack(t *testing.T, ctx context.Context, c *client.Client, warm string, push *client.PushResult) {
+	t.Helper()
 	if err := c.DeleteSnapshot(ctx, warm); err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +130,15 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 	if _, err := c.VerifySnapshot(ctx, warm); err != nil {
 		t.Fatalf("pulled snapshot does not verify: %v", err)
 	}
-	for _, s := range []string{"vanilla", "faasnap", "reap"} {
-		invoke(c, s)
-	}
+}
 
-	// A node that does not trust e's key refuses what e published, over
-	// the API, before anything is fetched or entered.
+// checkUntrustedRefused: a node that does not trust the publisher's key
+// refuses what it published, over the API, before anything is fetched or
+// entered.
+func checkUntrustedRefused(t *testing.T, ctx context.Context, withRegistry func(*daemon.Config)) {
+	t.Helper()
 	stranger := startEnvWith(t, t.TempDir(), withRegistry)
-	_, err = stranger.c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{})
+	_, err := stranger.c.InvokeFunction(ctx, "probe", ev(`{"op":"hello","name":"test"}`), client.InvokeOptions{})
 	var refused *client.APIError
 	if !errors.As(err, &refused) || refused.Code != "snapshot_unusable" || !strings.Contains(err.Error(), "does not trust") {
 		t.Fatalf("import from an untrusted node: %v", err)
@@ -95,21 +147,14 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		t.Fatalf("a refused import left functions %+v, %v", fns, err)
 	}
 	noLiveVM(t, stranger)
+}
 
-	// A node that never saw the function, trusting e.
-	withRegistry = trustingNode(t, e, withRegistry)
-	e2 := startEnvWith(t, t.TempDir(), withRegistry)
-	pr2, err := e2.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"})
-	if err != nil {
-		t.Fatalf("pull by function on a new node: %v", err)
-	}
-	if !pr2.FunctionCreated || pr2.Snapshot.ID != warm {
-		t.Fatalf("pull on a new node = %+v (the clean snapshot was pushed after the warm one but is older)", pr2)
-	}
-	invoke(e2.c, "faasnap")
-
-	// The registry itself: list, delete the clean snapshot, collect its
-	// own chunks; the warm one still pulls whole on a third node.
+// checkRegistryListAndGC: the registry lists both snapshots signed by
+// this node, the warm one latest; deleting the clean one and collecting
+// deletes its own chunks.
+func checkRegistryListAndGC(t *testing.T, ctx context.Context, c *client.Client, res *client.PrepareResult, pc *client.PushResult) {
+	t.Helper()
+	warm := res.Warm.ID
 	list, err := c.ListRegistrySnapshots(ctx)
 	if err != nil || len(list) != 2 {
 		t.Fatalf("registry list = %+v, %v", list, err)
@@ -135,19 +180,6 @@ func TestRegistryPushPullInvoke(t *testing.T) {
 		t.Fatalf("registry gc = %+v, %v (the clean snapshot uploaded %d chunks of its own)", gcr, err, pc.Uploaded)
 	}
 	t.Logf("registry gc: %d of %d chunks deleted, %d KiB", gcr.ChunksDeleted, gcr.Chunks, gcr.BytesDeleted>>10)
-	e3 := startEnvWith(t, t.TempDir(), withRegistry)
-	if pr3, err := e3.c.PullSnapshot(ctx, client.PullRequest{Function: "probe"}); err != nil || pr3.Snapshot.ID != warm {
-		t.Fatalf("pull after gc = %+v, %v", pr3, err)
-	}
-
-	// The store down: a clear 503, nothing lost here.
-	srv.Stop()
-	_, err = c.PushSnapshot(ctx, res.Clean.ID)
-	var apiErr *client.APIError
-	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.Code != "registry_unavailable" {
-		t.Fatalf("push with the registry down: %v", err)
-	}
-	invoke(c, "vanilla")
 }
 
 // trustingNode is edit, then trust of the key publisher's daemon shows in

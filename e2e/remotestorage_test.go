@@ -20,42 +20,8 @@ import (
 // is the loop device's, and `down` leaves nothing behind.
 func TestRemoteStorageVolume(t *testing.T) {
 	parallel(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (FUSE, loop device, mount)")
-	}
-	for _, p := range []string{"/dev/fuse", repoPath("bin/thaw")} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("%s: %v (make build)", p, err)
-		}
-	}
-	for _, tool := range []string{"losetup", "mkfs.ext4"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s", tool)
-		}
-	}
-	mnt := t.TempDir()
-	state := filepath.Join(t.TempDir(), "volume")
-	script := repoPath("scripts/remote-storage.sh")
-	up := exec.Command(script, "up", mnt, state)
-	up.Env = append(os.Environ(), "REMOTE_LATENCY=2ms", "REMOTE_DISK_GIB=1")
-	if out, err := up.CombinedOutput(); err != nil {
-		t.Fatalf("up: %v\n%s", err, out)
-	}
-	downed := false
-	down := func() {
-		if downed {
-			return
-		}
-		downed = true
-		if out, err := exec.Command(script, "down", state).CombinedOutput(); err != nil {
-			t.Errorf("down: %v\n%s", err, out)
-		}
-	}
-	t.Cleanup(down)
-	loop, err := os.ReadFile(filepath.Join(state, "loop"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	skipWithoutRemoteVolume(t)
+	mnt, state, loop, down := remoteVolumeUp(t)
 	if ra, err := bench.ReadaheadOf(mnt); err != nil || ra.KB() <= 0 {
 		t.Fatalf("readahead of the volume: %v", err)
 	}
@@ -101,7 +67,76 @@ func TestRemoteStorageVolume(t *testing.T) {
 	if hot := read(1 << 20); hot >= 2*time.Millisecond {
 		t.Errorf("a cached read took %s: the page cache did not answer", hot)
 	}
-	// O_DIRECT (REAP's working-set read) goes to the volume even when cached.
+	direct := checkDirectRead(t, path, data)
+	f.Close()
+	direct.Close()
+	down()
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state %s left after down: %v", state, err)
+	}
+	mounts, _ := os.ReadFile("/proc/mounts")
+	if strings.Contains(string(mounts), mnt) || strings.Contains(string(mounts), state) {
+		t.Errorf("still mounted after down")
+	}
+	if out, _ := exec.Command("losetup", "-j", filepath.Join(state, "fuse", "disk.img")).Output(); len(out) > 0 {
+		t.Errorf("loop device %s still attached: %s", strings.TrimSpace(string(loop)), out)
+	}
+}
+
+// skipWithoutRemoteVolume skips unless the volume can be built here: root,
+// FUSE, thaw built, losetup and mkfs.ext4.
+func skipWithoutRemoteVolume(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (FUSE, loop device, mount)")
+	}
+	for _, p := range []string{"/dev/fuse", repoPath("bin/thaw")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("%s: %v (make build)", p, err)
+		}
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+}
+
+// remoteVolumeUp brings the volume up with a 2 ms latency (down at the
+// end of the test at the latest) and returns its mount point, its state
+// directory, its loop device and the function that takes it down.
+func remoteVolumeUp(t *testing.T) (mnt, state string, loop []byte, down func()) {
+	t.Helper()
+	mnt = t.TempDir()
+	state = filepath.Join(t.TempDir(), "volume")
+	script := repoPath("scripts/remote-storage.sh")
+	up := exec.Command(script, "up", mnt, state)
+	up.Env = append(os.Environ(), "REMOTE_LATENCY=2ms", "REMOTE_DISK_GIB=1")
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	downed := false
+	down = func() {
+		if downed {
+			return
+		}
+		downed = true
+		if out, err := exec.Command(script, "down", state).CombinedOutput(); err != nil {
+			t.Errorf("down: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(down)
+	loop, err := os.ReadFile(filepath.Join(state, "loop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mnt, state, loop, down
+}
+
+// checkDirectRead: O_DIRECT (REAP's working-set read) goes to the volume
+// even when cached. It returns the file, closed at the end of the test.
+func checkDirectRead(t *testing.T, path string, data []byte) *os.File {
+	t.Helper()
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -126,17 +161,5 @@ func TestRemoteStorageVolume(t *testing.T) {
 	if string(mem) != string(data[1<<20:2<<20]) {
 		t.Fatal("O_DIRECT read wrong bytes")
 	}
-	f.Close()
-	direct.Close()
-	down()
-	if _, err := os.Stat(state); !os.IsNotExist(err) {
-		t.Errorf("state %s left after down: %v", state, err)
-	}
-	mounts, _ := os.ReadFile("/proc/mounts")
-	if strings.Contains(string(mounts), mnt) || strings.Contains(string(mounts), state) {
-		t.Errorf("still mounted after down")
-	}
-	if out, _ := exec.Command("losetup", "-j", filepath.Join(state, "fuse", "disk.img")).Output(); len(out) > 0 {
-		t.Errorf("loop device %s still attached: %s", strings.TrimSpace(string(loop)), out)
-	}
+	return direct
 }

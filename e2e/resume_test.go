@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -69,7 +70,34 @@ func TestResumeBreakdown(t *testing.T) {
 		add("outside_agent_ms", r.AgentWaitMS-r.AgentSteps["total"]-r.AgentSteps["read"])
 	}
 
-	// One clone kept running: the restore handling again, on warm code.
+	clone := warmRestoreSteps(t, ctx, e, record, add)
+	// Pause and resume the running clone: cont and a clock request on a
+	// VMM that has run this guest (translated code, no vmgenid change).
+	for range n {
+		if _, err := e.c.PauseVM(ctx, clone.ID); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := e.c.ResumeVM(ctx, clone.ID); err != nil {
+			t.Fatal(err)
+		}
+		d := float64(time.Since(t0).Microseconds()) / 1000
+		record("pause_resume", map[string]float64{"resume_call_ms": d})
+		add("warm.pause_resume_call_ms", d)
+	}
+	b := resumeSummary(cols)
+	t.Logf("resume breakdown, hello 512 MiB, cached:\n%s", b.String())
+	if out != nil {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(out.Name()), "summary.txt"), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// warmRestoreSteps keeps one clone running and runs the restore handling
+// again in it, on warm code, recording the steps; it returns the clone.
+func warmRestoreSteps(t *testing.T, ctx context.Context, e *env, record func(string, any), add func(string, float64)) *client.VM {
+	t.Helper()
 	if _, err := e.c.CreateFunctionFromDir(ctx, "resumeprobe", repoPath("e2e/testdata/resumeprobe"), 512, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -91,20 +119,11 @@ func TestResumeBreakdown(t *testing.T) {
 		record("warm_restore_steps", s)
 		add("warm.total", s["total"])
 	}
-	// Pause and resume the running clone: cont and a clock request on a
-	// VMM that has run this guest (translated code, no vmgenid change).
-	for range n {
-		if _, err := e.c.PauseVM(ctx, clone.ID); err != nil {
-			t.Fatal(err)
-		}
-		t0 := time.Now()
-		if _, err := e.c.ResumeVM(ctx, clone.ID); err != nil {
-			t.Fatal(err)
-		}
-		d := float64(time.Since(t0).Microseconds()) / 1000
-		record("pause_resume", map[string]float64{"resume_call_ms": d})
-		add("warm.pause_resume_call_ms", d)
-	}
+	return clone
+}
+
+// resumeSummary is a line per column: median, p10 and p90.
+func resumeSummary(cols map[string][]float64) *strings.Builder {
 	keys := make([]string, 0, len(cols))
 	for k := range cols {
 		keys = append(keys, k)
@@ -116,12 +135,7 @@ func TestResumeBreakdown(t *testing.T) {
 		sort.Float64s(v)
 		fmt.Fprintf(&b, "%-28s median %7.2f  p10 %7.2f  p90 %7.2f  (n=%d)\n", k, pct(v, .5), pct(v, .1), pct(v, .9), len(v))
 	}
-	t.Logf("resume breakdown, hello 512 MiB, cached:\n%s", b.String())
-	if out != nil {
-		if err := os.WriteFile(filepath.Join(filepath.Dir(out.Name()), "summary.txt"), []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return &b
 }
 
 // pct is the p-quantile of sorted v, interpolated.

@@ -237,22 +237,7 @@ func TestSecretsNeverInSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cold, err := c.InvokeFunction(ctx, "app", json.RawMessage(`{}`), client.InvokeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := seenBy(t, cold)
-	if cold.Mode != "cold" || got.ImportSecret || got.Digest == nil || *got.Digest != sha(first) || got.OnRestore == nil ||
-		*got.OnRestore != sha(first) || *got.ImportGreeting != greeting || *got.Greeting != greeting {
-		t.Fatalf("cold start (%s) saw %+v: want the secret in on_restore and the handler, the environment since import", cold.Mode, got)
-	}
-	if rt := cold.Timing.Restore; rt != nil {
-		t.Logf("cold start: the guest's restore took %.1f ms, %.2f ms of it setting the secret", rt.AgentRestoreMS, rt.AgentSteps["secrets"])
-	}
-	if pooled, err := c.InvokeFunction(ctx, "app", json.RawMessage(`{}`), client.InvokeOptions{}); err != nil || pooled.Mode != "pooled" ||
-		*seenBy(t, pooled).Digest != sha(first) {
-		t.Fatalf("second invocation: %v %+v", err, pooled)
-	}
+	cold := checkColdStartSecret(t, ctx, c, greeting, first)
 
 	// A new value: the idle VM holding the old one goes, the next cold
 	// start from the same snapshot has the new one.
@@ -282,7 +267,38 @@ func TestSecretsNeverInSnapshots(t *testing.T) {
 		t.Errorf("delete of a secret in use: %v", err)
 	}
 
-	// Where the values must not be, while the kept VM still runs.
+	checkSecretsAbsent(t, ctx, w, first, second)
+}
+
+// checkColdStartSecret: a cold start has the secret in on_restore and the
+// handler, and the environment since import; the next invocation runs on
+// the pooled VM with the same value. It returns the cold start.
+func checkColdStartSecret(t *testing.T, ctx context.Context, c *client.Client, greeting, first string) *client.Invocation {
+	t.Helper()
+	cold, err := c.InvokeFunction(ctx, "app", json.RawMessage(`{}`), client.InvokeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := seenBy(t, cold)
+	if cold.Mode != "cold" || got.ImportSecret || got.Digest == nil || *got.Digest != sha(first) || got.OnRestore == nil ||
+		*got.OnRestore != sha(first) || *got.ImportGreeting != greeting || *got.Greeting != greeting {
+		t.Fatalf("cold start (%s) saw %+v: want the secret in on_restore and the handler, the environment since import", cold.Mode, got)
+	}
+	if rt := cold.Timing.Restore; rt != nil {
+		t.Logf("cold start: the guest's restore took %.1f ms, %.2f ms of it setting the secret", rt.AgentRestoreMS, rt.AgentSteps["secrets"])
+	}
+	if pooled, err := c.InvokeFunction(ctx, "app", json.RawMessage(`{}`), client.InvokeOptions{}); err != nil || pooled.Mode != "pooled" ||
+		*seenBy(t, pooled).Digest != sha(first) {
+		t.Fatalf("second invocation: %v %+v", err, pooled)
+	}
+	return cold
+}
+
+// checkSecretsAbsent: neither value is anywhere the daemon writes or
+// answers, while the kept VM still runs.
+func checkSecretsAbsent(t *testing.T, ctx context.Context, w *watched, first, second string) {
+	t.Helper()
+	c := w.c
 	if _, err := c.ListInvocations(ctx, "app", 100); err != nil {
 		t.Fatal(err)
 	}

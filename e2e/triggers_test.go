@@ -248,46 +248,16 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 	}
 	// 200 invocations: the first half without an idempotency key, the
 	// second with one each.
-	var ids []string
-	for i := range 200 {
-		key := ""
-		if i >= 100 {
-			key = fmt.Sprintf("order-%d", i)
-		}
-		acc, err := c.InvokeFunctionAsync(ctx, "web", json.RawMessage(fmt.Sprintf(`{"n": %d}`, i)), key)
-		if err != nil || acc.Duplicate {
-			t.Fatalf("enqueue %d: %v %+v", i, err, acc)
-		}
-		ids = append(ids, acc.ID)
-	}
+	ids := enqueueAsync(t, ctx, c)
 	// kill -9 once a quarter have run.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		recs, _ := c.ListInvocations(ctx, "web", 1000)
-		if len(recs) >= 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d invocations ran in 3 min", len(recs))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitInvocationsRan(t, ctx, c, 50)
 	d.kill()
 	t.Log("killed thawd (SIGKILL)")
 	if d, err = startThawd(t, dataDir, args...); err != nil {
 		t.Fatal(err)
 	}
 	c = checkedClient(t, d.sock)
-	req := mustRequest(t, "GET", "http://"+fnAddr+"/web?name=again", "")
-	req.Header.Set("X-Thaw-Key", ep.Key)
-	if resp, body := httpGet(t, req); resp.StatusCode != 200 || body != "hi again (GET 0)" {
-		t.Fatalf("the endpoint after the kill: %d %q", resp.StatusCode, body)
-	}
-	waitFor(t, time.Minute, "the schedule firing after the kill", func() bool {
-		fired := 0
-		_, _ = fmt.Sscanf(afterLine(curl(t, "--unix-socket", d.sock, "http://thawd/metrics"), `thaw_schedule_firings_total{result="fired",schedule="beat"} `), "%d", &fired)
-		return fired >= 3
-	})
+	checkTriggersAfterKill(t, fnAddr, ep.Key, d.sock)
 	// The keyed ones again: every one a duplicate of its first.
 	for i := 100; i < 200; i++ {
 		acc, err := c.InvokeFunctionAsync(ctx, "web", json.RawMessage(`{}`), fmt.Sprintf("order-%d", i))
@@ -310,6 +280,70 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	executions := len(recs) - 1 // one record is the endpoint request after the restart
+	extra := waitOutcomes(t, sink, ids)
+	t.Logf("200 of 200 completed after kill -9; recorded executions %d (%d beyond one each: at-least-once rate %.1f%%), %d invocations attempted more than once, %d repeated webhook deliveries; 100 repeated idempotency keys queued nothing",
+		executions, executions-200, 100*float64(executions-200)/200, retried, extra)
+	if executions < 200 {
+		t.Errorf("%d executions recorded for 200 completed invocations", executions)
+	}
+}
+
+// enqueueAsync enqueues 200 asynchronous invocations of web, the second
+// half with an idempotency key each, and returns their ids.
+func enqueueAsync(t *testing.T, ctx context.Context, c *client.Client) []string {
+	t.Helper()
+	var ids []string
+	for i := range 200 {
+		key := ""
+		if i >= 100 {
+			key = fmt.Sprintf("order-%d", i)
+		}
+		acc, err := c.InvokeFunctionAsync(ctx, "web", json.RawMessage(fmt.Sprintf(`{"n": %d}`, i)), key)
+		if err != nil || acc.Duplicate {
+			t.Fatalf("enqueue %d: %v %+v", i, err, acc)
+		}
+		ids = append(ids, acc.ID)
+	}
+	return ids
+}
+
+// waitInvocationsRan waits up to 3 minutes for n invocations of web to be
+// recorded.
+func waitInvocationsRan(t *testing.T, ctx context.Context, c *client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		recs, _ := c.ListInvocations(ctx, "web", 1000)
+		if len(recs) >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d invocations ran in 3 min", len(recs))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkTriggersAfterKill: the endpoint answers, and the schedule fires,
+// on the restarted daemon.
+func checkTriggersAfterKill(t *testing.T, fnAddr, key, sock string) {
+	t.Helper()
+	req := mustRequest(t, "GET", "http://"+fnAddr+"/web?name=again", "")
+	req.Header.Set("X-Thaw-Key", key)
+	if resp, body := httpGet(t, req); resp.StatusCode != 200 || body != "hi again (GET 0)" {
+		t.Fatalf("the endpoint after the kill: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, time.Minute, "the schedule firing after the kill", func() bool {
+		fired := 0
+		_, _ = fmt.Sscanf(afterLine(curl(t, "--unix-socket", sock, "http://thawd/metrics"), `thaw_schedule_firings_total{result="fired",schedule="beat"} `), "%d", &fired)
+		return fired >= 3
+	})
+}
+
+// waitOutcomes waits up to a minute for every id's success outcome at
+// sink, and returns how many deliveries were repeats.
+func waitOutcomes(t *testing.T, sink *outcomeSink, ids []string) int {
+	t.Helper()
 	waitFor(t, time.Minute, "every outcome at the webhook", func() bool {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
@@ -326,11 +360,7 @@ func TestAsyncSurvivesKill9(t *testing.T) {
 		extra += n - 1
 	}
 	sink.mu.Unlock()
-	t.Logf("200 of 200 completed after kill -9; recorded executions %d (%d beyond one each: at-least-once rate %.1f%%), %d invocations attempted more than once, %d repeated webhook deliveries; 100 repeated idempotency keys queued nothing",
-		executions, executions-200, 100*float64(executions-200)/200, retried, extra)
-	if executions < 200 {
-		t.Errorf("%d executions recorded for 200 completed invocations", executions)
-	}
+	return extra
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

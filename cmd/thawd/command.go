@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -183,8 +185,12 @@ func (c *command) run(ctx context.Context) error {
 	}
 	log, _ := newLogger(c.s.logFormat, level) // validated by load
 	d := c.s.serve.Daemon
-	log.Info("starting thawd", "version", buildinfo.Version, "config", c.configPath, "data_dir", d.DataDir,
-		"image", d.ImageDir, "shim", d.ShimPath, "snapbpf_object", d.SnapBPFObject)
+	attrs := []any{"version", buildinfo.Version, "config", c.configPath, "data_dir", d.DataDir,
+		"image", d.ImageDir, "vmm", d.VMMName}
+	for _, k := range slices.Sorted(maps.Keys(d.VMMSettings)) { // the backend's own (QEMU's shim)
+		attrs = append(attrs, k, d.VMMSettings[k])
+	}
+	log.Info("starting thawd", append(attrs, "snapbpf_object", d.SnapBPFObject)...)
 	if err := c.serve(ctx, c.s.serve, log); err != nil {
 		log.Error("thawd failed", "err", err)
 		return &exitError{code: exitFailed}

@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/thawcache"
 	"github.com/thaw-dev/thaw/internal/vmm"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // defaultConfigFile is read when --config is not given, if it exists.
@@ -69,6 +70,9 @@ type settings struct {
 	logFormat string
 	uidBase   uint
 	uidCount  uint
+	// shim is QEMU's interposer, one of the QEMU backend's settings
+	// (daemon.Config.VMMSettings when --vmm is qemu).
+	shim string
 	// registryFile is the snapshot registry's config file; chunkCacheMiB
 	// the chunk cache's budget.
 	registryFile   string
@@ -131,7 +135,7 @@ func vmFlags(s *settings, d *daemon.Config) {
 	fs.IntVar(&d.DefaultVCPUs, "vcpus", 1, "default number of vCPUs")
 	fs.DurationVar(&d.BootTimeout, "boot-timeout", 90*time.Second, "how long a guest may take to boot or resume")
 	fs.DurationVar(&d.InvokeTimeout, "invoke-timeout", 60*time.Second, "default invocation timeout")
-	fs.StringVar(&d.ShimPath, "shim", defaultLibFile("libthaw_shim.so"), "interposer preloaded into every QEMU: hands it its files as descriptors, lays out memory for the reap, faasnap and premap strategies (default: beside thawd, else "+libDir+")")
+	fs.StringVar(&s.shim, "shim", defaultLibFile("libthaw_shim.so"), "interposer preloaded into every QEMU: hands it its files as descriptors, lays out memory for the reap, faasnap and premap strategies (default: beside thawd, else "+libDir+")")
 	fs.StringVar(&d.StoreDir, "store-dir", "", "snapshot memory store for premap: a directory on tmpfs, on hugetlbfs (with vm.nr_hugepages configured) or on a filesystem mounted with -o dax, or a device-DAX device /dev/daxX.Y (thaw manages it; default "+store.DefaultDir+"/<hash of the data dir>)")
 	fs.StringVar(&d.StoreDeviceFile, "store-device-file", "", "instead of --store-dir: a fixed-size file on tmpfs used as a device-DAX device (the devdax tier on a host without persistent memory: tests and measurements); create it first, e.g. truncate -s 4G /dev/shm/thaw-region")
 	fs.StringVar(&d.SnapBPFObject, "snapbpf-object", defaultLibFile(snapbpf.ObjectFile), "eBPF capture program for the snapbpf strategy (prepare; default: beside thawd, else "+libDir+")")
@@ -278,6 +282,9 @@ func (s *settings) apply(env func(string) (string, bool), file *configFile) {
 		}
 	})
 	s.serve.Daemon.VMUIDBase, s.serve.Daemon.VMUIDCount = uint32(s.uidBase), uint32(s.uidCount)
+	if s.serve.Daemon.VMMName == qemu.Name {
+		s.serve.Daemon.VMMSettings = qemu.Settings{Shim: s.shim}.Values()
+	}
 	s.serve.Daemon.ChunkCacheBudget = s.chunkCacheMiB << 20
 	s.serve.Daemon.NoRegistryImport = !s.registryImport
 	if s.chunkCacheMiB < 0 {

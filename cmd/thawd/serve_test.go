@@ -25,6 +25,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/internal/triggers"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 // TestRefusedAtStart: a command line that would serve insecurely, or that
@@ -160,7 +161,7 @@ func socketDaemon(t *testing.T, prefix string) (sock string, d daemon.Config) {
 	t.Cleanup(func() { os.RemoveAll(store) })
 	return filepath.Join(sockDir, "thawd.sock"), daemon.Config{DataDir: t.TempDir(), ImageDir: img, Accel: "tcg",
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: time.Minute, InvokeTimeout: time.Minute, StoreDir: store,
-		ShimPath: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}
+		VMMSettings: qemu.Settings{Shim: filepath.Join("..", "..", "shim", "build", "libthaw_shim.so")}.Values()}
 }
 
 // unixHTTP is an HTTP client whose every request goes to the Unix socket

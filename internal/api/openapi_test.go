@@ -1149,8 +1149,23 @@ func validateGo(t *testing.T, c *apitest.Checker, schema string, v any) {
 	}
 }
 
-func TestOpenAPIValidatesRealDocuments(t *testing.T) {
-	c := checker(t)
+// realDocs are documents as the daemon makes them, of each kind the API
+// answers with.
+type realDocs struct {
+	now                          time.Time
+	hex64                        string
+	fn                           *catalog.Function
+	booted, restored, failed     *catalog.VM
+	snap, warmSnap, preparedSnap *catalog.Snapshot
+	rt                           *daemon.RestoreTiming
+	warm, cold, raised, warmProc *daemon.Invocation
+	strategic                    []*daemon.Invocation
+	record                       *catalog.Invocation
+	prep                         *daemon.PrepareResult
+	info                         daemon.Info
+}
+
+func newRealDocs(t *testing.T) *realDocs {
 	now := time.Now()
 	hex64 := strings.Repeat("ab12", 16)
 	fn := &catalog.Function{Name: "hello", Digest: hex64, CodeDir: "/var/lib/thaw/functions/hello/code",
@@ -1180,6 +1195,19 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	record := &catalog.Invocation{ID: cold.ID, Function: "hello", VM: cold.VM, Snapshot: cold.Snapshot,
 		Strategy: cold.Strategy, OK: true, Detail: detail, CreatedAt: now}
 	proc := &procstat.Counters{MinorFaults: 9214, MajorFaults: 311, ReadBytes: 41943040, RssAnonKiB: 21504, RssFileKiB: 118784}
+	warmProc := *warm
+	warmProc.Process = proc
+	d := &realDocs{now: now, hex64: hex64, fn: fn, booted: booted, restored: restored, failed: failed, snap: snap,
+		rt: rt, warm: warm, cold: cold, raised: raised, warmProc: &warmProc, record: record}
+	d.strategic = strategicInvocations(cold, proc)
+	d.prep, d.warmSnap, d.preparedSnap = preparedDocs(t, snap, restored)
+	d.info = realInfo(hex64)
+	return d
+}
+
+// strategicInvocations are cold invocations with what each strategy
+// reports.
+func strategicInvocations(cold *daemon.Invocation, proc *procstat.Counters) []*daemon.Invocation {
 	finished := true
 	// What each strategy reports (a fallback runs as vanilla).
 	stats := []struct {
@@ -1215,8 +1243,12 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		inv.StrategyStats = &c.st
 		strategic = append(strategic, &inv)
 	}
-	warmProc := *warm
-	warmProc.Process = proc
+	return strategic
+}
+
+// preparedDocs are a prepare's result, the warm snapshot it took, and that
+// snapshot with the result recorded.
+func preparedDocs(t *testing.T, snap *catalog.Snapshot, restored *catalog.VM) (*daemon.PrepareResult, *catalog.Snapshot, *catalog.Snapshot) {
 	warmSnap := *snap
 	warmSnap.ID, warmSnap.SourceVM, warmSnap.Parent = "snap-99887766aabb", restored.ID, snap.ID
 	prep := &daemon.PrepareResult{Function: "hello", Clean: daemon.SnapshotBody(snap), Warm: daemon.SnapshotBody(&warmSnap),
@@ -1232,6 +1264,10 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		Timing: wire.PrepareTiming{BootMS: 812, CleanSnapshotMS: 402, WarmSnapshotMS: 401, TotalMS: 4971}}
 	preparedSnap := warmSnap
 	preparedSnap.Prepared, _ = json.Marshal(prep)
+	return prep, &warmSnap, &preparedSnap
+}
+
+func realInfo(hex64 string) daemon.Info {
 	var kinds []string
 	for _, k := range restore.Kinds() {
 		kinds = append(kinds, string(k))
@@ -1247,7 +1283,22 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 			Files:   map[string]wire.GuestImageFile{guestimage.Kernel: {Size: 14000000, SHA256: hex64}, guestimage.Initrd: {Size: 1, SHA256: hex64}},
 			BuiltAt: "2025-01-01T00:00:00Z"},
 		DataDir: "/var/lib/thaw", Strategies: kinds}
+	return info
+}
 
+func TestOpenAPIValidatesRealDocuments(t *testing.T) {
+	c := checker(t)
+	d := newRealDocs(t)
+	validateFunctionDocs(t, c, d)
+	validateVMAndSnapshotDocs(t, c, d)
+	validateInvocationDocs(t, c, d)
+	entry := validateStoreDocs(t, c, d)
+	validateRequestDocs(t, c, d)
+	validateOperationDocs(t, c, d, entry)
+}
+
+func validateFunctionDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
+	fn, hex64, now := d.fn, d.hex64, d.now
 	validateGo(t, c, "Function", daemon.FunctionBody(fn))
 	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies([]*catalog.Function{fn}, daemon.FunctionBody)})
 	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies[*catalog.Function](nil, daemon.FunctionBody)})
@@ -1262,6 +1313,11 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	if err := c.CheckValue("SetSecretRequest", wire.SetSecretRequest{Value: "short"}); err == nil {
 		t.Error("a value under 8 bytes passed")
 	}
+}
+
+func validateVMAndSnapshotDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
+	booted, restored, failed, warm, raised, now := d.booted, d.restored, d.failed, d.warm, d.raised, d.now
+	snap, warmSnap, preparedSnap, rt := d.snap, *d.warmSnap, *d.preparedSnap, d.rt
 	for _, v := range []*catalog.VM{booted, restored, failed} {
 		validateGo(t, c, "VM", vmBody(v))
 	}
@@ -1284,6 +1340,10 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "Snapshot", daemon.SnapshotBody(snap))
 	validateGo(t, c, "Snapshot", daemon.SnapshotBody(&preparedSnap))
 	validateGo(t, c, "SnapshotList", wire.List[*wire.Snapshot]{Items: daemon.Bodies([]*catalog.Snapshot{snap, &preparedSnap}, daemon.SnapshotBody)})
+}
+
+func validateInvocationDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
+	prep, warm, cold, raised, warmProc, strategic, record := d.prep, d.warm, d.cold, d.raised, *d.warmProc, d.strategic, d.record
 	validateGo(t, c, "PrepareResult", prep)
 	noCapture := *prep
 	noCapture.Prepared = maps.Clone(prep.Prepared)
@@ -1293,6 +1353,10 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		validateGo(t, c, "Invocation", inv)
 	}
 	validateGo(t, c, "InvocationRecord", daemon.InvocationRecordBody(record))
+}
+
+func validateStoreDocs(t *testing.T, c *apitest.Checker, d *realDocs) store.Entry {
+	snap, hex64, restored := d.snap, d.hex64, d.restored
 	entry := store.Entry{Snapshot: snap.ID, Path: "/dev/shm/thaw-store/0a1b2c3d4e5f/" + snap.ID + ".mem", Size: 536870912,
 		SHA256: hex64, Bytes: 94371840, Regions: 31, StoredMS: 80.2, StoredAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	validateGo(t, c, "StoreEntry", entry)
@@ -1303,6 +1367,11 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 		Files: map[string]int64{"memory.bin": 4096, "strategies/faasnap/loadingset.bin": 4096}, StoreBytes: entry.Bytes})
 	validateGo(t, c, "VMMemory", daemon.VMMemory{VM: restored.ID, ProcessMemory: procstat.Memory{RSSBytes: 1 << 27, PSSBytes: 1 << 26,
 		AnonBytes: 1 << 25, FileBytes: 1 << 24, ShmemBytes: 1 << 25, PrivateDirty: 1 << 25}})
+	return entry
+}
+
+func validateRequestDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
+	record, info, snap, booted := d.record, d.info, d.snap, d.booted
 	validateGo(t, c, "InvocationList", wire.List[*wire.InvocationRecord]{Items: daemon.Bodies([]*catalog.Invocation{record}, daemon.InvocationRecordBody)})
 	validateGo(t, c, "Info", info)
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})
@@ -1317,8 +1386,12 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 	validateGo(t, c, "CreateVMRequest", wire.CreateVMRequest{Function: "hello"})
 	validateGo(t, c, "CreateVMRequest", wire.CreateVMRequest{Snapshot: snap.ID, Strategy: "vanilla"})
 	validateGo(t, c, "CreateSnapshotRequest", wire.CreateSnapshotRequest{VM: booted.ID})
+}
 
-	// Operations: running, succeeded with each kind's result, failed.
+// validateOperationDocs checks operations: running, succeeded with each
+// kind's result, failed.
+func validateOperationDocs(t *testing.T, c *apitest.Checker, d *realDocs, entry store.Entry) {
+	prep, booted, snap, now := d.prep, d.booted, d.snap, d.now
 	running := &daemon.Operation{Operation: wire.Operation{ID: "op-0123456789ab", Kind: wire.OpPrepare, Target: "hello",
 		State: wire.OpRunning, Progress: wire.OperationProgress{Phase: "record faasnap", Done: 0, Total: 3, Unit: "strategies"},
 		CreatedAt: now, UpdatedAt: now}}

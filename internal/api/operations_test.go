@@ -32,7 +32,7 @@ func fakeDaemon(t *testing.T) (*daemon.Service, *vmmtest.Fake, *httptest.Server,
 	h := vmmtest.NewHost(t, "thaw-api-")
 	b := &vmmtest.Fake{}
 	svc, err := daemon.New(context.Background(), daemon.Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128,
-		DefaultVCPUs: 1, BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: h.Shim, StoreDir: h.StoreDir, VMM: b}, discard)
+		DefaultVCPUs: 1, BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, StoreDir: h.StoreDir, VMM: b}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,9 @@ const NodePort = 7443
 type NodeConfig struct {
 	Thawd   string   // the thawd binary
 	Image   string   // guest image directory
-	Shim    string   // interposer (thawd --shim); "": thawd's default
 	SnapBPF string   // eBPF capture program; "": thawd's default
 	Accel   string   // "": tcg (no probe: it takes seconds under TCG)
-	Args    []string // more thawd flags for every node
+	Args    []string // more thawd flags for every node (a backend's own settings: --shim)
 	// Log receives every node's thawd output, each line prefixed with the
 	// node's name; nil: only the node's own log file (RunDir/thawd.log).
 	Log io.Writer
@@ -82,9 +81,6 @@ func (n *Node) start(cfg NodeConfig, certFile, keyFile, tokenFile string, uidBas
 		"--data-dir", n.DataDir, "--image", cfg.Image, "--accel", accel,
 		"--vm-uid-base", strconv.FormatUint(uint64(uidBase), 10), "--vm-uid-count", strconv.Itoa(uidsPerNode),
 		"--drain-delay", "1s",
-	}
-	if cfg.Shim != "" {
-		args = append(args, "--shim", cfg.Shim)
 	}
 	if cfg.SnapBPF != "" {
 		args = append(args, "--snapbpf-object", cfg.SnapBPF)

@@ -242,7 +242,7 @@ func (s *Service) planRestore(ctx context.Context, row snapshotRow, o restoreOpt
 	if err := os.MkdirAll(c.spec.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	env := restore.Env{RunDir: c.spec.RunDir, ShimPath: s.cfg.ShimPath, Log: s.log, Loaders: s.loaders, Store: s.snaps.Store(), VMID: id,
+	env := restore.Env{RunDir: c.spec.RunDir, Log: s.log, Loaders: s.loaders, Store: s.snaps.Store(), VMID: id,
 		HugePages: s.cfg.HugePageHint}
 	sctx, sp := s.span(ctx, SpanStrategy, AttrVM.String(id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID))
 	snap := restore.Snapshot{Dir: c.sn.Dir, Manifest: m}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/cgroup"
+	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -16,11 +17,11 @@ const (
 	// live VM, so that VMs cannot signal, trace or read each other. The
 	// range 1879048192-2147483647 is left unused by Linux distributions
 	// and systemd (their container ranges lie below it).
-	DefaultVMUIDBase  = 1879048192
-	DefaultVMUIDCount = 65536
+	DefaultVMUIDBase  = config.DefaultVMUIDBase
+	DefaultVMUIDCount = config.DefaultVMUIDCount
 	// DefaultVMMemoryOverheadMiB is what a VM's cgroup may use beyond guest
 	// RAM: QEMU itself, TCG's translation cache, page cache it faults in.
-	DefaultVMMemoryOverheadMiB = 384
+	DefaultVMMemoryOverheadMiB = config.DefaultVMMemoryOverheadMiB
 	// vmTasks bounds a VMM's threads (vCPUs, I/O workers, RCU, ...).
 	vmTasks = 512
 )
@@ -75,7 +76,6 @@ func (c *confinement) needsRoot(m vmm.Memory) bool {
 // release undoes it after the VMM has exited.
 func (s *Service) confineSpec(spec *vmm.Spec) (release func(), err error) {
 	c := &s.confine
-	spec.Shim = s.cfg.ShimPath
 	spec.ConsoleLimit = s.cfg.ConsoleLogLimit
 	var undo []func()
 	release = func() {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/problemtest"
+	"github.com/thaw-dev/thaw/internal/vmm/qemu"
 )
 
 func TestValidName(t *testing.T) {
@@ -111,51 +112,31 @@ func TestNewIDsAreValid(t *testing.T) {
 func validConfig() Config {
 	return Config{DataDir: "/var/lib/thaw", ImageDir: "/usr/share/thaw/image", Accel: "auto",
 		DefaultMemoryMiB: 256, DefaultVCPUs: 1, BootTimeout: 30 * time.Second, InvokeTimeout: 10 * time.Second,
-		ShimPath: "/usr/lib/thaw/libthaw_shim.so"}
+		VMMSettings: qemu.Settings{Shim: "/usr/lib/thaw/libthaw_shim.so"}.Values()}
 }
 
-func TestConfigValidate(t *testing.T) {
-	tests := []struct {
+// TestConfigConfinementChecked: the daemon adds its confinement checks to
+// the configuration's (package config), so Check reports them with the
+// rest.
+func TestConfigConfinementChecked(t *testing.T) {
+	for _, tt := range []struct {
 		name string
 		edit func(c *Config)
 		want []string // one substring per problem
 	}{
-		{name: "valid with auto", edit: func(*Config) {}},
-		{name: "valid with kvm", edit: func(c *Config) { c.Accel = "kvm" }},
-		{name: "valid with tcg at the minimums", edit: func(c *Config) {
-			c.Accel, c.DefaultMemoryMiB, c.DefaultVCPUs, c.BootTimeout, c.InvokeTimeout = "tcg", 128, 1, 1, 1
-		}},
-		{name: "unknown accelerator", edit: func(c *Config) { c.Accel = "xen" }, want: []string{`accel: unknown accelerator "xen"`}},
-		{name: "memory below 128", edit: func(c *Config) { c.DefaultMemoryMiB = 127 }, want: []string{"default memory 127 MiB is below 128"}},
-		{name: "negative invoke timeout", edit: func(c *Config) { c.InvokeTimeout = -time.Second }, want: []string{"timeouts must be positive"}},
-		{name: "zero config lists every problem", edit: func(c *Config) { *c = Config{} }, want: []string{
-			"data directory is required",
-			"guest image directory is required",
-			`accel: unknown accelerator ""`,
-			"default memory 0 MiB is below 128",
-			"default vcpus must be at least 1",
-			"timeouts must be positive",
-			"the interposer libthaw_shim.so is required",
-		}},
+		{name: "valid", edit: func(*Config) {}},
 		{name: "confinement out of range", edit: func(c *Config) {
 			c.VMUIDBase, c.VMUIDCount, c.VMMemoryOverheadMiB, c.VMCPUWeight, c.ConsoleLogLimit, c.CgroupRoot = 500, 10, 32, 20000, 100, "sys/fs/cgroup"
 		}, want: []string{"overlaps system users", "overhead 32 MiB", "cpu weight 20000", "console log limit 100", "cgroup root must be an absolute path"}},
-		{name: "remote strategy that cannot restore lazily", edit: func(c *Config) { c.RemoteStrategy = "premap" },
-			want: []string{`remote strategy "premap": give a strategy that restores lazily`}},
-		{name: "unknown remote strategy", edit: func(c *Config) { c.RemoteStrategy = "fast" },
-			want: []string{`remote strategy "fast"`}},
 		{name: "user id range past the top", edit: func(c *Config) { c.VMUIDBase, c.VMUIDCount = 4294967000, 1000 },
 			want: []string{"do not fit below 4294967294"}},
-		{name: "several problems", edit: func(c *Config) { c.ImageDir, c.Accel, c.DefaultVCPUs = "", "KVM", 0 }, want: []string{
-			"guest image directory is required", `unknown accelerator "KVM"`, "default vcpus must be at least 1",
-		}},
-	}
-	for _, tt := range tests {
+		{name: "with other problems", edit: func(c *Config) { c.VMCPUWeight, c.DefaultVCPUs = 20000, 0 },
+			want: []string{"cpu weight 20000", "default vcpus must be at least 1"}},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := validConfig()
 			tt.edit(&c)
-			c.setDefaults()
-			problemtest.Check(t, c.Validate(), tt.want)
+			problemtest.Check(t, c.Check(), tt.want)
 		})
 	}
 }

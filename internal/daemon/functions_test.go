@@ -232,12 +232,3 @@ func TestDataDirLock(t *testing.T) {
 	}
 	again.Close()
 }
-
-func TestDefaultMaxVMs(t *testing.T) {
-	if n := defaultMaxVMs(640); n < 1 {
-		t.Fatalf("defaultMaxVMs = %d", n)
-	}
-	if a, b := defaultMaxVMs(256), defaultMaxVMs(1<<20); a < b || b != 1 {
-		t.Fatalf("more memory per VM gave more VMs: %d, %d", a, b)
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -31,13 +32,6 @@ func (s *Service) limits() wire.Limits {
 	}
 }
 
-// WithDefaults is c with its zero values replaced by what the daemon
-// would use, computed from this host (thawd config check shows them).
-func (c Config) WithDefaults() Config {
-	c.setDefaults()
-	return c
-}
-
 // HostMemoryMiB is the host's memory, which the computed bounds are
 // fractions of.
-func HostMemoryMiB() int { return hostMemoryMiB() }
+func HostMemoryMiB() int { return config.HostMemoryMiB() }

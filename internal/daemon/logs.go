@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
@@ -39,22 +38,4 @@ func (s *Service) FunctionLogs(ctx context.Context, req LogsRequest) (*LogsPage,
 // invocationLogs are a reply's logs as the invocation answers them.
 func invocationLogs(ctx context.Context, r *agent.Reply) *wire.InvocationLogs {
 	return history.InvocationLogs(ctx, r)
-}
-
-// setLogDefaults fills the logs' zero settings.
-func (c *Config) setLogDefaults() {
-	if c.MaxLogBytes == 0 {
-		c.MaxLogBytes = agent.DefaultMaxLogs
-	}
-	if c.HistoryMaxLogBytes == 0 {
-		c.HistoryMaxLogBytes = DefaultHistoryMaxLogBytes
-	}
-}
-
-// validateLogs checks the logs' settings of c.
-func validateLogs(c *Config) []error {
-	if c.MaxLogBytes < 0 || c.MaxLogBytes > 0 && (c.MaxLogBytes < 4096 || c.MaxLogBytes > agent.MaxLogsLimit) {
-		return []error{fmt.Errorf("max logs %d bytes: must be 4096 to %d", c.MaxLogBytes, agent.MaxLogsLimit)}
-	}
-	return nil
 }

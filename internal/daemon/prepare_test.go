@@ -119,6 +119,7 @@ func TestPrepareFailures(t *testing.T) {
 	// prepare for.
 	vanilla, _ := restore.Lookup(restore.Vanilla)
 	s.strategies = []restore.Strategy{vanilla}
+	s.prep = s.newPreparer() // the preparer keeps the strategies it was made with
 	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", RecordEvent: json.RawMessage(`1`)}); err == nil ||
 		!strings.Contains(err.Error(), "warm snapshot") {
 		t.Errorf("no warm strategy: %v", err)
@@ -503,6 +504,7 @@ func TestPrepareVariants(t *testing.T) {
 	// Without a recording of the guest's faults, the variant cannot be built.
 	_, strategies = testStrategies(func(context.Context, restore.RecordHost, *restore.Prepare) error { return nil })
 	s.strategies = strategies
+	s.prep = s.newPreparer()
 	if _, err := s.Prepare(ctx, PrepareRequest{Function: "echo", FaaSnapVariants: true}); err == nil || !strings.Contains(err.Error(), "faulted pages") {
 		t.Errorf("no faulted pages: %v", err)
 	}

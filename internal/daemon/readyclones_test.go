@@ -426,7 +426,7 @@ func TestReadyClonesReconciledAtStart(t *testing.T) {
 	}
 	db.Close()
 	cfg := Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128, DefaultVCPUs: 1,
-		BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: h.Shim, StoreDir: h.StoreDir,
+		BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, StoreDir: h.StoreDir,
 		VMM: &vmmtest.Fake{}, Ready: ReadyConfig{MemoryMiB: 1024}}
 	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -460,7 +460,7 @@ func TestReadyConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := validConfig()
 			tt.edit(&c.Ready)
-			c.setDefaults()
+			c.SetDefaults()
 			problemtest.Check(t, c.Validate(), tt.want)
 		})
 	}

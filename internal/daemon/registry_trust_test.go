@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/registry/miniotest"
 	"github.com/thaw-dev/thaw/internal/signing"
 	"github.com/thaw-dev/thaw/wire"
@@ -261,27 +260,4 @@ func checkTamperRefused(t *testing.T, srv *miniotest.Server, b *Service, c tampe
 		t.Errorf("%s: left functions %d, snapshots %d, files %v %v", c.name, len(fns), len(snaps), left, code)
 	}
 	srv.Put(t, c.key, orig)
-}
-
-// A trusted keys setting without a registry, or one naming no key file
-// or a bad key, is a configuration error, listed with the others.
-func TestTrustedKeysChecked(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad")
-	if err := os.WriteFile(bad, []byte("thaw-ed25519 nope\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg := &registry.Config{Endpoint: "127.0.0.1:9", Bucket: "b"}
-	for _, c := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{RegistryTrustedKeys: []string{bad}}, "need a registry config"},
-		{Config{Registry: reg, RegistryTrustedKeys: []string{filepath.Join(dir, "absent")}}, "absent"},
-		{Config{Registry: reg, RegistryTrustedKeys: []string{bad}}, bad + ":1:"},
-	} {
-		if err := checkTrustedKeys(&c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: %v, want %q", c.cfg.RegistryTrustedKeys, err, c.want)
-		}
-	}
 }

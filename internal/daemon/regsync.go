@@ -46,11 +46,6 @@ func (s *Service) openRegistry() error {
 // registryErr maps the registry's errors to the service's.
 func registryErr(err error) error { return regsync.Err(err) }
 
-// checkTrustedKeys is Validate's check of the trusted keys.
-func checkTrustedKeys(c *Config) error {
-	return regsync.CheckTrustedKeys(c.Registry, c.RegistryTrustedKeys)
-}
-
 // StartPush pushes a snapshot as an operation (PushSnapshot).
 func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) {
 	if err := s.reg.NeedRegistry(); err != nil {

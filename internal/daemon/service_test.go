@@ -37,7 +37,7 @@ func fakeServiceLog(t *testing.T, edit func(*Config), logw io.Writer) (*Service,
 	h := vmmtest.NewHost(t, "thaw-unit-")
 	b := &vmmtest.Fake{}
 	cfg := Config{DataDir: h.DataDir, ImageDir: h.ImageDir, Accel: "tcg", DefaultMemoryMiB: 128, DefaultVCPUs: 1,
-		BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, ShimPath: h.Shim, StoreDir: h.StoreDir, VMM: b}
+		BootTimeout: 10 * time.Second, InvokeTimeout: 5 * time.Second, StoreDir: h.StoreDir, VMM: b}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -77,7 +77,7 @@ func TestHugePageHint(t *testing.T) {
 	for _, k := range Kinds() {
 		for _, keep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keep=%v", k, keep), func(t *testing.T) {
-				env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
+				env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(),
 					Store: s.store, HugePages: keep}
 				sess, err := Begin(context.Background(), k, s.snap, env)
 				if err != nil {
@@ -117,7 +117,7 @@ func TestConformanceDetectsWrongLayout(t *testing.T) {
 	if err := snapshot.Trust(ls); err != nil { // pretend it was verified
 		t.Fatal(err)
 	}
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 	sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []Kind{REAP, FaaSnap, Premap, SnapBPF} {
-		env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+		env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 		sess := beginFallback(t, k, s.snap, env, string(k))
 		if res := runCheck(t, shim, sess); res.Mismatches != 0 {
 			t.Fatalf("fallback restore differs: %+v", res)
@@ -165,7 +165,6 @@ func TestFallbackOnDamagedArtifacts(t *testing.T) {
 // TestPremapDamagedStoreCopy: a store copy whose bytes changed after it was
 // stored is refused (premap runs as vanilla and says why).
 func TestPremapDamagedStoreCopy(t *testing.T) {
-	shim := shimDir(t)
 	s := newSynth(t, 300, 11)
 	e, err := s.store.Get(s.snap.Manifest.ID)
 	if err != nil {
@@ -179,7 +178,7 @@ func TestPremapDamagedStoreCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: s.store}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: s.store}
 	beginFallback(t, Premap, s.snap, env, "damaged").Close()
 }
 
@@ -227,6 +226,40 @@ func TestPremapDevice(t *testing.T) {
 	shim := shimDir(t)
 	const pages = 4096 // 16 MiB: whole 2 MiB units
 	s := newSynth(t, pages, 11)
+	dev, st, e := premapDeviceStore(t, s)
+	env := func(vm string) Env {
+		return Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Store: st, VMID: vm}
+	}
+	open := beginPremapClones(t, shim, s, e, pages, env)
+	// The guests wrote into their ranges; the stored copy is intact.
+	if err := st.Verify(e); err != nil {
+		t.Fatal(err)
+	}
+	// No room for a third clone: vanilla, saying why.
+	third, err := Begin(context.Background(), Premap, s.snap, env("vm-000000000003"))
+	if err != nil || third.Kind() != Vanilla || !strings.Contains(third.Stats().Fallback, "full") {
+		t.Fatalf("third clone on a full device: %v %s %q", err, third.Kind(), third.Stats().Fallback)
+	}
+	for _, sess := range open {
+		if err := sess.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := st.Clones(); len(got) != 0 {
+		t.Fatalf("ranges not released: %v", got)
+	}
+	in, _ := st.Info()
+	if in.ReservedBytes != 0 || in.FreeBytes != 2*(16<<20) {
+		t.Fatalf("store after closing %+v", in)
+	}
+	checkDamagedDeviceCopy(t, dev, st, s, e, env)
+}
+
+// premapDeviceStore makes a device store (a file on /dev/shm) with room
+// for the index, the copy of s's memory and two clones, and puts the copy
+// on it.
+func premapDeviceStore(t *testing.T, s synthSnapshot) (*os.File, *store.Store, *store.Entry) {
+	t.Helper()
 	mem := s.snap.MemoryPath()
 	fi := s.snap.Manifest.Files[snapshot.MemoryFile]
 	dev, err := os.CreateTemp("/dev/shm", "thaw-conformance-dev-")
@@ -247,9 +280,14 @@ func TestPremapDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := func(vm string) Env {
-		return Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Store: st, VMID: vm}
-	}
+	return dev, st, e
+}
+
+// beginPremapClones restores two clones from the device store and checks
+// each runs as premap, reads the memory file and reports its range.
+func beginPremapClones(t *testing.T, shim string, s synthSnapshot, e *store.Entry, pages uint64, env func(string) Env) []Session {
+	t.Helper()
+	mem := s.snap.MemoryPath()
 	var open []Session
 	for _, vm := range []string{"vm-000000000001", "vm-000000000002"} {
 		sess, err := Begin(context.Background(), Premap, s.snap, env(vm))
@@ -275,29 +313,14 @@ func TestPremapDevice(t *testing.T) {
 		}
 		t.Logf("%s: %d MiB range filled in %.2f ms, %d entries, populated in %.2f ms", vm, stt.DeviceBytes>>20, stt.CloneCopyMS, all.LayoutEntries, stt.PopulateMS)
 	}
-	// The guests wrote into their ranges; the stored copy is intact.
-	if err := st.Verify(e); err != nil {
-		t.Fatal(err)
-	}
-	// No room for a third clone: vanilla, saying why.
-	third, err := Begin(context.Background(), Premap, s.snap, env("vm-000000000003"))
-	if err != nil || third.Kind() != Vanilla || !strings.Contains(third.Stats().Fallback, "full") {
-		t.Fatalf("third clone on a full device: %v %s %q", err, third.Kind(), third.Stats().Fallback)
-	}
-	for _, sess := range open {
-		if err := sess.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := st.Clones(); len(got) != 0 {
-		t.Fatalf("ranges not released: %v", got)
-	}
-	in, _ := st.Info()
-	if in.ReservedBytes != 0 || in.FreeBytes != 2*(16<<20) {
-		t.Fatalf("store after closing %+v", in)
-	}
+	return open
+}
 
-	// A copy damaged on the device (found when a daemon first uses it).
+// checkDamagedDeviceCopy damages the copy on the device (found when a
+// daemon first uses it): a restore falls back to vanilla and keeps no
+// range.
+func checkDamagedDeviceCopy(t *testing.T, dev *os.File, st *store.Store, s synthSnapshot, e *store.Entry, env func(string) Env) {
+	t.Helper()
 	st.Close()
 	f, err := os.OpenFile(dev.Name(), os.O_RDWR, 0)
 	if err != nil {
@@ -352,7 +375,7 @@ func TestConformanceVariants(t *testing.T) {
 	lsBytes := uint64(full.LoadingSetFile.Size)
 	for _, v := range FaaSnapVariants {
 		t.Run(v, func(t *testing.T) {
-			env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(), Variant: v}
+			env := Env{RunDir: t.TempDir(), Loaders: NewLoaders(), Variant: v}
 			sess, err := Begin(context.Background(), FaaSnap, s.snap, env)
 			if err != nil {
 				t.Fatal(err)
@@ -398,9 +421,8 @@ func TestConformanceVariants(t *testing.T) {
 // A variant the strategy lacks is refused; a variant without artifacts
 // falls back to vanilla and says why.
 func TestVariantRefusedOrFallsBack(t *testing.T) {
-	shim := shimDir(t)
 	s := newSynth(t, 257, 3)
-	env := Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders()}
+	env := Env{RunDir: t.TempDir(), Loaders: NewLoaders()}
 	for _, c := range []struct {
 		k Kind
 		v string

@@ -19,8 +19,8 @@ func NewSynthSnapshot(t *testing.T, pages int, seed int64) SynthSnapshot {
 // the working set order (the conformance suite's Build).
 var WriteArtifacts = writeArtifacts
 
-// Shimmed is the guard every prepare step's restore goes through.
-var Shimmed = shimmed
+// LocalOnly is the guard every prepare step's restore goes through.
+var LocalOnly = localOnly
 
 // ShimDir builds the interposer and returns its directory.
 var ShimDir = shimDir

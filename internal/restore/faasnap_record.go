@@ -228,7 +228,7 @@ type FreePageReporting struct {
 func recordFaaSnap(ctx context.Context, h RecordHost, p *Prepare) error {
 	t := time.Now()
 	var rec *faasnapRecord
-	vm, err := h.Restore(ctx, p.Clean, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+	vm, err := h.Restore(ctx, p.Clean, localOnly(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		var err error
 		rec, err = beginFaaSnapRecord(snap, env, p.Options.GroupSize)
 		return rec, err

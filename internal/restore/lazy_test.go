@@ -69,7 +69,7 @@ func TestLazyConformance(t *testing.T) {
 	for _, k := range restore.Kinds() {
 		t.Run(string(k), func(t *testing.T) {
 			snap, src := lazySnap(t, base.Snap, 2*time.Millisecond)
-			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+			env := restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders()}
 			st, _ := restore.Lookup(k)
 			sess, err := restore.Begin(context.Background(), k, snap, env)
 			if !st.Lazy {
@@ -156,7 +156,7 @@ func TestLazyREAPRemoteWorkingSet(t *testing.T) {
 				ws.Fail()
 			}
 			snap.Remote = map[string]restore.MemorySource{restore.ArtifactPath(restore.REAP, restore.REAPWorkingSetFile): ws}
-			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+			env := restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders()}
 			sess, err := restore.Begin(context.Background(), restore.REAP, snap, env)
 			if err != nil {
 				t.Fatal(err)
@@ -204,7 +204,7 @@ func TestLazySourceFailure(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			snap, src := lazySnap(t, base.Snap, 0)
 			src.Fail()
-			env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+			env := restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders()}
 			sess, err := restore.Begin(context.Background(), k, snap, env)
 			if err != nil {
 				t.Fatal(err)
@@ -236,13 +236,12 @@ func TestLazySourceFailure(t *testing.T) {
 
 // A source or placeholder of the wrong size is refused before QEMU starts.
 func TestLazyRefusesWrongSize(t *testing.T) {
-	build := shimBuild(t)
 	base := restore.NewSynthSnapshot(t, 300, 19)
 	snap, _ := lazySnap(t, base.Snap, 0)
 	if err := os.Truncate(snap.MemFile, 4096); err != nil {
 		t.Fatal(err)
 	}
-	env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+	env := restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders()}
 	if _, err := restore.Begin(context.Background(), restore.Vanilla, snap, env); err == nil || !strings.Contains(err.Error(), "placeholder") {
 		t.Fatalf("short placeholder: %v", err)
 	}
@@ -265,12 +264,11 @@ func residentPages(t *testing.T, path string) int {
 
 // Prepare's record restores need the memory file: they refuse a source.
 func TestRecordRefusesSource(t *testing.T) {
-	build := shimBuild(t)
 	base := restore.NewSynthSnapshot(t, 300, 21)
 	snap, src := lazySnap(t, base.Snap, 0)
-	env := restore.Env{RunDir: t.TempDir(), ShimPath: filepath.Join(build, "libthaw_shim.so"), Loaders: restore.NewLoaders()}
+	env := restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders()}
 	called := false
-	_, err := restore.Shimmed(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) {
+	_, err := restore.LocalOnly(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) {
 		called = true
 		return nil, nil
 	})(context.Background(), snap, env)

@@ -90,13 +90,9 @@ func (p *Prepare) Seal() error {
 	return nil
 }
 
-// shimmed is begin, refused when the interposer every restored VMM
-// preloads is missing (what Strategy.Start checks for restores).
-func shimmed(begin BeginFunc) BeginFunc {
+// localOnly is begin, refused for a snapshot whose memory is not local.
+func localOnly(begin BeginFunc) BeginFunc {
 	return func(ctx context.Context, snap Snapshot, env Env) (Session, error) {
-		if err := needShim(env); err != nil {
-			return nil, err
-		}
 		if snap.Source != nil { // recording reads and hashes the memory file
 			return nil, fmt.Errorf("record on snapshot %s: %w: pull the snapshot first", snapID(snap), ErrNeedsLocalMemory)
 		}

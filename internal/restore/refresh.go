@@ -54,7 +54,7 @@ func refreshREAP(ctx context.Context, h RecordHost, snap Snapshot, dir string, _
 // pages in order.
 func recordFaults(ctx context.Context, h RecordHost, snap Snapshot) ([]uint64, error) {
 	var rec *uffdSession
-	vm, err := h.Restore(ctx, snap, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+	vm, err := h.Restore(ctx, snap, localOnly(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		var err error
 		rec, err = startUffd(snap, env, uffdPlan{kind: REAP, record: true})
 		return rec, err
@@ -80,7 +80,7 @@ func refreshFaaSnap(ctx context.Context, h RecordHost, snap Snapshot, dir string
 		return RefreshBuild{}, fmt.Errorf("the artifact to refresh: %w", err)
 	}
 	var rec *faasnapRecord
-	vm, err := h.Restore(ctx, snap, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+	vm, err := h.Restore(ctx, snap, localOnly(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		var err error
 		rec, err = beginFaaSnapRecord(snap, env, old.GroupSize)
 		return rec, err

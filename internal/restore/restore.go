@@ -13,10 +13,8 @@ package restore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -99,12 +97,11 @@ func NewLoaders() *Loaders { return loader.NewLoaders() }
 
 // Env is what the daemon provides to one restore.
 type Env struct {
-	RunDir   string // the VM's private directory (sockets, layout table)
-	ShimPath string // libthaw_shim.so, preloaded into every restored VMM
-	Log      *slog.Logger
-	Loaders  *Loaders     // FaaSnap loaders shared across restores
-	Store    *store.Store // the snapshot memory store (premap); nil if none
-	VMID     string       // the VM being restored (owner of a device store's clone range)
+	RunDir  string // the VM's private directory (sockets, layout table)
+	Log     *slog.Logger
+	Loaders *Loaders     // FaaSnap loaders shared across restores
+	Store   *store.Store // the snapshot memory store (premap); nil if none
+	VMID    string       // the VM being restored (owner of a device store's clone range)
 	// HugePages keeps QEMU's MADV_HUGEPAGE hint on the snapshot's memory
 	// mapping (each major fault then reads about 4 MiB); false drops it,
 	// as Firecracker maps snapshots. The same for every strategy.
@@ -166,17 +163,6 @@ func fallback(kind Kind, snap Snapshot, env Env, cause error) (Session, error) {
 		env.Log.Warn("restore strategy fallback", "strategy", kind, "snapshot", snap.Dir, "reason", reason)
 	}
 	return beginVanilla(snap, env, reason)
-}
-
-// needShim says whether the interposer is there to be preloaded.
-func needShim(env Env) error {
-	if env.ShimPath == "" {
-		return errors.New("the interposer libthaw_shim.so is not configured")
-	}
-	if _, err := os.Stat(env.ShimPath); err != nil {
-		return fmt.Errorf("interposer: %w", err)
-	}
-	return nil
 }
 
 // protected is m with its memory file kept intact and the restore's

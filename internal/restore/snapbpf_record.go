@@ -96,7 +96,7 @@ func captureSnapBPF(ctx context.Context, h RecordHost, snap Snapshot, object str
 	if err != nil {
 		return capture.Result{}, err
 	}
-	vm, err := h.Restore(ctx, snap, shimmed(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
+	vm, err := h.Restore(ctx, snap, localOnly(func(_ context.Context, snap Snapshot, env Env) (Session, error) {
 		return beginVanilla(snap, env, "")
 	}))
 	if err != nil {

@@ -85,9 +85,6 @@ type RefreshBuild struct {
 // Start begins a restore with the strategy, falling back to vanilla where
 // the strategy allows it.
 func (st Strategy) Start(ctx context.Context, snap Snapshot, env Env) (Session, error) {
-	if err := needShim(env); err != nil {
-		return nil, err
-	}
 	if err := st.CheckVariant(env.Variant); err != nil {
 		return nil, err
 	}

@@ -14,10 +14,9 @@ import (
 // ErrFallbackRefused, naming the strategy, the snapshot and the cause;
 // usable artifacts restore as before.
 func TestStrictRefusesFallback(t *testing.T) {
-	shim := shimDir(t)
 	s := newSynth(t, 300, 5)
 	env := func() Env {
-		return Env{RunDir: t.TempDir(), ShimPath: filepath.Join(shim, "build", "libthaw_shim.so"), Loaders: NewLoaders(),
+		return Env{RunDir: t.TempDir(), Loaders: NewLoaders(),
 			Store: s.store, Strict: true}
 	}
 	sess, err := Begin(context.Background(), Premap, s.snap, env())

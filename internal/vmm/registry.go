@@ -12,10 +12,18 @@ import (
 // none.
 const DefaultBackend = "qemu"
 
-// Factory makes a backend of one kind.
-type Factory func() (Backend, error)
+// Settings are a backend's own settings, by the names the backend gives
+// them (QEMU's "shim": the interposer it preloads). The daemon passes them
+// through without reading them; a backend refuses a name it does not know.
+type Settings map[string]string
+
+// Factory makes a backend of one kind from its settings. It checks them
+// and starts nothing (Check calls it to validate a configuration).
+type Factory func(Settings) (Backend, error)
 
 var (
+	// ErrBadSettings: a backend refused its settings.
+	ErrBadSettings = errors.New("bad vmm backend settings")
 	// ErrUnknownBackend: no backend registered under the name.
 	ErrUnknownBackend = errors.New("unknown vmm backend")
 	// ErrDuplicateBackend: two backends registered under one name, so the
@@ -60,17 +68,43 @@ func Lookup(name string) (Factory, error) {
 	return f, nil
 }
 
-// New makes the backend registered under name.
-func New(name string) (Backend, error) {
+// New makes the backend registered under name with its settings.
+func New(name string, settings Settings) (Backend, error) {
 	f, err := Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	b, err := f()
+	b, err := f(settings)
 	if err != nil {
 		return nil, fmt.Errorf("vmm backend %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// Check says whether New(name, settings) would make a backend.
+func Check(name string, settings Settings) error {
+	_, err := New(name, settings)
+	return err
+}
+
+// UnknownSettings is an ErrBadSettings naming every setting of s that is
+// not among known, nil if there is none.
+func UnknownSettings(s Settings, known ...string) error {
+	var bad []string
+	for k := range s {
+		if !slices.Contains(known, k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	want := strings.Join(known, ", ")
+	if want == "" {
+		want = "none"
+	}
+	return fmt.Errorf("%w: unknown %s (known: %s)", ErrBadSettings, strings.Join(bad, ", "), want)
 }
 
 // Backends are the registered backends' names, sorted.

@@ -61,9 +61,8 @@ type Spec struct {
 	Incoming bool
 
 	// Confinement. The VMM opens none of thaw's files by path: the daemon
-	// opens them and hands them over as descriptors, through the shim's
-	// file table where the VMM insists on a path.
-	Shim   string   // the interposer preloaded into the VMM (libthaw_shim.so)
+	// opens them and hands them over as descriptors (how a backend passes
+	// a file where its VMM insists on a path is the backend's own matter).
 	User   *User    // run the VMM as this user; nil: as the daemon's user
 	Cgroup Cgroup   // the VMM's control group; nil: none
 	Tap    *os.File // the guest NIC's tap device; nil: no network backend reaches anything
@@ -130,9 +129,6 @@ func (s *Spec) Validate() error {
 	errs = append(errs, s.Memory.problems(int64(s.MemoryMiB)<<20)...)
 	if !genIDRE.MatchString(s.GenID) {
 		errs = append(errs, fmt.Errorf("vm generation id %q is not a UUID", s.GenID))
-	}
-	if s.Shim == "" {
-		errs = append(errs, errors.New("missing interposer (it hands the VMM its files)"))
 	}
 	return errors.Join(errs...)
 }

@@ -15,8 +15,8 @@ func validSpec() Spec {
 	return Spec{
 		ID: "vm-0123456789ab", RunDir: "/run/thaw/vm-0123456789ab", MemoryMiB: 256, VCPUs: 1,
 		Accel: AccelTCG, Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img",
-		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"}, Shim: "/usr/lib/thaw/libthaw_shim.so",
-		GenID: NewGenID(),
+		Memory: Memory{Path: "/run/thaw/vm-0123456789ab/memory"},
+		GenID:  NewGenID(),
 	}
 }
 
@@ -40,7 +40,6 @@ func TestSpecValidate(t *testing.T) {
 			"missing kernel or initrd",
 			"missing memory file",
 			"not a UUID",
-			"missing interposer",
 		}},
 		{name: "valid uffd backing", edit: func(s *Spec) { s.Memory.Backing = Backing{Kind: BackedByUffd, UffdSocket: "/r/uffd.sock"} }},
 		{name: "valid layout", edit: func(s *Spec) { s.Memory.Backing = Backing{Kind: BackedByLayout, Layout: validLayout()} }},

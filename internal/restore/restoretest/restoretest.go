@@ -42,9 +42,9 @@ func NewSnapshot(t testing.TB, pages int, seed int64) *Snapshot {
 	return &Snapshot{Snap: restore.Snapshot{Dir: m.Dir, Manifest: m.Manifest}, Pages: pages, Order: m.Order, Store: m.Store}
 }
 
-// Env is the environment of one restore of s with the interposer in shim.
-func (s *Snapshot) Env(t testing.TB, shim string) restore.Env {
-	return restore.Env{RunDir: t.TempDir(), ShimPath: synth.ShimLib(shim), Loaders: restore.NewLoaders(), Store: s.Store}
+// Env is the environment of one restore of s.
+func (s *Snapshot) Env(t testing.TB) restore.Env {
+	return restore.Env{RunDir: t.TempDir(), Loaders: restore.NewLoaders(), Store: s.Store}
 }
 
 // Options tune the suite for a strategy.
@@ -101,7 +101,7 @@ func restoreAs(t *testing.T, shim string, s *Snapshot, st restore.Strategy) rest
 	if err := pagecache.Evict(s.Snap.MemoryPath()); err != nil { // a prefetch must bring the pages back
 		t.Fatal(err)
 	}
-	sess, err := st.Start(context.Background(), s.Snap, s.Env(t, shim))
+	sess, err := st.Start(context.Background(), s.Snap, s.Env(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func restoreAs(t *testing.T, shim string, s *Snapshot, st restore.Strategy) rest
 		sess.Close()
 		t.Fatalf("ran as %s: %s", sess.Kind(), sess.Stats().Fallback)
 	}
-	if st.Ready != nil && !st.Ready(s.Snap, s.Env(t, shim)) {
+	if st.Ready != nil && !st.Ready(s.Snap, s.Env(t)) {
 		t.Errorf("%s restored a snapshot it says it is not ready for", st.Kind)
 	}
 	return sess
@@ -170,10 +170,10 @@ func withoutArtifacts(t *testing.T, shim string, st restore.Strategy) {
 	if err := s.Store.Remove(s.Snap.Manifest.ID); err != nil {
 		t.Fatal(err)
 	}
-	if st.Ready(s.Snap, s.Env(t, shim)) {
+	if st.Ready(s.Snap, s.Env(t)) {
 		t.Fatalf("%s says it is ready without its artifacts", st.Kind)
 	}
-	sess, err := st.Start(context.Background(), s.Snap, s.Env(t, shim))
+	sess, err := st.Start(context.Background(), s.Snap, s.Env(t))
 	if err != nil {
 		if st.Fallback {
 			t.Fatalf("%s falls back but refused: %v", st.Kind, err)

@@ -92,11 +92,12 @@ func fileConn(f *os.File) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// prepare opens every descriptor QEMU will inherit and builds its clean
-// environment. On error the caller calls closeAll.
-func prepare(spec *vmm.Spec) (*launch, error) {
+// prepare opens every descriptor QEMU will inherit, the interposer shimPath
+// first, and builds its clean environment. On error the caller calls
+// closeAll.
+func prepare(spec *vmm.Spec, shimPath string) (*launch, error) {
 	l := &launch{env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
-	shim, err := os.Open(spec.Shim)
+	shim, err := os.Open(shimPath)
 	if err != nil {
 		return l, fmt.Errorf("interposer: %w", err)
 	}

@@ -11,6 +11,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -129,8 +130,8 @@ func Args(s *vmm.Spec, fds Descriptors) []string {
 	return args
 }
 
-// Backend is QEMU as a vmm.Backend.
-type Backend struct{}
+// Backend is QEMU as a vmm.Backend (New), with its settings.
+type Backend struct{ settings Settings }
 
 var _ vmm.Backend = Backend{}
 
@@ -144,8 +145,8 @@ func (Backend) Version(ctx context.Context) (string, error) { return Version(ctx
 func (Backend) MachineABI() string { return MachineABI }
 
 // Start implements vmm.Backend.
-func (Backend) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
-	m, err := Start(ctx, spec)
+func (b Backend) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	m, err := Start(ctx, spec, b.settings)
 	if err != nil {
 		return nil, err
 	}
@@ -174,25 +175,25 @@ type Machine struct {
 
 var _ vmm.Machine = (*Machine)(nil)
 
-// Start launches QEMU for spec and negotiates QMP. QEMU runs as spec.User
-// (if set) in spec.Cgroup under a seccomp sandbox, with a clean
-// environment, and receives every file, socket and device as an inherited
-// descriptor. The process is supervised: when it exits for any reason Done
-// is closed and Exit says why.
-func Start(ctx context.Context, spec vmm.Spec) (*Machine, error) {
-	return start(ctx, spec, Args)
+// Start launches QEMU for spec, with the interposer of set preloaded, and
+// negotiates QMP. QEMU runs as spec.User (if set) in spec.Cgroup under a
+// seccomp sandbox, with a clean environment, and receives every file,
+// socket and device as an inherited descriptor. The process is supervised:
+// when it exits for any reason Done is closed and Exit says why.
+func Start(ctx context.Context, spec vmm.Spec, set Settings) (*Machine, error) {
+	return start(ctx, spec, set, Args)
 }
 
 // start is Start with the command line built by argv (the machine-options
 // benchmark varies it).
-func start(ctx context.Context, spec vmm.Spec, argv func(*vmm.Spec, Descriptors) []string) (*Machine, error) {
-	if err := spec.Validate(); err != nil {
+func start(ctx context.Context, spec vmm.Spec, set Settings, argv func(*vmm.Spec, Descriptors) []string) (*Machine, error) {
+	if err := errors.Join(spec.Validate(), set.Validate()); err != nil {
 		return nil, fmt.Errorf("vm spec: %w", err)
 	}
 	if err := os.MkdirAll(spec.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	l, err := prepare(&spec)
+	l, err := prepare(&spec, set.Shim)
 	if err != nil {
 		l.closeAll()
 		return nil, err

@@ -230,12 +230,12 @@ func TestPrepare(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o600)
 	}
 	t.Setenv("THAW_TOKEN", "secret")
-	spec := vmm.Spec{ID: "vm-1", RunDir: dir, MemoryMiB: 128, VCPUs: 1, Accel: vmm.AccelTCG, Shim: filepath.Join(dir, "shim.so"),
+	spec := vmm.Spec{ID: "vm-1", RunDir: dir, MemoryMiB: 128, VCPUs: 1, Accel: vmm.AccelTCG,
 		Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"),
 		Disks: []vmm.Disk{{Path: filepath.Join(dir, "rootfs"), ReadOnly: true}, {Path: filepath.Join(dir, "code")}},
 		Memory: vmm.Memory{Path: filepath.Join(dir, "snapmem"), Backing: vmm.Backing{Kind: vmm.BackedByLayout, Layout: &vmm.Layout{
 			Size: 128 << 20, Ranges: []vmm.Range{{Length: 4096, Source: vmm.SourceMemoryFile}}, Populate: true, Stats: filepath.Join(dir, "stats")}}}}
-	l, err := prepare(&spec)
+	l, err := prepare(&spec, filepath.Join(dir, "shim.so"))
 	defer l.closeAll()
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestPrepare(t *testing.T) {
 
 	boot := spec
 	boot.Memory = vmm.Memory{Path: filepath.Join(dir, "bootmem"), Shared: true}
-	l2, err := prepare(&boot)
+	l2, err := prepare(&boot, filepath.Join(dir, "shim.so"))
 	defer l2.closeAll()
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestPrepare(t *testing.T) {
 
 	missing := spec
 	missing.Kernel = filepath.Join(dir, "nope")
-	l3, err := prepare(&missing)
+	l3, err := prepare(&missing, filepath.Join(dir, "shim.so"))
 	l3.closeAll()
 	if err == nil || !strings.Contains(err.Error(), "guest image") {
 		t.Errorf("missing kernel: %v", err)

@@ -142,7 +142,7 @@ func TestMachineVariants(t *testing.T) {
 		return vmm.Spec{ID: id, RunDir: filepath.Join(dir, id), MemoryMiB: 512, VCPUs: 1, Accel: vmm.AccelTCG,
 			Kernel: filepath.Join(img, "vmlinuz"), Initrd: initrd, Cmdline: im.Cmdline + " thaw.function=hello",
 			Disks:  []vmm.Disk{{Path: filepath.Join(img, "rootfs.ext4"), ReadOnly: true}, {Path: fnDisk, ReadOnly: true}},
-			Memory: vmm.Memory{Path: mem, Shared: shared}, Incoming: !shared, Shim: shim, GenID: vmm.NewGenID()}
+			Memory: vmm.Memory{Path: mem, Shared: shared}, Incoming: !shared, GenID: vmm.NewGenID()}
 	}
 	out := benchOut(t)
 	cols := map[string][]float64{}
@@ -161,7 +161,7 @@ func TestMachineVariants(t *testing.T) {
 		for _, v := range machineVariants {
 			spec := base(fmt.Sprintf("s%d", i), sparse, filepath.Join(img, "initrd.img"), false)
 			t0 := time.Now()
-			m, err := start(ctx, spec, editArgs(v.edit))
+			m, err := start(ctx, spec, Settings{Shim: shim}, editArgs(v.edit))
 			if err != nil {
 				t.Fatalf("%s: %v", v.name, err)
 			}
@@ -172,7 +172,7 @@ func TestMachineVariants(t *testing.T) {
 	}
 
 	if os.Getenv("THAW_MACHINE_BENCH_RESTORE") != "" {
-		restoreVariants(t, n, dir, img, base, record)
+		restoreVariants(t, n, dir, img, Settings{Shim: shim}, base, record)
 	}
 	summarize(t, cols)
 }
@@ -183,7 +183,7 @@ func editArgs(edit func([]string) []string) func(*vmm.Spec, Descriptors) []strin
 
 // restoreVariants boots, snapshots and restores the guest on the variants
 // a guest can run on.
-func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, initrd string, shared bool) vmm.Spec, record func(string, string, float64)) {
+func restoreVariants(t *testing.T, n int, dir, img string, set Settings, base func(id, mem, initrd string, shared bool) vmm.Spec, record func(string, string, float64)) {
 	ctx := context.Background()
 	var snaps []variantSnap
 	names := []string{"pc", "pc,no-vmgenid", "pc,lean", "microvm,acpi=on"}
@@ -203,7 +203,7 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 		mem := filepath.Join(dir, id+".mem")
 		spec := base(id, mem, initrd, true)
 		t0 := time.Now()
-		m, err := start(ctx, spec, editArgs(v.edit))
+		m, err := start(ctx, spec, set, editArgs(v.edit))
 		if err != nil {
 			t.Fatalf("%s boot: %v", name, err)
 		}
@@ -231,7 +231,7 @@ func restoreVariants(t *testing.T, n int, dir, img string, base func(id, mem, in
 	}
 	for i := range n {
 		for _, s := range snaps {
-			restoreVariant(t, base(fmt.Sprintf("r%d", i), s.mem, s.i, false), s, record)
+			restoreVariant(t, base(fmt.Sprintf("r%d", i), s.mem, s.i, false), set, s, record)
 		}
 	}
 }
@@ -244,12 +244,12 @@ type variantSnap struct {
 	early         bool // the ping written before cont
 }
 
-// restoreVariant restores s with spec, resumes it, waits for the agent's
+// restoreVariant restores s with spec on QEMU with set, resumes it, waits for the agent's
 // answer (or the ping written before cont) and records the phases' times.
-func restoreVariant(t *testing.T, spec vmm.Spec, s variantSnap, record func(string, string, float64)) {
+func restoreVariant(t *testing.T, spec vmm.Spec, set Settings, s variantSnap, record func(string, string, float64)) {
 	ctx := context.Background()
 	t0 := time.Now()
-	m, err := start(ctx, spec, editArgs(s.v.edit))
+	m, err := start(ctx, spec, set, editArgs(s.v.edit))
 	if err != nil {
 		t.Fatalf("%s restore: %v", s.v.name, err)
 	}

@@ -25,13 +25,6 @@ func realSpec(t *testing.T, id string) vmm.Spec {
 	if img == "" {
 		t.Skip("THAW_IMAGE is not set: this test runs QEMU on the guest image")
 	}
-	shim, err := filepath.Abs("../../../bin/libthaw_shim.so")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(shim); err != nil {
-		t.Fatalf("interposer not built (make build): %v", err)
-	}
 	var im struct {
 		Cmdline string `json:"cmdline"`
 	}
@@ -46,7 +39,21 @@ func realSpec(t *testing.T, id string) vmm.Spec {
 	return vmm.Spec{ID: id, RunDir: filepath.Join(dir, id), MemoryMiB: 128, VCPUs: 1, Accel: vmm.AccelTCG,
 		Kernel: filepath.Join(img, "vmlinuz"), Initrd: filepath.Join(img, "initrd.img"), Cmdline: im.Cmdline + " thaw.function=none",
 		Disks:  []vmm.Disk{{Path: filepath.Join(img, "rootfs.ext4"), ReadOnly: true}, {Path: fnDisk, ReadOnly: true}},
-		Memory: vmm.Memory{Path: filepath.Join(dir, id+".mem"), Shared: true}, Shim: shim, GenID: vmm.NewGenID(), EmptyNetNS: true}
+		Memory: vmm.Memory{Path: filepath.Join(dir, id+".mem"), Shared: true}, GenID: vmm.NewGenID(), EmptyNetNS: true}
+}
+
+// realSettings are QEMU's settings with the interposer make build leaves
+// in bin/.
+func realSettings(t *testing.T) Settings {
+	t.Helper()
+	shim, err := filepath.Abs("../../../bin/libthaw_shim.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(shim); err != nil {
+		t.Fatalf("interposer not built (make build): %v", err)
+	}
+	return Settings{Shim: shim}
 }
 
 // netInterfaces lists the interfaces of pid's network namespace.
@@ -72,7 +79,7 @@ func netInterfaces(t *testing.T, pid int) []string {
 func TestStartInEmptyNetNS(t *testing.T) {
 	spec := realSpec(t, "netns")
 	ctx := context.Background()
-	m, err := Start(ctx, spec)
+	m, err := Start(ctx, spec, realSettings(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +120,7 @@ func TestExitReasons(t *testing.T) {
 		if err := os.WriteFile(spec.Memory.Path, make([]byte, 4096), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Start(ctx, spec)
+		_, err := Start(ctx, spec, realSettings(t))
 		if err == nil || !strings.Contains(err.Error(), "exited during start-up: qemu failed to start: qemu-system-x86_64: ") ||
 			!strings.Contains(err.Error(), "qemu exited with status 1") {
 			t.Fatalf("start: %v", err)
@@ -122,7 +129,7 @@ func TestExitReasons(t *testing.T) {
 	t.Run("the device state does not load", func(t *testing.T) {
 		spec := realSpec(t, "badstate")
 		spec.Incoming = true
-		m, err := Start(ctx, spec)
+		m, err := Start(ctx, spec, realSettings(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +153,7 @@ func TestExitReasons(t *testing.T) {
 	t.Run("qemu crashes", func(t *testing.T) {
 		spec := realSpec(t, "crash")
 		spec.Incoming = true // waits for a device state: no guest runs
-		m, err := Start(ctx, spec)
+		m, err := Start(ctx, spec, realSettings(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 func TestSuite(t *testing.T) {
 	realSpec(t, "probe") // skips without an image
 	vmmsuite.Suite(t, func(t *testing.T) vmm.Backend {
-		b, err := vmm.New(Name)
+		b, err := vmm.New(Name, realSettings(t).Values())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package vmmtest
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -17,14 +16,10 @@ func TestSuite(t *testing.T) {
 		if err := WriteImage(dir); err != nil {
 			t.Fatal(err)
 		}
-		shim := filepath.Join(dir, "libthaw_shim.so")
-		if err := os.WriteFile(shim, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
 		run := filepath.Join(dir, id)
 		return vmm.Spec{ID: id, RunDir: run, MemoryMiB: 64, VCPUs: 1, Accel: vmm.AccelTCG,
 			Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd.img"), Cmdline: "console=ttyS0",
 			Disks:  []vmm.Disk{{Path: filepath.Join(dir, "rootfs.ext4"), ReadOnly: true}},
-			Memory: vmm.Memory{Path: filepath.Join(run, "memory"), Shared: true}, Shim: shim, GenID: vmm.NewGenID()}
+			Memory: vmm.Memory{Path: filepath.Join(run, "memory"), Shared: true}, GenID: vmm.NewGenID()}
 	})
 }

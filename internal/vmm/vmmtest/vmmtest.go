@@ -414,25 +414,18 @@ func WriteImage(dir string) error {
 // Host is what a whole daemon on the fake VMM needs of the machine besides
 // its configuration.
 type Host struct {
-	Shim     string // the built interposer
 	ImageDir string // a guest image (WriteImage)
 	DataDir  string // an empty data directory
 	StoreDir string // the memory store's directory in /dev/shm, removed when the test ends
 }
 
 // NewHost skips t unless it runs as root (the daemon's VM set-up: users,
-// cgroups, network namespaces) with the interposer built, and makes the
-// guest image and the directories. The test runs in a package two levels
-// below the repository's root (internal/NAME), whose shim/build holds the
-// interposer. The store directory is /dev/shm/<storePrefix><unique>.
+// cgroups, network namespaces), and makes the guest image and the
+// directories. The store directory is /dev/shm/<storePrefix><unique>.
 func NewHost(t testing.TB, storePrefix string) Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the daemon's VM set-up (users, cgroups, network namespaces) needs root")
-	}
-	shim, _ := filepath.Abs("../../shim/build/libthaw_shim.so")
-	if _, err := os.Stat(shim); err != nil {
-		t.Skipf("the interposer is not built (make -C shim): %v", err)
 	}
 	img := t.TempDir()
 	if err := WriteImage(img); err != nil {
@@ -441,7 +434,7 @@ func NewHost(t testing.TB, storePrefix string) Host {
 	data := t.TempDir()
 	store := filepath.Join("/dev/shm", storePrefix+filepath.Base(filepath.Dir(data))+filepath.Base(data))
 	t.Cleanup(func() { os.RemoveAll(store) })
-	return Host{Shim: shim, ImageDir: img, DataDir: data, StoreDir: store}
+	return Host{ImageDir: img, DataDir: data, StoreDir: store}
 }
 
 // BigResult is what the fake agent returns for {"op":"big","bytes":n}.

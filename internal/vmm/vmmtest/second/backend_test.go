@@ -27,7 +27,12 @@ import (
 const Name = "second-fake"
 
 func init() {
-	vmm.Register(Name, func() (vmm.Backend, error) { return backend{}, nil })
+	vmm.Register(Name, func(s vmm.Settings) (vmm.Backend, error) {
+		if err := vmm.UnknownSettings(s); err != nil { // it takes none
+			return nil, err
+		}
+		return backend{}, nil
+	})
 }
 
 type backend struct{}
