@@ -41,8 +41,8 @@ func (s *Service) RestoreVM(ctx context.Context, snapID, strategy string) (*cata
 	if err != nil {
 		return nil, nil, err
 	}
-	s.refillLater(poolKey{Snapshot: snapID, Kind: st.Kind}, lv.fn)
-	lv.mu.Unlock()
+	s.refillLater(poolKey{Snapshot: snapID, Kind: st.Kind}, lv.Fn)
+	lv.Mu.Unlock()
 	return rec, t, nil
 }
 
@@ -133,8 +133,8 @@ func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (
 		c.sess.Close()
 		return nil, nil, nil, err
 	}
-	lv.mu.Lock()
-	lv.sess, lv.untimed = c.sess, c.sess.Untimed()
+	lv.Mu.Lock()
+	lv.Sess, lv.Untimed = c.sess, c.sess.Untimed()
 	err = s.startClone(ctx, lv, c, t1)
 	endSpan(vsp, err) // the VMM's start ends once the strategy has attached to it
 	if err == nil {
@@ -151,27 +151,26 @@ func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (
 // already holds its room, so it does not wait for admission.
 func (s *Service) restoreStandby(ctx context.Context, sb *standby, row snapshotRow, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 	lv, c := sb.VM, sb.Plan
-	lv.mu.Lock()
+	lv.Mu.Lock()
 	c.start = o.start
-	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.id), AttrFunction.String(c.fn.Name),
+	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.ID), AttrFunction.String(c.fn.Name),
 		AttrSnapshot.String(c.sn.ID), AttrStrategy.String(string(c.sess.Kind())), AttrVMM.String("pooled"))
 	endSpan(vsp, nil) // started ahead of the request: an instant here
 	if _, err := s.verifiedRow(ctx, row, false); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "standby: "+err.Error())
-		lv.mu.Unlock()
+		lv.Mu.Unlock()
 		return nil, nil, nil, err
 	}
 	c.t = &RestoreTiming{VerifyMS: ms(time.Since(c.start)), VMM: "pooled", Source: "local"}
 	if regsync.LazyOf(c.sess) != nil {
 		c.t.Source = "registry"
 	}
-	if cpu, err := procstat.CPUTime(lv.m.PID()); err == nil {
+	if cpu, err := procstat.CPUTime(lv.M.PID()); err == nil {
 		c.t.StandbyCPUMS = cpu
 	}
-	s.mu.Lock()
-	lv.state = catalog.StateBooting // in memory only: the catalog learns "running" once it is
-	s.mu.Unlock()
-	lv.untimed = 0 // what the strategy did before the restore proper was done ahead of the request
+	// In memory only: the catalog learns "running" once it is.
+	s.vms.Mark(lv, catalog.StateBooting)
+	lv.Untimed = 0 // what the strategy did before the restore proper was done ahead of the request
 	if err := s.resumeClone(ctx, lv, c); err != nil {
 		return nil, nil, nil, s.failRestore(ctx, lv, c.sn.ID, err)
 	}
@@ -181,17 +180,17 @@ func (s *Service) restoreStandby(ctx context.Context, sb *standby, row snapshotR
 // failRestore stops a locked VM whose restore failed and unlocks it.
 func (s *Service) failRestore(ctx context.Context, lv *liveVM, snapID string, err error) error {
 	reason := fmt.Sprintf("restore from %s: %v", snapID, err)
-	if why := lv.strategyFailed.Load(); why != nil { // the cause: the step then failed with the VMM gone
-		reason = fmt.Sprintf("restore from %s: %s strategy: %s (then: %v)", snapID, lv.sess.Kind(), *why, err)
+	if why := lv.StrategyFailed.Load(); why != nil { // the cause: the step then failed with the VMM gone
+		reason = fmt.Sprintf("restore from %s: %s strategy: %s (then: %v)", snapID, lv.Sess.Kind(), *why, err)
 	} else if exitsWithin(lv, 200*time.Millisecond) { // the step failed because QEMU went: say why it did
-		reason += "; vm process exited: " + lv.m.Exit().Reason
+		reason += "; vm process exited: " + lv.M.Exit().Reason
 	}
 	s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
-	lv.mu.Unlock()
-	if err := regsync.LazyOf(lv.sess).Failure(lv.id); err != nil { // the registry, not the VM, failed
+	lv.Mu.Unlock()
+	if err := regsync.LazyOf(lv.Sess).Failure(lv.ID); err != nil { // the registry, not the VM, failed
 		return err
 	}
-	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.id, reason)
+	return fmt.Errorf("%w: vm %s: %s", ErrVMFailed, lv.ID, reason)
 }
 
 // running records a restored VM as running; it comes back locked.
@@ -199,7 +198,7 @@ func (s *Service) running(ctx context.Context, lv *liveVM, rec *catalog.VM, t *R
 	rec.State = catalog.StateRunning
 	if err := s.db.PutVM(ctx, rec); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "catalog: "+err.Error())
-		lv.mu.Unlock()
+		lv.Mu.Unlock()
 		return nil, nil, nil, err
 	}
 	return lv, rec, t, nil
@@ -281,7 +280,7 @@ func (s *Service) planRestore(ctx context.Context, row snapshotRow, o restoreOpt
 // started (REAP's working set installed, say), up to where the device
 // state is due.
 func (s *Service) startClone(ctx context.Context, lv *liveVM, c *coldStart, started time.Time) error {
-	if err := c.sess.Started(ctx, lv.m.PID()); err != nil {
+	if err := c.sess.Started(ctx, lv.M.PID()); err != nil {
 		return fmt.Errorf("%s strategy: %w", c.sess.Kind(), err)
 	}
 	if failed := c.sess.Failed(); failed != nil {
@@ -296,19 +295,19 @@ func (s *Service) startClone(ctx context.Context, lv *liveVM, c *coldStart, star
 // its error says which step failed.
 func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) error {
 	t := c.t
-	attrs := []attribute.KeyValue{AttrVM.String(lv.id), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID),
+	attrs := []attribute.KeyValue{AttrVM.String(lv.ID), AttrFunction.String(c.fn.Name), AttrSnapshot.String(c.sn.ID),
 		AttrStrategy.String(string(c.sess.Kind()))}
 	t2 := time.Now()
 	lctx, sp := s.span(ctx, SpanStateLoad, attrs...)
-	err := lv.m.LoadState(lctx, filepath.Join(c.sn.Dir, snapshot.StateFile))
+	err := lv.M.LoadState(lctx, filepath.Join(c.sn.Dir, snapshot.StateFile))
 	endSpan(sp, err)
 	if err != nil {
 		return fmt.Errorf("load device state: %w", err)
 	}
 	t.LoadStateMS = ms(time.Since(t2))
-	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
-	lv.traceAtResume = s.traceOf(lv.m.PID())
-	lv.daemonTraceStart = c.daemonTrace
+	lv.CountersAtResume, _ = procstat.Read(lv.M.PID())
+	lv.TraceAtResume = s.traceOf(lv.M.PID())
+	lv.DaemonTraceStart = c.daemonTrace
 	rctx, sp := s.span(ctx, SpanResume, attrs...)
 	err = s.resumeGuest(rctx, lv, c)
 	endSpan(sp, err)
@@ -320,15 +319,13 @@ func (s *Service) resumeClone(ctx context.Context, lv *liveVM, c *coldStart) err
 func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) error {
 	t := c.t
 	cont := time.Now()
-	if err := lv.m.Resume(ctx); err != nil {
+	if err := lv.M.Resume(ctx); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	resumed := time.Now()
 	t.ContMS = ms(resumed.Sub(cont))
 	t.SetupMS = ms(resumed.Sub(c.start))
-	s.mu.Lock()
-	lv.state = catalog.StateRunning
-	s.mu.Unlock()
+	s.vms.Mark(lv, catalog.StateRunning)
 	// The restore request is the first the resumed guest gets: its answer
 	// also says the agent is up (no ping round trip before it).
 	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
@@ -361,17 +358,17 @@ func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) 
 	var env []agent.EnvVar
 	if withSecrets {
 		var err error
-		if env, lv.secretDigests, err = s.functions.SecretEnv(lv.fn); err != nil {
+		if env, lv.SecretDigests, err = s.functions.SecretEnv(lv.Fn); err != nil {
 			return nil, err
 		}
 	}
-	r, err := lv.agent.RestoreWithSecrets(ctx, entropy, env)
+	r, err := lv.Agent.RestoreWithSecrets(ctx, entropy, env)
 	if err != nil {
 		return nil, err
 	}
-	s.log.Debug("clone renewed", "vm", lv.id, "guest_ms", r.DurationMS, "clock_step_ms", r.ClockStepMS)
+	s.log.Debug("clone renewed", "vm", lv.ID, "guest_ms", r.DurationMS, "clock_step_ms", r.ClockStepMS)
 	if r.Hook != nil && r.Hook.Error != nil {
-		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.id, "function", lv.fn.Name, "err", r.Hook.Error)
+		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.ID, "function", lv.Fn.Name, "err", r.Hook.Error)
 	}
 	return r, nil
 }
@@ -382,9 +379,9 @@ func (s *Service) watchStrategy(lv *liveVM, failed <-chan error) {
 	select {
 	case err := <-failed:
 		why := err.Error()
-		lv.strategyFailed.Store(&why)
-		s.log.Error("restore strategy failed; killing vm", "vm", lv.id, "err", err)
+		lv.StrategyFailed.Store(&why)
+		s.log.Error("restore strategy failed; killing vm", "vm", lv.ID, "err", err)
 		s.stopVM(context.Background(), lv, catalog.StateFailed, err.Error())
-	case <-lv.m.Done():
+	case <-lv.M.Done():
 	}
 }

@@ -5,7 +5,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,15 +28,14 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
+	"github.com/thaw-dev/thaw/internal/daemon/vms"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/metrics"
-	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/tsc"
 	"github.com/thaw-dev/thaw/internal/vmm"
-	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -83,8 +81,8 @@ type Service struct {
 	tscKHz int
 
 	mu      sync.Mutex
-	vms     map[string]*liveVM // VMs with a process
-	loaders *restore.Loaders   // FaaSnap loaders, shared by all restores
+	vms     *vms.Manager     // VMs with a VMM process, their confinement, the host (package daemon/vms)
+	loaders *restore.Loaders // FaaSnap loaders, shared by all restores
 	// strategies are the restore strategies offered (Config.Strategies).
 	strategies []restore.Strategy
 	metrics    *metrics.Set
@@ -103,8 +101,6 @@ type Service struct {
 	fnGates   map[string]*sync.RWMutex
 	wg        sync.WaitGroup
 	closed    bool
-	confine   confinement        // per-VM users and cgroups
-	net       *vmnet.Host        // builds each VM's network
 	lock      *os.File           // the data directory's lock, held while the daemon lives
 	lifecycle *lifecycle.Manager // function deletes and the claims on function names (package lifecycle)
 	ops       *ops.Registry      // asynchronous operations (?wait=false)
@@ -177,7 +173,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		vms: map[string]*liveVM{}, fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
+		fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
 		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -201,6 +197,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s.history = s.newHistory()
+	s.vms = s.newVMs()
 	s.lifecycle = s.newLifecycle()
 	if err := s.openRegistry(); err != nil {
 		_ = s.db.Close()
@@ -221,7 +218,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 // opens the memory store and chooses the accelerator.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
-	if err = s.reconcile(ctx); err != nil {
+	if err = s.vms.Reconcile(ctx); err != nil {
 		return err
 	}
 	if err := s.versions.RemovePendingSnapshots(ctx); err != nil {
@@ -241,13 +238,10 @@ func (s *Service) Start(ctx context.Context) error {
 			s.versions.CollectVersions(ctx, f.Name)
 		}
 	}
-	if err := s.openConfinement(); err != nil {
+	if err := s.vms.OpenHost(); err != nil {
 		return err
 	}
-	s.adoptHostLeftovers()
-	if s.net, err = vmnet.NewHost(vmnet.HostConfig{AllowFullEgress: s.cfg.AllowFullEgress}, s.log); err != nil {
-		return err
-	}
+	s.adoptStoreLeftovers()
 	s.snaps.OpenStore(ctx)
 	if s.cfg.FaultTraceObject != "" {
 		if s.faults, err = faulttrace.Open(s.cfg.FaultTraceObject); err != nil {
@@ -283,56 +277,6 @@ func (s *Service) Start(ctx context.Context) error {
 	s.log.Info("thawd ready", "accel", s.accel.Accel, "accel_source", s.accel.Source, "vmm", s.cfg.VMM.Name(), "vmm_version", s.vmmVersion, "tsc_khz", s.tscKHz,
 		"image", s.image.Hash, "kernel", s.image.KernelVersion, "data_dir", s.cfg.DataDir)
 	return nil
-}
-
-// reconcile marks VMs whose processes are gone as failed and cleans their
-// run directories. A VM process that is somehow still alive is killed: this
-// daemon holds no QMP or agent connection to it, so it cannot be trusted.
-func (s *Service) reconcile(ctx context.Context) error {
-	vms, err := s.db.ListVMs(ctx)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	for _, v := range vms {
-		if !v.Live() {
-			continue
-		}
-		reason := "qemu process gone when the daemon restarted"
-		if v.PID > 0 && processMatches(v.PID, v.ID) {
-			_ = syscall.Kill(v.PID, syscall.SIGKILL)
-			reason = "daemon restarted; the VM could not be re-adopted and was killed"
-		}
-		if v.PID > 0 {
-			waitGone(v.PID, 5*time.Second) // it may map a range of a device store
-		}
-		s.removeVMLink(v.ID)
-		v.State, v.Reason, v.PID = catalog.StateFailed, reason, 0
-		_ = os.RemoveAll(v.RunDir)
-		if err := s.db.PutVM(ctx, v); err != nil {
-			return fmt.Errorf("reconcile vm %s: %w", v.ID, err)
-		}
-		s.log.Warn("reconciled vm", "vm", v.ID, "reason", reason)
-	}
-	return nil
-}
-
-// waitGone waits until pid has exited (or is a zombie), at most d.
-func waitGone(pid int, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for !procstat.Exited(pid) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// processMatches reports whether pid is a live QEMU of VM vmID (its
-// command line names it "thaw-<id>"), so a recycled pid is never killed by
-// mistake.
-func processMatches(pid int, vmID string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	return vmID != "" && bytes.Contains(b, []byte("\x00-name\x00thaw-"+vmID+"\x00"))
 }
 
 // chooseAccel honours an explicit accelerator; "auto" boots a probe guest on
@@ -388,24 +332,20 @@ func (s *Service) Close(ctx context.Context) error {
 		close(s.stop)
 	}
 	s.closed = true
-	live := make([]*liveVM, 0, len(s.vms))
-	for _, lv := range s.vms {
-		live = append(live, lv)
-	}
 	s.mu.Unlock()
 	s.ops.Shutdown() // running operations fail now; their work stops with its VMs
-	for _, lv := range live {
-		s.stopVM(ctx, lv, catalog.StateStopped, "daemon stopped")
-	}
+	s.vms.StopAll(ctx, catalog.StateStopped, "daemon stopped")
 	s.ops.Wait()
 	s.wg.Wait()
+	s.vms.Wait()
 	if err := s.snaps.CloseStore(); err != nil {
 		s.log.Warn("close memory store", "err", err)
 	}
 	if s.faults != nil {
 		_ = s.faults.Close()
 	}
-	s.releaseHost()
+	s.vms.ReleaseHost()
+	s.releaseStore()
 	err := s.db.Close()
 	if s.lock != nil {
 		s.lock.Close() // releases the data directory

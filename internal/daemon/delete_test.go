@@ -68,7 +68,7 @@ func TestDeleteVMWaitsForItsInvocation(t *testing.T) {
 	deleted := make(chan error, 1)
 	go func() { deleted <- s.DeleteVM(ctx, vm.ID) }()
 	lv, _ := s.live(vm.ID)
-	waitFor(t, 5*time.Second, "the delete to begin", lv.deleting.Load)
+	waitFor(t, 5*time.Second, "the delete to begin", lv.Deleting.Load)
 	if _, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(`1`)}); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "being deleted") {
 		t.Fatalf("an invocation while the delete waits: %v", err)
 	}

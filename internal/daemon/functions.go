@@ -39,13 +39,6 @@ const (
 // whySecretChanged stops idle VMs holding a secret's old value.
 const whySecretChanged = "secret changed"
 
-// importFailure is a boot's ErrVMFailed that is also ErrImport, without
-// saying so twice in its message.
-type importFailure struct{ error }
-
-func (f importFailure) Unwrap() error      { return f.error }
-func (importFailure) Is(target error) bool { return target == ErrImport }
-
 // openFunctions makes the functions component (its secret store and
 // dependency cache) once the catalog is open.
 func (s *Service) openFunctions() error {
@@ -66,12 +59,7 @@ func (s *Service) functionsDeps() functions.Deps {
 		Created: func(ctx context.Context, f *catalog.Function, strategy, refresh string) error {
 			return s.adaptive.Created(ctx, f, strategy, refresh)
 		},
-		CheckNetwork: func(p vmnet.Policy) error {
-			if s.net == nil { // before Start
-				return nil
-			}
-			return s.net.CheckPolicy(p)
-		},
+		CheckNetwork: func(p vmnet.Policy) error { return s.vms.CheckPolicy(p) }, // every policy passes before Start
 		CallerFrom: func(ctx context.Context) (functions.Caller, bool) {
 			c, ok := CallerFrom(ctx)
 			return functions.Caller{Unix: c.Unix, UID: c.UID, GID: c.GID}, ok

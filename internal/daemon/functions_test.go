@@ -107,6 +107,7 @@ func fnService(t *testing.T, edit func(*Config)) *Service {
 	cfg.Deps.SetDefaults()
 	s := &Service{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db}
 	s.lifecycle = s.newLifecycle()
+	s.vms = s.newVMs()
 	if err := s.openFunctions(); err != nil {
 		t.Fatal(err)
 	}

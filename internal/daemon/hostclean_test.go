@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/daemon/vms"
 )
 
 // ownCgroupDir is this process's cgroup directory in the v1 hierarchy of
@@ -44,11 +46,11 @@ func exists(p string) bool {
 // the record and its empty store directory.
 func TestCloseUndoesHostChanges(t *testing.T) {
 	s, _ := fakeService(t, nil)
-	if s.confine.cgroups == nil {
+	parents := s.vms.CgroupParents()
+	if parents == nil {
 		t.Skip("no cgroups on this host")
 	}
-	parents := s.confine.cgroups.Parents()
-	rec, err := os.ReadFile(filepath.Join(s.cfg.DataDir, cgroupRecord))
+	rec, err := os.ReadFile(filepath.Join(s.cfg.DataDir, vms.CgroupRecord))
 	if err != nil || string(rec) != strings.Join(parents, "\n")+"\n" {
 		t.Fatalf("record %q %v, parents %v", rec, err, parents)
 	}
@@ -60,7 +62,7 @@ func TestCloseUndoesHostChanges(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range append(parents, filepath.Join(s.cfg.DataDir, cgroupRecord), store) {
+	for _, p := range append(parents, filepath.Join(s.cfg.DataDir, vms.CgroupRecord), store) {
 		if exists(p) {
 			t.Errorf("%s outlived the daemon", p)
 		}
@@ -78,7 +80,7 @@ func TestStartRemovesCgroupsLeftElsewhere(t *testing.T) {
 			t.Skip("no pids cgroup hierarchy")
 		}
 		elsewhere = filepath.Join(own, "thaw-test-elsewhere-"+filepath.Base(c.DataDir))
-		parent = filepath.Join(elsewhere, cgroupParentName(c.DataDir))
+		parent = filepath.Join(elsewhere, vms.CgroupParentName(c.DataDir))
 		if err := os.MkdirAll(filepath.Join(parent, "vm-0123456789ab"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -87,18 +89,18 @@ func TestStartRemovesCgroupsLeftElsewhere(t *testing.T) {
 			os.Remove(parent)
 			os.Remove(elsewhere)
 		})
-		bogus = filepath.Join(t.TempDir(), cgroupParentName(c.DataDir))
+		bogus = filepath.Join(t.TempDir(), vms.CgroupParentName(c.DataDir))
 		if err := os.Mkdir(bogus, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(c.DataDir, cgroupRecord), []byte(parent+"\n"+bogus+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(c.DataDir, vms.CgroupRecord), []byte(parent+"\n"+bogus+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if s.confine.cgroups == nil {
+	if s.vms.CgroupParents() == nil {
 		t.Skip("no cgroups on this host")
 	}
 	if exists(parent) {
@@ -107,7 +109,7 @@ func TestStartRemovesCgroupsLeftElsewhere(t *testing.T) {
 	if !exists(bogus) {
 		t.Errorf("a recorded directory outside cgroups was removed: %s", bogus)
 	}
-	rec, _ := os.ReadFile(filepath.Join(s.cfg.DataDir, cgroupRecord))
+	rec, _ := os.ReadFile(filepath.Join(s.cfg.DataDir, vms.CgroupRecord))
 	if strings.Contains(string(rec), parent) || strings.Contains(string(rec), bogus) {
 		t.Errorf("record after start: %q", rec)
 	}

@@ -82,14 +82,14 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 	if err != nil {
 		return nil, err
 	}
-	defer lv.mu.Unlock()
+	defer lv.Mu.Unlock()
 	if req.EvictCache {
 		return nil, fmt.Errorf("%w: evict_cache applies to cold invocations only", ErrInvalid)
 	}
-	inv := &Invocation{ID: newID("inv-"), Function: lv.fn.Name, VM: vmID, Mode: "warm", Version: max(lv.version, 0)}
+	inv := &Invocation{ID: newID("inv-"), Function: lv.Fn.Name, VM: vmID, Mode: "warm", Version: max(lv.Version, 0)}
 	annotate(ctx, invocationAttrs(inv)...)
-	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
-	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
+	lv.CountersAtResume, _ = procstat.Read(lv.M.PID())
+	lv.TraceAtResume, lv.DaemonTraceStart = s.traceOf(lv.M.PID()), s.traceOf(os.Getpid())
 	if err := s.invokeLocked(ctx, lv, inv, req.Event, timeout); err != nil {
 		return nil, s.invokeFailed(ctx, inv, start, err)
 	}
@@ -111,9 +111,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	ictx, cancel := context.WithTimeout(sctx, timeout)
 	defer cancel()
 	t0 := time.Now()
-	lv.running.Store(&runningInvocation{id: inv.ID, started: t0, timeout: timeout})
-	reply, err := lv.agent.Invoke(ictx, lv.fn.Name, event)
-	lv.running.Store(nil)
+	lv.Running.Store(&runningInvocation{ID: inv.ID, Started: t0, Timeout: timeout})
+	reply, err := lv.Agent.Invoke(ictx, lv.Fn.Name, event)
+	lv.Running.Store(nil)
 	inv.Timing.InvokeMS = ms(time.Since(t0))
 	if err != nil {
 		if err := s.killedDuring(ctx, lv, inv); err != nil { // a delete killed the VM
@@ -121,9 +121,9 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		}
 		var reason string
 		var kind error
-		switch why := lv.strategyFailed.Load(); {
+		switch why := lv.StrategyFailed.Load(); {
 		case why != nil: // the strategy stopped serving memory and the VM was killed
-			reason = fmt.Sprintf("%s strategy failed during the invocation: %s", lv.sess.Kind(), *why)
+			reason = fmt.Sprintf("%s strategy failed during the invocation: %s", lv.Sess.Kind(), *why)
 			kind = ErrVMFailed
 		case errors.Is(err, agent.ErrTimeout) && ctx.Err() == nil:
 			reason = s.stopReason(lv, fmt.Sprintf("invocation timed out after %s; guest killed", timeout))
@@ -131,30 +131,30 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 		case isDone(lv) || errors.Is(err, io.EOF) && exitsWithin(lv, time.Second):
 			// An agent channel closing at EOF is QEMU going away: wait for
 			// it, so the reason says why (the guest's memory, a crash).
-			reason = "vm process exited during the invocation: " + lv.m.Exit().Reason
+			reason = "vm process exited during the invocation: " + lv.M.Exit().Reason
 			kind = ErrVMFailed
 		default:
 			reason = s.stopReason(lv, fmt.Sprintf("guest agent failed during the invocation: %v; guest killed", err))
 			kind = ErrVMFailed
 		}
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, reason)
-		if err := regsync.LazyOf(lv.sess).Failure(lv.id); err != nil { // the registry, not the VM, failed
+		if err := regsync.LazyOf(lv.Sess).Failure(lv.ID); err != nil { // the registry, not the VM, failed
 			return err
 		}
 		if kind == ErrTimeout {
-			return s.timedOut(lv.id, reason)
+			return s.timedOut(lv.ID, reason)
 		}
-		return fmt.Errorf("%w: vm %s: %s", kind, lv.id, reason)
+		return fmt.Errorf("%w: vm %s: %s", kind, lv.ID, reason)
 	}
-	if after, err := procstat.Read(lv.m.PID()); err == nil {
-		d := procstat.Since(after, lv.countersAtResume)
+	if after, err := procstat.Read(lv.M.PID()); err == nil {
+		d := procstat.Since(after, lv.CountersAtResume)
 		inv.Process = &d
 	}
 	if s.faults != nil {
 		inv.Trace = s.faultTrace(lv)
 	}
-	if lv.sess != nil {
-		lv.sess.InvocationDone()
+	if lv.Sess != nil {
+		lv.Sess.InvocationDone()
 	}
 	inv.OK = reply.OK
 	inv.Result = reply.Result
@@ -180,7 +180,7 @@ func invocationAttrs(inv *Invocation) []attribute.KeyValue {
 // exitsWithin waits up to d for the VMM to exit.
 func exitsWithin(lv *liveVM, d time.Duration) bool {
 	select {
-	case <-lv.m.Done():
+	case <-lv.M.Done():
 		return true
 	case <-time.After(d):
 		return false
@@ -189,7 +189,7 @@ func exitsWithin(lv *liveVM, d time.Duration) bool {
 
 func isDone(lv *liveVM) bool {
 	select {
-	case <-lv.m.Done():
+	case <-lv.M.Done():
 		return true
 	default:
 		return false
@@ -274,7 +274,7 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 	if err != nil {
 		return nil, refusedFallback(err)
 	}
-	defer lv.mu.Unlock()
+	defer lv.Mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: rec.Function, VM: rec.ID, Mode: "cold",
 		Snapshot: snapID, Strategy: rec.Strategy, EvictedCache: req.EvictCache, Version: rec.Version, Alias: target.Alias,
 		StrategyChoice: choice}
@@ -342,15 +342,15 @@ type coldEnd struct {
 // and set use, its total, the VMM pool's refill, keeping or tearing down
 // the VM, the record and the adaptive policy's observation.
 func (s *Service) finishCold(ctx context.Context, lv *liveVM, rec *catalog.VM, inv *Invocation, e coldEnd) {
-	st := lv.sess.Stats()
-	st.Kind = string(lv.sess.Kind())
+	st := lv.Sess.Stats()
+	st.Kind = string(lv.Sess.Kind())
 	inv.StrategyStats = &st
-	s.adaptive.MeasureSet(lv.sess, lv.m.PID(), lv.id, inv)
+	s.adaptive.MeasureSet(lv.Sess, lv.M.PID(), lv.ID, inv)
 	// Time the strategy reports apart (cached's fill) is not part of the
 	// cold start.
-	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.untimed)
+	inv.Timing.TotalMS = ms(time.Since(e.start)) - ms(lv.Untimed)
 	if e.pool != "" {
-		s.refillLater(poolKey{Snapshot: inv.Snapshot, Kind: e.pool}, lv.fn)
+		s.refillLater(poolKey{Snapshot: inv.Snapshot, Kind: e.pool}, lv.Fn)
 	}
 	if !e.pooled || !s.park(lv, rec, inv.Snapshot) {
 		inv.Timing.TeardownMS = s.tearDownCold(ctx, lv, rec)
@@ -499,13 +499,13 @@ func (s *Service) evictSnapshot(ctx context.Context, sn *catalog.Snapshot) error
 // invokeKept runs an invocation on an idle VM of the pool and keeps the VM
 // again (or stops it if the pool is full or the function opted out).
 func (s *Service) invokeKept(ctx context.Context, k *kept, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, error) {
-	k.VM.mu.Lock()
+	k.VM.Mu.Lock()
 	inv := &Invocation{ID: newID("inv-"), Function: k.Rec.Function, VM: k.Rec.ID, Mode: "pooled",
 		Snapshot: k.Snapshot, Strategy: k.Rec.Strategy, Version: k.Rec.Version, Alias: target.Alias}
 	annotate(ctx, invocationAttrs(inv)...)
 	err := s.invokeLocked(ctx, k.VM, inv, event, timeout)
 	kept := err == nil && s.park(k.VM, k.Rec, k.Snapshot)
-	k.VM.mu.Unlock()
+	k.VM.Mu.Unlock()
 	if !kept {
 		s.retire(context.WithoutCancel(ctx), k.VM, k.Rec, "pooled invocation finished")
 	}
@@ -532,8 +532,8 @@ func (s *Service) traceOf(pid int) faulttrace.Counters {
 // resuming (cold) or the request (warm) to the answer, and for the daemon
 // from the restore (or request) to the answer.
 func (s *Service) faultTrace(lv *liveVM) *wire.FaultTrace {
-	vmm := s.traceOf(lv.m.PID()).Sub(lv.traceAtResume)
-	d := s.traceOf(os.Getpid()).Sub(lv.daemonTraceStart)
+	vmm := s.traceOf(lv.M.PID()).Sub(lv.TraceAtResume)
+	d := s.traceOf(os.Getpid()).Sub(lv.DaemonTraceStart)
 	return &wire.FaultTrace{VMMFaults: vmm.Faults, VMMReadRequests: vmm.ReadBios, VMMReadBytes: vmm.ReadBytes,
 		VMMBlockedMS: vmm.BlockedMS(), VMMBlockedWaits: vmm.Blocked,
 		DaemonReadRequests: d.ReadBios, DaemonReadBytes: d.ReadBytes}

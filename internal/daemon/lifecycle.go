@@ -22,9 +22,9 @@ func (s *Service) newLifecycle() *lifecycle.Manager {
 		Live: func(name string) []lifecycle.LiveVM {
 			var out []lifecycle.LiveVM
 			for _, lv := range s.liveOf(name) {
-				v := lifecycle.LiveVM{ID: lv.id, RunDir: lv.runDir}
-				if r := lv.running.Load(); r != nil {
-					v.Invocation = r.id
+				v := lifecycle.LiveVM{ID: lv.ID, RunDir: lv.RunDir}
+				if r := lv.Running.Load(); r != nil {
+					v.Invocation = r.ID
 				}
 				out = append(out, v)
 			}
@@ -39,8 +39,8 @@ func (s *Service) newLifecycle() *lifecycle.Manager {
 		},
 		Kept: s.keptOf,
 		DropPooled: func(name string) {
-			s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == name }, whyStandbyGone)
-			s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.fn.Name == name }, whyReadyGone)
+			s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == name }, whyStandbyGone)
+			s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.Fn.Name == name }, whyReadyGone)
 			s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 		},
 		EndVM: func(ctx context.Context, id, runDir string) error { return s.endVM(ctx, id, runDir, whyCascade) },
@@ -78,14 +78,4 @@ func (s *Service) keptOf(name string) map[string]bool {
 }
 
 // liveOf are function's VMs with a VMM.
-func (s *Service) liveOf(name string) []*liveVM {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*liveVM
-	for _, lv := range s.vms {
-		if lv.fn.Name == name {
-			out = append(out, lv)
-		}
-	}
-	return out
-}
+func (s *Service) liveOf(name string) []*liveVM { return s.vms.Of(name) }

@@ -45,7 +45,7 @@ func (s *Service) watchPressure(every time.Duration) {
 // park keeps a VM that just answered (its lock held by the caller) for its
 // function's next invocation; false if the pool does not take it.
 func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
-	if !s.pool.Keeps(lv.fn) || s.functions.SecretsStale(lv.secretDigests) || lv.deleting.Load() {
+	if !s.pool.Keeps(lv.Fn) || s.functions.SecretsStale(lv.SecretDigests) || lv.Deleting.Load() {
 		return false
 	}
 	s.mu.Lock()
@@ -54,14 +54,14 @@ func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 	if closed {
 		return false
 	}
-	return s.pool.Park(lv, rec, lv.fn, snapshot)
+	return s.pool.Park(lv, rec, lv.Fn, snapshot)
 }
 
 // retire stops a VM that served cold or pooled invocations and forgets it.
 func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why string) {
-	lv.mu.Lock()
+	lv.Mu.Lock()
 	s.stopVM(ctx, lv, catalog.StateStopped, why)
-	lv.mu.Unlock()
+	lv.Mu.Unlock()
 	if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
 		s.log.Error("forget vm", "vm", rec.ID, "err", err)
 	}
@@ -87,10 +87,10 @@ func (s *Service) newVMMPool() *pool.VMMPool[*liveVM, *coldStart] {
 	return pool.NewVMMPool(cfg, pool.VMMPoolDeps[*liveVM, *coldStart]{
 		Start: s.startStandby,
 		Enlist: func(lv *liveVM, join func()) {
-			lv.mu.Lock()
+			lv.Mu.Lock()
 			join()
 			s.setState(context.Background(), lv, catalog.StateStandby, "")
-			lv.mu.Unlock()
+			lv.Mu.Unlock()
 		},
 		Retire:  func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
 		Live:    func(id string) bool { _, ok := s.live(id); return ok },
@@ -150,9 +150,9 @@ func (s *Service) startStandby(ctx context.Context, key poolKey, release func())
 		c.sess.Close()
 		return nil, nil, nil, err
 	}
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.sess = c.sess
+	lv.Mu.Lock()
+	defer lv.Mu.Unlock()
+	lv.Sess = c.sess
 	if err := s.startClone(ctx, lv, c, started); err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, fmt.Sprintf("standby for %s: %v", key.Snapshot, err))
 		return nil, nil, nil, err

@@ -133,7 +133,7 @@ func (v *recordVM) Close() {
 	if v.lv == nil {
 		return
 	}
-	v.lv.mu.Unlock()
+	v.lv.Mu.Unlock()
 	_ = v.h.s.DeleteVM(v.ctx, v.id)
 	v.lv = nil
 }

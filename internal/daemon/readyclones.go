@@ -43,14 +43,14 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 		},
 		Retire: func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
 		Alive: func(lv *liveVM) bool {
-			_, live := s.live(lv.id)
+			_, live := s.live(lv.ID)
 			return live && !isDone(lv)
 		},
 		Fail: func(lv *liveVM, why string) string {
-			exit := lv.m.Exit().Reason
-			lv.mu.Lock()
+			exit := lv.M.Exit().Reason
+			lv.Mu.Lock()
 			s.stopVM(context.Background(), lv, catalog.StateFailed, why+": "+exit)
-			lv.mu.Unlock()
+			lv.Mu.Unlock()
 			return exit
 		},
 		Admit:       s.adm.TryAcquire,
@@ -108,12 +108,12 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 	if err != nil {
 		return nil, nil, err
 	}
-	defer lv.mu.Unlock()
-	s.refillLater(poolKey{Snapshot: key.Snapshot, Kind: st.Kind}, lv.fn)
+	defer lv.Mu.Unlock()
+	s.refillLater(poolKey{Snapshot: key.Snapshot, Kind: st.Kind}, lv.Fn)
 	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return warmAgent(ctx, lv) })
 	if err != nil {
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
-		return nil, nil, fmt.Errorf("%w: ready clone %s: warm-up: %v", ErrVMFailed, lv.id, err)
+		return nil, nil, fmt.Errorf("%w: ready clone %s: warm-up: %v", ErrVMFailed, lv.ID, err)
 	}
 	s.setState(ctx, lv, catalog.StateReady, "")
 	rec.State = catalog.StateReady
@@ -139,10 +139,10 @@ const readyWarmFunction = "thaw:warm-up"
 // translated its request paths before a request comes: a ping, and an
 // invocation the agent refuses before the handler. No handler runs.
 func warmAgent(ctx context.Context, lv *liveVM) error {
-	if _, err := lv.agent.Ping(ctx); err != nil {
+	if _, err := lv.Agent.Ping(ctx); err != nil {
 		return err
 	}
-	r, err := lv.agent.Invoke(ctx, readyWarmFunction, nil)
+	r, err := lv.Agent.Invoke(ctx, readyWarmFunction, nil)
 	switch {
 	case err != nil:
 		return err

@@ -47,37 +47,35 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	}
 	defer s.ready.Dispatch(tk)() // its replacement starts once the request is done
 	lv := rc.VM
-	lv.mu.Lock()
+	lv.Mu.Lock()
 	unlock := true // false once a teardown after the answer holds the lock
 	defer func() {
 		if unlock {
-			lv.mu.Unlock()
+			lv.Mu.Unlock()
 		}
 	}()
 	waited := time.Since(rc.Since())
 	t0 := time.Now()
-	s.mu.Lock()
-	lv.state = catalog.StateRunning // the catalog learns it if the VM outlives the request
-	s.mu.Unlock()
+	s.vms.Mark(lv, catalog.StateRunning) // the catalog learns it if the VM outlives the request
 	var renewal *agent.Reply
 	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
 		renewal, err = s.renewClone(ctx, lv, true)
 		return err
 	})
 	if err != nil {
-		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.id, err)
+		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.ID, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, why)
 		return miss("failed", why)
 	}
 	renewed := time.Since(t0)
 	s.ready.Outcome("hit", waited.Seconds())
-	inv := &Invocation{ID: newID("inv-"), Function: rc.Rec.Function, VM: lv.id, Mode: "ready",
+	inv := &Invocation{ID: newID("inv-"), Function: rc.Rec.Function, VM: lv.ID, Mode: "ready",
 		Snapshot: key.Snapshot, Strategy: rc.Rec.Strategy, Version: rc.Rec.Version, Alias: target.Alias}
 	inv.Timing.Ready = &wire.ReadyNote{Hit: true, WaitedMS: ms(waited), RenewMS: ms(renewed), TakeMS: ms(t0.Sub(start)),
 		RenewGuestMS: renewal.DurationMS, RenewSteps: renewal.Steps}
 	annotate(ctx, invocationAttrs(inv)...)
-	lv.countersAtResume, _ = procstat.Read(lv.m.PID())
-	lv.traceAtResume, lv.daemonTraceStart = s.traceOf(lv.m.PID()), s.traceOf(os.Getpid())
+	lv.CountersAtResume, _ = procstat.Read(lv.M.PID())
+	lv.TraceAtResume, lv.DaemonTraceStart = s.traceOf(lv.M.PID()), s.traceOf(os.Getpid())
 	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
 		return nil, ctx, s.invokeFailed(ctx, inv, start, err)
 	}
@@ -112,7 +110,7 @@ func (s *Service) tearDownAfter(ctx context.Context, lv *liveVM, rec *catalog.VM
 	s.setState(ctx, lv, catalog.StateRunning, "") // listed running, not ready, until it is gone
 	go func() {
 		defer s.wg.Done()
-		defer lv.mu.Unlock()
+		defer lv.Mu.Unlock()
 		s.tearDownCold(context.WithoutCancel(ctx), lv, rec)
 	}()
 	return true

@@ -242,7 +242,7 @@ type syncVMs struct{ s *Service }
 
 func (x syncVMs) ReleaseOutdated(function string) {
 	x.s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == function }, "function outdated")
-	x.s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.fn.Name == function }, whyStandbyGone)
+	x.s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == function }, whyStandbyGone)
 }
 
 func (x syncVMs) Running(ctx context.Context, function string) (*catalog.VM, error) {

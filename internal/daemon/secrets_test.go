@@ -107,7 +107,7 @@ func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
 	}
 	k := s.pool.Take("app", second.Snapshot)
 	setSecret(t, s, "db", "third-value-0003")
-	if !s.functions.SecretsStale(lv.secretDigests) || s.park(lv, k.Rec, second.Snapshot) {
+	if !s.functions.SecretsStale(lv.SecretDigests) || s.park(lv, k.Rec, second.Snapshot) {
 		t.Error("a VM holding an old value was parked")
 	}
 	s.retire(ctx, lv, k.Rec, "test")

@@ -214,9 +214,7 @@ func TestColdPathFailures(t *testing.T) {
 		}
 	})
 	// Only the booted VM is live, and every VM user id but its one is free.
-	s.mu.Lock()
-	live, uids := len(s.vms), len(s.confine.uidsInUse)
-	s.mu.Unlock()
+	live, uids := s.vms.Count()
 	if live != 1 || uids != 1 {
 		t.Errorf("after the failures: %d live VMs, %d user ids held, want 1 and 1", live, uids)
 	}

@@ -82,7 +82,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 		return nil, err
 	}
 	sn, err := s.snapshotLocked(ctx, lv)
-	lv.mu.Unlock()
+	lv.Mu.Unlock()
 	if err == nil {
 		s.collectSnapshots(ctx, sn.Function)
 	}
@@ -91,18 +91,16 @@ func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Sna
 
 // snapshotLocked snapshots a VM whose lock the caller holds.
 func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.Snapshot, err error) {
-	ctx, sp := s.span(ctx, SpanSnapshot, AttrVM.String(lv.id), AttrFunction.String(lv.fn.Name))
+	ctx, sp := s.span(ctx, SpanSnapshot, AttrVM.String(lv.ID), AttrFunction.String(lv.Fn.Name))
 	defer func() {
 		if rec != nil {
 			sp.SetAttributes(AttrSnapshot.String(rec.ID))
 		}
 		endSpan(sp, err)
 	}()
-	s.mu.Lock()
-	wasRunning := lv.state == catalog.StateRunning
-	s.mu.Unlock()
-	return s.snaps.Take(ctx, snapshots.Source{VM: lv.id, Fn: lv.fn, Version: lv.version, Shared: lv.shared,
-		Cmdline: s.baseSpec(lv.id, lv.fn).Cmdline,
+	wasRunning := s.vms.State(lv) == catalog.StateRunning
+	return s.snaps.Take(ctx, snapshots.Source{VM: lv.ID, Fn: lv.Fn, Version: lv.Version, Shared: lv.Shared,
+		Cmdline: s.baseSpec(lv.ID, lv.Fn).Cmdline,
 		Write: func(ctx context.Context, dir string) (snapshot.FileInfo, time.Duration, error) {
 			return s.writeSnapshot(ctx, lv, dir, wasRunning)
 		}})
@@ -114,19 +112,19 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, dir string, wasRunning bool) (snapshot.FileInfo, time.Duration, error) {
 	t0 := time.Now()
 	if wasRunning {
-		if err := lv.m.Pause(ctx); err != nil {
+		if err := lv.M.Pause(ctx); err != nil {
 			return snapshot.FileInfo{}, 0, fmt.Errorf("pause: %w", err)
 		}
 		defer func() {
-			if err := lv.m.Resume(context.WithoutCancel(ctx)); err != nil {
-				s.log.Error("resume after snapshot", "vm", lv.id, "err", err)
+			if err := lv.M.Resume(context.WithoutCancel(ctx)); err != nil {
+				s.log.Error("resume after snapshot", "vm", lv.ID, "err", err)
 			}
 		}()
 	}
-	if err := lv.m.SaveState(ctx, filepath.Join(dir, snapshot.StateFile)); err != nil {
+	if err := lv.M.SaveState(ctx, filepath.Join(dir, snapshot.StateFile)); err != nil {
 		return snapshot.FileInfo{}, time.Since(t0), fmt.Errorf("save device state: %w", err)
 	}
-	mem, err := snapshot.CopySparse(filepath.Join(dir, snapshot.MemoryFile), lv.memPath)
+	mem, err := snapshot.CopySparse(filepath.Join(dir, snapshot.MemoryFile), lv.MemPath)
 	if err != nil {
 		return snapshot.FileInfo{}, time.Since(t0), fmt.Errorf("save memory: %w", err)
 	}

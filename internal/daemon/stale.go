@@ -232,7 +232,7 @@ func (s *Service) invokeBooted(ctx context.Context, function string, target Targ
 	if err != nil {
 		return nil, err
 	}
-	defer lv.mu.Unlock()
+	defer lv.Mu.Unlock()
 	inv := &Invocation{ID: newID("inv-"), Function: function, VM: vm.ID, Mode: "cold", Version: v.Number, Alias: target.Alias}
 	inv.Timing.Build = &wire.BuildNote{Stale: why, Served: "boot", BootMS: ms(time.Since(t))}
 	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {

@@ -52,10 +52,10 @@ func (s *Service) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
 		return nil, err
 	}
 	lv, ok := s.live(id)
-	if !ok || lv.m == nil {
+	if !ok || lv.M == nil {
 		return nil, fmt.Errorf("%w: vm %s is not running", ErrConflict, id)
 	}
-	m, err := procstat.ReadMemory(lv.m.PID())
+	m, err := procstat.ReadMemory(lv.M.PID())
 	if err != nil {
 		return nil, fmt.Errorf("%w: vm %s: %v", ErrConflict, id, err)
 	}

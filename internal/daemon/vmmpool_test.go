@@ -235,7 +235,7 @@ func TestVMMPoolSkipsDeadStandby(t *testing.T) {
 	if !ok {
 		t.Fatal("standby vm has no process")
 	}
-	if err := syscall.Kill(lv.m.PID(), syscall.SIGKILL); err != nil { // a crash, not a stop thaw asked for
+	if err := syscall.Kill(lv.M.PID(), syscall.SIGKILL); err != nil { // a crash, not a stop thaw asked for
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the dead standby noticed", func() bool { _, ok := s.live(sb.ID); return !ok })
