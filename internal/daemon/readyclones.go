@@ -69,12 +69,12 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 // set size (the snapshot's page-cache pages it shares with its siblings
 // divided among them), rounded up.
 func measureClone(lv *liveVM) (int, error) {
-	if lv.m == nil {
-		return 0, fmt.Errorf("%w: vm %s has no process", ErrConflict, lv.id)
+	if lv.M == nil {
+		return 0, fmt.Errorf("%w: vm %s has no process", ErrConflict, lv.ID)
 	}
-	m, err := procstat.ReadMemory(lv.m.PID())
+	m, err := procstat.ReadMemory(lv.M.PID())
 	if err != nil {
-		return 0, fmt.Errorf("measure ready clone %s: %w", lv.id, err)
+		return 0, fmt.Errorf("measure ready clone %s: %w", lv.ID, err)
 	}
 	return int((m.PSSBytes + 1<<20 - 1) >> 20), nil
 }
