@@ -10,8 +10,8 @@ import (
 
 // Ready hits of hello side by side in one run, on daemons (real thawd
 // processes) that differ in one thing: THAW_READY_BEFORE names an earlier
-// thawd binary to run beside this tree's (before and after a change);
-// without it, this tree's thawd with and without the refill's settle time.
+// thawd binary to run beside this tree's (before and after a change), and
+// THAW_READY_BEFORE_IMAGE, if set, the guest image it runs; without it, this tree's thawd with and without the refill's settle time.
 // The hits alternate, each with every daemon's clones ready and settled. A
 // measurement: it prints the request-to-answer time the client sees and the
 // parts the daemon reports. THAW_READY_N hits each (default 15).
@@ -29,6 +29,9 @@ func TestReadyClonesMeasureSideBySide(t *testing.T) {
 		{name: "this tree", bin: repoPath("bin/thawd")}}
 	if before := os.Getenv("THAW_READY_BEFORE"); before != "" {
 		arms[0] = &arm{name: "before (" + before + ")", bin: before}
+		if image := os.Getenv("THAW_READY_BEFORE_IMAGE"); image != "" { // its own guest image (an older agent)
+			arms[0].args = []string{"--image", image}
+		}
 	}
 	ctx := ctxT(t)
 	for _, a := range arms {

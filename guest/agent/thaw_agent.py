@@ -9,7 +9,7 @@ shadow or break, and the rootfs ships only Debian's python3.
 
 Protocol (one JSON object per line, UTF-8, both directions, but for the restore request):
   {"id":"1","op":"ping"}
-    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/5","function":"hello","uptime_ms":...,"env":N}
+    -> {"id":"1","ok":true,"op":"pong","agent":"thaw-agent/6","function":"hello","uptime_ms":...,"env":N}
        env: how many of the function's environment variables the agent set at boot
        (from the code disk's .thaw/config.json, before the handler was imported);
        plus "function_error":{"type","message","traceback"} when the function cannot be
@@ -27,11 +27,24 @@ Protocol (one JSON object per line, UTF-8, both directions, but for the restore 
        it as malformed JSON (id null) and the host resends it as
   {"id":"3","op":"restore","time_ns":<host CLOCK_REALTIME>,"entropy":"<base64>"}
        which this agent still accepts.
+  restore 3 <time_ns> <entropy, hex> <secrets, hex, or -> nohook
+       (protocol 6) the same renewal without the on_restore() hook: a ready clone's
+       fill, whose dispatch renews it again and runs the hook then, once.
+  restore 3 <time_ns> <entropy, hex> <secrets, hex, or -> invoke {"id":"4","op":"invoke",...}
+       (protocol 6) the renewal with the hook, answered as above, then the invoke
+       request that is the rest of the line, answered as if it were the next line
+       (a ready clone's dispatch: one round trip). Not run if the renewal failed.
+       Agents before protocol 6 refuse both forms as malformed JSON (id null).
   {"id":"4","op":"clock","time_ns":<host CLOCK_REALTIME>}
     -> {"id":"4","ok":true,"clock_step_ms":...}   (after a pause)
   {"id":"2","op":"invoke","function":"hello","event":{...},"max_result":<bytes>,"max_logs":<bytes>}
     -> {"id":"2","ok":true,"duration_ms":...,"logs":{...},"result":...}
     -> {"id":"2","ok":false,"error":{"type":...,"message":...,"traceback":...},"duration_ms":...,"logs":{...}}
+       The function "thaw:warm-up" (no function can be called so) runs a built-in
+       handler that returns its event (protocol 6; older agents refuse it as
+       FunctionNotFound) through the same path as the function's own, so that TCG
+       has translated that path before a ready clone's first request. No function
+       code runs; its output and kernel messages are left for the next invocation.
        The result is serialized once and comes last, written a piece at a time (the
        host streams it to a spill). A result whose JSON is longer than max_result
        (default MAX_RESULT) is not sent: the error ResultTooLarge says its size and
@@ -65,7 +78,9 @@ import sys
 import time
 import traceback
 
-AGENT = "thaw-agent/5"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets; /5: logs
+AGENT = "thaw-agent/6"  # /2: the plain-line restore request; /3: results last, bounded; /4: environment and secrets; /5: logs;
+# /6: restore without the hook, restore then invoke on one line, the warm-up invocation
+WARM_UP = "thaw:warm-up"     # the built-in no-op function (protocol 6)
 PORT_NAME = "org.thaw.agent"
 FN_ROOT = "/fn"
 DEFAULT_FN_DEV = "/dev/vdb"
@@ -584,22 +599,23 @@ class OutputCapture:
             except OSError:
                 pass
 
-    def stop(self, limit):
-        """An invocation's handler returned: its logs (never raises)."""
+    def stop(self, limit, keep=False):
+        """An invocation's handler returned: its logs (never raises). keep (the
+        warm-up): read them the same way, but leave them for the next invocation."""
         if self.fd < 0:
             logs = {"output": "", "bytes": 0, "error": self.error}
         else:
             _flush_std()
             try:
-                logs = self._read(limit)
+                logs = self._read(limit, keep)
             except OSError as e:
                 logs = {"output": "", "bytes": 0, "error": f"output not read: {e}"}
-        kernel = self.kernel_messages()
+        kernel = self.kernel_messages(keep)
         if kernel:
             logs["kernel"] = kernel
         return logs
 
-    def _read(self, limit):
+    def _read(self, limit, keep=False):
         end = os.lseek(self.fd, 0, os.SEEK_CUR)  # shared by every writer: where the next byte goes
         start, dropped = self.end, self.dropped
         n = max(end - start, 0)
@@ -608,6 +624,8 @@ class OutputCapture:
             logs["output"] = f"[thaw: {dropped} bytes written before this invocation were cut]\n" + logs["output"]
             logs["bytes"] += dropped
             logs["cut"] = logs.get("cut", 0) + dropped
+        if keep:
+            return logs
         self.end, self.dropped = end, 0
         if end > OUTPUT_TRIM:
             self._empty()
@@ -632,10 +650,11 @@ class OutputCapture:
         os.lseek(self.fd, 0, os.SEEK_SET)
         self.end = 0
 
-    def kernel_messages(self):
+    def kernel_messages(self, keep=False):
         """The kernel's messages not read yet, one "[seconds] text" line each,
-        at most MAX_KERNEL_LOG characters."""
-        if self.kmsg is None or not self.kpoll.poll(0):  # poll: no exception to raise when there are none
+        at most MAX_KERNEL_LOG characters. keep: only whether there are any, none
+        read ("" either way)."""
+        if self.kmsg is None or not self.kpoll.poll(0) or keep:  # poll: no exception to raise when there are none
             return ""
         lines, size, dropped = [], 0, 0
         for _ in range(100000):  # a kernel that never stops logging does not hold the reply
@@ -738,8 +757,10 @@ class Agent:
     def serve(self):
         for line in self.channel.lines():
             if line is not None and line[:8] == RESTORE_PREFIX:
-                self.channel.send_line(self.restore_line(line))
-                continue
+                answer, line = self.renew_line(line)
+                self.channel.send_line(answer)
+                if line is None:
+                    continue  # else the request that came with the renewal, as the next line
             if line is not None and not line.strip():
                 continue  # blank lines are harmless keep-alives
             reply = self.dispatch(line)
@@ -752,32 +773,42 @@ class Agent:
             _openssl.refresh()  # a no-op unless the request imported modules
 
     def restore_line(self, line):
-        """The plain-line restore request, "restore <id> <time_ns> <hex> [<hex>]",
-        answered with a preformatted JSON line."""
+        """The plain-line restore request's answer (renew_line)."""
+        return self.renew_line(line)[0]
+
+    def renew_line(self, line):
+        """The plain-line restore request, "restore <id> <time_ns> <hex> [<hex> [nohook |
+        invoke <request>]]", answered with a preformatted JSON line. Returns the answer
+        and the invoke request that came with it (None if none, or if the renewal
+        failed)."""
         t0 = time.monotonic()
-        parts = line.split(b" ")
-        if len(parts) not in (4, 5) or not parts[1].isdigit() or len(parts[1]) > 20:
-            return json.dumps(self._bad_request(None, "restore: want 'restore <id> <time_ns> <hex entropy> [<hex secrets>]'"))
+        parts = line.split(b" ", 6)
+        if len(parts) not in (4, 5, 6, 7) or not parts[1].isdigit() or len(parts[1]) > 20:
+            return json.dumps(self._bad_request(None, "restore: want 'restore <id> <time_ns> <hex entropy> "
+                                                      "[<hex secrets> [nohook | invoke <request>]]'")), None
         rid = parts[1].decode()
+        mode = parts[5] if len(parts) > 5 else b""
+        if (mode, len(parts)) not in ((b"", 4), (b"", 5), (b"nohook", 6), (b"invoke", 7)):
+            return json.dumps(self._bad_request(rid, "restore: after the secrets, want 'nohook' or 'invoke <request>'")), None
         try:
             time_ns = int(parts[2])
             entropy = check_entropy(bytes.fromhex(parts[3].decode("ascii")))
         except (ValueError, UnicodeDecodeError) as e:
-            return json.dumps(self._bad_request(rid, f"restore: time_ns must be an integer, entropy hex: {e}"))
+            return json.dumps(self._bad_request(rid, f"restore: time_ns must be an integer, entropy hex: {e}")), None
         try:
-            secrets = decode_secrets(parts[4]) if len(parts) == 5 else ()
+            secrets = decode_secrets(parts[4]) if len(parts) > 4 and parts[4] != b"-" else ()
         except ValueError as e:
-            return json.dumps(self._bad_request(rid, f"restore: {e}"))
-        r = self.renew(rid, time_ns, entropy, t0, secrets)
+            return json.dumps(self._bad_request(rid, f"restore: {e}")), None
+        r = self.renew(rid, time_ns, entropy, t0, secrets, hook=mode != b"nohook")
         if not r["ok"]:
-            return json.dumps(r)
+            return json.dumps(r), None
         st = r["steps"]
         hook = r["hook"]
         return RESTORE_REPLY % (
             rid, r["clock_step_ms"], '["' + '","'.join(r["reseeded"]) + '"]',
             hook_json(hook), r["secrets"], r["duration_ms"],
             st["read"], st["decode"], st["clock"], st["kernel_rng"], st["random"], st["numpy"],
-            st["openssl"], st["secrets"], st["hook"], st["total"])
+            st["openssl"], st["secrets"], st["hook"], st["total"]), (parts[6] if mode == b"invoke" else None)
 
     def dispatch(self, line):
         if line is None:
@@ -812,18 +843,21 @@ class Agent:
     def invoke(self, rid, req):
         fn = self.function
         wanted = req.get("function")
-        if wanted is not None and wanted != fn.name:
+        handle, warm_up = fn.handle, wanted == WARM_UP
+        if warm_up:
+            handle = warm_up_handle
+        elif wanted is not None and wanted != fn.name:
             return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": _error(
                 "FunctionNotFound", f"this VM serves {fn.name!r}, not {wanted!r}")}
-        if fn.error is not None:
+        elif fn.error is not None:
             return {"id": rid, "ok": False, "duration_ms": 0.0, "logs": NO_LOGS, "error": fn.error}
         t0 = time.perf_counter()
         try:
-            result, raised = fn.handle(req.get("event")), None
+            result, raised = handle(req.get("event")), None
         except BaseException as e:  # incl. SystemExit: the agent must outlive its handler
             result, raised = None, e
         duration = (time.perf_counter() - t0) * 1000.0
-        logs = self.capture.stop(_positive(req.get("max_logs"), MAX_LOGS))
+        logs = self.capture.stop(_positive(req.get("max_logs"), MAX_LOGS), keep=warm_up)
         if raised is not None:
             return {"id": rid, "ok": False, "error": _exc_error(raised), "duration_ms": duration, "logs": logs}
         try:
@@ -852,10 +886,10 @@ class Agent:
             return self._bad_request(rid, f"restore: {e}")
         return self.renew(rid, req.get("time_ns"), entropy, t0)
 
-    def renew(self, rid, time_ns, entropy, t0, secrets=()):
+    def renew(self, rid, time_ns, entropy, t0, secrets=(), hook=True):
         """A clone's first moments: correct the clock, make its random numbers its
         own, set its secrets, and let the function renew what it made before the
-        snapshot.
+        snapshot (unless hook is false: the hook runs at the next renewal).
         steps says where the guest's time went (ms of CLOCK_MONOTONIC): "read"
         from the request's bytes read to t0 (the request parsed from there on),
         "decode" to here, then each step."""
@@ -894,7 +928,7 @@ class Agent:
         t2 = mono()
         steps["secrets"] = (t2 - t1) * 1000
         self.capture.skip_kernel_messages()  # the restore's are no invocation's
-        hook = self.on_restore()
+        hook = self.on_restore() if hook else HOOK_NONE
         t1 = mono()
         steps["hook"] = (t1 - t2) * 1000
         steps["total"] = (t1 - t0) * 1000
@@ -944,6 +978,11 @@ class ResultReply:
     def decoded(self):
         """The reply as the host reads it (tests)."""
         return json.loads(b"".join(self.chunks()))
+
+
+def warm_up_handle(event):
+    """The warm-up invocation's handler (WARM_UP): returns its event."""
+    return event
 
 
 HOOK_NONE = {"ran": False}

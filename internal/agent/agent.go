@@ -21,7 +21,9 @@
 // The secrets (protocol 4, agent "thaw-agent/4") are NAME=VALUE entries
 // joined by NUL bytes, in hex; the guest sets them in its environment
 // before the function's on_restore hook runs. Invoke replies carry what
-// the invocation wrote (protocol 5, logs.go).
+// the invocation wrote (protocol 5, logs.go). Protocol 6 (renew.go) renews
+// a ready clone without its hook, or renews and invokes on one line, and
+// runs a built-in no-op function for the ready clone's warm-up.
 package agent
 
 import (
@@ -29,13 +31,13 @@ import (
 
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,9 +49,11 @@ type Error = wire.FunctionError
 
 // Reply is one answer from the guest.
 type Reply struct {
-	ID       string  `json:"id"`
-	OK       bool    `json:"ok"`
-	Op       string  `json:"op,omitempty"`
+	ID string `json:"id"`
+	OK bool   `json:"ok"`
+	Op string `json:"op,omitempty"`
+	// Agent is the agent's name and protocol ("thaw-agent/6"; ping).
+	Agent    string  `json:"agent,omitempty"`
 	Event    string  `json:"event,omitempty"`
 	Function *string `json:"function,omitempty"`
 	// FunctionError (ping, ready) says why the function cannot be invoked:
@@ -98,6 +102,8 @@ type Conn struct {
 	// MaxEnvelope but in tests); maxLogs an invocation's output (SetMaxLogs).
 	maxResult, maxEnvelope int
 	maxLogs                int
+	// proto is the agent's protocol as learned (Protocol); 0 until known.
+	proto atomic.Int32
 }
 
 // NewConn speaks the protocol over an already connected channel (the VMM
@@ -133,22 +139,46 @@ func (c *Conn) call(ctx context.Context, req map[string]any) (*Reply, error) {
 func (c *Conn) exchange(ctx context.Context, encode func(id string) ([]byte, error), plain bool) (*Reply, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.next++
-	id := strconv.Itoa(c.next)
+	id := c.nextID()
 	b, err := encode(id)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
+	defer c.deadline(ctx)()
+	written, err := c.write(b)
+	if err != nil {
+		return nil, err
+	}
+	return c.await(id, written, plain)
+}
+
+// nextID is the next request's id (c.mu held).
+func (c *Conn) nextID() string {
+	c.next++
+	return strconv.Itoa(c.next)
+}
+
+// deadline bounds the channel's reads and writes by ctx's deadline until
+// the function it returns is called.
+func (c *Conn) deadline(ctx context.Context) func() {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(24 * time.Hour)
 	}
 	_ = c.conn.SetDeadline(deadline)
-	defer func() { _ = c.conn.SetDeadline(time.Time{}) }()
-	if _, err := c.conn.Write(append(b, '\n')); err != nil {
-		return nil, c.ioErr("write", err)
+	return func() { _ = c.conn.SetDeadline(time.Time{}) }
+}
+
+// write sends one request line; it returns when it was written.
+func (c *Conn) write(line []byte) (time.Time, error) {
+	if _, err := c.conn.Write(append(line, '\n')); err != nil {
+		return time.Time{}, c.ioErr("write", err)
 	}
-	written := time.Now()
+	return time.Now(), nil
+}
+
+// await reads replies until the one with id (see exchange).
+func (c *Conn) await(id string, written time.Time, plain bool) (*Reply, error) {
 	for {
 		r, err := c.readReply()
 		var tl *TooLargeError
@@ -176,10 +206,15 @@ func (c *Conn) ioErr(op string, err error) error {
 	return fmt.Errorf("agent %s: %w", op, err)
 }
 
-// Ping asks the agent whether it is up.
+// Ping asks the agent whether it is up. Its answer tells the connection
+// the agent's protocol (Protocol).
 func (c *Conn) Ping(ctx context.Context) (*Reply, error) {
 	r, err := c.call(ctx, map[string]any{"op": "ping"})
-	return checkReply("ping", r, err)
+	r, err = checkReply("ping", r, err)
+	if err == nil {
+		c.learn(protocolOf(r.Agent))
+	}
+	return r, err
 }
 
 // WaitReady pings every interval until the agent answers or ctx ends. Pings
@@ -227,34 +262,7 @@ var ErrNoSecrets = errors.New("the guest agent cannot take secrets (it predates 
 // a guest that does not take secrets, or sets fewer than it was sent, is
 // an error and nothing is retried without them.
 func (c *Conn) RestoreWithSecrets(ctx context.Context, entropy []byte, secrets []EnvVar) (*Reply, error) {
-	tail := ""
-	if len(secrets) > 0 {
-		var blob []byte
-		for i, s := range secrets {
-			if i > 0 {
-				blob = append(blob, 0)
-			}
-			blob = append(append(append(blob, s.Name...), '='), s.Value...)
-		}
-		tail = " " + hex.EncodeToString(blob)
-	}
-	r, err := c.exchange(ctx, func(id string) ([]byte, error) {
-		return fmt.Appendf(nil, "restore %s %d %s%s", id, time.Now().UnixNano(), hex.EncodeToString(entropy), tail), nil
-	}, true)
-	switch {
-	case errors.Is(err, errPlainRefused) && len(secrets) > 0:
-		return nil, ErrNoSecrets
-	case errors.Is(err, errPlainRefused):
-		r, err = c.call(ctx, map[string]any{"op": "restore", "entropy": entropy, "time_ns": timeNow{}})
-	}
-	r, err = checkReply("restore", r, err)
-	if err == nil && r.Secrets != len(secrets) {
-		if r.Secrets == 0 {
-			return nil, ErrNoSecrets
-		}
-		return nil, fmt.Errorf("restore: the guest set %d of %d secrets", r.Secrets, len(secrets))
-	}
-	return r, err
+	return c.Renew(ctx, Renewal{Entropy: entropy, Secrets: secrets})
 }
 
 // Clock sets the guest's clock to the host's (after a pause).
@@ -294,11 +302,21 @@ func checkReply(op string, r *Reply, err error) (*Reply, error) {
 // a result over MaxResult (error type ResultTooLarge), whether the agent
 // refused to send it or the host stopped reading it.
 func (c *Conn) Invoke(ctx context.Context, function string, event json.RawMessage) (*Reply, error) {
+	r, err := c.call(ctx, c.invokeRequest(function, event))
+	return c.invoked(r, err)
+}
+
+// invokeRequest is the invoke request of function on event.
+func (c *Conn) invokeRequest(function string, event json.RawMessage) map[string]any {
 	if len(event) == 0 {
 		event = json.RawMessage("null")
 	}
-	r, err := c.call(ctx, map[string]any{"op": "invoke", "function": function, "event": event, "max_result": c.maxResult,
-		"max_logs": c.maxLogs})
+	return map[string]any{"op": "invoke", "function": function, "event": event, "max_result": c.maxResult,
+		"max_logs": c.maxLogs}
+}
+
+// invoked is Invoke's answer from the reply to an invoke request.
+func (c *Conn) invoked(r *Reply, err error) (*Reply, error) {
 	var tl *TooLargeError
 	if errors.As(err, &tl) {
 		return &Reply{ID: tl.ID, Error: &Error{Type: tooLargeType[tl.Part], Message: tl.Error()}}, nil

@@ -70,6 +70,9 @@ type restoreOpts struct {
 	// noSecrets: the guest gets no secrets (a prepare's record VM, which
 	// is snapshotted afterwards).
 	noSecrets bool
+	// noHook: the renewal skips the function's on_restore hook (a ready
+	// clone's fill: its dispatch renews it again and runs the hook then).
+	noHook bool
 	// strict: the strategy may not fall back to vanilla (strictly).
 	strict bool
 	// admitted, if set, is room admission granted already (a ready
@@ -121,7 +124,7 @@ func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (
 		release()
 		return nil, nil, nil, err
 	}
-	c.noSecrets = o.noSecrets
+	c.noSecrets, c.noHook = o.noSecrets, o.noHook
 	c.t.AdmissionWaitMS, c.t.VMM = ms(waited), "started"
 	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()), Version: c.sn.Version}
 	t1 := time.Now()
@@ -152,7 +155,7 @@ func (s *Service) restore(ctx context.Context, row snapshotRow, o restoreOpts) (
 func (s *Service) restoreStandby(ctx context.Context, sb *standby, row snapshotRow, o restoreOpts) (*liveVM, *catalog.VM, *RestoreTiming, error) {
 	lv, c := sb.VM, sb.Plan
 	lv.Mu.Lock()
-	c.start = o.start
+	c.start, c.noHook = o.start, o.noHook
 	_, vsp := s.span(ctx, SpanVMMStart, AttrVM.String(lv.ID), AttrFunction.String(c.fn.Name),
 		AttrSnapshot.String(c.sn.ID), AttrStrategy.String(string(c.sess.Kind())), AttrVMM.String("pooled"))
 	endSpan(vsp, nil) // started ahead of the request: an instant here
@@ -222,6 +225,7 @@ type coldStart struct {
 	// daemonTrace: the daemon's tracepoint counters when the restore began.
 	daemonTrace faulttrace.Counters
 	noSecrets   bool // restoreOpts.noSecrets
+	noHook      bool // restoreOpts.noHook
 }
 
 // planRestore verifies the snapshot and begins the strategy's session.
@@ -329,7 +333,7 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 	// The restore request is the first the resumed guest gets: its answer
 	// also says the agent is up (no ping round trip before it).
 	if err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error {
-		r, err := s.renewClone(ctx, lv, !c.noSecrets)
+		r, err := s.renewClone(ctx, lv, !c.noSecrets, c.noHook)
 		if err == nil {
 			t.AgentRestoreMS, t.AgentSteps = r.DurationMS, r.Steps
 			t.AgentWaitMS = ms(r.Read.Sub(r.Written))
@@ -349,28 +353,44 @@ func (s *Service) resumeGuest(ctx context.Context, lv *liveVM, c *coldStart) err
 // memory, so without this they would share random numbers and a stale
 // clock.
 // withSecrets: the guest also gets its function's secrets (functions.Manager.SecretEnv).
+// noHook: the hook does not run (an agent before protocol 6 runs it).
 // It returns the agent's answer (its DurationMS is the guest's own time).
-func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets bool) (*agent.Reply, error) {
-	entropy := make([]byte, 64)
-	if _, err := rand.Read(entropy); err != nil {
-		return nil, err
-	}
-	var env []agent.EnvVar
-	if withSecrets {
-		var err error
-		if env, lv.SecretDigests, err = s.functions.SecretEnv(lv.Fn); err != nil {
-			return nil, err
-		}
-	}
-	r, err := lv.Agent.RestoreWithSecrets(ctx, entropy, env)
+func (s *Service) renewClone(ctx context.Context, lv *liveVM, withSecrets, noHook bool) (*agent.Reply, error) {
+	rn, err := s.renewal(lv, withSecrets)
 	if err != nil {
 		return nil, err
 	}
+	rn.NoHook = noHook
+	r, err := lv.Agent.Renew(ctx, rn)
+	if err != nil {
+		return nil, err
+	}
+	s.renewed(lv, r)
+	return r, nil
+}
+
+// renewal is what renewClone sends the guest: fresh entropy, and the
+// function's secrets if withSecrets.
+func (s *Service) renewal(lv *liveVM, withSecrets bool) (agent.Renewal, error) {
+	rn := agent.Renewal{Entropy: make([]byte, 64)}
+	if _, err := rand.Read(rn.Entropy); err != nil {
+		return rn, err
+	}
+	if withSecrets {
+		var err error
+		if rn.Secrets, lv.SecretDigests, err = s.functions.SecretEnv(lv.Fn); err != nil {
+			return rn, err
+		}
+	}
+	return rn, nil
+}
+
+// renewed logs a renewal's answer r.
+func (s *Service) renewed(lv *liveVM, r *agent.Reply) {
 	s.log.Debug("clone renewed", "vm", lv.ID, "guest_ms", r.DurationMS, "clock_step_ms", r.ClockStepMS)
 	if r.Hook != nil && r.Hook.Error != nil {
 		s.log.Warn("on_restore failed; invocations of this vm report it", "vm", lv.ID, "function", lv.Fn.Name, "err", r.Hook.Error)
 	}
-	return r, nil
 }
 
 // watchStrategy kills a VM whose strategy can no longer serve its memory

@@ -100,7 +100,17 @@ func (s *Service) InvokeVM(ctx context.Context, vmID string, req InvokeRequest) 
 
 // invokeLocked sends the event to the agent of a locked VM. A guest that
 // does not answer in time, or whose VMM dies, is killed and marked failed.
-func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) (err error) {
+func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) error {
+	return s.invokeWith(ctx, lv, inv, timeout, func(ctx context.Context) (*agent.Reply, error) {
+		return lv.Agent.Invoke(ctx, lv.Fn.Name, event)
+	})
+}
+
+// invokeWith is invokeLocked with the agent's part given: call returns
+// the invocation's answer (a ready clone's, whose event went with its
+// renewal).
+func (s *Service) invokeWith(ctx context.Context, lv *liveVM, inv *Invocation, timeout time.Duration,
+	call func(context.Context) (*agent.Reply, error)) (err error) {
 	sctx, sp := s.span(ctx, SpanInvoke, invocationAttrs(inv)...)
 	defer func() {
 		if err == nil {
@@ -112,7 +122,7 @@ func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation,
 	defer cancel()
 	t0 := time.Now()
 	lv.Running.Store(&runningInvocation{ID: inv.ID, Started: t0, Timeout: timeout})
-	reply, err := lv.Agent.Invoke(ictx, lv.Fn.Name, event)
+	reply, err := call(ictx)
 	lv.Running.Store(nil)
 	inv.Timing.InvokeMS = ms(time.Since(t0))
 	if err != nil {

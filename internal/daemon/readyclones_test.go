@@ -41,6 +41,8 @@ type catalogFake struct {
 	b interface {
 		Specs() []vmm.Spec
 		Secrets() []map[string]string
+		Renewals() []string
+		SetAgentProtocol(int)
 		SetStart(func(vmm.Spec) error)
 	}
 }
@@ -145,6 +147,54 @@ func TestReadyClonesServeFreshClones(t *testing.T) {
 	}
 	if !strings.Contains(text, `thaw_ready_clone_refills_total{outcome="ok"}`) || !strings.Contains(text, "thaw_ready_clones_memory_mib") {
 		t.Error("metrics lack refills or memory")
+	}
+}
+
+// A ready clone's fill renews it without the function's on_restore hook
+// and its dispatch with it, the event on the renewal's line: the hook runs
+// once per clone and a hit takes one round trip. An agent before protocol
+// 6 (a snapshot of an older image) gets today's requests: the renewal
+// alone, with the hook, at the fill and at dispatch, then the event. Either
+// way the warm-up ran no invocation of the function.
+func TestReadyCloneRenewalOnce(t *testing.T) {
+	for _, tc := range []struct {
+		proto       int
+		fill, hit   string
+		hitRenewals int // requests with the hook per hit
+	}{{6, "nohook", "invoke", 1}, {5, "", "", 2}} {
+		t.Run("protocol "+strconv.Itoa(tc.proto), func(t *testing.T) {
+			s, c := readyService(t, nil)
+			c.b.SetAgentProtocol(tc.proto)
+			booted, _ := bootAndSnapshotSpec(t, s, FunctionSpec{Name: "echo"})
+			s.DeleteVM(context.Background(), booted.ID)
+			invokeFn(t, s, "echo", `{"op":"served"}`) // a miss: a cold start, then a fill
+			waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
+			mark := len(c.b.Renewals())
+			for i := range 3 {
+				waitFor(t, 5*time.Second, "a ready clone", func() bool { return s.ready.Count() == 1 })
+				inv := invokeFn(t, s, "echo", `{"op":"served"}`)
+				if r := inv.Timing.Ready; inv.Mode != "ready" || r == nil || !r.Hit || r.RenewMS <= 0 || inv.Timing.InvokeMS <= 0 {
+					t.Fatalf("invocation %d: mode %s, timing %+v", i, inv.Mode, inv.Timing)
+				}
+				if string(inv.Result) != "0" {
+					t.Fatalf("invocation %d ran on a clone that had served %s invocations", i, inv.Result)
+				}
+			}
+			waitFor(t, 5*time.Second, "the last refill", func() bool { return s.ready.Count() == 1 })
+			n := map[string]int{}
+			for _, m := range c.b.Renewals()[mark:] {
+				n[m]++
+			}
+			if tc.fill == tc.hit { // older agent: every renewal alone, with the hook
+				if len(n) != 1 || n[""] < 3*tc.hitRenewals {
+					t.Fatalf("renewals %v, want only full ones, at least %d", n, 3*tc.hitRenewals)
+				}
+				return
+			}
+			if len(n) != 2 || n[tc.hit] != 3 || n[tc.fill] < 3 {
+				t.Fatalf("renewals %v, want 3 %q and at least 3 %q", n, tc.hit, tc.fill)
+			}
+		})
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 	"github.com/thaw-dev/thaw/wire"
 )
 
-// A dispatch on a ready clone (package pool keeps them): renewal, then the event.
+// A dispatch on a ready clone (package pool keeps them): renewal, then the
+// event; on one line if the clone's agent takes that (protocol 6).
 
 // readyNoteKey carries, in a request's context, why no ready clone served
 // it, so the invocation that does serve it says so (record).
@@ -58,11 +59,15 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	t0 := time.Now()
 	s.vms.Mark(lv, catalog.StateRunning) // the catalog learns it if the VM outlives the request
 	var renewal *agent.Reply
+	var pending *agent.Pending
 	err := s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) (err error) {
-		renewal, err = s.renewClone(ctx, lv, true)
+		renewal, pending, err = s.renewReady(ctx, lv, event)
 		return err
 	})
 	if err != nil {
+		if pending != nil { // the VM exited after its renewal: it is stopped below
+			pending.Abandon()
+		}
 		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.ID, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, why)
 		return miss("failed", why)
@@ -76,7 +81,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	annotate(ctx, invocationAttrs(inv)...)
 	lv.CountersAtResume, _ = procstat.Read(lv.M.PID())
 	lv.TraceAtResume, lv.DaemonTraceStart = s.traceOf(lv.M.PID()), s.traceOf(os.Getpid())
-	if err := s.invokeLocked(ctx, lv, inv, event, timeout); err != nil {
+	if err := s.invokeWith(ctx, lv, inv, timeout, pending.Wait); err != nil {
 		return nil, ctx, s.invokeFailed(ctx, inv, start, err)
 	}
 	inv.Timing.TotalMS = ms(time.Since(start))
@@ -89,8 +94,27 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 	s.record(ctx, inv)
 	s.log.Info("ready invocation", "invocation", inv.ID, "vm", inv.VM, "function", inv.Function, "ok", inv.OK,
 		"waited_ms", inv.Timing.Ready.WaitedMS, "renew_ms", inv.Timing.Ready.RenewMS, "invoke_ms", inv.Timing.InvokeMS,
-		"total_ms", inv.Timing.TotalMS)
+		"total_ms", inv.Timing.TotalMS, "one_round_trip", lv.Agent.Protocol() >= agent.ReadyProtocol)
 	return inv, ctx, nil
+}
+
+// renewReady renews a ready clone for a request (renewClone's renewal,
+// the hook included) and sends it the event: on the renewal's line if its
+// agent takes that, so the invocation begins as the renewal ends and the
+// request waits for one round trip; else once the renewal is answered.
+// The invocation's answer is pending's. An agent that refuses the renewal
+// runs no invocation.
+func (s *Service) renewReady(ctx context.Context, lv *liveVM, event json.RawMessage) (*agent.Reply, *agent.Pending, error) {
+	rn, err := s.renewal(lv, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, pending, err := lv.Agent.RenewAndInvoke(ctx, rn, lv.Fn.Name, event)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.renewed(lv, r)
+	return r, pending, nil
 }
 
 // tearDownAfter stops a hit's clone in the background, so that the answer

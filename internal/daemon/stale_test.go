@@ -1,50 +1,57 @@
 package daemon
 
 import (
-	"strings"
+	"context"
+	"encoding/json"
+	"errors"
 	"testing"
+
+	"github.com/thaw-dev/thaw/wire"
 )
 
-// A version is stale when what its snapshots were built from differs from
-// what the daemon runs; the reason names each difference, and its metric
-// label the first.
-func TestStaleReasons(t *testing.T) {
-	was := buildInputs{Image: "0123456789abcdef", Kernel: "k1", Rootfs: "r1", Initrd: "i1", Cmdline: "console=ttyS0",
-		Machine: "pc-i440fx-7.2", VMM: "qemu 7.2.22", Accel: "tcg"}
-	for _, tc := range []struct {
-		name  string
-		edit  func(*buildInputs)
-		want  []string
-		label string
-	}{
-		{"nothing", func(*buildInputs) {}, nil, ""},
-		{"image", func(b *buildInputs) { b.Image, b.Rootfs = "fedcba9876543210", "r2" },
-			[]string{"guest image changed (0123456789ab, now fedcba987654)"}, "image"},
-		{"command line", func(b *buildInputs) { b.Cmdline = "quiet" }, []string{"guest image changed"}, "image"},
-		{"kernel", func(b *buildInputs) { b.Kernel = "k2" }, []string{"kernel changed"}, "kernel"},
-		{"accelerator", func(b *buildInputs) { b.Accel = "kvm" },
-			[]string{"machine changed (qemu 7.2.22 pc-i440fx-7.2 tcg, now qemu 7.2.22 pc-i440fx-7.2 kvm)"}, "machine"},
-		{"kernel and vmm", func(b *buildInputs) { b.Kernel, b.VMM = "k2", "qemu 8.2.0" },
-			[]string{"kernel changed; machine changed (qemu 7.2.22"}, "kernel"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			now := was
-			tc.edit(&now)
-			why := staleReasons(was, now)
-			if (why == "") != (tc.want == nil) {
-				t.Fatalf("reasons %q, want %q", why, tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(why, w) {
-					t.Errorf("reasons %q do not say %q", why, w)
-				}
-			}
-			if why != "" && staleReasonLabel(why) != tc.label {
-				t.Errorf("label of %q: %q, want %q", why, staleReasonLabel(why), tc.label)
-			}
-		})
+// A version built on another VMM than the daemon's is stale: the check
+// rebuilds it as an operation (booted and snapshotted again on the fake
+// VMM), which records the daemon's build inputs and replaces its snapshot;
+// its cold starts are then plain ones.
+func TestStaleVersionRebuilt(t *testing.T) {
+	s, _ := fakeService(t, nil)
+	ctx := context.Background()
+	dep := deployEcho(t, s, "echo")
+	s.vmmVersion = "2.0" // the daemon now runs another VMM version
+	if err := s.checkVersions(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if got := staleReasonLabel("function code changed"); got != "other" {
-		t.Errorf("label of an unknown reason: %q", got)
+	ops, _ := s.ListOperations(ctx)
+	var rebuild *Operation
+	for _, op := range ops {
+		if op.Kind == wire.OpRebuild && op.Target == "echo:1" {
+			rebuild = op
+		}
+	}
+	if rebuild == nil {
+		t.Fatalf("no rebuild operation among %d operations", len(ops))
+	}
+	op, err := endedOperation(t, s, rebuild.ID)
+	if err != nil || op.State != wire.OpSucceeded || op.Result == nil || op.Result.Deploy == nil {
+		t.Fatalf("rebuild: %v %+v", err, op)
+	}
+	res := op.Result.Deploy
+	if res.Function != "echo" || res.Version != dep.Version || res.Digest != dep.Digest || len(res.Snapshots) != 1 || res.Snapshots[0] == dep.Snapshots[0] {
+		t.Fatalf("rebuild result %+v, deploy %+v", res, dep)
+	}
+	if _, err := s.db.GetSnapshot(ctx, dep.Snapshots[0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the older snapshot stays: %v", err)
+	}
+	v, err := s.GetVersion(ctx, "echo", dep.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs buildInputs
+	if err := json.Unmarshal(v.Inputs, &inputs); err != nil || inputs != s.buildInputs(nil) || s.staleNote("echo", v.Number) != "" {
+		t.Fatalf("rebuilt version's inputs %s (%v), note %q", v.Inputs, err, s.staleNote("echo", v.Number))
+	}
+	inv, err := s.InvokeCold(ctx, ColdRequest{Function: "echo", InvokeRequest: InvokeRequest{Event: json.RawMessage(`{"a":1}`)}})
+	if err != nil || !inv.OK || inv.Timing.Build != nil {
+		t.Fatalf("cold start of the rebuilt version: %v %+v", err, inv)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/versions"
+	"github.com/thaw-dev/thaw/wire"
 )
 
 // Function versions and aliases are the component in package
@@ -45,6 +46,10 @@ func (s *Service) newVersions(reg *registry.Store) *dversions.Manager {
 			return err
 		},
 		Prepare: s.prepareVersion, AutoPush: s.autoPush, BuildInputs: func() buildInputs { return s.buildInputs(nil) },
+		StartOperation: func(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) error {
+			_, err := s.startOperation(ctx, kind, target, work)
+			return err
+		},
 		Phase: phase, SubProgress: subProgress,
 		TraceDeploy: func(ctx context.Context, function string) (context.Context, func(error)) {
 			ctx, sp := s.span(ctx, SpanDeploy, AttrFunction.String(function))
@@ -57,14 +62,15 @@ func (s *Service) newVersions(reg *registry.Store) *dversions.Manager {
 	return dversions.New(dversions.Config{Keep: s.cfg.VersionKeep}, deps)
 }
 
-// prepareVersion prepares a deploy's configuration (version -1).
-func (s *Service) prepareVersion(ctx context.Context, fn *catalog.Function, recordEvent json.RawMessage) (*PrepareResult, error) {
+// prepareVersion prepares a version's configuration (-1: a deploy's; a
+// version's number: its rebuild).
+func (s *Service) prepareVersion(ctx context.Context, fn *catalog.Function, version int, recordEvent json.RawMessage) (*PrepareResult, error) {
 	req := PrepareRequest{Function: fn.Name, RecordEvent: recordEvent}
 	timeout, err := s.checkPrepareOptions(&req)
 	if err != nil {
 		return nil, err
 	}
-	return s.prepareWith(ctx, req, timeout, fn, -1)
+	return s.prepareWith(ctx, req, timeout, fn, version)
 }
 
 func (s *Service) buildInputs(_ *catalog.Function) buildInputs {

@@ -74,6 +74,14 @@ class CaptureTest(unittest.TestCase):
         r = self.invoke(lambda e: None)
         self.assertEqual(r["logs"], {"output": "", "bytes": 0})
 
+    def test_warm_up_leaves_the_output_for_the_next_invocation(self):
+        print("written before")
+        r = self.invoke(None, function=thaw_agent.WARM_UP)
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(r["logs"], {"output": "written before\n", "bytes": 15})
+        r = self.invoke(lambda e: print("mine"))
+        self.assertEqual(r["logs"], {"output": "written before\nmine\n", "bytes": 20})
+
     def test_a_handler_that_raises_has_its_logs(self):
         def handle(event):
             print("before the exception")

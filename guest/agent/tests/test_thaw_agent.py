@@ -180,7 +180,7 @@ class RestoreOpTest(unittest.TestCase):
         a = agent_with(types.SimpleNamespace(handle=lambda e: 0))
         a.function.env = 3
         r = a.dispatch(b'{"id":"1","op":"ping"}')
-        self.assertEqual((r["agent"], r["env"]), ("thaw-agent/5", 3))
+        self.assertEqual((r["agent"], r["env"]), ("thaw-agent/6", 3))
 
     def test_on_restore_failure_is_reported_by_every_invocation(self):
         def boom():
@@ -205,6 +205,97 @@ class RestoreOpTest(unittest.TestCase):
             raise SystemExit(3)
         a = agent_with(types.SimpleNamespace(handle=lambda e: 0, on_restore=leave))
         self.assertEqual(a.on_restore()["error"]["type"], "SystemExit")
+
+
+class FakeChannel:
+    """Serves the given request lines and keeps what the agent sent, each
+    sent line decoded."""
+
+    def __init__(self, *lines):
+        self.requests, self.sent = list(lines), []
+
+    def lines(self):
+        yield from self.requests
+
+    def send_line(self, text, wait=True):
+        self.sent.append(json.loads(text))
+        return True
+
+    def send(self, obj, wait=True):
+        return self.send_line(json.dumps(obj), wait)
+
+    def send_chunks(self, chunks):
+        self.sent.append(json.loads(b"".join(chunks)))
+        return True
+
+
+class ReadyCloneTest(unittest.TestCase):
+    """Protocol 6: the fill's renewal without the hook, the dispatch's renewal
+    and invocation on one line, the warm-up invocation."""
+
+    def setUp(self):
+        self.calls = []
+        RestoreOpTest.stand_in(self, self.calls)
+        self.module = types.SimpleNamespace(handle=lambda e: self.calls.append(("handle", e)) or {"got": e},
+                                            on_restore=lambda: self.calls.append("hook"))
+        self.entropy = bytes(range(32)).hex().encode()
+
+    def serve(self, *lines):
+        a = agent_with(self.module)
+        a.channel = FakeChannel(*lines)
+        a.serve()
+        return a.channel.sent
+
+    def test_nohook_renews_without_the_hook(self):
+        sent = self.serve(b"restore 3 5 " + self.entropy + b" - nohook")
+        self.assertEqual(len(sent), 1)
+        self.assertEqual((sent[0]["id"], sent[0]["ok"], sent[0]["hook"], sent[0]["secrets"]), ("3", True, {"ran": False}, 0))
+        self.assertEqual(self.calls, [5, bytes(range(32))])  # clock and entropy, no hook
+
+    def test_nohook_sets_secrets(self):
+        self.addCleanup(os.environ.pop, "THAWTEST_N", None)
+        sent = self.serve(b"restore 3 5 " + self.entropy + b" " + b"THAWTEST_N=v".hex().encode() + b" nohook")
+        self.assertEqual((sent[0]["ok"], sent[0]["secrets"]), (True, 1))
+        self.assertEqual(os.environ.get("THAWTEST_N"), "v")
+
+    def test_invoke_line_renews_runs_the_hook_then_invokes(self):
+        req = json.dumps({"id": "4", "op": "invoke", "function": "probe", "event": {"a": "b c"}}).encode()
+        sent = self.serve(b"restore 3 7 " + self.entropy + b" - invoke " + req)
+        self.assertEqual([r["id"] for r in sent], ["3", "4"])
+        self.assertTrue(sent[0]["ok"] and sent[0]["hook"]["ran"], sent[0])
+        self.assertEqual(sent[1]["result"], {"got": {"a": "b c"}})
+        self.assertIn("logs", sent[1])
+        self.assertEqual(self.calls, [7, bytes(range(32)), "hook", ("handle", {"a": "b c"})])
+
+    def test_no_invoke_after_a_failed_renewal(self):
+        req = json.dumps({"id": "4", "op": "invoke", "function": "probe", "event": 1}).encode()
+        sent = self.serve(b"restore 3 5 " + bytes(8).hex().encode() + b" - invoke " + req)
+        self.assertEqual(len(sent), 1)
+        self.assertEqual((sent[0]["id"], sent[0]["ok"], sent[0]["error"]["type"]), ("3", False, "BadRequest"))
+        self.assertEqual(self.calls, [])
+
+    def test_bad_modes_are_refused_with_the_id(self):
+        for line in (b"restore 3 5 " + self.entropy + b" - hook", b"restore 3 5 " + self.entropy + b" - invoke",
+                     b"restore 3 5 " + self.entropy + b" - nohook x", b"restore 3 5 " + self.entropy + b" - nohook x y"):
+            sent = self.serve(line)
+            self.assertEqual(len(sent), 1, line)
+            self.assertEqual((sent[0]["id"], sent[0]["ok"], sent[0]["error"]["type"]), ("3", False, "BadRequest"), line)
+        self.assertEqual(self.calls, [])
+
+    def test_warm_up_runs_the_invoke_path_without_the_function(self):
+        req = {"id": "9", "op": "invoke", "function": thaw_agent.WARM_UP, "event": {"warm": [1, 2]}}
+        sent = self.serve(json.dumps(req).encode())
+        self.assertEqual(sent, [{"id": "9", "ok": True, "duration_ms": sent[0]["duration_ms"],
+                                 "logs": {"output": "", "bytes": 0, "error": "output not captured"},
+                                 "result": {"warm": [1, 2]}}])
+        self.assertEqual(self.calls, [])  # neither the handler nor the hook ran
+
+    def test_warm_up_runs_even_if_the_function_cannot(self):
+        a = agent_with(self.module)
+        a.function.error = thaw_agent._error("ImportError", "no module")
+        r = a.invoke("1", {"function": thaw_agent.WARM_UP, "event": 1}).decoded()
+        self.assertEqual((r["ok"], r["result"]), (True, 1))
+        self.assertFalse(a.invoke("2", {"function": "probe", "event": 1})["ok"])
 
 
 class ResultTest(unittest.TestCase):

@@ -162,7 +162,7 @@ func (d *Deployment) snapshot(ctx context.Context, cfg *catalog.Function, res *w
 	m := d.m
 	if d.req.Prepare {
 		t := time.Now()
-		p, err := m.deps.Prepare(m.deps.SubProgress(ctx, "prepare: "), cfg, d.req.RecordEvent)
+		p, err := m.deps.Prepare(m.deps.SubProgress(ctx, "prepare: "), cfg, -1, d.req.RecordEvent)
 		if err != nil {
 			m.dropPendingOf(ctx, cfg.Name)
 			return nil, err

@@ -39,9 +39,25 @@ type harness struct {
 	spanErrs   []error
 	registry   *fakeRegistry
 	inputs     BuildInputs
-	vms        sync.Map // the booted VMs' configurations, by id
+	vms        sync.Map // the booted VMs (bootedVM), by id
 
-	bootErr, publishErr, prepareErr error
+	// rebuilding: boots and prepares are a rebuild's (of a version), not
+	// a deploy's (-1).
+	rebuilding bool
+	rebuilt    []int             // versions booted or prepared by rebuilds
+	records    []json.RawMessage // the record inputs prepares were given
+	ops        []string          // operations started: kind target
+	opErrs     []error           // their work's errors, in order
+	opResults  []*wire.OperationResult
+	rebuilds   []string // rebuild metrics: reason outcome
+
+	bootErr, publishErr, prepareErr, startErr error
+}
+
+// bootedVM is a booted VM's configuration and version.
+type bootedVM struct {
+	fn      *catalog.Function
+	version int
 }
 
 type fakeRegistry struct {
@@ -68,6 +84,9 @@ type fakeMetrics struct{ h *harness }
 
 func (f fakeMetrics) Deploy(outcome string) { f.h.record(&f.h.outcomes, outcome) }
 func (f fakeMetrics) VersionCollected()     { f.h.mu.Lock(); f.h.collected++; f.h.mu.Unlock() }
+func (f fakeMetrics) VersionRebuild(reason, outcome string) {
+	f.h.record(&f.h.rebuilds, reason+" "+outcome)
+}
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 
@@ -107,13 +126,14 @@ func (h *harness) deps() Deps {
 			return h.db.PublishVersion(ctx, p)
 		},
 		Boot: h.boot, CreateSnapshot: h.createSnapshot, DeleteSnapshot: h.deleteSnapshot,
-		DeleteVM:     func(_ context.Context, id string) error { h.record(&h.deletedVMs, id); return nil },
-		CheckPrepare: func(string, json.RawMessage) error { return h.prepareErr },
-		Prepare:      h.prepare,
-		AutoPush:     func(_ context.Context, id string) { h.record(&h.pushed, id) },
-		BuildInputs:  func() BuildInputs { return h.inputs },
-		Phase:        func(context.Context, string) {},
-		SubProgress:  func(ctx context.Context, _ string) context.Context { return ctx },
+		DeleteVM:       func(_ context.Context, id string) error { h.record(&h.deletedVMs, id); return nil },
+		CheckPrepare:   func(string, json.RawMessage) error { return h.prepareErr },
+		Prepare:        h.prepare,
+		AutoPush:       func(_ context.Context, id string) { h.record(&h.pushed, id) },
+		BuildInputs:    func() BuildInputs { return h.inputs },
+		StartOperation: h.startOperation,
+		Phase:          func(context.Context, string) {},
+		SubProgress:    func(ctx context.Context, _ string) context.Context { return ctx },
 		TraceDeploy: func(ctx context.Context, _ string) (context.Context, func(error)) {
 			return ctx, func(err error) { h.mu.Lock(); h.spanErrs = append(h.spanErrs, err); h.mu.Unlock() }
 		},
@@ -137,22 +157,55 @@ func (h *harness) boot(_ context.Context, fn *catalog.Function, version int) (*c
 	if h.bootErr != nil {
 		return nil, h.bootErr
 	}
-	if version != -1 {
-		h.t.Errorf("a deploy booted version %d, want -1", version)
-	}
+	h.checkVersion("booted", version)
 	h.mu.Lock()
 	h.booted = append(h.booted, fn)
 	h.mu.Unlock()
 	vm := &catalog.VM{ID: h.next("vm"), Function: fn.Name, BootMS: 42}
-	h.vms.Store(vm.ID, fn)
+	h.vms.Store(vm.ID, bootedVM{fn, version})
 	return vm, nil
+}
+
+// checkVersion checks that a boot or prepare is a deploy's (version -1)
+// or, while rebuilding, a version's, and records the rebuilt ones.
+func (h *harness) checkVersion(what string, version int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !h.rebuilding && version != -1:
+		h.t.Errorf("a deploy %s version %d, want -1", what, version)
+	case h.rebuilding && version < 1:
+		h.t.Errorf("a rebuild %s version %d", what, version)
+	case h.rebuilding:
+		h.rebuilt = append(h.rebuilt, version)
+	}
+}
+
+// startOperation runs an operation's work at once, recording what it was
+// and how it ended.
+func (h *harness) startOperation(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) error {
+	if h.startErr != nil {
+		return h.startErr
+	}
+	h.record(&h.ops, kind+" "+target)
+	res, err := work(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opErrs, h.opResults = append(h.opErrs, err), append(h.opResults, res)
+	return nil
 }
 
 // snapshotOf enters a pending snapshot of fn, as the daemon's snapshot
 // does for a deploy's VM.
 func (h *harness) snapshotOf(ctx context.Context, fn *catalog.Function, parent string) (*catalog.Snapshot, error) {
+	return h.snapshotOfVersion(ctx, fn, -1, parent)
+}
+
+// snapshotOfVersion enters a snapshot of a version of fn (-1: pending, a
+// deploy's).
+func (h *harness) snapshotOfVersion(ctx context.Context, fn *catalog.Function, version int, parent string) (*catalog.Snapshot, error) {
 	id := h.next("snap")
-	sn := &catalog.Snapshot{ID: id, Function: fn.Name, Dir: filepath.Join(h.dir, "snapshots", id), Version: -1,
+	sn := &catalog.Snapshot{ID: id, Function: fn.Name, Dir: filepath.Join(h.dir, "snapshots", id), Version: version,
 		Parent: parent, CreatedAt: time.Now()}
 	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
 		return nil, err
@@ -160,16 +213,18 @@ func (h *harness) snapshotOf(ctx context.Context, fn *catalog.Function, parent s
 	if err := h.db.PutSnapshot(ctx, sn); err != nil {
 		return nil, err
 	}
-	h.m.AddPending(id, fn)
+	if version == -1 {
+		h.m.AddPending(id, fn)
+	}
 	return sn, nil
 }
 
 func (h *harness) createSnapshot(ctx context.Context, vmID string) (*catalog.Snapshot, error) {
-	fn, ok := h.vms.Load(vmID)
+	vm, ok := h.vms.Load(vmID)
 	if !ok {
 		return nil, fmt.Errorf("vm %s: %w", vmID, errdefs.ErrNotFound)
 	}
-	return h.snapshotOf(ctx, fn.(*catalog.Function), "")
+	return h.snapshotOfVersion(ctx, vm.(bootedVM).fn, vm.(bootedVM).version, "")
 }
 
 func (h *harness) deleteSnapshot(ctx context.Context, id string) error {
@@ -184,12 +239,16 @@ func (h *harness) deleteSnapshot(ctx context.Context, id string) error {
 	return os.RemoveAll(sn.Dir)
 }
 
-func (h *harness) prepare(ctx context.Context, fn *catalog.Function, _ json.RawMessage) (*wire.PrepareResult, error) {
-	clean, err := h.snapshotOf(ctx, fn, "")
+func (h *harness) prepare(ctx context.Context, fn *catalog.Function, version int, record json.RawMessage) (*wire.PrepareResult, error) {
+	h.checkVersion("prepared", version)
+	h.mu.Lock()
+	h.records = append(h.records, record)
+	h.mu.Unlock()
+	clean, err := h.snapshotOfVersion(ctx, fn, version, "")
 	if err != nil {
 		return nil, err
 	}
-	warm, err := h.snapshotOf(ctx, fn, clean.ID)
+	warm, err := h.snapshotOfVersion(ctx, fn, version, clean.ID)
 	if err != nil {
 		return nil, err
 	}

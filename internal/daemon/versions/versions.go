@@ -6,15 +6,15 @@
 // NAME:ALIAS. A snapshot carries its version's number (0: made by hand,
 // -1: a deploy's under way), and restores with that version's frozen
 // configuration. The component resolves references, runs deploys,
-// applies version retention and holds what the daemon keeps of versions
-// besides its catalog; what it needs of the rest of the daemon (functions'
-// code, VMs, snapshots, prepares) comes in through Deps.
+// applies version retention, rebuilds the versions whose build inputs
+// changed and holds what the daemon keeps of versions besides its catalog;
+// what it needs of the rest of the daemon (functions' code, VMs,
+// snapshots, prepares, operations) comes in through Deps.
 package versions
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -60,14 +60,17 @@ type Deps struct {
 	// DeleteSnapshot removes a snapshot here (not in the registry).
 	DeleteSnapshot func(ctx context.Context, id string) error
 	// CheckPrepare checks a prepare's options before a deploy answers;
-	// Prepare boots fn for version -1 and takes its clean and warm
-	// snapshots, recording with recordEvent.
+	// Prepare boots fn for version (-1: a deploy's) and takes its clean
+	// and warm snapshots, recording with recordEvent.
 	CheckPrepare func(function string, recordEvent json.RawMessage) error
-	Prepare      func(ctx context.Context, fn *catalog.Function, recordEvent json.RawMessage) (*wire.PrepareResult, error)
+	Prepare      func(ctx context.Context, fn *catalog.Function, version int, recordEvent json.RawMessage) (*wire.PrepareResult, error)
 	// AutoPush pushes a snapshot to the registry if the daemon does so.
 	AutoPush func(ctx context.Context, id string)
 	// BuildInputs is what the daemon builds snapshots from now.
 	BuildInputs func() BuildInputs
+	// StartOperation runs work in the background as an operation of kind
+	// on target (a stale version's rebuild).
+	StartOperation func(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) error
 
 	// Phase reports an operation's phase; SubProgress prefixes the
 	// phases reported under the context it returns.
@@ -77,10 +80,13 @@ type Deps struct {
 	TraceDeploy func(ctx context.Context, function string) (_ context.Context, end func(error))
 }
 
-// Metrics counts deploys and collected versions.
+// Metrics counts deploys, collected versions and rebuilds.
 type Metrics interface {
 	Deploy(outcome string)
 	VersionCollected()
+	// VersionRebuild counts a stale version snapshotted again, by its
+	// reason's label (image, kernel, machine, other).
+	VersionRebuild(reason, outcome string)
 }
 
 // Registry is the snapshot registry, where retention deletes the copies
@@ -159,41 +165,5 @@ func (m *Manager) forgetPending(snapshots ...string) {
 	defer m.mu.Unlock()
 	for _, id := range snapshots {
 		delete(m.pending, id)
-	}
-}
-
-func versionKey(function string, number int) string { return fmt.Sprintf("%s:%d", function, number) }
-
-// StaleNote is why a version's snapshot is out of date, "" if it is not.
-func (m *Manager) StaleNote(function string, number int) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stale[versionKey(function, number)]
-}
-
-// MarkStale records why a version's snapshot is out of date.
-func (m *Manager) MarkStale(function string, number int, why string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.stale[versionKey(function, number)] = why
-}
-
-// ClearStale forgets that versions of function were out of date (rebuilt
-// or deleted).
-func (m *Manager) ClearStale(function string, numbers ...int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, n := range numbers {
-		delete(m.stale, versionKey(function, n))
-	}
-}
-
-// AcquireRebuild waits for the one rebuild slot; release gives it back.
-func (m *Manager) AcquireRebuild(ctx context.Context) (release func(), err error) {
-	select {
-	case m.rebuildSlot <- struct{}{}:
-		return func() { <-m.rebuildSlot }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }

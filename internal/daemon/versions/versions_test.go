@@ -219,30 +219,3 @@ func TestCollectVersions(t *testing.T) {
 		t.Fatalf("version 4 (among the newest) lost its snapshot: %v", err)
 	}
 }
-
-// Stale notes and the rebuild slot.
-func TestStaleAndRebuildSlot(t *testing.T) {
-	h := newHarness(t, 0)
-	h.m.MarkStale("app", 2, "image changed")
-	if got := h.m.StaleNote("app", 2); got != "image changed" || h.m.StaleNote("app", 1) != "" {
-		t.Fatalf("stale notes: %q", got)
-	}
-	h.m.ClearStale("app", 1, 2)
-	if got := h.m.StaleNote("app", 2); got != "" {
-		t.Fatalf("a cleared note: %q", got)
-	}
-	release, err := h.m.AcquireRebuild(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := h.m.AcquireRebuild(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a second rebuild while one runs: %v", err)
-	}
-	release()
-	if release, err = h.m.AcquireRebuild(context.Background()); err != nil {
-		t.Fatalf("the slot after release: %v", err)
-	}
-	release()
-}

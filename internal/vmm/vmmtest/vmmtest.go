@@ -33,7 +33,41 @@ type Fake struct {
 	startFn func(spec vmm.Spec) error // fails a start when it returns an error
 	ready   chan struct{}             // while open, guests do not answer pings
 	secrets []map[string]string       // what each restore request set, in order
+	renewed []string                  // each restore request's mode, in order (Renewals)
 	fnErr   map[string]any            // a function error every pong reports (SetFunctionError)
+	proto   int                       // the agent's protocol (SetAgentProtocol); 0: AgentProtocol
+}
+
+// AgentProtocol is the protocol the fake's agent speaks unless told
+// otherwise: the guest agent's ("thaw-agent/6").
+const AgentProtocol = 6
+
+// SetAgentProtocol makes guests started from now on speak protocol p: 5
+// is an agent before ready clones' requests (it refuses a restore line
+// with a mode as malformed JSON, and the warm-up function), 6 the
+// current one.
+func (b *Fake) SetAgentProtocol(p int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.proto = p
+}
+
+func (b *Fake) agentProtocol() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proto == 0 {
+		return AgentProtocol
+	}
+	return b.proto
+}
+
+// Renewals are the modes of the restore requests so far, in order:
+// "nohook" (the function's on_restore hook did not run), "invoke" (it ran,
+// and an invocation came on the same line) or "" (it ran).
+func (b *Fake) Renewals() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.renewed...)
 }
 
 // Secrets are the secrets (environment name -> value) each restore request
@@ -275,17 +309,27 @@ func (m *fakeMachine) Kill() error {
 // else is echoed. Its replies carry logs as a protocol 5 agent's do: the
 // event's "print" as output and "kernel" as kernel messages (none if
 // absent), or no logs at all with {"op":"nologs"} (an older agent).
-// Pings go unanswered while b holds guests back (HoldReady).
+// Pings go unanswered while b holds guests back (HoldReady). It speaks
+// the protocol b was set to (SetAgentProtocol) when the guest started.
 func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 	rd := bufio.NewReader(c)
 	enc := json.NewEncoder(c)
+	proto := b.agentProtocol()
+	var next []byte // the invoke request that came with a renewal
 	for {
-		line, err := rd.ReadBytes('\n')
-		if err != nil {
-			return
+		line := next
+		if next = nil; line == nil {
+			var err error
+			if line, err = rd.ReadBytes('\n'); err != nil {
+				return
+			}
 		}
-		req, secrets, ok := parseAgentRequest(line)
+		req, secrets, ok := parseAgentRequest(line, proto)
 		if !ok {
+			if err := enc.Encode(map[string]any{"id": nil, "ok": false, "error": map[string]any{"type": "BadRequest",
+				"message": "malformed JSON"}}); err != nil {
+				return
+			}
 			continue
 		}
 		reply := map[string]any{"id": req.ID, "ok": true}
@@ -295,6 +339,7 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 				continue
 			}
 			reply["op"] = "pong"
+			reply["agent"] = fmt.Sprintf("thaw-agent/%d", proto)
 			reply["env"] = m.env
 			b.mu.Lock()
 			if b.fnErr != nil {
@@ -304,14 +349,16 @@ func fakeAgent(c net.Conn, m *fakeMachine, b *Fake) {
 		case "restore":
 			reply["duration_ms"] = 0.5
 			reply["reseeded"] = []string{"kernel", "random"}
-			reply["hook"] = map[string]any{"ran": false}
+			reply["hook"] = map[string]any{"ran": !req.noHook}
 			reply["secrets"] = len(secrets)
 			b.mu.Lock()
 			b.secrets = append(b.secrets, secrets)
+			b.renewed = append(b.renewed, req.mode)
 			b.mu.Unlock()
+			next = req.then
 		case "clock":
 		case "invoke":
-			if !invokeReply(reply, req, m) {
+			if !invokeReply(reply, req, m, proto) {
 				continue
 			}
 		default:
@@ -331,16 +378,36 @@ type agentRequest struct {
 	Op       string          `json:"op"`
 	Function string          `json:"function"`
 	Event    json.RawMessage `json:"event"`
+	// A restore line's mode (protocol 6: Renewals) and the invoke request
+	// that follows the renewal ("invoke").
+	mode   string
+	noHook bool
+	then   []byte
 }
 
 // parseAgentRequest reads one request line and the secrets a restore
-// request carries; ok is false for a line that is neither.
-func parseAgentRequest(line []byte) (agentRequest, map[string]string, bool) {
+// request carries; ok is false for a line that is neither (nor, before
+// protocol 6, a restore line with a mode).
+func parseAgentRequest(line []byte, proto int) (agentRequest, map[string]string, bool) {
 	var req agentRequest
 	secrets := map[string]string{}
-	if f := strings.Fields(string(line)); (len(f) == 4 || len(f) == 5) && f[0] == "restore" {
+	f := strings.SplitN(strings.TrimSuffix(string(line), "\n"), " ", 7)
+	if len(f) >= 6 && f[0] == "restore" {
+		switch {
+		case proto < 6:
+			return req, nil, false
+		case len(f) == 6 && f[5] == "nohook":
+			req.noHook = true
+		case len(f) == 7 && f[5] == "invoke":
+			req.then = []byte(f[6])
+		default:
+			return req, nil, false
+		}
+		req.mode = f[5]
+	}
+	if (len(f) >= 4 && len(f) <= 7) && f[0] == "restore" {
 		req.ID, req.Op = f[1], "restore" // the plain-line restore request
-		if len(f) == 5 {
+		if len(f) >= 5 && f[4] != "-" {
 			raw, _ := hex.DecodeString(f[4])
 			for _, e := range strings.Split(string(raw), "\x00") {
 				k, v, _ := strings.Cut(e, "=")
@@ -356,7 +423,7 @@ func parseAgentRequest(line []byte) (agentRequest, map[string]string, bool) {
 // invokeReply fills reply to an invocation as the event steers it (see
 // fakeAgent); it returns false when the agent must not answer (the "VMM"
 // crashed, or the handler hangs).
-func invokeReply(reply map[string]any, req agentRequest, m *fakeMachine) bool {
+func invokeReply(reply map[string]any, req agentRequest, m *fakeMachine, proto int) bool {
 	var ev struct {
 		Op            string
 		Bytes         int
@@ -364,6 +431,11 @@ func invokeReply(reply map[string]any, req agentRequest, m *fakeMachine) bool {
 		Print, Kernel string
 	}
 	_ = json.Unmarshal(req.Event, &ev)
+	if req.Function == "thaw:warm-up" && proto >= 6 { // the built-in handler: echoes, counts nothing
+		reply["result"], reply["duration_ms"] = req.Event, 0.1
+		reply["logs"] = map[string]any{"output": "", "bytes": 0}
+		return true
+	}
 	if strings.Contains(req.Function, ":") { // no function has such a name: the agent refuses it first
 		reply["ok"] = false
 		reply["error"] = map[string]any{"type": "FunctionNotFound", "message": "this VM serves another function"}
