@@ -178,8 +178,21 @@ func (c *Conn) renewFirst(ctx context.Context, rid string, line []byte, rn Renew
 		return nil, err
 	}
 	r, err := c.await(rid, written, false)
-	return rn.check(r, err)
+	if err != nil { // no answer: the agent may have renewed and begun the event
+		return nil, fmt.Errorf("%w: %w", ErrEventSent, err)
+	}
+	renewedOK := r.OK // an agent that renewed invokes next, whatever the daemon makes of the answer
+	if r, err = rn.check(r, nil); err != nil && renewedOK {
+		err = fmt.Errorf("%w: %w", ErrEventSent, err)
+	}
+	return r, err
 }
+
+// ErrEventSent: a renewal sent with its event on one line failed after the
+// line reached the agent, which may have begun the event (it did unless it
+// answered that the renewal failed). Running the event elsewhere could run
+// it twice: the caller stops the clone and fails the request instead.
+var ErrEventSent = errors.New("agent: the event went with the renewal and may have begun")
 
 // Abandon releases the connection without the invocation's answer (a VM
 // that is being stopped: the connection is out of step after it).

@@ -198,3 +198,52 @@ func TestProtocolOf(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewAndInvokeEventSent: once the one-line dispatch reached the
+// agent, a failure the agent did not answer as a refused renewal (an
+// answer that set fewer secrets than sent, or no answer at all) says the
+// event may have begun (ErrEventSent), so the caller does not run it
+// elsewhere; a refused renewal does not say so (the agent invokes nothing).
+func TestRenewAndInvokeEventSent(t *testing.T) {
+	for _, c := range []struct {
+		name, answer string
+		sent         bool
+	}{
+		{"fewer secrets", `{"ok":true,"hook":{"ran":true},"secrets":0}`, true},
+		{"no answer", "", true},
+		{"refused", `{"ok":false,"error":{"type":"BadRequest","message":"no"}}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := startGuest(t, func(g *guest) {
+				for {
+					l, err := g.rd.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if f := strings.Fields(l); f[0] == "restore" {
+						if c.answer != "" {
+							g.send(reply(f[1], c.answer))
+						}
+						continue
+					}
+					var req request
+					if json.Unmarshal([]byte(l), &req) == nil && req.Op == "ping" {
+						g.send(reply(req.ID, `{"ok":true,"op":"pong","agent":"thaw-agent/6"}`))
+					}
+				}
+			})
+			conn := dial(t, path)
+			ctx := testCtx(t)
+			if _, err := conn.Ping(ctx); err != nil || conn.Protocol() != ReadyProtocol {
+				t.Fatalf("ping: %v, protocol %d", err, conn.Protocol())
+			}
+			rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			rn := Renewal{Entropy: bytes.Repeat([]byte{1}, 32), Secrets: []EnvVar{{"A", []byte("b")}}}
+			_, _, err := conn.RenewAndInvoke(rctx, rn, "hello", json.RawMessage(`1`))
+			if err == nil || errors.Is(err, ErrEventSent) != c.sent {
+				t.Fatalf("err %v, want event sent %v", err, c.sent)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -29,7 +30,8 @@ func readyNoteOf(ctx context.Context) *wire.ReadyNote {
 // ready. If none serves it, inv and err are nil and the context returned
 // carries why, for the path that serves it instead (and says so). A clone
 // found dead or failing its renewal is stopped, never used: the request
-// falls back.
+// falls back, unless the clone had the event already (agent.ErrEventSent):
+// then the request fails, so that no event runs twice.
 func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket, event json.RawMessage, timeout time.Duration, start time.Time, target Target) (*Invocation, context.Context, error) {
 	if !s.ready.On() {
 		return nil, ctx, nil
@@ -70,6 +72,10 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 		}
 		why := fmt.Sprintf("ready clone %s failed its renewal: %v", lv.ID, err)
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, why)
+		if errors.Is(err, agent.ErrEventSent) { // the event may have run there: never run it twice
+			s.ready.Outcome("failed", 0)
+			return nil, ctx, fmt.Errorf("%w: %s; the event may have begun there, so it was not run again", ErrVMFailed, why)
+		}
 		return miss("failed", why)
 	}
 	renewed := time.Since(t0)
