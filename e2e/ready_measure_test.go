@@ -244,29 +244,34 @@ func restoreRunning(t *testing.T, ctx context.Context, e *env, snap *client.Snap
 	return running
 }
 
-// A synthetic trace: Poisson arrivals of hello (THAW_READY_RATE a second,
-// default 2) for THAW_READY_TRACE_S seconds (default 60), with a burst of
+// A synthetic trace: Poisson arrivals of the bundled sleep function, whose
+// handler waits THAW_READY_SLEEP_S seconds (default 2: long enough for the
+// concurrent demand to matter beside one clone), THAW_READY_RATE a second
+// (default 1) for THAW_READY_TRACE_S seconds (default 60), with a burst of
 // 4 requests at once every 20 s, each request sent when it arrives. It
 // prints the share of requests a ready clone served against the ready
-// clones kept (sampled every 200 ms) and the mean concurrent demand (the
-// sum of request times over the run's length). A measurement: it prints.
+// clones kept and the memory they counted (sampled every 200 ms) and the
+// mean concurrent demand (the sum of request times over the run's
+// length). A measurement: it prints.
 func TestReadyClonesMeasureTrace(t *testing.T) {
 	measuring(t)
-	rate, secs := 2.0, 60
+	rate, secs, sleepS := 1.0, 60, 2.0
 	rate = envNumber("THAW_READY_RATE", rate)
+	sleepS = envNumber("THAW_READY_SLEEP_S", sleepS)
 	secs = envNumber("THAW_READY_TRACE_S", secs)
 	e := startEnvWith(t, t.TempDir(), func(cfg *daemon.Config) {
 		cfg.KeepAlive = -1
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: 8 * (256 + daemon.DefaultVMMemoryOverheadMiB), Fills: 2}
 	})
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
+	if _, err := e.c.CreateFunctionFromDir(ctx, "sleep", repoPath("functions/sleep"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	vm, _ := snapshotBoot(t, e.c, "hello")
+	vm, _ := snapshotBoot(t, e.c, "sleep")
 	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
+	event := ev(fmt.Sprintf(`{"seconds":%g}`, sleepS))
 	arrivals := traceArrivals(rate, secs)
 	stopSampling := sampleReady(t, ctx, e)
 	var mu sync.Mutex
@@ -279,7 +284,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inv, err := e.c.InvokeFunction(ctx, "hello", ev(`{"name":"trace"}`), client.InvokeOptions{})
+			inv, err := e.c.InvokeFunction(ctx, "sleep", event, client.InvokeOptions{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || !inv.OK {
@@ -297,16 +302,17 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	samples, readySum := stopSampling()
+	samples, readySum, memSum := stopSampling()
 	sum := 0.0
 	for _, v := range busyMS {
 		sum += v
 	}
 	demand := sum / float64(elapsed.Milliseconds())
 	kept := float64(readySum) / float64(max(samples, 1))
-	t.Logf("trace: %d requests in %.0f s (Poisson %.1f/s, bursts of 4 every 20 s): %d hits (%.1f%%), modes %v; hit p50 %.1f ms, miss p50 %.1f ms",
-		len(arrivals), elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
-	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.1f clones per concurrent request", kept, demand, kept/demand)
+	t.Logf("trace: %d requests of %g s in %.0f s (Poisson %.1f/s, bursts of 4 every 20 s): %d hits (%.1f%%), modes %v; hit p50 %.1f ms, miss p50 %.1f ms",
+		len(arrivals), sleepS, elapsed.Seconds(), rate, modes["ready"], 100*float64(modes["ready"])/float64(len(arrivals)), modes, median(hitMS), median(missMS))
+	t.Logf("trace: ready clones kept, mean %.2f; mean concurrent demand %.3f requests; %.2f clones per concurrent request", kept, demand, kept/demand)
+	t.Logf("trace: standby memory counted, mean %.0f MiB (%.1f MiB a clone)", float64(memSum)/float64(max(samples, 1)), float64(memSum)/float64(max(readySum, 1)))
 }
 
 // traceArrivals are the trace's arrival times: Poisson arrivals at rate
@@ -328,12 +334,12 @@ func traceArrivals(rate float64, secs int) []time.Duration {
 	return arrivals
 }
 
-// sampleReady counts e's ready clones every 200 ms until the function it
-// returns is called, which returns the number of samples and the sum of
-// the counts.
-func sampleReady(t *testing.T, ctx context.Context, e *env) func() (int, int) {
+// sampleReady counts e's ready clones and reads the memory they count
+// every 200 ms until the function it returns is called, which returns the
+// number of samples and the sums of the counts and of the memory (MiB).
+func sampleReady(t *testing.T, ctx context.Context, e *env) func() (int, int, int) {
 	stop := make(chan struct{})
-	var samples, readySum int
+	var samples, readySum, memSum int
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -346,14 +352,31 @@ func sampleReady(t *testing.T, ctx context.Context, e *env) func() (int, int) {
 			case <-tick.C:
 			}
 			readySum += countReady(t, ctx, e.c)
+			memSum += gauge(t, e, "thaw_ready_clones_memory_mib")
 			samples++
 		}
 	}()
-	return func() (int, int) {
+	return func() (int, int, int) {
 		close(stop)
 		<-sampled
-		return samples, readySum
+		return samples, readySum, memSum
 	}
+}
+
+// gauge is the value of the daemon's metric name (no labels).
+func gauge(t *testing.T, e *env, name string) int {
+	t.Helper()
+	families, err := e.svc.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return int(f.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // measuring skips a measurement unless THAW_READY_MEASURE=1: make test runs

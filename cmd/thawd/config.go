@@ -162,11 +162,11 @@ func capacityFlags(fs *pflag.FlagSet, d *daemon.Config) {
 	fs.IntVar(&d.VMMPool, "vmm-pool", 1, "VMMs started ahead of restores per snapshot and strategy once that pair has been restored, so a restore skips the VMM's start; a function's vmm_pool overrides it; negative: no VMM pool")
 	fs.DurationVar(&d.VMMPoolTTL, "vmm-pool-ttl", 5*time.Minute, "how long a VMM started ahead of a restore waits for one before it is stopped (a function's vmm_pool_ttl_s overrides it)")
 	fs.IntVar(&d.VMMPoolMemoryMiB, "vmm-pool-memory", 0, "MiB the VMM pool's standby VMs may hold together, guest memory plus --vm-memory-overhead each (default: an eighth of host memory)")
-	fs.IntVar(&d.Ready.MemoryMiB, "standby-memory", 0, "MiB ready clones may hold together, guest memory plus --vm-memory-overhead each: VMs restored, resumed and warmed ahead of requests, each serving one request that names no snapshot or strategy at near-warm latency, as many per function version as its recent concurrency needs; 0: none")
+	fs.IntVar(&d.Ready.MemoryMiB, "standby-memory", 0, "MiB ready clones may hold together, each counting its VMM's PSS measured once ready (guest memory plus --vm-memory-overhead until one of its version is measured): VMs restored, resumed and warmed ahead of requests, each serving one request that names no snapshot or strategy at near-warm latency, as many per function version as its recent arrivals and refill time need; 0: none")
 	fs.IntVar(&d.Ready.MinReady, "min-ready", 0, "ready clones each function version with traffic keeps even when idle (needs --standby-memory)")
 	fs.DurationVar(&d.Ready.MaxAge, "ready-max-age", 10*time.Minute, "a ready clone that has waited this long is replaced by a fresh one")
 	fs.DurationVar(&d.Ready.Settle, "ready-settle", 100*time.Millisecond, "how long after a request a ready clone served no refill starts, so that its answer leaves first; negative: none")
-	fs.DurationVar(&d.Ready.Window, "ready-window", time.Minute, "how far back a function version's concurrency is read to size its ready clones (the p95 of each second's peak); none once it saw no request for this long")
+	fs.DurationVar(&d.Ready.Window, "ready-window", time.Minute, "how far back a function version's arrivals are read to size its ready clones (enough for 92% of them within a refill time); none once it saw no request for this long")
 }
 
 // registryFlags defines the settings of the snapshot registry: its config, chunk cache, imports, remote strategies, collection and trust.

@@ -10,6 +10,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
+	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/restore"
 )
 
@@ -57,6 +58,7 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 		},
 		Admit:       s.adm.TryAcquire,
 		Restoring:   s.vmmPool.Restoring,
+		Measure:     measureClone,
 		Go:          s.background,
 		Closed:      s.closing,
 		Metrics:     s.metrics,
@@ -64,6 +66,20 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 		OverheadMiB: s.cfg.VMMemoryOverheadMiB,
 		BootTimeout: s.cfg.BootTimeout,
 	})
+}
+
+// measureClone is a ready clone's memory in MiB: its VMM's proportional
+// set size (the snapshot's page-cache pages it shares with its siblings
+// divided among them), rounded up.
+func measureClone(lv *liveVM) (int, error) {
+	if lv.M == nil {
+		return 0, fmt.Errorf("%w: vm %s has no process", ErrConflict, lv.ID)
+	}
+	m, err := procstat.ReadMemory(lv.M.PID())
+	if err != nil {
+		return 0, fmt.Errorf("measure ready clone %s: %w", lv.ID, err)
+	}
+	return int((m.PSSBytes + 1<<20 - 1) >> 20), nil
 }
 
 // startReady starts the sizing loop (Start), if ready clones are on.

@@ -37,6 +37,7 @@ func (s *Service) invokeReady(ctx context.Context, key poolKey, tk *readyTicket,
 		return nil, ctx, nil
 	}
 	miss := func(outcome, why string) (*Invocation, context.Context, error) {
+		tk.Missed()
 		s.ready.Outcome(outcome, 0)
 		return nil, context.WithValue(ctx, readyNoteKey{}, &wire.ReadyNote{Fallback: why}), nil
 	}

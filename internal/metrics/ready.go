@@ -5,7 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // ReadyState is what a scrape reads of the ready clones.
 type ReadyState struct {
 	Clones     int     // ready clones waiting
-	MemoryMiB  int     // memory they hold (guest RAM plus overhead each)
+	MemoryMiB  int     // memory they hold, as measured once each was ready
 	OldestAgeS float64 // how long the oldest has waited, in seconds
 }
 
@@ -18,7 +18,7 @@ type ReadyClones struct {
 
 var (
 	readyClonesDesc = prometheus.NewDesc("thaw_ready_clones", "Ready clones waiting for a request.", nil, nil)
-	readyMemDesc    = prometheus.NewDesc("thaw_ready_clones_memory_mib", "Memory the ready clones hold (guest RAM plus the cgroup overhead each), MiB.", nil, nil)
+	readyMemDesc    = prometheus.NewDesc("thaw_ready_clones_memory_mib", "Memory the ready clones hold, MiB: each its VMM's proportional set size measured once it was ready (one not measured counts the most its function version's latest clones measured, or guest RAM plus the VM memory overhead before any was).", nil, nil)
 	readyAgeDesc    = prometheus.NewDesc("thaw_ready_clones_oldest_age_seconds", "How long the oldest ready clone has waited.", nil, nil)
 )
 

@@ -1,13 +1,21 @@
 // Package readyclones sizes the ready clones a daemon keeps per function
 // version and strategy: VMs restored, resumed and warmed ahead of a
 // request, each handed to exactly one request. It is pure: the daemon
-// reports when requests begin and end, and asks how many clones to keep.
+// reports when requests begin and end, how long a taken clone took to be
+// replaced and what a ready clone measured, and asks how many clones to
+// keep and what each costs.
 //
-// How many: the quantile (p95 by default) of the peak concurrency of each
-// bucket of a sliding window, at least one while the window saw any
-// request, at least the minimum asked for, at most a cap; a function whose
-// window is empty decays to its minimum (zero unless asked). Allocate then
-// fits every key's want into a memory budget.
+// How many: a request finds a clone if fewer requests than the clones
+// kept took one during the time a replacement takes (a refill), so the
+// clones needed follow the arrival rate times the refill time (Little's
+// law on the refill pipeline, not on the request, whose length does not
+// matter: a clone serves one request and is not given back), plus what
+// bursts add. Want reads this off the window's own arrivals: for each, how
+// many requests arrived within one refill time before it, itself included;
+// the quantile HitShare of those counts is the clones that would have
+// served that share of the window's requests. At least the minimum asked
+// for, at most a cap; a key whose window is empty decays to its minimum.
+// Allocate then fits every key's want into a memory budget.
 package readyclones
 
 import (
@@ -23,28 +31,27 @@ var ErrPolicy = errors.New("invalid ready-clone policy")
 
 // Policy says how demand becomes a number of clones.
 type Policy struct {
-	Window   time.Duration // the sliding window demand is read over
-	Bucket   time.Duration // its buckets; each keeps its peak concurrency
-	Quantile float64       // of the buckets' peaks, in (0, 1]
+	Window   time.Duration // the sliding window arrivals are read over
+	HitShare float64       // of the window's requests, the share that should find a clone, in (0, 1]
+	Refill   time.Duration // a refill's time until one is measured
 	MinReady int           // clones kept whatever the demand
 	Max      int           // clones at most per key (0: no cap)
 }
 
-// DefaultPolicy is a 60 s window of 1 s buckets, their p95.
+// DefaultPolicy reads a 60 s window, for 92% of its requests (a margin
+// over a target of 90%), with a refill time of 2 s until one is measured.
 func DefaultPolicy() Policy {
-	return Policy{Window: time.Minute, Bucket: time.Second, Quantile: 0.95}
+	return Policy{Window: time.Minute, HitShare: 0.92, Refill: 2 * time.Second}
 }
 
 // Validate reports every problem at once.
 func (p Policy) Validate() error {
 	var errs []error
-	if p.Bucket <= 0 || p.Window < p.Bucket {
-		errs = append(errs, fmt.Errorf("%w: window %s and bucket %s: want 0 < bucket <= window", ErrPolicy, p.Window, p.Bucket))
-	} else if p.Window/p.Bucket > 3600 {
-		errs = append(errs, fmt.Errorf("%w: window %s holds more than 3600 buckets of %s", ErrPolicy, p.Window, p.Bucket))
+	if p.Window <= 0 || p.Refill <= 0 {
+		errs = append(errs, fmt.Errorf("%w: window %s and refill %s: want both above 0", ErrPolicy, p.Window, p.Refill))
 	}
-	if !(p.Quantile > 0 && p.Quantile <= 1) {
-		errs = append(errs, fmt.Errorf("%w: quantile %v: want (0, 1]", ErrPolicy, p.Quantile))
+	if !(p.HitShare > 0 && p.HitShare <= 1) {
+		errs = append(errs, fmt.Errorf("%w: hit share %v: want (0, 1]", ErrPolicy, p.HitShare))
 	}
 	if p.MinReady < 0 || p.Max < 0 || (p.Max > 0 && p.MinReady > p.Max) {
 		errs = append(errs, fmt.Errorf("%w: min ready %d, max %d: want 0 <= min <= max (max 0: no cap)", ErrPolicy, p.MinReady, p.Max))
@@ -52,81 +59,77 @@ func (p Policy) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (p Policy) buckets() int { return int(p.Window / p.Bucket) }
+// maxArrivals bounds the arrivals a Demand remembers (the oldest go first).
+const maxArrivals = 4096
 
-// Demand is one key's recent concurrency. It is not safe for concurrent
-// use: the daemon holds its own lock around it.
+// refillWeight is the weight of a new refill time in the estimate.
+const refillWeight = 0.25
+
+// Demand is one key's recent arrivals and refill time. It is not safe for
+// concurrent use: the daemon holds its own lock around it.
 type Demand struct {
-	p       Policy
-	current int     // requests in flight now
-	peaks   []int   // per bucket slot: the peak concurrency in it
-	arrived []int   // per bucket slot: requests that began in it
-	index   []int64 // per bucket slot: which bucket it holds
-	last    int64   // the newest bucket recorded
+	p        Policy
+	current  int         // requests in flight now
+	arrivals []time.Time // the window's, oldest first
+	refill   time.Duration
+	refills  int // refill times measured
 }
 
 // NewDemand starts an empty record under policy p (valid).
 func NewDemand(p Policy) *Demand {
-	n := p.buckets()
-	return &Demand{p: p, peaks: make([]int, n), arrived: make([]int, n), index: make([]int64, n)}
-}
-
-// slot is the slot of the bucket holding now. Buckets since the last
-// one recorded are recorded first: the requests in flight then were in
-// flight throughout them.
-func (d *Demand) slot(now time.Time) int {
-	b := now.UnixNano() / int64(d.p.Bucket)
-	n := int64(len(d.peaks))
-	for g := max(d.last+1, b-n+1); g <= b; g++ {
-		i := int(g % n)
-		d.index[i], d.peaks[i], d.arrived[i] = g, d.current, 0
-	}
-	d.last = max(d.last, b)
-	return int(b % n)
+	return &Demand{p: p, refill: p.Refill}
 }
 
 // Begin records a request arriving at now.
 func (d *Demand) Begin(now time.Time) {
 	d.current++
-	i := d.slot(now)
-	d.peaks[i] = max(d.peaks[i], d.current)
-	d.arrived[i]++
+	d.prune(now)
+	if len(d.arrivals) == maxArrivals {
+		d.arrivals = slices.Delete(d.arrivals, 0, 1)
+	}
+	d.arrivals = append(d.arrivals, now)
 }
 
-// End records a request finishing at now.
-func (d *Demand) End(now time.Time) {
-	d.slot(now) // a bucket that begins now starts from the concurrency before this end
-	d.current = max(d.current-1, 0)
-}
+// End records a request finishing.
+func (d *Demand) End(time.Time) { d.current = max(d.current-1, 0) }
 
 // InFlight is how many requests are under way.
 func (d *Demand) InFlight() int { return d.current }
 
-// window is each bucket's peak over the window ending at now (a bucket
-// without a record counts the requests in flight throughout it), and
-// whether any request arrived in it.
-func (d *Demand) window(now time.Time) (peaks []int, active bool) {
-	last := now.UnixNano() / int64(d.p.Bucket)
-	n := int64(len(d.peaks))
-	peaks = make([]int, 0, n)
-	for b := last - n + 1; b <= last; b++ {
-		i := int(((b % n) + n) % n)
-		if d.index[i] == b {
-			peaks = append(peaks, d.peaks[i])
-			active = active || d.arrived[i] > 0
-		} else {
-			peaks = append(peaks, d.current)
-		}
+// Refilled records how long a taken clone took to be replaced: from the
+// take to its replacement ready (waiting for a fill to start included).
+// Fills that replace none (the pool growing) are not refill times.
+func (d *Demand) Refilled(took time.Duration) {
+	if took <= 0 {
+		return
 	}
-	return peaks, active || d.current > 0
+	if d.refills == 0 {
+		d.refill = took
+	} else {
+		d.refill = time.Duration(refillWeight*float64(took) + (1-refillWeight)*float64(d.refill))
+	}
+	d.refills++
+}
+
+// RefillTime is the refill time Want sizes with: the policy's until one
+// is measured, then a moving average of those measured.
+func (d *Demand) RefillTime() time.Duration { return d.refill }
+
+// prune forgets the arrivals that left the window ending at now.
+func (d *Demand) prune(now time.Time) {
+	from := now.Add(-d.p.Window)
+	i := 0
+	for i < len(d.arrivals) && !d.arrivals[i].After(from) {
+		i++
+	}
+	d.arrivals = slices.Delete(d.arrivals, 0, i)
 }
 
 // Want is how many ready clones the key should keep at now.
 func (d *Demand) Want(now time.Time) int {
-	peaks, active := d.window(now)
-	slices.Sort(peaks)
-	k := peaks[max(int(math.Ceil(d.p.Quantile*float64(len(peaks))))-1, 0)]
-	if active {
+	d.prune(now)
+	k := Needed(d.arrivals, d.refill, d.p.HitShare)
+	if d.current > 0 {
 		k = max(k, 1)
 	}
 	k = max(k, d.p.MinReady)
@@ -136,11 +139,31 @@ func (d *Demand) Want(now time.Time) int {
 	return k
 }
 
+// Needed is the number of clones that would have served share of the
+// requests arriving at arrivals (in order), each taken clone replaced
+// refill later: for each arrival, the arrivals within refill before it,
+// itself included; their quantile share. 0 without arrivals.
+func Needed(arrivals []time.Time, refill time.Duration, share float64) int {
+	if len(arrivals) == 0 {
+		return 0
+	}
+	counts := make([]int, len(arrivals))
+	first := 0
+	for i, a := range arrivals {
+		for a.Sub(arrivals[first]) >= refill {
+			first++
+		}
+		counts[i] = i - first + 1
+	}
+	slices.Sort(counts)
+	return counts[max(int(math.Ceil(share*float64(len(counts))))-1, 0)]
+}
+
 // Idle says whether the window holds no request at all (the key's record
 // may be forgotten once it also wants no clone).
 func (d *Demand) Idle(now time.Time) bool {
-	_, active := d.window(now)
-	return !active
+	d.prune(now)
+	return len(d.arrivals) == 0 && d.current == 0
 }
 
 // Want is one key's ask for the budget.

@@ -11,8 +11,7 @@ var t0 = time.Unix(1_800_000_000, 0)
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
 func policy(min, max int) Policy {
-	p := Policy{Window: 20 * time.Second, Bucket: time.Second, Quantile: 0.95, MinReady: min, Max: max}
-	return p
+	return Policy{Window: 20 * time.Second, HitShare: 0.95, Refill: time.Second, MinReady: min, Max: max}
 }
 
 func TestPolicyValidate(t *testing.T) {
@@ -20,27 +19,26 @@ func TestPolicyValidate(t *testing.T) {
 		t.Fatalf("default policy: %v", err)
 	}
 	for name, p := range map[string]Policy{
-		"no bucket":       {Window: time.Second, Quantile: 0.9},
-		"window < bucket": {Window: time.Second, Bucket: 2 * time.Second, Quantile: 0.9},
-		"too many":        {Window: time.Hour, Bucket: time.Millisecond, Quantile: 0.9},
-		"quantile 0":      {Window: time.Second, Bucket: time.Second},
-		"quantile > 1":    {Window: time.Second, Bucket: time.Second, Quantile: 1.5},
-		"min > max":       {Window: time.Second, Bucket: time.Second, Quantile: 0.9, MinReady: 3, Max: 2},
-		"negative min":    {Window: time.Second, Bucket: time.Second, Quantile: 0.9, MinReady: -1},
+		"no window":    {Refill: time.Second, HitShare: 0.9},
+		"no refill":    {Window: time.Second, HitShare: 0.9},
+		"share 0":      {Window: time.Second, Refill: time.Second},
+		"share > 1":    {Window: time.Second, Refill: time.Second, HitShare: 1.5},
+		"min > max":    {Window: time.Second, Refill: time.Second, HitShare: 0.9, MinReady: 3, Max: 2},
+		"negative min": {Window: time.Second, Refill: time.Second, HitShare: 0.9, MinReady: -1},
 	} {
 		if err := p.Validate(); !errors.Is(err, ErrPolicy) {
 			t.Errorf("%s: %v, want ErrPolicy", name, err)
 		}
 	}
 	// Every problem at once.
-	err := Policy{Quantile: 2, MinReady: -1}.Validate()
+	err := Policy{HitShare: 2, MinReady: -1}.Validate()
 	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 3 {
 		t.Errorf("%d problems reported, want 3: %v", n, err)
 	}
 }
 
 // A function with no traffic wants its minimum; one request in the window
-// makes it want one clone.
+// makes it want one clone; the window passing decays it.
 func TestWantIdleAndSporadic(t *testing.T) {
 	d := NewDemand(policy(0, 0))
 	if k := d.Want(at(0)); k != 0 {
@@ -54,90 +52,141 @@ func TestWantIdleAndSporadic(t *testing.T) {
 	if d.Idle(at(2)) {
 		t.Fatal("idle with a request in the window")
 	}
-	// The window passes: decay to zero.
 	if k := d.Want(at(22)); k != 0 {
 		t.Fatalf("after the window: want %d, expected 0", k)
 	}
 	if !d.Idle(at(22)) {
 		t.Fatal("not idle after the window")
 	}
-	// With a minimum, never below it.
 	m := NewDemand(policy(2, 0))
 	if k := m.Want(at(100)); k != 2 {
 		t.Fatalf("min ready 2, no traffic: want %d", k)
 	}
 }
 
-// Sustained concurrency of 4 with one burst of 12: p95 over 20 buckets
-// ignores the single burst bucket, and the cap bounds the want.
-func TestWantP95(t *testing.T) {
-	d := NewDemand(policy(0, 0))
-	for s := 0; s < 20; s++ {
-		n := 4
-		if s == 10 {
-			n = 12
+// The clones wanted follow arrivals within one refill time, not how long
+// requests last: one arrival every 0.5 s wants 2 clones with a 1 s refill
+// whether each request lasts 10 ms or 5 s, and 4 with a 2 s refill.
+func TestWantFollowsRefillNotLength(t *testing.T) {
+	for _, length := range []float64{0.01, 5} {
+		d := NewDemand(policy(0, 0))
+		for i := range 30 {
+			s := 0.5 * float64(i)
+			d.Begin(at(s))
+			d.End(at(s + length))
 		}
-		for range n {
-			d.Begin(at(float64(s) + 0.1))
+		if k := d.Want(at(15)); k != 2 {
+			t.Errorf("length %v s, refill 1 s: want %d, expected 2", length, k)
 		}
-		for range n {
-			d.End(at(float64(s) + 0.5))
-		}
-	}
-	if k := d.Want(at(19.9)); k != 4 {
-		t.Fatalf("p95 of 19 buckets at 4 and one at 12: want %d, expected 4", k)
-	}
-	// Two burst buckets of 20 are 10% of the window: p95 sees them.
-	for _, s := range []float64{20, 21} {
-		for range 12 {
-			d.Begin(at(s + 0.1))
-		}
-		for range 12 {
-			d.End(at(s + 0.2))
+		d.Refilled(2 * time.Second)
+		if k := d.Want(at(15)); k != 4 {
+			t.Errorf("length %v s, refill 2 s measured: want %d, expected 4", length, k)
 		}
 	}
-	if k := d.Want(at(21.9)); k != 12 {
-		t.Fatalf("bursts in 10%% of the buckets: want %d, expected 12", k)
+}
+
+// A burst counts for the share of the window's requests it holds: 16
+// requests a second apart (each alone within a refill time) and a burst of
+// 4 make 20, whose counts are 1 (17 times), 2, 3 and 4.
+func TestWantBursts(t *testing.T) {
+	for _, tc := range []struct {
+		share float64
+		want  int
+	}{{1, 4}, {0.95, 3}, {0.9, 2}, {0.85, 1}} {
+		p := policy(0, 0)
+		p.HitShare = tc.share
+		d := NewDemand(p)
+		for i := range 16 {
+			d.Begin(at(float64(i)))
+			d.End(at(float64(i) + 0.1))
+		}
+		for range 4 {
+			d.Begin(at(17))
+		}
+		if k := d.Want(at(17)); k != tc.want {
+			t.Errorf("share %v: want %d, expected %d", tc.share, k, tc.want)
+		}
 	}
 	c := NewDemand(policy(0, 3))
 	for range 8 {
 		c.Begin(at(1))
 	}
-	if k := c.Want(at(6)); k != 3 { // 8 in flight for 5 s of the 20
+	if k := c.Want(at(6)); k != 3 {
 		t.Fatalf("capped at 3: want %d", k)
 	}
 }
 
-// Requests in flight across buckets count in every bucket they span, even
-// buckets with no begin or end of their own.
+// Requests in flight keep at least one clone even once their arrivals
+// left the window; an end without a begin does not go negative.
 func TestWantLongRequests(t *testing.T) {
 	d := NewDemand(policy(0, 0))
-	for range 3 {
-		d.Begin(at(0.5))
+	d.Begin(at(0.5))
+	if k := d.Want(at(30)); k != 1 || d.InFlight() != 1 {
+		t.Fatalf("a request in flight for 30 s: want %d (in flight %d), expected 1", k, d.InFlight())
 	}
-	if k := d.Want(at(15)); k != 3 {
-		t.Fatalf("3 requests in flight for 15 s: want %d, expected 3", k)
-	}
-	if d.InFlight() != 3 {
-		t.Fatalf("in flight %d", d.InFlight())
-	}
-	for range 3 {
-		d.End(at(15))
-	}
-	if d.InFlight() != 0 {
-		t.Fatalf("in flight %d after they ended", d.InFlight())
-	}
-	// Once they ended, the buckets they spanned still count: 15 s of 20.
-	if k := d.Want(at(16)); k != 3 {
-		t.Fatalf("after 3 requests of 15 s ended: want %d, expected 3", k)
-	}
-	// An end without a begin (a record lost) does not go negative.
-	d.End(at(16))
+	d.End(at(30))
+	d.End(at(31))
 	if d.InFlight() != 0 {
 		t.Fatal("in flight below zero")
 	}
-	if k := d.Want(at(40)); k != 0 {
+	if k := d.Want(at(31)); k != 0 {
 		t.Fatalf("a window later: want %d", k)
+	}
+}
+
+// The refill estimate starts at the policy's and moves toward those
+// measured; a non-positive measurement is ignored.
+func TestRefillEstimate(t *testing.T) {
+	d := NewDemand(policy(0, 0))
+	if d.RefillTime() != time.Second {
+		t.Fatalf("before any: %s", d.RefillTime())
+	}
+	d.Refilled(0)
+	if d.RefillTime() != time.Second {
+		t.Fatalf("a zero measurement counted: %s", d.RefillTime())
+	}
+	d.Refilled(400 * time.Millisecond)
+	if d.RefillTime() != 400*time.Millisecond {
+		t.Fatalf("the first measured replaces the policy's: %s", d.RefillTime())
+	}
+	d.Refilled(800 * time.Millisecond)
+	if d.RefillTime() != 500*time.Millisecond {
+		t.Fatalf("a quarter of the way to 800 ms: %s", d.RefillTime())
+	}
+}
+
+// The window's memory is bounded.
+func TestArrivalsBounded(t *testing.T) {
+	d := NewDemand(policy(0, 0))
+	for i := range maxArrivals + 100 {
+		d.Begin(at(float64(i) * 0.001))
+	}
+	if len(d.arrivals) != maxArrivals {
+		t.Fatalf("%d arrivals kept", len(d.arrivals))
+	}
+}
+
+// A clone's cost is the bound until one is measured, then the largest of
+// the latest measurements.
+func TestCost(t *testing.T) {
+	c := NewCost(640)
+	if c.Estimate() != 640 || c.Learned() {
+		t.Fatalf("before any: %d", c.Estimate())
+	}
+	c.Measured(0)
+	if c.Learned() {
+		t.Fatal("a zero measurement counted")
+	}
+	c.Measured(77)
+	c.Measured(38)
+	if c.Estimate() != 77 || !c.Learned() {
+		t.Fatalf("after 77 and 38: %d", c.Estimate())
+	}
+	for range costKept {
+		c.Measured(40)
+	}
+	if c.Estimate() != 40 {
+		t.Fatalf("77 left the latest %d: %d", costKept, c.Estimate())
 	}
 }
 

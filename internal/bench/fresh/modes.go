@@ -49,9 +49,9 @@ func (r *run) waitReady(ctx context.Context, s *subject, n int) ([]client.VM, er
 }
 
 // trafficBursts is how many bursts of n, in distinct seconds, make the
-// daemon keep n clones: it keeps the p95 of each second's peak
-// concurrency over its window (60 s by default), which a single burst
-// does not move.
+// daemon keep n clones: it keeps enough for 92% of its window's requests
+// (60 s by default) to have found one within a refill time, which the
+// first members of a single burst do not reach.
 const trafficBursts = 4
 
 // hits: bursts of n by name make the daemon keep n clones; then each

@@ -207,12 +207,5 @@ func (p *KeepAlive[V]) MarkIdle(vms ...*catalog.VM) {
 
 // Close stops the pool's timers and empties it; the daemon stops the VMs.
 func (p *KeepAlive[V]) Close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, list := range p.idle {
-		for _, k := range list {
-			k.timer.Stop()
-		}
-	}
-	p.idle = map[string][]*Kept[V]{}
+	stopAll(&p.mu, &p.idle, func(k *Kept[V]) *time.Timer { return k.timer })
 }

@@ -54,3 +54,68 @@ func count[K comparable, T any](mu *sync.Mutex, lists *map[K][]T) int {
 	}
 	return n
 }
+
+// stopAll stops every element's timer and empties the lists (the pool is
+// closing; the daemon stops the VMs themselves).
+func stopAll[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, timer func(T) *time.Timer) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, list := range *lists {
+		for _, x := range list {
+			timer(x).Stop()
+		}
+	}
+	*lists = map[K][]T{}
+}
+
+// doneFilling counts one fill of key less (the pool's lock held).
+func doneFilling(filling map[Key]int, key Key) {
+	if filling[key]--; filling[key] <= 0 {
+		delete(filling, key)
+	}
+}
+
+// waitFills waits, up to timeout, until no fill of snapshot id is under
+// way (those begun before a drop are discarded when they end).
+func waitFills(mu *sync.Mutex, filling map[Key]int, id string, timeout time.Duration) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for key, k := range filling {
+			if key.Snapshot == id {
+				n += k
+			}
+		}
+		mu.Unlock()
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// setHeld marks snapshot id held (no fill starts for it) or not.
+func setHeld(mu *sync.Mutex, held map[string]bool, id string, hold bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	if hold {
+		held[id] = true
+	} else {
+		delete(held, id)
+	}
+}
+
+// every calls f every interval, and whenever kick receives (nil: never),
+// until stop is closed.
+func every(stop <-chan struct{}, interval time.Duration, kick <-chan struct{}, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		case <-kick:
+		}
+		f()
+	}
+}

@@ -24,24 +24,20 @@ type Pressure struct {
 
 // Watch reads the host's memory every p.Every until stop is closed.
 func (p Pressure) Watch(stop <-chan struct{}) {
-	tick := time.NewTicker(p.Every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-		avail, ok := p.Available()
-		if !ok || avail >= p.MinAvailableMiB {
-			continue
-		}
-		if p.Ready(WhyPressure) {
-			p.Log.Warn("host memory low: stopped the oldest ready clone", "available_mib", avail,
-				"min_available_mib", p.MinAvailableMiB)
-		} else if p.Idle(WhyPressure) {
-			p.Log.Warn("host memory low: stopped the longest idle vm", "available_mib", avail,
-				"min_available_mib", p.MinAvailableMiB)
-		}
+	every(stop, p.Every, nil, p.check)
+}
+
+// check stops one VM if the host's available memory is low.
+func (p Pressure) check() {
+	avail, ok := p.Available()
+	if !ok || avail >= p.MinAvailableMiB {
+		return
+	}
+	if p.Ready(WhyPressure) {
+		p.Log.Warn("host memory low: stopped the oldest ready clone", "available_mib", avail,
+			"min_available_mib", p.MinAvailableMiB)
+	} else if p.Idle(WhyPressure) {
+		p.Log.Warn("host memory low: stopped the longest idle vm", "available_mib", avail,
+			"min_available_mib", p.MinAvailableMiB)
 	}
 }

@@ -29,21 +29,25 @@ import (
 // standby VMs (a VMM started, nothing restored) a ready clone's guest
 // runs; unlike a kept VM (keep-alive) it has run no handler.
 //
-// How many each (snapshot, strategy) keeps follows its recent concurrency
-// (package readyclones: the p95 of per-second peaks over a sliding
-// window, --min-ready at least, none once idle for the window), fitted
-// into --standby-memory and the admission budget. A sizing loop drops the
-// surplus and starts refills in the background, one at a time by default,
-// only while no request waits for room or restores, through the VMM pool.
+// How many each (snapshot, strategy) keeps follows its recent arrivals
+// and how long a taken clone takes to be replaced (package readyclones:
+// enough for 92% of the window's requests to have found one,
+// --min-ready at least, none once idle for the window), fitted into
+// --standby-memory, where each clone counts what it was measured to hold
+// once ready, and the admission budget. A sizing loop drops the surplus
+// and starts refills in the background, one at a time by default, only
+// while no request waits for room or restores, through the VMM pool.
 // A clone that waits longer than --ready-max-age is recycled; ready clones
 // give way first when a start needs room or host memory runs low.
 
 // ReadyConfig configures ready clones. Zero values take the defaults;
 // MemoryMiB 0 keeps none.
 type ReadyConfig struct {
-	// MemoryMiB bounds the memory ready clones hold together, guest RAM
-	// plus the daemon's VM memory overhead each (thawd --standby-memory);
-	// 0: none.
+	// MemoryMiB bounds the memory ready clones hold together (thawd
+	// --standby-memory; 0: none): each counts its VMM's proportional set
+	// size measured once it was ready; a clone not measured yet counts the
+	// most its key's latest clones measured, or guest RAM plus the VM
+	// memory overhead before any was.
 	MemoryMiB int
 	// MinReady is how many each snapshot and strategy that has had
 	// traffic keeps even when idle (--min-ready, like min instances).
@@ -64,6 +68,11 @@ type ReadyConfig struct {
 	// fill starts (default 100 ms; negative: none): its answer leaves
 	// the daemon before a refill's VMM start takes the CPU.
 	Settle time.Duration
+	// Hold is how long a request served by a ready clone holds fills back
+	// at most (default 250 ms; negative: until it ends): a short request
+	// has the CPU to itself, and a long one does not keep its successors'
+	// clones from being refilled.
+	Hold time.Duration
 }
 
 // SetDefaults fills the zero settings.
@@ -86,6 +95,9 @@ func (c *ReadyConfig) SetDefaults() {
 	if c.Settle == 0 {
 		c.Settle = 100 * time.Millisecond
 	}
+	if c.Hold == 0 {
+		c.Hold = 250 * time.Millisecond
+	}
 }
 
 // readyRetry is how long a key waits for its next fill after one failed.
@@ -94,8 +106,7 @@ var readyRetry = 5 * time.Second
 // policy is the sizing policy c sets.
 func (c *ReadyConfig) policy() readyclones.Policy {
 	p := readyclones.DefaultPolicy()
-	p.Window, p.Bucket = c.Window, min(time.Second, c.Window/60)
-	p.MinReady, p.Max = c.MinReady, c.MaxPerKey
+	p.Window, p.MinReady, p.Max = c.Window, c.MinReady, c.MaxPerKey
 	return p
 }
 
@@ -123,7 +134,7 @@ type Clone[V any] struct {
 	Key   Key
 	VM    V
 	Rec   *catalog.VM // its record; Rec.ID is the VM's id
-	mem   int         // MiB counted against --standby-memory
+	mem   int         // MiB counted against --standby-memory: measured, or the key's estimate
 	since time.Time
 	timer *time.Timer // its age limit
 }
@@ -150,6 +161,9 @@ type ReadyDeps[V any] struct {
 	Admit func(fn string, memMiB, fnMax int) (release func(), ok bool)
 	// Restoring is how many restores are under way.
 	Restoring func() int64
+	// Measure reads a ready clone's memory in MiB (its VMM's proportional
+	// set size); nil or an error: it counts its key's estimate.
+	Measure func(vm V) (mib int, err error)
 	// Go runs f in the background, waited for by the daemon's Close;
 	// false if the daemon is closing (f does not run).
 	Go func(f func()) bool
@@ -175,6 +189,8 @@ type Ready[V any] struct {
 	fills   int // all fills under way
 	memMiB  int // of ready and filling clones
 	demand  map[Key]*readyclones.Demand
+	costs   map[Key]*readyclones.Cost // what each key's clone holds
+	taken   map[Key][]time.Time       // per key, clones taken and not replaced yet, oldest first
 	fns     map[Key]*catalog.Function // the function each key's snapshot belongs to
 	// epoch counts, per snapshot, the times its clones were dropped: a
 	// fill begun before is discarded. held: snapshots being deleted.
@@ -184,9 +200,9 @@ type Ready[V any] struct {
 	retryAt map[Key]time.Time
 	kick    chan struct{}
 	// dispatching counts requests running on ready clones: no fill
-	// starts meanwhile, nor until Settle after the last one ended (its
-	// answer is still being written), so a refill never takes the CPU
-	// from a hit.
+	// starts during a request's first Hold, nor until Settle after it
+	// ended (its answer is still being written), so a refill does not
+	// take the CPU from a short hit.
 	dispatching atomic.Int64
 	settled     atomic.Int64 // unix ns from which fills may start again
 	// unserved counts requests that could take a ready clone and have
@@ -213,8 +229,8 @@ var readyDropLabel = map[string]string{WhyReadyAged: "aged", WhyReadySurplus: "s
 func NewReady[V any](cfg ReadyConfig, deps ReadyDeps[V]) *Ready[V] {
 	r := &Ready[V]{cfg: cfg, deps: deps,
 		clones: map[Key][]*Clone[V]{}, filling: map[Key]int{}, demand: map[Key]*readyclones.Demand{},
-		fns: map[Key]*catalog.Function{}, epoch: map[string]uint64{}, held: map[string]bool{},
-		retryAt: map[Key]time.Time{}, kick: make(chan struct{}, 1), policy: cfg.policy()}
+		costs: map[Key]*readyclones.Cost{}, taken: map[Key][]time.Time{}, fns: map[Key]*catalog.Function{},
+		epoch: map[string]uint64{}, held: map[string]bool{}, retryAt: map[Key]time.Time{}, kick: make(chan struct{}, 1), policy: cfg.policy()}
 	r.m = deps.Metrics.NewReadyClones(r.State)
 	return r
 }
@@ -233,17 +249,7 @@ func (r *Ready[V]) Kick() {
 // Loop sizes the ready clones every interval, and when demand changes,
 // until stop is closed.
 func (r *Ready[V]) Loop(stop <-chan struct{}) {
-	tick := time.NewTicker(r.cfg.Interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		case <-r.kick:
-		}
-		r.size(time.Now())
-	}
+	every(stop, r.cfg.Interval, r.kick, func() { r.size(time.Now()) })
 }
 
 // ReadyAuto is the strategy of the ready clones' key of a function under
@@ -276,7 +282,7 @@ func (r *Ready[V]) functions(ctx context.Context) {
 		fn, err := r.deps.Function(ctx, key.Snapshot)
 		r.mu.Lock()
 		if err != nil {
-			delete(r.demand, key)
+			r.forget(key)
 		} else if r.demand[key] != nil {
 			r.fns[key] = fn
 		}
@@ -284,8 +290,25 @@ func (r *Ready[V]) functions(ctx context.Context) {
 	}
 }
 
-// mem is what one clone of fn counts against the budgets.
-func (r *Ready[V]) mem(fn *catalog.Function) int { return fn.MemoryMiB + r.deps.OverheadMiB }
+// mem is what one clone of key (of fn) not measured yet counts against
+// --standby-memory (r.mu held).
+func (r *Ready[V]) mem(key Key, fn *catalog.Function) int {
+	c := r.costs[key]
+	if c == nil {
+		c = readyclones.NewCost(fn.MemoryMiB + r.deps.OverheadMiB)
+		r.costs[key] = c
+	}
+	return c.Estimate()
+}
+
+// forget drops what is known of key's demand (r.mu held).
+func (r *Ready[V]) forget(key Key) {
+	delete(r.demand, key)
+	delete(r.fns, key)
+	delete(r.retryAt, key)
+	delete(r.costs, key)
+	delete(r.taken, key)
+}
 
 // compareKeys orders keys by snapshot, then strategy.
 func compareKeys(a, b Key) int {
@@ -310,12 +333,10 @@ func (r *Ready[V]) size(now time.Time) {
 		}
 		w := d.Want(now)
 		if w == 0 && d.Idle(now) && len(r.clones[key]) == 0 && r.filling[key] == 0 {
-			delete(r.demand, key) // idle for the whole window: forgotten
-			delete(r.fns, key)
-			delete(r.retryAt, key)
+			r.forget(key) // idle for the whole window: forgotten
 			continue
 		}
-		wants = append(wants, readyclones.Want[Key]{Key: key, Clones: w, Min: min(r.cfg.MinReady, w), MemMiB: r.mem(fn)})
+		wants = append(wants, readyclones.Want[Key]{Key: key, Clones: w, Min: min(r.cfg.MinReady, w), MemMiB: r.mem(key, fn)})
 	}
 	alloc := readyclones.Allocate(wants, r.cfg.MemoryMiB)
 	var surplus []*Clone[V]
@@ -324,6 +345,7 @@ func (r *Ready[V]) size(now time.Time) {
 		if extra := min(len(list)+r.filling[w.Key]-alloc[w.Key], len(list)); extra > 0 {
 			surplus = append(surplus, list[:extra]...)
 		}
+		r.owe(w.Key, alloc[w.Key]-len(list), now)
 	}
 	r.mu.Unlock()
 	for _, rc := range surplus {
@@ -345,12 +367,14 @@ func (r *Ready[V]) fillFor(w readyclones.Want[Key], want int) bool {
 	have := len(r.clones[w.Key]) + r.filling[w.Key]
 	fills := r.fills
 	if fn == nil || have >= want || fills >= r.cfg.Fills || r.memMiB+w.MemMiB > r.cfg.MemoryMiB ||
-		r.held[w.Key.Snapshot] || r.deps.Restoring() > int64(fills) || r.dispatching.Load() > 0 ||
+		r.held[w.Key.Snapshot] || r.deps.Restoring() > int64(fills) || (r.cfg.Hold < 0 && r.dispatching.Load() > 0) ||
 		r.unserved.Load() > 0 || time.Now().UnixNano() < r.settled.Load() ||
 		time.Now().Before(r.retryAt[w.Key]) {
 		return false // requests restoring or on ready clones come first (each fill restores too)
 	}
-	release, ok := r.deps.Admit(fn.Name, w.MemMiB, fn.MaxConcurrency) // never while a start waits
+	// Admission reserves the clone's full room (what it may grow to once it
+	// serves), never while a start waits; --standby-memory what it holds.
+	release, ok := r.deps.Admit(fn.Name, fn.MemoryMiB+r.deps.OverheadMiB, fn.MaxConcurrency)
 	if !ok {
 		return false
 	}
@@ -372,6 +396,10 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 	vm, rec, err := r.deps.Start(context.Background(), key, release)
 	closed := r.deps.Closed()
 	started := err == nil
+	measured := 0
+	if started && !closed {
+		measured = r.measure(vm, rec)
+	}
 	r.mu.Lock()
 	if started && (closed || r.epoch[key.Snapshot] != epoch) {
 		// Dropped (deleted, evicted) or stopping while it started: it
@@ -381,15 +409,12 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 		r.mu.Lock()
 		started = false
 	}
-	if r.filling[key]--; r.filling[key] <= 0 {
-		delete(r.filling, key)
-	}
+	doneFilling(r.filling, key)
 	r.fills--
 	if !started {
 		r.memMiB -= mem
 		if errors.Is(err, errdefs.ErrNotFound) {
-			delete(r.demand, key)
-			delete(r.fns, key)
+			r.forget(key)
 		}
 		if err != nil {
 			r.retryAt[key] = time.Now().Add(readyRetry) // a snapshot that fails to restore is not tried in a loop
@@ -401,15 +426,65 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 		}
 		return
 	}
-	rc := &Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}
+	r.pool(&Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}, measured)
+	r.mu.Unlock()
+	r.m.Refill("ok")
+	r.deps.Log.Debug("ready clone ready", "vm", rec.ID, "snapshot", key.Snapshot, "strategy", rec.Strategy,
+		"ms", float64(time.Since(t0).Microseconds())/1000, "measured_mib", measured)
+	r.Kick() // the next fill, if wanted
+}
+
+// measure is what a ready clone holds in MiB (0: not measured).
+func (r *Ready[V]) measure(vm V, rec *catalog.VM) int {
+	if r.deps.Measure == nil {
+		return 0
+	}
+	mib, err := r.deps.Measure(vm)
+	if err != nil {
+		r.deps.Log.Debug("ready clone not measured: it counts its estimate", "vm", rec.ID, "err", err)
+		return 0
+	}
+	return mib
+}
+
+// pool adds a clone that became ready to the pool (r.mu held): it counts
+// what it measured (if it was) instead of what its fill reserved, teaches
+// its key's cost, and the time since the oldest clone of its key taken and
+// not replaced is the key's refill time (a fill that replaces none, as the
+// pool grows, says nothing of it).
+func (r *Ready[V]) pool(rc *Clone[V], measuredMiB int) {
+	if c := r.costs[rc.Key]; c != nil && measuredMiB > 0 {
+		c.Measured(measuredMiB)
+	}
+	if measuredMiB > 0 {
+		r.memMiB += measuredMiB - rc.mem
+		rc.mem = measuredMiB
+	}
+	if q := r.taken[rc.Key]; len(q) > 0 {
+		if d := r.demand[rc.Key]; d != nil {
+			d.Refilled(rc.since.Sub(q[0]))
+		}
+		r.taken[rc.Key] = q[1:]
+	}
 	rc.timer = time.AfterFunc(r.cfg.MaxAge, func() {
 		r.Drop(rc, WhyReadyAged)
 		r.Kick() // recycled: the loop starts a fresh one if still wanted
 	})
-	r.clones[key] = append(r.clones[key], rc)
-	r.mu.Unlock()
-	r.m.Refill("ok")
-	r.deps.Log.Debug("ready clone ready", "vm", rec.ID, "snapshot", key.Snapshot, "strategy", rec.Strategy,
-		"ms", float64(time.Since(t0).Microseconds())/1000)
-	r.Kick() // the next fill, if wanted
+	r.clones[rc.Key] = append(r.clones[rc.Key], rc)
+}
+
+// owe keeps at most n of key's clones taken and not replaced, the newest
+// (r.mu held): those beyond what the key may keep will not be replaced,
+// and none older than the window is.
+func (r *Ready[V]) owe(key Key, n int, now time.Time) {
+	q := r.taken[key]
+	from := now.Add(-r.cfg.Window)
+	for len(q) > 0 && (len(q) > max(n, 0) || q[0].Before(from)) {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(r.taken, key)
+		return
+	}
+	r.taken[key] = q
 }

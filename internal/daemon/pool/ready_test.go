@@ -26,6 +26,8 @@ type readyFake struct {
 	retired  map[string]string
 	failed   map[string]string
 	restores int64
+	measured map[string]int // MiB each clone measures (absent: an error)
+	admitted []int          // MiB each fill asked admission for
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -67,18 +69,22 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 			f.failed[vm.id] = why
 			return "killed by signal 9"
 		},
-		Admit:     func(string, int, int) (func(), bool) { return func() {}, true },
-		Restoring: func() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.restores },
-		Go: func(fn func()) bool {
+		Admit: func(_ string, mib, _ int) (func(), bool) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if f.closed {
-				return false
-			}
-			f.wg.Add(1)
-			go func() { defer f.wg.Done(); fn() }()
-			return true
+			f.admitted = append(f.admitted, mib)
+			return func() {}, true
 		},
+		Restoring: func() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.restores },
+		Measure: func(vm *fakeVM) (int, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if mib, ok := f.measured[vm.id]; ok {
+				return mib, nil
+			}
+			return 0, errors.New("no such process")
+		},
+		Go:          func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
 		Closed:      func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
 		Metrics:     metrics.New(func() metrics.State { return metrics.State{} }),
 		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -131,7 +137,7 @@ func newReadyPool(t *testing.T, f *readyFake, edit func(*ReadyConfig)) *Ready[*f
 // the request is told why.
 func TestReadyFillAndTake(t *testing.T) {
 	f := newReadyFake()
-	r := newReadyPool(t, f, nil)
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 1 }) // the fake's refills are too quick to size on
 	key := ReadyKeyOf("s", "vanilla", false)
 	tk := r.Begin(key)
 	time.Sleep(50 * time.Millisecond)
@@ -261,4 +267,94 @@ func TestReadyDropHoldReclaim(t *testing.T) {
 	if r.Count() != 1 || f.why("s-4") != "" {
 		t.Fatalf("forget: %d ready, s-4 retired %q", r.Count(), f.why("s-4"))
 	}
+}
+
+// A ready clone counts what it measured once ready, not guest RAM plus
+// overhead: the budget of two clones' bound holds more of them once the
+// first is measured, a clone not measured counts the most its key's
+// latest measured, and the state a scrape reads sums what each counts.
+func TestReadyCountsMeasuredMemory(t *testing.T) {
+	f := newReadyFake()
+	f.measured = map[string]int{"s-1": 100, "s-2": 60, "s-3": 60, "s-4": 60}
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MinReady = 5; c.MaxPerKey = 5 })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	// 512 MiB: the first fill reserves 256 (the bound), then each
+	// reserves the estimate (100) and counts what it measured.
+	waitUntil(t, "clones within the budget", func() bool { return r.Count() == 5 })
+	if st := r.State(); st.MemoryMiB != 100+60+60+60+100 {
+		t.Fatalf("state %+v: want 100+60+60+60 measured and 100 for s-5, not measured", st)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 5 {
+		t.Fatalf("%d starts: want 5, the cap", f.nStarts())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, mib := range f.admitted { // admission reserves the full room
+		if mib != 200+56 {
+			t.Fatalf("fills asked admission for %v MiB, want 256 each", f.admitted)
+		}
+	}
+}
+
+// The time from a take to its replacement ready is the key's refill time;
+// a request on a clone holds fills back for Hold only, not its length.
+func TestReadyRefillTimeAndHold(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 1; c.Hold = 100 * time.Millisecond })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	waitUntil(t, "a clone", func() bool { return r.Count() == 1 })
+	tk := r.Begin(key)
+	rc, _ := r.Take(key)
+	if rc == nil {
+		t.Fatal("no clone taken")
+	}
+	t0 := time.Now()
+	done := r.Dispatch(tk)
+	defer func() { done(); tk.End() }()
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 1 {
+		t.Fatal("a refill started within the hold")
+	}
+	waitUntil(t, "the refill while the request runs", func() bool { return r.Count() == 1 })
+	took := time.Since(t0)
+	r.mu.Lock()
+	refill := r.demand[key].RefillTime()
+	r.mu.Unlock()
+	// The first fill replaced no clone; the second, from the take to
+	// ready, is the first refill time measured.
+	if refill < 100*time.Millisecond || refill > took {
+		t.Fatalf("refill time %s: want from the 100 ms hold to %s", refill, took)
+	}
+}
+
+// A request that found no clone holds fills back until it says so
+// (Missed), not until it ends; its restore is then counted as restores are.
+func TestReadyMissHoldsFillsUntilMissed(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, nil)
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	tk := r.Begin(key)
+	defer tk.End()
+	if rc, _ := r.Take(key); rc != nil {
+		t.Fatal("a clone before any fill")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 0 {
+		t.Fatal("a fill started while the request had not said it missed")
+	}
+	f.mu.Lock()
+	f.restores = 1
+	f.mu.Unlock()
+	tk.Missed()
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != 0 {
+		t.Fatal("a fill started while the request restored")
+	}
+	f.mu.Lock()
+	f.restores = 0
+	f.mu.Unlock()
+	waitUntil(t, "a fill while the missed request still runs", func() bool { return r.Count() == 1 })
 }

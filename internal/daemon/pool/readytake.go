@@ -42,6 +42,12 @@ func (r *Ready[V]) Begin(key Key) *Ticket[V] {
 	return tk
 }
 
+// Missed says the request found no ready clone and goes on without one:
+// from then its restore, counted as restores are, holds fills back (until
+// it is restored, not until it ends: a long request does not keep its
+// successors' clones from being filled).
+func (tk *Ticket[V]) Missed() { tk.Served() }
+
 // Served says the request took a ready clone.
 func (tk *Ticket[V]) Served() {
 	if tk.pending.CompareAndSwap(true, false) {
@@ -61,19 +67,30 @@ func (tk *Ticket[V]) End() {
 	tk.r.Kick()
 }
 
-// Dispatch records that tk's request runs on a ready clone; done records
-// its end: fills wait Settle, then the loop is kicked.
+// Dispatch records that tk's request runs on a ready clone: fills wait
+// Hold (or its end, Hold negative); done records its end: fills wait
+// Settle, then the loop is kicked.
 func (r *Ready[V]) Dispatch(tk *Ticket[V]) (done func()) {
-	r.dispatching.Add(1) // its replacement starts once the request is done
+	r.dispatching.Add(1)
+	r.holdFills(r.cfg.Hold)
 	tk.Served()
 	return func() {
-		if d := r.cfg.Settle; d > 0 {
-			r.settled.Store(time.Now().Add(d).UnixNano())
-			time.AfterFunc(d, r.Kick)
-		}
+		r.holdFills(r.cfg.Settle)
 		r.dispatching.Add(-1)
 		r.Kick()
 	}
+}
+
+// holdFills keeps fills from starting for d from now (none if d <= 0),
+// and kicks the loop then.
+func (r *Ready[V]) holdFills(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	until := time.Now().Add(d).UnixNano()
+	for old := r.settled.Load(); old < until && !r.settled.CompareAndSwap(old, until); old = r.settled.Load() {
+	}
+	time.AfterFunc(d, r.Kick)
 }
 
 // Outcome counts a request's outcome ("hit", "miss", "failed") and, for a
@@ -94,6 +111,7 @@ func (r *Ready[V]) Take(key Key) (rc *Clone[V], dead string) {
 			r.memMiB -= c.mem
 			if r.deps.Alive(c.VM) {
 				rc = c
+				r.taken[k] = append(r.taken[k], time.Now())
 			} else {
 				gone = append(gone, c)
 			}
@@ -175,15 +193,7 @@ func (r *Ready[V]) DropWhere(match func(*Clone[V]) bool, why string) {
 }
 
 // Hold stops (or allows again) fills for snapshot id.
-func (r *Ready[V]) Hold(id string, hold bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if hold {
-		r.held[id] = true
-	} else {
-		delete(r.held, id)
-	}
-}
+func (r *Ready[V]) Hold(id string, hold bool) { setHeld(&r.mu, r.held, id, hold) }
 
 // DropSnapshot stops snapshot id's ready clones and forgets its demand;
 // clones still starting are discarded when ready, and it waits for them
@@ -193,26 +203,12 @@ func (r *Ready[V]) DropSnapshot(id, why string) {
 	r.epoch[id]++
 	for key := range r.demand {
 		if key.Snapshot == id {
-			delete(r.demand, key)
-			delete(r.fns, key)
-			delete(r.retryAt, key)
+			r.forget(key)
 		}
 	}
 	r.mu.Unlock()
 	r.DropWhere(func(rc *Clone[V]) bool { return rc.Key.Snapshot == id }, why)
-	for deadline := time.Now().Add(r.deps.BootTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		r.mu.Lock()
-		filling := 0
-		for key, n := range r.filling {
-			if key.Snapshot == id {
-				filling += n
-			}
-		}
-		r.mu.Unlock()
-		if filling == 0 {
-			return
-		}
-	}
+	waitFills(&r.mu, r.filling, id, r.deps.BootTimeout)
 }
 
 // Reclaim stops the oldest ready clone for why (a start needs room, host
@@ -263,12 +259,5 @@ func (r *Ready[V]) DemandKeys() []Key {
 // Close stops the clones' timers and empties the pool; the daemon stops
 // the VMs themselves.
 func (r *Ready[V]) Close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, list := range r.clones {
-		for _, rc := range list {
-			rc.timer.Stop()
-		}
-	}
-	r.clones = map[Key][]*Clone[V]{}
+	stopAll(&r.mu, &r.clones, func(rc *Clone[V]) *time.Timer { return rc.timer })
 }

@@ -215,9 +215,7 @@ func (p *VMMPool[V, P]) fill(key Key, mem int, ttl time.Duration, epoch uint64, 
 	}
 	// The check above, joining the pool and leaving the fills happen under
 	// one hold of the lock, so a drop either sees it filling or ready.
-	if p.filling[key]--; p.filling[key] <= 0 {
-		delete(p.filling, key)
-	}
+	doneFilling(p.filling, key)
 	if !started {
 		p.memMiB -= mem
 		p.mu.Unlock()
@@ -275,15 +273,7 @@ func (p *VMMPool[V, P]) Forget(id string) {
 }
 
 // Hold stops (or allows again) fills for snapshot id.
-func (p *VMMPool[V, P]) Hold(id string, hold bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if hold {
-		p.held[id] = true
-	} else {
-		delete(p.held, id)
-	}
-}
+func (p *VMMPool[V, P]) Hold(id string, hold bool) { setHeld(&p.mu, p.held, id, hold) }
 
 // DropSnapshot stops the standby VMs of snapshot id that match (nil: all
 // of them). Those still starting are discarded when ready, and it waits
@@ -294,19 +284,7 @@ func (p *VMMPool[V, P]) DropSnapshot(id string, match func(*Standby[V, P]) bool,
 	p.epoch[id]++
 	p.mu.Unlock()
 	p.DropWhere(func(sb *Standby[V, P]) bool { return sb.Key.Snapshot == id && (match == nil || match(sb)) }, why)
-	for deadline := time.Now().Add(p.cfg.BootTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		p.mu.Lock()
-		filling := 0
-		for key, n := range p.filling {
-			if key.Snapshot == id {
-				filling += n
-			}
-		}
-		p.mu.Unlock()
-		if filling == 0 {
-			return
-		}
-	}
+	waitFills(&p.mu, p.filling, id, p.cfg.BootTimeout)
 }
 
 // DropWhere stops every standby VM match selects.
@@ -334,12 +312,5 @@ func (p *VMMPool[V, P]) Usage(key Key) (ready, filling, memMiB int) {
 
 // Close stops the pool's timers and empties it; the daemon stops the VMs.
 func (p *VMMPool[V, P]) Close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, list := range p.ready {
-		for _, sb := range list {
-			sb.timer.Stop()
-		}
-	}
-	p.ready = map[Key][]*Standby[V, P]{}
+	stopAll(&p.mu, &p.ready, func(sb *Standby[V, P]) *time.Timer { return sb.timer })
 }

@@ -12,6 +12,19 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 )
 
+// goUnlessClosed runs fn in the background, counted in wg, unless closed
+// (the fakes' Go).
+func goUnlessClosed(mu *sync.Mutex, closed *bool, wg *sync.WaitGroup, fn func()) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if *closed {
+		return false
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); fn() }()
+	return true
+}
+
 // vmmFake is the daemon as the VMM pool sees it: starts that can be held
 // or fail, a room budget, and what was retired or enlisted.
 type vmmFake struct {
@@ -71,16 +84,7 @@ func (f *vmmFake) deps() VMMPoolDeps[*fakeVM, string] {
 			f.room--
 			return func() { f.mu.Lock(); f.room++; f.released++; f.mu.Unlock() }, true
 		},
-		Go: func(fn func()) bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if f.closed {
-				return false
-			}
-			f.wg.Add(1)
-			go func() { defer f.wg.Done(); fn() }()
-			return true
-		},
+		Go:      func(fn func()) bool { return goUnlessClosed(&f.mu, &f.closed, &f.wg, fn) },
 		Closed:  func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed },
 		Dropped: func(why string) { f.mu.Lock(); f.drops = append(f.drops, why); f.mu.Unlock() },
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
