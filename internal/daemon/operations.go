@@ -140,6 +140,3 @@ func phase(ctx context.Context, name string) { progress.Phase(ctx, name) }
 func subProgress(ctx context.Context, prefix string) context.Context {
 	return progress.Sub(ctx, prefix)
 }
-
-// reporting says whether ctx carries a reporter.
-func reporting(ctx context.Context) bool { return progress.Reporting(ctx) }
