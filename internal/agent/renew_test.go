@@ -15,15 +15,7 @@ import (
 // the hook on the plain line (secrets "-" when there are none); its answer
 // tells the connection the agent's protocol.
 func TestRenewNoHookLine(t *testing.T) {
-	lines := make(chan string, 1)
-	path := startGuest(t, func(g *guest) {
-		l, err := g.rd.ReadString('\n')
-		if err != nil {
-			return
-		}
-		lines <- l
-		g.send(reply(strings.Fields(l)[1], `{"ok":true,"hook":{"ran":false}}`))
-	})
+	path, lines := restoreGuest(t, `{"ok":true,"hook":{"ran":false}}`)
 	c := dial(t, path)
 	entropy := bytes.Repeat([]byte{3}, 32)
 	r, err := c.Renew(testCtx(t), Renewal{Entropy: entropy, NoHook: true})
@@ -37,6 +29,22 @@ func TestRenewNoHookLine(t *testing.T) {
 	if r.Hook == nil || r.Hook.Ran || c.Protocol() != ReadyProtocol {
 		t.Errorf("reply %+v, protocol %d", r, c.Protocol())
 	}
+}
+
+// restoreGuest is a guest that reads one restore line, hands it to lines
+// and answers it with answer (the reply's fields after its id).
+func restoreGuest(t *testing.T, answer string) (path string, lines chan string) {
+	t.Helper()
+	lines = make(chan string, 1)
+	path = startGuest(t, func(g *guest) {
+		l, err := g.rd.ReadString('\n')
+		if err != nil {
+			return
+		}
+		lines <- l
+		g.send(reply(strings.Fields(l)[1], answer))
+	})
+	return path, lines
 }
 
 // TestRenewNoHookOlderAgent: an agent before protocol 6 refuses the line

@@ -21,16 +21,7 @@ import (
 // the host's time as it was written, and the entropy in hex.
 func TestRestorePlainLine(t *testing.T) {
 	entropy := bytes.Repeat([]byte{0xab, 0x01}, 32)
-	lines := make(chan string, 1)
-	path := startGuest(t, func(g *guest) {
-		l, err := g.rd.ReadString('\n')
-		if err != nil {
-			return
-		}
-		lines <- l
-		f := strings.Fields(l)
-		g.send(reply(f[1], `{"ok":true,"clock_step_ms":2.5,"reseeded":["kernel","random"],"hook":{"ran":false},"steps":{"total":1.25}}`))
-	})
+	path, lines := restoreGuest(t, `{"ok":true,"clock_step_ms":2.5,"reseeded":["kernel","random"],"hook":{"ran":false},"steps":{"total":1.25}}`)
 	before := time.Now().UnixNano()
 	r, err := dial(t, path).Restore(testCtx(t), entropy)
 	if err != nil {
