@@ -44,6 +44,7 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 			}
 			return s.versions.SnapshotFunction(ctx, sn)
 		},
+		Listed: s.listReady,
 		Retire: func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
 		Alive: func(lv *liveVM) bool {
 			_, live := s.live(lv.ID)
@@ -120,9 +121,22 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
 		return nil, nil, fmt.Errorf("%w: ready clone %s: warm-up: %v", ErrVMFailed, lv.ID, err)
 	}
-	s.setState(ctx, lv, catalog.StateReady, "")
-	rec.State = catalog.StateReady
+	rec.State = catalog.StateReady // the catalog lists it so once it is pooled (listReady)
 	return lv, rec, nil
+}
+
+// listReady lists a pooled clone ready, under its lock, if no request took
+// it and no drop stopped it meanwhile: the listing never shows a clone
+// ready that a request could not take yet, nor one that a request runs on.
+func (s *Service) listReady(lv *liveVM, pooled func() bool) {
+	if !pooled() {
+		return
+	}
+	lv.Mu.Lock()
+	defer lv.Mu.Unlock()
+	if pooled() {
+		s.setState(context.Background(), lv, catalog.StateReady, "")
+	}
 }
 
 // readyStrategy is the strategy a fill of key restores with: key's, or

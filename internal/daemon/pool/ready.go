@@ -150,6 +150,11 @@ type ReadyDeps[V any] struct {
 	Start func(ctx context.Context, key Key, release func()) (vm V, rec *catalog.VM, err error)
 	// Function is the function snapshot belongs to (ErrNotFound: gone).
 	Function func(ctx context.Context, snapshot string) (*catalog.Function, error)
+	// Listed records a clone ready (the catalog lists it so) once it is
+	// in the pool, where a request can take it; pooled says whether it
+	// still waits there (a request may have taken it, or a drop stopped
+	// it, meanwhile). nil: the clone is listed as Start left it.
+	Listed func(vm V, pooled func() bool)
 	// Retire stops a VM and forgets it.
 	Retire func(vm V, rec *catalog.VM, why string)
 	// Alive says whether a clone's VM still runs.
@@ -342,7 +347,10 @@ func (r *Ready[V]) size(now time.Time) {
 	var surplus []*Clone[V]
 	for _, w := range wants {
 		list := r.clones[w.Key]
-		if extra := min(len(list)+r.filling[w.Key]-alloc[w.Key], len(list)); extra > 0 {
+		// Only ready clones beyond the allocation are surplus: a fill under
+		// way does not make one so (a request may be about to take it; the
+		// fill's clone, once ready, is the surplus if the want stays low).
+		if extra := len(list) - alloc[w.Key]; extra > 0 {
 			surplus = append(surplus, list[:extra]...)
 		}
 		r.owe(w.Key, alloc[w.Key]-len(list), now)
@@ -426,12 +434,23 @@ func (r *Ready[V]) fill(key Key, mem int, epoch uint64, release func()) {
 		}
 		return
 	}
-	r.pool(&Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}, measured)
+	rc := &Clone[V]{Key: key, VM: vm, Rec: rec, mem: mem, since: time.Now()}
+	r.pool(rc, measured)
 	r.mu.Unlock()
+	r.Kick() // the next fill, if wanted
+	if r.deps.Listed != nil {
+		r.deps.Listed(vm, func() bool { return r.pooled(rc) })
+	}
 	r.m.Refill("ok")
 	r.deps.Log.Debug("ready clone ready", "vm", rec.ID, "snapshot", key.Snapshot, "strategy", rec.Strategy,
 		"ms", float64(time.Since(t0).Microseconds())/1000, "measured_mib", measured)
-	r.Kick() // the next fill, if wanted
+}
+
+// pooled says whether rc still waits in the pool.
+func (r *Ready[V]) pooled(rc *Clone[V]) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.clones[rc.Key], rc)
 }
 
 // measure is what a ready clone holds in MiB (0: not measured).

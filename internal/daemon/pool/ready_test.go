@@ -27,6 +27,7 @@ type readyFake struct {
 	failed   map[string]string
 	restores int64
 	measured map[string]int // MiB each clone measures (absent: an error)
+	listed   []string       // clones listed ready, in order
 	admitted []int          // MiB each fill asked admission for
 	closed   bool
 	wg       sync.WaitGroup
@@ -61,6 +62,13 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 			}
 			return readyFn, nil
 		},
+		Listed: func(vm *fakeVM, pooled func() bool) {
+			if pooled() {
+				f.mu.Lock()
+				f.listed = append(f.listed, vm.id)
+				f.mu.Unlock()
+			}
+		},
 		Retire: func(vm *fakeVM, _ *catalog.VM, why string) { f.mu.Lock(); f.retired[vm.id] = why; f.mu.Unlock() },
 		Alive:  func(vm *fakeVM) bool { f.mu.Lock(); defer f.mu.Unlock(); return !f.dead[vm.id] },
 		Fail: func(vm *fakeVM, why string) string {
@@ -91,6 +99,24 @@ func (f *readyFake) deps() ReadyDeps[*fakeVM] {
 		OverheadMiB: 56,
 		BootTimeout: 3 * time.Second,
 	}
+}
+
+// oldestClone is the id of r's clone that became ready first.
+func oldestClone(r *Ready[*fakeVM]) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var oldest *Clone[*fakeVM]
+	for _, list := range r.clones {
+		for _, c := range list {
+			if oldest == nil || c.since.Before(oldest.since) {
+				oldest = c
+			}
+		}
+	}
+	if oldest == nil {
+		return ""
+	}
+	return oldest.Rec.ID
 }
 
 func (f *readyFake) why(id string) string {
@@ -240,8 +266,9 @@ func TestReadyDropHoldReclaim(t *testing.T) {
 	key := Key{Snapshot: "s", Kind: "vanilla"}
 	r.Begin(key).End()
 	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
-	if !r.Reclaim(WhyReadyRoom) || f.why("s-1") != WhyReadyRoom {
-		t.Fatalf("reclaim retired %v, want s-1 for room", f.retired)
+	oldest := oldestClone(r) // two fills ran at once: either may have become ready first
+	if !r.Reclaim(WhyReadyRoom) || f.why(oldest) != WhyReadyRoom {
+		t.Fatalf("reclaim retired %v, want %s (the oldest) for room", f.retired, oldest)
 	}
 	f.mu.Lock()
 	f.gate = make(chan struct{})
@@ -357,4 +384,42 @@ func TestReadyMissHoldsFillsUntilMissed(t *testing.T) {
 	f.restores = 0
 	f.mu.Unlock()
 	waitUntil(t, "a fill while the missed request still runs", func() bool { return r.Count() == 1 })
+}
+
+// A fill under way does not make a ready clone surplus when the want drops
+// (a request may be about to take it): the fill's clone, once ready, is
+// the surplus then, and the older clone is the one stopped.
+func TestReadyFillUnderWayKeepsReadyClone(t *testing.T) {
+	f := newReadyFake()
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 2; c.Window = 300 * time.Millisecond })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	r.Begin(key).End() // two arrivals within a refill time: two clones wanted
+	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
+	f.mu.Lock()
+	f.gate = make(chan struct{})
+	f.mu.Unlock()
+	tk := r.Begin(key)
+	if rc, _ := r.Take(key); rc == nil {
+		t.Fatal("no clone taken")
+	}
+	r.Dispatch(tk)()
+	tk.End()
+	waitUntil(t, "a refill under way", func() bool { return r.Filling() == 1 })
+	time.Sleep(500 * time.Millisecond) // the window empties: one clone (the minimum) wanted
+	if n := r.Count(); n != 1 {
+		t.Fatalf("%d ready clones while a fill was under way, want the one kept (retired %v)", n, f.retired)
+	}
+	survivor := oldestClone(r)
+	f.mu.Lock()
+	close(f.gate)
+	f.gate = nil
+	f.mu.Unlock()
+	waitUntil(t, "the surplus stopped", func() bool { return f.why(survivor) == WhyReadySurplus })
+	waitUntil(t, "one clone", func() bool { return r.Count() == 1 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.listed) != 3 || f.listed[0] != "s-1" {
+		t.Fatalf("listed ready %v, want the three clones as each was pooled", f.listed)
+	}
 }

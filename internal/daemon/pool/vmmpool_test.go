@@ -64,10 +64,10 @@ func (f *vmmFake) deps() VMMPoolDeps[*fakeVM, string] {
 			return &fakeVM{id}, &catalog.VM{ID: id}, "plan of " + id, nil
 		},
 		Enlist: func(vm *fakeVM, join func()) {
-			join()
-			f.mu.Lock()
+			f.mu.Lock() // before join, under the pool's lock: in the pool's order
 			f.enlisted = append(f.enlisted, vm.id)
 			f.mu.Unlock()
+			join()
 		},
 		Retire: func(vm *fakeVM, rec *catalog.VM, why string) {
 			f.mu.Lock()
