@@ -26,6 +26,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/daemon/restorer"
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
@@ -115,6 +116,8 @@ type Service struct {
 	// prep prepares functions: clean and warm snapshots, the strategies'
 	// artifacts (prepare.go).
 	prep *snapshots.Preparer
+	// restorer restores clones from snapshots (package daemon/restorer).
+	restorer *restorer.Restorer[*liveVM]
 }
 
 // Directory layout under DataDir.
@@ -211,6 +214,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.snaps = s.newSnapshots()
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.prep = s.newPreparer()
+	s.restorer = s.newRestorer()
 	return s, nil
 }
 
