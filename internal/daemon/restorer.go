@@ -65,7 +65,7 @@ func (s *Service) newRestorer() *restorer.Restorer[*liveVM] {
 // restorePool is the VMM pool as the restorer sees it.
 type restorePool struct{ s *Service }
 
-func (p restorePool) BeginRestore() func()           { return p.s.vmmPool.BeginRestore() }
+func (p restorePool) BeginRestore() func()          { return p.s.vmmPool.BeginRestore() }
 func (p restorePool) Size(fn *catalog.Function) int { return p.s.vmmPool.Size(fn) }
 
 func (p restorePool) Take(snapshot string, kind restore.Kind) (*liveVM, *catalog.VM, *coldStart, bool) {
