@@ -209,6 +209,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.versions = s.newVersions(s.reg.Registry())
 	s.snaps = s.newSnapshots()
+	s.pins = artifactPins{snapshots.NewPins(s.snapshotsDir())}
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.prep = s.newPreparer()
 	return s, nil

@@ -52,22 +52,22 @@ func (m *Manager) CheckRefresh(ctx context.Context, req RefreshRequest) (*AskedR
 	if err := m.deps.CheckEvent(req.Event); err != nil {
 		return nil, err
 	}
-	function, version, err := m.deps.Lookup.Resolve(ctx, req.Function)
+	function, version, err := m.deps.Resolve(ctx, req.Function)
 	if err != nil {
 		return nil, err
 	}
-	snapID, err := m.deps.Lookup.NewestSnapshot(ctx, function, version)
+	snapID, err := m.deps.NewestSnapshot(ctx, function, version)
 	if err != nil {
 		return nil, err
 	}
-	sn, err := m.deps.Lookup.GetSnapshot(ctx, snapID)
+	sn, err := m.deps.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, err
 	}
 	if sn.RemoteMemory {
 		return nil, fmt.Errorf("%w: snapshot %s's memory is in the registry: pull it first", errdefs.ErrConflict, sn.ID)
 	}
-	snap, err := m.deps.Lookup.StrategySnapshot(sn)
+	snap, err := m.deps.StrategySnapshot(sn)
 	if err != nil {
 		return nil, err
 	}

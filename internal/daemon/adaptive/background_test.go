@@ -48,6 +48,9 @@ func TestDriftRefreshesTheSet(t *testing.T) {
 			if left, _ := filepath.Glob(filepath.Join(sn.Dir, ".staging-*")); len(left) != 0 || len(w.art.swapped) != 1 {
 				t.Fatalf("staging left %v, swapped %v", left, w.art.swapped)
 			}
+			if want := filepath.Join(sn.Dir, "strategies", "reap"); len(w.art.trusted) != 1 || w.art.trusted[0] != want {
+				t.Fatalf("trusted %v, want the swapped set %s", w.art.trusted, want)
+			}
 			v := w.doc("echo")
 			if len(v.Refreshes) != 1 || v.Refreshes[0].State != wire.OpSucceeded || len(v.Drift) != 0 {
 				t.Fatalf("document %+v", v)
