@@ -8,6 +8,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -41,7 +42,11 @@ func CheckRestoreSettings(strategy, refresh string) error {
 // newAdaptive makes the daemon's adaptive restore.
 func newAdaptive(s *Service, cfg AdaptiveConfig) *adaptive.Manager {
 	return adaptive.New(cfg, adaptive.Deps{Catalog: s.db, Metrics: s.metrics, Artifacts: s.pins, Log: s.log,
-		GetFunction: s.GetFunction, GetSnapshot: s.GetSnapshot, Resolve: s.resolveRef,
+		GetFunction: s.GetFunction, GetSnapshot: s.GetSnapshot, ParseRef: ParseRef,
+		Resolve: func(ctx context.Context, r versions.Ref) (int, error) {
+			target, err := s.versions.Resolve(ctx, r)
+			return target.Version, err
+		},
 		NewestSnapshot: s.versions.NewestSnapshotOf, StrategySnapshot: snapshots.StrategySnapshot,
 		StartOperation: func(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) (string, error) {
 			op, err := s.startOperation(ctx, kind, target, work)
@@ -67,16 +72,6 @@ func newAdaptive(s *Service, cfg AdaptiveConfig) *adaptive.Manager {
 // whyStandbyRefreshed is why standby VMs of a refreshed strategy go: they
 // hold the old set.
 const whyStandbyRefreshed = "its snapshot's working set was recorded again"
-
-// resolveRef is the function and version a reference runs.
-func (s *Service) resolveRef(ctx context.Context, ref string) (string, int, error) {
-	r, err := ParseRef(ref)
-	if err != nil {
-		return "", 0, err
-	}
-	target, err := s.versions.Resolve(ctx, r)
-	return r.Function, target.Version, err
-}
 
 // SetRestoreSettings changes a function's restore settings (a nil field
 // keeps its setting, "" returns it to the daemon's default) and returns
@@ -107,24 +102,5 @@ func (s *Service) RefreshWorkingSets(ctx context.Context, req RefreshRequest) (*
 
 // StartRefresh is RefreshWorkingSets as an operation.
 func (s *Service) StartRefresh(ctx context.Context, req RefreshRequest) (*Operation, error) {
-	if _, err := s.adaptive.CheckRefresh(ctx, req); err != nil {
-		return nil, err
-	}
-	id := make(chan string, 1)
-	op, err := s.startOperation(ctx, wire.OpRefresh, req.Function, func(ctx context.Context) (*wire.OperationResult, error) {
-		p, err := s.adaptive.CheckRefresh(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.adaptive.RefreshAsked(ctx, p, <-id)
-		if err != nil {
-			return nil, err
-		}
-		return &wire.OperationResult{Refresh: r}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	id <- op.ID
-	return op, nil
+	return adaptive.StartRefresh(ctx, s.adaptive, req, s.startOperation, func(op *Operation) string { return op.ID })
 }

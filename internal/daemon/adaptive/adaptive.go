@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/policy"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -130,9 +131,10 @@ type Deps struct {
 	// daemon's API does (names and ids checked first).
 	GetFunction func(ctx context.Context, name string) (*catalog.Function, error)
 	GetSnapshot func(ctx context.Context, id string) (*catalog.Snapshot, error)
-	// Resolve is the function and version a reference (NAME,
-	// NAME:VERSION, NAME:ALIAS) runs.
-	Resolve func(ctx context.Context, ref string) (function string, version int, err error)
+	// ParseRef reads a reference (NAME, NAME:VERSION, NAME:ALIAS),
+	// refusing a malformed one (ErrInvalid); Resolve is the version it runs.
+	ParseRef func(ref string) (versions.Ref, error)
+	Resolve  func(ctx context.Context, ref versions.Ref) (version int, err error)
 	// NewestSnapshot is the newest snapshot of function's version (0: of
 	// its snapshots made by hand).
 	NewestSnapshot func(ctx context.Context, function string, version int) (string, error)

@@ -254,6 +254,39 @@ func TestRefreshAskedFor(t *testing.T) {
 	}
 }
 
+// A refresh started as an operation is refused before it starts when it
+// cannot run, and else is recorded under the operation's id.
+func TestStartRefresh(t *testing.T) {
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	w.function("echo")
+	sn := w.snapshot("echo", 0, false, restore.REAP)
+	start := func(_ context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) (string, error) {
+		return w.ops.start(kind, target, work), nil
+	}
+	same := func(id string) string { return id }
+	if _, err := StartRefresh(ctx, w.m, RefreshRequest{Function: "none"}, start, same); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("refresh of no function: %v", err)
+	}
+	if ops := w.ops.wait(); len(ops) != 0 {
+		t.Fatalf("operations started for a refused refresh: %+v", ops)
+	}
+	id, err := StartRefresh(ctx, w.m, RefreshRequest{Function: "echo", Event: json.RawMessage(`{"x":1}`)}, start, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := w.ops.wait()
+	if len(ops) != 1 || ops[0].id != id || ops[0].kind != wire.OpRefresh || ops[0].target != "echo" || ops[0].err != nil {
+		t.Fatalf("operations %+v", ops)
+	}
+	if r := ops[0].res.Refresh; r.Operation != id || r.State != wire.OpSucceeded || r.Snapshot != sn.ID {
+		t.Fatalf("refresh %+v", r)
+	}
+	if rs := w.doc("echo").Refreshes; len(rs) != 1 || rs[0].Operation != id {
+		t.Fatalf("refreshes %+v", rs)
+	}
+}
+
 // Background prepares and refreshes hold a daemon-wide budget besides the
 // one per version: one that would pass it is not started, and the budget
 // is free again when one ends; a budget out of range is refused.

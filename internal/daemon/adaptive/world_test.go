@@ -23,6 +23,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -72,7 +73,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	}
 	l, b := lookup{w}, background{w}
 	w.m = New(cfg, Deps{Catalog: db, Metrics: w.metrics, Artifacts: w.art, GetFunction: l.GetFunction, GetSnapshot: l.GetSnapshot,
-		Resolve: l.Resolve, NewestSnapshot: l.NewestSnapshot, StrategySnapshot: l.StrategySnapshot,
+		ParseRef: l.ParseRef, Resolve: l.Resolve, NewestSnapshot: l.NewestSnapshot, StrategySnapshot: l.StrategySnapshot,
 		StartOperation: b.StartOperation, Prepare: b.Prepare, DropStandby: w.art.dropStandby,
 		RecordHost: func(function string, event json.RawMessage) restore.RecordHost {
 			return recordHost{fn: function, event: string(event)}
@@ -215,13 +216,21 @@ func (l lookup) GetSnapshot(ctx context.Context, id string) (*catalog.Snapshot, 
 	return l.w.db.GetSnapshot(ctx, id)
 }
 
-func (l lookup) Resolve(ctx context.Context, ref string) (string, int, error) {
-	name, v, _ := strings.Cut(ref, ":")
-	if _, err := l.w.db.GetFunction(ctx, name); err != nil {
-		return "", 0, err
+func (l lookup) ParseRef(ref string) (versions.Ref, error) {
+	r, err := versions.ParseRef(ref)
+	if err != nil {
+		return r, fmt.Errorf("%w: %v", errdefs.ErrInvalid, err)
 	}
-	n, _ := strconv.Atoi(v)
-	return name, n, nil
+	return r, nil
+}
+
+// Resolve is the version a reference names; a function's own
+// configuration (0) without one.
+func (l lookup) Resolve(ctx context.Context, r versions.Ref) (int, error) {
+	if _, err := l.w.db.GetFunction(ctx, r.Function); err != nil {
+		return 0, err
+	}
+	return r.Version, nil
 }
 
 func (l lookup) NewestSnapshot(ctx context.Context, function string, version int) (string, error) {

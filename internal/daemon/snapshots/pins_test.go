@@ -61,7 +61,9 @@ func TestPinsHoldSwapsUntilStarted(t *testing.T) {
 	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("staging left after a first swap: %v", err)
 	}
-	begin := p.Begin(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) { return pinSession{}, nil })
+	begin := p.Begin(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) {
+		return pinSession{}, nil
+	})
 	failing := p.Begin(func(context.Context, restore.Snapshot, restore.Env) (restore.Session, error) {
 		return nil, errors.New("no set")
 	})
