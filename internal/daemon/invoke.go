@@ -67,10 +67,9 @@ func (s *Service) newInvoker() *invoke.Invoker {
 					return s.invokeBooted(ctx, function, Target(t), event, timeout, start, why)
 				},
 				Import: s.reg.ImportOnInvoke, GetSnapshot: s.GetSnapshot, Evict: s.evictSnapshot, Adaptive: coldAdaptive{s}},
-			Faults:       func() *faulttrace.Tracer { return s.faults },
-			KilledDuring: s.killedDuring,
-			LazyFailure:  func(lv *liveVM) error { return regsync.LazyOf(lv.Sess).Failure(lv.ID) },
-			Logs:         invocationLogs, Record: s.record, RecordFailure: s.history.RecordFailure,
+			Faults:      func() *faulttrace.Tracer { return s.faults },
+			LazyFailure: func(lv *liveVM) error { return regsync.LazyOf(lv.Sess).Failure(lv.ID) },
+			Logs:        invocationLogs, Record: s.record, RecordFailure: s.history.RecordFailure,
 			Park: s.park, Retire: s.retire, TakeKept: s.takeKept, Hold: s.hold})
 }
 

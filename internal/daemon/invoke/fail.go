@@ -25,7 +25,7 @@ import (
 // delete killed says so; otherwise the VM is stopped, failed, and the
 // error says why (the strategy, the timeout, the VMM's exit, the agent).
 func (v *Invoker) guestFailed(ctx context.Context, lv *vms.Live, inv *wire.Invocation, timeout time.Duration, err error) error {
-	if err := v.d.KilledDuring(ctx, lv, inv); err != nil { // a delete killed the VM
+	if err := v.killedDuring(ctx, lv, inv); err != nil { // a delete killed the VM
 		return err
 	}
 	var reason string
@@ -51,6 +51,30 @@ func (v *Invoker) guestFailed(ctx context.Context, lv *vms.Live, inv *wire.Invoc
 		return v.timedOut(lv.ID, reason)
 	}
 	return fmt.Errorf("%w: vm %s: %s", kind, lv.ID, reason)
+}
+
+// VMDeletedError is the error type the invocation history records for an
+// invocation whose VM was deleted while it ran.
+const VMDeletedError = "VMDeleted"
+
+// killedDuring is the error of an invocation whose VMM a delete killed,
+// nil if none did. The invocation is recorded in the history, failed,
+// with the reason.
+func (v *Invoker) killedDuring(ctx context.Context, lv *vms.Live, inv *wire.Invocation) error {
+	why := lv.KilledBy.Load()
+	if why == nil {
+		return nil
+	}
+	reason := fmt.Sprintf("%s %s into the invocation, which did not finish", *why,
+		(time.Duration(inv.Timing.InvokeMS*1e3) * time.Microsecond).Round(time.Millisecond))
+	inv.OK, inv.Result = false, nil
+	inv.Error = &wire.FunctionError{Type: VMDeletedError, Message: "vm " + lv.ID + " " + reason}
+	inv.Timing.TotalMS = inv.Timing.InvokeMS
+	if inv.Mode != "record" { // a prepare's record runs are not the history's
+		v.d.Record(ctx, inv)
+	}
+	v.log.Info("invocation ended by a delete", "invocation", inv.ID, "vm", lv.ID, "function", inv.Function, "reason", reason)
+	return fmt.Errorf("%w: vm %s: %s", errdefs.ErrConflict, lv.ID, reason)
 }
 
 // timedOut is an invocation timeout's error: what happened (reason, as

@@ -76,10 +76,9 @@ func (w *world) invoker() *Invoker {
 				return &catalog.Snapshot{ID: id, Function: "echo"}, nil
 			},
 			Adaptive: w},
-		Faults:       func() *faulttrace.Tracer { return nil },
-		KilledDuring: func(context.Context, *vms.Live, *wire.Invocation) error { return nil },
-		LazyFailure:  func(*vms.Live) error { return nil },
-		Logs:         func(context.Context, *agent.Reply) *wire.InvocationLogs { return nil },
+		Faults:      func() *faulttrace.Tracer { return nil },
+		LazyFailure: func(*vms.Live) error { return nil },
+		Logs:        func(context.Context, *agent.Reply) *wire.InvocationLogs { return nil },
 		Record: func(_ context.Context, inv *wire.Invocation) {
 			w.mu.Lock()
 			w.recorded = append(w.recorded, inv)

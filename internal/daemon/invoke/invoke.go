@@ -90,9 +90,6 @@ type Deps struct {
 	Cold    Cold
 	// Faults is the tracepoints' tracer, nil when fault tracing is off.
 	Faults func() *faulttrace.Tracer
-	// KilledDuring is the error of an invocation whose VM a delete killed
-	// (recorded), nil if none did.
-	KilledDuring func(ctx context.Context, lv *vms.Live, inv *wire.Invocation) error
 	// LazyFailure is the registry's error when a VM restored from a lazy
 	// snapshot failed because the registry did, else nil.
 	LazyFailure func(lv *vms.Live) error

@@ -157,3 +157,22 @@ func TestFailedInvocationIsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// An invocation whose VM a delete killed answers a conflict that says so,
+// and is recorded failed (VMDeleted); the delete, not the invocation,
+// stops the VM.
+func TestKilledByDelete(t *testing.T) {
+	w := newWorld(t)
+	w.lv = liveVM(t, "vm-000000000003", func(guestLine, func(string)) bool {
+		why := "deleted with force"
+		w.lv.KilledBy.Store(&why)
+		return true
+	})
+	_, err := w.invoker().InvokeVM(context.Background(), w.lv.ID, InvokeRequest{})
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "deleted with force") {
+		t.Fatalf("error %v, want a conflict saying the VM was deleted", err)
+	}
+	if len(w.recorded) != 1 || w.recorded[0].OK || w.recorded[0].Error == nil || w.recorded[0].Error.Type != VMDeletedError || len(w.stops) != 0 {
+		t.Errorf("recorded %+v, stops %q; want the invocation failed as VMDeleted and no stop", w.recorded, w.stops)
+	}
+}
