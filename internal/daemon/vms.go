@@ -62,7 +62,7 @@ func (s *Service) newVMs() *vms.Manager {
 		CheckBootEnv: func(ctx context.Context, fn *catalog.Function, guest *agent.Conn) error {
 			return s.functions.CheckBootEnv(ctx, fn, guest)
 		},
-		Admit: s.admit, Refuse: s.refuseStart, MarkIdle: func(v ...*catalog.VM) { s.pool.MarkIdle(v...) },
+		Admit: s.admit, Refuse: s.refuseStart, MarkIdle: func(v ...*catalog.VM) { s.pool.MarkIdle(v...); s.ready.MarkMemory(v...) },
 		ForgetPooled: s.forgetPooled, Spans: vmSpans{s}})
 }
 
