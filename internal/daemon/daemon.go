@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/lifecycle"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
@@ -115,6 +116,8 @@ type Service struct {
 	prep *snapshots.Preparer
 	// restorer restores clones from snapshots (package daemon/restorer).
 	restorer *restorer.Restorer[*liveVM]
+	// invoker serves invocations: warm, ready, kept and cold (package invoke).
+	invoker *invoke.Invoker
 }
 
 // Directory layout under DataDir.
@@ -212,6 +215,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.prep = s.newPreparer()
 	s.restorer = s.newRestorer()
+	s.invoker = s.newInvoker()
 	return s, nil
 }
 

@@ -82,10 +82,7 @@ func (a *app) benchFresh(out string, cfg fresh.Config) error {
 	}
 	var sink *os.File
 	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(out, "fresh.partial.jsonl"))
+		f, err := createInDir(out, "fresh.partial.jsonl")
 		if err != nil {
 			return err
 		}
