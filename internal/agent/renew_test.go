@@ -95,9 +95,8 @@ func TestRenewAndInvokeWithTheGuestAgent(t *testing.T) {
 	if c.Protocol() != ReadyProtocol {
 		t.Fatalf("protocol %d after a renewal without the hook", c.Protocol())
 	}
-	w, err := c.Invoke(ctx, WarmUpFunction, json.RawMessage(`{"warm":"up"}`))
-	if err != nil || !w.OK || string(w.Result) != `{"warm":"up"}` || w.Logs == nil {
-		t.Fatalf("warm-up %+v, %v", w, err)
+	if err := c.WarmUp(ctx); err != nil {
+		t.Fatalf("warm-up: %v\n%s", err, stderr.String())
 	}
 	entropy := bytes.Repeat([]byte{0x5a}, 32)
 	r, p, err := c.RenewAndInvoke(ctx, Renewal{Entropy: entropy}, "probe", json.RawMessage(`{"a": "b c"}`))

@@ -34,7 +34,7 @@ func (h *Handler) getFunction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	body := daemon.FunctionBody(f)
+	body := FunctionBody(f)
 	body.Restore = h.svc.RestoreDoc(r.Context(), f.Name)
 	writeJSON(w, http.StatusOK, body)
 }

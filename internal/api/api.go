@@ -123,7 +123,7 @@ func (h *Handler) functionRoutes() []route {
 	return []route{
 		{"GET", "/v1/functions", list(h, func(ctx context.Context, _ *http.Request) ([]*catalog.Function, error) {
 			return h.svc.ListFunctions(ctx)
-		}, func(f *catalog.Function) string { return f.Name }, daemon.FunctionBody)},
+		}, func(f *catalog.Function) string { return f.Name }, FunctionBody)},
 		{"POST", "/v1/functions", h.createFunction},
 		{"GET", "/v1/functions/{name}", h.getFunction},
 		{"DELETE", "/v1/functions/{name}", h.deleteFunction},
@@ -408,7 +408,7 @@ func replyPage[R, B any](h *Handler, w http.ResponseWriter, r *http.Request, row
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.List[B]{Items: daemon.Bodies(rows, body), Next: next})
+	writeJSON(w, http.StatusOK, wire.List[B]{Items: Bodies(rows, body), Next: next})
 }
 
 // Pages: ?limit (1 to maxPage, default defaultPage) and ?after, the
@@ -515,7 +515,7 @@ func (h *Handler) createFunction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	body := daemon.FunctionBody(f)
+	body := FunctionBody(f)
 	body.Warnings = h.svc.ImportWarnings(r.Context(), f)
 	writeJSON(w, http.StatusCreated, body)
 }

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/thaw-dev/thaw/internal/metrics"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/thaw-dev/thaw/internal/metrics"
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
@@ -1299,16 +1300,16 @@ func TestOpenAPIValidatesRealDocuments(t *testing.T) {
 
 func validateFunctionDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
 	fn, hex64, now := d.fn, d.hex64, d.now
-	validateGo(t, c, "Function", daemon.FunctionBody(fn))
-	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies([]*catalog.Function{fn}, daemon.FunctionBody)})
-	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: daemon.Bodies[*catalog.Function](nil, daemon.FunctionBody)})
+	validateGo(t, c, "Function", FunctionBody(fn))
+	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: Bodies([]*catalog.Function{fn}, FunctionBody)})
+	validateGo(t, c, "FunctionList", wire.List[*wire.Function]{Items: Bodies[*catalog.Function](nil, FunctionBody)})
 	configured := *fn
 	configured.Env, configured.Secrets = map[string]string{"GREETING": "hello", "EMPTY": ""}, map[string]string{"DB_PASSWORD": "db-password"}
-	validateGo(t, c, "Function", daemon.FunctionBody(&configured))
+	validateGo(t, c, "Function", FunctionBody(&configured))
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", Env: configured.Env, Secrets: configured.Secrets})
 	secret := daemon.SecretInfo{Name: "db-password", Version: 3, Digest: hex64, CreatedAt: now, UpdatedAt: now}
-	validateGo(t, c, "Secret", daemon.SecretBody(secret))
-	validateGo(t, c, "SecretList", wire.List[wire.Secret]{Items: daemon.Bodies([]daemon.SecretInfo{secret}, daemon.SecretBody)})
+	validateGo(t, c, "Secret", SecretBody(secret))
+	validateGo(t, c, "SecretList", wire.List[wire.Secret]{Items: Bodies([]daemon.SecretInfo{secret}, SecretBody)})
 	validateGo(t, c, "SetSecretRequest", wire.SetSecretRequest{Value: "correct horse battery staple"})
 	if err := c.CheckValue("SetSecretRequest", wire.SetSecretRequest{Value: "short"}); err == nil {
 		t.Error("a value under 8 bytes passed")
@@ -1340,12 +1341,12 @@ func validateVMAndSnapshotDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
 	deleted := *raised
 	deleted.Error = &agent.Error{Type: daemon.VMDeletedError, Message: "vm vm-0123456789ab deleted with force"}
 	validateGo(t, c, "Invocation", &deleted)
-	validateGo(t, c, "VMList", wire.List[*wire.VM]{Items: daemon.Bodies([]*catalog.VM{booted, failed}, vmBody)})
+	validateGo(t, c, "VMList", wire.List[*wire.VM]{Items: Bodies([]*catalog.VM{booted, failed}, vmBody)})
 	validateGo(t, c, "CreatedVM", vmBody(booted))
 	validateGo(t, c, "CreatedVM", daemon.VMBody(restored, rt))
 	validateGo(t, c, "Snapshot", daemon.SnapshotBody(snap))
 	validateGo(t, c, "Snapshot", daemon.SnapshotBody(&preparedSnap))
-	validateGo(t, c, "SnapshotList", wire.List[*wire.Snapshot]{Items: daemon.Bodies([]*catalog.Snapshot{snap, &preparedSnap}, daemon.SnapshotBody)})
+	validateGo(t, c, "SnapshotList", wire.List[*wire.Snapshot]{Items: Bodies([]*catalog.Snapshot{snap, &preparedSnap}, daemon.SnapshotBody)})
 }
 
 func validateInvocationDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
@@ -1378,7 +1379,7 @@ func validateStoreDocs(t *testing.T, c *apitest.Checker, d *realDocs) store.Entr
 
 func validateRequestDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
 	record, info, snap, booted := d.record, d.info, d.snap, d.booted
-	validateGo(t, c, "InvocationList", wire.List[*wire.InvocationRecord]{Items: daemon.Bodies([]*catalog.Invocation{record}, daemon.InvocationRecordBody)})
+	validateGo(t, c, "InvocationList", wire.List[*wire.InvocationRecord]{Items: Bodies([]*catalog.Invocation{record}, daemon.InvocationRecordBody)})
 	validateGo(t, c, "Info", info)
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello"})
 	validateGo(t, c, "CreateFunctionRequest", wire.CreateFunctionRequest{Name: "hello", Directory: "/src/hello", MemoryMiB: 256, VCPUs: 2})
@@ -1414,7 +1415,7 @@ func validateOperationDocs(t *testing.T, c *apitest.Checker, d *realDocs, entry 
 		t.Errorf("failed operation's error: %+v", body.Error)
 	}
 	validateGo(t, c, "Operation", body)
-	validateGo(t, c, "OperationList", wire.List[*wire.Operation]{Items: daemon.Bodies([]*daemon.Operation{running, &bad}, operationBody)})
+	validateGo(t, c, "OperationList", wire.List[*wire.Operation]{Items: Bodies([]*daemon.Operation{running, &bad}, operationBody)})
 	broken := *body
 	broken.State = "finished"
 	if err := c.CheckValue("Operation", broken); err == nil {

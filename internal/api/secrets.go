@@ -22,8 +22,8 @@ func (h *Handler) secretRoutes() []route {
 	return []route{
 		{"GET", "/v1/secrets", list(h, func(ctx context.Context, _ *http.Request) ([]daemon.SecretInfo, error) {
 			return h.svc.ListSecrets(ctx)
-		}, func(s daemon.SecretInfo) string { return s.Name }, daemon.SecretBody)},
-		{"GET", "/v1/secrets/{name}", one(h, "name", http.StatusOK, h.svc.GetSecret, daemon.SecretBody)},
+		}, func(s daemon.SecretInfo) string { return s.Name }, SecretBody)},
+		{"GET", "/v1/secrets/{name}", one(h, "name", http.StatusOK, h.svc.GetSecret, SecretBody)},
 		{"PUT", "/v1/secrets/{name}", readThen(h, readSetSecret, h.setSecret)},
 		{"DELETE", "/v1/secrets/{name}", done(h, "name", h.svc.DeleteSecret)},
 	}
@@ -46,7 +46,7 @@ func readSetSecret(w http.ResponseWriter, r *http.Request) (wire.SetSecretReques
 // setSecret serves PUT /v1/secrets/{name} (a new secret has version 1).
 func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request, req wire.SetSecretRequest) {
 	info, _, err := h.svc.SetSecret(r.Context(), r.PathValue("name"), []byte(req.Value))
-	replyAs(h, w, r, http.StatusOK, info, err, daemon.SecretBody)
+	replyAs(h, w, r, http.StatusOK, info, err, SecretBody)
 }
 
 // readConfigParams reads a function's environment (env=NAME=VALUE) and

@@ -17,11 +17,11 @@ func (h *Handler) versionRoutes() []route {
 	return []route{
 		{"GET", "/v1/functions/{name}/versions", list(h, func(ctx context.Context, r *http.Request) ([]*daemon.VersionInfo, error) {
 			return h.svc.ListVersions(ctx, r.PathValue("name"))
-		}, func(v *daemon.VersionInfo) string { return fmt.Sprintf("%012d", v.Number) }, daemon.VersionBody)},
+		}, func(v *daemon.VersionInfo) string { return fmt.Sprintf("%012d", v.Number) }, VersionBody)},
 		{"GET", "/v1/functions/{name}/versions/{version}", h.getVersion},
 		{"GET", "/v1/functions/{name}/aliases", list(h, func(ctx context.Context, r *http.Request) ([]*catalog.Alias, error) {
 			return h.svc.ListAliases(ctx, r.PathValue("name"))
-		}, func(a *catalog.Alias) string { return a.Name }, daemon.AliasBody)},
+		}, func(a *catalog.Alias) string { return a.Name }, AliasBody)},
 		{"GET", "/v1/functions/{name}/aliases/{alias}", h.getAlias},
 		{"PUT", "/v1/functions/{name}/aliases/{alias}", readThen(h, readSetAlias, h.setAlias)},
 		{"DELETE", "/v1/functions/{name}/aliases/{alias}", h.deleteAlias},
@@ -79,12 +79,12 @@ func (h *Handler) getVersion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := h.svc.GetVersionInfo(r.Context(), r.PathValue("name"), n)
-	replyAs(h, w, r, http.StatusOK, v, err, daemon.VersionBody)
+	replyAs(h, w, r, http.StatusOK, v, err, VersionBody)
 }
 
 func (h *Handler) getAlias(w http.ResponseWriter, r *http.Request) {
 	a, err := h.svc.GetAlias(r.Context(), r.PathValue("name"), r.PathValue("alias"))
-	replyAs(h, w, r, http.StatusOK, a, err, daemon.AliasBody)
+	replyAs(h, w, r, http.StatusOK, a, err, AliasBody)
 }
 
 // readSetAlias decodes PUT /v1/functions/{name}/aliases/{alias}.
@@ -105,7 +105,7 @@ func readSetAlias(w http.ResponseWriter, r *http.Request) (versions.Routing, err
 
 func (h *Handler) setAlias(w http.ResponseWriter, r *http.Request, routing versions.Routing) {
 	a, err := h.svc.SetAlias(r.Context(), r.PathValue("name"), r.PathValue("alias"), routing)
-	replyAs(h, w, r, http.StatusOK, a, err, daemon.AliasBody)
+	replyAs(h, w, r, http.StatusOK, a, err, AliasBody)
 }
 
 func (h *Handler) deleteAlias(w http.ResponseWriter, r *http.Request) {

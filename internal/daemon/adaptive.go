@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/thaw-dev/thaw/internal/daemon/adaptive"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
@@ -66,7 +67,7 @@ func newAdaptive(s *Service, cfg AdaptiveConfig) *adaptive.Manager {
 			s.dropSnapshotStandby(id, func(sb *standby) bool { return sb.Key.Kind == kind }, whyStandbyRefreshed)
 		},
 		Strategies: s.strategies, Strategy: s.strategy, RemoteStrategy: restore.Kind(s.cfg.RemoteStrategy),
-		Store: func() *store.Store { return s.snaps.Store() }, Queued: s.adm.Queued, CheckEvent: checkEvent})
+		Store: func() *store.Store { return s.snaps.Store() }, Queued: s.adm.Queued, CheckEvent: invoke.CheckEvent})
 }
 
 // whyStandbyRefreshed is why standby VMs of a refreshed strategy go: they

@@ -31,6 +31,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
+	"github.com/thaw-dev/thaw/internal/datadir"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/faulttrace"
 	"github.com/thaw-dev/thaw/internal/guestimage"
@@ -63,9 +64,6 @@ var (
 
 // Config configures the daemon (package config).
 type Config = config.Config
-
-// The confinement settings are checked where confinement is built.
-func init() { config.AddCheck(validateConfinement) }
 
 // AccelInfo says which accelerator the daemon uses and why.
 type AccelInfo = wire.AccelInfo
@@ -150,7 +148,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	// Nothing the daemon writes is for other users (the API socket's 0660
 	// is set explicitly).
 	syscall.Umask(0o077)
-	lock, err := lockDataDir(cfg.DataDir)
+	lock, err := datadir.Lock(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +244,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.vms.OpenHost(); err != nil {
 		return err
 	}
-	s.adoptStoreLeftovers()
+	s.snaps.AdoptStoreLeftovers(s.cfg.DataDir)
 	s.snaps.OpenStore(ctx)
 	if s.cfg.FaultTraceObject != "" {
 		if s.faults, err = faulttrace.Open(s.cfg.FaultTraceObject); err != nil {
@@ -344,7 +342,7 @@ func (s *Service) Close(ctx context.Context) error {
 		_ = s.faults.Close()
 	}
 	s.vms.ReleaseHost()
-	s.releaseStore()
+	s.snaps.ReleaseStore()
 	err := s.db.Close()
 	if s.lock != nil {
 		s.lock.Close() // releases the data directory

@@ -76,7 +76,7 @@ func TestDeleteVMWaitsForItsInvocation(t *testing.T) {
 	}
 	deleted := make(chan error, 1)
 	go func() { deleted <- s.DeleteVM(ctx, vm.ID) }()
-	lv, _ := s.live(vm.ID)
+	lv, _ := s.vms.Live(vm.ID)
 	waitFor(t, 5*time.Second, "the delete to begin", lv.Deleting.Load)
 	if _, err := s.InvokeVM(ctx, vm.ID, InvokeRequest{Event: json.RawMessage(`1`)}); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "being deleted") {
 		t.Fatalf("an invocation while the delete waits: %v", err)
@@ -209,12 +209,12 @@ func TestDeleteStartingVMStaysDeleted(t *testing.T) {
 func TestRetireForgottenVMIsQuiet(t *testing.T) {
 	s, vm, logs := bootedEcho(t)
 	ctx := context.Background()
-	lv, _ := s.live(vm.ID)
+	lv, _ := s.vms.Live(vm.ID)
 	if err := s.db.DeleteVM(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
 	s.retire(ctx, lv, vm, "keep-alive time over")
-	if _, ok := s.live(vm.ID); ok || !processGone(vm.PID) {
+	if _, ok := s.vms.Live(vm.ID); ok || !processGone(vm.PID) {
 		t.Errorf("retired vm still live")
 	}
 	noErrorLogged(t, logs)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
+	"github.com/thaw-dev/thaw/internal/datadir"
 	"github.com/thaw-dev/thaw/internal/deps"
 	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/registry"
@@ -130,7 +131,7 @@ func (s *Service) Deps() *deps.Manager { return s.functions.Deps() }
 // (secrets.Store.RotateKey) while no daemon uses the directory: it takes
 // the data directory's lock, so a running daemon makes it fail.
 func RotateSecretKey(dataDir string) error {
-	lock, err := lockDataDir(dataDir)
+	lock, err := datadir.Lock(dataDir)
 	if err != nil {
 		return err
 	}

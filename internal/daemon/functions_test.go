@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -129,23 +127,4 @@ func TestRemoveLeftovers(t *testing.T) {
 			t.Errorf("recorded %s removed: %v", k, err)
 		}
 	}
-}
-
-// A second daemon on a data directory is refused and names the holder.
-func TestDataDirLock(t *testing.T) {
-	dir := t.TempDir()
-	first, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = lockDataDir(dir)
-	if !errors.Is(err, errDataDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
-		t.Fatalf("second lock = %v", err)
-	}
-	first.Close()
-	again, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatalf("lock after release: %v", err)
-	}
-	again.Close()
 }

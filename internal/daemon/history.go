@@ -6,6 +6,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 )
 
 // The invocation history and its logs are package history's; the daemon
@@ -24,7 +25,7 @@ func (s *Service) resultsDir() string { return history.ResultsDir(s.cfg.DataDir)
 // record keeps a completed invocation in the history (with why no ready
 // clone served it, if one might have) and counts it in the metrics.
 func (s *Service) record(ctx context.Context, inv *Invocation) {
-	if n := readyNoteOf(ctx); n != nil && inv.Timing.Ready == nil {
+	if n := invoke.ReadyNoteOf(ctx); n != nil && inv.Timing.Ready == nil {
 		inv.Timing.Ready = n // no ready clone served it: why
 	}
 	s.history.Record(ctx, inv)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/thaw-dev/thaw/internal/buildinfo"
+	"github.com/thaw-dev/thaw/internal/guestimage"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -19,4 +20,14 @@ func (s *Service) Info() Info {
 	i.RegistryKey = s.reg.KeyInfo()
 	i.Limits = s.limits()
 	return i
+}
+
+// guestImage is the guest image as the API answers it.
+func guestImage(im *guestimage.Image) wire.GuestImage {
+	out := wire.GuestImage{Dir: im.Dir, Format: im.Format, Hash: im.Hash, KernelVersion: im.KernelVersion,
+		Cmdline: im.Cmdline, BuiltAt: im.BuiltAt, Files: map[string]wire.GuestImageFile{}}
+	for name, f := range im.Files {
+		out.Files[name] = wire.GuestImageFile{Size: f.Size, SHA256: f.SHA256}
+	}
+	return out
 }

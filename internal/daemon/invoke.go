@@ -119,8 +119,6 @@ func (s *Service) InvokeCold(ctx context.Context, req ColdRequest) (*Invocation,
 
 func (s *Service) timeout(d time.Duration) (time.Duration, error) { return s.invoker.Timeout(d) }
 
-func checkEvent(ev json.RawMessage) error { return invoke.CheckEvent(ev) }
-
 func (s *Service) invokeLocked(ctx context.Context, lv *liveVM, inv *Invocation, event json.RawMessage, timeout time.Duration) error {
 	return s.invoker.Locked(ctx, lv, inv, event, timeout)
 }
@@ -130,12 +128,6 @@ func (s *Service) invokeFailed(ctx context.Context, inv *Invocation, start time.
 }
 
 func (s *Service) traceOf(pid int) faulttrace.Counters { return s.invoker.TraceOf(pid) }
-
-func exitsWithin(lv *liveVM, d time.Duration) bool { return invoke.ExitsWithin(lv, d) }
-
-func isDone(lv *liveVM) bool { return lv.Exited() }
-
-func readyNoteOf(ctx context.Context) *wire.ReadyNote { return invoke.ReadyNoteOf(ctx) }
 
 // invokeSpans makes the invocations' spans.
 type invokeSpans struct{ s *Service }

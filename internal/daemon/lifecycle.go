@@ -30,7 +30,7 @@ func (s *Service) newLifecycle() *lifecycle.Manager {
 			}
 			return out
 		},
-		IsLive: func(id string) bool { _, ok := s.live(id); return ok },
+		IsLive: func(id string) bool { _, ok := s.vms.Live(id); return ok },
 		Running: func(id string) string {
 			if r := s.RunningInvocation(id); r != nil {
 				return r.ID
@@ -43,7 +43,7 @@ func (s *Service) newLifecycle() *lifecycle.Manager {
 			s.ready.DropWhere(func(rc *readyClone) bool { return rc.VM.Fn.Name == name }, whyReadyGone)
 			s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == name }, "function deleted")
 		},
-		EndVM: func(ctx context.Context, id, runDir string) error { return s.endVM(ctx, id, runDir, whyCascade) },
+		EndVM: func(ctx context.Context, id, runDir string) error { return s.vms.End(ctx, id, runDir, whyCascade) },
 		Gate:  func(name string) *sync.RWMutex { return s.fnGate(name) },
 		Stored: func(id string) bool {
 			st := s.snaps.Store()

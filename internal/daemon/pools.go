@@ -26,7 +26,7 @@ var (
 func (s *Service) newKeepAlive() *pool.KeepAlive[*liveVM] {
 	return pool.NewKeepAlive(pool.KeepAliveConfig{KeepAlive: s.cfg.KeepAlive, MaxIdle: s.cfg.KeepAliveMaxIdle},
 		pool.KeepAliveDeps[*liveVM]{
-			Live:    func(id string) bool { _, ok := s.live(id); return ok },
+			Live:    func(id string) bool { _, ok := s.vms.Live(id); return ok },
 			Retire:  func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
 			Evicted: s.metrics.KeepAliveEviction,
 			Log:     s.log,
@@ -59,7 +59,7 @@ func (s *Service) park(lv *liveVM, rec *catalog.VM, snapshot string) bool {
 // retire stops a VM that served cold or pooled invocations and forgets it.
 func (s *Service) retire(ctx context.Context, lv *liveVM, rec *catalog.VM, why string) {
 	lv.Mu.Lock()
-	s.stopVM(ctx, lv, catalog.StateStopped, why)
+	s.vms.Stop(ctx, lv, catalog.StateStopped, why)
 	lv.Mu.Unlock()
 	if err := s.db.DeleteVM(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) { // a delete forgot it first
 		s.log.Error("forget vm", "vm", rec.ID, "err", err)
@@ -88,11 +88,11 @@ func (s *Service) newVMMPool() *pool.VMMPool[*liveVM, *coldStart] {
 		Enlist: func(lv *liveVM, join func()) {
 			lv.Mu.Lock()
 			join()
-			s.setState(context.Background(), lv, catalog.StateStandby, "")
+			s.vms.SetState(context.Background(), lv, catalog.StateStandby, "")
 			lv.Mu.Unlock()
 		},
 		Retire:  func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
-		Live:    func(id string) bool { _, ok := s.live(id); return ok },
+		Live:    func(id string) bool { _, ok := s.vms.Live(id); return ok },
 		Admit:   s.adm.TryAcquire,
 		Go:      s.background,
 		Closed:  s.closing,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/wire"
@@ -33,11 +34,11 @@ func (s *Service) newPreparer() *snapshots.Preparer {
 			fn, version, err := s.versions.ConfigOf(ctx, r, true)
 			return fn, version, r.Function, err
 		},
-		Boot: s.bootFunction, Snapshot: s.CreateSnapshot, DeleteVM: s.DeleteVM,
+		Boot: s.vms.Boot, Snapshot: s.CreateSnapshot, DeleteVM: s.DeleteVM,
 		Host: func(function string, event json.RawMessage, timeout time.Duration) restore.RecordHost {
 			return &recordHost{s: s, fn: function, event: event, timeout: timeout}
 		},
-		KeepEvent: s.adaptive.KeepEvent, AutoPush: s.autoPush, CheckEvent: checkEvent, Timeout: s.timeout, Body: SnapshotBody,
+		KeepEvent: s.adaptive.KeepEvent, AutoPush: s.autoPush, CheckEvent: invoke.CheckEvent, Timeout: s.timeout, Body: SnapshotBody,
 		TracePrepare: func(ctx context.Context, function string) (context.Context, func(error)) {
 			ctx, sp := s.span(ctx, SpanPrepare, AttrFunction.String(function))
 			return ctx, func(err error) { endSpan(sp, err) }

@@ -1,13 +1,10 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/procstat"
@@ -47,13 +44,13 @@ func (s *Service) newReady() *pool.Ready[*liveVM] {
 		Listed: s.listReady,
 		Retire: func(lv *liveVM, rec *catalog.VM, why string) { s.retire(context.Background(), lv, rec, why) },
 		Alive: func(lv *liveVM) bool {
-			_, live := s.live(lv.ID)
-			return live && !isDone(lv)
+			_, live := s.vms.Live(lv.ID)
+			return live && !lv.Exited()
 		},
 		Fail: func(lv *liveVM, why string) string {
 			exit := lv.M.Exit().Reason
 			lv.Mu.Lock()
-			s.stopVM(context.Background(), lv, catalog.StateFailed, why+": "+exit)
+			s.vms.Stop(context.Background(), lv, catalog.StateFailed, why+": "+exit)
 			lv.Mu.Unlock()
 			return exit
 		},
@@ -95,7 +92,7 @@ func (s *Service) startReady() {
 }
 
 // startReadyClone restores a clone of key (from a standby VM of the VMM
-// pool if there is one), warms its agent's request paths (warmAgent) and
+// pool if there is one), warms its agent's request paths (agent.Conn.WarmUp) and
 // records it ready.
 func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func()) (*liveVM, *catalog.VM, error) {
 	st, err := s.readyStrategy(ctx, key)
@@ -116,9 +113,9 @@ func (s *Service) startReadyClone(ctx context.Context, key poolKey, release func
 	}
 	defer lv.Mu.Unlock()
 	s.refillLater(poolKey{Snapshot: key.Snapshot, Kind: st.Kind}, lv.Fn)
-	err = s.withAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return warmAgent(ctx, lv) })
+	err = s.vms.WithAgent(ctx, lv, s.cfg.BootTimeout, func(ctx context.Context) error { return lv.Agent.WarmUp(ctx) })
 	if err != nil {
-		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
+		s.vms.Stop(context.WithoutCancel(ctx), lv, catalog.StateFailed, "ready clone warm-up: "+err.Error())
 		return nil, nil, fmt.Errorf("%w: ready clone %s: warm-up: %v", ErrVMFailed, lv.ID, err)
 	}
 	rec.State = catalog.StateReady // the catalog lists it so once it is pooled (listReady)
@@ -135,7 +132,7 @@ func (s *Service) listReady(lv *liveVM, pooled func() bool) {
 	lv.Mu.Lock()
 	defer lv.Mu.Unlock()
 	if pooled() {
-		s.setState(context.Background(), lv, catalog.StateReady, "")
+		s.vms.SetState(context.Background(), lv, catalog.StateReady, "")
 	}
 }
 
@@ -146,41 +143,4 @@ func (s *Service) readyStrategy(ctx context.Context, key poolKey) (restore.Strat
 		return s.adaptive.Current(ctx, key.Snapshot)
 	}
 	return s.strategy(string(key.Kind))
-}
-
-// readyWarmEvent is the warm-up invocation's event: an object, as most
-// events are, so that its decoding and the result's encoding take the
-// paths a request's do.
-var readyWarmEvent = json.RawMessage(`{"thaw":"warm-up"}`)
-
-// warmAgent runs no-op requests through a clone's agent so that TCG has
-// translated its request paths before a request comes: a ping, and an
-// invocation of the agent's built-in warm-up function (agent.WarmUpFunction),
-// which runs the whole invoke and result path without the function's code
-// (once: a second run measured no faster hit).
-// An agent before protocol 6 refuses that function before any handler
-// runs, having taken the invoke request's path up to there. No handler of
-// the function runs.
-func warmAgent(ctx context.Context, lv *liveVM) error {
-	if _, err := lv.Agent.Ping(ctx); err != nil {
-		return err
-	}
-	if lv.Agent.Protocol() < agent.ReadyProtocol {
-		r, err := lv.Agent.Invoke(ctx, agent.WarmUpFunction, nil)
-		switch {
-		case err != nil:
-			return err
-		case r.OK || r.Error == nil || r.Error.Type != "FunctionNotFound":
-			return fmt.Errorf("the agent did not refuse the warm-up invocation: %+v", r.Error)
-		}
-		return nil
-	}
-	r, err := lv.Agent.Invoke(ctx, agent.WarmUpFunction, readyWarmEvent)
-	switch {
-	case err != nil:
-		return err
-	case !r.OK || !bytes.Equal(r.Result, readyWarmEvent):
-		return fmt.Errorf("the warm-up invocation failed: %+v, result %.100q", r.Error, r.Result)
-	}
-	return nil
 }

@@ -52,7 +52,7 @@ func (s *Service) openRegistry() error {
 				s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == function }, whyStandbyGone)
 			},
 			Running: func(ctx context.Context, function string) (*catalog.VM, error) {
-				return s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == function })
+				return s.vms.Where(ctx, func(v *catalog.VM) bool { return v.Function == function })
 			}})
 	return err
 }

@@ -101,7 +101,7 @@ func TestChangedSecretRecyclesKeptVMs(t *testing.T) {
 		t.Fatalf("after the change: %s, %v", second.Mode, b.Secrets())
 	}
 	// A VM holding a value that changed meanwhile is not parked.
-	lv, ok := s.live(second.VM)
+	lv, ok := s.vms.Live(second.VM)
 	if !ok {
 		t.Fatal("the new VM is not kept")
 	}

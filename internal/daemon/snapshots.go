@@ -65,7 +65,7 @@ func (x snapVMs) Release(id string) func() {
 }
 
 func (x snapVMs) Using(ctx context.Context, id string) (*catalog.VM, error) {
-	return x.s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Snapshot == id })
+	return x.s.vms.Where(ctx, func(v *catalog.VM) bool { return v.Snapshot == id })
 }
 
 func (x snapVMs) DropStoreStandbys(id string) {
@@ -77,7 +77,7 @@ func (x snapVMs) DropStoreStandbys(id string) {
 // Nothing is visible until the snapshot is complete and durable; on any
 // failure (a full disk, a QEMU error) every partial file is removed.
 func (s *Service) CreateSnapshot(ctx context.Context, vmID string) (*catalog.Snapshot, error) {
-	lv, err := s.lockLive(ctx, vmID, catalog.StateRunning, catalog.StatePaused)
+	lv, err := s.vms.Lock(ctx, vmID, catalog.StateRunning, catalog.StatePaused)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (s *Service) snapshotLocked(ctx context.Context, lv *liveVM) (rec *catalog.
 	}()
 	wasRunning := s.vms.State(lv) == catalog.StateRunning
 	return s.snaps.Take(ctx, snapshots.Source{VM: lv.ID, Fn: lv.Fn, Version: lv.Version, Shared: lv.Shared,
-		Cmdline: s.baseSpec(lv.ID, lv.Fn).Cmdline,
+		Cmdline: s.vms.BaseSpec(lv.ID, lv.Fn).Cmdline,
 		Write: func(ctx context.Context, dir string) (snapshot.FileInfo, time.Duration, error) {
 			return s.writeSnapshot(ctx, lv, dir, wasRunning)
 		}})

@@ -35,7 +35,7 @@ func (s *Service) invokeBooted(ctx context.Context, function string, target Targ
 		return nil, err
 	}
 	t := time.Now()
-	vm, err := s.bootFunction(ctx, &v.Config, v.Number)
+	vm, err := s.vms.Boot(ctx, &v.Config, v.Number)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (s *Service) invokeBooted(ctx context.Context, function string, target Targ
 			s.log.Warn("delete the vm booted for a stale version", "vm", vm.ID, "err", err)
 		}
 	}()
-	lv, err := s.lockLive(ctx, vm.ID, catalog.StateRunning)
+	lv, err := s.vms.Lock(ctx, vm.ID, catalog.StateRunning)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (s *Service) VMMemory(ctx context.Context, id string) (*VMMemory, error) {
 	if _, err := s.GetVM(ctx, id); err != nil {
 		return nil, err
 	}
-	lv, ok := s.live(id)
+	lv, ok := s.vms.Live(id)
 	if !ok || lv.M == nil {
 		return nil, fmt.Errorf("%w: vm %s is not running", ErrConflict, id)
 	}

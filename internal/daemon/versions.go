@@ -40,7 +40,7 @@ type buildInputs = dversions.BuildInputs
 func (s *Service) newVersions(reg *registry.Store) *dversions.Manager {
 	deps := dversions.Deps{Catalog: s.db, Log: s.log, Metrics: s.metrics,
 		ValidName: ValidName, GetFunction: s.GetFunction, PublishVersion: s.functions.PublishVersion,
-		Boot: s.bootFunction, CreateSnapshot: s.CreateSnapshot, DeleteVM: s.DeleteVM, DeleteSnapshot: s.DeleteSnapshot,
+		Boot: s.vms.Boot, CreateSnapshot: s.CreateSnapshot, DeleteVM: s.DeleteVM, DeleteSnapshot: s.DeleteSnapshot,
 		CheckPrepare: func(function string, recordEvent json.RawMessage) error {
 			_, err := s.checkPrepareOptions(&PrepareRequest{Function: function, RecordEvent: recordEvent})
 			return err

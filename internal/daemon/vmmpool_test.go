@@ -231,14 +231,14 @@ func withStandby(t *testing.T) (*Service, *catalog.Snapshot, *catalog.VM) {
 func TestVMMPoolSkipsDeadStandby(t *testing.T) {
 	s, snap, sb := withStandby(t)
 	ctx := context.Background()
-	lv, ok := s.live(sb.ID)
+	lv, ok := s.vms.Live(sb.ID)
 	if !ok {
 		t.Fatal("standby vm has no process")
 	}
 	if err := syscall.Kill(lv.M.PID(), syscall.SIGKILL); err != nil { // a crash, not a stop thaw asked for
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the dead standby noticed", func() bool { _, ok := s.live(sb.ID); return !ok })
+	waitFor(t, 5*time.Second, "the dead standby noticed", func() bool { _, ok := s.vms.Live(sb.ID); return !ok })
 	v, tm, err := s.RestoreVM(ctx, snap.ID, "vanilla")
 	if err != nil {
 		t.Fatal(err)

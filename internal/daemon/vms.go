@@ -2,10 +2,7 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
@@ -13,7 +10,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
-	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -113,47 +109,6 @@ func (t vmSpans) Teardown(ctx context.Context, vm, function, state, reason strin
 	return func() { sp.End() }
 }
 
-// Forwarders to the VM component for the rest of the daemon.
-
-func (s *Service) live(id string) (*liveVM, bool) { return s.vms.Live(id) }
-
-func (s *Service) setState(ctx context.Context, lv *liveVM, state, reason string) {
-	s.vms.SetState(ctx, lv, state, reason)
-}
-
-func (s *Service) baseSpec(id string, fn *catalog.Function) vmm.Spec { return s.vms.BaseSpec(id, fn) }
-
-func (s *Service) startVM(ctx context.Context, rec *catalog.VM, spec vmm.Spec, fn *catalog.Function, release func()) (*liveVM, error) {
-	return s.vms.Start(ctx, rec, spec, fn, release)
-}
-
-func (s *Service) stopVM(ctx context.Context, lv *liveVM, state, reason string) {
-	s.vms.Stop(ctx, lv, state, reason)
-}
-
-func (s *Service) stopReason(lv *liveVM, why string) string { return vms.StopReason(lv, why) }
-
-func (s *Service) withAgent(ctx context.Context, lv *liveVM, timeout time.Duration, fn func(context.Context) error) error {
-	return s.vms.WithAgent(ctx, lv, timeout, fn)
-}
-
-func (s *Service) lockLive(ctx context.Context, id string, states ...string) (*liveVM, error) {
-	return s.vms.Lock(ctx, id, states...)
-}
-
-func (s *Service) liveVMWhere(ctx context.Context, match func(*catalog.VM) bool) (*catalog.VM, error) {
-	return s.vms.Where(ctx, match)
-}
-
-func (s *Service) endVM(ctx context.Context, id, runDir, kill string) error {
-	return s.vms.End(ctx, id, runDir, kill)
-}
-
-// bootFunction boots a VM of configuration fn for version (BootVM).
-func (s *Service) bootFunction(ctx context.Context, fn *catalog.Function, version int) (*catalog.VM, error) {
-	return s.vms.Boot(ctx, fn, version)
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BootVM boots a function's VM from the guest image and waits until its
@@ -207,57 +162,4 @@ func (s *Service) DeleteVMForce(ctx context.Context, id string) error {
 // RunningInvocation is the invocation VM id is serving now, nil if none.
 func (s *Service) RunningInvocation(id string) *wire.RunningInvocation {
 	return s.vms.RunningInvocation(id)
-}
-
-// validateConfinement checks the confinement settings of c.
-func validateConfinement(c *Config) []error {
-	var errs []error
-	if c.VMUIDCount == 0 || uint64(c.VMUIDBase)+uint64(c.VMUIDCount) > 1<<32-2 {
-		errs = append(errs, fmt.Errorf("vm user ids %d+%d do not fit below 4294967294", c.VMUIDBase, c.VMUIDCount))
-	}
-	if c.VMUIDBase < 1000 {
-		errs = append(errs, fmt.Errorf("vm user id base %d overlaps system users", c.VMUIDBase))
-	}
-	if c.VMMemoryOverheadMiB < 64 {
-		errs = append(errs, fmt.Errorf("vm memory overhead %d MiB is below 64 MiB", c.VMMemoryOverheadMiB))
-	}
-	if c.VMCPUWeight < 1 || c.VMCPUWeight > 10000 {
-		errs = append(errs, fmt.Errorf("vm cpu weight %d is outside 1-10000", c.VMCPUWeight))
-	}
-	if c.ConsoleLogLimit < 4096 {
-		errs = append(errs, fmt.Errorf("console log limit %d bytes is below 4096", c.ConsoleLogLimit))
-	}
-	if c.CgroupRoot != "" && !strings.HasPrefix(c.CgroupRoot, "/") {
-		errs = append(errs, errors.New("cgroup root must be an absolute path"))
-	}
-	return errs
-}
-
-// adoptStoreLeftovers removes the default memory store a daemon that died
-// on this data directory left, when this one no longer uses it.
-func (s *Service) adoptStoreLeftovers() {
-	if s.cfg.StoreDeviceFile != "" || absPath(s.cfg.StoreDir) != store.DefaultDirFor(s.cfg.DataDir) {
-		if err := store.RemoveUnusedDefault(s.cfg.DataDir); err != nil {
-			s.log.Warn("memory store an earlier daemon left", "err", err)
-		}
-	}
-}
-
-// releaseStore removes the memory store's directory at exit when it holds
-// no copy.
-func (s *Service) releaseStore() {
-	if st := s.snaps.Store(); st != nil {
-		if gone, err := st.RemoveIfEmpty(); err != nil {
-			s.log.Warn("remove memory store directory", "err", err)
-		} else if !gone {
-			s.log.Info("memory store kept for the next daemon", "dir", st.Dir())
-		}
-	}
-}
-
-func absPath(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
 }

@@ -193,20 +193,3 @@ func TestBackend(t *testing.T) {
 }
 
 type given struct{ vmm.Backend }
-
-// TestAddCheck: Validate reports what an added check finds, with the rest.
-func TestAddCheck(t *testing.T) {
-	const marker = "/data-dir-an-added-check-refuses"
-	AddCheck(func(c *Config) []error {
-		if c.DataDir == marker {
-			return []error{errors.New("refused by an added check")}
-		}
-		return nil
-	})
-	c := validConfig()
-	if err := c.Check(); err != nil {
-		t.Fatalf("Check: %v", err)
-	}
-	c.DataDir, c.DefaultVCPUs = marker, 0
-	problemtest.Check(t, c.Check(), []string{"refused by an added check", "default vcpus must be at least 1"})
-}

@@ -3,7 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
@@ -45,7 +45,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.vmmProblems()...)
 	errs = append(errs, validateLogs(c)...)
-	errs = append(errs, registeredProblems(c)...)
+	errs = append(errs, confinementProblems(c)...)
 	if c.VMMPoolTTL < 0 {
 		errs = append(errs, fmt.Errorf("vmm pool ttl %s: must be positive", c.VMMPoolTTL))
 	}
@@ -130,30 +130,26 @@ func (c *Config) vmmProblems() []error {
 	return nil
 }
 
-// registered are the checks of settings that parts of the daemon outside
-// this package validate themselves (AddCheck).
-var registered struct {
-	sync.Mutex
-	checks []func(*Config) []error
-}
-
-// AddCheck makes Validate also report the problems check finds: the
-// daemon adds the checks of settings whose rules live with the code that
-// uses them (its VMs' confinement).
-func AddCheck(check func(*Config) []error) {
-	registered.Lock()
-	defer registered.Unlock()
-	registered.checks = append(registered.checks, check)
-}
-
-// registeredProblems are the problems the added checks find in c.
-func registeredProblems(c *Config) []error {
-	registered.Lock()
-	checks := registered.checks
-	registered.Unlock()
+// confinementProblems are the problems of the confinement settings of c.
+func confinementProblems(c *Config) []error {
 	var errs []error
-	for _, check := range checks {
-		errs = append(errs, check(c)...)
+	if c.VMUIDCount == 0 || uint64(c.VMUIDBase)+uint64(c.VMUIDCount) > 1<<32-2 {
+		errs = append(errs, fmt.Errorf("vm user ids %d+%d do not fit below 4294967294", c.VMUIDBase, c.VMUIDCount))
+	}
+	if c.VMUIDBase < 1000 {
+		errs = append(errs, fmt.Errorf("vm user id base %d overlaps system users", c.VMUIDBase))
+	}
+	if c.VMMemoryOverheadMiB < 64 {
+		errs = append(errs, fmt.Errorf("vm memory overhead %d MiB is below 64 MiB", c.VMMemoryOverheadMiB))
+	}
+	if c.VMCPUWeight < 1 || c.VMCPUWeight > 10000 {
+		errs = append(errs, fmt.Errorf("vm cpu weight %d is outside 1-10000", c.VMCPUWeight))
+	}
+	if c.ConsoleLogLimit < 4096 {
+		errs = append(errs, fmt.Errorf("console log limit %d bytes is below 4096", c.ConsoleLogLimit))
+	}
+	if c.CgroupRoot != "" && !strings.HasPrefix(c.CgroupRoot, "/") {
+		errs = append(errs, errors.New("cgroup root must be an absolute path"))
 	}
 	return errs
 }

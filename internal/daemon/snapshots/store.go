@@ -175,3 +175,32 @@ func (m *Manager) Memory(ctx context.Context, id string) (*wire.SnapshotMemory, 
 	}
 	return out, nil
 }
+
+// AdoptStoreLeftovers removes the default memory store under dataDir that
+// a daemon that died there left, when this one no longer uses it.
+func (m *Manager) AdoptStoreLeftovers(dataDir string) {
+	if m.cfg.StoreDeviceFile != "" || absPath(m.cfg.StoreDir) != store.DefaultDirFor(dataDir) {
+		if err := store.RemoveUnusedDefault(dataDir); err != nil {
+			m.log.Warn("memory store an earlier daemon left", "err", err)
+		}
+	}
+}
+
+// ReleaseStore removes the memory store's directory at exit when it holds
+// no copy.
+func (m *Manager) ReleaseStore() {
+	if st := m.Store(); st != nil {
+		if gone, err := st.RemoveIfEmpty(); err != nil {
+			m.log.Warn("remove memory store directory", "err", err)
+		} else if !gone {
+			m.log.Info("memory store kept for the next daemon", "dir", st.Dir())
+		}
+	}
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
