@@ -244,12 +244,7 @@ func TestEndpointFailures(t *testing.T) {
 }
 
 func TestFunctionsListenerHTTP2AndSlowClients(t *testing.T) {
-	inv := newTestInvoker()
-	inv.set("echo", echo)
-	tr := openTest(t, "", inv, nil)
-	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	tr := echoEndpoint(t)
 	srv, err := tr.FunctionsServer(context.Background(), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -351,12 +346,7 @@ func TestEndpointWaitsForItsFunctionsSlots(t *testing.T) {
 }
 
 func TestFunctionsListenerHTTP2OverTLS(t *testing.T) {
-	inv := newTestInvoker()
-	inv.set("echo", echo)
-	tr := openTest(t, "", inv, nil)
-	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	tr := echoEndpoint(t)
 	cert, pool := selfSigned(t)
 	srv, err := tr.FunctionsServer(context.Background(), &tls.Config{Certificates: []tls.Certificate{cert}}, 5*time.Second)
 	if err != nil {

@@ -108,6 +108,19 @@ func testLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// echoEndpoint is a Triggers whose function echo answers with its event,
+// with an HTTP endpoint of echo's.
+func echoEndpoint(t *testing.T) *Triggers {
+	t.Helper()
+	inv := newTestInvoker()
+	inv.set("echo", echo)
+	tr := openTest(t, "", inv, nil)
+	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // openTest opens triggers on an embedded engine in dir (a new temporary
 // directory if empty) and starts them; they close at the test's end.
 func openTest(t *testing.T, dir string, inv Invoker, mod func(*Config)) *Triggers {
