@@ -399,23 +399,14 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 // without it the certificate is refused with a clear error, not "store
 // unavailable".
 func TestTLSWithCAFile(t *testing.T) {
-	srv := miniotest.StartTLS(t)
-	cfg := srv.Config
-	cfg.ChunkSize = cs
-	st, err := registry.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, st := openMinIO(t, miniotest.StartTLS(t))
 	st = st.WithTrust(trusting(newKey(t)))
 	fx := makeSnapshot(t, t.TempDir(), "snap-tls", baseRegions())
 	rm, _, err := st.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
 	if err != nil {
 		t.Fatalf("push over TLS: %v", err)
 	}
-	c, err := registry.OpenCache(t.TempDir(), 0, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCache(t, st, 0)
 	dst := filepath.Join(t.TempDir(), "x")
 	os.Mkdir(dst, 0o700)
 	if err := c.PullInto(context.Background(), rm, dst, nil); err != nil {
