@@ -186,6 +186,16 @@ func newCache(t testing.TB, st *registry.Store, budget int64) *registry.Cache {
 	return c
 }
 
+// openMemory opens the memory file of rm lazily through c.
+func openMemory(t testing.TB, c *registry.Cache, rm *registry.RemoteManifest) *registry.LazyFile {
+	t.Helper()
+	lf, err := c.Open(context.Background(), rm, snapshot.MemoryFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lf
+}
+
 // openMinIO opens a store on srv's bucket with the tests' chunk size.
 func openMinIO(t testing.TB, srv *miniotest.Server) (registry.Config, *registry.Store) {
 	t.Helper()

@@ -38,10 +38,7 @@ func testPullExceptAndPullFile(t *testing.T, newEnv envMaker) {
 
 	// A LazyFile over a fresh cache: the first read of a chunk fetches it.
 	c2 := newCache(t, e.store, 0)
-	lf, err := c2.Open(ctx, rm, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lf := openMemory(t, c2, rm)
 	off := rm.File(snapshot.MemoryFile).Chunks[0].Index * rm.ChunkSize
 	if lf.Local(off) {
 		t.Fatal("a chunk never read is local")
