@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -158,13 +159,7 @@ func serveFunctions(t *testing.T, tr *Triggers) string {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, d, what, cond)
 }
 
 func httpDo(t *testing.T, req *http.Request) (*http.Response, string) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/polltest"
 )
 
 const (
@@ -386,13 +388,7 @@ func TestServeStop(t *testing.T) {
 // waitFor polls cond until it holds or testTimeout passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	polltest.Until(t, testTimeout, what, cond)
 }
 
 // Faults outside the Mapping (the uffd covers more than the shim announced)
