@@ -32,3 +32,17 @@ func Until(t TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(pause)
 	}
 }
+
+// Receive is the next value on ch, and fails the test, saying what it
+// waited for, if none comes within d.
+func Receive[T any](t TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out waiting for %s (%s)", what, d)
+		var zero T
+		return zero
+	}
+}

@@ -42,3 +42,17 @@ func TestUntilTimesOut(t *testing.T) {
 		t.Fatalf("failed with %q, want %q", r.failed, want)
 	}
 }
+
+// Receive returns the value sent in time, and fails the test, naming what
+// it waited for, when nothing comes.
+func TestReceive(t *testing.T) {
+	ch := make(chan int, 1)
+	time.AfterFunc(10*time.Millisecond, func() { ch <- 7 })
+	r := &recorder{}
+	if v := Receive(r, ch, 5*time.Second, "seven"); v != 7 || r.failed != "" {
+		t.Fatalf("got %d, failed %q", v, r.failed)
+	}
+	if v := Receive(r, ch, 20*time.Millisecond, "an eighth"); v != 0 || r.failed != "timed out waiting for an eighth (20ms)" {
+		t.Fatalf("got %d, failed %q", v, r.failed)
+	}
+}
