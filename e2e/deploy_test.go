@@ -15,6 +15,7 @@ import (
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 )
 
 // versionedFunction writes a function directory whose handler answers
@@ -249,7 +250,7 @@ func TestDeployKilledMidway(t *testing.T) {
 				t.Fatalf("snapshots after the restart: %v %+v", err, snaps)
 			}
 			for _, sub := range []string{"functions", "snapshots"} {
-				if left := entries(t, filepath.Join(dataDir, sub)); len(left) != 0 {
+				if left := dirtest.Names(t, filepath.Join(dataDir, sub)); len(left) != 0 {
 					t.Errorf("%s left in %s after the restart", left, sub)
 				}
 			}
@@ -281,18 +282,4 @@ func waitPhase(t *testing.T, c *client.Client, id, prefix string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("operation %s never reached %q", id, prefix)
-}
-
-// entries lists a directory's entries' names.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		out = append(out, de.Name())
-	}
-	return out
 }
