@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -183,20 +182,12 @@ func TestConcurrentDeploys(t *testing.T) {
 	parallel(t)
 	e := startEnv(t, t.TempDir())
 	dirs := []string{versionedFunction(t, "a"), versionedFunction(t, "b")}
-	var wg sync.WaitGroup
-	res := make([]*client.Deploy, 2)
-	errs := make([]error, 2)
-	for i := range dirs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i == 1 {
-				time.Sleep(300 * time.Millisecond) // the second comes second
-			}
-			res[i], errs[i] = e.c.DeployFromDir(ctxT(t), "pair", dirs[i], client.DeployRequest{})
-		}()
-	}
-	wg.Wait()
+	res, errs := atOnce(len(dirs), func(i int) (*client.Deploy, error) {
+		if i == 1 {
+			time.Sleep(300 * time.Millisecond) // the second comes second
+		}
+		return e.c.DeployFromDir(ctxT(t), "pair", dirs[i], client.DeployRequest{})
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("deploy %d: %v", i, err)

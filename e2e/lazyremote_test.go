@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,17 +209,10 @@ func (rc *remoteCase) checkLazyImports(t *testing.T) {
 func (rc *remoteCase) checkConcurrentImport(t *testing.T) {
 	nodes, ctx, name, fn, check := rc.nodes, rc.ctx, rc.name, rc.fn, rc.check
 	b := nodes["concurrent"]
-	var wg sync.WaitGroup
-	invs := make([]*client.Invocation, 2)
-	errs := make([]error, 2)
-	for i, k := range []string{"vanilla", "reap"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			invs[i], errs[i] = b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k})
-		}()
-	}
-	wg.Wait()
+	kinds := []string{"vanilla", "reap"}
+	invs, errs := atOnce(len(kinds), func(i int) (*client.Invocation, error) {
+		return b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: kinds[i]})
+	})
 	check(t, invs[0], errs[0], "vanilla")
 	check(t, invs[1], errs[1], "reap")
 	if invs[0].Timing.ImportMS+invs[1].Timing.ImportMS <= 0 {
