@@ -60,12 +60,12 @@ func (c *DB) PutRestoreSettings(ctx context.Context, r *RestoreSettings) error {
 // RestoreState returns the adaptive restore state of a function version
 // (a JSON document the daemon defines); ErrNotFound if there is none.
 func (c *DB) RestoreState(ctx context.Context, function string, version int) ([]byte, error) {
-	var state string
-	err := c.db.QueryRowContext(ctx, `SELECT state FROM restore_state WHERE function = ? AND version = ?`, function, version).Scan(&state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("restore state of %s:%d: %w", function, version, ErrNotFound)
+	state, err := queryText(ctx, c.db, fmt.Errorf("restore state of %s:%d: %w", function, version, ErrNotFound),
+		`SELECT state FROM restore_state WHERE function = ? AND version = ?`, function, version)
+	if err != nil {
+		return nil, err
 	}
-	return []byte(state), err
+	return []byte(state), nil
 }
 
 // RestoreStates returns every version's state of a function, by version.
@@ -104,12 +104,12 @@ func (c *DB) PutPrepareEvent(ctx context.Context, snapshot string, event []byte)
 // PrepareEvent returns a snapshot's record input; ErrNotFound if none is
 // kept.
 func (c *DB) PrepareEvent(ctx context.Context, snapshot string) ([]byte, error) {
-	var ev string
-	err := c.db.QueryRowContext(ctx, `SELECT event FROM prepare_events WHERE snapshot = ?`, snapshot).Scan(&ev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("record input of %s: %w", snapshot, ErrNotFound)
+	ev, err := queryText(ctx, c.db, fmt.Errorf("record input of %s: %w", snapshot, ErrNotFound),
+		`SELECT event FROM prepare_events WHERE snapshot = ?`, snapshot)
+	if err != nil {
+		return nil, err
 	}
-	return []byte(ev), err
+	return []byte(ev), nil
 }
 
 // PruneRestore removes the settings and states of functions and the

@@ -269,6 +269,17 @@ func queryOne[T any](ctx context.Context, db *sql.DB, scan func(scanner) (*T, er
 	return v, err
 }
 
+// queryText is the one text column of the row query returns; no row is
+// notFound ("" and no error when notFound is nil).
+func queryText(ctx context.Context, db *sql.DB, notFound error, query string, args ...any) (string, error) {
+	var s string
+	err := db.QueryRowContext(ctx, query, args...).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notFound
+	}
+	return s, err
+}
+
 // queryAll scans every row query returns with scan.
 func queryAll[T any](ctx context.Context, db *sql.DB, scan func(scanner) (*T, error), query string, args ...any) ([]*T, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
@@ -561,12 +572,7 @@ func scanInvocation(s scanner) (*Invocation, error) {
 
 // Setting returns a stored setting ("" if unset).
 func (c *DB) Setting(ctx context.Context, key string) (string, error) {
-	var v string
-	err := c.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key=?`, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	return v, err
+	return queryText(ctx, c.db, nil, `SELECT value FROM settings WHERE key=?`, key)
 }
 
 // SetSetting stores a setting.

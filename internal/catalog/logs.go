@@ -2,8 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -90,12 +88,7 @@ func scanLogs(s scanner) (*InvocationLogs, error) {
 // InvocationFunction is the function of a recorded invocation
 // (ErrNotFound if the history has no such record).
 func (c *DB) InvocationFunction(ctx context.Context, id string) (string, error) {
-	var fn string
-	err := c.db.QueryRowContext(ctx, `SELECT function FROM invocations WHERE id=?`, id).Scan(&fn)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("invocation %q: %w", id, ErrNotFound)
-	}
-	return fn, err
+	return queryText(ctx, c.db, fmt.Errorf("invocation %q: %w", id, ErrNotFound), `SELECT function FROM invocations WHERE id=?`, id)
 }
 
 // PruneInvocationLogs deletes the logs whose invocation records are gone

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,6 +49,18 @@ func validName(kind, name string) error {
 		return fmt.Errorf("%w: %s name %q: use 1-63 lowercase letters, digits and '-', starting with a letter", ErrInvalid, kind, name)
 	}
 	return nil
+}
+
+// oneOf is v, or the first of allowed when v is empty; ErrInvalid if v is
+// none of them (what names the field).
+func oneOf(what, v string, allowed ...string) (string, error) {
+	if v == "" {
+		return allowed[0], nil
+	}
+	if !slices.Contains(allowed, v) {
+		return "", fmt.Errorf("%w: %s %q: use %s", ErrInvalid, what, v, strings.Join(allowed, " or "))
+	}
+	return v, nil
 }
 
 // validPrefix checks an endpoint's path prefix: "/" and segments of
@@ -108,12 +121,8 @@ func (t *Triggers) CreateEndpoint(ctx context.Context, req wire.CreateEndpointRe
 	if err := validPrefix(req.PathPrefix); err != nil {
 		return nil, err
 	}
-	switch req.Auth {
-	case "":
-		req.Auth = AuthNone
-	case AuthNone, AuthKey:
-	default:
-		return nil, fmt.Errorf("%w: auth %q: use none or key", ErrInvalid, req.Auth)
+	if req.Auth, err = oneOf("auth", req.Auth, AuthNone, AuthKey); err != nil {
+		return nil, err
 	}
 	if err := t.inv.CheckRef(ctx, req.Function); err != nil {
 		return nil, err
@@ -177,45 +186,16 @@ func (t *Triggers) ListEndpoints(ctx context.Context) ([]*wire.Endpoint, error) 
 }
 
 func (t *Triggers) endpointRecords(ctx context.Context) ([]*endpointRecord, error) {
-	names, err := keys(ctx, t.e.endpoints)
-	if err != nil {
-		return nil, err
-	}
-	var out []*endpointRecord
-	for _, n := range names {
-		rec, _, err := t.getEndpoint(ctx, n)
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, nil
-}
-
-// keys lists a bucket's keys, sorted.
-func keys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	l, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: list %s: %v", ErrEngine, kv.Bucket(), err)
-	}
-	var out []string
-	for k := range l.Keys() {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out, nil
+	return listRecords(ctx, t.e.endpoints, func(ctx context.Context, name string) (*endpointRecord, error) {
+		rec, _, err := t.getEndpoint(ctx, name)
+		return rec, err
+	})
 }
 
 // DeleteEndpoint removes an endpoint; its requests get 404 from then on.
 func (t *Triggers) DeleteEndpoint(ctx context.Context, name string) error {
-	if _, _, err := t.getEndpoint(ctx, name); err != nil {
+	if err := purgeRecord(ctx, t.e.endpoints, "endpoint", name, t.getEndpoint); err != nil {
 		return err
-	}
-	if err := t.e.endpoints.Purge(ctx, name); err != nil {
-		return fmt.Errorf("%w: delete endpoint: %v", ErrEngine, err)
 	}
 	t.awaitRoutes(name, 0)
 	t.log.Info("endpoint deleted", "endpoint", name)

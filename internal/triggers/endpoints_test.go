@@ -181,6 +181,23 @@ func TestKeyMatchesComparesHashes(t *testing.T) {
 	}
 }
 
+func TestOneOfDefaultsAndRefuses(t *testing.T) {
+	for _, c := range []struct{ in, want, err string }{
+		{"", AuthNone, ""},
+		{AuthKey, AuthKey, ""},
+		{AuthNone, AuthNone, ""},
+		{"token", "", `invalid request: auth "token": use none or key`},
+	} {
+		got, err := oneOf("auth", c.in, AuthNone, AuthKey)
+		if c.err == "" && (err != nil || got != c.want) {
+			t.Errorf("oneOf(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+		if c.err != "" && (!errors.Is(err, ErrInvalid) || err.Error() != c.err) {
+			t.Errorf("oneOf(%q) error %v; want %q (ErrInvalid)", c.in, err, c.err)
+		}
+	}
+}
+
 func TestEndpointFailures(t *testing.T) {
 	inv := newTestInvoker()
 	inv.set("raises", raises)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -200,6 +201,53 @@ func getRecord[T any](ctx context.Context, kv jetstream.KeyValue, what, key stri
 		return nil, 0, fmt.Errorf("%w: %s %s is malformed: %v", ErrEngine, what, key, err)
 	}
 	return &v, e.Revision(), nil
+}
+
+// keys lists a bucket's keys, sorted.
+func keys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list %s: %v", ErrEngine, kv.Bucket(), err)
+	}
+	var out []string
+	for k := range l.Keys() {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// listRecords reads every key of kv with get, in key order, leaving out
+// those deleted meanwhile (get's ErrNotFound).
+func listRecords[T any](ctx context.Context, kv jetstream.KeyValue, get func(context.Context, string) (T, error)) ([]T, error) {
+	names, err := keys(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, n := range names {
+		v, err := get(ctx, n)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// purgeRecord deletes key from kv once get finds it (get's error
+// otherwise: an invalid name or ErrNotFound); what names the record.
+func purgeRecord[T any](ctx context.Context, kv jetstream.KeyValue, what, key string, get func(context.Context, string) (T, uint64, error)) error {
+	if _, _, err := get(ctx, key); err != nil {
+		return err
+	}
+	if err := kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("%w: delete %s: %v", ErrEngine, what, err)
+	}
+	return nil
 }
 
 // isNotFound says whether err is JetStream's "no such key" or "no such

@@ -65,12 +65,8 @@ func (t *Triggers) CreateSchedule(ctx context.Context, s wire.Schedule) (*wire.S
 	if _, _, err := parseCron(s.Cron, s.TimeZone); err != nil {
 		return nil, err
 	}
-	switch s.Missed {
-	case "":
-		s.Missed = MissedSkip
-	case MissedSkip, MissedOnce:
-	default:
-		return nil, fmt.Errorf("%w: missed %q: use skip or once", ErrInvalid, s.Missed)
+	if s.Missed, err = oneOf("missed", s.Missed, MissedSkip, MissedOnce); err != nil {
+		return nil, err
 	}
 	if len(s.Event) > daemon.MaxEventBytes || (len(s.Event) > 0 && !json.Valid(s.Event)) {
 		return nil, fmt.Errorf("%w: event must be JSON of at most %d bytes", ErrInvalid, daemon.MaxEventBytes)
@@ -125,31 +121,13 @@ func (t *Triggers) describe(ctx context.Context, s *wire.Schedule) *wire.Schedul
 
 // ListSchedules lists the schedules by name.
 func (t *Triggers) ListSchedules(ctx context.Context) ([]*wire.Schedule, error) {
-	names, err := keys(ctx, t.e.schedules)
-	if err != nil {
-		return nil, err
-	}
-	var out []*wire.Schedule
-	for _, n := range names {
-		s, err := t.GetSchedule(ctx, n)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return listRecords(ctx, t.e.schedules, t.GetSchedule)
 }
 
 // DeleteSchedule removes a schedule; it fires no more.
 func (t *Triggers) DeleteSchedule(ctx context.Context, name string) error {
-	if _, _, err := t.getSchedule(ctx, name); err != nil {
+	if err := purgeRecord(ctx, t.e.schedules, "schedule", name, t.getSchedule); err != nil {
 		return err
-	}
-	if err := t.e.schedules.Purge(ctx, name); err != nil {
-		return fmt.Errorf("%w: delete schedule: %v", ErrEngine, err)
 	}
 	_ = t.e.scheduleRuns.Purge(ctx, name)
 	t.log.Info("schedule deleted", "schedule", name)
