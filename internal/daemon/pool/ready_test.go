@@ -276,12 +276,12 @@ func TestReadyDropHoldReclaim(t *testing.T) {
 	r.Begin(key).End()
 	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
 	oldest := oldestClone(r) // two fills ran at once: either may have become ready first
+	f.mu.Lock()
+	f.gate = make(chan struct{}) // before the reclaim: its refill may start at once
+	f.mu.Unlock()
 	if !r.Reclaim(WhyReadyRoom) || f.why(oldest) != WhyReadyRoom {
 		t.Fatalf("reclaim retired %v, want %s (the oldest) for room", f.retired, oldest)
 	}
-	f.mu.Lock()
-	f.gate = make(chan struct{})
-	f.mu.Unlock()
 	waitUntil(t, "a refill under way", func() bool { return r.Filling() == 1 })
 	time.AfterFunc(50*time.Millisecond, func() { f.mu.Lock(); close(f.gate); f.gate = nil; f.mu.Unlock() })
 	r.Hold("s", true)
