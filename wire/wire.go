@@ -145,6 +145,11 @@ type VM struct {
 	// when it is stopped unless an invocation takes it first.
 	Idle      bool       `json:"idle,omitempty"`
 	IdleUntil *time.Time `json:"idle_until,omitempty"`
+	// ReadyMemoryMiB is what a ready clone waiting for a request counts
+	// against the standby memory (thawd --standby-memory): its VMM's
+	// proportional set size measured once it was ready, rounded up to
+	// MiB, or its snapshot's estimate if it could not be measured.
+	ReadyMemoryMiB int `json:"ready_memory_mib,omitempty"`
 }
 
 // Snapshot is a published snapshot.

@@ -110,8 +110,7 @@ func (c *command) rootCmd() *cobra.Command {
 	root.InitDefaultHelpFlag()
 	root.CompletionOptions.HiddenDefaultCmd = true
 
-	cfg := &cobra.Command{Use: "config", Short: "Check the configuration, or print a default config file", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	cfg := groupCmd("config", "Check the configuration, or print a default config file")
 	cfg.AddCommand(&cobra.Command{
 		Use:   "check",
 		Short: "Check the configuration (flags, THAWD_* environment, config file) and print the settings in force",
@@ -155,11 +154,27 @@ func (c *command) load() error {
 	return errors.Join(fileErr, c.s.validate())
 }
 
-// check is thawd config check: validate and print the settings in force.
-func (c *command) check() error {
+// loadValid is load for a command that needs a valid configuration: it
+// reports every problem on stderr and fails the command.
+func (c *command) loadValid() error {
 	if err := c.load(); err != nil {
 		fmt.Fprintf(c.stderr, "thawd: invalid configuration:\n%s", configProblems(err))
 		return &exitError{code: exitFailed}
+	}
+	return nil
+}
+
+// groupCmd is a command that only holds subcommands: run alone, it prints
+// its help.
+func groupCmd(use, short string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+}
+
+// check is thawd config check: validate and print the settings in force.
+func (c *command) check() error {
+	if err := c.loadValid(); err != nil {
+		return err
 	}
 	if c.configPath != "" {
 		fmt.Fprintf(c.stdout, "# config file %s\n", c.configPath)
@@ -175,9 +190,8 @@ func (c *command) check() error {
 // run is thawd itself: configuration, logger, then the daemon until
 // SIGINT or SIGTERM.
 func (c *command) run(ctx context.Context) error {
-	if err := c.load(); err != nil {
-		fmt.Fprintf(c.stderr, "thawd: invalid configuration:\n%s", configProblems(err))
-		return &exitError{code: exitFailed}
+	if err := c.loadValid(); err != nil {
+		return err
 	}
 	level := slog.LevelInfo
 	if c.s.verbose {

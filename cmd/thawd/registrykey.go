@@ -12,8 +12,7 @@ import (
 
 // registryCmd is 'thawd registry': the node's registry signing key.
 func (c *command) registryCmd() *cobra.Command {
-	reg := &cobra.Command{Use: "registry", Short: "The node's snapshot registry signing key", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	reg := groupCmd("registry", "The node's snapshot registry signing key")
 	reg.AddCommand(&cobra.Command{
 		Use:   "key",
 		Short: "Print the node's registry signing key, creating it if the data directory has none",
@@ -35,9 +34,8 @@ publishes. Run it before the first start to provision a cluster's keys.`,
 // printRegistryKey loads the configuration, then the data directory's key
 // (creating it), and prints its line.
 func (c *command) printRegistryKey() error {
-	if err := c.load(); err != nil {
-		fmt.Fprintf(c.stderr, "thawd: invalid configuration:\n%s", configProblems(err))
-		return &exitError{code: exitFailed}
+	if err := c.loadValid(); err != nil {
+		return err
 	}
 	dir := c.s.serve.Daemon.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -11,8 +11,7 @@ import (
 // secretsCmd is thawd secrets: maintenance of the secret store while the
 // daemon is stopped.
 func (c *command) secretsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "secrets", Short: "Maintain the secret store of the data directory (thawd stopped)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	cmd := groupCmd("secrets", "Maintain the secret store of the data directory (thawd stopped)")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "rotate-key",
 		Short: "Seal the secret store under a new key (<data-dir>/secrets.key), thawd stopped",
@@ -23,9 +22,8 @@ a daemon holds it. Back up the new key file afterwards: a copy of the store
 with the old key no longer opens.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := c.load(); err != nil {
-				fmt.Fprintf(c.stderr, "thawd: invalid configuration:\n%s", configProblems(err))
-				return &exitError{code: exitFailed}
+			if err := c.loadValid(); err != nil {
+				return err
 			}
 			dir := c.s.serve.Daemon.DataDir
 			if err := daemon.RotateSecretKey(dir); err != nil {

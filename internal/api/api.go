@@ -533,20 +533,36 @@ func readCreateFunction(w http.ResponseWriter, r *http.Request) (daemon.Function
 		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
 		return spec, nil
 	}
-	var req wire.CreateFunctionRequest
-	if err := decode(w, r, maxControlBody, &req); err != nil {
+	req, err := decodeDirectoryRequest(w, r, maxControlBody, func(req *wire.CreateFunctionRequest) string { return req.Directory })
+	if err != nil {
 		return spec, err
-	}
-	if req.Directory == "" {
-		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
 	spec = daemon.FunctionSpec{Name: req.Name, Directory: req.Directory, MemoryMiB: req.MemoryMiB, VCPUs: req.VCPUs,
 		MaxConcurrency: req.MaxConcurrency, KeepAliveS: req.KeepAliveS, VMMPool: req.VMMPool, VMMPoolTTLS: req.VMMPoolTTLS,
-		Env: req.Env, Secrets: req.Secrets, Strategy: req.Strategy, Refresh: req.Refresh}
-	if req.Network != nil {
-		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
-	}
+		Env: req.Env, Secrets: req.Secrets, Strategy: req.Strategy, Refresh: req.Refresh, Network: networkPolicy(req.Network)}
 	return spec, nil
+}
+
+// decodeDirectoryRequest decodes the JSON form of a request that brings a
+// function's code: it names a directory on the daemon's host (directory
+// reads it from the request), which it must, instead of uploading a tar.gz.
+func decodeDirectoryRequest[R any](w http.ResponseWriter, r *http.Request, limit int64, directory func(*R) string) (*R, error) {
+	req := new(R)
+	if err := decode(w, r, limit, req); err != nil {
+		return nil, err
+	}
+	if directory(req) == "" {
+		return nil, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
+	}
+	return req, nil
+}
+
+// networkPolicy is a request's network settings (absent: egress none).
+func networkPolicy(n *wire.Network) vmnet.Policy {
+	if n == nil {
+		return vmnet.Policy{}
+	}
+	return vmnet.Policy{Egress: vmnet.Egress(n.Egress), Services: n.Services}
 }
 
 // isArchive says whether a request's body is a tar.gz of a function's code.

@@ -1316,6 +1316,12 @@ func validateVMAndSnapshotDocs(t *testing.T, c *apitest.Checker, d *realDocs) {
 	for _, v := range []*catalog.VM{booted, restored, failed} {
 		validateGo(t, c, "VM", vmBody(v))
 	}
+	ready := *restored
+	ready.State, ready.ReadyMiB = catalog.StateReady, 39
+	if b := vmBody(&ready); b.ReadyMemoryMiB != 39 {
+		t.Errorf("a ready clone's body counts %d MiB, want 39", b.ReadyMemoryMiB)
+	}
+	validateGo(t, c, "VM", vmBody(&ready))
 	busy := vmBody(booted)
 	busy.Invocation = &wire.RunningInvocation{ID: warm.ID, StartedAt: now, RunningMS: 12034.5, TimeoutMS: 600000}
 	validateGo(t, c, "VM", busy)

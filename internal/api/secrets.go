@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -59,19 +61,13 @@ func readConfigParams(q url.Values) (env, refs map[string]string, err error) {
 
 // assignments parses NAME=VALUE items; a name given twice is an error.
 func assignments(items []string, what string) (map[string]string, error) {
-	if len(items) == 0 {
-		return nil, nil
+	m, err := fnconfig.Assignments(items)
+	var ae *fnconfig.AssignmentError
+	switch {
+	case errors.As(err, &ae) && ae.Twice:
+		return nil, fmt.Errorf("%w: %s %s is given twice", daemon.ErrInvalid, what, ae.Item)
+	case errors.As(err, &ae):
+		return nil, fmt.Errorf("%w: %s %.80q: want NAME=VALUE", daemon.ErrInvalid, what, ae.Item)
 	}
-	out := make(map[string]string, len(items))
-	for _, it := range items {
-		k, v, ok := strings.Cut(it, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%w: %s %.80q: want NAME=VALUE", daemon.ErrInvalid, what, it)
-		}
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("%w: %s %s is given twice", daemon.ErrInvalid, what, k)
-		}
-		out[k] = v
-	}
-	return out, nil
+	return m, err
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"errors"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
 // TestSetSecretRefusesBadBodiesWithoutQuotingThem: whatever is wrong with
@@ -41,10 +44,18 @@ func TestConfigQueryParameters(t *testing.T) {
 	if err != nil || env["GREETING"] != "hello=world" || env["EMPTY"] != "" || len(env) != 2 || refs["DB_PASSWORD"] != "db" {
 		t.Fatalf("env %v refs %v err %v", env, refs, err)
 	}
-	for _, bad := range []string{"env=NOVALUE", "env=%3Dx", "env=A%3D1&env=A%3D2", "secret=X"} {
+	long := strings.Repeat("x", 100)
+	for bad, want := range map[string]string{
+		"env=NOVALUE":         `: env "NOVALUE": want NAME=VALUE`,
+		"env=%3Dx":            `: env "=x": want NAME=VALUE`,
+		"env=A%3D1&env=A%3D2": ": env A is given twice",
+		"secret=X":            `: secret "X": want NAME=VALUE`,
+		"secret=" + long:      `: secret "` + long[:80] + `": want NAME=VALUE`,
+	} {
 		q, _ := url.ParseQuery(bad)
-		if _, _, err := readConfigParams(q); err == nil {
-			t.Errorf("%s: accepted", bad)
+		_, _, err := readConfigParams(q)
+		if !errors.Is(err, daemon.ErrInvalid) || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("%.40s: error %v, want ErrInvalid ending %q", bad, err, want)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon"
 	"github.com/thaw-dev/thaw/internal/versions"
-	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -62,19 +61,13 @@ func readDeploy(w http.ResponseWriter, r *http.Request) (daemon.DeploySpec, erro
 		spec.Archive = http.MaxBytesReader(w, r.Body, maxArchiveBody)
 		return spec, nil
 	}
-	var req wire.DeployRequest
-	if err := decode(w, r, maxInvokeBody, &req); err != nil {
+	req, err := decodeDirectoryRequest(w, r, maxInvokeBody, func(req *wire.DeployRequest) string { return req.Directory })
+	if err != nil {
 		return spec, err
-	}
-	if req.Directory == "" {
-		return spec, fmt.Errorf("%w: directory is required (or upload a tar.gz with Content-Type application/gzip)", daemon.ErrInvalid)
 	}
 	spec.Directory, spec.MemoryMiB, spec.VCPUs = req.Directory, req.MemoryMiB, req.VCPUs
 	spec.MaxConcurrency, spec.KeepAliveS, spec.VMMPool, spec.VMMPoolTTLS = req.MaxConcurrency, req.KeepAliveS, req.VMMPool, req.VMMPoolTTLS
-	spec.Env, spec.Secrets = req.Env, req.Secrets
-	if req.Network != nil {
-		spec.Network = vmnet.Policy{Egress: vmnet.Egress(req.Network.Egress), Services: req.Network.Services}
-	}
+	spec.Env, spec.Secrets, spec.Network = req.Env, req.Secrets, networkPolicy(req.Network)
 	spec.NoPromote, spec.Prepare, spec.RecordEvent = req.NoPromote, req.Prepare, req.RecordEvent
 	return spec, nil
 }

@@ -107,6 +107,9 @@ type VM struct {
 	// IdleUntil is set, in memory only, on a VM the keep-alive pool keeps
 	// idle: when it is stopped unless an invocation takes it first.
 	IdleUntil time.Time `json:"-"`
+	// ReadyMiB is set, in memory only, on a ready clone waiting in the
+	// pool: the MiB it counts against the standby memory.
+	ReadyMiB int `json:"-"`
 }
 
 // Live reports whether the VM's process is supposed to be running.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	"github.com/thaw-dev/thaw/internal/policy"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/wire"
@@ -353,7 +354,7 @@ func TestDriftRefreshesAndSwaps(t *testing.T) {
 	if g := readGen(filepath.Join(warm.Dir, "strategies", "reap", "gen.json")); g != 2 {
 		t.Fatalf("generation %d in place", g)
 	}
-	if ents, _ := filepath.Glob(filepath.Join(warm.Dir, stagingPrefix+"*")); len(ents) != 0 {
+	if ents, _ := filepath.Glob(filepath.Join(warm.Dir, snapshots.StagingPrefix+"*")); len(ents) != 0 {
 		t.Fatalf("staging left: %v", ents)
 	}
 	for i := 0; i < 3; i++ {
@@ -402,11 +403,11 @@ func TestSwapNeverMixesASet(t *testing.T) {
 	}
 	swaps := 0
 	for gen := 2; gen <= 40; gen++ {
-		staging := stagingDir(dir, restore.REAP, fmt.Sprintf("op-test%d", gen))
+		staging := s.pins.Staging(dir, restore.REAP, fmt.Sprintf("op-test%d", gen))
 		if err := writeGen(staging, gen); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.pins.swapArtifacts(dir, restore.REAP, staging); err != nil {
+		if err := s.pins.Swap(dir, restore.REAP, staging); err != nil {
 			t.Fatal(err)
 		}
 		swaps++
@@ -449,7 +450,7 @@ func TestFailedRefreshKeepsOldSet(t *testing.T) {
 	if g := readGen(filepath.Join(res.Warm.Dir, "strategies", "reap", "gen.bin")); g != 1 {
 		t.Fatalf("generation %d in place after a failed refresh", g)
 	}
-	if ents, _ := filepath.Glob(filepath.Join(res.Warm.Dir, stagingPrefix+"*")); len(ents) != 0 {
+	if ents, _ := filepath.Glob(filepath.Join(res.Warm.Dir, snapshots.StagingPrefix+"*")); len(ents) != 0 {
 		t.Fatalf("staging left: %v", ents)
 	}
 	for i := 0; i < 2*policy.DriftCount; i++ {
@@ -480,11 +481,11 @@ func TestRefreshInterruptedByRestart(t *testing.T) {
 	// one holding the old set after the swap, and the refresh recorded as
 	// running.
 	dir := res.Warm.Dir
-	half := stagingDir(dir, restore.REAP, "op-000000000001")
+	half := s.pins.Staging(dir, restore.REAP, "op-000000000001")
 	if err := os.MkdirAll(half, 0o700); err != nil || os.WriteFile(filepath.Join(half, "gen.json"), []byte("2"), 0o600) != nil {
 		t.Fatal(err)
 	}
-	if err := writeGen(stagingDir(dir, restore.REAP, "op-000000000002"), 0); err != nil {
+	if err := writeGen(s.pins.Staging(dir, restore.REAP, "op-000000000002"), 0); err != nil {
 		t.Fatal(err)
 	}
 	editRestoreDoc(t, s, "echo", func(doc map[string]any) {
@@ -501,7 +502,7 @@ func TestRefreshInterruptedByRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s2.Close(context.Background()) })
-	if ents, _ := filepath.Glob(filepath.Join(dir, stagingPrefix+"*")); len(ents) != 0 {
+	if ents, _ := filepath.Glob(filepath.Join(dir, snapshots.StagingPrefix+"*")); len(ents) != 0 {
 		t.Fatalf("staging left after a restart: %v", ents)
 	}
 	doc, err := s2.FunctionRestore(ctx, "echo")

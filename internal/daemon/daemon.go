@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/config"
 	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/history"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/lifecycle"
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
@@ -96,9 +97,6 @@ type Service struct {
 	// pressure watch.
 	available func() (int, bool)
 	stop      chan struct{} // closed by Close: background loops end
-	// fnGates keep cold starts and the replacement of an outdated
-	// function apart (regsync.go).
-	fnGates   map[string]*sync.RWMutex
 	wg        sync.WaitGroup
 	closed    bool
 	lock      *os.File           // the data directory's lock, held while the daemon lives
@@ -115,6 +113,8 @@ type Service struct {
 	// prep prepares functions: clean and warm snapshots, the strategies'
 	// artifacts (prepare.go).
 	prep *snapshots.Preparer
+	// invoker serves invocations: warm, ready, kept and cold (package invoke).
+	invoker *invoke.Invoker
 }
 
 // Directory layout under DataDir.
@@ -172,8 +172,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv,
-		fnGates: map[string]*sync.RWMutex{}, loaders: restore.NewLoaders(),
+	s := &Service{cfg: cfg, log: log, image: im, vmmVersion: qv, loaders: restore.NewLoaders(),
 		strategies: cfg.Strategies, ops: ops.New(log)}
 	if s.strategies == nil {
 		s.strategies = restore.Strategies()
@@ -209,8 +208,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	}
 	s.versions = s.newVersions(s.reg.Registry())
 	s.snaps = s.newSnapshots()
+	s.pins = artifactPins{snapshots.NewPins(s.snapshotsDir())}
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.prep = s.newPreparer()
+	s.invoker = s.newInvoker()
 	return s, nil
 }
 
@@ -262,14 +263,8 @@ func (s *Service) Start(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.watchPressure(pressureInterval)
 	}
-	if s.reg.Registry() != nil && s.cfg.RegistryGCInterval > 0 {
-		s.wg.Add(1)
-		go s.every(s.cfg.RegistryGCInterval, s.reg.CollectScheduled)
-	}
-	if s.reg.Registry() != nil && !s.cfg.NoRegistryImport && s.cfg.RegistryRefresh > 0 {
-		s.wg.Add(1)
-		go s.every(s.cfg.RegistryRefresh, s.reg.RefreshScheduled)
-	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.reg.Run(s.stop) }()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.functions.CollectDepsLoop(s.stop) }()
 	s.startReady()

@@ -1,15 +1,14 @@
 package daemon
 
 import (
-	"time"
-
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/daemon/config"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/wire"
 )
 
 // MaxInvokeTimeout is the longest timeout an invocation may ask for.
-const MaxInvokeTimeout = time.Hour
+const MaxInvokeTimeout = invoke.MaxTimeout
 
 // limits are the daemon's defaults and bounds in force (GET /v1/info's
 // limits): its configuration after the defaults were filled in.

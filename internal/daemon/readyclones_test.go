@@ -368,7 +368,7 @@ func grepLines(text, sub string) string {
 // two such clones holds all eight, and the state sums what they measured.
 func TestReadyClonesSizedFromArrivals(t *testing.T) {
 	const perClone = 128 + DefaultVMMemoryOverheadMiB
-	s, _ := readyService(t, func(c *Config) { c.Ready.MemoryMiB, c.Ready.Fills, c.Ready.Window = 2*perClone, 2, 20*time.Second })
+	s, cf := readyService(t, func(c *Config) { c.Ready.MemoryMiB, c.Ready.Fills, c.Ready.Window = 2*perClone, 2, 20*time.Second })
 	ctx := context.Background()
 	booted, _ := bootAndSnapshot(t, s, "echo")
 	s.DeleteVM(ctx, booted.ID)
@@ -388,6 +388,18 @@ func TestReadyClonesSizedFromArrivals(t *testing.T) {
 	}
 	if st := s.ready.State(); st.Clones != 8 || st.MemoryMiB < 8 || st.MemoryMiB > 2*perClone {
 		t.Fatalf("ready state %+v: want 8 clones counting what they measured (1 MiB or more each, %d MiB in all at most)", st, 2*perClone)
+	}
+	// The VM listing shows what each counts: the state's sum, clone by clone.
+	listed, sum := cf.readyVMs(t), 0
+	for _, v := range listed {
+		got, err := s.GetVM(ctx, v.ID)
+		if err != nil || v.ReadyMiB <= 0 || got.ReadyMiB != v.ReadyMiB {
+			t.Fatalf("ready clone %s listed counting %d MiB, got %+v (%v)", v.ID, v.ReadyMiB, got, err)
+		}
+		sum += v.ReadyMiB
+	}
+	if st := s.ready.State(); len(listed) != 8 || sum != st.MemoryMiB {
+		t.Fatalf("%d ready clones listed counting %d MiB; the state %+v", len(listed), sum, st)
 	}
 }
 

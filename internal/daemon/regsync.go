@@ -1,21 +1,13 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"math/rand/v2"
-	"os"
 	"sync"
-	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
-	"github.com/thaw-dev/thaw/internal/daemon/functions"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/signing"
-	"github.com/thaw-dev/thaw/internal/snapshot"
-	"github.com/thaw-dev/thaw/internal/vmnet"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -35,11 +27,33 @@ const (
 func (s *Service) openRegistry() error {
 	c := s.cfg
 	var err error
-	s.reg, err = regsync.New(regsync.Config{DataDir: c.DataDir, Registry: c.Registry, ChunkCacheBudget: c.ChunkCacheBudget,
-		TrustedKeys: c.RegistryTrustedKeys, PushOnPrepare: c.RegistryPushOnPrepare, NoImport: c.NoRegistryImport,
-		LazyReadahead: c.LazyReadahead, GCGrace: c.RegistryGCGrace},
-		regsync.Deps{Log: s.log, Catalog: s.db, Snapshots: syncSnapshots{s}, Functions: syncFunctions{s}, Layers: syncLayers{s},
-			VMs: syncVMs{s}, Metrics: s.metrics, Progress: report})
+	s.reg, err = regsync.New(regsync.Config{DataDir: c.DataDir, SnapshotsDir: s.snapshotsDir(), Registry: c.Registry,
+		ChunkCacheBudget: c.ChunkCacheBudget, TrustedKeys: c.RegistryTrustedKeys, PushOnPrepare: c.RegistryPushOnPrepare,
+		NoImport: c.NoRegistryImport, LazyReadahead: c.LazyReadahead, GCGrace: c.RegistryGCGrace,
+		GCInterval: c.RegistryGCInterval, RefreshInterval: c.RegistryRefresh},
+		regsync.Deps{Log: s.log, Catalog: s.db, Metrics: s.metrics, Progress: report,
+			Snapshots: func() regsync.Snapshots { return s.snaps }, Functions: func() regsync.Functions { return s.functions },
+			CheckSnapshotID: func(id string) error { return validID("snapshot", id) }, CheckName: ValidName,
+			Verified: func(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error) {
+				v, err := s.verified(ctx, id, false)
+				if err != nil {
+					return nil, nil, err
+				}
+				return v.Sn, v.Fn, nil
+			},
+			NewestSnapshot: func(ctx context.Context, function string, version int) (string, error) {
+				return s.versions.NewestSnapshotOf(ctx, function, version)
+			},
+			SnapshotBody: SnapshotBody, Forget: s.lifecycle.Forget,
+			BuildInputs: func(fn *catalog.Function) any { return s.buildInputs(fn) },
+			HoldLayers:  func() func() { return s.functions.Deps().Begin() },
+			ReleaseOutdated: func(function string) {
+				s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == function }, "function outdated")
+				s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == function }, whyStandbyGone)
+			},
+			Running: func(ctx context.Context, function string) (*catalog.VM, error) {
+				return s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == function })
+			}})
 	return err
 }
 
@@ -48,194 +62,44 @@ func registryErr(err error) error { return regsync.Err(err) }
 
 // StartPush pushes a snapshot as an operation (PushSnapshot).
 func (s *Service) StartPush(ctx context.Context, id string) (*Operation, error) {
-	if err := s.reg.NeedRegistry(); err != nil {
-		return nil, err
-	}
-	if _, err := s.GetSnapshot(ctx, id); err != nil {
-		return nil, err
-	}
-	return startCall(s, ctx, wire.OpPush, id, s.PushSnapshot, id, func(res *wire.PushResult) *wire.OperationResult {
+	target, err := s.reg.PushTarget(ctx, id)
+	return startChecked(s, ctx, wire.OpPush, target, err, s.PushSnapshot, id, func(res *wire.PushResult) *wire.OperationResult {
 		return &wire.OperationResult{Push: res}
 	})
 }
 
 // StartPull pulls a snapshot as an operation (PullSnapshot).
 func (s *Service) StartPull(ctx context.Context, req wire.PullRequest) (*Operation, error) {
-	if err := s.reg.CheckPull(req); err != nil {
-		return nil, err
-	}
-	target := req.Snapshot
-	if target == "" {
-		target = req.Function
-	}
-	return startCall(s, ctx, wire.OpPull, target, s.PullSnapshot, req, func(res *wire.PullResult) *wire.OperationResult {
+	target, err := s.reg.PullTarget(req)
+	return startChecked(s, ctx, wire.OpPull, target, err, s.PullSnapshot, req, func(res *wire.PullResult) *wire.OperationResult {
 		return &wire.OperationResult{Pull: res}
 	})
 }
 
 // StartGC runs CollectRegistry as an operation.
 func (s *Service) StartGC(ctx context.Context, req wire.GCRequest) (*Operation, error) {
-	if err := s.reg.NeedRegistry(); err != nil {
-		return nil, err
-	}
-	if _, err := regsync.CheckGC(req); err != nil {
-		return nil, err
-	}
-	return startCall(s, ctx, wire.OpGC, s.reg.Registry().Config().Location(), s.CollectRegistry, req, func(res *wire.GCResult) *wire.OperationResult {
+	target, err := s.reg.GCTarget(req)
+	return startChecked(s, ctx, wire.OpGC, target, err, s.CollectRegistry, req, func(res *wire.GCResult) *wire.OperationResult {
 		return &wire.OperationResult{GC: res}
 	})
 }
 
+// startChecked is startCall on target once the request's check passed
+// (checkErr nil); a check that failed is the answer.
+func startChecked[A, T any](s *Service, ctx context.Context, kind, target string, checkErr error,
+	call func(context.Context, A) (T, error), arg A, result func(T) *wire.OperationResult) (*Operation, error) {
+	if checkErr != nil {
+		return nil, checkErr
+	}
+	return startCall(s, ctx, kind, target, call, arg, result)
+}
+
 // autoPush pushes a prepared function's warm snapshot when the daemon is
-// configured to; a failure is logged and leaves the prepare's result.
-func (s *Service) autoPush(ctx context.Context, id string) {
-	if s.reg.Registry() == nil || !s.cfg.RegistryPushOnPrepare {
-		return
-	}
-	if _, err := s.PushSnapshot(subProgress(ctx, "push: "), id); err != nil {
-		s.log.Warn("push after prepare failed; the snapshot stays local", "snapshot", id, "err", err)
-	}
-}
+// configured to (regsync.Sync.AutoPush).
+func (s *Service) autoPush(ctx context.Context, id string) { s.reg.AutoPush(ctx, id) }
 
-// fnGate is held shared by every cold start that names a function rather
-// than a snapshot, and exclusively while an outdated copy of the function
-// is removed (regsync's refresh), so a cold start never picks a snapshot
-// that is going.
-func (s *Service) fnGate(name string) *sync.RWMutex { return keyedLock(s, s.fnGates, name) }
-
-// every runs fn every interval until Close, the first time after a random
-// tenth of it (so nodes started together spread their runs); Close
-// cancels fn's context.
-func (s *Service) every(interval time.Duration, fn func(context.Context)) {
-	defer s.wg.Done()
-	wait := time.Duration(rand.Int64N(int64(interval)/10 + 1))
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(wait):
-		}
-		wait = interval
-		ctx, cancel := context.WithCancel(context.Background())
-		stop := make(chan struct{})
-		go func() {
-			select {
-			case <-s.stop:
-				cancel()
-			case <-stop:
-			}
-		}()
-		fn(ctx)
-		close(stop)
-		cancel()
-	}
-}
-
-// syncSnapshots is the daemon's snapshots as regsync sees them.
-type syncSnapshots struct{ s *Service }
-
-func (x syncSnapshots) Dir() string             { return x.s.snapshotsDir() }
-func (x syncSnapshots) CheckID(id string) error { return validID("snapshot", id) }
-func (x syncSnapshots) Get(ctx context.Context, id string) (*catalog.Snapshot, error) {
-	return x.s.GetSnapshot(ctx, id)
-}
-
-func (x syncSnapshots) Verified(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error) {
-	v, err := x.s.verified(ctx, id, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	return v.Sn, v.Fn, nil
-}
-
-func (x syncSnapshots) Compatible(m *snapshot.Manifest, fn *catalog.Function) error {
-	return x.s.snaps.Compatible(m, fn)
-}
-
-func (x syncSnapshots) Enter(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error {
-	return x.s.snaps.Enter(ctx, rec, prepared)
-}
-
-func (x syncSnapshots) Delete(ctx context.Context, id string) error {
-	return x.s.DeleteSnapshot(ctx, id)
-}
-func (x syncSnapshots) Collect(ctx context.Context, function string, spare ...string) {
-	x.s.collectSnapshots(ctx, function, spare...)
-}
-
-func (x syncSnapshots) NewestOf(ctx context.Context, function string, version int) (string, error) {
-	return x.s.versions.NewestSnapshotOf(ctx, function, version)
-}
-
-func (x syncSnapshots) Lock(id string) *sync.Mutex               { return x.s.snaps.Lock(id) }
-func (x syncSnapshots) Body(sn *catalog.Snapshot) *wire.Snapshot { return SnapshotBody(sn) }
-
-// syncFunctions is the daemon's functions as regsync sees them.
-type syncFunctions struct{ s *Service }
-
-func (x syncFunctions) CheckName(name string) error          { return ValidName(name) }
-func (x syncFunctions) Gate(name string) *sync.RWMutex       { return x.s.fnGate(name) }
-func (x syncFunctions) BuildInputs(fn *catalog.Function) any { return x.s.buildInputs(fn) }
-func (x syncFunctions) Forget(ctx context.Context, name string) error {
-	return x.s.lifecycle.Forget(ctx, name)
-}
-
-func (x syncFunctions) ScanForSecrets(ctx context.Context, dir, what string) error {
-	return x.s.functions.ScanForSecrets(ctx, dir, what)
-}
-
-func (x syncFunctions) Create(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
-	return x.s.CreateFunction(ctx, specOfRecord(name, rec, code))
-}
-
-// Build builds a version's configuration and code from its record beside
-// the function's own, entering nothing in the catalog.
-func (x syncFunctions) Build(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
-	spec := specOfRecord(name, rec, code)
-	netw, err := x.s.functions.CheckSpec(&spec)
-	if err != nil {
-		return nil, err
-	}
-	staging, err := x.s.functions.StageCode(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(staging)
-	return x.s.functions.BuildFunction(ctx, spec, netw, staging)
-}
-
-// specOfRecord is the function spec of a registry record and its code.
-func specOfRecord(name string, rec *registry.FunctionRecord, code []byte) FunctionSpec {
-	return FunctionSpec{Name: name, Archive: bytes.NewReader(code), MemoryMiB: rec.MemoryMiB,
-		VCPUs: rec.VCPUs, Network: vmnet.Policy{Egress: vmnet.Egress(rec.Egress), Services: rec.Services},
-		MaxConcurrency: rec.MaxConcurrency, KeepAliveS: rec.KeepAliveS, VMMPool: rec.VMMPool, VMMPoolTTLS: rec.VMMPoolTTLS,
-		Env: rec.Env, Secrets: rec.Secrets, Deps: functions.CatalogDeps(rec.Deps)}
-}
-
-// syncLayers is the daemon's dependency layers as regsync sees them.
-type syncLayers struct{ s *Service }
-
-func (x syncLayers) Pushed(fn *catalog.Function) (*registry.Layer, string, error) {
-	return x.s.functions.PushedLayer(fn)
-}
-
-func (x syncLayers) Pull(ctx context.Context, rm *registry.RemoteManifest) error {
-	return x.s.functions.PullLayer(ctx, rm)
-}
-
-func (x syncLayers) Hold() func() { return x.s.functions.Deps().Begin() }
-
-// syncVMs is the daemon's VMs as regsync sees them.
-type syncVMs struct{ s *Service }
-
-func (x syncVMs) ReleaseOutdated(function string) {
-	x.s.pool.EvictWhere(func(k *kept) bool { return k.Fn.Name == function }, "function outdated")
-	x.s.vmmPool.DropWhere(func(sb *standby) bool { return sb.VM.Fn.Name == function }, whyStandbyGone)
-}
-
-func (x syncVMs) Running(ctx context.Context, function string) (*catalog.VM, error) {
-	return x.s.liveVMWhere(ctx, func(v *catalog.VM) bool { return v.Function == function })
-}
+// fnGate is a function's cold-start gate (regsync.Sync.Gate).
+func (s *Service) fnGate(name string) *sync.RWMutex { return s.reg.Gate(name) }
 
 // The registry's API on the service (regsync's; forwarded rather than
 // embedded, so a method value taken of a nil *Service, as the API's route

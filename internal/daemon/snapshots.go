@@ -131,18 +131,6 @@ func (s *Service) writeSnapshot(ctx context.Context, lv *liveVM, dir string, was
 	return mem, time.Since(t0), nil
 }
 
-// keyedLock is m's lock for key, made on first use (under s.mu).
-func keyedLock[L any](s *Service, m map[string]*L, key string) *L {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := m[key]
-	if !ok {
-		l = new(L)
-		m[key] = l
-	}
-	return l
-}
-
 // The snapshot API on the service (the snapshots component's; forwarded
 // rather than embedded, so a method value taken of a nil *Service, as the
 // API's route table does, stays valid).

@@ -36,7 +36,7 @@ func standbyOf(t *testing.T, s *Service, snapshot string) *catalog.VM {
 // starts that need room, and a function can opt out.
 func TestVMMPool(t *testing.T) {
 	s, b := fakeService(t, func(c *Config) {
-		c.KeepAlive, c.VMMPoolTTL, c.MaxVMs, c.AdmissionTimeout = -1, 2*time.Second, 3, 5*time.Second
+		c.KeepAlive, c.VMMPoolTTL, c.MaxVMs, c.AdmissionTimeout = -1, 6*time.Second, 3, 5*time.Second // a TTL a loaded host's boots fit in
 	})
 	ctx := context.Background()
 	booted, snap := bootAndSnapshot(t, s, "echo")
@@ -96,7 +96,7 @@ func TestVMMPool(t *testing.T) {
 	}
 	checkStartTakesRoom(t, s)
 	// Expired: unused for its time to live, a standby VM is stopped.
-	waitFor(t, 5*time.Second, "standby vms expired", func() bool { return s.vmmPool.Count() == 0 && standbyOf(t, s, snap.ID) == nil })
+	waitFor(t, 15*time.Second, "standby vms expired", func() bool { return s.vmmPool.Count() == 0 && standbyOf(t, s, snap.ID) == nil })
 	if !strings.Contains(promText(t, s), `thaw_vmm_pool_drops_total{reason="expired"} 1`) {
 		t.Error("the expired standby vm was not counted")
 	}

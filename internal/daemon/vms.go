@@ -11,6 +11,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/daemon/config"
+	"github.com/thaw-dev/thaw/internal/daemon/invoke"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
 	"github.com/thaw-dev/thaw/internal/store"
 	"github.com/thaw-dev/thaw/internal/vmm"
@@ -45,7 +46,7 @@ const whyCascade = vms.WhyCascade
 
 // VMDeletedError is the error type the invocation history records for an
 // invocation whose VM was deleted while it ran.
-const VMDeletedError = "VMDeleted"
+const VMDeletedError = invoke.VMDeletedError
 
 // newVMs makes the VM component from the configuration.
 func (s *Service) newVMs() *vms.Manager {
@@ -61,7 +62,7 @@ func (s *Service) newVMs() *vms.Manager {
 		CheckBootEnv: func(ctx context.Context, fn *catalog.Function, guest *agent.Conn) error {
 			return s.functions.CheckBootEnv(ctx, fn, guest)
 		},
-		Admit: s.admit, Refuse: s.refuseStart, MarkIdle: func(v ...*catalog.VM) { s.pool.MarkIdle(v...) },
+		Admit: s.admit, Refuse: s.refuseStart, MarkIdle: func(v ...*catalog.VM) { s.pool.MarkIdle(v...); s.ready.MarkMemory(v...) },
 		ForgetPooled: s.forgetPooled, Spans: vmSpans{s}})
 }
 
@@ -206,26 +207,6 @@ func (s *Service) DeleteVMForce(ctx context.Context, id string) error {
 // RunningInvocation is the invocation VM id is serving now, nil if none.
 func (s *Service) RunningInvocation(id string) *wire.RunningInvocation {
 	return s.vms.RunningInvocation(id)
-}
-
-// killedDuring is the error of an invocation whose VMM a delete killed,
-// nil if none did. The invocation is recorded in the history, failed,
-// with the reason.
-func (s *Service) killedDuring(ctx context.Context, lv *liveVM, inv *Invocation) error {
-	why := lv.KilledBy.Load()
-	if why == nil {
-		return nil
-	}
-	reason := fmt.Sprintf("%s %s into the invocation, which did not finish", *why,
-		(time.Duration(inv.Timing.InvokeMS*1e3) * time.Microsecond).Round(time.Millisecond))
-	inv.OK, inv.Result = false, nil
-	inv.Error = &wire.FunctionError{Type: VMDeletedError, Message: "vm " + lv.ID + " " + reason}
-	inv.Timing.TotalMS = inv.Timing.InvokeMS
-	if inv.Mode != "record" { // a prepare's record runs are not the history's
-		s.record(ctx, inv)
-	}
-	s.log.Info("invocation ended by a delete", "invocation", inv.ID, "vm", lv.ID, "function", inv.Function, "reason", reason)
-	return fmt.Errorf("%w: vm %s: %s", ErrConflict, lv.ID, reason)
 }
 
 // validateConfinement checks the confinement settings of c.

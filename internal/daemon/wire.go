@@ -50,7 +50,7 @@ func AliasBody(a *catalog.Alias) *wire.Alias {
 func VMBody(v *catalog.VM, restore *RestoreTiming) *wire.VM {
 	b := &wire.VM{ID: v.ID, Function: v.Function, State: v.State, Reason: v.Reason, PID: v.PID, RunDir: v.RunDir,
 		Snapshot: v.Snapshot, Strategy: v.Strategy, Accel: v.Accel, MemoryMiB: v.MemoryMiB, BootMS: v.BootMS,
-		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Restore: restore, Version: max(v.Version, 0)}
+		CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Restore: restore, Version: max(v.Version, 0), ReadyMemoryMiB: v.ReadyMiB}
 	if !v.IdleUntil.IsZero() {
 		until := v.IdleUntil
 		b.Idle, b.IdleUntil = true, &until

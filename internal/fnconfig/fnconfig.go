@@ -13,9 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -57,7 +59,7 @@ func Check(env, refs map[string]string) error {
 		errs = append(errs, fmt.Errorf("%d environment variables: at most %d", len(env), MaxEnv))
 	}
 	total := 0
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		v := env[k]
 		total += len(k) + len(v)
 		if err := ValidEnvName(k); err != nil {
@@ -79,7 +81,7 @@ func Check(env, refs map[string]string) error {
 	if len(refs) > MaxSecretRefs {
 		errs = append(errs, fmt.Errorf("%d secret references: at most %d", len(refs), MaxSecretRefs))
 	}
-	for _, k := range sortedKeys(refs) {
+	for _, k := range slices.Sorted(maps.Keys(refs)) {
 		if err := ValidEnvName(k); err != nil {
 			errs = append(errs, fmt.Errorf("secret reference: %w", err))
 			continue
@@ -92,6 +94,42 @@ func Check(env, refs map[string]string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// AssignmentError is an item of a NAME=VALUE list that Assignments
+// refuses.
+type AssignmentError struct {
+	Item  string // the item; with Twice, the name
+	Twice bool   // the name is given twice; else the item is not NAME=VALUE
+}
+
+func (e *AssignmentError) Error() string {
+	if e.Twice {
+		return e.Item + " is given twice"
+	}
+	return fmt.Sprintf("%q: want NAME=VALUE", e.Item)
+}
+
+// Assignments parses NAME=VALUE items (a function's environment, or its
+// secret references ENV=SECRET) into a map, nil for none. An item without
+// '=' or with an empty name, or a name given twice, is an
+// *AssignmentError.
+func Assignments(items []string) (map[string]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(items))
+	for _, it := range items {
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, &AssignmentError{Item: it}
+		}
+		if _, dup := out[k]; dup {
+			return nil, &AssignmentError{Item: k, Twice: true}
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // SecretNames are the distinct secrets refs names, sorted.
@@ -129,7 +167,7 @@ func Digest(code string, env map[string]string) string {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "thaw function v1\x00code\x00%s\x00", code)
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(h, "env\x00%s\x00%d\x00%s\x00", k, len(env[k]), env[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
@@ -169,13 +207,4 @@ func WriteDisk(root string, env map[string]string) error {
 		return fmt.Errorf("function config: %w", err)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

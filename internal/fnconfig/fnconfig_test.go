@@ -2,6 +2,7 @@ package fnconfig
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,5 +108,30 @@ func TestSecretNamesAndUses(t *testing.T) {
 	}
 	if !Uses(refs, "api") || Uses(refs, "other") {
 		t.Error("Uses")
+	}
+}
+
+func TestAssignments(t *testing.T) {
+	m, err := Assignments([]string{"GREETING=hello=world", "EMPTY=", "DB=db-password"})
+	if err != nil || len(m) != 3 || m["GREETING"] != "hello=world" || m["EMPTY"] != "" || m["DB"] != "db-password" {
+		t.Fatalf("got %v, %v", m, err)
+	}
+	if m, err := Assignments(nil); m != nil || err != nil {
+		t.Errorf("no items: %v, %v; want nil, nil", m, err)
+	}
+	for _, c := range []struct {
+		items []string
+		want  AssignmentError
+		msg   string
+	}{
+		{[]string{"NOVALUE"}, AssignmentError{Item: "NOVALUE"}, `"NOVALUE": want NAME=VALUE`},
+		{[]string{"A=1", "=x"}, AssignmentError{Item: "=x"}, `"=x": want NAME=VALUE`},
+		{[]string{"A=1", "B=2", "A=3"}, AssignmentError{Item: "A", Twice: true}, "A is given twice"},
+	} {
+		m, err := Assignments(c.items)
+		var ae *AssignmentError
+		if m != nil || !errors.As(err, &ae) || *ae != c.want || err.Error() != c.msg {
+			t.Errorf("%q: got %v, %v; want %+v %q", c.items, m, err, c.want, c.msg)
+		}
 	}
 }

@@ -316,26 +316,28 @@ func (v *Value) stringByte(c byte) error {
 // utf8Start begins a multi-byte sequence at c (RFC 3629: no overlong forms,
 // no surrogates, nothing beyond U+10FFFF).
 func (v *Value) utf8Start(c byte) error {
-	v.lo, v.hi = 0x80, 0xBF
 	switch {
 	case c >= 0xC2 && c <= 0xDF:
 		v.utf8 = 1
 	case c >= 0xE0 && c <= 0xEF:
 		v.utf8 = 2
-		if c == 0xE0 {
-			v.lo = 0xA0
-		} else if c == 0xED {
-			v.hi = 0x9F
-		}
 	case c >= 0xF0 && c <= 0xF4:
 		v.utf8 = 3
-		if c == 0xF0 {
-			v.lo = 0x90
-		} else if c == 0xF4 {
-			v.hi = 0x8F
-		}
 	default:
 		return fmt.Errorf("invalid UTF-8 byte 0x%02x in a string", c)
+	}
+	// The second byte's range: narrower after E0 and F0 (overlong forms),
+	// ED (surrogates) and F4 (beyond U+10FFFF).
+	v.lo, v.hi = 0x80, 0xBF
+	switch c {
+	case 0xE0:
+		v.lo = 0xA0
+	case 0xED:
+		v.hi = 0x9F
+	case 0xF0:
+		v.lo = 0x90
+	case 0xF4:
+		v.hi = 0x8F
 	}
 	v.st = stUTF8
 	return nil

@@ -41,6 +41,22 @@ func TestValid(t *testing.T) {
 	}
 }
 
+// TestUTF8FirstTwoBytes: every pair of a string's first two bytes,
+// followed by 0 to 2 continuation bytes, is accepted exactly when it is
+// UTF-8, the narrower second-byte ranges after E0, ED, F0 and F4 included.
+func TestUTF8FirstTwoBytes(t *testing.T) {
+	for c := 0x80; c <= 0xFF; c++ {
+		for d := 0; d <= 0xFF; d++ {
+			for _, tail := range []string{"", "\x80", "\x80\x80"} {
+				b := []byte("\"" + string([]byte{byte(c), byte(d)}) + tail + "\"")
+				if got, want := Valid(b), utf8.Valid(b) && json.Valid(b); got != want {
+					t.Errorf("Valid(% x) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+}
+
 // feedChunks feeds s split at every cut in cuts and returns how many bytes
 // the value took, whether it completed, and the error.
 func feedChunks(s string, cuts ...int) (int64, bool, error) {

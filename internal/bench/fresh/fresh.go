@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -88,19 +89,23 @@ type Result struct {
 	Rows        []Row         `json:"rows"`
 }
 
-// CloneMemory is what one ready clone's VMM process held, measured.
+// CloneMemory is what one ready clone's VMM process held, measured, and
+// what the daemon counts it against --standby-memory.
 type CloneMemory struct {
-	Function string  `json:"function"`
-	VM       string  `json:"vm"`
-	GuestMiB int     `json:"guest_mib"`
-	CountMiB int     `json:"count_mib"` // counted against --standby-memory
-	RSSMiB   float64 `json:"rss_mib"`
-	PSSMiB   float64 `json:"pss_mib"`
-	AnonMiB  float64 `json:"anon_mib"`
+	Function string `json:"function"`
+	VM       string `json:"vm"`
+	GuestMiB int    `json:"guest_mib"`
+	// CountedMiB is the daemon's own figure (the listing's
+	// ready_memory_mib); 0: it gave none.
+	CountedMiB int     `json:"counted_mib,omitempty"`
+	RSSMiB     float64 `json:"rss_mib"`
+	PSSMiB     float64 `json:"pss_mib"`
+	AnonMiB    float64 `json:"anon_mib"`
 }
 
 // Refill is how long a function took to have Concurrency ready clones
-// again after a burst of as many hits took them.
+// again after a burst of as many hits took them: from the burst's first
+// take to a listing of that many ready clones, none of them one it took.
 type Refill struct {
 	Function    string  `json:"function"`
 	Concurrency int     `json:"concurrency"`
@@ -109,11 +114,10 @@ type Refill struct {
 
 // run is a run in progress.
 type run struct {
-	c        *client.Client
-	cfg      Config
-	res      *Result
-	mu       sync.Mutex
-	overhead int
+	c   *client.Client
+	cfg Config
+	res *Result
+	mu  sync.Mutex
 }
 
 // Run measures every case of cfg on the daemon c talks to.
@@ -123,7 +127,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{c: c, cfg: cfg, overhead: info.Limits.VMMemoryOverheadMiB,
+	r := &run{c: c, cfg: cfg,
 		res: &Result{Machine: bench.DescribeMachine(info), When: time.Now().UTC(), Concurrency: cfg.Concurrency, Rounds: cfg.Rounds}}
 	for _, fc := range cfg.Cases {
 		r.res.Functions = append(r.res.Functions, fc.Name)
@@ -202,7 +206,7 @@ func (r *run) concurrency(ctx context.Context, s *subject, n int) error {
 		return err
 	}
 	for round := range r.cfg.Rounds {
-		err := r.burst(ctx, s, ModeMiss, n, round, func(int) (*client.Invocation, error) {
+		_, err := r.burst(ctx, s, ModeMiss, n, round, func(int) (*client.Invocation, error) {
 			return r.c.InvokeSnapshot(ctx, s.snap, s.event, client.InvokeOptions{})
 		})
 		if err != nil {
@@ -219,10 +223,18 @@ func (r *run) byName(ctx context.Context, s *subject) func(int) (*client.Invocat
 	}
 }
 
-// burst sends n requests at once and records each as a sample of mode.
-func (r *run) burst(ctx context.Context, s *subject, mode string, n, round int, call func(i int) (*client.Invocation, error)) error {
+// sentCall is a request of a burst that was answered, and when it was sent.
+type sentCall struct {
+	at  time.Time
+	inv *client.Invocation
+}
+
+// burst sends n requests at once, records each as a sample of mode and
+// returns those answered.
+func (r *run) burst(ctx context.Context, s *subject, mode string, n, round int, call func(i int) (*client.Invocation, error)) ([]sentCall, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	calls := make([]sentCall, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
@@ -237,11 +249,12 @@ func (r *run) burst(ctx context.Context, s *subject, mode string, n, round int, 
 				errs[i] = err
 				return
 			}
+			calls[i] = sentCall{at: sent, inv: inv}
 			r.add(sampleOf(s.fc.Name, mode, n, round, inv, took))
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return slices.DeleteFunc(calls, func(c sentCall) bool { return c.inv == nil }), errors.Join(errs...)
 }
 
 func sampleOf(fn, mode string, n, round int, inv *client.Invocation, took time.Duration) Sample {

@@ -89,19 +89,20 @@ func TestRows(t *testing.T) {
 	}
 }
 
-// A trace's summary: hits of the requests served, ready clones and memory
-// over the samples, demand as the requests' time over the run.
+// A trace's summary: hits of the requests served, ready clones and the
+// memory the daemon counted them over the samples, demand as the requests'
+// time over the run.
 func TestTraceSummary(t *testing.T) {
-	tr := TraceResult{Trace: TraceConfig{Seconds: 2}, CloneMiB: 300,
+	tr := TraceResult{Trace: TraceConfig{Seconds: 2},
 		Requests: []TraceRequest{{AtMS: 0, ClientMS: 500, Served: "ready"}, {AtMS: 100, ClientMS: 1000, Served: "cold"},
 			{AtMS: 1000, ClientMS: 500, Served: "ready"}, {AtMS: 1500, ClientMS: 10, Served: "error"}},
-		Ready: []ReadySample{{Clones: 0}, {Clones: 1}, {Clones: 2}, {Clones: 1}}}
+		Ready: []ReadySample{{Clones: 0}, {Clones: 1, MiB: 38}, {Clones: 2, MiB: 70}, {Clones: 1, MiB: 32}}}
 	tr.Summarize()
 	s := tr.TraceSummary
 	if s.Hits != 2 || s.Served != 3 || s.Errors != 1 || math.Abs(s.HitRate-2.0/3) > 1e-9 {
 		t.Fatalf("counts %+v", s)
 	}
-	if s.MeanReady != 1 || s.MeanReadyMiB != 300 {
+	if s.MeanReady != 1 || s.MeanReadyMiB != 35 { // (38+70+32)/4, not a clone's size times the clones
 		t.Fatalf("ready %+v", s)
 	}
 	if s.LengthS != 2 || s.MeanDemand != 1 { // 2000 ms of requests over 2 s

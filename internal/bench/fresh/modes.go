@@ -55,39 +55,48 @@ func (r *run) waitReady(ctx context.Context, s *subject, n int) ([]client.VM, er
 const trafficBursts = 4
 
 // hits: bursts of n by name make the daemon keep n clones; then each
-// round waits for them (the refill time), lets them settle and sends a
-// burst of n. The clones' memory is measured before the last burst.
+// round (hitRound) sends a burst of n hits and times their refill.
 func (r *run) hits(ctx context.Context, s *subject, n int) error {
 	for range trafficBursts {
 		next := time.Now().Add(1100 * time.Millisecond)
-		if err := r.burst(ctx, s, "traffic", n, -1, r.byName(ctx, s)); err != nil {
+		if _, err := r.burst(ctx, s, "traffic", n, -1, r.byName(ctx, s)); err != nil {
 			return err
 		}
 		time.Sleep(time.Until(next))
 	}
 	r.dropTraffic()
 	for round := range r.cfg.Rounds {
-		t0 := time.Now()
-		ready, err := r.waitReady(ctx, s, n)
-		if err != nil {
-			return err
-		}
-		if len(ready) == 0 {
-			return ErrNoReady
-		}
-		if round > 0 && len(ready) >= n {
-			r.res.Refills = append(r.res.Refills, Refill{Function: s.fc.Name, Concurrency: n, MS: float64(time.Since(t0).Milliseconds())})
-		}
-		if round == r.cfg.Rounds-1 {
-			if err := r.memory(ctx, s, ready); err != nil {
-				return err
-			}
-		}
-		time.Sleep(300 * time.Millisecond) // the last refill's VMM settles, as between requests that arrive apart
-		if err := r.burst(ctx, s, ModeHit, n, round, r.byName(ctx, s)); err != nil {
+		if err := r.hitRound(ctx, s, n, round); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// hitRound waits for n ready clones, lets them settle, sends a burst of n
+// hits and records their refill (hitBurst). The clones' memory is
+// measured before the last round's burst.
+func (r *run) hitRound(ctx context.Context, s *subject, n, round int) error {
+	ready, err := r.waitReady(ctx, s, n)
+	if err != nil {
+		return err
+	}
+	if len(ready) == 0 {
+		return ErrNoReady
+	}
+	if round == r.cfg.Rounds-1 {
+		if err := r.memory(ctx, s, ready); err != nil {
+			return err
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the last refill's VMM settles, as between requests that arrive apart
+	refill, err := r.hitBurst(ctx, s, n, round)
+	if err != nil || refill == nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Refills = append(r.res.Refills, *refill)
 	return nil
 }
 
@@ -104,7 +113,13 @@ func (r *run) dropTraffic() {
 	r.res.Samples = kept
 }
 
-// memory records what each ready clone's VMM holds.
+// memory records what each ready clone's VMM holds, and what the daemon
+// counts it against --standby-memory. That figure is the listing's own
+// ready_memory_mib, clone by clone: exactly what the daemon charges (its
+// VMM's PSS once ready, or the estimate it charges one not measured), with
+// nothing to reconstruct. The alternative, thaw_ready_clones_memory_mib
+// over the clones listed, would only give a mean, mixed across functions
+// and read at another instant than the listing: inexact.
 func (r *run) memory(ctx context.Context, s *subject, ready []client.VM) error {
 	for _, v := range ready {
 		m, err := r.c.VMMemory(ctx, v.ID)
@@ -115,7 +130,7 @@ func (r *run) memory(ctx context.Context, s *subject, ready []client.VM) error {
 			return fmt.Errorf("memory of ready clone %s: %w", v.ID, err)
 		}
 		r.res.Memory = append(r.res.Memory, CloneMemory{Function: s.fc.Name, VM: v.ID, GuestMiB: v.MemoryMiB,
-			CountMiB: v.MemoryMiB + r.overhead, RSSMiB: mib(m.RSSBytes), PSSMiB: mib(m.PSSBytes), AnonMiB: mib(m.AnonBytes)})
+			CountedMiB: v.ReadyMemoryMiB, RSSMiB: mib(m.RSSBytes), PSSMiB: mib(m.PSSBytes), AnonMiB: mib(m.AnonBytes)})
 	}
 	return nil
 }
@@ -134,7 +149,7 @@ func (r *run) kept(ctx context.Context, s *subject, n int) error {
 		for _, v := range ready {
 			_ = r.c.DeleteVM(ctx, v.ID) // a clone a fill just handed out is gone already
 		}
-		if err := r.burst(ctx, s, ModeKept, n, round, r.byName(ctx, s)); err != nil {
+		if _, err := r.burst(ctx, s, ModeKept, n, round, r.byName(ctx, s)); err != nil {
 			return err
 		}
 	}
@@ -157,7 +172,7 @@ func (r *run) warm(ctx context.Context, s *subject, n int) error {
 		ids = append(ids, vm.ID)
 	}
 	for round := range r.cfg.Rounds {
-		err := r.burst(ctx, s, ModeWarm, n, round, func(i int) (*client.Invocation, error) {
+		_, err := r.burst(ctx, s, ModeWarm, n, round, func(i int) (*client.Invocation, error) {
 			return r.c.InvokeVM(ctx, ids[i], s.event, client.InvokeOptions{})
 		})
 		if err != nil {
@@ -170,10 +185,7 @@ func (r *run) warm(ctx context.Context, s *subject, n int) error {
 // trace sends the trace's requests by name, each when it arrives, and
 // samples the ready clones every 200 ms.
 func (r *run) trace(ctx context.Context, s *subject) (*TraceResult, error) {
-	tr := &TraceResult{Function: s.fc.Name, Trace: r.cfg.Trace, CloneMiB: s.fc.MemoryMiB + r.overhead}
-	if fn, err := r.c.GetFunction(ctx, s.name); err == nil && fn.MemoryMiB > 0 {
-		tr.CloneMiB = fn.MemoryMiB + r.overhead
-	}
+	tr := &TraceResult{Function: s.fc.Name, Trace: r.cfg.Trace}
 	arrivals := Arrivals(r.cfg.Trace)
 	reqs := make([]TraceRequest, len(arrivals))
 	start := time.Now()
@@ -205,7 +217,8 @@ func (r *run) trace(ctx context.Context, s *subject) (*TraceResult, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// sampleReady counts the function's ready clones every 200 ms until done.
+// sampleReady counts the function's ready clones, and the MiB the daemon
+// counts them (memory), every 200 ms until done.
 func (r *run) sampleReady(ctx context.Context, s *subject, start time.Time, done <-chan struct{}) []ReadySample {
 	var out []ReadySample
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -216,7 +229,11 @@ func (r *run) sampleReady(ctx context.Context, s *subject, start time.Time, done
 			return out
 		case <-tick.C:
 			if ready, err := r.readyOf(ctx, s); err == nil {
-				out = append(out, ReadySample{AtMS: ms(time.Since(start)), Clones: len(ready)})
+				rs := ReadySample{AtMS: ms(time.Since(start)), Clones: len(ready)}
+				for _, v := range ready {
+					rs.MiB += v.ReadyMemoryMiB
+				}
+				out = append(out, rs)
 			}
 		}
 	}

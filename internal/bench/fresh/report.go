@@ -88,11 +88,15 @@ func (r *Result) Markdown() string {
 	}
 	r.memoryMarkdown(p)
 	if len(r.Traces) > 0 {
-		p("\n### Trace\n\n| function | trace | requests | hit rate | mean ready clones | mean ready MiB | mean concurrent demand |\n")
+		p("\n### Trace\n\n| function | trace | requests | hit rate | mean ready clones | mean MiB counted against --standby-memory | mean concurrent demand |\n")
 		p("|---|---|---:|---:|---:|---:|---:|\n")
 		for _, t := range r.Traces {
-			p("| %s | %s | %d | %.0f%% | %.2f | %.0f | %.2f |\n", t.Function, traceText(t.Trace), t.Served+t.Errors, t.HitRate*100,
-				t.MeanReady, t.MeanReadyMiB, t.MeanDemand)
+			mib := "-" // the daemon gave no figure
+			if t.MeanReadyMiB > 0 || t.MeanReady == 0 {
+				mib = fmt.Sprintf("%.0f", t.MeanReadyMiB)
+			}
+			p("| %s | %s | %d | %.0f%% | %.2f | %s | %.2f |\n", t.Function, traceText(t.Trace), t.Served+t.Errors, t.HitRate*100,
+				t.MeanReady, mib, t.MeanDemand)
 		}
 	}
 	return b.String()
@@ -105,14 +109,23 @@ func (r *Result) memoryMarkdown(p func(string, ...any)) {
 		byFn[m.Function] = append(byFn[m.Function], m)
 	}
 	p("\n### Memory per ready clone and refills\n\n")
+	p("Counted: the MiB the daemon charges a ready clone against --standby-memory (its VMM's PSS measured once ready, " +
+		"rounded up; as the VM listing's ready_memory_mib gives it), mean over the clones measured. " +
+		"Refill: from a burst's first take to N ready clones again, none of them one it took.\n\n")
 	p("| function | clones measured | counted MiB | VMM RSS MiB | PSS MiB | anonymous MiB | refill of N clones, p50 s (N: clones/s) |\n")
 	p("|---|---:|---:|---:|---:|---:|---|\n")
 	for _, fn := range r.Functions {
 		ms := byFn[fn]
-		var rss, pss, anon []float64
-		count := 0
+		var rss, pss, anon, counted []float64
 		for _, m := range ms {
-			rss, pss, anon, count = append(rss, m.RSSMiB), append(pss, m.PSSMiB), append(anon, m.AnonMiB), m.CountMiB
+			rss, pss, anon = append(rss, m.RSSMiB), append(pss, m.PSSMiB), append(anon, m.AnonMiB)
+			if m.CountedMiB > 0 {
+				counted = append(counted, float64(m.CountedMiB))
+			}
+		}
+		count := "-" // the daemon gave no figure
+		if len(counted) > 0 {
+			count = fmt.Sprintf("%.0f", bench.Summarize(counted).Mean)
 		}
 		var refills []string
 		for _, n := range r.Concurrency {
@@ -120,7 +133,7 @@ func (r *Result) memoryMarkdown(p func(string, ...any)) {
 				refills = append(refills, fmt.Sprintf("%d: %.2f s (%.2f/s)", n, s.Median/1000, float64(n)/(s.Median/1000)))
 			}
 		}
-		p("| %s | %d | %d | %.0f | %.0f | %.0f | %s |\n", fn, len(ms), count, bench.Summarize(rss).Mean, bench.Summarize(pss).Mean,
+		p("| %s | %d | %s | %.0f | %.0f | %.0f | %s |\n", fn, len(ms), count, bench.Summarize(rss).Mean, bench.Summarize(pss).Mean,
 			bench.Summarize(anon).Mean, strings.Join(refills, "; "))
 	}
 }

@@ -55,10 +55,13 @@ type TraceRequest struct {
 	Served   string  `json:"served"` // the invocation's mode; "error" if it failed
 }
 
-// ReadySample is how many ready clones the function had at a time.
+// ReadySample is how many ready clones the function had at a time, and
+// the MiB the daemon counted them against --standby-memory (the sum of
+// their ready_memory_mib; 0: it gave none).
 type ReadySample struct {
 	AtMS   float64 `json:"at_ms"`
 	Clones int     `json:"clones"`
+	MiB    int     `json:"mib,omitempty"`
 }
 
 // TraceResult is a trace run of one function.
@@ -67,15 +70,12 @@ type TraceResult struct {
 	Trace    TraceConfig    `json:"trace"`
 	Requests []TraceRequest `json:"requests"`
 	Ready    []ReadySample  `json:"ready"`
-	// CloneMiB is what one ready clone counts against the standby memory
-	// (guest memory plus the daemon's overhead per VM).
-	CloneMiB int `json:"clone_mib"`
 	TraceSummary
 }
 
 // TraceSummary is what a trace run shows: the share of requests a ready
-// clone served, against the ready clones kept (mean count and MiB over the
-// samples) and the mean concurrent demand (the requests' time summed over
+// clone served, against the ready clones kept (mean count and MiB the
+// daemon counted them over the samples) and the mean concurrent demand (the requests' time summed over
 // the run's length).
 type TraceSummary struct {
 	Hits         int     `json:"hits"`
@@ -113,12 +113,12 @@ func (r *TraceResult) Summarize() {
 		s.LengthS = last / 1000
 	}
 	if len(r.Ready) > 0 {
-		sum := 0
+		clones, mib := 0, 0
 		for _, rs := range r.Ready {
-			sum += rs.Clones
+			clones, mib = clones+rs.Clones, mib+rs.MiB
 		}
-		s.MeanReady = float64(sum) / float64(len(r.Ready))
-		s.MeanReadyMiB = s.MeanReady * float64(r.CloneMiB)
+		s.MeanReady = float64(clones) / float64(len(r.Ready))
+		s.MeanReadyMiB = float64(mib) / float64(len(r.Ready))
 	}
 	r.TraceSummary = s
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/policy"
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -96,21 +97,6 @@ type Catalog interface {
 	GetVersion(ctx context.Context, function string, number int) (*catalog.Version, error)
 }
 
-// Lookup finds what a request names, as the daemon's API does (names and
-// ids checked first).
-type Lookup interface {
-	GetFunction(ctx context.Context, name string) (*catalog.Function, error)
-	GetSnapshot(ctx context.Context, id string) (*catalog.Snapshot, error)
-	// Resolve is the function and version a reference (NAME, NAME:VERSION,
-	// NAME:ALIAS) runs.
-	Resolve(ctx context.Context, ref string) (function string, version int, err error)
-	// NewestSnapshot is the newest snapshot of function's version (0: of
-	// its snapshots made by hand).
-	NewestSnapshot(ctx context.Context, function string, version int) (string, error)
-	// StrategySnapshot is sn as the strategies see it, its manifest read.
-	StrategySnapshot(sn *catalog.Snapshot) (restore.Snapshot, error)
-}
-
 // Metrics counts the adaptive restore's choices and work; *metrics.Set is
 // one.
 type Metrics interface {
@@ -120,30 +106,16 @@ type Metrics interface {
 	BackgroundPrepare(outcome string)
 }
 
-// Background runs the adaptive restore's work as the daemon's operations.
-type Background interface {
-	// StartOperation runs work as an operation of kind on target and
-	// returns its id.
-	StartOperation(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) (string, error)
-	// Prepare prepares ref (NAME or NAME:VERSION), recording with event;
-	// fromTraffic: event is an invocation's, used once and never kept.
-	Prepare(ctx context.Context, ref string, event json.RawMessage, fromTraffic bool) (*wire.PrepareResult, error)
-}
-
-// Artifacts records a strategy's set of a snapshot again and swaps it in.
+// Artifacts swaps a strategy's recorded set of a snapshot
+// (*snapshots.Pins is one).
 type Artifacts interface {
-	// Host restores the record VMs of function, invoked with event.
-	Host(function string, event json.RawMessage) restore.RecordHost
-	// Options are the record steps' options.
-	Options() restore.RecordOptions
 	// Staging is where a refresh op builds kind's new artifacts of snapDir.
 	Staging(snapDir string, kind restore.Kind, op string) string
 	// Swap puts staging's artifacts in place of kind's, never under a
 	// restore that is reading them.
 	Swap(snapDir string, kind restore.Kind, staging string) error
-	// Swapped: kind's artifacts of sn were swapped (trust them, drop what
-	// holds the old ones).
-	Swapped(sn *catalog.Snapshot, kind restore.Kind)
+	// Trust records kind's artifacts of snapDir as verified.
+	Trust(snapDir string, kind restore.Kind)
 	// RemoveStaging removes what refreshes a stopped daemon left and
 	// says how many directories.
 	RemoveStaging() (int, error)
@@ -151,12 +123,36 @@ type Artifacts interface {
 
 // Deps is what the adaptive restore needs of the rest of the daemon.
 type Deps struct {
-	Catalog    Catalog
-	Lookup     Lookup
-	Metrics    Metrics
-	Background Background
-	Artifacts  Artifacts
-	Log        *slog.Logger
+	Catalog   Catalog
+	Metrics   Metrics
+	Artifacts Artifacts
+	Log       *slog.Logger
+	// GetFunction and GetSnapshot find what a request names, as the
+	// daemon's API does (names and ids checked first).
+	GetFunction func(ctx context.Context, name string) (*catalog.Function, error)
+	GetSnapshot func(ctx context.Context, id string) (*catalog.Snapshot, error)
+	// ParseRef reads a reference (NAME, NAME:VERSION, NAME:ALIAS),
+	// refusing a malformed one (ErrInvalid); Resolve is the version it runs.
+	ParseRef func(ref string) (versions.Ref, error)
+	Resolve  func(ctx context.Context, ref versions.Ref) (version int, err error)
+	// NewestSnapshot is the newest snapshot of function's version (0: of
+	// its snapshots made by hand).
+	NewestSnapshot func(ctx context.Context, function string, version int) (string, error)
+	// StrategySnapshot is sn as the strategies see it, its manifest read.
+	StrategySnapshot func(sn *catalog.Snapshot) (restore.Snapshot, error)
+	// StartOperation runs work as the daemon's operation of kind on target
+	// and returns its id.
+	StartOperation func(ctx context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) (string, error)
+	// Prepare prepares ref (NAME or NAME:VERSION), recording with event;
+	// fromTraffic: event is an invocation's, used once and never kept.
+	Prepare func(ctx context.Context, ref string, event json.RawMessage, fromTraffic bool) (*wire.PrepareResult, error)
+	// RecordHost restores the record VMs of function, invoked with event;
+	// RecordOptions are the record steps' options.
+	RecordHost    func(function string, event json.RawMessage) restore.RecordHost
+	RecordOptions restore.RecordOptions
+	// DropStandby stops the standby VMs of a snapshot that hold kind's
+	// old set, once a refresh swapped it.
+	DropStandby func(snapshot string, kind restore.Kind)
 	// Strategies are those the daemon offers; Strategy finds one of them
 	// by name, refusing (ErrInvalid) one it does not offer.
 	Strategies []restore.Strategy

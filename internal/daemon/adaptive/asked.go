@@ -46,28 +46,61 @@ func (m *Manager) RefreshWorkingSets(ctx context.Context, req RefreshRequest) (*
 	return m.RefreshAsked(ctx, p, "")
 }
 
+// StartRefresh checks req and runs it as an operation that start begins
+// (the daemon's operations, of type Op); the refresh is recorded under the
+// operation's id (idOf), which its work waits for.
+func StartRefresh[Op any, W ~func(context.Context) (*wire.OperationResult, error)](ctx context.Context, m *Manager,
+	req RefreshRequest, start func(ctx context.Context, kind, target string, work W) (Op, error), idOf func(Op) string) (Op, error) {
+	var none Op
+	if _, err := m.CheckRefresh(ctx, req); err != nil {
+		return none, err
+	}
+	id := make(chan string, 1)
+	op, err := start(ctx, wire.OpRefresh, req.Function, W(func(ctx context.Context) (*wire.OperationResult, error) {
+		p, err := m.CheckRefresh(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		r, err := m.RefreshAsked(ctx, p, <-id)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.OperationResult{Refresh: r}, nil
+	}))
+	if err != nil {
+		return none, err
+	}
+	id <- idOf(op)
+	return op, nil
+}
+
 // CheckRefresh resolves a refresh's version, snapshot and strategies,
 // refusing what cannot be refreshed before anything runs.
 func (m *Manager) CheckRefresh(ctx context.Context, req RefreshRequest) (*AskedRefresh, error) {
 	if err := m.deps.CheckEvent(req.Event); err != nil {
 		return nil, err
 	}
-	function, version, err := m.deps.Lookup.Resolve(ctx, req.Function)
+	ref, err := m.deps.ParseRef(req.Function)
 	if err != nil {
 		return nil, err
 	}
-	snapID, err := m.deps.Lookup.NewestSnapshot(ctx, function, version)
+	function := ref.Function
+	version, err := m.deps.Resolve(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	sn, err := m.deps.Lookup.GetSnapshot(ctx, snapID)
+	snapID, err := m.deps.NewestSnapshot(ctx, function, version)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := m.deps.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, err
 	}
 	if sn.RemoteMemory {
 		return nil, fmt.Errorf("%w: snapshot %s's memory is in the registry: pull it first", errdefs.ErrConflict, sn.ID)
 	}
-	snap, err := m.deps.Lookup.StrategySnapshot(sn)
+	snap, err := m.deps.StrategySnapshot(sn)
 	if err != nil {
 		return nil, err
 	}

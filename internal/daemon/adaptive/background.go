@@ -135,7 +135,7 @@ func (m *Manager) rerecord(ctx context.Context, fn *catalog.Function, p refreshP
 	if st.Refresh == nil {
 		return out, "", fmt.Errorf("%w: strategy %s records no set here", errdefs.ErrInvalid, p.kind)
 	}
-	sn, err := m.deps.Lookup.GetSnapshot(ctx, p.snapshot)
+	sn, err := m.deps.GetSnapshot(ctx, p.snapshot)
 	if err != nil {
 		return out, "", err
 	}
@@ -148,7 +148,7 @@ func (m *Manager) rerecord(ctx context.Context, fn *catalog.Function, p refreshP
 			return out, err.Error(), err // held: no refresh with the prepare's input can run
 		}
 	}
-	snap, err := m.deps.Lookup.StrategySnapshot(sn)
+	snap, err := m.deps.StrategySnapshot(sn)
 	if err != nil {
 		return out, "", err
 	}
@@ -160,7 +160,7 @@ func (m *Manager) rerecord(ctx context.Context, fn *catalog.Function, p refreshP
 	if err := os.MkdirAll(staging, 0o700); err != nil {
 		return out, "", noSpace(err)
 	}
-	b, err := st.Refresh(ctx, art.Host(fn.Name, event), snap, staging, art.Options())
+	b, err := st.Refresh(ctx, m.deps.RecordHost(fn.Name, event), snap, staging, m.deps.RecordOptions)
 	if err != nil {
 		return out, "", noSpace(fmt.Errorf("record %s: %w", p.kind, err))
 	}
@@ -169,7 +169,8 @@ func (m *Manager) rerecord(ctx context.Context, fn *catalog.Function, p refreshP
 	if err := art.Swap(sn.Dir, p.kind, staging); err != nil {
 		return out, "", noSpace(err)
 	}
-	art.Swapped(sn, p.kind)
+	art.Trust(sn.Dir, p.kind)
+	m.deps.DropStandby(sn.ID, p.kind)
 	held := ""
 	if p.event == nil && beforeDigest != "" && beforeDigest == afterDigest {
 		held = "a refresh with the prepare's record input recorded the same set: the inputs differ from it " +
@@ -249,7 +250,7 @@ func (m *Manager) startPrepare(fn *catalog.Function, version int, snapshot strin
 		defer m.release(k)
 		rec.Operation = op
 		m.record(ctx, fn, version, func(vs *restoreState) { vs.Prepare = rec })
-		res, err := m.deps.Background.Prepare(ctx, ref, ev, fromTraffic)
+		res, err := m.deps.Prepare(ctx, ref, ev, fromTraffic)
 		done := *rec
 		done.EndedAt = time.Now()
 		if err != nil {
@@ -276,7 +277,7 @@ func (m *Manager) startPrepare(fn *catalog.Function, version int, snapshot strin
 // returns its id; work gets the id too.
 func (m *Manager) startBackground(kind, target string, work func(ctx context.Context, op string) (*wire.OperationResult, error)) (string, error) {
 	id := make(chan string, 1)
-	op, err := m.deps.Background.StartOperation(context.Background(), kind, target, func(ctx context.Context) (*wire.OperationResult, error) {
+	op, err := m.deps.StartOperation(context.Background(), kind, target, func(ctx context.Context) (*wire.OperationResult, error) {
 		return work(ctx, <-id)
 	})
 	if err != nil {

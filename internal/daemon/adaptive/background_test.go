@@ -48,6 +48,9 @@ func TestDriftRefreshesTheSet(t *testing.T) {
 			if left, _ := filepath.Glob(filepath.Join(sn.Dir, ".staging-*")); len(left) != 0 || len(w.art.swapped) != 1 {
 				t.Fatalf("staging left %v, swapped %v", left, w.art.swapped)
 			}
+			if want := filepath.Join(sn.Dir, "strategies", "reap"); len(w.art.trusted) != 1 || w.art.trusted[0] != want {
+				t.Fatalf("trusted %v, want the swapped set %s", w.art.trusted, want)
+			}
 			v := w.doc("echo")
 			if len(v.Refreshes) != 1 || v.Refreshes[0].State != wire.OpSucceeded || len(v.Drift) != 0 {
 				t.Fatalf("document %+v", v)
@@ -248,6 +251,39 @@ func TestRefreshAskedFor(t *testing.T) {
 		if _, err := w.m.CheckRefresh(ctx, RefreshRequest{Function: fn}); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), says) {
 			t.Errorf("%s: %v", fn, err)
 		}
+	}
+}
+
+// A refresh started as an operation is refused before it starts when it
+// cannot run, and else is recorded under the operation's id.
+func TestStartRefresh(t *testing.T) {
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	w.function("echo")
+	sn := w.snapshot("echo", 0, false, restore.REAP)
+	start := func(_ context.Context, kind, target string, work func(context.Context) (*wire.OperationResult, error)) (string, error) {
+		return w.ops.start(kind, target, work), nil
+	}
+	same := func(id string) string { return id }
+	if _, err := StartRefresh(ctx, w.m, RefreshRequest{Function: "none"}, start, same); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("refresh of no function: %v", err)
+	}
+	if ops := w.ops.wait(); len(ops) != 0 {
+		t.Fatalf("operations started for a refused refresh: %+v", ops)
+	}
+	id, err := StartRefresh(ctx, w.m, RefreshRequest{Function: "echo", Event: json.RawMessage(`{"x":1}`)}, start, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := w.ops.wait()
+	if len(ops) != 1 || ops[0].id != id || ops[0].kind != wire.OpRefresh || ops[0].target != "echo" || ops[0].err != nil {
+		t.Fatalf("operations %+v", ops)
+	}
+	if r := ops[0].res.Refresh; r.Operation != id || r.State != wire.OpSucceeded || r.Snapshot != sn.ID {
+		t.Fatalf("refresh %+v", r)
+	}
+	if rs := w.doc("echo").Refreshes; len(rs) != 1 || rs[0].Operation != id {
+		t.Fatalf("refreshes %+v", rs)
 	}
 }
 

@@ -75,7 +75,7 @@ func (m *Manager) Settle(ctx context.Context, req ColdRequest, snapID string, st
 	if req.Strategy != "" {
 		return st, &wire.StrategyChoice{How: "request"}, nil
 	}
-	sn, err := m.deps.Lookup.GetSnapshot(ctx, snapID)
+	sn, err := m.deps.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return st, &wire.StrategyChoice{How: "daemon"}, nil
 	}
@@ -129,7 +129,7 @@ func (m *Manager) Decide(ctx context.Context, c *AutoChoice, st restore.Strategy
 // without deciding (nothing is counted): its location's current choice,
 // else its rule's first; a ready clone's fill restores with it.
 func (m *Manager) Current(ctx context.Context, snapID string) (restore.Strategy, error) {
-	sn, err := m.deps.Lookup.GetSnapshot(ctx, snapID)
+	sn, err := m.deps.GetSnapshot(ctx, snapID)
 	if err != nil {
 		return restore.Strategy{}, err
 	}

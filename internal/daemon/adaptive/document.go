@@ -72,7 +72,7 @@ func (m *Manager) SetRestoreSettings(ctx context.Context, name string, req wire.
 		return nil, err
 	}
 	strategy, refresh = orDefault(strategy), orDefault(refresh)
-	fn, err := m.deps.Lookup.GetFunction(ctx, name)
+	fn, err := m.deps.GetFunction(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (m *Manager) SetRestoreSettings(ctx context.Context, name string, req wire.
 // per version with cold starts, the policy's choice and evidence, drift
 // and refreshes.
 func (m *Manager) FunctionRestore(ctx context.Context, name string) (*wire.FunctionRestore, error) {
-	fn, err := m.deps.Lookup.GetFunction(ctx, name)
+	fn, err := m.deps.GetFunction(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/restore"
 	"github.com/thaw-dev/thaw/internal/snapshot"
 	"github.com/thaw-dev/thaw/internal/store"
+	"github.com/thaw-dev/thaw/internal/versions"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -70,7 +71,13 @@ func newWorld(t *testing.T, cfg Config) *world {
 		}
 		return restore.Strategy{}, fmt.Errorf("%w: restore strategy %q is not offered by this daemon", errdefs.ErrInvalid, name)
 	}
-	w.m = New(cfg, Deps{Catalog: db, Lookup: lookup{w}, Metrics: w.metrics, Background: background{w}, Artifacts: w.art,
+	l, b := lookup{w}, background{w}
+	w.m = New(cfg, Deps{Catalog: db, Metrics: w.metrics, Artifacts: w.art, GetFunction: l.GetFunction, GetSnapshot: l.GetSnapshot,
+		ParseRef: l.ParseRef, Resolve: l.Resolve, NewestSnapshot: l.NewestSnapshot, StrategySnapshot: l.StrategySnapshot,
+		StartOperation: b.StartOperation, Prepare: b.Prepare, DropStandby: w.art.dropStandby,
+		RecordHost: func(function string, event json.RawMessage) restore.RecordHost {
+			return recordHost{fn: function, event: string(event)}
+		},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Strategies: sts, Strategy: strategy, RemoteStrategy: restore.SnapBPF,
 		Store: func() *store.Store { return nil }, Queued: func() int { return w.queued },
 		CheckEvent: func(ev json.RawMessage) error {
@@ -209,13 +216,21 @@ func (l lookup) GetSnapshot(ctx context.Context, id string) (*catalog.Snapshot, 
 	return l.w.db.GetSnapshot(ctx, id)
 }
 
-func (l lookup) Resolve(ctx context.Context, ref string) (string, int, error) {
-	name, v, _ := strings.Cut(ref, ":")
-	if _, err := l.w.db.GetFunction(ctx, name); err != nil {
-		return "", 0, err
+func (l lookup) ParseRef(ref string) (versions.Ref, error) {
+	r, err := versions.ParseRef(ref)
+	if err != nil {
+		return r, fmt.Errorf("%w: %v", errdefs.ErrInvalid, err)
 	}
-	n, _ := strconv.Atoi(v)
-	return name, n, nil
+	return r, nil
+}
+
+// Resolve is the version a reference names; a function's own
+// configuration (0) without one.
+func (l lookup) Resolve(ctx context.Context, r versions.Ref) (int, error) {
+	if _, err := l.w.db.GetFunction(ctx, r.Function); err != nil {
+		return 0, err
+	}
+	return r.Version, nil
 }
 
 func (l lookup) NewestSnapshot(ctx context.Context, function string, version int) (string, error) {
@@ -297,7 +312,8 @@ func (o *fakeOps) wait() []*fakeOp {
 // swaps by renames.
 type fakeArtifacts struct {
 	mu       sync.Mutex
-	swapped  []string
+	swapped  []string // snapshot/strategy, in the order swapped
+	trusted  []string // the artifact directories trusted
 	leftover int
 }
 
@@ -307,12 +323,6 @@ type recordHost struct{ fn, event string }
 func (recordHost) Restore(context.Context, restore.Snapshot, restore.BeginFunc) (restore.RecordVM, error) {
 	return nil, errors.New("the fake host restores nothing")
 }
-
-func (a *fakeArtifacts) Host(function string, event json.RawMessage) restore.RecordHost {
-	return recordHost{fn: function, event: string(event)}
-}
-
-func (a *fakeArtifacts) Options() restore.RecordOptions { return restore.RecordOptions{} }
 
 func (a *fakeArtifacts) Staging(snapDir string, kind restore.Kind, op string) string {
 	return filepath.Join(snapDir, ".staging-"+string(kind)+"-"+op)
@@ -329,9 +339,17 @@ func (a *fakeArtifacts) Swap(snapDir string, kind restore.Kind, staging string) 
 	return os.Rename(staging, cur)
 }
 
-func (a *fakeArtifacts) Swapped(sn *catalog.Snapshot, kind restore.Kind) {
+func (a *fakeArtifacts) Trust(snapDir string, kind restore.Kind) {
 	a.mu.Lock()
-	a.swapped = append(a.swapped, sn.ID+"/"+string(kind))
+	a.trusted = append(a.trusted, filepath.Join(snapDir, "strategies", string(kind)))
+	a.mu.Unlock()
+}
+
+// dropStandby is the daemon's drop of the standby VMs holding a swapped
+// set: it records the swap.
+func (a *fakeArtifacts) dropStandby(id string, kind restore.Kind) {
+	a.mu.Lock()
+	a.swapped = append(a.swapped, id+"/"+string(kind))
 	a.mu.Unlock()
 }
 

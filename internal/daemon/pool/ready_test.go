@@ -334,6 +334,40 @@ func TestReadyCountsMeasuredMemory(t *testing.T) {
 	}
 }
 
+// A VM listing shows on each clone waiting in the pool, listed ready, the
+// MiB it counts (what the state a scrape reads sums), and nothing on a VM
+// the pool does not hold, on one not listed ready, nor on a clone taken.
+func TestReadyMarksCountedMemory(t *testing.T) {
+	f := newReadyFake()
+	f.measured = map[string]int{"s-1": 100, "s-2": 60}
+	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MinReady = 2; c.MaxPerKey = 2 })
+	key := Key{Snapshot: "s", Kind: "vanilla"}
+	r.Begin(key).End()
+	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
+	vms := []*catalog.VM{{ID: "s-1", State: catalog.StateReady}, {ID: "s-2", State: catalog.StateReady},
+		{ID: "s-2", State: catalog.StateRunning}, {ID: "other", State: catalog.StateReady}}
+	r.MarkMemory(vms...)
+	var got []int
+	for _, v := range vms {
+		got = append(got, v.ReadyMiB)
+	}
+	if want := []int{100, 60, 0, 0}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("marked %v, want %v", got, want)
+	}
+	if st := r.State(); st.MemoryMiB != 160 {
+		t.Fatalf("state %+v: want the 160 MiB marked", st)
+	}
+	rc, _ := r.Take(key)
+	if rc == nil || rc.Rec.ID != "s-1" {
+		t.Fatalf("took %v, want s-1", rc)
+	}
+	taken := &catalog.VM{ID: "s-1", State: catalog.StateReady} // listed before the take reached the catalog
+	r.MarkMemory(taken)
+	if taken.ReadyMiB != 0 {
+		t.Fatalf("a taken clone marked %d MiB", taken.ReadyMiB)
+	}
+}
+
 // The time from a take to its replacement ready is the key's refill time;
 // a request on a clone holds fills back for Hold only, not its length.
 func TestReadyRefillTimeAndHold(t *testing.T) {

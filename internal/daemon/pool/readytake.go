@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/metrics"
 	"github.com/thaw-dev/thaw/internal/readyclones"
 )
@@ -219,6 +220,24 @@ func (r *Ready[V]) State() metrics.ReadyState {
 		}
 	}
 	return st
+}
+
+// MarkMemory sets ReadyMiB on each of vms that waits in the pool listed
+// ready: the MiB it counts against --standby-memory (what State sums).
+func (r *Ready[V]) MarkMemory(vms ...*catalog.VM) {
+	counted := map[string]int{}
+	r.mu.Lock()
+	for _, list := range r.clones {
+		for _, rc := range list {
+			counted[rc.Rec.ID] = rc.mem
+		}
+	}
+	r.mu.Unlock()
+	for _, v := range vms {
+		if mib, ok := counted[v.ID]; ok && v.State == catalog.StateReady {
+			v.ReadyMiB = mib
+		}
+	}
 }
 
 // Count is how many ready clones wait.

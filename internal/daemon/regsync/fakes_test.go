@@ -35,7 +35,6 @@ type node struct {
 	createDigest string
 	// running, if set, is a live VM of every function.
 	running *catalog.VM
-	gates   sync.Map // function -> *sync.RWMutex
 }
 
 // calls records what the component asked of the daemon.
@@ -69,12 +68,16 @@ func newNode(t *testing.T, reg string, trusted ...string) *node {
 	if err := os.Mkdir(filepath.Join(n.dir, "snapshots"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{DataDir: n.dir, TrustedKeys: trusted}
+	cfg := Config{DataDir: n.dir, SnapshotsDir: filepath.Join(n.dir, "snapshots"), TrustedKeys: trusted}
 	if reg != "" {
 		cfg.Registry = &registry.Config{Type: registry.TypeFS, Path: reg, ChunkSize: registry.MinChunkSize}
 	}
-	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Catalog: n.db, Snapshots: fakeSnapshots{n},
-		Functions: fakeFunctions{n}, Layers: fakeLayers{}, VMs: fakeVMs{n}, Metrics: fakeMetrics{n.rec}})
+	snaps, fns, vms := fakeSnapshots{n}, fakeFunctions{n}, fakeVMs{n}
+	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Catalog: n.db, Metrics: fakeMetrics{n.rec},
+		Snapshots: func() Snapshots { return snaps }, Functions: func() Functions { return fns },
+		CheckSnapshotID: snaps.checkID, CheckName: fns.checkName, Verified: snaps.verified, NewestSnapshot: snaps.newest,
+		SnapshotBody: snaps.body, Forget: fns.forget, BuildInputs: func(*catalog.Function) any { return nil },
+		HoldLayers: func() func() { return func() {} }, ReleaseOutdated: vms.releaseOutdated, Running: vms.running})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +171,26 @@ func (c *fakeCatalog) putFunction(fn *catalog.Function) {
 	c.fns[fn.Name] = fn
 }
 
-func (c *fakeCatalog) GetFunction(_ context.Context, name string) (*catalog.Function, error) {
+// copyOf is a copy of row key of m, one of c's tables of kind.
+func copyOf[T any](c *fakeCatalog, m map[string]*T, kind, key string) (*T, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fn, ok := c.fns[name]; ok {
-		cp := *fn
+	if row, ok := m[key]; ok {
+		cp := *row
 		return &cp, nil
 	}
-	return nil, fmt.Errorf("function %s: %w", name, catalog.ErrNotFound)
+	return nil, fmt.Errorf("%s %s: %w", kind, key, catalog.ErrNotFound)
+}
+
+// drop removes row key of m, one of c's tables.
+func drop[T any](c *fakeCatalog, m map[string]*T, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(m, key)
+}
+
+func (c *fakeCatalog) GetFunction(_ context.Context, name string) (*catalog.Function, error) {
+	return copyOf(c, c.fns, "function", name)
 }
 
 func (c *fakeCatalog) ListFunctions(context.Context) ([]*catalog.Function, error) {
@@ -190,13 +205,7 @@ func (c *fakeCatalog) ListFunctions(context.Context) ([]*catalog.Function, error
 }
 
 func (c *fakeCatalog) GetSnapshot(_ context.Context, id string) (*catalog.Snapshot, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if sn, ok := c.snaps[id]; ok {
-		cp := *sn
-		return &cp, nil
-	}
-	return nil, fmt.Errorf("snapshot %s: %w", id, catalog.ErrNotFound)
+	return copyOf(c, c.snaps, "snapshot", id)
 }
 
 func (c *fakeCatalog) ListSnapshots(_ context.Context, function string) ([]*catalog.Snapshot, error) {
@@ -231,8 +240,7 @@ func (c *fakeCatalog) ImportVersion(context.Context, *catalog.Version, []string,
 // fakeSnapshots keeps snapshots in the node's directory and catalog.
 type fakeSnapshots struct{ n *node }
 
-func (x fakeSnapshots) Dir() string { return filepath.Join(x.n.dir, "snapshots") }
-func (x fakeSnapshots) CheckID(id string) error {
+func (x fakeSnapshots) checkID(id string) error {
 	if len(id) != len("snap-")+12 {
 		return fmt.Errorf("snapshot id %q is malformed", id)
 	}
@@ -243,7 +251,7 @@ func (x fakeSnapshots) Get(ctx context.Context, id string) (*catalog.Snapshot, e
 	return x.n.db.GetSnapshot(ctx, id)
 }
 
-func (x fakeSnapshots) Verified(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error) {
+func (x fakeSnapshots) verified(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error) {
 	sn, err := x.n.db.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -262,15 +270,13 @@ func (x fakeSnapshots) Enter(ctx context.Context, rec *catalog.Snapshot, _ json.
 }
 
 func (x fakeSnapshots) Delete(_ context.Context, id string) error {
-	x.n.db.mu.Lock()
-	delete(x.n.db.snaps, id)
-	x.n.db.mu.Unlock()
+	drop(x.n.db, x.n.db.snaps, id)
 	x.n.rec.add(&x.n.rec.deleted, id)
 	return nil
 }
 
 func (x fakeSnapshots) Collect(context.Context, string, ...string) {}
-func (x fakeSnapshots) NewestOf(ctx context.Context, function string, _ int) (string, error) {
+func (x fakeSnapshots) newest(ctx context.Context, function string, _ int) (string, error) {
 	snaps, _ := x.n.db.ListSnapshots(ctx, function)
 	if len(snaps) == 0 {
 		return "", fmt.Errorf("no snapshot of %s: %w", function, catalog.ErrNotFound)
@@ -279,21 +285,22 @@ func (x fakeSnapshots) NewestOf(ctx context.Context, function string, _ int) (st
 }
 
 func (x fakeSnapshots) Lock(string) *sync.Mutex { return &sync.Mutex{} }
-func (x fakeSnapshots) Body(sn *catalog.Snapshot) *wire.Snapshot {
+func (x fakeSnapshots) body(sn *catalog.Snapshot) *wire.Snapshot {
 	return &wire.Snapshot{ID: sn.ID, Function: sn.Function, Dir: sn.Dir}
 }
 
-// fakeFunctions creates functions in the node's catalog.
+// fakeFunctions creates functions in the node's catalog; the tests'
+// functions have no dependency layer.
 type fakeFunctions struct{ n *node }
 
-func (x fakeFunctions) CheckName(name string) error {
+func (x fakeFunctions) checkName(name string) error {
 	if name == "" {
 		return fmt.Errorf("empty function name")
 	}
 	return nil
 }
 
-func (x fakeFunctions) Create(_ context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
+func (x fakeFunctions) CreateFromRecord(_ context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error) {
 	x.n.rec.add(&x.n.rec.created, name)
 	x.n.rec.mu.Lock()
 	x.n.rec.code[name] = code
@@ -306,37 +313,27 @@ func (x fakeFunctions) Create(_ context.Context, name string, rec *registry.Func
 	return fn, nil
 }
 
-func (x fakeFunctions) Build(context.Context, string, *registry.FunctionRecord, []byte) (*catalog.Function, error) {
+func (x fakeFunctions) BuildFromRecord(context.Context, string, *registry.FunctionRecord, []byte) (*catalog.Function, error) {
 	return nil, fmt.Errorf("the tests build no versions")
 }
 
-func (x fakeFunctions) Forget(_ context.Context, name string) error {
-	x.n.db.mu.Lock()
-	delete(x.n.db.fns, name)
-	x.n.db.mu.Unlock()
+func (x fakeFunctions) forget(_ context.Context, name string) error {
+	drop(x.n.db, x.n.db.fns, name)
 	x.n.rec.add(&x.n.rec.forgot, name)
 	return nil
 }
 
-func (x fakeFunctions) BuildInputs(*catalog.Function) any                    { return nil }
 func (x fakeFunctions) ScanForSecrets(context.Context, string, string) error { return nil }
-func (x fakeFunctions) Gate(name string) *sync.RWMutex {
-	g, _ := x.n.gates.LoadOrStore(name, &sync.RWMutex{})
-	return g.(*sync.RWMutex)
+func (fakeFunctions) PushedLayer(*catalog.Function) (*registry.Layer, string, error) {
+	return nil, "", nil
 }
-
-// fakeLayers: the tests' functions have no dependency layer.
-type fakeLayers struct{}
-
-func (fakeLayers) Pushed(*catalog.Function) (*registry.Layer, string, error) { return nil, "", nil }
-func (fakeLayers) Pull(context.Context, *registry.RemoteManifest) error      { return nil }
-func (fakeLayers) Hold() func()                                              { return func() {} }
+func (fakeFunctions) PullLayer(context.Context, *registry.RemoteManifest) error { return nil }
 
 // fakeVMs records the VMs stopped and reports n.running.
 type fakeVMs struct{ n *node }
 
-func (x fakeVMs) ReleaseOutdated(function string) { x.n.rec.add(&x.n.rec.released, function) }
-func (x fakeVMs) Running(context.Context, string) (*catalog.VM, error) {
+func (x fakeVMs) releaseOutdated(function string) { x.n.rec.add(&x.n.rec.released, function) }
+func (x fakeVMs) running(context.Context, string) (*catalog.VM, error) {
 	return x.n.running, nil
 }
 

@@ -35,7 +35,7 @@ func (s *Sync) ListRegistrySnapshots(ctx context.Context) ([]wire.RegistrySnapsh
 // DeleteRegistrySnapshot removes a snapshot from the registry (its
 // manifest; its chunks at the next collection). Local copies stay.
 func (s *Sync) DeleteRegistrySnapshot(ctx context.Context, id string) error {
-	if err := s.d.Snapshots.CheckID(id); err != nil {
+	if err := s.d.CheckSnapshotID(id); err != nil {
 		return err
 	}
 	if err := s.NeedRegistry(); err != nil {

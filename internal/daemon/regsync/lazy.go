@@ -121,7 +121,7 @@ func (s *Sync) CompleteSnapshot(ctx context.Context, id string) (*catalog.Snapsh
 	}
 	v, err, _ := s.completions.Do(id, func() (any, error) {
 		ctx := context.WithoutCancel(ctx) // shared by every waiter
-		sn, err := s.d.Snapshots.Get(ctx, id)
+		sn, err := s.d.Snapshots().Get(ctx, id)
 		if err != nil || !sn.RemoteMemory {
 			return sn, err
 		}
@@ -143,7 +143,7 @@ func (s *Sync) CompleteSnapshot(ctx context.Context, id string) (*catalog.Snapsh
 				})
 			}
 		}
-		l := s.d.Snapshots.Lock(id)
+		l := s.d.Snapshots().Lock(id)
 		l.Lock()
 		defer l.Unlock()
 		for i, name := range files {
@@ -397,7 +397,7 @@ func (s *Sync) ImportOnInvoke(ctx context.Context, function string, version int,
 	v, err, _ := s.imports.Do(key, func() (any, error) {
 		res, err := s.pullSnapshot(context.WithoutCancel(ctx), wire.PullRequest{Function: function, Version: version, Lazy: true}, streamedFiles[kind])
 		if errors.Is(err, errdefs.ErrExists) { // pulled meanwhile by another request
-			return s.d.Snapshots.NewestOf(ctx, function, version)
+			return s.d.NewestSnapshot(ctx, function, version)
 		}
 		if err != nil {
 			return nil, err

@@ -63,7 +63,7 @@ func (s *Sync) RefreshFunctions(ctx context.Context) ([]string, error) {
 
 // removeOutdated removes the copy of fn here, unless something uses it.
 func (s *Sync) removeOutdated(ctx context.Context, fn *catalog.Function) error {
-	g := s.d.Functions.Gate(fn.Name)
+	g := s.Gate(fn.Name)
 	if !g.TryLock() {
 		return fmt.Errorf("%w: a cold start of %s is under way", errdefs.ErrConflict, fn.Name)
 	}
@@ -77,19 +77,19 @@ func (s *Sync) removeOutdated(ctx context.Context, fn *catalog.Function) error {
 			return fmt.Errorf("%w: snapshot %s of %s is pinned", errdefs.ErrConflict, sn.ID, fn.Name)
 		}
 	}
-	s.d.VMs.ReleaseOutdated(fn.Name)
-	if v, err := s.d.VMs.Running(ctx, fn.Name); err != nil || v != nil {
+	s.d.ReleaseOutdated(fn.Name)
+	if v, err := s.d.Running(ctx, fn.Name); err != nil || v != nil {
 		if err == nil {
 			err = fmt.Errorf("%w: vm %s (%s) runs it", errdefs.ErrConflict, v.ID, v.State)
 		}
 		return err
 	}
 	for _, sn := range snaps {
-		if err := s.d.Snapshots.Delete(ctx, sn.ID); err != nil {
+		if err := s.d.Snapshots().Delete(ctx, sn.ID); err != nil {
 			return err
 		}
 	}
-	return s.d.Functions.Forget(ctx, fn.Name)
+	return s.d.Forget(ctx, fn.Name)
 }
 
 func short(digest string) string { return digest[:min(12, len(digest))] }

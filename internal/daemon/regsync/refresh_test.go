@@ -41,7 +41,7 @@ func TestRefreshReplacesOutdated(t *testing.T) {
 			t.Fatalf("replaced %v, want %v", got, want)
 		}
 	}
-	g := b.d.Functions.Gate("hello")
+	g := b.Gate("hello")
 	g.RLock() // a cold start under way
 	refresh()
 	g.RUnlock()

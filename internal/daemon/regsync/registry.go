@@ -42,7 +42,7 @@ func (s *Sync) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, e
 		return nil, err
 	}
 	s.phase(ctx, "verifying")
-	sn, fn, err := s.d.Snapshots.Verified(ctx, id)
+	sn, fn, err := s.d.Verified(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -50,12 +50,12 @@ func (s *Sync) PushSnapshot(ctx context.Context, id string) (*wire.PushResult, e
 		return nil, err
 	}
 	s.phase(ctx, "secret scan")
-	if err := s.d.Functions.ScanForSecrets(ctx, sn.Dir, "snapshot "+id); err != nil {
+	if err := s.d.Functions().ScanForSecrets(ctx, sn.Dir, "snapshot "+id); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	info := registry.PushInfo{SourceVM: sn.SourceVM, Parent: sn.Parent, Prepared: sn.Prepared}
-	if info.Layer, info.LayerFile, err = s.d.Layers.Pushed(fn); err != nil {
+	if info.Layer, info.LayerFile, err = s.d.Functions().PushedLayer(fn); err != nil {
 		return nil, err
 	}
 	rm, st, err := s.registry.Push(ctx, sn.Dir, info,
@@ -152,7 +152,7 @@ func (s *Sync) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []st
 		return nil, Err(err)
 	}
 	// No collection of the dependency cache until the snapshot is recorded.
-	endDeps := s.d.Layers.Hold()
+	endDeps := s.d.HoldLayers()
 	defer endDeps()
 	res := &wire.PullResult{}
 	fn, cfg, undo, err := s.pullTarget(ctx, rm, local, code, as, res, steps)
@@ -160,11 +160,11 @@ func (s *Sync) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []st
 		return nil, err
 	}
 	// Refuse before fetching anything a snapshot this node cannot restore.
-	if err := s.d.Snapshots.Compatible(local, cfg); err != nil {
+	if err := s.d.Snapshots().Compatible(local, cfg); err != nil {
 		undo()
 		return nil, fmt.Errorf("%w: snapshot %s: %v", errdefs.ErrSnapshotUnusable, id, err)
 	}
-	if err := s.d.Layers.Pull(ctx, rm); err != nil {
+	if err := s.d.Functions().PullLayer(ctx, rm); err != nil {
 		undo()
 		return nil, err
 	}
@@ -176,19 +176,19 @@ func (s *Sync) pullSnapshot(ctx context.Context, req wire.PullRequest, warm []st
 	}
 	if as != nil {
 		if sn, err = s.enterVersion(ctx, as, cfg, sn); err != nil {
-			_ = s.d.Snapshots.Delete(context.WithoutCancel(ctx), id)
+			_ = s.d.Snapshots().Delete(context.WithoutCancel(ctx), id)
 			undo()
 			return nil, err
 		}
 	}
 	after := s.chunks.Stats()
-	res.Snapshot = s.d.Snapshots.Body(sn)
+	res.Snapshot = s.d.SnapshotBody(sn)
 	res.FetchedChunks, res.FetchedBytes = after.FetchedChunks-before.FetchedChunks, after.FetchedBytes-before.FetchedBytes
 	res.CachedChunks = after.Hits - before.Hits
 	res.PullMS = ms(time.Since(t0))
 	s.log.Info("snapshot pulled", append([]any{"snapshot", id, "function", fn.Name, "lazy", req.Lazy, "fetched_chunks", res.FetchedChunks,
 		"fetched_bytes", res.FetchedBytes, "cached_chunks", res.CachedChunks, "pull_ms", res.PullMS}, steps.attrs...)...)
-	s.d.Snapshots.Collect(ctx, fn.Name, sn.ID)
+	s.d.Snapshots().Collect(ctx, fn.Name, sn.ID)
 	return res, nil
 }
 
@@ -211,7 +211,7 @@ func (s *Sync) pullTarget(ctx context.Context, rm *registry.RemoteManifest, loca
 	}
 	undo = func() {
 		if res.FunctionCreated {
-			_ = s.d.Functions.Forget(context.WithoutCancel(ctx), fn.Name)
+			_ = s.d.Forget(context.WithoutCancel(ctx), fn.Name)
 		} else if as != nil && as.builtCode {
 			_ = os.RemoveAll(filepath.Dir(cfg.CodeDir))
 		}
@@ -242,7 +242,7 @@ func (s *Sync) pullSource(ctx context.Context, req wire.PullRequest) (id string,
 	if _, err := s.d.Catalog.GetFunction(ctx, req.Function); errors.Is(err, catalog.ErrNotFound) {
 		code = s.fetchCode(ctx, rec)
 	}
-	if err := s.d.Snapshots.CheckID(rec.Latest); err != nil {
+	if err := s.d.CheckSnapshotID(rec.Latest); err != nil {
 		return "", nil, nil, fmt.Errorf("%w: the registry's record of %s names %q", errdefs.ErrSnapshotUnusable, req.Function, rec.Latest)
 	}
 	return rec.Latest, code, as, nil
@@ -260,7 +260,7 @@ func (s *Sync) completePull(ctx context.Context, sn *catalog.Snapshot, lazy bool
 		return nil, err
 	}
 	after := s.chunks.Stats()
-	return &wire.PullResult{Snapshot: s.d.Snapshots.Body(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
+	return &wire.PullResult{Snapshot: s.d.SnapshotBody(sn), Completed: true, FetchedChunks: after.FetchedChunks - before.FetchedChunks,
 		FetchedBytes: after.FetchedBytes - before.FetchedBytes, CachedChunks: after.Hits - before.Hits, PullMS: ms(time.Since(t0))}, nil
 }
 
@@ -273,17 +273,17 @@ func (s *Sync) CheckPull(req wire.PullRequest) error {
 	case (req.Snapshot == "") == (req.Function == ""):
 		return fmt.Errorf("%w: give snapshot or function, not both or neither", errdefs.ErrInvalid)
 	case req.Snapshot != "":
-		return s.d.Snapshots.CheckID(req.Snapshot)
+		return s.d.CheckSnapshotID(req.Snapshot)
 	}
-	return s.d.Functions.CheckName(req.Function)
+	return s.d.CheckName(req.Function)
 }
 
 // materialize writes rm into the snapshots directory and the catalog;
 // lazy leaves the memory in the registry (a placeholder here); the remote
 // files in warm start coming into the chunk cache once the others are here.
 func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, local *snapshot.Manifest, lazy bool, steps *stepTimes, warm []string) (*catalog.Snapshot, error) {
-	tmp := filepath.Join(s.d.Snapshots.Dir(), ".tmp-"+rm.ID)
-	final := filepath.Join(s.d.Snapshots.Dir(), rm.ID)
+	tmp := filepath.Join(s.cfg.SnapshotsDir, ".tmp-"+rm.ID)
+	final := filepath.Join(s.cfg.SnapshotsDir, rm.ID)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: snapshot %s is being pulled already", errdefs.ErrConflict, rm.ID)
@@ -317,7 +317,7 @@ func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, loc
 			stamp, _ = json.Marshal(st)
 		}
 		if err == nil {
-			err = s.d.Functions.ScanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
+			err = s.d.Functions().ScanForSecrets(ctx, tmp, "snapshot "+rm.ID+" from the registry")
 		}
 	}
 	steps.mark("verify")
@@ -331,7 +331,7 @@ func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, loc
 		_ = os.RemoveAll(tmp)
 		return nil, Err(err)
 	}
-	_ = snapshot.SyncDir(s.d.Snapshots.Dir())
+	_ = snapshot.SyncDir(s.cfg.SnapshotsDir)
 	var size, disk int64
 	for _, f := range rm.Files {
 		size += f.Size
@@ -340,7 +340,7 @@ func (s *Sync) materialize(ctx context.Context, rm *registry.RemoteManifest, loc
 	rec := &catalog.Snapshot{ID: rm.ID, Function: rm.Function, SourceVM: rm.SourceVM, Dir: final, MemoryMiB: local.Guest.MemoryMiB,
 		SizeBytes: size, DiskBytes: disk, Stamp: string(stamp), CreatedAt: local.CreatedAt, Parent: rm.Parent, RemoteMemory: lazy}
 	// The artifacts were verified against the registry's digests as written.
-	if err := s.d.Snapshots.Enter(ctx, rec, rm.Prepared); err != nil {
+	if err := s.d.Snapshots().Enter(ctx, rec, rm.Prepared); err != nil {
 		return nil, err
 	}
 	steps.mark("enter")
@@ -403,12 +403,12 @@ func (s *Sync) pullFunction(ctx context.Context, name, digest string, fetched <-
 	if f.err != nil {
 		return nil, Err(f.err)
 	}
-	fn, err := s.d.Functions.Create(ctx, name, rec, f.code)
+	fn, err := s.d.Functions().CreateFromRecord(ctx, name, rec, f.code)
 	if err != nil {
 		return nil, err
 	}
 	if fn.Digest != digest {
-		_ = s.d.Functions.Forget(context.WithoutCancel(ctx), name)
+		_ = s.d.Forget(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("%w: function %s from the registry digests to %s, the snapshot wants %s", errdefs.ErrSnapshotUnusable, name, fn.Digest[:12], digest[:12])
 	}
 	return fn, nil

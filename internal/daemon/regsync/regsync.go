@@ -45,7 +45,8 @@ const (
 
 // Config is the daemon's registry settings.
 type Config struct {
-	DataDir string // the node's data directory (signing key, chunk cache)
+	DataDir      string // the node's data directory (signing key, chunk cache)
+	SnapshotsDir string // the directory snapshots live in
 	// Registry, if set, is the snapshot registry; nil: none configured.
 	Registry         *registry.Config
 	ChunkCacheBudget int64    // the chunk cache's disk budget in bytes
@@ -54,6 +55,9 @@ type Config struct {
 	NoImport         bool     // an invocation never imports a missing function
 	LazyReadahead    int      // chunks fetched after a missed one by a lazy restore
 	GCGrace          time.Duration
+	// GCInterval and RefreshInterval are how often Run collects the
+	// registry and refreshes outdated functions (0: never).
+	GCInterval, RefreshInterval time.Duration
 }
 
 // Catalog is what of the catalog the component reads and writes
@@ -68,72 +72,41 @@ type Catalog interface {
 	ImportVersion(ctx context.Context, v *catalog.Version, snapshots []string, live string) error
 }
 
-// Snapshots is the node's snapshots as the daemon keeps them.
+// Snapshots is the snapshots component (*snapshots.Manager).
 type Snapshots interface {
-	// Dir is the directory snapshots live in.
-	Dir() string
-	// CheckID checks a snapshot id's form.
-	CheckID(id string) error
 	// Get is a snapshot by id (errdefs.ErrNotFound).
 	Get(ctx context.Context, id string) (*catalog.Snapshot, error)
-	// Verified is a snapshot and its function, the snapshot verified.
-	Verified(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error)
 	// Compatible checks that a snapshot with manifest m restores here
 	// with configuration fn.
 	Compatible(m *snapshot.Manifest, fn *catalog.Function) error
-	// Enter records a snapshot written into Dir.
+	// Enter records a snapshot written into the snapshots' directory.
 	Enter(ctx context.Context, rec *catalog.Snapshot, prepared json.RawMessage) error
 	// Delete removes a snapshot.
 	Delete(ctx context.Context, id string) error
 	// Collect applies a function's snapshot retention, sparing those named.
 	Collect(ctx context.Context, function string, spare ...string)
-	// NewestOf is the newest snapshot of a function (of version, if > 0).
-	NewestOf(ctx context.Context, function string, version int) (string, error)
 	// Lock serializes the verification of one snapshot.
 	Lock(id string) *sync.Mutex
-	// Body is a snapshot as the API answers it.
-	Body(sn *catalog.Snapshot) *wire.Snapshot
 }
 
-// Functions is the node's functions, as far as a pull creates or builds
-// them from the registry's records.
+// Functions is the functions component (*functions.Manager), as far as a
+// pull creates or builds functions from the registry's records and a push
+// or pull moves their dependency layers.
 type Functions interface {
-	// CheckName checks a function name's form.
-	CheckName(name string) error
-	// Create registers function name from a registry record and its code.
-	Create(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error)
-	// Build builds function name's configuration and code from a record
-	// (a version's) beside the function's own, recording nothing.
-	Build(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error)
-	// Forget removes a function the node holds nothing else of.
-	Forget(ctx context.Context, name string) error
-	// BuildInputs are what a function's snapshots were built from
-	// (recorded with an imported version).
-	BuildInputs(fn *catalog.Function) any
+	// CreateFromRecord registers function name from a registry record and
+	// its code.
+	CreateFromRecord(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error)
+	// BuildFromRecord builds function name's configuration and code from a
+	// record (a version's) beside the function's own, recording nothing.
+	BuildFromRecord(ctx context.Context, name string, rec *registry.FunctionRecord, code []byte) (*catalog.Function, error)
 	// ScanForSecrets refuses a directory holding a secret's value.
 	ScanForSecrets(ctx context.Context, dir, what string) error
-	// Gate is held shared by cold starts of a function, exclusively while
-	// an outdated copy of it is removed.
-	Gate(name string) *sync.RWMutex
-}
-
-// Layers is the functions' dependency layers.
-type Layers interface {
-	// Pushed is the layer a function's snapshots push (nil: none) and its file.
-	Pushed(fn *catalog.Function) (*registry.Layer, string, error)
-	// Pull fetches the layer a pulled snapshot names, if the node lacks it.
-	Pull(ctx context.Context, rm *registry.RemoteManifest) error
-	// Hold keeps the dependency cache from collection until release.
-	Hold() (release func())
-}
-
-// VMs is what runs the functions.
-type VMs interface {
-	// ReleaseOutdated stops the idle and standby VMs of a function whose
-	// copy here is outdated.
-	ReleaseOutdated(function string)
-	// Running is a live VM of the function, or nil.
-	Running(ctx context.Context, function string) (*catalog.VM, error)
+	// PushedLayer is the layer a function's snapshots push (nil: none)
+	// and its file.
+	PushedLayer(fn *catalog.Function) (*registry.Layer, string, error)
+	// PullLayer fetches the layer a pulled snapshot names, if the node
+	// lacks it.
+	PullLayer(ctx context.Context, rm *registry.RemoteManifest) error
 }
 
 // Metrics counts what the component does (*metrics.Set).
@@ -144,13 +117,34 @@ type Metrics interface {
 
 // Deps is what the component needs of the rest of the daemon.
 type Deps struct {
-	Log       *slog.Logger
-	Catalog   Catalog
-	Snapshots Snapshots
-	Functions Functions
-	Layers    Layers
-	VMs       VMs
-	Metrics   Metrics
+	Log     *slog.Logger
+	Catalog Catalog
+	Metrics Metrics
+	// Snapshots and Functions are the components, asked for when used
+	// (the daemon makes them after this one).
+	Snapshots func() Snapshots
+	Functions func() Functions
+	// CheckSnapshotID and CheckName check a snapshot id's and a function
+	// name's form.
+	CheckSnapshotID func(id string) error
+	CheckName       func(name string) error
+	// Verified is a snapshot and its function, the snapshot verified.
+	Verified func(ctx context.Context, id string) (*catalog.Snapshot, *catalog.Function, error)
+	// NewestSnapshot is the newest snapshot of a function (of version, if > 0).
+	NewestSnapshot func(ctx context.Context, function string, version int) (string, error)
+	// SnapshotBody is a snapshot as the API answers it.
+	SnapshotBody func(sn *catalog.Snapshot) *wire.Snapshot
+	// Forget removes a function the node holds nothing else of.
+	Forget func(ctx context.Context, name string) error
+	// BuildInputs are what a function's snapshots were built from
+	// (recorded with an imported version).
+	BuildInputs func(fn *catalog.Function) any
+	// HoldLayers keeps the dependency cache from collection until release.
+	HoldLayers func() (release func())
+	// ReleaseOutdated stops the idle and standby VMs of a function whose
+	// copy here is outdated; Running is a live VM of the function, or nil.
+	ReleaseOutdated func(function string)
+	Running         func(ctx context.Context, function string) (*catalog.VM, error)
 	// Progress tells a long operation's reporter where the work is.
 	Progress func(ctx context.Context, p wire.OperationProgress)
 }
@@ -166,6 +160,8 @@ type Sync struct {
 	// completions share the pull of a lazy snapshot's memory; imports the
 	// lazy import of a function an invocation found missing.
 	completions, imports singleflight.Group
+	// gates: function name -> *sync.RWMutex (Gate).
+	gates sync.Map
 }
 
 // New loads the node's signing key (created at first start) and, when

@@ -41,6 +41,15 @@ func published(t *testing.T, reg string, created time.Time) (*node, *catalog.Sna
 	return a, sn
 }
 
+// pair is a registry directory, a node a that published snapshot sn of
+// hello there, and a node b trusting a's key.
+func pair(t *testing.T) (reg string, a *node, sn *catalog.Snapshot, b *node) {
+	t.Helper()
+	reg = registryDir(t)
+	a, sn = published(t, reg, time.Now())
+	return reg, a, sn, newNode(t, reg, a.RegistryKey().String())
+}
+
 func sameFile(t *testing.T, a, b string) {
 	t.Helper()
 	x, err := os.ReadFile(a)
@@ -61,9 +70,7 @@ func sameFile(t *testing.T, a, b string) {
 // code, the snapshot is written whole and verified, then entered.
 func TestPushPullByFunction(t *testing.T) {
 	ctx := context.Background()
-	reg := registryDir(t)
-	a, sn := published(t, reg, time.Now())
-	b := newNode(t, reg, a.RegistryKey().String())
+	_, a, sn, b := pair(t)
 	res, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "hello"})
 	if err != nil {
 		t.Fatal(err)
@@ -100,9 +107,7 @@ func TestPushPullByFunction(t *testing.T) {
 // which then matches the pushed one, and the snapshot is local.
 func TestLazyPullCompletes(t *testing.T) {
 	ctx := context.Background()
-	reg := registryDir(t)
-	a, sn := published(t, reg, time.Now())
-	b := newNode(t, reg, a.RegistryKey().String())
+	_, _, sn, b := pair(t)
 	res, err := b.PullSnapshot(ctx, wire.PullRequest{Snapshot: snapID, Lazy: true})
 	if err != nil {
 		t.Fatal(err)
@@ -145,9 +150,7 @@ func TestLazyPullCompletes(t *testing.T) {
 // not trust the pushing node's key uses none of its records.
 func TestPullRefusals(t *testing.T) {
 	ctx := context.Background()
-	reg := registryDir(t)
-	a, _ := published(t, reg, time.Now())
-	b := newNode(t, reg, a.RegistryKey().String())
+	reg, _, _, b := pair(t)
 	b.createDigest = digestOf("other code")
 	if _, err := b.PullSnapshot(ctx, wire.PullRequest{Function: "hello"}); !errors.Is(err, errdefs.ErrSnapshotUnusable) {
 		t.Fatalf("pull onto other code: %v, want ErrSnapshotUnusable", err)

@@ -90,7 +90,7 @@ func (s *Sync) versionConfig(ctx context.Context, as *versionImport, fn *catalog
 	if err != nil {
 		return nil, Err(err)
 	}
-	cfg, err := s.d.Functions.Build(ctx, fn.Name, rec, code)
+	cfg, err := s.d.Functions().BuildFromRecord(ctx, fn.Name, rec, code)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func sameSettings(fn *catalog.Function, rec *registry.FunctionRecord) bool {
 // (created here with the registry's number and digest if it is new), and
 // points the live alias at it if the function has none.
 func (s *Sync) enterVersion(ctx context.Context, as *versionImport, cfg *catalog.Function, sn *catalog.Snapshot) (*catalog.Snapshot, error) {
-	inputs, _ := json.Marshal(s.d.Functions.BuildInputs(cfg))
+	inputs, _ := json.Marshal(s.d.BuildInputs(cfg))
 	v := &catalog.Version{Function: cfg.Name, Number: as.rec.Number, Digest: as.rec.Digest, Config: *cfg, Inputs: inputs, CreatedAt: time.Now()}
 	if err := s.d.Catalog.ImportVersion(context.WithoutCancel(ctx), v, []string{sn.ID}, versions.Live); err != nil {
 		if errors.Is(err, catalog.ErrExists) {

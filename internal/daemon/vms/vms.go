@@ -58,8 +58,9 @@ type Deps struct {
 	// Refuse is why no VM of function may start now (the daemon closing,
 	// the function being deleted), nil if one may.
 	Refuse func(function string) error
-	// MarkIdle marks the VMs idle in the keep-alive pool as such;
-	// ForgetPooled drops VM id from the pools before it is deleted.
+	// MarkIdle marks the VMs the pools hold as such (idle in the
+	// keep-alive pool; a ready clone's counted memory); ForgetPooled drops
+	// VM id from the pools before it is deleted.
 	MarkIdle     func(vms ...*catalog.VM)
 	ForgetPooled func(id string)
 	Spans        Spans

@@ -194,13 +194,18 @@ func printResults[S any](a *cli.App, out, name string, samples []S, all any, md 
 	return nil
 }
 
+// createInDir creates the file DIR/NAME, and DIR if it is missing.
+func createInDir(dir, name string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(filepath.Join(dir, name))
+}
+
 // writeResults writes DIR/NAME.jsonl (one sample a line), DIR/NAME.json and
 // DIR/NAME.md.
 func writeResults[S any](dir, name string, samples []S, all any, md string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, name+".jsonl"))
+	f, err := createInDir(dir, name+".jsonl")
 	if err != nil {
 		return err
 	}

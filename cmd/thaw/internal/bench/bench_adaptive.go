@@ -110,10 +110,7 @@ func (a *app) benchAdaptive(out, name string, run func(*os.File, func(string, ..
 	}
 	var sink *os.File
 	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(out, name+".partial.jsonl"))
+		f, err := createInDir(out, name+".partial.jsonl")
 		if err != nil {
 			return err
 		}

@@ -164,10 +164,7 @@ func (a *app) runEval(f *evalFlags, experiments []string) error {
 	if f.out != "" {
 		// Samples stream into the JSON lines file as they are measured;
 		// WriteEval rewrites it (same content) with the rest at the end.
-		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return err
-		}
-		sink, err := os.Create(filepath.Join(f.out, "eval.jsonl"))
+		sink, err := createInDir(f.out, "eval.jsonl")
 		if err != nil {
 			return err
 		}

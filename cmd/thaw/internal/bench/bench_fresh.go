@@ -27,15 +27,16 @@ func (a *app) newBenchFreshCmd() *cobra.Command {
 		Short: "Ready clones: a hit beside a miss, keep-alive and warm, their memory and refills, and a trace's hit rate",
 		Long: `Measures ready clones (thawd --standby-memory) the way a user sees them.
 For each function and each --concurrency N: bursts of N requests by name
-once N ready clones wait (ready hit; the time from a burst's end to N ready
-again is the refill), N cold restores of its snapshot (ready miss), N
-requests served by VMs kept after the hits (keep-alive, the ready clones
-stopped first) and N calls on as many running VMs (warm); the memory of
-each ready clone's VMM (RSS, PSS, anonymous) beside what it counts against
---standby-memory. Then a trace: Poisson arrivals with bursts, from a seed
-(the same requests every run), each request sent when it arrives, with the
-share a ready clone served against the ready clones kept and the mean
-concurrent demand.
+once N ready clones wait (ready hit; the time from a burst's first take to
+N ready clones again, none of them one it took, is the refill), N cold
+restores of its snapshot (ready miss), N requests served by VMs kept after
+the hits (keep-alive, the ready clones stopped first) and N calls on as
+many running VMs (warm); the memory of each ready clone's VMM (RSS, PSS,
+anonymous) beside what the daemon counts it against --standby-memory (the
+VM listing's ready_memory_mib). Then a trace: Poisson arrivals with bursts,
+from a seed (the same requests every run), each request sent when it
+arrives, with the share a ready clone served against the ready clones kept
+(and the MiB the daemon counted them) and the mean concurrent demand.
 
 Writes DIR/fresh.jsonl (samples), fresh.json, fresh.md and SVG plots.`,
 		Example: `  thaw bench fresh --out docs/results/fresh
@@ -81,10 +82,7 @@ func (a *app) benchFresh(out string, cfg fresh.Config) error {
 	}
 	var sink *os.File
 	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(out, "fresh.partial.jsonl"))
+		f, err := createInDir(out, "fresh.partial.jsonl")
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -50,10 +49,7 @@ func (a *app) newBenchRestoreCmd() *cobra.Command {
 				return err
 			}
 			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				sink, err := os.Create(filepath.Join(out, "restore.jsonl"))
+				sink, err := createInDir(out, "restore.jsonl")
 				if err != nil {
 					return err
 				}

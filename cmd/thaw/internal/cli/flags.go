@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/thaw-dev/thaw/client"
+	"github.com/thaw-dev/thaw/internal/fnconfig"
 )
 
 // RestoreFlags are a function's restore settings on the command line.
@@ -116,31 +115,11 @@ func (e *EventFlags) Read(a *App, cmd *cobra.Command) (json.RawMessage, error) {
 // Assignments parses repeated NAME=VALUE flags into a map; a name given
 // twice or an item without '=' is a usage error.
 func Assignments(flag string, items []string) (map[string]string, error) {
-	if len(items) == 0 {
-		return nil, nil
+	m, err := fnconfig.Assignments(items)
+	if err != nil {
+		return nil, Usagef("--%s %v", flag, err)
 	}
-	out := make(map[string]string, len(items))
-	for _, it := range items {
-		k, v, ok := strings.Cut(it, "=")
-		if !ok || k == "" {
-			return nil, Usagef("--%s %q: want NAME=VALUE", flag, it)
-		}
-		if _, dup := out[k]; dup {
-			return nil, Usagef("--%s %s is given twice", flag, k)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// SortedKeys are m's keys in order.
-func SortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return m, nil
 }
 
 // FunctionFlags are the flags of a function's spec: thaw function

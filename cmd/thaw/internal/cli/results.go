@@ -52,6 +52,9 @@ func (a *App) PrintVM(v *client.VM) error {
 			output.Row(w, "PID:", fmt.Sprint(v.PID))
 		}
 		output.Row(w, "Memory:", output.FmtMiB(v.MemoryMiB))
+		if v.ReadyMemoryMiB > 0 {
+			output.Row(w, "Standby memory:", output.FmtMiB(v.ReadyMemoryMiB)+" (what this ready clone counts against --standby-memory)")
+		}
 		output.Row(w, "Accel:", output.OrDash(v.Accel))
 		if v.Snapshot != "" {
 			output.Row(w, "Snapshot:", v.Snapshot)

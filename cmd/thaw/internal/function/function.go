@@ -3,8 +3,10 @@ package function
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -167,10 +169,10 @@ func (a *app) printFunction(f *client.Function, headline string) error {
 		output.Row(w, "Code dir:", output.OrDash(f.CodeDir))
 		output.Row(w, "Disk:", output.OrDash(f.Disk))
 		output.Row(w, "Egress:", fmtNetwork(f.Network))
-		for i, k := range cli.SortedKeys(f.Env) {
+		for i, k := range slices.Sorted(maps.Keys(f.Env)) {
 			output.Row(w, map[bool]string{true: "Env:"}[i == 0], k+"="+f.Env[k])
 		}
-		for i, k := range cli.SortedKeys(f.Secrets) {
+		for i, k := range slices.Sorted(maps.Keys(f.Secrets)) {
 			output.Row(w, map[bool]string{true: "Secrets:"}[i == 0], k+" = secret "+f.Secrets[k])
 		}
 		writeDeps(w, f.Deps)
