@@ -27,6 +27,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon/ops"
 	"github.com/thaw-dev/thaw/internal/daemon/pool"
 	"github.com/thaw-dev/thaw/internal/daemon/regsync"
+	"github.com/thaw-dev/thaw/internal/daemon/restorer"
 	"github.com/thaw-dev/thaw/internal/daemon/snapshots"
 	dversions "github.com/thaw-dev/thaw/internal/daemon/versions"
 	"github.com/thaw-dev/thaw/internal/daemon/vms"
@@ -113,6 +114,8 @@ type Service struct {
 	// prep prepares functions: clean and warm snapshots, the strategies'
 	// artifacts (prepare.go).
 	prep *snapshots.Preparer
+	// restorer restores clones from snapshots (package daemon/restorer).
+	restorer *restorer.Restorer[*liveVM]
 	// invoker serves invocations: warm, ready, kept and cold (package invoke).
 	invoker *invoke.Invoker
 }
@@ -211,6 +214,7 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	s.pins = artifactPins{snapshots.NewPins(s.snapshotsDir())}
 	s.adaptive = newAdaptive(s, cfg.Adaptive)
 	s.prep = s.newPreparer()
+	s.restorer = s.newRestorer()
 	s.invoker = s.newInvoker()
 	return s, nil
 }

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
@@ -128,36 +127,7 @@ func (s *Service) closing() bool {
 // startStandby plans a restore of key, starts its VMM and runs the
 // strategy up to the point where the device state is due.
 func (s *Service) startStandby(ctx context.Context, key poolKey, release func()) (*liveVM, *catalog.VM, *coldStart, error) {
-	st, err := s.strategy(string(key.Kind))
-	if err != nil {
-		release()
-		return nil, nil, nil, err
-	}
-	row, err := s.snapshotRow(ctx, key.Snapshot)
-	if err != nil {
-		release()
-		return nil, nil, nil, err
-	}
-	c, err := s.planRestore(ctx, row, restoreOpts{begin: st.Start, start: time.Now()})
-	if err != nil {
-		release()
-		return nil, nil, nil, err
-	}
-	rec := &catalog.VM{ID: c.spec.ID, Function: c.fn.Name, Snapshot: c.sn.ID, Strategy: string(c.sess.Kind()), Version: c.sn.Version}
-	started := time.Now()
-	lv, err := s.startVM(ctx, rec, c.spec, c.fn, release)
-	if err != nil {
-		c.sess.Close()
-		return nil, nil, nil, err
-	}
-	lv.Mu.Lock()
-	defer lv.Mu.Unlock()
-	lv.Sess = c.sess
-	if err := s.startClone(ctx, lv, c, started); err != nil {
-		s.stopVM(context.WithoutCancel(ctx), lv, catalog.StateFailed, fmt.Sprintf("standby for %s: %v", key.Snapshot, err))
-		return nil, nil, nil, err
-	}
-	return lv, rec, c, nil
+	return s.restorer.StartStandby(ctx, key.Snapshot, key.Kind, release)
 }
 
 // forgetPooled takes VM id out of whichever pool holds it (VMM pool,
