@@ -35,13 +35,7 @@ func TestClonesAreDistinct(t *testing.T) {
 	ctx := ctxT(t)
 	boot, snap := bootSnapshot(t, e.c, "clones", "e2e/testdata/clones")
 	taken := time.Now()
-	seen := map[string]map[string]bool{}
-	note := func(what, v string) {
-		if seen[what] == nil {
-			seen[what] = map[string]bool{}
-		}
-		seen[what][v] = true
-	}
+	seen := seenValues{}
 	const clones = 16
 	var restoreMS, opensslMS []float64
 	for i := range clones {
@@ -56,14 +50,14 @@ func TestClonesAreDistinct(t *testing.T) {
 		if v.OnRestore == nil {
 			t.Fatalf("clone %d: on_restore did not run", i)
 		}
-		note("os.urandom", v.URandom)
-		note("uuid4", v.UUID4)
-		note("random.random", fmt.Sprint(v.Random))
-		note("secrets.token_hex", v.TokenHex)
-		note("on_restore", *v.OnRestore)
-		note("ssl.RAND_bytes", v.SSLRand)
-		note("tempfile names", v.TempName)
-		note("boot_id", v.BootID)
+		seen.note("os.urandom", v.URandom)
+		seen.note("uuid4", v.UUID4)
+		seen.note("random.random", fmt.Sprint(v.Random))
+		seen.note("secrets.token_hex", v.TokenHex)
+		seen.note("on_restore", *v.OnRestore)
+		seen.note("ssl.RAND_bytes", v.SSLRand)
+		seen.note("tempfile names", v.TempName)
+		seen.note("boot_id", v.BootID)
 		restoreMS = append(restoreMS, inv.Timing.Restore.AgentRestoreMS)
 		opensslMS = append(opensslMS, inv.Timing.Restore.AgentSteps["openssl"])
 	}
@@ -109,8 +103,19 @@ func TestClonesAreDistinct(t *testing.T) {
 	})
 }
 
+// seenValues are the values the clones reported, by what they are.
+type seenValues map[string]map[string]bool
+
+// note records value v of what.
+func (s seenValues) note(what, v string) {
+	if s[what] == nil {
+		s[what] = map[string]bool{}
+	}
+	s[what][v] = true
+}
+
 // checkDistinct wants each value seen in every clone (boot_id excepted).
-func checkDistinct(t *testing.T, seen map[string]map[string]bool, clones int) {
+func checkDistinct(t *testing.T, seen seenValues, clones int) {
 	t.Helper()
 	for what, vals := range seen {
 		want := clones
@@ -133,7 +138,7 @@ func TestClonesOpenSSLImported(t *testing.T) {
 	ctx := ctxT(t)
 	_, snap := bootSnapshot(t, e.c, "sslimported", "e2e/testdata/clones-ssl-imported")
 	const clones = 16
-	seen := map[string]map[string]bool{"ssl.RAND_bytes": {}}
+	seen := seenValues{}
 	for i := range clones {
 		inv, err := e.c.InvokeSnapshot(ctx, snap.ID, ev(`{}`), client.InvokeOptions{})
 		if err != nil || !inv.OK {
@@ -145,7 +150,7 @@ func TestClonesOpenSSLImported(t *testing.T) {
 		if err := json.Unmarshal(inv.Result, &v); err != nil || v.SSLRand == "" {
 			t.Fatalf("clone %d: %s: %v", i, inv.Result, err)
 		}
-		seen["ssl.RAND_bytes"][v.SSLRand] = true
+		seen.note("ssl.RAND_bytes", v.SSLRand)
 	}
 	checkDistinct(t, seen, clones)
 }

@@ -78,8 +78,7 @@ func publishCounting(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr 
 // function from its owner; other is the node that holds nothing of it.
 func countingPair(t *testing.T, opts ...func(*cluster.Config)) (c *cluster.Cluster, ctr *counter, ctx context.Context, owner, other *cluster.Node, fn cluster.Function) {
 	t.Helper()
-	c = startCluster(t, 2, opts...)
-	ctr = newCounter(t, c.Net.HostIP.String())
+	c, ctr = countingCluster(t, 2, opts...)
 	ctx = ctxT(t)
 	owner = ownerOf(t, c, "count")
 	fn = publishCounting(t, ctx, c, ctr, owner)
@@ -161,8 +160,7 @@ func TestClusterRegistry(t *testing.T) {
 // serves it, and no refused invocation ran.
 func TestClusterStoreDown(t *testing.T) {
 	parallel(t)
-	c := startCluster(t, 4, withStore(t))
-	ctr := newCounter(t, c.Net.HostIP.String())
+	c, ctr := countingCluster(t, 4, withStore(t))
 	ctx := ctxT(t)
 	owner, pulled, lazy, never := c.Nodes[0], c.Nodes[1], c.Nodes[2], c.Nodes[3]
 	fn := publishCounting(t, ctx, c, ctr, owner)

@@ -67,6 +67,14 @@ func (c *counter) count(id string) int {
 	return c.seen[id]
 }
 
+// countingCluster is startCluster's n nodes and a counter on the host
+// they reach.
+func countingCluster(t *testing.T, n int, opts ...func(*cluster.Config)) (*cluster.Cluster, *counter) {
+	t.Helper()
+	c := startCluster(t, n, opts...)
+	return c, newCounter(t, c.Net.HostIP.String())
+}
+
 // startCluster builds thawd and starts n nodes behind HAProxy, removed
 // with the test (also when it fails); opts change the config first.
 func startCluster(t *testing.T, n int, opts ...func(*cluster.Config)) *cluster.Cluster {
@@ -262,8 +270,7 @@ func firstSuccess(t *testing.T, ctx context.Context, c *cluster.Cluster, ctr *co
 // within 5 s, and gets them back when its link returns.
 func TestClusterPartition(t *testing.T) {
 	parallel(t)
-	c := startCluster(t, 2)
-	ctr := newCounter(t, c.Net.HostIP.String())
+	c, ctr := countingCluster(t, 2)
 	ctx := ctxT(t)
 	fn, victim, survivor := deployCounting(t, ctx, c, ctr)
 	// In flight when the link goes: it must fail within seconds (HAProxy's
@@ -328,8 +335,7 @@ func TestClusterPartition(t *testing.T) {
 // serves.
 func TestCluster(t *testing.T) {
 	parallel(t)
-	c := startCluster(t, 2)
-	ctr := newCounter(t, c.Net.HostIP.String())
+	c, ctr := countingCluster(t, 2)
 	ctx := ctxT(t)
 	// Routing: every invocation of the function reaches the same node, and
 	// so does any other request about it.

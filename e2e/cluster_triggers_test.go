@@ -110,13 +110,12 @@ func TestClusterTriggersSurviveNodeKill(t *testing.T) {
 	if _, err := os.Stat(natsBin); err != nil {
 		t.Fatalf("nats-server (scripts/install-deps.sh builds it; THAW_NATS names another): %v", err)
 	}
-	c := startCluster(t, 2, func(cfg *cluster.Config) {
+	c, ctr := countingCluster(t, 2, func(cfg *cluster.Config) {
 		cfg.NATS = &cluster.NATSConfig{Binary: natsBin, Servers: 3}
 		cfg.Node.Args = append(cfg.Node.Args, "--async-ack-wait", "6s")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ctr := newCounter(t, c.Net.HostIP.String())
 	host, port, _ := net.SplitHostPort(ctr.addr)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "handler.py"), []byte(fmt.Sprintf(tickHandler, host, port)), 0o644); err != nil {

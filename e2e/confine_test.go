@@ -60,6 +60,15 @@ func asUser(uid uint32, name string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
+// hostileEnv starts a daemon in dataDir (edit, if not nil, changes its
+// config first) and boots and snapshots the hostile function in it.
+func hostileEnv(t *testing.T, dataDir string, edit func(*daemon.Config)) (*env, *client.VM, *client.Snapshot) {
+	t.Helper()
+	e := startEnvWith(t, dataDir, edit)
+	boot, snap := bootSnapshot(t, e.c, "hostile", "e2e/testdata/hostile")
+	return e, boot, snap
+}
+
 // TestQEMUConfinement checks what a guest that escaped into QEMU would
 // find: an unprivileged user of its own, no capabilities, a seccomp
 // sandbox, no path to thaw's files, no daemon secrets in its environment,
@@ -68,10 +77,9 @@ func asUser(uid uint32, name string, args ...string) ([]byte, error) {
 func TestQEMUConfinement(t *testing.T) {
 	t.Setenv("THAW_TOKEN", "daemon-secret-must-not-reach-qemu")
 	dataDir := t.TempDir()
-	e := startEnvWith(t, dataDir, func(c *daemon.Config) { c.ConsoleLogLimit = 64 << 10 })
-	c := e.c
 	ctx := ctxT(t)
-	boot, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
+	e, boot, snap := hostileEnv(t, dataDir, func(c *daemon.Config) { c.ConsoleLogLimit = 64 << 10 })
+	c := e.c
 	clone := restoreVM(t, c, snap.ID, "vanilla")
 	uids := map[string]string{}
 	for _, vm := range []*client.VM{boot, clone} {

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 )
 
 // versionedFunction writes a function directory whose handler answers
@@ -182,20 +182,12 @@ func TestConcurrentDeploys(t *testing.T) {
 	parallel(t)
 	e := startEnv(t, t.TempDir())
 	dirs := []string{versionedFunction(t, "a"), versionedFunction(t, "b")}
-	var wg sync.WaitGroup
-	res := make([]*client.Deploy, 2)
-	errs := make([]error, 2)
-	for i := range dirs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i == 1 {
-				time.Sleep(300 * time.Millisecond) // the second comes second
-			}
-			res[i], errs[i] = e.c.DeployFromDir(ctxT(t), "pair", dirs[i], client.DeployRequest{})
-		}()
-	}
-	wg.Wait()
+	res, errs := atOnce(len(dirs), func(i int) (*client.Deploy, error) {
+		if i == 1 {
+			time.Sleep(300 * time.Millisecond) // the second comes second
+		}
+		return e.c.DeployFromDir(ctxT(t), "pair", dirs[i], client.DeployRequest{})
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("deploy %d: %v", i, err)
@@ -249,7 +241,7 @@ func TestDeployKilledMidway(t *testing.T) {
 				t.Fatalf("snapshots after the restart: %v %+v", err, snaps)
 			}
 			for _, sub := range []string{"functions", "snapshots"} {
-				if left := entries(t, filepath.Join(dataDir, sub)); len(left) != 0 {
+				if left := dirtest.Names(t, filepath.Join(dataDir, sub)); len(left) != 0 {
 					t.Errorf("%s left in %s after the restart", left, sub)
 				}
 			}
@@ -281,18 +273,4 @@ func waitPhase(t *testing.T, c *client.Client, id, prefix string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("operation %s never reached %q", id, prefix)
-}
-
-// entries lists a directory's entries' names.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		out = append(out, de.Name())
-	}
-	return out
 }

@@ -233,6 +233,18 @@ func parallel(t *testing.T) {
 	}
 }
 
+// atOnce runs f(0), ..., f(n-1) at once, each in a goroutine of its own,
+// and returns their results and errors by i.
+func atOnce[T any](n int, f func(i int) (T, error)) ([]T, []error) {
+	res, errs := make([]T, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { res[i], errs[i] = f(i) })
+	}
+	wg.Wait()
+	return res, errs
+}
+
 // outsideSlots are the numbers (20-219) the tests' "outside" namespaces
 // use for their names and subnets, held until the test ends: parallel
 // tests never share one.

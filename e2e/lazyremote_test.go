@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,17 +209,10 @@ func (rc *remoteCase) checkLazyImports(t *testing.T) {
 func (rc *remoteCase) checkConcurrentImport(t *testing.T) {
 	nodes, ctx, name, fn, check := rc.nodes, rc.ctx, rc.name, rc.fn, rc.check
 	b := nodes["concurrent"]
-	var wg sync.WaitGroup
-	invs := make([]*client.Invocation, 2)
-	errs := make([]error, 2)
-	for i, k := range []string{"vanilla", "reap"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			invs[i], errs[i] = b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: k})
-		}()
-	}
-	wg.Wait()
+	kinds := []string{"vanilla", "reap"}
+	invs, errs := atOnce(len(kinds), func(i int) (*client.Invocation, error) {
+		return b.c.InvokeFunction(ctx, name, ev(fn.event), client.InvokeOptions{Strategy: kinds[i]})
+	})
 	check(t, invs[0], errs[0], "vanilla")
 	check(t, invs[1], errs[1], "reap")
 	if invs[0].Timing.ImportMS+invs[1].Timing.ImportMS <= 0 {
@@ -279,15 +271,23 @@ func (rc *remoteCase) checkPullFirst(t *testing.T) {
 	check(t, inv, err, "premap")
 }
 
+// lazyNode starts a node of the registry's and pulls the function's
+// snapshot lazily into it.
+func (rc *remoteCase) lazyNode(t *testing.T) *env {
+	t.Helper()
+	e := startEnvWith(t, t.TempDir(), rc.cfg)
+	if _, err := e.c.PullSnapshot(rc.ctx, client.PullRequest{Function: rc.name, Lazy: true}); err != nil {
+		t.Fatalf("lazy pull: %v", err)
+	}
+	return e
+}
+
 // checkCorruptChunk: a corrupt chunk object is refused (no VM left, not
 // cached) and fetched again once repaired; a lazy snapshot survives a
 // daemon restart.
 func (rc *remoteCase) checkCorruptChunk(t *testing.T) {
 	srv, cfg, nodes, ctx, name, fn, warm, check := rc.srv, rc.cfg, rc.nodes, rc.ctx, rc.name, rc.fn, rc.warm, rc.check
-	e := startEnvWith(t, t.TempDir(), cfg)
-	if _, err := e.c.PullSnapshot(ctx, client.PullRequest{Function: name, Lazy: true}); err != nil {
-		t.Fatalf("lazy pull: %v", err)
-	}
+	e := rc.lazyNode(t)
 	// The lazy snapshot survives a daemon restart (and restores after it, below).
 	e.stop()
 	e = startEnvWith(t, e.dataDir, cfg)
@@ -334,10 +334,7 @@ func (rc *remoteCase) checkCorruptChunk(t *testing.T) {
 // an import is 503 and creates nothing.
 func (rc *remoteCase) checkRegistryDown(t *testing.T) {
 	srv, cfg, nodes, ctx, name, fn, warm, check := rc.srv, rc.cfg, rc.nodes, rc.ctx, rc.name, rc.fn, rc.warm, rc.check
-	f := startEnvWith(t, t.TempDir(), cfg)
-	if _, err := f.c.PullSnapshot(ctx, client.PullRequest{Function: name, Lazy: true}); err != nil {
-		t.Fatalf("lazy pull: %v", err)
-	}
+	f := rc.lazyNode(t)
 	g := startEnvWith(t, t.TempDir(), cfg)
 	// Every chunk of the lazy snapshot in b's cache, the snapshot still lazy.
 	b := nodes["faasnap"]

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,17 +107,7 @@ func TestColdInvoke(t *testing.T) {
 func TestClonesFromOneSnapshot(t *testing.T) {
 	f, c := bootedFixture(t)
 	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	vms := make([]*client.VM, 2)
-	errs := make([]error, 2)
-	for i := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			vms[i], errs[i] = c.RestoreVM(ctx, f.snap.ID, "vanilla")
-		}()
-	}
-	wg.Wait()
+	vms, errs := atOnce(2, func(int) (*client.VM, error) { return c.RestoreVM(ctx, f.snap.ID, "vanilla") })
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("restore %d: %v", i, err)

@@ -79,10 +79,9 @@ func probeAs(t *testing.T, pid int, uid uint32, addrs ...string) probeResult {
 // may (TestGuestNetworkIsolation, TestGuestFullEgress).
 func TestQEMUNetworkNamespace(t *testing.T) {
 	parallel(t)
-	e := startEnv(t, t.TempDir())
-	c := e.c
 	ctx := ctxT(t)
-	boot, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
+	e, boot, snap := hostileEnv(t, t.TempDir(), nil)
+	c := e.c
 	clone := restoreVM(t, c, snap.ID, "vanilla")
 	var standby *client.VM
 	for deadline := time.Now().Add(3 * time.Minute); standby == nil; time.Sleep(200 * time.Millisecond) {

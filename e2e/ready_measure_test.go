@@ -15,6 +15,21 @@ import (
 	"github.com/thaw-dev/thaw/internal/daemon"
 )
 
+// onlySnapshot creates function name from the bundled functions/name
+// (the daemon's default size), boots and snapshots it, and deletes the
+// booted VM: the snapshot is all that is left of it.
+func onlySnapshot(t *testing.T, ctx context.Context, c *client.Client, name string) *client.Snapshot {
+	t.Helper()
+	if _, err := c.CreateFunctionFromDir(ctx, name, repoPath("functions/"+name), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	vm, snap := snapshotBoot(t, c, name)
+	if err := c.DeleteVM(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
 // The bundled hello, request to answer, in one run and one daemon: a ready
 // clone's hit, a cold restore (naming the snapshot bypasses the ready
 // clones), keep-alive reuse and a warm call, N of each, sequential
@@ -152,13 +167,7 @@ func TestReadyClonesMeasureConcurrent(t *testing.T) {
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: c * (256 + daemon.DefaultVMMemoryOverheadMiB), MinReady: c, Fills: 2}
 	})
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	vm, snap := snapshotBoot(t, e.c, "hello")
-	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	snap := onlySnapshot(t, ctx, e.c, "hello")
 	byName := func() (*client.Invocation, error) {
 		return e.c.InvokeFunction(ctx, "hello", ev(`{"name":"bench"}`), client.InvokeOptions{})
 	}
@@ -264,13 +273,7 @@ func TestReadyClonesMeasureTrace(t *testing.T) {
 		cfg.Ready = daemon.ReadyConfig{MemoryMiB: 8 * (256 + daemon.DefaultVMMemoryOverheadMiB), Fills: 2}
 	})
 	ctx := ctxT(t)
-	if _, err := e.c.CreateFunctionFromDir(ctx, "sleep", repoPath("functions/sleep"), 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	vm, _ := snapshotBoot(t, e.c, "sleep")
-	if err := e.c.DeleteVM(ctx, vm.ID); err != nil {
-		t.Fatal(err)
-	}
+	onlySnapshot(t, ctx, e.c, "sleep")
 	event := ev(fmt.Sprintf(`{"seconds":%g}`, sleepS))
 	arrivals := traceArrivals(rate, secs)
 	stopSampling := sampleReady(t, ctx, e)

@@ -40,13 +40,7 @@ func TestReadyClonesMeasureSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.c, a.parts = client.New("unix:"+d.sock), hitParts{}
-		if _, err := a.c.CreateFunctionFromDir(ctx, "hello", repoPath("functions/hello"), 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		vm, _ := snapshotBoot(t, a.c, "hello")
-		if err := a.c.DeleteVM(ctx, vm.ID); err != nil {
-			t.Fatal(err)
-		}
+		onlySnapshot(t, ctx, a.c, "hello")
 	}
 	call := func(c *client.Client) (*client.Invocation, time.Duration) {
 		t.Helper()

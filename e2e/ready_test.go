@@ -50,13 +50,7 @@ func TestReadyClonesFresh(t *testing.T) {
 	if first.Mode != "cold" || first.Timing.Ready == nil || first.Timing.Ready.Fallback != "none ready" {
 		t.Fatalf("request 1: mode %s, ready %+v", first.Mode, first.Timing.Ready)
 	}
-	seen := map[string]map[string]bool{}
-	note := func(what, v string) {
-		if seen[what] == nil {
-			seen[what] = map[string]bool{}
-		}
-		seen[what][v] = true
-	}
+	seen := seenValues{}
 	const hits = 16
 	var hitMS, renewMS []float64
 	for i := range hits {
@@ -65,9 +59,9 @@ func TestReadyClonesFresh(t *testing.T) {
 		if inv.Mode != "ready" || inv.Timing.Ready == nil || !inv.Timing.Ready.Hit {
 			t.Fatalf("hit %d: mode %s, ready %+v", i, inv.Mode, inv.Timing.Ready)
 		}
-		note("os.urandom", v.URandom)
-		note("uuid4", v.UUID4)
-		note("ssl.RAND_bytes", v.SSLRand)
+		seen.note("os.urandom", v.URandom)
+		seen.note("uuid4", v.UUID4)
+		seen.note("ssl.RAND_bytes", v.SSLRand)
 		hitMS = append(hitMS, inv.Timing.TotalMS)
 		renewMS = append(renewMS, inv.Timing.Ready.RenewMS)
 	}

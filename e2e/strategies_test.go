@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -198,16 +197,9 @@ func (sf *strategyFixture) checkVMMPool(t *testing.T) {
 // checkBurst: three faasnap invocations at once all answer.
 func (sf *strategyFixture) checkBurst(t *testing.T) {
 	c, ctx := sf.c, sf.ctx
-	var wg sync.WaitGroup
-	invs := make([]*client.Invocation, 3)
-	for i := range invs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			invs[i], _ = c.InvokeFunction(ctx, "probe", ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "faasnap"})
-		}()
-	}
-	wg.Wait()
+	invs, _ := atOnce(3, func(int) (*client.Invocation, error) {
+		return c.InvokeFunction(ctx, "probe", ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "faasnap"})
+	})
 	for i, inv := range invs {
 		if inv == nil || !inv.OK || inv.Strategy != "faasnap" {
 			t.Fatalf("burst invocation %d: %+v", i, inv)

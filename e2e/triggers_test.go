@@ -21,6 +21,7 @@ import (
 	"github.com/thaw-dev/thaw/client"
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 )
 
@@ -365,13 +366,7 @@ func waitOutcomes(t *testing.T, sink *outcomeSink, ids []string) int {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	polltest.Until(t, d, what, cond)
 }
 
 func TestAsyncRetriesIntoDeadLetters(t *testing.T) {

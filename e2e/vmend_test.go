@@ -15,10 +15,9 @@ import (
 // with the cause. (The memory limit of the VM's cgroup: TestQEMUConfinement.)
 func TestVMEndReasons(t *testing.T) {
 	parallel(t)
-	e := startEnv(t, t.TempDir())
-	c := e.c
 	ctx := ctxT(t)
-	_, snap := bootSnapshot(t, c, "hostile", "e2e/testdata/hostile")
+	e, _, snap := hostileEnv(t, t.TempDir(), nil)
+	c := e.c
 	clone := func(t *testing.T) *client.VM { return restoreVM(t, c, snap.ID, "vanilla") }
 	// ended checks the invocation's error and the failed VM's reason (the
 	// supervisor may record the VM's end before the invocation does, without

@@ -146,8 +146,7 @@ func TestFallbackWarnsAndStrictRefuses(t *testing.T) {
 	jsonValue(t, "stdout", r.stdout)
 
 	r = d.thaw(t, "invoke", "echo", "--strategy", "premap", "--strict")
-	wantCode(t, r, cli.ExitError)
-	wantContains(t, "stderr", r.stderr, "strict: premap cannot restore "+snap, "would fall back to vanilla", "thaw snapshot store "+snap)
+	wantFailure(t, r, cli.ExitError, "strict: premap cannot restore "+snap, "would fall back to vanilla", "thaw snapshot store "+snap)
 	if r.stdout != "" {
 		t.Errorf("a refused invocation printed %q", r.stdout)
 	}
@@ -199,8 +198,7 @@ func TestVMListStates(t *testing.T) {
 	}
 
 	r = d.thaw(t, "vm", "list", "--state", "sleeping")
-	wantCode(t, r, cli.ExitUsage)
-	wantContains(t, "stderr", r.stderr, `--state "sleeping"`, "live, booting, running, idle")
+	wantFailure(t, r, cli.ExitUsage, `--state "sleeping"`, "live, booting, running, idle")
 }
 
 // thaw operation cancel stops a running boot.
@@ -228,8 +226,7 @@ func cancelBoot(t *testing.T, d *realDaemon, op string) {
 	wantCode(t, r, 0)
 	wantContains(t, "operation cancel", r.stdout, op, "failed", "499 canceled", "operation canceled (request req-")
 	r = d.thaw(t, "operation", "cancel", op)
-	wantCode(t, r, cli.ExitError)
-	wantContains(t, "stderr", r.stderr, "has already failed")
+	wantFailure(t, r, cli.ExitError, "has already failed")
 	r = d.thaw(t, "vm", "list", "-q")
 	wantCode(t, r, 0)
 	if r.stdout != "" {
@@ -277,8 +274,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		{"invoke", "echo", "--timeout-ms", "7200000"}, // over the daemon's hour
 	} {
 		r := d.thaw(t, args...)
-		wantCode(t, r, cli.ExitUsage)
-		wantContains(t, "stderr", r.stderr, "--help")
+		wantFailure(t, r, cli.ExitUsage, "--help")
 	}
 }
 

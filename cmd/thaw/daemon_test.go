@@ -17,6 +17,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/api"
 	"github.com/thaw-dev/thaw/internal/api/apitest"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
 )
 
@@ -125,9 +126,5 @@ func (d *realDaemon) bootSnapshot(t *testing.T, name string) (vm, snap string) {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
-	}
+	polltest.Until(t, 10*time.Second, "the condition", cond)
 }

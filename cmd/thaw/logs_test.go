@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/thaw-dev/thaw/cmd/thaw/internal/cli"
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/logtest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -137,24 +136,6 @@ func TestLogsCommand(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a process writes while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLogsFollow: thaw logs --follow (a real process) prints the lines
 // there are, then an invocation's as it ends, and Ctrl-C ends it cleanly:
 // exit code 0, nothing on stderr.
@@ -165,7 +146,7 @@ func TestLogsFollow(t *testing.T) {
 	invokeDoc(t, d, "echo", "--event", printEvent(t, "before\n", ""))
 	for _, format := range []string{"table", "json"} {
 		cmd := thawCommand(t, "--url", d.srv.URL, "-o", format, "logs", "echo", "--follow")
-		var out, errb syncBuffer
+		var out, errb logtest.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -231,6 +231,14 @@ func wantCode(t *testing.T, r result, code int) {
 	}
 }
 
+// wantFailure wants thaw to have exited with code and said each of subs
+// on stderr.
+func wantFailure(t *testing.T, r result, code int, subs ...string) {
+	t.Helper()
+	wantCode(t, r, code)
+	wantContains(t, "stderr", r.stderr, subs...)
+}
+
 // tableLines runs thaw with args, which must succeed and print a table of
 // a header and rows rows, and returns its lines.
 func tableLines(t *testing.T, f *fakeDaemon, rows int, args ...string) []string {
@@ -396,8 +404,7 @@ func TestInvokeWarm(t *testing.T) {
 
 	// The VM must run the named function.
 	r = f.thaw(t, "invoke", "other", "--vm", "vm-run")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, `runs function "hello", not "other"`)
+	wantFailure(t, r, 1, `runs function "hello", not "other"`)
 }
 
 func TestInvokeEventFromStdin(t *testing.T) {
@@ -417,12 +424,10 @@ func TestInvokeInvalidEventMakesNoRequest(t *testing.T) {
 		{"invoke", "ok", "--event", ``},
 	} {
 		r := f.thaw(t, args...)
-		wantCode(t, r, 2)
-		wantContains(t, "stderr", r.stderr, "--event is")
+		wantFailure(t, r, 2, "--event is")
 	}
 	r := f.thawStdin(t, "{oops}", "invoke", "ok", "--event-file", "-")
-	wantCode(t, r, 2)
-	wantContains(t, "stderr", r.stderr, "not valid JSON")
+	wantFailure(t, r, 2, "not valid JSON")
 	if n := f.count(); n != 0 {
 		t.Errorf("%d requests made, want none", n)
 	}
@@ -441,8 +446,7 @@ func TestInvokeUsageErrors(t *testing.T) {
 		{[]string{"invoke", "hello", "--timeout-ms", "-1"}, "--timeout-ms"},
 	} {
 		r := f.thaw(t, tc.args...)
-		wantCode(t, r, 2)
-		wantContains(t, "stderr", r.stderr, tc.msg, "Run 'thaw invoke --help' for usage.")
+		wantFailure(t, r, 2, tc.msg, "Run 'thaw invoke --help' for usage.")
 	}
 	if n := f.count(); n != 0 {
 		t.Errorf("%d requests made, want none", n)
@@ -465,8 +469,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bench", "eval", "--storage", "/nonexistent-storage-description", "--estimate"}, // no storage.json
 	} {
 		r := f.thaw(t, args...)
-		wantCode(t, r, 2)
-		wantContains(t, "stderr", r.stderr, "thaw: ", "--help")
+		wantFailure(t, r, 2, "thaw: ", "--help")
 	}
 	var out, errb bytes.Buffer
 	if code := run([]string{"--url", "ftp://x", "info"}, &out, &errb); code != 2 {
@@ -597,8 +600,7 @@ func TestSnapshotCopy(t *testing.T) {
 	wantCode(t, r, 0)
 	wantContains(t, "stdout", r.stdout, "copied snap-1 to snap-2", "hello", "256 MiB")
 	r = f.thaw(t, "snapshot", "copy", "nope")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, "not found")
+	wantFailure(t, r, 1, "not found")
 	r = f.thaw(t, "snapshot", "copy")
 	wantCode(t, r, 2)
 }

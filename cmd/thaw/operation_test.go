@@ -94,15 +94,12 @@ func TestOperationGetListWait(t *testing.T) {
 	wantContains(t, "stdout", r.stdout, "copied snap-1 to snap-2")
 
 	r = f.thaw(t, "operation", "wait", "op-fail")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, "op-fail prepare broken: failed", "thaw: vm vm-1: guest agent not ready")
+	wantFailure(t, r, 1, "op-fail prepare broken: failed", "thaw: vm vm-1: guest agent not ready")
 	r = f.thaw(t, "prepare", "broken")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, "guest agent not ready")
+	wantFailure(t, r, 1, "guest agent not ready")
 
 	r = f.thaw(t, "operation", "get", "op-nope")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, "not found")
+	wantFailure(t, r, 1, "not found")
 }
 
 // Ctrl-C while following detaches: the operation goes on, and thaw says

@@ -71,11 +71,9 @@ func TestSecretSet(t *testing.T) {
 		t.Errorf("sent %q from the file", got)
 	}
 	r := f.thawStdin(t, "", "secret", "set", "db")
-	wantCode(t, r, 2)
-	wantContains(t, "stderr", r.stderr, "no value on standard input")
+	wantFailure(t, r, 2, "no value on standard input")
 	r = f.thaw(t, "secret", "delete", "db")
-	wantCode(t, r, 1)
-	wantContains(t, "stderr", r.stderr, "used by function(s) app")
+	wantFailure(t, r, 1, "used by function(s) app")
 }
 
 // TestFunctionCreateConfig: --env and --secret reach the daemon as the

@@ -17,12 +17,8 @@ import (
 // long poll answers the next invocation's lines as soon as they are kept.
 // Every answer is checked against openapi.json.
 func TestFunctionLogsOverTheAPI(t *testing.T) {
-	_, _, srv, c := fakeDaemon(t)
+	srv, c, vm := bootedEcho(t)
 	ctx := context.Background()
-	vm, err := c.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	resp, body := send(t, srv, "POST", "/v1/vms/"+vm.ID+"/invoke", `{"event":{"print":"not asked\n"}}`)
 	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), `"logs"`) {
 		t.Fatalf("%d %s: logs answered without being asked", resp.StatusCode, body)

@@ -285,12 +285,7 @@ func TestOpenAPIRoutesMatchHandler(t *testing.T) {
 }
 
 func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(m))
 }
 
 // handlerIO says, per route, what the handler answers on success and which

@@ -54,6 +54,17 @@ func fakeDaemon(t *testing.T) (*daemon.Service, *vmmtest.Fake, *httptest.Server,
 	return svc, b, srv, c
 }
 
+// bootedEcho is fakeDaemon's server and client with a VM of echo booted.
+func bootedEcho(t *testing.T) (*httptest.Server, *client.Client, *client.VM) {
+	t.Helper()
+	_, _, srv, c := fakeDaemon(t)
+	vm, err := c.BootVM(context.Background(), "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, c, vm
+}
+
 // send makes a raw request (checked against openapi.json) and returns the
 // answer and its body.
 func send(t *testing.T, srv *httptest.Server, method, target, body string) (*http.Response, []byte) {
@@ -171,12 +182,8 @@ func TestAPIFailedOperation(t *testing.T) {
 // Store and copy as operations end with the bodies the synchronous
 // requests answer.
 func TestAPIStoreAndCopyOperations(t *testing.T) {
-	_, _, srv, c := fakeDaemon(t)
+	srv, c, vm := bootedEcho(t)
 	ctx := context.Background()
-	vm, err := c.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sn, err := c.CreateSnapshot(ctx, vm.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -34,12 +34,8 @@ func bigEvent(n int) string {
 // MaxResult; e2e's TestLargeResult sends 30 MB through a real VM.)
 func TestLargeResultAnswer(t *testing.T) {
 	const n = 8 << 20
-	_, _, srv, c := fakeDaemon(t)
+	srv, c, vm := bootedEcho(t)
 	ctx := context.Background()
-	vm, err := c.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	resp, body := send(t, srv, "POST", "/v1/vms/"+vm.ID+"/invoke", bigEvent(n))
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Length") != strconv.Itoa(len(body)) {
 		t.Fatalf("status %d, Content-Length %q, body %d bytes", resp.StatusCode, resp.Header.Get("Content-Length"), len(body))
@@ -69,12 +65,8 @@ func TestLargeResultAnswer(t *testing.T) {
 // A result one byte over the limit is the handler's error, saying the
 // limit; the VM serves on.
 func TestResultOverTheLimit(t *testing.T) {
-	_, _, _, c := fakeDaemon(t)
+	_, c, vm := bootedEcho(t)
 	ctx := context.Background()
-	vm, err := c.BootVM(ctx, "echo")
-	if err != nil {
-		t.Fatal(err)
-	}
 	inv, err := c.InvokeVM(ctx, vm.ID, json.RawMessage(fmt.Sprintf(`{"op":"big","bytes":%d}`, agent.MaxResult+1)),
 		client.InvokeOptions{Timeout: 2 * time.Minute})
 	if err != nil || inv.OK || inv.Error == nil || inv.Error.Type != "ResultTooLarge" ||

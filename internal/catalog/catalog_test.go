@@ -35,6 +35,22 @@ func testFunction(name string) *Function {
 		Disk: "/data/functions/" + name + "/code.ext4", MemoryMiB: 256, VCPUs: 2, CreatedAt: base}
 }
 
+// putAndGet puts fns in db and reads the first back.
+func putAndGet(t *testing.T, db *DB, fns ...*Function) *Function {
+	t.Helper()
+	ctx := context.Background()
+	for _, f := range fns {
+		if err := db.PutFunction(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.GetFunction(ctx, fns[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // sameTime compares instants and then the rest of two records with their
 // time fields zeroed (times read back are UTC; written ones may not be).
 func requireSame[T any](t *testing.T, what string, got, want *T, times func(*T) []*time.Time) {
@@ -463,15 +479,9 @@ func TestOpenCreatesTheFileAtPath(t *testing.T) {
 func TestFunctionNetworkRoundTrip(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	f := &Function{Name: "svc", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(),
-		Network: Network{Egress: "services", Services: []string{"127.0.0.1:6379", "10.1.2.3:5432"}}}
-	if err := db.PutFunction(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	got, err := db.GetFunction(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testFunction("svc")
+	f.Network = Network{Egress: "services", Services: []string{"127.0.0.1:6379", "10.1.2.3:5432"}}
+	got := putAndGet(t, db, f)
 	if got.Network.Egress != "services" || len(got.Network.Services) != 2 || got.Network.Services[1] != "10.1.2.3:5432" {
 		t.Fatalf("network %+v", got.Network)
 	}
@@ -486,17 +496,9 @@ func TestFunctionDepsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	d := &Deps{Requested: []string{"igraph>=0.10"}, Resolved: []string{"igraph==1.0.0 --hash=sha256:aa", "texttable==1.7.2 --hash=sha256:bb"},
 		Layer: "31df", LayerSHA256: "5c77", LayerBytes: 9359360, Format: "erofs"}
-	with := &Function{Name: "pagerank", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(), Deps: d}
-	without := &Function{Name: "hello", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now()}
-	for _, f := range []*Function{with, without} {
-		if err := db.PutFunction(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := db.GetFunction(ctx, "pagerank")
-	if err != nil {
-		t.Fatal(err)
-	}
+	with := testFunction("pagerank")
+	with.Deps = d
+	got := putAndGet(t, db, with, testFunction("hello"))
 	if got.Deps == nil || got.Deps.Layer != "31df" || got.Deps.LayerBytes != 9359360 || len(got.Deps.Resolved) != 2 ||
 		got.Deps.Requested[0] != "igraph>=0.10" || got.Deps.Format != "erofs" {
 		t.Fatalf("deps %+v", got.Deps)
@@ -534,22 +536,13 @@ func TestPruneInvocations(t *testing.T) {
 func TestFunctionConfigRoundTrip(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
-	f := &Function{Name: "cfg", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now(),
-		Env: map[string]string{"GREETING": "héllo", "EMPTY": ""}, Secrets: map[string]string{"DB_PASSWORD": "db"}}
-	plain := &Function{Name: "plain", Digest: "d", CodeDir: "/c", Disk: "/d", MemoryMiB: 256, VCPUs: 1, CreatedAt: time.Now()}
-	for _, fn := range []*Function{f, plain} {
-		if err := db.PutFunction(ctx, fn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := db.GetFunction(ctx, "cfg")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testFunction("cfg")
+	f.Env, f.Secrets = map[string]string{"GREETING": "héllo", "EMPTY": ""}, map[string]string{"DB_PASSWORD": "db"}
+	got := putAndGet(t, db, f, testFunction("plain"))
 	if len(got.Env) != 2 || got.Env["GREETING"] != "héllo" || got.Env["EMPTY"] != "" || got.Secrets["DB_PASSWORD"] != "db" {
 		t.Fatalf("config %+v %+v", got.Env, got.Secrets)
 	}
-	if got, err = db.GetFunction(ctx, "plain"); err != nil || got.Env != nil || got.Secrets != nil {
+	if got, err := db.GetFunction(ctx, "plain"); err != nil || got.Env != nil || got.Secrets != nil {
 		t.Fatalf("a function without config reads back %+v %+v (%v)", got.Env, got.Secrets, err)
 	}
 }

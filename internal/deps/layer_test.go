@@ -15,7 +15,7 @@ import (
 )
 
 // cachedLock adds wheel files to m's cache and returns their lock.
-func cachedLock(t *testing.T, m *Manager, files ...string) *Lock {
+func cachedLock(t testing.TB, m *Manager, files ...string) *Lock {
 	t.Helper()
 	l := &Lock{}
 	for _, f := range files {
@@ -266,19 +266,7 @@ func BenchmarkBuildLayer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lock := &Lock{}
-		for _, w := range wheels {
-			tmp := filepath.Join(b.TempDir(), filepath.Base(w))
-			if err := copyTestFile(w, tmp); err != nil {
-				b.Fatal(err)
-			}
-			sum, _, err := m.Wheels.Add(tmp)
-			if err != nil {
-				b.Fatal(err)
-			}
-			wn, _ := ParseWheelName(filepath.Base(w))
-			lock.Pins = append(lock.Pins, Pin{Name: wn.Name, Version: wn.Version, SHA256: sum})
-		}
+		lock := cachedLock(b, m, wheels...)
 		b.StartTimer()
 		l, built, err := m.Layers.Build(context.Background(), lock)
 		if err != nil || !built {

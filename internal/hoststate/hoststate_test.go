@@ -58,6 +58,27 @@ func (s *setting) Undo(saved []byte) error {
 	return os.WriteFile(s.path, saved, 0o600)
 }
 
+// acquired is a new Dir, a setting of "0", and a lease of it under key
+// egress-1.
+func acquired(t *testing.T) (*Dir, *setting, *Lease) {
+	t.Helper()
+	d := openDir(t)
+	s := newSetting(t, "0")
+	l, err := d.Acquire("egress-1", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, s, l
+}
+
+// releaseRestores releases l, which must put s back to "0".
+func releaseRestores(t *testing.T, l *Lease, s *setting) {
+	t.Helper()
+	if err := l.Release(); err != nil || s.value(t) != "0" {
+		t.Fatalf("release: %v value %q", err, s.value(t))
+	}
+}
+
 func (s *setting) value(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(s.path)
@@ -191,12 +212,7 @@ func TestRecoverTellsDeadFromLive(t *testing.T) {
 	}
 	for name, h := range dead {
 		t.Run(name, func(t *testing.T) {
-			d := openDir(t)
-			s := newSetting(t, "0")
-			l, err := d.Acquire("egress-1", s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, s, l := acquired(t)
 			// The lease's own record goes, as a crash leaves nothing else.
 			if err := os.Remove(filepath.Join(d.Path(), "egress-1", l.holder)); err != nil {
 				t.Fatal(err)
@@ -215,12 +231,7 @@ func TestRecoverTellsDeadFromLive(t *testing.T) {
 		})
 	}
 	t.Run("live", func(t *testing.T) {
-		d := openDir(t)
-		s := newSetting(t, "0")
-		l, err := d.Acquire("egress-1", s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, s, l := acquired(t)
 		writeRecord(t, d, "egress-1", "dead", dead["exited"])
 		undone, err := d.Recover("egress-1", s)
 		if err != nil || undone || s.value(t) != "1" {
@@ -229,9 +240,7 @@ func TestRecoverTellsDeadFromLive(t *testing.T) {
 		if f := keyFiles(t, d, "egress-1"); strings.Contains(f, "dead") {
 			t.Fatalf("a dead record stayed: %s", f)
 		}
-		if err := l.Release(); err != nil || s.value(t) != "0" {
-			t.Fatalf("release: %v value %q", err, s.value(t))
-		}
+		releaseRestores(t, l, s)
 	})
 }
 
@@ -248,12 +257,7 @@ func TestRecoverNothing(t *testing.T) {
 // A new holder after a crash first undoes the dead one's change, so what
 // it saves is what the host had before any daemon, not the change.
 func TestAcquireAfterCrashSavesTheOriginal(t *testing.T) {
-	d := openDir(t)
-	s := newSetting(t, "0")
-	l, err := d.Acquire("egress-1", s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, s, l := acquired(t)
 	os.Remove(filepath.Join(d.Path(), "egress-1", l.holder)) // the holder crashed
 	l2, err := d.Acquire("egress-1", s)
 	if err != nil {
@@ -262,9 +266,7 @@ func TestAcquireAfterCrashSavesTheOriginal(t *testing.T) {
 	if s.uns != 1 || s.saves != 2 {
 		t.Fatalf("undos %d saves %d", s.uns, s.saves)
 	}
-	if err := l2.Release(); err != nil || s.value(t) != "0" {
-		t.Fatalf("release: %v value %q", err, s.value(t))
-	}
+	releaseRestores(t, l2, s)
 }
 
 // A change that cannot be applied is undone unless another daemon holds
@@ -294,19 +296,12 @@ func TestApplyFails(t *testing.T) {
 	if f := keyFiles(t, d, "egress-1"); strings.Count(f, ",") != 1 {
 		t.Fatalf("records: %s (want saved and one holder)", f)
 	}
-	if err := l.Release(); err != nil || s.value(t) != "0" {
-		t.Fatalf("release: %v value %q", err, s.value(t))
-	}
+	releaseRestores(t, l, s)
 }
 
 // An undo that fails keeps the saved state: the next daemon tries again.
 func TestUndoFailsKeepsSaved(t *testing.T) {
-	d := openDir(t)
-	s := newSetting(t, "0")
-	l, err := d.Acquire("egress-1", s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, s, l := acquired(t)
 	s.failUndo = true
 	if err := l.Release(); err == nil || !strings.Contains(err.Error(), "undo refused") {
 		t.Fatalf("release: %v", err)

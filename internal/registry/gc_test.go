@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/registry"
 )
 
@@ -179,13 +180,8 @@ func testGCAndPushLeases(t *testing.T, newEnv envMaker) {
 	if err := e.store.Objects().Delete(ctx, "locks/gc.json"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("push still waiting after the collection's lease was removed")
+	if err := polltest.Receive(t, done, 30*time.Second, "the push once the collection's lease was removed"); err != nil {
+		t.Fatal(err)
 	}
 	if n := e.count(t, "locks/"); n != 0 {
 		t.Fatalf("push left %d lease objects", n)

@@ -149,12 +149,7 @@ func newKey(t testing.TB) *signing.Key {
 func newEnv(t testing.TB, budget int64) *env {
 	t.Helper()
 	srv := miniotest.Start(t)
-	cfg := srv.Config
-	cfg.ChunkSize = cs
-	st, err := registry.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := openMinIO(t, srv)
 	e := withStore(t, st, budget)
 	e.srv = srv
 	return e
@@ -178,11 +173,39 @@ func withStore(t testing.TB, st *registry.Store, budget int64) *env {
 	t.Helper()
 	key := newKey(t)
 	st = st.WithTrust(trusting(key))
+	return &env{store: st, cache: newCache(t, st, budget), root: t.TempDir(), key: key}
+}
+
+// newCache opens a chunk cache of st in a new directory.
+func newCache(t testing.TB, st *registry.Store, budget int64) *registry.Cache {
+	t.Helper()
 	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), budget, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{store: st, cache: c, root: t.TempDir(), key: key}
+	return c
+}
+
+// openMemory opens the memory file of rm lazily through c.
+func openMemory(t testing.TB, c *registry.Cache, rm *registry.RemoteManifest) *registry.LazyFile {
+	t.Helper()
+	lf, err := c.Open(context.Background(), rm, snapshot.MemoryFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lf
+}
+
+// openMinIO opens a store on srv's bucket with the tests' chunk size.
+func openMinIO(t testing.TB, srv *miniotest.Server) (registry.Config, *registry.Store) {
+	t.Helper()
+	cfg := srv.Config
+	cfg.ChunkSize = cs
+	st, err := registry.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, st
 }
 
 // envMaker makes a test's env: newEnv (MinIO) or newEnvFS.

@@ -21,11 +21,7 @@ func TestPullExceptAndPullFile(t *testing.T) { eachStore(t, testPullExceptAndPul
 func testPullExceptAndPullFile(t *testing.T, newEnv envMaker) {
 	ctx := context.Background()
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-l1", baseRegions())
-	rm, _, err := e.store.Push(ctx, fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx, rm, _ := pushNew(t, e, "snap-l1")
 	dst := filepath.Join(t.TempDir(), "snap-l1")
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		t.Fatal(err)
@@ -41,14 +37,8 @@ func testPullExceptAndPullFile(t *testing.T, newEnv envMaker) {
 	}
 
 	// A LazyFile over a fresh cache: the first read of a chunk fetches it.
-	c2, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), 0, e.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lf, err := c2.Open(ctx, rm, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := newCache(t, e.store, 0)
+	lf := openMemory(t, c2, rm)
 	off := rm.File(snapshot.MemoryFile).Chunks[0].Index * rm.ChunkSize
 	if lf.Local(off) {
 		t.Fatal("a chunk never read is local")
@@ -94,17 +84,9 @@ func testPullExceptAndPullFile(t *testing.T, newEnv envMaker) {
 // Warm brings a file's chunks into the cache in the background and
 // unpins them when done; a file the snapshot lacks is ignored.
 func TestWarm(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t, 0)
-	fx := makeSnapshot(t, e.root, "snap-w1", baseRegions())
-	rm, _, err := e.store.Push(ctx, fx.dir, registry.PushInfo{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := registry.OpenCache(filepath.Join(t.TempDir(), "chunks"), 0, e.store)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rm, _ := pushNew(t, e, "snap-w1")
+	c := newCache(t, e.store, 0)
 	c.Warm(rm, "strategies/x/none.bin")
 	c.Warm(rm, snapshot.MemoryFile)
 	chunks := rm.File(snapshot.MemoryFile).Chunks

@@ -1,14 +1,12 @@
 package registry_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/registry/chunk"
-	"github.com/thaw-dev/thaw/internal/snapshot"
 )
 
 // chunk.MeasureSnapshots counts what a push stores: two snapshots sharing their
@@ -71,10 +69,7 @@ func reapPages(dir string) (int64, [][2]int64, error) {
 func BenchmarkLazyFileReadAtHit(b *testing.B) {
 	e := newEnv(b, 0)
 	_, rm, _ := pushNew(b, e, "snap-bench")
-	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)
-	if err != nil {
-		b.Fatal(err)
-	}
+	lf := openMemory(b, e.cache, rm)
 	defer lf.Close()
 	page := make([]byte, 4096)
 	if _, err := lf.ReadAt(page, cs); err != nil {

@@ -167,10 +167,7 @@ func TestStoreDownIsUnavailableAndCacheStillServes(t *testing.T) {
 		t.Fatalf("ping: %v", err)
 	}
 	// Everything pulled before is still served from the cache.
-	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lf := openMemory(t, e.cache, rm)
 	defer lf.Close()
 	got := make([]byte, lf.Size())
 	if _, err := lf.ReadAt(got, 0); err != nil {
@@ -289,10 +286,7 @@ func TestLazyFileReads(t *testing.T) { eachStore(t, testLazyFileReads) }
 func testLazyFileReads(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, 0)
 	fx, rm, _ := pushNew(t, e, "snap-l")
-	lf, err := e.cache.Open(context.Background(), rm, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lf := openMemory(t, e.cache, rm)
 	defer lf.Close()
 	if lf.Size() != 4*mib {
 		t.Fatalf("size %d", lf.Size())
@@ -342,17 +336,11 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 	b := makeSnapshot(t, e.root, "snap-e2", []region{{0, 4 * cs, 12}})
 	ra, _ := push(t, e, a)
 	rb, _ := push(t, e, b)
-	la, err := e.cache.Open(context.Background(), ra, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := openMemory(t, e.cache, ra)
 	if err := <-la.Prefetch(context.Background(), 0, la.Size()); err != nil {
 		t.Fatal(err)
 	}
-	lb, err := e.cache.Open(context.Background(), rb, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := openMemory(t, e.cache, rb)
 	if err := <-lb.Prefetch(context.Background(), 0, lb.Size()); err != nil {
 		t.Fatal(err)
 	}
@@ -381,10 +369,7 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 		t.Fatal("no chunk files")
 	}
 	os.WriteFile(files[0], []byte("damaged"), 0o600)
-	l2, err := c2.Open(context.Background(), ra, snapshot.MemoryFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l2 := openMemory(t, c2, ra)
 	defer l2.Close()
 	got := make([]byte, l2.Size())
 	if _, err := l2.ReadAt(got, 0); err != nil {
@@ -399,23 +384,14 @@ func TestCacheEvictionRespectsBudgetAndPins(t *testing.T) {
 // without it the certificate is refused with a clear error, not "store
 // unavailable".
 func TestTLSWithCAFile(t *testing.T) {
-	srv := miniotest.StartTLS(t)
-	cfg := srv.Config
-	cfg.ChunkSize = cs
-	st, err := registry.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, st := openMinIO(t, miniotest.StartTLS(t))
 	st = st.WithTrust(trusting(newKey(t)))
 	fx := makeSnapshot(t, t.TempDir(), "snap-tls", baseRegions())
 	rm, _, err := st.Push(context.Background(), fx.dir, registry.PushInfo{}, nil)
 	if err != nil {
 		t.Fatalf("push over TLS: %v", err)
 	}
-	c, err := registry.OpenCache(t.TempDir(), 0, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCache(t, st, 0)
 	dst := filepath.Join(t.TempDir(), "x")
 	os.Mkdir(dst, 0o700)
 	if err := c.PullInto(context.Background(), rm, dst, nil); err != nil {

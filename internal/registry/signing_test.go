@@ -22,11 +22,7 @@ func reopen(t *testing.T, e *env, tr registry.Trust) (*registry.Store, *registry
 		t.Fatal(err)
 	}
 	st = st.WithTrust(tr)
-	c, err := registry.OpenCache(t.TempDir(), 0, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, c
+	return st, newCache(t, st, 0)
 }
 
 // envelopeOf decodes the envelope stored at key.

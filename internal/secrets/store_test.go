@@ -178,24 +178,14 @@ func TestDamagedOrForeignStoreIsRefused(t *testing.T) {
 		"future version": {append(append([]byte(magic), 0, 9), good[len(magic)+2:]...), ErrCorrupt},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if err := os.WriteFile(path, tc.b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Open(dir); !errors.Is(err, tc.want) {
-				t.Fatalf("open: %v, want %v", err, tc.want)
-			}
+			openRefused(t, dir, path, tc.b, tc.want)
 		})
 	}
 	// Another data directory's store under this key.
 	other := t.TempDir()
 	setT(t, openT(t, other), "db", "a value of some length")
 	b, _ := os.ReadFile(filepath.Join(other, StoreFileName))
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open(dir); !errors.Is(err, ErrKeyFile) {
-		t.Fatalf("foreign store: %v, want ErrKeyFile", err)
-	}
+	openRefused(t, dir, path, b, ErrKeyFile)
 }
 
 func TestBadNamesAndValuesAreRefusedAndChangeNothing(t *testing.T) {
@@ -290,6 +280,17 @@ func FuzzOpenStore(f *testing.F) {
 	})
 }
 
+// openRefused writes b to path, after which Open(dir) must fail with want.
+func openRefused(t *testing.T, dir, path string, b []byte, want error) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, want) {
+		t.Fatalf("open after writing %s: %v, want %v", filepath.Base(path), err, want)
+	}
+}
+
 func TestRotateKey(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir)
@@ -314,12 +315,7 @@ func TestRotateKey(t *testing.T) {
 		t.Fatalf("after rotation: %v %v", v, err)
 	}
 	// The old key no longer opens it.
-	if err := os.WriteFile(filepath.Join(dir, KeyFileName), oldKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open(dir); !errors.Is(err, ErrKeyFile) {
-		t.Fatalf("old key: %v", err)
-	}
+	openRefused(t, dir, filepath.Join(dir, KeyFileName), oldKey, ErrKeyFile)
 }
 
 // A rotation that stopped after the store was sealed under the new key,

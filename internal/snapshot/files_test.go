@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/thaw-dev/thaw/internal/dirtest"
 )
 
 const mib = 1 << 20
@@ -344,14 +346,7 @@ func TestCommitPublishesCompleteSnapshot(t *testing.T) {
 	if _, err := os.Lstat(tmp); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("temporary directory still exists after Commit: %v", err)
 	}
-	ents, err := os.ReadDir(final)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
+	names := dirtest.Names(t, final)
 	if want := []string{ManifestFile, MemoryFile, StateFile}; !equalStrings(names, want) {
 		t.Errorf("snapshot holds %v, want %v", names, want)
 	}

@@ -261,12 +261,7 @@ func TestEndpointFailures(t *testing.T) {
 }
 
 func TestFunctionsListenerHTTP2AndSlowClients(t *testing.T) {
-	inv := newTestInvoker()
-	inv.set("echo", echo)
-	tr := openTest(t, "", inv, nil)
-	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	tr := echoEndpoint(t)
 	srv, err := tr.FunctionsServer(context.Background(), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -282,15 +277,8 @@ func TestFunctionsListenerHTTP2AndSlowClients(t *testing.T) {
 
 	tp := &http.Transport{Protocols: new(http.Protocols)}
 	tp.Protocols.SetUnencryptedHTTP2(true)
-	resp, err := (&http.Client{Transport: tp}).Post(base+"/echo", "text/plain", strings.NewReader("h2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
-		t.Fatalf("h2c: %s %d", resp.Proto, resp.StatusCode)
-	}
+	req, _ := http.NewRequest("POST", base+"/echo", strings.NewReader("h2"))
+	wantHTTP2OK(t, &http.Client{Transport: tp}, req, "h2c")
 
 	// Keep-alive: two requests on one HTTP/1.1 connection.
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -368,12 +356,7 @@ func TestEndpointWaitsForItsFunctionsSlots(t *testing.T) {
 }
 
 func TestFunctionsListenerHTTP2OverTLS(t *testing.T) {
-	inv := newTestInvoker()
-	inv.set("echo", echo)
-	tr := openTest(t, "", inv, nil)
-	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	tr := echoEndpoint(t)
 	cert, pool := selfSigned(t)
 	srv, err := tr.FunctionsServer(context.Background(), &tls.Config{Certificates: []tls.Certificate{cert}}, 5*time.Second)
 	if err != nil {
@@ -383,14 +366,21 @@ func TestFunctionsListenerHTTP2OverTLS(t *testing.T) {
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
-	resp, err := c.Get("https://" + ln.Addr().String() + "/echo")
+	req, _ := http.NewRequest("GET", "https://"+ln.Addr().String()+"/echo", nil)
+	wantHTTP2OK(t, c, req, "TLS")
+}
+
+// wantHTTP2OK sends req with c: the answer must be HTTP/2's 200.
+func wantHTTP2OK(t *testing.T, c *http.Client, req *http.Request, what string) {
+	t.Helper()
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
-		t.Fatalf("TLS: %s %d, want HTTP/2 200", resp.Proto, resp.StatusCode)
+		t.Fatalf("%s: %s %d, want HTTP/2 200", what, resp.Proto, resp.StatusCode)
 	}
 }
 

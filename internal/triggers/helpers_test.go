@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/daemon"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/tcptest"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -108,6 +109,19 @@ func testLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// echoEndpoint is a Triggers whose function echo answers with its event,
+// with an HTTP endpoint of echo's.
+func echoEndpoint(t *testing.T) *Triggers {
+	t.Helper()
+	inv := newTestInvoker()
+	inv.set("echo", echo)
+	tr := openTest(t, "", inv, nil)
+	if _, err := tr.CreateEndpoint(context.Background(), wire.CreateEndpointRequest{Function: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // openTest opens triggers on an embedded engine in dir (a new temporary
 // directory if empty) and starts them; they close at the test's end.
 func openTest(t *testing.T, dir string, inv Invoker, mod func(*Config)) *Triggers {
@@ -145,13 +159,7 @@ func serveFunctions(t *testing.T, tr *Triggers) string {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Until(t, d, what, cond)
 }
 
 func httpDo(t *testing.T, req *http.Request) (*http.Response, string) {

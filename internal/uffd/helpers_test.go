@@ -315,6 +315,28 @@ func newServer(t testing.TB, m *Mapping, mf *memFile, opts Options) *Server {
 	return s
 }
 
+// newSourceServer is NewSourceServer(m, src, opts), closed when the test
+// ends.
+func newSourceServer(t testing.TB, m *Mapping, src PageSource, opts Options) *Server {
+	t.Helper()
+	s, err := NewSourceServer(m, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// stopChecked checks that r holds want, then stops Serve, which must
+// have ended without an error.
+func stopChecked(t testing.TB, r *testRegion, want []byte, stop func() error) {
+	t.Helper()
+	checkContents(t, r, want)
+	if err := stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
 // writeWS writes the working-set file of pages of mf in dir (a temporary
 // directory if dir is "") and returns its path.
 func writeWS(t testing.TB, dir string, mf *memFile, pages []uint64) string {

@@ -43,11 +43,7 @@ func TestParkedFaultDoesNotBlockLocalPages(t *testing.T) {
 	mf := newMemFile(t, 64, 64, 31)
 	g := &gatedSource{fileSource: newFileSource(t, mf.path), gatedPages: 8, gate: make(chan struct{})}
 	r := newTestRegion(t, 64, 0, false)
-	s, err := NewSourceServer(r.Mapping, g, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := newSourceServer(t, r.Mapping, g, Options{})
 	stop := startServe(t, s)
 
 	remote := make(chan time.Duration, 1)
@@ -64,10 +60,7 @@ func TestParkedFaultDoesNotBlockLocalPages(t *testing.T) {
 	close(g.gate)
 	within(t, remote, "the parked fault was never served")
 	touchPages(t, r, mf.want, allPages(64), 2, nil)
-	checkContents(t, r, mf.want)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopChecked(t, r, mf.want, stop)
 	st := s.Stats()
 	if st.Parked == 0 || st.Parked > 8 || g.fetches != int(st.Parked) {
 		t.Errorf("parked %d, fetches %d", st.Parked, g.fetches)
@@ -85,12 +78,8 @@ func TestParkedFaultFetchFailure(t *testing.T) {
 	g.failAt = 0
 	close(g.gate)
 	r := newTestRegion(t, 64, 0, false)
-	s, err := NewSourceServer(r.Mapping, g, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	err = serveUntilFailure(t, s, r, 5, 6)
+	s := newSourceServer(t, r.Mapping, g, Options{})
+	err := serveUntilFailure(t, s, r, 5, 6)
 	if !errors.Is(err, errSourceDown) || !strings.Contains(err.Error(), "read memory source at 0x5000") {
 		t.Fatalf("Serve: %v, want the source's error", err)
 	}

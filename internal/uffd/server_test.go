@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/thaw-dev/thaw/internal/polltest"
 )
 
 const (
@@ -37,10 +39,7 @@ func TestServeOnly(t *testing.T) {
 		}
 		return readAccess
 	})
-	checkContents(t, r, mf.want)
-	if err := stop(); err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
+	stopChecked(t, r, mf.want, stop)
 	st := s.Stats()
 	t.Logf("served %d pages in %v (%.0f pages/s, mean %v/fault, max %v); copied %d zeroed %d eexist %d eagain %d faults %d reads %d",
 		st.Served, d, float64(st.Served)/d.Seconds(), st.FaultTime/time.Duration(max(st.Faults, 1)), st.MaxFaultTime,
@@ -125,10 +124,7 @@ func TestPrefetchThenServe(t *testing.T) {
 
 			stop := startServe(t, s)
 			touchPages(t, r, mf.want, shuffled(allPages(testRegionPages), 5), 3, nil)
-			checkContents(t, r, mf.want)
-			if err := stop(); err != nil {
-				t.Fatalf("Serve: %v", err)
-			}
+			stopChecked(t, r, mf.want, stop)
 			st = s.Stats()
 			if want := uint64(testRegionPages - len(ws)); st.Served != want {
 				t.Errorf("Served = %d, want %d (total - prefetched)", st.Served, want)
@@ -179,10 +175,7 @@ func TestPrefetchExisting(t *testing.T) {
 		t.Errorf("expected EAGAIN for the partial copies stopped by a present page")
 	}
 	touchPages(t, r, mf.want, allPages(testRegionPages), 2, nil)
-	checkContents(t, r, mf.want)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopChecked(t, r, mf.want, stop)
 	// Served counts the 5 pages faulted before the prefetch too.
 	if st := s.Stats(); st.Served != uint64(testRegionPages-(len(ws)-6)) {
 		t.Errorf("served %d, want %d", st.Served, testRegionPages-(len(ws)-6))
@@ -395,13 +388,7 @@ func TestServeStop(t *testing.T) {
 // waitFor polls cond until it holds or testTimeout passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	polltest.Until(t, testTimeout, what, cond)
 }
 
 // Faults outside the Mapping (the uffd covers more than the shim announced)

@@ -68,11 +68,7 @@ func TestSourceServe(t *testing.T) {
 	src := newFileSource(t, mf.path)
 	src.delay = 20 * time.Microsecond
 	r := newTestRegion(t, testRegionPages, 0, false)
-	s, err := NewSourceServer(r.Mapping, src, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := newSourceServer(t, r.Mapping, src, Options{})
 	stop := startServe(t, s)
 	touchPages(t, r, mf.want, shuffled(allPages(testRegionPages), 3), 4, func(p uint64) access {
 		if p%5 == 0 {
@@ -80,10 +76,7 @@ func TestSourceServe(t *testing.T) {
 		}
 		return readAccess
 	})
-	checkContents(t, r, mf.want)
-	if err := stop(); err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
+	stopChecked(t, r, mf.want, stop)
 	st := s.Stats()
 	if st.Served != testRegionPages || st.SourceReads != testFilePages || st.SourceReads != src.calls.Load() {
 		t.Errorf("served %d, source reads %d (source saw %d), want %d and %d", st.Served, st.SourceReads, src.calls.Load(), testRegionPages, testFilePages)
@@ -122,12 +115,8 @@ func TestSourceError(t *testing.T) {
 	src := newFileSource(t, mf.path)
 	src.failAt = 32 * PageSize
 	r := newTestRegion(t, 64, 0, false)
-	s, err := NewSourceServer(r.Mapping, src, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	err = serveUntilFailure(t, s, r, 0, 64)
+	s := newSourceServer(t, r.Mapping, src, Options{})
+	err := serveUntilFailure(t, s, r, 0, 64)
 	if !errors.Is(err, errSourceDown) || !strings.Contains(err.Error(), "read memory source at 0x20000") {
 		t.Fatalf("Serve: %v", err)
 	}
@@ -200,11 +189,7 @@ func TestLoadConcurrent(t *testing.T) {
 	src := newFileSource(t, mf.path)
 	src.delay = 50 * time.Microsecond
 	r := newTestRegion(t, pages, 0, false)
-	s, err := NewSourceServer(r.Mapping, src, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := newSourceServer(t, r.Mapping, src, Options{})
 	stop := startServe(t, s)
 	loadErr := make(chan error, 1)
 	go func() { _, err := s.Load(context.Background(), ls, runs); loadErr <- err }()
@@ -212,10 +197,7 @@ func TestLoadConcurrent(t *testing.T) {
 	if err := within(t, loadErr, "Load did not return"); err != nil {
 		t.Fatal(err)
 	}
-	checkContents(t, r, mf.want)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopChecked(t, r, mf.want, stop)
 	st := s.Stats()
 	const lsPages = 1001
 	t.Logf("load: %d installed, %d faulted first; source reads %d; served %d; wakes %d", st.LoadPages, st.LoadExisting, st.SourceReads, st.Served, st.Wakes)

@@ -62,12 +62,14 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// cg is a VM cgroup's memory counters: kills by its limit of limitMiB.
+func cg(kills int, limitMiB int64) *MemoryCounters {
+	return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
+}
+
 // guestEndCases are the cases where the guest ended itself: out of memory, its agent gone, a panic, a power-off.
 func guestEndCases(t *testing.T) []classifyCase {
 	restoreLog := read(t, "restore.qemu")
-	cg := func(kills int, limitMiB int64) *MemoryCounters {
-		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
-	}
 	return []classifyCase{
 		{
 			name:  "guest OOM after a restore (the misleading 'status 0: thaw-shim' case)",
@@ -140,9 +142,6 @@ func guestEndCases(t *testing.T) []classifyCase {
 // killedCases are the cases where QEMU was killed or died of a signal: the cgroup's limit, another process, a crash, the sandbox.
 func killedCases(t *testing.T) []classifyCase {
 	restoreLog := read(t, "restore.qemu")
-	cg := func(kills int, limitMiB int64) *MemoryCounters {
-		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
-	}
 	return []classifyCase{
 		{
 			name:  "the cgroup's memory limit kills QEMU",
@@ -199,9 +198,6 @@ func killedCases(t *testing.T) []classifyCase {
 
 // startCases are the cases where QEMU did not start or could not load the device state; thaw stopped the VM; timeouts.
 func startCases(t *testing.T) []classifyCase {
-	cg := func(kills int, limitMiB int64) *MemoryCounters {
-		return &MemoryCounters{OOMKills: kills, LimitBytes: limitMiB << 20}
-	}
 	return []classifyCase{
 		{
 			name:  "QEMU refuses to start",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
@@ -108,7 +109,7 @@ func TestStageDeployRefused(t *testing.T) {
 	if c.held["app"] != 0 {
 		t.Errorf("claims left: %v", c.held)
 	}
-	if left := entries(t, m.FunctionsDir()); len(left) > 0 {
+	if left := dirtest.Names(t, m.FunctionsDir()); len(left) > 0 {
 		t.Errorf("staging left: %v", left)
 	}
 }

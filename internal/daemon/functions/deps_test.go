@@ -130,17 +130,25 @@ func assertNothingLeft(t *testing.T, s *Manager) {
 	}
 }
 
+// tablesFunction is a manager whose package index serves texttable 1.7.2,
+// and its function tables with requirements.txt requirements.
+func tablesFunction(t *testing.T, requirements string) (*Manager, *fakeDaemon, *catalog.Function) {
+	t.Helper()
+	ix := pypitest.Serve(t, "texttable-1.7.2")
+	m, f := newManager(t, withIndex(ix.URL))
+	fn, err := m.CreateFunction(context.Background(), depsSpec(t, "tables", requirements))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, f, fn
+}
+
 // A function with a requirements.txt gets its layer, attached to its VMs
 // as the disk after the code disk; a second function with the same set
 // shares it; a layer that changed on disk is refused.
 func TestFunctionDependencies(t *testing.T) {
-	ix := pypitest.Serve(t, "texttable-1.7.2")
-	m, f := newManager(t, withIndex(ix.URL))
+	m, f, fn := tablesFunction(t, "texttable>=1.6\n")
 	ctx := context.Background()
-	fn, err := m.CreateFunction(ctx, depsSpec(t, "tables", "texttable>=1.6\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := fn.Deps
 	if d == nil || !slices.Equal(d.Requested, []string{"texttable>=1.6"}) || len(d.Resolved) != 1 ||
 		!strings.HasPrefix(d.Resolved[0], "texttable==1.7.2 --hash=sha256:") || d.Format != "erofs" || d.LayerBytes <= 0 {
@@ -211,13 +219,8 @@ func TestDependencyLayerCollection(t *testing.T) {
 // A pulled layer is adopted whole from the registry (PullFile), only
 // once; a remote layer of the same digest but another image is refused.
 func TestPullLayer(t *testing.T) {
-	ix := pypitest.Serve(t, "texttable-1.7.2")
-	a, _ := newManager(t, withIndex(ix.URL))
+	a, _, fn := tablesFunction(t, "texttable\n")
 	ctx := context.Background()
-	fn, err := a.CreateFunction(ctx, depsSpec(t, "tables", "texttable\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	pushed, file, err := a.PushedLayer(fn)
 	if err != nil || pushed.SHA256 != fn.Deps.LayerSHA256 {
 		t.Fatalf("pushed layer %+v %v", pushed, err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/fnconfig"
 	"github.com/thaw-dev/thaw/internal/vmnet"
@@ -55,7 +56,7 @@ func TestCreateFunction(t *testing.T) {
 	if err != nil || !strings.Contains(string(cfg), `"GREETING":"hello"`) {
 		t.Errorf("config on the code disk: %s %v", cfg, err)
 	}
-	if left := entries(t, m.FunctionsDir()); len(left) != 1 {
+	if left := dirtest.Names(t, m.FunctionsDir()); len(left) != 1 {
 		t.Errorf("functions dir holds %v, want the one function", left)
 	}
 	if _, err := m.CreateFunction(ctx, Spec{Name: "app", Archive: archive(t)}); !errors.Is(err, errdefs.ErrExists) {
@@ -78,7 +79,7 @@ func TestCreateUndoneWhenAdaptiveRefuses(t *testing.T) {
 	if fns, _ := m.ListFunctions(context.Background()); len(fns) != 0 {
 		t.Errorf("functions recorded: %d", len(fns))
 	}
-	if left := entries(t, m.FunctionsDir()); len(left) != 0 {
+	if left := dirtest.Names(t, m.FunctionsDir()); len(left) != 0 {
 		t.Errorf("kept %v", left)
 	}
 }

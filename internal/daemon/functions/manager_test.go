@@ -121,16 +121,3 @@ func newManager(t *testing.T, edit func(*Config)) (*Manager, *fakeDaemon) {
 	}
 	return m, f
 }
-
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}

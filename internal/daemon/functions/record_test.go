@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 	"github.com/thaw-dev/thaw/internal/registry"
 	"github.com/thaw-dev/thaw/internal/vmnet"
 )
@@ -39,7 +40,7 @@ func TestFromRecord(t *testing.T) {
 	if err != nil || got.MemoryMiB != 384 || got.Digest != fn.Digest {
 		t.Fatalf("the function's row after a build: %+v, %v", got, err)
 	}
-	if left := entries(t, m.FunctionsDir()); len(left) != 2 {
+	if left := dirtest.Names(t, m.FunctionsDir()); len(left) != 2 {
 		t.Errorf("functions dir holds %v, want the function's and the build's code", left)
 	}
 }

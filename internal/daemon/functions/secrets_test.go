@@ -11,6 +11,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/secrets"
 )
@@ -38,7 +39,7 @@ func TestSecretReferencesAreChecked(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), "A is both") {
 		t.Fatalf("bad config: %v", err)
 	}
-	if ents := entries(t, m.FunctionsDir()); len(ents) != 0 {
+	if ents := dirtest.Names(t, m.FunctionsDir()); len(ents) != 0 {
 		t.Errorf("refused creates left %v", ents)
 	}
 	setSecret(t, m, "db", "first-value-0001")

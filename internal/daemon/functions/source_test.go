@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/thaw-dev/thaw/internal/codearchive/archivetest"
+	"github.com/thaw-dev/thaw/internal/dirtest"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 )
 
@@ -63,7 +64,7 @@ func TestCreateFromDirectoryRefusesASwapDuringTheCopy(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "z-secret is a symbolic link") {
 		t.Fatalf("create = %v, want the swapped file refused", err)
 	}
-	if left := entries(t, s.FunctionsDir()); len(left) != 0 {
+	if left := dirtest.Names(t, s.FunctionsDir()); len(left) != 0 {
 		t.Errorf("kept %v", left)
 	}
 	if _, err := s.d.Catalog.GetFunction(ctx, "swap"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -122,7 +123,7 @@ func TestCreateFromDirectoryWhoAndWhere(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("create = %v, want %v mentioning %q", err, tt.wantErr, tt.wantMsg)
 			}
-			if left := entries(t, s.FunctionsDir()); len(left) != 0 {
+			if left := dirtest.Names(t, s.FunctionsDir()); len(left) != 0 {
 				t.Errorf("kept %v", left)
 			}
 		})
@@ -156,7 +157,7 @@ func TestArchiveEntryLimit(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "more than 10000") {
 		t.Fatalf("create = %v, want the entry limit", err)
 	}
-	if left := entries(t, s.FunctionsDir()); len(left) != 0 {
+	if left := dirtest.Names(t, s.FunctionsDir()); len(left) != 0 {
 		t.Errorf("kept %v", left)
 	}
 	deep := strings.Repeat("d/", MaxCodeDepth) + "f"

@@ -13,6 +13,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/agent"
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/wire"
 )
 
@@ -113,13 +114,7 @@ func TestLogsFollowed(t *testing.T) {
 	}
 	answer := func(got chan *LogsPage, what string) *LogsPage {
 		t.Helper()
-		select {
-		case p := <-got:
-			return p
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the waiting request did not answer", what)
-			return nil
-		}
+		return polltest.Receive(t, got, 10*time.Second, "the waiting request's answer: "+what)
 	}
 	got := follow(ctx, 30*time.Second)
 	h.Record(ctx, invocation("echo", "")) // wakes it; it waits on

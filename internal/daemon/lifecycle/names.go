@@ -22,6 +22,15 @@ func newNames() *Names {
 	return &Names{creating: map[string]int{}, deleting: map[string]bool{}}
 }
 
+// underLock is f run under n's lock: a claim's release.
+func (n *Names) underLock(f func()) func() {
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		f()
+	}
+}
+
 // ClaimCreate claims name for one create (no deploy or delete of it
 // meanwhile); release gives it back.
 func (n *Names) ClaimCreate(name string) (release func(), err error) {
@@ -31,11 +40,7 @@ func (n *Names) ClaimCreate(name string) (release func(), err error) {
 		return nil, fmt.Errorf("function %q is being created or deployed: %w", name, errdefs.ErrExists)
 	}
 	n.creating[name] = -1
-	return func() {
-		n.mu.Lock()
-		delete(n.creating, name)
-		n.mu.Unlock()
-	}, nil
+	return n.underLock(func() { delete(n.creating, name) }), nil
 }
 
 // ClaimDeploy keeps creates of name out while a deploy of it runs
@@ -47,13 +52,11 @@ func (n *Names) ClaimDeploy(name string) (release func(), err error) {
 		return nil, fmt.Errorf("function %q is being created: %w", name, errdefs.ErrExists)
 	}
 	n.creating[name]++
-	return func() {
-		n.mu.Lock()
+	return n.underLock(func() {
 		if n.creating[name]--; n.creating[name] == 0 {
 			delete(n.creating, name)
 		}
-		n.mu.Unlock()
-	}, nil
+	}), nil
 }
 
 // BeginDelete marks name as being deleted (Deleting says so, and the
@@ -69,11 +72,7 @@ func (n *Names) BeginDelete(name string) (end func(), err error) {
 		return nil, fmt.Errorf("%w: function %q is being deleted already", errdefs.ErrConflict, name)
 	}
 	n.deleting[name] = true
-	return func() {
-		n.mu.Lock()
-		delete(n.deleting, name)
-		n.mu.Unlock()
-	}, nil
+	return n.underLock(func() { delete(n.deleting, name) }), nil
 }
 
 // Deleting says whether a delete of name is under way.

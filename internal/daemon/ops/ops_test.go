@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/progress"
 	"github.com/thaw-dev/thaw/wire"
 )
@@ -179,11 +180,7 @@ func TestOperationsShutdown(t *testing.T) {
 	r.Shutdown()
 	waited := make(chan struct{})
 	go func() { r.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the work did not stop at shutdown")
-	}
+	polltest.Receive(t, waited, 10*time.Second, "the work to stop at shutdown")
 	done, err := r.Get(op.ID)
 	if err != nil || done.State != wire.OpFailed || !errors.Is(done.Err, errdefs.ErrConflict) || !strings.Contains(done.Err.Error(), "shut down") {
 		t.Fatalf("after shutdown: %+v (%v)", done, err)

@@ -9,6 +9,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,12 +199,7 @@ func (a *Admission) note(outcome string, waited time.Duration, depth int) {
 func (a *Admission) waiting(t *ticket) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, q := range a.queue {
-		if q == t {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(a.queue, t)
 }
 
 // Queued is how many VM starts wait for room.

@@ -26,6 +26,27 @@ func eachWhere[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, match func
 	}
 }
 
+// removeWhere takes every element match selects out of the lists, calling
+// removed with each under the lock; false if there were none.
+func removeWhere[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, match func(T) bool, removed func(T)) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for key, list := range *lists {
+		kept := list[:0:0]
+		for _, x := range list {
+			if match(x) {
+				removed(x)
+				found = true
+			} else {
+				kept = append(kept, x)
+			}
+		}
+		(*lists)[key] = kept
+	}
+	return found
+}
+
 // withOldest calls do with the first element of the list whose first
 // element is oldest; false if every list is empty.
 func withOldest[K comparable, T any](mu *sync.Mutex, lists *map[K][]T, since func(T) time.Time, do func(T)) bool {

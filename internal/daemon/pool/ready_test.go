@@ -125,6 +125,23 @@ func (f *readyFake) why(id string) string {
 	return f.retired[id]
 }
 
+// setRestores sets how many restores the fake daemon says run.
+func (f *readyFake) setRestores(n int64) {
+	f.mu.Lock()
+	f.restores = n
+	f.mu.Unlock()
+}
+
+// stillStarts fails the test, saying why, unless 50 ms from now exactly
+// n fills have started.
+func (f *readyFake) stillStarts(t *testing.T, n int, why string) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	if f.nStarts() != n {
+		t.Fatal(why)
+	}
+}
+
 func (f *readyFake) nStarts() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -166,10 +183,7 @@ func TestReadyFillAndTake(t *testing.T) {
 	r := newReadyPool(t, f, func(c *ReadyConfig) { c.MaxPerKey = 1 }) // the fake's refills are too quick to size on
 	key := ReadyKeyOf("s", "vanilla", false)
 	tk := r.Begin(key)
-	time.Sleep(50 * time.Millisecond)
-	if f.nStarts() != 0 {
-		t.Fatal("a fill started while a request that could restore was unserved")
-	}
+	f.stillStarts(t, 0, "a fill started while a request that could restore was unserved")
 	tk.End()
 	waitUntil(t, "a ready clone", func() bool { return r.Count() == 1 })
 	if st := r.State(); st.Clones != 1 || st.MemoryMiB != 256 {
@@ -184,10 +198,7 @@ func TestReadyFillAndTake(t *testing.T) {
 	if r.Count() != 0 {
 		t.Fatal("the taken clone is still counted")
 	}
-	time.Sleep(50 * time.Millisecond)
-	if f.nStarts() != 1 {
-		t.Fatal("a refill started while a request ran on a ready clone")
-	}
+	f.stillStarts(t, 1, "a refill started while a request ran on a ready clone")
 	done()
 	tk.End()
 	waitUntil(t, "the refill", func() bool { return r.Count() == 1 })
@@ -248,9 +259,7 @@ func TestReadyFailedFillBacksOff(t *testing.T) {
 	if n := f.nStarts(); n != 2 {
 		t.Fatalf("%d fills while a restore ran", n)
 	}
-	f.mu.Lock()
-	f.restores = 0
-	f.mu.Unlock()
+	f.setRestores(0)
 	waitUntil(t, "a clone", func() bool { return r.Count() == 1 })
 	if keys := r.DemandKeys(); len(keys) != 1 || keys[0].Snapshot != "s" {
 		t.Fatalf("demand keys %v, want the gone snapshot's forgotten", keys)
@@ -267,12 +276,12 @@ func TestReadyDropHoldReclaim(t *testing.T) {
 	r.Begin(key).End()
 	waitUntil(t, "two clones", func() bool { return r.Count() == 2 })
 	oldest := oldestClone(r) // two fills ran at once: either may have become ready first
+	f.mu.Lock()
+	f.gate = make(chan struct{}) // before the reclaim: its refill may start at once
+	f.mu.Unlock()
 	if !r.Reclaim(WhyReadyRoom) || f.why(oldest) != WhyReadyRoom {
 		t.Fatalf("reclaim retired %v, want %s (the oldest) for room", f.retired, oldest)
 	}
-	f.mu.Lock()
-	f.gate = make(chan struct{})
-	f.mu.Unlock()
 	waitUntil(t, "a refill under way", func() bool { return r.Filling() == 1 })
 	time.AfterFunc(50*time.Millisecond, func() { f.mu.Lock(); close(f.gate); f.gate = nil; f.mu.Unlock() })
 	r.Hold("s", true)
@@ -375,10 +384,7 @@ func TestReadyRefillTimeAndHold(t *testing.T) {
 	t0 := time.Now()
 	done := r.Dispatch(tk)
 	defer func() { done(); tk.End() }()
-	time.Sleep(50 * time.Millisecond)
-	if f.nStarts() != 1 {
-		t.Fatal("a refill started within the hold")
-	}
+	f.stillStarts(t, 1, "a refill started within the hold")
 	waitUntil(t, "the refill while the request runs", func() bool { return r.Count() == 1 })
 	took := time.Since(t0)
 	r.mu.Lock()
@@ -402,21 +408,11 @@ func TestReadyMissHoldsFillsUntilMissed(t *testing.T) {
 	if rc, _ := r.Take(key); rc != nil {
 		t.Fatal("a clone before any fill")
 	}
-	time.Sleep(50 * time.Millisecond)
-	if f.nStarts() != 0 {
-		t.Fatal("a fill started while the request had not said it missed")
-	}
-	f.mu.Lock()
-	f.restores = 1
-	f.mu.Unlock()
+	f.stillStarts(t, 0, "a fill started while the request had not said it missed")
+	f.setRestores(1)
 	tk.Missed()
-	time.Sleep(50 * time.Millisecond)
-	if f.nStarts() != 0 {
-		t.Fatal("a fill started while the request restored")
-	}
-	f.mu.Lock()
-	f.restores = 0
-	f.mu.Unlock()
+	f.stillStarts(t, 0, "a fill started while the request restored")
+	f.setRestores(0)
 	waitUntil(t, "a fill while the missed request still runs", func() bool { return r.Count() == 1 })
 }
 

@@ -163,23 +163,10 @@ func (r *Ready[V]) Drop(rc *Clone[V], why string) {
 // unpool takes the ready clones match selects out of the pool; false if
 // there were none.
 func (r *Ready[V]) unpool(match func(*Clone[V]) bool) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	found := false
-	for key, list := range r.clones {
-		kept := list[:0:0]
-		for _, c := range list {
-			if match(c) {
-				c.timer.Stop()
-				r.memMiB -= c.mem
-				found = true
-			} else {
-				kept = append(kept, c)
-			}
-		}
-		r.clones[key] = kept
-	}
-	return found
+	return removeWhere(&r.mu, &r.clones, match, func(c *Clone[V]) {
+		c.timer.Stop()
+		r.memMiB -= c.mem
+	})
 }
 
 // Forget takes VM id out of the ready clones, if it is one (it is being

@@ -247,23 +247,10 @@ func (p *VMMPool[V, P]) Drop(sb *Standby[V, P], why string) {
 // unpool takes the standby VMs match selects out of the pool; false if
 // there were none.
 func (p *VMMPool[V, P]) unpool(match func(*Standby[V, P]) bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	found := false
-	for key, list := range p.ready {
-		kept := list[:0:0]
-		for _, sb := range list {
-			if match(sb) {
-				p.memMiB -= sb.mem
-				sb.timer.Stop()
-				found = true
-			} else {
-				kept = append(kept, sb)
-			}
-		}
-		p.ready[key] = kept
-	}
-	return found
+	return removeWhere(&p.mu, &p.ready, match, func(sb *Standby[V, P]) {
+		p.memMiB -= sb.mem
+		sb.timer.Stop()
+	})
 }
 
 // Forget takes VM id out of the pool, if it is there, before it is

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/catalog"
+	"github.com/thaw-dev/thaw/internal/polltest"
 )
 
 // goUnlessClosed runs fn in the background, counted in wg, unless closed
@@ -101,11 +102,7 @@ var vmmCfg = VMMPoolConfig{Size: 2, TTL: time.Minute, MemoryMiB: 1000, OverheadM
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	polltest.Until(t, 3*time.Second, what, cond)
 }
 
 // A refill starts the function's size of standby VMs within the memory

@@ -9,6 +9,7 @@ import (
 
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/errdefs"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
 
@@ -30,13 +31,7 @@ func notYet(t *testing.T, ch <-chan error, what string) {
 
 func within(t *testing.T, ch <-chan error, what string) error {
 	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s did not return", what)
-		return nil
-	}
+	return polltest.Receive(t, ch, 5*time.Second, what+" to return")
 }
 
 // bootHeld starts a boot whose guest does not answer until release, and

@@ -17,6 +17,7 @@ import (
 	"github.com/thaw-dev/thaw/internal/catalog"
 	"github.com/thaw-dev/thaw/internal/errdefs"
 	"github.com/thaw-dev/thaw/internal/guestimage"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/procstat"
 	"github.com/thaw-dev/thaw/internal/vmm"
 	"github.com/thaw-dev/thaw/internal/vmm/vmmtest"
@@ -157,11 +158,7 @@ func (f *fixture) record(t *testing.T, id string) *catalog.VM {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	polltest.Until(t, 5*time.Second, what, cond)
 }
 
 // A booted VM runs confined (a user of its own, an empty network

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/thaw-dev/thaw/internal/agent"
+	"github.com/thaw-dev/thaw/internal/polltest"
 	"github.com/thaw-dev/thaw/internal/vmend"
 	"github.com/thaw-dev/thaw/internal/vmm"
 )
@@ -141,11 +142,7 @@ func TestExitReasons(t *testing.T) {
 		if err := m.LoadState(ctx, state); err == nil {
 			t.Fatal("a garbage device state loaded")
 		}
-		select {
-		case <-m.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("qemu lives on after a failed load")
-		}
+		polltest.Receive(t, m.Done(), 10*time.Second, "qemu to end after a failed load")
 		if ex := m.Exit(); ex.End.Cause != vmend.VMMError || !strings.HasPrefix(ex.Reason, "qemu failed: qemu-system-x86_64: load of migration failed") {
 			t.Errorf("exit: %s (%s)", ex.Reason, ex.End.Cause)
 		}
@@ -161,11 +158,7 @@ func TestExitReasons(t *testing.T) {
 		if err := syscall.Kill(m.PID(), syscall.SIGSEGV); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-m.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("qemu did not die of SIGSEGV")
-		}
+		polltest.Receive(t, m.Done(), 10*time.Second, "qemu to die of SIGSEGV")
 		if ex := m.Exit(); ex.End.Cause != vmend.VMMCrash || !strings.HasPrefix(ex.Reason, "qemu crashed (SIGSEGV); qemu killed by signal 11") || ex.Requested {
 			t.Errorf("exit: %s (%s)", ex.Reason, ex.End.Cause)
 		}
