@@ -136,7 +136,11 @@ func checkHugePoolTooSmall(t *testing.T, ctx context.Context, c *client.Client, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Fallocate(int(hog.Fd()), 0, 0, in.FreeBytes-4<<20); err != nil {
+	err = unix.EINTR
+	for err == unix.EINTR { // a signal interrupts a long hugetlbfs fallocate; what it allocated stays
+		err = unix.Fallocate(int(hog.Fd()), 0, 0, in.FreeBytes-4<<20)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	inv, err := c.InvokeSnapshot(ctx, snap.ID, ev(`{"op":"hello"}`), client.InvokeOptions{Strategy: "premap"})

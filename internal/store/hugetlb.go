@@ -101,7 +101,7 @@ func (h *hugeTier) copyHuge(dst, src *os.File, size int64) ([]Extent, string, er
 	}
 	hp := h.pageSize
 	return scanUnits(src, size, hp, func(off int64, unit []byte) error {
-		if err := unix.Fallocate(int(dst.Fd()), 0, off, hp); err != nil {
+		if err := fallocate(dst, off, hp); err != nil {
 			return fmt.Errorf("allocate huge page at %#x: %w", off, err)
 		}
 		m, err := unix.Mmap(int(dst.Fd()), off, int(hp), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -214,4 +214,17 @@ func (h *hugeTier) mapping(e *Entry, _ string) (*Mapping, error) {
 			in.FreeBytes>>20, e.Snapshot, e.Bytes>>20)
 	}
 	return fileMapping(e.Path, extentRuns(e)), nil
+}
+
+// fallocate allocates n bytes of f at off, again after a signal
+// interrupted it (hugetlbfs returns EINTR when one arrives while it
+// allocates, and the Go runtime's preemption sends them; what was
+// allocated stays, so a retry goes on from there).
+func fallocate(f *os.File, off, n int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, off, n)
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
